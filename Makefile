@@ -1,0 +1,34 @@
+# redsem: build with PGXS.  `make`, `make install`, and `make installcheck`
+# (run through scripts/test.sh, which provides a private Redis and writes
+# test/redsem_test.conf).
+
+EXTENSION = redsem
+EXTVERSION = 0.1.0
+MODULE_big = redsem
+OBJS = src/guc.o src/conn.o src/script.o src/hold.o src/sqlfuncs.o
+DATA = redsem--$(EXTVERSION).sql $(wildcard redsem--*--*.sql)
+PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
+
+PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
+SHLIB_LINK = $(shell pkg-config --libs hiredis)
+PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
+
+TEST_CONF = $(CURDIR)/test/redsem_test.conf
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(TEST_CONF)
+ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(TEST_CONF)
+TAP_TESTS = 1
+
+EXTRA_CLEAN = src/redsem_lua.h
+
+PG_CONFIG ?= pg_config
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The Lua script, as a C string literal included by src/script.c
+src/redsem_lua.h: src/redsem.lua
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+
+src/script.o: src/redsem_lua.h
+$(OBJS): src/redsem.h

@@ -1,0 +1,128 @@
+/*
+ * guc.c
+ *		Module entry point and configuration settings.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "utils/guc.h"
+
+#include "redsem.h"
+
+PG_MODULE_MAGIC;
+
+char	   *redsem_host = NULL;
+int			redsem_port = 6379;
+char	   *redsem_unix_socket = NULL;
+int			redsem_database = 0;
+char	   *redsem_user = NULL;
+char	   *redsem_password = NULL;
+char	   *redsem_key_prefix = NULL;
+int			redsem_connect_timeout_ms = 2000;
+int			redsem_command_timeout_ms = 5000;
+
+/* Bumped when a connection setting changes, so the next call reconnects */
+uint64		redsem_guc_generation = 0;
+
+void		_PG_init(void);
+
+/* Any connection setting changed: reconnect at the next call */
+static void
+assign_connection_setting(const char *newval, void *extra)
+{
+	redsem_guc_generation++;
+}
+
+/* Integer variant of assign_connection_setting */
+static void
+assign_connection_int(int newval, void *extra)
+{
+	redsem_guc_generation++;
+}
+
+/* The key prefix may not contain braces: they would move the hash tag */
+static bool
+check_key_prefix(char **newval, void **extra, GucSource source)
+{
+	if (*newval && (strchr(*newval, '{') || strchr(*newval, '}')))
+	{
+		GUC_check_errdetail("The prefix must not contain \"{\" or \"}\".");
+		return false;
+	}
+	return true;
+}
+
+/* Define the connection settings */
+static void
+define_connection_gucs(void)
+{
+	DefineCustomStringVariable("redsem.host",
+							   "Redis server host name or IP address.",
+							   "Ignored when redsem.unix_socket is set.",
+							   &redsem_host, "127.0.0.1",
+							   PGC_SUSET, 0,
+							   NULL, assign_connection_setting, NULL);
+	DefineCustomIntVariable("redsem.port",
+							"Redis server TCP port.",
+							NULL,
+							&redsem_port, 6379, 1, 65535,
+							PGC_SUSET, 0,
+							NULL, assign_connection_int, NULL);
+	DefineCustomStringVariable("redsem.unix_socket",
+							   "Path of the Redis server's Unix socket; empty means TCP.",
+							   NULL,
+							   &redsem_unix_socket, "",
+							   PGC_SUSET, 0,
+							   NULL, assign_connection_setting, NULL);
+	DefineCustomIntVariable("redsem.database",
+							"Redis logical database number (SELECT).",
+							NULL,
+							&redsem_database, 0, 0, 1000000,
+							PGC_SUSET, 0,
+							NULL, assign_connection_int, NULL);
+	DefineCustomStringVariable("redsem.user",
+							   "Redis ACL user name; empty means the default user.",
+							   NULL,
+							   &redsem_user, "",
+							   PGC_SUSET, 0,
+							   NULL, assign_connection_setting, NULL);
+	DefineCustomStringVariable("redsem.password",
+							   "Redis password (AUTH); empty means no authentication.",
+							   NULL,
+							   &redsem_password, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+							   NULL, assign_connection_setting, NULL);
+	DefineCustomStringVariable("redsem.key_prefix",
+							   "Prefix of every Redis key redsem uses.",
+							   NULL,
+							   &redsem_key_prefix, "redsem:",
+							   PGC_SUSET, 0,
+							   check_key_prefix, NULL, NULL);
+}
+
+/* Define the timeout settings */
+static void
+define_timeout_gucs(void)
+{
+	DefineCustomIntVariable("redsem.connect_timeout",
+							"Maximum time to wait while connecting to Redis.",
+							NULL,
+							&redsem_connect_timeout_ms, 2000, 1, 600000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.command_timeout",
+							"Maximum time to wait for Redis to answer a command.",
+							NULL,
+							&redsem_command_timeout_ms, 5000, 1, 600000,
+							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+}
+
+/* Module load */
+void
+_PG_init(void)
+{
+	define_connection_gucs();
+	define_timeout_gucs();
+	MarkGUCPrefixReserved("redsem");
+}

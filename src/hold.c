@@ -1,0 +1,334 @@
+/*
+ * hold.c
+ *		This session's holds, their scopes, and releasing them on time.
+ *
+ * Every acquire registers its holder id here *before* asking Redis, so a
+ * reply lost to an interrupt can never leak a slot: the entry is pending
+ * until Redis answers, and an abort releases whatever is still pending.
+ *
+ * Transaction-scoped holds end at commit or rollback of the top-level
+ * transaction (or of the subtransaction they were taken in, if that rolls
+ * back).  Session-scoped holds end with redsem_release, redsem_release_all
+ * or the session.  Callbacks never raise: they give Redis a short budget
+ * and, if it does not answer, keep the release for later (next call,
+ * session exit), with the lease as the final backstop.
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "miscadmin.h"
+#include "nodes/pg_list.h"
+#include "storage/ipc.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "redsem.h"
+
+typedef enum HoldState
+{
+	HOLD_PENDING,				/* asked Redis, no answer yet, or in line */
+	HOLD_HELD					/* Redis confirmed the slot */
+} HoldState;
+
+typedef struct Hold
+{
+	char	   *name;
+	char	   *id;
+	HoldScope	scope;
+	HoldState	state;
+	SubTransactionId subxid;	/* subtransaction that took it */
+	int64		lease_ms;
+	int64		ticket;
+	TimestampTz acquired_at;
+} Hold;
+
+static List *holds = NIL;		/* Hold *, in TopMemoryContext */
+static List *deferred = NIL;	/* Hold * whose release Redis did not take */
+static bool callbacks_registered = false;
+
+/* Free one entry */
+static void
+hold_free(Hold *hold)
+{
+	pfree(hold->name);
+	pfree(hold->id);
+	pfree(hold);
+}
+
+/*
+ * Release holds quietly until deadline; those Redis did not take move to
+ * the deferred list.
+ */
+static void
+release_quietly(List *victims, TimestampTz deadline)
+{
+	ListCell   *lc;
+	bool		reachable = true;
+
+	foreach(lc, victims)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+		bool		was_held;
+		MemoryContext old;
+
+		if (reachable &&
+			sem_release_quiet(hold->name, hold->id, deadline, &was_held))
+		{
+			hold_free(hold);
+			continue;
+		}
+		/* once Redis failed us, don't spend the budget again */
+		reachable = false;
+		old = MemoryContextSwitchTo(TopMemoryContext);
+		deferred = lappend(deferred, hold);
+		MemoryContextSwitchTo(old);
+	}
+}
+
+/* Remove from holds every entry matching the filter, returning them */
+static List *
+take_holds(bool (*match) (Hold *, SubTransactionId), SubTransactionId subxid)
+{
+	List	   *taken = NIL;
+	List	   *kept = NIL;
+	ListCell   *lc;
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+
+		if (match(hold, subxid))
+			taken = lappend(taken, hold);
+		else
+			kept = lappend(kept, hold);
+	}
+	list_free(holds);
+	holds = kept;
+	MemoryContextSwitchTo(old);
+	return taken;
+}
+
+/* Holds that end with the top-level transaction, however it ends */
+static bool
+ends_with_xact(Hold *hold, SubTransactionId subxid)
+{
+	return hold->scope == HOLD_XACT || hold->state == HOLD_PENDING;
+}
+
+/* Holds that end when subtransaction subxid rolls back */
+static bool
+ends_with_subxact(Hold *hold, SubTransactionId subxid)
+{
+	return hold->subxid == subxid &&
+		(hold->scope == HOLD_XACT || hold->state == HOLD_PENDING);
+}
+
+/* Every hold */
+static bool
+any_hold(Hold *hold, SubTransactionId subxid)
+{
+	return true;
+}
+
+/* Session holds that are confirmed */
+static bool
+session_held(Hold *hold, SubTransactionId subxid)
+{
+	return hold->scope == HOLD_SESSION && hold->state == HOLD_HELD;
+}
+
+/* End transaction-scoped holds with the transaction; refuse PREPARE */
+static void
+xact_callback(XactEvent event, void *arg)
+{
+	ListCell   *lc;
+	List	   *victims;
+
+	switch (event)
+	{
+		case XACT_EVENT_PRE_PREPARE:
+			foreach(lc, holds)
+			{
+				Hold	   *hold = (Hold *) lfirst(lc);
+
+				if (hold->scope == HOLD_XACT)
+					ereport(ERROR,
+							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+							 errmsg("cannot PREPARE a transaction that holds a transaction-scoped redsem slot"),
+							 errdetail("The transaction holds a slot of semaphore \"%s\".", hold->name),
+							 errhint("Release it with redsem_release before PREPARE TRANSACTION, or use redsem_acquire.")));
+			}
+			break;
+		case XACT_EVENT_COMMIT:
+		case XACT_EVENT_PARALLEL_COMMIT:
+		case XACT_EVENT_ABORT:
+		case XACT_EVENT_PARALLEL_ABORT:
+			if (holds == NIL)
+				break;
+			victims = take_holds(ends_with_xact, InvalidSubTransactionId);
+			if (victims != NIL)
+				release_quietly(victims,
+								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															REDSEM_XACT_CLEANUP_MS));
+			list_free(victims);
+			break;
+		default:
+			break;
+	}
+}
+
+/* End holds of a rolled-back subtransaction; hand others to the parent */
+static void
+subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+				 SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+	List	   *victims;
+
+	if (event == SUBXACT_EVENT_COMMIT_SUB)
+	{
+		foreach(lc, holds)
+		{
+			Hold	   *hold = (Hold *) lfirst(lc);
+
+			if (hold->subxid == mySubid)
+				hold->subxid = parentSubid;
+		}
+	}
+	else if (event == SUBXACT_EVENT_ABORT_SUB && holds != NIL)
+	{
+		victims = take_holds(ends_with_subxact, mySubid);
+		if (victims != NIL)
+			release_quietly(victims,
+							TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														REDSEM_XACT_CLEANUP_MS));
+		list_free(victims);
+	}
+}
+
+/* Release everything the session still has, within a bounded time */
+static void
+session_exit_callback(int code, Datum arg)
+{
+	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   REDSEM_EXIT_CLEANUP_MS);
+	List	   *victims = take_holds(any_hold, InvalidSubTransactionId);
+	List	   *retry = deferred;
+
+	deferred = NIL;
+	victims = list_concat(victims, retry);
+	if (victims != NIL)
+		release_quietly(victims, deadline);
+	redis_disconnect();
+}
+
+/* Register the callbacks, once per backend */
+void
+hold_init(void)
+{
+	if (callbacks_registered)
+		return;
+	RegisterXactCallback(xact_callback, NULL);
+	RegisterSubXactCallback(subxact_callback, NULL);
+	before_shmem_exit(session_exit_callback, (Datum) 0);
+	callbacks_registered = true;
+}
+
+/* Record an acquire about to be sent to Redis; returns its entry */
+void *
+hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	Hold	   *hold = palloc0(sizeof(Hold));
+
+	hold->name = pstrdup(name);
+	hold->id = pstrdup(id);
+	hold->scope = scope;
+	hold->state = HOLD_PENDING;
+	hold->subxid = GetCurrentSubTransactionId();
+	hold->lease_ms = lease_ms;
+	holds = lappend(holds, hold);
+	MemoryContextSwitchTo(old);
+	return hold;
+}
+
+/* Redis confirmed the slot */
+void
+hold_mark_held(void *entry, int64 ticket)
+{
+	Hold	   *hold = (Hold *) entry;
+
+	hold->state = HOLD_HELD;
+	hold->ticket = ticket;
+	hold->acquired_at = GetCurrentTimestamp();
+}
+
+/* Drop an entry that Redis no longer knows about */
+void
+hold_forget(void *entry)
+{
+	holds = list_delete_ptr(holds, entry);
+	hold_free((Hold *) entry);
+}
+
+/* Drop the entry for (name, id), if this session has one */
+void
+hold_forget_id(const char *name, const char *id)
+{
+	ListCell   *lc;
+
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+
+		if (strcmp(hold->id, id) == 0 && strcmp(hold->name, name) == 0)
+		{
+			holds = foreach_delete_current(holds, lc);
+			hold_free(hold);
+			return;
+		}
+	}
+}
+
+/* Release every confirmed session-scoped hold; returns how many were live */
+int
+hold_release_session(void)
+{
+	List	   *victims = NIL;
+	ListCell   *lc;
+	int			released = 0;
+
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+
+		if (session_held(hold, InvalidSubTransactionId))
+			victims = lappend(victims, hold);
+	}
+	/* each entry stays registered until Redis confirms its release */
+	foreach(lc, victims)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+
+		if (sem_release(hold->name, hold->id))
+			released++;
+		hold_forget(hold);
+	}
+	list_free(victims);
+	return released;
+}
+
+/* Retry releases that an earlier callback could not complete */
+void
+hold_flush_deferred(void)
+{
+	while (deferred != NIL)
+	{
+		Hold	   *hold = (Hold *) linitial(deferred);
+
+		(void) sem_release(hold->name, hold->id);
+		deferred = list_delete_first(deferred);
+		hold_free(hold);
+	}
+}

@@ -1,0 +1,107 @@
+/*
+ * redsem.h
+ *		Declarations shared by the redsem source files.
+ */
+#ifndef REDSEM_H
+#define REDSEM_H
+
+#include "datatype/timestamp.h"
+
+/* hiredis types, kept opaque outside conn.c and script.c */
+struct redisReply;
+
+/* Bounds on arguments, documented in README.md */
+#define REDSEM_MAX_NAME_BYTES	200
+#define REDSEM_MAX_ID_BYTES		100
+#define REDSEM_MAX_HOLDERS		1000000
+#define REDSEM_MAX_LEASE_MS		(INT64CONST(24) * 3600 * 1000)
+#define REDSEM_MAX_WAIT_MS		(INT64CONST(24) * 3600 * 1000)
+
+/* How long commit/abort cleanup may spend on Redis before deferring */
+#define REDSEM_XACT_CLEANUP_MS	50
+/* How long session-exit cleanup may spend on Redis in total */
+#define REDSEM_EXIT_CLEANUP_MS	1000
+
+/* GUC variables (guc.c) */
+extern char *redsem_host;
+extern int	redsem_port;
+extern char *redsem_unix_socket;
+extern int	redsem_database;
+extern char *redsem_user;
+extern char *redsem_password;
+extern char *redsem_key_prefix;
+extern int	redsem_connect_timeout_ms;
+extern int	redsem_command_timeout_ms;
+extern uint64 redsem_guc_generation;
+
+/* conn.c: the backend's Redis connection */
+typedef enum RedisStatus
+{
+	REDIS_STATUS_OK,
+	REDIS_STATUS_CONNECT_FAILED,
+	REDIS_STATUS_IO_FAILED,
+	REDIS_STATUS_TIMED_OUT
+} RedisStatus;
+
+extern struct redisReply *redis_command(int argc, const char **argv,
+										const size_t *argvlen,
+										int extra_wait_ms);
+extern RedisStatus redis_command_quiet(int argc, const char **argv,
+									   const size_t *argvlen,
+									   TimestampTz deadline,
+									   struct redisReply **reply);
+extern void redis_disconnect(void);
+extern char *redis_target_description(void);
+
+/* script.c: the semaphore operations, one EVALSHA each */
+typedef enum SemState
+{
+	SEM_HELD,					/* caller holds a slot */
+	SEM_WAITING,				/* caller is in line */
+	SEM_BUSY,					/* full, caller not queued */
+	SEM_GONE,					/* caller left the line */
+	SEM_LOST					/* caller's entry no longer exists */
+} SemState;
+
+typedef struct SemResult
+{
+	SemState	state;
+	int64		ticket;			/* fencing token / place in line */
+	int64		ms;				/* HELD: lease left; WAITING: look again in */
+	int64		position;		/* WAITING: waiters ahead beyond the window */
+} SemResult;
+
+extern void sem_acquire(const char *name, const char *id, int max_holders,
+						int64 lease_ms, bool wait, int64 keepalive_ms,
+						SemResult *result);
+extern void sem_wait_check(const char *name, const char *id,
+						   int64 keepalive_ms, SemResult *result);
+extern void sem_give_up(const char *name, const char *id, SemResult *result);
+extern bool sem_release(const char *name, const char *id);
+extern bool sem_release_quiet(const char *name, const char *id,
+							  TimestampTz deadline, bool *was_held);
+extern int64 sem_refresh(const char *name, const char *id, int64 lease_ms);
+extern int64 sem_wait_for_wake(const char *name, const char *id,
+							  int64 timeout_ms);
+extern char *sem_key(const char *name, const char *suffix);
+
+/* hold.c: this session's holds and their scopes */
+typedef enum HoldScope
+{
+	HOLD_SESSION,
+	HOLD_XACT
+} HoldScope;
+
+extern void hold_init(void);
+extern void *hold_begin(const char *name, const char *id, HoldScope scope,
+						int64 lease_ms);
+extern void hold_mark_held(void *hold, int64 ticket);
+extern void hold_forget(void *hold);
+extern void hold_forget_id(const char *name, const char *id);
+extern int	hold_release_session(void);
+extern void hold_flush_deferred(void);
+
+/* sqlfuncs.c */
+extern void redsem_make_id(char *buf, size_t len);
+
+#endif							/* REDSEM_H */

@@ -1,0 +1,346 @@
+/*
+ * sqlfuncs.c
+ *		SQL-callable functions: argument checks, scopes, and waiting in line.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+
+#include "redsem.h"
+
+PG_FUNCTION_INFO_V1(redsem_acquire);
+PG_FUNCTION_INFO_V1(redsem_acquire_xact);
+PG_FUNCTION_INFO_V1(redsem_guard);
+PG_FUNCTION_INFO_V1(redsem_release);
+PG_FUNCTION_INFO_V1(redsem_refresh);
+PG_FUNCTION_INFO_V1(redsem_release_all);
+
+/* How a waiter paces its keepalives: a third of its place's lifetime */
+#define WAIT_REFRESH_MIN_MS		200
+#define WAIT_REFRESH_MAX_MS		5000
+
+/* Validated arguments of an acquire call */
+typedef struct AcquireArgs
+{
+	char	   *name;
+	int			max_holders;
+	int64		lease_ms;
+	int64		wait_ms;		/* -1: no limit */
+} AcquireArgs;
+
+/* Raise the error for a NULL argument */
+static void
+reject_null(const char *argname)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			 errmsg("argument \"%s\" must not be null", argname)));
+}
+
+/* The semaphore name argument, checked */
+static char *
+name_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *name;
+	size_t		len;
+
+	if (PG_ARGISNULL(argno))
+		reject_null("name");
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	len = strlen(name);
+	if (len == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore name must not be empty")));
+	if (len > REDSEM_MAX_NAME_BYTES)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore name is too long"),
+				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
+						   len, REDSEM_MAX_NAME_BYTES)));
+	return name;
+}
+
+/* The holder id argument, checked for the shape redsem_make_id produces */
+static char *
+id_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *id;
+	size_t		len;
+
+	if (PG_ARGISNULL(argno))
+		reject_null("id");
+	id = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	len = strlen(id);
+	if (len == 0 || len > REDSEM_MAX_ID_BYTES ||
+		strspn(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-_:") != len)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid holder id \"%s\"", len > 40 ? "(too long)" : id),
+				 errdetail("A holder id is the text returned by redsem_acquire: 1 to %d letters, digits, \".\", \"-\", \"_\" or \":\".",
+						   REDSEM_MAX_ID_BYTES)));
+	return id;
+}
+
+/* An interval as whole milliseconds (a month counts as 30 days) */
+static int64
+interval_ms(Interval *iv, bool *overflow)
+{
+	int64		days = (int64) iv->month * DAYS_PER_MONTH + iv->day;
+
+	*overflow = (days > 100000 || days < -100000);
+	if (*overflow)
+		return 0;
+	return days * SECS_PER_DAY * 1000 + iv->time / 1000;
+}
+
+/* A duration argument in milliseconds, between min_ms and max_ms */
+static int64
+duration_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
+			 int64 min_ms, int64 max_ms)
+{
+	bool		overflow;
+	int64		ms;
+
+	ms = interval_ms(PG_GETARG_INTERVAL_P(argno), &overflow);
+	if (overflow || ms < min_ms || ms > max_ms)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" is out of range", argname),
+				 errdetail("\"%s\" must be between %s and %s.", argname,
+						   min_ms == 0 ? "0" : "1 millisecond", "24 hours")));
+	return ms;
+}
+
+/* Read and check the arguments shared by the acquire functions */
+static void
+acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
+{
+	args->name = name_arg(fcinfo, 0);
+	if (PG_ARGISNULL(1))
+		reject_null("max_holders");
+	args->max_holders = PG_GETARG_INT32(1);
+	if (args->max_holders < 1 || args->max_holders > REDSEM_MAX_HOLDERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"max_holders\" is out of range"),
+				 errdetail("\"max_holders\" must be between 1 and %d; it is %d.",
+						   REDSEM_MAX_HOLDERS, args->max_holders)));
+	if (PG_ARGISNULL(2))
+		reject_null("lease");
+	args->lease_ms = duration_arg(fcinfo, 2, "lease", 1, REDSEM_MAX_LEASE_MS);
+	if (PG_ARGISNULL(3))
+		args->wait_ms = -1;
+	else
+		args->wait_ms = duration_arg(fcinfo, 3, "wait", 0, REDSEM_MAX_WAIT_MS);
+}
+
+/* A new holder id: server tag, process id, sequence, random bits */
+void
+redsem_make_id(char *buf, size_t len)
+{
+	static uint32 tag = 0;
+	static uint32 seq = 0;
+	uint32		rnd;
+
+	if (tag == 0 && !pg_strong_random(&tag, sizeof(tag)))
+		tag = (uint32) MyStartTime;
+	if (!pg_strong_random(&rnd, sizeof(rnd)))
+		rnd = (uint32) GetCurrentTimestamp();
+	snprintf(buf, len, "%08x.%d.%u.%08x", tag, MyProcPid, ++seq, rnd);
+}
+
+/* Keepalive interval of a place in line, for a given lease */
+static int64
+wait_refresh_ms(int64 lease_ms)
+{
+	return Min(Max(lease_ms / 3, WAIT_REFRESH_MIN_MS), WAIT_REFRESH_MAX_MS);
+}
+
+/* Milliseconds left until deadline (or a long nap when there is none) */
+static int64
+ms_left(TimestampTz deadline)
+{
+	if (deadline == DT_NOEND)
+		return PG_INT32_MAX;
+	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+}
+
+/*
+ * Wait in line until promoted or deadline.  Sleeps on the caller's wake
+ * list (released holders push to it), waking early only to keep the place
+ * alive or when a lease ahead of it is due to run out.
+ */
+static bool
+wait_in_line(const AcquireArgs *args, const char *id, SemResult *r,
+			 TimestampTz deadline)
+{
+	int64		refresh = wait_refresh_ms(args->lease_ms);
+
+	for (;;)
+	{
+		int64		left = ms_left(deadline);
+		int64		nap = Min(refresh, left);
+
+		if (left <= 0)
+		{
+			sem_give_up(args->name, id, r);
+			return r->state == SEM_HELD;
+		}
+		if (r->ms >= 0)
+			nap = Min(nap, r->ms + 1);
+		r->ticket = sem_wait_for_wake(args->name, id, Max(nap, 1));
+		if (r->ticket > 0)
+		{
+			r->state = SEM_HELD;
+			return true;
+		}
+		sem_wait_check(args->name, id, 3 * refresh, r);
+		if (r->state == SEM_HELD)
+			return true;
+		if (r->state == SEM_LOST)
+		{
+			/* our place expired (e.g. Redis stalled): queue again */
+			sem_acquire(args->name, id, args->max_holders, args->lease_ms,
+						true, 3 * refresh, r);
+			if (r->state == SEM_HELD)
+				return true;
+		}
+	}
+}
+
+/*
+ * The acquire functions' common body.  Returns the holder id, or NULL if
+ * no slot came within the wait.
+ */
+static char *
+acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
+{
+	char		id[64];
+	void	   *hold;
+	SemResult	r;
+	TimestampTz deadline;
+
+	acquire_args(fcinfo, args);
+	hold_init();
+	hold_flush_deferred();
+
+	redsem_make_id(id, sizeof(id));
+	hold = hold_begin(args->name, id, scope, args->lease_ms);
+	deadline = args->wait_ms < 0 ? DT_NOEND :
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), args->wait_ms);
+	sem_acquire(args->name, id, args->max_holders, args->lease_ms,
+				args->wait_ms != 0, 3 * wait_refresh_ms(args->lease_ms), &r);
+	if (r.state == SEM_WAITING && wait_in_line(args, id, &r, deadline))
+		r.state = SEM_HELD;
+
+	if (r.state != SEM_HELD)
+	{
+		hold_forget(hold);
+		return NULL;
+	}
+	hold_mark_held(hold, r.ticket);
+	return pstrdup(id);
+}
+
+/* Return a cstring as text, or SQL NULL */
+static Datum
+text_or_null(FunctionCallInfo fcinfo, char *s)
+{
+	if (s == NULL)
+		PG_RETURN_NULL();
+	PG_RETURN_TEXT_P(cstring_to_text(s));
+}
+
+/* redsem_acquire(name, max_holders, lease, wait): session-scoped slot */
+Datum
+redsem_acquire(PG_FUNCTION_ARGS)
+{
+	AcquireArgs args;
+
+	return text_or_null(fcinfo, acquire_common(fcinfo, HOLD_SESSION, &args));
+}
+
+/* redsem_acquire_xact(name, max_holders, lease, wait): until transaction end */
+Datum
+redsem_acquire_xact(PG_FUNCTION_ARGS)
+{
+	AcquireArgs args;
+
+	return text_or_null(fcinfo, acquire_common(fcinfo, HOLD_XACT, &args));
+}
+
+/* Describe a wait in milliseconds for a message */
+static char *
+describe_wait(int64 ms)
+{
+	if (ms % 1000 == 0)
+		return psprintf(INT64_FORMAT " s", ms / 1000);
+	return psprintf(INT64_FORMAT " ms", ms);
+}
+
+/*
+ * redsem_guard(name, max_holders, lease, wait): a transaction-scoped slot,
+ * or ERROR 55P03, so a function can start with a single PERFORM.
+ */
+Datum
+redsem_guard(PG_FUNCTION_ARGS)
+{
+	AcquireArgs args;
+	char	   *id = acquire_common(fcinfo, HOLD_XACT, &args);
+
+	if (id == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("could not obtain a slot of semaphore \"%s\" (limit %d) after waiting %s",
+						args.name, args.max_holders, describe_wait(args.wait_ms)),
+				 errdetail("All %d slots stayed taken for the whole wait.", args.max_holders),
+				 errhint("Retry later, or pass a longer \"wait\".")));
+	PG_RETURN_TEXT_P(cstring_to_text(id));
+}
+
+/* redsem_release(name, id): true if the slot was live */
+Datum
+redsem_release(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	char	   *id = id_arg(fcinfo, 1);
+	bool		held;
+
+	hold_init();
+	hold_flush_deferred();
+	held = sem_release(name, id);
+	hold_forget_id(name, id);
+	PG_RETURN_BOOL(held);
+}
+
+/* redsem_refresh(name, id, lease): extend a lease; false if already lost */
+Datum
+redsem_refresh(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	char	   *id = id_arg(fcinfo, 1);
+	int64		lease_ms = 0;
+	bool		held;
+
+	if (!PG_ARGISNULL(2))
+		lease_ms = duration_arg(fcinfo, 2, "lease", 1, REDSEM_MAX_LEASE_MS);
+	hold_init();
+	hold_flush_deferred();
+	held = sem_refresh(name, id, lease_ms) > 0;
+	if (!held)
+		hold_forget_id(name, id);
+	PG_RETURN_BOOL(held);
+}
+
+/* redsem_release_all(): release the session's session-scoped slots */
+Datum
+redsem_release_all(PG_FUNCTION_ARGS)
+{
+	hold_init();
+	hold_flush_deferred();
+	PG_RETURN_INT32(hold_release_session());
+}
