@@ -5,7 +5,8 @@
 EXTENSION = redsem
 EXTVERSION = 0.1.0
 MODULE_big = redsem
-OBJS = src/guc.o src/conn.o src/script.o src/hold.o src/sqlfuncs.o
+OBJS = src/guc.o src/conn.o src/script.o src/hold.o src/sqlfuncs.o \
+       src/shmem.o src/worker.o src/observe.o
 DATA = redsem--$(EXTVERSION).sql $(wildcard redsem--*--*.sql)
 PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
 

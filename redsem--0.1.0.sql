@@ -53,3 +53,60 @@ AS 'MODULE_PATHNAME', 'redsem_release_all'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_release_all() IS
 'release every session-scoped slot of this session; returns how many were live';
+
+-- Looking at it
+
+CREATE FUNCTION redsem_held(
+    OUT name text, OUT id text, OUT scope text, OUT acquired_at timestamptz,
+    OUT lease interval, OUT lease_expires_at timestamptz, OUT token bigint,
+    OUT kept_alive boolean)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_held'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_held() IS
+'the slots this session holds';
+
+CREATE FUNCTION redsem_holders(name text,
+    OUT "position" integer, OUT state text, OUT id text, OUT ticket bigint,
+    OUT lease_expires_at timestamptz, OUT server text, OUT pid integer,
+    OUT database text, OUT username text, OUT application_name text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_holders'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_holders(text) IS
+'holders then waiters of a semaphore, in line order, as Redis sees them';
+
+CREATE FUNCTION redsem_token(name text, id text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redsem_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_token(text, text) IS
+'the fencing token of a live holder (rises with every grant), or NULL';
+
+CREATE FUNCTION redsem_keeper_active()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redsem_keeper_active'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION redsem_keeper_active() IS
+'true if the keeper background worker keeps leases of live sessions fresh';
+
+CREATE FUNCTION redsem_stats(
+    OUT name text, OUT acquired bigint, OUT refused bigint, OUT waited bigint,
+    OUT wait_timeouts bigint, OUT total_wait_time interval, OUT released bigint,
+    OUT expired bigint, OUT lost bigint, OUT redis_errors bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW redsem_stats AS SELECT * FROM redsem_stats();
+COMMENT ON VIEW redsem_stats IS
+'per-semaphore counters of this server since the last reset (needs shared_preload_libraries)';
+
+CREATE FUNCTION redsem_stats_reset(name text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_stats_reset(text) IS
+'forget the statistics of one semaphore, or of all when name is NULL';
+
+REVOKE ALL ON FUNCTION redsem_stats_reset(text) FROM PUBLIC;

@@ -32,6 +32,9 @@
 static redisContext *conn = NULL;
 static uint64 conn_generation = 0;
 
+/* Number of connection errors raised so far, for statistics */
+uint64		redis_failures = 0;
+
 /* Milliseconds from now until deadline, never negative */
 static long
 ms_until(TimestampTz deadline)
@@ -332,6 +335,7 @@ append_command(int argc, const char **argv, const size_t *argvlen)
 static void
 report_connect_failure(const char *err)
 {
+	redis_failures++;
 	ereport(ERROR,
 			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
 			 errmsg("could not connect to Redis at %s", redis_target_description()),
@@ -343,6 +347,7 @@ report_connect_failure(const char *err)
 static void
 report_request_failure(RedisStatus status, const char *err, int timeout_ms)
 {
+	redis_failures++;
 	if (status == REDIS_STATUS_TIMED_OUT)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONNECTION_FAILURE),

@@ -5,6 +5,7 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "redsem.h"
@@ -118,11 +119,38 @@ define_timeout_gucs(void)
 							NULL, NULL, NULL);
 }
 
-/* Module load */
+/* Define the settings of the shared table, fixed at server start */
+static void
+define_preload_gucs(void)
+{
+	DefineCustomIntVariable("redsem.max_tracked_holds",
+							"Maximum number of holds on this server the keeper keeps alive.",
+							"Only used when redsem is in shared_preload_libraries.",
+							&redsem_max_tracked_holds, 4096, 16, 1000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.max_tracked_semaphores",
+							"Maximum number of semaphore names with statistics.",
+							"Only used when redsem is in shared_preload_libraries.",
+							&redsem_max_tracked_semaphores, 1000, 16, 1000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+}
+
+/*
+ * Module load.  When preloaded, also set up shared memory and the keeper;
+ * otherwise everything but the keeper and statistics works the same.
+ */
 void
 _PG_init(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
+	define_preload_gucs();
 	MarkGUCPrefixReserved("redsem");
+	if (process_shared_preload_libraries_in_progress)
+	{
+		shmem_install_hooks();
+		keeper_register();
+	}
 }

@@ -40,16 +40,19 @@ typedef struct Hold
 	int64		lease_ms;
 	int64		ticket;
 	TimestampTz acquired_at;
+	TimestampTz refreshed_at;	/* last lease confirmation we know of */
+	int			shared_slot;	/* entry in the keeper's table, or -1 */
 } Hold;
 
 static List *holds = NIL;		/* Hold *, in TopMemoryContext */
 static List *deferred = NIL;	/* Hold * whose release Redis did not take */
 static bool callbacks_registered = false;
 
-/* Free one entry */
+/* Free one entry, and stop the keeper tracking it */
 static void
 hold_free(Hold *hold)
 {
+	shared_hold_remove(hold->shared_slot, hold->id);
 	pfree(hold->name);
 	pfree(hold->id);
 	pfree(hold);
@@ -74,11 +77,15 @@ release_quietly(List *victims, TimestampTz deadline)
 		if (reachable &&
 			sem_release_quiet(hold->name, hold->id, deadline, &was_held))
 		{
+			if (hold->state == HOLD_HELD)
+				stats_count(hold->name, was_held ? STAT_RELEASED : STAT_EXPIRED, 1);
 			hold_free(hold);
 			continue;
 		}
 		/* once Redis failed us, don't spend the budget again */
 		reachable = false;
+		stats_count(hold->name, STAT_REDIS_ERRORS, 1);
+		shared_hold_abandon(hold->shared_slot, hold->id);
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		deferred = lappend(deferred, hold);
 		MemoryContextSwitchTo(old);
@@ -248,6 +255,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms)
 	hold->state = HOLD_PENDING;
 	hold->subxid = GetCurrentSubTransactionId();
 	hold->lease_ms = lease_ms;
+	hold->shared_slot = -1;
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);
 	return hold;
@@ -261,7 +269,10 @@ hold_mark_held(void *entry, int64 ticket)
 
 	hold->state = HOLD_HELD;
 	hold->ticket = ticket;
-	hold->acquired_at = GetCurrentTimestamp();
+	hold->acquired_at = hold->refreshed_at = GetCurrentTimestamp();
+	hold->shared_slot = shared_hold_add(hold->name, hold->id,
+										hold->scope == HOLD_XACT,
+										hold->lease_ms, ticket);
 }
 
 /* Drop an entry that Redis no longer knows about */
@@ -272,9 +283,9 @@ hold_forget(void *entry)
 	hold_free((Hold *) entry);
 }
 
-/* Drop the entry for (name, id), if this session has one */
-void
-hold_forget_id(const char *name, const char *id)
+/* This session's entry for (name, id), or NULL */
+static Hold *
+find_hold(const char *name, const char *id)
 {
 	ListCell   *lc;
 
@@ -283,12 +294,70 @@ hold_forget_id(const char *name, const char *id)
 		Hold	   *hold = (Hold *) lfirst(lc);
 
 		if (strcmp(hold->id, id) == 0 && strcmp(hold->name, name) == 0)
-		{
-			holds = foreach_delete_current(holds, lc);
-			hold_free(hold);
-			return;
-		}
+			return hold;
 	}
+	return NULL;
+}
+
+/* Drop the entry for (name, id); false if this session had none */
+bool
+hold_forget_id(const char *name, const char *id)
+{
+	Hold	   *hold = find_hold(name, id);
+
+	if (hold == NULL)
+		return false;
+	hold_forget(hold);
+	return true;
+}
+
+/* Redis confirmed a new lease for (name, id) */
+void
+hold_note_refresh(const char *name, const char *id, int64 lease_ms)
+{
+	Hold	   *hold = find_hold(name, id);
+
+	if (hold != NULL)
+	{
+		hold->refreshed_at = GetCurrentTimestamp();
+		hold->lease_ms = lease_ms;
+	}
+}
+
+/* The session's confirmed holds, for redsem_held(); returns the count */
+int
+hold_snapshot(HeldInfo **out)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	*out = palloc0(sizeof(HeldInfo) * Max(list_length(holds), 1));
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+		HeldInfo   *info = &(*out)[n];
+		SharedHold	tracked;
+		TimestampTz refreshed = hold->refreshed_at;
+
+		if (hold->state != HOLD_HELD)
+			continue;
+		info->name = pstrdup(hold->name);
+		info->id = pstrdup(hold->id);
+		info->xact = (hold->scope == HOLD_XACT);
+		info->acquired_at = hold->acquired_at;
+		info->lease_ms = hold->lease_ms;
+		info->ticket = hold->ticket;
+		info->kept_alive = shared_hold_read(hold->shared_slot, hold->id, &tracked) &&
+			keeper_is_active();
+		if (info->kept_alive)
+		{
+			refreshed = Max(refreshed, tracked.refreshed_at);
+			info->lost = tracked.lost;
+		}
+		info->expires_at = TimestampTzPlusMilliseconds(refreshed, hold->lease_ms);
+		n++;
+	}
+	return n;
 }
 
 /* Release every confirmed session-scoped hold; returns how many were live */
@@ -312,7 +381,12 @@ hold_release_session(void)
 		Hold	   *hold = (Hold *) lfirst(lc);
 
 		if (sem_release(hold->name, hold->id))
+		{
 			released++;
+			stats_count(hold->name, STAT_RELEASED, 1);
+		}
+		else
+			stats_count(hold->name, STAT_EXPIRED, 1);
 		hold_forget(hold);
 	}
 	list_free(victims);

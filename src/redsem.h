@@ -6,6 +6,9 @@
 #define REDSEM_H
 
 #include "datatype/timestamp.h"
+#include "fmgr.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
 
 /* hiredis types, kept opaque outside conn.c and script.c */
 struct redisReply;
@@ -19,6 +22,9 @@ struct redisReply;
 
 /* How long commit/abort cleanup may spend on Redis before deferring */
 #define REDSEM_XACT_CLEANUP_MS	50
+/* Leases longer than this get a NOTICE when no keeper runs */
+#define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)
+
 /* How long session-exit cleanup may spend on Redis in total */
 #define REDSEM_EXIT_CLEANUP_MS	1000
 
@@ -51,6 +57,7 @@ extern RedisStatus redis_command_quiet(int argc, const char **argv,
 									   TimestampTz deadline,
 									   struct redisReply **reply);
 extern void redis_disconnect(void);
+extern uint64 redis_failures;
 extern char *redis_target_description(void);
 
 /* script.c: the semaphore operations, one EVALSHA each */
@@ -84,6 +91,8 @@ extern int64 sem_refresh(const char *name, const char *id, int64 lease_ms);
 extern int64 sem_wait_for_wake(const char *name, const char *id,
 							  int64 timeout_ms);
 extern char *sem_key(const char *name, const char *suffix);
+extern int64 sem_token(const char *name, const char *id);
+extern struct redisReply *sem_list(const char *name);
 
 /* hold.c: this session's holds and their scopes */
 typedef enum HoldScope
@@ -97,11 +106,98 @@ extern void *hold_begin(const char *name, const char *id, HoldScope scope,
 						int64 lease_ms);
 extern void hold_mark_held(void *hold, int64 ticket);
 extern void hold_forget(void *hold);
-extern void hold_forget_id(const char *name, const char *id);
+extern bool hold_forget_id(const char *name, const char *id);
+extern void hold_note_refresh(const char *name, const char *id, int64 lease_ms);
+
+typedef struct HeldInfo
+{
+	char	   *name;
+	char	   *id;
+	bool		xact;
+	bool		kept_alive;		/* the keeper refreshes it */
+	bool		lost;			/* the keeper found it gone */
+	TimestampTz acquired_at;
+	TimestampTz expires_at;		/* estimate, from the last confirmation */
+	int64		lease_ms;
+	int64		ticket;
+} HeldInfo;
+
+extern int	hold_snapshot(HeldInfo **out);
 extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);
 
+/* shmem.c: shared state when preloaded */
+typedef struct SharedHold
+{
+	bool		in_use;
+	bool		xact;			/* transaction-scoped */
+	bool		abandoned;		/* owner could not release: keeper must */
+	bool		lost;			/* keeper found the slot gone */
+	int			pid;
+	int64		lease_ms;
+	int64		ticket;
+	TimestampTz acquired_at;
+	TimestampTz refreshed_at;	/* last time Redis confirmed the lease */
+	char		name[REDSEM_MAX_NAME_BYTES + 1];
+	char		id[REDSEM_MAX_ID_BYTES + 1];
+} SharedHold;
+
+typedef struct RedsemShared
+{
+	LWLock	   *holds_lock;
+	LWLock	   *stats_lock;
+	uint64		incarnation;	/* this server run, part of every holder id */
+	uint64		previous_incarnation;	/* run before a crash-restart, or 0 */
+	uint64		generation;		/* bumped on every change to holds */
+	int			keeper_pid;
+	Latch	   *keeper_latch;
+	int			max_holds;
+	SharedHold	holds[FLEXIBLE_ARRAY_MEMBER];
+} RedsemShared;
+
+typedef enum StatField
+{
+	STAT_ACQUIRED,
+	STAT_REFUSED,
+	STAT_WAITED,
+	STAT_WAIT_TIMEOUTS,
+	STAT_WAIT_TIME_MS,
+	STAT_RELEASED,
+	STAT_EXPIRED,
+	STAT_LOST,
+	STAT_REDIS_ERRORS,
+	STAT_NFIELDS
+} StatField;
+
+typedef struct SemStats
+{
+	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	int64		counters[STAT_NFIELDS];
+} SemStats;
+
+extern RedsemShared *shared;
+extern int	redsem_max_tracked_holds;
+extern int	redsem_max_tracked_semaphores;
+
+extern void shmem_install_hooks(void);
+extern uint64 redsem_incarnation(void);
+extern bool keeper_is_active(void);
+extern int	shared_hold_add(const char *name, const char *id, bool xact,
+							int64 lease_ms, int64 ticket);
+extern void shared_hold_remove(int slot, const char *id);
+extern void shared_hold_abandon(int slot, const char *id);
+extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
+extern void stats_count(const char *name, StatField field, int64 delta);
+extern int	stats_snapshot(SemStats **out);
+extern void stats_reset(const char *name);
+
+/* worker.c: the keeper */
+extern void keeper_register(void);
+extern char *incarnation_index_key(uint64 incarnation);
+
 /* sqlfuncs.c */
 extern void redsem_make_id(char *buf, size_t len);
+extern char *name_arg(FunctionCallInfo fcinfo, int argno);
+extern char *id_arg(FunctionCallInfo fcinfo, int argno);
 
 #endif							/* REDSEM_H */

@@ -11,11 +11,16 @@
 
 #include "hiredis.h"
 
+#include <unistd.h>
+
+#include "commands/dbcommands.h"
 #include "common/cryptohash.h"
 #include "common/sha1.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 
 #include "redsem.h"
 
@@ -132,16 +137,28 @@ run_script(const char *name, const char *op, int nargs, const char **args)
 	int			argc;
 	redisReply *reply;
 
+	uint64		failures_before = redis_failures;
+
 	Assert(nargs <= 8);
 	argc = build_script_argv(argv, name, op, nargs, args);
-	reply = redis_command(argc, argv, NULL, 0);
-	if (is_noscript(reply))
+	PG_TRY();
 	{
-		freeReplyObject(reply);
-		argv[0] = "EVAL";
-		argv[1] = lua_text;
 		reply = redis_command(argc, argv, NULL, 0);
+		if (is_noscript(reply))
+		{
+			freeReplyObject(reply);
+			argv[0] = "EVAL";
+			argv[1] = lua_text;
+			reply = redis_command(argc, argv, NULL, 0);
+		}
 	}
+	PG_CATCH();
+	{
+		if (redis_failures != failures_before)
+			stats_count(name, STAT_REDIS_ERRORS, 1);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	if (reply->type == REDIS_REPLY_ERROR)
 		report_redis_error(reply);
 	return reply;
@@ -223,11 +240,43 @@ decode_state(redisReply *reply, SemResult *result)
 	freeReplyObject(reply);
 }
 
-/* Where this backend comes from, stored with each hold for observability */
+/* Copy s into buf with '|' replaced, so the origin splits unambiguously */
+static void
+append_field(StringInfo buf, const char *s)
+{
+	for (; s && *s; s++)
+		appendStringInfoChar(buf, *s == '|' ? '/' : *s);
+	appendStringInfoChar(buf, '|');
+}
+
+/*
+ * Where this backend comes from, stored with each hold for observability:
+ * "server|pid|database|user|application_name".  The server is cluster_name
+ * if set, else host name and port.
+ */
 static char *
 origin_text(void)
 {
-	return psprintf("%d", MyProcPid);
+	StringInfoData buf;
+	char		host[256];
+	char	   *db = OidIsValid(MyDatabaseId) ? get_database_name(MyDatabaseId) : NULL;
+	char	   *user = OidIsValid(GetUserId()) ? GetUserNameFromId(GetUserId(), true) : NULL;
+
+	initStringInfo(&buf);
+	if (cluster_name && cluster_name[0] != '\0')
+		append_field(&buf, cluster_name);
+	else
+	{
+		if (gethostname(host, sizeof(host)) != 0)
+			strlcpy(host, "?", sizeof(host));
+		host[sizeof(host) - 1] = '\0';
+		append_field(&buf, psprintf("%s:%d", host, PostPortNumber));
+	}
+	append_field(&buf, psprintf("%d", MyProcPid));
+	append_field(&buf, db);
+	append_field(&buf, user);
+	appendStringInfoString(&buf, application_name ? application_name : "");
+	return buf.data;
 }
 
 /* Try to take a slot, or a place in line when wait is true */
@@ -344,4 +393,30 @@ sem_wait_for_wake(const char *name, const char *id, int64 timeout_ms)
 		ticket = Max(reply_int(reply, 1), 1);
 	freeReplyObject(reply);
 	return ticket;
+}
+
+/* The holder's ticket (fencing token), or 0 if id does not hold a slot */
+int64
+sem_token(const char *name, const char *id)
+{
+	const char *args[1] = {id};
+	redisReply *reply = run_script(name, "token", 1, args);
+	int64		ticket = 0;
+
+	if (reply->type == REDIS_REPLY_STRING)
+		ticket = strtoll(reply->str, NULL, 10);
+	else if (reply->type == REDIS_REPLY_INTEGER)
+		ticket = reply->integer;
+	freeReplyObject(reply);
+	return ticket;
+}
+
+/*
+ * Every member of the semaphore in line order, as the script's "list"
+ * operation returns it.  The caller frees the reply.
+ */
+struct redisReply *
+sem_list(const char *name)
+{
+	return run_script(name, "list", 0, NULL);
 }

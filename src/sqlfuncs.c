@@ -41,7 +41,7 @@ reject_null(const char *argname)
 }
 
 /* The semaphore name argument, checked */
-static char *
+char *
 name_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *name;
@@ -65,7 +65,7 @@ name_arg(FunctionCallInfo fcinfo, int argno)
 }
 
 /* The holder id argument, checked for the shape redsem_make_id produces */
-static char *
+char *
 id_arg(FunctionCallInfo fcinfo, int argno)
 {
 	char	   *id;
@@ -138,19 +138,20 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 		args->wait_ms = duration_arg(fcinfo, 3, "wait", 0, REDSEM_MAX_WAIT_MS);
 }
 
-/* A new holder id: server tag, process id, sequence, random bits */
+/*
+ * A new holder id: the server incarnation (see worker.c), process id, a
+ * sequence number and random bits.
+ */
 void
 redsem_make_id(char *buf, size_t len)
 {
-	static uint32 tag = 0;
 	static uint32 seq = 0;
 	uint32		rnd;
 
-	if (tag == 0 && !pg_strong_random(&tag, sizeof(tag)))
-		tag = (uint32) MyStartTime;
 	if (!pg_strong_random(&rnd, sizeof(rnd)))
 		rnd = (uint32) GetCurrentTimestamp();
-	snprintf(buf, len, "%08x.%d.%u.%08x", tag, MyProcPid, ++seq, rnd);
+	snprintf(buf, len, "%016llx.%d.%u.%08x",
+			 (unsigned long long) redsem_incarnation(), MyProcPid, ++seq, rnd);
 }
 
 /* Keepalive interval of a place in line, for a given lease */
@@ -212,6 +213,40 @@ wait_in_line(const AcquireArgs *args, const char *id, SemResult *r,
 	}
 }
 
+/* Warn once per session about long leases that nobody keeps alive */
+static void
+notice_unkept_long_lease(int64 lease_ms)
+{
+	static bool warned = false;
+
+	if (warned || lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS || keeper_is_active())
+		return;
+	warned = true;
+	ereport(NOTICE,
+			(errmsg("redsem keeper is not running: a slot with a lease of " INT64_FORMAT " s stays taken that long if its session dies",
+					lease_ms / 1000),
+			 errhint("Add redsem to shared_preload_libraries to keep short leases alive, or refresh the lease with redsem_refresh.")));
+}
+
+/* Count the outcome of an acquire in the statistics */
+static void
+count_acquire(const AcquireArgs *args, SemState state, bool waited,
+			  TimestampTz started)
+{
+	if (state == SEM_HELD)
+		stats_count(args->name, STAT_ACQUIRED, 1);
+	else if (waited)
+		stats_count(args->name, STAT_WAIT_TIMEOUTS, 1);
+	else
+		stats_count(args->name, STAT_REFUSED, 1);
+	if (waited)
+	{
+		stats_count(args->name, STAT_WAITED, 1);
+		stats_count(args->name, STAT_WAIT_TIME_MS,
+					TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
+	}
+}
+
 /*
  * The acquire functions' common body.  Returns the holder id, or NULL if
  * no slot came within the wait.
@@ -222,20 +257,26 @@ acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
 	char		id[64];
 	void	   *hold;
 	SemResult	r;
+	TimestampTz started;
 	TimestampTz deadline;
+	bool		waited;
 
 	acquire_args(fcinfo, args);
 	hold_init();
 	hold_flush_deferred();
+	notice_unkept_long_lease(args->lease_ms);
 
 	redsem_make_id(id, sizeof(id));
 	hold = hold_begin(args->name, id, scope, args->lease_ms);
+	started = GetCurrentTimestamp();
 	deadline = args->wait_ms < 0 ? DT_NOEND :
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), args->wait_ms);
+		TimestampTzPlusMilliseconds(started, args->wait_ms);
 	sem_acquire(args->name, id, args->max_holders, args->lease_ms,
 				args->wait_ms != 0, 3 * wait_refresh_ms(args->lease_ms), &r);
-	if (r.state == SEM_WAITING && wait_in_line(args, id, &r, deadline))
+	waited = (r.state == SEM_WAITING);
+	if (waited && wait_in_line(args, id, &r, deadline))
 		r.state = SEM_HELD;
+	count_acquire(args, r.state, waited, started);
 
 	if (r.state != SEM_HELD)
 	{
@@ -313,7 +354,8 @@ redsem_release(PG_FUNCTION_ARGS)
 	hold_init();
 	hold_flush_deferred();
 	held = sem_release(name, id);
-	hold_forget_id(name, id);
+	if (hold_forget_id(name, id))
+		stats_count(name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
 	PG_RETURN_BOOL(held);
 }
 
@@ -330,9 +372,12 @@ redsem_refresh(PG_FUNCTION_ARGS)
 		lease_ms = duration_arg(fcinfo, 2, "lease", 1, REDSEM_MAX_LEASE_MS);
 	hold_init();
 	hold_flush_deferred();
-	held = sem_refresh(name, id, lease_ms) > 0;
-	if (!held)
-		hold_forget_id(name, id);
+	lease_ms = sem_refresh(name, id, lease_ms);
+	held = lease_ms > 0;
+	if (held)
+		hold_note_refresh(name, id, lease_ms);
+	else if (hold_forget_id(name, id))
+		stats_count(name, STAT_LOST, 1);
 	PG_RETURN_BOOL(held);
 }
 
