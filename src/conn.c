@@ -32,6 +32,14 @@
 static redisContext *conn = NULL;
 static uint64 conn_generation = 0;
 
+/*
+ * True from sending a command until its reply is read.  Still true at the
+ * next use means the request was abandoned (an ERROR unwinds through
+ * redis_command, but FATAL exits without unwinding): a reply, or a blocked
+ * BLPOP, is still owed on the socket, so the connection must not be reused.
+ */
+static bool request_in_flight = false;
+
 /* Number of connection errors raised so far, for statistics */
 uint64		redis_failures = 0;
 
@@ -66,6 +74,7 @@ redis_disconnect(void)
 		return;
 	redisFree(conn);
 	conn = NULL;
+	request_in_flight = false;
 	ReleaseExternalFD();
 }
 
@@ -127,6 +136,8 @@ exchange(redisContext *c, TimestampTz deadline, bool interruptible,
 		if (r != NULL)
 		{
 			*reply = (redisReply *) r;
+			if (c == conn)
+				request_in_flight = false;
 			return REDIS_STATUS_OK;
 		}
 		rc = wait_on_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
@@ -188,7 +199,11 @@ setup_command(redisContext *c, int argc, const char **argv,
 	status = exchange(c, deadline, interruptible, &reply);
 	if (status != REDIS_STATUS_OK)
 	{
-		snprintf(err, errlen, "%s", c->err ? c->errstr : "no answer in time");
+		if (c->err)
+			snprintf(err, errlen, "%s", c->errstr);
+		else
+			snprintf(err, errlen, "no answer to %s within %d ms (redsem.connect_timeout)",
+					 argv[0], redsem_connect_timeout_ms);
 		return status;
 	}
 	if (reply->type == REDIS_REPLY_ERROR)
@@ -303,7 +318,7 @@ connection_is_stale(void)
 	char		b;
 	ssize_t		n;
 
-	if (conn_generation != redsem_guc_generation || conn->err)
+	if (request_in_flight || conn_generation != redsem_guc_generation || conn->err)
 		return true;
 	n = recv(conn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n == 0 || n > 0)
@@ -328,6 +343,7 @@ append_command(int argc, const char **argv, const size_t *argvlen)
 {
 	if (redisAppendCommandArgv(conn, argc, argv, argvlen) != REDIS_OK)
 		return REDIS_STATUS_IO_FAILED;
+	request_in_flight = true;
 	return REDIS_STATUS_OK;
 }
 

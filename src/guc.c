@@ -146,11 +146,12 @@ _PG_init(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
-	define_preload_gucs();
-	MarkGUCPrefixReserved("redsem");
 	if (process_shared_preload_libraries_in_progress)
 	{
+		/* server-start settings can only be defined while preloading */
+		define_preload_gucs();
 		shmem_install_hooks();
 		keeper_register();
 	}
+	MarkGUCPrefixReserved("redsem");
 }

@@ -308,6 +308,18 @@ report_trouble(KeeperState *st, ErrorData *edata)
 	st->trouble_suppressed = 0;
 }
 
+/* Say once that Redis answers again after trouble was logged */
+static void
+report_recovery(KeeperState *st)
+{
+	if (st->trouble_logged_at == 0)
+		return;
+	ereport(LOG, (errmsg("redsem keeper: Redis at %s answers again",
+						 redis_target_description())));
+	st->trouble_logged_at = 0;
+	st->trouble_suppressed = 0;
+}
+
 /* Forget our pid and latch when we exit */
 static void
 keeper_detach(int code, Datum arg)
@@ -356,7 +368,7 @@ redsem_keeper_main(Datum main_arg)
 				st.previous_cleaned = true;
 			}
 			sleep_ms = keeper_cycle(&st);
-			st.trouble_logged_at = 0;
+			report_recovery(&st);
 		}
 		PG_CATCH();
 		{

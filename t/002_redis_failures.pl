@@ -1,0 +1,280 @@
+
+# 002_redis_failures.pl - Redis down, restarted, or stalled: calls fail
+# fast with the documented SQLSTATEs, stay interruptible, never hang a
+# COMMIT or a session exit, and the same session works again afterwards.
+#
+# Every elapsed-time check has slack of several times the expected value:
+# they catch a hang, not a slow machine.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $redis = RedsemTest::Redis->new;
+my $sock = $redis->socket;
+my $node = create_node('main', $redis, "redsem.connect_timeout = '500ms'\n");
+my $ctl = RedsemTest::Session->new($node, name => 'ctl');
+
+sub session { return RedsemTest::Session->new($node, name => $_[0]); }
+
+my $CONNECT_FAILED =
+  qr/ERROR:  08001: could not connect to Redis at unix socket "\Q$sock\E"/;
+
+# Wait until a session's backend is blocked inside redsem (wait event
+# Extension) with its statement running.
+sub blocked_in_redsem
+{
+	my ($s) = @_;
+	my $pid = $s->backend_pid;
+	return wait_until(
+		30,
+		sub {
+			$ctl->query_ok(
+				"SELECT state = 'active' AND wait_event_type = 'Extension' FROM pg_stat_activity WHERE pid = $pid;"
+			) eq 't';
+		});
+}
+
+# Wait until a backend is gone; returns seconds, or undef.
+sub backend_gone
+{
+	my ($pid, $timeout) = @_;
+	return wait_until($timeout,
+		sub { $ctl->query_ok("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid;") eq '0' });
+}
+
+###########################################################################
+# Redis down, then restarted on the same socket
+###########################################################################
+
+my $steady = session('steady');    # fails while Redis is down
+my $idle = session('idle');        # makes no call while Redis is down
+my $xact = session('xact');        # holds an xact slot when Redis goes
+for my $s ($steady, $idle)
+{
+	is( $s->query_ok(
+			q{SELECT redsem_release('down', redsem_acquire('down', 5, '60 s'));}),
+		't',
+		"$s->{name}: acquire and release work while Redis is up");
+}
+is( $xact->query_ok(
+		q{BEGIN; SELECT redsem_acquire_xact('down', 5, '60 s') IS NOT NULL;}),
+	't',
+	'xact: holds an xact slot in an open transaction');
+
+$redis->stop;
+
+my ($out, $err, $elapsed) = $xact->query('COMMIT;');
+is($err, '', 'COMMIT succeeds while Redis is down (the release is deferred)');
+note sprintf("COMMIT with Redis down took %.3f s", $elapsed);
+cmp_ok($elapsed, '<', 5, 'COMMIT with Redis down does not hang');
+
+($out, $err, $elapsed) =
+  $steady->query(q{SELECT redsem_acquire('down', 5, '60 s');});
+like($err, $CONNECT_FAILED, 'Redis down: 08001 naming the socket');
+like($err, qr/HINT:  Check that Redis is running/, 'with a hint');
+note sprintf("acquire with Redis down failed after %.3f s", $elapsed);
+cmp_ok($elapsed, '<', 5, 'and it fails fast');
+
+($out, $err, $elapsed) =
+  $steady->query(q{SELECT redsem_acquire('down', 5, '60 s', '30 s');});
+like($err, $CONNECT_FAILED, 'a waiting acquire also fails with 08001');
+cmp_ok($elapsed, '<', 5, 'without waiting its 30 s');
+
+{
+	my $t0 = time;
+	my ($ret, $stdout, $stderr) = (0, '', '');
+	$ret = $node->psql(
+		'postgres',
+		q{SELECT redsem_acquire('down', 5, '60 s');},
+		stdout => \$stdout,
+		stderr => \$stderr,
+		extra_params => [ '-v', 'VERBOSITY=verbose' ]);
+	my $dt = time - $t0;
+	isnt($ret, 0, 'a new session: acquire fails with Redis down');
+	like($stderr, qr/ERROR:  08001: could not connect to Redis at unix socket "\Q$sock\E"/,
+		'a new session: 08001 naming the socket');
+	note sprintf("new session's acquire with Redis down: %.3f s (psql included)", $dt);
+	cmp_ok($dt, '<', 5, 'a new session fails within connect_timeout (+ slack)');
+}
+
+$redis->start;
+
+($out, $err) = $steady->query(
+	q{SELECT redsem_release('down', redsem_acquire('down', 5, '60 s'));});
+is($err, '', 'after the restart the same session just works');
+is($out, 't', 'and gets and releases a slot');
+($out, $err) = $idle->query(
+	q{SELECT redsem_release('down', redsem_acquire('down', 5, '60 s'));});
+is($err, '', 'a session idle across the restart reconnects by itself');
+is($out, 't', 'and gets and releases a slot');
+($out, $err) = $xact->query('SELECT redsem_release_all();');
+is($err, '', 'the session whose COMMIT deferred its release goes on');
+is($redis->zcard('down', 'owner'), 0, 'nothing held in the restarted Redis');
+$_->quit for ($steady, $idle, $xact);
+
+###########################################################################
+# Redis stalled: CLIENT PAUSE 5000 ALL
+###########################################################################
+
+# All sessions connect and prepare before the pause, run their statement
+# during it, concurrently, and must be done long before it ends.
+my $st = session('stmt_timeout');
+$st->query_ok(q{SET statement_timeout = '300ms';});
+my $cn = session('cancelled');
+$cn->query_ok(q{SET redsem.command_timeout = '60s';});
+my $ct = session('cmd_timeout');
+$ct->query_ok(
+	q{SET redsem.command_timeout = '300ms'; SELECT redsem_release_all();});
+my $cm = session('commit');
+is( $cm->query_ok(
+		q{BEGIN; SELECT redsem_acquire_xact('stall_commit', 5, '60 s') IS NOT NULL;}),
+	't',
+	'commit: holds an xact slot in an open transaction');
+
+is($redis->cli('CLIENT', 'PAUSE', '5000', 'ALL'), 'OK', 'Redis paused for 5 s');
+my $pause_start = time;
+
+$st->send(q{SELECT redsem_acquire('stall_st', 5, '60 s');});
+$cn->send(q{SELECT redsem_acquire('stall_cn', 5, '60 s');});
+$ct->send(q{SELECT redsem_acquire('stall_ct', 5, '60 s');});
+
+# pg_cancel_backend of a backend blocked on the stalled Redis.
+ok(defined blocked_in_redsem($cn), 'cancelled: blocked on the stalled Redis');
+my $t_cancel = time;
+$ctl->query_ok('SELECT pg_cancel_backend(' . $cn->backend_pid . ');');
+my $cancel_latency = $cn->wait_stderr(qr/57014: canceling statement due to user request/, 30);
+ok(defined $cancel_latency, 'cancel: 57014 canceling statement due to user request');
+$cancel_latency = time - $t_cancel if defined $cancel_latency;
+note sprintf("cancel -> psql error on a stalled Redis: %.0f ms",
+	1000 * ($cancel_latency // -1));
+cmp_ok($cancel_latency // 99, '<', 1, 'the cancel is served within 1 s (target ~100 ms)');
+($out, $err, $elapsed) = $cn->wait_done(30);
+
+# statement_timeout
+($out, $err, $elapsed) = $st->wait_done(30);
+like($err, qr/ERROR:  57014: canceling statement due to statement timeout/,
+	'statement_timeout 300ms ends a call stalled in Redis');
+note sprintf("statement_timeout 300ms on a stalled Redis: error after %.3f s", $elapsed);
+cmp_ok($elapsed, '<', 3, 'long before the pause ends');
+
+# redsem.command_timeout
+($out, $err, $elapsed) = $ct->wait_done(30);
+like($err, qr/ERROR:  08006: Redis at unix socket "\Q$sock\E" did not answer within 300 ms/,
+	'command_timeout 300ms: 08006 did not answer within 300 ms');
+note sprintf("command_timeout 300ms on a stalled Redis: error after %.3f s", $elapsed);
+cmp_ok($elapsed, '<', 3, 'long before the pause ends');
+
+# COMMIT must not wait for the stalled Redis
+($out, $err, $elapsed) = $cm->query('COMMIT;', 30);
+is($err, '', 'COMMIT with a stalled Redis succeeds');
+note sprintf("COMMIT with a stalled Redis took %.3f s", $elapsed);
+cmp_ok($elapsed, '<', 3, 'COMMIT does not wait for the stalled Redis');
+
+my $during = time - $pause_start;
+note sprintf("all stalled checks done %.3f s into the 5 s pause", $during);
+cmp_ok($during, '<', 4.5, 'every stalled check finished while Redis was paused');
+
+# redis-cli itself waits for the end of the pause.
+is($redis->cli('PING'), 'PONG', 'Redis answers again after the pause');
+
+for my $s ($st, $cn, $ct, $cm)
+{
+	my $sem = "stall_$s->{name}";
+	($out, $err) = $s->query(
+		qq{SELECT redsem_acquire('$sem', 5, '60 s') IS NOT NULL;
+SELECT redsem_release_all();});
+	is($err, '', "$s->{name}: the same session works after the pause");
+	is($out, "t\n1", "$s->{name}: gets and releases a slot");
+}
+for my $sem (qw(stall_st stall_cn stall_ct stall_commit))
+{
+	ok( defined wait_until(10, sub { $redis->zcard($sem, 'owner') == 0 }),
+		"$sem: nothing left held after the pause");
+}
+$_->quit for ($st, $cn, $ct, $cm);
+
+###########################################################################
+# Redis frozen (SIGSTOP): connecting, and ending sessions
+###########################################################################
+
+my $auth = session('auth');
+$auth->query_ok(q{SET redsem.password = 'secret';});
+my $quitter = session('quitter');
+is( $quitter->query_ok(
+		q{SELECT redsem_acquire('frozen', 5, '60 s') IS NOT NULL;
+BEGIN;
+SELECT redsem_acquire_xact('frozen', 5, '60 s') IS NOT NULL;}),
+	"t\nt",
+	'quitter: holds a session slot and an xact slot');
+my $victim = session('victim');
+is( $victim->query_ok(
+		q{SELECT redsem_acquire('frozen', 5, '60 s') IS NOT NULL;}),
+	't',
+	'victim: holds a session slot');
+my $blocked = session('blocked');
+$blocked->query_ok(q{SET redsem.command_timeout = '60s';});
+is($redis->zcard('frozen', 'owner'), 3, 'three slots of frozen are held');
+
+$redis->freeze;
+
+# A new connection whose AUTH gets no answer: connect_timeout applies.
+($out, $err, $elapsed) = $auth->query(q{SELECT redsem_acquire('frozen', 5);}, 30);
+like($err, $CONNECT_FAILED, 'AUTH unanswered: 08001');
+like($err, qr/DETAIL:  .*(no answer|connect_timeout)/, 'detail says it got no answer');
+note sprintf("connect with AUTH unanswered (connect_timeout 500ms): %.3f s", $elapsed);
+cmp_ok($elapsed, '<', 3, 'within connect_timeout (+ slack)');
+
+# Sessions ending while Redis is frozen do not hang.
+$blocked->send(q{SELECT redsem_acquire('frozen', 5, '60 s');});
+ok(defined blocked_in_redsem($blocked), 'blocked: stuck on the frozen Redis');
+my $t0 = time;
+$ctl->query_ok('SELECT pg_terminate_backend(' . $blocked->backend_pid . ');');
+my $gone = backend_gone($blocked->backend_pid, 30);
+ok(defined $gone, 'a backend stuck on a frozen Redis can be terminated');
+note sprintf("terminate of a backend stuck on a frozen Redis: gone after %.3f s",
+	time - $t0);
+cmp_ok(time - $t0, '<', 5, 'and it exits promptly');
+
+$t0 = time;
+$ctl->query_ok('SELECT pg_terminate_backend(' . $victim->backend_pid . ');');
+$gone = backend_gone($victim->backend_pid, 30);
+note sprintf("terminate of a holder while Redis is frozen: gone after %.3f s",
+	time - $t0);
+cmp_ok($gone // 99, '<', 5, 'a holder terminated while Redis is frozen exits promptly');
+
+$t0 = time;
+my $quitter_pid = $quitter->backend_pid;
+$quitter->quit;
+$gone = backend_gone($quitter_pid, 30);
+note sprintf("disconnect of a holder while Redis is frozen: gone after %.3f s",
+	time - $t0);
+cmp_ok($gone // 99, '<', 5, 'a holder disconnecting while Redis is frozen exits promptly');
+
+$redis->thaw;
+
+# The holds those sessions could not release are not left for the lease
+# (60 s) to end: the keeper releases them once Redis answers again.
+my $freed = wait_until(20, sub { $redis->zcard('frozen', 'owner') == 0 });
+ok(defined $freed, 'the slots of sessions that ended during the freeze are freed')
+  or diag('owner: ' . $redis->cli('ZRANGE', 'redsem:{frozen}:owner', 0, -1));
+note sprintf("slots of sessions ended during the freeze freed %.3f s after thaw",
+	$freed // -1);
+
+($out, $err) = $auth->query(q{RESET redsem.password; SELECT redsem_release('frozen', redsem_acquire('frozen', 5));});
+is($err, '', 'auth: works again with the password reset');
+$_->quit for ($auth, $blocked, $victim);
+
+$ctl->quit;
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();

@@ -1,0 +1,268 @@
+
+# 003_session_exit.pl - a session that ends, or a wait that is interrupted,
+# gives its slots and its place in line back at once, not when a lease or a
+# keepalive runs out.
+#
+# Every lease here is 60 s and every waiter's keepalive 15 s, so anything
+# left behind in Redis would keep the next waiter out far longer than the
+# few seconds these checks allow.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time);
+
+# Generous bounds: only a leftover (60 s lease, 15 s keepalive) could
+# exceed them.
+my $PROMPT = 5;
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('main', $redis);
+my $ctl = RedsemTest::Session->new($node, name => 'ctl');
+
+sub session { return RedsemTest::Session->new($node, name => $_[0]); }
+
+# A session holding one session-scoped slot of $sem.
+sub holder
+{
+	my ($label, $sem, $limit) = @_;
+	my $s = session($label);
+	is($s->query_ok(qq{SELECT redsem_acquire('$sem', $limit, '60 s') IS NOT NULL;}),
+		't', "$label holds a slot of $sem");
+	return $s;
+}
+
+# A session waiting in line for $sem; returns once it is in line.
+sub waiter
+{
+	my ($label, $sem, $limit, $wait, $in_line) = @_;
+	my $s = session($label);
+	$s->send(qq{SELECT redsem_acquire('$sem', $limit, '60 s', '$wait') IS NOT NULL;});
+	ok(defined wait_until(30, sub { $redis->zcard($sem, 'waiting') >= $in_line }),
+		"$label is waiting in line for $sem");
+	return $s;
+}
+
+# Wait for a waiter's acquire to return; check it got the slot promptly
+# after $since.  A waiter stuck behind a leftover is cancelled after a while,
+# so that a failure does not hold up the whole run for a minute.
+sub gets_in
+{
+	my ($s, $since, $what) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my ($out, $err) = $s->wait_done(3 * $PROMPT);
+	my $elapsed = time - $since;
+	unless (defined $out)
+	{
+		fail("$s->{name} gets the slot $what: still waiting after "
+			  . 3 * $PROMPT . " s");
+		$ctl->query_ok('SELECT pg_cancel_backend(' . $s->backend_pid . ');');
+		$s->wait_done(60);
+		return;
+	}
+	is($out, 't', "$s->{name} gets the slot $what");
+	is($err, '', "$s->{name}: no error");
+	note sprintf("%s got in %.3f s %s", $s->{name}, $elapsed, $what);
+	cmp_ok($elapsed, '<', $PROMPT, "$s->{name} got in promptly ($what)");
+}
+
+sub in_redis
+{
+	my ($sem, $owner, $waiting, $label) = @_;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	my $ok = wait_until(
+		$PROMPT,
+		sub {
+			$redis->zcard($sem, 'owner') == $owner
+			  && $redis->zcard($sem, 'waiting') == $waiting;
+		});
+	ok(defined $ok,
+		"$label: $owner in owner and $waiting waiting for $sem") or diag(
+		sprintf("owner=%d waiting=%d",
+			$redis->zcard($sem, 'owner'),
+			$redis->zcard($sem, 'waiting')));
+	return $ok;
+}
+
+# pg_terminate_backend, then wait until the backend is gone.
+sub terminate
+{
+	my ($s) = @_;
+	my $pid = $s->backend_pid;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	is($ctl->query_ok("SELECT pg_terminate_backend($pid);"),
+		't', "terminate $s->{name}");
+	my $gone = wait_until(
+		30,
+		sub {
+			$ctl->query_ok(
+				"SELECT count(*) FROM pg_stat_activity WHERE pid = $pid;") eq
+			  '0';
+		});
+	ok(defined $gone, "$s->{name}'s backend is gone");
+	note sprintf("%s's backend exited %.3f s after pg_terminate_backend",
+		$s->{name}, $gone // -1);
+}
+
+sub cancel
+{
+	my ($s) = @_;
+	is($ctl->query_ok('SELECT pg_cancel_backend(' . $s->backend_pid . ');'),
+		't', "cancel $s->{name}");
+}
+
+# --- (a) normal disconnect, holding session- and xact-scoped slots ---------
+{
+	my $h = session('holder_a');
+	is( $h->query_ok(
+			q{SELECT redsem_acquire('exit_a', 2, '60 s') IS NOT NULL;
+BEGIN;
+SELECT redsem_acquire_xact('exit_a', 2, '60 s') IS NOT NULL;}),
+		"t\nt",
+		'holder_a holds a session slot and, in an open transaction, an xact slot');
+	my $w1 = waiter('waiter_a1', 'exit_a', 2, '30 s', 1);
+	my $w2 = waiter('waiter_a2', 'exit_a', 2, '30 s', 2);
+	in_redis('exit_a', 4, 2, 'before disconnect');
+
+	my $t0 = time;
+	$h->quit;
+	gets_in($w1, $t0, 'after the holder disconnected');
+	gets_in($w2, $t0, 'after the holder disconnected');
+	in_redis('exit_a', 2, 0, 'after disconnect');
+
+	$t0 = time;
+	$w1->quit;
+	$w2->quit;
+	in_redis('exit_a', 0, 0, 'after the waiters disconnected too');
+	note sprintf("slots freed %.3f s after disconnect", time - $t0);
+}
+
+# --- (b) pg_terminate_backend of a holder ----------------------------------
+{
+	my $h = session('holder_b');
+	is( $h->query_ok(
+			q{SELECT redsem_acquire('exit_b', 2, '60 s') IS NOT NULL;
+BEGIN;
+SELECT redsem_acquire_xact('exit_b', 2, '60 s') IS NOT NULL;}),
+		"t\nt",
+		'holder_b holds a session slot and an xact slot');
+	my $w1 = waiter('waiter_b1', 'exit_b', 2, '30 s', 1);
+	my $w2 = waiter('waiter_b2', 'exit_b', 2, '30 s', 2);
+
+	my $t0 = time;
+	terminate($h);
+	gets_in($w1, $t0, 'after the holder was terminated');
+	gets_in($w2, $t0, 'after the holder was terminated');
+	in_redis('exit_b', 2, 0, 'after terminate');
+	$h->quit;
+	$w1->quit;
+	$w2->quit;
+	in_redis('exit_b', 0, 0, 'after the waiters disconnected');
+}
+
+# --- (c) pg_terminate_backend of a waiter in line --------------------------
+{
+	my $h = holder('holder_c', 'exit_c', 1);
+	my $v = waiter('victim_c', 'exit_c', 1, '60 s', 1);
+	my $w = waiter('waiter_c', 'exit_c', 1, '60 s', 2);
+	in_redis('exit_c', 3, 2, 'holder and two waiters');
+
+	my $t0 = time;
+	terminate($v);
+	note sprintf("terminated waiter's place gone %.3f s after terminate",
+		time - $t0)
+	  if in_redis('exit_c', 2, 1, 'terminated waiter left the line');
+
+	$t0 = time;
+	is($h->query_ok('SELECT redsem_release_all();'), '1', 'holder_c releases');
+	gets_in($w, $t0, 'behind the terminated waiter, as soon as the holder released');
+	in_redis('exit_c', 1, 0, 'only the new holder left');
+	is($w->query_ok('SELECT redsem_release_all();'), '1', 'waiter_c releases');
+	in_redis('exit_c', 0, 0, 'nothing left');
+	$_->quit for ($h, $v, $w);
+}
+
+# --- (d) pg_cancel_backend of a waiter -------------------------------------
+{
+	my $h = holder('holder_d', 'exit_d', 1);
+	my $v = waiter('victim_d', 'exit_d', 1, '60 s', 1);
+	my $w = waiter('waiter_d', 'exit_d', 1, '60 s', 2);
+
+	my $t0 = time;
+	cancel($v);
+	my ($out, $err) = $v->wait_done(60);
+	my $elapsed = time - $t0;
+	like($err, qr/ERROR:  57014: canceling statement due to user request/,
+		'cancelled waiter gets 57014');
+	note sprintf("cancelled wait ended %.3f s after the cancel", $elapsed);
+	cmp_ok($elapsed, '<', 2, 'the cancelled wait ends quickly');
+	in_redis('exit_d', 2, 1, 'cancelled waiter left the line');
+	is($v->query_ok('SELECT 1;'), '1', 'the cancelled session goes on');
+
+	$t0 = time;
+	is($h->query_ok('SELECT redsem_release_all();'), '1', 'holder_d releases');
+	gets_in($w, $t0, 'behind the cancelled waiter, as soon as the holder released');
+	in_redis('exit_d', 1, 0, 'only the new holder left');
+	is($v->query_ok('SELECT redsem_release_all();'),
+		'0', 'the cancelled session holds nothing');
+	$_->quit for ($h, $v, $w);
+	in_redis('exit_d', 0, 0, 'nothing left');
+}
+
+# --- (e) statement_timeout during a wait -----------------------------------
+{
+	my $h = holder('holder_e', 'exit_e', 1);
+	my $v = session('victim_e');
+	$v->query_ok(q{SET statement_timeout = '1s';});
+	$v->send(q{SELECT redsem_acquire('exit_e', 1, '60 s', '60 s');});
+	ok(defined wait_until(30, sub { $redis->zcard('exit_e', 'waiting') >= 1 }),
+		'victim_e is in line');
+	my $w = waiter('waiter_e', 'exit_e', 1, '60 s', 1);
+
+	my ($out, $err, $elapsed) = $v->wait_done(60);
+	like($err, qr/ERROR:  57014: canceling statement due to statement timeout/,
+		'statement_timeout ends the wait with 57014');
+	note sprintf("wait with statement_timeout 1s ended after %.3f s", $elapsed);
+	cmp_ok($elapsed, '<', 3, 'the wait ends soon after statement_timeout');
+	in_redis('exit_e', 2, 1, 'timed-out waiter left the line');
+
+	my $t0 = time;
+	is($h->query_ok('SELECT redsem_release_all();'), '1', 'holder_e releases');
+	gets_in($w, $t0, 'behind the timed-out waiter, as soon as the holder released');
+	in_redis('exit_e', 1, 0, 'only the new holder left');
+	$_->quit for ($h, $v, $w);
+	in_redis('exit_e', 0, 0, 'nothing left');
+}
+
+# --- (f) the wait runs out --------------------------------------------------
+{
+	my $h = holder('holder_f', 'exit_f', 1);
+	my $v = session('victim_f');
+	my ($out, $err, $elapsed) = $v->query(
+		q{SELECT redsem_acquire('exit_f', 1, '60 s', '300 ms') IS NULL;});
+	is($out, 't', 'a wait that runs out returns NULL');
+	is($err, '', 'and raises nothing');
+	note sprintf("300 ms wait returned after %.3f s", $elapsed);
+	cmp_ok($elapsed, '<', 3, 'the wait ends soon after it runs out');
+	in_redis('exit_f', 1, 0, 'the waiter left the line');
+	$_->quit for ($h, $v);
+	in_redis('exit_f', 0, 0, 'nothing left');
+}
+
+# Released semaphores keep their keys for GRACE (1 s) at most.
+ok(defined wait_until(10, sub { !$redis->scan_keys('redsem:{*') }),
+	'every redsem key expires once nothing is held')
+  or diag(join(' ', $redis->scan_keys('redsem:{*')));
+
+$ctl->quit;
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();

@@ -1,0 +1,552 @@
+
+# RedsemTest.pm - shared helpers for redsem's TAP tests.
+#
+#   my $redis = RedsemTest::Redis->new;         # private redis-server, unix socket
+#   my $node  = RedsemTest::create_node('main', $redis);
+#   my $s     = RedsemTest::Session->new($node); # one psql session, kept open
+#   my ($out, $err) = $s->query('SELECT 1;');
+#
+# The Redis server comes from $ENV{REDSEM_TEST_REDIS_SERVER} (default
+# "redis-server" in PATH) and listens only on a unix socket in a temporary
+# directory (--port 0), without persistence.  Nothing here touches system
+# services or well-known ports.
+
+package RedsemTest;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Carp;
+use Exporter 'import';
+use File::Basename qw(dirname);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+our @EXPORT = qw(create_node wait_until node_log_is_clean);
+
+# A socket path must fit in sockaddr_un (108 bytes with the NUL).
+use constant MAX_SOCKET_PATH => 100;
+
+=pod
+
+=head1 FUNCTIONS
+
+=over
+
+=item create_node($name, $redis, $extra_conf)
+
+Create and start a PostgreSQL node that preloads redsem and talks to $redis
+over its unix socket, then CREATE EXTENSION redsem in database postgres.
+$extra_conf (optional) is appended to postgresql.conf.
+
+=cut
+
+sub create_node
+{
+	my ($name, $redis, $extra_conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $sock = $redis->socket;
+
+	$node->init;
+	$node->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.unix_socket = '$sock'
+max_connections = 50
+log_statement = none
+log_min_messages = warning
+EOC
+	$node->append_conf('postgresql.conf', $extra_conf) if defined $extra_conf;
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+	return $node;
+}
+
+=pod
+
+=item wait_until($timeout_s, $code)
+
+Call $code every 20 ms until it returns true or $timeout_s seconds pass.
+Returns the elapsed seconds on success, undef on timeout.
+
+=cut
+
+sub wait_until
+{
+	my ($timeout, $code) = @_;
+	my $start = time;
+
+	while (1)
+	{
+		return time - $start if $code->();
+		return undef if time - $start > $timeout;
+		usleep(20_000);
+	}
+}
+
+=pod
+
+=item node_log_is_clean($node, $test_name)
+
+A test that the server log shows no crashed backend, PANIC or assertion
+failure.
+
+=cut
+
+sub node_log_is_clean
+{
+	my ($node, $name) = @_;
+	my $log = slurp_file($node->logfile);
+	my @bad = grep {
+		/was terminated by signal|terminated by exception|PANIC:|TRAP:|server process .* exited with exit code [^01]|all server processes terminated/
+	} split /\n/, $log;
+
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(!@bad, $name // 'server log shows no crash')
+	  or diag(join("\n", @bad));
+}
+
+=pod
+
+=back
+
+=cut
+
+###########################################################################
+
+package RedsemTest::Redis;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Carp;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my @all_servers;
+
+=pod
+
+=head1 RedsemTest::Redis
+
+=over
+
+=item RedsemTest::Redis->new
+
+Start a private redis-server on a unix socket in a fresh temp directory.
+
+=cut
+
+sub new
+{
+	my ($class) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir('redis');
+
+	$dir = PostgreSQL::Test::Utils::tempdir_short()
+	  if length("$dir/redis.sock") > RedsemTest::MAX_SOCKET_PATH;
+	my $self = bless {
+		dir => $dir,
+		socket => "$dir/redis.sock",
+		server => $ENV{REDSEM_TEST_REDIS_SERVER} // 'redis-server',
+		cli => $ENV{REDSEM_TEST_REDIS_CLI},
+		starts => 0,
+	}, $class;
+
+	unless (defined $self->{cli})
+	{
+		# redis-cli normally sits next to redis-server
+		my $server = $self->{server};
+		my $dir_of = $server =~ m{/} ? File::Basename::dirname($server) : undef;
+		$self->{cli} =
+		  (defined $dir_of && -x "$dir_of/redis-cli")
+		  ? "$dir_of/redis-cli"
+		  : 'redis-cli';
+	}
+	push @all_servers, $self;
+	$self->start;
+	return $self;
+}
+
+sub socket { return $_[0]->{socket}; }
+sub pid { return $_[0]->{pid}; }
+
+=pod
+
+=item $redis->start
+
+(Re)start the server on the same socket; waits until it answers PING.
+
+=cut
+
+sub start
+{
+	my ($self) = @_;
+	my $n = ++$self->{starts};
+	my $log = "$PostgreSQL::Test::Utils::log_path/redis_"
+	  . basename_of_test() . "_$n.log";
+
+	croak "redis already running" if $self->{pid};
+	unlink $self->{socket};
+	my @cmd = (
+		$self->{server}, '--port', '0',
+		'--unixsocket', $self->{socket},
+		'--unixsocketperm', '700',
+		'--save', '',
+		'--appendonly', 'no',
+		'--daemonize', 'no',
+		'--dir', $self->{dir},
+		'--logfile', $log);
+	note "starting redis: @cmd";
+	$self->{harness} = IPC::Run::start(\@cmd, '<', '/dev/null', '>>', $log,
+		'2>>', $log);
+	$self->{pid} = $self->{harness}->{KIDS}[0]{PID};
+
+	my $ok = RedsemTest::wait_until(
+		30,
+		sub {
+			return 0 unless -S $self->{socket};
+			my $out = $self->cli('PING');
+			return defined $out && $out eq 'PONG';
+		});
+	BAIL_OUT("redis-server did not start; see $log") unless defined $ok;
+	return;
+}
+
+sub basename_of_test
+{
+	my $b = $0;
+	$b =~ s{.*/}{};
+	$b =~ s/\.[^.]+$//;
+	return $b;
+}
+
+=pod
+
+=item $redis->stop
+
+Stop the server (SIGTERM, no save) and wait for it to exit.  Redis removes
+its socket file on the way out.
+
+=cut
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'CONT', $self->{pid};    # in case it was stalled
+	kill 'TERM', $self->{pid};
+	eval { $self->{harness}->finish; 1 }
+	  or do { kill 'KILL', $self->{pid}; eval { $self->{harness}->finish } };
+	$self->{pid} = undef;
+	$self->{harness} = undef;
+	unlink $self->{socket};
+	return;
+}
+
+=pod
+
+=item $redis->freeze / $redis->thaw
+
+Stall the server (SIGSTOP): connections are still accepted by the kernel,
+but nothing is answered until thaw (SIGCONT).
+
+=cut
+
+sub freeze { kill 'STOP', $_[0]->{pid}; return; }
+sub thaw { kill 'CONT', $_[0]->{pid}; return; }
+
+=pod
+
+=item $redis->cli(@args)
+
+Run redis-cli against the server; returns its trimmed stdout (undef if
+redis-cli failed).  In list context also returns stderr.
+
+=cut
+
+sub cli
+{
+	my ($self, @args) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run([ $self->{cli}, '-s', $self->{socket}, @args ],
+		'<', '/dev/null', '>', \$out, '2>', \$err);
+	$out =~ s/\s+\z//;
+	$out = undef unless $ok;
+	return wantarray ? ($out, $err) : $out;
+}
+
+=pod
+
+=item $redis->zcard($semaphore, $suffix)
+
+ZCARD of the semaphore's owner or waiting set (default key prefix).
+
+=cut
+
+sub zcard
+{
+	my ($self, $name, $suffix) = @_;
+	my $n = $self->cli('ZCARD', "redsem:{$name}:$suffix");
+	return defined $n ? $n + 0 : -1;
+}
+
+=pod
+
+=item $redis->scan_keys($pattern)
+
+The keys matching $pattern, sorted.
+
+=cut
+
+sub scan_keys
+{
+	my ($self, $pattern) = @_;
+	my $out = $self->cli('--scan', '--pattern', $pattern) // '';
+	my @keys = sort grep { $_ ne '' } split /\n/, $out;
+	return @keys;    # in scalar context: how many
+}
+
+END
+{
+	foreach my $r (@all_servers)
+	{
+		eval { $r->stop; 1 } or kill 'KILL', ($r->{pid} // 0);
+	}
+}
+
+=pod
+
+=back
+
+=cut
+
+###########################################################################
+
+package RedsemTest::Session;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Carp;
+use IPC::Run;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+=pod
+
+=head1 RedsemTest::Session
+
+One psql process kept open on a node, for tests that need the same backend
+across several steps, or a statement left running while the test does
+something else.  psql runs with -XAtq, ON_ERROR_STOP off and VERBOSITY
+verbose, so errors show their SQLSTATE ("ERROR:  57014: ...").
+
+=over
+
+=item RedsemTest::Session->new($node, %opts)
+
+Start psql and wait until it is connected.  $s->backend_pid is the pid of
+its backend.
+
+=cut
+
+sub new
+{
+	my ($class, $node, %opts) = @_;
+	my $self = bless {
+		stdin => '',
+		stdout => '',
+		stderr => '',
+		seq => 0,
+		name => $opts{name} // 'session',
+	}, $class;
+	my @cmd = (
+		$node->installed_command('psql'), '-XAtq',
+		'-v', 'ON_ERROR_STOP=0',
+		'-d', $node->connstr($opts{dbname} // 'postgres'),
+		'-f', '-');
+
+	$self->{h} = IPC::Run::start(\@cmd, '<', \$self->{stdin}, '>',
+		\$self->{stdout}, '2>', \$self->{stderr});
+	my ($out, $err) =
+	  $self->query("\\set VERBOSITY verbose\nSELECT pg_backend_pid();");
+	croak "psql session did not start: $err" if $err ne '' || $out !~ /^\d+$/;
+	$self->{backend_pid} = $out;
+	return $self;
+}
+
+sub backend_pid { return $_[0]->{backend_pid}; }
+
+=pod
+
+=item $s->send($sql)
+
+Send $sql (complete statements) and return at once.  Use wait_done to
+collect the result.
+
+=cut
+
+sub send
+{
+	my ($self, $sql) = @_;
+	my $n = ++$self->{seq};
+
+	croak "a statement is still running" if defined $self->{pending};
+	$self->{pending} = $n;
+	$self->{sent_at} = time;
+	$self->{stdin} .= "$sql\n\\echo 'redsem-done $n'\n\\warn 'redsem-done $n'\n";
+	$self->{h}->pump_nb;
+	return;
+}
+
+=pod
+
+=item $s->wait_done($timeout_s)
+
+Wait for the statement sent last to finish.  Returns (stdout, stderr,
+seconds since send), or an empty list if it did not finish in time (it is
+still pending then).
+
+=cut
+
+sub wait_done
+{
+	my ($self, $timeout) = @_;
+	my $n = $self->{pending};
+	croak "nothing pending" unless defined $n;
+	$timeout //= $PostgreSQL::Test::Utils::timeout_default;
+	my $banner = qr/redsem-done $n\n/;
+	my $end = time + $timeout;
+
+	while (1)
+	{
+		$self->{h}->pump_nb if $self->{h}->pumpable;
+		last if $self->{stdout} =~ $banner && $self->{stderr} =~ $banner;
+		return () if time > $end || !$self->{h}->pumpable;
+		usleep(2_000);
+	}
+	my $elapsed = time - $self->{sent_at};
+	my ($out, $err) = ($self->{stdout}, $self->{stderr});
+	$out =~ s/\n?redsem-done $n\n//;
+	$err =~ s/redsem-done $n\n//;
+	$self->{stdout} = '';
+	$self->{stderr} = '';
+	$self->{pending} = undef;
+	note sprintf("%s (%.3f s) stderr:\n%s", $self->{name}, $elapsed, $err)
+	  if $err ne '';
+	return ($out, $err, $elapsed);
+}
+
+=pod
+
+=item $s->query($sql, $timeout_s)
+
+send + wait_done; dies if the statement does not finish in time.
+
+=cut
+
+sub query
+{
+	my ($self, $sql, $timeout) = @_;
+	$self->send($sql);
+	my @r = $self->wait_done($timeout);
+	croak "$self->{name}: statement did not finish in time: $sql" unless @r;
+	return @r;
+}
+
+=pod
+
+=item $s->query_ok($sql, $timeout_s)
+
+query, and fail the calling test script if anything came on stderr.
+Returns stdout.
+
+=cut
+
+sub query_ok
+{
+	my ($self, $sql, $timeout) = @_;
+	my ($out, $err) = $self->query($sql, $timeout);
+	croak "$self->{name}: statement failed: $sql\n$err" if $err ne '';
+	return $out;
+}
+
+=pod
+
+=item $s->wait_stderr($regex, $timeout_s)
+
+Wait until stderr (of the pending statement) matches.  Returns the seconds
+since send, or undef on timeout.
+
+=cut
+
+sub wait_stderr
+{
+	my ($self, $re, $timeout) = @_;
+	my $end = time + $timeout;
+	while (1)
+	{
+		$self->{h}->pump_nb if $self->{h}->pumpable;
+		return time - $self->{sent_at} if $self->{stderr} =~ $re;
+		return undef if time > $end;
+		usleep(1_000);
+	}
+}
+
+sub stderr_so_far { return $_[0]->{stderr}; }
+
+=pod
+
+=item $s->wait_exit($timeout_s)
+
+Wait for psql to exit (e.g. after its backend was terminated).  Returns true
+if it did; stdout/stderr so far stay readable via stderr_so_far.
+
+=cut
+
+sub wait_exit
+{
+	my ($self, $timeout) = @_;
+	my $end = time + $timeout;
+	while ($self->{h}->pumpable)
+	{
+		$self->{h}->pump_nb;
+		return 0 if time > $end;
+		usleep(2_000);
+	}
+	eval { $self->{h}->finish; 1 };
+	$self->{finished} = 1;
+	return 1;
+}
+
+=pod
+
+=item $s->quit
+
+End psql normally (\q) and wait for it to exit.
+
+=cut
+
+sub quit
+{
+	my ($self) = @_;
+	return if $self->{finished};
+	# \q to a psql that already exited would fail with EPIPE
+	eval { $self->{h}->pump_nb; 1 };
+	$self->{stdin} .= "\\q\n" if $self->{h}->pumpable;
+	eval { $self->{h}->finish; 1 } or eval { $self->{h}->kill_kill; 1 };
+	$self->{finished} = 1;
+	return;
+}
+
+=pod
+
+=back
+
+=cut
+
+1;
