@@ -1,0 +1,162 @@
+# shellcheck shell=bash
+#
+# bench/common.sh - shared setup for redsem's benchmark scripts.
+#
+# Sourced by bench/*.sh. Reuses scripts/lib.sh (private Redis on a unix
+# socket, private PostgreSQL on a unix socket and a free port, cleanup) and
+# adds what the benchmarks need:
+#
+#   bench_init NAME        root check, build+install, temp dir, traps,
+#                          Redis + PostgreSQL started, CREATE EXTENSION redsem
+#   bench_sql SQL          run SQL (psql -X -A -t -q) and print the result
+#   bench_psql ARGS...     psql against the private server, as postgres
+#   bench_pgbench ARGS...  pgbench against the private server, as postgres
+#   bench_redis ARGS...    redis-cli against the private Redis
+#   bench_stats_reset      CONFIG RESETSTAT
+#   bench_stats            INFO commandstats as "command calls usec" lines
+#   bench_roundtrips STATS commands sent by clients (EVALSHA, BLPOP, ...)
+#   bench_inner STATS      commands run inside the Lua script
+#   bench_now              wall clock, seconds with microseconds
+#   bench_ratio A B        A/B with 2 decimals ("n/a" if B is 0)
+#
+# Environment:
+#   BENCH_NO_INSTALL=1     don't run make install (use what is installed)
+#   REDSEM_KEEP=1          keep the temp dir (see scripts/lib.sh)
+
+BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=scripts/lib.sh
+source "$BENCH_DIR/../scripts/lib.sh"
+
+BENCH_TMP=
+BENCH_BG_PIDS=()
+
+# Stop background clients we started (by pid), then the servers.
+bench_cleanup() {
+    local pid
+    for pid in "${BENCH_BG_PIDS[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for pid in "${BENCH_BG_PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    BENCH_BG_PIDS=()
+    redsem_cleanup
+}
+
+# bench_bg CMD... : run CMD in the background, remember its pid in BENCH_PID.
+bench_bg() {
+    "$@" &
+    BENCH_PID=$!
+    BENCH_BG_PIDS+=("$BENCH_PID")
+}
+
+# Build and install, retrying while the source tree is being edited.
+bench_install() {
+    [[ ${BENCH_NO_INSTALL:-} == 1 ]] && return 0
+    local try
+    for try in 1 2 3; do
+        if (redsem_build_install) >"$BENCH_TMP/build.log" 2>&1; then
+            return 0
+        fi
+        redsem_warn "build failed (try $try of 3); retrying in 30 s"
+        tail -n 5 "$BENCH_TMP/build.log" >&2
+        sleep 30
+    done
+    redsem_die "could not build and install redsem (see the messages above)"
+}
+
+bench_init() {
+    local name=$1
+    [[ ${EUID} -eq 0 ]] || redsem_die "run as root (PostgreSQL tools run as postgres via runuser)"
+    command -v pgbench >/dev/null || redsem_die "pgbench not found (package postgresql-15 / postgresql-contrib)"
+    command -v redis-server >/dev/null || redsem_die "redis-server not found"
+    command -v redis-cli >/dev/null || redsem_die "redis-cli not found"
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    redsem_make_tmpdir "redsem-bench-$name"
+    BENCH_TMP=$REDSEM_TMPDIR
+    bench_install
+    redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+    # more connections than the default 100 are never needed; keep the
+    # defaults otherwise (fsync off etc. come from lib.sh: a throwaway server)
+    redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+    BENCH_SOCK=$BENCH_TMP/redis.sock
+    BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
+    bench_sql "CREATE EXTENSION redsem" >/dev/null
+}
+
+bench_psql() { redsem_psql "$BENCH_TMP" "$@"; }
+bench_sql() { redsem_psql "$BENCH_TMP" -c "$1"; }
+
+bench_pgbench() {
+    redsem_as_postgres pgbench -h "$BENCH_TMP" -p "$BENCH_PORT" -U postgres "$@" postgres
+}
+
+bench_redis() { redis-cli -s "$BENCH_SOCK" "$@"; }
+
+bench_stats_reset() { bench_redis CONFIG RESETSTAT >/dev/null; }
+
+# One line per command: "<cmd> <calls> <usec>"; failed or rejected calls
+# (e.g. NOSCRIPT) as "<cmd>!failed <n> 0", so they show up.
+bench_stats() {
+    bench_redis INFO commandstats | tr -d '\r' | awk -F'[:,=]' '
+        /^cmdstat_/ {
+            cmd = substr($1, 9); calls = usec = failed = rejected = 0
+            for (i = 2; i <= NF; i += 2) {
+                if ($i == "calls") calls = $(i + 1)
+                if ($i == "usec") usec = $(i + 1)
+                if ($i == "failed_calls") failed = $(i + 1)
+                if ($i == "rejected_calls") rejected = $(i + 1)
+            }
+            print cmd, calls, usec
+            if (failed + rejected > 0) print cmd "!failed", failed + rejected, 0
+        }'
+}
+
+# Commands a client sends (round trips). Everything else in commandstats
+# was run by the Lua script inside one of those EVALSHAs (Redis counts
+# those too), or is the benchmark's own INFO/CONFIG.
+BENCH_CLIENT_CMDS='^(evalsha|eval|evalsha_ro|eval_ro|blpop|brpop|auth|select|ping|hello|client[|].*|quit|script[|].*|fcall)(!failed)?$'
+
+# bench_calls STATS REGEX : calls of the commands matching REGEX
+bench_calls() { awk -v re="$2" '$1 ~ re { n += $2 } END { print n + 0 }' <<<"$1"; }
+# bench_usec STATS REGEX : Redis-side microseconds spent in those commands
+bench_usec() { awk -v re="$2" '$1 ~ re { n += $3 } END { print n + 0 }' <<<"$1"; }
+# Round trips: client-sent commands, not counting the benchmark's own
+bench_roundtrips() { bench_calls "$1" "$BENCH_CLIENT_CMDS"; }
+# Commands run inside scripts
+bench_inner() { awk -v re="$BENCH_CLIENT_CMDS" '$1 !~ re && $1 !~ /^(info|config[|]resetstat)$/ { n += $2 } END { print n + 0 }' <<<"$1"; }
+# The client-sent commands seen, on one line ("evalsha=12 blpop=3")
+bench_stats_line() {
+    awk -v re="$BENCH_CLIENT_CMDS" '$1 ~ re { printf "%s%s=%s", sep, $1, $2; sep = " " } END { if (!sep) printf "none"; print "" }' <<<"$1"
+}
+
+bench_now() { date +%s.%N; }
+
+bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf "%.2f\n", a / b }'; }
+bench_div() { awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf f "\n", a / b }'; }
+
+# Key of a semaphore (default prefix "redsem:", names without special bytes)
+bench_key() { printf 'redsem:{%s}:%s' "$1" "$2"; }
+
+# bench_wait_for DESC SECONDS CMD... : poll until CMD succeeds
+bench_wait_for() {
+    local desc=$1 secs=$2 i
+    shift 2
+    for ((i = 0; i < secs * 20; i++)); do
+        "$@" && return 0
+        sleep 0.05
+    done
+    redsem_die "timed out waiting for $desc"
+}
+
+bench_header() {
+    printf '%s\n' "$1"
+    printf 'date: %s   host: %s   cores: %s   %s   Redis %s\n' \
+        "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" "$(hostname)" "$(nproc)" \
+        "PostgreSQL $(redsem_as_postgres postgres --version | sed 's/.*) //')" \
+        "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+    printf 'load average at start: %s (other work on the machine skews absolute figures; compare ratios)\n' \
+        "$(cut -d' ' -f1-3 /proc/loadavg)"
+}

@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+#
+# bench/throughput.sh - acquire+release throughput of redsem, side by side
+# with the usual pg_try_advisory_lock slot pool, in one invocation.
+#
+#   sudo bash bench/throughput.sh
+#
+# Phases (pgbench, -M prepared, one acquire + one release per transaction):
+#   A  C clients, limit 4, C = 4 : redsem vs advisory slots (never full)
+#   B  C clients, limit 4, C = 16: redsem vs advisory slots (refusals happen;
+#      a refused transaction is just the try, no release)
+#   C  redsem in a semaphore with 10 live holders vs 20,000 live holders
+#      (limit 100000): the Lua script must stay O(log N)
+# Each side of a comparison runs in two halves, interleaved (A B A B), so a
+# slow patch of a noisy machine hits both sides.
+#
+# Redis round trips are counted from INFO commandstats (CONFIG RESETSTAT
+# before each run): EVALSHA/EVAL/BLPOP... are what the backends send; the
+# commands the Lua script runs inside one EVALSHA are reported apart.
+#
+# Environment: BENCH_DURATION (seconds per side, default 8),
+# BENCH_HOLDERS (default 20000), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+
+set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+DURATION=${BENCH_DURATION:-8}
+HOLDERS=${BENCH_HOLDERS:-20000}
+LIMIT=4
+HALF=$(((DURATION + 1) / 2))
+
+bench_init throughput
+
+# --- workload scripts --------------------------------------------------------
+
+# redsem: the holder id comes back to the client (\gset), then released.
+# A refused acquire (NULL) bumps a sequence so the refusal rate can be read
+# afterwards; the wrapper costs the same on both sides.
+write_redsem_script() { # FILE SEM LIMIT
+    cat >"$1" <<EOF
+SELECT coalesce(id, '') AS id,
+       CASE WHEN id IS NULL THEN nextval('refused') ELSE 0 END AS refused
+  FROM (SELECT redsem_acquire('$2', $3, '30 s') AS id OFFSET 0) a \\gset
+\\if :refused = 0
+SELECT redsem_release('$2', :id);
+\\endif
+EOF
+}
+
+# advisory: the common slot pool - try slots 0..N-1 in one statement, take
+# the first that locks (LIMIT 1 stops at the first success), unlock later.
+write_advisory_script() { # FILE SEM LIMIT
+    cat >"$1" <<EOF
+SELECT coalesce(slot, -1) AS slot,
+       CASE WHEN slot IS NULL THEN nextval('refused') ELSE 0 END AS refused
+  FROM (SELECT (SELECT s FROM generate_series(0, $3 - 1) s
+                 WHERE pg_try_advisory_lock(hashtext('$2'), s)
+                 LIMIT 1) AS slot
+        OFFSET 0) a \\gset
+\\if :refused = 0
+SELECT pg_advisory_unlock(hashtext('$2'), :slot);
+\\endif
+EOF
+}
+
+W=$BENCH_TMP
+write_redsem_script "$W/redsem4.sql" b "$LIMIT"
+write_advisory_script "$W/advisory4.sql" b "$LIMIT"
+write_redsem_script "$W/small.sql" small 100000
+write_redsem_script "$W/big.sql" big 100000
+chown postgres "$W"/*.sql
+
+# --- running one side ---------------------------------------------------------
+
+# Accumulators per label: transactions, seconds, refused, round trips,
+# evalsha, inner commands, evalsha usec, failed calls.
+declare -A TX SECS REF RT EVS INNER EVUS FAIL LAT
+
+# run_half LABEL SCRIPT CLIENTS SECONDS
+run_half() {
+    local label=$1 script=$2 clients=$3 secs=$4 out stats tx tps lat
+    bench_sql "ALTER SEQUENCE refused RESTART" >/dev/null
+    bench_stats_reset
+    out=$(bench_pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" -f "$script" 2>&1) || {
+        printf '%s\n' "$out" >&2
+        redsem_die "pgbench failed ($label)"
+    }
+    stats=$(bench_stats)
+    tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    tps=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' <<<"$out")
+    lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$out")
+    [[ -n $tx && -n $tps ]] || {
+        printf '%s\n' "$out" >&2
+        redsem_die "could not read pgbench's output ($label)"
+    }
+    if grep -q 'aborted\|error' <<<"$out"; then
+        printf '%s\n' "$out" >&2
+        redsem_die "pgbench reported errors ($label)"
+    fi
+    TX[$label]=$((${TX[$label]:-0} + tx))
+    # time actually spent, from tps (connection time excluded)
+    SECS[$label]=$(awk -v a="${SECS[$label]:-0}" -v t="$tx" -v r="$tps" 'BEGIN { printf "%.6f", a + t / r }')
+    LAT[$label]="${LAT[$label]:-}${LAT[$label]:+/}$lat"
+    REF[$label]=$((${REF[$label]:-0} + $(bench_sql "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM refused")))
+    RT[$label]=$((${RT[$label]:-0} + $(bench_roundtrips "$stats")))
+    EVS[$label]=$((${EVS[$label]:-0} + $(bench_calls "$stats" '^evalsha$')))
+    EVUS[$label]=$((${EVUS[$label]:-0} + $(bench_usec "$stats" '^evalsha$')))
+    INNER[$label]=$((${INNER[$label]:-0} + $(bench_inner "$stats")))
+    FAIL[$label]=$((${FAIL[$label]:-0} + $(bench_calls "$stats" '!failed$')))
+}
+
+# run_pair LABEL_A SCRIPT_A LABEL_B SCRIPT_B CLIENTS : A B A B
+run_pair() {
+    run_half "$1" "$2" "$5" "$HALF"
+    run_half "$3" "$4" "$5" "$HALF"
+    run_half "$1" "$2" "$5" "$HALF"
+    run_half "$3" "$4" "$5" "$HALF"
+}
+
+tps_of() { bench_div "${TX[$1]}" "${SECS[$1]}" '%.0f'; }
+ok_tps_of() { bench_div "$((${TX[$1]} - ${REF[$1]}))" "${SECS[$1]}" '%.0f'; }
+refusal_of() { bench_div "$((100 * ${REF[$1]}))" "${TX[$1]}" '%.1f%%'; }
+# redsem calls made: one acquire per transaction, one release per success
+calls_of() { echo $((2 * ${TX[$1]} - ${REF[$1]})); }
+
+# --- warm up: load the script into Redis -------------------------------------
+
+bench_sql "CREATE SEQUENCE refused" >/dev/null
+bench_sql "SELECT redsem_release('warm', redsem_acquire('warm', 1))" >/dev/null
+
+bench_header "redsem throughput benchmark (bench/throughput.sh)"
+printf 'pgbench -M prepared -j 2, %s s per side (two interleaved halves), limit %s\n\n' "$DURATION" "$LIMIT"
+
+# --- A and B: redsem vs advisory slot pool ------------------------------------
+
+for clients in 4 16; do
+    run_pair "redsem$clients" "$W/redsem4.sql" "advisory$clients" "$W/advisory4.sql" "$clients"
+done
+
+printf '%-28s %10s %10s %10s %8s\n' "acquire+release, limit $LIMIT" "redsem" "advisory" "ratio" ""
+for clients in 4 16; do
+    r=redsem$clients a=advisory$clients
+    printf '%-28s %10s %10s %10s\n' "$clients clients: tx/s" "$(tps_of $r)" "$(tps_of $a)" \
+        "$(bench_ratio "$(tps_of $r)" "$(tps_of $a)")"
+    printf '%-28s %10s %10s %10s\n' "  slots obtained/s" "$(ok_tps_of $r)" "$(ok_tps_of $a)" \
+        "$(bench_ratio "$(ok_tps_of $r)" "$(ok_tps_of $a)")"
+    printf '%-28s %10s %10s\n' "  refused (full)" "$(refusal_of $r)" "$(refusal_of $a)"
+    printf '%-28s %10s %10s\n' "  avg latency ms (halves)" "${LAT[$r]}" "${LAT[$a]}"
+done
+printf '\nRedis round trips (INFO commandstats, client-sent commands):\n'
+printf '%-10s %10s %10s %10s %12s %12s %12s %10s\n' clients tx refused "redsem calls" "round trips" "per call" "per tx" "failed"
+for clients in 4 16; do
+    r=redsem$clients
+    printf '%-10s %10s %10s %10s %12s %12s %12s %10s\n' "$clients" "${TX[$r]}" "${REF[$r]}" "$(calls_of $r)" \
+        "${RT[$r]}" "$(bench_div "${RT[$r]}" "$(calls_of $r)" '%.3f')" \
+        "$(bench_div "${RT[$r]}" "${TX[$r]}" '%.3f')" "${FAIL[$r]}"
+done
+printf '(expected: 1.000 per call; 2.000 per tx when nothing is refused; EVALSHA only)\n'
+printf 'commands run inside the script per call: %s (4 clients), %s (16 clients)\n' \
+    "$(bench_div "${INNER[redsem4]}" "$(calls_of redsem4)" '%.1f')" \
+    "$(bench_div "${INNER[redsem16]}" "$(calls_of redsem16)" '%.1f')"
+busy_of() { bench_div "$(bench_div "${EVUS[$1]}" 10000 '%.4f')" "${SECS[$1]}" '%.0f%%'; }
+printf 'Redis CPU per EVALSHA (usec): %s (4 clients), %s (16 clients); Redis busy in EVALSHA: %s, %s of one core\n\n' \
+    "$(bench_div "${EVUS[redsem4]}" "${EVS[redsem4]}" '%.1f')" \
+    "$(bench_div "${EVUS[redsem16]}" "${EVS[redsem16]}" '%.1f')" \
+    "$(busy_of redsem4)" "$(busy_of redsem16)"
+
+# --- C: 10 vs 20,000 live holders ---------------------------------------------
+
+# Holders must stay alive: sessions release everything when they end. Each
+# filler is a background psql that acquires, then sleeps.
+fill() { # NAME COUNT
+    bench_bg redsem_psql "$BENCH_TMP" -c "SELECT count(redsem_acquire('$1', 100000, '10 min')) FROM generate_series(1, $2)" \
+        -c "SELECT pg_sleep(3600)" >/dev/null 2>&1
+}
+zcard_is() { [[ $(bench_redis ZCARD "$(bench_key "$1" owner)") == "$2" ]]; }
+
+t0=$(bench_now)
+fill small 10
+fill big "$HOLDERS"
+bench_wait_for "10 holders in 'small'" 30 zcard_is small 10
+bench_wait_for "$HOLDERS holders in 'big'" 120 zcard_is big "$HOLDERS"
+t1=$(bench_now)
+fill_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.1f", b - a }')
+
+run_pair small "$W/small.sql" big "$W/big.sql" 4
+# still all there?
+zcard_is big "$HOLDERS" || redsem_warn "'big' lost holders during the run: $(bench_redis ZCARD "$(bench_key big owner)")"
+
+printf 'O(log N): acquire+release, 4 clients, limit 100000 (filled %s holders in %s s)\n' "$HOLDERS" "$fill_secs"
+printf '%-28s %10s %10s %10s\n' "" "10 held" "$HOLDERS held" "ratio"
+printf '%-28s %10s %10s %10s\n' "tx/s" "$(tps_of small)" "$(tps_of big)" "$(bench_ratio "$(tps_of big)" "$(tps_of small)")"
+us_small=$(bench_div "${EVUS[small]}" "${EVS[small]}" '%.1f')
+us_big=$(bench_div "${EVUS[big]}" "${EVS[big]}" '%.1f')
+printf '%-28s %10s %10s %10s\n' "Redis usec per EVALSHA" "$us_small" "$us_big" "$(bench_ratio "$us_big" "$us_small")"
+printf '%-28s %10s %10s\n' "round trips per tx" "$(bench_div "${RT[small]}" "${TX[small]}" '%.3f')" \
+    "$(bench_div "${RT[big]}" "${TX[big]}" '%.3f')"
+printf '%-28s %10s %10s\n' "script commands per call" "$(bench_div "${INNER[small]}" "$(calls_of small)" '%.1f')" \
+    "$(bench_div "${INNER[big]}" "$(calls_of big)" '%.1f')"
+printf '(expected: ratios near 1.00)\n'
