@@ -99,6 +99,7 @@ AS 'MODULE_PATHNAME', 'redsem_stats'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE VIEW redsem_stats AS SELECT * FROM redsem_stats();
+GRANT SELECT ON redsem_stats TO PUBLIC;
 COMMENT ON VIEW redsem_stats IS
 'per-semaphore counters of this server since the last reset (needs shared_preload_libraries)';
 

@@ -84,7 +84,8 @@ release_quietly(List *victims, TimestampTz deadline)
 		}
 		/* once Redis failed us, don't spend the budget again */
 		reachable = false;
-		stats_count(hold->name, STAT_REDIS_ERRORS, 1);
+		if (hold->state == HOLD_HELD)	/* a pending one's error was counted */
+			stats_count(hold->name, STAT_REDIS_ERRORS, 1);
 		shared_hold_abandon(hold->shared_slot, hold->id);
 		old = MemoryContextSwitchTo(TopMemoryContext);
 		deferred = lappend(deferred, hold);
@@ -321,6 +322,7 @@ hold_note_refresh(const char *name, const char *id, int64 lease_ms)
 	{
 		hold->refreshed_at = GetCurrentTimestamp();
 		hold->lease_ms = lease_ms;
+		shared_hold_refreshed(hold->shared_slot, hold->id, lease_ms);
 	}
 }
 

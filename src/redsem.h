@@ -149,6 +149,7 @@ typedef struct RedsemShared
 	uint64		incarnation;	/* this server run, part of every holder id */
 	uint64		previous_incarnation;	/* run before a crash-restart, or 0 */
 	uint64		generation;		/* bumped on every change to holds */
+	bool		index_dirty;	/* holds added since the keeper last looked */
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	int			max_holds;
@@ -186,6 +187,7 @@ extern int	shared_hold_add(const char *name, const char *id, bool xact,
 							int64 lease_ms, int64 ticket);
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);
+extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms);
 extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern void stats_count(const char *name, StatField field, int64 delta);
 extern int	stats_snapshot(SemStats **out);

@@ -158,6 +158,7 @@ shared_hold_add(const char *name, const char *id, bool xact, int64 lease_ms,
 				int64 ticket)
 {
 	int			slot = -1;
+	bool		first_change;
 
 	if (shared == NULL)
 		return -1;
@@ -181,7 +182,16 @@ shared_hold_add(const char *name, const char *id, bool xact, int64 lease_ms,
 		break;
 	}
 	shared->generation++;
+	first_change = !shared->index_dirty;
+	shared->index_dirty = true;
 	LWLockRelease(shared->holds_lock);
+
+	/*
+	 * Let the keeper list the new hold in its crash-cleanup index soon; one
+	 * wake-up per index rewrite, so a busy server doesn't wake it per call.
+	 */
+	if (first_change)
+		wake_keeper();
 	if (slot < 0)
 		ereport(WARNING,
 				(errmsg("redsem keeper cannot track more than %d holds", shared->max_holds),
@@ -203,6 +213,25 @@ shared_hold_remove(int slot, const char *id)
 	if (h->in_use && strcmp(h->id, id) == 0)
 		h->in_use = false;
 	shared->generation++;
+	LWLockRelease(shared->holds_lock);
+}
+
+/* The owner refreshed a hold itself, perhaps with a new lease length */
+void
+shared_hold_refreshed(int slot, const char *id, int64 lease_ms)
+{
+	SharedHold *h;
+
+	if (shared == NULL || slot < 0)
+		return;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	h = &shared->holds[slot];
+	if (h->in_use && strcmp(h->id, id) == 0)
+	{
+		h->lease_ms = lease_ms;
+		h->refreshed_at = GetCurrentTimestamp();
+		h->lost = false;
+	}
 	LWLockRelease(shared->holds_lock);
 }
 

@@ -141,9 +141,13 @@ release_previous_incarnation(uint64 previous)
 static int
 snapshot_holds(HoldCopy **out, uint64 *generation)
 {
+	static HoldCopy *buffer = NULL;
 	int			n = 0;
 
-	*out = palloc(sizeof(HoldCopy) * shared->max_holds);
+	if (buffer == NULL)
+		buffer = MemoryContextAlloc(TopMemoryContext,
+									sizeof(HoldCopy) * shared->max_holds);
+	*out = buffer;
 	LWLockAcquire(shared->holds_lock, LW_SHARED);
 	for (int i = 0; i < shared->max_holds; i++)
 	{
@@ -154,6 +158,7 @@ snapshot_holds(HoldCopy **out, uint64 *generation)
 		n++;
 	}
 	*generation = shared->generation;
+	shared->index_dirty = false;
 	LWLockRelease(shared->holds_lock);
 	return n;
 }

@@ -1,0 +1,338 @@
+
+# 010_keeper.pl - the "redsem keeper" background worker.
+#
+# With redsem in shared_preload_libraries the keeper refreshes the leases of
+# every live hold on its server (every lease/3), releases the holds of dead
+# backends, and after a crash-restart releases what the previous incarnation
+# held.  Without preloading there is no keeper, and everything but the
+# keeper and the statistics still works.
+#
+# Timing rule: no assertion here depends on the machine being fast.  Short
+# leases (2 s) are used only where the keeper must make them *outlive* a
+# longer span; leases that must *not* run out by themselves are 60 s, so
+# only the keeper (or the session) can explain a slot being freed, and every
+# "promptly" bound is several times what it normally takes.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use File::Basename ();
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('keeper', $redis, "restart_after_crash = on\n");
+my $sockdir = File::Basename::dirname($redis->socket);
+
+sub session { return RedsemTest::Session->new($node, name => $_[0]); }
+
+# The keeper's pid: the postmaster's child whose process title names it.
+sub keeper_pid
+{
+	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	foreach my $stat (glob '/proc/[0-9]*/stat')
+	{
+		open(my $fh, '<', $stat) or next;
+		my $line = <$fh>;
+		close $fh;
+		next unless defined $line && $line =~ /^(\d+) \(.*\) (\S) (\d+) /;
+		my ($pid, $state, $ppid) = ($1, $2, $3);
+		next unless $ppid == $pm && $state ne 'Z';
+		(my $cmdfile = $stat) =~ s/stat$/cmdline/;
+		open($fh, '<', $cmdfile) or next;
+		my $cmd = <$fh> // '';
+		close $fh;
+		return $pid if $cmd =~ /redsem keeper/;
+	}
+	return undef;
+}
+
+# True while process $pid exists and is not a zombie.
+sub alive
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return 0;
+	my $line = <$fh> // '';
+	close $fh;
+	return $line =~ /^\d+ \(.*\) ([^Z]) / ? 1 : 0;
+}
+
+# One psql call: can a brand-new session take the only slot of $sem right
+# now?  (It gives the slot back when it exits.)
+sub slot_free
+{
+	my ($sem) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT redsem_acquire('$sem', 1, '60 s') IS NOT NULL") eq 't';
+}
+
+sub log_size { return -s $node->logfile; }
+sub log_since { return slurp_file($node->logfile, $_[0]); }
+
+###########################################################################
+note 'the keeper runs';
+
+ok($node->poll_query_until('postgres', 'SELECT redsem_keeper_active()'),
+	'redsem_keeper_active() is true with shared_preload_libraries');
+my $keeper = keeper_pid();
+ok(defined $keeper, "a process titled \"redsem keeper\" runs (pid "
+	  . ($keeper // '?') . ")");
+
+###########################################################################
+note 'a 2 s lease outlives a 6 s statement: the keeper refreshes it';
+
+my $sa = session('A');
+my $sb = session('B');
+my ($out, $err) = $sa->query(q{SELECT redsem_acquire('long', 1, '2 s');});
+like($out, qr/^[0-9a-f]{16}\./, 'A holds the only slot of "long" (2 s lease)');
+my $long_id = $out;
+is($err, '', 'no NOTICE about long leases with a keeper running');
+
+$sa->send('SELECT pg_sleep(6);');
+my $t0 = time;
+my ($tries, $refused) = (0, 0);
+while (time - $t0 < 5.5)
+{
+	$tries++;
+	$refused++
+	  if $sb->query_ok(q{SELECT redsem_acquire('long', 1, '2 s') IS NULL;}) eq 't';
+	usleep(400_000);
+}
+is($refused, $tries, "all $tries try-acquires of B during A's 6 s statement were refused");
+($out, $err) = $sa->wait_done(60);
+is($err, '', "A's pg_sleep(6) finished");
+cmp_ok(time - $t0, '>=', 5.9, 'and really lasted 6 s, three times the lease');
+is($sa->query_ok(q{SELECT kept_alive, lease, scope, lease_expires_at > now() FROM redsem_held();}),
+	't|00:00:02|session|t', 'redsem_held(): kept_alive, lease 2 s, not expired');
+is($sb->query_ok(q{SELECT redsem_acquire('long', 1, '2 s') IS NULL;}),
+	't', 'B is still refused after the 6 s');
+is($sa->query_ok(qq{SELECT redsem_release('long', '$long_id');}),
+	't', 'A releases its slot: it was still live in Redis');
+is($sb->query_ok(q{SELECT redsem_acquire('long', 1, '2 s') IS NOT NULL; SELECT redsem_release_all();}),
+	"t\n1", 'B gets the slot right after');
+
+###########################################################################
+note 'a normal session exit releases at once';
+
+my $c = session('C');
+is($c->query_ok(q{SELECT redsem_acquire('exit', 1, '60 s') IS NOT NULL;}),
+	't', 'C holds the only slot of "exit" (60 s lease)');
+ok(!slot_free('exit'), 'nobody else gets it');
+$c->quit;
+my $freed = wait_until(10, sub { slot_free('exit') });
+ok(defined $freed, 'after C quits, the slot is free ('
+	  . (defined $freed ? sprintf('%.2f s', $freed) : 'not within 10 s') . ')');
+
+###########################################################################
+note 'SIGHUP: the keeper rereads its settings at once';
+
+# While a 6 s lease is kept alive (a refresh every 2 s), point
+# redsem.unix_socket elsewhere: the keeper's next refresh must go to the new
+# path.  Point it back, and the keeper refreshes the lease through Redis
+# again; 6 s leave room for a missed refresh.
+my $h = session('H');
+my $hup_id = $h->query_ok(q{SELECT redsem_acquire('hup', 1, '6 s');});
+like($hup_id, qr/^[0-9a-f]{16}\./, 'H holds a slot of "hup" (6 s lease)');
+my $bad = "$sockdir/nowhere.sock";
+my $off = log_size();
+$node->safe_psql('postgres',
+	"ALTER SYSTEM SET redsem.unix_socket = '$bad'; SELECT pg_reload_conf();");
+$t0 = time;
+my $bad_re = qr/redsem keeper: could not connect to Redis at unix socket "\Q$bad\E"/;
+my $seen = wait_until(30, sub { log_since($off) =~ $bad_re });
+ok(defined $seen, 'after pg_reload_conf() the keeper uses the new socket path ('
+	  . (defined $seen ? sprintf('%.2f s', $seen) : 'not seen') . ')');
+my $deadline_key = "redsem:{hup}:timeout";
+my $before = $redis->cli('ZSCORE', $deadline_key, $hup_id);
+$node->safe_psql('postgres',
+	"ALTER SYSTEM RESET redsem.unix_socket; SELECT pg_reload_conf();");
+ok(defined $before && $before ne '', 'the hold is still in Redis');
+my $refreshed = wait_until(30, sub {
+	my $now = $redis->cli('ZSCORE', $deadline_key, $hup_id);
+	return defined $now && $now ne '' && $now > $before;
+});
+ok(defined $refreshed, 'after a reload back, the keeper refreshes the lease in Redis again ('
+	  . (defined $refreshed ? sprintf('%.2f s', $refreshed) : 'not seen') . ')');
+is($h->query_ok(qq{SELECT redsem_release('hup', '$hup_id');}),
+	't', 'the slot was never lost');
+$h->quit;
+
+###########################################################################
+note 'SIGTERM: the keeper exits at once and the postmaster restarts it';
+
+$keeper = keeper_pid();
+ok(defined $keeper, 'keeper pid found');
+$off = log_size();
+kill 'TERM', $keeper;
+my $gone = wait_until(30, sub { !alive($keeper) });
+ok(defined $gone, 'the keeper exits after SIGTERM ('
+	  . (defined $gone ? sprintf('%.2f s', $gone) : 'still running') . ')');
+like(log_since($off),
+	qr/terminating background worker "redsem keeper" due to administrator command/,
+	'the log says why it ended');
+my $new_keeper;
+my $back = wait_until(30, sub {
+	$new_keeper = keeper_pid();
+	return defined $new_keeper && $new_keeper != $keeper;
+});
+ok(defined $back, 'a new keeper starts (bgw_restart_time 1 s) ('
+	  . (defined $back ? sprintf('%.2f s', $back) : 'not seen') . ')');
+isnt($new_keeper // 0, $keeper, "with a new pid ($keeper -> " . ($new_keeper // '?') . ')');
+ok($node->poll_query_until('postgres', 'SELECT redsem_keeper_active()'),
+	'redsem_keeper_active() is true again');
+
+# The new keeper does its job: a 2 s lease outlives 4 s of idleness.
+my $k = session('K');
+my $kid = $k->query_ok(q{SELECT redsem_acquire('after_term', 1, '2 s');});
+sleep 4;
+is($k->query_ok(qq{SELECT kept_alive FROM redsem_held(); SELECT redsem_release('after_term', '$kid');}),
+	"t\nt", 'the restarted keeper keeps a 2 s lease alive for 4 s');
+$k->quit;
+
+###########################################################################
+note 'Redis restarts: the keeper reconnects, and logs its trouble sparingly';
+
+# A hold with a 3 s lease makes the keeper go to Redis every second, so
+# each of its cycles during the outage fails.
+my $o = session('O');
+my $o_id = $o->query_ok(q{SELECT redsem_acquire('outage', 1, '3 s');});
+like($o_id, qr/^[0-9a-f]{16}\./, 'O holds a slot of "outage" (3 s lease)');
+sleep 1;
+$off = log_size();
+$redis->stop;
+$t0 = time;
+sleep 5;
+my @trouble = grep { /redsem keeper:/ } split /\n/, log_since($off);
+note "keeper lines during the outage:\n" . join("\n", @trouble);
+cmp_ok(scalar(@trouble), '>=', 1, 'the keeper reports Redis trouble');
+cmp_ok(scalar(@trouble), '<=', 2,
+	sprintf('... at most twice during a %.1f s outage (%d lines)', time - $t0, scalar @trouble));
+like($trouble[0] // '', qr/could not connect to Redis|lost connection to Redis/,
+	'... saying it lost Redis');
+$redis->start;
+
+# Redis came back empty (no persistence): O's slot is gone.  The keeper
+# notices at its next refresh and flags the hold.
+ok(wait_until(30, sub {
+	$o->query_ok(q{SELECT NOT kept_alive FROM redsem_held();}) eq 't' }),
+	"the keeper notices O's slot vanished with Redis' data: kept_alive turns false");
+is($o->query_ok(qq{SELECT redsem_release('outage', '$o_id');}),
+	'f', 'and releasing it returns false');
+
+# A new 2 s hold lives 6 s: the keeper is connected again.
+my $n = session('N');
+my $n_id = $n->query_ok(q{SELECT redsem_acquire('after_outage', 1, '2 s');});
+like($n_id, qr/^[0-9a-f]{16}\./, 'N holds a slot of "after_outage" (2 s lease)');
+sleep 6;
+ok(!slot_free('after_outage'), 'after 6 s nobody else can take it');
+is($n->query_ok(qq{SELECT kept_alive FROM redsem_held(); SELECT redsem_release('after_outage', '$n_id');}),
+	"t\nt", 'N still holds it: the keeper reconnected and kept it alive');
+$o->quit;
+$n->quit;
+$sa->quit;
+$sb->quit;
+
+###########################################################################
+note 'SIGKILL of a holding backend: the keeper frees its slot after the crash-restart';
+
+node_log_is_clean($node, 'no crash so far (the SIGTERM above ended the keeper with exit code 1)');
+
+my $v = session('victim');
+my $v_id = $v->query_ok(q{SELECT redsem_acquire('crash', 1, '60 s');});
+like($v_id, qr/^([0-9a-f]{16})\./, 'the victim holds the only slot of "crash" (60 s lease)');
+my ($tag) = $v_id =~ /^([0-9a-f]{16})\./;
+my $index = "redsem:server:$tag:holds";
+ok(defined wait_until(30, sub { ($redis->cli('HEXISTS', $index, $v_id) // '') eq '1' }),
+	"the keeper lists the hold in its index $index");
+ok(!slot_free('crash'), 'nobody else gets it');
+$off = log_size();
+kill 'KILL', $v->backend_pid;
+$t0 = time;
+
+# poll_query_until retries while the server is restarting.
+ok($node->poll_query_until('postgres',
+		q{SELECT redsem_acquire('crash', 1, '60 s') IS NOT NULL}),
+	'the slot becomes free again');
+my $crash_free = time - $t0;
+cmp_ok($crash_free, '<', 10,
+	sprintf('... within 10 s of the SIGKILL (%.2f s), long before its 60 s lease', $crash_free));
+my $log = log_since($off);
+like($log, qr/terminated by signal 9/, 'the server did crash-restart');
+like($log, qr/released 1 slot\(s\) held before the server restarted/,
+	'the keeper logged releasing the 1 slot of the previous incarnation');
+is($redis->cli('EXISTS', $index), '0', 'the old index is gone from Redis');
+my $new_tag = $node->safe_psql('postgres',
+	q{SELECT left(redsem_acquire('crash2', 1, '1 s'), 16)});
+like($new_tag, qr/^[0-9a-f]{16}$/, 'holder ids still start with a 16-hex tag');
+isnt($new_tag, $tag, 'the new incarnation has a new tag');
+ok($node->poll_query_until('postgres', 'SELECT redsem_keeper_active()'),
+	'the keeper runs after the crash-restart');
+$v->quit;
+
+$node->stop;
+
+###########################################################################
+note 'without shared_preload_libraries: no keeper, everything else works';
+
+my $plain = PostgreSQL::Test::Cluster->new('nokeeper');
+$plain->init;
+my $sock = $redis->socket;
+$plain->append_conf('postgresql.conf', "redsem.unix_socket = '$sock'\n");
+$plain->start;
+$plain->safe_psql('postgres', 'CREATE EXTENSION redsem');
+
+my $p = RedsemTest::Session->new($plain, name => 'P');
+is($p->query_ok('SELECT redsem_keeper_active();'), 'f', 'redsem_keeper_active() is false');
+my $plain_id = $p->query_ok(q{SELECT redsem_acquire('plain', 1, '10 s');});
+like($plain_id, qr/^[0-9a-f]{16}\.\d+\./, 'acquire works');
+is($p->query_ok(q{SELECT redsem_acquire('plain', 1, '10 s') IS NULL;}), 't', 'the limit holds');
+is($p->query_ok(qq{SELECT redsem_refresh('plain', '$plain_id', '20 s');}), 't', 'refresh works');
+is($p->query_ok(q{SELECT lease, kept_alive FROM redsem_held();}),
+	'00:00:20|f', 'redsem_held(): new lease, not kept alive');
+is($p->query_ok(qq{SELECT redsem_release('plain', '$plain_id');}), 't', 'release works');
+is($p->query_ok(qq{SELECT redsem_release('plain', '$plain_id');}), 'f', 'a second release returns false');
+
+# Nobody refreshes a short lease now: it runs out while its session idles.
+my $short = $p->query_ok(q{SELECT redsem_acquire('plain_short', 1, '1 s');});
+like($short, qr/^[0-9a-f]{16}\./, 'P holds a slot with a 1 s lease');
+my $ran_out = wait_until(30, sub {
+	$plain->safe_psql('postgres',
+		q{SELECT redsem_acquire('plain_short', 1, '60 s') IS NOT NULL}) eq 't' });
+ok(defined $ran_out, 'the unrefreshed lease runs out and another session gets the slot ('
+	  . (defined $ran_out ? sprintf('%.2f s', $ran_out) : 'never') . ')');
+is($p->query_ok(qq{SELECT redsem_refresh('plain_short', '$short');}),
+	'f', 'refreshing it afterwards returns false');
+
+($out, $err) = $p->query('SELECT * FROM redsem_stats;');
+like($err, qr/ERROR:  55000: redsem statistics require redsem in shared_preload_libraries/,
+	'the redsem_stats view raises 55000');
+($out, $err) = $p->query('SELECT redsem_stats_reset();');
+like($err, qr/ERROR:  55000:/, 'redsem_stats_reset() raises 55000');
+
+($out, $err) = $p->query(q{SELECT redsem_acquire('plain_long', 5, '5 min') IS NOT NULL;});
+is("$out|$err", 't|', 'a 5 min lease: no NOTICE');
+($out, $err) = $p->query(
+	q{SELECT redsem_acquire('plain_long', 5, '301 s') IS NOT NULL;
+	  SELECT redsem_acquire('plain_long', 5, '2 h') IS NOT NULL;});
+is($out, "t\nt", 'leases over 5 min work');
+my @notices = $err =~ /NOTICE:  00000: redsem keeper is not running/g;
+is(scalar @notices, 1, 'a lease over 5 min gives exactly one NOTICE per session');
+like($err, qr/a lease of 301 s stays taken that long/, 'the NOTICE names the lease');
+is($p->query_ok('SELECT redsem_release_all();'), '3', 'release_all releases them');
+$p->quit;
+
+my $p2 = RedsemTest::Session->new($plain, name => 'P2');
+($out, $err) = $p2->query(q{SELECT redsem_acquire('plain_long', 5, '1 h') IS NOT NULL;});
+like($err, qr/NOTICE:  00000: redsem keeper is not running/, 'another session gets its own NOTICE');
+$p2->quit;
+node_log_is_clean($plain, 'the keeper-less server logged no crash');
+
+$plain->stop;
+$redis->stop;
+done_testing();

@@ -1,0 +1,210 @@
+
+# 012_observability.pl - redsem_stats, redsem_holders, redsem_held and
+# redsem_token report what happened.
+#
+# A scripted sequence on semaphore "obs" (limit 2) with known outcomes:
+#   A and B acquire                      acquired 2
+#   E tries while full                   refused 1
+#   D waits 300 ms, times out            waited 1, wait_timeouts 1
+#   C, then F wait in line; A releases (C gets in), B releases (F gets in),
+#   C and F release                      acquired 4, waited 3, released 4
+#   A acquires, its keys vanish from Redis, A releases: false
+#                                        acquired 5, expired 1
+#   A acquires, its keys vanish, A refreshes: false
+#                                        acquired 6, lost 1
+#   Redis down, A refreshes              redis_errors 1
+# Every lease is 60 s: the keeper's first refresh would come after 20 s, so
+# it never touches these holds (it would count a vanished hold as lost).
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('obs', $redis);
+my $user = $node->safe_psql('postgres', 'SELECT current_user');
+
+# A session with its own application_name.
+sub session
+{
+	my ($label) = @_;
+	my $s = RedsemTest::Session->new($node, name => $label);
+	$s->query_ok("SET application_name = 'app_$label';");
+	return $s;
+}
+
+sub stats
+{
+	my ($name) = @_;
+	return $node->safe_psql('postgres',
+		qq{SELECT acquired, refused, waited, wait_timeouts, released, expired, lost, redis_errors
+		   FROM redsem_stats WHERE name = '$name'});
+}
+
+# Remove every trace of the semaphore's members from Redis, as if their
+# leases had run out (the ticket counter stays).
+sub vanish
+{
+	my ($sem) = @_;
+	$redis->cli('DEL', map { "redsem:{$sem}:$_" } qw(owner timeout info waiting));
+}
+
+my $ctl = RedsemTest::Session->new($node, name => 'ctl');
+is($ctl->query_ok('SELECT count(*) FROM redsem_stats;'), '0', 'no statistics yet');
+
+###########################################################################
+note 'the sequence';
+
+my %s = map { $_ => session($_) } qw(A B C D E F);
+my %id;
+$id{a1} = $s{A}->query_ok(q{SELECT redsem_acquire('obs', 2, '60 s');});
+$id{b1} = $s{B}->query_ok(q{SELECT redsem_acquire('obs', 2, '60 s');});
+like($id{$_}, qr/^[0-9a-f]{16}\./, "$_ acquired") foreach qw(a1 b1);
+is($s{E}->query_ok(q{SELECT redsem_acquire('obs', 2, '60 s') IS NULL;}), 't', 'E is refused');
+my ($out, $err, $secs) = $s{D}->query(q{SELECT redsem_acquire('obs', 2, '60 s', '300 ms') IS NULL;});
+is("$out|$err", 't|', 'D waits 300 ms and gives up');
+
+$s{C}->send(q{SELECT redsem_acquire('obs', 2, '60 s', '30 s');});
+ok(defined wait_until(30, sub { $redis->zcard('obs', 'waiting') == 1 }), 'C waits in line');
+$s{F}->send(q{SELECT redsem_acquire('obs', 2, '60 s', '30 s');});
+ok(defined wait_until(30, sub { $redis->zcard('obs', 'waiting') == 2 }), 'F waits in line behind C');
+
+# Holders, then waiters, in line order.
+my @rows = map { [ split /\|/, $_, -1 ] } split /\n/, $ctl->query_ok(q{
+	SELECT position, state, id, ticket, lease_expires_at IS NOT NULL,
+	       coalesce(lease_expires_at > now() + interval '30 s', false),
+	       server, pid, database, username, application_name
+	FROM redsem_holders('obs');});
+is(scalar @rows, 4, 'redsem_holders lists four members');
+my @who = qw(A B C F);
+foreach my $i (0 .. 3)
+{
+	my $r = $rows[$i] // [];
+	my $w = $who[$i];
+	my $state = $i < 2 ? 'holding' : 'waiting';
+	is($r->[0], $i + 1, "row $i: position " . ($i + 1));
+	is($r->[1], $state, "row $i: $w is $state");
+	is($r->[7], $s{$w}->backend_pid, "row $i: pid of $w");
+	is(join('|', @$r[ 6, 8, 9, 10 ]), "obs|postgres|$user|app_$w",
+		"row $i: server, database, username, application_name of $w");
+	if ($i < 2)
+	{
+		is($r->[2], $id{ lc($w) . '1' }, "row $i: id of $w");
+		is("$r->[4]|$r->[5]", 't|t', "row $i: a holder's lease ends in about 60 s");
+	}
+	else
+	{
+		like($r->[2], qr/^[0-9a-f]{16}\.$s{$w}->{backend_pid}\./, "row $i: an id of $w");
+		is($r->[4], 'f', "row $i: a waiter has no lease end");
+	}
+}
+my @tickets = map { $_->[3] // 0 } @rows;
+ok($tickets[0] < $tickets[1] && $tickets[1] < $tickets[2] && $tickets[2] < $tickets[3],
+	"tickets rise along the line (@tickets)");
+
+# Tokens: redsem_token = redsem_held().token = the holder's ticket.
+is($s{A}->query_ok(qq{SELECT name, id, scope, lease, token, kept_alive,
+		token = redsem_token('obs', '$id{a1}') FROM redsem_held();}),
+	"obs|$id{a1}|session|00:01:00|$tickets[0]|t|t",
+	"A's redsem_held() row, its token equal to redsem_token and the ticket");
+is($ctl->query_ok(qq{SELECT redsem_token('obs', '$id{b1}');}), $tickets[1],
+	"redsem_token works from any session");
+is($ctl->query_ok(qq{SELECT redsem_token('obs', '$rows[2][2]') IS NULL;}), 't',
+	'a waiter has no token');
+
+is($s{A}->query_ok(qq{SELECT redsem_release('obs', '$id{a1}');}), 't', 'A releases');
+($out, $err) = $s{C}->wait_done(30);
+is($err, '', 'C got in');
+$id{c1} = $out;
+is($id{c1}, $rows[2][2], "C's id is the one listed while it waited");
+is($ctl->query_ok(qq{SELECT redsem_token('obs', '$id{a1}') IS NULL;}), 't',
+	'a released holder has no token');
+is($s{B}->query_ok(qq{SELECT redsem_release('obs', '$id{b1}');}), 't', 'B releases');
+($out, $err) = $s{F}->wait_done(30);
+is($err, '', 'F got in');
+$id{f1} = $out;
+
+my %tok;
+foreach my $p ([ C => 'c1' ], [ F => 'f1' ])
+{
+	my ($w, $k) = @$p;
+	my ($held, $direct) = split /\|/, $s{$w}->query_ok(
+		qq{SELECT token, redsem_token('obs', '$id{$k}') FROM redsem_held();});
+	is($held, $direct, "$w: redsem_held().token = redsem_token");
+	$tok{$k} = $held;
+}
+ok($tok{c1} > $tickets[1] && $tok{f1} > $tok{c1},
+	'tokens rise with each grant, a promoted waiter keeping its ticket');
+is($tok{c1}, $tickets[2], "C's token is the ticket it had in line");
+
+is($s{C}->query_ok(qq{SELECT redsem_release('obs', '$id{c1}');}), 't', 'C releases');
+is($s{F}->query_ok(qq{SELECT redsem_release('obs', '$id{f1}');}), 't', 'F releases');
+
+# An expired slot: release returns false.
+$id{a2} = $s{A}->query_ok(q{SELECT redsem_acquire('obs', 2, '60 s');});
+my $tok_a2 = $s{A}->query_ok(q{SELECT token FROM redsem_held();});
+ok($tok_a2 > $tok{f1}, 'the next grant has a higher token still');
+vanish('obs');
+is($s{A}->query_ok(qq{SELECT redsem_release('obs', '$id{a2}');}), 'f',
+	'releasing a slot that vanished from Redis returns false');
+
+# A lost slot: refresh returns false, and the session forgets it.
+$id{a3} = $s{A}->query_ok(q{SELECT redsem_acquire('obs', 2, '60 s');});
+vanish('obs');
+is($s{A}->query_ok(qq{SELECT redsem_refresh('obs', '$id{a3}');}), 'f',
+	'refreshing a slot that vanished from Redis returns false');
+is($s{A}->query_ok(q{SELECT count(*) FROM redsem_held();}), '0',
+	'redsem_held() no longer lists it');
+
+# A Redis error.
+$redis->stop;
+($out, $err) = $s{A}->query(qq{SELECT redsem_refresh('obs', '$id{a3}');});
+like($err, qr/ERROR:  08001: could not connect to Redis/, 'with Redis down, refresh fails with 08001');
+($out, $err) = $s{A}->query(q{SELECT redsem_acquire('obs_down', 1, '60 s');});
+like($err, qr/ERROR:  08001: could not connect to Redis/, 'and so does acquire');
+$redis->start;
+
+###########################################################################
+note 'the statistics';
+
+is(stats('obs'), '6|1|3|1|4|1|1|1',
+	'obs: acquired 6, refused 1, waited 3, wait_timeouts 1, released 4, expired 1, lost 1, redis_errors 1');
+is($node->safe_psql('postgres',
+		q{SELECT total_wait_time >= interval '300 ms' FROM redsem_stats WHERE name = 'obs'}),
+	't', 'total_wait_time includes the 300 ms of the timed-out wait');
+is(stats('obs_down'), '0|0|0|0|0|0|0|1',
+	'a failed acquire counts one Redis error and nothing else');
+
+# One more semaphore, so resetting one name leaves the other.
+my $o = $ctl->query_ok(q{SELECT redsem_acquire('obs_other', 1, '60 s');});
+is($ctl->query_ok(qq{SELECT redsem_release('obs_other', '$o');}), 't', 'obs_other used once');
+is(stats('obs_other'), '1|0|0|0|1|0|0|0', 'obs_other: acquired 1, released 1');
+
+$ctl->query_ok(q{SELECT redsem_stats_reset('obs');});
+is($ctl->query_ok(q{SELECT string_agg(name, ',' ORDER BY name) FROM redsem_stats;}),
+	'obs_down,obs_other', "redsem_stats_reset('obs') forgets only obs");
+$ctl->query_ok(q{SELECT redsem_stats_reset();});
+is($ctl->query_ok('SELECT count(*) FROM redsem_stats;'), '0',
+	'redsem_stats_reset() forgets everything');
+
+$node->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
+my ($rout, $rerr) = ('', '');
+$node->psql('postgres', 'SELECT redsem_stats_reset()',
+	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'plain' ]);
+like($rerr, qr/permission denied for function redsem_stats_reset/,
+	'an ordinary role may not reset the statistics');
+
+$s{$_}->quit foreach keys %s;
+$ctl->quit;
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();
