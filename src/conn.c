@@ -21,6 +21,7 @@
 
 #include "hiredis.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
 #include "storage/latch.h"
@@ -55,6 +56,22 @@ static TimestampTz
 deadline_after(int64 ms)
 {
 	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
+}
+
+/* A hash of every setting that decides which Redis data we reach */
+uint64
+redis_target_signature(void)
+{
+	char	   *desc = psprintf("%s|%d|%s|%d|%s",
+								redsem_host ? redsem_host : "", redsem_port,
+								redsem_unix_socket ? redsem_unix_socket : "",
+								redsem_database,
+								redsem_user ? redsem_user : "");
+	uint64		h = hash_bytes_extended((const unsigned char *) desc,
+										strlen(desc), 0);
+
+	pfree(desc);
+	return h;
 }
 
 /* Human-readable connection target, for messages */

@@ -50,6 +50,12 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 		GUC_check_errdetail("The prefix must not contain \"{\" or \"}\".");
 		return false;
 	}
+	if (*newval && strlen(*newval) > REDSEM_MAX_PREFIX_BYTES)
+	{
+		GUC_check_errdetail("The prefix must be at most %d bytes long.",
+							REDSEM_MAX_PREFIX_BYTES);
+		return false;
+	}
 	return true;
 }
 

@@ -32,6 +32,7 @@ typedef enum HoldState
 
 typedef struct Hold
 {
+	char	   *prefix;			/* redsem.key_prefix when it was taken */
 	char	   *name;
 	char	   *id;
 	HoldScope	scope;
@@ -53,6 +54,7 @@ static void
 hold_free(Hold *hold)
 {
 	shared_hold_remove(hold->shared_slot, hold->id);
+	pfree(hold->prefix);
 	pfree(hold->name);
 	pfree(hold->id);
 	pfree(hold);
@@ -74,8 +76,12 @@ release_quietly(List *victims, TimestampTz deadline)
 		bool		was_held;
 		MemoryContext old;
 
-		if (reachable &&
-			sem_release_quiet(hold->name, hold->id, deadline, &was_held))
+		const char *previous_prefix = sem_use_prefix(hold->prefix);
+		bool		released = reachable &&
+			sem_release_quiet(hold->name, hold->id, deadline, &was_held);
+
+		sem_use_prefix(previous_prefix);
+		if (released)
 		{
 			if (hold->state == HOLD_HELD)
 				stats_count(hold->name, was_held ? STAT_RELEASED : STAT_EXPIRED, 1);
@@ -250,6 +256,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms)
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	Hold	   *hold = palloc0(sizeof(Hold));
 
+	hold->prefix = pstrdup(redsem_key_prefix ? redsem_key_prefix : "");
 	hold->name = pstrdup(name);
 	hold->id = pstrdup(id);
 	hold->scope = scope;
@@ -271,7 +278,7 @@ hold_mark_held(void *entry, int64 ticket)
 	hold->state = HOLD_HELD;
 	hold->ticket = ticket;
 	hold->acquired_at = hold->refreshed_at = GetCurrentTimestamp();
-	hold->shared_slot = shared_hold_add(hold->name, hold->id,
+	hold->shared_slot = shared_hold_add(hold->prefix, hold->name, hold->id,
 										hold->scope == HOLD_XACT,
 										hold->lease_ms, ticket);
 }
@@ -300,30 +307,84 @@ find_hold(const char *name, const char *id)
 	return NULL;
 }
 
-/* Drop the entry for (name, id); false if this session had none */
-bool
-hold_forget_id(const char *name, const char *id)
+/*
+ * Release (name, id) under the prefix it was taken with (the current one
+ * if this session did not take it); true if it was a live slot.
+ */
+static bool
+release_under_prefix(const char *prefix, const char *name, const char *id)
 {
-	Hold	   *hold = find_hold(name, id);
+	const char *previous = sem_use_prefix(prefix);
+	volatile bool held = false;
 
-	if (hold == NULL)
-		return false;
-	hold_forget(hold);
-	return true;
+	PG_TRY();
+	{
+		held = sem_release(name, id);
+	}
+	PG_FINALLY();
+	{
+		sem_use_prefix(previous);
+	}
+	PG_END_TRY();
+	return held;
 }
 
-/* Redis confirmed a new lease for (name, id) */
-void
-hold_note_refresh(const char *name, const char *id, int64 lease_ms)
+/* Extend (name, id) under the prefix it was taken with; new lease or 0 */
+static int64
+refresh_under_prefix(const char *prefix, const char *name, const char *id,
+					 int64 lease_ms)
+{
+	const char *previous = sem_use_prefix(prefix);
+	volatile int64 result = 0;
+
+	PG_TRY();
+	{
+		result = sem_refresh(name, id, lease_ms);
+	}
+	PG_FINALLY();
+	{
+		sem_use_prefix(previous);
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/* redsem_release: release a slot by id, keeping the registry and stats */
+bool
+hold_release_id(const char *name, const char *id)
+{
+	Hold	   *hold = find_hold(name, id);
+	bool		held = release_under_prefix(hold ? hold->prefix : NULL, name, id);
+
+	if (hold != NULL)
+	{
+		stats_count(name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
+		hold_forget(hold);
+	}
+	return held;
+}
+
+/* redsem_refresh: extend a lease by id; the new lease in ms, or 0 if lost */
+int64
+hold_refresh_id(const char *name, const char *id, int64 lease_ms)
 {
 	Hold	   *hold = find_hold(name, id);
 
-	if (hold != NULL)
+	lease_ms = refresh_under_prefix(hold ? hold->prefix : NULL, name, id, lease_ms);
+	if (hold == NULL)
+		return lease_ms;
+	if (lease_ms > 0)
 	{
 		hold->refreshed_at = GetCurrentTimestamp();
 		hold->lease_ms = lease_ms;
 		shared_hold_refreshed(hold->shared_slot, hold->id, lease_ms);
 	}
+	else
+	{
+		stats_count(name, STAT_LOST, 1);
+		hold_forget(hold);
+	}
+	return lease_ms;
 }
 
 /* The session's confirmed holds, for redsem_held(); returns the count */
@@ -353,6 +414,7 @@ hold_snapshot(HeldInfo **out)
 			keeper_is_active();
 		if (info->kept_alive)
 		{
+			info->kept_alive = !tracked.unkept;
 			refreshed = Max(refreshed, tracked.refreshed_at);
 			info->lost = tracked.lost;
 		}
@@ -382,7 +444,7 @@ hold_release_session(void)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (sem_release(hold->name, hold->id))
+		if (release_under_prefix(hold->prefix, hold->name, hold->id))
 		{
 			released++;
 			stats_count(hold->name, STAT_RELEASED, 1);
@@ -403,7 +465,7 @@ hold_flush_deferred(void)
 	{
 		Hold	   *hold = (Hold *) linitial(deferred);
 
-		(void) sem_release(hold->name, hold->id);
+		(void) release_under_prefix(hold->prefix, hold->name, hold->id);
 		deferred = list_delete_first(deferred);
 		hold_free(hold);
 	}

@@ -16,6 +16,7 @@ struct redisReply;
 /* Bounds on arguments, documented in README.md */
 #define REDSEM_MAX_NAME_BYTES	200
 #define REDSEM_MAX_ID_BYTES		100
+#define REDSEM_MAX_PREFIX_BYTES	64
 #define REDSEM_MAX_HOLDERS		1000000
 #define REDSEM_MAX_LEASE_MS		(INT64CONST(24) * 3600 * 1000)
 #define REDSEM_MAX_WAIT_MS		(INT64CONST(24) * 3600 * 1000)
@@ -91,6 +92,8 @@ extern int64 sem_refresh(const char *name, const char *id, int64 lease_ms);
 extern int64 sem_wait_for_wake(const char *name, const char *id,
 							  int64 timeout_ms);
 extern char *sem_key(const char *name, const char *suffix);
+extern const char *sem_use_prefix(const char *prefix);
+extern uint64 redis_target_signature(void);
 extern int64 sem_token(const char *name, const char *id);
 extern struct redisReply *sem_list(const char *name);
 
@@ -106,8 +109,8 @@ extern void *hold_begin(const char *name, const char *id, HoldScope scope,
 						int64 lease_ms);
 extern void hold_mark_held(void *hold, int64 ticket);
 extern void hold_forget(void *hold);
-extern bool hold_forget_id(const char *name, const char *id);
-extern void hold_note_refresh(const char *name, const char *id, int64 lease_ms);
+extern bool hold_release_id(const char *name, const char *id);
+extern int64 hold_refresh_id(const char *name, const char *id, int64 lease_ms);
 
 typedef struct HeldInfo
 {
@@ -138,6 +141,9 @@ typedef struct SharedHold
 	int64		ticket;
 	TimestampTz acquired_at;
 	TimestampTz refreshed_at;	/* last time Redis confirmed the lease */
+	bool		unkept;			/* taken under another Redis target */
+	uint64		target;			/* redis_target_signature() at acquire */
+	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
 	char		id[REDSEM_MAX_ID_BYTES + 1];
 } SharedHold;
@@ -183,8 +189,9 @@ extern int	redsem_max_tracked_semaphores;
 extern void shmem_install_hooks(void);
 extern uint64 redsem_incarnation(void);
 extern bool keeper_is_active(void);
-extern int	shared_hold_add(const char *name, const char *id, bool xact,
-							int64 lease_ms, int64 ticket);
+extern int	shared_hold_add(const char *prefix, const char *name,
+							const char *id, bool xact, int64 lease_ms,
+							int64 ticket);
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);
 extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms);

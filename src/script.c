@@ -72,6 +72,23 @@ append_encoded_name(StringInfo buf, const char *name)
 	}
 }
 
+/*
+ * Key prefix to use instead of redsem.key_prefix, or NULL.  Holds remember
+ * the prefix they were taken under, and are released and refreshed under
+ * it even if the setting changed since.
+ */
+static const char *prefix_override = NULL;
+
+/* Use prefix (NULL: redsem.key_prefix) for the next operations */
+const char *
+sem_use_prefix(const char *prefix)
+{
+	const char *previous = prefix_override;
+
+	prefix_override = prefix;
+	return previous;
+}
+
 /* The Redis key "<prefix>{<encoded name>}:<suffix>" */
 char *
 sem_key(const char *name, const char *suffix)
@@ -79,7 +96,10 @@ sem_key(const char *name, const char *suffix)
 	StringInfoData buf;
 
 	initStringInfo(&buf);
-	appendStringInfoString(&buf, redsem_key_prefix ? redsem_key_prefix : "");
+	if (prefix_override != NULL)
+		appendStringInfoString(&buf, prefix_override);
+	else if (redsem_key_prefix != NULL)
+		appendStringInfoString(&buf, redsem_key_prefix);
 	appendStringInfoChar(&buf, '{');
 	append_encoded_name(&buf, name);
 	appendStringInfo(&buf, "}:%s", suffix);

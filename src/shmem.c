@@ -154,8 +154,8 @@ wake_keeper(void)
  * or -1 if not preloaded or the table is full.
  */
 int
-shared_hold_add(const char *name, const char *id, bool xact, int64 lease_ms,
-				int64 ticket)
+shared_hold_add(const char *prefix, const char *name, const char *id,
+				bool xact, int64 lease_ms, int64 ticket)
 {
 	int			slot = -1;
 	bool		first_change;
@@ -176,6 +176,8 @@ shared_hold_add(const char *name, const char *id, bool xact, int64 lease_ms,
 		h->lease_ms = lease_ms;
 		h->ticket = ticket;
 		h->acquired_at = h->refreshed_at = GetCurrentTimestamp();
+		h->target = redis_target_signature();
+		strlcpy(h->prefix, prefix, sizeof(h->prefix));
 		strlcpy(h->name, name, sizeof(h->name));
 		strlcpy(h->id, id, sizeof(h->id));
 		slot = i;

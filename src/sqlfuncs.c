@@ -85,34 +85,37 @@ id_arg(FunctionCallInfo fcinfo, int argno)
 	return id;
 }
 
-/* An interval as whole milliseconds (a month counts as 30 days) */
+/* An interval in microseconds (a month counts as 30 days) */
 static int64
-interval_ms(Interval *iv, bool *overflow)
+interval_us(Interval *iv, bool *overflow)
 {
 	int64		days = (int64) iv->month * DAYS_PER_MONTH + iv->day;
 
 	*overflow = (days > 100000 || days < -100000);
 	if (*overflow)
 		return 0;
-	return days * SECS_PER_DAY * 1000 + iv->time / 1000;
+	return days * USECS_PER_DAY + iv->time;
 }
 
-/* A duration argument in milliseconds, between min_ms and max_ms */
+/*
+ * A duration argument in whole milliseconds; the interval itself must lie
+ * between min_ms and max_ms (checked to the microsecond).
+ */
 static int64
 duration_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 			 int64 min_ms, int64 max_ms)
 {
 	bool		overflow;
-	int64		ms;
+	int64		us;
 
-	ms = interval_ms(PG_GETARG_INTERVAL_P(argno), &overflow);
-	if (overflow || ms < min_ms || ms > max_ms)
+	us = interval_us(PG_GETARG_INTERVAL_P(argno), &overflow);
+	if (overflow || us < min_ms * 1000 || us > max_ms * 1000)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"%s\" is out of range", argname),
 				 errdetail("\"%s\" must be between %s and %s.", argname,
 						   min_ms == 0 ? "0" : "1 millisecond", "24 hours")));
-	return ms;
+	return us / 1000;
 }
 
 /* Read and check the arguments shared by the acquire functions */
@@ -353,9 +356,7 @@ redsem_release(PG_FUNCTION_ARGS)
 
 	hold_init();
 	hold_flush_deferred();
-	held = sem_release(name, id);
-	if (hold_forget_id(name, id))
-		stats_count(name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
+	held = hold_release_id(name, id);
 	PG_RETURN_BOOL(held);
 }
 
@@ -372,12 +373,7 @@ redsem_refresh(PG_FUNCTION_ARGS)
 		lease_ms = duration_arg(fcinfo, 2, "lease", 1, REDSEM_MAX_LEASE_MS);
 	hold_init();
 	hold_flush_deferred();
-	lease_ms = sem_refresh(name, id, lease_ms);
-	held = lease_ms > 0;
-	if (held)
-		hold_note_refresh(name, id, lease_ms);
-	else if (hold_forget_id(name, id))
-		stats_count(name, STAT_LOST, 1);
+	held = hold_refresh_id(name, id, lease_ms) > 0;
 	PG_RETURN_BOOL(held);
 }
 

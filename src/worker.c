@@ -99,6 +99,30 @@ simple_command(int argc, const char **argv)
 	freeReplyObject(reply);
 }
 
+/* An index value: "<prefix length>:<prefix><name>" */
+static char *
+encode_index_entry(const SharedHold *h)
+{
+	return psprintf("%d:%s%s", (int) strlen(h->prefix), h->prefix, h->name);
+}
+
+/* Split an index value back into prefix and name; false if malformed */
+static bool
+decode_index_entry(char *entry, char **prefix, char **name)
+{
+	char	   *colon = strchr(entry, ':');
+	long		len;
+
+	if (colon == NULL)
+		return false;
+	len = strtol(entry, NULL, 10);
+	if (len < 0 || len > (long) strlen(colon + 1))
+		return false;
+	*prefix = pnstrdup(colon + 1, len);
+	*name = colon + 1 + len;
+	return **name != '\0';
+}
+
 /* Release every hold listed for the incarnation before a crash-restart */
 static void
 release_previous_incarnation(uint64 previous)
@@ -121,13 +145,19 @@ release_previous_incarnation(uint64 previous)
 	for (lc = list_head(pairs); lc != NULL; lc = lnext(pairs, lnext(pairs, lc)))
 	{
 		const char *id = lfirst(lc);
-		const char *name = lfirst(lnext(pairs, lc));
+		char	   *entry = lfirst(lnext(pairs, lc));
+		char	   *prefix;
+		char	   *name;
 
+		if (!decode_index_entry(entry, &prefix, &name))
+			continue;
+		sem_use_prefix(prefix);
 		if (sem_release(name, id))
 		{
 			released++;
 			stats_count(name, STAT_RELEASED, 1);
 		}
+		sem_use_prefix(NULL);
 	}
 	argv[0] = "DEL";
 	simple_command(2, argv);
@@ -191,11 +221,28 @@ hold_is_orphaned(const SharedHold *h)
 static void
 release_orphan(const HoldCopy *c)
 {
-	if (sem_release(c->hold.name, c->hold.id))
-		stats_count(c->hold.name, STAT_RELEASED, 1);
-	else
-		stats_count(c->hold.name, STAT_EXPIRED, 1);
+	bool		held;
+
+	sem_use_prefix(c->hold.prefix);
+	held = sem_release(c->hold.name, c->hold.id);
+	sem_use_prefix(NULL);
+	stats_count(c->hold.name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
 	shared_hold_remove(c->slot, c->hold.id);
+}
+
+/*
+ * Flag whether a hold was taken under another Redis target than the
+ * keeper's current one (then the keeper cannot reach it)
+ */
+static void
+note_unkept(const HoldCopy *c, bool unkept)
+{
+	SharedHold *h = &shared->holds[c->slot];
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if (h->in_use && strcmp(h->id, c->hold.id) == 0)
+		h->unkept = unkept;
+	LWLockRelease(shared->holds_lock);
 }
 
 /* Refresh a hold whose lease is a third used up; ms until the next is due */
@@ -205,11 +252,20 @@ refresh_if_due(const HoldCopy *c, TimestampTz now)
 	int64		third = Max(c->hold.lease_ms / 3, 1);
 	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
 
-	if (c->hold.lost)
+	int64		lease;
+
+	bool		reachable = (c->hold.target == redis_target_signature());
+
+	if (c->hold.unkept != !reachable)
+		note_unkept(c, !reachable);
+	if (c->hold.lost || !reachable)
 		return KEEPER_MAX_SLEEP_MS;
 	if (due > now)
 		return TimestampDifferenceMilliseconds(now, due);
-	if (sem_refresh(c->hold.name, c->hold.id, c->hold.lease_ms) > 0)
+	sem_use_prefix(c->hold.prefix);
+	lease = sem_refresh(c->hold.name, c->hold.id, c->hold.lease_ms);
+	sem_use_prefix(NULL);
+	if (lease > 0)
 		note_refresh(c, true, now);
 	else
 	{
@@ -242,7 +298,7 @@ write_index(HoldCopy *holds, int n)
 		for (int j = i; j < n && j < i + KEEPER_INDEX_BATCH; j++)
 		{
 			argv[argc++] = holds[j].hold.id;
-			argv[argc++] = holds[j].hold.name;
+			argv[argc++] = encode_index_entry(&holds[j].hold);
 		}
 		simple_command(argc, argv);
 	}
@@ -383,6 +439,7 @@ redsem_keeper_main(Datum main_arg)
 			edata = CopyErrorData();
 			FlushErrorState();
 			LWLockReleaseAll();
+			sem_use_prefix(NULL);
 			report_trouble(&st, edata);
 		}
 		PG_END_TRY();

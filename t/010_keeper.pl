@@ -144,6 +144,13 @@ my $off = log_size();
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET redsem.unix_socket = '$bad'; SELECT pg_reload_conf();");
 $t0 = time;
+# The keeper talks to Redis when it has work: a hold taken meanwhile (by a
+# session that still points at the real Redis) makes it rewrite its index.
+# It never refreshes "hup" through the new path: that hold lives in the
+# Redis it was taken in, which the keeper no longer points at.
+my $good = $redis->socket;
+$node->safe_psql('postgres',
+	"SET redsem.unix_socket = '$good'; SELECT redsem_release('hup2', redsem_acquire('hup2', 1, '1 s'));");
 my $bad_re = qr/redsem keeper: could not connect to Redis at unix socket "\Q$bad\E"/;
 my $seen = wait_until(30, sub { log_since($off) =~ $bad_re });
 ok(defined $seen, 'after pg_reload_conf() the keeper uses the new socket path ('

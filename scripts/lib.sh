@@ -1,0 +1,405 @@
+# shellcheck shell=bash
+#
+# scripts/lib.sh - shared helpers for redsem's shell harness.
+#
+# Sourced by scripts/test.sh and scripts/demo.sh (never run directly). It
+# provides:
+#
+#   redsem_install_deps        apt-get install the build/test dependencies
+#   redsem_build_install       make && make install in the repository root
+#   redsem_make_tmpdir PREFIX  private temp dir owned by postgres -> $REDSEM_TMPDIR
+#   redsem_start_redis DIR     private Redis on DIR/redis.sock (no TCP port)
+#   redsem_stop_redis DIR
+#   redsem_start_pg DIR        private PostgreSQL in DIR/pgdata, socket in DIR
+#   redsem_stop_pg DIR
+#   redsem_psql DIR ARGS...    psql -X -A -t -q against that server, as postgres
+#   redsem_as_postgres CMD...  run a command as the postgres user
+#   redsem_cleanup             stop whatever was started, remove $REDSEM_TMPDIR
+#
+# The caller owns the traps, typically:
+#
+#   trap redsem_cleanup EXIT
+#   trap 'exit 130' INT
+#   trap 'exit 143' TERM
+#
+# Nothing here touches system services or the default ports (5432, 6379):
+# Redis listens on a unix socket only, PostgreSQL on a unix socket only
+# (listen_addresses = ''), both inside a private temp directory.
+#
+# Environment knobs:
+#   REDSEM_KEEP=1        keep the temp dir (servers are still stopped)
+#   REDSEM_NO_PRELOAD=1  start PostgreSQL without shared_preload_libraries
+#                        (only for debugging the harness itself)
+
+if [[ -n "${REDSEM_LIB_SOURCED:-}" ]]; then
+    return 0
+fi
+REDSEM_LIB_SOURCED=1
+
+# --- constants ---------------------------------------------------------------
+
+REDSEM_PG_MAJOR=15
+REDSEM_PG_BINDIR=/usr/lib/postgresql/${REDSEM_PG_MAJOR}/bin
+REDSEM_PG_CONFIG=${REDSEM_PG_BINDIR}/pg_config
+# Repository root: the parent of the directory holding this file.
+REDSEM_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Debian packages needed to build and test. redis-tools provides redis-cli,
+# perl provides prove, libipc-run-perl is needed by PostgreSQL's TAP modules,
+# procps/util-linux provide ps/kill/runuser/flock.
+REDSEM_DEB_PACKAGES=(
+    build-essential pkg-config
+    postgresql-15 postgresql-client-15 postgresql-server-dev-15
+    libhiredis-dev redis-server redis-tools
+    perl libipc-run-perl
+    procps util-linux coreutils
+)
+
+# PostgreSQL binaries first; sbin for runuser when run through sudo.
+export PATH="${REDSEM_PG_BINDIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
+# A locale that exists on every Debian 12 (libc-bin ships C.UTF-8): avoids
+# initdb failing on a LANG inherited from a desktop session.
+export LC_ALL=C.UTF-8 LANG=C.UTF-8
+unset LANGUAGE
+
+# State for redsem_cleanup.
+REDSEM_TMPDIR=${REDSEM_TMPDIR:-}
+REDSEM_POLICY_RC_CREATED=
+REDSEM_REDIS_DIRS=()
+REDSEM_PG_DIRS=()
+
+# --- messages ----------------------------------------------------------------
+
+redsem_log() { printf '==> %s\n' "$*" >&2; }
+redsem_warn() { printf 'redsem: warning: %s\n' "$*" >&2; }
+redsem_die() {
+    printf 'redsem: error: %s\n' "$*" >&2
+    exit 1
+}
+
+# --- privileges --------------------------------------------------------------
+
+# redsem_as_root CMD... : run CMD as root (directly, or through sudo).
+redsem_as_root() {
+    if [[ ${EUID} -eq 0 ]]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -- "$@"
+    else
+        redsem_die "root is needed for: $* (run this script as root, e.g. with sudo)"
+    fi
+}
+
+# redsem_reexec_as_root SCRIPT ARGS... : if not root, re-run the whole
+# script as root through sudo, keeping the REDSEM_* settings.
+redsem_reexec_as_root() {
+    [[ ${EUID} -eq 0 ]] && return 0
+    command -v sudo >/dev/null 2>&1 ||
+        redsem_die "this script must run as root (PostgreSQL tests run as the postgres user via runuser); sudo is not available"
+    local script=$1
+    shift
+    local keep=() var
+    for var in $(compgen -e); do
+        [[ $var == REDSEM_* && $var != REDSEM_LIB_SOURCED ]] && keep+=("$var=${!var}")
+    done
+    redsem_log "not root: re-running through sudo"
+    exec sudo -- env "${keep[@]}" bash "$script" "$@"
+}
+
+# redsem_as_postgres CMD... : run CMD as the postgres user with a clean,
+# explicit environment (runuser keeps the caller's environment, but HOME
+# and PATH must suit postgres). Extra variables: put VAR=value words first
+# (they are handed to env).
+redsem_as_postgres() {
+    local envs=(
+        HOME=/var/lib/postgresql
+        PATH="${REDSEM_PG_BINDIR}:/usr/local/bin:/usr/bin:/bin"
+        LC_ALL=C.UTF-8 LANG=C.UTF-8
+    )
+    # Run from / when postgres may not enter the current directory (say
+    # /root/checkout): psql, initdb and pg_ctl complain otherwise.
+    redsem_postgres_can_enter_cwd || envs=(-C / "${envs[@]}")
+    if [[ $(id -un) == postgres ]]; then
+        env "${envs[@]}" "$@"
+    elif [[ ${EUID} -eq 0 ]]; then
+        runuser -u postgres -- env "${envs[@]}" "$@"
+    else
+        sudo -u postgres -- env "${envs[@]}" "$@"
+    fi
+}
+
+# Can the postgres user cd into the current directory? (Cached per directory.)
+REDSEM_CWD_CHECKED=
+REDSEM_CWD_OK=
+# shellcheck disable=SC2016 # $1 is expanded by sh -c, on purpose
+redsem_postgres_can_enter_cwd() {
+    if [[ $REDSEM_CWD_CHECKED != "$PWD" ]]; then
+        REDSEM_CWD_OK=no
+        if [[ $(id -un) == postgres ]]; then
+            REDSEM_CWD_OK=yes
+        elif [[ ${EUID} -eq 0 ]]; then
+            runuser -u postgres -- sh -c 'cd "$1"' sh "$PWD" 2>/dev/null && REDSEM_CWD_OK=yes
+        else
+            sudo -u postgres -- sh -c 'cd "$1"' sh "$PWD" 2>/dev/null && REDSEM_CWD_OK=yes
+        fi
+        REDSEM_CWD_CHECKED=$PWD
+    fi
+    [[ $REDSEM_CWD_OK == yes ]]
+}
+
+# --- dependencies ------------------------------------------------------------
+
+# Print the packages of REDSEM_DEB_PACKAGES that are not installed.
+redsem_missing_packages() {
+    local pkg status
+    for pkg in "${REDSEM_DEB_PACKAGES[@]}"; do
+        status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+        [[ $status == "install ok installed" ]] || printf '%s\n' "$pkg"
+    done
+}
+
+# Keep apt from starting the redis-server / postgresql services it installs:
+# a policy-rc.d that answers 101 ("action forbidden"). Only ours is removed.
+redsem_block_service_start() {
+    [[ -e /usr/sbin/policy-rc.d ]] && return 0
+    printf '#!/bin/sh\n# temporary, from redsem scripts/lib.sh\nexit 101\n' |
+        redsem_as_root tee /usr/sbin/policy-rc.d >/dev/null
+    redsem_as_root chmod 755 /usr/sbin/policy-rc.d
+    REDSEM_POLICY_RC_CREATED=1
+}
+
+redsem_unblock_service_start() {
+    if [[ -n $REDSEM_POLICY_RC_CREATED ]]; then
+        redsem_as_root rm -f /usr/sbin/policy-rc.d
+        REDSEM_POLICY_RC_CREATED=
+    fi
+}
+
+# Install every package of REDSEM_DEB_PACKAGES that is missing. apt-get
+# update runs only when something is missing, so a second run is fast.
+redsem_install_deps() {
+    command -v dpkg-query >/dev/null 2>&1 ||
+        redsem_die "dpkg-query not found: these scripts need Debian 12 (bookworm)"
+    local missing
+    mapfile -t missing < <(redsem_missing_packages)
+    if [[ ${#missing[@]} -eq 0 ]]; then
+        redsem_log "dependencies already installed"
+        return 0
+    fi
+    # apt-get's output goes to a log, shown only if something fails.
+    local rc=0 aptlog
+    aptlog=$(mktemp /tmp/redsem-apt.XXXXXXXX)
+    redsem_log "installing with apt-get (a few minutes on a fresh machine): ${missing[*]}"
+    redsem_block_service_start
+    redsem_as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get -q -o Dpkg::Use-Pty=0 update >>"$aptlog" 2>&1 || rc=$?
+    if [[ $rc -eq 0 ]]; then
+        redsem_as_root env DEBIAN_FRONTEND=noninteractive \
+            apt-get -q -y -o Dpkg::Use-Pty=0 install --no-install-recommends \
+            "${REDSEM_DEB_PACKAGES[@]}" >>"$aptlog" 2>&1 || rc=$?
+    fi
+    redsem_unblock_service_start
+    if [[ $rc -ne 0 ]]; then
+        tail -n 60 "$aptlog" >&2
+        rm -f "$aptlog"
+        redsem_die "apt-get failed (status $rc); its last lines are above"
+    fi
+    rm -f "$aptlog"
+    mapfile -t missing < <(redsem_missing_packages)
+    [[ ${#missing[@]} -eq 0 ]] || redsem_die "still missing after apt-get: ${missing[*]}"
+    id postgres >/dev/null 2>&1 || redsem_die "user postgres does not exist after installing postgresql-15"
+}
+
+# --- build -------------------------------------------------------------------
+
+# redsem_build_install : make, then make install, in the repository root.
+# When root runs this (sudo) in a checkout owned by a normal user, the build
+# itself runs as that user so the object files do not end up owned by root;
+# only "make install" runs as root.
+redsem_build_install() {
+    local make_args=(-s -C "$REDSEM_REPO_ROOT" "PG_CONFIG=$REDSEM_PG_CONFIG")
+    local owner
+    owner=$(stat -c %U "$REDSEM_REPO_ROOT")
+    redsem_log "building redsem in $REDSEM_REPO_ROOT"
+    if [[ ${EUID} -eq 0 && $owner != root && $owner != UNKNOWN ]] &&
+        id "$owner" >/dev/null 2>&1; then
+        runuser -u "$owner" -- env PATH="$PATH" LC_ALL=C.UTF-8 make "${make_args[@]}"
+    else
+        make "${make_args[@]}"
+    fi
+    redsem_log "installing redsem into $("$REDSEM_PG_CONFIG" --pkglibdir)"
+    redsem_as_root env PATH="$PATH" make "${make_args[@]}" install
+}
+
+# --- temp dir ----------------------------------------------------------------
+
+# redsem_make_tmpdir PREFIX : create /tmp/PREFIX.XXXXXXXX, mode 700, owned by
+# postgres, and record it in REDSEM_TMPDIR for redsem_cleanup.
+redsem_make_tmpdir() {
+    local prefix=${1:-redsem}
+    REDSEM_TMPDIR=$(mktemp -d "/tmp/${prefix}.XXXXXXXX")
+    chmod 700 "$REDSEM_TMPDIR"
+    if [[ $(id -un) != postgres ]]; then
+        redsem_as_root chown postgres:postgres "$REDSEM_TMPDIR"
+    fi
+}
+
+# --- Redis -------------------------------------------------------------------
+
+# redsem_start_redis DIR : private redis-server, as postgres, listening only
+# on DIR/redis.sock; waits (10 s at most) until it answers PING.
+redsem_start_redis() {
+    local dir=$1
+    local sock=$dir/redis.sock
+    redsem_log "starting Redis on $sock"
+    redsem_as_postgres redis-server \
+        --port 0 --unixsocket "$sock" --unixsocketperm 700 \
+        --save '' --appendonly no --daemonize yes \
+        --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" ||
+        redsem_die "redis-server failed to start"
+    REDSEM_REDIS_DIRS+=("$dir")
+    local i
+    for ((i = 0; i < 100; i++)); do
+        if [[ $(redsem_as_postgres redis-cli -s "$sock" ping 2>/dev/null) == PONG ]]; then
+            return 0
+        fi
+        sleep 0.1
+    done
+    tail -n 20 "$dir/redis.log" >&2 2>/dev/null || true
+    redsem_die "Redis on $sock did not answer PING within 10 s"
+}
+
+# redsem_stop_redis DIR : SHUTDOWN NOSAVE, falling back to killing the pid.
+redsem_stop_redis() {
+    local dir=$1
+    local sock=$dir/redis.sock pidfile=$dir/redis.pid pid=
+    [[ -s $pidfile ]] && pid=$(<"$pidfile")
+    if [[ -S $sock ]]; then
+        redsem_as_postgres redis-cli -s "$sock" shutdown nosave >/dev/null 2>&1 || true
+    fi
+    if [[ -n $pid ]]; then
+        local i
+        for ((i = 0; i < 50; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            redsem_warn "Redis (pid $pid) ignored SHUTDOWN; killing it"
+            kill -KILL "$pid" 2>/dev/null || true
+        fi
+    fi
+    rm -f "$sock" "$pidfile"
+}
+
+# --- PostgreSQL --------------------------------------------------------------
+
+# Is TCP port $1 listened on (IPv4 or IPv6)? Reads /proc, so it needs no ss.
+redsem_port_in_use() {
+    local hex
+    hex=$(printf '%04X' "$1")
+    awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { found = 1 }
+                      END { exit !found }' /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+    # A socket file of another cluster using that port number.
+    [[ -e /tmp/.s.PGSQL.$1 || -e /var/run/postgresql/.s.PGSQL.$1 ]]
+}
+
+# Print a random port in 20000-39999 that nothing listens on.
+redsem_free_port() {
+    local i port
+    for ((i = 0; i < 100; i++)); do
+        port=$((20000 + RANDOM % 20000))
+        if ! redsem_port_in_use "$port"; then
+            printf '%s\n' "$port"
+            return 0
+        fi
+    done
+    redsem_die "no free port found in 20000-39999"
+}
+
+# Port of the server started by redsem_start_pg in DIR.
+redsem_pg_port() { cat "$1/pg.port"; }
+
+# redsem_start_pg DIR : initdb DIR/pgdata as postgres, unix socket in DIR on
+# a free port, redsem preloaded and pointed at DIR/redis.sock; start it.
+redsem_start_pg() {
+    local dir=$1
+    local data=$dir/pgdata port
+    port=$(redsem_free_port)
+    redsem_log "initdb in $data"
+    redsem_as_postgres initdb -D "$data" -U postgres --auth=trust \
+        --no-locale --encoding=UTF8 --no-sync >"$dir/initdb.log" 2>&1 || {
+        cat "$dir/initdb.log" >&2
+        redsem_die "initdb failed"
+    }
+    {
+        printf '\n# --- added by redsem scripts/lib.sh ---\n'
+        printf "listen_addresses = ''\n"
+        printf 'port = %s\n' "$port"
+        printf "unix_socket_directories = '%s'\n" "$dir"
+        if [[ -z ${REDSEM_NO_PRELOAD:-} ]]; then
+            printf "shared_preload_libraries = 'redsem'\n"
+        fi
+        printf "redsem.unix_socket = '%s'\n" "$dir/redis.sock"
+        # A throwaway server: durability does not matter.
+        printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n'
+    } >>"$data/postgresql.conf"
+    printf '%s\n' "$port" >"$dir/pg.port"
+    redsem_log "starting PostgreSQL on $dir/.s.PGSQL.$port"
+    REDSEM_PG_DIRS+=("$dir")
+    if ! redsem_as_postgres pg_ctl -D "$data" -l "$dir/postgres.log" -w -t 60 start >/dev/null; then
+        tail -n 30 "$dir/postgres.log" >&2 2>/dev/null || true
+        redsem_die "PostgreSQL failed to start"
+    fi
+}
+
+# redsem_stop_pg DIR : fast shutdown, immediate if that does not work.
+redsem_stop_pg() {
+    local data=$1/pgdata
+    [[ -f $data/postmaster.pid ]] || return 0
+    redsem_as_postgres pg_ctl -D "$data" -m fast -w -t 30 stop >/dev/null 2>&1 ||
+        redsem_as_postgres pg_ctl -D "$data" -m immediate -w -t 30 stop >/dev/null 2>&1 ||
+        redsem_warn "could not stop PostgreSQL in $data"
+}
+
+# redsem_psql DIR ARGS... : psql as postgres against the server in DIR.
+# Extra environment for psql: call redsem_as_postgres env VAR=... psql instead
+# (see redsem_psql_args).
+redsem_psql() {
+    local dir=$1
+    shift
+    local args
+    mapfile -t args < <(redsem_psql_args "$dir")
+    redsem_as_postgres psql "${args[@]}" "$@"
+}
+
+# Print (one per line) the psql options to reach the server in DIR.
+redsem_psql_args() {
+    printf '%s\n' -X -A -t -q -v ON_ERROR_STOP=1 \
+        -h "$1" -p "$(redsem_pg_port "$1")" -U postgres -d postgres
+}
+
+# --- cleanup -----------------------------------------------------------------
+
+# redsem_cleanup : stop every server started through this file, drop the
+# temporary policy-rc.d, remove $REDSEM_TMPDIR (kept if REDSEM_KEEP=1).
+# Safe to call more than once.
+redsem_cleanup() {
+    local dir
+    for dir in "${REDSEM_PG_DIRS[@]}"; do
+        redsem_stop_pg "$dir"
+    done
+    REDSEM_PG_DIRS=()
+    for dir in "${REDSEM_REDIS_DIRS[@]}"; do
+        redsem_stop_redis "$dir"
+    done
+    REDSEM_REDIS_DIRS=()
+    redsem_unblock_service_start
+    if [[ -n $REDSEM_TMPDIR && -d $REDSEM_TMPDIR ]]; then
+        if [[ ${REDSEM_KEEP:-} == 1 ]]; then
+            redsem_log "kept temp dir: $REDSEM_TMPDIR"
+        else
+            rm -rf -- "$REDSEM_TMPDIR"
+        fi
+    fi
+    REDSEM_TMPDIR=
+}

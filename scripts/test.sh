@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+#
+# scripts/test.sh - build, install and run redsem's whole test suite.
+#
+#   sudo bash scripts/test.sh                  # everything
+#   sudo bash scripts/test.sh regress [TEST..] # pg_regress tests only
+#   sudo bash scripts/test.sh isolation [TEST..]
+#   sudo bash scripts/test.sh tap [t/FILE.pl..]
+#
+# Steps: install the Debian dependencies (only what is missing), build and
+# install the extension, copy the repository into a private temp dir owned by
+# postgres, start a private Redis there (unix socket only), then run
+# "make installcheck" as postgres in the copy. The Makefile runs pg_regress
+# and the isolation tests against a temporary instance configured by
+# test/redsem_test.conf (written here), then the TAP tests (t/*.pl).
+#
+# Environment:
+#   REDSEM_KEEP=1            keep the temp dir and print its path
+#   REDSEM_PROVE_FLAGS=...   flags for prove (default: --timer)
+#   REDSEM_NO_INSTALL=1      skip apt-get and make install: test the redsem
+#                            that is already installed
+#
+# Regress, isolation and TAP tests run as three "make installcheck" calls
+# (a failing part does not hide the others); the exit status is make's, of
+# the last part that failed. Last lines: "redsem tests: PASSED|FAILED" and a
+# "tests: N passed, N failed" count.
+
+set -euo pipefail
+
+# shellcheck source=lib.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+# --- arguments ---------------------------------------------------------------
+
+SUITE=${1:-all}
+if [[ $# -gt 0 ]]; then shift; fi
+SELECTED=("$@")
+
+usage() {
+    sed -n '3,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2
+    exit 2
+}
+
+# part_overrides PART : make variable overrides that run only PART
+# (regress, isolation or tap) of PGXS's installcheck, which runs each part
+# whose variable (REGRESS, ISOLATION, TAP_TESTS) is non-empty. Tests named on
+# the command line select within the part.
+part_overrides() {
+    local part=$1 sel=
+    [[ $part == "$SUITE" && ${#SELECTED[@]} -gt 0 ]] && sel="${SELECTED[*]}"
+    case $part in
+    regress)
+        printf '%s\n' "ISOLATION=" "TAP_TESTS="
+        [[ -z $sel ]] || printf '%s\n' "REGRESS=$sel"
+        ;;
+    isolation)
+        printf '%s\n' "REGRESS=" "TAP_TESTS="
+        [[ -z $sel ]] || printf '%s\n' "ISOLATION=$sel"
+        ;;
+    tap)
+        printf '%s\n' "REGRESS=" "ISOLATION="
+        [[ -z $sel ]] || printf '%s\n' "PROVE_TESTS=$sel"
+        ;;
+    esac
+}
+
+case $SUITE in
+all | regress | isolation | tap) ;;
+*) usage ;; # including -h, --help
+esac
+if [[ $SUITE == all && ${#SELECTED[@]} -gt 0 ]]; then
+    usage
+fi
+
+# --- helpers -----------------------------------------------------------------
+
+# Print the repository's files (relative paths, NUL-separated), leaving out
+# build and test outputs. Tracked and untracked-but-not-ignored files when
+# this is a git checkout, otherwise everything but outputs.
+list_repo_files() {
+    local outputs='(^|/)[^/]*\.(o|so|bc)$|^(results|output_iso|tmp_check[^/]*|log)/|^regression\.(diffs|out)$|^\.git/'
+    if command -v git >/dev/null 2>&1 &&
+        git -c safe.directory="$REDSEM_REPO_ROOT" -C "$REDSEM_REPO_ROOT" rev-parse --git-dir >/dev/null 2>&1; then
+        git -c safe.directory="$REDSEM_REPO_ROOT" -C "$REDSEM_REPO_ROOT" \
+            ls-files -z --cached --others --exclude-standard
+    else
+        (cd "$REDSEM_REPO_ROOT" && find . -path ./.git -prune -o \( -type f -o -type l \) -printf '%P\0')
+    fi | grep -zEv "$outputs" || true
+}
+
+# copy_repo DEST : copy the repository's files into DEST, owned by postgres.
+copy_repo() {
+    local dest=$1
+    mkdir -p "$dest"
+    # Deleted-but-still-tracked files are skipped.
+    list_repo_files |
+        (cd "$REDSEM_REPO_ROOT" && while IFS= read -r -d '' f; do
+            if [[ -e $f || -L $f ]]; then printf '%s\0' "$f"; fi
+        done) |
+        tar -C "$REDSEM_REPO_ROOT" --null -T - -cf - | tar -C "$dest" -xf -
+    chown -R postgres:postgres "$dest"
+}
+
+# write_test_conf COPY REDIS_SOCK : the extra config of pg_regress's
+# temporary instance.
+write_test_conf() {
+    local copy=$1 sock=$2
+    mkdir -p "$copy/test"
+    {
+        printf "shared_preload_libraries = 'redsem'\n"
+        printf "redsem.unix_socket = '%s'\n" "$sock"
+    } >"$copy/test/redsem_test.conf"
+    chown -R postgres:postgres "$copy/test"
+}
+
+# show_failure_details COPY PART : diffs and log tails after PART failed.
+# (Printed right away: the TAP part starts by deleting tmp_check/.)
+show_failure_details() {
+    local copy=$1 part=$2 f diffs logdir
+    case $part in
+    # pg_regress keeps its temporary instance's logs in OUTPUTDIR/log.
+    regress) diffs=regression.diffs logdir=log ;;
+    isolation) diffs=output_iso/regression.diffs logdir=output_iso/log ;;
+    tap) diffs='' logdir=tmp_check/log ;;
+    esac
+    if [[ -n $diffs && -s $copy/$diffs ]]; then
+        printf '\n===== %s =====\n' "$diffs"
+        cat "$copy/$diffs"
+    fi
+    # Server logs (*.log) and TAP logs (regress_log_*).
+    local d
+    for d in $logdir; do
+        [[ -d $copy/$d ]] || continue
+        while IFS= read -r -d '' f; do
+            printf '\n===== tail of %s =====\n' "${f#"$copy"/}"
+            tail -n 80 "$f"
+        done < <(find "$copy/$d" -type f \( -name '*.log' -o -name 'regress_log_*' \) ! -name initdb.log \
+            -print0 | sort -z)
+    done
+}
+
+# count_results LOG : print "PASSED FAILED" counted from pg_regress lines
+# ("test foo ... ok", "     foo ... FAILED") and prove's summary.
+count_results() {
+    local log=$1 passed=0 failed=0 n
+    # pg_regress / pg_isolation_regress, PostgreSQL 15 format:
+    # "test name   ... ok   12 ms" or, in a parallel group, "     name ... ok".
+    local item='^(test +| +)[A-Za-z0-9_./-]+ +\.\.\. +'
+    n=$(grep -cE "${item}ok( |\$)" "$log" || true)
+    passed=$((passed + n))
+    n=$(grep -cE "${item}FAILED( |\$)" "$log" || true)
+    failed=$((failed + n))
+    # prove: "Files=2, Tests=31, ..." and "Failed 2/17 subtests".
+    local tap_total tap_failed
+    tap_total=$(sed -nE 's/^Files=[0-9]+, Tests=([0-9]+),.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    tap_failed=$(sed -nE 's/.*Failed ([0-9]+)\/[0-9]+ subtests.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+    passed=$((passed + tap_total - tap_failed))
+    failed=$((failed + tap_failed))
+    printf '%s %s\n' "$passed" "$failed"
+}
+
+# run_part COPY DIR PART LOG : "make installcheck" for one part, as postgres
+# in the copy, with the private Redis advertised to the TAP tests. Output is
+# shown and appended to LOG; returns make's status.
+run_part() {
+    local copy=$1 dir=$2 part=$3 log=$4 overrides status
+    mapfile -t overrides < <(part_overrides "$part")
+    redsem_log "make installcheck ($part) as postgres in $copy"
+    set +e
+    (
+        cd "$copy" || exit 1
+        redsem_as_postgres \
+            REDSEM_TEST_REDIS_SOCKET="$dir/redis.sock" \
+            REDSEM_TEST_REDIS_SERVER="$(command -v redis-server)" \
+            make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
+            PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer}" "${overrides[@]}"
+    ) 2>&1 | tee -a "$log"
+    status=${PIPESTATUS[0]}
+    set -e
+    return "$status"
+}
+
+FAILED_PARTS=()
+
+# --- main --------------------------------------------------------------------
+
+main() {
+    redsem_reexec_as_root "${BASH_SOURCE[0]}" "$SUITE" "${SELECTED[@]}"
+    trap redsem_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+
+    if [[ ${REDSEM_NO_INSTALL:-} == 1 ]]; then
+        redsem_log "REDSEM_NO_INSTALL=1: testing the redsem already installed"
+    else
+        redsem_install_deps
+        redsem_build_install
+    fi
+
+    redsem_make_tmpdir redsem-test
+    local dir=$REDSEM_TMPDIR
+    local copy=$dir/src-copy
+    redsem_log "copying the repository to $copy"
+    copy_repo "$copy"
+
+    redsem_start_redis "$dir"
+    write_test_conf "$copy" "$dir/redis.sock"
+
+    local parts=("$SUITE")
+    [[ $SUITE == all ]] && parts=(regress isolation tap)
+    local log=$dir/installcheck.out part rc=0 part_rc
+    : >"$log"
+    # Each part is its own "make installcheck", so a failing part does not
+    # keep the others from running.
+    for part in "${parts[@]}"; do
+        run_part "$copy" "$dir" "$part" "$log" && part_rc=0 || part_rc=$?
+        if [[ $part_rc -ne 0 ]]; then
+            show_failure_details "$copy" "$part"
+            FAILED_PARTS+=("$part")
+            rc=$part_rc
+        fi
+    done
+
+    local counts passed failed
+    counts=$(count_results "$log")
+    read -r passed failed <<<"$counts"
+
+    if [[ $rc -ne 0 && $failed -eq 0 ]]; then
+        failed=1
+    fi
+    # Stop Redis and remove (or keep) the temp dir now, so that the summary
+    # below really is the last output.
+    redsem_cleanup
+    echo
+    if [[ $rc -eq 0 ]]; then
+        echo "redsem tests: PASSED"
+    else
+        echo "redsem tests: FAILED (${FAILED_PARTS[*]})"
+    fi
+    echo "tests: $passed passed, $failed failed"
+    return "$rc"
+}
+
+main

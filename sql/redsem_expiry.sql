@@ -1,0 +1,113 @@
+--
+-- redsem_expiry: leases run out on Redis's clock.  An expired holder is gone
+-- for good, and an idle semaphore leaves no keys once its leases end.
+--
+-- The keeper keeps the leases of this server's live sessions fresh, so a
+-- holder that stops refreshing is played here by "another server": redis-cli
+-- running the same script (src/redsem.lua) with a holder id of our choosing.
+-- Semaphore names here all start with "exp_".
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS redsem;
+RESET client_min_messages;
+
+--
+-- A short lease: another caller gets the slot once it has run out
+--
+\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.1 1 400 0 600 'elsewhere|1|db|user|app' | head -n 1
+SELECT redsem_acquire('exp_short', 1) IS NULL AS busy;
+SELECT pg_sleep(0.5);
+SELECT redsem_acquire('exp_short', 1) AS new \gset
+SELECT :'new' IS NOT NULL AS taken_over;
+-- the expired holder lost it for good: refresh and release say false
+SELECT redsem_refresh('exp_short', 'other.1') AS refresh_expired;
+SELECT redsem_refresh('exp_short', 'other.1', '1 hour') AS refresh_expired_longer;
+SELECT redsem_release('exp_short', 'other.1') AS release_expired;
+-- and nothing of it is left: only the new holder
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_short}:owner'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zscore 'redsem:{exp_short}:owner' other.1
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_short}:timeout'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hlen 'redsem:{exp_short}:info'
+SELECT redsem_acquire('exp_short', 1) IS NULL AS busy_again;
+SELECT redsem_release('exp_short', :'new') AS released;
+
+-- An expired holder that nobody displaced: refresh removes what is left
+\! n='exp_alone'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.2 1 200 0 600 'elsewhere|1|db|user|app' | head -n 1
+SELECT pg_sleep(0.3);
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:owner'
+SELECT redsem_refresh('exp_alone', 'other.2') AS refresh_expired;
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:owner'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:timeout'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hlen 'redsem:{exp_alone}:info'
+
+--
+-- Leases of different lengths coexist: after 700 ms only the short one is gone
+--
+\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.3 2 500 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.4 2 5000 0 600 'elsewhere|1|db|user|app' | head -n 1
+SELECT redsem_acquire('exp_mixed', 2) IS NULL AS full;
+SELECT pg_sleep(0.7);
+SELECT redsem_acquire('exp_mixed', 2) AS n \gset
+SELECT :'n' IS NOT NULL AS short_slot_free;
+SELECT redsem_acquire('exp_mixed', 2) IS NULL AS full_again;
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zrange 'redsem:{exp_mixed}:owner' 0 0
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_mixed}:owner'
+SELECT redsem_refresh('exp_mixed', 'other.3') AS short_lost,
+       redsem_refresh('exp_mixed', 'other.4') AS long_kept;
+SELECT redsem_release('exp_mixed', 'other.4') AS long_released,
+       redsem_release('exp_mixed', :'n') AS new_released;
+
+--
+-- A waiter gets the slot as soon as the lease ahead of it runs out
+--
+\! n='exp_wait'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.5 1 600 0 600 'elsewhere|1|db|user|app' | head -n 1
+SELECT clock_timestamp() AS t0 \gset
+SELECT redsem_acquire('exp_wait', 1, '10 s', '5 s') AS w \gset
+SELECT :'w' IS NOT NULL AS promoted,
+       clock_timestamp() - :'t0' >= interval '300 ms' AS waited,
+       clock_timestamp() - :'t0' < interval '2 s' AS promptly;
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_wait}:owner'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" exists 'redsem:{exp_wait}:waiting'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{exp_wait}:wake:*'
+SELECT redsem_release('exp_wait', :'w') AS released;
+
+--
+-- Keys vanish when the last lease ends, plus about 1 s
+--
+\! n='exp_keys'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.6 2 500 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! n='exp_keys'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.7 2 500 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{exp_keys}:*' | LC_ALL=C sort
+\! for k in owner timeout ticket info; do redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl "redsem:{exp_keys}:$k"; done | awk '{ print (($1 > 800 && $1 <= 1500) ? "pttl about 1.5 s" : "unexpected pttl " $1) }'
+-- a refused caller does not extend them
+SELECT redsem_acquire('exp_keys', 2) IS NULL AS busy;
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{exp_keys}:ticket' | awk '{ print (($1 > 600 && $1 <= 1500) ? "pttl at most 1.5 s" : "unexpected pttl " $1) }'
+SELECT pg_sleep(0.8);
+-- leases over, grace not yet: the keys are still there
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" exists 'redsem:{exp_keys}:ticket'
+SELECT pg_sleep(1.0);
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{exp_keys}*'
+
+--
+-- The keeper keeps the leases of live sessions fresh: session and
+-- transaction slots with leases much shorter than the transaction
+--
+SELECT redsem_keeper_active() AS keeper_active;
+BEGIN;
+SELECT redsem_acquire('exp_kept_s', 1, '2 s') AS s \gset
+SELECT redsem_acquire_xact('exp_kept_x', 1, '2 s') IS NOT NULL AS held_x;
+SELECT redsem_acquire('exp_kept_short', 1, '500 ms') AS short \gset
+SELECT name, scope, lease, kept_alive FROM redsem_held() ORDER BY name;
+SELECT pg_sleep(2.5);
+SELECT redsem_acquire('exp_kept_s', 1) IS NULL AS s_still_held,
+       redsem_acquire('exp_kept_x', 1) IS NULL AS x_still_held,
+       redsem_acquire('exp_kept_short', 1) IS NULL AS short_still_held;
+SELECT name, scope, lease, kept_alive FROM redsem_held() ORDER BY name;
+COMMIT;
+SELECT redsem_release('exp_kept_s', :'s') AS s_released,
+       redsem_release('exp_kept_short', :'short') AS short_released;
+SELECT redsem_acquire('exp_kept_x', 1) IS NOT NULL AS x_released_at_commit;
+SELECT redsem_release_all() AS released_all;
+
+-- Nothing of this file is left once the last leases are over
+SELECT pg_sleep(1.2);
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{exp_*'
