@@ -47,6 +47,11 @@ sub waiter
 	$s->send(qq{SELECT redsem_acquire('$sem', $limit, '60 s', '$wait') IS NOT NULL;});
 	ok(defined wait_until(30, sub { $redis->zcard($sem, 'waiting') >= $in_line }),
 		"$label is waiting in line for $sem");
+	# the wait shows in pg_stat_activity as an Extension wait event
+	my $pid = $s->backend_pid;
+	ok($node->poll_query_until('postgres',
+			"SELECT wait_event_type = 'Extension' AND wait_event = 'Extension' FROM pg_stat_activity WHERE pid = $pid"),
+		"$label shows the Extension wait event while in line");
 	return $s;
 }
 
