@@ -76,12 +76,9 @@ release_quietly(List *victims, TimestampTz deadline)
 		bool		was_held;
 		MemoryContext old;
 
-		const char *previous_prefix = sem_use_prefix(hold->prefix);
-		bool		released = reachable &&
-			sem_release_quiet(hold->name, hold->id, deadline, &was_held);
-
-		sem_use_prefix(previous_prefix);
-		if (released)
+		if (reachable &&
+			sem_release_quiet(hold->prefix, hold->name, hold->id, deadline,
+							  &was_held))
 		{
 			if (hold->state == HOLD_HELD)
 				stats_count(hold->name, was_held ? STAT_RELEASED : STAT_EXPIRED, 1);
@@ -307,54 +304,12 @@ find_hold(const char *name, const char *id)
 	return NULL;
 }
 
-/*
- * Release (name, id) under the prefix it was taken with (the current one
- * if this session did not take it); true if it was a live slot.
- */
-static bool
-release_under_prefix(const char *prefix, const char *name, const char *id)
-{
-	const char *previous = sem_use_prefix(prefix);
-	volatile bool held = false;
-
-	PG_TRY();
-	{
-		held = sem_release(name, id);
-	}
-	PG_FINALLY();
-	{
-		sem_use_prefix(previous);
-	}
-	PG_END_TRY();
-	return held;
-}
-
-/* Extend (name, id) under the prefix it was taken with; new lease or 0 */
-static int64
-refresh_under_prefix(const char *prefix, const char *name, const char *id,
-					 int64 lease_ms)
-{
-	const char *previous = sem_use_prefix(prefix);
-	volatile int64 result = 0;
-
-	PG_TRY();
-	{
-		result = sem_refresh(name, id, lease_ms);
-	}
-	PG_FINALLY();
-	{
-		sem_use_prefix(previous);
-	}
-	PG_END_TRY();
-	return result;
-}
-
 /* redsem_release: release a slot by id, keeping the registry and stats */
 bool
 hold_release_id(const char *name, const char *id)
 {
 	Hold	   *hold = find_hold(name, id);
-	bool		held = release_under_prefix(hold ? hold->prefix : NULL, name, id);
+	bool		held = sem_release(hold ? hold->prefix : NULL, name, id);
 
 	if (hold != NULL)
 	{
@@ -370,7 +325,7 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms)
 {
 	Hold	   *hold = find_hold(name, id);
 
-	lease_ms = refresh_under_prefix(hold ? hold->prefix : NULL, name, id, lease_ms);
+	lease_ms = sem_refresh(hold ? hold->prefix : NULL, name, id, lease_ms);
 	if (hold == NULL)
 		return lease_ms;
 	if (lease_ms > 0)
@@ -444,7 +399,7 @@ hold_release_session(void)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (release_under_prefix(hold->prefix, hold->name, hold->id))
+		if (sem_release(hold->prefix, hold->name, hold->id))
 		{
 			released++;
 			stats_count(hold->name, STAT_RELEASED, 1);
@@ -465,7 +420,7 @@ hold_flush_deferred(void)
 	{
 		Hold	   *hold = (Hold *) linitial(deferred);
 
-		(void) release_under_prefix(hold->prefix, hold->name, hold->id);
+		(void) sem_release(hold->prefix, hold->name, hold->id);
 		deferred = list_delete_first(deferred);
 		hold_free(hold);
 	}

@@ -85,14 +85,14 @@ extern void sem_acquire(const char *name, const char *id, int max_holders,
 extern void sem_wait_check(const char *name, const char *id,
 						   int64 keepalive_ms, SemResult *result);
 extern void sem_give_up(const char *name, const char *id, SemResult *result);
-extern bool sem_release(const char *name, const char *id);
-extern bool sem_release_quiet(const char *name, const char *id,
-							  TimestampTz deadline, bool *was_held);
-extern int64 sem_refresh(const char *name, const char *id, int64 lease_ms);
+extern bool sem_release(const char *prefix, const char *name, const char *id);
+extern bool sem_release_quiet(const char *prefix, const char *name,
+							  const char *id, TimestampTz deadline,
+							  bool *was_held);
+extern int64 sem_refresh(const char *prefix, const char *name, const char *id,
+						 int64 lease_ms);
 extern int64 sem_wait_for_wake(const char *name, const char *id,
 							  int64 timeout_ms);
-extern char *sem_key(const char *name, const char *suffix);
-extern const char *sem_use_prefix(const char *prefix);
 extern uint64 redis_target_signature(void);
 extern int64 sem_token(const char *name, const char *id);
 extern struct redisReply *sem_list(const char *name);
@@ -155,7 +155,8 @@ typedef struct RedsemShared
 	uint64		incarnation;	/* this server run, part of every holder id */
 	uint64		previous_incarnation;	/* run before a crash-restart, or 0 */
 	uint64		generation;		/* bumped on every change to holds */
-	bool		index_dirty;	/* holds added since the keeper last looked */
+	bool		index_dirty;	/* holds added or abandoned since the keeper
+								 * last looked */
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	int			max_holds;
@@ -192,6 +193,7 @@ extern bool keeper_is_active(void);
 extern int	shared_hold_add(const char *prefix, const char *name,
 							const char *id, bool xact, int64 lease_ms,
 							int64 ticket);
+extern SharedHold *tracked_hold(int slot, const char *id);
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);
 extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms);

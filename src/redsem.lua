@@ -161,8 +161,9 @@ local function op_acquire(id, maxh, lease, wait, keepalive, origin)
     return {'busy', ticket, int(rank)}
 end
 
--- wait_check id keepalive_ms: keep a place in line alive, report promotion.
-local function op_wait_check(id, keepalive)
+-- After housekeeping: the reply for a caller no longer in line (its place
+-- expired, or it was promoted), or nil if it is still waiting.
+local function left_the_line(id)
     housekeeping()
     if not redis.call('ZSCORE', K_OWNER, id) then
         return {'lost'}
@@ -171,6 +172,13 @@ local function op_wait_check(id, keepalive)
         redis.call('DEL', wake_key(id))
         return held_reply(id)
     end
+    return nil
+end
+
+-- wait_check id keepalive_ms: keep a place in line alive, report promotion.
+local function op_wait_check(id, keepalive)
+    local done = left_the_line(id)
+    if done then return done end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
     redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + keepalive), id)
     touch()
@@ -179,14 +187,8 @@ end
 
 -- give_up id: leave the line, unless promotion came just in time.
 local function op_give_up(id)
-    housekeeping()
-    if not redis.call('ZSCORE', K_OWNER, id) then
-        return {'lost'}
-    end
-    if not redis.call('ZSCORE', K_WAITING, id) then
-        redis.call('DEL', wake_key(id))
-        return held_reply(id)
-    end
+    local done = left_the_line(id)
+    if done then return done end
     remove(id)
     promote()
     touch()

@@ -73,33 +73,19 @@ append_encoded_name(StringInfo buf, const char *name)
 }
 
 /*
- * Key prefix to use instead of redsem.key_prefix, or NULL.  Holds remember
- * the prefix they were taken under, and are released and refreshed under
- * it even if the setting changed since.
+ * The Redis key "<prefix>{<encoded name>}:<suffix>".  prefix NULL means
+ * redsem.key_prefix; holds pass the prefix they were taken under, so they
+ * are released and refreshed there even if the setting changed since.
  */
-static const char *prefix_override = NULL;
-
-/* Use prefix (NULL: redsem.key_prefix) for the next operations */
-const char *
-sem_use_prefix(const char *prefix)
-{
-	const char *previous = prefix_override;
-
-	prefix_override = prefix;
-	return previous;
-}
-
-/* The Redis key "<prefix>{<encoded name>}:<suffix>" */
-char *
-sem_key(const char *name, const char *suffix)
+static char *
+sem_key(const char *prefix, const char *name, const char *suffix)
 {
 	StringInfoData buf;
 
+	if (prefix == NULL)
+		prefix = redsem_key_prefix ? redsem_key_prefix : "";
 	initStringInfo(&buf);
-	if (prefix_override != NULL)
-		appendStringInfoString(&buf, prefix_override);
-	else if (redsem_key_prefix != NULL)
-		appendStringInfoString(&buf, redsem_key_prefix);
+	appendStringInfoString(&buf, prefix);
 	appendStringInfoChar(&buf, '{');
 	append_encoded_name(&buf, name);
 	appendStringInfo(&buf, "}:%s", suffix);
@@ -111,8 +97,8 @@ sem_key(const char *name, const char *suffix)
  * replaced by EVAL and the text for the NOSCRIPT retry.
  */
 static int
-build_script_argv(const char **argv, const char *name, const char *op,
-				  int nargs, const char **args)
+build_script_argv(const char **argv, const char *prefix, const char *name,
+				  const char *op, int nargs, const char **args)
 {
 	int			argc = 0;
 
@@ -120,7 +106,7 @@ build_script_argv(const char **argv, const char *name, const char *op,
 	argv[argc++] = script_sha();
 	argv[argc++] = "5";
 	for (int i = 0; i < SCRIPT_NKEYS; i++)
-		argv[argc++] = sem_key(name, key_suffixes[i]);
+		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
 	argv[argc++] = op;
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
@@ -151,7 +137,8 @@ report_redis_error(redisReply *reply)
 
 /* Run one script operation; the caller frees the (non-error) reply */
 static redisReply *
-run_script(const char *name, const char *op, int nargs, const char **args)
+run_script(const char *prefix, const char *name, const char *op, int nargs,
+		   const char **args)
 {
 	const char *argv[3 + SCRIPT_NKEYS + 1 + 8];
 	int			argc;
@@ -160,7 +147,7 @@ run_script(const char *name, const char *op, int nargs, const char **args)
 	uint64		failures_before = redis_failures;
 
 	Assert(nargs <= 8);
-	argc = build_script_argv(argv, name, op, nargs, args);
+	argc = build_script_argv(argv, prefix, name, op, nargs, args);
 	PG_TRY();
 	{
 		reply = redis_command(argc, argv, NULL, 0);
@@ -186,14 +173,15 @@ run_script(const char *name, const char *op, int nargs, const char **args)
 
 /* Like run_script, for callbacks: never raises, ends by deadline */
 static RedisStatus
-run_script_quiet(const char *name, const char *op, int nargs,
-				 const char **args, TimestampTz deadline, redisReply **reply)
+run_script_quiet(const char *prefix, const char *name, const char *op,
+				 int nargs, const char **args, TimestampTz deadline,
+				 redisReply **reply)
 {
 	const char *argv[3 + SCRIPT_NKEYS + 1 + 8];
 	int			argc;
 	RedisStatus status;
 
-	argc = build_script_argv(argv, name, op, nargs, args);
+	argc = build_script_argv(argv, prefix, name, op, nargs, args);
 	status = redis_command_quiet(argc, argv, NULL, deadline, reply);
 	if (status == REDIS_STATUS_OK && is_noscript(*reply))
 	{
@@ -312,7 +300,7 @@ sem_acquire(const char *name, const char *id, int max_holders, int64 lease_ms,
 	args[3] = wait ? "1" : "0";
 	args[4] = psprintf(INT64_FORMAT, keepalive_ms);
 	args[5] = origin_text();
-	decode_state(run_script(name, "acquire", 6, args), result);
+	decode_state(run_script(NULL, name, "acquire", 6, args), result);
 }
 
 /* Keep a place in line alive; tells whether it turned into a slot */
@@ -324,7 +312,7 @@ sem_wait_check(const char *name, const char *id, int64 keepalive_ms,
 
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, keepalive_ms);
-	decode_state(run_script(name, "wait_check", 2, args), result);
+	decode_state(run_script(NULL, name, "wait_check", 2, args), result);
 }
 
 /* Leave the line, unless the slot arrived just in time */
@@ -333,15 +321,15 @@ sem_give_up(const char *name, const char *id, SemResult *result)
 {
 	const char *args[1] = {id};
 
-	decode_state(run_script(name, "give_up", 1, args), result);
+	decode_state(run_script(NULL, name, "give_up", 1, args), result);
 }
 
 /* Release a slot or a place in line; true if it was a live slot */
 bool
-sem_release(const char *name, const char *id)
+sem_release(const char *prefix, const char *name, const char *id)
 {
 	const char *args[1] = {id};
-	redisReply *reply = run_script(name, "release", 1, args);
+	redisReply *reply = run_script(prefix, name, "release", 1, args);
 	bool		held = (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1);
 
 	freeReplyObject(reply);
@@ -353,15 +341,15 @@ sem_release(const char *name, const char *id)
  * asked by deadline; else *was_held says whether it was a live slot.
  */
 bool
-sem_release_quiet(const char *name, const char *id, TimestampTz deadline,
-				  bool *was_held)
+sem_release_quiet(const char *prefix, const char *name, const char *id,
+				  TimestampTz deadline, bool *was_held)
 {
 	const char *args[1] = {id};
 	redisReply *reply = NULL;
 	RedisStatus status;
 	bool		ok;
 
-	status = run_script_quiet(name, "release", 1, args, deadline, &reply);
+	status = run_script_quiet(prefix, name, "release", 1, args, deadline, &reply);
 	if (status != REDIS_STATUS_OK)
 		return false;
 	ok = (reply->type == REDIS_REPLY_INTEGER);
@@ -372,7 +360,8 @@ sem_release_quiet(const char *name, const char *id, TimestampTz deadline,
 
 /* Extend a lease (0: by its original length); new lease ms, or 0 if lost */
 int64
-sem_refresh(const char *name, const char *id, int64 lease_ms)
+sem_refresh(const char *prefix, const char *name, const char *id,
+			int64 lease_ms)
 {
 	const char *args[2];
 	redisReply *reply;
@@ -380,7 +369,7 @@ sem_refresh(const char *name, const char *id, int64 lease_ms)
 
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
-	reply = run_script(name, "refresh", 2, args);
+	reply = run_script(prefix, name, "refresh", 2, args);
 	if (reply->type == REDIS_REPLY_INTEGER)
 		result = reply->integer;
 	else if (reply->type == REDIS_REPLY_STRING)
@@ -404,7 +393,7 @@ sem_wait_for_wake(const char *name, const char *id, int64 timeout_ms)
 
 	snprintf(secs, sizeof(secs), "%.3f", Max(timeout_ms, 1) / 1000.0);
 	argv[0] = "BLPOP";
-	argv[1] = sem_key(name, suffix);
+	argv[1] = sem_key(NULL, name, suffix);
 	argv[2] = secs;
 	reply = redis_command(3, argv, NULL, (int) timeout_ms);
 	if (reply->type == REDIS_REPLY_ERROR)
@@ -420,7 +409,7 @@ int64
 sem_token(const char *name, const char *id)
 {
 	const char *args[1] = {id};
-	redisReply *reply = run_script(name, "token", 1, args);
+	redisReply *reply = run_script(NULL, name, "token", 1, args);
 	int64		ticket = 0;
 
 	if (reply->type == REDIS_REPLY_STRING)
@@ -438,5 +427,5 @@ sem_token(const char *name, const char *id)
 struct redisReply *
 sem_list(const char *name)
 {
-	return run_script(name, "list", 0, NULL);
+	return run_script(NULL, name, "list", 0, NULL);
 }

@@ -202,7 +202,19 @@ shared_hold_add(const char *prefix, const char *name, const char *id,
 	return slot;
 }
 
-/* Stop tracking a hold (only if the slot still holds that id) */
+/*
+ * The entry in slot if it still tracks id, else NULL (a slot is reused once
+ * its hold ends).  The caller holds holds_lock.
+ */
+SharedHold *
+tracked_hold(int slot, const char *id)
+{
+	SharedHold *h = &shared->holds[slot];
+
+	return (h->in_use && strcmp(h->id, id) == 0) ? h : NULL;
+}
+
+/* Stop tracking a hold */
 void
 shared_hold_remove(int slot, const char *id)
 {
@@ -211,8 +223,7 @@ shared_hold_remove(int slot, const char *id)
 	if (shared == NULL || slot < 0)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	h = &shared->holds[slot];
-	if (h->in_use && strcmp(h->id, id) == 0)
+	if ((h = tracked_hold(slot, id)) != NULL)
 		h->in_use = false;
 	shared->generation++;
 	LWLockRelease(shared->holds_lock);
@@ -227,8 +238,7 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms)
 	if (shared == NULL || slot < 0)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	h = &shared->holds[slot];
-	if (h->in_use && strcmp(h->id, id) == 0)
+	if ((h = tracked_hold(slot, id)) != NULL)
 	{
 		h->lease_ms = lease_ms;
 		h->refreshed_at = GetCurrentTimestamp();
@@ -246,9 +256,9 @@ shared_hold_abandon(int slot, const char *id)
 	if (shared == NULL || slot < 0)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	h = &shared->holds[slot];
-	if (h->in_use && strcmp(h->id, id) == 0)
+	if ((h = tracked_hold(slot, id)) != NULL)
 		h->abandoned = true;
+	shared->index_dirty = true;
 	LWLockRelease(shared->holds_lock);
 	wake_keeper();
 }
@@ -257,14 +267,15 @@ shared_hold_abandon(int slot, const char *id)
 bool
 shared_hold_read(int slot, const char *id, SharedHold *copy)
 {
+	SharedHold *h;
 	bool		found = false;
 
 	if (shared == NULL || slot < 0)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_SHARED);
-	if (shared->holds[slot].in_use && strcmp(shared->holds[slot].id, id) == 0)
+	if ((h = tracked_hold(slot, id)) != NULL)
 	{
-		*copy = shared->holds[slot];
+		*copy = *h;
 		found = true;
 	}
 	LWLockRelease(shared->holds_lock);

@@ -151,13 +151,11 @@ release_previous_incarnation(uint64 previous)
 
 		if (!decode_index_entry(entry, &prefix, &name))
 			continue;
-		sem_use_prefix(prefix);
-		if (sem_release(name, id))
+		if (sem_release(prefix, name, id))
 		{
 			released++;
 			stats_count(name, STAT_RELEASED, 1);
 		}
-		sem_use_prefix(NULL);
 	}
 	argv[0] = "DEL";
 	simple_command(2, argv);
@@ -197,10 +195,10 @@ snapshot_holds(HoldCopy **out, uint64 *generation)
 static void
 note_refresh(const HoldCopy *c, bool alive, TimestampTz when)
 {
-	SharedHold *h = &shared->holds[c->slot];
+	SharedHold *h;
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if (h->in_use && strcmp(h->id, c->hold.id) == 0)
+	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
 	{
 		if (alive)
 			h->refreshed_at = when;
@@ -221,11 +219,8 @@ hold_is_orphaned(const SharedHold *h)
 static void
 release_orphan(const HoldCopy *c)
 {
-	bool		held;
+	bool		held = sem_release(c->hold.prefix, c->hold.name, c->hold.id);
 
-	sem_use_prefix(c->hold.prefix);
-	held = sem_release(c->hold.name, c->hold.id);
-	sem_use_prefix(NULL);
 	stats_count(c->hold.name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
 	shared_hold_remove(c->slot, c->hold.id);
 }
@@ -237,10 +232,10 @@ release_orphan(const HoldCopy *c)
 static void
 note_unkept(const HoldCopy *c, bool unkept)
 {
-	SharedHold *h = &shared->holds[c->slot];
+	SharedHold *h;
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if (h->in_use && strcmp(h->id, c->hold.id) == 0)
+	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
 		h->unkept = unkept;
 	LWLockRelease(shared->holds_lock);
 }
@@ -251,10 +246,8 @@ refresh_if_due(const HoldCopy *c, TimestampTz now)
 {
 	int64		third = Max(c->hold.lease_ms / 3, 1);
 	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
-
-	int64		lease;
-
 	bool		reachable = (c->hold.target == redis_target_signature());
+	int64		lease;
 
 	if (c->hold.unkept != !reachable)
 		note_unkept(c, !reachable);
@@ -262,9 +255,8 @@ refresh_if_due(const HoldCopy *c, TimestampTz now)
 		return KEEPER_MAX_SLEEP_MS;
 	if (due > now)
 		return TimestampDifferenceMilliseconds(now, due);
-	sem_use_prefix(c->hold.prefix);
-	lease = sem_refresh(c->hold.name, c->hold.id, c->hold.lease_ms);
-	sem_use_prefix(NULL);
+	lease = sem_refresh(c->hold.prefix, c->hold.name, c->hold.id,
+						c->hold.lease_ms);
 	if (lease > 0)
 		note_refresh(c, true, now);
 	else
@@ -274,7 +266,9 @@ refresh_if_due(const HoldCopy *c, TimestampTz now)
 		ereport(LOG,
 				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
 						c->hold.name, c->hold.pid),
-				 errdetail("Its lease ran out before it could be refreshed.")));
+				 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
+						   c->hold.lease_ms,
+						   TimestampDifferenceMilliseconds(c->hold.refreshed_at, now))));
 	}
 	return third;
 }
@@ -324,12 +318,15 @@ keeper_cycle(KeeperState *st)
 
 	for (int i = 0; i < n; i++)
 	{
+		int64		next_due;
+
 		if (hold_is_orphaned(&holds[i].hold))
 		{
 			release_orphan(&holds[i]);
 			continue;
 		}
-		sleep_ms = Min(sleep_ms, refresh_if_due(&holds[i], now));
+		next_due = refresh_if_due(&holds[i], now);
+		sleep_ms = Min(sleep_ms, next_due);
 		holds[live++] = holds[i];
 	}
 
@@ -439,13 +436,19 @@ redsem_keeper_main(Datum main_arg)
 			edata = CopyErrorData();
 			FlushErrorState();
 			LWLockReleaseAll();
-			sem_use_prefix(NULL);
 			report_trouble(&st, edata);
 		}
 		PG_END_TRY();
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(cycle_context);
 
+		/*
+		 * A wake-up that arrived while we waited on Redis was consumed by
+		 * that wait, so look at the flag too: holds changed since our last
+		 * snapshot mean another cycle now.
+		 */
+		if (shared->index_dirty)
+			sleep_ms = 0;
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
