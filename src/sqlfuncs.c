@@ -18,9 +18,14 @@ PG_FUNCTION_INFO_V1(redsem_release);
 PG_FUNCTION_INFO_V1(redsem_refresh);
 PG_FUNCTION_INFO_V1(redsem_release_all);
 
-/* How a waiter paces its keepalives: a third of its place's lifetime */
-#define WAIT_REFRESH_MIN_MS		200
-#define WAIT_REFRESH_MAX_MS		5000
+/*
+ * A waiter looks again at least this often, and its place in line lives
+ * three times as long, so a dead waiter's place goes away by itself.  A
+ * live waiter otherwise sleeps until it is woken or a lease ahead of it is
+ * due to run out.
+ */
+#define WAIT_RECHECK_MS			10000
+#define WAIT_PLACE_TTL_MS		(3 * WAIT_RECHECK_MS)
 
 /* Validated arguments of an acquire call */
 typedef struct AcquireArgs
@@ -157,13 +162,6 @@ redsem_make_id(char *buf, size_t len)
 			 (unsigned long long) redsem_incarnation(), MyProcPid, ++seq, rnd);
 }
 
-/* Keepalive interval of a place in line, for a given lease */
-static int64
-wait_refresh_ms(int64 lease_ms)
-{
-	return Min(Max(lease_ms / 3, WAIT_REFRESH_MIN_MS), WAIT_REFRESH_MAX_MS);
-}
-
 /* Milliseconds left until deadline (or a long nap when there is none) */
 static int64
 ms_left(TimestampTz deadline)
@@ -182,12 +180,10 @@ static bool
 wait_in_line(const AcquireArgs *args, const char *id, SemResult *r,
 			 TimestampTz deadline)
 {
-	int64		refresh = wait_refresh_ms(args->lease_ms);
-
 	for (;;)
 	{
 		int64		left = ms_left(deadline);
-		int64		nap = Min(refresh, left);
+		int64		nap = Min(left, WAIT_RECHECK_MS);
 
 		if (left <= 0)
 		{
@@ -202,14 +198,14 @@ wait_in_line(const AcquireArgs *args, const char *id, SemResult *r,
 			r->state = SEM_HELD;
 			return true;
 		}
-		sem_wait_check(args->name, id, 3 * refresh, r);
+		sem_wait_check(args->name, id, WAIT_PLACE_TTL_MS, r);
 		if (r->state == SEM_HELD)
 			return true;
 		if (r->state == SEM_LOST)
 		{
 			/* our place expired (e.g. Redis stalled): queue again */
 			sem_acquire(args->name, id, args->max_holders, args->lease_ms,
-						true, 3 * refresh, r);
+						true, WAIT_PLACE_TTL_MS, r);
 			if (r->state == SEM_HELD)
 				return true;
 		}
@@ -275,7 +271,7 @@ acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
 	deadline = args->wait_ms < 0 ? DT_NOEND :
 		TimestampTzPlusMilliseconds(started, args->wait_ms);
 	sem_acquire(args->name, id, args->max_holders, args->lease_ms,
-				args->wait_ms != 0, 3 * wait_refresh_ms(args->lease_ms), &r);
+				args->wait_ms != 0, WAIT_PLACE_TTL_MS, &r);
 	waited = (r.state == SEM_WAITING);
 	if (waited && wait_in_line(args, id, &r, deadline))
 		r.state = SEM_HELD;
