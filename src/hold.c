@@ -275,9 +275,27 @@ hold_mark_held(void *entry, int64 ticket)
 	hold->state = HOLD_HELD;
 	hold->ticket = ticket;
 	hold->acquired_at = hold->refreshed_at = GetCurrentTimestamp();
+	if (hold->shared_slot >= 0)
+		shared_hold_now_held(hold->shared_slot, hold->id, ticket);
+	else
+		hold->shared_slot = shared_hold_add(hold->prefix, hold->name, hold->id,
+											hold->scope == HOLD_XACT, false,
+											hold->lease_ms, ticket);
+}
+
+/*
+ * The acquire joined the line: let the keeper know, so that if this
+ * backend dies while waiting, its place is released rather than turning
+ * into a slot nobody uses.
+ */
+void
+hold_mark_waiting(void *entry)
+{
+	Hold	   *hold = (Hold *) entry;
+
 	hold->shared_slot = shared_hold_add(hold->prefix, hold->name, hold->id,
-										hold->scope == HOLD_XACT,
-										hold->lease_ms, ticket);
+										hold->scope == HOLD_XACT, true,
+										hold->lease_ms, 0);
 }
 
 /* Drop an entry that Redis no longer knows about */

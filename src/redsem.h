@@ -108,6 +108,7 @@ extern void hold_init(void);
 extern void *hold_begin(const char *name, const char *id, HoldScope scope,
 						int64 lease_ms);
 extern void hold_mark_held(void *hold, int64 ticket);
+extern void hold_mark_waiting(void *hold);
 extern void hold_forget(void *hold);
 extern bool hold_release_id(const char *name, const char *id);
 extern int64 hold_refresh_id(const char *name, const char *id, int64 lease_ms);
@@ -136,6 +137,7 @@ typedef struct SharedHold
 	bool		xact;			/* transaction-scoped */
 	bool		abandoned;		/* owner could not release: keeper must */
 	bool		lost;			/* keeper found the slot gone */
+	bool		waiting;		/* still in line: nothing to refresh yet */
 	int			pid;
 	int64		lease_ms;
 	int64		ticket;
@@ -191,8 +193,9 @@ extern void shmem_install_hooks(void);
 extern uint64 redsem_incarnation(void);
 extern bool keeper_is_active(void);
 extern int	shared_hold_add(const char *prefix, const char *name,
-							const char *id, bool xact, int64 lease_ms,
-							int64 ticket);
+							const char *id, bool xact, bool waiting,
+							int64 lease_ms, int64 ticket);
+extern void shared_hold_now_held(int slot, const char *id, int64 ticket);
 extern SharedHold *tracked_hold(int slot, const char *id);
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);

@@ -155,7 +155,7 @@ wake_keeper(void)
  */
 int
 shared_hold_add(const char *prefix, const char *name, const char *id,
-				bool xact, int64 lease_ms, int64 ticket)
+				bool xact, bool waiting, int64 lease_ms, int64 ticket)
 {
 	int			slot = -1;
 	bool		first_change;
@@ -173,6 +173,7 @@ shared_hold_add(const char *prefix, const char *name, const char *id,
 		h->in_use = true;
 		h->pid = MyProcPid;
 		h->xact = xact;
+		h->waiting = waiting;
 		h->lease_ms = lease_ms;
 		h->ticket = ticket;
 		h->acquired_at = h->refreshed_at = GetCurrentTimestamp();
@@ -226,6 +227,24 @@ shared_hold_remove(int slot, const char *id)
 	if ((h = tracked_hold(slot, id)) != NULL)
 		h->in_use = false;
 	shared->generation++;
+	LWLockRelease(shared->holds_lock);
+}
+
+/* A tracked place in line became a slot */
+void
+shared_hold_now_held(int slot, const char *id, int64 ticket)
+{
+	SharedHold *h;
+
+	if (shared == NULL || slot < 0)
+		return;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		h->waiting = false;
+		h->ticket = ticket;
+		h->acquired_at = h->refreshed_at = GetCurrentTimestamp();
+	}
 	LWLockRelease(shared->holds_lock);
 }
 

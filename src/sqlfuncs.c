@@ -273,8 +273,12 @@ acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
 	sem_acquire(args->name, id, args->max_holders, args->lease_ms,
 				args->wait_ms != 0, WAIT_PLACE_TTL_MS, &r);
 	waited = (r.state == SEM_WAITING);
-	if (waited && wait_in_line(args, id, &r, deadline))
-		r.state = SEM_HELD;
+	if (waited)
+	{
+		hold_mark_waiting(hold);
+		if (wait_in_line(args, id, &r, deadline))
+			r.state = SEM_HELD;
+	}
 	count_acquire(args, r.state, waited, started);
 
 	if (r.state != SEM_HELD)

@@ -221,7 +221,8 @@ release_orphan(const HoldCopy *c)
 {
 	bool		held = sem_release(c->hold.prefix, c->hold.name, c->hold.id);
 
-	stats_count(c->hold.name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
+	if (!c->hold.waiting)
+		stats_count(c->hold.name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
 	shared_hold_remove(c->slot, c->hold.id);
 }
 
@@ -251,7 +252,7 @@ refresh_if_due(const HoldCopy *c, TimestampTz now)
 
 	if (c->hold.unkept != !reachable)
 		note_unkept(c, !reachable);
-	if (c->hold.lost || !reachable)
+	if (c->hold.lost || c->hold.waiting || !reachable)
 		return KEEPER_MAX_SLEEP_MS;
 	if (due > now)
 		return TimestampDifferenceMilliseconds(now, due);

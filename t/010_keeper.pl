@@ -282,6 +282,31 @@ ok($node->poll_query_until('postgres', 'SELECT redsem_keeper_active()'),
 	'the keeper runs after the crash-restart');
 $v->quit;
 
+note 'SIGKILL of a waiting backend: its place in line goes at the crash-restart';
+
+# The slot is held by "another server" (a holder entered with redis-cli), so
+# the crash-restart here cannot free it; only the waiter's place is ours.
+$redis->cli('--eval', "$ENV{TESTDIR}/src/redsem.lua",
+	map({ "redsem:{wkill}:$_" } qw(owner timeout ticket info waiting)), ',',
+	'acquire', 'other.1', '1', '60000', '0', '60000', 'elsewhere|1|db|user|app');
+my $w = session('waiter');
+$w->send(q{SELECT redsem_acquire('wkill', 1, '60 s', '60 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('wkill', 'waiting') == 1 }),
+	'the waiter is in line behind the other server\'s holder');
+my $w_pid = $w->backend_pid;
+my ($w_id) = grep { /\.$w_pid\./ } split /\n/, ($redis->cli('ZRANGE', 'redsem:{wkill}:waiting', '0', '-1') // '');
+ok(defined $w_id, 'its holder id carries its pid');
+my ($w_tag) = ($w_id // '') =~ /^([0-9a-f]{16})\./;
+ok(defined wait_until(30, sub {
+	($redis->cli('HEXISTS', "redsem:server:$w_tag:holds", $w_id // '') // '') eq '1' }),
+	'the keeper lists the waiting place in its index');
+kill 'KILL', $w_pid;
+$t0 = time;
+my $w_gone = wait_until(30, sub { $redis->zcard('wkill', 'waiting') == 0 });
+ok(defined $w_gone, sprintf('after the crash-restart its place in line is gone (%s)',
+	defined $w_gone ? sprintf('%.2f s', $w_gone) : 'not within 30 s'));
+is($redis->zcard('wkill', 'owner'), 1, 'the other server\'s holder keeps its slot');
+
 $node->stop;
 
 ###########################################################################
