@@ -306,6 +306,16 @@ write_index(HoldCopy *holds, int n)
 	}
 }
 
+/* Milliseconds until the index may be rewritten again */
+static long
+index_gap_left_ms(const KeeperState *st)
+{
+	TimestampTz next = TimestampTzPlusMilliseconds(st->index_written_at,
+												   KEEPER_INDEX_MIN_GAP_MS);
+
+	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next);
+}
+
 /* One pass over the holds; returns how long to sleep */
 static long
 keeper_cycle(KeeperState *st)
@@ -446,10 +456,11 @@ redsem_keeper_main(Datum main_arg)
 		/*
 		 * A wake-up that arrived while we waited on Redis was consumed by
 		 * that wait, so look at the flag too: holds changed since our last
-		 * snapshot mean another cycle now.
+		 * snapshot mean another cycle as soon as the index may be rewritten
+		 * (not at once: on a busy server that would spin).
 		 */
 		if (shared->index_dirty)
-			sleep_ms = 0;
+			sleep_ms = Min(sleep_ms, index_gap_left_ms(&st));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
