@@ -4,8 +4,9 @@
  *
  * The connection is opened lazily, on first use, and reopened on the next
  * call after it broke or after a connection setting changed.  All socket I/O
- * is non-blocking: every wait goes through WaitLatchOrSocket on the socket
- * and the process latch, so query cancel, statement_timeout and
+ * is non-blocking: every wait is on the socket and the process latch
+ * together (as WaitLatchOrSocket does, with the wait set kept per socket),
+ * so query cancel, statement_timeout and
  * pg_terminate_backend are served while Redis is slow or stalled.  A request
  * interrupted half way leaves a reply in flight, so the connection is
  * discarded rather than reused.
@@ -24,7 +25,9 @@
 #include "common/hashfn.h"
 #include "miscadmin.h"
 #include "storage/fd.h"
+#include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
 
@@ -43,6 +46,16 @@ static bool request_in_flight = false;
 
 /* Number of connection errors raised so far, for statistics */
 uint64		redis_failures = 0;
+
+/*
+ * The wait set (latch, postmaster death, socket) of the socket we last
+ * waited on, kept so that each wait is one epoll_wait rather than a new
+ * epoll set.  It must be dropped before its socket is closed: a new socket
+ * may get the same number.
+ */
+static WaitEventSet *wait_set = NULL;
+static int	wait_set_fd = -1;
+static int	wait_set_socket_pos = -1;
 
 /* Milliseconds from now until deadline, never negative */
 static long
@@ -83,13 +96,49 @@ redis_target_description(void)
 	return psprintf("%s:%d", redsem_host ? redsem_host : "", redsem_port);
 }
 
+/* Drop the cached wait set; call before closing its socket */
+static void
+forget_wait_set(void)
+{
+	if (wait_set == NULL)
+		return;
+	FreeWaitEventSet(wait_set);
+	wait_set = NULL;
+	wait_set_fd = -1;
+}
+
+/* Close a context and its socket */
+static void
+close_context(redisContext *c)
+{
+	if (c->fd == wait_set_fd)
+		forget_wait_set();
+	redisFree(c);
+}
+
+/* The wait set for fd, made on first use */
+static WaitEventSet *
+wait_set_for(int fd)
+{
+	if (wait_set != NULL && wait_set_fd == fd)
+		return wait_set;
+	forget_wait_set();
+	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	wait_set_fd = fd;
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	wait_set_socket_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, fd,
+											NULL, NULL);
+	return wait_set;
+}
+
 /* Close the connection, if any, and give back its file descriptor */
 void
 redis_disconnect(void)
 {
 	if (conn == NULL)
 		return;
-	redisFree(conn);
+	close_context(conn);
 	conn = NULL;
 	request_in_flight = false;
 	ReleaseExternalFD();
@@ -104,12 +153,15 @@ redis_disconnect(void)
 static int
 wait_on_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 {
-	int			events = WL_LATCH_SET | WL_TIMEOUT | io_events;
+	WaitEventSet *set = wait_set_for(fd);
+	WaitEvent	event;
 	int			rc;
 
-	events |= interruptible ? WL_EXIT_ON_PM_DEATH : WL_POSTMASTER_DEATH;
-	rc = WaitLatchOrSocket(MyLatch, events, fd, ms_until(deadline),
-						   PG_WAIT_EXTENSION);
+	ModifyWaitEvent(set, wait_set_socket_pos, io_events, NULL);
+	if (WaitEventSetWait(set, ms_until(deadline), &event, 1,
+						 PG_WAIT_EXTENSION) == 0)
+		return WL_TIMEOUT;
+	rc = event.events;
 	if (rc & WL_LATCH_SET)
 	{
 		ResetLatch(MyLatch);
@@ -117,7 +169,11 @@ wait_on_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 			CHECK_FOR_INTERRUPTS();
 	}
 	if (rc & WL_POSTMASTER_DEATH)
+	{
+		if (interruptible)
+			proc_exit(1);
 		rc |= WL_TIMEOUT;
+	}
 	return rc;
 }
 
@@ -292,7 +348,7 @@ open_connection(TimestampTz deadline, bool interruptible, char *err, size_t errl
 	{
 		snprintf(err, errlen, "%s", c ? c->errstr : "out of memory");
 		if (c)
-			redisFree(c);
+			close_context(c);
 		ReleaseExternalFD();
 		return REDIS_STATUS_CONNECT_FAILED;
 	}
@@ -306,7 +362,7 @@ open_connection(TimestampTz deadline, bool interruptible, char *err, size_t errl
 	}
 	PG_CATCH();
 	{
-		redisFree(c);
+		close_context(c);
 		ReleaseExternalFD();
 		PG_RE_THROW();
 	}
@@ -314,7 +370,7 @@ open_connection(TimestampTz deadline, bool interruptible, char *err, size_t errl
 
 	if (status != REDIS_STATUS_OK)
 	{
-		redisFree(c);
+		close_context(c);
 		ReleaseExternalFD();
 		return status == REDIS_STATUS_TIMED_OUT ? status : REDIS_STATUS_CONNECT_FAILED;
 	}
