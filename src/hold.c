@@ -149,12 +149,24 @@ session_held(Hold *hold, SubTransactionId subxid)
 	return hold->scope == HOLD_SESSION && hold->state == HOLD_HELD;
 }
 
+/* Release, within the transaction-end budget, the holds matching the filter */
+static void
+end_holds(bool (*match) (Hold *, SubTransactionId), SubTransactionId subxid)
+{
+	List	   *victims = take_holds(match, subxid);
+
+	if (victims != NIL)
+		release_quietly(victims,
+						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													REDSEM_XACT_CLEANUP_MS));
+	list_free(victims);
+}
+
 /* End transaction-scoped holds with the transaction; refuse PREPARE */
 static void
 xact_callback(XactEvent event, void *arg)
 {
 	ListCell   *lc;
-	List	   *victims;
 
 	switch (event)
 	{
@@ -177,12 +189,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			if (holds == NIL)
 				break;
-			victims = take_holds(ends_with_xact, InvalidSubTransactionId);
-			if (victims != NIL)
-				release_quietly(victims,
-								TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															REDSEM_XACT_CLEANUP_MS));
-			list_free(victims);
+			end_holds(ends_with_xact, InvalidSubTransactionId);
 			break;
 		default:
 			break;
@@ -195,7 +202,6 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				 SubTransactionId parentSubid, void *arg)
 {
 	ListCell   *lc;
-	List	   *victims;
 
 	if (event == SUBXACT_EVENT_COMMIT_SUB)
 	{
@@ -209,12 +215,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	}
 	else if (event == SUBXACT_EVENT_ABORT_SUB && holds != NIL)
 	{
-		victims = take_holds(ends_with_subxact, mySubid);
-		if (victims != NIL)
-			release_quietly(victims,
-							TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														REDSEM_XACT_CLEANUP_MS));
-		list_free(victims);
+		end_holds(ends_with_subxact, mySubid);
 	}
 }
 

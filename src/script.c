@@ -258,28 +258,44 @@ append_field(StringInfo buf, const char *s)
 }
 
 /*
+ * This server's name in holder origins: cluster_name if set, else host name
+ * and port.  Both are fixed at server start, so it is computed once.
+ */
+static const char *
+server_name(void)
+{
+	static char name[300] = "";
+
+	if (name[0] == '\0')
+	{
+		char		host[256];
+
+		if (cluster_name && cluster_name[0] != '\0')
+			strlcpy(name, cluster_name, sizeof(name));
+		else
+		{
+			if (gethostname(host, sizeof(host)) != 0)
+				strlcpy(host, "?", sizeof(host));
+			host[sizeof(host) - 1] = '\0';
+			snprintf(name, sizeof(name), "%s:%d", host, PostPortNumber);
+		}
+	}
+	return name;
+}
+
+/*
  * Where this backend comes from, stored with each hold for observability:
- * "server|pid|database|user|application_name".  The server is cluster_name
- * if set, else host name and port.
+ * "server|pid|database|user|application_name".
  */
 static char *
 origin_text(void)
 {
 	StringInfoData buf;
-	char		host[256];
 	char	   *db = OidIsValid(MyDatabaseId) ? get_database_name(MyDatabaseId) : NULL;
 	char	   *user = OidIsValid(GetUserId()) ? GetUserNameFromId(GetUserId(), true) : NULL;
 
 	initStringInfo(&buf);
-	if (cluster_name && cluster_name[0] != '\0')
-		append_field(&buf, cluster_name);
-	else
-	{
-		if (gethostname(host, sizeof(host)) != 0)
-			strlcpy(host, "?", sizeof(host));
-		host[sizeof(host) - 1] = '\0';
-		append_field(&buf, psprintf("%s:%d", host, PostPortNumber));
-	}
+	append_field(&buf, server_name());
 	append_field(&buf, psprintf("%d", MyProcPid));
 	append_field(&buf, db);
 	append_field(&buf, user);
