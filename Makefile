@@ -3,11 +3,13 @@
 # test/redsem_test.conf).
 
 EXTENSION = redsem
-EXTVERSION = 0.1.0
+EXTVERSION = 0.2.0
 MODULE_big = redsem
-OBJS = src/guc.o src/conn.o src/script.o src/hold.o src/sqlfuncs.o \
-       src/shmem.o src/worker.o src/observe.o
-DATA = redsem--$(EXTVERSION).sql $(wildcard redsem--*--*.sql)
+OBJS = src/guc.o src/conn.o src/secret.o src/script.o src/hold.o \
+       src/sqlfuncs.o src/shmem.o src/worker.o src/observe.o
+# every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
+# must keep working) and every upgrade script
+DATA = $(wildcard redsem--*.sql)
 PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
 
 PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
@@ -32,4 +34,4 @@ src/redsem_lua.h: src/redsem.lua
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 
 src/script.o: src/redsem_lua.h
-$(OBJS): src/redsem.h
+$(OBJS): $(wildcard src/*.h)

@@ -34,8 +34,11 @@ SELECT length(:'a1') BETWEEN 1 AND 100 AS id_length_ok,
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" exists 'redsem:{api_basic}:waiting'
 
 --
--- Release: true once, then false
+-- Release: true once; then the session no longer holds it: false, with a
+-- WARNING (like pg_advisory_unlock), and nothing is sent to Redis.  (The
+-- WARNING's detail names the random id, so it is hidden here.)
 --
+\set VERBOSITY terse
 SELECT redsem_release('api_basic', :'a1') AS released;
 SELECT redsem_release('api_basic', :'a1') AS released_twice;
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{api_basic}:owner'
@@ -47,6 +50,8 @@ SELECT redsem_acquire('api_basic', 2) IS NULL AS full_again;
 SELECT redsem_release('api_other', :'a2') AS wrong_semaphore;
 SELECT redsem_release('api_basic', 'deadbeef.1.1.deadbeef') AS unknown_id;
 SELECT redsem_release('api_never_used', 'deadbeef.1.1.deadbeef') AS unknown_semaphore;
+\set VERBOSITY default
+SELECT redsem_release('api_never_used', 'deadbeef.1.1.deadbeef') AS with_detail;
 -- ... and those calls left no keys behind
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{api_other}*'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{api_never_used}*'
@@ -62,9 +67,11 @@ SELECT redsem_refresh('api_basic', :'a2', '1 hour') AS refreshed_1h;
 SELECT redsem_refresh('api_basic', :'a2', '2 s') AS refreshed_2s;
 -- a3 still has its 10 s default lease, which is now the longest
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_basic}:owner' | awk '{ print ($1 > 9000 && $1 <= 11000) ? "pttl about 11 s" : "unexpected pttl " $1 }'
+\set VERBOSITY terse
 SELECT redsem_refresh('api_basic', :'a1') AS refresh_released_id;
 SELECT redsem_refresh('api_basic', 'deadbeef.1.1.deadbeef') AS refresh_unknown_id;
 SELECT redsem_refresh('api_never_used', 'deadbeef.1.1.deadbeef', '1 s') AS refresh_unknown_semaphore;
+\set VERBOSITY default
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{api_never_used}*'
 -- refresh does not resurrect a released holder
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{api_basic}:owner'
@@ -135,7 +142,9 @@ SELECT redsem_release_all() AS released_all;
 SELECT redsem_acquire('api_all_x', 1) IS NULL AS xact_hold_kept;
 SELECT redsem_acquire('api_all_s', 1) AS s \gset
 COMMIT;
+\set VERBOSITY terse
 SELECT redsem_release('api_all_x', :'x') AS xact_hold_ended_at_commit;
+\set VERBOSITY default
 SELECT redsem_release_all() AS released_all;
 
 --

@@ -60,9 +60,12 @@ INSERT INTO bad_calls (call) VALUES
     ($$redsem_acquire('err', -2147483648)$$),
     ($$redsem_acquire_xact('err', 0)$$),
     ($$redsem_guard('err', 1000001)$$),
--- lease outside 1 ms..24 h
+-- lease outside 1 s..24 h (the keeper cannot keep shorter leases)
     ($$redsem_acquire('err', 1, '0')$$),
     ($$redsem_acquire('err', 1, '0.5 ms')$$),
+    ($$redsem_acquire('err', 1, '1 ms')$$),
+    ($$redsem_acquire('err', 1, '999 ms')$$),
+    ($$redsem_acquire('err', 1, '999.999 ms')$$),
     ($$redsem_acquire('err', 1, '-1 s')$$),
     ($$redsem_acquire('err', 1, '25 hours')$$),
     ($$redsem_acquire('err', 1, '24 hours 1 ms')$$),
@@ -74,6 +77,7 @@ INSERT INTO bad_calls (call) VALUES
     ($$redsem_guard('err', 1, '25 hours')$$),
     ($$redsem_refresh('err', 'a.1', '0')$$),
     ($$redsem_refresh('err', 'a.1', '0.5 ms')$$),
+    ($$redsem_refresh('err', 'a.1', '999 ms')$$),
     ($$redsem_refresh('err', 'a.1', '-1 s')$$),
     ($$redsem_refresh('err', 'a.1', '25 hours')$$),
 -- wait outside 0..24 h
@@ -144,8 +148,8 @@ INSERT INTO good_calls (call) VALUES
     ($$redsem_acquire(repeat('n', 198) || 'é', 1)$$),
     ($$redsem_acquire('n', 1)$$),
     ($$redsem_acquire('err_max', 1000000)$$),
-    ($$redsem_acquire('err_lease_min', 1, '1 ms')$$),
-    ($$redsem_acquire('err_lease_frac', 1, '1.5 ms')$$),
+    ($$redsem_acquire('err_lease_min', 1, '1 s')$$),
+    ($$redsem_acquire('err_lease_frac', 1, '1000.5 ms')$$),
     ($$redsem_acquire('err_lease_max', 1, '24 hours')$$),
     ($$redsem_acquire('err_lease_day', 1, '1 day')$$),
     ($$redsem_acquire('err_wait_0', 1, '1 s', '0')$$),
@@ -153,10 +157,13 @@ INSERT INTO good_calls (call) VALUES
     ($$redsem_acquire('err_wait_null', 1, '1 s', NULL)$$),
     ($$redsem_refresh('err_max', repeat('a', 100))$$),
     ($$redsem_refresh('err_max', 'Az09._:-', '24 hours')$$),
-    ($$redsem_refresh('err_max', 'a', '1 ms')$$),
+    ($$redsem_refresh('err_max', 'a', '1 s')$$),
     ($$redsem_release(repeat('n', 200), 'a')$$),
     ($$redsem_release('err_max', 'a:b-c_d.e')$$);
+-- (well-formed ids that this session does not hold: false, with a WARNING)
+\set VERBOSITY terse
 SELECT n, call, pg_temp.try('SELECT ' || call) AS result FROM good_calls ORDER BY n;
+\set VERBOSITY default
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" -n 1 --scan --pattern '*:owner' | LC_ALL=C sort | cut -c1-60
 SELECT redsem_release_all() AS released_all;
 

@@ -19,10 +19,15 @@ SELECT redsem_acquire('exp_short', 1) IS NULL AS busy;
 SELECT pg_sleep(0.5);
 SELECT redsem_acquire('exp_short', 1) AS new \gset
 SELECT :'new' IS NOT NULL AS taken_over;
--- the expired holder lost it for good: refresh and release say false
-SELECT redsem_refresh('exp_short', 'other.1') AS refresh_expired;
-SELECT redsem_refresh('exp_short', 'other.1', '1 hour') AS refresh_expired_longer;
-SELECT redsem_release('exp_short', 'other.1') AS release_expired;
+-- the expired holder lost it for good: its own refresh and release (sent
+-- by the other server) say 0
+\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , refresh other.1 0
+\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , refresh other.1 3600000
+\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , release other.1
+-- and this session cannot refresh or release another's slot: false, with
+-- a WARNING, and nothing is sent to Redis
+SELECT redsem_refresh('exp_short', 'other.1', '1 hour') AS refresh_not_ours;
+SELECT redsem_release('exp_short', 'other.1') AS release_not_ours;
 -- and nothing of it is left: only the new holder
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_short}:owner'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zscore 'redsem:{exp_short}:owner' other.1
@@ -35,7 +40,7 @@ SELECT redsem_release('exp_short', :'new') AS released;
 \! n='exp_alone'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.2 1 200 0 600 'elsewhere|1|db|user|app' | head -n 1
 SELECT pg_sleep(0.3);
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:owner'
-SELECT redsem_refresh('exp_alone', 'other.2') AS refresh_expired;
+\! n='exp_alone'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , refresh other.2 0
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:owner'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:timeout'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hlen 'redsem:{exp_alone}:info'
@@ -52,9 +57,10 @@ SELECT :'n' IS NOT NULL AS short_slot_free;
 SELECT redsem_acquire('exp_mixed', 2) IS NULL AS full_again;
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zrange 'redsem:{exp_mixed}:owner' 0 0
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_mixed}:owner'
-SELECT redsem_refresh('exp_mixed', 'other.3') AS short_lost,
-       redsem_refresh('exp_mixed', 'other.4') AS long_kept;
-SELECT redsem_release('exp_mixed', 'other.4') AS long_released,
+\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , refresh other.3 0
+\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , refresh other.4 0
+-- an administrator (here: a superuser) can force-release another's slot
+SELECT redsem_force_release('exp_mixed', 'other.4') AS long_force_released,
        redsem_release('exp_mixed', :'n') AS new_released;
 
 --
@@ -95,7 +101,7 @@ SELECT redsem_keeper_active() AS keeper_active;
 BEGIN;
 SELECT redsem_acquire('exp_kept_s', 1, '2 s') AS s \gset
 SELECT redsem_acquire_xact('exp_kept_x', 1, '2 s') IS NOT NULL AS held_x;
-SELECT redsem_acquire('exp_kept_short', 1, '500 ms') AS short \gset
+SELECT redsem_acquire('exp_kept_short', 1, '1 s') AS short \gset
 SELECT name, scope, lease, kept_alive FROM redsem_held() ORDER BY name;
 SELECT pg_sleep(2.5);
 SELECT redsem_acquire('exp_kept_s', 1) IS NULL AS s_still_held,
@@ -107,6 +113,18 @@ SELECT redsem_release('exp_kept_s', :'s') AS s_released,
        redsem_release('exp_kept_short', :'short') AS short_released;
 SELECT redsem_acquire('exp_kept_x', 1) IS NOT NULL AS x_released_at_commit;
 SELECT redsem_release_all() AS released_all;
+
+--
+-- A waiter promoted by its own re-check keeps its whole lease, even on a
+-- quiet semaphore: the keys live as long as the latest deadline.  (0.1.0
+-- left them with the waiter's 31 s place TTL: a newcomer got in after 31 s.)
+--
+\! n='exp_quiet'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" , acquire other.9 1 1000 0 600 'elsewhere|1|db|user|app' | head -n 1
+SELECT redsem_acquire('exp_quiet', 1, '3 min', '20 s') AS w \gset
+SELECT :'w' IS NOT NULL AS promoted;
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{exp_quiet}:owner' | awk '{ print ($1 > 170000) ? "keys live about 3 min" : "keys live only " $1 " ms" }'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{exp_quiet}:info' | awk '{ print ($1 > 170000) ? "keys live about 3 min" : "keys live only " $1 " ms" }'
+SELECT redsem_release('exp_quiet', :'w') AS released;
 
 -- Nothing of this file is left once the last leases are over
 SELECT pg_sleep(1.2);

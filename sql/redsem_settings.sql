@@ -111,6 +111,28 @@ RESET ROLE;
 DROP ROLE regress_redsem_user;
 
 --
+-- The password is never shown: not to superusers, not to members of
+-- pg_read_all_settings (e.g. pg_monitor), not in pg_settings.  (Set here
+-- only to be looked at: no redsem call runs while it is set.)
+--
+SET redsem.password = 'not-to-be-seen';
+SHOW redsem.password;
+SELECT current_setting('redsem.password') AS current_setting;
+SELECT count(*) AS password_rows FROM pg_settings WHERE name = 'redsem.password';
+CREATE ROLE regress_redsem_monitor IN ROLE pg_read_all_settings;
+SET ROLE regress_redsem_monitor;
+SHOW redsem.password;
+SELECT current_setting('redsem.password') AS current_setting;
+SELECT count(*) AS password_rows FROM pg_settings WHERE name = 'redsem.password';
+SELECT count(*) AS rows_showing_it FROM pg_settings WHERE setting LIKE '%not-to-be-seen%' OR reset_val LIKE '%not-to-be-seen%';
+RESET ROLE;
+DROP ROLE regress_redsem_monitor;
+RESET redsem.password;
+SHOW redsem.password;
+-- the password file's path is not a secret
+SHOW redsem.password_file;
+
+--
 -- The key prefix: no braces; another prefix is another namespace
 --
 SET redsem.key_prefix = 'a{b:';

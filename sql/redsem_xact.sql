@@ -18,8 +18,11 @@ SELECT redsem_acquire('xa_commit', 1) IS NULL AS busy_for_session_acquire;
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{xa_commit}:owner'
 COMMIT;
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{xa_commit}:owner'
+-- (the session no longer holds it: false, with a WARNING naming the id)
+\set VERBOSITY terse
 SELECT redsem_release('xa_commit', :'x') AS released_after_commit;
 SELECT redsem_refresh('xa_commit', :'x') AS refreshed_after_commit;
+\set VERBOSITY default
 
 -- Outside a transaction block, the hold ends with the statement
 SELECT redsem_acquire_xact('xa_commit', 1) IS NOT NULL AS held_for_one_statement;
@@ -33,7 +36,9 @@ BEGIN;
 SELECT redsem_acquire_xact('xa_rollback', 1) AS x \gset
 SELECT redsem_acquire_xact('xa_rollback', 1) IS NULL AS busy;
 ROLLBACK;
+\set VERBOSITY terse
 SELECT redsem_release('xa_rollback', :'x') AS released_after_rollback;
+\set VERBOSITY default
 
 BEGIN;
 SELECT redsem_acquire_xact('xa_rollback', 1) IS NOT NULL AS held;
@@ -57,7 +62,9 @@ SELECT redsem_acquire_xact('xa_rollback', 1) IS NOT NULL AS free_after_error_in_
 BEGIN;
 SELECT redsem_acquire_xact('xa_early', 1) AS x \gset
 SELECT redsem_release('xa_early', :'x') AS released_early;
+\set VERBOSITY terse
 SELECT redsem_release('xa_early', :'x') AS released_twice;
+\set VERBOSITY default
 SELECT redsem_acquire('xa_early', 1) AS s \gset
 SELECT :'s' IS NOT NULL AS session_hold_taken;
 COMMIT;

@@ -3,17 +3,21 @@
  *		The backend's single Redis connection and every wait on it.
  *
  * The connection is opened lazily, on first use, and reopened on the next
- * call after it broke or after a connection setting changed.  All socket I/O
- * is non-blocking: every wait is on the socket and the process latch
- * together (as WaitLatchOrSocket does, with the wait set kept per socket),
- * so query cancel, statement_timeout and
- * pg_terminate_backend are served while Redis is slow or stalled.  A request
- * interrupted half way leaves a reply in flight, so the connection is
- * discarded rather than reused.
+ * call after it broke, after a connection setting changed, or after Redis
+ * said it cannot serve us here (READONLY, LOADING, MASTERDOWN: a failover
+ * behind the same address is then followed).  All socket I/O is
+ * non-blocking: every wait is on the socket and the process latch together
+ * (one wait set kept per socket), so query cancel, statement_timeout and
+ * pg_terminate_backend are served while Redis is slow or stalled.  A
+ * request interrupted half way leaves a reply in flight, so the connection
+ * is discarded rather than reused.
  *
- * Two entry points: redis_command() for SQL-callable code (raises ERROR, can
- * be interrupted), and redis_command_quiet() for commit/abort/exit callbacks
- * (never raises, holds interrupts, honours a hard deadline).
+ * One core, redis_exec(), serves every caller.  It returns a status and
+ * never raises, except that on SQL paths (call->interruptible) a cancel or
+ * timeout interrupt unwinds through it.  What went wrong is kept in the
+ * call's outcome, classified (see RedisStatus), and redis_report() turns it
+ * into an error or a log line at the caller's level, in the manner of
+ * postgres_fdw's pgfdw_report_error().
  */
 #include "postgres.h"
 
@@ -26,12 +30,13 @@
 #include "miscadmin.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
-#include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
-#include "utils/wait_event.h"
 
+#include "compat.h"
+#include "conn.h"
 #include "redsem.h"
+#include "secret.h"
 
 static redisContext *conn = NULL;
 static uint64 conn_generation = 0;
@@ -39,13 +44,10 @@ static uint64 conn_generation = 0;
 /*
  * True from sending a command until its reply is read.  Still true at the
  * next use means the request was abandoned (an ERROR unwinds through
- * redis_command, but FATAL exits without unwinding): a reply, or a blocked
+ * redis_exec, but FATAL exits without unwinding): a reply, or a blocked
  * BLPOP, is still owed on the socket, so the connection must not be reused.
  */
 static bool request_in_flight = false;
-
-/* Number of connection errors raised so far, for statistics */
-uint64		redis_failures = 0;
 
 /*
  * The wait set (latch, postmaster death, socket) of the socket we last
@@ -62,13 +64,6 @@ static long
 ms_until(TimestampTz deadline)
 {
 	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-}
-
-/* Deadline ms milliseconds from now */
-static TimestampTz
-deadline_after(int64 ms)
-{
-	return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms);
 }
 
 /* A hash of every setting that decides which Redis data we reach */
@@ -96,6 +91,35 @@ redis_target_description(void)
 	return psprintf("%s:%d", redsem_host ? redsem_host : "", redsem_port);
 }
 
+/* Set up a call: deadline (DT_NOEND: redsem.command_timeout), mode, level */
+void
+redis_call_init(RedisCall *call, TimestampTz deadline, bool interruptible,
+				int elevel)
+{
+	memset(call, 0, sizeof(*call));
+	call->deadline = deadline;
+	call->interruptible = interruptible;
+	call->elevel = elevel;
+}
+
+/*
+ * Record why a call failed; raise at once if the call reports at ERROR.
+ * Always returns false, so callers can "return redis_fail(...)".
+ */
+bool
+redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
+{
+	va_list		args;
+
+	call->outcome.status = status;
+	va_start(args, fmt);
+	vsnprintf(call->outcome.detail, sizeof(call->outcome.detail), fmt, args);
+	va_end(args);
+	if (call->elevel >= ERROR)
+		redis_report(call->elevel, &call->outcome);
+	return false;
+}
+
 /* Drop the cached wait set; call before closing its socket */
 static void
 forget_wait_set(void)
@@ -116,14 +140,15 @@ close_context(redisContext *c)
 	redisFree(c);
 }
 
-/* The wait set for fd, made on first use */
+/* The wait set for fd, made on first use (may raise: out of memory, epoll) */
 static WaitEventSet *
 wait_set_for(int fd)
 {
 	if (wait_set != NULL && wait_set_fd == fd)
 		return wait_set;
 	forget_wait_set();
-	wait_set = CreateWaitEventSet(TopMemoryContext, 3);
+	redsem_fault("wait_set");
+	wait_set = redsem_create_wait_set(TopMemoryContext, 3);
 	wait_set_fd = fd;
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -159,7 +184,7 @@ wait_on_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 
 	ModifyWaitEvent(set, wait_set_socket_pos, io_events, NULL);
 	if (WaitEventSetWait(set, ms_until(deadline), &event, 1,
-						 PG_WAIT_EXTENSION) == 0)
+						 redsem_wait_event()) == 0)
 		return WL_TIMEOUT;
 	rc = event.events;
 	if (rc & WL_LATCH_SET)
@@ -177,6 +202,13 @@ wait_on_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 	return rc;
 }
 
+/* True once the deadline has passed */
+static bool
+past(TimestampTz deadline)
+{
+	return GetCurrentTimestamp() >= deadline;
+}
+
 /*
  * Flush the output buffer and read one reply, waiting on the socket in
  * between.  Stores the reply (malloc'd by hiredis) in *reply.
@@ -192,42 +224,115 @@ exchange(redisContext *c, TimestampTz deadline, bool interruptible,
 	for (;;)
 	{
 		if (redisBufferWrite(c, &done) != REDIS_OK)
-			return REDIS_STATUS_IO_FAILED;
+			return RS_LOST;
 		if (done)
 			break;
-		if (wait_on_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
-						   interruptible) & WL_TIMEOUT &&
-			GetCurrentTimestamp() >= deadline)
-			return REDIS_STATUS_TIMED_OUT;
+		if ((wait_on_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
+							interruptible) & WL_TIMEOUT) && past(deadline))
+			return RS_TIMED_OUT;
 	}
 	for (;;)
 	{
 		int			rc;
 
 		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
-			return REDIS_STATUS_IO_FAILED;
+			return RS_LOST;
 		if (r != NULL)
 		{
 			*reply = (redisReply *) r;
 			if (c == conn)
 				request_in_flight = false;
-			return REDIS_STATUS_OK;
+			return RS_OK;
 		}
 		rc = wait_on_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
 		if (rc & WL_SOCKET_READABLE)
 		{
 			if (redisBufferRead(c) != REDIS_OK)
-				return REDIS_STATUS_IO_FAILED;
+				return RS_LOST;
 		}
-		else if ((rc & WL_TIMEOUT) && GetCurrentTimestamp() >= deadline)
-			return REDIS_STATUS_TIMED_OUT;
+		else if ((rc & WL_TIMEOUT) && past(deadline))
+			return RS_TIMED_OUT;
 	}
 }
 
-/* Wait for a non-blocking connect to finish, then check its outcome */
+/*
+ * The class of a Redis error reply, from its leading code; *drop says
+ * whether the connection is no use any more (the server is a replica now,
+ * refused us, or is about to close it).
+ */
 static RedisStatus
-finish_connect(redisContext *c, TimestampTz deadline, bool interruptible,
-			   char *err, size_t errlen)
+classify_error(const char *msg, bool *drop)
+{
+	static const struct
+	{
+		const char *prefix;
+		RedisStatus status;
+		bool		drop;
+	}			classes[] =
+	{
+		{"NOSCRIPT", RS_NOSCRIPT, false},
+		{"NOAUTH", RS_AUTH_FAILED, true},
+		{"NOPERM", RS_AUTH_FAILED, false},
+		{"WRONGPASS", RS_BAD_PASSWORD, true},
+		{"ERR invalid password", RS_BAD_PASSWORD, true},
+		{"ERR AUTH", RS_AUTH_FAILED, true},
+		{"ERR Client sent AUTH", RS_AUTH_FAILED, true},
+		{"ERR max number of clients", RS_TOO_MANY_CLIENTS, true},
+		{"READONLY", RS_UNAVAILABLE, true},
+		{"LOADING", RS_UNAVAILABLE, true},
+		{"MASTERDOWN", RS_UNAVAILABLE, true},
+		{"UNBLOCKED", RS_UNAVAILABLE, true},
+		{"BUSY", RS_UNAVAILABLE, false},
+		{"TRYAGAIN", RS_UNAVAILABLE, false},
+		{"CLUSTERDOWN", RS_UNAVAILABLE, true},
+		{"OOM", RS_OUT_OF_MEMORY, false},
+		{"WRONGTYPE", RS_CONFLICT, false},
+		{"REDSEM", RS_CONFLICT, false},
+		{"ERR user_script", RS_CONFLICT, false},
+		{"ERR Error running script", RS_CONFLICT, false},
+		{"ERR Error compiling script", RS_CONFLICT, false},
+	};
+
+	for (int i = 0; i < lengthof(classes); i++)
+	{
+		size_t		len = strlen(classes[i].prefix);
+
+		if (strncmp(msg, classes[i].prefix, len) == 0 &&
+			(msg[len] == ' ' || msg[len] == '\0' || msg[len] == ':'))
+		{
+			*drop = classes[i].drop;
+			return classes[i].status;
+		}
+	}
+	*drop = false;
+	return RS_REFUSED;
+}
+
+/*
+ * Turn an error reply into the call's outcome (freeing the reply).  Returns
+ * the class; the caller drops the connection if *drop.
+ */
+static RedisStatus
+absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
+				   bool *drop)
+{
+	const char *msg = (reply->str != NULL) ? reply->str : "";
+	RedisStatus status = classify_error(msg, drop);
+
+	call->outcome.status = status;
+	/* Redis never echoes a password in its error replies */
+	if (what != NULL)
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "%s: %s", what, msg);
+	else
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", msg);
+	freeReplyObject(reply);
+	return status;
+}
+
+/* Wait for a non-blocking connect to finish, then check its outcome */
+static bool
+finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 {
 	int			soerr = 0;
 	socklen_t	len = sizeof(soerr);
@@ -235,110 +340,123 @@ finish_connect(redisContext *c, TimestampTz deadline, bool interruptible,
 	for (;;)
 	{
 		int			rc = wait_on_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
-										interruptible);
+										call->interruptible);
 
 		if (rc & WL_SOCKET_WRITEABLE)
 			break;
-		if ((rc & WL_TIMEOUT) && GetCurrentTimestamp() >= deadline)
+		if ((rc & WL_TIMEOUT) && past(deadline))
 		{
-			snprintf(err, errlen, "no answer within %d ms (redsem.connect_timeout)",
+			call->outcome.status = RS_CONNECT_FAILED;
+			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+					 "no answer within %d ms (redsem.connect_timeout)",
 					 redsem_connect_timeout_ms);
-			return REDIS_STATUS_TIMED_OUT;
+			return false;
 		}
 	}
 	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
 		soerr = errno;
 	if (soerr != 0)
 	{
-		snprintf(err, errlen, "%s", strerror(soerr));
-		return REDIS_STATUS_CONNECT_FAILED;
+		call->outcome.status = RS_CONNECT_FAILED;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
+				 strerror(soerr));
+		return false;
 	}
-	return REDIS_STATUS_OK;
+	return true;
 }
 
-/* Send one command during connection set-up; copy any error text out */
-static RedisStatus
-setup_command(redisContext *c, int argc, const char **argv,
-			  TimestampTz deadline, bool interruptible, char *err, size_t errlen)
+/* Send one command during connection set-up; on failure fill the outcome */
+static bool
+setup_command(RedisCall *call, redisContext *c, int argc, const char **argv,
+			  TimestampTz deadline)
 {
 	redisReply *reply;
 	RedisStatus status;
+	bool		drop;
 
 	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
 	{
-		snprintf(err, errlen, "%s", c->errstr);
-		return REDIS_STATUS_IO_FAILED;
+		call->outcome.status = RS_CONNECT_FAILED;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
+		return false;
 	}
-	status = exchange(c, deadline, interruptible, &reply);
-	if (status != REDIS_STATUS_OK)
+	status = exchange(c, deadline, call->interruptible, &reply);
+	if (status != RS_OK)
 	{
+		call->outcome.status = RS_CONNECT_FAILED;
 		if (c->err)
-			snprintf(err, errlen, "%s", c->errstr);
+			snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
 		else
-			snprintf(err, errlen, "no answer to %s within %d ms (redsem.connect_timeout)",
+			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+					 "no answer to %s within %d ms (redsem.connect_timeout)",
 					 argv[0], redsem_connect_timeout_ms);
-		return status;
+		return false;
 	}
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
-		/* Redis never echoes the password in its error replies */
-		snprintf(err, errlen, "%s: %s", argv[0], reply->str);
-		status = REDIS_STATUS_CONNECT_FAILED;
+		status = absorb_error_reply(call, reply, argv[0], &drop);
+		if (status == RS_REFUSED)
+			call->outcome.status = RS_CONNECT_FAILED;
+		return false;
 	}
 	freeReplyObject(reply);
-	return status;
+	return true;
 }
 
 /* Authenticate and select the database, as configured */
-static RedisStatus
-setup_session(redisContext *c, TimestampTz deadline, bool interruptible,
-			  char *err, size_t errlen)
+static bool
+setup_session(RedisCall *call, redisContext *c, TimestampTz deadline)
 {
-	RedisStatus status = REDIS_STATUS_OK;
+	char		password[REDSEM_MAX_SECRET_BYTES + 1];
+	bool		have_password;
+	bool		ok = true;
 
-	if (redsem_password && redsem_password[0] != '\0')
+	if (!redis_password(password, sizeof(password), &have_password, &call->outcome))
+		return false;
+	if (have_password)
 	{
-		if (redsem_user && redsem_user[0] != '\0')
-		{
-			const char *argv[] = {"AUTH", redsem_user, redsem_password};
+		const char *argv[3] = {"AUTH", redsem_user, password};
 
-			status = setup_command(c, 3, argv, deadline, interruptible, err, errlen);
-		}
+		if (redsem_user && redsem_user[0] != '\0')
+			ok = setup_command(call, c, 3, argv, deadline);
 		else
 		{
-			const char *argv[] = {"AUTH", redsem_password};
-
-			status = setup_command(c, 2, argv, deadline, interruptible, err, errlen);
+			argv[1] = password;
+			ok = setup_command(call, c, 2, argv, deadline);
 		}
+		explicit_bzero(password, sizeof(password));
 	}
-	if (status == REDIS_STATUS_OK && redsem_database != 0)
+	if (ok && redsem_database != 0)
 	{
 		char		db[16];
 		const char *argv[] = {"SELECT", db};
 
 		snprintf(db, sizeof(db), "%d", redsem_database);
-		status = setup_command(c, 2, argv, deadline, interruptible, err, errlen);
+		ok = setup_command(call, c, 2, argv, deadline);
 	}
-	return status;
+	return ok;
 }
 
 /*
  * Open a new connection, bounded by redsem.connect_timeout and by deadline.
- * On failure nothing is left open and err says why.
+ * On failure nothing is left open and the call's outcome says why.
  */
-static RedisStatus
-open_connection(TimestampTz deadline, bool interruptible, char *err, size_t errlen)
+static bool
+open_connection(RedisCall *call, TimestampTz deadline)
 {
-	TimestampTz connect_deadline = deadline_after(redsem_connect_timeout_ms);
+	TimestampTz connect_deadline =
+		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), redsem_connect_timeout_ms);
 	redisContext *c;
-	RedisStatus status;
+	bool		ok;
 
 	if (connect_deadline > deadline)
 		connect_deadline = deadline;
 	if (!AcquireExternalFD())
 	{
-		snprintf(err, errlen, "there are too many open files on the local server");
-		return REDIS_STATUS_CONNECT_FAILED;
+		call->outcome.status = RS_CONNECT_FAILED;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "there are too many open files on the local server");
+		return false;
 	}
 	if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
 		c = redisConnectUnixNonBlock(redsem_unix_socket);
@@ -346,19 +464,20 @@ open_connection(TimestampTz deadline, bool interruptible, char *err, size_t errl
 		c = redisConnectNonBlock(redsem_host, redsem_port);
 	if (c == NULL || c->err)
 	{
-		snprintf(err, errlen, "%s", c ? c->errstr : "out of memory");
+		call->outcome.status = RS_CONNECT_FAILED;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
+				 c ? c->errstr : "out of memory");
 		if (c)
 			close_context(c);
 		ReleaseExternalFD();
-		return REDIS_STATUS_CONNECT_FAILED;
+		return false;
 	}
 
-	/* Don't leak the socket if an interrupt throws while we wait */
+	/* Don't leak the socket if an interrupt or error throws while we wait */
 	PG_TRY();
 	{
-		status = finish_connect(c, connect_deadline, interruptible, err, errlen);
-		if (status == REDIS_STATUS_OK)
-			status = setup_session(c, connect_deadline, interruptible, err, errlen);
+		ok = finish_connect(call, c, connect_deadline) &&
+			setup_session(call, c, connect_deadline);
 	}
 	PG_CATCH();
 	{
@@ -368,17 +487,17 @@ open_connection(TimestampTz deadline, bool interruptible, char *err, size_t errl
 	}
 	PG_END_TRY();
 
-	if (status != REDIS_STATUS_OK)
+	if (!ok)
 	{
 		close_context(c);
 		ReleaseExternalFD();
-		return status == REDIS_STATUS_TIMED_OUT ? status : REDIS_STATUS_CONNECT_FAILED;
+		return false;
 	}
 	if (!(redsem_unix_socket && redsem_unix_socket[0] != '\0'))
 		(void) redisEnableKeepAlive(c);
 	conn = c;
 	conn_generation = redsem_guc_generation;
-	return REDIS_STATUS_OK;
+	return true;
 }
 
 /*
@@ -394,127 +513,294 @@ connection_is_stale(void)
 	if (request_in_flight || conn_generation != redsem_guc_generation || conn->err)
 		return true;
 	n = recv(conn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n == 0 || n > 0)
+	if (n >= 0)
 		return true;
 	return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
 /* Make sure conn is usable, opening it if need be */
-static RedisStatus
-ensure_connection(TimestampTz deadline, bool interruptible, char *err, size_t errlen)
+static bool
+ensure_connection(RedisCall *call, TimestampTz deadline)
 {
 	if (conn != NULL && connection_is_stale())
 		redis_disconnect();
 	if (conn != NULL)
-		return REDIS_STATUS_OK;
-	return open_connection(deadline, interruptible, err, errlen);
+		return true;
+	return open_connection(call, deadline);
 }
 
-/* Queue one command on the connection */
+/*
+ * After a failed write or read: if Redis wrote an error line before it
+ * closed the connection (it does so when it has too many clients), take the
+ * class and words from that line rather than the socket's failure.
+ */
+static void
+salvage_error_line(RedisCall *call)
+{
+	char		buf[256];
+	ssize_t		n = recv(conn->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	char	   *end;
+	bool		drop;
+
+	if (n <= 1 || buf[0] != '-')
+		return;
+	buf[n] = '\0';
+	if ((end = strpbrk(buf, "\r\n")) != NULL)
+		*end = '\0';
+	call->outcome.status = classify_error(buf + 1, &drop);
+	if (call->outcome.status == RS_NOSCRIPT)
+		call->outcome.status = RS_LOST;
+	snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", buf + 1);
+}
+
+/* Send one command on the open connection and read its reply */
 static RedisStatus
-append_command(int argc, const char **argv, const size_t *argvlen)
+send_and_receive(RedisCall *call, int argc, const char **argv,
+				 const size_t *argvlen, TimestampTz deadline,
+				 redisReply **reply)
 {
+	RedisStatus status;
+
 	if (redisAppendCommandArgv(conn, argc, argv, argvlen) != REDIS_OK)
-		return REDIS_STATUS_IO_FAILED;
+		return RS_LOST;
 	request_in_flight = true;
-	return REDIS_STATUS_OK;
-}
-
-/* Raise the error that matches a failed connection attempt */
-static void
-report_connect_failure(const char *err)
-{
-	redis_failures++;
-	ereport(ERROR,
-			(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-			 errmsg("could not connect to Redis at %s", redis_target_description()),
-			 errdetail_internal("%s", err),
-			 errhint("Check that Redis is running and reachable, and the settings redsem.host, redsem.port, redsem.unix_socket, redsem.user and redsem.password.")));
-}
-
-/* Raise the error that matches a failed or timed-out request */
-static void
-report_request_failure(RedisStatus status, const char *err, int timeout_ms)
-{
-	redis_failures++;
-	if (status == REDIS_STATUS_TIMED_OUT)
-		ereport(ERROR,
-				(errcode(ERRCODE_CONNECTION_FAILURE),
-				 errmsg("Redis at %s did not answer within %d ms",
-						redis_target_description(), timeout_ms),
-				 errhint("Check the load on the Redis server, or raise redsem.command_timeout.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_CONNECTION_FAILURE),
-			 errmsg("lost connection to Redis at %s", redis_target_description()),
-			 errdetail_internal("%s", err),
-			 errhint("Check that Redis is running; the next call reconnects.")));
-}
-
-/*
- * Send one command and return its reply, which the caller must free with
- * freeReplyObject.  Waits at most redsem.command_timeout plus extra_wait_ms
- * (for blocking commands).  Raises ERROR on any connection trouble; Redis
- * error replies are returned to the caller.
- */
-redisReply *
-redis_command(int argc, const char **argv, const size_t *argvlen,
-			  int extra_wait_ms)
-{
-	char		err[256];
-	redisReply *reply = NULL;
-	RedisStatus status;
-	int			timeout_ms = redsem_command_timeout_ms + extra_wait_ms;
-
-	status = ensure_connection(DT_NOEND, true, err, sizeof(err));
-	if (status != REDIS_STATUS_OK)
-		report_connect_failure(err);
-
-	status = append_command(argc, argv, argvlen);
-	if (status == REDIS_STATUS_OK)
+	PG_TRY();
 	{
-		PG_TRY();
-		{
-			status = exchange(conn, deadline_after(timeout_ms), true, &reply);
-		}
-		PG_CATCH();
-		{
-			/* interrupted with a reply possibly still in flight */
-			redis_disconnect();
-			PG_RE_THROW();
-		}
-		PG_END_TRY();
+		status = exchange(conn, deadline, call->interruptible, reply);
 	}
-	if (status != REDIS_STATUS_OK)
+	PG_CATCH();
 	{
-		snprintf(err, sizeof(err), "%s", conn->err ? conn->errstr : "");
+		/* interrupted with a reply possibly still in flight */
 		redis_disconnect();
-		report_request_failure(status, err, timeout_ms);
+		PG_RE_THROW();
 	}
-	return reply;
+	PG_END_TRY();
+	return status;
 }
 
 /*
- * Like redis_command, for callbacks that must never raise: interrupts are
- * held, and everything (connecting included) ends by deadline.
+ * The core: send one command and return its reply in *reply (the caller
+ * frees it with freeReplyObject).  Connects first if need be.  Returns
+ * true with a reply that is not an error; otherwise false, with the
+ * failure classified in call->outcome (and raised if call->elevel is
+ * ERROR).  Holds interrupts off unless the call is interruptible, and ends
+ * by the call's deadline (redsem.command_timeout plus extra_wait_ms from
+ * now, when none is given).
  */
-RedisStatus
-redis_command_quiet(int argc, const char **argv, const size_t *argvlen,
-					TimestampTz deadline, redisReply **reply)
+bool
+redis_exec(RedisCall *call, int argc, const char **argv,
+		   const size_t *argvlen, redisReply **reply)
 {
-	char		err[256];
+	TimestampTz deadline = call->deadline;
+	int			timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
 	RedisStatus status;
+	bool		ok;
+	bool		drop = false;
 
 	*reply = NULL;
-	HOLD_INTERRUPTS();
-	status = ensure_connection(deadline, false, err, sizeof(err));
-	if (status == REDIS_STATUS_OK)
-		status = append_command(argc, argv, argvlen);
-	if (status == REDIS_STATUS_OK && conn != NULL)
+	call->outcome.status = RS_OK;
+	call->outcome.detail[0] = '\0';
+	if (deadline == DT_NOEND)
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	else
+		timeout_ms = (int) Min(ms_until(deadline), PG_INT32_MAX);
+
+	if (!call->interruptible)
+		HOLD_INTERRUPTS();
+	ok = ensure_connection(call, deadline);
+	if (ok)
 	{
-		status = exchange(conn, deadline, false, reply);
-		if (status != REDIS_STATUS_OK)
+		status = send_and_receive(call, argc, argv, argvlen, deadline, reply);
+		if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
+		{
+			status = absorb_error_reply(call, *reply, NULL, &drop);
+			*reply = NULL;
+		}
+		else if (status != RS_OK)
+		{
+			call->outcome.status = status;
+			call->outcome.timeout_ms = timeout_ms;
+			snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
+					 conn->err ? conn->errstr : "");
+			if (status == RS_LOST)
+				salvage_error_line(call);
+			drop = true;
+		}
+		if (drop)
 			redis_disconnect();
+		ok = (status == RS_OK);
 	}
-	RESUME_INTERRUPTS();
-	return status;
+	if (!call->interruptible)
+		RESUME_INTERRUPTS();
+
+	if (!ok && call->elevel >= ERROR && call->outcome.status != RS_NOSCRIPT)
+		redis_report(call->elevel, &call->outcome);
+	return ok;
+}
+
+/* A short name of a status, for log lines and redsem_held() */
+const char *
+redis_status_text(RedisStatus status)
+{
+	switch (status)
+	{
+		case RS_OK:
+			return "ok";
+		case RS_CONNECT_FAILED:
+			return "could not connect to Redis";
+		case RS_AUTH_FAILED:
+			return "Redis refused access";
+		case RS_BAD_PASSWORD:
+			return "Redis did not accept the password";
+		case RS_TOO_MANY_CLIENTS:
+			return "Redis has too many clients";
+		case RS_LOST:
+			return "lost connection to Redis";
+		case RS_TIMED_OUT:
+			return "Redis did not answer in time";
+		case RS_UNAVAILABLE:
+			return "Redis cannot serve redsem now";
+		case RS_OUT_OF_MEMORY:
+			return "Redis is out of memory";
+		case RS_CONFLICT:
+			return "Redis rejected a redsem operation";
+		case RS_REFUSED:
+			return "Redis refused a redsem command";
+		case RS_MALFORMED:
+			return "unexpected reply from Redis";
+		case RS_NOSCRIPT:
+			return "script not loaded";
+	}
+	return "unknown";
+}
+
+/* True while a connection is open (after a failure: the failure kept it) */
+bool
+redis_connected(void)
+{
+	return conn != NULL;
+}
+
+/* One sentence saying why a call failed, for log lines and redsem_held() */
+char *
+redis_outcome_text(const RedisOutcome *o)
+{
+	char	   *target = redis_target_description();
+
+	switch (o->status)
+	{
+		case RS_CONNECT_FAILED:
+			return psprintf("could not connect to Redis at %s: %s", target, o->detail);
+		case RS_LOST:
+			return psprintf("lost connection to Redis at %s: %s", target, o->detail);
+		case RS_TIMED_OUT:
+			return psprintf("Redis at %s did not answer within %d ms", target, o->timeout_ms);
+		default:
+			return psprintf("%s at %s: %s", redis_status_text(o->status), target, o->detail);
+	}
+}
+
+/* The hint for an unavailable server, from Redis's own words */
+static const char *
+unavailable_hint(const char *detail)
+{
+	if (strncmp(detail, "BUSY", 4) == 0)
+		return "Redis is busy running a long script or function; redsem calls fail until it ends.";
+	return "The server is a read-only replica, is loading its data, or has lost its primary. redsem reconnects at the next call, so a failover behind the same address is followed.";
+}
+
+/*
+ * Report a failed call at elevel (ERROR raises), with the SQLSTATE of its
+ * class; see the table "Redis errors" in README.md.
+ */
+void
+redis_report(int elevel, const RedisOutcome *o)
+{
+	char	   *target = redis_target_description();
+	const char *d = o->detail;
+
+	switch (o->status)
+	{
+		case RS_OK:
+		case RS_NOSCRIPT:
+			break;
+		case RS_CONNECT_FAILED:
+			ereport(elevel,
+					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
+					 errmsg("could not connect to Redis at %s", target),
+					 errdetail_internal("%s", d),
+					 errhint("Check that Redis is running and reachable, and the settings redsem.host, redsem.port, redsem.unix_socket and redsem.database.")));
+			break;
+		case RS_AUTH_FAILED:
+			ereport(elevel,
+					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+					 errmsg("Redis at %s refused redsem access", target),
+					 errdetail_internal("%s", d),
+					 errhint("Check redsem.user, the password given by redsem.password_file (or redsem.password), and the Redis ACL of that user: it needs EVALSHA, EVAL and BLPOP on keys under redsem.key_prefix.")));
+			break;
+		case RS_BAD_PASSWORD:
+			ereport(elevel,
+					(errcode(ERRCODE_INVALID_PASSWORD),
+					 errmsg("Redis at %s did not accept redsem's password", target),
+					 errdetail_internal("%s", d),
+					 errhint("Check redsem.user and the password given by redsem.password_file (or redsem.password).")));
+			break;
+		case RS_TOO_MANY_CLIENTS:
+			ereport(elevel,
+					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
+					 errmsg("Redis at %s refused the connection: too many clients", target),
+					 errdetail_internal("%s", d),
+					 errhint("Raise maxclients in Redis: every PostgreSQL session that uses redsem keeps one connection.")));
+			break;
+		case RS_LOST:
+			ereport(elevel,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("lost connection to Redis at %s", target),
+					 errdetail_internal("%s", d),
+					 errhint("Check that Redis is running; the next call reconnects.")));
+			break;
+		case RS_TIMED_OUT:
+			ereport(elevel,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("Redis at %s did not answer within %d ms", target,
+							o->timeout_ms),
+					 errhint("Check the load on the Redis server, or raise redsem.command_timeout.")));
+			break;
+		case RS_UNAVAILABLE:
+			ereport(elevel,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("Redis at %s cannot serve redsem now", target),
+					 errdetail_internal("%s", d),
+					 errhint("%s", unavailable_hint(d))));
+			break;
+		case RS_OUT_OF_MEMORY:
+			ereport(elevel,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("Redis at %s is out of memory", target),
+					 errdetail_internal("%s", d),
+					 errhint("Redis refuses writes above its maxmemory setting: raise maxmemory or free memory, and keep maxmemory-policy at noeviction (see the README).")));
+			break;
+		case RS_CONFLICT:
+			ereport(elevel,
+					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
+					 errmsg("Redis at %s rejected a redsem operation", target),
+					 errdetail_internal("%s", d),
+					 errhint("Make sure no other program writes to keys under redsem.key_prefix.")));
+			break;
+		case RS_REFUSED:
+			ereport(elevel,
+					(errcode(ERRCODE_SYSTEM_ERROR),
+					 errmsg("Redis at %s refused a redsem command", target),
+					 errdetail_internal("%s", d),
+					 errhint("Check that EVALSHA, EVAL and BLPOP are neither renamed nor disabled in Redis.")));
+			break;
+		case RS_MALFORMED:
+			ereport(elevel,
+					(errcode(ERRCODE_PROTOCOL_VIOLATION),
+					 errmsg("unexpected reply from Redis at %s", target),
+					 errdetail_internal("%s", d),
+					 errhint("Make sure redsem's settings point at a Redis server and that no other program writes to keys under redsem.key_prefix.")));
+			break;
+	}
+	pfree(target);
 }

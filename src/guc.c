@@ -8,19 +8,23 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "compat.h"
+#include "keeper.h"
 #include "redsem.h"
+#include "secret.h"
+#include "shmem.h"
 
-PG_MODULE_MAGIC;
+REDSEM_MODULE_MAGIC;
 
 char	   *redsem_host = NULL;
 int			redsem_port = 6379;
 char	   *redsem_unix_socket = NULL;
 int			redsem_database = 0;
 char	   *redsem_user = NULL;
-char	   *redsem_password = NULL;
 char	   *redsem_key_prefix = NULL;
 int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
+static char *redsem_inject_fault = NULL;
 
 /* Bumped when a connection setting changes, so the next call reconnects */
 uint64		redsem_guc_generation = 0;
@@ -59,6 +63,18 @@ check_key_prefix(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/*
+ * Test-only: raise an ERROR at the named point of the code (see
+ * redsem.inject_fault), to prove that callbacks survive one.
+ */
+void
+redsem_fault(const char *point)
+{
+	if (redsem_inject_fault != NULL && redsem_inject_fault[0] != '\0' &&
+		strcmp(redsem_inject_fault, point) == 0)
+		elog(ERROR, "redsem: fault injected at \"%s\"", point);
+}
+
 /* Define the connection settings */
 static void
 define_connection_gucs(void)
@@ -93,12 +109,18 @@ define_connection_gucs(void)
 							   &redsem_user, "",
 							   PGC_SUSET, 0,
 							   NULL, assign_connection_setting, NULL);
+	DefineCustomStringVariable("redsem.password_file",
+							   "File holding the Redis password (AUTH); empty means none.",
+							   "The file must be readable by the server's operating system user only (0600), like PGPASSFILE.",
+							   &redsem_password_file, "",
+							   PGC_SUSET, 0,
+							   NULL, assign_connection_setting, NULL);
 	DefineCustomStringVariable("redsem.password",
-							   "Redis password (AUTH); empty means no authentication.",
-							   NULL,
+							   "Redis password (AUTH); prefer redsem.password_file.",
+							   "Shown masked; ignored when redsem.password_file is set.",
 							   &redsem_password, "",
 							   PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-							   NULL, assign_connection_setting, NULL);
+							   NULL, assign_connection_setting, show_password);
 	DefineCustomStringVariable("redsem.key_prefix",
 							   "Prefix of every Redis key redsem uses.",
 							   NULL,
@@ -123,6 +145,12 @@ define_timeout_gucs(void)
 							&redsem_command_timeout_ms, 5000, 1, 600000,
 							PGC_USERSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("redsem.inject_fault",
+							   "Test only: raise an error at the named point of redsem.",
+							   NULL,
+							   &redsem_inject_fault, "",
+							   PGC_SUSET, GUC_NO_SHOW_ALL | GUC_NOT_IN_SAMPLE,
+							   NULL, NULL, NULL);
 }
 
 /* Define the settings of the shared table, fixed at server start */
@@ -130,7 +158,7 @@ static void
 define_preload_gucs(void)
 {
 	DefineCustomIntVariable("redsem.max_tracked_holds",
-							"Maximum number of holds on this server the keeper keeps alive.",
+							"Maximum number of holds (and places in line) on this server the keeper tracks.",
 							"Only used when redsem is in shared_preload_libraries.",
 							&redsem_max_tracked_holds, 4096, 16, 1000000,
 							PGC_POSTMASTER, 0,
@@ -156,7 +184,7 @@ _PG_init(void)
 	{
 		/* server-start settings can only be defined while preloading */
 		define_preload_gucs();
-		shmem_install_hooks();
+		shmem_init();
 		keeper_register();
 	}
 	MarkGUCPrefixReserved("redsem");

@@ -1,17 +1,25 @@
 /*
  * hold.c
- *		This session's holds, their scopes, and releasing them on time.
+ *		This session's holds, their scopes, ownership, and releasing them on
+ *		time.
  *
- * Every acquire registers its holder id here *before* asking Redis, so a
- * reply lost to an interrupt can never leak a slot: the entry is pending
- * until Redis answers, and an abort releases whatever is still pending.
+ * Slots are owned: only the session that took a slot can release or refresh
+ * it (through its entry here), and the keeper on its behalf; administrators
+ * force-release with redsem_force_release.
+ *
+ * Every acquire registers its holder id here, and in the keeper's shared
+ * table, *before* asking Redis, so a reply lost to an interrupt or a crash
+ * can never leak a slot: the entry is pending until Redis answers, and an
+ * abort releases whatever is still pending.
  *
  * Transaction-scoped holds end at commit or rollback of the top-level
  * transaction (or of the subtransaction they were taken in, if that rolls
  * back).  Session-scoped holds end with redsem_release, redsem_release_all
- * or the session.  Callbacks never raise: they give Redis a short budget
- * and, if it does not answer, keep the release for later (next call,
- * session exit), with the lease as the final backstop.
+ * or the session.  The callbacks never raise (an ERROR at commit would be a
+ * PANIC): they give Redis a short budget, catch any error, and leave what
+ * they could not release on the list, marked ENDING and handed to the
+ * keeper; the next redsem call of the session retries it, and the lease is
+ * the final backstop.
  */
 #include "postgres.h"
 
@@ -19,34 +27,41 @@
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
 #include "storage/ipc.h"
+#include "utils/elog.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "redsem.h"
+#include "conn.h"
+#include "hold.h"
+#include "script.h"
+#include "shmem.h"
+#include "timing.h"
 
 typedef enum HoldState
 {
 	HOLD_PENDING,				/* asked Redis, no answer yet, or in line */
-	HOLD_HELD					/* Redis confirmed the slot */
+	HOLD_HELD,					/* Redis confirmed the slot */
+	HOLD_ENDING					/* its scope ended; Redis has not yet
+								 * confirmed the release */
 } HoldState;
 
-typedef struct Hold
+struct Hold
 {
 	char	   *prefix;			/* redsem.key_prefix when it was taken */
 	char	   *name;
 	char	   *id;
 	HoldScope	scope;
 	HoldState	state;
+	bool		was_held;		/* ENDING: it had been granted */
 	SubTransactionId subxid;	/* subtransaction that took it */
 	int64		lease_ms;
 	int64		ticket;
 	TimestampTz acquired_at;
 	TimestampTz refreshed_at;	/* last lease confirmation we know of */
 	int			shared_slot;	/* entry in the keeper's table, or -1 */
-} Hold;
+};
 
 static List *holds = NIL;		/* Hold *, in TopMemoryContext */
-static List *deferred = NIL;	/* Hold * whose release Redis did not take */
 static bool callbacks_registered = false;
 
 /* Free one entry, and stop the keeper tracking it */
@@ -60,64 +75,111 @@ hold_free(Hold *hold)
 	pfree(hold);
 }
 
+/* Drop an entry from the list and free it */
+static void
+hold_drop(Hold *hold)
+{
+	holds = list_delete_ptr(holds, hold);
+	hold_free(hold);
+}
+
+/* Count the end of a hold that had been granted */
+static void
+count_end(Hold *hold, bool was_live)
+{
+	if (hold->was_held)
+		stats_count(hold->name, was_live ? STAT_RELEASED : STAT_EXPIRED, 1);
+}
+
+/* Mark a hold as ending: its scope is over, only the release remains */
+static void
+mark_ending(Hold *hold)
+{
+	if (hold->state == HOLD_ENDING)
+		return;
+	hold->was_held = (hold->state == HOLD_HELD);
+	hold->state = HOLD_ENDING;
+}
+
 /*
- * Release holds quietly until deadline; those Redis did not take move to
- * the deferred list.
+ * Release the ENDING holds, each with a call that never raises and ends by
+ * deadline.  Those Redis did not take stay ENDING, handed to the keeper.
  */
 static void
-release_quietly(List *victims, TimestampTz deadline)
+release_ending(TimestampTz deadline)
 {
+	bool		reachable = !in_error_recursion_trouble();
 	ListCell   *lc;
-	bool		reachable = true;
 
-	foreach(lc, victims)
+	foreach(lc, holds)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
-		bool		was_held;
-		MemoryContext old;
+		RedisCall	call;
+		bool		live;
 
+		if (hold->state != HOLD_ENDING)
+			continue;
+		redis_call_init(&call, deadline, false, 0);
+		call.uncounted = !hold->was_held;	/* its acquire's error counted */
 		if (reachable &&
-			sem_release_quiet(hold->prefix, hold->name, hold->id, deadline,
-							  &was_held))
+			sem_release(&call, hold->prefix, hold->name, hold->id, &live))
 		{
-			if (hold->state == HOLD_HELD)
-				stats_count(hold->name, was_held ? STAT_RELEASED : STAT_EXPIRED, 1);
+			count_end(hold, live);
+			holds = foreach_delete_current(holds, lc);
 			hold_free(hold);
 			continue;
 		}
 		/* once Redis failed us, don't spend the budget again */
 		reachable = false;
-		if (hold->state == HOLD_HELD)	/* a pending one's error was counted */
-			stats_count(hold->name, STAT_REDIS_ERRORS, 1);
 		shared_hold_abandon(hold->shared_slot, hold->id);
-		old = MemoryContextSwitchTo(TopMemoryContext);
-		deferred = lappend(deferred, hold);
-		MemoryContextSwitchTo(old);
 	}
 }
 
-/* Remove from holds every entry matching the filter, returning them */
-static List *
-take_holds(bool (*match) (Hold *, SubTransactionId), SubTransactionId subxid)
+/* Hand every ENDING hold to the keeper (allocates nothing) */
+static void
+abandon_ending(void)
 {
-	List	   *taken = NIL;
-	List	   *kept = NIL;
 	ListCell   *lc;
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 
 	foreach(lc, holds)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (match(hold, subxid))
-			taken = lappend(taken, hold);
-		else
-			kept = lappend(kept, hold);
+		if (hold->state == HOLD_ENDING)
+			shared_hold_abandon(hold->shared_slot, hold->id);
 	}
-	list_free(holds);
-	holds = kept;
-	MemoryContextSwitchTo(old);
-	return taken;
+}
+
+/*
+ * Release the ENDING holds within ms milliseconds, from a callback: any
+ * error is caught and becomes a WARNING, and what was not released is left
+ * to the keeper and to the session's next call.
+ */
+static void
+release_ending_guarded(int ms, const char *when)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		redsem_fault("callback");
+		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		abandon_ending();
+		ereport(WARNING,
+				(errmsg("redsem could not release slots %s", when),
+				 errdetail_internal("%s", edata->message),
+				 errhint("The keeper releases them; without it they end with their lease.")));
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
 }
 
 /* Holds that end with the top-level transaction, however it ends */
@@ -131,35 +193,27 @@ ends_with_xact(Hold *hold, SubTransactionId subxid)
 static bool
 ends_with_subxact(Hold *hold, SubTransactionId subxid)
 {
-	return hold->subxid == subxid &&
-		(hold->scope == HOLD_XACT || hold->state == HOLD_PENDING);
+	return hold->subxid == subxid && ends_with_xact(hold, subxid);
 }
 
-/* Every hold */
+/* Mark the holds matching the filter ENDING; true if there were any */
 static bool
-any_hold(Hold *hold, SubTransactionId subxid)
+mark_matching(bool (*match) (Hold *, SubTransactionId), SubTransactionId subxid)
 {
-	return true;
-}
+	ListCell   *lc;
+	bool		any = false;
 
-/* Session holds that are confirmed */
-static bool
-session_held(Hold *hold, SubTransactionId subxid)
-{
-	return hold->scope == HOLD_SESSION && hold->state == HOLD_HELD;
-}
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
 
-/* Release, within the transaction-end budget, the holds matching the filter */
-static void
-end_holds(bool (*match) (Hold *, SubTransactionId), SubTransactionId subxid)
-{
-	List	   *victims = take_holds(match, subxid);
-
-	if (victims != NIL)
-		release_quietly(victims,
-						TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													REDSEM_XACT_CLEANUP_MS));
-	list_free(victims);
+		if (hold->state != HOLD_ENDING && match(hold, subxid))
+		{
+			mark_ending(hold);
+			any = true;
+		}
+	}
+	return any;
 }
 
 /* End transaction-scoped holds with the transaction; refuse PREPARE */
@@ -175,7 +229,7 @@ xact_callback(XactEvent event, void *arg)
 			{
 				Hold	   *hold = (Hold *) lfirst(lc);
 
-				if (hold->scope == HOLD_XACT)
+				if (hold->scope == HOLD_XACT && hold->state != HOLD_ENDING)
 					ereport(ERROR,
 							(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
 							 errmsg("cannot PREPARE a transaction that holds a transaction-scoped redsem slot"),
@@ -187,9 +241,9 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			if (holds == NIL)
-				break;
-			end_holds(ends_with_xact, InvalidSubTransactionId);
+			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
+				release_ending_guarded(REDSEM_XACT_CLEANUP_MS,
+									   "at the end of the transaction");
 			break;
 		default:
 			break;
@@ -213,25 +267,28 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 				hold->subxid = parentSubid;
 		}
 	}
-	else if (event == SUBXACT_EVENT_ABORT_SUB && holds != NIL)
+	else if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
-		end_holds(ends_with_subxact, mySubid);
+		if (mark_matching(ends_with_subxact, mySubid))
+			release_ending_guarded(REDSEM_XACT_CLEANUP_MS,
+								   "at the rollback of a subtransaction");
 	}
+}
+
+/* Every hold */
+static bool
+any_hold(Hold *hold, SubTransactionId subxid)
+{
+	return true;
 }
 
 /* Release everything the session still has, within a bounded time */
 static void
 session_exit_callback(int code, Datum arg)
 {
-	TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   REDSEM_EXIT_CLEANUP_MS);
-	List	   *victims = take_holds(any_hold, InvalidSubTransactionId);
-	List	   *retry = deferred;
-
-	deferred = NIL;
-	victims = list_concat(victims, retry);
-	if (victims != NIL)
-		release_quietly(victims, deadline);
+	(void) mark_matching(any_hold, InvalidSubTransactionId);
+	if (holds != NIL)
+		release_ending_guarded(REDSEM_EXIT_CLEANUP_MS, "at session exit");
 	redis_disconnect();
 }
 
@@ -247,64 +304,61 @@ hold_init(void)
 	callbacks_registered = true;
 }
 
-/* Record an acquire about to be sent to Redis; returns its entry */
-void *
+/*
+ * Record an acquire about to be sent to Redis, here and in the keeper's
+ * table (which raises if the table is full: nothing was asked yet).
+ */
+Hold *
 hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms)
 {
+	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	int			slot = shared_hold_register(prefix, name, id,
+											scope == HOLD_XACT, lease_ms);
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	Hold	   *hold = palloc0(sizeof(Hold));
 
-	hold->prefix = pstrdup(redsem_key_prefix ? redsem_key_prefix : "");
+	hold->prefix = pstrdup(prefix);
 	hold->name = pstrdup(name);
 	hold->id = pstrdup(id);
 	hold->scope = scope;
 	hold->state = HOLD_PENDING;
 	hold->subxid = GetCurrentSubTransactionId();
 	hold->lease_ms = lease_ms;
-	hold->shared_slot = -1;
+	hold->shared_slot = slot;
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);
 	return hold;
 }
 
-/* Redis confirmed the slot */
+/* The acquire is in line (or re-checked its place at checked_at) */
 void
-hold_mark_held(void *entry, int64 ticket)
+hold_mark_waiting(Hold *hold, TimestampTz checked_at)
 {
-	Hold	   *hold = (Hold *) entry;
-
-	hold->state = HOLD_HELD;
-	hold->ticket = ticket;
-	hold->acquired_at = hold->refreshed_at = GetCurrentTimestamp();
-	if (hold->shared_slot >= 0)
-		shared_hold_now_held(hold->shared_slot, hold->id, ticket);
-	else
-		hold->shared_slot = shared_hold_add(hold->prefix, hold->name, hold->id,
-											hold->scope == HOLD_XACT, false,
-											hold->lease_ms, ticket);
+	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_WAITING, 0,
+						  checked_at);
 }
 
 /*
- * The acquire joined the line: let the keeper know, so that if this
- * backend dies while waiting, its place is released rather than turning
- * into a slot nobody uses.
+ * Redis granted the slot, with a lease that started no earlier than
+ * confirmed_at (when the granting request was sent).
  */
 void
-hold_mark_waiting(void *entry)
+hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
+			   TimestampTz confirmed_at)
 {
-	Hold	   *hold = (Hold *) entry;
-
-	hold->shared_slot = shared_hold_add(hold->prefix, hold->name, hold->id,
-										hold->scope == HOLD_XACT, true,
-										hold->lease_ms, 0);
+	hold->state = HOLD_HELD;
+	hold->ticket = ticket;
+	hold->lease_ms = lease_ms;
+	hold->acquired_at = hold->refreshed_at = confirmed_at;
+	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
+						  confirmed_at);
 }
 
 /* Drop an entry that Redis no longer knows about */
 void
-hold_forget(void *entry)
+hold_forget(Hold *hold)
 {
-	holds = list_delete_ptr(holds, entry);
-	hold_free((Hold *) entry);
+	hold_drop(hold);
 }
 
 /* This session's entry for (name, id), or NULL */
@@ -323,42 +377,97 @@ find_hold(const char *name, const char *id)
 	return NULL;
 }
 
-/* redsem_release: release a slot by id, keeping the registry and stats */
+/* True if id is one of this session's holds (of any semaphore) */
 bool
-hold_release_id(const char *name, const char *id)
+hold_is_own(const char *id)
 {
-	Hold	   *hold = find_hold(name, id);
-	bool		held = sem_release(hold ? hold->prefix : NULL, name, id);
+	ListCell   *lc;
 
-	if (hold != NULL)
+	foreach(lc, holds)
 	{
-		stats_count(name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
-		hold_forget(hold);
+		if (strcmp(((Hold *) lfirst(lc))->id, id) == 0)
+			return true;
 	}
-	return held;
+	return false;
 }
 
-/* redsem_refresh: extend a lease by id; the new lease in ms, or 0 if lost */
-int64
-hold_refresh_id(const char *name, const char *id, int64 lease_ms)
+/*
+ * redsem_release: release one of this session's slots.  Returns false if
+ * (name, id) is not this session's; else *held says whether it was live.
+ */
+bool
+hold_release_id(const char *name, const char *id, bool *held)
 {
 	Hold	   *hold = find_hold(name, id);
+	RedisCall	call = REDIS_SQL_CALL;
 
-	lease_ms = sem_refresh(hold ? hold->prefix : NULL, name, id, lease_ms);
-	if (hold == NULL)
-		return lease_ms;
-	if (lease_ms > 0)
+	if (hold == NULL || hold->state == HOLD_PENDING)
+		return false;
+	/* raises if Redis cannot be asked: then the hold stays as it was */
+	(void) sem_release(&call, hold->prefix, name, id, held);
+	hold->was_held |= (hold->state == HOLD_HELD);
+	count_end(hold, *held);
+	hold_drop(hold);
+	return true;
+}
+
+/*
+ * redsem_refresh: extend one of this session's leases.  Returns false if
+ * (name, id) is not this session's live hold; else *new_lease_ms is the
+ * new lease, or 0 if the slot was lost.
+ */
+bool
+hold_refresh_id(const char *name, const char *id, int64 lease_ms,
+				int64 *new_lease_ms)
+{
+	Hold	   *hold = find_hold(name, id);
+	RedisCall	call = REDIS_SQL_CALL;
+	TimestampTz sent;
+
+	if (hold == NULL || hold->state != HOLD_HELD)
+		return false;
+	sent = GetCurrentTimestamp();
+	(void) sem_refresh(&call, hold->prefix, name, id, lease_ms, new_lease_ms);
+	if (*new_lease_ms > 0)
 	{
-		hold->refreshed_at = GetCurrentTimestamp();
-		hold->lease_ms = lease_ms;
-		shared_hold_refreshed(hold->shared_slot, hold->id, lease_ms);
+		hold->refreshed_at = sent;
+		hold->lease_ms = *new_lease_ms;
+		shared_hold_refreshed(hold->shared_slot, hold->id, *new_lease_ms, sent);
 	}
 	else
 	{
 		stats_count(name, STAT_LOST, 1);
-		hold_forget(hold);
+		hold_drop(hold);
 	}
-	return lease_ms;
+	return true;
+}
+
+/* Forget this session's entry for (name, id), if any (force-released) */
+void
+hold_forget_id(const char *name, const char *id)
+{
+	Hold	   *hold = find_hold(name, id);
+
+	if (hold != NULL)
+		hold_drop(hold);
+}
+
+/* Why the keeper does not keep a hold alive, or NULL if it does */
+static char *
+keeper_error(const SharedHold *tracked, bool tracked_ok)
+{
+	if (!tracked_ok || !keeper_is_active())
+		return pstrdup("the keeper is not running");
+	if (tracked->unkept)
+		return pstrdup("taken under other Redis connection settings than the keeper's");
+	if (tracked->lost)
+		return pstrdup("the slot was lost: its lease ran out before it could be refreshed");
+	if (tracked->failures > 0)
+		return pstrdup(tracked->trouble);
+	if (shared->keeper_trouble_since != 0 &&
+		shared->keeper_trouble_since >= tracked->refreshed_at)
+		return pstrdup(shared->keeper_trouble);
+	return NULL;
 }
 
 /* The session's confirmed holds, for redsem_held(); returns the count */
@@ -374,24 +483,22 @@ hold_snapshot(HeldInfo **out)
 		Hold	   *hold = (Hold *) lfirst(lc);
 		HeldInfo   *info = &(*out)[n];
 		SharedHold	tracked;
+		bool		tracked_ok;
 		TimestampTz refreshed = hold->refreshed_at;
 
 		if (hold->state != HOLD_HELD)
 			continue;
+		tracked_ok = shared_hold_read(hold->shared_slot, hold->id, &tracked);
 		info->name = pstrdup(hold->name);
 		info->id = pstrdup(hold->id);
 		info->xact = (hold->scope == HOLD_XACT);
 		info->acquired_at = hold->acquired_at;
 		info->lease_ms = hold->lease_ms;
 		info->ticket = hold->ticket;
-		info->kept_alive = shared_hold_read(hold->shared_slot, hold->id, &tracked) &&
-			keeper_is_active();
-		if (info->kept_alive)
-		{
-			info->kept_alive = !tracked.unkept;
+		if (tracked_ok)
 			refreshed = Max(refreshed, tracked.refreshed_at);
-			info->lost = tracked.lost;
-		}
+		info->keeper_error = keeper_error(&tracked, tracked_ok);
+		info->kept_alive = (info->keeper_error == NULL);
 		info->expires_at = TimestampTzPlusMilliseconds(refreshed, hold->lease_ms);
 		n++;
 	}
@@ -410,37 +517,34 @@ hold_release_session(void)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (session_held(hold, InvalidSubTransactionId))
+		if (hold->scope == HOLD_SESSION && hold->state == HOLD_HELD)
 			victims = lappend(victims, hold);
 	}
 	/* each entry stays registered until Redis confirms its release */
 	foreach(lc, victims)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
+		bool		live;
 
-		if (sem_release(hold->prefix, hold->name, hold->id))
-		{
+		if (hold_release_id(hold->name, hold->id, &live) && live)
 			released++;
-			stats_count(hold->name, STAT_RELEASED, 1);
-		}
-		else
-			stats_count(hold->name, STAT_EXPIRED, 1);
-		hold_forget(hold);
 	}
 	list_free(victims);
 	return released;
 }
 
-/* Retry releases that an earlier callback could not complete */
+/* Retry releases that a callback could not complete; never raises */
 void
 hold_flush_deferred(void)
 {
-	while (deferred != NIL)
-	{
-		Hold	   *hold = (Hold *) linitial(deferred);
+	ListCell   *lc;
+	bool		any = false;
 
-		(void) sem_release(hold->prefix, hold->name, hold->id);
-		deferred = list_delete_first(deferred);
-		hold_free(hold);
+	foreach(lc, holds)
+	{
+		if (((Hold *) lfirst(lc))->state == HOLD_ENDING)
+			any = true;
 	}
+	if (any)
+		release_ending_guarded(redsem_command_timeout_ms, "left over from an earlier call");
 }

@@ -2,10 +2,12 @@
  * observe.c
  *		Observability: this session's holds, a semaphore as Redis sees it,
  *		fencing tokens, keeper status and statistics.
+ *
+ * The C functions serve the SQL definitions of every installed version of
+ * the extension (0.1.0's redsem_held() has no keeper_error column): they
+ * fill as many columns as the caller's result type has.
  */
 #include "postgres.h"
-
-#include "hiredis.h"
 
 #include "fmgr.h"
 #include "funcapi.h"
@@ -13,7 +15,10 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "hold.h"
 #include "redsem.h"
+#include "script.h"
+#include "shmem.h"
 
 PG_FUNCTION_INFO_V1(redsem_held);
 PG_FUNCTION_INFO_V1(redsem_holders);
@@ -21,6 +26,9 @@ PG_FUNCTION_INFO_V1(redsem_token);
 PG_FUNCTION_INFO_V1(redsem_keeper_active);
 PG_FUNCTION_INFO_V1(redsem_stats);
 PG_FUNCTION_INFO_V1(redsem_stats_reset);
+
+#define HELD_COLUMNS	9
+#define HOLDERS_COLUMNS	10
 
 /* An interval of ms milliseconds */
 static Datum
@@ -30,6 +38,15 @@ interval_from_ms(int64 ms)
 
 	iv->time = ms * 1000;
 	return IntervalPGetDatum(iv);
+}
+
+/* Put a row, using only the columns the caller's result type has */
+static void
+put_row(ReturnSetInfo *rsinfo, Datum *values, bool *nulls, int ncolumns)
+{
+	if (rsinfo->setDesc->natts > ncolumns)
+		elog(ERROR, "redsem: the SQL definition has more columns than the library fills");
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /* redsem_held(): one row per slot this session holds */
@@ -44,8 +61,8 @@ redsem_held(PG_FUNCTION_ARGS)
 	n = hold_snapshot(&held);
 	for (int i = 0; i < n; i++)
 	{
-		Datum		values[8];
-		bool		nulls[8] = {0};
+		Datum		values[HELD_COLUMNS];
+		bool		nulls[HELD_COLUMNS] = {0};
 
 		values[0] = CStringGetTextDatum(held[i].name);
 		values[1] = CStringGetTextDatum(held[i].id);
@@ -54,8 +71,10 @@ redsem_held(PG_FUNCTION_ARGS)
 		values[4] = interval_from_ms(held[i].lease_ms);
 		values[5] = TimestampTzGetDatum(held[i].expires_at);
 		values[6] = Int64GetDatum(held[i].ticket);
-		values[7] = BoolGetDatum(held[i].kept_alive && !held[i].lost);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		values[7] = BoolGetDatum(held[i].kept_alive);
+		nulls[8] = (held[i].keeper_error == NULL);
+		values[8] = nulls[8] ? (Datum) 0 : CStringGetTextDatum(held[i].keeper_error);
+		put_row(rsinfo, values, nulls, HELD_COLUMNS);
 	}
 	return (Datum) 0;
 }
@@ -88,49 +107,37 @@ text_field(char **fields, int nfields, int i, bool *isnull)
 	return *isnull ? (Datum) 0 : CStringGetTextDatum(fields[i]);
 }
 
-/* One row of redsem_holders() from one element of the "list" reply */
+/*
+ * One row of redsem_holders().  The holder id is what releases a slot, so
+ * it is shown only to administrators and to the session that holds it.
+ */
 static void
-put_holder_row(ReturnSetInfo *rsinfo, redisReply *e, int position,
-			   TimestampTz now)
+put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
+			   TimestampTz now, bool admin)
 {
-	Datum		values[10];
-	bool		nulls[10] = {0};
+	Datum		values[HOLDERS_COLUMNS];
+	bool		nulls[HOLDERS_COLUMNS] = {0};
 	char	   *info[4];
 	char	   *origin[5];
-	int			ninfo;
 	int			norigin = 0;
-	bool		waiting = strcmp(e->element[3]->str, "1") == 0;
-	int64		left = strtoll(e->element[2]->str, NULL, 10);
 
-	ninfo = split_fields(pstrdup(e->element[4]->str), info, 4);
-	if (ninfo == 4)
+	if (split_fields(pstrdup(m->info), info, 4) == 4)
 		norigin = split_fields(info[3], origin, 5);
 
 	values[0] = Int32GetDatum(position);
-	values[1] = CStringGetTextDatum(waiting ? "waiting" : "holding");
-	values[2] = CStringGetTextDatum(e->element[0]->str);
-	values[3] = Int64GetDatum(strtoll(e->element[1]->str, NULL, 10));
-	nulls[4] = waiting || left < 0;
-	values[4] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, left));
+	values[1] = CStringGetTextDatum(m->waiting ? "waiting" : "holding");
+	nulls[2] = !(admin || hold_is_own(m->id));
+	values[2] = nulls[2] ? (Datum) 0 : CStringGetTextDatum(m->id);
+	values[3] = Int64GetDatum(m->ticket);
+	nulls[4] = m->waiting || m->ms_left < 0;
+	values[4] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, m->ms_left));
 	values[5] = text_field(origin, norigin, 0, &nulls[5]);
 	nulls[6] = (norigin < 2 || origin[1][0] == '\0');
 	values[6] = nulls[6] ? (Datum) 0 : Int32GetDatum(atoi(origin[1]));
 	values[7] = text_field(origin, norigin, 2, &nulls[7]);
 	values[8] = text_field(origin, norigin, 3, &nulls[8]);
 	values[9] = text_field(origin, norigin, 4, &nulls[9]);
-	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-}
-
-/* True if e has the shape {id, ticket, ms, waiting, info}, all strings */
-static bool
-is_holder_element(redisReply *e)
-{
-	if (e->type != REDIS_REPLY_ARRAY || e->elements != 5)
-		return false;
-	for (int i = 0; i < 5; i++)
-		if (e->element[i]->type != REDIS_REPLY_STRING)
-			return false;
-	return true;
+	put_row(rsinfo, values, nulls, HOLDERS_COLUMNS);
 }
 
 /* redsem_holders(name): holders then waiters, in line order */
@@ -139,25 +146,18 @@ redsem_holders(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	char	   *name = name_arg(fcinfo, 0);
-	redisReply *reply;
+	RedisCall	call = REDIS_SQL_CALL;
+	SemMember  *members;
+	int			count;
+	bool		admin = redsem_is_admin();
 	TimestampTz now;
 
 	InitMaterializedSRF(fcinfo, 0);
 	hold_init();
-	reply = sem_list(name);
+	(void) sem_list(&call, name, &members, &count);
 	now = GetCurrentTimestamp();
-	if (reply->type == REDIS_REPLY_ARRAY)
-	{
-		int			position = 0;
-
-		/* palloc failures would leak the reply; it is small, so accept that */
-		for (size_t i = 0; i < reply->elements; i++)
-		{
-			if (is_holder_element(reply->element[i]))
-				put_holder_row(rsinfo, reply->element[i], ++position, now);
-		}
-	}
-	freeReplyObject(reply);
+	for (int i = 0; i < count; i++)
+		put_holder_row(rsinfo, &members[i], i + 1, now, admin);
 	return (Datum) 0;
 }
 
@@ -167,10 +167,11 @@ redsem_token(PG_FUNCTION_ARGS)
 {
 	char	   *name = name_arg(fcinfo, 0);
 	char	   *id = id_arg(fcinfo, 1);
+	RedisCall	call = REDIS_SQL_CALL;
 	int64		token;
 
 	hold_init();
-	token = sem_token(name, id);
+	(void) sem_token(&call, name, id, &token);
 	if (token <= 0)
 		PG_RETURN_NULL();
 	PG_RETURN_INT64(token);
@@ -203,7 +204,7 @@ redsem_stats(PG_FUNCTION_ARGS)
 			values[f + 1] = (f == STAT_WAIT_TIME_MS) ?
 				interval_from_ms(stats[i].counters[f]) :
 				Int64GetDatum(stats[i].counters[f]);
-		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+		put_row(rsinfo, values, nulls, STAT_NFIELDS + 1);
 	}
 	return (Datum) 0;
 }

@@ -1,26 +1,64 @@
+#!lua
 -- redsem: every semaphore operation, run atomically inside Redis.
 --
--- One script, one SHA: the C side calls EVALSHA with the operation name as
--- ARGV[1]. All time comes from redis.call('TIME'); the caller's clock is
--- never used.
+-- The C side calls EVALSHA with the five keys below and the operation name
+-- as ARGV[1].  The "#!lua" line (Redis 7+) declares the script with no
+-- flags: Redis then refuses it as a whole on a read-only replica (READONLY)
+-- or above maxmemory (OOM), instead of stopping it half-way.  All time
+-- comes from redis.call('TIME'); the caller's clock is never used.
 --
--- KEYS[1] owner    ZSET  id -> ticket      holders and waiters, in line order
--- KEYS[2] timeout  ZSET  id -> deadline ms lease end (holders) or place
---                                          keepalive end (waiters)
--- KEYS[3] ticket   STRING                  last ticket handed out
+-- KEYS[1] owner    ZSET  id -> ticket       every member, in line order
+-- KEYS[2] timeout  ZSET  id -> deadline ms  when the member ends unless
+--                                           renewed (lease or keepalive)
+-- KEYS[3] ticket   STRING                   the last ticket handed out
 -- KEYS[4] info     HASH  id -> "lease_ms|max_holders|since_ms|origin"
--- KEYS[5] waiting  ZSET  id -> ticket      the subset of owner still waiting
--- Each waiter also has a wake list <base>wake:<id>, pushed when it is
--- promoted to holder; <base> is KEYS[1] without its "owner" suffix.
+-- KEYS[5] waiting  ZSET  id -> ticket       the members still in line
+-- <base>wake:<id>  LIST                     a waiter's wake-up, pushed
+--                                           when it is promoted
+-- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.)
 --
--- A member of owner whose rank is below its max_holders is a holder unless
--- it is still in waiting; promote() keeps that true after every change, so
--- a newcomer's rank counts everyone who arrived before it (no barging).
+-- INVARIANTS.  They hold whenever a call of this script returns, error
+-- replies included.  (A command Redis itself fails, e.g. WRONGTYPE on a key
+-- that another program wrote, aborts the script: that is a key conflict
+-- and the caller reports it as such.)
+--
+--  I1 Members.  A member is in owner, timeout and info.  It is a waiter
+--     while it is in waiting, and a holder otherwise.
+--  I2 Nobody expired.  No member's deadline has passed: every operation
+--     first drops the members whose deadline is due (O(log N + dropped)).
+--  I3 Holders fit.  A holder's rank in owner is below its own
+--     max_holders.  Ranks never rise (tickets rise, newcomers join at the
+--     end), so once true this stays true until the holder leaves: callers
+--     that agree on the limit N never see more than N holders.
+--  I4 First come, first served.  The first waiter does not fit (its rank
+--     is at least its max_holders).  Promotion takes waiters in ticket
+--     order and stops at the first that does not fit; a newcomer ranks
+--     behind every waiter, so nobody gets ahead of a waiter.
+--  I5 Key lifetime.  Every key above carries a TTL of at least the latest
+--     deadline from now plus GRACE_MS, so Redis never drops the data of a
+--     live member, and an idle semaphore leaves nothing behind GRACE_MS
+--     after its last deadline.  A wake list lives as long as the holder it
+--     announces is unconfirmed.
+--  I6 Promotion window.  A promoted waiter holds for min(lease,
+--     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
+--     its full lease starts.  A waiter that died in line costs the line
+--     seconds, not a lease; one paused past its window finds it lost.
+--  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
+--     semaphore, and at least Redis's clock in microseconds, so tickets
+--     keep rising even after the keys expired: they are fencing tokens.
+--
+-- Every operation runs through dispatch(): arguments are checked, then
+-- housekeeping() (I2, I4) runs, then the operation, then
+-- restore_lifetimes() (I5).  No operation can return around it.
+--
+-- The timing constants are explained together with the C side's in
+-- src/timing.h.
 
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING =
     KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local BASE = string.sub(K_OWNER, 1, -6)
 local GRACE_MS = 1000
+local PROMOTION_WINDOW_MS = 5000
 
 local t = redis.call('TIME')
 local NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -46,6 +84,14 @@ local function make_info(lease, maxh, since, origin)
     return int(lease) .. '|' .. int(maxh) .. '|' .. int(since) .. '|' .. origin
 end
 
+local function is_member(id)
+    return redis.call('ZSCORE', K_OWNER, id) ~= false
+end
+
+local function is_waiting(id)
+    return redis.call('ZSCORE', K_WAITING, id) ~= false
+end
+
 -- Forget everything about one member.
 local function remove(id)
     redis.call('ZREM', K_OWNER, id)
@@ -55,45 +101,47 @@ local function remove(id)
     redis.call('DEL', wake_key(id))
 end
 
--- Drop every member whose deadline has passed: O(log N + expired).
+-- I2: drop every member whose deadline is due.
 local function expire()
     local dead = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS)
     for i = 1, #dead do
         remove(dead[i])
     end
-    return #dead
 end
 
--- Turn waiters at the head of the line into holders while they fit under
--- their own limit. Stops at the first that does not fit, so the line stays
--- FIFO. Each promotion is O(log N).
+-- I4, I6: turn waiters at the head of the line into holders while they fit
+-- under their own limit; each gets the promotion window and a wake-up.
 local function promote()
-    local n = 0
     while true do
         local head = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
-        if not head then return n end
+        if not head then return end
         local rank = redis.call('ZRANK', K_OWNER, head)
         local lease, maxh, _, origin = parse_info(redis.call('HGET', K_INFO, head))
         if not rank or not lease then
-            remove(head)
+            remove(head)            -- not a whole member (I1): drop it
         elseif rank < maxh then
+            local window = math.min(lease, PROMOTION_WINDOW_MS)
             local ticket = redis.call('ZSCORE', K_OWNER, head)
-            redis.call('ZREM', K_WAITING, head)
-            redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), head)
-            redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             local wk = wake_key(head)
+            redis.call('ZREM', K_WAITING, head)
+            redis.call('ZADD', K_TIMEOUT, int(NOW_MS + window), head)
+            redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             redis.call('DEL', wk)
             redis.call('RPUSH', wk, ticket)
-            redis.call('PEXPIRE', wk, int(lease + GRACE_MS))
-            n = n + 1
+            redis.call('PEXPIRE', wk, int(window + GRACE_MS))
         else
-            return n
+            return
         end
     end
 end
 
--- Give every key a TTL that outlives the latest deadline by GRACE_MS.
-local function touch()
+local function housekeeping()
+    expire()
+    promote()
+end
+
+-- I5: give every key a TTL that outlives the latest deadline by GRACE_MS.
+local function restore_lifetimes()
     local last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES')
     local ttl = GRACE_MS
     if last[2] then
@@ -112,130 +160,100 @@ local function next_deadline_ms(pos)
     return math.max(tonumber(r[2]) - NOW_MS, 0)
 end
 
-local function housekeeping()
-    expire()
-    promote()
-end
-
 -- What a caller still in line is told: its ticket, how many are ahead of it
 -- beyond the window, and when to look again at the latest.
-local function waiting_reply(id, ticket, maxh)
+local function waiting_reply(id, maxh)
     local rank = redis.call('ZRANK', K_OWNER, id)
     local pos = math.max(rank - maxh, 0)
-    return {'waiting', ticket, int(pos), int(next_deadline_ms(pos))}
+    return {'waiting', redis.call('ZSCORE', K_OWNER, id), int(pos),
+            int(next_deadline_ms(pos))}
 end
 
-local function held_reply(id)
-    local ticket = redis.call('ZSCORE', K_OWNER, id)
-    local deadline = redis.call('ZSCORE', K_TIMEOUT, id)
-    return {'held', ticket, int(tonumber(deadline) - NOW_MS)}
+-- I6: a holder confirms: its full lease starts now; its wake-up is spent.
+local function confirm(id)
+    local lease = parse_info(redis.call('HGET', K_INFO, id))
+    redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + lease), id)
+    redis.call('DEL', wake_key(id))
+    return {'held', redis.call('ZSCORE', K_OWNER, id), int(lease)}
 end
 
 -- acquire id max_holders lease_ms wait(0|1) keepalive_ms origin
 local function op_acquire(id, maxh, lease, wait, keepalive, origin)
-    housekeeping()
-    if redis.call('ZSCORE', K_OWNER, id) then
+    if is_member(id) then
         return redis.error_reply('REDSEM duplicate holder id')
     end
     local last = tonumber(redis.call('GET', K_TICKET) or '0') or 0
-    -- Tickets keep rising even after an idle semaphore's keys expired.
-    local ticket = int(math.max(last + 1, NOW_US))
+    local ticket = int(math.max(last + 1, NOW_US))      -- I7
     redis.call('SET', K_TICKET, ticket)
     redis.call('ZADD', K_OWNER, ticket, id)
     local rank = redis.call('ZRANK', K_OWNER, id)
     if rank < maxh then
         redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
         redis.call('HSET', K_INFO, id, make_info(lease, maxh, NOW_MS, origin))
-        touch()
         return {'held', ticket, int(lease)}
     end
     if wait == 1 then
         redis.call('ZADD', K_TIMEOUT, int(NOW_MS + keepalive), id)
         redis.call('ZADD', K_WAITING, ticket, id)
         redis.call('HSET', K_INFO, id, make_info(lease, maxh, 0, origin))
-        touch()
-        return waiting_reply(id, ticket, maxh)
+        return waiting_reply(id, maxh)
     end
     redis.call('ZREM', K_OWNER, id)
-    touch()
     return {'busy', ticket, int(rank)}
 end
 
--- After housekeeping: the reply for a caller no longer in line (its place
--- expired, or it was promoted), or nil if it is still waiting.
-local function left_the_line(id)
-    housekeeping()
-    if not redis.call('ZSCORE', K_OWNER, id) then
-        return {'lost'}
-    end
-    if not redis.call('ZSCORE', K_WAITING, id) then
-        redis.call('DEL', wake_key(id))
-        return held_reply(id)
-    end
-    return nil
-end
-
--- wait_check id keepalive_ms: keep a place in line alive, report promotion.
+-- wait_check id keepalive_ms: keep a place in line alive, or confirm the
+-- slot it was promoted to.
 local function op_wait_check(id, keepalive)
-    local done = left_the_line(id)
-    if done then return done end
+    if not is_member(id) then return {'lost'} end
+    if not is_waiting(id) then return confirm(id) end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
     redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + keepalive), id)
-    touch()
-    return waiting_reply(id, redis.call('ZSCORE', K_OWNER, id), maxh)
+    return waiting_reply(id, maxh)
 end
 
 -- give_up id: leave the line, unless promotion came just in time.
 local function op_give_up(id)
-    local done = left_the_line(id)
-    if done then return done end
+    if not is_member(id) then return {'lost'} end
+    if not is_waiting(id) then return confirm(id) end
     remove(id)
     promote()
-    touch()
     return {'gone'}
 end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 local function op_release(id)
-    expire()
-    local held = redis.call('ZSCORE', K_OWNER, id) and
-                 not redis.call('ZSCORE', K_WAITING, id)
+    local held = is_member(id) and not is_waiting(id)
     remove(id)
     promote()
-    touch()
     if held then return 1 end
     return 0
 end
 
--- refresh id lease_ms(0 = as acquired): new lease in ms, or 0 if lost.
+-- refresh id lease_ms(0 = as acquired): the new lease in ms, or 0 if the
+-- caller holds no slot (then nothing of it remains, unless it waits).
 local function op_refresh(id, lease)
-    housekeeping()
-    if not redis.call('ZSCORE', K_OWNER, id) then
+    if not is_member(id) then
         remove(id)
         return 0
     end
-    if redis.call('ZSCORE', K_WAITING, id) then
-        return 0
-    end
+    if is_waiting(id) then return 0 end
     if lease <= 0 then
         lease = parse_info(redis.call('HGET', K_INFO, id)) or 0
         if lease <= 0 then return 0 end
     end
     redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + lease), id)
-    touch()
     return int(lease)
 end
 
 -- token id: the holder's ticket, or nil.
 local function op_token(id)
-    housekeeping()
-    if redis.call('ZSCORE', K_WAITING, id) then return false end
+    if is_waiting(id) then return false end
     return redis.call('ZSCORE', K_OWNER, id)
 end
 
 -- list: every member in line order as {id, ticket, ms left, waiting, info}.
 local function op_list()
-    housekeeping()
     local all = redis.call('ZRANGE', K_OWNER, 0, -1, 'WITHSCORES')
     local out = {}
     for i = 1, #all, 2 do
@@ -244,28 +262,79 @@ local function op_list()
         local left = -1
         if deadline then left = tonumber(deadline) - NOW_MS end
         local waiting = 0
-        if redis.call('ZSCORE', K_WAITING, id) then waiting = 1 end
+        if is_waiting(id) then waiting = 1 end
         out[#out + 1] = {id, all[i + 1], int(left), int(waiting),
                          redis.call('HGET', K_INFO, id) or ''}
     end
     return out
 end
 
-local op = ARGV[1]
-if op == 'acquire' then
-    return op_acquire(ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
-                      tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7])
-elseif op == 'wait_check' then
-    return op_wait_check(ARGV[2], tonumber(ARGV[3]))
-elseif op == 'give_up' then
-    return op_give_up(ARGV[2])
-elseif op == 'release' then
-    return op_release(ARGV[2])
-elseif op == 'refresh' then
-    return op_refresh(ARGV[2], tonumber(ARGV[3]))
-elseif op == 'token' then
-    return op_token(ARGV[2])
-elseif op == 'list' then
-    return op_list()
+-- Argument checkers: each returns the value, or nil if malformed.
+local function id_arg(v)
+    if type(v) == 'string' and #v > 0 and #v <= 100 and
+       not string.find(v, '[^%w%.%-_:]') then
+        return v
+    end
 end
-return redis.error_reply('REDSEM unknown operation ' .. tostring(op))
+
+local function count_arg(v)
+    local n = tonumber(v)
+    if n and n >= 0 and n <= 1e12 and n == math.floor(n) then return n end
+end
+
+-- Each operation: how to read ARGV, and what to run.
+local OPS = {
+    acquire = function(a)
+        local id, maxh, lease = id_arg(a[2]), count_arg(a[3]), count_arg(a[4])
+        local wait, keepalive = count_arg(a[5]), count_arg(a[6])
+        if not (id and maxh and lease and wait and keepalive and a[7]) or
+           maxh < 1 or lease < 1 or keepalive < 1 then return nil end
+        return function() return op_acquire(id, maxh, lease, wait, keepalive, a[7]) end
+    end,
+    wait_check = function(a)
+        local id, keepalive = id_arg(a[2]), count_arg(a[3])
+        if not (id and keepalive) or keepalive < 1 then return nil end
+        return function() return op_wait_check(id, keepalive) end
+    end,
+    give_up = function(a)
+        local id = id_arg(a[2])
+        if not id then return nil end
+        return function() return op_give_up(id) end
+    end,
+    release = function(a)
+        local id = id_arg(a[2])
+        if not id then return nil end
+        return function() return op_release(id) end
+    end,
+    refresh = function(a)
+        local id, lease = id_arg(a[2]), count_arg(a[3])
+        if not (id and lease) then return nil end
+        return function() return op_refresh(id, lease) end
+    end,
+    token = function(a)
+        local id = id_arg(a[2])
+        if not id then return nil end
+        return function() return op_token(id) end
+    end,
+    list = function(a)
+        return function() return op_list() end
+    end,
+}
+
+-- The only way in: check, housekeeping, the operation, restore lifetimes.
+local function dispatch(a)
+    local parse = OPS[a[1]]
+    if not parse then
+        return redis.error_reply('REDSEM unknown operation')
+    end
+    local run = parse(a)
+    if not run then
+        return redis.error_reply('REDSEM bad arguments for ' .. a[1])
+    end
+    housekeeping()
+    local reply = run()
+    restore_lifetimes()
+    return reply
+end
+
+return dispatch(ARGV)

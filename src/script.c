@@ -1,11 +1,13 @@
 /*
  * script.c
- *		The semaphore operations: key names, and one EVALSHA per operation.
+ *		The semaphore operations: key names, one EVALSHA per operation, and
+ *		a check of every reply's shape before it is used.
  *
  * All semaphore logic lives in src/redsem.lua, compiled into this file as a
  * string (see the Makefile).  Each operation sends EVALSHA; on NOSCRIPT
  * (first use, or Redis restarted) it sends EVAL with the text, which also
- * caches the script, so later calls are one EVALSHA again.
+ * caches the script, so later calls are one EVALSHA again.  A reply of an
+ * unexpected shape is a failure of class RS_MALFORMED, never a crash.
  */
 #include "postgres.h"
 
@@ -23,6 +25,9 @@
 #include "utils/guc.h"
 
 #include "redsem.h"
+#include "script.h"
+#include "shmem.h"
+#include "timing.h"
 
 static const char lua_text[] =
 #include "redsem_lua.h"
@@ -31,6 +36,7 @@ static const char lua_text[] =
 static char lua_sha[SHA1_DIGEST_LENGTH * 2 + 1];
 
 #define SCRIPT_NKEYS 5
+#define SCRIPT_MAX_ARGS 8
 static const char *const key_suffixes[SCRIPT_NKEYS] =
 {"owner", "timeout", "ticket", "info", "waiting"};
 
@@ -93,15 +99,48 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 }
 
 /*
- * Build "EVALSHA sha 5 keys... op args..." into argv; slot 0 and 1 are
- * replaced by EVAL and the text for the NOSCRIPT retry.
+ * Send one command through redis_exec, counting a failure in the
+ * semaphore's statistics before it is reported.  An EVALSHA that finds the
+ * script uncached is sent again as EVAL, which caches it.
  */
-static int
-build_script_argv(const char **argv, const char *prefix, const char *name,
-				  const char *op, int nargs, const char **args)
+static bool
+exec_counted(RedisCall *call, const char *name, int argc, const char **argv,
+			 redisReply **reply)
 {
+	int			elevel = call->elevel;
+	bool		ok;
+
+	call->elevel = Min(elevel, WARNING);	/* report once, below */
+	ok = redis_exec(call, argc, argv, NULL, reply);
+	if (!ok && call->outcome.status == RS_NOSCRIPT)
+	{
+		argv[0] = "EVAL";
+		argv[1] = lua_text;
+		ok = redis_exec(call, argc, argv, NULL, reply);
+	}
+	call->elevel = elevel;
+	if (!ok)
+	{
+		if (!call->uncounted)
+			stats_count(name, STAT_REDIS_ERRORS, 1);
+		if (elevel >= ERROR)
+			redis_report(elevel, &call->outcome);
+	}
+	return ok;
+}
+
+/*
+ * Run one script operation.  Returns true with a (non-error) reply that the
+ * caller frees; false with the failure in call->outcome.
+ */
+static bool
+run_script(RedisCall *call, const char *prefix, const char *name,
+		   const char *op, int nargs, const char **args, redisReply **reply)
+{
+	const char *argv[3 + SCRIPT_NKEYS + 1 + SCRIPT_MAX_ARGS];
 	int			argc = 0;
 
+	Assert(nargs <= SCRIPT_MAX_ARGS);
 	argv[argc++] = "EVALSHA";
 	argv[argc++] = script_sha();
 	argv[argc++] = "5";
@@ -110,142 +149,97 @@ build_script_argv(const char **argv, const char *prefix, const char *name,
 	argv[argc++] = op;
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
-	return argc;
+	return exec_counted(call, name, argc, argv, reply);
 }
 
-/* True if the reply says the script is not cached */
+/* Fail a call whose reply (now freed) did not have the expected shape */
 static bool
-is_noscript(redisReply *reply)
+malformed(RedisCall *call, const char *name, redisReply *reply,
+		  const char *what)
 {
-	return reply != NULL && reply->type == REDIS_REPLY_ERROR &&
-		strncmp(reply->str, "NOSCRIPT", 8) == 0;
+	int			type = reply ? reply->type : -1;
+
+	if (reply)
+		freeReplyObject(reply);
+	if (!call->uncounted)
+		stats_count(name, STAT_REDIS_ERRORS, 1);
+	return redis_fail(call, RS_MALFORMED,
+					  "%s (reply type %d) for semaphore \"%s\"", what, type, name);
 }
 
-/* Raise ERROR for an error reply from Redis (frees it first) */
-static void
-report_redis_error(redisReply *reply)
+/* A reply element holding an integer, as an integer or decimal text */
+static bool
+reply_int64(const redisReply *e, int64 *value)
 {
-	char	   *msg = pstrdup(reply->str ? reply->str : "");
+	char	   *end;
 
-	freeReplyObject(reply);
-	ereport(ERROR,
-			(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-			 errmsg("Redis at %s rejected a redsem operation", redis_target_description()),
-			 errdetail_internal("%s", msg),
-			 errhint("Make sure no other program writes to keys under redsem.key_prefix.")));
-}
-
-/* Run one script operation; the caller frees the (non-error) reply */
-static redisReply *
-run_script(const char *prefix, const char *name, const char *op, int nargs,
-		   const char **args)
-{
-	const char *argv[3 + SCRIPT_NKEYS + 1 + 8];
-	int			argc;
-	redisReply *reply;
-
-	uint64		failures_before = redis_failures;
-
-	Assert(nargs <= 8);
-	argc = build_script_argv(argv, prefix, name, op, nargs, args);
-	PG_TRY();
-	{
-		reply = redis_command(argc, argv, NULL, 0);
-		if (is_noscript(reply))
-		{
-			freeReplyObject(reply);
-			argv[0] = "EVAL";
-			argv[1] = lua_text;
-			reply = redis_command(argc, argv, NULL, 0);
-		}
-	}
-	PG_CATCH();
-	{
-		if (redis_failures != failures_before)
-			stats_count(name, STAT_REDIS_ERRORS, 1);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (reply->type == REDIS_REPLY_ERROR)
-		report_redis_error(reply);
-	return reply;
-}
-
-/* Like run_script, for callbacks: never raises, ends by deadline */
-static RedisStatus
-run_script_quiet(const char *prefix, const char *name, const char *op,
-				 int nargs, const char **args, TimestampTz deadline,
-				 redisReply **reply)
-{
-	const char *argv[3 + SCRIPT_NKEYS + 1 + 8];
-	int			argc;
-	RedisStatus status;
-
-	argc = build_script_argv(argv, prefix, name, op, nargs, args);
-	status = redis_command_quiet(argc, argv, NULL, deadline, reply);
-	if (status == REDIS_STATUS_OK && is_noscript(*reply))
-	{
-		freeReplyObject(*reply);
-		argv[0] = "EVAL";
-		argv[1] = lua_text;
-		status = redis_command_quiet(argc, argv, NULL, deadline, reply);
-	}
-	return status;
-}
-
-/* Element i of an array reply as int64 (strings or integers), or 0 */
-static int64
-reply_int(redisReply *reply, size_t i)
-{
-	redisReply *e;
-
-	if (reply->type != REDIS_REPLY_ARRAY || i >= reply->elements)
-		return 0;
-	e = reply->element[i];
+	if (e == NULL)
+		return false;
 	if (e->type == REDIS_REPLY_INTEGER)
-		return e->integer;
-	if (e->type == REDIS_REPLY_STRING || e->type == REDIS_REPLY_STATUS)
-		return strtoll(e->str, NULL, 10);
-	return 0;
+	{
+		*value = e->integer;
+		return true;
+	}
+	if ((e->type != REDIS_REPLY_STRING && e->type != REDIS_REPLY_STATUS) ||
+		e->str == NULL || e->len == 0 || e->len > 20)
+		return false;
+	errno = 0;
+	*value = strtoll(e->str, &end, 10);
+	return errno == 0 && *end == '\0';
+}
+
+/* Element i of an array reply, or NULL */
+static const redisReply *
+element(const redisReply *r, size_t i)
+{
+	if (r == NULL || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
+		return NULL;
+	return r->element[i];
+}
+
+/* True if element i is a string equal to s */
+static bool
+element_is(const redisReply *r, size_t i, const char *s)
+{
+	const redisReply *e = element(r, i);
+
+	return e != NULL && e->type == REDIS_REPLY_STRING && e->str != NULL &&
+		strcmp(e->str, s) == 0;
 }
 
 /* Decode a {state, ticket, ms, position} reply into result, then free it */
-static void
-decode_state(redisReply *reply, SemResult *result)
+static bool
+decode_state(RedisCall *call, const char *name, redisReply *reply,
+			 SemResult *result)
 {
-	const char *state;
+	bool		ok = true;
 
 	memset(result, 0, sizeof(*result));
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
-		reply->element[0]->type != REDIS_REPLY_STRING)
-	{
-		freeReplyObject(reply);
-		elog(ERROR, "unexpected reply from the redsem script");
-	}
-	state = reply->element[0]->str;
-	if (strcmp(state, "held") == 0)
+	if (element_is(reply, 0, "held"))
 	{
 		result->state = SEM_HELD;
-		result->ticket = reply_int(reply, 1);
-		result->ms = reply_int(reply, 2);
+		ok = reply_int64(element(reply, 1), &result->ticket) &&
+			reply_int64(element(reply, 2), &result->ms);
 	}
-	else if (strcmp(state, "waiting") == 0)
+	else if (element_is(reply, 0, "waiting"))
 	{
 		result->state = SEM_WAITING;
-		result->ticket = reply_int(reply, 1);
-		result->position = reply_int(reply, 2);
-		result->ms = reply_int(reply, 3);
+		ok = reply_int64(element(reply, 1), &result->ticket) &&
+			reply_int64(element(reply, 2), &result->position) &&
+			reply_int64(element(reply, 3), &result->ms);
 	}
-	else if (strcmp(state, "busy") == 0)
-	{
+	else if (element_is(reply, 0, "busy"))
 		result->state = SEM_BUSY;
-		result->ticket = reply_int(reply, 1);
-	}
-	else if (strcmp(state, "gone") == 0)
+	else if (element_is(reply, 0, "gone"))
 		result->state = SEM_GONE;
-	else
+	else if (element_is(reply, 0, "lost"))
 		result->state = SEM_LOST;
+	else
+		ok = false;
+	if (!ok)
+		return malformed(call, name, reply, "the script answered with an unknown state");
 	freeReplyObject(reply);
+	return true;
 }
 
 /* Copy s into buf with '|' replaced, so the origin splits unambiguously */
@@ -304,144 +298,203 @@ origin_text(void)
 }
 
 /* Try to take a slot, or a place in line when wait is true */
-void
-sem_acquire(const char *name, const char *id, int max_holders, int64 lease_ms,
-			bool wait, int64 keepalive_ms, SemResult *result)
+bool
+sem_acquire(RedisCall *call, const char *name, const char *id,
+			int max_holders, int64 lease_ms, bool wait, SemResult *result)
 {
 	const char *args[6];
+	redisReply *reply;
 
 	args[0] = id;
 	args[1] = psprintf("%d", max_holders);
 	args[2] = psprintf(INT64_FORMAT, lease_ms);
 	args[3] = wait ? "1" : "0";
-	args[4] = psprintf(INT64_FORMAT, keepalive_ms);
+	args[4] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[5] = origin_text();
-	decode_state(run_script(NULL, name, "acquire", 6, args), result);
+	return run_script(call, NULL, name, "acquire", 6, args, &reply) &&
+		decode_state(call, name, reply, result);
 }
 
-/* Keep a place in line alive; tells whether it turned into a slot */
-void
-sem_wait_check(const char *name, const char *id, int64 keepalive_ms,
+/*
+ * Keep a place in line alive, or, once promoted, confirm the slot: its
+ * full lease starts then.
+ */
+bool
+sem_wait_check(RedisCall *call, const char *name, const char *id,
 			   SemResult *result)
 {
 	const char *args[2];
+	redisReply *reply;
 
 	args[0] = id;
-	args[1] = psprintf(INT64_FORMAT, keepalive_ms);
-	decode_state(run_script(NULL, name, "wait_check", 2, args), result);
+	args[1] = psprintf("%d", WAIT_PLACE_TTL_MS);
+	return run_script(call, NULL, name, "wait_check", 2, args, &reply) &&
+		decode_state(call, name, reply, result);
 }
 
-/* Leave the line, unless the slot arrived just in time */
-void
-sem_give_up(const char *name, const char *id, SemResult *result)
-{
-	const char *args[1] = {id};
-
-	decode_state(run_script(NULL, name, "give_up", 1, args), result);
-}
-
-/* Release a slot or a place in line; true if it was a live slot */
+/* Leave the line, unless the slot arrived just in time (then confirm it) */
 bool
-sem_release(const char *prefix, const char *name, const char *id)
+sem_give_up(RedisCall *call, const char *name, const char *id,
+			SemResult *result)
 {
 	const char *args[1] = {id};
-	redisReply *reply = run_script(prefix, name, "release", 1, args);
-	bool		held = (reply->type == REDIS_REPLY_INTEGER && reply->integer == 1);
+	redisReply *reply;
 
+	return run_script(call, NULL, name, "give_up", 1, args, &reply) &&
+		decode_state(call, name, reply, result);
+}
+
+/* Release a slot or a place in line; *was_held: it was a live slot */
+bool
+sem_release(RedisCall *call, const char *prefix, const char *name,
+			const char *id, bool *was_held)
+{
+	const char *args[1] = {id};
+	redisReply *reply;
+	int64		held;
+
+	redsem_fault("release");
+	if (!run_script(call, prefix, name, "release", 1, args, &reply))
+		return false;
+	if (!reply_int64(reply, &held) || (held != 0 && held != 1))
+		return malformed(call, name, reply, "release did not answer 0 or 1");
 	freeReplyObject(reply);
-	return held;
+	*was_held = (held == 1);
+	return true;
 }
 
 /*
- * Release for callbacks: never raises.  Returns false if Redis could not be
- * asked by deadline; else *was_held says whether it was a live slot.
+ * Extend a lease (0: by its original length).  *new_lease_ms is the new
+ * lease, or 0 if the slot was already lost.
  */
 bool
-sem_release_quiet(const char *prefix, const char *name, const char *id,
-				  TimestampTz deadline, bool *was_held)
-{
-	const char *args[1] = {id};
-	redisReply *reply = NULL;
-	RedisStatus status;
-	bool		ok;
-
-	status = run_script_quiet(prefix, name, "release", 1, args, deadline, &reply);
-	if (status != REDIS_STATUS_OK)
-		return false;
-	ok = (reply->type == REDIS_REPLY_INTEGER);
-	*was_held = ok && reply->integer == 1;
-	freeReplyObject(reply);
-	return ok;
-}
-
-/* Extend a lease (0: by its original length); new lease ms, or 0 if lost */
-int64
-sem_refresh(const char *prefix, const char *name, const char *id,
-			int64 lease_ms)
+sem_refresh(RedisCall *call, const char *prefix, const char *name,
+			const char *id, int64 lease_ms, int64 *new_lease_ms)
 {
 	const char *args[2];
 	redisReply *reply;
-	int64		result = 0;
 
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
-	reply = run_script(prefix, name, "refresh", 2, args);
-	if (reply->type == REDIS_REPLY_INTEGER)
-		result = reply->integer;
-	else if (reply->type == REDIS_REPLY_STRING)
-		result = strtoll(reply->str, NULL, 10);
+	if (!run_script(call, prefix, name, "refresh", 2, args, &reply))
+		return false;
+	if (!reply_int64(reply, new_lease_ms) || *new_lease_ms < 0)
+		return malformed(call, name, reply, "refresh did not answer a lease");
 	freeReplyObject(reply);
-	return result;
+	return true;
 }
 
 /*
- * Block on the caller's wake list for up to timeout_ms.  Returns the ticket
- * pushed by a promotion (the caller now holds a slot), or 0 on timeout.
+ * Block on the caller's wake list for up to timeout_ms.  *ticket is the
+ * ticket pushed by a promotion (the caller was promoted and must confirm),
+ * or 0 on timeout.
  */
-int64
-sem_wait_for_wake(const char *name, const char *id, int64 timeout_ms)
+bool
+sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
+				  int64 timeout_ms, int64 *ticket)
 {
 	char	   *suffix = psprintf("wake:%s", id);
 	char		secs[32];
 	const char *argv[3];
 	redisReply *reply;
-	int64		ticket = 0;
 
 	snprintf(secs, sizeof(secs), "%.3f", Max(timeout_ms, 1) / 1000.0);
 	argv[0] = "BLPOP";
 	argv[1] = sem_key(NULL, name, suffix);
 	argv[2] = secs;
-	reply = redis_command(3, argv, NULL, (int) timeout_ms);
-	if (reply->type == REDIS_REPLY_ERROR)
-		report_redis_error(reply);
-	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2)
-		ticket = Max(reply_int(reply, 1), 1);
+	call->extra_wait_ms = (int) Min(timeout_ms, PG_INT32_MAX / 2);
+	*ticket = 0;
+	if (!exec_counted(call, name, 3, argv, &reply))
+		return false;
+	if (reply->type == REDIS_REPLY_NIL)
+	{
+		freeReplyObject(reply);
+		return true;
+	}
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+		!reply_int64(element(reply, 1), ticket) || *ticket <= 0)
+		return malformed(call, name, reply, "BLPOP did not answer a ticket");
 	freeReplyObject(reply);
-	return ticket;
+	return true;
 }
 
 /* The holder's ticket (fencing token), or 0 if id does not hold a slot */
-int64
-sem_token(const char *name, const char *id)
+bool
+sem_token(RedisCall *call, const char *name, const char *id, int64 *token)
 {
 	const char *args[1] = {id};
-	redisReply *reply = run_script(NULL, name, "token", 1, args);
-	int64		ticket = 0;
+	redisReply *reply;
 
-	if (reply->type == REDIS_REPLY_STRING)
-		ticket = strtoll(reply->str, NULL, 10);
-	else if (reply->type == REDIS_REPLY_INTEGER)
-		ticket = reply->integer;
+	*token = 0;
+	if (!run_script(call, NULL, name, "token", 1, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_NIL && !reply_int64(reply, token))
+		return malformed(call, name, reply, "token did not answer a ticket");
 	freeReplyObject(reply);
-	return ticket;
+	return true;
+}
+
+/* True if e has the shape {id, ticket, ms, waiting, info}, all strings */
+static bool
+is_member_element(const redisReply *e)
+{
+	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 5)
+		return false;
+	for (int i = 0; i < 5; i++)
+		if (e->element[i]->type != REDIS_REPLY_STRING || e->element[i]->str == NULL)
+			return false;
+	return true;
+}
+
+/* Copy the members of a validated list reply into out; returns how many */
+static int
+copy_members(const redisReply *reply, SemMember *out)
+{
+	int			n = 0;
+
+	for (size_t i = 0; i < reply->elements; i++)
+	{
+		const redisReply *e = reply->element[i];
+		SemMember  *m = &out[n];
+
+		if (!reply_int64(e->element[1], &m->ticket) ||
+			!reply_int64(e->element[2], &m->ms_left))
+			continue;
+		m->id = pstrdup(e->element[0]->str);
+		m->waiting = strcmp(e->element[3]->str, "1") == 0;
+		m->info = pstrdup(e->element[4]->str);
+		n++;
+	}
+	return n;
 }
 
 /*
- * Every member of the semaphore in line order, as the script's "list"
- * operation returns it.  The caller frees the reply.
+ * Every member of the semaphore in line order, copied into a palloc'd
+ * array.  The hiredis reply is freed even if a palloc raises.
  */
-struct redisReply *
-sem_list(const char *name)
+bool
+sem_list(RedisCall *call, const char *name, SemMember **members, int *count)
 {
-	return run_script(NULL, name, "list", 0, NULL);
+	redisReply *reply;
+
+	*members = NULL;
+	*count = 0;
+	if (!run_script(call, NULL, name, "list", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY)
+		return malformed(call, name, reply, "list did not answer an array");
+	for (size_t i = 0; i < reply->elements; i++)
+		if (!is_member_element(reply->element[i]))
+			return malformed(call, name, reply, "list answered a malformed member");
+	PG_TRY();
+	{
+		*members = palloc0(sizeof(SemMember) * Max(reply->elements, 1));
+		*count = copy_members(reply, *members);
+	}
+	PG_FINALLY();
+	{
+		freeReplyObject(reply);
+	}
+	PG_END_TRY();
+	return true;
 }

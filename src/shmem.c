@@ -1,8 +1,17 @@
 /*
  * shmem.c
- *		Shared memory, when redsem is in shared_preload_libraries: the table
- *		of every hold on this server (for the keeper), the server's identity,
- *		and per-semaphore statistics.
+ *		Shared state, when redsem is in shared_preload_libraries: the table
+ *		of every hold on this server (for the keeper), the server's
+ *		identity, and per-semaphore statistics.
+ *
+ * The hold table lives in its own anonymous shared mapping, made once by
+ * the postmaster at start and inherited by every child.  A crash-restart
+ * re-creates PostgreSQL's shared memory but not this mapping, so the holds
+ * of the backends that died are still listed; the postmaster marks them
+ * abandoned (a loop over plain data, no pointers followed) and the new
+ * keeper releases them like any orphan.  Every acquire is registered here
+ * before Redis is asked, so no slot Redis granted can be missed, however
+ * soon after the grant the crash came.
  *
  * Without preloading, shared is NULL and every function here degrades to a
  * no-op (statistics functions raise 55000 instead).
@@ -10,6 +19,7 @@
 #include "postgres.h"
 
 #include <signal.h>
+#include <sys/mman.h>
 
 #include "miscadmin.h"
 #include "storage/ipc.h"
@@ -18,28 +28,24 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "redsem.h"
-
-/* Survives crash-restarts: the postmaster keeps its memory */
-static uint64 postmaster_last_incarnation = 0;
+#include "conn.h"
+#include "shmem.h"
+#include "timing.h"
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 RedsemShared *shared = NULL;
+SharedHold *hold_table = NULL;	/* survives crash-restarts */
+int			hold_table_size = 0;
 static HTAB *stats_hash = NULL;
 static uint64 local_incarnation = 0;
 
+/* Set by the postmaster once it has initialised shared memory once */
+static bool postmaster_started_once = false;
+
 int			redsem_max_tracked_holds = 4096;
 int			redsem_max_tracked_semaphores = 1000;
-
-/* Bytes of shared memory for the hold table */
-static Size
-shared_size(void)
-{
-	return add_size(offsetof(RedsemShared, holds),
-					mul_size(redsem_max_tracked_holds, sizeof(SharedHold)));
-}
 
 /* Ask for our shared memory and locks */
 static void
@@ -47,7 +53,7 @@ redsem_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(shared_size(),
+	RequestAddinShmemSpace(add_size(sizeof(RedsemShared),
 									hash_estimate_size(redsem_max_tracked_semaphores,
 													   sizeof(SemStats))));
 	RequestNamedLWLockTranche("redsem", 2);
@@ -68,9 +74,33 @@ random_tag(void)
 }
 
 /*
- * Attach to (or create) our shared memory.  In the postmaster this runs at
- * every (re)initialization, so a crash-restart hands the previous
- * incarnation's identity to the keeper, which releases its slots.
+ * After a crash-restart, in the postmaster: every hold still listed belonged
+ * to a backend that is gone.  Hand them all to the keeper.  The entries may
+ * have been half written when their backend died: terminate every string.
+ */
+static void
+abandon_previous_holds(void)
+{
+	for (int i = 0; i < hold_table_size; i++)
+	{
+		SharedHold *h = &hold_table[i];
+
+		if (!h->in_use)
+			continue;
+		h->prefix[sizeof(h->prefix) - 1] = '\0';
+		h->name[sizeof(h->name) - 1] = '\0';
+		h->id[sizeof(h->id) - 1] = '\0';
+		h->trouble[sizeof(h->trouble) - 1] = '\0';
+		h->abandoned = true;
+		h->pid = 0;
+		h->failures = 0;
+		h->retry_at = 0;
+	}
+}
+
+/*
+ * Attach to (or create) our part of PostgreSQL's shared memory.  In the
+ * postmaster this runs at every (re)initialization.
  */
 static void
 redsem_shmem_startup(void)
@@ -82,19 +112,21 @@ redsem_shmem_startup(void)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	shared = ShmemInitStruct("redsem", shared_size(), &found);
+	shared = ShmemInitStruct("redsem", sizeof(RedsemShared), &found);
 	if (!found)
 	{
 		LWLockPadded *locks = GetNamedLWLockTranche("redsem");
 
-		memset(shared, 0, shared_size());
+		memset(shared, 0, sizeof(RedsemShared));
 		shared->holds_lock = &locks[0].lock;
 		shared->stats_lock = &locks[1].lock;
 		shared->incarnation = random_tag();
-		shared->previous_incarnation = postmaster_last_incarnation;
-		shared->max_holds = redsem_max_tracked_holds;
 		if (!IsUnderPostmaster)
-			postmaster_last_incarnation = shared->incarnation;
+		{
+			if (postmaster_started_once)
+				abandon_previous_holds();
+			postmaster_started_once = true;
+		}
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = REDSEM_MAX_NAME_BYTES + 1;
@@ -106,10 +138,26 @@ redsem_shmem_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
-/* Install the shared memory hooks (from _PG_init, when preloading) */
+/*
+ * From _PG_init, when preloading: map the hold table (in the postmaster,
+ * so that every child inherits it and a crash-restart keeps it) and install
+ * the shared memory hooks.
+ */
 void
-shmem_install_hooks(void)
+shmem_init(void)
 {
+	Size		size = mul_size(redsem_max_tracked_holds, sizeof(SharedHold));
+	void	   *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+						 MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	if (p == MAP_FAILED)
+		ereport(FATAL,
+				(errcode(ERRCODE_OUT_OF_MEMORY),
+				 errmsg("could not map %zu bytes for the redsem hold table: %m", size),
+				 errhint("Lower redsem.max_tracked_holds.")));
+	hold_table = (SharedHold *) p;
+	hold_table_size = redsem_max_tracked_holds;
+
 	prev_shmem_request_hook = shmem_request_hook;
 	shmem_request_hook = redsem_shmem_request;
 	prev_shmem_startup_hook = shmem_startup_hook;
@@ -139,70 +187,6 @@ keeper_is_active(void)
 	return pid != 0 && kill(pid, 0) == 0;
 }
 
-/* Wake the keeper so it notices a change at once */
-static void
-wake_keeper(void)
-{
-	Latch	   *latch = shared->keeper_latch;
-
-	if (latch != NULL)
-		SetLatch(latch);
-}
-
-/*
- * Publish a confirmed hold so the keeper keeps it alive.  Returns its slot,
- * or -1 if not preloaded or the table is full.
- */
-int
-shared_hold_add(const char *prefix, const char *name, const char *id,
-				bool xact, bool waiting, int64 lease_ms, int64 ticket)
-{
-	int			slot = -1;
-	bool		first_change;
-
-	if (shared == NULL)
-		return -1;
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	for (int i = 0; i < shared->max_holds; i++)
-	{
-		SharedHold *h = &shared->holds[i];
-
-		if (h->in_use)
-			continue;
-		memset(h, 0, sizeof(*h));
-		h->in_use = true;
-		h->pid = MyProcPid;
-		h->xact = xact;
-		h->waiting = waiting;
-		h->lease_ms = lease_ms;
-		h->ticket = ticket;
-		h->acquired_at = h->refreshed_at = GetCurrentTimestamp();
-		h->target = redis_target_signature();
-		strlcpy(h->prefix, prefix, sizeof(h->prefix));
-		strlcpy(h->name, name, sizeof(h->name));
-		strlcpy(h->id, id, sizeof(h->id));
-		slot = i;
-		break;
-	}
-	shared->generation++;
-	first_change = !shared->index_dirty;
-	shared->index_dirty = true;
-	LWLockRelease(shared->holds_lock);
-
-	/*
-	 * Let the keeper list the new hold in its crash-cleanup index soon; one
-	 * wake-up per index rewrite, so a busy server doesn't wake it per call.
-	 */
-	if (first_change)
-		wake_keeper();
-	if (slot < 0)
-		ereport(WARNING,
-				(errmsg("redsem keeper cannot track more than %d holds", shared->max_holds),
-				 errdetail("The slot of semaphore \"%s\" is held, but its lease will not be refreshed.", name),
-				 errhint("Raise redsem.max_tracked_holds.")));
-	return slot;
-}
-
 /*
  * The entry in slot if it still tracks id, else NULL (a slot is reused once
  * its hold ends).  The caller holds holds_lock.
@@ -210,9 +194,122 @@ shared_hold_add(const char *prefix, const char *name, const char *id,
 SharedHold *
 tracked_hold(int slot, const char *id)
 {
-	SharedHold *h = &shared->holds[slot];
+	SharedHold *h;
 
+	if (slot < 0 || slot >= hold_table_size)
+		return NULL;
+	h = &hold_table[slot];
 	return (h->in_use && strcmp(h->id, id) == 0) ? h : NULL;
+}
+
+/* Wake the keeper if it sleeps past when, so it sees a change in time */
+static void
+wake_keeper_by(TimestampTz when)
+{
+	Latch	   *latch = shared->keeper_latch;
+
+	if (latch != NULL && when < shared->keeper_wakes_at)
+		SetLatch(latch);
+}
+
+/*
+ * Register an acquire before Redis is asked, so that the keeper can release
+ * whatever Redis grants if this backend dies.  Returns its slot, or -1 when
+ * not preloaded.  A full table is an error: a hold nobody could keep alive
+ * or clean up would break the promise of the limit.
+ */
+int
+shared_hold_register(const char *prefix, const char *name, const char *id,
+					 bool xact, int64 lease_ms)
+{
+	int			slot = -1;
+	TimestampTz now = GetCurrentTimestamp();
+	uint64		target;
+
+	if (shared == NULL)
+		return -1;
+	target = redis_target_signature();
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < hold_table_size; i++)
+	{
+		SharedHold *h = &hold_table[i];
+
+		if (h->in_use)
+			continue;
+		memset(h, 0, sizeof(*h));
+		h->pid = MyProcPid;
+		h->xact = xact;
+		h->phase = PHASE_PENDING;
+		h->lease_ms = lease_ms;
+		h->acquired_at = h->refreshed_at = now;
+		h->target = target;
+		strlcpy(h->prefix, prefix, sizeof(h->prefix));
+		strlcpy(h->name, name, sizeof(h->name));
+		strlcpy(h->id, id, sizeof(h->id));
+		pg_write_barrier();
+		h->in_use = true;
+		slot = i;
+		break;
+	}
+	LWLockRelease(shared->holds_lock);
+	if (slot < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many redsem holds on this server"),
+				 errdetail("The keeper can track %d holds (and places in line) at once.",
+						   hold_table_size),
+				 errhint("Raise redsem.max_tracked_holds.")));
+	return slot;
+}
+
+/*
+ * The acquire joined the line or was granted (confirmed_at: when the
+ * request that Redis answered was sent, a safe start of its lease).
+ */
+void
+shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
+					  TimestampTz confirmed_at)
+{
+	SharedHold *h;
+	int64		due_ms = 0;
+
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		h->phase = phase;
+		h->ticket = ticket;
+		h->refreshed_at = confirmed_at;
+		if (phase == PHASE_HELD)
+			h->acquired_at = confirmed_at;
+		due_ms = h->lease_ms / KEEPER_REFRESH_FRACTION;
+	}
+	LWLockRelease(shared->holds_lock);
+	if (phase == PHASE_HELD)
+		wake_keeper_by(TimestampTzPlusMilliseconds(confirmed_at, due_ms));
+}
+
+/* Redis confirmed a lease (or a place in line), perhaps with a new length */
+void
+shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
+					  TimestampTz confirmed_at)
+{
+	SharedHold *h;
+
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		if (lease_ms > 0)
+			h->lease_ms = lease_ms;
+		h->refreshed_at = confirmed_at;
+		h->lost = false;
+	}
+	LWLockRelease(shared->holds_lock);
+	wake_keeper_by(TimestampTzPlusMilliseconds(confirmed_at,
+											   lease_ms / KEEPER_REFRESH_FRACTION));
 }
 
 /* Stop tracking a hold */
@@ -221,48 +318,11 @@ shared_hold_remove(int slot, const char *id)
 {
 	SharedHold *h;
 
-	if (shared == NULL || slot < 0)
+	if (shared == NULL)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
 		h->in_use = false;
-	shared->generation++;
-	LWLockRelease(shared->holds_lock);
-}
-
-/* A tracked place in line became a slot */
-void
-shared_hold_now_held(int slot, const char *id, int64 ticket)
-{
-	SharedHold *h;
-
-	if (shared == NULL || slot < 0)
-		return;
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(slot, id)) != NULL)
-	{
-		h->waiting = false;
-		h->ticket = ticket;
-		h->acquired_at = h->refreshed_at = GetCurrentTimestamp();
-	}
-	LWLockRelease(shared->holds_lock);
-}
-
-/* The owner refreshed a hold itself, perhaps with a new lease length */
-void
-shared_hold_refreshed(int slot, const char *id, int64 lease_ms)
-{
-	SharedHold *h;
-
-	if (shared == NULL || slot < 0)
-		return;
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(slot, id)) != NULL)
-	{
-		h->lease_ms = lease_ms;
-		h->refreshed_at = GetCurrentTimestamp();
-		h->lost = false;
-	}
 	LWLockRelease(shared->holds_lock);
 }
 
@@ -272,14 +332,13 @@ shared_hold_abandon(int slot, const char *id)
 {
 	SharedHold *h;
 
-	if (shared == NULL || slot < 0)
+	if (shared == NULL)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
 		h->abandoned = true;
-	shared->index_dirty = true;
 	LWLockRelease(shared->holds_lock);
-	wake_keeper();
+	wake_keeper_by(DT_NOEND);
 }
 
 /* Read back the keeper's view of a hold; false if not tracked */
@@ -289,7 +348,7 @@ shared_hold_read(int slot, const char *id, SharedHold *copy)
 	SharedHold *h;
 	bool		found = false;
 
-	if (shared == NULL || slot < 0)
+	if (shared == NULL)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_SHARED);
 	if ((h = tracked_hold(slot, id)) != NULL)
@@ -324,6 +383,17 @@ stats_count(const char *name, StatField field, int64 delta)
 	LWLockRelease(shared->stats_lock);
 }
 
+/* Raise 55000 unless the statistics exist (redsem is preloaded) */
+static void
+require_stats(void)
+{
+	if (shared == NULL || stats_hash == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("redsem statistics require redsem in shared_preload_libraries"),
+				 errhint("Add redsem to shared_preload_libraries and restart the server.")));
+}
+
 /* Copy every statistics entry into a palloc'd array; returns the count */
 int
 stats_snapshot(SemStats **out)
@@ -333,11 +403,7 @@ stats_snapshot(SemStats **out)
 	int			n = 0;
 	int			cap;
 
-	if (shared == NULL || stats_hash == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("redsem statistics require redsem in shared_preload_libraries"),
-				 errhint("Add redsem to shared_preload_libraries and restart the server.")));
+	require_stats();
 	LWLockAcquire(shared->stats_lock, LW_SHARED);
 	cap = Max(hash_get_num_entries(stats_hash), 1);
 	*out = palloc(cap * sizeof(SemStats));
@@ -358,7 +424,7 @@ stats_reset(const char *name)
 	HASH_SEQ_STATUS seq;
 	SemStats   *s;
 
-	(void) stats_snapshot(&s);	/* raises 55000 when not preloaded */
+	require_stats();
 	LWLockAcquire(shared->stats_lock, LW_EXCLUSIVE);
 	hash_seq_init(&seq, stats_hash);
 	while ((s = hash_seq_search(&seq)) != NULL)

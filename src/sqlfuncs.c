@@ -1,15 +1,22 @@
 /*
  * sqlfuncs.c
- *		SQL-callable functions: argument checks, scopes, and waiting in line.
+ *		SQL-callable functions that take and give back slots: argument
+ *		checks, scopes, waiting in line, ownership.
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "hold.h"
 #include "redsem.h"
+#include "script.h"
+#include "shmem.h"
+#include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_acquire);
 PG_FUNCTION_INFO_V1(redsem_acquire_xact);
@@ -17,15 +24,7 @@ PG_FUNCTION_INFO_V1(redsem_guard);
 PG_FUNCTION_INFO_V1(redsem_release);
 PG_FUNCTION_INFO_V1(redsem_refresh);
 PG_FUNCTION_INFO_V1(redsem_release_all);
-
-/*
- * A waiter looks again at least this often, and its place in line lives
- * three times as long, so a dead waiter's place goes away by itself.  A
- * live waiter otherwise sleeps until it is woken or a lease ahead of it is
- * due to run out.
- */
-#define WAIT_RECHECK_MS			10000
-#define WAIT_PLACE_TTL_MS		(3 * WAIT_RECHECK_MS)
+PG_FUNCTION_INFO_V1(redsem_force_release);
 
 /* Validated arguments of an acquire call */
 typedef struct AcquireArgs
@@ -90,6 +89,30 @@ id_arg(FunctionCallInfo fcinfo, int argno)
 	return id;
 }
 
+/* True for superusers and members of the redsem_admin role */
+bool
+redsem_is_admin(void)
+{
+	Oid			admin = get_role_oid(REDSEM_ADMIN_ROLE, true);
+
+	return superuser() || (OidIsValid(admin) && has_privs_of_role(GetUserId(), admin));
+}
+
+/*
+ * Slots live as long as the process that took them: a parallel worker's
+ * would end with the worker, before the query that asked for it.
+ */
+static void
+refuse_in_parallel_worker(void)
+{
+	if (IsParallelWorker())
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+				 errmsg("cannot take or give back redsem slots in a parallel worker"),
+				 errdetail("A slot taken by a parallel worker would end when the worker exits, before the query that asked for it."),
+				 errhint("Declare the function that calls redsem PARALLEL RESTRICTED or PARALLEL UNSAFE.")));
+}
+
 /* An interval in microseconds (a month counts as 30 days) */
 static int64
 interval_us(Interval *iv, bool *overflow)
@@ -118,9 +141,18 @@ duration_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("argument \"%s\" is out of range", argname),
-				 errdetail("\"%s\" must be between %s and %s.", argname,
-						   min_ms == 0 ? "0" : "1 millisecond", "24 hours")));
+				 errdetail("\"%s\" must be between %s and 24 hours.", argname,
+						   min_ms == 0 ? "0" : "1 second")));
 	return us / 1000;
+}
+
+/* The lease argument: from REDSEM_MIN_LEASE_MS, the shortest the keeper keeps */
+static int64
+lease_arg(FunctionCallInfo fcinfo, int argno)
+{
+	StaticAssertStmt(REDSEM_MIN_LEASE_MS == 1000, "the error detail says 1 second");
+	return duration_arg(fcinfo, argno, "lease", REDSEM_MIN_LEASE_MS,
+						REDSEM_MAX_LEASE_MS);
 }
 
 /* Read and check the arguments shared by the acquire functions */
@@ -139,7 +171,7 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 						   REDSEM_MAX_HOLDERS, args->max_holders)));
 	if (PG_ARGISNULL(2))
 		reject_null("lease");
-	args->lease_ms = duration_arg(fcinfo, 2, "lease", 1, REDSEM_MAX_LEASE_MS);
+	args->lease_ms = lease_arg(fcinfo, 2);
 	if (PG_ARGISNULL(3))
 		args->wait_ms = -1;
 	else
@@ -147,11 +179,11 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 }
 
 /*
- * A new holder id: the server incarnation (see worker.c), process id, a
- * sequence number and random bits.
+ * A new holder id: the server incarnation, process id, a sequence number
+ * and random bits.
  */
-void
-redsem_make_id(char *buf, size_t len)
+static void
+make_id(char *buf, size_t len)
 {
 	static uint32 seq = 0;
 	uint32		rnd;
@@ -172,44 +204,72 @@ ms_left(TimestampTz deadline)
 }
 
 /*
- * Wait in line until promoted or deadline.  Sleeps on the caller's wake
- * list (released holders push to it), waking early only to keep the place
- * alive or when a lease ahead of it is due to run out.
+ * Wait in line until promoted (and confirmed) or deadline.  Sleeps on the
+ * caller's wake list (a release that promotes it pushes to it), waking
+ * early only to keep its place alive or when a lease ahead of it is due to
+ * run out; then it looks with wait_check, which also confirms a promotion.
+ * *sent is when the request that answered was sent.
  */
-static bool
-wait_in_line(const AcquireArgs *args, const char *id, SemResult *r,
-			 TimestampTz deadline)
+static void
+wait_in_line(const AcquireArgs *args, Hold *hold, const char *id,
+			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
 {
 	for (;;)
 	{
+		RedisCall	call = REDIS_SQL_CALL;
 		int64		left = ms_left(deadline);
 		int64		nap = Min(left, WAIT_RECHECK_MS);
+		int64		ticket;
 
 		if (left <= 0)
 		{
-			sem_give_up(args->name, id, r);
-			return r->state == SEM_HELD;
+			*sent = GetCurrentTimestamp();
+			(void) sem_give_up(&call, args->name, id, r);
+			return;
 		}
 		if (r->ms >= 0)
 			nap = Min(nap, r->ms + 1);
-		r->ticket = sem_wait_for_wake(args->name, id, Max(nap, 1));
-		if (r->ticket > 0)
-		{
-			r->state = SEM_HELD;
-			return true;
-		}
-		sem_wait_check(args->name, id, WAIT_PLACE_TTL_MS, r);
+		(void) sem_wait_for_wake(&call, args->name, id, Max(nap, 1), &ticket);
+		*sent = GetCurrentTimestamp();
+		(void) sem_wait_check(&call, args->name, id, r);
 		if (r->state == SEM_HELD)
-			return true;
+			return;
 		if (r->state == SEM_LOST)
 		{
-			/* our place expired (e.g. Redis stalled): queue again */
-			sem_acquire(args->name, id, args->max_holders, args->lease_ms,
-						true, WAIT_PLACE_TTL_MS, r);
+			/* our place expired, or our promotion window passed: queue again */
+			*sent = GetCurrentTimestamp();
+			(void) sem_acquire(&call, args->name, id, args->max_holders,
+							   args->lease_ms, true, r);
 			if (r->state == SEM_HELD)
-				return true;
+				return;
 		}
+		hold_mark_waiting(hold, *sent);
 	}
+}
+
+/*
+ * True if a grant is still good: its lease started no earlier than the
+ * request was sent, so it has not run out unless the answer took longer
+ * than the lease to reach us (the backend was paused, or starved).
+ */
+static bool
+grant_is_live(const SemResult *r, TimestampTz sent)
+{
+	return r->state == SEM_HELD &&
+		TimestampDifferenceMilliseconds(sent, GetCurrentTimestamp()) < r->ms;
+}
+
+/* Give back a grant that came too late to be used */
+static void
+drop_stale_grant(const AcquireArgs *args, const char *id)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	bool		live;
+
+	(void) sem_release(&call, NULL, args->name, id, &live);
+	ereport(DEBUG1,
+			(errmsg("redsem: a slot of semaphore \"%s\" was granted after its lease had run out; queueing again",
+					args->name)));
 }
 
 /* Warn once per session about long leases that nobody keeps alive */
@@ -247,6 +307,41 @@ count_acquire(const AcquireArgs *args, SemState state, bool waited,
 }
 
 /*
+ * Ask for a slot (or a place in line) until one is granted in time, no
+ * slot comes within the wait, or the wait is over.  Returns true if
+ * granted; *sent is when the granting request was sent.
+ */
+static bool
+take_slot(const AcquireArgs *args, Hold *hold, const char *id,
+		  TimestampTz deadline, SemResult *r, TimestampTz *sent, bool *waited)
+{
+	for (;;)
+	{
+		RedisCall	call = REDIS_SQL_CALL;
+
+		*sent = GetCurrentTimestamp();
+		(void) sem_acquire(&call, args->name, id, args->max_holders,
+						   args->lease_ms, args->wait_ms != 0, r);
+		if (r->state == SEM_WAITING)
+		{
+			*waited = true;
+			hold_mark_waiting(hold, *sent);
+			wait_in_line(args, hold, id, r, sent, deadline);
+		}
+		if (r->state != SEM_HELD)
+			return false;
+		if (grant_is_live(r, *sent))
+			return true;
+		drop_stale_grant(args, id);
+		if (args->wait_ms == 0 || ms_left(deadline) <= 0)
+		{
+			r->state = SEM_LOST;
+			return false;
+		}
+	}
+}
+
+/*
  * The acquire functions' common body.  Returns the holder id, or NULL if
  * no slot came within the wait.
  */
@@ -254,39 +349,32 @@ static char *
 acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
 {
 	char		id[64];
-	void	   *hold;
+	Hold	   *hold;
 	SemResult	r;
 	TimestampTz started;
-	TimestampTz deadline;
-	bool		waited;
+	TimestampTz sent;
+	bool		waited = false;
 
 	acquire_args(fcinfo, args);
+	refuse_in_parallel_worker();
 	hold_init();
 	hold_flush_deferred();
 	notice_unkept_long_lease(args->lease_ms);
 
-	redsem_make_id(id, sizeof(id));
+	make_id(id, sizeof(id));
 	hold = hold_begin(args->name, id, scope, args->lease_ms);
 	started = GetCurrentTimestamp();
-	deadline = args->wait_ms < 0 ? DT_NOEND :
-		TimestampTzPlusMilliseconds(started, args->wait_ms);
-	sem_acquire(args->name, id, args->max_holders, args->lease_ms,
-				args->wait_ms != 0, WAIT_PLACE_TTL_MS, &r);
-	waited = (r.state == SEM_WAITING);
-	if (waited)
-	{
-		hold_mark_waiting(hold);
-		if (wait_in_line(args, id, &r, deadline))
-			r.state = SEM_HELD;
-	}
+	(void) take_slot(args, hold, id,
+					 args->wait_ms < 0 ? DT_NOEND :
+					 TimestampTzPlusMilliseconds(started, args->wait_ms),
+					 &r, &sent, &waited);
 	count_acquire(args, r.state, waited, started);
-
 	if (r.state != SEM_HELD)
 	{
 		hold_forget(hold);
 		return NULL;
 	}
-	hold_mark_held(hold, r.ticket);
+	hold_mark_held(hold, r.ticket, args->lease_ms, sent);
 	return pstrdup(id);
 }
 
@@ -346,17 +434,29 @@ redsem_guard(PG_FUNCTION_ARGS)
 	PG_RETURN_TEXT_P(cstring_to_text(id));
 }
 
-/* redsem_release(name, id): true if the slot was live */
+/* The WARNING for a release or refresh of a slot this session does not hold */
+static void
+warn_not_own(const char *name, const char *id, const char *what)
+{
+	ereport(WARNING,
+			(errmsg("this session holds no such slot of semaphore \"%s\"", name),
+			 errdetail("Holder id \"%s\" is not a slot of this session; nothing was %s.", id, what),
+			 errhint("Only the session that took a slot can release or refresh it; administrators can use redsem_force_release.")));
+}
+
+/* redsem_release(name, id): true if this session's slot was live */
 Datum
 redsem_release(PG_FUNCTION_ARGS)
 {
 	char	   *name = name_arg(fcinfo, 0);
 	char	   *id = id_arg(fcinfo, 1);
-	bool		held;
+	bool		held = false;
 
+	refuse_in_parallel_worker();
 	hold_init();
 	hold_flush_deferred();
-	held = hold_release_id(name, id);
+	if (!hold_release_id(name, id, &held))
+		warn_not_own(name, id, "released");
 	PG_RETURN_BOOL(held);
 }
 
@@ -367,21 +467,50 @@ redsem_refresh(PG_FUNCTION_ARGS)
 	char	   *name = name_arg(fcinfo, 0);
 	char	   *id = id_arg(fcinfo, 1);
 	int64		lease_ms = 0;
-	bool		held;
+	int64		new_lease_ms = 0;
 
 	if (!PG_ARGISNULL(2))
-		lease_ms = duration_arg(fcinfo, 2, "lease", 1, REDSEM_MAX_LEASE_MS);
+		lease_ms = lease_arg(fcinfo, 2);
+	refuse_in_parallel_worker();
 	hold_init();
 	hold_flush_deferred();
-	held = hold_refresh_id(name, id, lease_ms) > 0;
-	PG_RETURN_BOOL(held);
+	if (!hold_refresh_id(name, id, lease_ms, &new_lease_ms))
+		warn_not_own(name, id, "refreshed");
+	PG_RETURN_BOOL(new_lease_ms > 0);
 }
 
 /* redsem_release_all(): release the session's session-scoped slots */
 Datum
 redsem_release_all(PG_FUNCTION_ARGS)
 {
+	refuse_in_parallel_worker();
 	hold_init();
 	hold_flush_deferred();
 	PG_RETURN_INT32(hold_release_session());
+}
+
+/*
+ * redsem_force_release(name, id): release anybody's slot or place in line
+ * (for administrators: EXECUTE is granted to redsem_admin only).  Logged.
+ */
+Datum
+redsem_force_release(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	char	   *id = id_arg(fcinfo, 1);
+	RedisCall	call = REDIS_SQL_CALL;
+	bool		held = false;
+
+	refuse_in_parallel_worker();
+	hold_init();
+	if (!hold_release_id(name, id, &held))
+	{
+		(void) sem_release(&call, NULL, name, id, &held);
+		hold_forget_id(name, id);
+	}
+	if (held)
+		ereport(LOG,
+				(errmsg("redsem: slot \"%s\" of semaphore \"%s\" force-released by role \"%s\"",
+						id, name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_BOOL(held);
 }

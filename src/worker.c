@@ -3,17 +3,23 @@
  *		The keeper: a background worker that keeps the leases of live
  *		backends fresh and frees the slots of dead ones.
  *
- * Every cycle it refreshes the holds whose lease is a third used up,
- * releases holds whose backend is gone or gave up on releasing, and keeps a
- * per-incarnation index of holds in Redis ("<prefix>server:<tag>:holds").
- * After a crash-restart it releases whatever that index lists for the
- * previous incarnation.  Holder ids carry the incarnation tag, a random
- * 64-bit number drawn at every (re)start, so two servers sharing one Redis
- * never touch each other's holds.
+ * Every cycle it walks the hold table (shmem.c): it refreshes each live
+ * hold whose lease is a third used up, and releases each hold whose
+ * backend is gone or gave up on releasing it, including, after a
+ * crash-restart, every hold of the backends that died (the table outlives
+ * the crash).
+ *
+ * A failure stays with its hold.  A hold whose command fails (a key of the
+ * wrong type, an ACL that denies it, a malformed reply, even an unexpected
+ * ERROR) is marked, shown in redsem_held(), logged at a limited rate with
+ * its semaphore's name, and retried with back-off, while the keeper goes
+ * on with the others.  Only when the connection itself is gone (Redis down,
+ * refusing us, a replica now) does it stop the cycle, log that once, and
+ * try again a second later.
  */
 #include "postgres.h"
 
-#include "hiredis.h"
+#include <signal.h>
 
 #include "miscadmin.h"
 #include "pgstat.h"
@@ -21,6 +27,7 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "tcop/tcopprot.h"
@@ -29,25 +36,32 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
-#include "redsem.h"
+#include "compat.h"
+#include "conn.h"
+#include "keeper.h"
+#include "script.h"
+#include "shmem.h"
+#include "timing.h"
 
 PGDLLEXPORT void redsem_keeper_main(Datum main_arg);
 
-#define KEEPER_MAX_SLEEP_MS		1000	/* look at least this often */
-#define KEEPER_INDEX_MIN_GAP_MS	100		/* index rewrites at most this often */
-#define KEEPER_INDEX_TTL_MS		60000	/* a dead server's index vanishes */
-#define KEEPER_LOG_EVERY_MS		30000	/* Redis trouble logged this often */
-#define KEEPER_INDEX_BATCH		256
+/* Per-hold log lines allowed per KEEPER_LOG_EVERY_MS, over all holds */
+#define KEEPER_HOLD_LINES_PER_WINDOW	10
+
+/* An orphan is dropped this long after it would have ended by itself */
+#define KEEPER_ORPHAN_SLACK_MS			10000
 
 typedef struct KeeperState
 {
-	bool		previous_cleaned;
-	uint64		indexed_generation;
-	TimestampTz index_written_at;
-	TimestampTz trouble_logged_at;
+	TimestampTz trouble_logged_at;	/* connection trouble */
 	int			trouble_suppressed;
+	TimestampTz window_start;	/* per-hold lines */
+	int			window_lines;
+	int			window_suppressed;
+	int			released_after_crash;
 } KeeperState;
 
+/* One cycle's view of a hold, and what this cycle learned about it */
 typedef struct HoldCopy
 {
 	int			slot;
@@ -71,296 +85,72 @@ keeper_register(void)
 	RegisterBackgroundWorker(&worker);
 }
 
-/* Redis key listing the holds of one server incarnation */
-char *
-incarnation_index_key(uint64 incarnation)
-{
-	return psprintf("%sserver:%016llx:holds",
-					redsem_key_prefix ? redsem_key_prefix : "",
-					(unsigned long long) incarnation);
-}
-
-/* Run one plain command, raising on a Redis error reply */
-static void
-simple_command(int argc, const char **argv)
-{
-	redisReply *reply = redis_command(argc, argv, NULL, 0);
-
-	if (reply->type == REDIS_REPLY_ERROR)
-	{
-		char	   *msg = pstrdup(reply->str);
-
-		freeReplyObject(reply);
-		ereport(ERROR,
-				(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-				 errmsg("Redis rejected a command of the redsem keeper"),
-				 errdetail_internal("%s", msg)));
-	}
-	freeReplyObject(reply);
-}
-
-/* An index value: "<prefix length>:<prefix><name>" */
-static char *
-encode_index_entry(const SharedHold *h)
-{
-	return psprintf("%d:%s%s", (int) strlen(h->prefix), h->prefix, h->name);
-}
-
-/* Split an index value back into prefix and name; false if malformed */
-static bool
-decode_index_entry(char *entry, char **prefix, char **name)
-{
-	char	   *colon = strchr(entry, ':');
-	long		len;
-
-	if (colon == NULL)
-		return false;
-	len = strtol(entry, NULL, 10);
-	if (len < 0 || len > (long) strlen(colon + 1))
-		return false;
-	*prefix = pnstrdup(colon + 1, len);
-	*name = colon + 1 + len;
-	return **name != '\0';
-}
-
-/* Release every hold listed for the incarnation before a crash-restart */
-static void
-release_previous_incarnation(uint64 previous)
-{
-	const char *argv[2] = {"HGETALL", incarnation_index_key(previous)};
-	redisReply *reply = redis_command(2, argv, NULL, 0);
-	List	   *pairs = NIL;
-	ListCell   *lc;
-	int			released = 0;
-
-	if (reply->type == REDIS_REPLY_ARRAY)
-	{
-		for (size_t i = 0; i + 1 < reply->elements; i += 2)
-		{
-			pairs = lappend(pairs, pstrdup(reply->element[i]->str));
-			pairs = lappend(pairs, pstrdup(reply->element[i + 1]->str));
-		}
-	}
-	freeReplyObject(reply);
-	for (lc = list_head(pairs); lc != NULL; lc = lnext(pairs, lnext(pairs, lc)))
-	{
-		const char *id = lfirst(lc);
-		char	   *entry = lfirst(lnext(pairs, lc));
-		char	   *prefix;
-		char	   *name;
-
-		if (!decode_index_entry(entry, &prefix, &name))
-			continue;
-		if (sem_release(prefix, name, id))
-		{
-			released++;
-			stats_count(name, STAT_RELEASED, 1);
-		}
-	}
-	argv[0] = "DEL";
-	simple_command(2, argv);
-	if (released > 0)
-		ereport(LOG,
-				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",
-						released)));
-}
-
-/* Copy the in-use holds out of shared memory */
+/*
+ * Copy the in-use holds out of the table.  Backends that add a hold while
+ * we work see keeper_wakes_at at its end of time and wake us.
+ */
 static int
-snapshot_holds(HoldCopy **out, uint64 *generation)
+snapshot_holds(HoldCopy **out)
 {
 	static HoldCopy *buffer = NULL;
 	int			n = 0;
 
 	if (buffer == NULL)
 		buffer = MemoryContextAlloc(TopMemoryContext,
-									sizeof(HoldCopy) * shared->max_holds);
-	*out = buffer;
+									sizeof(HoldCopy) * hold_table_size);
+	shared->keeper_wakes_at = DT_NOEND;
+	pg_memory_barrier();
 	LWLockAcquire(shared->holds_lock, LW_SHARED);
-	for (int i = 0; i < shared->max_holds; i++)
+	for (int i = 0; i < hold_table_size; i++)
 	{
-		if (!shared->holds[i].in_use)
+		if (!hold_table[i].in_use)
 			continue;
-		(*out)[n].slot = i;
-		(*out)[n].hold = shared->holds[i];
+		buffer[n].slot = i;
+		buffer[n].hold = hold_table[i];
 		n++;
 	}
-	*generation = shared->generation;
-	shared->index_dirty = false;
 	LWLockRelease(shared->holds_lock);
+	*out = buffer;
 	return n;
 }
 
-/* Record the outcome of a refresh, if the slot still has the same hold */
-static void
-note_refresh(const HoldCopy *c, bool alive, TimestampTz when)
-{
-	SharedHold *h;
-
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
-	{
-		if (alive)
-			h->refreshed_at = when;
-		else
-			h->lost = true;
-	}
-	LWLockRelease(shared->holds_lock);
-}
-
-/* True if the hold's backend is gone or asked us to release it */
-static bool
-hold_is_orphaned(const SharedHold *h)
-{
-	return h->abandoned || BackendPidGetProc(h->pid) == NULL;
-}
-
-/* Release an orphaned hold and stop tracking it */
-static void
-release_orphan(const HoldCopy *c)
-{
-	bool		held = sem_release(c->hold.prefix, c->hold.name, c->hold.id);
-
-	if (!c->hold.waiting)
-		stats_count(c->hold.name, held ? STAT_RELEASED : STAT_EXPIRED, 1);
-	shared_hold_remove(c->slot, c->hold.id);
-}
-
-/*
- * Flag whether a hold was taken under another Redis target than the
- * keeper's current one (then the keeper cannot reach it)
- */
-static void
-note_unkept(const HoldCopy *c, bool unkept)
-{
-	SharedHold *h;
-
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
-		h->unkept = unkept;
-	LWLockRelease(shared->holds_lock);
-}
-
-/* Refresh a hold whose lease is a third used up; ms until the next is due */
+/* Milliseconds from now until when, at least 1 */
 static int64
-refresh_if_due(const HoldCopy *c, TimestampTz now)
+ms_until(TimestampTz now, TimestampTz when)
 {
-	int64		third = Max(c->hold.lease_ms / 3, 1);
-	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
-	bool		reachable = (c->hold.target == redis_target_signature());
-	int64		lease;
-
-	if (c->hold.unkept != !reachable)
-		note_unkept(c, !reachable);
-	if (c->hold.lost || c->hold.waiting || !reachable)
-		return KEEPER_MAX_SLEEP_MS;
-	if (due > now)
-		return TimestampDifferenceMilliseconds(now, due);
-	lease = sem_refresh(c->hold.prefix, c->hold.name, c->hold.id,
-						c->hold.lease_ms);
-	if (lease > 0)
-		note_refresh(c, true, now);
-	else
-	{
-		note_refresh(c, false, now);
-		stats_count(c->hold.name, STAT_LOST, 1);
-		ereport(LOG,
-				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
-						c->hold.name, c->hold.pid),
-				 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
-						   c->hold.lease_ms,
-						   TimestampDifferenceMilliseconds(c->hold.refreshed_at, now))));
-	}
-	return third;
+	return Max(TimestampDifferenceMilliseconds(now, when), 1);
 }
 
-/* Rewrite this incarnation's index of holds in Redis */
+/* The back-off before the next try after failures failed tries */
+static int64
+backoff_ms(int failures)
+{
+	int64		ms = KEEPER_RETRY_MIN_MS;
+
+	for (int i = 1; i < failures && ms < KEEPER_RETRY_MAX_MS; i++)
+		ms *= 2;
+	return Min(ms, KEEPER_RETRY_MAX_MS);
+}
+
+/* True if a failure means the connection is no use (not this hold's fault) */
+static bool
+is_connection_trouble(const RedisOutcome *o)
+{
+	return !redis_connected() || o->status == RS_UNAVAILABLE ||
+		o->status == RS_OUT_OF_MEMORY;
+}
+
+/* Log connection trouble, at most once per KEEPER_LOG_EVERY_MS */
 static void
-write_index(HoldCopy *holds, int n)
-{
-	char	   *key = incarnation_index_key(shared->incarnation);
-	const char *argv[2 + 2 * KEEPER_INDEX_BATCH];
-	char		ttl[32];
-	int			argc;
-
-	argv[0] = "DEL";
-	argv[1] = key;
-	simple_command(2, argv);
-	for (int i = 0; i < n; i += KEEPER_INDEX_BATCH)
-	{
-		argv[0] = "HSET";
-		argc = 2;
-		for (int j = i; j < n && j < i + KEEPER_INDEX_BATCH; j++)
-		{
-			argv[argc++] = holds[j].hold.id;
-			argv[argc++] = encode_index_entry(&holds[j].hold);
-		}
-		simple_command(argc, argv);
-	}
-	if (n > 0)
-	{
-		snprintf(ttl, sizeof(ttl), "%d", KEEPER_INDEX_TTL_MS);
-		argv[0] = "PEXPIRE";
-		argv[2] = ttl;
-		simple_command(3, argv);
-	}
-}
-
-/* Milliseconds until the index may be rewritten again */
-static long
-index_gap_left_ms(const KeeperState *st)
-{
-	TimestampTz next = TimestampTzPlusMilliseconds(st->index_written_at,
-												   KEEPER_INDEX_MIN_GAP_MS);
-
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), next);
-}
-
-/* One pass over the holds; returns how long to sleep */
-static long
-keeper_cycle(KeeperState *st)
+report_trouble(KeeperState *st, const char *text)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	HoldCopy   *holds;
-	uint64		generation;
-	int			n = snapshot_holds(&holds, &generation);
-	int64		sleep_ms = KEEPER_MAX_SLEEP_MS;
-	int			live = 0;
 
-	for (int i = 0; i < n; i++)
-	{
-		int64		next_due;
-
-		if (hold_is_orphaned(&holds[i].hold))
-		{
-			release_orphan(&holds[i]);
-			continue;
-		}
-		next_due = refresh_if_due(&holds[i], now);
-		sleep_ms = Min(sleep_ms, next_due);
-		holds[live++] = holds[i];
-	}
-
-	if (generation != st->indexed_generation ||
-		TimestampDifferenceExceeds(st->index_written_at, now, KEEPER_INDEX_TTL_MS / 3))
-	{
-		if (TimestampDifferenceExceeds(st->index_written_at, now, KEEPER_INDEX_MIN_GAP_MS))
-		{
-			write_index(holds, live);
-			st->indexed_generation = generation;
-			st->index_written_at = now;
-		}
-		else
-			sleep_ms = Min(sleep_ms, KEEPER_INDEX_MIN_GAP_MS);
-	}
-	return (long) Max(sleep_ms, 1);
-}
-
-/* Log Redis trouble, at most once per KEEPER_LOG_EVERY_MS */
-static void
-report_trouble(KeeperState *st, ErrorData *edata)
-{
-	TimestampTz now = GetCurrentTimestamp();
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if (shared->keeper_trouble_since == 0)
+		shared->keeper_trouble_since = now;
+	strlcpy(shared->keeper_trouble, text, sizeof(shared->keeper_trouble));
+	LWLockRelease(shared->holds_lock);
 
 	if (st->trouble_logged_at != 0 &&
 		!TimestampDifferenceExceeds(st->trouble_logged_at, now, KEEPER_LOG_EVERY_MS))
@@ -369,7 +159,7 @@ report_trouble(KeeperState *st, ErrorData *edata)
 		return;
 	}
 	ereport(LOG,
-			(errmsg("redsem keeper: %s", edata->message),
+			(errmsg("redsem keeper: %s", text),
 			 st->trouble_suppressed > 0 ?
 			 errdetail("%d similar message(s) suppressed since the last one.",
 					   st->trouble_suppressed) : 0));
@@ -381,12 +171,294 @@ report_trouble(KeeperState *st, ErrorData *edata)
 static void
 report_recovery(KeeperState *st)
 {
+	if (shared->keeper_trouble_since != 0)
+	{
+		LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+		shared->keeper_trouble_since = 0;
+		shared->keeper_trouble[0] = '\0';
+		LWLockRelease(shared->holds_lock);
+	}
 	if (st->trouble_logged_at == 0)
 		return;
 	ereport(LOG, (errmsg("redsem keeper: Redis at %s answers again",
 						 redis_target_description())));
 	st->trouble_logged_at = 0;
 	st->trouble_suppressed = 0;
+}
+
+/* True if one more per-hold log line fits in the current window */
+static bool
+hold_line_allowed(KeeperState *st, TimestampTz now)
+{
+	if (TimestampDifferenceExceeds(st->window_start, now, KEEPER_LOG_EVERY_MS))
+	{
+		st->window_start = now;
+		st->window_lines = 0;
+	}
+	if (st->window_lines >= KEEPER_HOLD_LINES_PER_WINDOW)
+	{
+		st->window_suppressed++;
+		return false;
+	}
+	st->window_lines++;
+	return true;
+}
+
+/*
+ * A command for one hold failed: mark the hold, schedule its retry, and
+ * log it (first failure, then at most every KEEPER_LOG_EVERY_MS per hold).
+ * Returns the ms until its retry.
+ */
+static int64
+hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
+			const char *text)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	int			failures = c->hold.failures + 1;
+	int64		retry = backoff_ms(failures);
+	bool		log_it;
+	SharedHold *h;
+
+	log_it = (c->hold.logged_at == 0 ||
+			  TimestampDifferenceExceeds(c->hold.logged_at, now, KEEPER_LOG_EVERY_MS)) &&
+		hold_line_allowed(st, now);
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
+	{
+		h->failures = failures;
+		h->retry_at = TimestampTzPlusMilliseconds(now, retry);
+		strlcpy(h->trouble, text, sizeof(h->trouble));
+		if (log_it)
+			h->logged_at = now;
+	}
+	LWLockRelease(shared->holds_lock);
+	if (log_it)
+	{
+		ereport(LOG,
+				(errmsg("redsem keeper could not %s the slot of semaphore \"%s\" held by process %d",
+						what, c->hold.name, c->hold.pid),
+				 errdetail("%s", text),
+				 errhint("The keeper tries again in " INT64_FORMAT " ms (failure %d)%s.",
+						 retry, failures,
+						 st->window_suppressed > 0 ?
+						 psprintf("; %d similar line(s) about other holds were suppressed",
+								  st->window_suppressed) : "")));
+		st->window_suppressed = 0;
+	}
+	return retry;
+}
+
+/*
+ * A Redis command for hold c failed.  Connection trouble stops this cycle's
+ * Redis work (*redis_ok = false); anything else stays with the hold.
+ */
+static int64
+command_failed(KeeperState *st, const HoldCopy *c, const char *what,
+			   const RedisCall *call, bool *redis_ok)
+{
+	char	   *text = redis_outcome_text(&call->outcome);
+
+	if (is_connection_trouble(&call->outcome))
+	{
+		*redis_ok = false;
+		report_trouble(st, text);
+		return KEEPER_MAX_SLEEP_MS;
+	}
+	return hold_failed(st, c, what, text);
+}
+
+/* Record a successful refresh, or a slot found gone */
+static void
+note_refresh(const HoldCopy *c, bool alive, TimestampTz sent)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
+	{
+		if (alive)
+			h->refreshed_at = sent;
+		else
+			h->lost = true;
+		h->failures = 0;
+		h->retry_at = 0;
+		h->trouble[0] = '\0';
+	}
+	LWLockRelease(shared->holds_lock);
+}
+
+/* Flag whether a hold was taken under another Redis target than ours */
+static void
+note_unkept(const HoldCopy *c, bool unkept)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
+		h->unkept = unkept;
+	LWLockRelease(shared->holds_lock);
+}
+
+/* A keeper call: interruptible (SIGTERM), within redsem.command_timeout */
+static void
+keeper_call(RedisCall *call)
+{
+	redis_call_init(call, DT_NOEND, true, 0);
+}
+
+/* True if the hold's backend is gone or asked us to release it */
+static bool
+is_orphan(const SharedHold *h)
+{
+	return h->abandoned || h->pid == 0 || BackendPidGetProc(h->pid) == NULL;
+}
+
+/*
+ * When an orphan would have ended by itself: its lease, or its place in
+ * line plus a promotion window, from its last confirmation.
+ */
+static TimestampTz
+orphan_end(const SharedHold *h)
+{
+	int64		life = Max(h->lease_ms, WAIT_PLACE_TTL_MS + PROMOTION_WINDOW_MS);
+
+	return TimestampTzPlusMilliseconds(h->refreshed_at,
+									   life + redsem_command_timeout_ms +
+									   KEEPER_ORPHAN_SLACK_MS);
+}
+
+/* Release an orphaned hold and stop tracking it; ms until the next look */
+static int64
+release_orphan(KeeperState *st, const HoldCopy *c, TimestampTz now,
+			   bool reachable, bool *redis_ok)
+{
+	RedisCall	call;
+	bool		live;
+
+	if (now > orphan_end(&c->hold))
+	{
+		/* it has ended by itself in Redis; nothing is left to release */
+		shared_hold_remove(c->slot, c->hold.id);
+		return KEEPER_MAX_SLEEP_MS;
+	}
+	if (!reachable)
+		return KEEPER_MAX_SLEEP_MS;
+	if (c->hold.retry_at > now)
+		return ms_until(now, c->hold.retry_at);
+	if (!*redis_ok)
+		return KEEPER_MAX_SLEEP_MS;
+	keeper_call(&call);
+	if (!sem_release(&call, c->hold.prefix, c->hold.name, c->hold.id, &live))
+		return command_failed(st, c, "release", &call, redis_ok);
+	if (c->hold.phase == PHASE_HELD)
+		stats_count(c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
+	if (c->hold.pid == 0 && live)
+		st->released_after_crash++;
+	shared_hold_remove(c->slot, c->hold.id);
+	return KEEPER_MAX_SLEEP_MS;
+}
+
+/* Refresh a live hold whose lease is a third used up; ms until next due */
+static int64
+refresh_if_due(KeeperState *st, const HoldCopy *c, TimestampTz now,
+			   bool *redis_ok)
+{
+	int64		third = Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
+	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
+	RedisCall	call;
+	TimestampTz sent;
+	int64		lease;
+
+	if (due > now)
+		return ms_until(now, due);
+	if (c->hold.retry_at > now)
+		return ms_until(now, c->hold.retry_at);
+	if (!*redis_ok)
+		return KEEPER_MAX_SLEEP_MS;
+	keeper_call(&call);
+	sent = GetCurrentTimestamp();
+	if (!sem_refresh(&call, c->hold.prefix, c->hold.name, c->hold.id,
+					 c->hold.lease_ms, &lease))
+		return command_failed(st, c, "refresh", &call, redis_ok);
+	note_refresh(c, lease > 0, sent);
+	if (lease > 0)
+		return third;
+	stats_count(c->hold.name, STAT_LOST, 1);
+	ereport(LOG,
+			(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
+					c->hold.name, c->hold.pid),
+			 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
+					   c->hold.lease_ms,
+					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, now))));
+	return KEEPER_MAX_SLEEP_MS;
+}
+
+/* Everything the keeper does for one hold; ms until it needs a look again */
+static int64
+keep_one(KeeperState *st, const HoldCopy *c, uint64 target, bool *redis_ok)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		reachable = (c->hold.target == target);
+
+	if (is_orphan(&c->hold))
+		return release_orphan(st, c, now, reachable, redis_ok);
+	if (c->hold.unkept != !reachable)
+		note_unkept(c, !reachable);
+	if (c->hold.phase != PHASE_HELD || c->hold.lost || !reachable)
+		return KEEPER_MAX_SLEEP_MS;
+	return refresh_if_due(st, c, now, redis_ok);
+}
+
+/*
+ * keep_one, with any ERROR confined to its hold: caught, marked on the
+ * hold, retried with back-off.
+ */
+static int64
+keep_one_guarded(KeeperState *st, const HoldCopy *c, uint64 target,
+				 bool *redis_ok)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	int64		next = KEEPER_MAX_SLEEP_MS;
+
+	PG_TRY();
+	{
+		next = keep_one(st, c, target, redis_ok);
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		LWLockReleaseAll();
+		next = hold_failed(st, c, "look after", edata->message);
+		FreeErrorData(edata);
+	}
+	PG_END_TRY();
+	return next;
+}
+
+/* One pass over the holds; returns how long to sleep */
+static long
+keeper_cycle(KeeperState *st)
+{
+	HoldCopy   *holds;
+	int			n = snapshot_holds(&holds);
+	uint64		target = redis_target_signature();
+	int64		sleep_ms = KEEPER_MAX_SLEEP_MS;
+	bool		redis_ok = true;
+
+	st->released_after_crash = 0;
+	for (int i = 0; i < n; i++)
+		sleep_ms = Min(sleep_ms, keep_one_guarded(st, &holds[i], target, &redis_ok));
+	if (redis_ok && redis_connected())
+		report_recovery(st);
+	if (st->released_after_crash > 0)
+		ereport(LOG,
+				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",
+						st->released_after_crash)));
+	return (long) Max(sleep_ms, 1);
 }
 
 /* Forget our pid and latch when we exit */
@@ -406,11 +478,10 @@ redsem_keeper_main(Datum main_arg)
 
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
+	pqsignal(SIGPIPE, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 
 	memset(&st, 0, sizeof(st));
-	st.indexed_generation = PG_UINT64_MAX;
-	st.previous_cleaned = (shared->previous_incarnation == 0);
 	shared->keeper_latch = MyLatch;
 	shared->keeper_pid = MyProcPid;
 	on_shmem_exit(keeper_detach, (Datum) 0);
@@ -421,7 +492,7 @@ redsem_keeper_main(Datum main_arg)
 
 	for (;;)
 	{
-		long		sleep_ms = KEEPER_MAX_SLEEP_MS;
+		long		sleep_ms;
 
 		if (ConfigReloadPending)
 		{
@@ -429,40 +500,14 @@ redsem_keeper_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		MemoryContextSwitchTo(cycle_context);
-		PG_TRY();
-		{
-			if (!st.previous_cleaned)
-			{
-				release_previous_incarnation(shared->previous_incarnation);
-				st.previous_cleaned = true;
-			}
-			sleep_ms = keeper_cycle(&st);
-			report_recovery(&st);
-		}
-		PG_CATCH();
-		{
-			ErrorData  *edata;
-
-			MemoryContextSwitchTo(cycle_context);
-			edata = CopyErrorData();
-			FlushErrorState();
-			LWLockReleaseAll();
-			report_trouble(&st, edata);
-		}
-		PG_END_TRY();
+		sleep_ms = keeper_cycle(&st);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(cycle_context);
 
-		/*
-		 * A wake-up that arrived while we waited on Redis was consumed by
-		 * that wait, so look at the flag too: holds changed since our last
-		 * snapshot mean another cycle as soon as the index may be rewritten
-		 * (not at once: on a busy server that would spin).
-		 */
-		if (shared->index_dirty)
-			sleep_ms = Min(sleep_ms, index_gap_left_ms(&st));
+		shared->keeper_wakes_at =
+			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), sleep_ms);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 sleep_ms, PG_WAIT_EXTENSION);
+						 sleep_ms, redsem_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}

@@ -133,9 +133,10 @@ ok(defined $freed, 'after C quits, the slot is free ('
 note 'SIGHUP: the keeper rereads its settings at once';
 
 # While a 6 s lease is kept alive (a refresh every 2 s), point
-# redsem.unix_socket elsewhere: the keeper's next refresh must go to the new
-# path.  Point it back, and the keeper refreshes the lease through Redis
-# again; 6 s leave room for a missed refresh.
+# redsem.unix_socket elsewhere: the keeper rereads it at once, and stops
+# refreshing the hold, which lives in the Redis it was taken in
+# (redsem_held() says so).  Point it back, and the keeper refreshes the
+# lease through Redis again; 6 s leave room for a missed refresh.
 my $h = session('H');
 my $hup_id = $h->query_ok(q{SELECT redsem_acquire('hup', 1, '6 s');});
 like($hup_id, qr/^[0-9a-f]{16}\./, 'H holds a slot of "hup" (6 s lease)');
@@ -143,18 +144,12 @@ my $bad = "$sockdir/nowhere.sock";
 my $off = log_size();
 $node->safe_psql('postgres',
 	"ALTER SYSTEM SET redsem.unix_socket = '$bad'; SELECT pg_reload_conf();");
-$t0 = time;
-# The keeper talks to Redis when it has work: a hold taken meanwhile (by a
-# session that still points at the real Redis) makes it rewrite its index.
-# It never refreshes "hup" through the new path: that hold lives in the
-# Redis it was taken in, which the keeper no longer points at.
-my $good = $redis->socket;
-$node->safe_psql('postgres',
-	"SET redsem.unix_socket = '$good'; SELECT redsem_release('hup2', redsem_acquire('hup2', 1, '1 s'));");
-my $bad_re = qr/redsem keeper: could not connect to Redis at unix socket "\Q$bad\E"/;
-my $seen = wait_until(30, sub { log_since($off) =~ $bad_re });
-ok(defined $seen, 'after pg_reload_conf() the keeper uses the new socket path ('
+my $seen = wait_until(5, sub {
+	$h->query_ok(q{SELECT keeper_error FROM redsem_held();}) =~ /other Redis connection settings/ });
+ok(defined $seen, 'after pg_reload_conf() the keeper knows at once that the hold is out of its reach ('
 	  . (defined $seen ? sprintf('%.2f s', $seen) : 'not seen') . ')');
+is($h->query_ok(q{SELECT kept_alive FROM redsem_held();}), 'f',
+	'... and redsem_held() says it is not kept alive');
 my $deadline_key = "redsem:{hup}:timeout";
 my $before = $redis->cli('ZSCORE', $deadline_key, $hup_id);
 $node->safe_psql('postgres',
@@ -166,6 +161,8 @@ my $refreshed = wait_until(30, sub {
 });
 ok(defined $refreshed, 'after a reload back, the keeper refreshes the lease in Redis again ('
 	  . (defined $refreshed ? sprintf('%.2f s', $refreshed) : 'not seen') . ')');
+is($h->query_ok(q{SELECT kept_alive, keeper_error IS NULL FROM redsem_held();}), 't|t',
+	'redsem_held() says it is kept alive again');
 is($h->query_ok(qq{SELECT redsem_release('hup', '$hup_id');}),
 	't', 'the slot was never lost');
 $h->quit;
@@ -254,9 +251,6 @@ my $v = session('victim');
 my $v_id = $v->query_ok(q{SELECT redsem_acquire('crash', 1, '60 s');});
 like($v_id, qr/^([0-9a-f]{16})\./, 'the victim holds the only slot of "crash" (60 s lease)');
 my ($tag) = $v_id =~ /^([0-9a-f]{16})\./;
-my $index = "redsem:server:$tag:holds";
-ok(defined wait_until(30, sub { ($redis->cli('HEXISTS', $index, $v_id) // '') eq '1' }),
-	"the keeper lists the hold in its index $index");
 ok(!slot_free('crash'), 'nobody else gets it');
 $off = log_size();
 kill 'KILL', $v->backend_pid;
@@ -273,7 +267,6 @@ my $log = log_since($off);
 like($log, qr/terminated by signal 9/, 'the server did crash-restart');
 like($log, qr/released 1 slot\(s\) held before the server restarted/,
 	'the keeper logged releasing the 1 slot of the previous incarnation');
-is($redis->cli('EXISTS', $index), '0', 'the old index is gone from Redis');
 my $new_tag = $node->safe_psql('postgres',
 	q{SELECT left(redsem_acquire('crash2', 1, '1 s'), 16)});
 like($new_tag, qr/^[0-9a-f]{16}$/, 'holder ids still start with a 16-hex tag');
@@ -282,11 +275,33 @@ ok($node->poll_query_until('postgres', 'SELECT redsem_keeper_active()'),
 	'the keeper runs after the crash-restart');
 $v->quit;
 
+note 'SIGKILL right after the grant: no window in which the slot is missed';
+
+# Every acquire is in the hold table before Redis is asked, and the table
+# outlives the crash-restart, so a kill however soon after the grant is
+# cleaned up in seconds.  (0.1.0 missed kills within ~100 ms: 31 s leaks.)
+foreach my $round (1 .. 3)
+{
+	my $k = session("quick$round");
+	my $pid = $k->backend_pid;
+	$k->send(q{SELECT redsem_acquire('quick', 1, '60 s');});
+	my $granted = wait_until(30, sub { $redis->zcard('quick', 'owner') == 1 });
+	kill 'KILL', $pid;
+	my $t_kill = time;
+	ok(defined $granted, "round $round: a slot was granted and its backend SIGKILLed at once");
+	ok($node->poll_query_until('postgres',
+			q{SELECT redsem_release('quick', redsem_acquire('quick', 1, '60 s'))}),
+		"round $round: the slot is free again");
+	my $took = time - $t_kill;
+	cmp_ok($took, '<', 15, sprintf("round $round: within %.2f s of the kill, not at the 60 s lease", $took));
+	eval { $k->quit; 1 };
+}
+
 note 'SIGKILL of a waiting backend: its place in line goes at the crash-restart';
 
 # The slot is held by "another server" (a holder entered with redis-cli), so
 # the crash-restart here cannot free it; only the waiter's place is ours.
-$redis->cli('--eval', "$ENV{TESTDIR}/src/redsem.lua",
+$redis->cli('--eval', "$FindBin::RealBin/../src/redsem.lua",
 	map({ "redsem:{wkill}:$_" } qw(owner timeout ticket info waiting)), ',',
 	'acquire', 'other.1', '1', '60000', '0', '60000', 'elsewhere|1|db|user|app');
 my $w = session('waiter');
@@ -296,10 +311,6 @@ ok(defined wait_until(30, sub { $redis->zcard('wkill', 'waiting') == 1 }),
 my $w_pid = $w->backend_pid;
 my ($w_id) = grep { /\.$w_pid\./ } split /\n/, ($redis->cli('ZRANGE', 'redsem:{wkill}:waiting', '0', '-1') // '');
 ok(defined $w_id, 'its holder id carries its pid');
-my ($w_tag) = ($w_id // '') =~ /^([0-9a-f]{16})\./;
-ok(defined wait_until(30, sub {
-	($redis->cli('HEXISTS', "redsem:server:$w_tag:holds", $w_id // '') // '') eq '1' }),
-	'the keeper lists the waiting place in its index');
 kill 'KILL', $w_pid;
 $t0 = time;
 my $w_gone = wait_until(30, sub { $redis->zcard('wkill', 'waiting') == 0 });
@@ -328,7 +339,10 @@ is($p->query_ok(qq{SELECT redsem_refresh('plain', '$plain_id', '20 s');}), 't', 
 is($p->query_ok(q{SELECT lease, kept_alive FROM redsem_held();}),
 	'00:00:20|f', 'redsem_held(): new lease, not kept alive');
 is($p->query_ok(qq{SELECT redsem_release('plain', '$plain_id');}), 't', 'release works');
-is($p->query_ok(qq{SELECT redsem_release('plain', '$plain_id');}), 'f', 'a second release returns false');
+($out, $err) = $p->query(qq{SELECT redsem_release('plain', '$plain_id');});
+is($out, 'f', 'a second release returns false');
+like($err, qr/WARNING:  01000: this session holds no such slot of semaphore "plain"/,
+	'... with a WARNING: the session no longer holds it');
 
 # Nobody refreshes a short lease now: it runs out while its session idles.
 my $short = $p->query_ok(q{SELECT redsem_acquire('plain_short', 1, '1 s');});

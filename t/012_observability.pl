@@ -164,9 +164,11 @@ is($s{A}->query_ok(qq{SELECT redsem_refresh('obs', '$id{a3}');}), 'f',
 is($s{A}->query_ok(q{SELECT count(*) FROM redsem_held();}), '0',
 	'redsem_held() no longer lists it');
 
-# A Redis error.
+# A Redis error (on a slot the session still holds: one it no longer holds
+# is refused without asking Redis).
+$id{a4} = $s{A}->query_ok(q{SELECT redsem_acquire('obs', 2, '60 s');});
 $redis->stop;
-($out, $err) = $s{A}->query(qq{SELECT redsem_refresh('obs', '$id{a3}');});
+($out, $err) = $s{A}->query(qq{SELECT redsem_refresh('obs', '$id{a4}');});
 like($err, qr/ERROR:  08001: could not connect to Redis/, 'with Redis down, refresh fails with 08001');
 ($out, $err) = $s{A}->query(q{SELECT redsem_acquire('obs_down', 1, '60 s');});
 like($err, qr/ERROR:  08001: could not connect to Redis/, 'and so does acquire');
@@ -175,8 +177,8 @@ $redis->start;
 ###########################################################################
 note 'the statistics';
 
-is(stats('obs'), '6|1|3|1|4|1|1|1',
-	'obs: acquired 6, refused 1, waited 3, wait_timeouts 1, released 4, expired 1, lost 1, redis_errors 1');
+is(stats('obs'), '7|1|3|1|4|1|1|1',
+	'obs: acquired 7, refused 1, waited 3, wait_timeouts 1, released 4, expired 1, lost 1, redis_errors 1');
 is($node->safe_psql('postgres',
 		q{SELECT total_wait_time >= interval '300 ms' FROM redsem_stats WHERE name = 'obs'}),
 	't', 'total_wait_time includes the 300 ms of the timed-out wait');
@@ -201,6 +203,11 @@ $node->psql('postgres', 'SELECT redsem_stats_reset()',
 	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'plain' ]);
 like($rerr, qr/permission denied for function redsem_stats_reset/,
 	'an ordinary role may not reset the statistics');
+$node->safe_psql('postgres', 'CREATE ROLE statsadmin LOGIN IN ROLE redsem_admin');
+($rout, $rerr) = ('', '');
+$node->psql('postgres', 'SELECT redsem_stats_reset()',
+	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'statsadmin' ]);
+is($rerr, '', 'a member of redsem_admin may');
 
 $s{$_}->quit foreach keys %s;
 $ctl->quit;

@@ -264,7 +264,8 @@ sub thaw { kill 'CONT', $_[0]->{pid}; return; }
 =item $redis->cli(@args)
 
 Run redis-cli against the server; returns its trimmed stdout (undef if
-redis-cli failed).  In list context also returns stderr.
+redis-cli failed).  In list context also returns stderr.  If
+$redis->{password} is set, redis-cli authenticates with it.
 
 =cut
 
@@ -272,7 +273,9 @@ sub cli
 {
 	my ($self, @args) = @_;
 	my ($out, $err) = ('', '');
-	my $ok = IPC::Run::run([ $self->{cli}, '-s', $self->{socket}, @args ],
+	my @auth = defined $self->{password}
+	  ? ('--no-auth-warning', '-a', $self->{password}) : ();
+	my $ok = IPC::Run::run([ $self->{cli}, '-s', $self->{socket}, @auth, @args ],
 		'<', '/dev/null', '>', \$out, '2>', \$err);
 	$out =~ s/\s+\z//;
 	$out = undef unless $ok;
@@ -326,6 +329,294 @@ END
 
 ###########################################################################
 
+package RedsemTest::RESP;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Carp;
+use IO::Socket::UNIX;
+use Socket qw(SOCK_STREAM);
+
+=pod
+
+=head1 RedsemTest::RESP
+
+A minimal Redis client speaking RESP2 over a unix socket, for tests that
+drive redsem's Lua script directly, many commands per second.
+
+  my $r = RedsemTest::RESP->new($redis->socket);
+  my $reply = $r->cmd('EVALSHA', $sha, 5, @keys, @args);
+
+Replies: a status or bulk string as a string, an integer as a number, nil
+as undef, an array as an array reference, and an error as a
+RedsemTest::RESP::Error object (test it with RedsemTest::RESP::is_error).
+
+=over
+
+=item RedsemTest::RESP->new($socket_path)
+
+=cut
+
+sub new
+{
+	my ($class, $path) = @_;
+	my $sock = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $path)
+	  or croak "cannot connect to $path: $!";
+	return $class->on_socket($sock);
+}
+
+# A reader/writer on a socket that is already open
+sub on_socket
+{
+	my ($class, $sock) = @_;
+	binmode $sock;
+	return bless { sock => $sock, buf => '' }, $class;
+}
+
+# The RESP encoding of a command
+sub encode
+{
+	my (@args) = @_;
+	my $req = '*' . scalar(@args) . "\r\n";
+	foreach my $a (@args)
+	{
+		my $b = "$a";
+		utf8::encode($b) if utf8::is_utf8($b);
+		$req .= '$' . length($b) . "\r\n$b\r\n";
+	}
+	return $req;
+}
+
+=pod
+
+=item $r->cmd(@args)
+
+Send one command and return its reply.
+
+=cut
+
+sub cmd
+{
+	my ($self, @args) = @_;
+	$self->send_raw(encode(@args));
+	return $self->_reply;
+}
+
+# Write bytes to the socket
+sub send_raw
+{
+	my ($self, $req) = @_;
+	my $off = 0;
+	while ($off < length $req)
+	{
+		my $n = syswrite($self->{sock}, $req, length($req) - $off, $off);
+		croak "write to redis failed: $!" unless defined $n;
+		$off += $n;
+	}
+	return;
+}
+
+sub is_error { return ref($_[0]) eq 'RedsemTest::RESP::Error'; }
+
+# Read more bytes into the buffer.
+sub _fill
+{
+	my ($self) = @_;
+	my $n = sysread($self->{sock}, $self->{buf}, 65536, length $self->{buf});
+	croak "read from redis failed: " . (defined $n ? 'EOF' : $!) unless $n;
+	return;
+}
+
+sub _line
+{
+	my ($self) = @_;
+	my $i;
+	$self->_fill while ($i = index($self->{buf}, "\r\n")) < 0;
+	my $line = substr($self->{buf}, 0, $i);
+	substr($self->{buf}, 0, $i + 2) = '';
+	return $line;
+}
+
+# The raw bytes of the next complete value (for relaying it unchanged)
+sub _raw
+{
+	my ($self) = @_;
+	my $line = $self->_line;
+	my $raw = "$line\r\n";
+	my ($type, $rest) = (substr($line, 0, 1), substr($line, 1));
+	if ($type eq '$' && $rest >= 0)
+	{
+		$self->_fill while length($self->{buf}) < $rest + 2;
+		$raw .= substr($self->{buf}, 0, $rest + 2);
+		substr($self->{buf}, 0, $rest + 2) = '';
+	}
+	elsif ($type eq '*' && $rest > 0)
+	{
+		$raw .= $self->_raw foreach 1 .. $rest;
+	}
+	return $raw;
+}
+
+sub _reply
+{
+	my ($self) = @_;
+	my $line = $self->_line;
+	my ($type, $rest) = (substr($line, 0, 1), substr($line, 1));
+	return $rest if $type eq '+';
+	return $rest + 0 if $type eq ':';
+	return bless { msg => $rest }, 'RedsemTest::RESP::Error' if $type eq '-';
+	if ($type eq '$')
+	{
+		return undef if $rest < 0;
+		$self->_fill while length($self->{buf}) < $rest + 2;
+		my $s = substr($self->{buf}, 0, $rest);
+		substr($self->{buf}, 0, $rest + 2) = '';
+		return $s;
+	}
+	if ($type eq '*')
+	{
+		return undef if $rest < 0;
+		return [ map { $self->_reply } 1 .. $rest ];
+	}
+	croak "unexpected reply line from redis: $line";
+}
+
+=pod
+
+=back
+
+=cut
+
+###########################################################################
+
+package RedsemTest::Proxy;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Carp;
+use IO::Socket::UNIX;
+use POSIX ();
+use Socket qw(SOCK_STREAM);
+
+=pod
+
+=head1 RedsemTest::Proxy
+
+A Redis that lies on demand: a unix-socket proxy in front of a real
+RedsemTest::Redis that relays every command, except those for which the
+test's corrupt function returns raw bytes: those bytes are the reply, and
+Redis never sees the command.
+
+  my $proxy = RedsemTest::Proxy->new($redis, sub {
+      my @cmd = @_;                       # the command, as strings
+      return "\$3\r\nabc\r\n" if grep { /\{evil\}/ } @cmd;
+      return undef;                       # relay to Redis
+  });
+  ... redsem.unix_socket = $proxy->socket ...
+  $proxy->stop;
+
+Each client connection is served by its own process, so blocking commands
+(BLPOP) block only their own client.
+
+=over
+
+=item RedsemTest::Proxy->new($redis, $corrupt)
+
+=cut
+
+my @all_proxies;
+
+sub new
+{
+	my ($class, $redis, $corrupt) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir_short();
+	my $path = "$dir/proxy.sock";
+	my $listener = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $path, Listen => 64)
+	  or croak "cannot listen on $path: $!";
+	my $pid = fork;
+	croak "fork failed: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		POSIX::setpgid(0, 0);
+		$SIG{CHLD} = 'IGNORE';
+		while (1)
+		{
+			my $c = $listener->accept or next;
+			my $kid = fork;
+			if (defined $kid && $kid == 0)
+			{
+				close $listener;
+				eval { serve($c, $redis->socket, $corrupt); };
+				POSIX::_exit(0);
+			}
+			close $c;
+		}
+	}
+	close $listener;
+	my $self = bless { pid => $pid, socket => $path }, $class;
+	push @all_proxies, $self;
+	return $self;
+}
+
+sub socket { return $_[0]->{socket}; }
+
+# Relay one client's commands, corrupting those the test asks for
+sub serve
+{
+	my ($c, $upstream, $corrupt) = @_;
+	my $u = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $upstream) or return;
+	my $client = RedsemTest::RESP->on_socket($c);
+	my $redis = RedsemTest::RESP->on_socket($u);
+	while (1)
+	{
+		my $cmd = $client->_reply;
+		last unless ref $cmd eq 'ARRAY';
+		my $fake = $corrupt->(@$cmd);
+		if (defined $fake)
+		{
+			$client->send_raw($fake);
+			next;
+		}
+		$redis->send_raw(RedsemTest::RESP::encode(@$cmd));
+		$client->send_raw($redis->_raw);
+	}
+	return;
+}
+
+=pod
+
+=item $proxy->stop
+
+Stop the proxy and every connection it serves.
+
+=cut
+
+sub stop
+{
+	my ($self) = @_;
+	return unless $self->{pid};
+	kill 'KILL', -$self->{pid};
+	waitpid($self->{pid}, 0);
+	$self->{pid} = undef;
+	unlink $self->{socket};
+	return;
+}
+
+END
+{
+	$_->stop foreach @all_proxies;
+}
+
+=pod
+
+=back
+
+=cut
+
+###########################################################################
+
 package RedsemTest::Session;
 
 use strict;
@@ -350,7 +641,7 @@ verbose, so errors show their SQLSTATE ("ERROR:  57014: ...").
 =item RedsemTest::Session->new($node, %opts)
 
 Start psql and wait until it is connected.  $s->backend_pid is the pid of
-its backend.
+its backend.  Options: name (for messages), dbname, user.
 
 =cut
 
@@ -367,7 +658,8 @@ sub new
 	my @cmd = (
 		$node->installed_command('psql'), '-XAtq',
 		'-v', 'ON_ERROR_STOP=0',
-		'-d', $node->connstr($opts{dbname} // 'postgres'),
+		'-d', $node->connstr($opts{dbname} // 'postgres')
+		  . (defined $opts{user} ? " user=$opts{user}" : ''),
 		'-f', '-');
 
 	$self->{h} = IPC::Run::start(\@cmd, '<', \$self->{stdin}, '>',

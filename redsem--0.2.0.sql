@@ -1,0 +1,134 @@
+/* redsem--0.2.0.sql: distributed fair counting semaphores kept in Redis */
+
+\echo Use "CREATE EXTENSION redsem" to load this file. \quit
+
+-- Members of redsem_admin may force-release anybody's slot, see every
+-- holder id and reset statistics.  Roles belong to the whole server, so it
+-- is created only if missing, and stays after DROP EXTENSION.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin') THEN
+        CREATE ROLE redsem_admin NOLOGIN;
+    END IF;
+END
+$$;
+
+-- Holding a slot
+
+CREATE FUNCTION redsem_acquire(name text, max_holders integer,
+                               lease interval DEFAULT '10 seconds',
+                               wait interval DEFAULT '0')
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval) IS
+'take a session-scoped slot of semaphore name, waiting in line up to wait; returns the holder id, or NULL';
+
+CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer,
+                                    lease interval DEFAULT '10 seconds',
+                                    wait interval DEFAULT '0')
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_acquire_xact'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval) IS
+'take a slot held until the end of the current transaction; returns the holder id, or NULL';
+
+CREATE FUNCTION redsem_guard(name text, max_holders integer,
+                             lease interval DEFAULT '10 seconds',
+                             wait interval DEFAULT '0')
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_guard'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval) IS
+'take a transaction-scoped slot or raise SQLSTATE 55P03; returns the holder id';
+
+-- Giving it back, keeping it
+
+CREATE FUNCTION redsem_release(name text, id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redsem_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_release(text, text) IS
+'release a slot this session holds; false if its lease had run out (a WARNING if the session does not hold it)';
+
+CREATE FUNCTION redsem_refresh(name text, id text, lease interval DEFAULT NULL)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redsem_refresh'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_refresh(text, text, interval) IS
+'extend the lease of a slot this session holds (NULL: by its original length); false if the slot was already lost';
+
+CREATE FUNCTION redsem_release_all()
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redsem_release_all'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_release_all() IS
+'release every session-scoped slot of this session; returns how many were live';
+
+CREATE FUNCTION redsem_force_release(name text, id text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redsem_force_release'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_force_release(text, text) IS
+'release anybody''s slot or place in line (administrators); true if it was a live slot';
+REVOKE ALL ON FUNCTION redsem_force_release(text, text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redsem_force_release(text, text) TO redsem_admin;
+
+-- Looking at it
+
+CREATE FUNCTION redsem_held(
+    OUT name text, OUT id text, OUT scope text, OUT acquired_at timestamptz,
+    OUT lease interval, OUT lease_expires_at timestamptz, OUT token bigint,
+    OUT kept_alive boolean, OUT keeper_error text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_held'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_held() IS
+'the slots this session holds';
+
+CREATE FUNCTION redsem_holders(name text,
+    OUT "position" integer, OUT state text, OUT id text, OUT ticket bigint,
+    OUT lease_expires_at timestamptz, OUT server text, OUT pid integer,
+    OUT database text, OUT username text, OUT application_name text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_holders'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_holders(text) IS
+'holders then waiters of a semaphore, in line order, as Redis sees them (ids only for administrators and their holder)';
+
+CREATE FUNCTION redsem_token(name text, id text)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'redsem_token'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_token(text, text) IS
+'the fencing token of a live holder (rises with every grant), or NULL';
+
+CREATE FUNCTION redsem_keeper_active()
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redsem_keeper_active'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+COMMENT ON FUNCTION redsem_keeper_active() IS
+'true if the keeper background worker keeps leases of live sessions fresh';
+
+CREATE FUNCTION redsem_stats(
+    OUT name text, OUT acquired bigint, OUT refused bigint, OUT waited bigint,
+    OUT wait_timeouts bigint, OUT total_wait_time interval, OUT released bigint,
+    OUT expired bigint, OUT lost bigint, OUT redis_errors bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW redsem_stats AS SELECT * FROM redsem_stats();
+GRANT SELECT ON redsem_stats TO PUBLIC;
+COMMENT ON VIEW redsem_stats IS
+'per-semaphore counters of this server since the last reset (needs shared_preload_libraries)';
+
+CREATE FUNCTION redsem_stats_reset(name text DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_stats_reset(text) IS
+'forget the statistics of one semaphore, or of all when name is NULL';
+
+REVOKE ALL ON FUNCTION redsem_stats_reset(text) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redsem_stats_reset(text) TO redsem_admin;

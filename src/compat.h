@@ -1,0 +1,55 @@
+/*
+ * compat.h
+ *		Every difference between the supported PostgreSQL majors (15, 17,
+ *		18) and hiredis releases (0.14, 1.x), in one place.
+ */
+#ifndef REDSEM_COMPAT_H
+#define REDSEM_COMPAT_H
+
+#include "storage/latch.h"
+#if PG_VERSION_NUM >= 180000
+#include "storage/waiteventset.h"
+#endif
+#include "utils/wait_event.h"
+
+#if PG_VERSION_NUM < 150000
+#error "redsem needs PostgreSQL 15 or later"
+#endif
+
+/*
+ * A wait set that lives as long as the session: PostgreSQL 17 added a
+ * resource owner argument (NULL: not owned by any).
+ */
+#if PG_VERSION_NUM >= 170000
+#define redsem_create_wait_set(ctx, n)	CreateWaitEventSet(NULL, (n))
+#else
+#define redsem_create_wait_set(ctx, n)	CreateWaitEventSet((ctx), (n))
+#endif
+
+/*
+ * The wait event shown in pg_stat_activity while redsem waits for Redis:
+ * its own name ("RedsemRedis") since PostgreSQL 17, the generic
+ * Extension/Extension before.
+ */
+static inline uint32
+redsem_wait_event(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("RedsemRedis");
+	return event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
+/* The module magic block: named and versioned since PostgreSQL 18 */
+#if PG_VERSION_NUM >= 180000
+#define REDSEM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "redsem", .version = "0.2.0")
+#else
+#define REDSEM_MODULE_MAGIC PG_MODULE_MAGIC
+#endif
+
+#endif							/* REDSEM_COMPAT_H */

@@ -1,0 +1,78 @@
+/*
+ * conn.h
+ *		The backend's Redis connection: one status-returning core for every
+ *		command, and one report function that raises or logs by level.
+ */
+#ifndef REDSEM_CONN_H
+#define REDSEM_CONN_H
+
+#include "datatype/timestamp.h"
+
+struct redisReply;
+
+/*
+ * What became of a command.  Every Redis error reply falls in one class;
+ * see the table in README.md ("Redis errors").
+ */
+typedef enum RedisStatus
+{
+	RS_OK,						/* a reply that is not an error */
+	RS_CONNECT_FAILED,			/* 08001: no connection */
+	RS_AUTH_FAILED,				/* 28000: NOAUTH, NOPERM, password file */
+	RS_BAD_PASSWORD,			/* 28P01: WRONGPASS, invalid password */
+	RS_TOO_MANY_CLIENTS,		/* 08004: Redis refused the connection */
+	RS_LOST,					/* 08006: connection broke */
+	RS_TIMED_OUT,				/* 08006: no answer in time */
+	RS_UNAVAILABLE,				/* 08006: READONLY, LOADING, MASTERDOWN,
+								 * BUSY */
+	RS_OUT_OF_MEMORY,			/* 53200: OOM (maxmemory) */
+	RS_CONFLICT,				/* 38000: script or key conflict */
+	RS_REFUSED,					/* 58000: any other error reply */
+	RS_MALFORMED,				/* 08P01: a reply of an unexpected shape */
+	RS_NOSCRIPT					/* script not cached (retried, never
+								 * reported) */
+} RedisStatus;
+
+/* Why a command failed, kept for the caller to report; never a secret */
+typedef struct RedisOutcome
+{
+	RedisStatus status;
+	int			timeout_ms;		/* RS_TIMED_OUT: the wait that ran out */
+	char		detail[256];	/* Redis's words, or the system's */
+} RedisOutcome;
+
+/*
+ * How to run one command: until when, whether cancel and timeouts are
+ * served (SQL paths) or held off (callbacks, the keeper), and the level at
+ * which a failure is reported: ERROR raises; anything lower is only
+ * returned in outcome, for the caller to log as it sees fit.
+ */
+typedef struct RedisCall
+{
+	TimestampTz deadline;		/* DT_NOEND: redsem.command_timeout */
+	int			extra_wait_ms;	/* added to the timeout (blocking commands) */
+	bool		interruptible;
+	int			elevel;
+	bool		uncounted;		/* a failure is not counted in redsem_stats
+								 * (the caller's was counted already) */
+	RedisOutcome outcome;
+} RedisCall;
+
+/* A call from SQL: interruptible, within redsem.command_timeout, raising */
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, ""}}
+
+extern void redis_call_init(RedisCall *call, TimestampTz deadline,
+							bool interruptible, int elevel);
+extern bool redis_exec(RedisCall *call, int argc, const char **argv,
+					   const size_t *argvlen, struct redisReply **reply);
+extern bool redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
+			pg_attribute_printf(3, 4);
+extern void redis_report(int elevel, const RedisOutcome *outcome);
+extern const char *redis_status_text(RedisStatus status);
+extern char *redis_outcome_text(const RedisOutcome *outcome);
+extern bool redis_connected(void);
+extern void redis_disconnect(void);
+extern char *redis_target_description(void);
+extern uint64 redis_target_signature(void);
+
+#endif							/* REDSEM_CONN_H */

@@ -1,0 +1,48 @@
+/*
+ * hold.h
+ *		This session's holds: scopes, ownership, and releasing them on time.
+ */
+#ifndef REDSEM_HOLD_H
+#define REDSEM_HOLD_H
+
+#include "datatype/timestamp.h"
+
+typedef enum HoldScope
+{
+	HOLD_SESSION,
+	HOLD_XACT
+} HoldScope;
+
+typedef struct Hold Hold;
+
+/* One row of redsem_held() */
+typedef struct HeldInfo
+{
+	char	   *name;
+	char	   *id;
+	bool		xact;
+	bool		kept_alive;		/* the keeper refreshes it, successfully */
+	char	   *keeper_error;	/* why it does not, or NULL */
+	TimestampTz acquired_at;
+	TimestampTz expires_at;		/* estimate, from the last confirmation */
+	int64		lease_ms;
+	int64		ticket;
+} HeldInfo;
+
+extern void hold_init(void);
+extern Hold *hold_begin(const char *name, const char *id, HoldScope scope,
+						int64 lease_ms);
+extern void hold_mark_waiting(Hold *hold, TimestampTz checked_at);
+extern void hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
+						   TimestampTz confirmed_at);
+extern void hold_forget(Hold *hold);
+extern bool hold_is_own(const char *id);
+extern bool hold_release_id(const char *name, const char *id, bool *held);
+extern bool hold_refresh_id(const char *name, const char *id, int64 lease_ms,
+							int64 *new_lease_ms);
+extern void hold_forget_id(const char *name, const char *id);
+extern int	hold_snapshot(HeldInfo **out);
+extern int	hold_release_session(void);
+extern void hold_flush_deferred(void);
+
+#endif							/* REDSEM_HOLD_H */

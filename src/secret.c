@@ -1,0 +1,128 @@
+/*
+ * secret.c
+ *		The Redis password, kept out of everything SQL can read or the log
+ *		can print.
+ *
+ * The documented way to give it is redsem.password_file: the path of a
+ * file that only the server's operating system user can read, like
+ * PGPASSFILE or Redis's own ACL files.  The path is not a secret; the file
+ * is read each time a connection is opened (so a new password takes effect
+ * at the next reconnect) and its content lives on the stack only while AUTH
+ * is sent.  The permissions are checked as PostgreSQL checks ssl_key_file:
+ * owned by the server's user with no group or world access, or owned by
+ * root with at most group read.
+ *
+ * redsem.password still works, but SHOW shows it masked, and what stays
+ * visible elsewhere is listed in the README.
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "secret.h"
+
+char	   *redsem_password = NULL;
+char	   *redsem_password_file = NULL;
+
+/* Fill the outcome for a password file that cannot be used */
+static bool
+file_trouble(RedisOutcome *o, const char *fmt,...) pg_attribute_printf(2, 3);
+
+static bool
+file_trouble(RedisOutcome *o, const char *fmt,...)
+{
+	va_list		args;
+
+	o->status = RS_AUTH_FAILED;
+	va_start(args, fmt);
+	vsnprintf(o->detail, sizeof(o->detail), fmt, args);
+	va_end(args);
+	return false;
+}
+
+/* Refuse a password file that others than the server's user could read */
+static bool
+check_file_mode(const struct stat *st, RedisOutcome *o)
+{
+	const char *path = redsem_password_file;
+
+	if (!S_ISREG(st->st_mode))
+		return file_trouble(o, "redsem.password_file \"%s\" is not a regular file", path);
+	if (st->st_uid != geteuid() && st->st_uid != 0)
+		return file_trouble(o, "redsem.password_file \"%s\" must be owned by the database server's user or root", path);
+	if (st->st_uid == geteuid() && (st->st_mode & (S_IRWXG | S_IRWXO)))
+		return file_trouble(o, "redsem.password_file \"%s\" has group or world access; permissions should be u=rw (0600) or less", path);
+	if (st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IXGRP | S_IRWXO)))
+		return file_trouble(o, "redsem.password_file \"%s\" has group write or world access; permissions should be u=rw,g=r (0640) or less", path);
+	return true;
+}
+
+/* Read the first line of the password file into buf */
+static bool
+read_password_file(char *buf, size_t len, RedisOutcome *o)
+{
+	const char *path = redsem_password_file;
+	struct stat st;
+	ssize_t		n;
+	size_t		used = 0;
+	int			fd = open(path, O_RDONLY | O_CLOEXEC);
+	bool		ok;
+
+	if (fd < 0)
+		return file_trouble(o, "could not open redsem.password_file \"%s\": %m", path);
+	ok = (fstat(fd, &st) == 0) ? check_file_mode(&st, o) :
+		file_trouble(o, "could not stat redsem.password_file \"%s\": %m", path);
+	while (ok && used < len && (n = read(fd, buf + used, len - used)) != 0)
+	{
+		if (n < 0 && errno != EINTR)
+			ok = file_trouble(o, "could not read redsem.password_file \"%s\": %m", path);
+		else if (n > 0)
+			used += n;
+	}
+	close(fd);
+	if (ok && used == len)
+		ok = file_trouble(o, "redsem.password_file \"%s\" is longer than %d bytes",
+						  path, (int) len - 1);
+	if (ok)
+	{
+		buf[used] = '\0';
+		buf[strcspn(buf, "\r\n")] = '\0';
+		if (buf[0] == '\0')
+			ok = file_trouble(o, "redsem.password_file \"%s\" is empty", path);
+	}
+	if (!ok)
+		explicit_bzero(buf, len);
+	return ok;
+}
+
+/*
+ * The password to send with AUTH: from redsem.password_file when set, else
+ * redsem.password.  *have is false when neither is set.  Returns false,
+ * with the outcome filled in, if the file cannot be used.
+ */
+bool
+redis_password(char *buf, size_t len, bool *have, RedisOutcome *o)
+{
+	*have = false;
+	if (redsem_password_file && redsem_password_file[0] != '\0')
+	{
+		if (!read_password_file(buf, len, o))
+			return false;
+		*have = true;
+	}
+	else if (redsem_password && redsem_password[0] != '\0')
+	{
+		strlcpy(buf, redsem_password, len);
+		*have = true;
+	}
+	return true;
+}
+
+/* SHOW redsem.password: never the password itself */
+const char *
+show_password(void)
+{
+	return (redsem_password && redsem_password[0] != '\0') ? "********" : "";
+}

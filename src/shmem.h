@@ -1,0 +1,112 @@
+/*
+ * shmem.h
+ *		State shared by the backends of one server (with
+ *		shared_preload_libraries): the table of holds the keeper keeps
+ *		alive, the server's identity, and per-semaphore statistics.
+ */
+#ifndef REDSEM_SHMEM_H
+#define REDSEM_SHMEM_H
+
+#include "datatype/timestamp.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
+
+#include "redsem.h"
+
+/* Where an acquire stands */
+typedef enum HoldPhase
+{
+	PHASE_PENDING,				/* asked Redis, no answer yet */
+	PHASE_WAITING,				/* in line */
+	PHASE_HELD					/* Redis granted the slot */
+} HoldPhase;
+
+/*
+ * One entry of the hold table.  Plain data only: the table outlives a
+ * crash-restart (see shmem.c), so nothing in it may point anywhere.
+ */
+typedef struct SharedHold
+{
+	bool		in_use;
+	bool		xact;			/* transaction-scoped */
+	bool		abandoned;		/* its backend is gone or could not release
+								 * it: the keeper must */
+	bool		lost;			/* the keeper found the slot gone */
+	bool		unkept;			/* taken under another Redis target */
+	uint8		phase;			/* HoldPhase */
+	int			pid;
+	int64		lease_ms;
+	int64		ticket;
+	TimestampTz acquired_at;
+	TimestampTz refreshed_at;	/* last time Redis confirmed the lease (or
+								 * the place in line) */
+	uint64		target;			/* redis_target_signature() at acquire */
+	int			failures;		/* keeper's failed tries in a row */
+	TimestampTz retry_at;		/* keeper's next try after a failure */
+	TimestampTz logged_at;		/* keeper's last log line about it */
+	char		trouble[160];	/* why the keeper's last try failed */
+	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];
+	char		name[REDSEM_MAX_NAME_BYTES + 1];
+	char		id[REDSEM_MAX_ID_BYTES + 1];
+} SharedHold;
+
+/* The part of shared memory that a crash-restart re-creates */
+typedef struct RedsemShared
+{
+	LWLock	   *holds_lock;
+	LWLock	   *stats_lock;
+	uint64		incarnation;	/* this server run, part of every holder id */
+	int			keeper_pid;
+	Latch	   *keeper_latch;
+	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
+	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
+										 * since, or 0 */
+	char		keeper_trouble[160];
+} RedsemShared;
+
+typedef enum StatField
+{
+	STAT_ACQUIRED,
+	STAT_REFUSED,
+	STAT_WAITED,
+	STAT_WAIT_TIMEOUTS,
+	STAT_WAIT_TIME_MS,
+	STAT_RELEASED,
+	STAT_EXPIRED,
+	STAT_LOST,
+	STAT_REDIS_ERRORS,
+	STAT_NFIELDS
+} StatField;
+
+typedef struct SemStats
+{
+	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	int64		counters[STAT_NFIELDS];
+} SemStats;
+
+extern RedsemShared *shared;
+extern SharedHold *hold_table;
+extern int	hold_table_size;
+extern int	redsem_max_tracked_holds;
+extern int	redsem_max_tracked_semaphores;
+
+extern void shmem_init(void);
+extern uint64 redsem_incarnation(void);
+extern bool keeper_is_active(void);
+
+extern int	shared_hold_register(const char *prefix, const char *name,
+								 const char *id, bool xact, int64 lease_ms);
+extern void shared_hold_set_phase(int slot, const char *id, HoldPhase phase,
+								  int64 ticket, TimestampTz confirmed_at);
+extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
+								  TimestampTz confirmed_at);
+extern void shared_hold_remove(int slot, const char *id);
+extern void shared_hold_abandon(int slot, const char *id);
+extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
+extern SharedHold *tracked_hold(int slot, const char *id);
+
+extern void stats_count(const char *name, StatField field, int64 delta);
+extern int	stats_snapshot(SemStats **out);
+extern void stats_reset(const char *name);
+
+#endif							/* REDSEM_SHMEM_H */

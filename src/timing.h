@@ -1,0 +1,56 @@
+/*
+ * timing.h
+ *		Every timing constant of redsem that interacts with another, with
+ *		how they fit together.
+ *
+ * A holder's slot lives until its deadline in Redis (now + lease).  The
+ * keeper refreshes every live hold when a third of its lease has passed
+ * (KEEPER_REFRESH_FRACTION), so two refreshes may fail or come late before
+ * the lease runs out.  It sleeps at most KEEPER_MAX_SLEEP_MS, and a backend
+ * wakes it at once when a new hold is due before that.  REDSEM_MIN_LEASE_MS
+ * is the shortest lease it can keep that way with room for scheduling
+ * delays (a third of it, 333 ms, is far above a loopback round trip and a
+ * keeper wake-up): shorter leases are refused.
+ *
+ * A waiter looks again at least every WAIT_RECHECK_MS, and its place in
+ * line lives WAIT_PLACE_TTL_MS (three re-checks) from its last look: a dead
+ * waiter's place goes by itself.  When it is promoted, it holds for
+ * min(lease, PROMOTION_WINDOW_MS) until it confirms (src/redsem.lua), so a
+ * waiter that died in line costs the line at most that window; a live
+ * waiter confirms within one round trip of its wake-up.  Every key of a
+ * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
+ * these two live in the script, and are repeated here as comments only.
+ *
+ *   GRACE_MS             1000 ms  (src/redsem.lua)
+ *   PROMOTION_WINDOW_MS  5000 ms  (src/redsem.lua)
+ *
+ * Callbacks at commit, abort and session exit never wait long for Redis:
+ * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not
+ * release is handed to the keeper, which retries (per hold, with
+ * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS) and
+ * gives up once the hold would have ended by itself anyway.
+ */
+#ifndef REDSEM_TIMING_H
+#define REDSEM_TIMING_H
+
+#define REDSEM_MIN_LEASE_MS			1000
+#define REDSEM_MAX_LEASE_MS			(INT64CONST(24) * 3600 * 1000)
+#define REDSEM_MAX_WAIT_MS			(INT64CONST(24) * 3600 * 1000)
+
+#define WAIT_RECHECK_MS				10000
+#define WAIT_PLACE_TTL_MS			(3 * WAIT_RECHECK_MS)
+#define PROMOTION_WINDOW_MS			5000
+
+#define REDSEM_XACT_CLEANUP_MS		50
+#define REDSEM_EXIT_CLEANUP_MS		1000
+
+#define KEEPER_REFRESH_FRACTION		3
+#define KEEPER_MAX_SLEEP_MS			1000
+#define KEEPER_RETRY_MIN_MS			250
+#define KEEPER_RETRY_MAX_MS			30000
+#define KEEPER_LOG_EVERY_MS			30000
+
+/* Leases longer than this get a NOTICE when no keeper runs */
+#define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)
+
+#endif							/* REDSEM_TIMING_H */

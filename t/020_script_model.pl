@@ -1,0 +1,461 @@
+
+# 020_script_model.pl - redsem's Lua script, driven directly against a real
+# Redis (no PostgreSQL), with its invariants checked after every step.
+#
+# First three directed scenarios (a promoted waiter on a quiet semaphore, a
+# promoted waiter that never confirms, a paused waiter), then a randomized
+# run: many ids on three semaphores (limits 1, 2, 3) doing try-once and
+# waiting acquires, re-checks, wake-ups, give-ups, releases, refreshes,
+# duplicate ids, reads and deaths, with short leases and real time passing.
+# After every step, for every semaphore:
+#
+#   - each member is whole (owner, timeout, info), waiters are members;
+#   - holders are at most the limit, and all come before every waiter;
+#     the first waiter does not fit (else it would have been promoted);
+#   - tickets rise along the line;
+#   - every key has a TTL covering the latest deadline plus the grace;
+#   - every id that was told it holds a slot, and whose lease has not run
+#     out by its own reckoning, is a holder in Redis; at most limit of them.
+#
+# When all leases have ended, nothing is left in Redis.
+#
+# REDSEM_TEST_SCRIPT=path runs another version of the script (e.g. an older
+# one, to show what it gets wrong); REDSEM_MODEL_SEED and REDSEM_MODEL_STEPS
+# reproduce or lengthen a run.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $GRACE_MS = 1000;
+my $WINDOW_MS = 5000;
+my $SLOP_MS = 5;     # ms rounding
+
+my $redis = RedsemTest::Redis->new;
+my $r = RedsemTest::RESP->new($redis->socket);
+my $script_path = $ENV{REDSEM_TEST_SCRIPT} || "$FindBin::RealBin/../src/redsem.lua";
+my $sha = $r->cmd('SCRIPT', 'LOAD', slurp_file($script_path));
+ok(!RedsemTest::RESP::is_error($sha), "the script $script_path loads")
+  or BAIL_OUT("script does not load: $sha->{msg}");
+
+sub now_ms { return int(time * 1000); }
+
+sub keys_of { my ($n) = @_; return map { "m:{$n}:$_" } qw(owner timeout ticket info waiting); }
+
+# One script call on semaphore $name.
+sub ev
+{
+	my ($name, @args) = @_;
+	return $r->cmd('EVALSHA', $sha, 5, keys_of($name), @args);
+}
+
+sub redis_now_ms
+{
+	my $t = $r->cmd('TIME');
+	return $t->[0] * 1000 + int($t->[1] / 1000);
+}
+
+sub state_of
+{
+	my ($reply) = @_;
+	return 'error: ' . $reply->{msg} if RedsemTest::RESP::is_error($reply);
+	return ref $reply eq 'ARRAY' ? $reply->[0] : $reply;
+}
+
+###########################################################################
+# The checker
+###########################################################################
+
+# Model: id => { sem, state ('holding' or 'waiting'), until (ms, holding) }
+my %c;
+my %limit;
+
+# Every problem with semaphore $name right now, as a list of strings.
+sub violations
+{
+	my ($name) = @_;
+	my $limit = $limit{$name};
+	my ($ko, $kt, $kk, $ki, $kw) = keys_of($name);
+	my $local_now = now_ms();
+	my @bad;
+
+	my @owner = @{ $r->cmd('ZRANGE', $ko, 0, -1, 'WITHSCORES') };
+	my %timeout = @{ $r->cmd('ZRANGE', $kt, 0, -1, 'WITHSCORES') };
+	my %waiting = @{ $r->cmd('ZRANGE', $kw, 0, -1, 'WITHSCORES') };
+	my %info = @{ $r->cmd('HGETALL', $ki) };
+	my (@ids, %ticket);
+	while (my ($id, $t) = splice(@owner, 0, 2)) { push @ids, $id; $ticket{$id} = $t; }
+
+	# members are whole
+	foreach my $id (@ids)
+	{
+		push @bad, "member $id has no deadline" unless exists $timeout{$id};
+		push @bad, "member $id has no info" unless exists $info{$id};
+	}
+	foreach my $id (keys %timeout, keys %info, keys %waiting)
+	{
+		push @bad, "$id is in a key but not in owner" unless exists $ticket{$id};
+	}
+	foreach my $id (keys %waiting)
+	{
+		push @bad, "waiter $id has ticket $waiting{$id} in waiting but $ticket{$id} in owner"
+		  if exists $ticket{$id} && $waiting{$id} ne $ticket{$id};
+	}
+
+	# holders fit and come first; the first waiter does not fit
+	my ($holders, $first_waiter) = (0, undef);
+	for my $rank (0 .. $#ids)
+	{
+		my $id = $ids[$rank];
+		if (exists $waiting{$id})
+		{
+			$first_waiter //= $rank;
+		}
+		else
+		{
+			$holders++;
+			push @bad, "holder $id at rank $rank is behind a waiter (skipped the line)"
+			  if defined $first_waiter;
+		}
+		push @bad, "tickets do not rise at rank $rank"
+		  if $rank > 0 && $ticket{$id} <= $ticket{ $ids[ $rank - 1 ] };
+	}
+	push @bad, "$holders holders for a limit of $limit" if $holders > $limit;
+	push @bad, "the first waiter (rank $first_waiter) fits under the limit $limit but was not promoted"
+	  if defined $first_waiter && $first_waiter < $limit;
+
+	# key lifetimes cover the latest deadline (Redis's clock is read after
+	# the TTLs, so a slow machine can only make this check more lenient)
+	my ($latest) = sort { $b <=> $a } values %timeout;
+	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw);
+	my $now = redis_now_ms();
+	foreach my $k ($ko, $kt, $kk, $ki, $kw)
+	{
+		my $pttl = $pttl{$k};
+		next if $pttl == -2;
+		if ($pttl == -1)
+		{
+			push @bad, "key $k has no TTL";
+			next;
+		}
+		next unless defined $latest;
+		my $need = $latest - $now + $GRACE_MS - $SLOP_MS;
+		push @bad, "key $k lives $pttl ms, but the latest deadline is "
+		  . ($latest - $now) . " ms away (needs >= $need)"
+		  if $pttl < $need;
+	}
+	foreach my $wk (@{ $r->cmd('KEYS', "m:{$name}:wake:*") })
+	{
+		push @bad, "wake list $wk has no TTL" if $r->cmd('PTTL', $wk) == -1;
+	}
+
+	# whoever was told it holds, and whose lease has not run out, holds
+	my $believers = 0;
+	foreach my $id (sort keys %c)
+	{
+		my $m = $c{$id};
+		next unless $m->{sem} eq $name && $m->{state} eq 'holding';
+		next unless $m->{until} > $local_now + 5;
+		$believers++;
+		push @bad, "$id was granted a slot with "
+		  . ($m->{until} - $local_now)
+		  . " ms of lease left, but Redis no longer has it as a holder"
+		  if !exists $ticket{$id} || exists $waiting{$id};
+	}
+	push @bad, "$believers ids hold a live slot, limit $limit" if $believers > $limit;
+	return @bad;
+}
+
+my @history;
+
+# Check every semaphore; on the first violation, fail with the history.
+sub check_all
+{
+	my ($what) = @_;
+	foreach my $name (sort keys %limit)
+	{
+		my @bad = violations($name);
+		next unless @bad;
+		fail("invariants of \"$name\" after: $what");
+		diag("violations:\n  " . join("\n  ", @bad));
+		diag("last steps:\n  " . join("\n  ", @history[ -(@history < 40 ? @history : 40) .. -1 ]));
+		return 0;
+	}
+	return 1;
+}
+
+###########################################################################
+# Directed scenarios
+###########################################################################
+
+note 'a waiter promoted by its own re-check, then a quiet semaphore';
+
+%limit = (quiet => 1);
+is(state_of(ev('quiet', 'acquire', 'h', 1, 200, 0, 1000, 'model')), 'held',
+	'h holds the only slot (200 ms lease, nobody refreshes it)');
+is(state_of(ev('quiet', 'acquire', 'w', 1, 3000, 1, 500, 'model')), 'waiting',
+	'w waits (3 s lease, 500 ms place keepalive)');
+usleep(300_000);
+my $t0 = now_ms();
+my $reply = ev('quiet', 'wait_check', 'w', 500);
+is(state_of($reply), 'held', "h's lease ran out: w's own re-check promotes it");
+$c{w} = { sem => 'quiet', state => 'holding', until => $t0 + ($reply->[2] // 0) };
+check_all('the promotion of w by its own re-check');
+usleep(1_700_000);
+check_all('1.7 s of quiet');
+is(state_of(ev('quiet', 'acquire', 'n', 1, 1000, 0, 1000, 'model')), 'busy',
+	'after 1.7 s of quiet a newcomer is still refused: w holds');
+is(ev('quiet', 'release', 'w'), 1, 'and w releases a live slot');
+delete $c{w};
+
+note 'a promoted waiter that never confirms costs the line the promotion window, not its lease';
+
+%limit = (window => 1);
+is(state_of(ev('window', 'acquire', 'h', 1, 60000, 0, 1000, 'model')), 'held', 'h holds');
+is(state_of(ev('window', 'acquire', 'dead', 1, 60000, 1, 30000, 'model')), 'waiting',
+	'"dead" waits with a 60 s lease, then dies');
+is(ev('window', 'release', 'h'), 1, 'h releases: "dead" is promoted');
+my $dl = $r->cmd('ZSCORE', 'm:{window}:timeout', 'dead');
+my $left = defined $dl ? $dl - redis_now_ms() : -1;
+ok($left > 0 && $left <= $WINDOW_MS,
+	"the promoted waiter holds for the window only ($left ms), not its 60 s lease");
+is($r->cmd('LLEN', 'm:{window}:wake:dead'), 1, 'its wake-up is waiting for it');
+check_all('the promotion of a waiter that will never confirm');
+usleep((($left > 0 && $left < $WINDOW_MS ? $left : $WINDOW_MS) + 100) * 1000);
+$t0 = now_ms();
+$reply = ev('window', 'acquire', 'next', 1, 2000, 0, 1000, 'model');
+is(state_of($reply), 'held', 'once the window is over, a newcomer gets the slot');
+$c{next} = { sem => 'window', state => 'holding', until => $t0 + ($reply->[2] // 0) };
+check_all('a newcomer after an unconfirmed promotion');
+
+note 'a waiter paused past its window finds the slot lost, and never holds it twice';
+
+is(state_of(ev('window', 'wait_check', 'dead', 1000)), 'lost',
+	'"dead" resumes and re-checks: lost');
+is($r->cmd('EXISTS', 'm:{window}:wake:dead'), 0, 'nothing of it is left');
+is(ev('window', 'release', 'next'), 1, 'the newcomer still held its slot');
+delete $c{next};
+
+note 'a confirmed promotion gets the full lease';
+
+is(state_of(ev('window', 'acquire', 'h2', 1, 60000, 0, 1000, 'model')), 'held', 'h2 holds');
+is(state_of(ev('window', 'acquire', 'w2', 1, 60000, 1, 30000, 'model')), 'waiting', 'w2 waits');
+is(ev('window', 'release', 'h2'), 1, 'h2 releases');
+is_deeply($r->cmd('LPOP', 'm:{window}:wake:w2'), $r->cmd('ZSCORE', 'm:{window}:owner', 'w2'),
+	'w2 pops its wake-up: its ticket');
+$reply = ev('window', 'wait_check', 'w2', 30000);
+is_deeply([ @{$reply}[ 0, 2 ] ], [ 'held', 60000 ], 'w2 confirms: held, with its 60 s lease');
+$dl = $r->cmd('ZSCORE', 'm:{window}:timeout', 'w2');
+cmp_ok($dl - redis_now_ms(), '>', 59000, 'its deadline is a full lease away');
+is($r->cmd('EXISTS', 'm:{window}:wake:w2'), 0, 'its wake list is gone');
+is(ev('window', 'release', 'w2'), 1, 'w2 releases');
+
+note 'malformed arguments are refused before anything is touched';
+
+foreach my $bad (
+	[ 'acquire', 'x', 0, 1000, 0, 1000, 'o' ],
+	[ 'acquire', 'x', 1, 'lots', 0, 1000, 'o' ],
+	[ 'acquire', 'x y', 1, 1000, 0, 1000, 'o' ],
+	[ 'acquire', 'x', 1, 1000, 0, 1000 ],
+	[ 'refresh', 'x', -5 ],
+	[ 'wait_check', '', 1000 ],
+	[ 'no_such_op', 'x' ])
+{
+	my $rep = ev('args', @$bad);
+	like(state_of($rep), qr/^error: REDSEM (bad arguments|unknown operation)/,
+		"refused: @$bad");
+}
+is(scalar(@{ $r->cmd('KEYS', 'm:{args}*') }), 0, 'and no key was created');
+
+###########################################################################
+# The randomized run
+###########################################################################
+
+my $seed = ($ENV{REDSEM_MODEL_SEED} // "") ne "" ? $ENV{REDSEM_MODEL_SEED} : int(rand(1_000_000));
+my $steps = $ENV{REDSEM_MODEL_STEPS} || 4000;
+srand($seed);
+note "randomized run: seed $seed, $steps steps (REDSEM_MODEL_SEED=$seed reproduces it)";
+
+%c = ();
+%limit = (s1 => 1, s2 => 2, s3 => 3);
+my @sems = sort keys %limit;
+my $next_id = 0;
+my %count;
+
+sub pick { my @a = @_; return @a ? $a[ int(rand(@a)) ] : undef; }
+sub ids_in { my ($state) = @_; return grep { $c{$_}{state} eq $state } sort keys %c; }
+
+# Record a step's outcome for the history.
+sub record { push @history, $_[0]; shift @history if @history > 200; }
+
+# Note the outcome of a call that may grant a slot, sent at $t_sent.
+sub absorb
+{
+	my ($id, $sem, $reply, $t_sent) = @_;
+	my $st = state_of($reply);
+	if ($st eq 'held')
+	{
+		$c{$id} = { sem => $sem, state => 'holding', until => $t_sent + $reply->[2] };
+	}
+	elsif ($st eq 'waiting')
+	{
+		$c{$id} = { sem => $sem, state => 'waiting' };
+	}
+	elsif ($st eq 'busy' || $st eq 'gone' || $st eq 'lost')
+	{
+		delete $c{$id};
+	}
+	return $st;
+}
+
+my %actions = (
+	acquire_try => sub {
+		my $sem = pick(@sems);
+		my $id = 'c' . ++$next_id;
+		my $lease = 80 + int(rand(320));
+		my $t = now_ms();
+		my $st = absorb($id, $sem, ev($sem, 'acquire', $id, $limit{$sem}, $lease, 0, 1000, 'model'), $t);
+		return ("$id try-once on $sem (lease $lease): $st", $st =~ /^(held|busy)$/);
+	},
+	acquire_wait => sub {
+		my $sem = pick(@sems);
+		my $id = 'c' . ++$next_id;
+		my $lease = 80 + int(rand(320));
+		my $keep = 150 + int(rand(450));
+		my $t = now_ms();
+		my $st = absorb($id, $sem, ev($sem, 'acquire', $id, $limit{$sem}, $lease, 1, $keep, 'model'), $t);
+		return ("$id waits on $sem (lease $lease, keepalive $keep): $st", $st =~ /^(held|waiting)$/);
+	},
+	wait_check => sub {
+		my $id = pick(ids_in('waiting')) // return;
+		my $sem = $c{$id}{sem};
+		my $t = now_ms();
+		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 150 + int(rand(450))), $t);
+		return ("$id re-checks on $sem: $st", $st =~ /^(held|waiting|lost)$/);
+	},
+	wake => sub {
+		my $id = pick(ids_in('waiting')) // return;
+		my $sem = $c{$id}{sem};
+		my $pushed = $r->cmd('LPOP', "m:{$sem}:wake:$id");
+		return ("$id finds no wake-up on $sem", 1) unless defined $pushed;
+		my $t = now_ms();
+		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 500), $t);
+		# woken means promoted: it holds, or its window passed; never waiting
+		return ("$id woken on $sem (ticket $pushed), confirms: $st", $st =~ /^(held|lost)$/);
+	},
+	give_up => sub {
+		my $id = pick(ids_in('waiting')) // return;
+		my $sem = $c{$id}{sem};
+		my $t = now_ms();
+		my $st = absorb($id, $sem, ev($sem, 'give_up', $id), $t);
+		return ("$id gives up on $sem: $st", $st =~ /^(held|gone|lost)$/);
+	},
+	release => sub {
+		my $id = pick(ids_in('holding')) // return;
+		my $m = delete $c{$id};
+		my $t = now_ms();
+		my $got = ev($m->{sem}, 'release', $id);
+		# still within its lease when the script ran, whatever the delays
+		my $alive = $m->{until} > now_ms() + 1;
+		return ("$id releases on $m->{sem} ("
+			  . ($m->{until} - $t) . " ms left): $got",
+			!RedsemTest::RESP::is_error($got) && (!$alive || $got == 1));
+	},
+	refresh => sub {
+		my $id = pick(ids_in('holding')) // return;
+		my $m = $c{$id};
+		my $lease = int(rand(3)) == 0 ? 0 : 80 + int(rand(320));
+		my $t = now_ms();
+		my $got = ev($m->{sem}, 'refresh', $id, $lease);
+		my $alive = $m->{until} > now_ms() + 1;
+		return ("$id refresh error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
+		if ($got > 0) { $m->{until} = $t + $got; }
+		else { delete $c{$id}; }
+		return ("$id refreshes on $m->{sem} ("
+			  . ($m->{until} - $t) . " ms left, new lease $lease): $got",
+			!$alive || $got > 0);
+	},
+	die => sub {
+		my $id = pick(sort keys %c) // return;
+		my $m = delete $c{$id};
+		return ("$id dies ($m->{state} on $m->{sem})", 1);
+	},
+	duplicate => sub {
+		my $t = now_ms();
+		my $id = pick(grep { $c{$_}{until} > $t + 20 } ids_in('holding')) // return;
+		my ($sem, $until) = @{ $c{$id} }{qw(sem until)};
+		my $reply = ev($sem, 'acquire', $id, $limit{$sem}, 100, 0, 1000, 'model');
+		my $st = state_of($reply);
+		return ("$id acquires again on $sem: $st", 1) if $st eq 'error: REDSEM duplicate holder id';
+		# only fine if its lease had ended by then; then it is a newcomer
+		my $ended = $until <= now_ms() + 1;
+		absorb($id, $sem, $reply, $t) if $ended;
+		return ("$id acquires again on $sem after its lease: $st", $ended);
+	},
+	read => sub {
+		my $sem = pick(@sems);
+		my $id = pick(sort keys %c) // 'nobody';
+		my $tok = ev($sem, 'token', $id);
+		my $list = ev($sem, 'list');
+		return ("token and list on $sem", ref $list eq 'ARRAY' && !RedsemTest::RESP::is_error($tok));
+	},
+	sleep => sub {
+		my $ms = int(rand(40));
+		usleep($ms * 1000);
+		return ("sleep $ms ms", 1);
+	},
+);
+my @weighted = (
+	('acquire_try') x 14, ('acquire_wait') x 14, ('wait_check') x 12,
+	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
+	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14);
+
+my $ok = 1;
+my $t_start = time;
+for my $step (1 .. $steps)
+{
+	my $name = pick(@weighted);
+	my ($what, $fine) = $actions{$name}->();
+	next unless defined $what;
+	$count{$name}++;
+	record("$step: $what");
+	unless ($fine)
+	{
+		fail("step $step gave an answer the invariants forbid: $what");
+		diag("last steps:\n  " . join("\n  ", @history[ -(@history < 40 ? @history : 40) .. -1 ]));
+		$ok = 0;
+		last;
+	}
+	unless (check_all("step $step: $what"))
+	{
+		$ok = 0;
+		last;
+	}
+}
+ok($ok, sprintf('%d steps in %.1f s kept every invariant (seed %d)', $steps, time - $t_start, $seed));
+note 'steps taken: ' . join(', ', map { "$_ $count{$_}" } sort keys %count);
+cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"") foreach sort keys %actions;
+
+note 'once every lease has ended, nothing is left';
+
+my $latest = 0;
+foreach my $sem (@sems)
+{
+	my $last = $r->cmd('ZRANGE', "m:{$sem}:timeout", -1, -1, 'WITHSCORES');
+	$latest = $last->[1] if @$last && $last->[1] > $latest;
+}
+my $wait = $latest ? $latest - redis_now_ms() + $GRACE_MS + 200 : 0;
+usleep($wait * 1000) if $wait > 0;
+my @left = sort @{ $r->cmd('KEYS', 'm:*') };
+is(scalar(@left), 0, sprintf('%.1f s after the last deadline no key is left', ($wait > 0 ? $wait : 0) / 1000))
+  or diag("left: @left");
+
+$redis->stop;
+done_testing();
