@@ -277,6 +277,8 @@ classify_error(const char *msg, bool *drop)
 		{"ERR invalid password", RS_BAD_PASSWORD, true},
 		{"ERR AUTH", RS_AUTH_FAILED, true},
 		{"ERR Client sent AUTH", RS_AUTH_FAILED, true},
+		/* Redis 7 answers a long command of an unauthenticated client so */
+		{"ERR Protocol error: unauthenticated", RS_AUTH_FAILED, true},
 		{"ERR max number of clients", RS_TOO_MANY_CLIENTS, true},
 		{"READONLY", RS_UNAVAILABLE, true},
 		{"LOADING", RS_UNAVAILABLE, true},
@@ -603,7 +605,11 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 	if (deadline == DT_NOEND)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	else
-		timeout_ms = (int) Min(ms_until(deadline), PG_INT32_MAX);
+	{
+		long		left = ms_until(deadline);
+
+		timeout_ms = (int) Min(left, PG_INT32_MAX);
+	}
 
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();

@@ -1,0 +1,228 @@
+
+# 014_redis_errors.pl - every kind of Redis refusal comes back in its own
+# class (see "Redis errors" in the README), and the Redis password stays
+# secret.
+#
+#   authentication required, wrong password   28000, 28P01
+#   too many clients                          08004
+#   read-only replica, replica cut off        08006 (and the connection is
+#                                             dropped: the next call
+#                                             reconnects)
+#   busy running a script                     08006
+#   out of memory (maxmemory)                 53200, refused up front
+#   a key of the wrong type                   38000
+#
+# The password: given in a file only the server's user can read
+# (redsem.password_file); a file others could read is refused; no message
+# and no log line shows the password.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use File::Basename ();
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $PASSWORD = 'Corr3ct-Horse';
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('errs', $redis, "redsem.connect_timeout = '1s'\n");
+my $s = RedsemTest::Session->new($node, name => 's');
+my $dir = File::Basename::dirname($redis->socket);
+
+# One command on a new connection of our own (authenticated when needed)
+sub admin
+{
+	my (@cmd) = @_;
+	my $c = RedsemTest::RESP->new($redis->socket);
+	$c->cmd('AUTH', $redis->{password}) if defined $redis->{password};
+	return $c->cmd(@cmd);
+}
+
+# Run a statement in a fresh connection to Redis; returns stderr
+sub fresh_error
+{
+	my ($sql) = @_;
+	$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+	my ($out, $err) = $s->query($sql);
+	return $err;
+}
+
+my $log_start = -s $node->logfile;
+
+###########################################################################
+note 'authentication';
+
+admin('CONFIG', 'SET', 'requirepass', $PASSWORD);
+$redis->{password} = $PASSWORD;
+
+my $err = fresh_error(q{SELECT redsem_acquire('e_auth', 1);});
+like($err, qr/ERROR:  28000: Redis at unix socket ".*" refused redsem access/,
+	'no password where one is required: 28000');
+# (Redis 7 answers a long command of an unauthenticated client with a
+# protocol error instead of NOAUTH)
+like($err, qr/DETAIL:  (NOAUTH|ERR Protocol error: unauthenticated)/, '... with Redis\'s words');
+like($err, qr/HINT:  .*redsem\.password_file/, '... and a hint about the password setting');
+
+$s->query_ok(q{SET redsem.password = 'wrong-one';});
+$err = fresh_error(q{SELECT redsem_acquire('e_auth', 1);});
+like($err, qr/ERROR:  28P01: Redis at .* did not accept redsem's password/,
+	'a wrong password: 28P01');
+unlike($err, qr/wrong-one/, '... and the message does not show it');
+
+$s->query_ok(qq{SET redsem.password = '$PASSWORD';});
+is($s->query_ok(q{SELECT redsem_release('e_auth', redsem_acquire('e_auth', 1));}), 't',
+	'the right password in redsem.password works');
+$s->query_ok(q{RESET redsem.password;});
+
+note 'the password file';
+
+my $pwfile = "$dir/redis.password";
+PostgreSQL::Test::Utils::append_to_file($pwfile, "$PASSWORD\n");
+chmod 0644, $pwfile;
+$s->query_ok(qq{SET redsem.password_file = '$pwfile';});
+$err = fresh_error(q{SELECT redsem_acquire('e_file', 1);});
+like($err, qr/ERROR:  28000: .*\n.*DETAIL:  redsem.password_file ".*" has group or world access; permissions should be u=rw \(0600\) or less/,
+	'a password file others can read is refused (28000)');
+unlike($err, qr/\Q$PASSWORD\E/, '... without showing its content');
+chmod 0600, $pwfile;
+is($s->query_ok(q{SELECT redsem_release('e_file', redsem_acquire('e_file', 1));}), 't',
+	'with permissions 0600 the password file works');
+$s->query_ok(qq{SET redsem.password_file = '$dir/nonexistent';});
+$err = fresh_error(q{SELECT redsem_acquire('e_file', 1);});
+like($err, qr/ERROR:  28000: .*\n.*DETAIL:  could not open redsem.password_file ".*nonexistent": No such file or directory/,
+	'a missing password file: 28000, naming the file');
+$s->query_ok(q{RESET redsem.password_file;});
+
+# The server-wide way: the keeper and every session read the file
+my $off = -s $node->logfile;
+$node->append_conf('postgresql.conf', "redsem.password_file = '$pwfile'\n");
+$node->reload;
+my $held = RedsemTest::Session->new($node, name => 'held');
+my $hid = $held->query_ok(q{SELECT redsem_acquire('e_kept', 1, '2 s');});
+sleep 4;
+is($held->query_ok(q{SELECT kept_alive FROM redsem_held();}), 't',
+	'with redsem.password_file in postgresql.conf the keeper keeps a 2 s lease alive for 4 s');
+is($held->query_ok(qq{SELECT redsem_release('e_kept', '$hid');}), 't', '... it was never lost');
+$held->quit;
+
+note 'who can see the password';
+
+$node->safe_psql('postgres', q{CREATE ROLE watcher LOGIN IN ROLE pg_monitor;});
+my $w = RedsemTest::Session->new($node, name => 'watcher', user => 'watcher');
+is($w->query_ok(q{SHOW redsem.password_file;}), $pwfile,
+	'pg_monitor sees where the password file is');
+my ($wout, $werr) = $w->query(qq{SELECT pg_read_file('$pwfile');});
+like($werr, qr/ERROR:  42501: permission denied for function pg_read_file/,
+	'but cannot read it');
+is($w->query_ok(q{SHOW redsem.password;}), '', 'redsem.password is empty');
+$w->quit;
+
+my $log = slurp_file($node->logfile, $log_start);
+unlike($log, qr/\Q$PASSWORD\E/, 'the password appears in no log line');
+like(slurp_file($node->logfile, $off), qr/parameter "redsem.password_file" changed to/,
+	'(the reload logged the change of the file\'s path, not its content)');
+
+admin('CONFIG', 'SET', 'requirepass', '');
+$redis->{password} = undef;
+$node->append_conf('postgresql.conf', "redsem.password_file = ''\n");
+$node->reload;
+
+###########################################################################
+note 'too many clients';
+
+my $kept = RedsemTest::RESP->new($redis->socket);    # opened while allowed
+my $info = $kept->cmd('INFO', 'clients');
+my ($connected) = $info =~ /connected_clients:(\d+)/;
+$kept->cmd('CONFIG', 'SET', 'maxclients', $connected);
+my $late = RedsemTest::Session->new($node, name => 'late');
+my ($out);
+($out, $err) = $late->query(q{SELECT redsem_acquire('e_max', 1);});
+like($err, qr/ERROR:  08004: Redis at .* refused the connection: too many clients/,
+	'Redis at maxclients: 08004');
+like($err, qr/HINT:  Raise maxclients/, '... with a hint');
+$kept->cmd('CONFIG', 'SET', 'maxclients', 10000);
+is($late->query_ok(q{SELECT redsem_release('e_max', redsem_acquire('e_max', 1));}), 't',
+	'below maxclients again, the same session works');
+$late->quit;
+
+###########################################################################
+note 'a read-only replica, and one cut off from its primary';
+
+is($s->query_ok(q{SELECT redsem_release('e_ro', redsem_acquire('e_ro', 1));}), 't',
+	'the session has a connection');
+my $clients_before = () = ($redis->cli('CLIENT', 'LIST') // '') =~ /^id=/mg;
+admin('REPLICAOF', '127.0.0.1', '1');
+($out, $err) = $s->query(q{SELECT redsem_acquire('e_ro', 1);});
+like($err, qr/ERROR:  08006: Redis at .* cannot serve redsem now/, 'a read-only replica: 08006');
+like($err, qr/DETAIL:  READONLY/, '... with Redis\'s words');
+like($err, qr/HINT:  .*failover/, '... and a hint about failover');
+my $clients_after = () = ($redis->cli('CLIENT', 'LIST') // '') =~ /^id=/mg;
+is($clients_after, $clients_before - 1, 'the session dropped its connection');
+is($redis->cli('EXISTS', 'redsem:{e_ro}:owner'), '0', 'nothing was written');
+
+admin('CONFIG', 'SET', 'replica-serve-stale-data', 'no');
+($out, $err) = $s->query(q{SELECT redsem_acquire('e_ro', 1);});
+like($err, qr/ERROR:  08006: .*\n.*DETAIL:  (MASTERDOWN|READONLY)/,
+	'a replica cut off from its primary, serving no stale data: 08006');
+admin('CONFIG', 'SET', 'replica-serve-stale-data', 'yes');
+
+# "failover": the same address becomes a primary again
+admin('REPLICAOF', 'NO', 'ONE');
+is($s->query_ok(q{SELECT redsem_release('e_ro', redsem_acquire('e_ro', 1));}), 't',
+	'once it is a primary again, the next call reconnects and works');
+
+###########################################################################
+note 'out of memory';
+
+admin('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+admin('CONFIG', 'SET', 'maxmemory', '1');
+($out, $err) = $s->query(q{SELECT redsem_acquire('e_oom', 1);});
+like($err, qr/ERROR:  53200: Redis at .* is out of memory/, 'Redis above maxmemory: 53200');
+like($err, qr/HINT:  .*maxmemory/, '... with a hint about maxmemory');
+is($redis->cli('EXISTS', 'redsem:{e_oom}:ticket'), '0',
+	'the script was refused up front: nothing was written');
+admin('CONFIG', 'SET', 'maxmemory', '0');
+is($s->query_ok(q{SELECT redsem_release('e_oom', redsem_acquire('e_oom', 1));}), 't',
+	'with memory again it works');
+
+###########################################################################
+note 'busy running a script';
+
+admin('CONFIG', 'SET', 'busy-reply-threshold', '100');
+my $busy = RedsemTest::RESP->new($redis->socket);
+# a read-only loop of a few seconds, ended early by SCRIPT KILL below
+my @loop = ('EVAL', 'local i = 0 while i < 3e9 do i = i + 1 end return 1', '0');
+syswrite($busy->{sock}, join('', '*3', "\r\n", map { '$' . length($_) . "\r\n$_\r\n" } @loop));
+usleep(300_000);
+($out, $err) = $s->query(q{SELECT redsem_acquire('e_busy', 1);});
+like($err, qr/ERROR:  08006: .*\n.*DETAIL:  BUSY/, 'Redis busy running a script: 08006 (BUSY)');
+like($err, qr/HINT:  Redis is busy running a long script/, '... with a hint');
+admin('SCRIPT', 'KILL');
+admin('CONFIG', 'SET', 'busy-reply-threshold', '5000');
+ok(defined wait_until(10, sub {
+	my ($o, $e) = $s->query(q{SELECT redsem_release('e_busy', redsem_acquire('e_busy', 1));});
+	return $o eq 't' }), 'after SCRIPT KILL it works again');
+
+###########################################################################
+note 'a key conflict is 38000, and only that';
+
+$redis->cli('SET', 'redsem:{e_type}:timeout', 'not a zset');
+($out, $err) = $s->query(q{SELECT redsem_acquire('e_type', 1);});
+like($err, qr/ERROR:  38000: Redis at .* rejected a redsem operation/, 'a key of the wrong type: 38000');
+like($err, qr/DETAIL:  WRONGTYPE/, '... with Redis\'s words');
+like($err, qr/HINT:  Make sure no other program writes to keys under redsem.key_prefix/, '... and its hint');
+$redis->cli('DEL', 'redsem:{e_type}:timeout');
+is($s->query_ok(q{SELECT redsem_release('e_type', redsem_acquire('e_type', 1));}), 't',
+	'once the key is gone it works');
+
+$s->quit;
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();
