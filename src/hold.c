@@ -159,7 +159,16 @@ static void
 release_ending_guarded(int ms, const char *when)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	uint32		cancel_holdoff = QueryCancelHoldoffCount;
+	bool		exiting = proc_exit_inprogress;
 
+	/*
+	 * While the process exits, errstart() turns every ERROR into a FATAL
+	 * that no PG_TRY can catch; for the duration of our own work, let an
+	 * ERROR be an ERROR, so that it is caught below like any other.
+	 */
+	proc_exit_inprogress = false;
 	PG_TRY();
 	{
 		redsem_fault("callback");
@@ -169,6 +178,10 @@ release_ending_guarded(int ms, const char *when)
 	{
 		ErrorData  *edata;
 
+		/* errfinish() zeroed the hold-off counts that our caller relies on */
+		proc_exit_inprogress = exiting;
+		InterruptHoldoffCount = holdoff;
+		QueryCancelHoldoffCount = cancel_holdoff;
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -180,6 +193,7 @@ release_ending_guarded(int ms, const char *when)
 		FreeErrorData(edata);
 	}
 	PG_END_TRY();
+	proc_exit_inprogress = exiting;
 }
 
 /* Holds that end with the top-level transaction, however it ends */

@@ -95,6 +95,7 @@ abandon_previous_holds(void)
 		h->pid = 0;
 		h->failures = 0;
 		h->retry_at = 0;
+		h->logged_at = 0;
 	}
 }
 

@@ -418,6 +418,7 @@ keep_one_guarded(KeeperState *st, const HoldCopy *c, uint64 target,
 				 bool *redis_ok)
 {
 	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
 	int64		next = KEEPER_MAX_SLEEP_MS;
 
 	PG_TRY();
@@ -428,6 +429,7 @@ keep_one_guarded(KeeperState *st, const HoldCopy *c, uint64 target,
 	{
 		ErrorData  *edata;
 
+		InterruptHoldoffCount = holdoff;	/* errfinish() zeroed it */
 		MemoryContextSwitchTo(cxt);
 		edata = CopyErrorData();
 		FlushErrorState();
@@ -451,7 +453,12 @@ keeper_cycle(KeeperState *st)
 
 	st->released_after_crash = 0;
 	for (int i = 0; i < n; i++)
-		sleep_ms = Min(sleep_ms, keep_one_guarded(st, &holds[i], target, &redis_ok));
+	{
+		/* not inside Min(): the macro would run it twice */
+		int64		next = keep_one_guarded(st, &holds[i], target, &redis_ok);
+
+		sleep_ms = Min(sleep_ms, next);
+	}
 	if (redis_ok && redis_connected())
 		report_recovery(st);
 	if (st->released_after_crash > 0)
