@@ -13,8 +13,9 @@
 -- KEYS[3] ticket   STRING                   the last ticket handed out
 -- KEYS[4] info     HASH  id -> "lease_ms|max_holders|since_ms|origin"
 -- KEYS[5] waiting  ZSET  id -> ticket       the members still in line
--- <base>wake:<id>  LIST                     a waiter's wake-up, pushed
---                                           when it is promoted
+-- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket
+--                                           when it is promoted, or "n<ms>"
+--                                           (a nudge: look again in ms)
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.)
 --
 -- INVARIANTS.  They hold whenever a call of this script returns, error
@@ -42,7 +43,10 @@
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
 --     its full lease starts.  A waiter that died in line costs the line
---     seconds, not a lease; one paused past its window finds it lost.
+--     seconds, not a lease; one paused past its window finds it lost.  The
+--     waiter left at the head of the line by a promotion is nudged to look
+--     again when the earliest deadline ahead of it is due, so it notices a
+--     promoted waiter that never confirms as soon as its window ends.
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
 --     semaphore, and at least Redis's clock in microseconds, so tickets
 --     keep rising even after the keys expired: they are fencing tokens.
@@ -109,9 +113,28 @@ local function expire()
     end
 end
 
+-- Milliseconds until the (pos+1)-th earliest deadline: a waiter at line
+-- position pos cannot move into the window before that many members leave.
+local function next_deadline_ms(pos)
+    local r = redis.call('ZRANGE', K_TIMEOUT, pos, pos, 'WITHSCORES')
+    if not r[2] then return -1 end
+    return math.max(tonumber(r[2]) - NOW_MS, 0)
+end
+
+-- Replace the message on a waiter's wake list, living as long as its place.
+local function post(id, message)
+    local wk = wake_key(id)
+    local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
+    redis.call('DEL', wk)
+    redis.call('RPUSH', wk, message)
+    redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
+end
+
 -- I4, I6: turn waiters at the head of the line into holders while they fit
--- under their own limit; each gets the promotion window and a wake-up.
+-- under their own limit; each gets the promotion window and a wake-up.  The
+-- waiter then left at the head is nudged.
 local function promote()
+    local promoted = false
     while true do
         local head = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
         if not head then return end
@@ -121,15 +144,15 @@ local function promote()
             remove(head)            -- not a whole member (I1): drop it
         elseif rank < maxh then
             local window = math.min(lease, PROMOTION_WINDOW_MS)
-            local ticket = redis.call('ZSCORE', K_OWNER, head)
-            local wk = wake_key(head)
             redis.call('ZREM', K_WAITING, head)
             redis.call('ZADD', K_TIMEOUT, int(NOW_MS + window), head)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
-            redis.call('DEL', wk)
-            redis.call('RPUSH', wk, ticket)
-            redis.call('PEXPIRE', wk, int(window + GRACE_MS))
+            post(head, redis.call('ZSCORE', K_OWNER, head))
+            promoted = true
         else
+            if promoted then
+                post(head, 'n' .. int(next_deadline_ms(math.max(rank - maxh, 0))))
+            end
             return
         end
     end
@@ -150,14 +173,6 @@ local function restore_lifetimes()
     for _, k in ipairs({K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING}) do
         redis.call('PEXPIRE', k, int(ttl))
     end
-end
-
--- Milliseconds until the (pos+1)-th earliest deadline: a waiter at line
--- position pos cannot move into the window before that many members leave.
-local function next_deadline_ms(pos)
-    local r = redis.call('ZRANGE', K_TIMEOUT, pos, pos, 'WITHSCORES')
-    if not r[2] then return -1 end
-    return math.max(tonumber(r[2]) - NOW_MS, 0)
 end
 
 -- What a caller still in line is told: its ticket, how many are ahead of it

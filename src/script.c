@@ -386,17 +386,20 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 
 /*
  * Block on the caller's wake list for up to timeout_ms.  *ticket is the
- * ticket pushed by a promotion (the caller was promoted and must confirm),
- * or 0 on timeout.
+ * ticket pushed by a promotion (the caller was promoted and must confirm);
+ * *nudge_ms, when not -1, is a nudge: look again in that many ms.  Both
+ * stay 0 and -1 when the wait timed out.
  */
 bool
 sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
-				  int64 timeout_ms, int64 *ticket)
+				  int64 timeout_ms, int64 *ticket, int64 *nudge_ms)
 {
 	char	   *suffix = psprintf("wake:%s", id);
 	char		secs[32];
 	const char *argv[3];
 	redisReply *reply;
+	redisReply	message;
+	const redisReply *e;
 
 	snprintf(secs, sizeof(secs), "%.3f", Max(timeout_ms, 1) / 1000.0);
 	argv[0] = "BLPOP";
@@ -404,6 +407,7 @@ sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
 	argv[2] = secs;
 	call->extra_wait_ms = (int) Min(timeout_ms, PG_INT32_MAX / 2);
 	*ticket = 0;
+	*nudge_ms = -1;
 	if (!exec_counted(call, name, 3, argv, &reply))
 		return false;
 	if (reply->type == REDIS_REPLY_NIL)
@@ -411,8 +415,21 @@ sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
 		freeReplyObject(reply);
 		return true;
 	}
+	e = element(reply, 1);
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-		!reply_int64(element(reply, 1), ticket) || *ticket <= 0)
+		e->type != REDIS_REPLY_STRING || e->str == NULL || e->len < 1)
+		return malformed(call, name, reply, "BLPOP did not answer a wake-up");
+	if (e->str[0] == 'n')
+	{
+		/* a nudge: "n<ms>" */
+		message = *e;
+		message.str = e->str + 1;
+		message.len = e->len - 1;
+		if (!reply_int64(&message, nudge_ms))
+			return malformed(call, name, reply, "BLPOP answered a malformed nudge");
+		*nudge_ms = Max(*nudge_ms, 0);
+	}
+	else if (!reply_int64(e, ticket) || *ticket <= 0)
 		return malformed(call, name, reply, "BLPOP did not answer a ticket");
 	freeReplyObject(reply);
 	return true;

@@ -50,7 +50,8 @@ extern bool sem_release(RedisCall *call, const char *prefix, const char *name,
 extern bool sem_refresh(RedisCall *call, const char *prefix, const char *name,
 						const char *id, int64 lease_ms, int64 *new_lease_ms);
 extern bool sem_wait_for_wake(RedisCall *call, const char *name,
-							  const char *id, int64 timeout_ms, int64 *ticket);
+							  const char *id, int64 timeout_ms, int64 *ticket,
+							  int64 *nudge_ms);
 extern bool sem_token(RedisCall *call, const char *name, const char *id,
 					  int64 *token);
 extern bool sem_list(RedisCall *call, const char *name, SemMember **members,

@@ -194,6 +194,13 @@ make_id(char *buf, size_t len)
 			 (unsigned long long) redsem_incarnation(), MyProcPid, ++seq, rnd);
 }
 
+/* Milliseconds since when */
+static int64
+ms_since(TimestampTz when)
+{
+	return TimestampDifferenceMilliseconds(when, GetCurrentTimestamp());
+}
+
 /* Milliseconds left until deadline (or a long nap when there is none) */
 static int64
 ms_left(TimestampTz deadline)
@@ -214,12 +221,15 @@ static void
 wait_in_line(const AcquireArgs *args, Hold *hold, const char *id,
 			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
 {
+	TimestampTz checked = *sent;
+
 	for (;;)
 	{
 		RedisCall	call = REDIS_SQL_CALL;
 		int64		left = ms_left(deadline);
-		int64		nap = Min(left, WAIT_RECHECK_MS);
+		int64		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
 		int64		ticket;
+		int64		nudge_ms;
 
 		if (left <= 0)
 		{
@@ -229,8 +239,15 @@ wait_in_line(const AcquireArgs *args, Hold *hold, const char *id,
 		}
 		if (r->ms >= 0)
 			nap = Min(nap, r->ms + 1);
-		(void) sem_wait_for_wake(&call, args->name, id, Max(nap, 1), &ticket);
-		*sent = GetCurrentTimestamp();
+		(void) sem_wait_for_wake(&call, args->name, id, Max(nap, 1), &ticket,
+								 &nudge_ms);
+		if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
+		{
+			/* a promotion ahead of us: sleep until its window ends */
+			r->ms = nudge_ms;
+			continue;
+		}
+		*sent = checked = GetCurrentTimestamp();
 		(void) sem_wait_check(&call, args->name, id, r);
 		if (r->state == SEM_HELD)
 			return;

@@ -235,6 +235,25 @@ is(state_of($reply), 'held', 'once the window is over, a newcomer gets the slot'
 $c{next} = { sem => 'window', state => 'holding', until => $t0 + ($reply->[2] // 0) };
 check_all('a newcomer after an unconfirmed promotion');
 
+note 'the waiter behind a promoted one is nudged to look again when its window ends';
+
+is(ev('window', 'release', 'next'), 1, 'the newcomer releases');
+delete $c{next};
+is(state_of(ev('window', 'acquire', 'h3', 1, 60000, 0, 1000, 'model')), 'held', 'h3 holds');
+is(state_of(ev('window', 'acquire', 'w3', 1, 60000, 1, 30000, 'model')), 'waiting', 'w3 waits');
+is(state_of(ev('window', 'acquire', 'w4', 1, 60000, 1, 30000, 'model')), 'waiting', 'w4 waits behind it');
+is(ev('window', 'release', 'h3'), 1, 'h3 releases: w3 is promoted');
+my $nudge = $r->cmd('LPOP', 'm:{window}:wake:w4');
+ok(defined $nudge && $nudge =~ /^n(\d+)$/ && $1 > $WINDOW_MS - 100 && $1 <= $WINDOW_MS,
+	'w4 is nudged to look again when w3\'s window ends (' . ($nudge // 'nothing') . ')');
+check_all('a promotion with a nudge');
+is(ev('window', 'release', 'w3'), 1, 'w3 releases (it never confirmed, but its window runs)');
+is(ev('window', 'give_up', 'w4')->[0], 'held', 'w4 was promoted; giving up just then confirms it');
+is(ev('window', 'release', 'w4'), 1, 'w4 releases');
+$t0 = now_ms();
+$reply = ev('window', 'acquire', 'next', 1, 2000, 0, 1000, 'model');
+$c{next} = { sem => 'window', state => 'holding', until => $t0 + ($reply->[2] // 0) };
+
 note 'a waiter paused past its window finds the slot lost, and never holds it twice';
 
 is(state_of(ev('window', 'wait_check', 'dead', 1000)), 'lost',
@@ -345,6 +364,7 @@ my %actions = (
 		my $sem = $c{$id}{sem};
 		my $pushed = $r->cmd('LPOP', "m:{$sem}:wake:$id");
 		return ("$id finds no wake-up on $sem", 1) unless defined $pushed;
+		return ("$id is nudged on $sem: $pushed", 1) if $pushed =~ /^n\d+$/;
 		my $t = now_ms();
 		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 500), $t);
 		# woken means promoted: it holds, or its window passed; never waiting

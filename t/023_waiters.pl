@@ -1,0 +1,109 @@
+
+# 023_waiters.pl - a promoted waiter must confirm its slot.
+#
+#  - A waiter that died in line (here: on "another server" that is gone)
+#    costs the line the promotion window, not its whole lease.
+#  - A waiter paused (SIGSTOP) while it was promoted, whose window ran out
+#    meanwhile, never gets an id for a slot a newcomer took: it queues
+#    again (or returns NULL once its wait is over), and there is never
+#    more than one holder.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $WINDOW = 5;    # PROMOTION_WINDOW_MS / 1000
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('wait', $redis);
+sub session { return RedsemTest::Session->new($node, name => $_[0]); }
+
+# The holders of $sem in Redis right now (ids, not waiting)
+sub holders
+{
+	my ($sem) = @_;
+	my %waiting = map { $_ => 1 } split /\n/,
+	  ($redis->cli('ZRANGE', "redsem:{$sem}:waiting", '0', '-1') // '');
+	return grep { !$waiting{$_} } split /\n/,
+	  ($redis->cli('ZRANGE', "redsem:{$sem}:owner", '0', '-1') // '');
+}
+
+###########################################################################
+note 'a waiter that died in line costs the window, not its lease';
+
+my $h = session('holder');
+my $hid = $h->query_ok(q{SELECT redsem_acquire('dead', 1, '60 s');});
+# "another server" queues with a 60 s lease, then is never heard from again
+$redis->cli('--eval', "$FindBin::RealBin/../src/redsem.lua",
+	map({ "redsem:{dead}:$_" } qw(owner timeout ticket info waiting)), ',',
+	'acquire', 'gone.1', '1', '60000', '1', '60000', 'elsewhere|1|db|user|app');
+my $n = session('newcomer');
+$n->send(q{SELECT redsem_acquire('dead', 1, '60 s', '30 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('dead', 'waiting') == 2 }),
+	'a newcomer queues behind the dead waiter');
+my $t0 = time;
+is($h->query_ok(qq{SELECT redsem_release('dead', '$hid');}), 't',
+	'the holder releases: the dead waiter is promoted');
+my ($out, $err, $elapsed) = $n->wait_done(30);
+my $took = time - $t0;
+is("$out|$err", 't|', 'the newcomer gets the slot');
+cmp_ok($took, '>=', $WINDOW - 1, sprintf('after the dead waiter\'s promotion window (%.1f s)', $took));
+cmp_ok($took, '<', $WINDOW + 5, '... not after its 60 s lease');
+is(scalar(holders('dead')), 1, 'one holder');
+is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'the newcomer releases');
+
+###########################################################################
+note 'a waiter paused while it was promoted queues again';
+
+$hid = $h->query_ok(q{SELECT redsem_acquire('paused', 1, '60 s');});
+my $w = session('waiter');
+$w->send(q{SELECT redsem_acquire('paused', 1, '60 s', '60 s');});
+ok(defined wait_until(30, sub { $redis->zcard('paused', 'waiting') == 1 }), 'the waiter is in line');
+kill 'STOP', $w->backend_pid;
+is($h->query_ok(qq{SELECT redsem_release('paused', '$hid');}), 't',
+	'the holder releases while the waiter is stopped: it is promoted');
+sleep $WINDOW + 1.5;
+my $nid = $n->query_ok(q{SELECT redsem_acquire('paused', 1, '60 s');});
+like($nid, qr/^[0-9a-f]{16}\./,
+	'the stopped waiter never confirmed: after its window a newcomer takes the slot');
+kill 'CONT', $w->backend_pid;
+ok(defined wait_until(30, sub { $redis->zcard('paused', 'waiting') == 1 }),
+	'the waiter resumes and finds the slot lost: it is back in line');
+($out, $err) = $w->wait_done(1);
+ok(!defined $out, '... still waiting, with no id');
+is_deeply([ holders('paused') ], [$nid], 'only the newcomer holds');
+is($n->query_ok(qq{SELECT redsem_release('paused', '$nid');}), 't',
+	'the newcomer releases a live slot');
+($out, $err) = $w->wait_done(30);
+like($out, qr/^[0-9a-f]{16}\./, 'then the waiter gets the slot');
+is($w->query_ok(qq{SELECT redsem_release('paused', '$out');}), 't', 'and its id is a live slot');
+
+note 'a waiter paused past the end of its wait returns NULL';
+
+$hid = $h->query_ok(q{SELECT redsem_acquire('paused2', 1, '60 s');});
+$w->send(q{SELECT redsem_acquire('paused2', 1, '60 s', '3 s') IS NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('paused2', 'waiting') == 1 }), 'the waiter is in line');
+kill 'STOP', $w->backend_pid;
+is($h->query_ok(qq{SELECT redsem_release('paused2', '$hid');}), 't', 'the holder releases');
+sleep $WINDOW + 1.5;
+$nid = $n->query_ok(q{SELECT redsem_acquire('paused2', 1, '60 s');});
+like($nid, qr/^[0-9a-f]{16}\./, 'a newcomer takes the slot');
+kill 'CONT', $w->backend_pid;
+($out, $err) = $w->wait_done(30);
+is("$out|$err", 't|', 'the waiter, whose wait is over, returns NULL');
+is_deeply([ holders('paused2') ], [$nid], 'only the newcomer holds');
+is($w->query_ok(q{SELECT count(*) FROM redsem_held();}), '0', 'the waiter holds nothing');
+is($n->query_ok(qq{SELECT redsem_release('paused2', '$nid');}), 't', 'the newcomer releases');
+
+$_->quit foreach ($h, $n, $w);
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();
