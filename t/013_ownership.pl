@@ -1,0 +1,123 @@
+
+# 013_ownership.pl - slots are owned.  Only the session that took a slot
+# releases or refreshes it (the keeper refreshes it on its behalf); other
+# roles see the holders but not their ids; administrators (superusers and
+# members of redsem_admin) see every id and can force-release a stuck slot.
+#
+# Roles: alice holds, mallory is an ordinary role trying to free or pin
+# alice's slot, dba is a member of redsem_admin.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('own', $redis);
+$node->safe_psql('postgres', q{
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE mallory LOGIN;
+	CREATE ROLE dba LOGIN IN ROLE redsem_admin;
+});
+my $alice = RedsemTest::Session->new($node, name => 'alice', user => 'alice');
+my $mallory = RedsemTest::Session->new($node, name => 'mallory', user => 'mallory');
+my $dba = RedsemTest::Session->new($node, name => 'dba', user => 'dba');
+my $su = RedsemTest::Session->new($node, name => 'superuser');
+
+# alice holds the only slot, with a 3 s lease the keeper refreshes
+my $id = $alice->query_ok(q{SELECT redsem_acquire('own', 1, '3 s');});
+like($id, qr/^[0-9a-f]{16}\./, 'alice holds the only slot of "own"');
+my $deadline = sub { $redis->cli('ZSCORE', 'redsem:{own}:timeout', $id) // 0 };
+
+###########################################################################
+note 'an ordinary role sees the holder, not its id';
+
+is($mallory->query_ok(q{SELECT position, state, id IS NULL, username FROM redsem_holders('own');}),
+	'1|holding|t|alice', 'mallory sees that alice holds, without the id');
+is($alice->query_ok(q{SELECT id FROM redsem_holders('own');}), $id,
+	'alice sees her own id');
+is($dba->query_ok(q{SELECT id FROM redsem_holders('own');}), $id,
+	'a member of redsem_admin sees it');
+is($su->query_ok(q{SELECT id FROM redsem_holders('own');}), $id, 'so does a superuser');
+
+###########################################################################
+note 'nobody but alice can release or refresh it, even knowing the id';
+
+my ($out, $err) = $mallory->query(qq{SELECT redsem_release('own', '$id');});
+is($out, 'f', 'mallory: redsem_release of alice\'s id returns false');
+like($err, qr/WARNING:  01000: this session holds no such slot of semaphore "own"/,
+	'... with a WARNING');
+my $before = $deadline->();
+($out, $err) = $mallory->query(qq{SELECT redsem_refresh('own', '$id', '24 hours');});
+is($out, 'f', 'mallory: redsem_refresh of alice\'s id for 24 hours returns false');
+cmp_ok($deadline->() - $before, '<', 10_000, '... and the lease was not extended');
+($out, $err) = $mallory->query(qq{SELECT redsem_force_release('own', '$id');});
+like($err, qr/ERROR:  42501: permission denied for function redsem_force_release/,
+	'mallory may not force-release');
+($out, $err) = $mallory->query(qq{SELECT redsem_stats_reset();});
+like($err, qr/ERROR:  42501: permission denied for function redsem_stats_reset/,
+	'nor reset the statistics');
+($out, $err) = $su->query(qq{SELECT redsem_release('own', '$id');});
+is($out, 'f', 'even a superuser\'s redsem_release does not free another session\'s slot');
+like($err, qr/redsem_force_release/, '... it points to redsem_force_release');
+is($mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s') IS NULL;}), 't',
+	'mallory still cannot get in');
+
+###########################################################################
+note 'the keeper refreshes it on alice\'s behalf';
+
+$before = $deadline->();
+sleep 4;
+cmp_ok($deadline->(), '>', $before, 'after 4 s the keeper has refreshed alice\'s 3 s lease');
+is($mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s') IS NULL;}), 't',
+	'mallory still cannot get in');
+is($alice->query_ok(q{SELECT kept_alive, keeper_error IS NULL FROM redsem_held();}), 't|t',
+	'alice\'s redsem_held(): kept alive');
+
+###########################################################################
+note 'an administrator force-releases a stuck slot';
+
+my $off = -s $node->logfile;
+is($dba->query_ok(qq{SELECT redsem_force_release('own', '$id');}), 't',
+	'dba force-releases alice\'s slot: it was live');
+ok(defined wait_until(10, sub { slurp_file($node->logfile, $off) =~
+		/slot "\Q$id\E" of semaphore "own" force-released by role "dba"/ }),
+	'the server log says who force-released what');
+is($dba->query_ok(qq{SELECT redsem_force_release('own', '$id');}), 'f',
+	'a second force-release returns false');
+my $m = $mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s');});
+like($m, qr/^[0-9a-f]{16}\./, 'now mallory gets the slot');
+ok(defined wait_until(10, sub {
+	$alice->query_ok(q{SELECT keeper_error FROM redsem_held();}) =~ /lost/ }),
+	'alice\'s redsem_held() shows her slot lost (the keeper found it gone)');
+is($alice->query_ok(qq{SELECT redsem_release('own', '$id');}), 'f',
+	'alice\'s own release returns false, without a WARNING: it was hers');
+is($mallory->query_ok(qq{SELECT redsem_release('own', '$m');}), 't', 'mallory releases hers');
+
+###########################################################################
+note 'a waiting place is owned too';
+
+$id = $alice->query_ok(q{SELECT redsem_acquire('own2', 1, '60 s');});
+$mallory->send(q{SELECT redsem_acquire('own2', 1, '60 s', '60 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('own2', 'waiting') == 1 }), 'mallory waits in line');
+my ($wid) = split /\n/, ($redis->cli('ZRANGE', 'redsem:{own2}:waiting', '0', '-1') // '');
+($out, $err) = $alice->query(qq{SELECT redsem_release('own2', '$wid');});
+is($out, 'f', 'alice cannot take mallory\'s place in line out of it');
+is($redis->zcard('own2', 'waiting'), 1, 'mallory is still in line');
+is($alice->query_ok(qq{SELECT redsem_release('own2', '$id');}), 't', 'alice releases her slot');
+($out, $err) = $mallory->wait_done(30);
+is("$out|$err", 't|', 'and mallory, next in line, gets it');
+is($mallory->query_ok(q{SELECT redsem_release_all();}), '1', 'mallory releases it');
+
+$_->quit foreach ($alice, $mallory, $dba, $su);
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();
