@@ -13,9 +13,12 @@
 -- KEYS[3] ticket   STRING                   the last ticket handed out
 -- KEYS[4] info     HASH  id -> "lease_ms|max_holders|since_ms|origin"
 -- KEYS[5] waiting  ZSET  id -> ticket       the members still in line
--- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket
---                                           when it is promoted, or "n<ms>"
---                                           (a nudge: look again in ms)
+-- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
+--                                           pushed when it is promoted
+-- <base>nudge:<id> LIST                     "n<ms>": look again in ms (a
+--                                           list of its own: 0.1.0 waiters
+--                                           take anything on their wake
+--                                           list for a promotion)
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.)
 --
 -- INVARIANTS.  They hold whenever a call of this script returns, error
@@ -38,15 +41,15 @@
 --  I5 Key lifetime.  Every key above carries a TTL of at least the latest
 --     deadline from now plus GRACE_MS, so Redis never drops the data of a
 --     live member, and an idle semaphore leaves nothing behind GRACE_MS
---     after its last deadline.  A wake list lives as long as the holder it
---     announces is unconfirmed.
+--     after its last deadline.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
 --     its full lease starts.  A waiter that died in line costs the line
 --     seconds, not a lease; one paused past its window finds it lost.  The
 --     waiter left at the head of the line by a promotion is nudged to look
 --     again when the earliest deadline ahead of it is due, so it notices a
---     promoted waiter that never confirms as soon as its window ends.
+--     promoted waiter that never confirms as soon as its window ends.  A
+--     wake or nudge list lives as long as the place or window it is about.
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
 --     semaphore, and at least Redis's clock in microseconds, so tickets
 --     keep rising even after the keys expired: they are fencing tokens.
@@ -77,6 +80,10 @@ local function wake_key(id)
     return BASE .. 'wake:' .. id
 end
 
+local function nudge_key(id)
+    return BASE .. 'nudge:' .. id
+end
+
 -- Split an info value into its fields.
 local function parse_info(v)
     if not v then return nil end
@@ -102,7 +109,7 @@ local function remove(id)
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('ZREM', K_WAITING, id)
     redis.call('HDEL', K_INFO, id)
-    redis.call('DEL', wake_key(id))
+    redis.call('DEL', wake_key(id), nudge_key(id))
 end
 
 -- I2: drop every member whose deadline is due.
@@ -121,9 +128,9 @@ local function next_deadline_ms(pos)
     return math.max(tonumber(r[2]) - NOW_MS, 0)
 end
 
--- Replace the message on a waiter's wake list, living as long as its place.
-local function post(id, message)
-    local wk = wake_key(id)
+-- Replace the message on one of a waiter's lists, living as long as its
+-- place (or its promotion window).
+local function post(wk, id, message)
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
     redis.call('DEL', wk)
     redis.call('RPUSH', wk, message)
@@ -147,11 +154,12 @@ local function promote()
             redis.call('ZREM', K_WAITING, head)
             redis.call('ZADD', K_TIMEOUT, int(NOW_MS + window), head)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
-            post(head, redis.call('ZSCORE', K_OWNER, head))
+            post(wake_key(head), head, redis.call('ZSCORE', K_OWNER, head))
             promoted = true
         else
             if promoted then
-                post(head, 'n' .. int(next_deadline_ms(math.max(rank - maxh, 0))))
+                post(nudge_key(head), head,
+                     'n' .. int(next_deadline_ms(math.max(rank - maxh, 0))))
             end
             return
         end

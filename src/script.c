@@ -385,30 +385,30 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 }
 
 /*
- * Block on the caller's wake list for up to timeout_ms.  *ticket is the
- * ticket pushed by a promotion (the caller was promoted and must confirm);
- * *nudge_ms, when not -1, is a nudge: look again in that many ms.  Both
- * stay 0 and -1 when the wait timed out.
+ * Block on the caller's wake and nudge lists for up to timeout_ms.  *ticket
+ * is the ticket pushed by a promotion (the caller was promoted and must
+ * confirm); *nudge_ms, when not -1, is a nudge: look again in that many ms.
+ * Both stay 0 and -1 when the wait timed out.
  */
 bool
 sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
 				  int64 timeout_ms, int64 *ticket, int64 *nudge_ms)
 {
-	char	   *suffix = psprintf("wake:%s", id);
 	char		secs[32];
-	const char *argv[3];
+	const char *argv[4];
 	redisReply *reply;
 	redisReply	message;
 	const redisReply *e;
 
 	snprintf(secs, sizeof(secs), "%.3f", Max(timeout_ms, 1) / 1000.0);
 	argv[0] = "BLPOP";
-	argv[1] = sem_key(NULL, name, suffix);
-	argv[2] = secs;
+	argv[1] = sem_key(NULL, name, psprintf("wake:%s", id));
+	argv[2] = sem_key(NULL, name, psprintf("nudge:%s", id));
+	argv[3] = secs;
 	call->extra_wait_ms = (int) Min(timeout_ms, PG_INT32_MAX / 2);
 	*ticket = 0;
 	*nudge_ms = -1;
-	if (!exec_counted(call, name, 3, argv, &reply))
+	if (!exec_counted(call, name, 4, argv, &reply))
 		return false;
 	if (reply->type == REDIS_REPLY_NIL)
 	{

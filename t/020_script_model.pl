@@ -151,9 +151,12 @@ sub violations
 		  . ($latest - $now) . " ms away (needs >= $need)"
 		  if $pttl < $need;
 	}
-	foreach my $wk (@{ $r->cmd('KEYS', "m:{$name}:wake:*") })
+	foreach my $wk (@{ $r->cmd('KEYS', "m:{$name}:wake:*") },
+		@{ $r->cmd('KEYS', "m:{$name}:nudge:*") })
 	{
-		push @bad, "wake list $wk has no TTL" if $r->cmd('PTTL', $wk) == -1;
+		push @bad, "list $wk has no TTL" if $r->cmd('PTTL', $wk) == -1;
+		push @bad, "$wk holds something other than a ticket"
+		  if $wk =~ /:wake:/ && ($r->cmd('LINDEX', $wk, 0) // '0') !~ /^\d+$/;
 	}
 
 	# whoever was told it holds, and whose lease has not run out, holds
@@ -243,7 +246,8 @@ is(state_of(ev('window', 'acquire', 'h3', 1, 60000, 0, 1000, 'model')), 'held', 
 is(state_of(ev('window', 'acquire', 'w3', 1, 60000, 1, 30000, 'model')), 'waiting', 'w3 waits');
 is(state_of(ev('window', 'acquire', 'w4', 1, 60000, 1, 30000, 'model')), 'waiting', 'w4 waits behind it');
 is(ev('window', 'release', 'h3'), 1, 'h3 releases: w3 is promoted');
-my $nudge = $r->cmd('LPOP', 'm:{window}:wake:w4');
+my $nudge = $r->cmd('LPOP', 'm:{window}:nudge:w4');
+is($r->cmd('LLEN', 'm:{window}:wake:w4'), 0, 'and nothing is on its wake list, which 0.1.0 waiters would take for a promotion');
 ok(defined $nudge && $nudge =~ /^n(\d+)$/ && $1 > $WINDOW_MS - 100 && $1 <= $WINDOW_MS,
 	'w4 is nudged to look again when w3\'s window ends (' . ($nudge // 'nothing') . ')');
 check_all('a promotion with a nudge');
@@ -362,9 +366,11 @@ my %actions = (
 	wake => sub {
 		my $id = pick(ids_in('waiting')) // return;
 		my $sem = $c{$id}{sem};
+		my $nudged = $r->cmd('LPOP', "m:{$sem}:nudge:$id");
 		my $pushed = $r->cmd('LPOP', "m:{$sem}:wake:$id");
+		return ("$id is nudged on $sem: $nudged", $nudged =~ /^n\d+$/)
+		  if defined $nudged && !defined $pushed;
 		return ("$id finds no wake-up on $sem", 1) unless defined $pushed;
-		return ("$id is nudged on $sem: $pushed", 1) if $pushed =~ /^n\d+$/;
 		my $t = now_ms();
 		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 500), $t);
 		# woken means promoted: it holds, or its window passed; never waiting
