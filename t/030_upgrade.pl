@@ -1,0 +1,132 @@
+
+# 030_upgrade.pl - ALTER EXTENSION redsem UPDATE from the first release.
+#
+# A database gets 0.1.0 (CREATE EXTENSION redsem VERSION '0.1.0'), sessions
+# hold slots and wait in line, statistics count, a role has a grant and a
+# view uses redsem_stats; then ALTER EXTENSION redsem UPDATE.  Nothing may be
+# lost: the holds stay held and kept alive, the waiter is served, the
+# counters and grants remain, and the SQL objects are exactly those of a
+# fresh 0.2.0 install.  Also: the extension installs into any schema.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('up', $redis);
+$node->safe_psql('postgres', 'DROP EXTENSION redsem');
+$node->safe_psql('postgres', q{CREATE EXTENSION redsem VERSION '0.1.0'});
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}),
+	'0.1.0', 'installed 0.1.0');
+
+###########################################################################
+note 'state under 0.1.0';
+
+my $s = RedsemTest::Session->new($node, name => 's');
+my $w = RedsemTest::Session->new($node, name => 'w');
+my $id = $s->query_ok(q{SELECT redsem_acquire('up', 1, '3 s');});
+like($id, qr/^[0-9a-f]{16}\./, 'a session holds a slot (3 s lease, kept alive)');
+is($s->query_ok(q{SELECT count(*) FROM redsem_held();}), '1',
+	'0.1.0\'s redsem_held() (8 columns) works with the new library');
+is($s->query_ok(q{SELECT kept_alive FROM redsem_held();}), 't', '... kept alive');
+$w->send(q{SELECT redsem_acquire('up', 1, '60 s', '60 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('up', 'waiting') == 1 }), 'another session waits in line');
+$node->safe_psql('postgres', q{
+	CREATE ROLE reporter;
+	GRANT EXECUTE ON FUNCTION redsem_stats_reset(text) TO reporter;
+	CREATE VIEW my_stats AS SELECT name, acquired FROM redsem_stats;
+	CREATE VIEW my_held AS SELECT name FROM redsem_held();
+});
+my $stats_before = $node->safe_psql('postgres', q{SELECT acquired, waited FROM redsem_stats WHERE name = 'up'});
+
+###########################################################################
+note 'the update';
+
+my ($ret, $out, $err) = $node->psql('postgres', 'ALTER EXTENSION redsem UPDATE');
+like($err, qr/cannot drop function redsem_held\(\) because other objects depend on it/,
+	'a view over redsem_held() stops the update with a clear error');
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}),
+	'0.1.0', '... and nothing changed');
+$node->safe_psql('postgres', 'DROP VIEW my_held');
+$node->safe_psql('postgres', 'ALTER EXTENSION redsem UPDATE');
+is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}),
+	'0.2.0', 'ALTER EXTENSION redsem UPDATE: 0.2.0');
+sleep 4;
+
+###########################################################################
+note 'nothing was lost';
+
+is($s->query_ok(q{SELECT name, id, kept_alive, keeper_error IS NULL FROM redsem_held();}),
+	"up|$id|t|t", 'the hold is still held and kept alive 4 s later (3 s lease), with the new column');
+is($node->safe_psql('postgres', q{SELECT acquired, waited FROM redsem_stats WHERE name = 'up'}),
+	$stats_before, 'the statistics are kept');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM my_stats'), '1', 'the view over redsem_stats still works');
+is($node->safe_psql('postgres',
+		q{SELECT has_function_privilege('reporter', 'redsem_stats_reset(text)', 'EXECUTE')}),
+	't', 'the grant to reporter is kept');
+is($s->query_ok(qq{SELECT redsem_release('up', '$id');}), 't', 'the hold releases: it was live');
+($out, $err) = $w->wait_done(30);
+is("$out|$err", 't|', 'and the waiter, in line since 0.1.0, is served');
+is($w->query_ok(q{SELECT redsem_release_all();}), '1', 'it releases');
+is($node->safe_psql('postgres',
+		q{SELECT has_function_privilege('redsem_admin', 'redsem_force_release(text, text)', 'EXECUTE'),
+		         has_function_privilege('reporter', 'redsem_force_release(text, text)', 'EXECUTE')}),
+	't|f', 'redsem_force_release: for redsem_admin, not for others');
+
+###########################################################################
+note 'the same objects as a fresh install';
+
+my $objects = q{
+	SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') -> '
+	       || pg_get_function_result(p.oid) || ' ' || p.provolatile::text || p.proparallel::text
+	       || ' acl=' || coalesce(p.proacl::text, '-')
+	       || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
+	  FROM pg_proc p
+	  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
+	  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'redsem'
+	UNION ALL
+	SELECT c.relname || ' ' || c.relkind::text || ' acl=' || coalesce(c.relacl::text, '-')
+	       || ' def=' || pg_get_viewdef(c.oid)
+	       || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '-')
+	  FROM pg_class c
+	  JOIN pg_depend d ON d.classid = 'pg_class'::regclass AND d.objid = c.oid AND d.deptype = 'e'
+	  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'redsem'
+	ORDER BY 1};
+$node->safe_psql('postgres', 'REVOKE EXECUTE ON FUNCTION redsem_stats_reset(text) FROM reporter');
+$node->safe_psql('postgres', 'CREATE DATABASE fresh');
+$node->safe_psql('fresh', 'CREATE EXTENSION redsem');
+my $fresh = $node->safe_psql('fresh', $objects);
+my $upgraded = $node->safe_psql('postgres', $objects);
+is($upgraded, $fresh, 'the upgraded extension has exactly the functions, views, grants and comments of a fresh 0.2.0');
+cmp_ok(scalar(split /\n/, $fresh), '>=', 15, '(' . scalar(split /\n/, $fresh) . ' objects compared)');
+
+###########################################################################
+note 'any schema';
+
+$node->safe_psql('postgres', 'CREATE DATABASE schemed');
+$node->safe_psql('schemed', 'CREATE SCHEMA sem; CREATE EXTENSION redsem SCHEMA sem');
+is($node->safe_psql('schemed',
+		q{SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE extname = 'redsem'}),
+	'sem', 'CREATE EXTENSION redsem SCHEMA sem');
+is($node->safe_psql('schemed',
+		q{SELECT sem.redsem_release('sch', sem.redsem_acquire('sch', 1)); SELECT count(*) >= 0 FROM sem.redsem_stats;}),
+	"t\nt", 'its functions and view work there, schema-qualified');
+$node->safe_psql('schemed', 'CREATE SCHEMA other; ALTER EXTENSION redsem SET SCHEMA other');
+is($node->safe_psql('schemed',
+		q{SELECT other.redsem_release('sch', other.redsem_acquire('sch', 1)); SELECT count(*) >= 0 FROM other.redsem_stats;}),
+	"t\nt", 'ALTER EXTENSION redsem SET SCHEMA other: still works');
+
+$s->quit;
+$w->quit;
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();
