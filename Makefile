@@ -8,18 +8,19 @@ MODULE_big = redsem
 OBJS = src/guc.o src/conn.o src/secret.o src/script.o src/hold.o \
        src/sqlfuncs.o src/shmem.o src/worker.o src/observe.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
-# must keep working) and every upgrade script
-DATA = $(wildcard redsem--*.sql)
+# must keep working) and every upgrade script; paths are relative to
+# $(srcdir), so that VPATH builds (pg_buildext) work
+DATA = $(notdir $(wildcard $(srcdir)/redsem--*.sql))
 PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
 
-PG_CPPFLAGS = -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
+PG_CPPFLAGS = -Isrc -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
 SHLIB_LINK = $(shell pkg-config --libs hiredis)
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
 
 TEST_CONF = $(CURDIR)/test/redsem_test.conf
-REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS = $(patsubst $(srcdir)/sql/%.sql,%,$(sort $(wildcard $(srcdir)/sql/*.sql)))
 REGRESS_OPTS = --temp-instance=./tmp_check --temp-config=$(TEST_CONF)
-ISOLATION = $(patsubst specs/%.spec,%,$(sort $(wildcard specs/*.spec)))
+ISOLATION = $(patsubst $(srcdir)/specs/%.spec,%,$(sort $(wildcard $(srcdir)/specs/*.spec)))
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(TEST_CONF)
 TAP_TESTS = 1
 
@@ -34,4 +35,9 @@ src/redsem_lua.h: src/redsem.lua
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 
 src/script.o: src/redsem_lua.h
-$(OBJS): $(wildcard src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*.h)
+
+# A VPATH build compiles into src/ of the build directory
+ifneq ($(srcdir),.)
+$(shell mkdir -p src)
+endif

@@ -27,6 +27,9 @@
 # (listen_addresses = ''), both inside a private temp directory.
 #
 # Environment knobs:
+#   REDSEM_PG_MAJOR=N    use PostgreSQL N (default: the newest installed, or
+#                        the one this Debian release ships)
+#   REDSEM_REDIS=valkey  test against Valkey instead of Redis
 #   REDSEM_KEEP=1        keep the temp dir (servers are still stopped)
 #   REDSEM_NO_PRELOAD=1  start PostgreSQL without shared_preload_libraries
 #                        (only for debugging the harness itself)
@@ -38,29 +41,70 @@ REDSEM_LIB_SOURCED=1
 
 # --- constants ---------------------------------------------------------------
 
-REDSEM_PG_MAJOR=15
-REDSEM_PG_BINDIR=/usr/lib/postgresql/${REDSEM_PG_MAJOR}/bin
-REDSEM_PG_CONFIG=${REDSEM_PG_BINDIR}/pg_config
 # Repository root: the parent of the directory holding this file.
 REDSEM_REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Debian packages needed to build and test. redis-tools provides redis-cli,
-# perl provides prove, libipc-run-perl is needed by PostgreSQL's TAP modules,
-# procps/util-linux provide ps/kill/runuser/flock.
-REDSEM_DEB_PACKAGES=(
-    build-essential pkg-config
-    postgresql-15 postgresql-client-15 postgresql-server-dev-15
-    libhiredis-dev redis-server redis-tools
-    perl libipc-run-perl
-    procps util-linux coreutils
-)
+# Which PostgreSQL: $REDSEM_PG_MAJOR if set, else the newest one installed,
+# else the one this Debian release ships (found once apt knows the
+# packages, see redsem_install_deps). Which server: REDSEM_REDIS=redis
+# (default) or valkey.
+REDSEM_PG_MAJOR=${REDSEM_PG_MAJOR:-}
+REDSEM_REDIS=${REDSEM_REDIS:-redis}
+REDSEM_PG_BINDIR=
+REDSEM_PG_CONFIG=
+REDSEM_BASE_PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
 
-# PostgreSQL binaries first; sbin for runuser when run through sudo.
-export PATH="${REDSEM_PG_BINDIR}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin${PATH:+:$PATH}"
-# A locale that exists on every Debian 12 (libc-bin ships C.UTF-8): avoids
+# A locale that exists on every Debian (libc-bin ships C.UTF-8): avoids
 # initdb failing on a LANG inherited from a desktop session.
 export LC_ALL=C.UTF-8 LANG=C.UTF-8
 unset LANGUAGE
+
+# Use PostgreSQL major $1: its binaries first in PATH.
+redsem_use_pg_major() {
+    REDSEM_PG_MAJOR=$1
+    REDSEM_PG_BINDIR=/usr/lib/postgresql/$1/bin
+    REDSEM_PG_CONFIG=$REDSEM_PG_BINDIR/pg_config
+    export PATH="$REDSEM_PG_BINDIR:$REDSEM_BASE_PATH"
+}
+
+# The newest PostgreSQL major whose server is installed, or nothing.
+redsem_installed_pg_major() {
+    local f
+    for f in /usr/lib/postgresql/*/bin/postgres; do
+        [[ -x $f ]] && basename "$(dirname "$(dirname "$f")")"
+    done | sort -n | tail -n 1
+}
+
+# The PostgreSQL major of this Debian release's "postgresql" package.
+redsem_packaged_pg_major() {
+    apt-cache depends postgresql 2>/dev/null |
+        sed -nE 's/^ *Depends: postgresql-([0-9]+)$/\1/p' | head -n 1
+}
+
+[[ -n $REDSEM_PG_MAJOR ]] || REDSEM_PG_MAJOR=$(redsem_installed_pg_major)
+if [[ -n $REDSEM_PG_MAJOR ]]; then
+    redsem_use_pg_major "$REDSEM_PG_MAJOR"
+else
+    export PATH=$REDSEM_BASE_PATH
+fi
+
+# Debian packages needed to build and test (for the PostgreSQL major and
+# server chosen): build tools, the server and its headers, hiredis, the
+# Redis or Valkey server and client, and perl/IPC::Run for the TAP tests.
+redsem_packages() {
+    printf '%s\n' build-essential pkg-config \
+        "postgresql-$REDSEM_PG_MAJOR" "postgresql-client-$REDSEM_PG_MAJOR" \
+        "postgresql-server-dev-$REDSEM_PG_MAJOR" \
+        libhiredis-dev perl libipc-run-perl procps util-linux coreutils
+    case $REDSEM_REDIS in
+    valkey) printf '%s\n' valkey-server valkey-tools ;;
+    *) printf '%s\n' redis-server redis-tools ;;
+    esac
+}
+
+# The server and client programs: redis-server/redis-cli, or Valkey's.
+redsem_server_bin() { [[ $REDSEM_REDIS == valkey ]] && echo valkey-server || echo redis-server; }
+redsem_cli_bin() { [[ $REDSEM_REDIS == valkey ]] && echo valkey-cli || echo redis-cli; }
 
 # State for redsem_cleanup.
 REDSEM_TMPDIR=${REDSEM_TMPDIR:-}
@@ -113,7 +157,7 @@ redsem_reexec_as_root() {
 redsem_as_postgres() {
     local envs=(
         HOME=/var/lib/postgresql
-        PATH="${REDSEM_PG_BINDIR}:/usr/local/bin:/usr/bin:/bin"
+        PATH="${REDSEM_TMPDIR:+$REDSEM_TMPDIR/bin:}${REDSEM_PG_BINDIR}:/usr/local/bin:/usr/bin:/bin"
         LC_ALL=C.UTF-8 LANG=C.UTF-8
     )
     # Run from / when postgres may not enter the current directory (say
@@ -149,13 +193,13 @@ redsem_postgres_can_enter_cwd() {
 
 # --- dependencies ------------------------------------------------------------
 
-# Print the packages of REDSEM_DEB_PACKAGES that are not installed.
+# Print the packages of redsem_packages that are not installed.
 redsem_missing_packages() {
     local pkg status
-    for pkg in "${REDSEM_DEB_PACKAGES[@]}"; do
+    while IFS= read -r pkg; do
         status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
         [[ $status == "install ok installed" ]] || printf '%s\n' "$pkg"
-    done
+    done < <(redsem_packages)
 }
 
 # Keep apt from starting the redis-server / postgresql services it installs:
@@ -175,39 +219,53 @@ redsem_unblock_service_start() {
     fi
 }
 
-# Install every package of REDSEM_DEB_PACKAGES that is missing. apt-get
-# update runs only when something is missing, so a second run is fast.
+# apt-get ARGS..., quietly, its output kept in LOG and shown if it fails.
+redsem_apt() {
+    local log=$1 rc=0
+    shift
+    redsem_as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get -q -o Dpkg::Use-Pty=0 "$@" >>"$log" 2>&1 || rc=$?
+    if [[ $rc -ne 0 ]]; then
+        tail -n 60 "$log" >&2
+        redsem_unblock_service_start
+        redsem_die "apt-get $1 failed (status $rc); its last lines are above"
+    fi
+}
+
+# Install every package of redsem_packages that is missing. apt-get update
+# runs only when something is missing (or the PostgreSQL major is still
+# unknown), so a second run is fast.
 redsem_install_deps() {
     command -v dpkg-query >/dev/null 2>&1 ||
-        redsem_die "dpkg-query not found: these scripts need Debian 12 (bookworm)"
-    local missing
+        redsem_die "dpkg-query not found: these scripts need Debian (12, 13 or unstable)"
+    local missing aptlog updated=
+    aptlog=$(mktemp /tmp/redsem-apt.XXXXXXXX)
+    redsem_block_service_start
+    if [[ -z $REDSEM_PG_MAJOR ]]; then
+        redsem_log "finding the PostgreSQL major this Debian release ships (apt-get update)"
+        redsem_apt "$aptlog" update
+        updated=1
+        REDSEM_PG_MAJOR=$(redsem_packaged_pg_major)
+        [[ -n $REDSEM_PG_MAJOR ]] ||
+            redsem_die "apt knows no 'postgresql' package: set REDSEM_PG_MAJOR"
+    fi
+    redsem_use_pg_major "$REDSEM_PG_MAJOR"
     mapfile -t missing < <(redsem_missing_packages)
     if [[ ${#missing[@]} -eq 0 ]]; then
-        redsem_log "dependencies already installed"
+        redsem_unblock_service_start
+        rm -f "$aptlog"
+        redsem_log "dependencies already installed (PostgreSQL $REDSEM_PG_MAJOR, $REDSEM_REDIS)"
         return 0
     fi
-    # apt-get's output goes to a log, shown only if something fails.
-    local rc=0 aptlog
-    aptlog=$(mktemp /tmp/redsem-apt.XXXXXXXX)
     redsem_log "installing with apt-get (a few minutes on a fresh machine): ${missing[*]}"
-    redsem_block_service_start
-    redsem_as_root env DEBIAN_FRONTEND=noninteractive \
-        apt-get -q -o Dpkg::Use-Pty=0 update >>"$aptlog" 2>&1 || rc=$?
-    if [[ $rc -eq 0 ]]; then
-        redsem_as_root env DEBIAN_FRONTEND=noninteractive \
-            apt-get -q -y -o Dpkg::Use-Pty=0 install --no-install-recommends \
-            "${REDSEM_DEB_PACKAGES[@]}" >>"$aptlog" 2>&1 || rc=$?
-    fi
+    [[ -n $updated ]] || redsem_apt "$aptlog" update
+    redsem_apt "$aptlog" -y install --no-install-recommends "${missing[@]}"
     redsem_unblock_service_start
-    if [[ $rc -ne 0 ]]; then
-        tail -n 60 "$aptlog" >&2
-        rm -f "$aptlog"
-        redsem_die "apt-get failed (status $rc); its last lines are above"
-    fi
     rm -f "$aptlog"
     mapfile -t missing < <(redsem_missing_packages)
     [[ ${#missing[@]} -eq 0 ]] || redsem_die "still missing after apt-get: ${missing[*]}"
-    id postgres >/dev/null 2>&1 || redsem_die "user postgres does not exist after installing postgresql-15"
+    id postgres >/dev/null 2>&1 ||
+        redsem_die "user postgres does not exist after installing postgresql-$REDSEM_PG_MAJOR"
 }
 
 # --- build -------------------------------------------------------------------
@@ -239,6 +297,13 @@ redsem_make_tmpdir() {
     local prefix=${1:-redsem}
     REDSEM_TMPDIR=$(mktemp -d "/tmp/${prefix}.XXXXXXXX")
     chmod 700 "$REDSEM_TMPDIR"
+    # redis-server and redis-cli, first in the PATH of everything run as
+    # postgres, are the chosen server's (Redis's own, or Valkey's)
+    mkdir -p "$REDSEM_TMPDIR/bin"
+    ln -s "$(command -v "$(redsem_server_bin)")" "$REDSEM_TMPDIR/bin/redis-server" ||
+        redsem_die "$(redsem_server_bin) not found"
+    ln -s "$(command -v "$(redsem_cli_bin)")" "$REDSEM_TMPDIR/bin/redis-cli" ||
+        redsem_die "$(redsem_cli_bin) not found"
     if [[ $(id -un) != postgres ]]; then
         redsem_as_root chown postgres:postgres "$REDSEM_TMPDIR"
     fi
@@ -254,7 +319,7 @@ redsem_start_redis() {
     redsem_log "starting Redis on $sock"
     redsem_as_postgres redis-server \
         --port 0 --unixsocket "$sock" --unixsocketperm 700 \
-        --save '' --appendonly no --daemonize yes \
+        --save '' --appendonly no --daemonize yes --enable-debug-command local \
         --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" ||
         redsem_die "redis-server failed to start"
     REDSEM_REDIS_DIRS+=("$dir")

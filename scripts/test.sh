@@ -22,8 +22,10 @@
 #
 # Regress, isolation and TAP tests run as three "make installcheck" calls
 # (a failing part does not hide the others); the exit status is make's, of
-# the last part that failed. Last lines: "redsem tests: PASSED|FAILED" and a
-# "tests: N passed, N failed" count.
+# the last part that failed. Last lines: "redsem tests: PASSED|FAILED", the
+# platform, each part's count ("regress 9/9, isolation 3/3, TAP 520/520":
+# test files for regress and isolation, subtests for TAP) and the total
+# "tests: N passed, N failed".
 
 set -euo pipefail
 
@@ -139,23 +141,28 @@ show_failure_details() {
     done
 }
 
-# count_results LOG : print "PASSED FAILED" counted from pg_regress lines
-# ("test foo ... ok", "     foo ... FAILED") and prove's summary.
+# count_results PART LOG : print "PASSED FAILED" for one part's output.
+# regress/isolation count test files, in PostgreSQL 15's format ("test foo
+# ... ok", "     foo ... FAILED") and 16+'s ("ok 1 - foo", "not ok 2 + foo");
+# tap counts prove's subtests, and a test file that failed without a failing
+# subtest (it died, or ran fewer tests than planned) counts as one failure.
 count_results() {
-    local log=$1 passed=0 failed=0 n
-    # pg_regress / pg_isolation_regress, PostgreSQL 15 format:
-    # "test name   ... ok   12 ms" or, in a parallel group, "     name ... ok".
-    local item='^(test +| +)[A-Za-z0-9_./-]+ +\.\.\. +'
-    n=$(grep -cE "${item}ok( |\$)" "$log" || true)
-    passed=$((passed + n))
-    n=$(grep -cE "${item}FAILED( |\$)" "$log" || true)
-    failed=$((failed + n))
-    # prove: "Files=2, Tests=31, ..." and "Failed 2/17 subtests".
-    local tap_total tap_failed
-    tap_total=$(sed -nE 's/^Files=[0-9]+, Tests=([0-9]+),.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
-    tap_failed=$(sed -nE 's/.*Failed ([0-9]+)\/[0-9]+ subtests.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
-    passed=$((passed + tap_total - tap_failed))
-    failed=$((failed + tap_failed))
+    local part=$1 log=$2 passed=0 failed=0
+    if [[ $part == tap ]]; then
+        local total bad
+        total=$(sed -nE 's/^Files=[0-9]+, Tests=([0-9]+),.*/\1/p' "$log" | awk '{s += $1} END {print s + 0}')
+        # "t/x.pl (Wstat: 256 (exited 1) Tests: 22 Failed: 1)"
+        bad=$(sed -nE 's/^t\/[^ ]+ +\(Wstat: .*Tests: ([0-9]+) Failed: ([0-9]+)\)$/\2/p' "$log" |
+            awk '{s += ($1 > 0 ? $1 : 1); f += $1} END {print s + 0, f + 0}')
+        read -r failed bad <<<"$bad"
+        passed=$((total - bad))
+    else
+        local v15='^(test +| +)[A-Za-z0-9_./-]+ +\.\.\. +'
+        local v16='^(ok|not ok) +[0-9]+ +[-+] +[A-Za-z0-9_./-]+'
+        passed=$(grep -cE "${v15}ok( |\$)|^ok +[0-9]+ +[-+] " "$log" || true)
+        failed=$(grep -cE "${v15}FAILED( |\$)|^not ok +[0-9]+ +[-+] " "$log" || true)
+        : "$v16"
+    fi
     printf '%s %s\n' "$passed" "$failed"
 }
 
@@ -171,7 +178,7 @@ run_part() {
         cd "$copy" || exit 1
         redsem_as_postgres \
             REDSEM_TEST_REDIS_SOCKET="$dir/redis.sock" \
-            REDSEM_TEST_REDIS_SERVER="$(command -v redis-server)" \
+            REDSEM_TEST_REDIS_SERVER="$REDSEM_TMPDIR/bin/redis-server" \
             make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
             PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer}" "${overrides[@]}"
     ) 2>&1 | tee -a "$log"
@@ -181,6 +188,25 @@ run_part() {
 }
 
 FAILED_PARTS=()
+
+# "PostgreSQL 17.12, hiredis 1.2.0, Redis 8.0.2": what the suite ran on.
+platform_line() {
+    local pg hiredis server
+    pg=$("$REDSEM_PG_CONFIG" --version | awk '{print $2}')
+    hiredis=$(pkg-config --modversion hiredis 2>/dev/null || echo '?')
+    server=$("$REDSEM_TMPDIR/bin/redis-server" --version 2>/dev/null |
+        sed -nE 's/^(Redis|Valkey) server v=([^ ]+).*/\1 \2/p')
+    echo "PostgreSQL $pg, hiredis $hiredis, ${server:-$REDSEM_REDIS ?}"
+}
+
+# The name of a part in the summary: what its count counts.
+part_label() {
+    case $1 in
+    regress) echo regress ;;
+    isolation) echo isolation ;;
+    tap) echo TAP ;;
+    esac
+}
 
 # --- main --------------------------------------------------------------------
 
@@ -208,26 +234,26 @@ main() {
 
     local parts=("$SUITE")
     [[ $SUITE == all ]] && parts=(regress isolation tap)
-    local log=$dir/installcheck.out part rc=0 part_rc
-    : >"$log"
+    local part rc=0 part_rc p f passed=0 failed=0 summary=()
     # Each part is its own "make installcheck", so a failing part does not
     # keep the others from running.
     for part in "${parts[@]}"; do
-        run_part "$copy" "$dir" "$part" "$log" && part_rc=0 || part_rc=$?
+        : >"$dir/$part.out"
+        run_part "$copy" "$dir" "$part" "$dir/$part.out" && part_rc=0 || part_rc=$?
+        read -r p f <<<"$(count_results "$part" "$dir/$part.out")"
+        # a part that failed without a failing test (it did not run) counts
+        [[ $part_rc -ne 0 && $f -eq 0 ]] && f=1
         if [[ $part_rc -ne 0 ]]; then
             show_failure_details "$copy" "$part"
             FAILED_PARTS+=("$part")
             rc=$part_rc
         fi
+        summary+=("$(part_label "$part") $p/$((p + f))")
+        passed=$((passed + p))
+        failed=$((failed + f))
     done
-
-    local counts passed failed
-    counts=$(count_results "$log")
-    read -r passed failed <<<"$counts"
-
-    if [[ $rc -ne 0 && $failed -eq 0 ]]; then
-        failed=1
-    fi
+    local platform
+    platform=$(platform_line)
     # Stop Redis and remove (or keep) the temp dir now, so that the summary
     # below really is the last output.
     redsem_cleanup
@@ -237,6 +263,8 @@ main() {
     else
         echo "redsem tests: FAILED (${FAILED_PARTS[*]})"
     fi
+    echo "platform: $platform"
+    echo "results: $(IFS=,; echo "${summary[*]}" | sed 's/,/, /g')"
     echo "tests: $passed passed, $failed failed"
     return "$rc"
 }

@@ -197,6 +197,7 @@ sub start
 		'--unixsocketperm', '700',
 		'--save', '',
 		'--appendonly', 'no',
+		'--enable-debug-command', 'local',
 		'--daemonize', 'no',
 		'--dir', $self->{dir},
 		'--logfile', $log);
