@@ -71,13 +71,13 @@ redsem_use_pg_major() {
 redsem_installed_pg_major() {
     local f
     for f in /usr/lib/postgresql/*/bin/postgres; do
-        [[ -x $f ]] && basename "$(dirname "$(dirname "$f")")"
+        if [[ -x $f ]]; then basename "$(dirname "$(dirname "$f")")"; fi
     done | sort -n | tail -n 1
 }
 
 # The PostgreSQL major of this Debian release's "postgresql" package.
 redsem_packaged_pg_major() {
-    apt-cache depends postgresql 2>/dev/null |
+    { apt-cache depends postgresql 2>/dev/null || true; } |
         sed -nE 's/^ *Depends: postgresql-([0-9]+)$/\1/p' | head -n 1
 }
 
