@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+#
+# scripts/matrix.sh - the README's test command on fresh roots of the other
+# Debian releases, and the Debian package built, installed and tested there.
+#
+#   sudo bash scripts/matrix.sh                 # all targets
+#   sudo bash scripts/matrix.sh trixie          # some of: trixie sid sid-valkey
+#
+# For each release (Debian 13 "trixie", Debian unstable "sid"): make a
+# minimal root with debootstrap from the Debian mirror this machine uses,
+# bind-mount /proc, /sys and /dev, copy the repository in, and run
+# "bash scripts/test.sh" there as a fresh machine would (it installs what
+# it needs, builds, installs and runs the whole suite).  Then build the
+# package with dpkg-buildpackage, install it, and run the regress and
+# isolation tests against the installed package.  "sid-valkey" runs the
+# suite once more in the sid root, against Valkey instead of Redis.
+#
+# Prints one table: release, PostgreSQL, hiredis, server, the counts of
+# each part, the package check, and the time.  Exits non-zero if any target
+# failed, including a root that could not be made (never a silent skip).
+# Debian unstable's Release file may be past its Valid-Until date on a
+# snapshot mirror: that is tolerated for sid only.
+#
+# Environment: REDSEM_MATRIX_DIR (default: matrix-out/ in the repository)
+# holds the roots and logs; REDSEM_KEEP=1 keeps the roots afterwards.
+
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=${REDSEM_MATRIX_DIR:-$REPO/matrix-out}
+TARGETS=("$@")
+[[ ${#TARGETS[@]} -gt 0 ]] || TARGETS=(trixie sid sid-valkey)
+
+log() { printf '==> [matrix] %s\n' "$*" >&2; }
+die() {
+    printf 'redsem matrix: error: %s\n' "$*" >&2
+    exit 1
+}
+
+MOUNTED=()
+ROWS=()
+FAILED=0
+
+# --- roots -------------------------------------------------------------------
+
+# The Debian mirror this machine's apt uses (its first non-security one).
+mirror() {
+    local uri
+    uri=$(grep -hsE '^[[:space:]]*(deb[[:space:]]|URIs:)' /etc/apt/sources.list /etc/apt/sources.list.d/* |
+        grep -oE '(https?|ftp)://[^[:space:]]+' | grep -v -- '-security' | grep -E '/debian/?$' | head -n 1 || true)
+    echo "${uri:-http://deb.debian.org/debian}"
+}
+
+# Mount what a chroot needs; remembered for unmount_all.
+mount_root() {
+    local root=$1 m
+    for m in proc sys dev dev/pts; do
+        mountpoint -q "$root/$m" && continue
+        mkdir -p "$root/$m"
+        mount --bind "/$m" "$root/$m"
+        MOUNTED+=("$root/$m")
+    done
+    cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+}
+
+# Stop whatever still runs inside root (after a failure), then unmount.
+unmount_all() {
+    local i p r
+    for p in /proc/[0-9]*; do
+        r=$(readlink "$p/root" 2>/dev/null || true)
+        [[ -n $r && $r == "$OUT"/* ]] && kill -9 "${p#/proc/}" 2>/dev/null || true
+    done
+    for ((i = ${#MOUNTED[@]} - 1; i >= 0; i--)); do
+        umount -l "${MOUNTED[$i]}" 2>/dev/null || true
+    done
+    MOUNTED=()
+}
+
+# Run a command in root as a fresh root login would.
+in_root() {
+    local root=$1
+    shift
+    chroot "$root" env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+        HOME=/root LANG=C.UTF-8 TERM=dumb "$@"
+}
+
+# A fresh minimal root of suite in dir; dies (with the reason) if it fails.
+make_root() {
+    local suite=$1 dir=$2 mirror
+    mirror=$(mirror)
+    rm -rf "$dir"
+    log "debootstrap $suite from $mirror into $dir"
+    if ! debootstrap --variant=minbase "$suite" "$dir" "$mirror" >"$dir.debootstrap.log" 2>&1; then
+        tail -n 20 "$dir.debootstrap.log" >&2
+        die "could not make a $suite root with debootstrap (log: $dir.debootstrap.log)"
+    fi
+    if [[ $suite == sid ]]; then
+        # a snapshot mirror's unstable may be past Valid-Until: tolerate it here only
+        printf 'Acquire::Check-Valid-Until "false";\n' >"$dir/etc/apt/apt.conf.d/99redsem-unstable"
+    fi
+    mount_root "$dir"
+}
+
+# Copy the repository's files (not its build outputs) into root/redsem.
+copy_repo() {
+    local root=$1
+    rm -rf "$root/redsem"
+    mkdir -p "$root/redsem"
+    (
+        cd "$REPO"
+        if command -v git >/dev/null 2>&1 && git -c safe.directory="$REPO" rev-parse --git-dir >/dev/null 2>&1; then
+            git -c safe.directory="$REPO" ls-files -z --cached --others --exclude-standard
+        else
+            find . \( -path ./.git -o -path ./matrix-out \) -prune -o -type f ! -name '*.o' ! -name '*.so' -printf '%P\0'
+        fi | tar --null -T - -cf -
+    ) | tar -C "$root/redsem" -xf -
+}
+
+# --- one target ----------------------------------------------------------------
+
+# The value of "key: value" in a test log's summary, or "?".
+summary() {
+    local log=$1 key=$2
+    sed -nE "s/^$key: //p" "$log" | tail -n 1 | grep . || echo '?'
+}
+
+# Build the package in root, install it, run regress and isolation on it.
+package_check() {
+    local root=$1 log=$2
+    in_root "$root" bash -c '
+        set -e
+        apt-get -q -y install --no-install-recommends debhelper dpkg-dev postgresql-server-dev-all
+        cd /redsem
+        dpkg-buildpackage -us -uc -b
+        dpkg -i ../postgresql-*-redsem_*_*.deb
+        so=$(ls /usr/lib/postgresql/*/lib/redsem.so | tail -n 1)
+        dpkg -S "$so"
+        REDSEM_NO_INSTALL=1 bash scripts/test.sh regress
+        REDSEM_NO_INSTALL=1 bash scripts/test.sh isolation
+    ' >"$log" 2>&1
+}
+
+# Run one target; append a row to ROWS.
+run_target() {
+    local target=$1 suite server=redis root t0 rc=0 pkg='-' log
+    case $target in
+    trixie | sid) suite=$target ;;
+    sid-valkey) suite=sid server=valkey ;;
+    *) die "unknown target '$target' (trixie, sid, sid-valkey)" ;;
+    esac
+    root=$OUT/$suite
+    log=$OUT/$target.log
+    t0=$(date +%s)
+    if [[ $target != sid-valkey || ! -d $root/redsem ]]; then
+        make_root "$suite" "$root"
+    else
+        mount_root "$root"
+    fi
+    copy_repo "$root"
+    log "$target: bash scripts/test.sh (REDSEM_REDIS=$server) in the $suite root; log: $log"
+    in_root "$root" env REDSEM_REDIS="$server" bash -c 'cd /redsem && bash scripts/test.sh' >"$log" 2>&1 || rc=$?
+    tail -n 4 "$log" >&2
+    if [[ $target != sid-valkey ]]; then
+        log "$target: building, installing and testing the Debian package; log: $OUT/$target.package.log"
+        if package_check "$root" "$OUT/$target.package.log"; then
+            pkg=$(grep -oE 'postgresql-[0-9]+-redsem' "$OUT/$target.package.log" | head -n 1)
+            pkg="$pkg ok"
+        else
+            pkg='FAILED'
+            rc=1
+            tail -n 30 "$OUT/$target.package.log" >&2
+        fi
+    fi
+    [[ $rc -eq 0 ]] || FAILED=1
+    ROWS+=("$(printf '%s|%s|%s|%s|%s|%s|%s' "$target" "$(summary "$log" platform)" \
+        "$(summary "$log" results)" "$(summary "$log" tests)" "$pkg" \
+        "$(($(date +%s) - t0)) s" "$([[ $rc -eq 0 ]] && echo PASSED || echo FAILED)")")
+}
+
+# --- main ----------------------------------------------------------------------
+
+[[ $EUID -eq 0 ]] || exec sudo -- bash "${BASH_SOURCE[0]}" "$@"
+command -v debootstrap >/dev/null 2>&1 || {
+    log "installing debootstrap"
+    DEBIAN_FRONTEND=noninteractive apt-get -q update >/dev/null &&
+        DEBIAN_FRONTEND=noninteractive apt-get -q -y install --no-install-recommends debootstrap >/dev/null ||
+        die "could not install debootstrap"
+}
+mkdir -p "$OUT"
+trap unmount_all EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+for target in "${TARGETS[@]}"; do
+    run_target "$target"
+done
+unmount_all
+if [[ ${REDSEM_KEEP:-} != 1 ]]; then
+    for target in "${TARGETS[@]}"; do
+        rm -rf "${OUT:?}/${target%-valkey}"
+    done
+fi
+
+echo
+echo "redsem platform matrix"
+printf '%-11s | %-44s | %-40s | %-26s | %-24s | %-6s | %s\n' \
+    release 'PostgreSQL, hiredis, server' 'regress / isolation / TAP' tests package time result
+for row in "${ROWS[@]}"; do
+    IFS='|' read -r t plat res tests pkg secs result <<<"$row"
+    printf '%-11s | %-44s | %-40s | %-26s | %-24s | %-6s | %s\n' \
+        "$t" "$plat" "$res" "$tests" "$pkg" "$secs" "$result"
+done
+[[ $FAILED -eq 0 ]] && echo "matrix: PASSED" || echo "matrix: FAILED"
+exit "$FAILED"
