@@ -41,3 +41,9 @@ $(OBJS): $(wildcard $(srcdir)/src/*.h)
 ifneq ($(srcdir),.)
 $(shell mkdir -p src)
 endif
+
+# A release tarball of the committed tree, for machines without git:
+# redsem-<version>.tar.gz, unpacking into redsem-<version>/
+dist:
+	git archive --format=tar.gz --prefix=$(EXTENSION)-$(EXTVERSION)/ -o $(EXTENSION)-$(EXTVERSION).tar.gz HEAD
+.PHONY: dist

@@ -11,9 +11,11 @@
 #   Act 1: 12 "monthly reports" start at once, but at most 3 may run at a
 #          time: redsem_acquire('monthly_report', 3, wait => '0') hands out
 #          3 slots and refuses the rest (NULL); refused reports retry after
-#          a short pause.
+#          a short pause.  Unfair on purpose (try-once keeps no place), to
+#          contrast with act 2.
 #   Act 2: 6 sessions line up for a single "cache_refill" slot with
-#          wait => '20 seconds' and are served first come, first served.
+#          wait => '20 seconds' and are served first come, first served
+#          (FIFO, notified hand-off).
 #
 # The number of sessions inside is counted independently of redsem (counter
 # files under flock), so the demo checks the limit rather than trusting it.
@@ -200,6 +202,9 @@ act1() {
 Each report: redsem_acquire('monthly_report', $LIMIT, lease => '30 seconds', wait => '0')
   id   -> run 1-3 s, then redsem_release('monthly_report', id)
   NULL -> refused; try again shortly (at most $MAX_ATTEMPTS tries)
+This act is unfair on purpose: wait => '0' tries once and keeps no place,
+so whoever retries at the right moment gets in, like a pg_try_advisory_lock
+slot pool. The limit holds, the order does not. Act 2 waits in line instead.
 
 EOF
     local n pid failures=0
@@ -258,7 +263,9 @@ act2() {
 
 === Act 2: $REFILLS sessions wait in line for 1 slot ===
 Each: redsem_acquire('cache_refill', 1, wait => '20 seconds'), hold 0.6 s, release.
-They arrive 0.3 s apart; the slot is handed over in order of arrival.
+They arrive 0.3 s apart. With a wait, each keeps its place in one line kept
+in Redis: the slot is handed over by a wake-up, first come, first served,
+no polling and no one getting ahead -- unlike act 1's retries.
 
 EOF
     local n pid failures=0
