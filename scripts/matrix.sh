@@ -163,8 +163,10 @@ run_target() {
     if [[ $target != sid-valkey ]]; then
         log "$target: building, installing and testing the Debian package; log: $OUT/$target.package.log"
         if package_check "$root" "$OUT/$target.package.log"; then
-            pkg=$(grep -oE 'postgresql-[0-9]+-redsem' "$OUT/$target.package.log" | head -n 1)
-            pkg="$pkg ok"
+            # the package that owns the installed library (dpkg -S)
+            pkg=$(sed -nE 's/^(postgresql-[0-9]+-redsem): \/usr\/lib\/postgresql\/.*/\1/p' \
+                "$OUT/$target.package.log" | head -n 1)
+            pkg="${pkg:-?} ok"
         else
             pkg='FAILED'
             rc=1
