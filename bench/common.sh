@@ -79,8 +79,10 @@ bench_init() {
     bench_install
     redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
     # more connections than the default 100 are never needed; keep the
-    # defaults otherwise (fsync off etc. come from lib.sh: a throwaway server)
-    redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+    # defaults otherwise (fsync off etc. come from lib.sh: a throwaway
+    # server), but let the keeper track the O(log N) phase's 20,000 holders
+    REDSEM_PG_EXTRA_CONF="redsem.max_tracked_holds = 65536" \
+        redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
     BENCH_SOCK=$BENCH_TMP/redis.sock
     BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
     bench_sql "CREATE EXTENSION redsem" >/dev/null

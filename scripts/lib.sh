@@ -407,6 +407,8 @@ redsem_start_pg() {
         printf "redsem.unix_socket = '%s'\n" "$dir/redis.sock"
         # A throwaway server: durability does not matter.
         printf 'fsync = off\nsynchronous_commit = off\nfull_page_writes = off\n'
+        # anything the caller adds (REDSEM_PG_EXTRA_CONF: lines of settings)
+        [[ -z ${REDSEM_PG_EXTRA_CONF:-} ]] || printf '%s\n' "$REDSEM_PG_EXTRA_CONF"
     } >>"$data/postgresql.conf"
     printf '%s\n' "$port" >"$dir/pg.port"
     redsem_log "starting PostgreSQL on $dir/.s.PGSQL.$port"

@@ -231,12 +231,15 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		return -1;
 	target = redis_target_signature();
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	for (int i = 0; i < hold_table_size; i++)
+	for (int k = 0; k < hold_table_size; k++)
 	{
+		/* round-robin from the last entry taken: O(1) unless nearly full */
+		int			i = (shared->hold_hint + k) % hold_table_size;
 		SharedHold *h = &hold_table[i];
 
 		if (h->in_use)
 			continue;
+		shared->hold_hint = (i + 1) % hold_table_size;
 		memset(h, 0, sizeof(*h));
 		h->pid = MyProcPid;
 		h->xact = xact;

@@ -56,6 +56,7 @@ typedef struct RedsemShared
 	LWLock	   *holds_lock;
 	LWLock	   *stats_lock;
 	uint64		incarnation;	/* this server run, part of every holder id */
+	int			hold_hint;		/* where to look first for a free entry */
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
