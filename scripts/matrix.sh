@@ -17,7 +17,8 @@
 #
 # Prints one table: release, PostgreSQL, hiredis, server, the counts of
 # each part, the package check, and the time.  Exits non-zero if any target
-# failed, including a root that could not be made (never a silent skip).
+# failed (a test, the package, a compiler warning), including a root that
+# could not be made (never a silent skip).
 # Debian unstable's Release file may be past its Valid-Until date on a
 # snapshot mirror: that is tolerated for sid only.
 #
@@ -160,6 +161,11 @@ run_target() {
     log "$target: bash scripts/test.sh (REDSEM_REDIS=$server) in the $suite root; log: $log"
     in_root "$root" env REDSEM_REDIS="$server" bash -c 'cd /redsem && bash scripts/test.sh' >"$log" 2>&1 || rc=$?
     tail -n 4 "$log" >&2
+    # the build must be warning-free on every release
+    if grep -E '^src/[^ ]+\.[ch]:[0-9]+:[0-9]+: warning:' "$log" >&2; then
+        log "$target: the build printed warnings (above)"
+        rc=1
+    fi
     if [[ $target != sid-valkey ]]; then
         log "$target: building, installing and testing the Debian package; log: $OUT/$target.package.log"
         if package_check "$root" "$OUT/$target.package.log"; then
