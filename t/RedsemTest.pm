@@ -19,6 +19,7 @@ use warnings FATAL => 'all';
 use Carp;
 use Exporter 'import';
 use File::Basename qw(dirname);
+use FindBin;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -281,6 +282,24 @@ sub cli
 	$out =~ s/\s+\z//;
 	$out = undef unless $ok;
 	return wantarray ? ($out, $err) : $out;
+}
+
+=pod
+
+=item $redis->script($semaphore, @args)
+
+Run redsem's Lua script (src/redsem.lua) on $semaphore's keys under the
+default prefix, with @args (the operation and its arguments), as another
+server would; returns redis-cli's output.
+
+=cut
+
+sub script
+{
+	my ($self, $name, @args) = @_;
+	return $self->cli('--eval', "$FindBin::RealBin/../src/redsem.lua",
+		map({ "redsem:{$name}:$_" } qw(owner timeout ticket info waiting)),
+		',', @args);
 }
 
 =pod
