@@ -102,6 +102,19 @@ mark_ending(Hold *hold)
 }
 
 /*
+ * True if the keeper already released a hold handed to it (its entry in
+ * the keeper's table is gone): nothing is left to do, nor to count.
+ */
+static bool
+keeper_took_it(Hold *hold)
+{
+	SharedHold	copy;
+
+	return hold->shared_slot >= 0 &&
+		!shared_hold_read(hold->shared_slot, hold->id, &copy);
+}
+
+/*
  * Release the ENDING holds, each with a call that never raises and ends by
  * deadline.  Those Redis did not take stay ENDING, handed to the keeper.
  */
@@ -119,6 +132,12 @@ release_ending(TimestampTz deadline)
 
 		if (hold->state != HOLD_ENDING)
 			continue;
+		if (keeper_took_it(hold))
+		{
+			holds = foreach_delete_current(holds, lc);
+			hold_free(hold);
+			continue;
+		}
 		redis_call_init(&call, deadline, false, 0);
 		call.uncounted = !hold->was_held;	/* its acquire's error counted */
 		if (reachable &&

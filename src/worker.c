@@ -59,6 +59,7 @@ typedef struct KeeperState
 	int			window_lines;
 	int			window_suppressed;
 	int			released_after_crash;
+	bool		succeeded;		/* a command succeeded this cycle */
 } KeeperState;
 
 /* One cycle's view of a hold, and what this cycle learned about it */
@@ -350,6 +351,7 @@ release_orphan(KeeperState *st, const HoldCopy *c, TimestampTz now,
 	keeper_call(&call);
 	if (!sem_release(&call, c->hold.prefix, c->hold.name, c->hold.id, &live))
 		return command_failed(st, c, "release", &call, redis_ok);
+	st->succeeded = true;
 	if (c->hold.phase == PHASE_HELD)
 		stats_count(c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
 	if (c->hold.pid == 0 && live)
@@ -380,6 +382,7 @@ refresh_if_due(KeeperState *st, const HoldCopy *c, TimestampTz now,
 	if (!sem_refresh(&call, c->hold.prefix, c->hold.name, c->hold.id,
 					 c->hold.lease_ms, &lease))
 		return command_failed(st, c, "refresh", &call, redis_ok);
+	st->succeeded = true;
 	note_refresh(c, lease > 0, sent);
 	if (lease > 0)
 		return third;
@@ -452,6 +455,7 @@ keeper_cycle(KeeperState *st)
 	bool		redis_ok = true;
 
 	st->released_after_crash = 0;
+	st->succeeded = false;
 	for (int i = 0; i < n; i++)
 	{
 		/* not inside Min(): the macro would run it twice */
@@ -459,7 +463,7 @@ keeper_cycle(KeeperState *st)
 
 		sleep_ms = Min(sleep_ms, next);
 	}
-	if (redis_ok && redis_connected())
+	if (st->succeeded && redis_ok)
 		report_recovery(st);
 	if (st->released_after_crash > 0)
 		ereport(LOG,
