@@ -11,18 +11,114 @@ BEGIN
 END
 $$;
 
--- redsem_held() gains keeper_error.  (A view of yours that uses it must be
--- dropped before the update and created again after it.)
+-- Weighted permits, and max_holders may be left out for a stored limit:
+-- the acquire functions gain an argument.
+DROP FUNCTION redsem_acquire(text, integer, interval, interval);
+CREATE FUNCTION redsem_acquire(name text, max_holders integer DEFAULT NULL,
+                               lease interval DEFAULT '10 seconds',
+                               wait interval DEFAULT '0',
+                               permits integer DEFAULT 1)
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_acquire'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer) IS
+'take permits (default 1) of semaphore name for the session, waiting in line up to wait; max_holders NULL: the stored limit; returns the holder id, or NULL';
+
+DROP FUNCTION redsem_acquire_xact(text, integer, interval, interval);
+CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer DEFAULT NULL,
+                                    lease interval DEFAULT '10 seconds',
+                                    wait interval DEFAULT '0',
+                                    permits integer DEFAULT 1)
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_acquire_xact'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer) IS
+'take permits (default 1) of semaphore name until the end of the current transaction; returns the holder id, or NULL';
+
+DROP FUNCTION redsem_guard(text, integer, interval, interval);
+CREATE FUNCTION redsem_guard(name text, max_holders integer DEFAULT NULL,
+                             lease interval DEFAULT '10 seconds',
+                             wait interval DEFAULT '0',
+                             permits integer DEFAULT 1)
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_guard'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer) IS
+'take transaction-scoped permits (default 1) or raise SQLSTATE 55P03; returns the holder id';
+
+-- Limits kept with the semaphore, in Redis, for every server
+CREATE FUNCTION redsem_set_limit(name text, max_holders integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_set_limit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_set_limit(text, integer) IS
+'store the limit of semaphore name for every server (NULL: remove it); raising it admits waiters at once (administrators)';
+REVOKE ALL ON FUNCTION redsem_set_limit(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redsem_set_limit(text, integer) TO redsem_admin;
+
+CREATE FUNCTION redsem_limit(name text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redsem_limit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_limit(text) IS
+'the stored limit of semaphore name, or NULL';
+
+CREATE FUNCTION redsem_semaphore(name text,
+    OUT stored_limit integer, OUT limit_in_effect integer,
+    OUT permits_held bigint, OUT waiting bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redsem_semaphore'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_semaphore(text) IS
+'a semaphore as Redis sees it now: stored limit, limit in effect, permits held, members in line';
+
+-- redsem_held() gains keeper_error and permits, redsem_holders() permits,
+-- redsem_stats acquired_permits.  (A view of yours that uses one of them
+-- must be dropped before the update and created again after it.)
 DROP FUNCTION redsem_held();
 CREATE FUNCTION redsem_held(
     OUT name text, OUT id text, OUT scope text, OUT acquired_at timestamptz,
     OUT lease interval, OUT lease_expires_at timestamptz, OUT token bigint,
-    OUT kept_alive boolean, OUT keeper_error text)
+    OUT kept_alive boolean, OUT keeper_error text, OUT permits integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_held'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_held() IS
 'the slots this session holds';
+
+DROP FUNCTION redsem_holders(text);
+CREATE FUNCTION redsem_holders(name text,
+    OUT "position" integer, OUT state text, OUT id text, OUT ticket bigint,
+    OUT lease_expires_at timestamptz, OUT server text, OUT pid integer,
+    OUT database text, OUT username text, OUT application_name text,
+    OUT permits integer)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_holders'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- The view gains its column in place (a view may grow at the end), so views
+-- of yours over redsem_stats keep working: it moves to a stand-in function
+-- while redsem_stats() is made again.
+CREATE FUNCTION redsem_stats_0_2_0(
+    OUT name text, OUT acquired bigint, OUT refused bigint, OUT waited bigint,
+    OUT wait_timeouts bigint, OUT total_wait_time interval, OUT released bigint,
+    OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
+    OUT acquired_permits bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE OR REPLACE VIEW redsem_stats AS SELECT * FROM redsem_stats_0_2_0();
+DROP FUNCTION redsem_stats();
+CREATE FUNCTION redsem_stats(
+    OUT name text, OUT acquired bigint, OUT refused bigint, OUT waited bigint,
+    OUT wait_timeouts bigint, OUT total_wait_time interval, OUT released bigint,
+    OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
+    OUT acquired_permits bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_stats'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE OR REPLACE VIEW redsem_stats AS SELECT * FROM redsem_stats();
+DROP FUNCTION redsem_stats_0_2_0();
 
 -- Slots are owned: release and refresh serve the session's own slots only;
 -- administrators force-release

@@ -15,32 +15,35 @@ $$;
 
 -- Holding a slot
 
-CREATE FUNCTION redsem_acquire(name text, max_holders integer,
+CREATE FUNCTION redsem_acquire(name text, max_holders integer DEFAULT NULL,
                                lease interval DEFAULT '10 seconds',
-                               wait interval DEFAULT '0')
+                               wait interval DEFAULT '0',
+                               permits integer DEFAULT 1)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval) IS
-'take a session-scoped slot of semaphore name, waiting in line up to wait; returns the holder id, or NULL';
+COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer) IS
+'take permits (default 1) of semaphore name for the session, waiting in line up to wait; max_holders NULL: the stored limit; returns the holder id, or NULL';
 
-CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer,
+CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer DEFAULT NULL,
                                     lease interval DEFAULT '10 seconds',
-                                    wait interval DEFAULT '0')
+                                    wait interval DEFAULT '0',
+                                    permits integer DEFAULT 1)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire_xact'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval) IS
-'take a slot held until the end of the current transaction; returns the holder id, or NULL';
+COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer) IS
+'take permits (default 1) of semaphore name until the end of the current transaction; returns the holder id, or NULL';
 
-CREATE FUNCTION redsem_guard(name text, max_holders integer,
+CREATE FUNCTION redsem_guard(name text, max_holders integer DEFAULT NULL,
                              lease interval DEFAULT '10 seconds',
-                             wait interval DEFAULT '0')
+                             wait interval DEFAULT '0',
+                             permits integer DEFAULT 1)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_guard'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval) IS
-'take a transaction-scoped slot or raise SQLSTATE 55P03; returns the holder id';
+COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer) IS
+'take transaction-scoped permits (default 1) or raise SQLSTATE 55P03; returns the holder id';
 
 -- Giving it back, keeping it
 
@@ -74,12 +77,39 @@ COMMENT ON FUNCTION redsem_force_release(text, text) IS
 REVOKE ALL ON FUNCTION redsem_force_release(text, text) FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redsem_force_release(text, text) TO redsem_admin;
 
+-- Limits kept with the semaphore, in Redis, for every server
+
+CREATE FUNCTION redsem_set_limit(name text, max_holders integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_set_limit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_set_limit(text, integer) IS
+'store the limit of semaphore name for every server (NULL: remove it); raising it admits waiters at once (administrators)';
+REVOKE ALL ON FUNCTION redsem_set_limit(text, integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redsem_set_limit(text, integer) TO redsem_admin;
+
+CREATE FUNCTION redsem_limit(name text)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'redsem_limit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_limit(text) IS
+'the stored limit of semaphore name, or NULL';
+
+CREATE FUNCTION redsem_semaphore(name text,
+    OUT stored_limit integer, OUT limit_in_effect integer,
+    OUT permits_held bigint, OUT waiting bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redsem_semaphore'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_semaphore(text) IS
+'a semaphore as Redis sees it now: stored limit, limit in effect, permits held, members in line';
+
 -- Looking at it
 
 CREATE FUNCTION redsem_held(
     OUT name text, OUT id text, OUT scope text, OUT acquired_at timestamptz,
     OUT lease interval, OUT lease_expires_at timestamptz, OUT token bigint,
-    OUT kept_alive boolean, OUT keeper_error text)
+    OUT kept_alive boolean, OUT keeper_error text, OUT permits integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_held'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -89,7 +119,8 @@ COMMENT ON FUNCTION redsem_held() IS
 CREATE FUNCTION redsem_holders(name text,
     OUT "position" integer, OUT state text, OUT id text, OUT ticket bigint,
     OUT lease_expires_at timestamptz, OUT server text, OUT pid integer,
-    OUT database text, OUT username text, OUT application_name text)
+    OUT database text, OUT username text, OUT application_name text,
+    OUT permits integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_holders'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -113,7 +144,8 @@ COMMENT ON FUNCTION redsem_keeper_active() IS
 CREATE FUNCTION redsem_stats(
     OUT name text, OUT acquired bigint, OUT refused bigint, OUT waited bigint,
     OUT wait_timeouts bigint, OUT total_wait_time interval, OUT released bigint,
-    OUT expired bigint, OUT lost bigint, OUT redis_errors bigint)
+    OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
+    OUT acquired_permits bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_stats'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

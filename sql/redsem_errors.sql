@@ -1,6 +1,6 @@
 --
 -- redsem_errors: argument checks.  Every bad argument gives its documented
--- SQLSTATE before anything is sent to Redis, so nothing is left behind.
+-- SQLSTATE, and nothing is left behind in Redis.
 -- This file works in Redis database 1, so a scan of it sees only its keys.
 --
 SET client_min_messages = warning;
@@ -27,7 +27,8 @@ $$;
 
 CREATE TEMP TABLE bad_calls (n serial, call text);
 INSERT INTO bad_calls (call) VALUES
--- NULL arguments: 22004
+-- NULL arguments: 22004 (max_holders NULL means the stored limit, and
+-- there is none: 22023)
     ($$redsem_acquire(NULL, 1)$$),
     ($$redsem_acquire('err', NULL)$$),
     ($$redsem_acquire('err', 1, NULL)$$),
@@ -106,6 +107,21 @@ INSERT INTO bad_calls (call) VALUES
     ($$redsem_refresh('err', 'a b')$$),
     ($$redsem_refresh('err', '{a}')$$),
     ($$redsem_refresh('err', repeat('a', 101))$$),
+-- permits outside 1..max_holders
+    ($$redsem_acquire('err', 1, '1 s', '0', NULL)$$),
+    ($$redsem_acquire('err', 1, '1 s', '0', 0)$$),
+    ($$redsem_acquire('err', 1, '1 s', '0', -1)$$),
+    ($$redsem_acquire('err', 1, '1 s', '0', 1000001)$$),
+    ($$redsem_acquire('err', 2, '1 s', '0', 3)$$),
+    ($$redsem_acquire_xact('err', 1, permits => 2)$$),
+    ($$redsem_guard('err', 5, permits => 6)$$),
+-- limits: NULL removes a stored one; bounds as max_holders
+    ($$redsem_set_limit(NULL, 1)$$),
+    ($$redsem_set_limit('', 1)$$),
+    ($$redsem_set_limit('err', 0)$$),
+    ($$redsem_set_limit('err', 1000001)$$),
+    ($$redsem_limit(NULL)$$),
+    ($$redsem_limit(repeat('n', 201))$$),
 -- the arguments are checked in order: the name first
     ($$redsem_acquire('', 0, '0', '-1 s')$$),
     ($$redsem_acquire('err', 0, '0', '-1 s')$$),
@@ -155,6 +171,8 @@ INSERT INTO good_calls (call) VALUES
     ($$redsem_acquire('err_wait_0', 1, '1 s', '0')$$),
     ($$redsem_acquire('err_wait_max', 1, '1 s', '24 hours')$$),
     ($$redsem_acquire('err_wait_null', 1, '1 s', NULL)$$),
+    ($$redsem_acquire('err_permits', 1000000, '1 s', '0', 1000000)$$),
+    ($$redsem_limit('err_nothing')$$),
     ($$redsem_refresh('err_max', repeat('a', 100))$$),
     ($$redsem_refresh('err_max', 'Az09._:-', '24 hours')$$),
     ($$redsem_refresh('err_max', 'a', '1 s')$$),

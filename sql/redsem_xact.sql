@@ -189,7 +189,7 @@ END
 $$;
 DO $$
 BEGIN
-    PERFORM redsem_guard('xa_guard', 1, '10 s', '1 s');
+    PERFORM redsem_guard('xa_guard', 2, '10 s', '1 s', permits => 2);
 EXCEPTION WHEN lock_not_available THEN
     RAISE NOTICE '%: %', SQLSTATE, SQLERRM;
 END

@@ -55,6 +55,7 @@ struct Hold
 	bool		was_held;		/* ENDING: it had been granted */
 	SubTransactionId subxid;	/* subtransaction that took it */
 	int64		lease_ms;
+	int			permits;
 	int64		ticket;
 	TimestampTz acquired_at;
 	TimestampTz refreshed_at;	/* last lease confirmation we know of */
@@ -342,7 +343,8 @@ hold_init(void)
  * table (which raises if the table is full: nothing was asked yet).
  */
 Hold *
-hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms)
+hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
+		   int permits)
 {
 	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
 	int			slot = shared_hold_register(prefix, name, id,
@@ -357,6 +359,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms)
 	hold->state = HOLD_PENDING;
 	hold->subxid = GetCurrentSubTransactionId();
 	hold->lease_ms = lease_ms;
+	hold->permits = permits;
 	hold->shared_slot = slot;
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);
@@ -528,6 +531,7 @@ hold_snapshot(HeldInfo **out)
 		info->acquired_at = hold->acquired_at;
 		info->lease_ms = hold->lease_ms;
 		info->ticket = hold->ticket;
+		info->permits = hold->permits;
 		if (tracked_ok)
 			refreshed = Max(refreshed, tracked.refreshed_at);
 		info->keeper_error = keeper_error(&tracked, tracked_ok);

@@ -27,11 +27,12 @@ typedef struct HeldInfo
 	TimestampTz expires_at;		/* estimate, from the last confirmation */
 	int64		lease_ms;
 	int64		ticket;
+	int			permits;
 } HeldInfo;
 
 extern void hold_init(void);
 extern Hold *hold_begin(const char *name, const char *id, HoldScope scope,
-						int64 lease_ms);
+						int64 lease_ms, int permits);
 extern void hold_mark_waiting(Hold *hold, TimestampTz checked_at);
 extern void hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 						   TimestampTz confirmed_at);

@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "utils/builtins.h"
@@ -26,9 +27,11 @@ PG_FUNCTION_INFO_V1(redsem_token);
 PG_FUNCTION_INFO_V1(redsem_keeper_active);
 PG_FUNCTION_INFO_V1(redsem_stats);
 PG_FUNCTION_INFO_V1(redsem_stats_reset);
+PG_FUNCTION_INFO_V1(redsem_limit);
+PG_FUNCTION_INFO_V1(redsem_semaphore);
 
-#define HELD_COLUMNS	9
-#define HOLDERS_COLUMNS	10
+#define HELD_COLUMNS	10
+#define HOLDERS_COLUMNS	11
 
 /* An interval of ms milliseconds */
 static Datum
@@ -74,6 +77,7 @@ redsem_held(PG_FUNCTION_ARGS)
 		values[7] = BoolGetDatum(held[i].kept_alive);
 		nulls[8] = (held[i].keeper_error == NULL);
 		values[8] = nulls[8] ? (Datum) 0 : CStringGetTextDatum(held[i].keeper_error);
+		values[9] = Int32GetDatum(held[i].permits);
 		put_row(rsinfo, values, nulls, HELD_COLUMNS);
 	}
 	return (Datum) 0;
@@ -137,6 +141,7 @@ put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
 	values[7] = text_field(origin, norigin, 2, &nulls[7]);
 	values[8] = text_field(origin, norigin, 3, &nulls[8]);
 	values[9] = text_field(origin, norigin, 4, &nulls[9]);
+	values[10] = Int32GetDatum((int32) m->permits);
 	put_row(rsinfo, values, nulls, HOLDERS_COLUMNS);
 }
 
@@ -215,4 +220,47 @@ redsem_stats_reset(PG_FUNCTION_ARGS)
 {
 	stats_reset(PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_VOID();
+}
+
+/* redsem_limit(name): the semaphore's stored limit, or NULL */
+Datum
+redsem_limit(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+
+	hold_init();
+	(void) sem_limit(&call, name, &limit);
+	if (limit.stored <= 0)
+		PG_RETURN_NULL();
+	PG_RETURN_INT32((int32) Min(limit.stored, PG_INT32_MAX));
+}
+
+/*
+ * redsem_semaphore(name): its stored limit, the limit in effect, the
+ * permits held and the members in line, as Redis sees them now
+ */
+Datum
+redsem_semaphore(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "redsem_semaphore must return a record");
+	hold_init();
+	(void) sem_limit(&call, name, &limit);
+	nulls[0] = (limit.stored <= 0);
+	values[0] = Int32GetDatum((int32) Min(limit.stored, PG_INT32_MAX));
+	nulls[1] = (limit.in_effect <= 0);
+	values[1] = Int32GetDatum((int32) Min(limit.in_effect, PG_INT32_MAX));
+	values[2] = Int64GetDatum(limit.held);
+	values[3] = Int64GetDatum(limit.waiting);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
+													  values, nulls)));
 }

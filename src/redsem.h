@@ -35,6 +35,7 @@ extern void redsem_fault(const char *point);
 /* SQL argument helpers (sqlfuncs.c) */
 extern char *name_arg(FunctionCallInfo fcinfo, int argno);
 extern char *id_arg(FunctionCallInfo fcinfo, int argno);
+extern int	count_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern bool redsem_is_admin(void);
 
 #endif							/* REDSEM_H */

@@ -1,7 +1,7 @@
 #!lua
 -- redsem: every semaphore operation, run atomically inside Redis.
 --
--- The C side calls EVALSHA with the five keys below and the operation name
+-- The C side calls EVALSHA with the six keys below and the operation name
 -- as ARGV[1].  The "#!lua" line (Redis 7+) declares the script with no
 -- flags: Redis then refuses it as a whole on a read-only replica (READONLY)
 -- or above maxmemory (OOM), instead of stopping it half-way.  All time
@@ -11,15 +11,23 @@
 -- KEYS[2] timeout  ZSET  id -> deadline ms  when the member ends unless
 --                                           renewed (lease or keepalive)
 -- KEYS[3] ticket   STRING                   the last ticket handed out
--- KEYS[4] info     HASH  id -> "lease_ms|max_holders|since_ms|origin"
+-- KEYS[4] info     HASH  id -> "lease_ms|limit|since_ms|origin"
 -- KEYS[5] waiting  ZSET  id -> ticket       the members still in line
+-- KEYS[6] state    HASH  limit   the stored limit (set_limit), if any
+--                        cur     the limit in effect while there are
+--                                members and no stored limit
+--                        xh, xw  permits beyond one per member, of the
+--                                holders and of the waiters
+--                        p:<id>  a member's permits, when more than one
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>nudge:<id> LIST                     "n<ms>": look again in ms (a
 --                                           list of its own: 0.1.0 waiters
 --                                           take anything on their wake
 --                                           list for a promotion)
--- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.)
+-- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.
+-- KEYS[1] to [5] are laid out as in redsem 0.1.0, which knows no state:
+-- its servers see every member taking one permit.)
 --
 -- INVARIANTS.  They hold whenever a call of this script returns, error
 -- replies included.  (A command Redis itself fails, e.g. WRONGTYPE on a key
@@ -27,42 +35,58 @@
 -- and the caller reports it as such.)
 --
 --  I1 Members.  A member is in owner, timeout and info.  It is a waiter
---     while it is in waiting, and a holder otherwise.
+--     while it is in waiting, and a holder otherwise.  It takes p:<id>
+--     permits (1 when absent); xh and xw sum the permits beyond the first
+--     of the holders and of the waiters.  So the holders take
+--     (members - waiters) + xh permits.
 --  I2 Nobody expired.  No member's deadline has passed: every operation
 --     first drops the members whose deadline is due (O(log N + dropped)).
---  I3 Holders fit.  A holder's rank in owner is below its own
---     max_holders.  Ranks never rise (tickets rise, newcomers join at the
---     end), so once true this stays true until the holder leaves: callers
---     that agree on the limit N never see more than N holders.
---  I4 First come, first served.  The first waiter does not fit (its rank
---     is at least its max_holders).  Promotion takes waiters in ticket
---     order and stops at the first that does not fit; a newcomer ranks
---     behind every waiter, so nobody gets ahead of a waiter.
+--  I3 Holders fit.  A member becomes a holder only while the permits of
+--     the holders plus its own are at most the limit in effect.  So the
+--     holders never take more permits than the limit was when the latest
+--     of them came in: lowering the limit evicts nobody and admits nobody
+--     until the holders fit under it.
+--  I4 First come, first served.  Nobody comes in while anybody waits: a
+--     newcomer is admitted only if all members' permits plus its own fit.
+--     Promotion takes waiters in ticket order and stops at the first that
+--     does not fit, even if smaller requests behind it would (a waiter
+--     that could never fit, the limit having been lowered below its
+--     permits, is dropped and told to look again).  So every holder's
+--     ticket is below every waiter's, and the first waiter does not fit.
 --  I5 Key lifetime.  Every key above carries a TTL of at least the latest
 --     deadline from now plus GRACE_MS, so Redis never drops the data of a
 --     live member, and an idle semaphore leaves nothing behind GRACE_MS
---     after its last deadline.
+--     after its last deadline.  The one exception is a state holding a
+--     stored limit: that is configuration, kept without a TTL, and emptied
+--     of everything else once the semaphore has no member.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
 --     its full lease starts.  A waiter that died in line costs the line
 --     seconds, not a lease; one paused past its window finds it lost.  The
 --     waiter left at the head of the line by a promotion is nudged to look
---     again when the earliest deadline ahead of it is due, so it notices a
---     promoted waiter that never confirms as soon as its window ends.  A
---     wake or nudge list lives as long as the place or window it is about.
+--     again when a deadline ahead of it is due, so it notices a promoted
+--     waiter that never confirms as soon as its window ends.  A wake or
+--     nudge list lives as long as the place or window it is about.
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
 --     semaphore, and at least Redis's clock in microseconds, so tickets
 --     keep rising even after the keys expired: they are fencing tokens.
+--  I8 One limit.  While a semaphore has members, the limit in effect is
+--     the stored limit, or else the one its first member passed (cur).  A
+--     caller that passes another limit is refused, and one that passes
+--     none needs a stored limit: callers cannot mix limits and break each
+--     other's bound.  Changing the stored limit changes the limit in
+--     effect at once.
 --
--- Every operation runs through dispatch(): arguments are checked, then
--- housekeeping() (I2, I4) runs, then the operation, then
--- restore_lifetimes() (I5).  No operation can return around it.
+-- Every operation runs through dispatch(): arguments are checked, the
+-- state is read, then housekeeping() (I2, I4) runs, then the operation,
+-- then finish() writes the state back and restores lifetimes (I5).  No
+-- operation can return around it.
 --
 -- The timing constants are explained together with the C side's in
 -- src/timing.h.
 
-local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING =
-    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
+    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local BASE = string.sub(K_OWNER, 1, -6)
 local GRACE_MS = 1000
 local PROMOTION_WINDOW_MS = 5000
@@ -71,9 +95,17 @@ local t = redis.call('TIME')
 local NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
+-- The state as read (S) and the fields to write back (W; false: delete).
+local S, W = {}, {}
+
 -- Integers as exact decimal strings (tostring() would print 1e+15).
 local function int(n)
     return string.format('%.0f', n)
+end
+
+local function set(field, value)
+    S[field] = value
+    W[field] = value
 end
 
 local function wake_key(id)
@@ -103,11 +135,33 @@ local function is_waiting(id)
     return redis.call('ZSCORE', K_WAITING, id) ~= false
 end
 
+-- A member's permits (I1): one unless the state says more.
+local function permits_of(id)
+    if S.xh + S.xw == 0 then return 1 end
+    if W['p:' .. id] ~= nil then return tonumber(W['p:' .. id]) or 1 end
+    return tonumber(redis.call('HGET', K_STATE, 'p:' .. id)) or 1
+end
+
+-- Count p permits in (+1) or out (-1) of the holders' or waiters' excess.
+local function count_permits(waiting, p, sign)
+    local field = waiting and 'xw' or 'xh'
+    if p > 1 then set(field, math.max(S[field] + sign * (p - 1), 0)) end
+end
+
+-- The limit in effect (I8), or nil; members: whether there are any.
+local function limit_in_effect(members)
+    if S.limit then return S.limit end
+    if members then return S.cur end
+    return nil
+end
+
 -- Forget everything about one member.
 local function remove(id)
+    local p = permits_of(id)
+    count_permits(redis.call('ZREM', K_WAITING, id) == 1, p, -1)
+    if p > 1 then set('p:' .. id, false) end
     redis.call('ZREM', K_OWNER, id)
     redis.call('ZREM', K_TIMEOUT, id)
-    redis.call('ZREM', K_WAITING, id)
     redis.call('HDEL', K_INFO, id)
     redis.call('DEL', wake_key(id), nudge_key(id))
 end
@@ -128,6 +182,15 @@ local function next_deadline_ms(pos)
     return math.max(tonumber(r[2]) - NOW_MS, 0)
 end
 
+-- How many members must leave, less one, before a member at rank in owner
+-- taking p permits fits under limit: the index of the deadline to look
+-- again at.  With members taking several permits, one leaving may be
+-- enough: the earliest deadline.
+local function deadline_index(rank, p, limit)
+    if S.xh + S.xw > 0 then return 0 end
+    return math.max(rank + p - limit - 1, 0)
+end
+
 -- Replace the message on one of a waiter's lists, living as long as its
 -- place (or its promotion window).
 local function post(wk, id, message)
@@ -137,8 +200,18 @@ local function post(wk, id, message)
     redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
--- I4, I6: turn waiters at the head of the line into holders while they fit
--- under their own limit; each gets the promotion window and a wake-up.  The
+-- A waiter that takes more permits than the limit now is (it was lowered)
+-- would block the line for good: it leaves it, and is told to look again
+-- at once (it finds itself lost, asks again and is refused).
+local function turn_away(id)
+    local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id)) or NOW_MS
+    remove(id)
+    redis.call('RPUSH', nudge_key(id), 'n0')
+    redis.call('PEXPIRE', nudge_key(id), int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
+end
+
+-- I3, I4, I6: turn waiters at the head of the line into holders while
+-- their permits fit; each gets the promotion window and a wake-up.  The
 -- waiter then left at the head is nudged.
 local function promote()
     local promoted = false
@@ -147,11 +220,17 @@ local function promote()
         if not head then return end
         local rank = redis.call('ZRANK', K_OWNER, head)
         local lease, maxh, _, origin = parse_info(redis.call('HGET', K_INFO, head))
+        local limit = limit_in_effect(true) or maxh
+        local p = permits_of(head)
         if not rank or not lease then
             remove(head)            -- not a whole member (I1): drop it
-        elseif rank < maxh then
+        elseif p > limit then
+            turn_away(head)         -- can never fit: let it find out
+        elseif rank + S.xh + p <= limit then
             local window = math.min(lease, PROMOTION_WINDOW_MS)
             redis.call('ZREM', K_WAITING, head)
+            count_permits(true, p, -1)
+            count_permits(false, p, 1)
             redis.call('ZADD', K_TIMEOUT, int(NOW_MS + window), head)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             post(wake_key(head), head, redis.call('ZSCORE', K_OWNER, head))
@@ -159,7 +238,7 @@ local function promote()
         else
             if promoted then
                 post(nudge_key(head), head,
-                     'n' .. int(next_deadline_ms(math.max(rank - maxh, 0))))
+                     'n' .. int(next_deadline_ms(deadline_index(rank, p, limit))))
             end
             return
         end
@@ -171,25 +250,59 @@ local function housekeeping()
     promote()
 end
 
--- I5: give every key a TTL that outlives the latest deadline by GRACE_MS.
-local function restore_lifetimes()
+-- Write the changed state fields back.  With no member left, only a
+-- stored limit remains (I5).
+local function store_state(empty)
+    if empty then
+        if S.limit and redis.call('HLEN', K_STATE) > 1 then
+            redis.call('DEL', K_STATE)
+            W = {limit = int(S.limit)}
+        elseif not S.limit then
+            for _, f in ipairs({'cur', 'xh', 'xw'}) do
+                if S[f] and S[f] ~= 0 then W[f] = false end
+            end
+        end
+    end
+    local hset, hdel = {}, {}
+    for field, value in pairs(W) do
+        if value and value ~= 0 then
+            hset[#hset + 1] = field
+            hset[#hset + 1] = type(value) == 'number' and int(value) or value
+        else
+            hdel[#hdel + 1] = field
+        end
+    end
+    if #hset > 0 then redis.call('HSET', K_STATE, unpack(hset)) end
+    if #hdel > 0 then redis.call('HDEL', K_STATE, unpack(hdel)) end
+end
+
+-- I5: write the state back, and give every key a TTL that outlives the
+-- latest deadline by GRACE_MS (the state none while it stores a limit).
+local function finish()
     local last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES')
     local ttl = GRACE_MS
     if last[2] then
         ttl = math.max(tonumber(last[2]) - NOW_MS, 0) + GRACE_MS
     end
+    store_state(last[2] == nil)
     for _, k in ipairs({K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING}) do
         redis.call('PEXPIRE', k, int(ttl))
     end
+    if S.limit then
+        redis.call('PERSIST', K_STATE)
+    else
+        redis.call('PEXPIRE', K_STATE, int(ttl))
+    end
 end
 
--- What a caller still in line is told: its ticket, how many are ahead of it
--- beyond the window, and when to look again at the latest.
-local function waiting_reply(id, maxh)
+-- What a caller still in line is told: its ticket, the index of the
+-- deadline that may let it in, when to look again at the latest, and the
+-- limit in effect.
+local function waiting_reply(id, limit)
     local rank = redis.call('ZRANK', K_OWNER, id)
-    local pos = math.max(rank - maxh, 0)
+    local pos = deadline_index(rank, permits_of(id), limit)
     return {'waiting', redis.call('ZSCORE', K_OWNER, id), int(pos),
-            int(next_deadline_ms(pos))}
+            int(next_deadline_ms(pos)), int(limit)}
 end
 
 -- I6: a holder confirms: its full lease starts now; its wake-up is spent.
@@ -200,29 +313,41 @@ local function confirm(id)
     return {'held', redis.call('ZSCORE', K_OWNER, id), int(lease)}
 end
 
--- acquire id max_holders lease_ms wait(0|1) keepalive_ms origin
-local function op_acquire(id, maxh, lease, wait, keepalive, origin)
+-- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
+local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
     if is_member(id) then
         return redis.error_reply('REDSEM duplicate holder id')
     end
+    -- I8: one limit
+    local members = redis.call('ZCARD', K_OWNER)
+    local current = limit_in_effect(members > 0)
+    if current and maxh and maxh ~= current then
+        return {'limit', int(current), S.limit and 'stored' or 'in use'}
+    end
+    if not maxh and not S.limit then return {'nolimit'} end
+    local limit = current or maxh
+    if p > limit then return {'toolarge', int(limit)} end
+    -- I4: admitted only if everybody's permits and the caller's fit
+    local grant = members + S.xh + S.xw + p <= limit
+    if not grant and wait ~= 1 then
+        return {'busy', int(limit)}
+    end
+    if not current then set('cur', limit) end
     local last = tonumber(redis.call('GET', K_TICKET) or '0') or 0
     local ticket = int(math.max(last + 1, NOW_US))      -- I7
     redis.call('SET', K_TICKET, ticket)
     redis.call('ZADD', K_OWNER, ticket, id)
-    local rank = redis.call('ZRANK', K_OWNER, id)
-    if rank < maxh then
+    if p > 1 then set('p:' .. id, p) end
+    count_permits(not grant, p, 1)
+    if grant then
         redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
-        redis.call('HSET', K_INFO, id, make_info(lease, maxh, NOW_MS, origin))
+        redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
         return {'held', ticket, int(lease)}
     end
-    if wait == 1 then
-        redis.call('ZADD', K_TIMEOUT, int(NOW_MS + keepalive), id)
-        redis.call('ZADD', K_WAITING, ticket, id)
-        redis.call('HSET', K_INFO, id, make_info(lease, maxh, 0, origin))
-        return waiting_reply(id, maxh)
-    end
-    redis.call('ZREM', K_OWNER, id)
-    return {'busy', ticket, int(rank)}
+    redis.call('ZADD', K_TIMEOUT, int(NOW_MS + keepalive), id)
+    redis.call('ZADD', K_WAITING, ticket, id)
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin))
+    return waiting_reply(id, limit)
 end
 
 -- wait_check id keepalive_ms: keep a place in line alive, or confirm the
@@ -232,7 +357,7 @@ local function op_wait_check(id, keepalive)
     if not is_waiting(id) then return confirm(id) end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
     redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + keepalive), id)
-    return waiting_reply(id, maxh)
+    return waiting_reply(id, limit_in_effect(true) or maxh)
 end
 
 -- give_up id: leave the line, unless promotion came just in time.
@@ -246,8 +371,13 @@ end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 local function op_release(id)
-    local held = is_member(id) and not is_waiting(id)
-    remove(id)
+    local member = is_member(id)
+    local held = member and not is_waiting(id)
+    if member then
+        remove(id)
+    else
+        redis.call('DEL', wake_key(id), nudge_key(id))
+    end
     promote()
     if held then return 1 end
     return 0
@@ -257,7 +387,7 @@ end
 -- caller holds no slot (then nothing of it remains, unless it waits).
 local function op_refresh(id, lease)
     if not is_member(id) then
-        remove(id)
+        redis.call('DEL', wake_key(id), nudge_key(id))
         return 0
     end
     if is_waiting(id) then return 0 end
@@ -275,7 +405,8 @@ local function op_token(id)
     return redis.call('ZSCORE', K_OWNER, id)
 end
 
--- list: every member in line order as {id, ticket, ms left, waiting, info}.
+-- list: every member in line order as {id, ticket, ms left, waiting, info,
+-- permits}.
 local function op_list()
     local all = redis.call('ZRANGE', K_OWNER, 0, -1, 'WITHSCORES')
     local out = {}
@@ -287,9 +418,30 @@ local function op_list()
         local waiting = 0
         if is_waiting(id) then waiting = 1 end
         out[#out + 1] = {id, all[i + 1], int(left), int(waiting),
-                         redis.call('HGET', K_INFO, id) or ''}
+                         redis.call('HGET', K_INFO, id) or '',
+                         int(permits_of(id))}
     end
     return out
+end
+
+-- The limits and the permits held: {stored limit or '', limit in effect
+-- or '', permits held, waiters}.
+local function limit_reply()
+    local members = redis.call('ZCARD', K_OWNER)
+    local waiters = redis.call('ZCARD', K_WAITING)
+    local limit = limit_in_effect(members > 0)
+    return {S.limit and int(S.limit) or '', limit and int(limit) or '',
+            int(members - waiters + S.xh), int(waiters)}
+end
+
+-- set_limit max_holders|'': store a limit, or remove it (the members keep
+-- it as the limit in effect).  Raising it admits waiters at once (I3, I4).
+local function op_set_limit(maxh)
+    local before = limit_in_effect(redis.call('ZCARD', K_OWNER) > 0)
+    set('limit', maxh or false)
+    set('cur', not maxh and before or false)
+    promote()
+    return limit_reply()
 end
 
 -- Argument checkers: each returns the value, or nil if malformed.
@@ -305,14 +457,23 @@ local function count_arg(v)
     if n and n >= 0 and n <= 1e12 and n == math.floor(n) then return n end
 end
 
+-- A limit: 1 or more, or '' for none (false).
+local function limit_arg(v)
+    if v == '' then return false end
+    local n = count_arg(v)
+    if n and n >= 1 then return n end
+end
+
 -- Each operation: how to read ARGV, and what to run.
 local OPS = {
     acquire = function(a)
-        local id, maxh, lease = id_arg(a[2]), count_arg(a[3]), count_arg(a[4])
-        local wait, keepalive = count_arg(a[5]), count_arg(a[6])
-        if not (id and maxh and lease and wait and keepalive and a[7]) or
-           maxh < 1 or lease < 1 or keepalive < 1 then return nil end
-        return function() return op_acquire(id, maxh, lease, wait, keepalive, a[7]) end
+        local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
+        local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
+        if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8]) or
+           p < 1 or lease < 1 or keepalive < 1 then return nil end
+        return function()
+            return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8])
+        end
     end,
     wait_check = function(a)
         local id, keepalive = id_arg(a[2]), count_arg(a[3])
@@ -342,10 +503,37 @@ local OPS = {
     list = function(a)
         return function() return op_list() end
     end,
+    limit = function(a)
+        return function() return limit_reply() end
+    end,
+    set_limit = function(a)
+        local maxh = limit_arg(a[2])
+        if maxh == nil then return nil end
+        return function() return op_set_limit(maxh or nil) end
+    end,
 }
 
--- The only way in: check, housekeeping, the operation, restore lifetimes.
+-- Read the state: the stored limit, the limit in effect, the excesses.
+-- A state without a TTL (it stores a limit) can outlive the members' keys
+-- if they expired with nobody calling (I5): then only the limit is kept.
+local function read_state()
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw')
+    S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
+    S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
+    if S.limit and (S.cur or S.xh + S.xw > 0) and
+       redis.call('EXISTS', K_OWNER) == 0 then
+        redis.call('DEL', K_STATE)
+        redis.call('HSET', K_STATE, 'limit', int(S.limit))
+        S.cur, S.xh, S.xw = nil, 0, 0
+    end
+end
+
+-- The only way in: check, read the state, housekeeping, the operation,
+-- write the state back and restore lifetimes.
 local function dispatch(a)
+    if #KEYS ~= 6 then
+        return redis.error_reply('REDSEM expects 6 keys, not ' .. #KEYS)
+    end
     local parse = OPS[a[1]]
     if not parse then
         return redis.error_reply('REDSEM unknown operation')
@@ -354,9 +542,10 @@ local function dispatch(a)
     if not run then
         return redis.error_reply('REDSEM bad arguments for ' .. a[1])
     end
+    read_state()
     housekeeping()
     local reply = run()
-    restore_lifetimes()
+    finish()
     return reply
 end
 

@@ -35,10 +35,10 @@ static const char lua_text[] =
 
 static char lua_sha[SHA1_DIGEST_LENGTH * 2 + 1];
 
-#define SCRIPT_NKEYS 5
+#define SCRIPT_NKEYS 6
 #define SCRIPT_MAX_ARGS 8
 static const char *const key_suffixes[SCRIPT_NKEYS] =
-{"owner", "timeout", "ticket", "info", "waiting"};
+{"owner", "timeout", "ticket", "info", "waiting", "state"};
 
 /* The SHA1 of the script, in hex, computed once */
 static const char *
@@ -143,7 +143,7 @@ run_script(RedisCall *call, const char *prefix, const char *name,
 	Assert(nargs <= SCRIPT_MAX_ARGS);
 	argv[argc++] = "EVALSHA";
 	argv[argc++] = script_sha();
-	argv[argc++] = "5";
+	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
 	for (int i = 0; i < SCRIPT_NKEYS; i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
 	argv[argc++] = op;
@@ -207,7 +207,7 @@ element_is(const redisReply *r, size_t i, const char *s)
 		strcmp(e->str, s) == 0;
 }
 
-/* Decode a {state, ticket, ms, position} reply into result, then free it */
+/* Decode a {state, ticket, ms, position, limit} reply into result, then free it */
 static bool
 decode_state(RedisCall *call, const char *name, redisReply *reply,
 			 SemResult *result)
@@ -226,10 +226,27 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 		result->state = SEM_WAITING;
 		ok = reply_int64(element(reply, 1), &result->ticket) &&
 			reply_int64(element(reply, 2), &result->position) &&
-			reply_int64(element(reply, 3), &result->ms);
+			reply_int64(element(reply, 3), &result->ms) &&
+			reply_int64(element(reply, 4), &result->limit);
 	}
 	else if (element_is(reply, 0, "busy"))
+	{
 		result->state = SEM_BUSY;
+		ok = reply_int64(element(reply, 1), &result->limit);
+	}
+	else if (element_is(reply, 0, "limit"))
+	{
+		result->state = SEM_OTHER_LIMIT;
+		result->stored = element_is(reply, 2, "stored");
+		ok = reply_int64(element(reply, 1), &result->limit);
+	}
+	else if (element_is(reply, 0, "nolimit"))
+		result->state = SEM_NO_LIMIT;
+	else if (element_is(reply, 0, "toolarge"))
+	{
+		result->state = SEM_TOO_LARGE;
+		ok = reply_int64(element(reply, 1), &result->limit);
+	}
 	else if (element_is(reply, 0, "gone"))
 		result->state = SEM_GONE;
 	else if (element_is(reply, 0, "lost"))
@@ -297,21 +314,26 @@ origin_text(void)
 	return buf.data;
 }
 
-/* Try to take a slot, or a place in line when wait is true */
+/*
+ * Try to take permits of a semaphore, or a place in line when wait is
+ * true.  max_holders 0: the stored limit.
+ */
 bool
 sem_acquire(RedisCall *call, const char *name, const char *id,
-			int max_holders, int64 lease_ms, bool wait, SemResult *result)
+			int max_holders, int permits, int64 lease_ms, bool wait,
+			SemResult *result)
 {
-	const char *args[6];
+	const char *args[7];
 	redisReply *reply;
 
 	args[0] = id;
-	args[1] = psprintf("%d", max_holders);
-	args[2] = psprintf(INT64_FORMAT, lease_ms);
-	args[3] = wait ? "1" : "0";
-	args[4] = psprintf("%d", WAIT_PLACE_TTL_MS);
-	args[5] = origin_text();
-	return run_script(call, NULL, name, "acquire", 6, args, &reply) &&
+	args[1] = max_holders > 0 ? psprintf("%d", max_holders) : "";
+	args[2] = psprintf("%d", permits);
+	args[3] = psprintf(INT64_FORMAT, lease_ms);
+	args[4] = wait ? "1" : "0";
+	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
+	args[6] = origin_text();
+	return run_script(call, NULL, name, "acquire", 7, args, &reply) &&
 		decode_state(call, name, reply, result);
 }
 
@@ -451,13 +473,13 @@ sem_token(RedisCall *call, const char *name, const char *id, int64 *token)
 	return true;
 }
 
-/* True if e has the shape {id, ticket, ms, waiting, info}, all strings */
+/* True if e has the shape {id, ticket, ms, waiting, info, permits}, all strings */
 static bool
 is_member_element(const redisReply *e)
 {
-	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 5)
+	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 6)
 		return false;
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 6; i++)
 		if (e->element[i]->type != REDIS_REPLY_STRING || e->element[i]->str == NULL)
 			return false;
 	return true;
@@ -475,7 +497,8 @@ copy_members(const redisReply *reply, SemMember *out)
 		SemMember  *m = &out[n];
 
 		if (!reply_int64(e->element[1], &m->ticket) ||
-			!reply_int64(e->element[2], &m->ms_left))
+			!reply_int64(e->element[2], &m->ms_left) ||
+			!reply_int64(e->element[5], &m->permits))
 			continue;
 		m->id = pstrdup(e->element[0]->str);
 		m->waiting = strcmp(e->element[3]->str, "1") == 0;
@@ -514,4 +537,54 @@ sem_list(RedisCall *call, const char *name, SemMember **members, int *count)
 	}
 	PG_END_TRY();
 	return true;
+}
+
+/* Decode a {stored, in effect, held, waiting} reply ('' for no limit) */
+static bool
+decode_limit(RedisCall *call, const char *name, redisReply *reply,
+			 SemLimit *limit)
+{
+	int64	   *fields[4] = {&limit->stored, &limit->in_effect, &limit->held,
+	&limit->waiting};
+
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4)
+		return malformed(call, name, reply, "limit did not answer four fields");
+	for (int i = 0; i < 4; i++)
+	{
+		const redisReply *e = reply->element[i];
+
+		*fields[i] = 0;
+		if (i < 2 && e->type == REDIS_REPLY_STRING && e->len == 0)
+			continue;
+		if (!reply_int64(e, fields[i]) || *fields[i] < 0)
+			return malformed(call, name, reply, "limit answered a malformed field");
+	}
+	freeReplyObject(reply);
+	return true;
+}
+
+/* The semaphore's stored limit, limit in effect, permits held and waiters */
+bool
+sem_limit(RedisCall *call, const char *name, SemLimit *limit)
+{
+	redisReply *reply;
+
+	return run_script(call, NULL, name, "limit", 0, NULL, &reply) &&
+		decode_limit(call, name, reply, limit);
+}
+
+/*
+ * Store the semaphore's limit (max_holders 0: remove it); waiters that now
+ * fit are admitted.  *limit: as sem_limit, afterwards.
+ */
+bool
+sem_set_limit(RedisCall *call, const char *name, int max_holders,
+			  SemLimit *limit)
+{
+	const char *args[1];
+	redisReply *reply;
+
+	args[0] = max_holders > 0 ? psprintf("%d", max_holders) : "";
+	return run_script(call, NULL, name, "set_limit", 1, args, &reply) &&
+		decode_limit(call, name, reply, limit);
 }

@@ -17,7 +17,10 @@ typedef enum SemState
 	SEM_WAITING,				/* caller is in line */
 	SEM_BUSY,					/* full, caller not queued */
 	SEM_GONE,					/* caller left the line */
-	SEM_LOST					/* caller's entry no longer exists */
+	SEM_LOST,					/* caller's entry no longer exists */
+	SEM_OTHER_LIMIT,			/* caller's limit is not the one in effect */
+	SEM_NO_LIMIT,				/* no limit passed, none stored */
+	SEM_TOO_LARGE				/* more permits than the limit */
 } SemState;
 
 typedef struct SemResult
@@ -25,8 +28,19 @@ typedef struct SemResult
 	SemState	state;
 	int64		ticket;			/* fencing token / place in line */
 	int64		ms;				/* HELD: lease left; WAITING: look again in */
-	int64		position;		/* WAITING: waiters ahead beyond the window */
+	int64		position;		/* WAITING: members that must leave, less one */
+	int64		limit;			/* the limit in effect, or 0 if not told */
+	bool		stored;			/* OTHER_LIMIT: the limit in effect is stored */
 } SemResult;
+
+/* A semaphore's limits, as the "limit" operation reports them */
+typedef struct SemLimit
+{
+	int64		stored;			/* the stored limit, or 0 */
+	int64		in_effect;		/* the limit in effect, or 0 */
+	int64		held;			/* permits held */
+	int64		waiting;		/* members in line */
+} SemLimit;
 
 /* One member of a semaphore, as the "list" operation reports it */
 typedef struct SemMember
@@ -36,11 +50,12 @@ typedef struct SemMember
 	int64		ms_left;		/* until its deadline; -1 if unknown */
 	bool		waiting;
 	char	   *info;			/* "lease|max_holders|since|origin" */
+	int64		permits;
 } SemMember;
 
 extern bool sem_acquire(RedisCall *call, const char *name, const char *id,
-						int max_holders, int64 lease_ms, bool wait,
-						SemResult *result);
+						int max_holders, int permits, int64 lease_ms,
+						bool wait, SemResult *result);
 extern bool sem_wait_check(RedisCall *call, const char *name, const char *id,
 						   SemResult *result);
 extern bool sem_give_up(RedisCall *call, const char *name, const char *id,
@@ -56,5 +71,8 @@ extern bool sem_token(RedisCall *call, const char *name, const char *id,
 					  int64 *token);
 extern bool sem_list(RedisCall *call, const char *name, SemMember **members,
 					 int *count);
+extern bool sem_limit(RedisCall *call, const char *name, SemLimit *limit);
+extern bool sem_set_limit(RedisCall *call, const char *name, int max_holders,
+						  SemLimit *limit);
 
 #endif							/* REDSEM_SCRIPT_H */

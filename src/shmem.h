@@ -76,6 +76,7 @@ typedef enum StatField
 	STAT_EXPIRED,
 	STAT_LOST,
 	STAT_REDIS_ERRORS,
+	STAT_ACQUIRED_PERMITS,		/* added in 0.2.0: last, see observe.c */
 	STAT_NFIELDS
 } StatField;
 

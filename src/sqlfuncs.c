@@ -25,14 +25,17 @@ PG_FUNCTION_INFO_V1(redsem_release);
 PG_FUNCTION_INFO_V1(redsem_refresh);
 PG_FUNCTION_INFO_V1(redsem_release_all);
 PG_FUNCTION_INFO_V1(redsem_force_release);
+PG_FUNCTION_INFO_V1(redsem_set_limit);
 
 /* Validated arguments of an acquire call */
 typedef struct AcquireArgs
 {
 	char	   *name;
-	int			max_holders;
+	int			max_holders;	/* 0: the stored limit */
+	int			permits;
 	int64		lease_ms;
 	int64		wait_ms;		/* -1: no limit */
+	int64		limit_seen;		/* the limit in effect Redis last told */
 } AcquireArgs;
 
 /* Raise the error for a NULL argument */
@@ -155,20 +158,41 @@ lease_arg(FunctionCallInfo fcinfo, int argno)
 						REDSEM_MAX_LEASE_MS);
 }
 
-/* Read and check the arguments shared by the acquire functions */
+/* A count argument between 1 and REDSEM_MAX_HOLDERS */
+int
+count_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	int			n;
+
+	if (PG_ARGISNULL(argno))
+		reject_null(argname);
+	n = PG_GETARG_INT32(argno);
+	if (n < 1 || n > REDSEM_MAX_HOLDERS)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"%s\" is out of range", argname),
+				 errdetail("\"%s\" must be between 1 and %d; it is %d.",
+						   argname, REDSEM_MAX_HOLDERS, n)));
+	return n;
+}
+
+/*
+ * Read and check the arguments shared by the acquire functions.  0.1.0's
+ * SQL definitions have no permits argument: one permit.
+ */
 static void
 acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 {
 	args->name = name_arg(fcinfo, 0);
-	if (PG_ARGISNULL(1))
-		reject_null("max_holders");
-	args->max_holders = PG_GETARG_INT32(1);
-	if (args->max_holders < 1 || args->max_holders > REDSEM_MAX_HOLDERS)
+	args->max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
+	args->permits = PG_NARGS() > 4 ? count_arg(fcinfo, 4, "permits") : 1;
+	args->limit_seen = args->max_holders;
+	if (args->max_holders > 0 && args->permits > args->max_holders)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"max_holders\" is out of range"),
-				 errdetail("\"max_holders\" must be between 1 and %d; it is %d.",
-						   REDSEM_MAX_HOLDERS, args->max_holders)));
+				 errmsg("cannot take %d permits of a semaphore with a limit of %d",
+						args->permits, args->max_holders),
+				 errdetail("\"permits\" must not exceed \"max_holders\".")));
 	if (PG_ARGISNULL(2))
 		reject_null("lease");
 	args->lease_ms = lease_arg(fcinfo, 2);
@@ -210,6 +234,14 @@ ms_left(TimestampTz deadline)
 	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
 }
 
+/* Remember the limit in effect that a reply told */
+static void
+note_limit(AcquireArgs *args, const SemResult *r)
+{
+	if (r->limit > 0)
+		args->limit_seen = r->limit;
+}
+
 /*
  * Wait in line until promoted (and confirmed) or deadline.  Sleeps on the
  * caller's wake list (a release that promotes it pushes to it), waking
@@ -218,7 +250,7 @@ ms_left(TimestampTz deadline)
  * *sent is when the request that answered was sent.
  */
 static void
-wait_in_line(const AcquireArgs *args, Hold *hold, const char *id,
+wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
 {
 	TimestampTz checked = *sent;
@@ -249,15 +281,20 @@ wait_in_line(const AcquireArgs *args, Hold *hold, const char *id,
 		}
 		*sent = checked = GetCurrentTimestamp();
 		(void) sem_wait_check(&call, args->name, id, r);
+		note_limit(args, r);
 		if (r->state == SEM_HELD)
 			return;
 		if (r->state == SEM_LOST)
 		{
-			/* our place expired, or our promotion window passed: queue again */
+			/*
+			 * our place expired, our promotion window passed, or the limit
+			 * fell below our permits: queue again
+			 */
 			*sent = GetCurrentTimestamp();
 			(void) sem_acquire(&call, args->name, id, args->max_holders,
-							   args->lease_ms, true, r);
-			if (r->state == SEM_HELD)
+							   args->permits, args->lease_ms, true, r);
+			note_limit(args, r);
+			if (r->state != SEM_WAITING)
 				return;
 		}
 		hold_mark_waiting(hold, *sent);
@@ -310,7 +347,10 @@ count_acquire(const AcquireArgs *args, SemState state, bool waited,
 			  TimestampTz started)
 {
 	if (state == SEM_HELD)
+	{
 		stats_count(args->name, STAT_ACQUIRED, 1);
+		stats_count(args->name, STAT_ACQUIRED_PERMITS, args->permits);
+	}
 	else if (waited)
 		stats_count(args->name, STAT_WAIT_TIMEOUTS, 1);
 	else
@@ -329,7 +369,7 @@ count_acquire(const AcquireArgs *args, SemState state, bool waited,
  * granted; *sent is when the granting request was sent.
  */
 static bool
-take_slot(const AcquireArgs *args, Hold *hold, const char *id,
+take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		  TimestampTz deadline, SemResult *r, TimestampTz *sent, bool *waited)
 {
 	for (;;)
@@ -338,7 +378,8 @@ take_slot(const AcquireArgs *args, Hold *hold, const char *id,
 
 		*sent = GetCurrentTimestamp();
 		(void) sem_acquire(&call, args->name, id, args->max_holders,
-						   args->lease_ms, args->wait_ms != 0, r);
+						   args->permits, args->lease_ms, args->wait_ms != 0, r);
+		note_limit(args, r);
 		if (r->state == SEM_WAITING)
 		{
 			*waited = true;
@@ -356,6 +397,37 @@ take_slot(const AcquireArgs *args, Hold *hold, const char *id,
 			return false;
 		}
 	}
+}
+
+/* Raise the error for a request refused because of the semaphore's limit */
+static void
+refuse_limit(const AcquireArgs *args, const SemResult *r)
+{
+	if (r->state == SEM_NO_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore \"%s\" has no stored limit", args->name),
+				 errhint("Pass \"max_holders\", or store a limit with redsem_set_limit.")));
+	if (r->state == SEM_TOO_LARGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot take %d permits of semaphore \"%s\" with a limit of " INT64_FORMAT,
+						args->permits, args->name, r->limit),
+				 errdetail("\"permits\" must not exceed the limit in effect.")));
+	if (r->stored)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore \"%s\" has a stored limit of " INT64_FORMAT ", not %d",
+						args->name, r->limit, args->max_holders),
+				 errdetail("Callers of one semaphore must agree on its limit, and it was stored with redsem_set_limit."),
+				 errhint("Leave out \"max_holders\" (or pass NULL) to use the stored limit.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("semaphore \"%s\" is in use with a limit of " INT64_FORMAT ", not %d",
+					args->name, r->limit, args->max_holders),
+			 errdetail("Callers of one semaphore must agree on its limit: its holders and waiters took it with a limit of " INT64_FORMAT ".",
+					   r->limit),
+			 errhint("Pass the same \"max_holders\" everywhere, or store the limit with redsem_set_limit and leave \"max_holders\" out.")));
 }
 
 /*
@@ -379,12 +451,18 @@ acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
 	notice_unkept_long_lease(args->lease_ms);
 
 	make_id(id, sizeof(id));
-	hold = hold_begin(args->name, id, scope, args->lease_ms);
+	hold = hold_begin(args->name, id, scope, args->lease_ms, args->permits);
 	started = GetCurrentTimestamp();
 	(void) take_slot(args, hold, id,
 					 args->wait_ms < 0 ? DT_NOEND :
 					 TimestampTzPlusMilliseconds(started, args->wait_ms),
 					 &r, &sent, &waited);
+	if (r.state == SEM_OTHER_LIMIT || r.state == SEM_NO_LIMIT ||
+		r.state == SEM_TOO_LARGE)
+	{
+		hold_forget(hold);
+		refuse_limit(args, &r);
+	}
 	count_acquire(args, r.state, waited, started);
 	if (r.state != SEM_HELD)
 	{
@@ -444,9 +522,12 @@ redsem_guard(PG_FUNCTION_ARGS)
 	if (id == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-				 errmsg("could not obtain a slot of semaphore \"%s\" (limit %d) after waiting %s",
-						args.name, args.max_holders, describe_wait(args.wait_ms)),
-				 errdetail("All %d slots stayed taken for the whole wait.", args.max_holders),
+				 errmsg("could not obtain a slot of semaphore \"%s\" (limit " INT64_FORMAT ") after waiting %s",
+						args.name, args.limit_seen, describe_wait(args.wait_ms)),
+				 args.permits == 1 ?
+				 errdetail("All " INT64_FORMAT " slots stayed taken for the whole wait.", args.limit_seen) :
+				 errdetail("%d of the " INT64_FORMAT " permits never came free together within the wait.",
+						   args.permits, args.limit_seen),
 				 errhint("Retry later, or pass a longer \"wait\".")));
 	PG_RETURN_TEXT_P(cstring_to_text(id));
 }
@@ -530,4 +611,31 @@ redsem_force_release(PG_FUNCTION_ARGS)
 				(errmsg("redsem: slot \"%s\" of semaphore \"%s\" force-released by role \"%s\"",
 						id, name, GetUserNameFromId(GetUserId(), false))));
 	PG_RETURN_BOOL(held);
+}
+
+/*
+ * redsem_set_limit(name, max_holders): store a semaphore's limit in Redis
+ * for every server (NULL: remove it).  For administrators (EXECUTE is
+ * granted to redsem_admin only).  Logged.
+ */
+Datum
+redsem_set_limit(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	int			max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+
+	refuse_in_parallel_worker();
+	hold_init();
+	(void) sem_set_limit(&call, name, max_holders, &limit);
+	if (max_holders > 0)
+		ereport(LOG,
+				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",
+						name, max_holders, GetUserNameFromId(GetUserId(), false))));
+	else
+		ereport(LOG,
+				(errmsg("redsem: stored limit of semaphore \"%s\" removed by role \"%s\"",
+						name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_VOID();
 }

@@ -301,7 +301,7 @@ note 'SIGKILL of a waiting backend: its place in line goes at the crash-restart'
 
 # The slot is held by "another server" (a holder entered with redis-cli), so
 # the crash-restart here cannot free it; only the waiter's place is ours.
-$redis->script('wkill', 'acquire', 'other.1', '1', '60000', '0', '60000', 'elsewhere|1|db|user|app');
+$redis->script('wkill', 'acquire', 'other.1', '1', '1', '60000', '0', '60000', 'elsewhere|1|db|user|app');
 my $w = session('waiter');
 $w->send(q{SELECT redsem_acquire('wkill', 1, '60 s', '60 s') IS NOT NULL;});
 ok(defined wait_until(30, sub { $redis->zcard('wkill', 'waiting') == 1 }),

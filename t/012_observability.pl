@@ -54,7 +54,7 @@ sub stats
 sub vanish
 {
 	my ($sem) = @_;
-	$redis->cli('DEL', map { "redsem:{$sem}:$_" } qw(owner timeout info waiting));
+	$redis->cli('DEL', map { "redsem:{$sem}:$_" } qw(owner timeout info waiting state));
 }
 
 my $ctl = RedsemTest::Session->new($node, name => 'ctl');

@@ -2,26 +2,34 @@
 # 020_script_model.pl - redsem's Lua script, driven directly against a real
 # Redis (no PostgreSQL), with its invariants checked after every step.
 #
-# First three directed scenarios (a promoted waiter on a quiet semaphore, a
-# promoted waiter that never confirms, a paused waiter), then a randomized
-# run: many ids on three semaphores (limits 1, 2, 3) doing try-once and
-# waiting acquires, re-checks, wake-ups, give-ups, releases, refreshes,
-# duplicate ids, reads and deaths, with short leases and real time passing.
-# After every step, for every semaphore:
+# First directed scenarios (a promoted waiter on a quiet semaphore, a
+# promoted waiter that never confirms, a paused waiter, weighted permits in
+# line, a stored limit raised and lowered, callers that disagree on the
+# limit, a waiter the limit fell below), then a randomized run: many ids on
+# four semaphores (limits 1, 2, 4 with weighted permits, and a stored limit
+# that changes under them) doing try-once and waiting acquires, re-checks,
+# wake-ups, give-ups, releases, refreshes, duplicate ids, wrong limits,
+# limit changes, reads and deaths, with short leases and real time
+# passing.  After every step, for every semaphore:
 #
-#   - each member is whole (owner, timeout, info), waiters are members;
-#   - holders are at most the limit, and all come before every waiter;
-#     the first waiter does not fit (else it would have been promoted);
+#   - each member is whole (owner, timeout, info), waiters are members; the
+#     state's permit counts (xh, xw, p:<id>) match the members;
+#   - the limit in effect is the model's; holders take at most that many
+#     permits, or, after the limit was lowered, no more than before; they
+#     all come before every waiter; the first waiter does not fit (else it
+#     would have been promoted);
 #   - tickets rise along the line;
-#   - every key has a TTL covering the latest deadline plus the grace;
+#   - every key has a TTL covering the latest deadline plus the grace (a
+#     state holding a stored limit has none);
 #   - every id that was told it holds a slot, and whose lease has not run
-#     out by its own reckoning, is a holder in Redis; at most limit of them.
+#     out by its own reckoning, is a holder in Redis.
 #
-# When all leases have ended, nothing is left in Redis.
+# When all leases have ended and the stored limits are removed, nothing is
+# left in Redis.
 #
-# REDSEM_TEST_SCRIPT=path runs another version of the script (e.g. an older
-# one, to show what it gets wrong); REDSEM_MODEL_SEED and REDSEM_MODEL_STEPS
-# reproduce or lengthen a run.
+# REDSEM_TEST_SCRIPT=path runs another version of the script (one taking
+# the same arguments); REDSEM_MODEL_SEED and REDSEM_MODEL_STEPS reproduce
+# or lengthen a run.
 
 use strict;
 use warnings FATAL => 'all';
@@ -29,6 +37,7 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 
+use List::Util qw(min max sum0);
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
@@ -47,13 +56,13 @@ ok(!RedsemTest::RESP::is_error($sha), "the script $script_path loads")
 
 sub now_ms { return int(time * 1000); }
 
-sub keys_of { my ($n) = @_; return map { "m:{$n}:$_" } qw(owner timeout ticket info waiting); }
+sub keys_of { my ($n) = @_; return map { "m:{$n}:$_" } qw(owner timeout ticket info waiting state); }
 
 # One script call on semaphore $name.
 sub ev
 {
 	my ($name, @args) = @_;
-	return $r->cmd('EVALSHA', $sha, 5, keys_of($name), @args);
+	return $r->cmd('EVALSHA', $sha, 6, keys_of($name), @args);
 }
 
 sub redis_now_ms
@@ -73,16 +82,20 @@ sub state_of
 # The checker
 ###########################################################################
 
-# Model: id => { sem, state ('holding' or 'waiting'), until (ms, holding) }
+# Model: id => { sem, state ('holding' or 'waiting'), until (ms, holding),
+# p (permits) }
 my %c;
-my %limit;
+# The limit in effect of each semaphore, and the most permits its holders
+# may take (above the limit only after it was lowered, and never growing
+# while above it).
+my (%limit, %allow);
 
 # Every problem with semaphore $name right now, as a list of strings.
 sub violations
 {
 	my ($name) = @_;
 	my $limit = $limit{$name};
-	my ($ko, $kt, $kk, $ki, $kw) = keys_of($name);
+	my ($ko, $kt, $kk, $ki, $kw, $ks) = keys_of($name);
 	my $local_now = now_ms();
 	my @bad;
 
@@ -90,10 +103,11 @@ sub violations
 	my %timeout = @{ $r->cmd('ZRANGE', $kt, 0, -1, 'WITHSCORES') };
 	my %waiting = @{ $r->cmd('ZRANGE', $kw, 0, -1, 'WITHSCORES') };
 	my %info = @{ $r->cmd('HGETALL', $ki) };
+	my %state = @{ $r->cmd('HGETALL', $ks) };
 	my (@ids, %ticket);
 	while (my ($id, $t) = splice(@owner, 0, 2)) { push @ids, $id; $ticket{$id} = $t; }
 
-	# members are whole
+	# members are whole; permit counts match them
 	foreach my $id (@ids)
 	{
 		push @bad, "member $id has no deadline" unless exists $timeout{$id};
@@ -108,38 +122,73 @@ sub violations
 		push @bad, "waiter $id has ticket $waiting{$id} in waiting but $ticket{$id} in owner"
 		  if exists $ticket{$id} && $waiting{$id} ne $ticket{$id};
 	}
+	my %p = map { $_ => 1 } @ids;
+	foreach my $f (grep { /^p:/ } keys %state)
+	{
+		my $id = substr($f, 2);
+		push @bad, "state has permits for $id, not a member" unless exists $ticket{$id};
+		push @bad, "state says $id takes $state{$f} permits" unless $state{$f} =~ /^\d+$/ && $state{$f} >= 2;
+		$p{$id} = $state{$f};
+	}
+	my @holders = grep { !exists $waiting{$_} } @ids;
+	my @waiters = grep { exists $waiting{$_} } @ids;
+	my $held = sum0(map { $p{$_} } @holders);
+	my $xh = sum0(map { $p{$_} - 1 } @holders);
+	my $xw = sum0(map { $p{$_} - 1 } @waiters);
+	push @bad, "state counts xh " . ($state{xh} // 0) . ", the holders' permits say $xh"
+	  if ($state{xh} // 0) != $xh;
+	push @bad, "state counts xw " . ($state{xw} // 0) . ", the waiters' permits say $xw"
+	  if ($state{xw} // 0) != $xw;
+
+	# the limit in effect is the model's
+	my $in_effect = $state{limit} // (@ids ? $state{cur} : undef);
+	push @bad, "the limit in effect is " . ($in_effect // 'none') . ", not $limit"
+	  if (@ids || exists $state{limit}) && ($in_effect // -1) != $limit;
 
 	# holders fit and come first; the first waiter does not fit
-	my ($holders, $first_waiter) = (0, undef);
+	my $first_waiter;
 	for my $rank (0 .. $#ids)
 	{
 		my $id = $ids[$rank];
 		if (exists $waiting{$id})
 		{
-			$first_waiter //= $rank;
+			$first_waiter //= $id;
 		}
-		else
+		elsif (defined $first_waiter)
 		{
-			$holders++;
-			push @bad, "holder $id at rank $rank is behind a waiter (skipped the line)"
-			  if defined $first_waiter;
+			push @bad, "holder $id at rank $rank is behind a waiter (skipped the line)";
 		}
 		push @bad, "tickets do not rise at rank $rank"
 		  if $rank > 0 && $ticket{$id} <= $ticket{ $ids[ $rank - 1 ] };
 	}
-	push @bad, "$holders holders for a limit of $limit" if $holders > $limit;
-	push @bad, "the first waiter (rank $first_waiter) fits under the limit $limit but was not promoted"
-	  if defined $first_waiter && $first_waiter < $limit;
+	my $allow = $allow{$name} // $limit;
+	if ($held > $limit)
+	{
+		push @bad, "holders take $held permits for a limit of $limit (at most $allow since it was lowered)"
+		  if $held > $allow;
+		$allow{$name} = min($allow, $held);
+	}
+	else
+	{
+		$allow{$name} = $limit;
+	}
+	push @bad, "the first waiter $first_waiter (taking $p{$first_waiter}) fits beside $held permits under the limit $limit but was not promoted"
+	  if defined $first_waiter && $held + $p{$first_waiter} <= $limit;
 
 	# key lifetimes cover the latest deadline (Redis's clock is read after
 	# the TTLs, so a slow machine can only make this check more lenient)
 	my ($latest) = sort { $b <=> $a } values %timeout;
-	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw);
+	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw, $ks);
 	my $now = redis_now_ms();
-	foreach my $k ($ko, $kt, $kk, $ki, $kw)
+	foreach my $k ($ko, $kt, $kk, $ki, $kw, $ks)
 	{
 		my $pttl = $pttl{$k};
 		next if $pttl == -2;
+		if ($k eq $ks && exists $state{limit})
+		{
+			push @bad, "the state holds a stored limit but expires in $pttl ms" if $pttl != -1;
+			next;
+		}
 		if ($pttl == -1)
 		{
 			push @bad, "key $k has no TTL";
@@ -160,23 +209,32 @@ sub violations
 	}
 
 	# whoever was told it holds, and whose lease has not run out, holds
-	my $believers = 0;
 	foreach my $id (sort keys %c)
 	{
 		my $m = $c{$id};
 		next unless $m->{sem} eq $name && $m->{state} eq 'holding';
 		next unless $m->{until} > $local_now + 5;
-		$believers++;
 		push @bad, "$id was granted a slot with "
 		  . ($m->{until} - $local_now)
 		  . " ms of lease left, but Redis no longer has it as a holder"
 		  if !exists $ticket{$id} || exists $waiting{$id};
+		push @bad, "$id was granted " . ($m->{p} // 1) . " permits, Redis says $p{$id}"
+		  if exists $p{$id} && $p{$id} != ($m->{p} // 1);
 	}
-	push @bad, "$believers ids hold a live slot, limit $limit" if $believers > $limit;
 	return @bad;
 }
 
 my @history;
+
+# The model's limit of $name becomes $n: raising it lets the holders take
+# up to $n permits at once.
+sub model_limit
+{
+	my ($name, $n) = @_;
+	$allow{$name} = $n if $n > ($allow{$name} // 0);
+	$limit{$name} = $n;
+	return;
+}
 
 # Check every semaphore; on the first violation, fail with the history.
 sub check_all
@@ -201,9 +259,9 @@ sub check_all
 note 'a waiter promoted by its own re-check, then a quiet semaphore';
 
 %limit = (quiet => 1);
-is(state_of(ev('quiet', 'acquire', 'h', 1, 200, 0, 1000, 'model')), 'held',
+is(state_of(ev('quiet', 'acquire', 'h', 1, 1, 200, 0, 1000, 'model')), 'held',
 	'h holds the only slot (200 ms lease, nobody refreshes it)');
-is(state_of(ev('quiet', 'acquire', 'w', 1, 3000, 1, 500, 'model')), 'waiting',
+is(state_of(ev('quiet', 'acquire', 'w', 1, 1, 3000, 1, 500, 'model')), 'waiting',
 	'w waits (3 s lease, 500 ms place keepalive)');
 usleep(300_000);
 my $t0 = now_ms();
@@ -213,7 +271,7 @@ $c{w} = { sem => 'quiet', state => 'holding', until => $t0 + ($reply->[2] // 0) 
 check_all('the promotion of w by its own re-check');
 usleep(1_700_000);
 check_all('1.7 s of quiet');
-is(state_of(ev('quiet', 'acquire', 'n', 1, 1000, 0, 1000, 'model')), 'busy',
+is(state_of(ev('quiet', 'acquire', 'n', 1, 1, 1000, 0, 1000, 'model')), 'busy',
 	'after 1.7 s of quiet a newcomer is still refused: w holds');
 is(ev('quiet', 'release', 'w'), 1, 'and w releases a live slot');
 delete $c{w};
@@ -221,8 +279,8 @@ delete $c{w};
 note 'a promoted waiter that never confirms costs the line the promotion window, not its lease';
 
 %limit = (window => 1);
-is(state_of(ev('window', 'acquire', 'h', 1, 60000, 0, 1000, 'model')), 'held', 'h holds');
-is(state_of(ev('window', 'acquire', 'dead', 1, 60000, 1, 30000, 'model')), 'waiting',
+is(state_of(ev('window', 'acquire', 'h', 1, 1, 60000, 0, 1000, 'model')), 'held', 'h holds');
+is(state_of(ev('window', 'acquire', 'dead', 1, 1, 60000, 1, 30000, 'model')), 'waiting',
 	'"dead" waits with a 60 s lease, then dies');
 is(ev('window', 'release', 'h'), 1, 'h releases: "dead" is promoted');
 my $dl = $r->cmd('ZSCORE', 'm:{window}:timeout', 'dead');
@@ -233,7 +291,7 @@ is($r->cmd('LLEN', 'm:{window}:wake:dead'), 1, 'its wake-up is waiting for it');
 check_all('the promotion of a waiter that will never confirm');
 usleep((($left > 0 && $left < $WINDOW_MS ? $left : $WINDOW_MS) + 100) * 1000);
 $t0 = now_ms();
-$reply = ev('window', 'acquire', 'next', 1, 2000, 0, 1000, 'model');
+$reply = ev('window', 'acquire', 'next', 1, 1, 2000, 0, 1000, 'model');
 is(state_of($reply), 'held', 'once the window is over, a newcomer gets the slot');
 $c{next} = { sem => 'window', state => 'holding', until => $t0 + ($reply->[2] // 0) };
 check_all('a newcomer after an unconfirmed promotion');
@@ -242,9 +300,9 @@ note 'the waiter behind a promoted one is nudged to look again when its window e
 
 is(ev('window', 'release', 'next'), 1, 'the newcomer releases');
 delete $c{next};
-is(state_of(ev('window', 'acquire', 'h3', 1, 60000, 0, 1000, 'model')), 'held', 'h3 holds');
-is(state_of(ev('window', 'acquire', 'w3', 1, 60000, 1, 30000, 'model')), 'waiting', 'w3 waits');
-is(state_of(ev('window', 'acquire', 'w4', 1, 60000, 1, 30000, 'model')), 'waiting', 'w4 waits behind it');
+is(state_of(ev('window', 'acquire', 'h3', 1, 1, 60000, 0, 1000, 'model')), 'held', 'h3 holds');
+is(state_of(ev('window', 'acquire', 'w3', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'w3 waits');
+is(state_of(ev('window', 'acquire', 'w4', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'w4 waits behind it');
 is(ev('window', 'release', 'h3'), 1, 'h3 releases: w3 is promoted');
 my $nudge = $r->cmd('LPOP', 'm:{window}:nudge:w4');
 is($r->cmd('LLEN', 'm:{window}:wake:w4'), 0, 'and nothing is on its wake list, which 0.1.0 waiters would take for a promotion');
@@ -255,7 +313,7 @@ is(ev('window', 'release', 'w3'), 1, 'w3 releases (it never confirmed, but its w
 is(ev('window', 'give_up', 'w4')->[0], 'held', 'w4 was promoted; giving up just then confirms it');
 is(ev('window', 'release', 'w4'), 1, 'w4 releases');
 $t0 = now_ms();
-$reply = ev('window', 'acquire', 'next', 1, 2000, 0, 1000, 'model');
+$reply = ev('window', 'acquire', 'next', 1, 1, 2000, 0, 1000, 'model');
 $c{next} = { sem => 'window', state => 'holding', until => $t0 + ($reply->[2] // 0) };
 
 note 'a waiter paused past its window finds the slot lost, and never holds it twice';
@@ -268,8 +326,8 @@ delete $c{next};
 
 note 'a confirmed promotion gets the full lease';
 
-is(state_of(ev('window', 'acquire', 'h2', 1, 60000, 0, 1000, 'model')), 'held', 'h2 holds');
-is(state_of(ev('window', 'acquire', 'w2', 1, 60000, 1, 30000, 'model')), 'waiting', 'w2 waits');
+is(state_of(ev('window', 'acquire', 'h2', 1, 1, 60000, 0, 1000, 'model')), 'held', 'h2 holds');
+is(state_of(ev('window', 'acquire', 'w2', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'w2 waits');
 is(ev('window', 'release', 'h2'), 1, 'h2 releases');
 is_deeply($r->cmd('LPOP', 'm:{window}:wake:w2'), $r->cmd('ZSCORE', 'm:{window}:owner', 'w2'),
 	'w2 pops its wake-up: its ticket');
@@ -280,13 +338,142 @@ cmp_ok($dl - redis_now_ms(), '>', 59000, 'its deadline is a full lease away');
 is($r->cmd('EXISTS', 'm:{window}:wake:w2'), 0, 'its wake list is gone');
 is(ev('window', 'release', 'w2'), 1, 'w2 releases');
 
+note 'weighted permits wait their turn: a large request at the head is not passed by small ones';
+
+%limit = (weighted => 3);
+is(state_of(ev('weighted', 'acquire', 'a', 3, 2, 60000, 0, 1000, 'model')), 'held', 'a takes 2 of 3 permits');
+$c{a} = { sem => 'weighted', state => 'holding', until => now_ms() + 59000, p => 2 };
+is(state_of(ev('weighted', 'acquire', 'b', 3, 2, 60000, 1, 30000, 'model')), 'waiting', 'b wants 2: it waits');
+$c{b} = { sem => 'weighted', state => 'waiting', p => 2 };
+is_deeply(ev('weighted', 'acquire', 'c', 3, 1, 60000, 0, 1000, 'model'), [ 'busy', 3 ],
+	'c wants 1 and 1 is free, but b is first: c is refused');
+is(state_of(ev('weighted', 'acquire', 'c', 3, 1, 60000, 1, 30000, 'model')), 'waiting', 'c waits behind b');
+$c{c} = { sem => 'weighted', state => 'waiting', p => 1 };
+check_all('two weighted waiters');
+is(ev('weighted', 'release', 'a'), 1, 'a releases its 2 permits');
+delete $c{a};
+ok($r->cmd('LLEN', 'm:{weighted}:wake:b') == 1 && $r->cmd('LLEN', 'm:{weighted}:wake:c') == 1,
+	'b (2) and c (1) are both promoted: 3 permits');
+foreach my $id (qw(b c))
+{
+	my $rep = ev('weighted', 'wait_check', $id, 30000);
+	is(state_of($rep), 'held', "$id confirms");
+	$c{$id} = { sem => 'weighted', state => 'holding', until => now_ms() + 59000, p => $c{$id}{p} };
+}
+check_all('two weighted promotions');
+is_deeply(ev('weighted', 'limit'), [ '', 3, 3, 0 ], 'limit: none stored, 3 in effect, 3 permits held, nobody waits');
+is_deeply(ev('weighted', 'acquire', 'd', 3, 4, 60000, 1, 30000, 'model'), [ 'toolarge', 3 ],
+	'4 permits of 3 are refused, even to wait');
+is(ev('weighted', 'release', $_), 1, "$_ releases") foreach qw(b c);
+delete @c{qw(b c)};
+
+note 'one limit: callers that disagree about it are refused, and change nothing';
+
+%limit = (agree => 2);
+is(state_of(ev('agree', 'acquire', 'a', 2, 1, 60000, 0, 1000, 'model')), 'held', 'a takes a slot of 2');
+$c{a} = { sem => 'agree', state => 'holding', until => now_ms() + 59000, p => 1 };
+is_deeply(ev('agree', 'acquire', 'x', 5, 1, 60000, 1, 30000, 'model'), [ 'limit', 2, 'in use' ],
+	'x passing 5 is refused: the semaphore is in use with 2');
+is_deeply(ev('agree', 'acquire', 'x', '', 1, 60000, 0, 1000, 'model'), ['nolimit'],
+	'x passing no limit is refused: none is stored');
+is($r->cmd('ZCARD', 'm:{agree}:owner'), 1, 'and x is nowhere in line');
+check_all('callers that disagree');
+is(ev('agree', 'release', 'a'), 1, 'a releases');
+delete $c{a};
+is(state_of(ev('agree', 'acquire', 'x', 5, 1, 1000, 0, 1000, 'model')), 'held',
+	'once the semaphore is empty, another limit may start it');
+is($r->cmd('HGET', 'm:{agree}:state', 'cur'), 5, 'and is the one in effect');
+is(ev('agree', 'release', 'x'), 1, 'x releases');
+is($r->cmd('HEXISTS', 'm:{agree}:state', 'cur'), 0, 'the limit in effect went with the last member');
+
+note 'a stored limit: raising it admits waiters at once, lowering it evicts nobody';
+
+%limit = (stored => 1);
+is_deeply(ev('stored', 'set_limit', 1), [ 1, 1, 0, 0 ], 'the limit of "stored" is set to 1');
+is($r->cmd('PTTL', 'm:{stored}:state'), -1, 'it is kept without a TTL');
+is(state_of(ev('stored', 'acquire', 'a', '', 1, 60000, 0, 1000, 'model')), 'held', 'a takes it, passing no limit');
+$c{a} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => 1 };
+is_deeply(ev('stored', 'acquire', 'x', 2, 1, 60000, 0, 1000, 'model'), [ 'limit', 1, 'stored' ],
+	'a caller passing 2 is refused: 1 is stored');
+is(state_of(ev('stored', 'acquire', 'b', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'b waits (passing 1: it agrees)');
+is(state_of(ev('stored', 'acquire', 'c', '', 1, 60000, 1, 30000, 'model')), 'waiting', 'c waits');
+$c{$_} = { sem => 'stored', state => 'waiting', p => 1 } foreach qw(b c);
+check_all('a stored limit of 1 with two waiters');
+is_deeply(ev('stored', 'set_limit', 3), [ 3, 3, 3, 0 ], 'the limit is raised to 3: 3 permits held at once');
+ok($r->cmd('LLEN', 'm:{stored}:wake:b') == 1 && $r->cmd('LLEN', 'm:{stored}:wake:c') == 1,
+	'b and c were woken by the change, not left to find out');
+foreach my $id (qw(b c))
+{
+	is(state_of(ev('stored', 'wait_check', $id, 30000)), 'held', "$id confirms");
+	$c{$id} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => 1 };
+}
+model_limit('stored', 3);
+check_all('the limit raised under two waiters');
+is_deeply(ev('stored', 'set_limit', 1), [ 1, 1, 3, 0 ], 'the limit is lowered to 1: nobody is evicted');
+model_limit('stored', 1);
+check_all('the limit lowered under three holders');
+is(ev('stored', 'release', 'a'), 1, 'a releases');
+delete $c{a};
+is(state_of(ev('stored', 'acquire', 'd', '', 1, 60000, 0, 1000, 'model')), 'busy',
+	'a newcomer is refused while 2 holders exceed the limit of 1');
+is(ev('stored', 'release', 'b'), 1, 'b releases');
+delete $c{b};
+is(state_of(ev('stored', 'acquire', 'd', '', 1, 60000, 0, 1000, 'model')), 'busy',
+	'and while 1 holder fills it');
+is(ev('stored', 'release', 'c'), 1, 'c releases');
+delete $c{c};
+is_deeply([ @{ $r->cmd('HGETALL', 'm:{stored}:state') } ], [ 'limit', 1 ],
+	'the empty semaphore keeps its limit and nothing else');
+
+note 'a waiter whose permits the limit fell below is turned away, not left blocking the line';
+
+is_deeply(ev('stored', 'set_limit', 4), [ 4, 4, 0, 0 ], 'the limit is 4');
+model_limit('stored', 4);
+is(state_of(ev('stored', 'acquire', 'a', '', 4, 60000, 0, 1000, 'model')), 'held', 'a takes all 4 permits');
+$c{a} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => 4 };
+is(state_of(ev('stored', 'acquire', 'big', '', 3, 60000, 1, 30000, 'model')), 'waiting', '"big" waits for 3');
+is(state_of(ev('stored', 'acquire', 'small', '', 1, 60000, 1, 30000, 'model')), 'waiting', '"small" waits behind it for 1');
+$c{big} = { sem => 'stored', state => 'waiting', p => 3 };
+$c{small} = { sem => 'stored', state => 'waiting', p => 1 };
+ev('stored', 'set_limit', 2);
+model_limit('stored', 2);
+is($r->cmd('LPOP', 'm:{stored}:nudge:big'), 'n0', 'the limit falls to 2: "big" is told to look again at once');
+is(state_of(ev('stored', 'wait_check', 'big', 30000)), 'lost', 'it finds its place gone');
+is_deeply(ev('stored', 'acquire', 'big', '', 3, 60000, 1, 30000, 'model'), [ 'toolarge', 2 ],
+	'and asking again, it is refused: 3 permits of 2');
+delete $c{big};
+check_all('a waiter turned away');
+is(ev('stored', 'release', 'a'), 1, 'a releases');
+delete $c{a};
+is($r->cmd('LLEN', 'm:{stored}:wake:small'), 1, '"small" is promoted');
+is(state_of(ev('stored', 'wait_check', 'small', 30000)), 'held', 'and confirms');
+is(ev('stored', 'release', 'small'), 1, '"small" releases');
+delete $c{small};
+
+note 'a stored limit outlives members that expired with nobody calling';
+
+is(state_of(ev('stored', 'acquire', 'a', '', 2, 300, 0, 1000, 'model')), 'held', 'a takes 2 permits for 300 ms');
+usleep(($GRACE_MS + 500) * 1000);
+is($r->cmd('EXISTS', 'm:{stored}:owner'), 0, 'its lease ran out and its keys expired unseen');
+is(state_of(ev('stored', 'acquire', 'b', '', 2, 60000, 0, 1000, 'model')), 'held',
+	'the limit still holds all 2 permits for the next caller');
+is_deeply(ev('stored', 'limit'), [ 2, 2, 2, 0 ], 'and the state counts only its 2');
+is(ev('stored', 'release', 'b'), 1, 'b releases');
+is_deeply(ev('stored', 'set_limit', ''), [ '', '', 0, 0 ], 'the stored limit is removed');
+my $pttl = $r->cmd('PTTL', 'm:{stored}:state');
+ok($pttl == -2 || ($pttl >= 0 && $pttl <= $GRACE_MS), "the state goes with it (PTTL $pttl)");
+
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
-	[ 'acquire', 'x', 0, 1000, 0, 1000, 'o' ],
-	[ 'acquire', 'x', 1, 'lots', 0, 1000, 'o' ],
-	[ 'acquire', 'x y', 1, 1000, 0, 1000, 'o' ],
-	[ 'acquire', 'x', 1, 1000, 0, 1000 ],
+	[ 'acquire', 'x', 0, 1, 1000, 0, 1000, 'o' ],
+	[ 'acquire', 'x', 1, 0, 1000, 0, 1000, 'o' ],
+	[ 'acquire', 'x', 1, 'two', 1000, 0, 1000, 'o' ],
+	[ 'acquire', 'x', 1, 1, 'lots', 0, 1000, 'o' ],
+	[ 'acquire', 'x y', 1, 1, 1000, 0, 1000, 'o' ],
+	[ 'acquire', 'x', 1, 1, 1000, 0, 1000 ],
+	[ 'set_limit', 0 ],
+	[ 'set_limit', -3 ],
 	[ 'refresh', 'x', -5 ],
 	[ 'wait_check', '', 1000 ],
 	[ 'no_such_op', 'x' ])
@@ -307,10 +494,15 @@ srand($seed);
 note "randomized run: seed $seed, $steps steps (REDSEM_MODEL_SEED=$seed reproduces it)";
 
 %c = ();
-%limit = (s1 => 1, s2 => 2, s3 => 3);
+# s1, s2: one permit each; s4: up to 3 permits; sv: a stored limit that
+# changes, callers passing none, up to 3 permits
+%limit = (s1 => 1, s2 => 2, s4 => 4, sv => 3);
+%allow = ();
+my %weighted = (s4 => 1, sv => 1);
 my @sems = sort keys %limit;
 my $next_id = 0;
 my %count;
+ev('sv', 'set_limit', $limit{sv});
 
 sub pick { my @a = @_; return @a ? $a[ int(rand(@a)) ] : undef; }
 sub ids_in { my ($state) = @_; return grep { $c{$_}{state} eq $state } sort keys %c; }
@@ -318,43 +510,88 @@ sub ids_in { my ($state) = @_; return grep { $c{$_}{state} eq $state } sort keys
 # Record a step's outcome for the history.
 sub record { push @history, $_[0]; shift @history if @history > 200; }
 
-# Note the outcome of a call that may grant a slot, sent at $t_sent.
+# The limit a caller passes: none for the stored one.
+sub limit_arg { my ($sem) = @_; return $sem eq 'sv' ? '' : $limit{$sem}; }
+
+# Permits a caller asks for (sometimes more than the stored limit).
+sub some_permits { my ($sem) = @_; return $weighted{$sem} ? 1 + int(rand(3)) : 1; }
+
+# Note the outcome of a call that may grant $p permits, sent at $t_sent.
 sub absorb
 {
-	my ($id, $sem, $reply, $t_sent) = @_;
+	my ($id, $sem, $reply, $t_sent, $p) = @_;
 	my $st = state_of($reply);
 	if ($st eq 'held')
 	{
-		$c{$id} = { sem => $sem, state => 'holding', until => $t_sent + $reply->[2] };
+		$c{$id} = { sem => $sem, state => 'holding', until => $t_sent + $reply->[2],
+			p => $p // $c{$id}{p} };
 	}
 	elsif ($st eq 'waiting')
 	{
-		$c{$id} = { sem => $sem, state => 'waiting' };
+		$c{$id} = { sem => $sem, state => 'waiting', p => $p // $c{$id}{p} };
 	}
-	elsif ($st eq 'busy' || $st eq 'gone' || $st eq 'lost')
+	elsif ($st =~ /^(busy|gone|lost|toolarge)$/)
 	{
 		delete $c{$id};
 	}
 	return $st;
 }
 
+# Members of $sem whose deadline is not about to pass.
+sub live_members
+{
+	my ($sem) = @_;
+	my $now = redis_now_ms();
+	return scalar grep { $_ > $now + 3 }
+	  @{ $r->cmd('ZRANGE', "m:{$sem}:timeout", 0, -1, 'WITHSCORES') }[ map { 2 * $_ + 1 }
+		0 .. $r->cmd('ZCARD', "m:{$sem}:timeout") - 1 ];
+}
+
 my %actions = (
 	acquire_try => sub {
 		my $sem = pick(@sems);
 		my $id = 'c' . ++$next_id;
-		my $lease = 80 + int(rand(320));
+		my ($lease, $p) = (80 + int(rand(320)), some_permits($sem));
 		my $t = now_ms();
-		my $st = absorb($id, $sem, ev($sem, 'acquire', $id, $limit{$sem}, $lease, 0, 1000, 'model'), $t);
-		return ("$id try-once on $sem (lease $lease): $st", $st =~ /^(held|busy)$/);
+		my $st = absorb($id, $sem,
+			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 0, 1000, 'model'), $t, $p);
+		return ("$id try-once on $sem for $p (lease $lease): $st",
+			$p > $limit{$sem} ? $st eq 'toolarge' : $st =~ /^(held|busy)$/);
 	},
 	acquire_wait => sub {
 		my $sem = pick(@sems);
 		my $id = 'c' . ++$next_id;
-		my $lease = 80 + int(rand(320));
+		my ($lease, $p) = (80 + int(rand(320)), some_permits($sem));
 		my $keep = 150 + int(rand(450));
 		my $t = now_ms();
-		my $st = absorb($id, $sem, ev($sem, 'acquire', $id, $limit{$sem}, $lease, 1, $keep, 'model'), $t);
-		return ("$id waits on $sem (lease $lease, keepalive $keep): $st", $st =~ /^(held|waiting)$/);
+		my $st = absorb($id, $sem,
+			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 1, $keep, 'model'), $t, $p);
+		return ("$id waits on $sem for $p (lease $lease, keepalive $keep): $st",
+			$p > $limit{$sem} ? $st eq 'toolarge' : $st =~ /^(held|waiting)$/);
+	},
+	wrong_limit => sub {
+		my $sem = pick(@sems);
+		my $wrong = $limit{$sem} + 1 + int(rand(3));
+		my $live = live_members($sem);
+		my $reply = ev($sem, 'acquire', 'wrong', $wrong, 1, 100, int(rand(2)), 1000, 'model');
+		my $st = state_of($reply);
+		# refused, unless the semaphore had no member (then it may start
+		# under another limit: give it back at once, nobody saw it)
+		if ($st ne 'limit')
+		{
+			my $gone = ev($sem, 'release', 'wrong');
+			return ("a caller passes $wrong on $sem with $live live members: $st, released $gone",
+				$sem ne 'sv' && $live == 0 && $st eq 'held');
+		}
+		return ("a caller passes $wrong on $sem: refused (limit $reply->[1], $reply->[2])",
+			$reply->[1] == $limit{$sem});
+	},
+	set_limit => sub {
+		my $n = 1 + int(rand(5));
+		my $reply = ev('sv', 'set_limit', $n);
+		model_limit('sv', $n);
+		return ("the stored limit of sv becomes $n: " . join(' ', @$reply),
+			ref $reply eq 'ARRAY' && $reply->[0] == $n);
 	},
 	wait_check => sub {
 		my $id = pick(ids_in('waiting')) // return;
@@ -416,13 +653,13 @@ my %actions = (
 	duplicate => sub {
 		my $t = now_ms();
 		my $id = pick(grep { $c{$_}{until} > $t + 20 } ids_in('holding')) // return;
-		my ($sem, $until) = @{ $c{$id} }{qw(sem until)};
-		my $reply = ev($sem, 'acquire', $id, $limit{$sem}, 100, 0, 1000, 'model');
+		my ($sem, $until, $p) = @{ $c{$id} }{qw(sem until p)};
+		my $reply = ev($sem, 'acquire', $id, limit_arg($sem), $p, 100, 0, 1000, 'model');
 		my $st = state_of($reply);
 		return ("$id acquires again on $sem: $st", 1) if $st eq 'error: REDSEM duplicate holder id';
 		# only fine if its lease had ended by then; then it is a newcomer
 		my $ended = $until <= now_ms() + 1;
-		absorb($id, $sem, $reply, $t) if $ended;
+		absorb($id, $sem, $reply, $t, $p) if $ended;
 		return ("$id acquires again on $sem after its lease: $st", $ended);
 	},
 	read => sub {
@@ -430,7 +667,10 @@ my %actions = (
 		my $id = pick(sort keys %c) // 'nobody';
 		my $tok = ev($sem, 'token', $id);
 		my $list = ev($sem, 'list');
-		return ("token and list on $sem", ref $list eq 'ARRAY' && !RedsemTest::RESP::is_error($tok));
+		my $lim = ev($sem, 'limit');
+		return ("token, list and limit on $sem",
+			ref $list eq 'ARRAY' && !RedsemTest::RESP::is_error($tok) && ref $lim eq 'ARRAY'
+			  && (!@$list || $lim->[1] == $limit{$sem}));
 	},
 	sleep => sub {
 		my $ms = int(rand(40));
@@ -441,7 +681,8 @@ my %actions = (
 my @weighted = (
 	('acquire_try') x 14, ('acquire_wait') x 14, ('wait_check') x 12,
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
-	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14);
+	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
+	('wrong_limit') x 2, ('set_limit') x 2);
 
 my $ok = 1;
 my $t_start = time;
@@ -469,15 +710,16 @@ ok($ok, sprintf('%d steps in %.1f s kept every invariant (seed %d)', $steps, tim
 note 'steps taken: ' . join(', ', map { "$_ $count{$_}" } sort keys %count);
 cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"") foreach sort keys %actions;
 
-note 'once every lease has ended, nothing is left';
+note 'once every lease has ended and the stored limits are removed, nothing is left';
 
+ev('sv', 'set_limit', '');
 my $latest = 0;
 foreach my $sem (@sems)
 {
 	my $last = $r->cmd('ZRANGE', "m:{$sem}:timeout", -1, -1, 'WITHSCORES');
 	$latest = $last->[1] if @$last && $last->[1] > $latest;
 }
-my $wait = $latest ? $latest - redis_now_ms() + $GRACE_MS + 200 : 0;
+my $wait = $latest ? $latest - redis_now_ms() + $GRACE_MS + 200 : $GRACE_MS + 200;
 usleep($wait * 1000) if $wait > 0;
 my @left = sort @{ $r->cmd('KEYS', 'm:*') };
 is(scalar(@left), 0, sprintf('%.1f s after the last deadline no key is left', ($wait > 0 ? $wait : 0) / 1000))

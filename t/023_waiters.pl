@@ -41,7 +41,7 @@ note 'a waiter that died in line costs the window, not its lease';
 my $h = session('holder');
 my $hid = $h->query_ok(q{SELECT redsem_acquire('dead', 1, '60 s');});
 # "another server" queues with a 60 s lease, then is never heard from again
-$redis->script('dead', 'acquire', 'gone.1', '1', '60000', '1', '60000', 'elsewhere|1|db|user|app');
+$redis->script('dead', 'acquire', 'gone.1', '1', '1', '60000', '1', '60000', 'elsewhere|1|db|user|app');
 my $n = session('newcomer');
 $n->send(q{SELECT redsem_acquire('dead', 1, '60 s', '30 s') IS NOT NULL;});
 ok(defined wait_until(30, sub { $redis->zcard('dead', 'waiting') == 2 }),

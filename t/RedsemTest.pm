@@ -298,7 +298,7 @@ sub script
 {
 	my ($self, $name, @args) = @_;
 	return $self->cli('--eval', "$FindBin::RealBin/../src/redsem.lua",
-		map({ "redsem:{$name}:$_" } qw(owner timeout ticket info waiting)),
+		map({ "redsem:{$name}:$_" } qw(owner timeout ticket info waiting state)),
 		',', @args);
 }
 
