@@ -209,28 +209,32 @@ past(TimestampTz deadline)
 	return GetCurrentTimestamp() >= deadline;
 }
 
-/*
- * Flush the output buffer and read one reply, waiting on the socket in
- * between.  Stores the reply (malloc'd by hiredis) in *reply.
- */
+/* Write out everything hiredis has buffered, waiting on the socket */
 static RedisStatus
-exchange(redisContext *c, TimestampTz deadline, bool interruptible,
-		 redisReply **reply)
+flush_output(redisContext *c, TimestampTz deadline, bool interruptible)
 {
 	int			done = 0;
-	void	   *r = NULL;
 
-	*reply = NULL;
 	for (;;)
 	{
 		if (redisBufferWrite(c, &done) != REDIS_OK)
 			return RS_LOST;
 		if (done)
-			break;
+			return RS_OK;
 		if ((wait_on_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
 							interruptible) & WL_TIMEOUT) && past(deadline))
 			return RS_TIMED_OUT;
 	}
+}
+
+/* Read the next reply (malloc'd by hiredis) into *reply, waiting on the socket */
+static RedisStatus
+read_reply(redisContext *c, TimestampTz deadline, bool interruptible,
+		   redisReply **reply)
+{
+	void	   *r = NULL;
+
+	*reply = NULL;
 	for (;;)
 	{
 		int			rc;
@@ -240,8 +244,6 @@ exchange(redisContext *c, TimestampTz deadline, bool interruptible,
 		if (r != NULL)
 		{
 			*reply = (redisReply *) r;
-			if (c == conn)
-				request_in_flight = false;
 			return RS_OK;
 		}
 		rc = wait_on_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
@@ -253,6 +255,24 @@ exchange(redisContext *c, TimestampTz deadline, bool interruptible,
 		else if ((rc & WL_TIMEOUT) && past(deadline))
 			return RS_TIMED_OUT;
 	}
+}
+
+/*
+ * Flush the output buffer and read one reply, waiting on the socket in
+ * between.  Stores the reply (malloc'd by hiredis) in *reply.
+ */
+static RedisStatus
+exchange(redisContext *c, TimestampTz deadline, bool interruptible,
+		 redisReply **reply)
+{
+	RedisStatus status = flush_output(c, deadline, interruptible);
+
+	*reply = NULL;
+	if (status == RS_OK)
+		status = read_reply(c, deadline, interruptible, reply);
+	if (status == RS_OK && c == conn)
+		request_in_flight = false;
+	return status;
 }
 
 /*
@@ -581,6 +601,22 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 }
 
 /*
+ * Fill the call's outcome from the connection's failure (status), and drop
+ * the connection: a reply may still be owed on it.
+ */
+static void
+connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
+{
+	call->outcome.status = status;
+	call->outcome.timeout_ms = timeout_ms;
+	snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
+			 conn->err ? conn->errstr : "");
+	if (status == RS_LOST)
+		salvage_error_line(call);
+	redis_disconnect();
+}
+
+/*
  * The core: send one command and return its reply in *reply (the caller
  * frees it with freeReplyObject).  Connects first if need be.  Returns
  * true with a reply that is not an error; otherwise false, with the
@@ -623,15 +659,7 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 			*reply = NULL;
 		}
 		else if (status != RS_OK)
-		{
-			call->outcome.status = status;
-			call->outcome.timeout_ms = timeout_ms;
-			snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
-					 conn->err ? conn->errstr : "");
-			if (status == RS_LOST)
-				salvage_error_line(call);
-			drop = true;
-		}
+			connection_failed(call, status, timeout_ms);
 		if (drop)
 			redis_disconnect();
 		ok = (status == RS_OK);
@@ -642,6 +670,103 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 	if (!ok && call->elevel >= ERROR && call->outcome.status != RS_NOSCRIPT)
 		redis_report(call->elevel, &call->outcome);
 	return ok;
+}
+
+/* Send n commands at once and read the replies that come back, in order */
+static RedisStatus
+pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
+				  TimestampTz deadline, redisReply **replies)
+{
+	RedisStatus status = RS_OK;
+
+	for (int i = 0; i < n; i++)
+		if (redisAppendCommandArgv(conn, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
+			return RS_LOST;
+	request_in_flight = true;
+	PG_TRY();
+	{
+		status = flush_output(conn, deadline, call->interruptible);
+		for (int i = 0; i < n && status == RS_OK; i++)
+			status = read_reply(conn, deadline, call->interruptible, &replies[i]);
+	}
+	PG_CATCH();
+	{
+		/* interrupted with replies possibly still in flight */
+		redis_disconnect();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (status == RS_OK)
+		request_in_flight = false;
+	return status;
+}
+
+/*
+ * Pipelining: send n commands in one write and read their n replies, one
+ * round trip for all.  Returns true when every reply came back; each
+ * replies[i] (freed by the caller) may be an error reply, for the caller to
+ * judge with redis_reply_outcome().  Returns false, with the failure in
+ * call->outcome (never raised), when the connection failed; the replies
+ * read until then are kept, the rest are NULL.  An error reply that makes
+ * the connection useless (READONLY...) drops it after all replies are read.
+ */
+bool
+redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
+					redisReply **replies)
+{
+	TimestampTz deadline = call->deadline;
+	int			timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
+	RedisStatus status = RS_OK;
+	bool		ok;
+
+	memset(replies, 0, sizeof(redisReply *) * n);
+	call->outcome.status = RS_OK;
+	call->outcome.detail[0] = '\0';
+	if (deadline == DT_NOEND)
+		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	if (!call->interruptible)
+		HOLD_INTERRUPTS();
+	ok = ensure_connection(call, deadline);
+	if (ok)
+	{
+		status = pipeline_exchange(call, n, cmds, deadline, replies);
+		if (status != RS_OK)
+			connection_failed(call, status, timeout_ms);
+		else
+		{
+			for (int i = 0; i < n && conn != NULL; i++)
+			{
+				RedisOutcome o;
+
+				if (redis_reply_outcome(replies[i], &o))
+					redis_disconnect();
+			}
+		}
+		ok = (status == RS_OK);
+	}
+	if (!call->interruptible)
+		RESUME_INTERRUPTS();
+	return ok;
+}
+
+/*
+ * Judge one reply of a pipeline: o->status is RS_OK unless it is an error
+ * reply, classified (see RedisStatus).  Returns true if the error makes the
+ * connection useless.
+ */
+bool
+redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
+{
+	bool		drop = false;
+
+	o->status = RS_OK;
+	o->timeout_ms = 0;
+	o->detail[0] = '\0';
+	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
+		return false;
+	o->status = classify_error(reply->str ? reply->str : "", &drop);
+	snprintf(o->detail, sizeof(o->detail), "%s", reply->str ? reply->str : "");
+	return drop;
 }
 
 /* A short name of a status, for log lines and redsem_held() */

@@ -58,6 +58,13 @@ typedef struct RedisCall
 	RedisOutcome outcome;
 } RedisCall;
 
+/* One command of a pipeline */
+typedef struct RedisCommand
+{
+	int			argc;
+	const char **argv;
+} RedisCommand;
+
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
 #define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, ""}}
 
@@ -65,6 +72,10 @@ extern void redis_call_init(RedisCall *call, TimestampTz deadline,
 							bool interruptible, int elevel);
 extern bool redis_exec(RedisCall *call, int argc, const char **argv,
 					   const size_t *argvlen, struct redisReply **reply);
+extern bool redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
+								struct redisReply **replies);
+extern bool redis_reply_outcome(const struct redisReply *reply,
+								RedisOutcome *outcome);
 extern bool redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
 			pg_attribute_printf(3, 4);
 extern void redis_report(int elevel, const RedisOutcome *outcome);

@@ -399,6 +399,16 @@ local function op_refresh(id, lease)
     return int(lease)
 end
 
+-- refresh_many id lease_ms [id lease_ms ...]: refresh each (the keeper's
+-- batch for one semaphore): the list of new leases, 0 for a lost slot.
+local function op_refresh_many(pairs)
+    local out = {}
+    for i = 1, #pairs, 2 do
+        out[#out + 1] = op_refresh(pairs[i], pairs[i + 1])
+    end
+    return out
+end
+
 -- token id: the holder's ticket, or nil.
 local function op_token(id)
     if is_waiting(id) then return false end
@@ -494,6 +504,17 @@ local OPS = {
         local id, lease = id_arg(a[2]), count_arg(a[3])
         if not (id and lease) then return nil end
         return function() return op_refresh(id, lease) end
+    end,
+    refresh_many = function(a)
+        local pairs = {}
+        if #a < 3 or #a % 2 ~= 1 or #a > 2001 then return nil end
+        for i = 2, #a, 2 do
+            local id, lease = id_arg(a[i]), count_arg(a[i + 1])
+            if not (id and lease) then return nil end
+            pairs[#pairs + 1] = id
+            pairs[#pairs + 1] = lease
+        end
+        return function() return op_refresh_many(pairs) end
     end,
     token = function(a)
         local id = id_arg(a[2])

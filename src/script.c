@@ -588,3 +588,260 @@ sem_set_limit(RedisCall *call, const char *name, int max_holders,
 	return run_script(call, NULL, name, "set_limit", 1, args, &reply) &&
 		decode_limit(call, name, reply, limit);
 }
+
+/*
+ * The keeper's batches.  Refreshes of one semaphore go together into one
+ * refresh_many call (housekeeping and key lifetimes once for all of them),
+ * releases one call each, and the calls are pipelined: up to
+ * KEEP_PIPELINE_DEPTH commands per round trip.
+ */
+#define KEEP_IDS_PER_CALL		128
+#define KEEP_PIPELINE_DEPTH		256
+
+/* One command of a batch: the items it carries */
+typedef struct KeepCommand
+{
+	int			first;			/* index into the sorted order */
+	int			count;
+	bool		release;
+	const char **argv;
+	int			argc;
+} KeepCommand;
+
+static SemKeepItem *sort_items;
+
+/* qsort order: refreshes before releases, then by prefix and name */
+static int
+keep_item_cmp(const void *a, const void *b)
+{
+	const SemKeepItem *x = &sort_items[*(const int *) a];
+	const SemKeepItem *y = &sort_items[*(const int *) b];
+	int			c;
+
+	if (x->release != y->release)
+		return x->release ? 1 : -1;
+	if ((c = strcmp(x->prefix, y->prefix)) != 0)
+		return c;
+	if ((c = strcmp(x->name, y->name)) != 0)
+		return c;
+	return *(const int *) a - *(const int *) b;
+}
+
+/* True if items i and j (in sorted order) can share one refresh_many call */
+static bool
+same_refresh_group(const SemKeepItem *items, const int *order, int i, int j)
+{
+	const SemKeepItem *x = &items[order[i]];
+	const SemKeepItem *y = &items[order[j]];
+
+	return !x->release && !y->release && strcmp(x->prefix, y->prefix) == 0 &&
+		strcmp(x->name, y->name) == 0;
+}
+
+/* The EVALSHA argv of a command over order[first .. first+count-1] */
+static void
+build_keep_command(const SemKeepItem *items, const int *order, KeepCommand *kc)
+{
+	const SemKeepItem *head = &items[order[kc->first]];
+	int			max = 3 + SCRIPT_NKEYS + 1 + 2 * kc->count;
+
+	kc->argv = palloc(sizeof(char *) * max);
+	kc->argc = 0;
+	kc->argv[kc->argc++] = "EVALSHA";
+	kc->argv[kc->argc++] = script_sha();
+	kc->argv[kc->argc++] = CppAsString2(SCRIPT_NKEYS);
+	for (int k = 0; k < SCRIPT_NKEYS; k++)
+		kc->argv[kc->argc++] = sem_key(head->prefix, head->name, key_suffixes[k]);
+	kc->argv[kc->argc++] = kc->release ? "release" : "refresh_many";
+	for (int i = 0; i < kc->count; i++)
+	{
+		const SemKeepItem *it = &items[order[kc->first + i]];
+
+		kc->argv[kc->argc++] = it->id;
+		if (!kc->release)
+			kc->argv[kc->argc++] = psprintf(INT64_FORMAT, it->lease_ms);
+	}
+}
+
+/* Split the sorted items into commands; returns how many */
+static int
+plan_keep_commands(const SemKeepItem *items, const int *order, int n,
+				   KeepCommand *cmds)
+{
+	int			ncmds = 0;
+
+	for (int i = 0; i < n;)
+	{
+		KeepCommand *kc = &cmds[ncmds++];
+
+		kc->first = i;
+		kc->release = items[order[i]].release;
+		kc->count = 1;
+		while (!kc->release && i + kc->count < n && kc->count < KEEP_IDS_PER_CALL &&
+			   same_refresh_group(items, order, i, i + kc->count))
+			kc->count++;
+		build_keep_command(items, order, kc);
+		i += kc->count;
+	}
+	return ncmds;
+}
+
+/* Give every item of a command the same failure */
+static void
+fail_keep_command(SemKeepItem *items, const int *order, const KeepCommand *kc,
+				  RedisStatus status, const char *detail)
+{
+	for (int i = 0; i < kc->count; i++)
+	{
+		SemKeepItem *it = &items[order[kc->first + i]];
+
+		it->outcome.status = status;
+		it->outcome.timeout_ms = 0;
+		snprintf(it->outcome.detail, sizeof(it->outcome.detail), "%s", detail);
+		stats_count(it->name, STAT_REDIS_ERRORS, 1);
+	}
+}
+
+/*
+ * Take one command's reply apart into its items.  Returns false if the
+ * script was not cached (NOSCRIPT): the command must be sent again.
+ */
+static bool
+absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
+				  const redisReply *reply)
+{
+	RedisOutcome o;
+
+	(void) redis_reply_outcome(reply, &o);
+	if (o.status == RS_NOSCRIPT)
+		return false;
+	if (o.status != RS_OK)
+	{
+		fail_keep_command(items, order, kc, o.status, o.detail);
+		return true;
+	}
+	for (int i = 0; i < kc->count; i++)
+	{
+		SemKeepItem *it = &items[order[kc->first + i]];
+		const redisReply *e = kc->release ? reply : element(reply, i);
+		bool		ok;
+
+		ok = (kc->release || (reply->type == REDIS_REPLY_ARRAY &&
+							  reply->elements == (size_t) kc->count)) &&
+			reply_int64(e, &it->value) && it->value >= 0 &&
+			(!kc->release || it->value <= 1);
+		memset(&it->outcome, 0, sizeof(it->outcome));
+		if (!ok)
+		{
+			it->outcome.status = RS_MALFORMED;
+			snprintf(it->outcome.detail, sizeof(it->outcome.detail),
+					 "%s answered a reply of type %d for semaphore \"%s\"",
+					 kc->release ? "release" : "refresh_many", reply->type,
+					 it->name);
+			stats_count(it->name, STAT_REDIS_ERRORS, 1);
+		}
+	}
+	return true;
+}
+
+/* Load the script into Redis's cache (after a NOSCRIPT) */
+static bool
+load_script(RedisCall *call)
+{
+	const char *argv[3] = {"SCRIPT", "LOAD", lua_text};
+	redisReply *reply;
+
+	if (!redis_exec(call, 3, argv, NULL, &reply))
+		return false;
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * Send commands [from, to) as one pipeline and absorb the replies; those
+ * that found the script uncached are moved to the front of retry.  Returns
+ * false on connection trouble (call->outcome).
+ */
+static bool
+send_keep_pipeline(RedisCall *call, SemKeepItem *items, const int *order,
+				   KeepCommand *cmds, int from, int to, KeepCommand *retry,
+				   int *nretry, SemBatchCost *cost)
+{
+	int			n = to - from;
+	RedisCommand *rc = palloc(sizeof(RedisCommand) * n);
+	redisReply **replies = palloc(sizeof(redisReply *) * n);
+	bool		ok;
+
+	for (int i = 0; i < n; i++)
+	{
+		rc[i].argc = cmds[from + i].argc;
+		rc[i].argv = cmds[from + i].argv;
+	}
+	ok = redis_exec_pipeline(call, n, rc, replies);
+	cost->commands += n;
+	cost->round_trips++;
+	for (int i = 0; i < n; i++)
+	{
+		if (replies[i] == NULL)
+			continue;
+		if (!absorb_keep_reply(items, order, &cmds[from + i], replies[i]))
+			retry[(*nretry)++] = cmds[from + i];
+		freeReplyObject(replies[i]);
+	}
+	pfree(rc);
+	pfree(replies);
+	return ok;
+}
+
+/*
+ * Refresh and release many holds in few round trips.  Each item's outcome
+ * says whether Redis did it (a failure stays with its items: a key of the
+ * wrong type fails only the holds of that semaphore).  Returns false if
+ * the connection failed (call->outcome): the items not yet answered keep
+ * outcome RS_LOST.  Never raises for a Redis failure.
+ */
+bool
+sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
+{
+	int		   *order = palloc(sizeof(int) * Max(n, 1));
+	KeepCommand *cmds = palloc(sizeof(KeepCommand) * Max(n, 1));
+	KeepCommand *retry = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
+	KeepCommand *again = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
+	int			ncmds;
+
+	memset(cost, 0, sizeof(*cost));
+	for (int i = 0; i < n; i++)
+	{
+		order[i] = i;
+		items[i].value = 0;
+		items[i].outcome.status = RS_LOST;
+		snprintf(items[i].outcome.detail, sizeof(items[i].outcome.detail),
+				 "not sent: the connection failed earlier in the batch");
+	}
+	sort_items = items;
+	qsort(order, n, sizeof(int), keep_item_cmp);
+	sort_items = NULL;
+	ncmds = plan_keep_commands(items, order, n, cmds);
+
+	for (int from = 0; from < ncmds; from += KEEP_PIPELINE_DEPTH)
+	{
+		int			to = Min(from + KEEP_PIPELINE_DEPTH, ncmds);
+		int			nretry = 0;
+		int			nagain = 0;
+
+		if (!send_keep_pipeline(call, items, order, cmds, from, to, retry,
+								&nretry, cost))
+			return false;
+		if (nretry == 0)
+			continue;
+		/* the script was not cached (Redis restarted): load it, send again */
+		if (!load_script(call) ||
+			!send_keep_pipeline(call, items, order, retry, 0, nretry, again,
+								&nagain, cost))
+			return false;
+		for (int i = 0; i < nagain; i++)
+			fail_keep_command(items, order, &again[i], RS_REFUSED,
+							  "NOSCRIPT right after SCRIPT LOAD");
+	}
+	return true;
+}

@@ -6,7 +6,10 @@
  * A holder's slot lives until its deadline in Redis (now + lease).  The
  * keeper refreshes every live hold when a third of its lease has passed
  * (KEEPER_REFRESH_FRACTION), so two refreshes may fail or come late before
- * the lease runs out.  It sleeps at most KEEPER_MAX_SLEEP_MS, and a backend
+ * the lease runs out.  Whenever it refreshes, it also takes the holds due
+ * within half of their third (KEEPER_BATCH_EARLY_DIVISOR), so holds taken
+ * at different moments fall into step and go to Redis in one batch, at the
+ * cost of refreshing some of them a little early.  It sleeps at most KEEPER_MAX_SLEEP_MS, and a backend
  * wakes it at once when a new hold is due before that.  REDSEM_MIN_LEASE_MS
  * is the shortest lease it can keep that way with room for scheduling
  * delays (a third of it, 333 ms, is far above a loopback round trip and a
@@ -45,6 +48,7 @@
 #define REDSEM_EXIT_CLEANUP_MS		1000
 
 #define KEEPER_REFRESH_FRACTION		3
+#define KEEPER_BATCH_EARLY_DIVISOR	2
 #define KEEPER_MAX_SLEEP_MS			1000
 #define KEEPER_RETRY_MIN_MS			250
 #define KEEPER_RETRY_MAX_MS			30000

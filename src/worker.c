@@ -7,7 +7,10 @@
  * hold whose lease is a third used up, and releases each hold whose
  * backend is gone or gave up on releasing it, including, after a
  * crash-restart, every hold of the backends that died (the table outlives
- * the crash).
+ * the crash).  The walk only decides; the Redis work of the whole cycle is
+ * sent at its end in pipelined batches (sem_keep_batch: the refreshes of
+ * one semaphore in one script call, up to 256 calls per round trip), then
+ * each hold takes its own answer.
  *
  * A failure stays with its hold.  A hold whose command fails (a key of the
  * wrong type, an ACL that denies it, a malformed reply, even an unexpected
@@ -68,6 +71,17 @@ typedef struct HoldCopy
 	int			slot;
 	SharedHold	hold;
 } HoldCopy;
+
+/*
+ * The Redis work one cycle decided on: one item per hold to refresh or
+ * release, sent together at the end of the cycle (sem_keep_batch).
+ */
+typedef struct KeeperBatch
+{
+	SemKeepItem *items;
+	const HoldCopy **owners;	/* the hold of each item */
+	int			n;
+} KeeperBatch;
 
 /* Register the keeper (from _PG_init, when preloading) */
 void
@@ -131,14 +145,6 @@ backoff_ms(int failures)
 	for (int i = 1; i < failures && ms < KEEPER_RETRY_MAX_MS; i++)
 		ms *= 2;
 	return Min(ms, KEEPER_RETRY_MAX_MS);
-}
-
-/* True if a failure means the connection is no use (not this hold's fault) */
-static bool
-is_connection_trouble(const RedisOutcome *o)
-{
-	return !redis_connected() || o->status == RS_UNAVAILABLE ||
-		o->status == RS_OUT_OF_MEMORY;
 }
 
 /* Log connection trouble, at most once per KEEPER_LOG_EVERY_MS */
@@ -249,25 +255,6 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 	return retry;
 }
 
-/*
- * A Redis command for hold c failed.  Connection trouble stops this cycle's
- * Redis work (*redis_ok = false); anything else stays with the hold.
- */
-static int64
-command_failed(KeeperState *st, const HoldCopy *c, const char *what,
-			   const RedisCall *call, bool *redis_ok)
-{
-	char	   *text = redis_outcome_text(&call->outcome);
-
-	if (is_connection_trouble(&call->outcome))
-	{
-		*redis_ok = false;
-		report_trouble(st, text);
-		return KEEPER_MAX_SLEEP_MS;
-	}
-	return hold_failed(st, c, what, text);
-}
-
 /* Record a successful refresh, or a slot found gone */
 static void
 note_refresh(const HoldCopy *c, bool alive, TimestampTz sent)
@@ -328,14 +315,26 @@ orphan_end(const SharedHold *h)
 									   KEEPER_ORPHAN_SLACK_MS);
 }
 
+/* Queue a refresh or release of hold c for the end of the cycle */
+static void
+queue_for_redis(KeeperBatch *batch, const HoldCopy *c, bool release)
+{
+	SemKeepItem *it = &batch->items[batch->n];
+
+	memset(it, 0, sizeof(*it));
+	it->prefix = c->hold.prefix;
+	it->name = c->hold.name;
+	it->id = c->hold.id;
+	it->lease_ms = c->hold.lease_ms;
+	it->release = release;
+	batch->owners[batch->n++] = c;
+}
+
 /* Release an orphaned hold and stop tracking it; ms until the next look */
 static int64
-release_orphan(KeeperState *st, const HoldCopy *c, TimestampTz now,
-			   bool reachable, bool *redis_ok)
+release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
+			   bool reachable)
 {
-	RedisCall	call;
-	bool		live;
-
 	if (now > orphan_end(&c->hold))
 	{
 		/* it has ended by itself in Redis; nothing is left to release */
@@ -346,79 +345,106 @@ release_orphan(KeeperState *st, const HoldCopy *c, TimestampTz now,
 		return KEEPER_MAX_SLEEP_MS;
 	if (c->hold.retry_at > now)
 		return ms_until(now, c->hold.retry_at);
-	if (!*redis_ok)
+	queue_for_redis(batch, c, true);
+	return KEEPER_MAX_SLEEP_MS;
+}
+
+/*
+ * Refresh a live hold whose lease is a third used up, or soon will be (see
+ * KEEPER_BATCH_EARLY_DIVISOR); ms until it is next due.
+ */
+static int64
+refresh_if_due(KeeperBatch *batch, const HoldCopy *c, TimestampTz now)
+{
+	int64		third = Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
+	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
+	int64		early = third / KEEPER_BATCH_EARLY_DIVISOR;
+
+	if (due > TimestampTzPlusMilliseconds(now, early))
+		return ms_until(now, due);
+	if (c->hold.retry_at > now)
+		return ms_until(now, c->hold.retry_at);
+	queue_for_redis(batch, c, false);
+	return third;
+}
+
+/* Everything the keeper decides for one hold; ms until it needs a look again */
+static int64
+keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
+{
+	TimestampTz now = GetCurrentTimestamp();
+	bool		reachable = (c->hold.target == target);
+
+	if (is_orphan(&c->hold))
+		return release_orphan(batch, c, now, reachable);
+	if (c->hold.unkept != !reachable)
+		note_unkept(c, !reachable);
+	if (c->hold.phase != PHASE_HELD || c->hold.lost || !reachable)
 		return KEEPER_MAX_SLEEP_MS;
-	keeper_call(&call);
-	if (!sem_release(&call, c->hold.prefix, c->hold.name, c->hold.id, &live))
-		return command_failed(st, c, "release", &call, redis_ok);
-	st->succeeded = true;
+	return refresh_if_due(batch, c, now);
+}
+
+/* A released orphan: count it and stop tracking it */
+static void
+orphan_released(KeeperState *st, const HoldCopy *c, bool live)
+{
 	if (c->hold.phase == PHASE_HELD)
 		stats_count(c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
 	if (c->hold.pid == 0 && live)
 		st->released_after_crash++;
 	shared_hold_remove(c->slot, c->hold.id);
-	return KEEPER_MAX_SLEEP_MS;
 }
 
-/* Refresh a live hold whose lease is a third used up; ms until next due */
+/* A refreshed hold: note it, or log that its slot was found gone */
 static int64
-refresh_if_due(KeeperState *st, const HoldCopy *c, TimestampTz now,
-			   bool *redis_ok)
+hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 {
-	int64		third = Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
-	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
-	RedisCall	call;
-	TimestampTz sent;
-	int64		lease;
-
-	if (due > now)
-		return ms_until(now, due);
-	if (c->hold.retry_at > now)
-		return ms_until(now, c->hold.retry_at);
-	if (!*redis_ok)
-		return KEEPER_MAX_SLEEP_MS;
-	keeper_call(&call);
-	sent = GetCurrentTimestamp();
-	if (!sem_refresh(&call, c->hold.prefix, c->hold.name, c->hold.id,
-					 c->hold.lease_ms, &lease))
-		return command_failed(st, c, "refresh", &call, redis_ok);
-	st->succeeded = true;
 	note_refresh(c, lease > 0, sent);
 	if (lease > 0)
-		return third;
+		return Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
 	stats_count(c->hold.name, STAT_LOST, 1);
 	ereport(LOG,
 			(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
 					c->hold.name, c->hold.pid),
 			 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
 					   c->hold.lease_ms,
-					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, now))));
+					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent))));
 	return KEEPER_MAX_SLEEP_MS;
 }
 
-/* Everything the keeper does for one hold; ms until it needs a look again */
+/*
+ * What Redis said about one queued hold; ms until it needs a look again.
+ * Connection trouble (the item was not answered, or the server cannot
+ * serve us) is reported once for the cycle, not held against the hold.
+ */
 static int64
-keep_one(KeeperState *st, const HoldCopy *c, uint64 target, bool *redis_ok)
+apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
+			 TimestampTz sent)
 {
-	TimestampTz now = GetCurrentTimestamp();
-	bool		reachable = (c->hold.target == target);
+	const RedisOutcome *o = &it->outcome;
 
-	if (is_orphan(&c->hold))
-		return release_orphan(st, c, now, reachable, redis_ok);
-	if (c->hold.unkept != !reachable)
-		note_unkept(c, !reachable);
-	if (c->hold.phase != PHASE_HELD || c->hold.lost || !reachable)
+	if (o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
+		o->status == RS_OUT_OF_MEMORY)
 		return KEEPER_MAX_SLEEP_MS;
-	return refresh_if_due(st, c, now, redis_ok);
+	if (o->status != RS_OK)
+		return hold_failed(st, c, it->release ? "release" : "refresh",
+						   redis_outcome_text(o));
+	st->succeeded = true;
+	if (it->release)
+	{
+		orphan_released(st, c, it->value == 1);
+		return KEEPER_MAX_SLEEP_MS;
+	}
+	return hold_refreshed(c, it->value, sent);
 }
 
 /*
- * keep_one, with any ERROR confined to its hold: caught, marked on the
- * hold, retried with back-off.
+ * Run step (keep_one for hold c, or apply_result for item it) with any
+ * ERROR confined to the hold: caught, marked on it, retried with back-off.
  */
 static int64
-keep_one_guarded(KeeperState *st, const HoldCopy *c, uint64 target,
-				 bool *redis_ok)
+guarded(KeeperState *st, KeeperBatch *batch, const HoldCopy *c, uint64 target,
+		const SemKeepItem *it, TimestampTz sent)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
@@ -426,7 +452,7 @@ keep_one_guarded(KeeperState *st, const HoldCopy *c, uint64 target,
 
 	PG_TRY();
 	{
-		next = keep_one(st, c, target, redis_ok);
+		next = it ? apply_result(st, c, it, sent) : keep_one(batch, c, target);
 	}
 	PG_CATCH();
 	{
@@ -444,6 +470,51 @@ keep_one_guarded(KeeperState *st, const HoldCopy *c, uint64 target,
 	return next;
 }
 
+/*
+ * Send the cycle's queued work in pipelined batches.  Returns false on
+ * connection trouble, reported once.  An ERROR here (out of memory, say)
+ * is caught: the items then count as not answered.
+ */
+static bool
+send_batch(KeeperState *st, KeeperBatch *batch)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	RedisCall	call;
+	SemBatchCost cost = {0, 0};
+	TimestampTz start = GetCurrentTimestamp();
+	bool		ok = false;
+
+	if (batch->n == 0)
+		return true;
+	keeper_call(&call);
+	PG_TRY();
+	{
+		ok = sem_keep_batch(&call, batch->items, batch->n, &cost);
+		if (!ok)
+			report_trouble(st, redis_outcome_text(&call.outcome));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		LWLockReleaseAll();
+		report_trouble(st, edata->message);
+		FreeErrorData(edata);
+		for (int i = 0; i < batch->n; i++)
+			batch->items[i].outcome.status = RS_LOST;
+	}
+	PG_END_TRY();
+	elog(DEBUG1, "redsem keeper: %d hold(s) refreshed or released with %d command(s) in %d round trip(s), %ld ms",
+		 batch->n, cost.commands, cost.round_trips,
+		 TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()));
+	return ok;
+}
+
 /* One pass over the holds; returns how long to sleep */
 static long
 keeper_cycle(KeeperState *st)
@@ -452,14 +523,28 @@ keeper_cycle(KeeperState *st)
 	int			n = snapshot_holds(&holds);
 	uint64		target = redis_target_signature();
 	int64		sleep_ms = KEEPER_MAX_SLEEP_MS;
-	bool		redis_ok = true;
+	KeeperBatch batch;
+	TimestampTz sent;
+	bool		redis_ok;
 
 	st->released_after_crash = 0;
 	st->succeeded = false;
+	batch.items = palloc(sizeof(SemKeepItem) * Max(n, 1));
+	batch.owners = palloc(sizeof(HoldCopy *) * Max(n, 1));
+	batch.n = 0;
 	for (int i = 0; i < n; i++)
 	{
 		/* not inside Min(): the macro would run it twice */
-		int64		next = keep_one_guarded(st, &holds[i], target, &redis_ok);
+		int64		next = guarded(st, &batch, &holds[i], target, NULL, 0);
+
+		sleep_ms = Min(sleep_ms, next);
+	}
+	sent = GetCurrentTimestamp();
+	redis_ok = send_batch(st, &batch);
+	for (int i = 0; i < batch.n; i++)
+	{
+		int64		next = guarded(st, &batch, batch.owners[i], target,
+								   &batch.items[i], sent);
 
 		sleep_ms = Min(sleep_ms, next);
 	}

@@ -475,6 +475,10 @@ foreach my $bad (
 	[ 'set_limit', 0 ],
 	[ 'set_limit', -3 ],
 	[ 'refresh', 'x', -5 ],
+	[ 'refresh_many' ],
+	[ 'refresh_many', 'x' ],
+	[ 'refresh_many', 'x', 100, 'y' ],
+	[ 'refresh_many', 'x', 100, 'y z', 100 ],
 	[ 'wait_check', '', 1000 ],
 	[ 'no_such_op', 'x' ])
 {
@@ -645,6 +649,25 @@ my %actions = (
 			  . ($m->{until} - $t) . " ms left, new lease $lease): $got",
 			!$alive || $got > 0);
 	},
+	refresh_many => sub {
+		my $sem = pick(@sems);
+		my @ids = grep { $c{$_}{sem} eq $sem } ids_in('holding');
+		@ids = @ids[ 0 .. 2 ] if @ids > 3;
+		push @ids, 'nobody' . int(rand(3));
+		my $t = now_ms();
+		my $got = ev($sem, 'refresh_many', map { ($_, 80 + int(rand(320))) } @ids);
+		return ("refresh_many on $sem error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
+		my $fine = ref $got eq 'ARRAY' && @$got == @ids;
+		for my $i (0 .. $#ids)
+		{
+			my $m = $c{ $ids[$i] } // next;
+			my $alive = $m->{until} > now_ms() + 1;
+			$fine &&= !$alive || ($got->[$i] // 0) > 0;
+			if (($got->[$i] // 0) > 0) { $m->{until} = $t + $got->[$i]; }
+			else { delete $c{ $ids[$i] }; }
+		}
+		return ("refresh_many on $sem for @ids: " . join(' ', @$got), $fine);
+	},
 	die => sub {
 		my $id = pick(sort keys %c) // return;
 		my $m = delete $c{$id};
@@ -682,7 +705,7 @@ my @weighted = (
 	('acquire_try') x 14, ('acquire_wait') x 14, ('wait_check') x 12,
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
-	('wrong_limit') x 2, ('set_limit') x 2);
+	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4);
 
 my $ok = 1;
 my $t_start = time;

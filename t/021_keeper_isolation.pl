@@ -47,7 +47,7 @@ my $n = 0;
 my $proxy = RedsemTest::Proxy->new($redis, sub {
 	my @cmd = @_;
 	return undef unless ($cmd[0] // '') =~ /^EVAL/;
-	my $refresh = grep { $_ eq 'refresh' } @cmd;
+	my $refresh = grep { $_ eq 'refresh' || $_ eq 'refresh_many' } @cmd;
 	return $garbage[ $n++ % @garbage ]
 	  if $refresh && grep { /\{garbled\}/ } @cmd;
 	return "*1\r\n\$7\r\nunknown\r\n" if grep { /\{evil\}/ } @cmd;
