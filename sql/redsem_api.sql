@@ -62,11 +62,13 @@ SELECT redsem_release('api_never_used', 'deadbeef.1.1.deadbeef') AS with_detail;
 SELECT redsem_refresh('api_basic', :'a2') AS refreshed;
 SELECT redsem_refresh('api_basic', :'a2', NULL) AS refreshed_null_lease;
 SELECT redsem_refresh('api_basic', :'a2', '1 hour') AS refreshed_1h;
--- the keys now live until the longest lease ends, plus 1 s
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_basic}:owner' | awk '{ print ($1 > 3590000 && $1 <= 3601000) ? "pttl about 1 h" : "unexpected pttl " $1 }'
+-- the keys now live at least until the longest lease ends, plus 1 s (a
+-- renewal covers up to one lease more, a minute at most, so that most calls
+-- need none)
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_basic}:owner' | awk '{ print ($1 > 3590000 && $1 <= 3661000) ? "pttl about 1 h" : "unexpected pttl " $1 }'
 SELECT redsem_refresh('api_basic', :'a2', '2 s') AS refreshed_2s;
--- a3 still has its 10 s default lease, which is now the longest
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_basic}:owner' | awk '{ print ($1 > 9000 && $1 <= 11000) ? "pttl about 11 s" : "unexpected pttl " $1 }'
+-- a3 still has its 10 s default lease: the keys live at least that long
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_basic}:owner' | awk '{ print ($1 > 9000) ? "pttl at least 11 s" : "unexpected pttl " $1 }'
 \set VERBOSITY terse
 SELECT redsem_refresh('api_basic', :'a1') AS refresh_released_id;
 SELECT redsem_refresh('api_basic', 'deadbeef.1.1.deadbeef') AS refresh_unknown_id;
@@ -84,10 +86,10 @@ SELECT redsem_acquire('api_lease', 1, '20 s') AS l \gset
 SELECT lease FROM redsem_held() WHERE id = :'l';
 SELECT redsem_refresh('api_lease', :'l', '30 s') AS refreshed_longer;
 SELECT lease FROM redsem_held() WHERE id = :'l';
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_lease}:owner' | awk '{ print ($1 > 29000 && $1 <= 31000) ? "pttl about 31 s" : "unexpected pttl " $1 }'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_lease}:owner' | awk '{ print ($1 > 29000 && $1 <= 61000) ? "pttl 31 to 61 s" : "unexpected pttl " $1 }'
 SELECT redsem_refresh('api_lease', :'l') AS refreshed_as_acquired;
 SELECT lease FROM redsem_held() WHERE id = :'l';
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_lease}:owner' | awk '{ print ($1 > 19000 && $1 <= 21000) ? "pttl about 21 s" : "unexpected pttl " $1 }'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_lease}:owner' | awk '{ print ($1 > 19000) ? "pttl at least 21 s" : "unexpected pttl " $1 }'
 SELECT redsem_acquire('api_lease', 1) IS NULL AS still_held;
 SELECT redsem_release('api_lease', :'l') AS released;
 
@@ -96,7 +98,7 @@ SELECT redsem_release('api_lease', :'l') AS released;
 SELECT redsem_acquire('api_kept', 1, '3 s') AS k \gset
 SELECT redsem_refresh('api_kept', :'k', '1 hour') AS refreshed_1h;
 SELECT pg_sleep(1.5);
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_kept}:owner' | awk '{ print ($1 > 3590000 && $1 <= 3601000) ? "pttl about 1 h" : "unexpected pttl " $1 }'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{api_kept}:owner' | awk '{ print ($1 > 3590000 && $1 <= 3661000) ? "pttl about 1 h" : "unexpected pttl " $1 }'
 SELECT lease, lease_expires_at - now() > interval '59 minutes' AS about_1h_left
   FROM redsem_held() WHERE id = :'k';
 SELECT redsem_release('api_kept', :'k') AS released;

@@ -55,10 +55,12 @@
 --     ticket is below every waiter's, and the first waiter does not fit.
 --  I5 Key lifetime.  Every key above carries a TTL of at least the latest
 --     deadline from now plus GRACE_MS, so Redis never drops the data of a
---     live member, and an idle semaphore leaves nothing behind GRACE_MS
---     after its last deadline.  The one exception is a state holding a
---     stored limit: that is configuration, kept without a TTL, and emptied
---     of everything else once the semaphore has no member.
+--     live member.  Once its last member is gone, a semaphore leaves
+--     nothing behind GRACE_MS later; if its last deadline passes with
+--     nobody calling, at most GRACE_MS plus one lease (a minute at most)
+--     later.  The one exception is a state holding a stored limit: that is
+--     configuration, kept without a TTL, and emptied of everything else
+--     once the semaphore has no member.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
 --     its full lease starts.  A waiter that died in line costs the line
@@ -90,6 +92,7 @@ local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
 local BASE = string.sub(K_OWNER, 1, -6)
 local GRACE_MS = 1000
 local PROMOTION_WINDOW_MS = 5000
+local RENEW_SLACK_MS = 60000
 
 local t = redis.call('TIME')
 local NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -97,6 +100,11 @@ local NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- The state as read (S) and the fields to write back (W; false: delete).
 local S, W = {}, {}
+
+-- What this call did, for finish() (I5): the latest deadline it set, whether
+-- it may have created a key (which then has no TTL yet), whether it removed
+-- a member.
+local NEW_DL, CREATED, REMOVED = nil, false, false
 
 -- Integers as exact decimal strings (tostring() would print 1e+15).
 local function int(n)
@@ -155,23 +163,37 @@ local function limit_in_effect(members)
     return nil
 end
 
--- Forget everything about one member.
+-- Set a member's deadline (xx: only if it is one), noting it for finish().
+local function set_deadline(id, deadline, xx)
+    if xx then
+        redis.call('ZADD', K_TIMEOUT, 'XX', int(deadline), id)
+    else
+        redis.call('ZADD', K_TIMEOUT, int(deadline), id)
+    end
+    if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
+end
+
+-- Forget everything about one member; true if it was waiting.
 local function remove(id)
+    REMOVED = true
     local p = permits_of(id)
-    count_permits(redis.call('ZREM', K_WAITING, id) == 1, p, -1)
+    local waiting = redis.call('ZREM', K_WAITING, id) == 1
+    count_permits(waiting, p, -1)
     if p > 1 then set('p:' .. id, false) end
     redis.call('ZREM', K_OWNER, id)
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
     redis.call('DEL', wake_key(id), nudge_key(id))
+    return waiting
 end
 
--- I2: drop every member whose deadline is due.
+-- I2: drop every member whose deadline is due; how many there were.
 local function expire()
     local dead = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS)
     for i = 1, #dead do
         remove(dead[i])
     end
+    return #dead
 end
 
 -- Milliseconds until the (pos+1)-th earliest deadline: a waiter at line
@@ -231,7 +253,7 @@ local function promote()
             redis.call('ZREM', K_WAITING, head)
             count_permits(true, p, -1)
             count_permits(false, p, 1)
-            redis.call('ZADD', K_TIMEOUT, int(NOW_MS + window), head)
+            set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             post(wake_key(head), head, redis.call('ZSCORE', K_OWNER, head))
             promoted = true
@@ -245,9 +267,10 @@ local function promote()
     end
 end
 
+-- I2, I4: expire; promote if anybody left (otherwise the first waiter
+-- still does not fit: every other change promotes by itself).
 local function housekeeping()
-    expire()
-    promote()
+    if expire() > 0 then promote() end
 end
 
 -- Write the changed state fields back.  With no member left, only a
@@ -276,22 +299,45 @@ local function store_state(empty)
     if #hdel > 0 then redis.call('HDEL', K_STATE, unpack(hdel)) end
 end
 
--- I5: write the state back, and give every key a TTL that outlives the
--- latest deadline by GRACE_MS (the state none while it stores a limit).
-local function finish()
+-- The TTL the keys need after this call, or nil if the one they have is
+-- enough (I5): it must cover the latest deadline this call set; a key this
+-- call may have created has none yet.  A renewal covers the latest
+-- deadline of all plus GRACE_MS, plus as much again as that deadline is
+-- away (at most RENEW_SLACK_MS), so that most calls need none.
+-- *have: the TTL the keys have, when it was read.
+local function ttl_needed()
+    local need = math.max((NEW_DL or NOW_MS) - NOW_MS, 0) + GRACE_MS
+    local pttl = -1
+    if not CREATED then pttl = redis.call('PTTL', K_TIMEOUT) end
+    if pttl >= need then return nil, pttl end
     local last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES')
-    local ttl = GRACE_MS
-    if last[2] then
-        ttl = math.max(tonumber(last[2]) - NOW_MS, 0) + GRACE_MS
+    local away = math.max(math.max(tonumber(last[2] or 0), NEW_DL or 0) - NOW_MS, 0)
+    return away + GRACE_MS + math.min(away, RENEW_SLACK_MS), pttl
+end
+
+-- I5: write the state back and see to the keys' lifetimes: renewed when
+-- this call needs it (ttl_needed), GRACE_MS once the last member is gone.
+-- The state goes with the other keys, or has no TTL while it stores a
+-- limit.
+local function finish()
+    local touched = next(W) ~= nil
+    local empty = (REMOVED or touched) and redis.call('EXISTS', K_OWNER) == 0
+    local ttl, have
+    store_state(empty)
+    if empty then
+        ttl = GRACE_MS
+    elseif CREATED or NEW_DL or touched then
+        ttl, have = ttl_needed()
     end
-    store_state(last[2] == nil)
-    for _, k in ipairs({K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING}) do
-        redis.call('PEXPIRE', k, int(ttl))
+    if ttl then
+        for _, k in ipairs({K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING}) do
+            redis.call('PEXPIRE', k, int(ttl))
+        end
     end
     if S.limit then
-        redis.call('PERSIST', K_STATE)
-    else
-        redis.call('PEXPIRE', K_STATE, int(ttl))
+        if W.limit then redis.call('PERSIST', K_STATE) end
+    elseif ttl or touched then
+        redis.call('PEXPIRE', K_STATE, int(math.max(ttl or have, GRACE_MS)))
     end
 end
 
@@ -308,7 +354,7 @@ end
 -- I6: a holder confirms: its full lease starts now; its wake-up is spent.
 local function confirm(id)
     local lease = parse_info(redis.call('HGET', K_INFO, id))
-    redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + lease), id)
+    set_deadline(id, NOW_MS + lease, true)
     redis.call('DEL', wake_key(id))
     return {'held', redis.call('ZSCORE', K_OWNER, id), int(lease)}
 end
@@ -333,18 +379,20 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
         return {'busy', int(limit)}
     end
     if not current then set('cur', limit) end
-    local last = tonumber(redis.call('GET', K_TICKET) or '0') or 0
-    local ticket = int(math.max(last + 1, NOW_US))      -- I7
-    redis.call('SET', K_TICKET, ticket)
+    local last = redis.call('GET', K_TICKET)
+    local ticket = int(math.max((tonumber(last or '0') or 0) + 1, NOW_US))  -- I7
+    redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
+    if members == 0 or not last then CREATED = true end
     redis.call('ZADD', K_OWNER, ticket, id)
     if p > 1 then set('p:' .. id, p) end
     count_permits(not grant, p, 1)
     if grant then
-        redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
+        set_deadline(id, NOW_MS + lease, false)
         redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
         return {'held', ticket, int(lease)}
     end
-    redis.call('ZADD', K_TIMEOUT, int(NOW_MS + keepalive), id)
+    set_deadline(id, NOW_MS + keepalive, false)
+    CREATED = true                  -- the line may have been empty (deleted)
     redis.call('ZADD', K_WAITING, ticket, id)
     redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin))
     return waiting_reply(id, limit)
@@ -356,7 +404,7 @@ local function op_wait_check(id, keepalive)
     if not is_member(id) then return {'lost'} end
     if not is_waiting(id) then return confirm(id) end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
-    redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + keepalive), id)
+    set_deadline(id, NOW_MS + keepalive, true)
     return waiting_reply(id, limit_in_effect(true) or maxh)
 end
 
@@ -371,16 +419,14 @@ end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 local function op_release(id)
-    local member = is_member(id)
-    local held = member and not is_waiting(id)
-    if member then
-        remove(id)
-    else
+    if not is_member(id) then
         redis.call('DEL', wake_key(id), nudge_key(id))
+        return 0
     end
+    local waited = remove(id)
     promote()
-    if held then return 1 end
-    return 0
+    if waited then return 0 end
+    return 1
 end
 
 -- refresh id lease_ms(0 = as acquired): the new lease in ms, or 0 if the
@@ -395,7 +441,7 @@ local function op_refresh(id, lease)
         lease = parse_info(redis.call('HGET', K_INFO, id)) or 0
         if lease <= 0 then return 0 end
     end
-    redis.call('ZADD', K_TIMEOUT, 'XX', int(NOW_MS + lease), id)
+    set_deadline(id, NOW_MS + lease, true)
     return int(lease)
 end
 

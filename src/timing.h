@@ -26,6 +26,9 @@
  *
  *   GRACE_MS             1000 ms  (src/redsem.lua)
  *   PROMOTION_WINDOW_MS  5000 ms  (src/redsem.lua)
+ *   RENEW_SLACK_MS      60000 ms  (src/redsem.lua: a renewal of the keys'
+ *                                  TTL covers up to this much more, so most
+ *                                  calls need none)
  *
  * Callbacks at commit, abort and session exit never wait long for Redis:
  * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not

@@ -453,7 +453,7 @@ delete $c{small};
 note 'a stored limit outlives members that expired with nobody calling';
 
 is(state_of(ev('stored', 'acquire', 'a', '', 2, 300, 0, 1000, 'model')), 'held', 'a takes 2 permits for 300 ms');
-usleep(($GRACE_MS + 500) * 1000);
+usleep(($GRACE_MS + 2 * 300 + 300) * 1000);    # TTL: lease + grace + slack
 is($r->cmd('EXISTS', 'm:{stored}:owner'), 0, 'its lease ran out and its keys expired unseen');
 is(state_of(ev('stored', 'acquire', 'b', '', 2, 60000, 0, 1000, 'model')), 'held',
 	'the limit still holds all 2 permits for the next caller');
@@ -736,16 +736,17 @@ cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"") foreach sort keys %ac
 note 'once every lease has ended and the stored limits are removed, nothing is left';
 
 ev('sv', 'set_limit', '');
-my $latest = 0;
-foreach my $sem (@sems)
-{
-	my $last = $r->cmd('ZRANGE', "m:{$sem}:timeout", -1, -1, 'WITHSCORES');
-	$latest = $last->[1] if @$last && $last->[1] > $latest;
-}
-my $wait = $latest ? $latest - redis_now_ms() + $GRACE_MS + 200 : $GRACE_MS + 200;
-usleep($wait * 1000) if $wait > 0;
+# No key outlives its last renewal by more than the longest deadline set
+# (600 ms: a keepalive), plus the grace, plus as much again (the renewal's
+# slack); then it is gone.
+my $bound = 600 + $GRACE_MS + 600 + $SLOP_MS;
+my @pttls = map { $r->cmd('PTTL', $_) } @{ $r->cmd('KEYS', 'm:*') };
+my ($longest) = sort { $b <=> $a } (@pttls, 0);
+ok(!(grep { $_ == -1 } @pttls) && $longest <= $bound,
+	"every key left expires, within $longest ms (at most $bound)");
+usleep(($longest + 100) * 1000);
 my @left = sort @{ $r->cmd('KEYS', 'm:*') };
-is(scalar(@left), 0, sprintf('%.1f s after the last deadline no key is left', ($wait > 0 ? $wait : 0) / 1000))
+is(scalar(@left), 0, sprintf('%.1f s later no key is left', ($longest + 100) / 1000))
   or diag("left: @left");
 
 $redis->stop;

@@ -1,0 +1,121 @@
+#!/usr/bin/perl
+#
+# bench/delay_proxy.pl - a unix-socket proxy in front of Redis that delays
+# every reply by a fixed time, so that a round trip costs that much more:
+# "Redis 1 ms away" on one machine.
+#
+#   perl bench/delay_proxy.pl LISTEN_SOCKET REDIS_SOCKET DELAY_MS
+#
+# Requests go through at once; each chunk Redis answers is held DELAY_MS
+# before it is passed on, in order.  Pipelined requests stay pipelined: n
+# requests sent together cost one delay, not n.  One process, one event
+# loop, any number of clients.  Stops on SIGTERM/SIGINT.
+
+use strict;
+use warnings;
+
+use IO::Select;
+use IO::Socket::UNIX;
+use Socket qw(SOCK_STREAM);
+use Time::HiRes qw(time);
+
+my ($listen_path, $redis_path, $delay_ms) = @ARGV;
+die "usage: $0 LISTEN_SOCKET REDIS_SOCKET DELAY_MS\n" unless defined $delay_ms;
+my $delay = $delay_ms / 1000;
+
+unlink $listen_path;
+my $listener = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $listen_path, Listen => 128)
+  or die "cannot listen on $listen_path: $!\n";
+chmod 0777, $listen_path;
+$SIG{TERM} = $SIG{INT} = sub { unlink $listen_path; exit 0; };
+
+my $sel = IO::Select->new($listener);
+my %peer;     # fileno => the other socket
+my %client;   # fileno of an upstream socket => its client socket
+my %queue;    # fileno of a client => [ [due, bytes], ... ] replies waiting
+my %sock;     # fileno of a client => the client socket
+
+# Close both ends of a connection
+sub drop
+{
+	my ($fh) = @_;
+	my $other = $peer{ fileno $fh };
+	for my $s (grep { defined } $fh, $other)
+	{
+		$sel->remove($s);
+		delete $peer{ fileno $s };
+		delete $client{ fileno $s };
+		delete $queue{ fileno $s };
+		delete $sock{ fileno $s };
+		close $s;
+	}
+}
+
+while (1)
+{
+	# sleep until the next reply is due, or something arrives
+	my $now = time;
+	my $next;
+	for my $q (values %queue)
+	{
+		$next = $q->[0][0] if @$q && (!defined $next || $q->[0][0] < $next);
+	}
+	my $timeout = defined $next ? ($next > $now ? $next - $now : 0) : undef;
+	for my $fh ($sel->can_read($timeout))
+	{
+		if ($fh == $listener)
+		{
+			my $c = $listener->accept or next;
+			my $u = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $redis_path);
+			unless ($u) { close $c; next; }
+			$peer{ fileno $c } = $u;
+			$peer{ fileno $u } = $c;
+			$client{ fileno $u } = $c;
+			$queue{ fileno $c } = [];
+			$sock{ fileno $c } = $c;
+			$sel->add($c, $u);
+			next;
+		}
+		my $n = sysread($fh, my $buf, 1 << 20);
+		if (!$n)
+		{
+			drop($fh);
+			next;
+		}
+		if (my $c = $client{ fileno $fh })
+		{
+			# a reply: hold it back
+			push @{ $queue{ fileno $c } }, [ time + $delay, $buf ];
+		}
+		else
+		{
+			# a request: straight on to Redis
+			my $u = $peer{ fileno $fh } or next;
+			my $off = 0;
+			while ($off < length $buf)
+			{
+				my $w = syswrite($u, $buf, length($buf) - $off, $off);
+				last unless defined $w;
+				$off += $w;
+			}
+		}
+	}
+	# pass on the replies that are due
+	$now = time;
+	for my $fd (keys %queue)
+	{
+		my $q = $queue{$fd};
+		my $c = $sock{$fd} or next;
+		while (@$q && $q->[0][0] <= $now)
+		{
+			my (undef, $bytes) = @{ shift @$q };
+			my $off = 0;
+			while ($off < length $bytes)
+			{
+				my $w = syswrite($c, $bytes, length($bytes) - $off, $off);
+				last unless defined $w;
+				$off += $w;
+			}
+		}
+	}
+}
