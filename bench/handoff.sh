@@ -25,6 +25,9 @@
 # 10 ms). Round trips from INFO commandstats over those T seconds, divided
 # by W*T.
 #
+# With gnuplot installed, the distribution of hand-off latencies of both
+# waiters is plotted to $BENCH_PLOTS/handoff.svg (default bench/plots).
+#
 # Environment: BENCH_SESSIONS (K, 6), BENCH_ROUNDS (per session, 50),
 # BENCH_HOLD_MS (5), BENCH_REST_MS (10), BENCH_POLL_MS (10),
 # BENCH_WAITERS (W, 8), BENCH_WAIT_SECS (T, 20), BENCH_NO_INSTALL=1,
@@ -226,3 +229,35 @@ printf '%-34s %12s %12s\n' "round trips in the window" "${WRT[blocking]}" "${WRT
 printf '%-34s %12s %12s %12s\n' "round trips per waiter-second" "$wb" "$wp" "$(bench_ratio "$wp" "$wb")"
 printf '  blocking: %s\n  polling:  %s\n' "${WLINE[blocking]}" "${WLINE[polling]}"
 printf '(blocking expected: one BLPOP + one EVALSHA per waiter every 10 s at most (the holder is kept alive, so no lease ahead runs out) = 0.2/s)\n'
+
+# --- plot -------------------------------------------------------------------------
+
+if command -v gnuplot >/dev/null; then
+    PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
+    mkdir -p "$PLOTS"
+    for mode in blocking polling; do
+        bench_sql "
+            WITH o AS (
+                SELECT t_start, t_got,
+                       lag(t_rel) OVER (ORDER BY t_got) AS prev_rel
+                  FROM handoff_log WHERE mode = '$mode'),
+            h AS (
+                SELECT extract(epoch FROM t_got - prev_rel) * 1000 AS ms
+                  FROM o WHERE prev_rel IS NOT NULL AND t_start < prev_rel)
+            SELECT round(ms::numeric, 3), round((row_number() OVER (ORDER BY ms))::numeric / count(*) OVER (), 4)
+              FROM h WHERE ms >= 0 ORDER BY ms" | tr '|' ' ' >"$BENCH_TMP/handoff_$mode.dat"
+    done
+    gnuplot <<EOF
+set terminal svg size 640,400 font "sans,11"
+set output "$PLOTS/handoff.svg"
+set title "release -> next holder, limit 1, $K sessions ($(date -u +%Y-%m-%d))"
+set xlabel "hand-off latency (ms, log scale)"
+set ylabel "fraction of hand-offs"
+set logscale x
+set key bottom right
+set grid
+plot "$BENCH_TMP/handoff_blocking.dat" using 1:2 with steps lw 2 title "redsem, waiting in line (woken)", \\
+     "$BENCH_TMP/handoff_polling.dat" using 1:2 with steps lw 2 title "retry every $POLL_MS ms (polling)"
+EOF
+    printf '\nplot: %s\n' "$PLOTS/handoff.svg"
+fi

@@ -54,7 +54,7 @@ bench_install
 redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
 BENCH_SOCK=$BENCH_TMP/redis.sock
 PROXY_SOCK=$BENCH_TMP/delay.sock
-bench_bg redsem_as_postgres perl "$BENCH_DIR/delay_proxy.pl" "$PROXY_SOCK" "$BENCH_SOCK" "$RTT_MS"
+bench_bg perl "$BENCH_DIR/delay_proxy.pl" "$PROXY_SOCK" "$BENCH_SOCK" "$RTT_MS" >"$BENCH_TMP/proxy.log" 2>&1
 bench_wait_for "the delay proxy" 10 test -S "$PROXY_SOCK"
 REDSEM_PG_EXTRA_CONF="redsem.unix_socket = '$PROXY_SOCK'
 redsem.max_tracked_holds = 8192
@@ -91,7 +91,7 @@ run_layout() {
     chown postgres "$dir"
     for ((s = 0; s < SESSIONS; s++)); do
         bench_bg bench_psql -At -o "$dir/s$s.out" -c "SELECT count(redsem_acquire($(semaphore_of "$layout" "$s"), $HOLDS, '1 s')) FROM generate_series(0, $PER_SESSION - 1) g" \
-            -c "SELECT pg_sleep($SECONDS_HELD + 8)"
+            -c "SELECT pg_sleep($SECONDS_HELD + 120)" >/dev/null 2>&1
     done
     bench_wait_for "$HOLDS holds" 120 bash -c "cat $dir/s*.out 2>/dev/null | awk '{ n += \$1 } END { exit !(n == $HOLDS) }'"
     sleep 1     # let the holds fall into step

@@ -6,11 +6,15 @@
 #   sudo bash bench/throughput.sh
 #
 # Phases (pgbench, -M prepared, one acquire + one release per transaction):
-#   A  C clients, limit 4, C = 4 : redsem vs advisory slots (never full)
-#   B  C clients, limit 4, C = 16: redsem vs advisory slots (refusals happen;
-#      a refused transaction is just the try, no release)
+#   A  C clients, limit 4, C = 1, 4: redsem vs advisory slots (never full)
+#   B  C clients, limit 4, C = 8, 16: redsem vs advisory slots (refusals
+#      happen; a refused transaction is just the try, no release)
 #   C  redsem in a semaphore with 10 live holders vs 20,000 live holders
 #      (limit 100000): the Lua script must stay O(log N)
+# With one client, redsem's cost per call over the slot pool is set beside
+# a Redis PING round trip measured in the same run (redis-benchmark, one
+# client, no pipelining).  With gnuplot installed, the tx/s of both sides
+# are plotted to $BENCH_PLOTS/throughput.svg (default bench/plots).
 # Each side of a comparison runs in two halves, interleaved (A B A B), so a
 # slow patch of a noisy machine hits both sides.
 #
@@ -19,7 +23,8 @@
 # commands the Lua script runs inside one EVALSHA are reported apart.
 #
 # Environment: BENCH_DURATION (seconds per side, default 8),
-# BENCH_HOLDERS (default 20000), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+# BENCH_HOLDERS (default 20000), BENCH_PLOTS (where the plot goes),
+# BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -134,12 +139,19 @@ printf 'pgbench -M prepared -j 2, %s s per side (two interleaved halves), limit 
 
 # --- A and B: redsem vs advisory slot pool ------------------------------------
 
-for clients in 4 16; do
+CLIENT_COUNTS="1 4 8 16"
+for clients in $CLIENT_COUNTS; do
     run_pair "redsem$clients" "$W/redsem4.sql" "advisory$clients" "$W/advisory4.sql" "$clients"
 done
 
+# A Redis PING round trip, one client, no pipelining (the -r keyspace
+# option is not needed: PING has no key)
+ping_rps=$(redis-benchmark -s "$BENCH_SOCK" -t ping_mbulk -c 1 -n 20000 -P 1 -q 2>/dev/null |
+    sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | head -n 1)
+PING_US=$(bench_div 1000000 "${ping_rps:-0}" '%.1f')
+
 printf '%-28s %10s %10s %10s %8s\n' "acquire+release, limit $LIMIT" "redsem" "advisory" "ratio" ""
-for clients in 4 16; do
+for clients in $CLIENT_COUNTS; do
     r=redsem$clients a=advisory$clients
     printf '%-28s %10s %10s %10s\n' "$clients clients: tx/s" "$(tps_of $r)" "$(tps_of $a)" \
         "$(bench_ratio "$(tps_of $r)" "$(tps_of $a)")"
@@ -165,6 +177,41 @@ printf 'Redis CPU per EVALSHA (usec): %s (4 clients), %s (16 clients); Redis bus
     "$(bench_div "${EVUS[redsem4]}" "${EVS[redsem4]}" '%.1f')" \
     "$(bench_div "${EVUS[redsem16]}" "${EVS[redsem16]}" '%.1f')" \
     "$(busy_of redsem4)" "$(busy_of redsem16)"
+
+# one client: what a redsem call costs over a slot-pool call, beside a PING
+per_call_us=$(awk -v r="$(tps_of redsem1)" -v a="$(tps_of advisory1)" \
+    'BEGIN { if (r > 0 && a > 0) printf "%.1f", (1e6 / r - 1e6 / a) / 2; else print "n/a" }')
+printf 'one client: redsem costs %s us per call more than the slot pool (two calls per tx);\n' "$per_call_us"
+printf '  a Redis PING round trip (redis-benchmark, 1 client, no pipelining): %s us; overhead/PING = %s\n' \
+    "$PING_US" "$(bench_ratio "$per_call_us" "$PING_US")"
+printf 'eight clients: redsem/advisory tx/s = %s\n\n' "$(bench_ratio "$(tps_of redsem8)" "$(tps_of advisory8)")"
+
+# the plot: tx/s of both sides by clients
+if command -v gnuplot >/dev/null; then
+    PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
+    mkdir -p "$PLOTS"
+    for clients in $CLIENT_COUNTS; do
+        printf '%s %s %s\n' "$clients" "$(tps_of "redsem$clients")" "$(tps_of "advisory$clients")"
+    done >"$W/throughput.dat"
+    gnuplot <<EOF
+set terminal svg size 640,400 font "sans,11"
+set output "$PLOTS/throughput.svg"
+set title "acquire+release per second, limit 4 ($(date -u +%Y-%m-%d), $(nproc) cores)"
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set boxwidth 0.9
+set key top left
+set ylabel "transactions per second"
+set xlabel "pgbench clients"
+set logscale y
+set yrange [1000:*]
+set grid ytics
+plot "$W/throughput.dat" using 2:xtic(1) title "redsem (Redis on a unix socket)", \
+     "" using 3 title "pg_try_advisory_lock slot pool (one server)"
+EOF
+    printf 'plot: %s\n\n' "$PLOTS/throughput.svg"
+fi
 
 # --- C: 10 vs 20,000 live holders ---------------------------------------------
 

@@ -744,15 +744,31 @@ absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
 	return true;
 }
 
-/* Load the script into Redis's cache (after a NOSCRIPT) */
+/*
+ * Put the script back into Redis's cache (after a NOSCRIPT) the way every
+ * other path does, so no other command needs granting: EVAL of the
+ * read-only "limit" operation on the semaphore of command kc.
+ */
 static bool
-load_script(RedisCall *call)
+load_script(RedisCall *call, const SemKeepItem *items, const int *order,
+			const KeepCommand *kc)
 {
-	const char *argv[3] = {"SCRIPT", "LOAD", lua_text};
+	const SemKeepItem *it = &items[order[kc->first]];
+	const char *argv[3 + SCRIPT_NKEYS + 1];
 	redisReply *reply;
+	int			argc = 0;
 
-	if (!redis_exec(call, 3, argv, NULL, &reply))
-		return false;
+	argv[argc++] = "EVAL";
+	argv[argc++] = lua_text;
+	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
+	for (int k = 0; k < SCRIPT_NKEYS; k++)
+		argv[argc++] = sem_key(it->prefix, it->name, key_suffixes[k]);
+	argv[argc++] = "limit";
+	if (!redis_exec(call, argc, argv, NULL, &reply))
+		return call->outcome.status != RS_LOST &&
+			call->outcome.status != RS_TIMED_OUT &&
+			call->outcome.status != RS_UNAVAILABLE &&
+			call->outcome.status != RS_OUT_OF_MEMORY;
 	freeReplyObject(reply);
 	return true;
 }
@@ -835,7 +851,7 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 		if (nretry == 0)
 			continue;
 		/* the script was not cached (Redis restarted): load it, send again */
-		if (!load_script(call) ||
+		if (!load_script(call, items, order, &retry[0]) ||
 			!send_keep_pipeline(call, items, order, retry, 0, nretry, again,
 								&nagain, cost))
 			return false;

@@ -7,7 +7,8 @@
 # keeper's cycles (logged at DEBUG1) refresh them with one script call per
 # semaphore and 128 holds, all in one round trip.  Then the keys of one
 # semaphore are made the wrong type: its holds fail, alone, while the
-# others are still refreshed in the same batches.
+# others are still refreshed in the same batches.  Then Redis forgets the
+# script (SCRIPT FLUSH): the keeper loads it again and carries on.
 
 use strict;
 use warnings FATAL => 'all';
@@ -77,6 +78,18 @@ is($s{s3}->query_ok(q{SELECT count(*) FROM redsem_held() WHERE name = 'kb_c' AND
 	'150', 'while the kb_c holds of the same session are');
 
 $redis->cli('DEL', 'redsem:{kb_d}:timeout');
+
+note 'after SCRIPT FLUSH the keeper puts the script back and goes on';
+
+$log_from = -s $node->logfile;
+$redis->cli('SCRIPT', 'FLUSH');
+usleep(1_500_000);
+is(join(' ', map { held_of("kb_$_") } qw(a b c)), '300 300 150',
+	'the 750 slots are still kept alive');
+unlike(slurp_file($node->logfile, $log_from), qr/could not refresh the slot of semaphore "kb_[abc]"/,
+	'and none of their refreshes failed');
+is($s{s1}->query_ok(q{SELECT count(*) FROM redsem_held() WHERE kept_alive;}), '300',
+	'redsem_held() agrees');
 $_->quit foreach values %s;
 ok(wait_until(15, sub { $node->safe_psql('postgres', q{SELECT count(*) FROM redsem_holders('kb_a')}) eq '0' }),
 	'the sessions ended: their slots are released');
