@@ -45,6 +45,25 @@ redsem_wait_event(void)
 #endif
 }
 
+/*
+ * The wait event of a statement waiting in a statement queue: its own name
+ * ("RedsemQueue") since PostgreSQL 17, the generic Extension/Extension
+ * before.
+ */
+static inline uint32
+redsem_queue_wait_event(void)
+{
+#if PG_VERSION_NUM >= 170000
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("RedsemQueue");
+	return event;
+#else
+	return PG_WAIT_EXTENSION;
+#endif
+}
+
 /* The module magic block: named and versioned since PostgreSQL 18 */
 #if PG_VERSION_NUM >= 180000
 #define REDSEM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "redsem", .version = "0.2.0")

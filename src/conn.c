@@ -59,6 +59,16 @@ static WaitEventSet *wait_set = NULL;
 static int	wait_set_fd = -1;
 static int	wait_set_socket_pos = -1;
 
+/* The wait event shown while waiting on Redis, if not the default */
+static uint32 wait_event_shown = 0;
+
+/* Show event (0: the default) in pg_stat_activity while waiting on Redis */
+void
+redis_set_wait_event(uint32 event)
+{
+	wait_event_shown = event;
+}
+
 /* Milliseconds from now until deadline, never negative */
 static long
 ms_until(TimestampTz deadline)
@@ -184,7 +194,7 @@ wait_on_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 
 	ModifyWaitEvent(set, wait_set_socket_pos, io_events, NULL);
 	if (WaitEventSetWait(set, ms_until(deadline), &event, 1,
-						 redsem_wait_event()) == 0)
+						 wait_event_shown ? wait_event_shown : redsem_wait_event()) == 0)
 		return WL_TIMEOUT;
 	rc = event.events;
 	if (rc & WL_LATCH_SET)

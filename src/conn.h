@@ -82,6 +82,7 @@ extern void redis_report(int elevel, const RedisOutcome *outcome);
 extern const char *redis_status_text(RedisStatus status);
 extern char *redis_outcome_text(const RedisOutcome *outcome);
 extern bool redis_connected(void);
+extern void redis_set_wait_event(uint32 event);
 extern void redis_disconnect(void);
 extern char *redis_target_description(void);
 extern uint64 redis_target_signature(void);

@@ -12,6 +12,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "acquire.h"
 #include "hold.h"
 #include "redsem.h"
 #include "script.h"
@@ -26,17 +27,6 @@ PG_FUNCTION_INFO_V1(redsem_refresh);
 PG_FUNCTION_INFO_V1(redsem_release_all);
 PG_FUNCTION_INFO_V1(redsem_force_release);
 PG_FUNCTION_INFO_V1(redsem_set_limit);
-
-/* Validated arguments of an acquire call */
-typedef struct AcquireArgs
-{
-	char	   *name;
-	int			max_holders;	/* 0: the stored limit */
-	int			permits;
-	int64		lease_ms;
-	int64		wait_ms;		/* -1: no limit */
-	int64		limit_seen;		/* the limit in effect Redis last told */
-} AcquireArgs;
 
 /* Raise the error for a NULL argument */
 static void
@@ -183,10 +173,11 @@ count_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 static void
 acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 {
+	memset(args, 0, sizeof(*args));
+	args->elevel = ERROR;
 	args->name = name_arg(fcinfo, 0);
 	args->max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	args->permits = PG_NARGS() > 4 ? count_arg(fcinfo, 4, "permits") : 1;
-	args->limit_seen = args->max_holders;
 	if (args->max_holders > 0 && args->permits > args->max_holders)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -203,274 +194,20 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 }
 
 /*
- * A new holder id: the server incarnation, process id, a sequence number
- * and random bits.
- */
-static void
-make_id(char *buf, size_t len)
-{
-	static uint32 seq = 0;
-	uint32		rnd;
-
-	if (!pg_strong_random(&rnd, sizeof(rnd)))
-		rnd = (uint32) GetCurrentTimestamp();
-	snprintf(buf, len, "%016llx.%d.%u.%08x",
-			 (unsigned long long) redsem_incarnation(), MyProcPid, ++seq, rnd);
-}
-
-/* Milliseconds since when */
-static int64
-ms_since(TimestampTz when)
-{
-	return TimestampDifferenceMilliseconds(when, GetCurrentTimestamp());
-}
-
-/* Milliseconds left until deadline (or a long nap when there is none) */
-static int64
-ms_left(TimestampTz deadline)
-{
-	if (deadline == DT_NOEND)
-		return PG_INT32_MAX;
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-}
-
-/* Remember the limit in effect that a reply told */
-static void
-note_limit(AcquireArgs *args, const SemResult *r)
-{
-	if (r->limit > 0)
-		args->limit_seen = r->limit;
-}
-
-/*
- * Wait in line until promoted (and confirmed) or deadline.  Sleeps on the
- * caller's wake list (a release that promotes it pushes to it), waking
- * early only to keep its place alive or when a lease ahead of it is due to
- * run out; then it looks with wait_check, which also confirms a promotion.
- * *sent is when the request that answered was sent.
- */
-static void
-wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
-			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
-{
-	TimestampTz checked = *sent;
-
-	for (;;)
-	{
-		RedisCall	call = REDIS_SQL_CALL;
-		int64		left = ms_left(deadline);
-		int64		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
-		int64		ticket;
-		int64		nudge_ms;
-
-		if (left <= 0)
-		{
-			*sent = GetCurrentTimestamp();
-			(void) sem_give_up(&call, args->name, id, r);
-			return;
-		}
-		if (r->ms >= 0)
-			nap = Min(nap, r->ms + 1);
-		(void) sem_wait_for_wake(&call, args->name, id, Max(nap, 1), &ticket,
-								 &nudge_ms);
-		if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
-		{
-			/* a promotion ahead of us: sleep until its window ends */
-			r->ms = nudge_ms;
-			continue;
-		}
-		*sent = checked = GetCurrentTimestamp();
-		(void) sem_wait_check(&call, args->name, id, r);
-		note_limit(args, r);
-		if (r->state == SEM_HELD)
-			return;
-		if (r->state == SEM_LOST)
-		{
-			/*
-			 * our place expired, our promotion window passed, or the limit
-			 * fell below our permits: queue again
-			 */
-			*sent = GetCurrentTimestamp();
-			(void) sem_acquire(&call, args->name, id, args->max_holders,
-							   args->permits, args->lease_ms, true, r);
-			note_limit(args, r);
-			if (r->state != SEM_WAITING)
-				return;
-		}
-		hold_mark_waiting(hold, *sent);
-	}
-}
-
-/*
- * True if a grant is still good: its lease started no earlier than the
- * request was sent, so it has not run out unless the answer took longer
- * than the lease to reach us (the backend was paused, or starved).
- */
-static bool
-grant_is_live(const SemResult *r, TimestampTz sent)
-{
-	return r->state == SEM_HELD &&
-		TimestampDifferenceMilliseconds(sent, GetCurrentTimestamp()) < r->ms;
-}
-
-/* Give back a grant that came too late to be used */
-static void
-drop_stale_grant(const AcquireArgs *args, const char *id)
-{
-	RedisCall	call = REDIS_SQL_CALL;
-	bool		live;
-
-	(void) sem_release(&call, NULL, args->name, id, &live);
-	ereport(DEBUG1,
-			(errmsg("redsem: a slot of semaphore \"%s\" was granted after its lease had run out; queueing again",
-					args->name)));
-}
-
-/* Warn once per session about long leases that nobody keeps alive */
-static void
-notice_unkept_long_lease(int64 lease_ms)
-{
-	static bool warned = false;
-
-	if (warned || lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS || keeper_is_active())
-		return;
-	warned = true;
-	ereport(NOTICE,
-			(errmsg("redsem keeper is not running: a slot with a lease of " INT64_FORMAT " s stays taken that long if its session dies",
-					lease_ms / 1000),
-			 errhint("Add redsem to shared_preload_libraries to keep short leases alive, or refresh the lease with redsem_refresh.")));
-}
-
-/* Count the outcome of an acquire in the statistics */
-static void
-count_acquire(const AcquireArgs *args, SemState state, bool waited,
-			  TimestampTz started)
-{
-	if (state == SEM_HELD)
-	{
-		stats_count(args->name, STAT_ACQUIRED, 1);
-		stats_count(args->name, STAT_ACQUIRED_PERMITS, args->permits);
-	}
-	else if (waited)
-		stats_count(args->name, STAT_WAIT_TIMEOUTS, 1);
-	else
-		stats_count(args->name, STAT_REFUSED, 1);
-	if (waited)
-	{
-		stats_count(args->name, STAT_WAITED, 1);
-		stats_count(args->name, STAT_WAIT_TIME_MS,
-					TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
-	}
-}
-
-/*
- * Ask for a slot (or a place in line) until one is granted in time, no
- * slot comes within the wait, or the wait is over.  Returns true if
- * granted; *sent is when the granting request was sent.
- */
-static bool
-take_slot(AcquireArgs *args, Hold *hold, const char *id,
-		  TimestampTz deadline, SemResult *r, TimestampTz *sent, bool *waited)
-{
-	for (;;)
-	{
-		RedisCall	call = REDIS_SQL_CALL;
-
-		*sent = GetCurrentTimestamp();
-		(void) sem_acquire(&call, args->name, id, args->max_holders,
-						   args->permits, args->lease_ms, args->wait_ms != 0, r);
-		note_limit(args, r);
-		if (r->state == SEM_WAITING)
-		{
-			*waited = true;
-			hold_mark_waiting(hold, *sent);
-			wait_in_line(args, hold, id, r, sent, deadline);
-		}
-		if (r->state != SEM_HELD)
-			return false;
-		if (grant_is_live(r, *sent))
-			return true;
-		drop_stale_grant(args, id);
-		if (args->wait_ms == 0 || ms_left(deadline) <= 0)
-		{
-			r->state = SEM_LOST;
-			return false;
-		}
-	}
-}
-
-/* Raise the error for a request refused because of the semaphore's limit */
-static void
-refuse_limit(const AcquireArgs *args, const SemResult *r)
-{
-	if (r->state == SEM_NO_LIMIT)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("semaphore \"%s\" has no stored limit", args->name),
-				 errhint("Pass \"max_holders\", or store a limit with redsem_set_limit.")));
-	if (r->state == SEM_TOO_LARGE)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("cannot take %d permits of semaphore \"%s\" with a limit of " INT64_FORMAT,
-						args->permits, args->name, r->limit),
-				 errdetail("\"permits\" must not exceed the limit in effect.")));
-	if (r->stored)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("semaphore \"%s\" has a stored limit of " INT64_FORMAT ", not %d",
-						args->name, r->limit, args->max_holders),
-				 errdetail("Callers of one semaphore must agree on its limit, and it was stored with redsem_set_limit."),
-				 errhint("Leave out \"max_holders\" (or pass NULL) to use the stored limit.")));
-	ereport(ERROR,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("semaphore \"%s\" is in use with a limit of " INT64_FORMAT ", not %d",
-					args->name, r->limit, args->max_holders),
-			 errdetail("Callers of one semaphore must agree on its limit: its holders and waiters took it with a limit of " INT64_FORMAT ".",
-					   r->limit),
-			 errhint("Pass the same \"max_holders\" everywhere, or store the limit with redsem_set_limit and leave \"max_holders\" out.")));
-}
-
-/*
  * The acquire functions' common body.  Returns the holder id, or NULL if
  * no slot came within the wait.
  */
 static char *
 acquire_common(FunctionCallInfo fcinfo, HoldScope scope, AcquireArgs *args)
 {
-	char		id[64];
+	char	   *id = NULL;
 	Hold	   *hold;
-	SemResult	r;
-	TimestampTz started;
-	TimestampTz sent;
-	bool		waited = false;
 
 	acquire_args(fcinfo, args);
 	refuse_in_parallel_worker();
-	hold_init();
-	hold_flush_deferred();
-	notice_unkept_long_lease(args->lease_ms);
-
-	make_id(id, sizeof(id));
-	hold = hold_begin(args->name, id, scope, args->lease_ms, args->permits);
-	started = GetCurrentTimestamp();
-	(void) take_slot(args, hold, id,
-					 args->wait_ms < 0 ? DT_NOEND :
-					 TimestampTzPlusMilliseconds(started, args->wait_ms),
-					 &r, &sent, &waited);
-	if (r.state == SEM_OTHER_LIMIT || r.state == SEM_NO_LIMIT ||
-		r.state == SEM_TOO_LARGE)
-	{
-		hold_forget(hold);
-		refuse_limit(args, &r);
-	}
-	count_acquire(args, r.state, waited, started);
-	if (r.state != SEM_HELD)
-	{
-		hold_forget(hold);
+	if (acquire_slot(args, scope, &id, &hold) != ACQUIRE_GRANTED)
 		return NULL;
-	}
-	hold_mark_held(hold, r.ticket, args->lease_ms, sent);
-	return pstrdup(id);
+	return id;
 }
 
 /* Return a cstring as text, or SQL NULL */

@@ -1,0 +1,353 @@
+/*
+ * acquire.c
+ *		Taking a slot: ask once, wait in line if asked to, drop a grant that
+ *		came too late, raise the limit errors, count the outcome.
+ *
+ * The SQL functions (sqlfuncs.c) raise on any Redis failure; the statement
+ * queues (queue.c) may ask for failures to be returned instead (elevel
+ * below ERROR), to run a statement without a slot.
+ */
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "utils/timestamp.h"
+
+#include "acquire.h"
+#include "shmem.h"
+#include "timing.h"
+
+/*
+ * A new holder id: the server incarnation, process id, a sequence number
+ * and random bits.
+ */
+static void
+make_id(char *buf, size_t len)
+{
+	static uint32 seq = 0;
+	uint32		rnd;
+
+	if (!pg_strong_random(&rnd, sizeof(rnd)))
+		rnd = (uint32) GetCurrentTimestamp();
+	snprintf(buf, len, "%016llx.%d.%u.%08x",
+			 (unsigned long long) redsem_incarnation(), MyProcPid, ++seq, rnd);
+}
+
+/* Milliseconds since when */
+static int64
+ms_since(TimestampTz when)
+{
+	return TimestampDifferenceMilliseconds(when, GetCurrentTimestamp());
+}
+
+/* Milliseconds left until deadline (or a long nap when there is none) */
+static int64
+ms_left(TimestampTz deadline)
+{
+	if (deadline == DT_NOEND)
+		return PG_INT32_MAX;
+	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+}
+
+/* A Redis call of this acquire: interruptible, raising at args->elevel */
+static void
+acquire_call(const AcquireArgs *args, RedisCall *call)
+{
+	RedisCall	sql = REDIS_SQL_CALL;
+
+	*call = sql;
+	call->elevel = args->elevel;
+}
+
+/* Keep why a call failed (it was not raised); false */
+static bool
+call_failed(AcquireArgs *args, const RedisCall *call)
+{
+	args->failure = call->outcome;
+	return false;
+}
+
+/* Remember the limit in effect that a reply told */
+static void
+note_limit(AcquireArgs *args, const SemResult *r)
+{
+	if (r->limit > 0)
+		args->limit_seen = r->limit;
+}
+
+/*
+ * Wait in line until promoted (and confirmed) or deadline.  Sleeps on the
+ * caller's wake list (a release that promotes it pushes to it), waking
+ * early only to keep its place alive or when a lease ahead of it is due to
+ * run out; then it looks with wait_check, which also confirms a promotion.
+ * *sent is when the request that answered was sent.  False if Redis failed
+ * (below ERROR).
+ */
+static bool
+wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
+			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
+{
+	TimestampTz checked = *sent;
+
+	for (;;)
+	{
+		RedisCall	call;
+		int64		left = ms_left(deadline);
+		int64		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
+		int64		ticket;
+		int64		nudge_ms;
+
+		acquire_call(args, &call);
+		if (left <= 0)
+		{
+			*sent = GetCurrentTimestamp();
+			return sem_give_up(&call, args->name, id, r) || call_failed(args, &call);
+		}
+		if (r->ms >= 0)
+			nap = Min(nap, r->ms + 1);
+		if (!sem_wait_for_wake(&call, args->name, id, Max(nap, 1), &ticket,
+							   &nudge_ms))
+			return call_failed(args, &call);
+		if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
+		{
+			/* a promotion ahead of us: sleep until its window ends */
+			r->ms = nudge_ms;
+			continue;
+		}
+		*sent = checked = GetCurrentTimestamp();
+		if (!sem_wait_check(&call, args->name, id, r))
+			return call_failed(args, &call);
+		note_limit(args, r);
+		if (r->state == SEM_HELD)
+			return true;
+		if (r->state == SEM_LOST)
+		{
+			/*
+			 * our place expired, our promotion window passed, or the limit
+			 * fell below our permits: queue again
+			 */
+			*sent = GetCurrentTimestamp();
+			if (!sem_acquire(&call, args->name, id, args->max_holders,
+							 args->permits, args->lease_ms, true, r))
+				return call_failed(args, &call);
+			note_limit(args, r);
+			if (r->state != SEM_WAITING)
+				return true;
+		}
+		hold_mark_waiting(hold, *sent);
+	}
+}
+
+/* wait_in_line, showing args->wait_event (if any) meanwhile */
+static bool
+wait_in_line_shown(AcquireArgs *args, Hold *hold, const char *id,
+				   SemResult *r, TimestampTz *sent, TimestampTz deadline)
+{
+	volatile bool ok = false;
+
+	if (args->wait_event == 0)
+		return wait_in_line(args, hold, id, r, sent, deadline);
+	redis_set_wait_event(args->wait_event);
+	PG_TRY();
+	{
+		ok = wait_in_line(args, hold, id, r, sent, deadline);
+	}
+	PG_FINALLY();
+	{
+		redis_set_wait_event(0);
+	}
+	PG_END_TRY();
+	return ok;
+}
+
+/*
+ * True if a grant is still good: its lease started no earlier than the
+ * request was sent, so it has not run out unless the answer took longer
+ * than the lease to reach us (the backend was paused, or starved).
+ */
+static bool
+grant_is_live(const SemResult *r, TimestampTz sent)
+{
+	return r->state == SEM_HELD &&
+		TimestampDifferenceMilliseconds(sent, GetCurrentTimestamp()) < r->ms;
+}
+
+/* Give back a grant that came too late to be used */
+static bool
+drop_stale_grant(AcquireArgs *args, const char *id)
+{
+	RedisCall	call;
+	bool		live;
+
+	acquire_call(args, &call);
+	if (!sem_release(&call, NULL, args->name, id, &live))
+		return call_failed(args, &call);
+	ereport(DEBUG1,
+			(errmsg("redsem: a slot of semaphore \"%s\" was granted after its lease had run out; queueing again",
+					args->name)));
+	return true;
+}
+
+/* Warn once per session about long leases that nobody keeps alive */
+static void
+notice_unkept_long_lease(int64 lease_ms)
+{
+	static bool warned = false;
+
+	if (warned || lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS || keeper_is_active())
+		return;
+	warned = true;
+	ereport(NOTICE,
+			(errmsg("redsem keeper is not running: a slot with a lease of " INT64_FORMAT " s stays taken that long if its session dies",
+					lease_ms / 1000),
+			 errhint("Add redsem to shared_preload_libraries to keep short leases alive, or refresh the lease with redsem_refresh.")));
+}
+
+/* Count the outcome of an acquire in the statistics */
+static void
+count_acquire(const AcquireArgs *args, AcquireResult result,
+			  TimestampTz started)
+{
+	if (result == ACQUIRE_FAILED)
+		return;					/* counted as a Redis error already */
+	if (result == ACQUIRE_GRANTED)
+	{
+		stats_count(args->name, STAT_ACQUIRED, 1);
+		stats_count(args->name, STAT_ACQUIRED_PERMITS, args->permits);
+	}
+	else if (args->waited)
+		stats_count(args->name, STAT_WAIT_TIMEOUTS, 1);
+	else
+		stats_count(args->name, STAT_REFUSED, 1);
+	if (args->waited)
+	{
+		stats_count(args->name, STAT_WAITED, 1);
+		stats_count(args->name, STAT_WAIT_TIME_MS,
+					TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
+	}
+}
+
+/*
+ * Ask for a slot (or a place in line) until one is granted in time, no
+ * slot comes within the wait, or the wait is over.  *sent is when the
+ * granting request was sent.
+ */
+static AcquireResult
+take_slot(AcquireArgs *args, Hold *hold, const char *id,
+		  TimestampTz deadline, SemResult *r, TimestampTz *sent)
+{
+	for (;;)
+	{
+		RedisCall	call;
+
+		acquire_call(args, &call);
+		*sent = GetCurrentTimestamp();
+		if (!sem_acquire(&call, args->name, id, args->max_holders,
+						 args->permits, args->lease_ms, args->wait_ms != 0, r))
+		{
+			(void) call_failed(args, &call);
+			return ACQUIRE_FAILED;
+		}
+		note_limit(args, r);
+		if (r->state == SEM_WAITING)
+		{
+			args->waited = true;
+			hold_mark_waiting(hold, *sent);
+			if (!wait_in_line_shown(args, hold, id, r, sent, deadline))
+				return ACQUIRE_FAILED;
+		}
+		if (r->state != SEM_HELD)
+			return ACQUIRE_NOT_GRANTED;
+		if (grant_is_live(r, *sent))
+			return ACQUIRE_GRANTED;
+		if (!drop_stale_grant(args, id))
+			return ACQUIRE_FAILED;
+		if (args->wait_ms == 0 || ms_left(deadline) <= 0)
+		{
+			r->state = SEM_LOST;
+			return ACQUIRE_NOT_GRANTED;
+		}
+	}
+}
+
+/* Raise the error for a request refused because of the semaphore's limit */
+static void
+refuse_limit(const AcquireArgs *args, const SemResult *r)
+{
+	if (r->state == SEM_NO_LIMIT)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore \"%s\" has no stored limit", args->name),
+				 errhint("Pass \"max_holders\", or store a limit with redsem_set_limit.")));
+	if (r->state == SEM_TOO_LARGE)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot take %d permits of semaphore \"%s\" with a limit of " INT64_FORMAT,
+						args->permits, args->name, r->limit),
+				 errdetail("\"permits\" must not exceed the limit in effect.")));
+	if (r->stored)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("semaphore \"%s\" has a stored limit of " INT64_FORMAT ", not %d",
+						args->name, r->limit, args->max_holders),
+				 errdetail("Callers of one semaphore must agree on its limit, and it was stored with redsem_set_limit."),
+				 errhint("Leave out \"max_holders\" (or pass NULL) to use the stored limit.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("semaphore \"%s\" is in use with a limit of " INT64_FORMAT ", not %d",
+					args->name, r->limit, args->max_holders),
+			 errdetail("Callers of one semaphore must agree on its limit: its holders and waiters took it with a limit of " INT64_FORMAT ".",
+					   r->limit),
+			 errhint("Pass the same \"max_holders\" everywhere, or store the limit with redsem_set_limit and leave \"max_holders\" out.")));
+}
+
+/*
+ * Take a slot of args->name for scope.  On ACQUIRE_GRANTED, *id is the
+ * holder id and *hold its entry.  A limit the semaphore refuses raises
+ * 22023 whatever args->elevel; so does a Redis failure at ERROR.
+ */
+AcquireResult
+acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
+{
+	char		buf[64];
+	SemResult	r;
+	TimestampTz started;
+	TimestampTz sent;
+	AcquireResult result;
+
+	hold_init();
+	hold_flush_deferred();
+	notice_unkept_long_lease(args->lease_ms);
+	args->limit_seen = args->max_holders;
+	args->waited = false;
+	memset(&r, 0, sizeof(r));
+
+	make_id(buf, sizeof(buf));
+	*hold = hold_begin(args->name, buf, scope, args->lease_ms, args->permits);
+	started = GetCurrentTimestamp();
+	result = take_slot(args, *hold, buf,
+					   args->wait_ms < 0 ? DT_NOEND :
+					   TimestampTzPlusMilliseconds(started, args->wait_ms),
+					   &r, &sent);
+	if (result != ACQUIRE_FAILED &&
+		(r.state == SEM_OTHER_LIMIT || r.state == SEM_NO_LIMIT ||
+		 r.state == SEM_TOO_LARGE))
+	{
+		hold_forget(*hold);
+		refuse_limit(args, &r);
+	}
+	count_acquire(args, result, started);
+	if (result != ACQUIRE_GRANTED)
+	{
+		/*
+		 * A failed request may have reached Redis: its entry stays pending,
+		 * released at the end of the transaction (or by the keeper).
+		 */
+		if (result == ACQUIRE_NOT_GRANTED)
+			hold_forget(*hold);
+		*hold = NULL;
+		return result;
+	}
+	hold_mark_held(*hold, r.ticket, args->lease_ms, sent);
+	*id = pstrdup(buf);
+	return result;
+}

@@ -1,0 +1,42 @@
+/*
+ * acquire.h
+ *		Taking a slot: one request, waiting in line, stale grants, limit
+ *		errors and statistics, for the SQL functions (sqlfuncs.c) and the
+ *		statement queues (queue.c).
+ */
+#ifndef REDSEM_ACQUIRE_H
+#define REDSEM_ACQUIRE_H
+
+#include "conn.h"
+#include "hold.h"
+#include "script.h"
+
+/* What to take, and how; then what Redis said */
+typedef struct AcquireArgs
+{
+	char	   *name;
+	int			max_holders;	/* 0: the stored limit */
+	int			permits;
+	int64		lease_ms;
+	int64		wait_ms;		/* -1: no limit */
+	int			elevel;			/* ERROR: a Redis failure raises; lower:
+								 * it ends the acquire, in failure */
+	uint32		wait_event;		/* shown while in line; 0: the default */
+	/* what came back */
+	int64		limit_seen;		/* the limit in effect Redis last told */
+	bool		waited;			/* it had to queue */
+	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
+} AcquireArgs;
+
+/* How an acquire ended */
+typedef enum AcquireResult
+{
+	ACQUIRE_GRANTED,
+	ACQUIRE_NOT_GRANTED,		/* no slot within the wait */
+	ACQUIRE_FAILED				/* Redis failed us (args->failure) */
+} AcquireResult;
+
+extern AcquireResult acquire_slot(AcquireArgs *args, HoldScope scope,
+								  char **id, Hold **hold);
+
+#endif							/* REDSEM_ACQUIRE_H */
