@@ -139,3 +139,21 @@ COMMENT ON FUNCTION redsem_refresh(text, text, interval) IS
 'extend the lease of a slot this session holds (NULL: by its original length); false if the slot was already lost';
 COMMENT ON FUNCTION redsem_holders(text) IS
 'holders then waiters of a semaphore, in line order, as Redis sees them (ids only for administrators and their holder)';
+
+-- Statement queues (settings redsem.queues and redsem.queue; they need
+-- redsem in shared_preload_libraries)
+
+CREATE FUNCTION redsem_queues(
+    OUT name text, OUT active_statements integer, OUT min_cost float8,
+    OUT max_wait interval, OUT on_redis_error text, OUT utility boolean,
+    OUT application_name text, OUT running bigint, OUT waiting bigint,
+    OUT admitted bigint, OUT waited bigint, OUT timed_out bigint,
+    OUT total_wait_time interval, OUT bypassed bigint, OUT ran_unqueued bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_queues'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE VIEW redsem_queues AS SELECT * FROM redsem_queues();
+GRANT SELECT ON redsem_queues TO PUBLIC;
+COMMENT ON VIEW redsem_queues IS
+'statement queues: definition, statements running and waiting on every server (Redis), and this server''s counters';

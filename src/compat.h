@@ -64,6 +64,30 @@ redsem_queue_wait_event(void)
 #endif
 }
 
+/*
+ * ExecutorRun lost its execute_once argument in PostgreSQL 18: the hook's
+ * extra parameter, and the argument to pass on.
+ */
+#if PG_VERSION_NUM >= 180000
+#define REDSEM_EXECUTE_ONCE_PARAM
+#define REDSEM_EXECUTE_ONCE_ARG
+#else
+#define REDSEM_EXECUTE_ONCE_PARAM	, bool execute_once
+#define REDSEM_EXECUTE_ONCE_ARG		, execute_once
+#endif
+
+/*
+ * Memory for a setting's parsed value (a check hook's "extra"): GUC's own
+ * allocator since PostgreSQL 16, malloc before.
+ */
+#if PG_VERSION_NUM >= 160000
+#define redsem_guc_malloc(size)	guc_malloc(LOG, (size))
+#define redsem_guc_free(ptr)	guc_free(ptr)
+#else
+#define redsem_guc_malloc(size)	malloc(size)
+#define redsem_guc_free(ptr)	free(ptr)
+#endif
+
 /* The module magic block: named and versioned since PostgreSQL 18 */
 #if PG_VERSION_NUM >= 180000
 #define REDSEM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "redsem", .version = "0.2.0")

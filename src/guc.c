@@ -10,6 +10,7 @@
 
 #include "compat.h"
 #include "keeper.h"
+#include "queue.h"
 #include "redsem.h"
 #include "secret.h"
 #include "shmem.h"
@@ -180,12 +181,14 @@ _PG_init(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
+	queue_define_gucs();
 	if (process_shared_preload_libraries_in_progress)
 	{
 		/* server-start settings can only be defined while preloading */
 		define_preload_gucs();
 		shmem_init();
 		keeper_register();
+		queue_install_hooks();
 	}
 	MarkGUCPrefixReserved("redsem");
 }

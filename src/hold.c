@@ -220,7 +220,8 @@ release_ending_guarded(int ms, const char *when)
 static bool
 ends_with_xact(Hold *hold, SubTransactionId subxid)
 {
-	return hold->scope == HOLD_XACT || hold->state == HOLD_PENDING;
+	return hold->scope == HOLD_XACT || hold->scope == HOLD_STATEMENT ||
+		hold->state == HOLD_PENDING;
 }
 
 /* Holds that end when subtransaction subxid rolls back */
@@ -275,6 +276,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
+		case XACT_EVENT_PREPARE:
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
 				release_ending_guarded(REDSEM_XACT_CLEANUP_MS,
 									   "at the end of the transaction");
@@ -428,6 +430,22 @@ hold_is_own(const char *id)
 }
 
 /*
+ * Release one of this session's holds without raising (a statement queue's
+ * slot at ExecutorEnd): what Redis does not take in time is left to the
+ * keeper and the session's next call, with a WARNING.
+ */
+void
+hold_release_quietly(const char *name, const char *id)
+{
+	Hold	   *hold = find_hold(name, id);
+
+	if (hold == NULL)
+		return;
+	mark_ending(hold);
+	release_ending_guarded(redsem_command_timeout_ms, "at the end of a statement");
+}
+
+/*
  * redsem_release: release one of this session's slots.  Returns false if
  * (name, id) is not this session's; else *held says whether it was live.
  */
@@ -527,7 +545,8 @@ hold_snapshot(HeldInfo **out)
 		tracked_ok = shared_hold_read(hold->shared_slot, hold->id, &tracked);
 		info->name = pstrdup(hold->name);
 		info->id = pstrdup(hold->id);
-		info->xact = (hold->scope == HOLD_XACT);
+		info->scope = hold->scope == HOLD_XACT ? "transaction" :
+			hold->scope == HOLD_STATEMENT ? "statement" : "session";
 		info->acquired_at = hold->acquired_at;
 		info->lease_ms = hold->lease_ms;
 		info->ticket = hold->ticket;

@@ -10,7 +10,8 @@
 typedef enum HoldScope
 {
 	HOLD_SESSION,
-	HOLD_XACT
+	HOLD_XACT,
+	HOLD_STATEMENT				/* a statement queue's slot (queue.c) */
 } HoldScope;
 
 typedef struct Hold Hold;
@@ -20,7 +21,7 @@ typedef struct HeldInfo
 {
 	char	   *name;
 	char	   *id;
-	bool		xact;
+	const char *scope;			/* "session", "transaction" or "statement" */
 	bool		kept_alive;		/* the keeper refreshes it, successfully */
 	char	   *keeper_error;	/* why it does not, or NULL */
 	TimestampTz acquired_at;
@@ -42,6 +43,7 @@ extern bool hold_release_id(const char *name, const char *id, bool *held);
 extern bool hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 							int64 *new_lease_ms);
 extern void hold_forget_id(const char *name, const char *id);
+extern void hold_release_quietly(const char *name, const char *id);
 extern int	hold_snapshot(HeldInfo **out);
 extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);

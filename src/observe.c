@@ -17,6 +17,7 @@
 #include "utils/tuplestore.h"
 
 #include "hold.h"
+#include "queue.h"
 #include "redsem.h"
 #include "script.h"
 #include "shmem.h"
@@ -29,9 +30,11 @@ PG_FUNCTION_INFO_V1(redsem_stats);
 PG_FUNCTION_INFO_V1(redsem_stats_reset);
 PG_FUNCTION_INFO_V1(redsem_limit);
 PG_FUNCTION_INFO_V1(redsem_semaphore);
+PG_FUNCTION_INFO_V1(redsem_queues);
 
 #define HELD_COLUMNS	10
 #define HOLDERS_COLUMNS	11
+#define QUEUES_COLUMNS	15
 
 /* An interval of ms milliseconds */
 static Datum
@@ -69,7 +72,7 @@ redsem_held(PG_FUNCTION_ARGS)
 
 		values[0] = CStringGetTextDatum(held[i].name);
 		values[1] = CStringGetTextDatum(held[i].id);
-		values[2] = CStringGetTextDatum(held[i].xact ? "transaction" : "session");
+		values[2] = CStringGetTextDatum(held[i].scope);
 		values[3] = TimestampTzGetDatum(held[i].acquired_at);
 		values[4] = interval_from_ms(held[i].lease_ms);
 		values[5] = TimestampTzGetDatum(held[i].expires_at);
@@ -263,4 +266,66 @@ redsem_semaphore(PG_FUNCTION_ARGS)
 	values[3] = Int64GetDatum(limit.waiting);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
 													  values, nulls)));
+}
+
+/* The statistics of semaphore name among stats[0..n-1], or NULL */
+static const SemStats *
+find_stats(const SemStats *stats, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (strcmp(stats[i].name, name) == 0)
+			return &stats[i];
+	return NULL;
+}
+
+/*
+ * redsem_queues(): every statement queue redsem.queues defines, with what
+ * Redis says now (NULL if Redis cannot be asked) and this server's
+ * statistics.
+ */
+Datum
+redsem_queues(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	const QueueConfig *conf = queue_config();
+	SemStats   *stats;
+	int			nstats;
+
+	nstats = stats_snapshot(&stats);
+	InitMaterializedSRF(fcinfo, 0);
+	hold_init();
+	for (int i = 0; conf != NULL && i < conf->count; i++)
+	{
+		const QueueDef *q = &conf->queues[i];
+		char	   *sem = psprintf("queue:%s", q->name);
+		const SemStats *st = find_stats(stats, nstats, sem);
+		RedisCall	call = REDIS_SQL_CALL;
+		SemLimit	limit;
+		Datum		values[QUEUES_COLUMNS];
+		bool		nulls[QUEUES_COLUMNS] = {0};
+		bool		asked;
+
+		call.elevel = LOG;		/* a row without the live figures */
+		asked = sem_limit(&call, sem, &limit);
+		values[0] = CStringGetTextDatum(q->name);
+		values[1] = Int32GetDatum(q->active);
+		values[2] = Float8GetDatum(q->min_cost);
+		nulls[3] = (q->max_wait_ms < 0);
+		values[3] = interval_from_ms(q->max_wait_ms);
+		values[4] = CStringGetTextDatum(q->run_on_error ? "run" : "fail");
+		values[5] = BoolGetDatum(q->utility);
+		nulls[6] = (q->apps[0] == '\0');
+		values[6] = CStringGetTextDatum(q->apps);
+		nulls[7] = nulls[8] = !asked;
+		values[7] = Int64GetDatum(asked ? limit.held : 0);
+		values[8] = Int64GetDatum(asked ? limit.waiting : 0);
+		values[9] = Int64GetDatum(st ? st->counters[STAT_ACQUIRED] : 0);
+		values[10] = Int64GetDatum(st ? st->counters[STAT_WAITED] : 0);
+		values[11] = Int64GetDatum(st ? st->counters[STAT_WAIT_TIMEOUTS] : 0);
+		values[12] = interval_from_ms(st ? st->counters[STAT_WAIT_TIME_MS] : 0);
+		values[13] = Int64GetDatum(st ? st->counters[STAT_BYPASSED] : 0);
+		values[14] = Int64GetDatum(st ? st->counters[STAT_UNQUEUED] : 0);
+		put_row(rsinfo, values, nulls, QUEUES_COLUMNS);
+	}
+	return (Datum) 0;
 }

@@ -77,6 +77,8 @@ typedef enum StatField
 	STAT_LOST,
 	STAT_REDIS_ERRORS,
 	STAT_ACQUIRED_PERMITS,		/* added in 0.2.0: last, see observe.c */
+	STAT_BYPASSED,				/* statement queues: below min_cost */
+	STAT_UNQUEUED,				/* statement queues: ran without a slot */
 	STAT_NFIELDS
 } StatField;
 

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+#
+# bench/queues.sh - what statement queues cost: pgbench -S (select-only)
+# side by side on two servers of the same build and settings, one with
+# redsem preloaded (its hooks installed, queues defined) and one without
+# redsem at all, in one invocation.
+#
+#   sudo bash bench/queues.sh
+#
+# Phases (pgbench -S -M prepared -j 2, BENCH_CLIENTS clients, each side
+# BENCH_DURATION seconds in halves interleaved A B A B):
+#   A  a role in no queue, on the server with the hooks vs the server
+#      without redsem: the cost of the hooks for everyone else (the target
+#      is at most 2%)
+#   B  a role whose queue lets every statement pass by cost (min_cost above
+#      any pgbench -S plan) vs a role in no queue, same server: the cost of
+#      the cost test
+#   C  a role whose queue takes a slot for every statement (active 1000)
+#      vs a role in no queue, same server: the cost of queueing, two Redis
+#      round trips per statement
+# Redis round trips per statement come from INFO commandstats.
+#
+# Environment: BENCH_DURATION (seconds per side, default 10),
+# BENCH_CLIENTS (default 4), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+
+set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+DURATION=${BENCH_DURATION:-10}
+CLIENTS=${BENCH_CLIENTS:-4}
+HALF=$(((DURATION + 1) / 2))
+
+[[ ${EUID} -eq 0 ]] || redsem_die "run as root (PostgreSQL tools run as postgres via runuser)"
+trap bench_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+redsem_make_tmpdir "redsem-bench-queues"
+BENCH_TMP=$REDSEM_TMPDIR
+bench_install
+redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+BENCH_SOCK=$BENCH_TMP/redis.sock
+HOOKS=$BENCH_TMP/hooks
+PLAIN=$BENCH_TMP/plain
+mkdir -p "$HOOKS" "$PLAIN"
+chown postgres "$HOOKS" "$PLAIN"
+REDSEM_PG_EXTRA_CONF="redsem.unix_socket = '$BENCH_SOCK'
+redsem.queues = 'passes: active_statements=1 min_cost=1e12; everyone: active_statements=1000'" \
+    redsem_start_pg "$HOOKS" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+REDSEM_NO_PRELOAD=1 redsem_start_pg "$PLAIN" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+
+# on_server DIR ARGS... : pgbench against the server in DIR
+on_server() {
+    local dir=$1
+    shift
+    redsem_as_postgres pgbench -h "$dir" -p "$(redsem_pg_port "$dir")" "$@" postgres
+}
+sql_on() { redsem_psql "$1" -c "$2"; }
+
+sql_on "$HOOKS" "CREATE EXTENSION redsem" >/dev/null
+for dir in "$HOOKS" "$PLAIN"; do
+    on_server "$dir" -U postgres -i -s 1 -q >/dev/null 2>&1
+    sql_on "$dir" "CREATE ROLE bench_plain LOGIN; CREATE ROLE bench_passes LOGIN; CREATE ROLE bench_queued LOGIN;
+                   GRANT SELECT ON ALL TABLES IN SCHEMA public TO bench_plain, bench_passes, bench_queued" >/dev/null
+done
+sql_on "$HOOKS" "ALTER ROLE bench_passes SET redsem.queue = 'passes'; ALTER ROLE bench_queued SET redsem.queue = 'everyone'" >/dev/null
+
+declare -A TX SECS RT
+
+# run_half LABEL DIR ROLE : one half of one side
+run_half() {
+    local label=$1 dir=$2 role=$3 out tx tps stats
+    bench_stats_reset
+    out=$(on_server "$dir" -U "$role" -n -S -M prepared -c "$CLIENTS" -j 2 -T "$HALF" 2>&1) || {
+        printf '%s\n' "$out" >&2
+        redsem_die "pgbench failed ($label)"
+    }
+    stats=$(bench_stats)
+    tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    tps=$(sed -n 's/^tps = \([0-9.]*\) (without.*/\1/p' <<<"$out")
+    [[ -n $tx && -n $tps ]] || {
+        printf '%s\n' "$out" >&2
+        redsem_die "could not read pgbench's output ($label)"
+    }
+    TX[$label]=$((${TX[$label]:-0} + tx))
+    SECS[$label]=$(awk -v a="${SECS[$label]:-0}" -v t="$tx" -v r="$tps" 'BEGIN { printf "%.6f", a + t / r }')
+    RT[$label]=$((${RT[$label]:-0} + $(bench_roundtrips "$stats")))
+}
+
+# run_pair A_LABEL A_DIR A_ROLE B_LABEL B_DIR B_ROLE : A B A B
+run_pair() {
+    run_half "$1" "$2" "$3"
+    run_half "$4" "$5" "$6"
+    run_half "$1" "$2" "$3"
+    run_half "$4" "$5" "$6"
+}
+tps_of() { bench_div "${TX[$1]}" "${SECS[$1]}" '%.0f'; }
+rt_of() { bench_div "${RT[$1]}" "${TX[$1]}" '%.3f'; }
+
+bench_header "redsem statement queue benchmark (bench/queues.sh)"
+printf 'pgbench -S -M prepared -c %s -j 2, %s s per side (two interleaved halves), scale 1\n\n' "$CLIENTS" "$DURATION"
+
+run_pair hooks "$HOOKS" bench_plain plain "$PLAIN" bench_plain
+run_pair passes "$HOOKS" bench_passes nonq "$HOOKS" bench_plain
+run_pair queued "$HOOKS" bench_queued nonq2 "$HOOKS" bench_plain
+
+printf '%-44s %10s %10s %8s %14s\n' "" "tx/s" "baseline" "ratio" "Redis RT/stmt"
+printf '%-44s %10s %10s %8s %14s\n' "A no queue, hooks installed / no redsem" "$(tps_of hooks)" "$(tps_of plain)" \
+    "$(bench_ratio "$(tps_of hooks)" "$(tps_of plain)")" "$(rt_of hooks)"
+printf '%-44s %10s %10s %8s %14s\n' "B queue, passes by cost / no queue" "$(tps_of passes)" "$(tps_of nonq)" \
+    "$(bench_ratio "$(tps_of passes)" "$(tps_of nonq)")" "$(rt_of passes)"
+printf '%-44s %10s %10s %8s %14s\n' "C queue, a slot per statement / no queue" "$(tps_of queued)" "$(tps_of nonq2)" \
+    "$(bench_ratio "$(tps_of queued)" "$(tps_of nonq2)")" "$(rt_of queued)"
+printf '(A: the target is a ratio of at least 0.98; B and A expect 0.000 Redis round trips per statement, C 2.000)\n'

@@ -1,0 +1,48 @@
+--
+-- redsem_queues: the settings of statement queues are checked when they
+-- are set, with a message that says what is wrong.  (What queues do is
+-- tested in t/040_queues.pl.)
+--
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS redsem;
+RESET client_min_messages;
+
+-- no queue defined: the view is empty
+SELECT count(*) AS queues FROM redsem_queues;
+
+-- malformed definitions are refused
+ALTER SYSTEM SET redsem.queues = 'bad name: active_statements=1';
+ALTER SYSTEM SET redsem.queues = 'q1 active_statements=1';
+ALTER SYSTEM SET redsem.queues = 'q1: min_cost=5';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=0';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=two';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 min_cost=-1';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 max_wait=soon';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 on_redis_error=maybe';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 utility=perhaps';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 colour=blue';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 min_cost';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1; q1: active_statements=2';
+-- and good ones accepted
+ALTER SYSTEM SET redsem.queues = 'reports: active_statements=3 min_cost=10000 max_wait=5min on_redis_error=run utility=on application_name=tableau*|metabase; etl: active_statements=2;';
+SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);
+SELECT name, active_statements, min_cost, max_wait, on_redis_error, utility, application_name
+  FROM redsem_queues ORDER BY name;
+ALTER SYSTEM RESET redsem.queues;
+SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);
+SELECT count(*) AS queues FROM redsem_queues;
+
+-- a session's queue: a name, set only by superusers and roles granted SET
+SET redsem.queue = 'no spaces';
+SET redsem.queue = 'reports';
+RESET redsem.queue;
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_redsem_q;
+RESET client_min_messages;
+CREATE ROLE regress_redsem_q;
+SET ROLE regress_redsem_q;
+SET redsem.queue = '';
+RESET ROLE;
+DROP ROLE regress_redsem_q;

@@ -1,0 +1,527 @@
+/*
+ * queue.c
+ *		Statement queues: a top-level statement of a session that belongs
+ *		to a queue takes a slot of the queue's semaphore before it executes
+ *		and gives it back when it ends, however it ends.
+ *
+ * A session belongs to the queue named by redsem.queue (set with ALTER
+ * ROLE/DATABASE ... SET; ordinary roles cannot change it), or else to the
+ * first queue whose application_name patterns match its application_name.
+ *
+ * The slot is taken in ExecutorStart, once the plan and its cost are
+ * known, and given back in ExecutorEnd: an open cursor keeps it until it is
+ * closed.  It is a transaction-level hold of its own kind (scope
+ * "statement"): an error, a cancel or a rollback ends it with the
+ * transaction, the session's end with the session.  Only top-level
+ * statements queue: queries run inside functions, procedures and DO blocks
+ * are nested (nesting is counted in the executor and utility hooks, as
+ * pg_stat_statements does).  A utility statement that runs one query
+ * (EXPLAIN ANALYZE, EXECUTE, DECLARE CURSOR, CREATE TABLE AS, REFRESH
+ * MATERIALIZED VIEW, COPY (query)) lets that query queue as top-level;
+ * EXPLAIN without ANALYZE never waits.  Other utility statements queue only
+ * in a queue with utility=on.  Parallel workers never queue.
+ *
+ * A session in no queue pays one test of a cached pointer per statement.
+ */
+#include "postgres.h"
+
+#include "access/parallel.h"
+#include "access/xact.h"
+#include "executor/executor.h"
+#include "miscadmin.h"
+#include "nodes/nodes.h"
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "acquire.h"
+#include "compat.h"
+#include "hold.h"
+#include "queue.h"
+#include "shmem.h"
+
+static ExecutorStart_hook_type prev_executor_start = NULL;
+static ExecutorRun_hook_type prev_executor_run = NULL;
+static ExecutorFinish_hook_type prev_executor_finish = NULL;
+static ExecutorEnd_hook_type prev_executor_end = NULL;
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/* How deep in executor/utility calls we are: 0 for a top-level statement */
+static int	nesting = 0;
+
+/* A statement that holds a queue slot */
+typedef struct QueuedStatement
+{
+	QueryDesc  *query;			/* its executor state; NULL: a utility */
+	SubTransactionId subxid;	/* the subtransaction it runs in */
+	char	   *semaphore;
+	char	   *id;				/* the slot's holder id; NULL: it runs under
+								 * the slot of an earlier statement of the
+								 * session (an open cursor) */
+} QueuedStatement;
+
+/* Those statements, innermost last (TopMemoryContext) */
+static List *queued = NIL;
+
+/* The name of a queue's semaphore */
+static char *
+queue_semaphore(const QueueDef *q)
+{
+	return psprintf("queue:%s", q->name);
+}
+
+/* True if name matches the glob pattern ('*' matches any run) */
+static bool
+glob_match(const char *pattern, const char *name)
+{
+	if (*pattern == '\0')
+		return *name == '\0';
+	if (*pattern == '*')
+		return glob_match(pattern + 1, name) || (*name && glob_match(pattern, name + 1));
+	return *name && *pattern == *name && glob_match(pattern + 1, name + 1);
+}
+
+/* True if application_name matches one of the '|'-separated patterns */
+static bool
+apps_match(const char *apps)
+{
+	char		buf[QUEUE_MAX_APPS_BYTES + 1];
+	char	   *save;
+
+	if (apps[0] == '\0' || application_name == NULL)
+		return false;
+	strlcpy(buf, apps, sizeof(buf));
+	for (char *pat = strtok_r(buf, "|", &save); pat; pat = strtok_r(NULL, "|", &save))
+		if (glob_match(pat, application_name))
+			return true;
+	return false;
+}
+
+/* Warn once per session that redsem.queue names no defined queue */
+static void
+warn_undefined_queue(const char *name)
+{
+	static char warned[QUEUE_MAX_NAME_BYTES + 1] = "";
+
+	if (strcmp(warned, name) == 0)
+		return;
+	strlcpy(warned, name, sizeof(warned));
+	ereport(WARNING,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("redsem.queue names queue \"%s\", which redsem.queues does not define", name),
+			 errdetail("Statements of this session run without queueing."),
+			 errhint("Define the queue in redsem.queues, or correct redsem.queue.")));
+}
+
+/* The queue of this session right now, or NULL */
+static const QueueDef *
+session_queue(const QueueConfig *conf)
+{
+	const char *name = queue_session_setting();
+
+	if (name[0] != '\0')
+	{
+		for (int i = 0; i < conf->count; i++)
+			if (strcmp(conf->queues[i].name, name) == 0)
+				return &conf->queues[i];
+		warn_undefined_queue(name);
+		return NULL;
+	}
+	for (int i = 0; i < conf->count; i++)
+		if (apps_match(conf->queues[i].apps))
+			return &conf->queues[i];
+	return NULL;
+}
+
+/* The queue a top-level statement of this session must go through, or NULL */
+static const QueueDef *
+queue_to_use(void)
+{
+	const QueueConfig *conf = queue_config();
+
+	if (conf == NULL || conf->count == 0 || nesting > 0 || IsParallelWorker())
+		return NULL;
+	return session_queue(conf);
+}
+
+/* Report a statement that runs without a slot because Redis failed us */
+static void
+run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
+{
+	stats_count(semaphore, STAT_UNQUEUED, 1);
+	ereport(WARNING,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("statement runs without a slot of redsem queue \"%s\": Redis cannot be used", q->name),
+			 errdetail_internal("%s", redis_outcome_text(o)),
+			 errhint("The queue is set to on_redis_error=run; with on_redis_error=fail such statements fail instead.")));
+}
+
+/* Remember that statement query runs under the slot id (NULL: borrowed) */
+static void
+note_statement(QueryDesc *query, const char *semaphore, const char *id)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	QueuedStatement *qs = palloc(sizeof(QueuedStatement));
+
+	qs->query = query;
+	qs->subxid = GetCurrentSubTransactionId();
+	qs->semaphore = pstrdup(semaphore);
+	qs->id = id ? pstrdup(id) : NULL;
+	queued = lappend(queued, qs);
+	MemoryContextSwitchTo(old);
+}
+
+/* True if a statement of this session already holds a slot of semaphore */
+static bool
+session_holds(const char *semaphore)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued)
+		if (strcmp(((QueuedStatement *) lfirst(lc))->semaphore, semaphore) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Take a slot of queue q for the statement query (NULL: a utility).  A
+ * session that already holds one (an open cursor) runs the statement under
+ * it: it could never wait for its own slot.
+ */
+static void
+enter_queue(const QueueDef *q, QueryDesc *query)
+{
+	AcquireArgs args;
+	Hold	   *hold;
+	char	   *id = NULL;
+	AcquireResult result;
+
+	memset(&args, 0, sizeof(args));
+	args.name = queue_semaphore(q);
+	if (session_holds(args.name))
+	{
+		note_statement(query, args.name, NULL);
+		return;
+	}
+	args.max_holders = q->active;
+	args.permits = 1;
+	args.lease_ms = QUEUE_LEASE_MS;
+	args.wait_ms = q->max_wait_ms;
+	args.elevel = q->run_on_error ? LOG : ERROR;
+	args.wait_event = redsem_queue_wait_event();
+	result = acquire_slot(&args, HOLD_STATEMENT, &id, &hold);
+	if (result == ACQUIRE_FAILED)
+	{
+		run_unqueued(q, args.name, &args.failure);
+		return;
+	}
+	if (result == ACQUIRE_NOT_GRANTED)
+		ereport(ERROR,
+				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+				 errmsg("statement could not enter redsem queue \"%s\" within %d ms",
+						q->name, q->max_wait_ms),
+				 errdetail("%d statements of the queue were running for the whole wait.", q->active),
+				 errhint("Retry later; the queue's max_wait is set in redsem.queues.")));
+	note_statement(query, args.name, id);
+}
+
+/* Free an entry */
+static void
+free_statement(QueuedStatement *qs)
+{
+	pfree(qs->semaphore);
+	if (qs->id)
+		pfree(qs->id);
+	pfree(qs);
+}
+
+/*
+ * Hand the slot of qs to another statement of the session running under
+ * it, if there is one; true if so.
+ */
+static bool
+hand_over(QueuedStatement *qs)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued)
+	{
+		QueuedStatement *other = (QueuedStatement *) lfirst(lc);
+
+		if (other->id == NULL && strcmp(other->semaphore, qs->semaphore) == 0)
+		{
+			other->id = qs->id;
+			qs->id = NULL;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Give back the slot of statement query (NULL: the innermost utility) */
+static void
+leave_queue(QueryDesc *query)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued)
+	{
+		QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
+
+		if (qs->query != query)
+			continue;
+		queued = foreach_delete_current(queued, lc);
+		if (qs->id != NULL && !hand_over(qs))
+			hold_release_quietly(qs->semaphore, qs->id);
+		free_statement(qs);
+		return;
+	}
+}
+
+/* True if the plan's cost is below the queue's threshold: it passes */
+static bool
+passes_by_cost(const QueueDef *q, const QueryDesc *query)
+{
+	Plan	   *plan = query->plannedstmt ? query->plannedstmt->planTree : NULL;
+
+	if (plan == NULL || plan->total_cost >= q->min_cost)
+		return false;
+	stats_count(psprintf("queue:%s", q->name), STAT_BYPASSED, 1);
+	return true;
+}
+
+/* ExecutorStart: a top-level statement of a queued session takes a slot */
+static void
+queue_executor_start(QueryDesc *query, int eflags)
+{
+	const QueueDef *q;
+
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 &&
+		(q = queue_to_use()) != NULL && !passes_by_cost(q, query))
+		enter_queue(q, query);
+	if (prev_executor_start)
+		prev_executor_start(query, eflags);
+	else
+		standard_ExecutorStart(query, eflags);
+}
+
+/* ExecutorRun: what runs inside is nested */
+static void
+queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
+				   REDSEM_EXECUTE_ONCE_PARAM)
+{
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_executor_run)
+			prev_executor_run(query, direction, count REDSEM_EXECUTE_ONCE_ARG);
+		else
+			standard_ExecutorRun(query, direction, count REDSEM_EXECUTE_ONCE_ARG);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
+}
+
+/* ExecutorFinish: what runs inside (AFTER triggers) is nested */
+static void
+queue_executor_finish(QueryDesc *query)
+{
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_executor_finish)
+			prev_executor_finish(query);
+		else
+			standard_ExecutorFinish(query);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
+}
+
+/* ExecutorEnd: the statement is over; its slot goes back */
+static void
+queue_executor_end(QueryDesc *query)
+{
+	if (prev_executor_end)
+		prev_executor_end(query);
+	else
+		standard_ExecutorEnd(query);
+	if (queued != NIL)
+		leave_queue(query);
+}
+
+/*
+ * True for the utility statements that run exactly one query of the user's:
+ * that query counts as top-level.
+ */
+static bool
+runs_one_query(const Node *stmt)
+{
+	switch (nodeTag(stmt))
+	{
+		case T_ExplainStmt:
+		case T_ExecuteStmt:
+		case T_DeclareCursorStmt:
+		case T_FetchStmt:
+		case T_CreateTableAsStmt:
+		case T_RefreshMatViewStmt:
+		case T_CopyStmt:
+			return true;
+		default:
+			return false;
+	}
+}
+
+/* True for the utility statements a queue with utility=on never holds up */
+static bool
+never_queued(const Node *stmt)
+{
+	switch (nodeTag(stmt))
+	{
+		case T_TransactionStmt:
+		case T_VariableSetStmt:
+		case T_VariableShowStmt:
+		case T_DiscardStmt:
+		case T_ListenStmt:
+		case T_NotifyStmt:
+		case T_UnlistenStmt:
+		case T_PrepareStmt:
+		case T_DeallocateStmt:
+		case T_ClosePortalStmt:
+		case T_LoadStmt:
+		case T_CheckPointStmt:
+			return true;
+		default:
+			return runs_one_query(stmt);
+	}
+}
+
+/* Run the utility statement, passing it on down the hook chain */
+static void
+run_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
+			ProcessUtilityContext context, ParamListInfo params,
+			QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
+{
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/*
+ * ProcessUtility: a top-level utility statement queues in a queue with
+ * utility=on; what runs inside a utility is nested, except the one query of
+ * those in runs_one_query().
+ */
+static void
+queue_process_utility(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	const QueueDef *q = NULL;
+	volatile bool nests = !runs_one_query(stmt);
+	volatile bool entered = false;
+
+	if (!never_queued(stmt) && (q = queue_to_use()) != NULL && q->utility)
+	{
+		enter_queue(q, NULL);
+		entered = (queued != NIL && ((QueuedStatement *) llast(queued))->query == NULL);
+	}
+	if (nests)
+		nesting++;
+	PG_TRY();
+	{
+		run_utility(pstmt, queryString, readOnlyTree, context, params,
+					queryEnv, dest, qc);
+	}
+	PG_FINALLY();
+	{
+		if (nests)
+			nesting--;
+	}
+	PG_END_TRY();
+	if (entered)
+		leave_queue(NULL);
+}
+
+/*
+ * Forget the statements of subtransaction subxid (all of them for
+ * InvalidSubTransactionId), whose slots ended with it (hold.c) without
+ * ExecutorEnd: an error, a cancel, a rollback.
+ */
+static void
+forget_statements(SubTransactionId subxid)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued)
+	{
+		QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
+
+		if (subxid != InvalidSubTransactionId && qs->subxid != subxid)
+			continue;
+		queued = foreach_delete_current(queued, lc);
+		free_statement(qs);
+	}
+}
+
+/* At the end of a transaction, forget its statements */
+static void
+queue_xact_callback(XactEvent event, void *arg)
+{
+	if (queued != NIL &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		 event == XACT_EVENT_PARALLEL_ABORT))
+		forget_statements(InvalidSubTransactionId);
+}
+
+/* At the rollback of a subtransaction, forget its statements */
+static void
+queue_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					   SubTransactionId parentSubid, void *arg)
+{
+	ListCell   *lc;
+
+	if (queued == NIL)
+		return;
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		forget_statements(mySubid);
+	else if (event == SUBXACT_EVENT_COMMIT_SUB)
+		foreach(lc, queued)
+		{
+			QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
+
+			if (qs->subxid == mySubid)
+				qs->subxid = parentSubid;
+		}
+}
+
+/* Install the hooks (from _PG_init, when preloading) */
+void
+queue_install_hooks(void)
+{
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = queue_executor_start;
+	prev_executor_run = ExecutorRun_hook;
+	ExecutorRun_hook = queue_executor_run;
+	prev_executor_finish = ExecutorFinish_hook;
+	ExecutorFinish_hook = queue_executor_finish;
+	prev_executor_end = ExecutorEnd_hook;
+	ExecutorEnd_hook = queue_executor_end;
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = queue_process_utility;
+	RegisterXactCallback(queue_xact_callback, NULL);
+	RegisterSubXactCallback(queue_subxact_callback, NULL);
+}

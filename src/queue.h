@@ -1,0 +1,43 @@
+/*
+ * queue.h
+ *		Statement queues: admission control for the top-level statements of
+ *		chosen roles, databases and applications, with no change to their
+ *		SQL.  A queue is a redsem semaphore ("queue:<name>").
+ */
+#ifndef REDSEM_QUEUE_H
+#define REDSEM_QUEUE_H
+
+/* A statement's slot lives this long unless the keeper refreshes it */
+#define QUEUE_LEASE_MS			30000
+
+/* Bounds of a queue definition (redsem.queues) */
+#define QUEUE_MAX_QUEUES		64
+#define QUEUE_MAX_NAME_BYTES	63
+#define QUEUE_MAX_APPS_BYTES	255
+
+/* One queue, as redsem.queues defines it */
+typedef struct QueueDef
+{
+	char		name[QUEUE_MAX_NAME_BYTES + 1];
+	int			active;			/* statements running at once */
+	double		min_cost;		/* cheaper statements pass */
+	int			max_wait_ms;	/* -1: no limit */
+	bool		run_on_error;	/* Redis unusable: run (true) or fail */
+	bool		utility;		/* queue utility statements too */
+	char		apps[QUEUE_MAX_APPS_BYTES + 1]; /* application_name patterns,
+												 * '|'-separated, '*' wildcards */
+} QueueDef;
+
+/* Every queue, parsed from redsem.queues */
+typedef struct QueueConfig
+{
+	int			count;
+	QueueDef	queues[FLEXIBLE_ARRAY_MEMBER];
+} QueueConfig;
+
+extern void queue_define_gucs(void);
+extern void queue_install_hooks(void);
+extern const QueueConfig *queue_config(void);
+extern const char *queue_session_setting(void);
+
+#endif							/* REDSEM_QUEUE_H */

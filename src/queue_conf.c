@@ -1,0 +1,305 @@
+/*
+ * queue_conf.c
+ *		The statement queues' settings: redsem.queues (the definitions) and
+ *		redsem.queue (a session's queue), parsed and checked once per
+ *		change, never per statement.
+ *
+ * redsem.queues is a list of definitions separated by ';':
+ *
+ *	  name: active_statements=N [min_cost=C] [max_wait=DURATION]
+ *			[on_redis_error=fail|run] [utility=off|on]
+ *			[application_name=PATTERN|PATTERN...]
+ */
+#include "postgres.h"
+
+#include <ctype.h>
+#include <math.h>
+
+#include "utils/guc.h"
+
+#include "compat.h"
+#include "queue.h"
+
+/* The session's queue (redsem.queue) and the definitions (redsem.queues) */
+static char *queue_setting = NULL;
+static char *queues_setting = NULL;
+static const QueueConfig *config = NULL;
+
+/* The parsed definitions; never NULL once the settings are defined */
+const QueueConfig *
+queue_config(void)
+{
+	return config;
+}
+
+/* The queue the session belongs to by redsem.queue, or "" */
+const char *
+queue_session_setting(void)
+{
+	return queue_setting ? queue_setting : "";
+}
+
+/* Skip blanks */
+static const char *
+skip_blanks(const char *p)
+{
+	while (*p && isspace((unsigned char) *p))
+		p++;
+	return p;
+}
+
+/* Copy the word at *p (up to a blank, ';', '=' or ':') into buf */
+static bool
+take_word(const char **p, char *buf, size_t size, const char *stops)
+{
+	size_t		n = 0;
+
+	while (**p && !isspace((unsigned char) **p) && strchr(stops, **p) == NULL)
+	{
+		if (n + 1 >= size)
+			return false;
+		buf[n++] = *(*p)++;
+	}
+	buf[n] = '\0';
+	return n > 0;
+}
+
+/* True if name is a valid queue name: letters, digits, '_', '.', '-' */
+static bool
+valid_name(const char *name)
+{
+	for (const char *c = name; *c; c++)
+		if (!isalnum((unsigned char) *c) && *c != '_' && *c != '.' && *c != '-')
+			return false;
+	return *name != '\0';
+}
+
+/* Parse a boolean word */
+static bool
+parse_onoff(const char *value, bool *result)
+{
+	if (pg_strcasecmp(value, "on") == 0 || pg_strcasecmp(value, "true") == 0)
+		*result = true;
+	else if (pg_strcasecmp(value, "off") == 0 || pg_strcasecmp(value, "false") == 0)
+		*result = false;
+	else
+		return false;
+	return true;
+}
+
+/* Apply one key=value to q; false with the detail set if it is wrong */
+static bool
+apply_option(QueueDef *q, const char *key, const char *value)
+{
+	char	   *end;
+
+	if (strcmp(key, "active_statements") == 0)
+	{
+		long		n = strtol(value, &end, 10);
+
+		if (*end != '\0' || n < 1 || n > 1000000)
+		{
+			GUC_check_errdetail("Queue \"%s\": active_statements must be an integer from 1 to 1000000.", q->name);
+			return false;
+		}
+		q->active = (int) n;
+	}
+	else if (strcmp(key, "min_cost") == 0)
+	{
+		q->min_cost = strtod(value, &end);
+		if (*end != '\0' || !(q->min_cost >= 0) || isinf(q->min_cost))
+		{
+			GUC_check_errdetail("Queue \"%s\": min_cost must be a number of at least 0.", q->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "max_wait") == 0)
+	{
+		if (!parse_int(value, &q->max_wait_ms, GUC_UNIT_MS, NULL) ||
+			q->max_wait_ms < -1)
+		{
+			GUC_check_errdetail("Queue \"%s\": max_wait must be a duration such as 30s or 5min, or -1 for no limit.", q->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "on_redis_error") == 0)
+	{
+		if (strcmp(value, "run") == 0)
+			q->run_on_error = true;
+		else if (strcmp(value, "fail") == 0)
+			q->run_on_error = false;
+		else
+		{
+			GUC_check_errdetail("Queue \"%s\": on_redis_error must be \"fail\" or \"run\".", q->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "utility") == 0)
+	{
+		if (!parse_onoff(value, &q->utility))
+		{
+			GUC_check_errdetail("Queue \"%s\": utility must be on or off.", q->name);
+			return false;
+		}
+	}
+	else if (strcmp(key, "application_name") == 0)
+	{
+		if (strlen(value) > QUEUE_MAX_APPS_BYTES)
+		{
+			GUC_check_errdetail("Queue \"%s\": application_name patterns must be at most %d bytes.",
+								q->name, QUEUE_MAX_APPS_BYTES);
+			return false;
+		}
+		strlcpy(q->apps, value, sizeof(q->apps));
+	}
+	else
+	{
+		GUC_check_errdetail("Queue \"%s\": unknown option \"%s\"; the options are active_statements, min_cost, max_wait, on_redis_error, utility, application_name.",
+							q->name, key);
+		return false;
+	}
+	return true;
+}
+
+/* Parse "key=value key=value ..." up to ';' or the end into q */
+static bool
+parse_options(const char **p, QueueDef *q)
+{
+	char		key[64];
+	char		value[QUEUE_MAX_APPS_BYTES + 2];
+
+	for (;;)
+	{
+		*p = skip_blanks(*p);
+		if (**p == '\0' || **p == ';')
+			return true;
+		if (!take_word(p, key, sizeof(key), "=;") || **p != '=')
+		{
+			GUC_check_errdetail("Queue \"%s\": expected key=value.", q->name);
+			return false;
+		}
+		(*p)++;
+		if (!take_word(p, value, sizeof(value), ";"))
+		{
+			GUC_check_errdetail("Queue \"%s\": option \"%s\" has no value, or a value that is too long.",
+								q->name, key);
+			return false;
+		}
+		if (!apply_option(q, key, value))
+			return false;
+	}
+}
+
+/* Parse one "name: options" definition into q */
+static bool
+parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
+{
+	memset(q, 0, sizeof(*q));
+	q->max_wait_ms = -1;
+	*p = skip_blanks(*p);
+	if (!take_word(p, q->name, sizeof(q->name), ":;") || !valid_name(q->name))
+	{
+		GUC_check_errdetail("A queue definition starts with a name of 1 to %d letters, digits, \"_\", \".\" or \"-\", then \":\".",
+							QUEUE_MAX_NAME_BYTES);
+		return false;
+	}
+	*p = skip_blanks(*p);
+	if (**p != ':')
+	{
+		GUC_check_errdetail("Queue \"%s\": expected \":\" after the name.", q->name);
+		return false;
+	}
+	(*p)++;
+	for (int i = 0; i < so_far->count; i++)
+		if (strcmp(so_far->queues[i].name, q->name) == 0)
+		{
+			GUC_check_errdetail("Queue \"%s\" is defined twice.", q->name);
+			return false;
+		}
+	if (!parse_options(p, q))
+		return false;
+	if (q->active == 0)
+	{
+		GUC_check_errdetail("Queue \"%s\": active_statements is required.", q->name);
+		return false;
+	}
+	return true;
+}
+
+/* Check hook of redsem.queues: parse it into *extra */
+static bool
+check_queues(char **newval, void **extra, GucSource source)
+{
+	QueueConfig *parsed;
+	const char *p = *newval ? *newval : "";
+
+	parsed = redsem_guc_malloc(offsetof(QueueConfig, queues) +
+							   sizeof(QueueDef) * QUEUE_MAX_QUEUES);
+	if (parsed == NULL)
+		return false;
+	parsed->count = 0;
+	for (;;)
+	{
+		p = skip_blanks(p);
+		if (*p == '\0')
+			break;
+		if (*p == ';')
+		{
+			p++;
+			continue;
+		}
+		if (parsed->count == QUEUE_MAX_QUEUES)
+		{
+			GUC_check_errdetail("At most %d queues can be defined.", QUEUE_MAX_QUEUES);
+			redsem_guc_free(parsed);
+			return false;
+		}
+		if (!parse_definition(&p, &parsed->queues[parsed->count], parsed))
+		{
+			redsem_guc_free(parsed);
+			return false;
+		}
+		parsed->count++;
+	}
+	*extra = parsed;
+	return true;
+}
+
+/* Assign hook of redsem.queues */
+static void
+assign_queues(const char *newval, void *extra)
+{
+	config = (const QueueConfig *) extra;
+}
+
+/* Check hook of redsem.queue: a name, or empty */
+static bool
+check_queue(char **newval, void **extra, GucSource source)
+{
+	if (*newval && (*newval)[0] != '\0' &&
+		(strlen(*newval) > QUEUE_MAX_NAME_BYTES || !valid_name(*newval)))
+	{
+		GUC_check_errdetail("A queue name is 1 to %d letters, digits, \"_\", \".\" or \"-\".",
+							QUEUE_MAX_NAME_BYTES);
+		return false;
+	}
+	return true;
+}
+
+/* Define redsem.queues and redsem.queue */
+void
+queue_define_gucs(void)
+{
+	DefineCustomStringVariable("redsem.queues",
+							   "Statement queues: \"name: active_statements=N [min_cost=C] [max_wait=D] [on_redis_error=fail|run] [utility=off|on] [application_name=P|P]; ...\".",
+							   "Needs redsem in shared_preload_libraries. See the README, section Statement queues.",
+							   &queues_setting, "",
+							   PGC_SIGHUP, 0,
+							   check_queues, assign_queues, NULL);
+	DefineCustomStringVariable("redsem.queue",
+							   "The statement queue of this session's role or database (ALTER ROLE/DATABASE ... SET).",
+							   "Only superusers and roles granted SET on this parameter may change it.",
+							   &queue_setting, "",
+							   PGC_SUSET, 0,
+							   check_queue, NULL, NULL);
+}

@@ -1,0 +1,302 @@
+
+# 040_queues.pl - statement queues: at most N statements of a queued role
+# run at once across servers, with no change to their SQL.
+#
+# Two independent primaries (a, b) and a hot standby of a, all sharing one
+# Redis and defining the queue "analysts" (active_statements=2); the role
+# analyst belongs to it (ALTER ROLE ... SET redsem.queue).  Clients of the
+# analyst on all three servers run SELECT q_interval(...), a function that
+# returns the clock at its start and at its end: both lie inside the time
+# the statement held its slot, so if more than 2 statements ever ran at
+# once, more than 2 such periods would overlap (checked independently of
+# redsem, as in 011_many_servers).  Then, on one server: first come first
+# served, cancel, statement_timeout and max_wait leave the line, errors give
+# the slot back, cheap statements pass, nested queries take no slot, EXPLAIN
+# never waits, utility statements pass unless utility=on, a cursor keeps its
+# slot, an ordinary role cannot leave its queue, the wait shows in
+# pg_stat_activity, and Redis failing makes statements fail or run as the
+# queue says.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $ACTIVE = 2;
+my $redis = RedsemTest::Redis->new;
+my $sock = $redis->socket;
+my $QUEUES = "analysts: active_statements=$ACTIVE max_wait=30s; "
+  . 'cheap: active_statements=1 min_cost=1e9; '
+  . 'strict: active_statements=1 max_wait=300ms; '
+  . 'utilities: active_statements=1 utility=on max_wait=300ms; '
+  . 'tools: active_statements=1 max_wait=300ms application_name=tableau*|metabase; '
+  . 'lenient: active_statements=1 on_redis_error=run';
+
+sub make_node
+{
+	my ($name, %init) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(%init);
+	$node->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.unix_socket = '$sock'
+redsem.queues = '$QUEUES'
+max_connections = 50
+log_min_messages = warning
+EOC
+	$node->start;
+	$node->safe_psql('postgres', q{
+CREATE EXTENSION redsem;
+CREATE ROLE analyst LOGIN;
+ALTER ROLE analyst SET redsem.queue = 'analysts';
+CREATE ROLE tool LOGIN;
+GRANT pg_read_all_stats TO analyst;
+-- the clock at its start and at its end, in one top-level statement
+CREATE FUNCTION q_interval(secs float8) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE t1 float8 := extract(epoch FROM clock_timestamp());
+BEGIN
+    PERFORM pg_sleep(secs);
+    RETURN t1 || ' ' || extract(epoch FROM clock_timestamp());
+END $$;
+-- a function whose body runs queries of its own
+CREATE FUNCTION q_nested() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE n bigint;
+BEGIN
+    SELECT count(*) INTO n FROM generate_series(1, 10);
+    SELECT n + count(*) INTO n FROM pg_class;
+    RETURN n;
+END $$;
+CREATE PROCEDURE q_proc() LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.01); END $$;
+});
+	return $node;
+}
+
+my $node_a = make_node('a', allows_streaming => 1);
+$node_a->backup('bk');
+my $standby = PostgreSQL::Test::Cluster->new('a_standby');
+$standby->init_from_backup($node_a, 'bk', has_streaming => 1);
+$standby->start;
+$node_a->wait_for_catchup($standby, 'replay', $node_a->lsn('insert'));
+my $node_b = make_node('b');
+my @servers = ($node_a, $node_b, $standby);
+
+###########################################################################
+note "the limit holds across two primaries and a standby: at most $ACTIVE analyst statements at once";
+
+my @clients;
+foreach my $node (@servers)
+{
+	foreach my $i (1 .. 3)
+	{
+		my $name = $node->name . "_$i";
+		my $file = $node->basedir . "/client_$i.sql";
+		PostgreSQL::Test::Utils::append_to_file($file,
+			"SELECT '$name ' || q_interval(0.02);\n" x 40);
+		my %c = (name => $name, server => $node->name, out => '', err => '');
+		$c{h} = IPC::Run::start(
+			[
+				$node->installed_command('psql'), '-XAtq', '-v', 'ON_ERROR_STOP=1',
+				'-d', $node->connstr('postgres') . ' user=analyst', '-f', $file
+			],
+			'<', '/dev/null', '>', \$c{out}, '2>', \$c{err},
+			IPC::Run::timeout(180));
+		push @clients, \%c;
+	}
+}
+my @intervals;
+foreach my $c (@clients)
+{
+	my $ok = eval { $c->{h}->finish; 1 } && $c->{h}->result == 0;
+	ok($ok, "client $c->{name} finished without error") or diag($c->{err});
+	foreach my $line (split /\n/, $c->{out})
+	{
+		push @intervals, [ $2, $3, $1 ] if $line =~ /^(\S+)_\d+ ([\d.]+) ([\d.]+)$/;
+	}
+}
+is(scalar(@intervals), 9 * 40, 'every statement ran');
+my @events = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
+  ((map { [ $_->[0], +1, $_ ] } @intervals), (map { [ $_->[1], -1, $_ ] } @intervals));
+my ($inside, $max, $cross) = (0, 0, 0);
+my %open;
+foreach my $e (@events)
+{
+	if ($e->[1] > 0)
+	{
+		$open{ $e->[2] } = $e->[2];
+		$inside++;
+		my %srv = map { $_->[2] => 1 } values %open;
+		$cross = 1 if keys %srv > 1;
+	}
+	else
+	{
+		delete $open{ $e->[2] };
+		$inside--;
+	}
+	$max = $inside if $inside > $max;
+}
+cmp_ok($max, '<=', $ACTIVE, "never more than $ACTIVE analyst statements at once across the three servers (max $max)");
+cmp_ok($max, '>=', $ACTIVE, 'the queue really was full at times');
+ok($cross, 'statements of different servers ran at the same time');
+my $row = $node_a->safe_psql('postgres',
+	q{SELECT running || ' ' || waiting || ' ' || admitted || ' ' || (waited > 0) FROM redsem_queues WHERE name = 'analysts'});
+like($row, qr/^0 0 \d+ true$/, "redsem_queues on a: nothing running or waiting now, statements admitted after waiting ($row)");
+
+###########################################################################
+note 'first come, first served; the wait shows in pg_stat_activity';
+
+sub analyst { return RedsemTest::Session->new($_[0] // $node_a, name => $_[1] // 'analyst', user => 'analyst'); }
+my $admin = RedsemTest::Session->new($node_a, name => 'admin');
+
+sub waiting_count
+{
+	my ($queue) = @_;
+	return $admin->query_ok(qq{SELECT waiting FROM redsem_queues WHERE name = '$queue';});
+}
+
+# (sessions are opened first: their first statement would queue too)
+my @holders = map { analyst($node_a, "holder$_") } 1 .. 2;
+my @waiters = map { analyst($node_a, "waiter$_") } 1 .. 3;
+$_->send(q{SELECT q_interval(1.5);}) foreach @holders;
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'analysts';}) eq '2' }),
+	'two long statements fill the queue');
+foreach my $i (0 .. 2)
+{
+	$waiters[$i]->send(q{SELECT extract(epoch FROM clock_timestamp());});
+	ok(wait_until(10, sub { waiting_count('analysts') eq $i + 1 }), 'waiter ' . ($i + 1) . ' is in line');
+}
+my $pids = join(',', map { $_->backend_pid } @waiters);
+is($admin->query_ok(qq{SELECT string_agg(DISTINCT wait_event_type, ',') FROM pg_stat_activity WHERE pid IN ($pids);}),
+	'Extension', 'pg_stat_activity shows the waiters waiting on an extension event');
+my @started = map { ($_->wait_done(20))[0] } @waiters;
+$_->wait_done(20) foreach @holders;
+ok($started[0] <= $started[1] && $started[1] <= $started[2],
+	'they ran in the order they came: ' . join(' <= ', @started));
+
+###########################################################################
+note 'cancel, statement_timeout and max_wait leave the line; errors give the slot back';
+
+$_->send(q{SELECT q_interval(3);}) foreach @holders;
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'analysts';}) eq '2' }),
+	'the queue is full again');
+my $w = $waiters[0];
+$w->send(q{SELECT 1;});
+ok(wait_until(10, sub { waiting_count('analysts') eq '1' }), 'a statement waits');
+$admin->query_ok('SELECT pg_cancel_backend(' . $w->backend_pid . ');');
+my (undef, $err) = $w->wait_done(10);
+like($err, qr/canceling statement due to user request/, 'cancelled, it ends with the usual error');
+is(waiting_count('analysts'), '0', 'and left the line');
+
+my ($out, $e2) = $waiters[1]->query(q{SET statement_timeout = '300ms'; SELECT 1; RESET statement_timeout;});
+like($e2, qr/canceling statement due to statement timeout/, 'statement_timeout ends a wait in line');
+is(waiting_count('analysts'), '0', 'and it left the line');
+$_->wait_done(20) foreach @holders;
+
+my $strict = RedsemTest::Session->new($node_a, name => 'strict');
+$strict->query_ok(q{SET redsem.queue = 'strict';});     # (superuser: may)
+my $other = RedsemTest::Session->new($node_a, name => 'other');
+$other->query_ok(q{SET redsem.queue = 'strict';});
+$other->send(q{SELECT pg_sleep(1);});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }),
+	'a statement fills the queue "strict" (max_wait=300ms)');
+($out, $err) = $strict->query(q{SELECT 1;});
+like($err, qr/55P03: statement could not enter redsem queue "strict" within 300 ms/, 'a statement that waited max_wait fails with 55P03');
+$other->wait_done(10);
+($out, $err) = $strict->query(q{SELECT x / 0 FROM generate_series(1, 3) x;});
+like($err, qr/division by zero/, 'a statement fails');
+is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}), '0', 'and its slot is back');
+is($strict->query_ok(q{SELECT 42;}), '42', 'the next statement runs');
+
+###########################################################################
+note 'what passes without a slot, and what keeps one';
+
+my $cheap = RedsemTest::Session->new($node_a, name => 'cheap');
+$cheap->query_ok(q{SET redsem.queue = 'cheap';});
+my $before = $redis->cli('INFO', 'commandstats');
+my ($evalsha_before) = $before =~ /cmdstat_evalsha:calls=(\d+)/;
+$cheap->query_ok(q{SELECT count(*) FROM generate_series(1, 1000);}) foreach 1 .. 5;
+my ($evalsha_after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_evalsha:calls=(\d+)/;
+is(($evalsha_after // 0) - ($evalsha_before // 0), 0, 'statements below min_cost pass without a Redis round trip');
+is($admin->query_ok(q{SELECT bypassed >= 5 FROM redsem_queues WHERE name = 'cheap';}), 't', 'and are counted as bypassed');
+
+$other->send(q{SELECT pg_sleep(1.5);});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }),
+	'"strict" is full again');
+like($strict->query_ok(q{EXPLAIN SELECT count(*) FROM generate_series(1, 10);}), qr/Aggregate/, 'EXPLAIN does not wait');
+($out, $err) = $strict->query(q{EXPLAIN ANALYZE SELECT 1;});
+like($err, qr/55P03/, 'EXPLAIN ANALYZE does (it runs the query)');
+$other->wait_done(10);
+
+is($strict->query_ok(q{SELECT q_nested() > 0;}), 't', 'queries nested in a function take no slot of their own (limit 1: no self-wait)');
+is($strict->query_ok(q{BEGIN; DECLARE c CURSOR FOR SELECT generate_series(1, 3); FETCH 1 FROM c;}), '1', 'a cursor is opened');
+($out, $err) = $other->query(q{SELECT 1;});
+like($err, qr/55P03/, 'while it is open, its slot stays taken');
+is($strict->query_ok(q{SELECT count(*) FROM redsem_held() WHERE scope = 'statement';}), '1',
+	'the session runs other statements under the cursor\'s slot');
+$strict->query_ok(q{CLOSE c; COMMIT;});
+is($other->query_ok(q{SELECT 2;}), '2', 'closed, the slot is free');
+
+my $util = RedsemTest::Session->new($node_a, name => 'util');
+$util->query_ok(q{SET redsem.queue = 'utilities';});
+$other->query_ok(q{SET redsem.queue = 'utilities';});
+$other->send(q{SELECT pg_sleep(1.5);});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'utilities';}) eq '1' }),
+	'"utilities" (utility=on) is full');
+($out, $err) = $util->query(q{CALL q_proc();});
+like($err, qr/55P03/, 'in a queue with utility=on, CALL waits too');
+is($util->query_ok(q{SET work_mem = '8MB'; SHOW work_mem;}), '8MB', 'but SET and SHOW never do');
+$other->wait_done(10);
+$other->query_ok(q{SET redsem.queue = 'strict';});
+$other->send(q{SELECT pg_sleep(1);});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }), '"strict" is full');
+($out, $err) = $strict->query(q{CALL q_proc(); CREATE TEMP TABLE t1 (x int); DROP TABLE t1;});
+is($err, '', 'in a queue with utility=off, utility statements pass');
+$other->wait_done(10);
+
+###########################################################################
+note 'assignment: roles cannot leave their queue; applications by name';
+
+my $an = analyst($node_a, 'escapee');    # (the queue is free: its first statement runs)
+($out, $err) = $an->query(q{SET redsem.queue = '';});
+like($err, qr/permission denied to set parameter "redsem.queue"/, 'an ordinary role cannot SET redsem.queue');
+($out, $err) = $an->query(q{RESET redsem.queue;});
+like($err, qr/permission denied/, 'nor RESET it');
+is($an->query_ok(q{SHOW redsem.queue;}), 'analysts', 'it stays in its queue');
+
+my $tool = RedsemTest::Session->new($node_a, name => 'tool', user => 'tool');
+$other->query_ok(q{SET redsem.queue = 'tools';});
+$other->send(q{SELECT pg_sleep(1);});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'tools';}) eq '1' }), '"tools" is full');
+is($tool->query_ok(q{SELECT 'free';}), 'free', 'a session of another application runs');
+($out, $err) = $tool->query(q{SET application_name = 'tableau-desktop'; SELECT 1;});
+like($err, qr/55P03: statement could not enter redsem queue "tools"/, 'one whose application_name matches tableau* queues in "tools"');
+$other->wait_done(10);
+
+###########################################################################
+note 'Redis unusable: on_redis_error=fail fails (08001), =run runs with a WARNING';
+
+my $len = RedsemTest::Session->new($node_a, name => 'lenient');
+$len->query_ok(q{SET redsem.queue = 'lenient';});
+$redis->freeze;
+$strict->query_ok(q{SET redsem.command_timeout = '300ms'; SET redsem.queue = 'analysts';});
+$len->query_ok(q{SET redsem.command_timeout = '300ms';});
+($out, $err) = $strict->query(q{SELECT 1;});
+like($err, qr/08006|08001/, 'in a queue with on_redis_error=fail, a statement fails with a connection error');
+($out, $err) = $len->query(q{SELECT 'ran';});
+is($out, 'ran', 'in a queue with on_redis_error=run, it runs');
+like($err, qr/WARNING: .*statement runs without a slot of redsem queue "lenient"/, 'with a WARNING');
+$redis->thaw;
+is($admin->query_ok(q{SELECT ran_unqueued FROM redsem_queues WHERE name = 'lenient';}), '1', 'and is counted');
+
+$_->quit foreach (@holders, @waiters, $admin, $strict, $other, $cheap, $util, $an, $tool, $len);
+node_log_is_clean($_) foreach @servers;
+$_->stop foreach ($standby, $node_a, $node_b);
+$redis->stop;
+done_testing();
