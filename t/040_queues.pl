@@ -75,6 +75,15 @@ BEGIN
     RETURN n;
 END $$;
 CREATE PROCEDURE q_proc() LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(0.01); END $$;
+-- the same, writing the period down (primaries only)
+CREATE UNLOGGED TABLE q_log (t1 float8, t2 float8);
+GRANT INSERT, SELECT ON q_log TO analyst;
+CREATE FUNCTION q_logged(secs float8) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE t1 float8 := extract(epoch FROM clock_timestamp());
+BEGIN
+    PERFORM pg_sleep(secs);
+    INSERT INTO q_log VALUES (t1, extract(epoch FROM clock_timestamp()));
+END $$;
 });
 	return $node;
 }
@@ -87,6 +96,73 @@ $standby->start;
 $node_a->wait_for_catchup($standby, 'replay', $node_a->lsn('insert'));
 my $node_b = make_node('b');
 my @servers = ($node_a, $node_b, $standby);
+
+# The most periods [t1, t2] of @$intervals ([t1, t2, server]) that overlap,
+# and whether periods of different servers overlapped.
+sub max_overlap
+{
+	my ($intervals) = @_;
+	my @events = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
+	  ((map { [ $_->[0], +1, $_ ] } @$intervals), (map { [ $_->[1], -1, $_ ] } @$intervals));
+	my ($inside, $max, $cross) = (0, 0, 0);
+	my %open;
+	foreach my $e (@events)
+	{
+		if ($e->[1] > 0)
+		{
+			$open{ $e->[2] } = $e->[2];
+			$inside++;
+			my %srv = map { $_->[2] => 1 } values %open;
+			$cross = 1 if keys %srv > 1;
+		}
+		else
+		{
+			delete $open{ $e->[2] };
+			$inside--;
+		}
+		$max = $inside if $inside > $max;
+	}
+	return ($max, $cross);
+}
+
+###########################################################################
+note "pgbench on two primaries: at most $ACTIVE analyst statements at once";
+
+my @benches;
+foreach my $node ($node_a, $node_b)
+{
+	my $file = $node->basedir . '/q_bench.sql';
+	PostgreSQL::Test::Utils::append_to_file($file, "SELECT q_logged(0.01);\n");
+	my %b = (name => $node->name, out => '', err => '');
+	$b{h} = IPC::Run::start(
+		[
+			$node->installed_command('pgbench'), '-n', '-f', $file, '-c', 4, '-j', 2,
+			'-t', 40, '-h', $node->host, '-p', $node->port, '-U', 'analyst', 'postgres'
+		],
+		'<', '/dev/null', '>', \$b{out}, '2>', \$b{err},
+		IPC::Run::timeout(180));
+	push @benches, \%b;
+}
+foreach my $b (@benches)
+{
+	my $ok = eval { $b->{h}->finish; 1 } && $b->{h}->result == 0;
+	ok($ok, "pgbench on $b->{name} succeeded") or diag($b->{err});
+	like($b->{out}, qr{number of transactions actually processed: 160/160}, "every pgbench transaction on $b->{name} ran");
+}
+my @logged;
+foreach my $node ($node_a, $node_b)
+{
+	foreach my $line (split /\n/, $node->safe_psql('postgres', 'SELECT t1, t2 FROM q_log'))
+	{
+		my ($t1, $t2) = split /\|/, $line;
+		push @logged, [ $t1, $t2, $node->name ];
+	}
+}
+is(scalar(@logged), 320, 'every statement wrote its period down');
+my ($pmax, $pcross) = max_overlap(\@logged);
+cmp_ok($pmax, '<=', $ACTIVE, "never more than $ACTIVE pgbench statements at once across both servers (max $pmax)");
+cmp_ok($pmax, '>=', $ACTIVE, 'the queue really was full at times');
+ok($pcross, 'statements of both servers ran at the same time');
 
 ###########################################################################
 note "the limit holds across two primaries and a standby: at most $ACTIVE analyst statements at once";
@@ -122,26 +198,7 @@ foreach my $c (@clients)
 	}
 }
 is(scalar(@intervals), 9 * 40, 'every statement ran');
-my @events = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
-  ((map { [ $_->[0], +1, $_ ] } @intervals), (map { [ $_->[1], -1, $_ ] } @intervals));
-my ($inside, $max, $cross) = (0, 0, 0);
-my %open;
-foreach my $e (@events)
-{
-	if ($e->[1] > 0)
-	{
-		$open{ $e->[2] } = $e->[2];
-		$inside++;
-		my %srv = map { $_->[2] => 1 } values %open;
-		$cross = 1 if keys %srv > 1;
-	}
-	else
-	{
-		delete $open{ $e->[2] };
-		$inside--;
-	}
-	$max = $inside if $inside > $max;
-}
+my ($max, $cross) = max_overlap(\@intervals);
 cmp_ok($max, '<=', $ACTIVE, "never more than $ACTIVE analyst statements at once across the three servers (max $max)");
 cmp_ok($max, '>=', $ACTIVE, 'the queue really was full at times');
 ok($cross, 'statements of different servers ran at the same time');
