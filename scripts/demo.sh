@@ -16,6 +16,12 @@
 #   Act 2: 6 sessions line up for a single "cache_refill" slot with
 #          wait => '20 seconds' and are served first come, first served
 #          (FIFO, notified hand-off).
+#   Act 3: a second PostgreSQL server joins; an "analyst" role's heavy
+#          queries, plain SQL with no redsem call in it, are capped at 2
+#          across both servers by a statement queue (redsem.queues,
+#          ALTER ROLE analyst SET redsem.queue).  A live timeline shows the
+#          queries submitted, running and done, and the queue every half
+#          second.
 #
 # The number of sessions inside is counted independently of redsem (counter
 # files under flock), so the demo checks the limit rather than trusting it.
@@ -32,6 +38,8 @@ REPORTS=12      # act 1: how many reports
 LIMIT=3         # act 1: how many may run at once (act 2 uses 1)
 MAX_ATTEMPTS=15 # act 1: tries per report before it gives up
 REFILLS=6       # act 2: sessions waiting in line for one slot
+ANALYSTS=4      # act 3: analyst queries per server
+ACTIVE=2        # act 3: the queue's active_statements
 
 DIR=      # the temp dir
 T0=       # start of the timeline, in microseconds
@@ -39,6 +47,7 @@ PSQL=()   # psql options for the demo server
 JOBS=()   # background sessions still running
 ACT1_OK=0
 ACT2_OK=0
+ACT3_OK=0
 
 # --- the event helper -------------------------------------------------------
 #
@@ -88,6 +97,14 @@ ask)
     msg="asks for the slot" ;;
 timeout)
     msg="timed out waiting" ;;
+submit)
+    msg="submits its query (plain SQL, no redsem call)" ;;
+ran)
+    # STARTED and ENDED: when the query ran, in seconds since the epoch
+    s=$(( (${STARTED/./} / 10000 - T0 / 10000) ))
+    e=$(( (${ENDED/./} / 10000 - T0 / 10000) ))
+    printf '%s %s\n' "${STARTED/./}" "${ENDED/./}" >>"$ACT_DIR/periods"
+    printf -v msg 'ran from +%d.%02ds to +%d.%02ds' $((s / 100)) $((s % 100)) $((e / 100)) $((e % 100)) ;;
 *)
     msg=$kind ;;
 esac
@@ -150,7 +167,20 @@ SELECT redsem_release('cache_refill', :'id') AS released \gset
 \echo timeout
 \endif
 SQL
-    chown postgres:postgres "$DIR/report.sql" "$DIR/refill.sql"
+    # Act 3: one heavy query of the analyst; the queue is invisible to it.
+    # (clock_timestamp() is read when the query runs, after the queue let
+    # it in; \setenv hands the times to the timeline helper.)
+    cat >"$DIR/analyst.sql" <<'SQL'
+\! "$DEMO_DIR/event.sh" submit
+SELECT extract(epoch FROM clock_timestamp())::numeric(20,6) AS started,
+       pg_sleep(:secs) AS slept,
+       extract(epoch FROM clock_timestamp())::numeric(20,6) AS ended \gset
+\setenv STARTED :started
+\setenv ENDED :ended
+\! "$DEMO_DIR/event.sh" ran
+\echo done t
+SQL
+    chown postgres:postgres "$DIR/report.sql" "$DIR/refill.sql" "$DIR/analyst.sql"
 }
 
 # session ACT_DIR WHO SQLFILE SECS : run one psql session of the demo and
@@ -304,6 +334,114 @@ EOF
     fi
 }
 
+# --- act 3 -------------------------------------------------------------------
+
+# analyst ACT_DIR N SERVER : one analyst query on server a or b.
+analyst() {
+    local act=$1 who status dir=$DIR
+    who="analyst $3$2"
+    [[ $3 == a ]] || dir=$DIR/b
+    status=$(redsem_as_postgres DEMO_DIR="$DIR" ACT_DIR="$act" WHO="$who" LIMIT="$ACTIVE" T0="$T0" \
+        psql -X -A -t -q -v ON_ERROR_STOP=1 -h "$dir" -p "$(redsem_pg_port "$dir")" -U analyst -d postgres \
+        -v secs="$(random_secs)" -f "$DIR/analyst.sql" 2>&1 | tail -n 1) || status=error
+    if [[ $status != "done t" ]]; then
+        event "$act" "$who" "ERROR: session ended with '$status'"
+        return 1
+    fi
+}
+
+# monitor ACT_DIR : every half second, the queue as server a sees it
+monitor() {
+    local act=$1 line
+    while [[ ! -e $act/stop ]]; do
+        line=$(redsem_as_postgres psql "${PSQL[@]}" -c \
+            "SELECT format('queue analysts: %s running, %s waiting (on every server)', running, waiting)
+               FROM redsem_queues WHERE name = 'analysts'" 2>/dev/null) || line=
+        [[ -z $line ]] || event "$act" "--------" "$line"
+        sleep 0.5
+    done
+}
+
+# max_overlap FILE : the most periods ("start end" in microseconds) at once
+max_overlap() {
+    awk '{ print $1, 1; print $2, -1 }' "$1" | sort -k1,1n -k2,2n |
+        awk '{ n += $2; if (n > max) max = n } END { print max + 0 }'
+}
+
+# start_server_b : a second PostgreSQL server on the same Redis
+start_server_b() {
+    mkdir -p "$DIR/b"
+    chown postgres:postgres "$DIR/b"
+    REDSEM_PG_EXTRA_CONF="redsem.unix_socket = '$DIR/redis.sock'
+cluster_name = 'b'" redsem_start_pg "$DIR/b" >/dev/null
+}
+
+# setup_queue DIR : the queue "analysts" and the role in it, on one server
+setup_queue() {
+    redsem_psql "$1" >/dev/null <<SQL
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS redsem;
+ALTER SYSTEM SET redsem.queues = 'analysts: active_statements=$ACTIVE max_wait=2min';
+SELECT pg_reload_conf();
+CREATE ROLE analyst LOGIN;
+ALTER ROLE analyst SET redsem.queue = 'analysts';
+SQL
+}
+
+act3() {
+    local act
+    act=$(new_act act3)
+    LIMIT=$ACTIVE
+    cat <<EOF
+
+=== Act 3: an analyst's heavy queries, capped across two servers ===
+A second PostgreSQL server (b) now shares the Redis. On both, the DBA defines
+a statement queue and puts the role analyst in it -- no change to any SQL:
+  ALTER SYSTEM SET redsem.queues = 'analysts: active_statements=$ACTIVE max_wait=2min';
+  ALTER ROLE analyst SET redsem.queue = 'analysts';
+$ANALYSTS analyst queries on each server start at once; each is just
+  SELECT ..., pg_sleep(1-3 s), ...
+Every top-level statement of the analyst waits its turn in the queue: at most
+$ACTIVE run at once, across both servers, first come first served.
+
+EOF
+    start_server_b
+    setup_queue "$DIR"
+    setup_queue "$DIR/b"
+    sleep 0.5
+    local n pid failures=0 mon
+    monitor "$act" &
+    mon=$!
+    JOBS=("$mon")
+    for ((n = 1; n <= ANALYSTS; n++)); do
+        analyst "$act" "$n" a &
+        JOBS+=($!)
+        analyst "$act" "$n" b &
+        JOBS+=($!)
+    done
+    for pid in "${JOBS[@]:1}"; do
+        wait "$pid" || failures=$((failures + 1))
+    done
+    touch "$act/stop"
+    wait "$mon" 2>/dev/null || true
+    JOBS=()
+
+    local max ran
+    max=$(max_overlap "$act/periods")
+    ran=$(wc -l <"$act/periods")
+    cat <<EOF
+
+Act 3 summary:
+  analyst queries run: $ran of $((2 * ANALYSTS)), on servers a and b
+  observed maximum running at once (from the times the queries report): $max (limit $ACTIVE)
+EOF
+    ACT3_OK=1
+    if ((max > ACTIVE || failures > 0 || ran != 2 * ANALYSTS)); then
+        echo "  !! limit exceeded, or $failures query(ies) failed"
+        ACT3_OK=0
+    fi
+}
+
 # --- main --------------------------------------------------------------------
 
 # Stop the background sessions, then the servers.
@@ -341,9 +479,10 @@ main() {
 
     act1
     act2
+    act3
 
     echo
-    if [[ $ACT1_OK == 1 && $ACT2_OK == 1 ]]; then
+    if [[ $ACT1_OK == 1 && $ACT2_OK == 1 && $ACT3_OK == 1 ]]; then
         echo "redsem demo: OK"
     else
         echo "redsem demo: PROBLEMS (see above)"
