@@ -134,15 +134,34 @@ session_queue(const QueueConfig *conf)
 	return NULL;
 }
 
-/* The queue a top-level statement of this session must go through, or NULL */
+/*
+ * The queue a top-level statement of this session must go through, or
+ * NULL.  The answer is kept until the definitions, redsem.queue or
+ * application_name change, so a session in no queue pays a few string
+ * comparisons per statement.
+ */
 static const QueueDef *
 queue_to_use(void)
 {
+	static uint64 cached_generation = 0;
+	static char cached_queue[QUEUE_MAX_NAME_BYTES + 1];
+	static char cached_app[NAMEDATALEN];
+	static const QueueDef *cached = NULL;
 	const QueueConfig *conf = queue_config();
+	const char *app = application_name ? application_name : "";
 
 	if (conf == NULL || conf->count == 0 || nesting > 0 || IsParallelWorker())
 		return NULL;
-	return session_queue(conf);
+	if (cached_generation != queue_config_generation() ||
+		strcmp(cached_queue, queue_session_setting()) != 0 ||
+		strcmp(cached_app, app) != 0)
+	{
+		cached = session_queue(conf);
+		cached_generation = queue_config_generation();
+		strlcpy(cached_queue, queue_session_setting(), sizeof(cached_queue));
+		strlcpy(cached_app, app, sizeof(cached_app));
+	}
+	return cached;
 }
 
 /* Report a statement that runs without a slot because Redis failed us */

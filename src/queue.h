@@ -39,5 +39,6 @@ extern void queue_define_gucs(void);
 extern void queue_install_hooks(void);
 extern const QueueConfig *queue_config(void);
 extern const char *queue_session_setting(void);
+extern uint64 queue_config_generation(void);
 
 #endif							/* REDSEM_QUEUE_H */

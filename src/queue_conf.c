@@ -24,6 +24,7 @@
 static char *queue_setting = NULL;
 static char *queues_setting = NULL;
 static const QueueConfig *config = NULL;
+static uint64 config_generation = 0;	/* bumped at every assignment */
 
 /* The parsed definitions; never NULL once the settings are defined */
 const QueueConfig *
@@ -270,6 +271,14 @@ static void
 assign_queues(const char *newval, void *extra)
 {
 	config = (const QueueConfig *) extra;
+	config_generation++;
+}
+
+/* Changes whenever the definitions may have changed */
+uint64
+queue_config_generation(void)
+{
+	return config_generation;
 }
 
 /* Check hook of redsem.queue: a name, or empty */
