@@ -38,7 +38,8 @@ my $QUEUES = "analysts: active_statements=$ACTIVE max_wait=30s; "
   . 'strict: active_statements=1 max_wait=300ms; '
   . 'utilities: active_statements=1 utility=on max_wait=300ms; '
   . 'tools: active_statements=1 max_wait=300ms application_name=tableau*|metabase; '
-  . 'lenient: active_statements=1 on_redis_error=run';
+  . 'lenient: active_statements=1 on_redis_error=run; '
+  . 'fifo: active_statements=1 max_wait=30s';
 
 sub make_node
 {
@@ -218,24 +219,27 @@ sub waiting_count
 	return $admin->query_ok(qq{SELECT waiting FROM redsem_queues WHERE name = '$queue';});
 }
 
-# (sessions are opened first: their first statement would queue too)
-my @holders = map { analyst($node_a, "holder$_") } 1 .. 2;
-my @waiters = map { analyst($node_a, "waiter$_") } 1 .. 3;
-$_->send(q{SELECT q_interval(1.5);}) foreach @holders;
-ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'analysts';}) eq '2' }),
-	'two long statements fill the queue');
-foreach my $i (0 .. 2)
+# (a queue of 1, so that each waiter starts alone; sessions are opened
+# first: their first statement would queue too)
+my @fifo = map { RedsemTest::Session->new($node_a, name => "fifo$_") } 0 .. 3;
+$_->query_ok(q{SET redsem.queue = 'fifo';}) foreach @fifo;
+$fifo[0]->send(q{SELECT pg_sleep(1);});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'fifo';}) eq '1' }),
+	'a long statement fills the queue "fifo"');
+foreach my $i (1 .. 3)
 {
-	$waiters[$i]->send(q{SELECT extract(epoch FROM clock_timestamp());});
-	ok(wait_until(10, sub { waiting_count('analysts') eq $i + 1 }), 'waiter ' . ($i + 1) . ' is in line');
+	$fifo[$i]->send(q{SELECT extract(epoch FROM clock_timestamp()) FROM pg_sleep(0.05);});
+	ok(wait_until(10, sub { waiting_count('fifo') eq $i }), "waiter $i is in line");
 }
-my $pids = join(',', map { $_->backend_pid } @waiters);
+my $pids = join(',', map { $_->backend_pid } @fifo[ 1 .. 3 ]);
 is($admin->query_ok(qq{SELECT string_agg(DISTINCT wait_event_type, ',') FROM pg_stat_activity WHERE pid IN ($pids);}),
 	'Extension', 'pg_stat_activity shows the waiters waiting on an extension event');
-my @started = map { ($_->wait_done(20))[0] } @waiters;
-$_->wait_done(20) foreach @holders;
-ok($started[0] <= $started[1] && $started[1] <= $started[2],
-	'they ran in the order they came: ' . join(' <= ', @started));
+my @started = map { ($_->wait_done(20))[0] } @fifo[ 1 .. 3 ];
+$fifo[0]->wait_done(20);
+ok($started[0] < $started[1] && $started[1] < $started[2],
+	'they ran one by one, in the order they came: ' . join(' < ', @started));
+my @holders = map { analyst($node_a, "holder$_") } 1 .. 2;
+my @waiters = map { analyst($node_a, "waiter$_") } 1 .. 3;
 
 ###########################################################################
 note 'cancel, statement_timeout and max_wait leave the line; errors give the slot back';
@@ -352,7 +356,7 @@ like($err, qr/WARNING: .*statement runs without a slot of redsem queue "lenient"
 $redis->thaw;
 is($admin->query_ok(q{SELECT ran_unqueued FROM redsem_queues WHERE name = 'lenient';}), '1', 'and is counted');
 
-$_->quit foreach (@holders, @waiters, $admin, $strict, $other, $cheap, $util, $an, $tool, $len);
+$_->quit foreach (@holders, @waiters, @fifo, $admin, $strict, $other, $cheap, $util, $an, $tool, $len);
 node_log_is_clean($_) foreach @servers;
 $_->stop foreach ($standby, $node_a, $node_b);
 $redis->stop;
