@@ -42,28 +42,30 @@ file_trouble(RedisOutcome *o, const char *fmt,...)
 	return false;
 }
 
-/* Refuse a password file that others than the server's user could read */
+/* Refuse a password file (of the setting named) that others could read */
 static bool
-check_file_mode(const struct stat *st, RedisOutcome *o)
+check_file_mode(const struct stat *st, const char *setting, const char *path,
+				RedisOutcome *o)
 {
-	const char *path = redsem_password_file;
-
 	if (!S_ISREG(st->st_mode))
-		return file_trouble(o, "redsem.password_file \"%s\" is not a regular file", path);
+		return file_trouble(o, "%s \"%s\" is not a regular file", setting, path);
 	if (st->st_uid != geteuid() && st->st_uid != 0)
-		return file_trouble(o, "redsem.password_file \"%s\" must be owned by the database server's user or root", path);
+		return file_trouble(o, "%s \"%s\" must be owned by the database server's user or root", setting, path);
 	if (st->st_uid == geteuid() && (st->st_mode & (S_IRWXG | S_IRWXO)))
-		return file_trouble(o, "redsem.password_file \"%s\" has group or world access; permissions should be u=rw (0600) or less", path);
+		return file_trouble(o, "%s \"%s\" has group or world access; permissions should be u=rw (0600) or less", setting, path);
 	if (st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IXGRP | S_IRWXO)))
-		return file_trouble(o, "redsem.password_file \"%s\" has group write or world access; permissions should be u=rw,g=r (0640) or less", path);
+		return file_trouble(o, "%s \"%s\" has group write or world access; permissions should be u=rw,g=r (0640) or less", setting, path);
 	return true;
 }
 
-/* Read the first line of the password file into buf */
-static bool
-read_password_file(char *buf, size_t len, RedisOutcome *o)
+/*
+ * Read the first line of the password file path, given by the setting
+ * named, into buf; false, with the outcome filled in, if it cannot be used.
+ */
+bool
+secret_from_file(const char *setting, const char *path, char *buf, size_t len,
+				 RedisOutcome *o)
 {
-	const char *path = redsem_password_file;
 	struct stat st;
 	ssize_t		n;
 	size_t		used = 0;
@@ -71,26 +73,26 @@ read_password_file(char *buf, size_t len, RedisOutcome *o)
 	bool		ok;
 
 	if (fd < 0)
-		return file_trouble(o, "could not open redsem.password_file \"%s\": %m", path);
-	ok = (fstat(fd, &st) == 0) ? check_file_mode(&st, o) :
-		file_trouble(o, "could not stat redsem.password_file \"%s\": %m", path);
+		return file_trouble(o, "could not open %s \"%s\": %m", setting, path);
+	ok = (fstat(fd, &st) == 0) ? check_file_mode(&st, setting, path, o) :
+		file_trouble(o, "could not stat %s \"%s\": %m", setting, path);
 	while (ok && used < len && (n = read(fd, buf + used, len - used)) != 0)
 	{
 		if (n < 0 && errno != EINTR)
-			ok = file_trouble(o, "could not read redsem.password_file \"%s\": %m", path);
+			ok = file_trouble(o, "could not read %s \"%s\": %m", setting, path);
 		else if (n > 0)
 			used += n;
 	}
 	close(fd);
 	if (ok && used == len)
-		ok = file_trouble(o, "redsem.password_file \"%s\" is longer than %d bytes",
-						  path, (int) len - 1);
+		ok = file_trouble(o, "%s \"%s\" is longer than %d bytes",
+						  setting, path, (int) len - 1);
 	if (ok)
 	{
 		buf[used] = '\0';
 		buf[strcspn(buf, "\r\n")] = '\0';
 		if (buf[0] == '\0')
-			ok = file_trouble(o, "redsem.password_file \"%s\" is empty", path);
+			ok = file_trouble(o, "%s \"%s\" is empty", setting, path);
 	}
 	if (!ok)
 		explicit_bzero(buf, len);
@@ -108,7 +110,8 @@ redis_password(char *buf, size_t len, bool *have, RedisOutcome *o)
 	*have = false;
 	if (redsem_password_file && redsem_password_file[0] != '\0')
 	{
-		if (!read_password_file(buf, len, o))
+		if (!secret_from_file("redsem.password_file", redsem_password_file,
+							  buf, len, o))
 			return false;
 		*have = true;
 	}

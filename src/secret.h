@@ -14,6 +14,8 @@ extern char *redsem_password_file;
 
 extern bool redis_password(char *buf, size_t len, bool *have,
 						   RedisOutcome *outcome);
+extern bool secret_from_file(const char *setting, const char *path,
+							 char *buf, size_t len, RedisOutcome *outcome);
 extern const char *show_password(void);
 
 #endif							/* REDSEM_SECRET_H */
