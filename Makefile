@@ -7,7 +7,7 @@ EXTVERSION = 0.2.0
 MODULE_big = redsem
 OBJS = src/guc.o src/conn.o src/secret.o src/script.o src/hold.o src/acquire.o \
        src/sqlfuncs.o src/shmem.o src/worker.o src/observe.o \
-       src/queue.o src/queue_conf.o
+       src/queue.o src/queue_conf.o src/tls.o src/sentinel.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
 # must keep working) and every upgrade script; paths are relative to
 # $(srcdir), so that VPATH builds (pg_buildext) work
@@ -16,6 +16,14 @@ PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
 
 PG_CPPFLAGS = -Isrc -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
 SHLIB_LINK = $(shell pkg-config --libs hiredis)
+
+# TLS when hiredis_ssl is there (hiredis >= 1.0, e.g. Debian 13); REDSEM_TLS=no
+# builds without it
+REDSEM_TLS ?= $(shell pkg-config --exists hiredis_ssl openssl && echo yes)
+ifeq ($(REDSEM_TLS),yes)
+PG_CPPFLAGS += -DREDSEM_HAVE_TLS $(shell pkg-config --cflags hiredis_ssl openssl)
+SHLIB_LINK += $(shell pkg-config --libs hiredis_ssl openssl)
+endif
 PG_CFLAGS += -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare -Wno-missing-field-initializers
 
 TEST_CONF = $(CURDIR)/test/redsem_test.conf

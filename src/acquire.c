@@ -171,6 +171,34 @@ grant_is_live(const SemResult *r, TimestampTz sent)
 		TimestampDifferenceMilliseconds(sent, GetCurrentTimestamp()) < r->ms;
 }
 
+/*
+ * With redsem.grant_replicas set, a grant is used only once that many of
+ * Redis's replicas have it, so that a failover right after it does not
+ * forget it.  False (the failure kept, raised at ERROR) if they did not
+ * acknowledge it within redsem.grant_replica_timeout: the hold stays
+ * pending and is given back at the end of the transaction.
+ */
+static bool
+grant_replicated(AcquireArgs *args)
+{
+	RedisCall	call;
+	int			acked = 0;
+
+	if (redsem_grant_replicas == 0)
+		return true;
+	acquire_call(args, &call);
+	if (!sem_wait_replicas(&call, args->name, redsem_grant_replicas,
+						   redsem_grant_replica_timeout_ms, &acked))
+		return call_failed(args, &call);
+	if (acked >= redsem_grant_replicas)
+		return true;
+	stats_count(args->name, STAT_REDIS_ERRORS, 1);
+	(void) redis_fail(&call, RS_NOT_REPLICATED,
+					  "%d of the %d replicas (redsem.grant_replicas) acknowledged the grant within %d ms (redsem.grant_replica_timeout)",
+					  acked, redsem_grant_replicas, redsem_grant_replica_timeout_ms);
+	return call_failed(args, &call);
+}
+
 /* Give back a grant that came too late to be used */
 static bool
 drop_stale_grant(AcquireArgs *args, const char *id)
@@ -258,7 +286,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		if (r->state != SEM_HELD)
 			return ACQUIRE_NOT_GRANTED;
 		if (grant_is_live(r, *sent))
-			return ACQUIRE_GRANTED;
+			return grant_replicated(args) ? ACQUIRE_GRANTED : ACQUIRE_FAILED;
 		if (!drop_stale_grant(args, id))
 			return ACQUIRE_FAILED;
 		if (args->wait_ms == 0 || ms_left(deadline) <= 0)

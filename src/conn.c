@@ -37,9 +37,13 @@
 #include "conn.h"
 #include "redsem.h"
 #include "secret.h"
+#include "sentinel.h"
+#include "timing.h"
+#include "tls.h"
 
 static redisContext *conn = NULL;
 static uint64 conn_generation = 0;
+static bool conn_tls = false;	/* conn speaks TLS */
 
 /*
  * True from sending a command until its reply is read.  Still true at the
@@ -80,11 +84,16 @@ ms_until(TimestampTz deadline)
 uint64
 redis_target_signature(void)
 {
-	char	   *desc = psprintf("%s|%d|%s|%d|%s",
-								redsem_host ? redsem_host : "", redsem_port,
-								redsem_unix_socket ? redsem_unix_socket : "",
-								redsem_database,
-								redsem_user ? redsem_user : "");
+	/* through sentinels, the data is the named primary's, wherever it is */
+	char	   *desc = sentinel_enabled()
+		? psprintf("sentinel|%s|%s|%d|%s", redsem_sentinels,
+				   redsem_sentinel_master, redsem_database,
+				   redsem_user ? redsem_user : "")
+		: psprintf("%s|%d|%s|%d|%s",
+				   redsem_host ? redsem_host : "", redsem_port,
+				   redsem_unix_socket ? redsem_unix_socket : "",
+				   redsem_database,
+				   redsem_user ? redsem_user : "");
 	uint64		h = hash_bytes_extended((const unsigned char *) desc,
 										strlen(desc), 0);
 
@@ -96,6 +105,8 @@ redis_target_signature(void)
 char *
 redis_target_description(void)
 {
+	if (sentinel_enabled())
+		return sentinel_target_description();
 	if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
 		return psprintf("unix socket \"%s\"", redsem_unix_socket);
 	return psprintf("%s:%d", redsem_host ? redsem_host : "", redsem_port);
@@ -185,8 +196,8 @@ redis_disconnect(void)
  * CHECK_FOR_INTERRUPTS may throw; otherwise postmaster death ends the wait
  * as a timeout.
  */
-static int
-wait_on_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
+int
+redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 {
 	WaitEventSet *set = wait_set_for(fd);
 	WaitEvent	event;
@@ -231,7 +242,7 @@ flush_output(redisContext *c, TimestampTz deadline, bool interruptible)
 			return RS_LOST;
 		if (done)
 			return RS_OK;
-		if ((wait_on_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
+		if ((redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
 							interruptible) & WL_TIMEOUT) && past(deadline))
 			return RS_TIMED_OUT;
 	}
@@ -256,7 +267,7 @@ read_reply(redisContext *c, TimestampTz deadline, bool interruptible,
 			*reply = (redisReply *) r;
 			return RS_OK;
 		}
-		rc = wait_on_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
+		rc = redis_wait_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
 		if (rc & WL_SOCKET_READABLE)
 		{
 			if (redisBufferRead(c) != REDIS_OK)
@@ -371,7 +382,7 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 
 	for (;;)
 	{
-		int			rc = wait_on_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
+		int			rc = redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
 										call->interruptible);
 
 		if (rc & WL_SOCKET_WRITEABLE)
@@ -397,22 +408,30 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 	return true;
 }
 
-/* Send one command during connection set-up; on failure fill the outcome */
-static bool
-setup_command(RedisCall *call, redisContext *c, int argc, const char **argv,
-			  TimestampTz deadline)
+/*
+ * Send one command on a context being set up and read its reply into
+ * *reply (or free it when reply is NULL); on failure fill the outcome.  An
+ * error reply is a failure, of its class (RS_REFUSED counts as a failure
+ * to connect).
+ */
+bool
+redis_context_command(RedisCall *call, redisContext *c, int argc,
+					  const char **argv, TimestampTz deadline,
+					  redisReply **reply)
 {
-	redisReply *reply;
+	redisReply *r;
 	RedisStatus status;
 	bool		drop;
 
+	if (reply != NULL)
+		*reply = NULL;
 	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
 	{
 		call->outcome.status = RS_CONNECT_FAILED;
 		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
 		return false;
 	}
-	status = exchange(c, deadline, call->interruptible, &reply);
+	status = exchange(c, deadline, call->interruptible, &r);
 	if (status != RS_OK)
 	{
 		call->outcome.status = RS_CONNECT_FAILED;
@@ -424,14 +443,17 @@ setup_command(RedisCall *call, redisContext *c, int argc, const char **argv,
 					 argv[0], redsem_connect_timeout_ms);
 		return false;
 	}
-	if (reply->type == REDIS_REPLY_ERROR)
+	if (r->type == REDIS_REPLY_ERROR)
 	{
-		status = absorb_error_reply(call, reply, argv[0], &drop);
+		status = absorb_error_reply(call, r, argv[0], &drop);
 		if (status == RS_REFUSED)
 			call->outcome.status = RS_CONNECT_FAILED;
 		return false;
 	}
-	freeReplyObject(reply);
+	if (reply != NULL)
+		*reply = r;
+	else
+		freeReplyObject(r);
 	return true;
 }
 
@@ -450,11 +472,11 @@ setup_session(RedisCall *call, redisContext *c, TimestampTz deadline)
 		const char *argv[3] = {"AUTH", redsem_user, password};
 
 		if (redsem_user && redsem_user[0] != '\0')
-			ok = setup_command(call, c, 3, argv, deadline);
+			ok = redis_context_command(call, c, 3, argv, deadline, NULL);
 		else
 		{
 			argv[1] = password;
-			ok = setup_command(call, c, 2, argv, deadline);
+			ok = redis_context_command(call, c, 2, argv, deadline, NULL);
 		}
 		explicit_bzero(password, sizeof(password));
 	}
@@ -464,71 +486,203 @@ setup_session(RedisCall *call, redisContext *c, TimestampTz deadline)
 		const char *argv[] = {"SELECT", db};
 
 		snprintf(db, sizeof(db), "%d", redsem_database);
-		ok = setup_command(call, c, 2, argv, deadline);
+		ok = redis_context_command(call, c, 2, argv, deadline, NULL);
 	}
 	return ok;
 }
 
 /*
- * Open a new connection, bounded by redsem.connect_timeout and by deadline.
- * On failure nothing is left open and the call's outcome says why.
+ * With TLS 1.3 the server judges our certificate after our side of the
+ * handshake is over: one PING tells.  Any reply, NOAUTH included, means the
+ * session was accepted; a closed connection means it was refused, and
+ * OpenSSL has the server's reason.
  */
 static bool
-open_connection(RedisCall *call, TimestampTz deadline)
+tls_accepted(RedisCall *call, redisContext *c, TimestampTz deadline)
 {
-	TimestampTz connect_deadline =
-		TimestampTzPlusMilliseconds(GetCurrentTimestamp(), redsem_connect_timeout_ms);
+	const char *argv[] = {"PING"};
+	redisReply *r;
+	char		why[200];
+
+	if (redisAppendCommandArgv(c, 1, argv, NULL) == REDIS_OK &&
+		exchange(c, deadline, call->interruptible, &r) == RS_OK)
+	{
+		freeReplyObject(r);
+		return true;
+	}
+	call->outcome.status = RS_CONNECT_FAILED;
+	snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+			 "the server refused the TLS session: %s",
+			 tls_refusal(why, sizeof(why), c->err ? c->errstr : "no answer"));
+	return false;
+}
+
+/* Close a context made by redis_open_context, giving back its descriptor */
+void
+redis_close_context(redisContext *c)
+{
+	close_context(c);
+	ReleaseExternalFD();
+}
+
+/*
+ * Connect to host:port (or the Unix socket unix_path, when not NULL) and
+ * start TLS if configured, by deadline.  Returns the context, or NULL with
+ * the call's outcome saying why; nothing is left open then, even when an
+ * interrupt unwinds the wait.
+ */
+redisContext *
+redis_open_context(RedisCall *call, const char *host, int port,
+				   const char *unix_path, TimestampTz deadline)
+{
 	redisContext *c;
 	bool		ok;
 
-	if (connect_deadline > deadline)
-		connect_deadline = deadline;
+	call->outcome.status = RS_CONNECT_FAILED;
+	if (redsem_tls && !tls_supported(call))
+		return NULL;
+	if (unix_path != NULL && redsem_tls)
+	{
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "redsem.tls applies to TCP connections, and redsem.unix_socket is set");
+		return NULL;
+	}
 	if (!AcquireExternalFD())
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
 		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
 				 "there are too many open files on the local server");
-		return false;
+		return NULL;
 	}
-	if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
-		c = redisConnectUnixNonBlock(redsem_unix_socket);
-	else
-		c = redisConnectNonBlock(redsem_host, redsem_port);
+	c = unix_path ? redisConnectUnixNonBlock(unix_path) : redisConnectNonBlock(host, port);
 	if (c == NULL || c->err)
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
 		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
 				 c ? c->errstr : "out of memory");
 		if (c)
 			close_context(c);
 		ReleaseExternalFD();
-		return false;
+		return NULL;
 	}
-
-	/* Don't leak the socket if an interrupt or error throws while we wait */
 	PG_TRY();
 	{
-		ok = finish_connect(call, c, connect_deadline) &&
-			setup_session(call, c, connect_deadline);
+		ok = finish_connect(call, c, deadline) &&
+			(!redsem_tls || (tls_start(call, c, host, deadline) &&
+							 tls_accepted(call, c, deadline)));
 	}
 	PG_CATCH();
 	{
-		close_context(c);
-		ReleaseExternalFD();
+		redis_close_context(c);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-
 	if (!ok)
 	{
-		close_context(c);
-		ReleaseExternalFD();
-		return false;
+		redis_close_context(c);
+		return NULL;
 	}
-	if (!(redsem_unix_socket && redsem_unix_socket[0] != '\0'))
+	call->outcome.status = RS_OK;
+	if (unix_path == NULL)
 		(void) redisEnableKeepAlive(c);
+	return c;
+}
+
+/*
+ * Set up the session of a new context c (see setup_session); on failure, or
+ * when an interrupt unwinds, c is closed.
+ */
+bool
+redis_setup_context(RedisCall *call, redisContext *c, TimestampTz deadline)
+{
+	bool		ok;
+
+	PG_TRY();
+	{
+		ok = setup_session(call, c, deadline);
+	}
+	PG_CATCH();
+	{
+		redis_close_context(c);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!ok)
+		redis_close_context(c);
+	return ok;
+}
+
+/* The configured Unix socket, or NULL for TCP */
+static const char *
+unix_socket_path(void)
+{
+	return (redsem_unix_socket && redsem_unix_socket[0] != '\0') ? redsem_unix_socket : NULL;
+}
+
+/* The earlier of deadline and redsem.connect_timeout from now */
+TimestampTz
+redis_connect_deadline(TimestampTz deadline)
+{
+	TimestampTz d = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												redsem_connect_timeout_ms);
+
+	return Min(d, deadline);
+}
+
+/* Open a connection to the configured server and set up its session */
+static redisContext *
+open_direct(RedisCall *call, TimestampTz deadline)
+{
+	TimestampTz connect_deadline = redis_connect_deadline(deadline);
+	redisContext *c = redis_open_context(call, redsem_host, redsem_port,
+										 unix_socket_path(), connect_deadline);
+
+	if (c == NULL || !redis_setup_context(call, c, connect_deadline))
+		return NULL;
+	return c;
+}
+
+/*
+ * Wait ms (or until deadline) on the latch alone: between attempts while a
+ * failover runs.  Cancel is served if the call is interruptible.
+ */
+static void
+pause_before_retry(int ms, TimestampTz deadline, bool interruptible)
+{
+	long		left = Min(ms, ms_until(deadline));
+
+	if (left <= 0)
+		return;
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 left, wait_event_shown ? wait_event_shown : redsem_wait_event());
+	ResetLatch(MyLatch);
+	if (interruptible)
+		CHECK_FOR_INTERRUPTS();
+}
+
+/*
+ * Open the connection: to the configured server, or to the primary the
+ * sentinels name (see sentinel.c).  While a failover runs (the named primary
+ * is unreachable or still a replica), ask again every SENTINEL_RETRY_MS
+ * until deadline.  On failure nothing is left open and the call's outcome
+ * says why.
+ */
+static bool
+open_connection(RedisCall *call, TimestampTz deadline)
+{
+	redisContext *c;
+
+	for (;;)
+	{
+		c = sentinel_enabled() ? sentinel_connect_primary(call, deadline)
+			: open_direct(call, deadline);
+		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || past(deadline))
+			break;
+		pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
+	}
+	if (c == NULL)
+		return false;
 	conn = c;
 	conn_generation = redsem_guc_generation;
+	conn_tls = redsem_tls;
 	return true;
 }
 
@@ -545,6 +699,8 @@ connection_is_stale(void)
 	if (request_in_flight || conn_generation != redsem_guc_generation || conn->err)
 		return true;
 	n = recv(conn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0 && conn_tls)
+		return !tls_idle_input_ok(conn);
 	if (n >= 0)
 		return true;
 	return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
@@ -627,6 +783,22 @@ connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
 }
 
 /*
+ * Through sentinels, a command refused because the server is no primary
+ * now (READONLY, and the like: the command was not run, and the connection
+ * was dropped) is sent again to the primary the sentinels name next, until
+ * the deadline.  True after pausing, if the command should be sent again.
+ */
+static bool
+follow_failover(RedisCall *call, bool dropped, TimestampTz deadline)
+{
+	if (!sentinel_enabled() || !dropped ||
+		call->outcome.status != RS_UNAVAILABLE || past(deadline))
+		return false;
+	pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
+	return !past(deadline);
+}
+
+/*
  * The core: send one command and return its reply in *reply (the caller
  * frees it with freeReplyObject).  Connects first if need be.  Returns
  * true with a reply that is not an error; otherwise false, with the
@@ -659,20 +831,26 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	ok = ensure_connection(call, deadline);
-	if (ok)
+	for (;;)
 	{
-		status = send_and_receive(call, argc, argv, argvlen, deadline, reply);
-		if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
+		drop = false;
+		ok = ensure_connection(call, deadline);
+		if (ok)
 		{
-			status = absorb_error_reply(call, *reply, NULL, &drop);
-			*reply = NULL;
+			status = send_and_receive(call, argc, argv, argvlen, deadline, reply);
+			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
+			{
+				status = absorb_error_reply(call, *reply, NULL, &drop);
+				*reply = NULL;
+			}
+			else if (status != RS_OK)
+				connection_failed(call, status, timeout_ms);
+			if (drop)
+				redis_disconnect();
+			ok = (status == RS_OK);
 		}
-		else if (status != RS_OK)
-			connection_failed(call, status, timeout_ms);
-		if (drop)
-			redis_disconnect();
-		ok = (status == RS_OK);
+		if (ok || !follow_failover(call, drop, deadline))
+			break;
 	}
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
@@ -809,6 +987,8 @@ redis_status_text(RedisStatus status)
 			return "Redis refused a redsem command";
 		case RS_MALFORMED:
 			return "unexpected reply from Redis";
+		case RS_NOT_REPLICATED:
+			return "Redis replicas did not acknowledge in time";
 		case RS_NOSCRIPT:
 			return "script not loaded";
 	}
@@ -934,6 +1114,13 @@ redis_report(int elevel, const RedisOutcome *o)
 					 errmsg("Redis at %s refused a redsem command", target),
 					 errdetail_internal("%s", d),
 					 errhint("Check that EVALSHA, EVAL and BLPOP are neither renamed nor disabled in Redis.")));
+			break;
+		case RS_NOT_REPLICATED:
+			ereport(elevel,
+					(errcode(ERRCODE_CONNECTION_FAILURE),
+					 errmsg("Redis at %s did not replicate a grant in time", target),
+					 errdetail_internal("%s", d),
+					 errhint("Check that the replicas of Redis are up and in sync, or lower redsem.grant_replicas.")));
 			break;
 		case RS_MALFORMED:
 			ereport(elevel,

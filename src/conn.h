@@ -29,6 +29,7 @@ typedef enum RedisStatus
 	RS_CONFLICT,				/* 38000: script or key conflict */
 	RS_REFUSED,					/* 58000: any other error reply */
 	RS_MALFORMED,				/* 08P01: a reply of an unexpected shape */
+	RS_NOT_REPLICATED,			/* 08006: WAIT found too few replicas */
 	RS_NOSCRIPT					/* script not cached (retried, never
 								 * reported) */
 } RedisStatus;
@@ -68,6 +69,20 @@ typedef struct RedisCommand
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
 #define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, ""}}
 
+struct redisContext;
+
+/* Connection set-up, shared with sentinel.c */
+extern struct redisContext *redis_open_context(RedisCall *call, const char *host,
+											   int port, const char *unix_path,
+											   TimestampTz deadline);
+extern bool redis_setup_context(RedisCall *call, struct redisContext *c,
+								TimestampTz deadline);
+extern bool redis_context_command(RedisCall *call, struct redisContext *c,
+								  int argc, const char **argv,
+								  TimestampTz deadline, struct redisReply **reply);
+extern void redis_close_context(struct redisContext *c);
+extern TimestampTz redis_connect_deadline(TimestampTz deadline);
+
 extern void redis_call_init(RedisCall *call, TimestampTz deadline,
 							bool interruptible, int elevel);
 extern bool redis_exec(RedisCall *call, int argc, const char **argv,
@@ -83,6 +98,8 @@ extern const char *redis_status_text(RedisStatus status);
 extern char *redis_outcome_text(const RedisOutcome *outcome);
 extern bool redis_connected(void);
 extern void redis_set_wait_event(uint32 event);
+extern int	redis_wait_socket(int fd, int io_events, TimestampTz deadline,
+							  bool interruptible);
 extern void redis_disconnect(void);
 extern char *redis_target_description(void);
 extern uint64 redis_target_signature(void);

@@ -13,7 +13,9 @@
 #include "queue.h"
 #include "redsem.h"
 #include "secret.h"
+#include "sentinel.h"
 #include "shmem.h"
+#include "tls.h"
 
 REDSEM_MODULE_MAGIC;
 
@@ -25,6 +27,8 @@ char	   *redsem_user = NULL;
 char	   *redsem_key_prefix = NULL;
 int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
+int			redsem_grant_replicas = 0;
+int			redsem_grant_replica_timeout_ms = 1000;
 static char *redsem_inject_fault = NULL;
 
 /* Bumped when a connection setting changes, so the next call reconnects */
@@ -33,15 +37,22 @@ uint64		redsem_guc_generation = 0;
 void		_PG_init(void);
 
 /* Any connection setting changed: reconnect at the next call */
-static void
-assign_connection_setting(const char *newval, void *extra)
+void
+redsem_assign_connection_string(const char *newval, void *extra)
 {
 	redsem_guc_generation++;
 }
 
-/* Integer variant of assign_connection_setting */
+/* Integer variant of redsem_assign_connection_string */
 static void
 assign_connection_int(int newval, void *extra)
+{
+	redsem_guc_generation++;
+}
+
+/* Boolean variant of redsem_assign_connection_string */
+void
+redsem_assign_connection_bool(bool newval, void *extra)
 {
 	redsem_guc_generation++;
 }
@@ -85,7 +96,7 @@ define_connection_gucs(void)
 							   "Ignored when redsem.unix_socket is set.",
 							   &redsem_host, "127.0.0.1",
 							   PGC_SUSET, 0,
-							   NULL, assign_connection_setting, NULL);
+							   NULL, redsem_assign_connection_string, NULL);
 	DefineCustomIntVariable("redsem.port",
 							"Redis server TCP port.",
 							NULL,
@@ -97,7 +108,7 @@ define_connection_gucs(void)
 							   NULL,
 							   &redsem_unix_socket, "",
 							   PGC_SUSET, 0,
-							   NULL, assign_connection_setting, NULL);
+							   NULL, redsem_assign_connection_string, NULL);
 	DefineCustomIntVariable("redsem.database",
 							"Redis logical database number (SELECT).",
 							NULL,
@@ -109,19 +120,19 @@ define_connection_gucs(void)
 							   NULL,
 							   &redsem_user, "",
 							   PGC_SUSET, 0,
-							   NULL, assign_connection_setting, NULL);
+							   NULL, redsem_assign_connection_string, NULL);
 	DefineCustomStringVariable("redsem.password_file",
 							   "File holding the Redis password (AUTH); empty means none.",
 							   "The file must be readable by the server's operating system user only (0600), like PGPASSFILE.",
 							   &redsem_password_file, "",
 							   PGC_SUSET, 0,
-							   NULL, assign_connection_setting, NULL);
+							   NULL, redsem_assign_connection_string, NULL);
 	DefineCustomStringVariable("redsem.password",
 							   "Redis password (AUTH); prefer redsem.password_file.",
 							   "Shown masked; ignored when redsem.password_file is set.",
 							   &redsem_password, "",
 							   PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-							   NULL, assign_connection_setting, show_password);
+							   NULL, redsem_assign_connection_string, show_password);
 	DefineCustomStringVariable("redsem.key_prefix",
 							   "Prefix of every Redis key redsem uses.",
 							   NULL,
@@ -145,6 +156,18 @@ define_timeout_gucs(void)
 							NULL,
 							&redsem_command_timeout_ms, 5000, 1, 600000,
 							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.grant_replicas",
+							"Number of Redis replicas that must have a grant before acquire returns; 0 means none.",
+							"Each grant then costs one more round trip (WAIT); too few acknowledgements fail the acquire.",
+							&redsem_grant_replicas, 0, 0, 100,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.grant_replica_timeout",
+							"Maximum time to wait for the replicas of redsem.grant_replicas.",
+							NULL,
+							&redsem_grant_replica_timeout_ms, 1000, 1, 600000,
+							PGC_SUSET, GUC_UNIT_MS,
 							NULL, NULL, NULL);
 	DefineCustomStringVariable("redsem.inject_fault",
 							   "Test only: raise an error at the named point of redsem.",
@@ -181,6 +204,8 @@ _PG_init(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
+	tls_define_gucs();
+	sentinel_define_gucs();
 	queue_define_gucs();
 	if (process_shared_preload_libraries_in_progress)
 	{

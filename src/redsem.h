@@ -28,7 +28,12 @@ extern char *redsem_user;
 extern char *redsem_key_prefix;
 extern int	redsem_connect_timeout_ms;
 extern int	redsem_command_timeout_ms;
+extern int	redsem_grant_replicas;
+extern int	redsem_grant_replica_timeout_ms;
 extern uint64 redsem_guc_generation;
+
+extern void redsem_assign_connection_string(const char *newval, void *extra);
+extern void redsem_assign_connection_bool(bool newval, void *extra);
 
 extern void redsem_fault(const char *point);
 

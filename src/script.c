@@ -338,6 +338,31 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 }
 
 /*
+ * Wait, at most timeout_ms, until replicas of Redis's replicas have
+ * everything this connection wrote so far (WAIT); *acked is how many have.
+ */
+bool
+sem_wait_replicas(RedisCall *call, const char *name, int replicas,
+				  int timeout_ms, int *acked)
+{
+	char		n[16];
+	char		t[16];
+	const char *argv[] = {"WAIT", n, t};
+	redisReply *reply;
+
+	snprintf(n, sizeof(n), "%d", replicas);
+	snprintf(t, sizeof(t), "%d", timeout_ms);
+	call->extra_wait_ms = timeout_ms;
+	if (!exec_counted(call, name, 3, argv, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_INTEGER)
+		return malformed(call, name, reply, "WAIT");
+	*acked = (int) reply->integer;
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
  * Keep a place in line alive, or, once promoted, confirm the slot: its
  * full lease starts then.
  */

@@ -35,6 +35,13 @@
  * release is handed to the keeper, which retries (per hold, with
  * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS) and
  * gives up once the hold would have ended by itself anyway.
+ *
+ * Through Redis Sentinel, a call that finds the named primary unreachable,
+ * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
+ * until its deadline (redsem.command_timeout), so a failover shorter than
+ * that is waited out rather than failed.  The keeper's refreshes fail while
+ * a failover runs and are retried with the back-off above: holds survive a
+ * failover that ends within two thirds of their lease.
  */
 #ifndef REDSEM_TIMING_H
 #define REDSEM_TIMING_H
@@ -56,6 +63,8 @@
 #define KEEPER_RETRY_MIN_MS			250
 #define KEEPER_RETRY_MAX_MS			30000
 #define KEEPER_LOG_EVERY_MS			30000
+
+#define SENTINEL_RETRY_MS			100
 
 /* Leases longer than this get a NOTICE when no keeper runs */
 #define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)

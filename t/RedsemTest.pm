@@ -861,4 +861,155 @@ sub quit
 
 =cut
 
+
+package RedsemTest::TcpServer;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Carp;
+use File::Spec;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my @tcp_servers;
+
+=pod
+
+=head1 RedsemTest::TcpServer
+
+A redis-server (or a sentinel, with sentinel => 1) on a free loopback TCP
+port, for the tests of Sentinel and TLS.  Its configuration file is
+written in a temp directory (a sentinel rewrites it), with no persistence.
+
+=over
+
+=item RedsemTest::TcpServer->new(name => $n, conf => [lines], sentinel => 0|1, tls => 0|1)
+
+Start it and wait until it answers PING.  With tls => 1 the conf must set
+up TLS and cli() speaks TLS with $self->{tls_args}.
+
+=cut
+
+sub new
+{
+	my ($class, %o) = @_;
+	my $self = bless {
+		name => $o{name},
+		port => PostgreSQL::Test::Cluster::get_free_port(),
+		dir => File::Spec->rel2abs(PostgreSQL::Test::Utils::tempdir($o{name})),
+		conf_lines => $o{conf} // [],
+		sentinel => $o{sentinel} // 0,
+		tls_args => $o{tls_args} // [],
+		server => $ENV{REDSEM_TEST_REDIS_SERVER} // 'redis-server',
+		cli => $ENV{REDSEM_TEST_REDIS_CLI},
+		starts => 0,
+	}, $class;
+	unless (defined $self->{cli})
+	{
+		my $dir_of = $self->{server} =~ m{/} ? File::Basename::dirname($self->{server}) : undef;
+		my $cli = $self->{server} =~ /valkey/ ? 'valkey-cli' : 'redis-cli';
+		$self->{cli} = (defined $dir_of && -x "$dir_of/$cli") ? "$dir_of/$cli" : $cli;
+	}
+	push @tcp_servers, $self;
+	$self->start;
+	return $self;
+}
+
+sub port { return $_[0]->{port}; }
+sub pid { return $_[0]->{pid}; }
+sub address { return '127.0.0.1:' . $_[0]->{port}; }
+
+=pod
+
+=item $srv->start(@extra_conf_lines)
+
+(Re)start on the same port, with the configuration written anew (plus
+@extra_conf_lines) unless it is a sentinel restarting.
+
+=cut
+
+sub start
+{
+	my ($self, @extra) = @_;
+	my $n = ++$self->{starts};
+	# (absolute: the server changes to its dir before opening its log)
+	my $log = File::Spec->rel2abs("$PostgreSQL::Test::Utils::log_path/$self->{name}_"
+		  . RedsemTest::Redis::basename_of_test() . "_$n.log");
+	my $conf = "$self->{dir}/server.conf";
+
+	croak "$self->{name} already running" if $self->{pid};
+	if (!$self->{sentinel} || $n == 1)
+	{
+		open my $fh, '>', $conf or die "$conf: $!";
+		print $fh join("\n",
+			"port $self->{port}", 'bind 127.0.0.1', "dir $self->{dir}",
+			"logfile $log", 'daemonize no',
+			($self->{sentinel} ? () : ("save ''", 'appendonly no')),
+			(map { s/\bPORT\b/$self->{port}/r } @{ $self->{conf_lines} }, @extra), '');
+		close $fh;
+	}
+	my @cmd = ($self->{server}, $conf, ($self->{sentinel} ? ('--sentinel') : ()),
+		($n > 1 ? ('--logfile', $log) : ()));
+	$self->{harness} = IPC::Run::start(\@cmd, '<', '/dev/null', '>>', $log, '2>>', $log);
+	$self->{pid} = $self->{harness}->{KIDS}[0]{PID};
+	my $ok = RedsemTest::wait_until(30, sub { ($self->cli('PING') // '') eq 'PONG' });
+	BAIL_OUT("$self->{name} did not start; see $log") unless defined $ok;
+	return;
+}
+
+=pod
+
+=item $srv->stop / $srv->kill9
+
+Stop it (SIGTERM), or kill it at once (SIGKILL, nothing saved or said).
+
+=cut
+
+sub stop
+{
+	my ($self, $signal) = @_;
+	return unless $self->{pid};
+	kill($signal // 'TERM', $self->{pid});
+	eval { $self->{harness}->finish; 1 }
+	  or do { kill 'KILL', $self->{pid}; eval { $self->{harness}->finish } };
+	$self->{pid} = undef;
+	return;
+}
+
+sub kill9 { $_[0]->stop('KILL'); return; }
+
+=pod
+
+=item $srv->cli(@args)
+
+Run redis-cli against it; its trimmed stdout, or undef if it failed.
+
+=cut
+
+sub cli
+{
+	my ($self, @args) = @_;
+	my ($out, $err) = ('', '');
+	my $ok = IPC::Run::run(
+		[ $self->{cli}, '-h', '127.0.0.1', '-p', $self->{port}, @{ $self->{tls_args} }, @args ],
+		'<', '/dev/null', '>', \$out, '2>', \$err);
+	$out =~ s/\s+\z//;
+	return $ok ? $out : undef;
+}
+
+END
+{
+	local $?;
+	$_->stop foreach @tcp_servers;
+}
+
+=pod
+
+=back
+
+=cut
+
 1;

@@ -1,0 +1,21 @@
+/*
+ * sentinel.h
+ *		Finding the primary through Redis Sentinel.
+ */
+#ifndef REDSEM_SENTINEL_H
+#define REDSEM_SENTINEL_H
+
+#include "conn.h"
+
+struct redisContext;
+
+extern char *redsem_sentinels;
+extern char *redsem_sentinel_master;
+
+extern void sentinel_define_gucs(void);
+extern bool sentinel_enabled(void);
+extern struct redisContext *sentinel_connect_primary(RedisCall *call,
+													 TimestampTz deadline);
+extern char *sentinel_target_description(void);
+
+#endif							/* REDSEM_SENTINEL_H */

@@ -1,0 +1,329 @@
+/*
+ * tls.c
+ *		TLS to Redis.
+ *
+ * Built only against hiredis >= 1.0 with hiredis_ssl (REDSEM_HAVE_TLS,
+ * detected by the Makefile); elsewhere the settings exist, and asking for
+ * TLS fails every connection with a message naming the missing library.
+ *
+ * The session is handed to hiredis (redisInitiateSSL) on the non-blocking
+ * socket, which only starts the handshake; it is run to its end here,
+ * through the latch-aware wait of conn.c, so that it is bounded by
+ * redsem.connect_timeout and served by cancel like every other wait.  The server's certificate is always verified: against
+ * redsem.tls_ca_file (or the system's trusted authorities), and its name
+ * against redsem.tls_server_name (or the host connected to).
+ */
+#include "postgres.h"
+
+#include <arpa/inet.h>
+
+#include "hiredis.h"
+#include "storage/latch.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "conn.h"
+#include "redsem.h"
+#include "tls.h"
+
+bool		redsem_tls = false;
+static char *redsem_tls_ca_file = NULL;
+static char *redsem_tls_cert_file = NULL;
+static char *redsem_tls_key_file = NULL;
+static char *redsem_tls_server_name = NULL;
+
+/* Define the TLS settings (superuser-only, like every connection setting) */
+void
+tls_define_gucs(void)
+{
+	DefineCustomBoolVariable("redsem.tls",
+							 "Use TLS for the connection to Redis.",
+							 "Needs a build against hiredis 1.0 or later with hiredis_ssl.",
+							 &redsem_tls, false,
+							 PGC_SUSET, 0,
+							 NULL, redsem_assign_connection_bool, NULL);
+	DefineCustomStringVariable("redsem.tls_ca_file",
+							   "File of the certificate authorities that sign Redis's certificate.",
+							   "Empty means the system's trusted authorities.",
+							   &redsem_tls_ca_file, "",
+							   PGC_SUSET, 0,
+							   NULL, redsem_assign_connection_string, NULL);
+	DefineCustomStringVariable("redsem.tls_cert_file",
+							   "Client certificate file, for Redis servers that require one (mutual TLS).",
+							   NULL,
+							   &redsem_tls_cert_file, "",
+							   PGC_SUSET, 0,
+							   NULL, redsem_assign_connection_string, NULL);
+	DefineCustomStringVariable("redsem.tls_key_file",
+							   "Private key file of the client certificate.",
+							   "The file must be readable by the server's operating system user only.",
+							   &redsem_tls_key_file, "",
+							   PGC_SUSET, 0,
+							   NULL, redsem_assign_connection_string, NULL);
+	DefineCustomStringVariable("redsem.tls_server_name",
+							   "Name to verify in Redis's certificate, and to send as SNI.",
+							   "Empty means the host connected to.",
+							   &redsem_tls_server_name, "",
+							   PGC_SUSET, 0,
+							   NULL, redsem_assign_connection_string, NULL);
+}
+
+/* Fill the outcome of a connection that TLS could not set up; false */
+static bool
+tls_fail(RedisCall *call, const char *fmt,...) pg_attribute_printf(2, 3);
+
+static bool
+tls_fail(RedisCall *call, const char *fmt,...)
+{
+	va_list		args;
+
+	call->outcome.status = RS_CONNECT_FAILED;
+	va_start(args, fmt);
+	vsnprintf(call->outcome.detail, sizeof(call->outcome.detail), fmt, args);
+	va_end(args);
+	return false;
+}
+
+#ifndef REDSEM_HAVE_TLS
+
+/* This build has no TLS: say which library it needs */
+bool
+tls_supported(RedisCall *call)
+{
+	return tls_fail(call, "redsem.tls is on, but this build of redsem has no TLS support: it needs hiredis 1.0 or later with hiredis_ssl (libhiredis_ssl) at build time");
+}
+
+/* Never called in a build without TLS (tls_supported refused) */
+const char *
+tls_refusal(char *buf, size_t len, const char *fallback)
+{
+	return fallback;
+}
+
+/* Never called in a build without TLS (tls_supported refused) */
+bool
+tls_start(RedisCall *call, redisContext *c, const char *host,
+		  TimestampTz deadline)
+{
+	return tls_supported(call);
+}
+
+/* No TLS connection is ever open */
+bool
+tls_idle_input_ok(redisContext *c)
+{
+	return false;
+}
+
+#else							/* REDSEM_HAVE_TLS */
+
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "hiredis_ssl.h"
+
+/* This build has TLS */
+bool
+tls_supported(RedisCall *call)
+{
+	return true;
+}
+
+/* The TLS context, made for the settings of generation ctx_generation */
+static SSL_CTX *ctx = NULL;
+static uint64 ctx_generation = 0;
+
+/* OpenSSL's last error, as text (or fallback when it has none) */
+static const char *
+openssl_error(char *buf, size_t len, const char *fallback)
+{
+	unsigned long e = ERR_get_error();
+
+	if (e == 0)
+		return fallback;
+	ERR_error_string_n(e, buf, len);
+	return buf;
+}
+
+/* Make the TLS context from the settings; false with the reason */
+static bool
+make_context(RedisCall *call)
+{
+	char		err[200];
+	bool		have_cert = redsem_tls_cert_file[0] != '\0';
+	bool		have_key = redsem_tls_key_file[0] != '\0';
+
+	if (ctx != NULL && ctx_generation == redsem_guc_generation)
+		return true;
+	if (ctx != NULL)
+		SSL_CTX_free(ctx);
+	ctx = NULL;
+	if (have_cert != have_key)
+		return tls_fail(call, "redsem.tls_cert_file and redsem.tls_key_file must be set together");
+	ERR_clear_error();
+	ctx = SSL_CTX_new(TLS_client_method());
+	if (ctx == NULL)
+		return tls_fail(call, "could not make a TLS context: %s",
+						openssl_error(err, sizeof(err), "out of memory"));
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	if (redsem_tls_ca_file[0] != '\0'
+		? SSL_CTX_load_verify_locations(ctx, redsem_tls_ca_file, NULL) != 1
+		: SSL_CTX_set_default_verify_paths(ctx) != 1)
+		goto failed;
+	if (have_cert &&
+		(SSL_CTX_use_certificate_chain_file(ctx, redsem_tls_cert_file) != 1 ||
+		 SSL_CTX_use_PrivateKey_file(ctx, redsem_tls_key_file, SSL_FILETYPE_PEM) != 1 ||
+		 SSL_CTX_check_private_key(ctx) != 1))
+		goto failed;
+	ctx_generation = redsem_guc_generation;
+	return true;
+
+failed:
+	SSL_CTX_free(ctx);
+	ctx = NULL;
+	return tls_fail(call, "could not load the TLS files (redsem.tls_ca_file, redsem.tls_cert_file, redsem.tls_key_file): %s",
+					openssl_error(err, sizeof(err), "unknown error"));
+}
+
+/* True if name is an IPv4 or IPv6 address rather than a host name */
+static bool
+is_ip_address(const char *name)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, name, buf) == 1 || inet_pton(AF_INET6, name, buf) == 1;
+}
+
+/* A new session on fd that verifies name (a host name or an IP address) */
+static SSL *
+new_session(int fd, const char *name)
+{
+	SSL		   *ssl = SSL_new(ctx);
+	X509_VERIFY_PARAM *param;
+
+	if (ssl == NULL)
+		return NULL;
+	param = SSL_get0_param(ssl);
+	X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+	if (SSL_set_fd(ssl, fd) != 1 ||
+		(is_ip_address(name)
+		 ? X509_VERIFY_PARAM_set1_ip_asc(param, name) != 1
+		 : (SSL_set_tlsext_host_name(ssl, name) != 1 ||
+			X509_VERIFY_PARAM_set1_host(param, name, 0) != 1)))
+	{
+		SSL_free(ssl);
+		return NULL;
+	}
+	return ssl;
+}
+
+/* Why a handshake failed, the certificate's verdict first */
+static bool
+handshake_failed(RedisCall *call, SSL *ssl, int ssl_error)
+{
+	char		err[200];
+	long		verdict = SSL_get_verify_result(ssl);
+
+	if (verdict != X509_V_OK)
+		return tls_fail(call, "the server certificate was not accepted: %s",
+						X509_verify_cert_error_string(verdict));
+	if (ssl_error == SSL_ERROR_SYSCALL || ssl_error == SSL_ERROR_ZERO_RETURN)
+		return tls_fail(call, "TLS handshake failed: %s",
+						openssl_error(err, sizeof(err), "the server closed the connection (is it serving TLS on this port?)"));
+	return tls_fail(call, "TLS handshake failed: %s",
+					openssl_error(err, sizeof(err), "unknown error"));
+}
+
+/* Run the handshake of ssl on fd until done, failed or past the deadline */
+static bool
+handshake(RedisCall *call, SSL *ssl, int fd, TimestampTz deadline)
+{
+	for (;;)
+	{
+		int			rc,
+					e,
+					events;
+
+		ERR_clear_error();
+		rc = SSL_do_handshake(ssl);
+		if (rc == 1)
+			return true;
+		e = SSL_get_error(ssl, rc);
+		if (e == SSL_ERROR_WANT_READ)
+			events = WL_SOCKET_READABLE;
+		else if (e == SSL_ERROR_WANT_WRITE)
+			events = WL_SOCKET_WRITEABLE;
+		else
+			return handshake_failed(call, ssl, e);
+		if ((redis_wait_socket(fd, events, deadline, call->interruptible) & WL_TIMEOUT) &&
+			GetCurrentTimestamp() >= deadline)
+			return tls_fail(call, "no TLS handshake within %d ms (redsem.connect_timeout); is the server serving TLS on this port?",
+							redsem_connect_timeout_ms);
+	}
+}
+
+/*
+ * Set up TLS on c, freshly connected to host: make the context, hand a new
+ * session to hiredis (which, the socket being non-blocking, only starts the
+ * handshake) and run the handshake to its end here.  False, with the reason
+ * in the call's outcome (08001), if the server or its certificate is not
+ * accepted; the caller closes c, and the session with it.
+ */
+bool
+tls_start(RedisCall *call, redisContext *c, const char *host,
+		  TimestampTz deadline)
+{
+	const char *name = redsem_tls_server_name[0] != '\0' ? redsem_tls_server_name : host;
+	char		err[200];
+	SSL		   *ssl;
+
+	if (!make_context(call))
+		return false;
+	ERR_clear_error();
+	ssl = new_session(c->fd, name);
+	if (ssl == NULL)
+		return tls_fail(call, "could not start a TLS session: %s",
+						openssl_error(err, sizeof(err), "out of memory"));
+	if (redisInitiateSSL(c, ssl) != REDIS_OK)
+	{
+		/* hiredis took no ownership */
+		SSL_free(ssl);
+		return tls_fail(call, "%s", c->errstr);
+	}
+	return handshake(call, ssl, c->fd, deadline);
+}
+
+/*
+ * Why OpenSSL closed a session (a TLS alert from the server, such as a
+ * client certificate refused), or fallback if it does not say.
+ */
+const char *
+tls_refusal(char *buf, size_t len, const char *fallback)
+{
+	return openssl_error(buf, len, fallback);
+}
+
+/*
+ * Bytes arrived on an idle TLS connection: they may be a record that is no
+ * reply (TLS 1.3 session tickets), read and dropped here, or the server's
+ * goodbye.  True if the connection is still good.
+ */
+bool
+tls_idle_input_ok(redisContext *c)
+{
+	void	   *reply = NULL;
+
+	if (redisBufferRead(c) != REDIS_OK)
+		return false;
+	if (redisGetReplyFromReader(c, &reply) != REDIS_OK || reply != NULL)
+	{
+		if (reply != NULL)
+			freeReplyObject(reply);
+		return false;
+	}
+	return true;
+}
+
+#endif							/* REDSEM_HAVE_TLS */

@@ -1,0 +1,22 @@
+/*
+ * tls.h
+ *		TLS to Redis (hiredis >= 1.0 built with hiredis_ssl): the settings,
+ *		and the handshake run on a freshly connected context.
+ */
+#ifndef REDSEM_TLS_H
+#define REDSEM_TLS_H
+
+#include "conn.h"
+
+struct redisContext;
+
+extern bool redsem_tls;
+
+extern void tls_define_gucs(void);
+extern bool tls_supported(RedisCall *call);
+extern bool tls_start(RedisCall *call, struct redisContext *c,
+					  const char *host, TimestampTz deadline);
+extern bool tls_idle_input_ok(struct redisContext *c);
+extern const char *tls_refusal(char *buf, size_t len, const char *fallback);
+
+#endif							/* REDSEM_TLS_H */

@@ -1,0 +1,345 @@
+# redsem through Redis Sentinel: a real primary, a replica and three
+# sentinels on loopback.  redsem finds the primary through the sentinels,
+# follows a failover (SENTINEL FAILOVER, and a SIGKILL of the primary) under
+# a concurrent load, and never lets more than the limit in at once with
+# redsem.grant_replicas = 1 - counted independently of redsem, from the
+# periods the sessions themselves log.  The same rounds run with the option
+# off, and the figures (over-admissions, seconds without a grant) are
+# printed; bench/failover.sh collects them.
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $LIMIT = 2;
+my $SESSIONS = 6;
+my $ROUND_S = $ENV{REDSEM_FAILOVER_ROUND_S} // 18;
+my $TRIGGER_AFTER_S = 2;
+
+###########################################################################
+note 'a primary, a replica and three sentinels on loopback';
+
+# (a replica resynchronises at once: no diskless-sync delay)
+my @fast = ('repl-diskless-sync-delay 0');
+my $primary = RedsemTest::TcpServer->new(name => 'redis_a', conf => [@fast]);
+my $replica = RedsemTest::TcpServer->new(name => 'redis_b',
+	conf => [ @fast, 'replicaof 127.0.0.1 ' . $primary->port ]);
+my @data = ($primary, $replica);
+
+# key => value of a flat "key\nvalue\n..." reply of redis-cli
+sub pairs
+{
+	my ($out) = @_;
+	my @l = split /\n/, ($out // '');
+	my %h;
+	while (@l >= 2) { my $k = shift @l; $h{$k} = shift @l; }
+	return \%h;
+}
+
+# INFO replication of a server, as a hash
+sub replication
+{
+	my ($srv) = @_;
+	my %h = map { /^(\w+):(.*?)\r?$/ ? ($1 => $2) : () } split /\n/, ($srv->cli('INFO', 'replication') // '');
+	return \%h;
+}
+
+# The data server that is the primary now, with its replica online and in
+# sync (undef while there is none)
+sub current_primary
+{
+	foreach my $srv (@data)
+	{
+		next unless $srv->pid;
+		my $r = replication($srv);
+		my ($other) = grep { $_ != $srv } @data;
+		return $srv if ($r->{role} // '') eq 'master'
+		  && ($r->{slave0} // '') =~ /state=online/
+		  && (replication($other)->{master_link_status} // '') eq 'up';
+	}
+	return undef;
+}
+
+ok(wait_until(30, sub { (replication($replica)->{master_link_status} // '') eq 'up' }),
+	'the replica is in sync with the primary');
+
+my @sentinels = map {
+	RedsemTest::TcpServer->new(
+		name => "sentinel$_",
+		sentinel => 1,
+		conf => [
+			'sentinel monitor mymaster 127.0.0.1 ' . $primary->port . ' 2',
+			'sentinel down-after-milliseconds mymaster 1000',
+			'sentinel failover-timeout mymaster 4000',
+			'sentinel parallel-syncs mymaster 1',
+		])
+} 1 .. 3;
+
+# True once every sentinel agrees on primary $srv with one replica, and
+# knows the two other sentinels
+sub sentinels_settled
+{
+	my ($srv) = @_;
+	foreach my $s (@sentinels)
+	{
+		my $m = pairs($s->cli('SENTINEL', 'master', 'mymaster'));
+		return 0 unless ($m->{port} // 0) == $srv->port
+		  && ($m->{'num-slaves'} // 0) >= 1
+		  && ($m->{'num-other-sentinels'} // 0) == 2
+		  && ($m->{flags} // '') eq 'master';
+		# a replica listed as down (the one killed, back now) is not ready yet
+		my $r = $s->cli('SENTINEL', 'replicas', 'mymaster') // '';
+		return 0 if $r =~ /s_down|disconnected/;
+	}
+	return 1;
+}
+ok(wait_until(60, sub { sentinels_settled($primary) }),
+	'the sentinels monitor the primary and know its replica and each other');
+
+my $sentinel_list = join(',', map { $_->address } @sentinels);
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+$node->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.sentinels = '$sentinel_list'
+redsem.sentinel_master = 'mymaster'
+redsem.host = '127.0.0.1'
+redsem.port = 1
+max_connections = 40
+log_min_messages = warning
+EOC
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+
+###########################################################################
+note 'finding the primary, and the errors when it cannot be found';
+
+is($node->safe_psql('postgres',
+		q{SELECT redsem_acquire_xact('where', 1) IS NOT NULL, (SELECT permits_held FROM redsem_semaphore('where'));}),
+	't|1', 'a slot is taken through the sentinels (redsem.host points nowhere)');
+# scripts run by a server (rejected ones included)
+sub script_calls
+{
+	my ($srv) = @_;
+	my $s = $srv->cli('INFO', 'commandstats') // '';
+	return $s =~ /cmdstat_evalsha:calls=(\d+)/ ? $1 : 0;
+}
+ok(script_calls($primary) > 0 && script_calls($replica) == 0,
+	'the slot is taken on the primary the sentinels name, never on the replica');
+
+# the error of $sql under $settings (SET commands), with its SQLSTATE
+sub error_of
+{
+	my ($settings, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\n$settings\n$sql", on_error_stop => 1);
+	return $err;
+}
+
+my $closed = PostgreSQL::Test::Cluster::get_free_port();
+like(error_of(qq{SET redsem.sentinels = 'nonsense';}, ''),
+	qr/invalid value for parameter "redsem.sentinels".*\n.*Entry 1 is not of the form host:port/,
+	'a malformed sentinel list is refused when set');
+like(error_of(qq{SET redsem.sentinels = '127.0.0.1:1,[::1:2';}, ''),
+	qr/Entry 2 is not of the form/, 'so is a malformed second entry');
+like(error_of(qq{SET redsem.sentinel_master = 'other';}, q{SELECT redsem_acquire_xact('x', 1);}),
+	qr/ERROR:  08001: could not connect to Redis at primary "other" of redsem\.sentinels\n.*the sentinels do not monitor a primary named "other"/,
+	'an unknown primary name is a connection failure (08001) that says so');
+like(error_of(qq{SET redsem.sentinels = '127.0.0.1:$closed';}, q{SELECT redsem_acquire_xact('x', 1);}),
+	qr/ERROR:  08001: .*\n.*no sentinel of redsem.sentinels named the primary: Connection refused/,
+	'no sentinel answering is a connection failure (08001)');
+is($node->safe_psql('postgres',
+		qq{SET redsem.sentinels = '127.0.0.1:$closed,$sentinel_list'; SELECT redsem_acquire_xact('x', 1) IS NOT NULL;}),
+	't', 'a dead sentinel first in the list is passed over');
+my $pw = $node->basedir . '/sentinel.pw';
+PostgreSQL::Test::Utils::append_to_file($pw, "secret\n");
+chmod 0644, $pw;
+like(error_of(qq{SET redsem.sentinel_password_file = '$pw';}, q{SELECT redsem_acquire_xact('x', 1);}),
+	qr/has group or world access/, 'a readable sentinel password file is refused');
+chmod 0600, $pw;
+like(error_of(qq{SET redsem.sentinel_password_file = '$pw';}, q{SELECT redsem_acquire_xact('x', 1);}),
+	qr/28000: .*\n.*sentinel 127\.0\.0\.1:\d+: AUTH: ERR AUTH/, 'a password the sentinels do not expect fails the connection, naming the sentinel');
+unlike(slurp_file($node->logfile), qr/secret/, 'the password is in no log line');
+like(error_of(qq{SET redsem.grant_replicas = 2; SET redsem.grant_replica_timeout = 100;},
+		q{SELECT redsem_acquire_xact('wait2', 1);}),
+	qr/08006: Redis at .* did not replicate a grant in time\n.*1 of the 2 replicas/,
+	'a grant that too few replicas acknowledge fails with 08006');
+is($node->safe_psql('postgres', q{SELECT permits_held FROM redsem_semaphore('wait2');}), '0',
+	'and its slot is given back');
+like(error_of(q{SET ROLE pg_monitor;}, q{SET redsem.sentinels = '';}),
+	qr/permission denied to set parameter "redsem.sentinels"/,
+	'an ordinary role cannot point redsem elsewhere');
+
+###########################################################################
+note 'failovers under load, counted independently of redsem';
+
+$node->safe_psql('postgres', <<'EOS');
+CREATE TABLE periods (round text, pid int, t0 float8, t1 float8);
+CREATE TABLE failures (round text, pid int, at float8, state text, msg text);
+CREATE PROCEDURE worker(round text, seconds float8, replicas int,
+                        reconnect boolean)
+LANGUAGE plpgsql AS $$
+DECLARE
+  stop float8 := extract(epoch FROM clock_timestamp()) + seconds;
+  id text;
+  t0 float8;
+BEGIN
+  PERFORM set_config('redsem.grant_replicas', replicas::text, false);
+  WHILE extract(epoch FROM clock_timestamp()) < stop LOOP
+    IF reconnect THEN
+      -- setting a connection setting makes redsem connect anew, as a new
+      -- session would: to the primary the sentinels name now
+      PERFORM set_config('redsem.sentinel_master', 'mymaster', false);
+    END IF;
+    BEGIN
+      id := redsem_acquire('fo_' || round, 2, lease => '3 s', wait => '10 s');
+    EXCEPTION WHEN others THEN
+      INSERT INTO failures VALUES (round, pg_backend_pid(),
+        extract(epoch FROM clock_timestamp()), SQLSTATE, SQLERRM);
+      COMMIT;
+      PERFORM pg_sleep(0.02);
+      CONTINUE;
+    END;
+    IF id IS NULL THEN
+      -- no slot within the wait
+      INSERT INTO failures VALUES (round, pg_backend_pid(),
+        extract(epoch FROM clock_timestamp()), 'wait', 'no slot within 10 s');
+      COMMIT;
+      CONTINUE;
+    END IF;
+    t0 := extract(epoch FROM clock_timestamp());
+    PERFORM pg_sleep(0.005 + random() * 0.01);
+    INSERT INTO periods VALUES (round, pg_backend_pid(), t0,
+      extract(epoch FROM clock_timestamp()));
+    BEGIN
+      PERFORM redsem_release('fo_' || round, id);
+    EXCEPTION WHEN others THEN
+      INSERT INTO failures VALUES (round, pg_backend_pid(),
+        extract(epoch FROM clock_timestamp()), SQLSTATE, 'release: ' || SQLERRM);
+    END;
+    COMMIT;
+  END LOOP;
+END $$;
+EOS
+
+# The most periods that overlap, and how many periods started with the
+# limit already reached
+sub sweep
+{
+	my ($periods) = @_;
+	my @ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
+	  ((map { [ $_->[0], +1 ] } @$periods), (map { [ $_->[1], -1 ] } @$periods));
+	my ($in, $max, $over) = (0, 0, 0);
+	foreach my $e (@ev)
+	{
+		$in += $e->[1];
+		$over++ if $e->[1] > 0 && $in > $LIMIT;
+		$max = $in if $in > $max;
+	}
+	return ($max, $over);
+}
+
+# The longest time without a period starting, from the trigger on
+sub longest_gap
+{
+	my ($periods, $from, $to) = @_;
+	my @t = sort { $a <=> $b } grep { $_ >= $from } map { $_->[0] } @$periods;
+	my ($prev, $gap) = ($from, 0);
+	foreach my $t (@t, $to)
+	{
+		$gap = $t - $prev if $t - $prev > $gap;
+		$prev = $t;
+	}
+	return $gap;
+}
+
+# Bring a killed server back: the sentinels make it a replica
+sub bring_back
+{
+	my ($srv) = @_;
+	$srv->start;
+	my $p = current_primary();
+	return wait_until(60, sub {
+			my $r = replication($srv);
+			($r->{role} // '') eq 'slave' && ($r->{master_link_status} // '') eq 'up'
+			  && defined($p = current_primary()) && sentinels_settled($p);
+	});
+}
+
+my @report;
+foreach my $round (
+	[ 'failover', 0 ], [ 'failover', 1 ],
+	[ 'kill', 0 ], [ 'kill', 1 ])
+{
+	my ($how, $replicas) = @$round;
+	my $label = "${how}_$replicas";
+	my $old;
+	ok(wait_until(60, sub { $old = current_primary(); defined $old && sentinels_settled($old) }),
+		"$label: a primary with an in-sync replica, known to every sentinel");
+	my @sessions = map { RedsemTest::Session->new($node, name => "w$_") } 1 .. $SESSIONS;
+	# half the sessions keep their connection, half connect anew each time
+	my $i = 0;
+	$_->send(qq{CALL worker('$label', $ROUND_S, $replicas, } . ($i++ % 2 ? 'true' : 'false') . ');')
+	  foreach @sessions;
+	usleep($TRIGGER_AFTER_S * 1e6);
+	my $trigger = time;
+	if ($how eq 'failover')
+	{
+		$sentinels[0]->cli('SENTINEL', 'FAILOVER', 'mymaster');
+	}
+	else
+	{
+		$old->kill9;
+	}
+	my ($new) = grep { $_ != $old } @data;
+	ok(wait_until(30, sub { (replication($new)->{role} // '') eq 'master' }),
+		"$label: the replica becomes the primary");
+	ok(bring_back($old), "$label: the old primary is brought back as a replica")
+	  if $how eq 'kill';
+	my $all_done = 1;
+	foreach my $s (@sessions)
+	{
+		my ($out, $err) = $s->wait_done($ROUND_S + 60);
+		$all_done = 0 unless defined $out && ($err // '') eq '';
+		$s->quit;
+	}
+	ok($all_done, "$label: every session ended its round (nothing hung)");
+
+	my $rows = $node->safe_psql('postgres',
+		qq{SELECT t0, t1 FROM periods WHERE round = '$label' ORDER BY t0;});
+	my @periods = map { [ split /\|/ ] } split /\n/, $rows;
+	my ($max, $over) = sweep(\@periods);
+	my $gap = longest_gap(\@periods, $trigger, $trigger + $ROUND_S - $TRIGGER_AFTER_S);
+	my $states = $node->safe_psql('postgres',
+		qq{SELECT coalesce(string_agg(DISTINCT state, ','), '') FROM failures WHERE round = '$label';});
+	my $nfail = $node->safe_psql('postgres', qq{SELECT count(*) FROM failures WHERE round = '$label';});
+	my $after = scalar grep { $_->[0] > $trigger + $gap } @periods;
+	ok($after > 0, "$label: grants resume after the switch");
+	like($states, qr/^(08006)?(,?wait)?$/, "$label: calls during the switch fail with 08006 only, or wait ($nfail failures)");
+	if ($replicas)
+	{
+		is($over, 0, "$label: never more than $LIMIT inside at once (with redsem.grant_replicas = 1)");
+	}
+	note $node->safe_psql('postgres',
+		qq{SELECT state, left(msg, 200), count(*) FROM failures WHERE round = '$label' GROUP BY 1, 2;});
+	push @report, sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%.2f  failed_calls=%d',
+		$how, $replicas, scalar(@periods), $max, $over, $gap, $nfail);
+	note $report[-1];
+}
+
+diag("failover figures:\n" . join("\n", @report));
+if (my $file = $ENV{REDSEM_FAILOVER_REPORT})
+{
+	PostgreSQL::Test::Utils::append_to_file($file, join("\n", @report) . "\n");
+}
+
+node_log_is_clean($node, 'no crash in the server log');
+$node->stop;
+done_testing();

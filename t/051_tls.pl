@@ -1,0 +1,188 @@
+# redsem over TLS, against redis-server --tls-port with a throwaway CA made
+# by openssl here: server verification (authority, name), mutual TLS, the
+# keeper over TLS, and clear 08001 errors for every refusal.  A build
+# without TLS (hiredis 0.14) is checked to say so, then the rest is skipped.
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use File::Spec;
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init;
+$node->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.host = '127.0.0.1'
+redsem.port = 1
+log_min_messages = warning
+EOC
+$node->start;
+$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+
+# The error of $sql after $settings (SET commands), VERBOSITY verbose
+sub error_of
+{
+	my ($settings, $sql) = @_;
+	my ($ret, $out, $err) = $node->psql('postgres',
+		"\\set VERBOSITY verbose\n$settings\n$sql", on_error_stop => 1);
+	return $err;
+}
+
+my $probe = error_of(q{SET redsem.tls = on;}, q{SELECT redsem_acquire_xact('t', 1);});
+if ($probe =~ /has no TLS support/)
+{
+	like($probe, qr/08001: .*\n.*needs hiredis 1\.0 or later with hiredis_ssl/,
+		'a build without TLS says which library it needs (08001)');
+	$node->stop;
+	done_testing();
+	exit 0;
+}
+
+###########################################################################
+note 'a throwaway CA, a server certificate, a client certificate';
+
+my $dir = File::Spec->rel2abs(PostgreSQL::Test::Utils::tempdir('tls'));
+sub openssl
+{
+	my @cmd = ('openssl', @_);
+	my ($out, $err);
+	IPC::Run::run(\@cmd, '<', '/dev/null', '>', \$out, '2>', \$err)
+	  or BAIL_OUT("openssl @_: $err");
+	return;
+}
+# a key and a certificate for $cn signed by CA $ca (self-signed if undef)
+sub make_cert
+{
+	my ($name, $cn, $ca, $san) = @_;
+	openssl('req', '-new', '-newkey', 'rsa:2048', '-nodes', '-subj', "/CN=$cn",
+		'-keyout', "$dir/$name.key", '-out', "$dir/$name.csr");
+	my $ext = "$dir/$name.ext";
+	PostgreSQL::Test::Utils::append_to_file($ext,
+		defined $san ? "subjectAltName=$san\n" : "basicConstraints=critical,CA:TRUE\n");
+	if (defined $ca)
+	{
+		openssl('x509', '-req', '-in', "$dir/$name.csr", '-CA', "$dir/$ca.crt",
+			'-CAkey', "$dir/$ca.key", '-CAcreateserial', '-days', '2',
+			'-extfile', $ext, '-out', "$dir/$name.crt");
+	}
+	else
+	{
+		openssl('x509', '-req', '-in', "$dir/$name.csr", '-signkey', "$dir/$name.key",
+			'-days', '2', '-extfile', $ext, '-out', "$dir/$name.crt");
+	}
+	chmod 0600, "$dir/$name.key";
+	return;
+}
+make_cert('ca', 'redsem test CA');
+make_cert('server', 'redis.test', 'ca', 'DNS:redis.test,IP:127.0.0.1');
+make_cert('client', 'redsem', 'ca', 'DNS:redsem');
+make_cert('rogue_ca', 'someone else');
+make_cert('rogue_client', 'redsem', 'rogue_ca', 'DNS:redsem');
+
+my $redis = RedsemTest::TcpServer->new(
+	name => 'redis_tls',
+	conf => [
+		'port 0',
+		'tls-port PORT',
+		"tls-cert-file $dir/server.crt",
+		"tls-key-file $dir/server.key",
+		"tls-ca-cert-file $dir/ca.crt",
+		'tls-auth-clients optional',
+	],
+	tls_args => [ '--tls', '--cacert', "$dir/ca.crt" ]);
+my $port = $redis->port;
+my $mutual = RedsemTest::TcpServer->new(
+	name => 'redis_mtls',
+	conf => [
+		'port 0',
+		'tls-port PORT',
+		"tls-cert-file $dir/server.crt",
+		"tls-key-file $dir/server.key",
+		"tls-ca-cert-file $dir/ca.crt",
+		'tls-auth-clients yes',
+	],
+	tls_args => [ '--tls', '--cacert', "$dir/ca.crt", '--cert', "$dir/client.crt", '--key', "$dir/client.key" ]);
+my $mport = $mutual->port;
+my $plain = RedsemTest::TcpServer->new(name => 'redis_plain');
+
+my $base = "SET redsem.tls = on; SET redsem.port = $port; SET redsem.tls_ca_file = '$dir/ca.crt';";
+my $take = q{SELECT redsem_acquire_xact('t', 1) IS NOT NULL;};
+
+###########################################################################
+note 'verifying the server';
+
+is($node->safe_psql('postgres', "$base $take"), 't',
+	'a slot is taken over TLS, the server verified against redsem.tls_ca_file and its IP');
+is($node->safe_psql('postgres', "$base SET redsem.tls_server_name = 'redis.test'; $take"), 't',
+	'and against a server name');
+like(error_of("$base SET redsem.tls_server_name = 'other.test';", $take),
+	qr/08001: could not connect to Redis at 127\.0\.0\.1:$port\n.*the server certificate was not accepted: [^\n]*(mismatch|hostname)/i,
+	'a certificate for another name is refused (08001), saying why');
+like(error_of("$base SET redsem.tls_ca_file = '$dir/rogue_ca.crt';", $take),
+	qr/08001: .*\n.*the server certificate was not accepted: (unable to get local issuer|self.signed|certificate signature)/i,
+	'a certificate from another authority is refused');
+like(error_of("SET redsem.tls = on; SET redsem.port = $port;", $take),
+	qr/08001: .*\n.*the server certificate was not accepted/,
+	'without redsem.tls_ca_file, only the system authorities are trusted');
+like(error_of("$base SET redsem.tls_ca_file = '$dir/missing.crt';", $take),
+	qr/08001: .*\n.*could not load the TLS files/, 'a missing CA file is a clear error');
+like(error_of("$base SET redsem.connect_timeout = 300; SET redsem.port = " . $plain->port . ';', $take),
+	qr/08001: .*\n.*no TLS handshake within 300 ms \(redsem.connect_timeout\); is the server serving TLS on this port\?/,
+	'a server without TLS on that port: no handshake (08001)');
+like(error_of("$base SET redsem.unix_socket = '/tmp/x.sock';", $take),
+	qr/08001: .*\n.*redsem.tls applies to TCP connections/, 'TLS over a unix socket is refused');
+
+###########################################################################
+note 'mutual TLS';
+
+my $client = "SET redsem.tls_cert_file = '$dir/client.crt'; SET redsem.tls_key_file = '$dir/client.key';";
+is($node->safe_psql('postgres', "$base SET redsem.port = $mport; $client $take"), 't',
+	'a server that requires a client certificate accepts ours');
+like(error_of("$base SET redsem.port = $mport;", $take),
+	qr/08001: .*\n.*the server refused the TLS session: .*certificate required/,
+	'without one it refuses the connection (08001), saying why');
+like(error_of("$base SET redsem.port = $mport; SET redsem.tls_cert_file = '$dir/rogue_client.crt'; SET redsem.tls_key_file = '$dir/rogue_client.key';", $take),
+	qr/08001: .*\n.*the server refused the TLS session: .*(unknown ca|certificate)/,
+	'and with one of another authority too');
+like(error_of("$base SET redsem.tls_cert_file = '$dir/client.crt';", $take),
+	qr/08001: .*\n.*redsem.tls_cert_file and redsem.tls_key_file must be set together/,
+	'a certificate without its key is a clear error');
+like(error_of("$base SET redsem.tls_cert_file = '$dir/client.crt'; SET redsem.tls_key_file = '$dir/server.key';", $take),
+	qr/08001: .*\n.*could not load the TLS files/, 'a key that does not match is refused');
+
+###########################################################################
+note 'settings, and the keeper over TLS';
+
+$node->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
+like(error_of(q{SET ROLE plain;}, q{SET redsem.tls_ca_file = '/tmp/x';}),
+	qr/permission denied to set parameter "redsem.tls_ca_file"/,
+	'an ordinary role cannot change the TLS settings');
+
+$node->append_conf('postgresql.conf', <<"EOC");
+redsem.tls = on
+redsem.port = $mport
+redsem.tls_ca_file = '$dir/ca.crt'
+redsem.tls_cert_file = '$dir/client.crt'
+redsem.tls_key_file = '$dir/client.key'
+EOC
+$node->restart;
+my $s = RedsemTest::Session->new($node, name => 'holder');
+$s->query_ok(q{SELECT redsem_acquire('kept', 1, lease => '1 s');});
+sleep 3;
+is($s->query_ok(q{SELECT count(*) FROM redsem_held() WHERE name = 'kept';}), '1',
+	'a hold with a 1 s lease is still held 3 s later: the keeper refreshes it over TLS');
+is($mutual->cli('ZCARD', 'redsem:{kept}:owner'), '1', 'and Redis has it');
+$s->quit;
+ok(wait_until(10, sub { ($mutual->cli('ZCARD', 'redsem:{kept}:owner') // '') eq '0' }),
+	'the session ends: its slot is given back over TLS');
+
+node_log_is_clean($node, 'no crash in the server log');
+$node->stop;
+done_testing();
