@@ -34,6 +34,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
+#include "cluster.h"
 #include "conn.h"
 #include "redsem.h"
 #include "secret.h"
@@ -41,17 +42,31 @@
 #include "timing.h"
 #include "tls.h"
 
-static redisContext *conn = NULL;
-static uint64 conn_generation = 0;
-static bool conn_tls = false;	/* conn speaks TLS */
-
 /*
- * True from sending a command until its reply is read.  Still true at the
- * next use means the request was abandoned (an ERROR unwinds through
- * redis_exec, but FATAL exits without unwinding): a reply, or a blocked
- * BLPOP, is still owed on the socket, so the connection must not be reused.
+ * One connection: to the Redis server (link 0), or, in a Redis Cluster, to
+ * node i of cluster.c (link i).
  */
-static bool request_in_flight = false;
+typedef struct Link
+{
+	redisContext *ctx;			/* NULL while closed */
+	uint64		generation;		/* the settings it was opened under */
+	bool		tls;			/* it speaks TLS */
+
+	/*
+	 * True from sending a command until its reply is read.  Still true at
+	 * the next use means the request was abandoned (an ERROR unwinds
+	 * through redis_exec, but FATAL exits without unwinding): a reply, or a
+	 * blocked BLPOP, is still owed on the socket, so the connection must not
+	 * be reused.
+	 */
+	bool		in_flight;
+} Link;
+
+static Link links[CLUSTER_MAX_NODES];
+
+/* The link in use: every function below works on it */
+static int	cur_node = 0;
+#define cur (&links[cur_node])
 
 /*
  * The wait set (latch, postmaster death, socket) of the socket we last
@@ -89,7 +104,7 @@ redis_target_signature(void)
 		? psprintf("sentinel|%s|%s|%d|%s", redsem_sentinels,
 				   redsem_sentinel_master, redsem_database,
 				   redsem_user ? redsem_user : "")
-		: psprintf("%s|%d|%s|%d|%s",
+		: psprintf("%s%s|%d|%s|%d|%s", cluster_enabled() ? "cluster|" : "",
 				   redsem_host ? redsem_host : "", redsem_port,
 				   redsem_unix_socket ? redsem_unix_socket : "",
 				   redsem_database,
@@ -107,6 +122,9 @@ redis_target_description(void)
 {
 	if (sentinel_enabled())
 		return sentinel_target_description();
+	if (cluster_enabled())
+		return psprintf("%s:%d (Redis Cluster)", cluster_node_host(cur_node),
+						cluster_node_port(cur_node));
 	if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
 		return psprintf("unix socket \"%s\"", redsem_unix_socket);
 	return psprintf("%s:%d", redsem_host ? redsem_host : "", redsem_port);
@@ -178,16 +196,27 @@ wait_set_for(int fd)
 	return wait_set;
 }
 
-/* Close the connection, if any, and give back its file descriptor */
+/* Close the current link, if open, and give back its file descriptor */
+static void
+disconnect_current(void)
+{
+	if (cur->ctx == NULL)
+		return;
+	close_context(cur->ctx);
+	cur->ctx = NULL;
+	cur->in_flight = false;
+	ReleaseExternalFD();
+}
+
+/* Close every connection */
 void
 redis_disconnect(void)
 {
-	if (conn == NULL)
-		return;
-	close_context(conn);
-	conn = NULL;
-	request_in_flight = false;
-	ReleaseExternalFD();
+	int			was = cur_node;
+
+	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
+		disconnect_current();
+	cur_node = was;
 }
 
 /*
@@ -291,8 +320,8 @@ exchange(redisContext *c, TimestampTz deadline, bool interruptible,
 	*reply = NULL;
 	if (status == RS_OK)
 		status = read_reply(c, deadline, interruptible, reply);
-	if (status == RS_OK && c == conn)
-		request_in_flight = false;
+	if (status == RS_OK && c == cur->ctx)
+		cur->in_flight = false;
 	return status;
 }
 
@@ -627,13 +656,19 @@ redis_connect_deadline(TimestampTz deadline)
 	return Min(d, deadline);
 }
 
-/* Open a connection to the configured server and set up its session */
+/*
+ * Open a connection to the configured server (in a cluster: to the node of
+ * the current link) and set up its session
+ */
 static redisContext *
 open_direct(RedisCall *call, TimestampTz deadline)
 {
 	TimestampTz connect_deadline = redis_connect_deadline(deadline);
-	redisContext *c = redis_open_context(call, redsem_host, redsem_port,
-										 unix_socket_path(), connect_deadline);
+	redisContext *c = cluster_enabled()
+		? redis_open_context(call, cluster_node_host(cur_node),
+							 cluster_node_port(cur_node), NULL, connect_deadline)
+		: redis_open_context(call, redsem_host, redsem_port,
+							 unix_socket_path(), connect_deadline);
 
 	if (c == NULL || !redis_setup_context(call, c, connect_deadline))
 		return NULL;
@@ -670,6 +705,13 @@ open_connection(RedisCall *call, TimestampTz deadline)
 {
 	redisContext *c;
 
+	if (sentinel_enabled() && cluster_enabled())
+	{
+		call->outcome.status = RS_CONNECT_FAILED;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "redsem.sentinels and redsem.cluster cannot be used together: a Redis Cluster fails over by itself");
+		return false;
+	}
 	for (;;)
 	{
 		c = sentinel_enabled() ? sentinel_connect_primary(call, deadline)
@@ -680,9 +722,9 @@ open_connection(RedisCall *call, TimestampTz deadline)
 	}
 	if (c == NULL)
 		return false;
-	conn = c;
-	conn_generation = redsem_guc_generation;
-	conn_tls = redsem_tls;
+	cur->ctx = c;
+	cur->generation = redsem_guc_generation;
+	cur->tls = redsem_tls;
 	return true;
 }
 
@@ -696,23 +738,23 @@ connection_is_stale(void)
 	char		b;
 	ssize_t		n;
 
-	if (request_in_flight || conn_generation != redsem_guc_generation || conn->err)
+	if (cur->in_flight || cur->generation != redsem_guc_generation || cur->ctx->err)
 		return true;
-	n = recv(conn->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n > 0 && conn_tls)
-		return !tls_idle_input_ok(conn);
+	n = recv(cur->ctx->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0 && cur->tls)
+		return !tls_idle_input_ok(cur->ctx);
 	if (n >= 0)
 		return true;
 	return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
-/* Make sure conn is usable, opening it if need be */
+/* Make sure the current link is usable, opening it if need be */
 static bool
 ensure_connection(RedisCall *call, TimestampTz deadline)
 {
-	if (conn != NULL && connection_is_stale())
-		redis_disconnect();
-	if (conn != NULL)
+	if (cur->ctx != NULL && connection_is_stale())
+		disconnect_current();
+	if (cur->ctx != NULL)
 		return true;
 	return open_connection(call, deadline);
 }
@@ -726,7 +768,7 @@ static void
 salvage_error_line(RedisCall *call)
 {
 	char		buf[256];
-	ssize_t		n = recv(conn->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	ssize_t		n = recv(cur->ctx->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
 	char	   *end;
 	bool		drop;
 
@@ -749,17 +791,17 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 {
 	RedisStatus status;
 
-	if (redisAppendCommandArgv(conn, argc, argv, argvlen) != REDIS_OK)
+	if (redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
 		return RS_LOST;
-	request_in_flight = true;
+	cur->in_flight = true;
 	PG_TRY();
 	{
-		status = exchange(conn, deadline, call->interruptible, reply);
+		status = exchange(cur->ctx, deadline, call->interruptible, reply);
 	}
 	PG_CATCH();
 	{
 		/* interrupted with a reply possibly still in flight */
-		redis_disconnect();
+		disconnect_current();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -776,26 +818,154 @@ connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
 	call->outcome.status = status;
 	call->outcome.timeout_ms = timeout_ms;
 	snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
-			 conn->err ? conn->errstr : "");
+			 cur->ctx->err ? cur->ctx->errstr : "");
 	if (status == RS_LOST)
 		salvage_error_line(call);
-	redis_disconnect();
+	disconnect_current();
 }
 
 /*
- * Through sentinels, a command refused because the server is no primary
- * now (READONLY, and the like: the command was not run, and the connection
- * was dropped) is sent again to the primary the sentinels name next, until
- * the deadline.  True after pausing, if the command should be sent again.
+ * Through sentinels or in a cluster, a command refused because the server
+ * is no primary now (READONLY, CLUSTERDOWN, TRYAGAIN and the like: the
+ * command was not run), or whose node could not be reached, is sent again
+ * until the deadline: to the primary the sentinels name next, or to the
+ * node the cluster redirects to.  True after pausing, if it should be.
  */
 static bool
-follow_failover(RedisCall *call, bool dropped, TimestampTz deadline)
+follow_failover(RedisCall *call, TimestampTz deadline)
 {
-	if (!sentinel_enabled() || !dropped ||
-		call->outcome.status != RS_UNAVAILABLE || past(deadline))
+	if (!(sentinel_enabled() || cluster_enabled()) ||
+		!(call->outcome.status == RS_UNAVAILABLE ||
+		  (cluster_enabled() && call->outcome.status == RS_CONNECT_FAILED)) ||
+		past(deadline))
 		return false;
 	pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	return !past(deadline);
+}
+
+/*
+ * Send "ASKING" and then the command on the current link (a cluster slot
+ * being migrated), and read the command's reply into *reply.
+ */
+static RedisStatus
+send_asking(RedisCall *call, int argc, const char **argv,
+			const size_t *argvlen, TimestampTz deadline, redisReply **reply)
+{
+	const char *asking[] = {"ASKING"};
+	redisReply *r = NULL;
+	RedisStatus status;
+
+	if (redisAppendCommandArgv(cur->ctx, 1, asking, NULL) != REDIS_OK)
+		return RS_LOST;
+	status = send_and_receive(call, argc, argv, argvlen, deadline, &r);
+	if (status != RS_OK)
+		return status;
+	freeReplyObject(r);
+	cur->in_flight = true;
+	PG_TRY();
+	{
+		status = read_reply(cur->ctx, deadline, call->interruptible, reply);
+	}
+	PG_CATCH();
+	{
+		disconnect_current();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (status == RS_OK)
+		cur->in_flight = false;
+	return status;
+}
+
+/* The node of the command sent last (WAIT must follow it) */
+static int	last_node = -1;
+
+/*
+ * For exec_routed's keep_errors: true if an error reply goes back to the
+ * caller as it is (dropping the connection if it is no use any more);
+ * false if it is a failover to follow (through sentinels or in a cluster).
+ */
+static bool
+keep_error_reply(const redisReply *reply)
+{
+	RedisOutcome o;
+	bool		drop = redis_reply_outcome(reply, &o);
+
+	if (o.status == RS_UNAVAILABLE && (cluster_enabled() || sentinel_enabled()))
+		return false;
+	if (drop)
+		disconnect_current();
+	return true;
+}
+
+/*
+ * Send one command to where it belongs, following cluster redirections
+ * (MOVED, ASK) and failovers (see follow_failover), until deadline.
+ * Returns true with its reply; an error reply is returned as such when
+ * keep_errors, else absorbed into the call's outcome (false).  False with
+ * the outcome on connection trouble.  Never raises but on interrupts.
+ */
+static bool
+exec_routed(RedisCall *call, int argc, const char **argv,
+			const size_t *argvlen, TimestampTz deadline, int timeout_ms,
+			bool keep_errors, redisReply **reply)
+{
+	bool		cluster = cluster_enabled();
+	int			node = cluster ? cluster_node_for(argc, argv, last_node) : 0;
+	int			redirects = 0;
+	bool		asking = false;
+	bool		ok;
+
+	for (;;)
+	{
+		RedisStatus status;
+		bool		drop = false;
+
+		cur_node = node;
+		*reply = NULL;
+		ok = ensure_connection(call, deadline);
+		if (!ok && cluster)
+			cluster_node_failed(node);
+		if (ok)
+		{
+			status = asking ? send_asking(call, argc, argv, argvlen, deadline, reply)
+				: send_and_receive(call, argc, argv, argvlen, deadline, reply);
+			asking = false;
+			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
+			{
+				int			next = (cluster && redirects < CLUSTER_MAX_REDIRECTS)
+					? cluster_redirect((*reply)->str ? (*reply)->str : "", &asking) : -1;
+
+				if (next >= 0)
+				{
+					elog(DEBUG2, "redsem: %s: %s", argv[0], (*reply)->str);
+					freeReplyObject(*reply);
+					node = next;
+					redirects++;
+					continue;
+				}
+				if (keep_errors && keep_error_reply(*reply))
+				{
+					last_node = cur_node;
+					return true;
+				}
+				status = absorb_error_reply(call, *reply, NULL, &drop);
+				*reply = NULL;
+			}
+			else if (status != RS_OK)
+				connection_failed(call, status, timeout_ms);
+			if (drop)
+				disconnect_current();
+			ok = (status == RS_OK);
+		}
+		if (ok || !follow_failover(call, deadline))
+			break;
+		if (cluster)
+			node = cluster_node_for(argc, argv, node);
+		redirects = 0;			/* a limit per attempt */
+	}
+	last_node = cur_node;
+	return ok;
 }
 
 /*
@@ -813,9 +983,7 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 {
 	TimestampTz deadline = call->deadline;
 	int			timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
-	RedisStatus status;
 	bool		ok;
-	bool		drop = false;
 
 	*reply = NULL;
 	call->outcome.status = RS_OK;
@@ -831,27 +999,7 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	for (;;)
-	{
-		drop = false;
-		ok = ensure_connection(call, deadline);
-		if (ok)
-		{
-			status = send_and_receive(call, argc, argv, argvlen, deadline, reply);
-			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
-			{
-				status = absorb_error_reply(call, *reply, NULL, &drop);
-				*reply = NULL;
-			}
-			else if (status != RS_OK)
-				connection_failed(call, status, timeout_ms);
-			if (drop)
-				redis_disconnect();
-			ok = (status == RS_OK);
-		}
-		if (ok || !follow_failover(call, drop, deadline))
-			break;
-	}
+	ok = exec_routed(call, argc, argv, argvlen, deadline, timeout_ms, false, reply);
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
 
@@ -868,25 +1016,63 @@ pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
 	RedisStatus status = RS_OK;
 
 	for (int i = 0; i < n; i++)
-		if (redisAppendCommandArgv(conn, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
+		if (redisAppendCommandArgv(cur->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
 			return RS_LOST;
-	request_in_flight = true;
+	cur->in_flight = true;
 	PG_TRY();
 	{
-		status = flush_output(conn, deadline, call->interruptible);
+		status = flush_output(cur->ctx, deadline, call->interruptible);
 		for (int i = 0; i < n && status == RS_OK; i++)
-			status = read_reply(conn, deadline, call->interruptible, &replies[i]);
+			status = read_reply(cur->ctx, deadline, call->interruptible, &replies[i]);
 	}
 	PG_CATCH();
 	{
 		/* interrupted with replies possibly still in flight */
-		redis_disconnect();
+		disconnect_current();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	if (status == RS_OK)
-		request_in_flight = false;
+		cur->in_flight = false;
 	return status;
+}
+
+/*
+ * A pipeline in a Redis Cluster, whose commands may belong to different
+ * nodes: each is sent to its node in turn.  A command whose node fails
+ * keeps a NULL reply, and so do the later ones for that node (they are not
+ * sent, so that one dead node does not cost each of them the deadline);
+ * the others go on.  Returns false if any failed (the last failure in
+ * call->outcome).
+ */
+static bool
+pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
+				 TimestampTz deadline, int timeout_ms, redisReply **replies)
+{
+	bool		failed_node[CLUSTER_MAX_NODES] = {false};
+	RedisOutcome failure = {RS_OK, 0, ""};
+	bool		all = true;
+
+	if (!call->interruptible)
+		HOLD_INTERRUPTS();
+	for (int i = 0; i < n; i++)
+	{
+		int			node = cluster_node_for(cmds[i].argc, cmds[i].argv, last_node);
+
+		if (failed_node[node])
+			continue;
+		if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
+						 timeout_ms, true, &replies[i]))
+		{
+			failed_node[node] = true;
+			failure = call->outcome;
+			all = false;
+		}
+	}
+	if (!call->interruptible)
+		RESUME_INTERRUPTS();
+	call->outcome = failure;
+	return all;
 }
 
 /*
@@ -912,8 +1098,11 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 	call->outcome.detail[0] = '\0';
 	if (deadline == DT_NOEND)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
+	if (cluster_enabled())
+		return pipeline_by_node(call, n, cmds, deadline, timeout_ms, replies);
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
+	cur_node = 0;
 	ok = ensure_connection(call, deadline);
 	if (ok)
 	{
@@ -922,12 +1111,12 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 			connection_failed(call, status, timeout_ms);
 		else
 		{
-			for (int i = 0; i < n && conn != NULL; i++)
+			for (int i = 0; i < n && cur->ctx != NULL; i++)
 			{
 				RedisOutcome o;
 
 				if (redis_reply_outcome(replies[i], &o))
-					redis_disconnect();
+					disconnect_current();
 			}
 		}
 		ok = (status == RS_OK);
@@ -999,7 +1188,7 @@ redis_status_text(RedisStatus status)
 bool
 redis_connected(void)
 {
-	return conn != NULL;
+	return cur->ctx != NULL;
 }
 
 /* One sentence saying why a call failed, for log lines and redsem_held() */

@@ -8,6 +8,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "cluster.h"
 #include "compat.h"
 #include "keeper.h"
 #include "queue.h"
@@ -206,6 +207,7 @@ _PG_init(void)
 	define_timeout_gucs();
 	tls_define_gucs();
 	sentinel_define_gucs();
+	cluster_define_gucs();
 	queue_define_gucs();
 	if (process_shared_preload_libraries_in_progress)
 	{

@@ -1,0 +1,23 @@
+/*
+ * cluster.h
+ *		Redis Cluster: which node serves a command's key, learnt from the
+ *		cluster's own redirections.
+ */
+#ifndef REDSEM_CLUSTER_H
+#define REDSEM_CLUSTER_H
+
+#define CLUSTER_MAX_NODES	64
+#define CLUSTER_MAX_REDIRECTS	16	/* per attempt, MOVED and ASK together */
+
+extern bool redsem_cluster;
+
+extern void cluster_define_gucs(void);
+extern bool cluster_enabled(void);
+extern int	cluster_node_for(int argc, const char **argv, int current);
+extern int	cluster_redirect(const char *error, bool *ask);
+extern void cluster_node_failed(int node);
+extern const char *cluster_node_host(int node);
+extern int	cluster_node_port(int node);
+extern int	cluster_key_slot(const char *key, size_t len);
+
+#endif							/* REDSEM_CLUSTER_H */
