@@ -68,7 +68,7 @@ static List *queued = NIL;
 static char *
 queue_semaphore(const QueueDef *q)
 {
-	return psprintf("queue:%s", q->name);
+	return pstrdup(q->semaphore);
 }
 
 /* True if name matches the glob pattern ('*' matches any run) */
@@ -306,7 +306,7 @@ passes_by_cost(const QueueDef *q, const QueryDesc *query)
 
 	if (plan == NULL || plan->total_cost >= q->min_cost)
 		return false;
-	stats_count(psprintf("queue:%s", q->name), STAT_BYPASSED, 1);
+	stats_count(q->semaphore, STAT_BYPASSED, 1);
 	return true;
 }
 

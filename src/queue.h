@@ -19,6 +19,7 @@
 typedef struct QueueDef
 {
 	char		name[QUEUE_MAX_NAME_BYTES + 1];
+	char		semaphore[QUEUE_MAX_NAME_BYTES + 7];	/* "queue:" name */
 	int			active;			/* statements running at once */
 	double		min_cost;		/* cheaper statements pass */
 	int			max_wait_ms;	/* -1: no limit */

@@ -55,7 +55,7 @@ redsem_shmem_request(void)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(add_size(sizeof(RedsemShared),
 									hash_estimate_size(redsem_max_tracked_semaphores,
-													   sizeof(SemStats))));
+													   sizeof(SharedSemStats))));
 	RequestNamedLWLockTranche("redsem", 2);
 }
 
@@ -131,7 +131,7 @@ redsem_shmem_startup(void)
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = REDSEM_MAX_NAME_BYTES + 1;
-	info.entrysize = sizeof(SemStats);
+	info.entrysize = sizeof(SharedSemStats);
 	stats_hash = ShmemInitHash("redsem statistics",
 							   redsem_max_tracked_semaphores,
 							   redsem_max_tracked_semaphores,
@@ -368,7 +368,7 @@ shared_hold_read(int slot, const char *id, SharedHold *copy)
 void
 stats_count(const char *name, StatField field, int64 delta)
 {
-	SemStats   *s;
+	SharedSemStats *s;
 	bool		found;
 	char		key[REDSEM_MAX_NAME_BYTES + 1];
 
@@ -376,13 +376,22 @@ stats_count(const char *name, StatField field, int64 delta)
 		return;
 	memset(key, 0, sizeof(key));
 	strlcpy(key, name, sizeof(key));
+	/* an entry that exists is counted into under the shared lock */
+	LWLockAcquire(shared->stats_lock, LW_SHARED);
+	s = hash_search(stats_hash, key, HASH_FIND, NULL);
+	if (s != NULL)
+		pg_atomic_fetch_add_u64(&s->counters[field], delta);
+	LWLockRelease(shared->stats_lock);
+	if (s != NULL)
+		return;
 	LWLockAcquire(shared->stats_lock, LW_EXCLUSIVE);
 	s = hash_search(stats_hash, key, HASH_ENTER_NULL, &found);
 	if (s != NULL)
 	{
 		if (!found)
-			memset(s->counters, 0, sizeof(s->counters));
-		s->counters[field] += delta;
+			for (int f = 0; f < STAT_NFIELDS; f++)
+				pg_atomic_init_u64(&s->counters[f], 0);
+		pg_atomic_fetch_add_u64(&s->counters[field], delta);
 	}
 	LWLockRelease(shared->stats_lock);
 }
@@ -403,7 +412,7 @@ int
 stats_snapshot(SemStats **out)
 {
 	HASH_SEQ_STATUS seq;
-	SemStats   *s;
+	SharedSemStats *s;
 	int			n = 0;
 	int			cap;
 
@@ -415,7 +424,13 @@ stats_snapshot(SemStats **out)
 	while ((s = hash_seq_search(&seq)) != NULL)
 	{
 		if (n < cap)
-			(*out)[n++] = *s;
+		{
+			SemStats   *o = &(*out)[n++];
+
+			memcpy(o->name, s->name, sizeof(o->name));
+			for (int f = 0; f < STAT_NFIELDS; f++)
+				o->counters[f] = (int64) pg_atomic_read_u64(&s->counters[f]);
+		}
 	}
 	LWLockRelease(shared->stats_lock);
 	return n;
@@ -426,7 +441,7 @@ void
 stats_reset(const char *name)
 {
 	HASH_SEQ_STATUS seq;
-	SemStats   *s;
+	SharedSemStats *s;
 
 	require_stats();
 	LWLockAcquire(shared->stats_lock, LW_EXCLUSIVE);

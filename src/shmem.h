@@ -7,6 +7,8 @@
 #ifndef REDSEM_SHMEM_H
 #define REDSEM_SHMEM_H
 
+#include "port/atomics.h"
+
 #include "datatype/timestamp.h"
 #include "storage/latch.h"
 #include "storage/lwlock.h"
@@ -82,11 +84,23 @@ typedef enum StatField
 	STAT_NFIELDS
 } StatField;
 
+/* A semaphore's statistics, as stats_snapshot() copies them */
 typedef struct SemStats
 {
 	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
 	int64		counters[STAT_NFIELDS];
 } SemStats;
+
+/*
+ * The same in shared memory: counters are atomics, so counting takes the
+ * statistics lock only shared (to find the entry), not exclusive — a
+ * statement queue counts every statement that passes by cost.
+ */
+typedef struct SharedSemStats
+{
+	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	pg_atomic_uint64 counters[STAT_NFIELDS];
+} SharedSemStats;
 
 extern RedsemShared *shared;
 extern SharedHold *hold_table;
