@@ -32,9 +32,16 @@ install=()
 chmod 666 "$REPORT"
 for ((i = 1; i <= ROUNDS; i++)); do
     echo "==> round $i of $ROUNDS" >&2
-    REDSEM_FAILOVER_REPORT=$REPORT REDSEM_FAILOVER_ROUND_S=${BENCH_ROUND_S:-18} \
-        "${install[@]}" bash "$REPO/scripts/test.sh" tap t/050_sentinel.pl t/052_cluster.pl >/dev/null 2>&1 ||
-        echo "redsem failover bench: round $i: a test failed (figures kept)" >&2
+    log=/tmp/redsem-failover-round$i.log
+    if REDSEM_FAILOVER_REPORT=$REPORT REDSEM_FAILOVER_ROUND_S=${BENCH_ROUND_S:-18} REDSEM_KEEP=1 \
+        "${install[@]}" bash "$REPO/scripts/test.sh" tap t/050_sentinel.pl t/052_cluster.pl >"$log" 2>&1; then
+        # the tests passed: drop their temp dir and log
+        kept=$(sed -n 's/^==> kept temp dir: //p' "$log")
+        [[ -z $kept ]] || rm -rf "$kept"
+        rm -f "$log"
+    else
+        echo "redsem failover bench: round $i: a test failed (figures kept; see $log and the temp dir it names)" >&2
+    fi
     install=(env REDSEM_NO_INSTALL=1)
 done
 

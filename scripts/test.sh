@@ -189,14 +189,18 @@ run_part() {
 
 FAILED_PARTS=()
 
-# "PostgreSQL 17.12, hiredis 1.2.0, Redis 8.0.2": what the suite ran on.
+# "PostgreSQL 17.12, hiredis 1.2.0 with TLS, Redis 8.0.2": what the suite
+# ran on (TLS: the installed library links hiredis_ssl).
 platform_line() {
-    local pg hiredis server
+    local pg hiredis server tls=without
     pg=$("$REDSEM_PG_CONFIG" --version | awk '{print $2}')
     hiredis=$(pkg-config --modversion hiredis 2>/dev/null || echo '?')
     server=$("$REDSEM_TMPDIR/bin/redis-server" --version 2>/dev/null |
         sed -nE 's/^(Redis|Valkey) server v=([^ ]+).*/\1 \2/p')
-    echo "PostgreSQL $pg, hiredis $hiredis, ${server:-$REDSEM_REDIS ?}"
+    if ldd "$("$REDSEM_PG_CONFIG" --pkglibdir)/redsem.so" 2>/dev/null | grep -q hiredis_ssl; then
+        tls=with
+    fi
+    echo "PostgreSQL $pg, hiredis $hiredis $tls TLS, ${server:-$REDSEM_REDIS ?}"
 }
 
 # The name of a part in the summary: what its count counts.

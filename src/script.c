@@ -622,6 +622,8 @@ sem_set_limit(RedisCall *call, const char *name, int max_holders,
  */
 #define KEEP_IDS_PER_CALL		128
 #define KEEP_PIPELINE_DEPTH		256
+/* loads of the script after NOSCRIPT, per batch: one per node missing it */
+#define KEEP_LOAD_PASSES		8
 
 /* One command of a batch: the items it carries */
 typedef struct KeepCommand
@@ -875,14 +877,28 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 			return false;
 		if (nretry == 0)
 			continue;
-		/* the script was not cached (Redis restarted): load it, send again */
-		if (!load_script(call, items, order, &retry[0]) ||
-			!send_keep_pipeline(call, items, order, retry, 0, nretry, again,
-								&nagain, cost))
-			return false;
-		for (int i = 0; i < nagain; i++)
-			fail_keep_command(items, order, &again[i], RS_REFUSED,
-							  "NOSCRIPT right after SCRIPT LOAD");
+		/*
+		 * The script was not cached (Redis restarted; in a cluster, a node
+		 * that never ran it): load it where the first such command goes,
+		 * send those again; one more pass for each node that still misses it.
+		 */
+		for (int pass = 0; nretry > 0; pass++)
+		{
+			if (pass == KEEP_LOAD_PASSES)
+			{
+				for (int i = 0; i < nretry; i++)
+					fail_keep_command(items, order, &retry[i], RS_REFUSED,
+									  "NOSCRIPT right after the script was loaded");
+				break;
+			}
+			nagain = 0;
+			if (!load_script(call, items, order, &retry[0]) ||
+				!send_keep_pipeline(call, items, order, retry, 0, nretry, again,
+									&nagain, cost))
+				return false;
+			memcpy(retry, again, sizeof(KeepCommand) * nagain);
+			nretry = nagain;
+		}
 	}
 	return true;
 }

@@ -117,9 +117,11 @@ is($s->query_ok(q{SELECT sum(permits_held) FROM generate_series(1, 100) i, redse
 is($node->safe_psql('postgres', q{SELECT count(*) FROM generate_series(1, 100) i WHERE redsem_acquire_xact('c' || i, 1) IS NULL;}),
 	'100', 'another session finds every one full');
 $s->query_ok(q{SELECT count(redsem_acquire('k' || i, 1, lease => '1 s')) FROM generate_series(1, 30) i;});
+# (every node forgets the script: the keeper must load it on each)
+$_->cli('SCRIPT', 'FLUSH') foreach @nodes;
 sleep 3;
 is($s->query_ok(q{SELECT count(*) FROM generate_series(1, 30) i, redsem_semaphore('k' || i) WHERE permits_held = 1;}), '30',
-	'holds with a 1 s lease on every node are still held 3 s later: the keeper refreshes each on its node');
+	'holds with a 1 s lease on every node are still held 3 s later: the keeper refreshes each on its node, loading the script where it is missing');
 $s->query_ok(q{SELECT redsem_release_all();});
 ok(wait_until(10, sub { sum(map { scalar(() = ($_->cli('--scan', '--pattern', 'redsem:*') // '') =~ /owner/g) } @primaries) == 0 }),
 	'released everywhere: nothing left on any node');
@@ -286,12 +288,17 @@ foreach my $round ([ 'failover', 0 ], [ 'failover', 1 ], [ 'kill', 0 ], [ 'kill'
 	my $nfail = $node->safe_psql('postgres', qq{SELECT count(*) FROM failures WHERE round = '$label';});
 	note $node->safe_psql('postgres',
 		qq{SELECT state, left(msg, 200), count(*) FROM failures WHERE round = '$label' GROUP BY 1, 2;});
-	ok((grep { $_->[1] > $trigger + $gap } @periods) > 0, "$label: grants resume after the switch");
+	ok(wait_until(60, sub {
+				($node->psql('postgres',
+					qq{SET redsem.grant_replicas = $replicas; SELECT count(*) FROM generate_series(1, 10) i WHERE redsem_acquire_xact('after_${label}_' || i, 1) IS NOT NULL;}))[1] eq '10';
+			}), "$label: grants resume after the switch, on every node");
 	like($states, qr/^(08006)?(,?wait)?$/, "$label: calls during the switch fail with 08006 only, or wait ($nfail failures)");
 	is($over, 0, "$label: never more than $LIMIT inside one semaphore at once (with redsem.grant_replicas = 1)")
 	  if $replicas;
-	push @report, sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%.2f  failed_calls=%d',
-		"c$how", $replicas, scalar(@periods), $max, $over, $gap, $nfail);
+	# (a gap that lasts to the end of the round is at least that long)
+	my $censored = $gap >= $ROUND_S - $TRIGGER_AFTER_S - 0.1 ? '>' : '';
+	push @report, sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
+		"c$how", $replicas, scalar(@periods), $max, $over, $censored, $gap, $nfail);
 	note $report[-1];
 }
 
