@@ -49,7 +49,7 @@ echo "failover figures ($ROUNDS runs; each line one forced failover):"
 cat "$REPORT"
 echo
 echo "totals per kind of failover and setting:"
-awk '{
+sed -E 's/= +/=/g; s/=>/=/g' "$REPORT" | awk '{
     key = $1 " " $2
     for (i = 3; i <= NF; i++) { split($i, kv, "="); v[key, kv[1]] += kv[2] }
     if (!(key in seen)) { seen[key] = 1; order[++n] = key }
@@ -58,4 +58,4 @@ awk '{
     printf "%-9s %-17s %8s %16s %15s %15s\n", "failover", "setting", "periods", "over_admissions", "mean_gap_s", "worst_gap_s"
     for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
         printf "%-9s %-17s %8d %16d %15.2f %15.2f\n", p[1], p[2], v[k, "periods"], v[k, "over_admissions"], sumgap[k] / cnt[k], maxgap[k] }
-}' "$REPORT"
+}'

@@ -357,6 +357,8 @@ classify_error(const char *msg, bool *drop)
 		{"BUSY", RS_UNAVAILABLE, false},
 		{"TRYAGAIN", RS_UNAVAILABLE, false},
 		{"CLUSTERDOWN", RS_UNAVAILABLE, true},
+		/* WAIT on a primary demoted since the grant: it cannot confirm */
+		{"ERR WAIT cannot be used with replica", RS_NOT_REPLICATED, true},
 		{"OOM", RS_OUT_OF_MEMORY, false},
 		{"WRONGTYPE", RS_CONFLICT, false},
 		{"REDSEM", RS_CONFLICT, false},
