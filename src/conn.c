@@ -938,7 +938,9 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 				int			next = (cluster && redirects < CLUSTER_MAX_REDIRECTS)
 					? cluster_redirect((*reply)->str ? (*reply)->str : "", &asking) : -1;
 
-				if (next >= 0)
+				if (next < 0)
+					asking = false;
+				else
 				{
 					elog(DEBUG2, "redsem: %s: %s", argv[0], (*reply)->str);
 					freeReplyObject(*reply);
