@@ -543,7 +543,7 @@ tls_accepted(RedisCall *call, redisContext *c, TimestampTz deadline)
 	}
 	call->outcome.status = RS_CONNECT_FAILED;
 	snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-			 "the server refused the TLS session: %s",
+			 "the server refused the TLS session after the handshake (a client certificate it requires or does not accept): %s",
 			 tls_refusal(why, sizeof(why), c->err ? c->errstr : "no answer"));
 	return false;
 }

@@ -288,9 +288,18 @@ tls_start(RedisCall *call, redisContext *c, const char *host,
 						openssl_error(err, sizeof(err), "out of memory"));
 	if (redisInitiateSSL(c, ssl) != REDIS_OK)
 	{
-		/* hiredis took no ownership */
+		/*
+		 * hiredis took no ownership.  Its first step of the handshake can
+		 * already get the server's answer (loopback): say why, as below.
+		 */
+		bool		verdict = SSL_get_verify_result(ssl) != X509_V_OK;
+
+		if (verdict)
+			(void) handshake_failed(call, ssl, SSL_ERROR_SSL);
+		else
+			(void) tls_fail(call, "TLS handshake failed: %s", c->errstr);
 		SSL_free(ssl);
-		return tls_fail(call, "%s", c->errstr);
+		return false;
 	}
 	return handshake(call, ssl, c->fd, deadline);
 }
