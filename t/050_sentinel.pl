@@ -229,37 +229,6 @@ BEGIN
 END $$;
 EOS
 
-# The most periods that overlap, and how many periods started with the
-# limit already reached
-sub sweep
-{
-	my ($periods) = @_;
-	my @ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
-	  ((map { [ $_->[0], +1 ] } @$periods), (map { [ $_->[1], -1 ] } @$periods));
-	my ($in, $max, $over) = (0, 0, 0);
-	foreach my $e (@ev)
-	{
-		$in += $e->[1];
-		$over++ if $e->[1] > 0 && $in > $LIMIT;
-		$max = $in if $in > $max;
-	}
-	return ($max, $over);
-}
-
-# The longest time without a period starting, from the trigger on
-sub longest_gap
-{
-	my ($periods, $from, $to) = @_;
-	my @t = sort { $a <=> $b } grep { $_ >= $from } map { $_->[0] } @$periods;
-	my ($prev, $gap) = ($from, 0);
-	foreach my $t (@t, $to)
-	{
-		$gap = $t - $prev if $t - $prev > $gap;
-		$prev = $t;
-	}
-	return $gap;
-}
-
 # Bring a killed server back, and wait until a primary has an in-sync
 # replica again and every sentinel agrees (usually the server comes back as
 # a replica; the sentinels may also fail over once more, to it)
@@ -313,10 +282,11 @@ foreach my $round (
 	ok($all_done, "$label: every session ended its round (nothing hung)");
 
 	my $rows = $node->safe_psql('postgres',
-		qq{SELECT t0, t1 FROM periods WHERE round = '$label' ORDER BY t0;});
+		qq{SELECT 'fo', t0, t1 FROM periods WHERE round = '$label';});
 	my @periods = map { [ split /\|/ ] } split /\n/, $rows;
-	my ($max, $over) = sweep(\@periods);
-	my $gap = longest_gap(\@periods, $trigger, $trigger + $ROUND_S - $TRIGGER_AFTER_S);
+	my ($max, $over) = RedsemTest::Failover::sweep(\@periods, $LIMIT);
+	my $window = $ROUND_S - $TRIGGER_AFTER_S;
+	my $gap = RedsemTest::Failover::longest_gap(\@periods, $trigger, $trigger + $window);
 	my $states = $node->safe_psql('postgres',
 		qq{SELECT coalesce(string_agg(DISTINCT state, ','), '') FROM failures WHERE round = '$label';});
 	my $nfail = $node->safe_psql('postgres', qq{SELECT count(*) FROM failures WHERE round = '$label';});
@@ -331,18 +301,12 @@ foreach my $round (
 	}
 	note $node->safe_psql('postgres',
 		qq{SELECT state, left(msg, 200), count(*) FROM failures WHERE round = '$label' GROUP BY 1, 2;});
-	# (a gap that lasts to the end of the round is at least that long)
-	my $censored = $gap >= $ROUND_S - $TRIGGER_AFTER_S - 0.1 ? '>' : '';
-	push @report, sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
-		$how, $replicas, scalar(@periods), $max, $over, $censored, $gap, $nfail);
+	push @report, RedsemTest::Failover::report_line($how, $replicas, scalar(@periods),
+		$max, $over, $gap, $window, $nfail);
 	note $report[-1];
 }
 
-diag("failover figures:\n" . join("\n", @report));
-if (my $file = $ENV{REDSEM_FAILOVER_REPORT})
-{
-	PostgreSQL::Test::Utils::append_to_file($file, join("\n", @report) . "\n");
-}
+RedsemTest::Failover::publish(@report);
 
 node_log_is_clean($node, 'no crash in the server log');
 $node->stop;

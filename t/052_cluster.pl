@@ -202,44 +202,6 @@ BEGIN
 END $$;
 EOS
 
-# Per semaphore: the most periods that overlap, and how many periods
-# started with the limit already reached; summed over semaphores
-sub sweep
-{
-	my ($periods) = @_;
-	my %by;
-	push @{ $by{ $_->[0] } }, $_ foreach @$periods;
-	my ($max, $over) = (0, 0);
-	foreach my $list (values %by)
-	{
-		my @ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
-		  ((map { [ $_->[1], +1 ] } @$list), (map { [ $_->[2], -1 ] } @$list));
-		my $in = 0;
-		foreach my $e (@ev)
-		{
-			$in += $e->[1];
-			$over++ if $e->[1] > 0 && $in > $LIMIT;
-			$max = $in if $in > $max;
-		}
-	}
-	return ($max, $over);
-}
-
-# The longest time without a period starting on the semaphores of the
-# failed-over primary's slots... measured over all semaphores from the trigger
-sub longest_gap
-{
-	my ($periods, $from, $to) = @_;
-	my @t = sort { $a <=> $b } grep { $_ >= $from } map { $_->[1] } @$periods;
-	my ($prev, $gap) = ($from, 0);
-	foreach my $t (@t, $to)
-	{
-		$gap = $t - $prev if $t - $prev > $gap;
-		$prev = $t;
-	}
-	return $gap;
-}
-
 my @report;
 foreach my $round ([ 'failover', 0 ], [ 'failover', 1 ], [ 'kill', 0 ], [ 'kill', 1 ])
 {
@@ -281,8 +243,9 @@ foreach my $round ([ 'failover', 0 ], [ 'failover', 1 ], [ 'kill', 0 ], [ 'kill'
 	ok($all_done, "$label: every session ended its round (nothing hung)");
 	my @periods = map { [ split /\|/ ] } split /\n/,
 	  $node->safe_psql('postgres', qq{SELECT sem, t0, t1 FROM periods WHERE round = '$label';});
-	my ($max, $over) = sweep(\@periods);
-	my $gap = longest_gap(\@periods, $trigger, $trigger + $ROUND_S - $TRIGGER_AFTER_S);
+	my ($max, $over) = RedsemTest::Failover::sweep(\@periods, $LIMIT);
+	my $window = $ROUND_S - $TRIGGER_AFTER_S;
+	my $gap = RedsemTest::Failover::longest_gap(\@periods, $trigger, $trigger + $window);
 	my $states = $node->safe_psql('postgres',
 		qq{SELECT coalesce(string_agg(DISTINCT state, ',' ORDER BY state), '') FROM failures WHERE round = '$label';});
 	my $nfail = $node->safe_psql('postgres', qq{SELECT count(*) FROM failures WHERE round = '$label';});
@@ -295,18 +258,12 @@ foreach my $round ([ 'failover', 0 ], [ 'failover', 1 ], [ 'kill', 0 ], [ 'kill'
 	like($states, qr/^(08006)?(,?wait)?$/, "$label: calls during the switch fail with 08006 only, or wait ($nfail failures)");
 	is($over, 0, "$label: never more than $LIMIT inside one semaphore at once (with redsem.grant_replicas = 1)")
 	  if $replicas;
-	# (a gap that lasts to the end of the round is at least that long)
-	my $censored = $gap >= $ROUND_S - $TRIGGER_AFTER_S - 0.1 ? '>' : '';
-	push @report, sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
-		"c$how", $replicas, scalar(@periods), $max, $over, $censored, $gap, $nfail);
+	push @report, RedsemTest::Failover::report_line("c$how", $replicas, scalar(@periods),
+		$max, $over, $gap, $window, $nfail);
 	note $report[-1];
 }
 
-diag("cluster failover figures:\n" . join("\n", @report));
-if (my $file = $ENV{REDSEM_FAILOVER_REPORT})
-{
-	PostgreSQL::Test::Utils::append_to_file($file, join("\n", @report) . "\n");
-}
+RedsemTest::Failover::publish(@report);
 
 node_log_is_clean($node, 'no crash in the server log');
 $node->stop;

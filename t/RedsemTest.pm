@@ -1012,4 +1012,111 @@ END
 
 =cut
 
+
+package RedsemTest::Failover;
+
+use strict;
+use warnings FATAL => 'all';
+
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+=pod
+
+=head1 RedsemTest::Failover
+
+Counting what a forced failover did, from the periods [semaphore, t0, t1]
+that the sessions of t/050 and t/052 log in PostgreSQL (independently of
+redsem), and reporting the figures bench/failover.sh collects.
+
+=over
+
+=item sweep($periods, $limit)
+
+Per semaphore, the most periods that overlap, and how many periods started
+with $limit already reached (summed over semaphores).
+
+=cut
+
+sub sweep
+{
+	my ($periods, $limit) = @_;
+	my %by;
+	push @{ $by{ $_->[0] } }, $_ foreach @$periods;
+	my ($max, $over) = (0, 0);
+	foreach my $list (values %by)
+	{
+		my @ev = sort { $a->[0] <=> $b->[0] || $a->[1] <=> $b->[1] }
+		  ((map { [ $_->[1], +1 ] } @$list), (map { [ $_->[2], -1 ] } @$list));
+		my $in = 0;
+		foreach my $e (@ev)
+		{
+			$in += $e->[1];
+			$over++ if $e->[1] > 0 && $in > $limit;
+			$max = $in if $in > $max;
+		}
+	}
+	return ($max, $over);
+}
+
+=pod
+
+=item longest_gap($periods, $from, $to)
+
+The longest time in [$from, $to] without a period starting.
+
+=cut
+
+sub longest_gap
+{
+	my ($periods, $from, $to) = @_;
+	my @t = sort { $a <=> $b } grep { $_ >= $from } map { $_->[1] } @$periods;
+	my ($prev, $gap) = ($from, 0);
+	foreach my $t (@t, $to)
+	{
+		$gap = $t - $prev if $t - $prev > $gap;
+		$prev = $t;
+	}
+	return $gap;
+}
+
+=pod
+
+=item report_line($kind, $replicas, $periods, $max, $over, $gap, $window, $failed)
+
+One line of figures; a gap as long as the window is marked ">" (at least).
+
+=cut
+
+sub report_line
+{
+	my ($kind, $replicas, $periods, $max, $over, $gap, $window, $failed) = @_;
+	my $censored = $gap >= $window - 0.1 ? '>' : '';
+	return sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
+		$kind, $replicas, $periods, $max, $over, $censored, $gap, $failed);
+}
+
+=pod
+
+=item publish(@lines)
+
+Print the figures, and append them to $ENV{REDSEM_FAILOVER_REPORT} if set.
+
+=cut
+
+sub publish
+{
+	my (@lines) = @_;
+	diag("failover figures:\n" . join("\n", @lines));
+	PostgreSQL::Test::Utils::append_to_file($ENV{REDSEM_FAILOVER_REPORT}, join("\n", @lines) . "\n")
+	  if $ENV{REDSEM_FAILOVER_REPORT};
+	return;
+}
+
+=pod
+
+=back
+
+=cut
+
 1;
