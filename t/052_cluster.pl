@@ -30,6 +30,9 @@ my @nodes = map {
 		name => "cnode$_",
 		conf => [
 			'cluster-enabled yes',
+			# a bus port of its own: the default (port + 10000) is not
+			# checked free, and may be taken
+			'cluster-port ' . PostgreSQL::Test::Cluster::get_free_port(),
 			'cluster-config-file nodes.conf',
 			'cluster-node-timeout 1000',
 			'cluster-require-full-coverage no',
