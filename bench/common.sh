@@ -14,7 +14,7 @@
 #   bench_redis ARGS...    redis-cli against the private Redis
 #   bench_stats_reset      CONFIG RESETSTAT
 #   bench_stats            INFO commandstats as "command calls usec" lines
-#   bench_roundtrips STATS commands sent by clients (EVALSHA, BLPOP, ...)
+#   bench_roundtrips STATS commands sent by clients (FCALL, BLPOP, ...)
 #   bench_inner STATS      commands run inside the Lua script
 #   bench_now              wall clock, seconds with microseconds
 #   bench_ratio A B        A/B with 2 decimals ("n/a" if B is 0)
@@ -100,7 +100,7 @@ bench_redis() { redis-cli -s "$BENCH_SOCK" "$@"; }
 bench_stats_reset() { bench_redis CONFIG RESETSTAT >/dev/null; }
 
 # One line per command: "<cmd> <calls> <usec>"; failed or rejected calls
-# (e.g. NOSCRIPT) as "<cmd>!failed <n> 0", so they show up.
+# (e.g. a missing library) as "<cmd>!failed <n> 0", so they show up.
 bench_stats() {
     bench_redis INFO commandstats | tr -d '\r' | awk -F'[:,=]' '
         /^cmdstat_/ {
@@ -117,9 +117,9 @@ bench_stats() {
 }
 
 # Commands a client sends (round trips). Everything else in commandstats
-# was run by the Lua script inside one of those EVALSHAs (Redis counts
+# was run by the Lua library inside one of those FCALLs (Redis counts
 # those too), or is the benchmark's own INFO/CONFIG.
-BENCH_CLIENT_CMDS='^(evalsha|eval|evalsha_ro|eval_ro|blpop|brpop|auth|select|ping|hello|client[|].*|quit|script[|].*|fcall)(!failed)?$'
+BENCH_CLIENT_CMDS='^(fcall|fcall_ro|function[|].*|evalsha|eval|evalsha_ro|eval_ro|blpop|brpop|auth|select|ping|hello|client[|].*|quit|script[|].*)(!failed)?$'
 
 # bench_calls STATS REGEX : calls of the commands matching REGEX
 bench_calls() { awk -v re="$2" '$1 ~ re { n += $2 } END { print n + 0 }' <<<"$1"; }
@@ -129,7 +129,7 @@ bench_usec() { awk -v re="$2" '$1 ~ re { n += $3 } END { print n + 0 }' <<<"$1";
 bench_roundtrips() { bench_calls "$1" "$BENCH_CLIENT_CMDS"; }
 # Commands run inside scripts
 bench_inner() { awk -v re="$BENCH_CLIENT_CMDS" '$1 !~ re && $1 !~ /^(info|config[|]resetstat)$/ { n += $2 } END { print n + 0 }' <<<"$1"; }
-# The client-sent commands seen, on one line ("evalsha=12 blpop=3")
+# The client-sent commands seen, on one line ("fcall=12 blpop=3")
 bench_stats_line() {
     awk -v re="$BENCH_CLIENT_CMDS" '$1 ~ re { printf "%s%s=%s", sep, $1, $2; sep = " " } END { if (!sep) printf "none"; print "" }' <<<"$1"
 }
@@ -140,6 +140,9 @@ bench_ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "n/a"; el
 bench_div() { awk -v a="$1" -v b="$2" -v f="${3:-%.2f}" 'BEGIN { if (b + 0 == 0) print "n/a"; else printf f "\n", a / b }'; }
 
 # Key of a semaphore (default prefix "redsem:", names without special bytes)
+# The name of redsem's function library (and function), as src/script.c
+# makes it: redsem_ and 16 hex digits of the script's SHA1.
+bench_library() { printf 'redsem_%s' "$(sha1sum <"$BENCH_DIR/../src/redsem.lua" | cut -c1-16)"; }
 bench_key() { printf 'redsem:{%s}:%s' "$1" "$2"; }
 
 # bench_wait_for DESC SECONDS CMD... : poll until CMD succeeds

@@ -21,7 +21,7 @@
 # The keeper logs each cycle at DEBUG1 (holds, script calls, round trips,
 # ms); Redis's INFO commandstats gives the script calls and the Redis CPU
 # per refresh.  Then, as the baseline, the same 4096 holds are refreshed
-# with one EVALSHA per round trip through the same proxy (redis-cli reading
+# with one FCALL per round trip through the same proxy (redis-cli reading
 # the commands one by one), and timed.
 #
 # Prints, for each layout: cycles with every hold due, script calls and
@@ -63,7 +63,7 @@ log_min_messages = debug1" \
 BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
 bench_sql "CREATE EXTENSION redsem" >/dev/null
 PGLOG=$BENCH_TMP/postgres.log
-SHA=$(bench_redis SCRIPT LOAD "$(cat "$BENCH_DIR/../src/redsem.lua")")
+LIB=$(bench_library)
 
 # Round trip through the proxy: 200 PINGs, one at a time.
 t0=$(bench_now)
@@ -99,8 +99,8 @@ run_layout() {
     bench_stats_reset
     sleep "$SECONDS_HELD"
     stats=$(bench_stats)
-    calls=$(bench_calls "$stats" '^evalsha$')
-    usec=$(bench_usec "$stats" '^evalsha$')
+    calls=$(bench_calls "$stats" '^fcall$')
+    usec=$(bench_usec "$stats" '^fcall$')
 
     # the keeper's cycles while we watched
     tail -c +"$((offset + 1))" "$PGLOG" |
@@ -109,9 +109,9 @@ run_layout() {
 
     # the baseline: the same holds, one refresh per round trip
     bench_psql -At -c "SELECT h.id, s.name FROM (SELECT DISTINCT $(semaphore_of "$layout" 's') AS name FROM generate_series(0, $SESSIONS - 1) s, generate_series(0, $PER_SESSION - 1) g) s, redsem_holders(s.name) h" |
-        awk -F'|' -v sha="$SHA" '{
-            printf "EVALSHA %s 6 redsem:{%s}:owner redsem:{%s}:timeout redsem:{%s}:ticket redsem:{%s}:info redsem:{%s}:waiting redsem:{%s}:state refresh %s 1000\n",
-                   sha, $2, $2, $2, $2, $2, $2, $1 }' >"$dir/baseline.cmds"
+        awk -F'|' -v lib="$LIB" '{
+            printf "FCALL %s 6 redsem:{%s}:owner redsem:{%s}:timeout redsem:{%s}:ticket redsem:{%s}:info redsem:{%s}:waiting redsem:{%s}:state refresh %s 1000\n",
+                   lib, $2, $2, $2, $2, $2, $2, $1 }' >"$dir/baseline.cmds"
     local nbase
     nbase=$(wc -l <"$dir/baseline.cmds")
     t0=$(bench_now)
@@ -139,7 +139,7 @@ run_layout() {
             printf "  cycle time: median %d ms, worst %d ms; budget (a third of the lease) %d ms: worst/budget = %.2f\n", med, worst, budget, worst / budget
             printf "  baseline, one refresh per round trip: %d refreshes (%d answered a lease) in %d ms: baseline/budget = %.2f, baseline/keeper = %.1f\n", nbase, refreshed, base_ms, base_ms / budget, base_ms / (med > 0 ? med : 1)
             if (calls > 0)
-                printf "  Redis CPU (EVALSHA, while the keeper worked): %.1f us per script call, %.1f us per hold refreshed\n", usec / calls, (h > 0 ? usec / h : 0)
+                printf "  Redis CPU (FCALL, while the keeper worked): %.1f us per script call, %.1f us per hold refreshed\n", usec / calls, (h > 0 ? usec / h : 0)
         }' "$dir/cycles"
     echo
     # the sessions end after their sleep; do not wait for it

@@ -19,8 +19,8 @@
 # slow patch of a noisy machine hits both sides.
 #
 # Redis round trips are counted from INFO commandstats (CONFIG RESETSTAT
-# before each run): EVALSHA/EVAL/BLPOP... are what the backends send; the
-# commands the Lua script runs inside one EVALSHA are reported apart.
+# before each run): FCALL/BLPOP... are what the backends send; the
+# commands the Lua library runs inside one FCALL are reported apart.
 #
 # Environment: BENCH_DURATION (seconds per side, default 8),
 # BENCH_HOLDERS (default 20000), BENCH_PLOTS (where the plot goes),
@@ -79,7 +79,7 @@ chown postgres "$W"/*.sql
 # --- running one side ---------------------------------------------------------
 
 # Accumulators per label: transactions, seconds, refused, round trips,
-# evalsha, inner commands, evalsha usec, failed calls.
+# fcall, inner commands, fcall usec, failed calls.
 declare -A TX SECS REF RT EVS INNER EVUS FAIL LAT
 
 # run_half LABEL SCRIPT CLIENTS SECONDS
@@ -109,8 +109,8 @@ run_half() {
     LAT[$label]="${LAT[$label]:-}${LAT[$label]:+/}$lat"
     REF[$label]=$((${REF[$label]:-0} + $(bench_sql "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM refused")))
     RT[$label]=$((${RT[$label]:-0} + $(bench_roundtrips "$stats")))
-    EVS[$label]=$((${EVS[$label]:-0} + $(bench_calls "$stats" '^evalsha$')))
-    EVUS[$label]=$((${EVUS[$label]:-0} + $(bench_usec "$stats" '^evalsha$')))
+    EVS[$label]=$((${EVS[$label]:-0} + $(bench_calls "$stats" '^fcall$')))
+    EVUS[$label]=$((${EVUS[$label]:-0} + $(bench_usec "$stats" '^fcall$')))
     INNER[$label]=$((${INNER[$label]:-0} + $(bench_inner "$stats")))
     FAIL[$label]=$((${FAIL[$label]:-0} + $(bench_calls "$stats" '!failed$')))
 }
@@ -168,12 +168,12 @@ for clients in 4 16; do
         "${RT[$r]}" "$(bench_div "${RT[$r]}" "$(calls_of $r)" '%.3f')" \
         "$(bench_div "${RT[$r]}" "${TX[$r]}" '%.3f')" "${FAIL[$r]}"
 done
-printf '(expected: 1.000 per call; 2.000 per tx when nothing is refused; EVALSHA only)\n'
+printf '(expected: 1.000 per call; 2.000 per tx when nothing is refused; FCALL only)\n'
 printf 'commands run inside the script per call: %s (4 clients), %s (16 clients)\n' \
     "$(bench_div "${INNER[redsem4]}" "$(calls_of redsem4)" '%.1f')" \
     "$(bench_div "${INNER[redsem16]}" "$(calls_of redsem16)" '%.1f')"
 busy_of() { bench_div "$(bench_div "${EVUS[$1]}" 10000 '%.4f')" "${SECS[$1]}" '%.0f%%'; }
-printf 'Redis CPU per EVALSHA (usec): %s (4 clients), %s (16 clients); Redis busy in EVALSHA: %s, %s of one core\n\n' \
+printf 'Redis CPU per FCALL (usec): %s (4 clients), %s (16 clients); Redis busy in FCALL: %s, %s of one core\n\n' \
     "$(bench_div "${EVUS[redsem4]}" "${EVS[redsem4]}" '%.1f')" \
     "$(bench_div "${EVUS[redsem16]}" "${EVS[redsem16]}" '%.1f')" \
     "$(busy_of redsem4)" "$(busy_of redsem16)"
@@ -240,7 +240,7 @@ printf '%-28s %10s %10s %10s\n' "" "10 held" "$HOLDERS held" "ratio"
 printf '%-28s %10s %10s %10s\n' "tx/s" "$(tps_of small)" "$(tps_of big)" "$(bench_ratio "$(tps_of big)" "$(tps_of small)")"
 us_small=$(bench_div "${EVUS[small]}" "${EVS[small]}" '%.1f')
 us_big=$(bench_div "${EVUS[big]}" "${EVS[big]}" '%.1f')
-printf '%-28s %10s %10s %10s\n' "Redis usec per EVALSHA" "$us_small" "$us_big" "$(bench_ratio "$us_big" "$us_small")"
+printf '%-28s %10s %10s %10s\n' "Redis usec per FCALL" "$us_small" "$us_big" "$(bench_ratio "$us_big" "$us_small")"
 printf '%-28s %10s %10s\n' "round trips per tx" "$(bench_div "${RT[small]}" "${TX[small]}" '%.3f')" \
     "$(bench_div "${RT[big]}" "${TX[big]}" '%.3f')"
 printf '%-28s %10s %10s\n' "script commands per call" "$(bench_div "${INNER[small]}" "$(calls_of small)" '%.1f')" \

@@ -3,8 +3,9 @@
 -- for good, and an idle semaphore leaves no keys once its leases end.
 --
 -- The keeper keeps the leases of this server's live sessions fresh, so a
--- holder that stops refreshing is played here by "another server": redis-cli
--- running the same script (src/redsem.lua) with a holder id of our choosing.
+-- holder that stops refreshing is played here by "another server":
+-- test/other_server.sh runs the same Lua library (src/redsem.lua) through
+-- redis-cli, with a holder id of our choosing.
 -- Semaphore names here all start with "exp_".
 --
 SET client_min_messages = warning;
@@ -14,16 +15,16 @@ RESET client_min_messages;
 --
 -- A short lease: another caller gets the slot once it has run out
 --
-\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.1 1 1 400 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_short acquire other.1 1 1 400 0 600 'elsewhere|1|db|user|app' | head -n 1
 SELECT redsem_acquire('exp_short', 1) IS NULL AS busy;
 SELECT pg_sleep(0.5);
 SELECT redsem_acquire('exp_short', 1) AS new \gset
 SELECT :'new' IS NOT NULL AS taken_over;
 -- the expired holder lost it for good: its own refresh and release (sent
 -- by the other server) say 0
-\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , refresh other.1 0
-\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , refresh other.1 3600000
-\! n='exp_short'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , release other.1
+\! test/other_server.sh exp_short refresh other.1 0
+\! test/other_server.sh exp_short refresh other.1 3600000
+\! test/other_server.sh exp_short release other.1
 -- and this session cannot refresh or release another's slot: false, with
 -- a WARNING, and nothing is sent to Redis
 SELECT redsem_refresh('exp_short', 'other.1', '1 hour') AS refresh_not_ours;
@@ -37,10 +38,10 @@ SELECT redsem_acquire('exp_short', 1) IS NULL AS busy_again;
 SELECT redsem_release('exp_short', :'new') AS released;
 
 -- An expired holder that nobody displaced: refresh removes what is left
-\! n='exp_alone'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.2 1 1 200 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_alone acquire other.2 1 1 200 0 600 'elsewhere|1|db|user|app' | head -n 1
 SELECT pg_sleep(0.3);
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:owner'
-\! n='exp_alone'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , refresh other.2 0
+\! test/other_server.sh exp_alone refresh other.2 0
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:owner'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_alone}:timeout'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hlen 'redsem:{exp_alone}:info'
@@ -48,8 +49,8 @@ SELECT pg_sleep(0.3);
 --
 -- Leases of different lengths coexist: after 700 ms only the short one is gone
 --
-\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.3 2 1 500 0 600 'elsewhere|1|db|user|app' | head -n 1
-\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.4 2 1 5000 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_mixed acquire other.3 2 1 500 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_mixed acquire other.4 2 1 5000 0 600 'elsewhere|1|db|user|app' | head -n 1
 SELECT redsem_acquire('exp_mixed', 2) IS NULL AS full;
 SELECT pg_sleep(0.7);
 SELECT redsem_acquire('exp_mixed', 2) AS n \gset
@@ -57,8 +58,8 @@ SELECT :'n' IS NOT NULL AS short_slot_free;
 SELECT redsem_acquire('exp_mixed', 2) IS NULL AS full_again;
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zrange 'redsem:{exp_mixed}:owner' 0 0
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_mixed}:owner'
-\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , refresh other.3 0
-\! n='exp_mixed'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , refresh other.4 0
+\! test/other_server.sh exp_mixed refresh other.3 0
+\! test/other_server.sh exp_mixed refresh other.4 0
 -- an administrator (here: a superuser) can force-release another's slot
 SELECT redsem_force_release('exp_mixed', 'other.4') AS long_force_released,
        redsem_release('exp_mixed', :'n') AS new_released;
@@ -66,7 +67,7 @@ SELECT redsem_force_release('exp_mixed', 'other.4') AS long_force_released,
 --
 -- A waiter gets the slot as soon as the lease ahead of it runs out
 --
-\! n='exp_wait'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.5 1 1 600 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_wait acquire other.5 1 1 600 0 600 'elsewhere|1|db|user|app' | head -n 1
 SELECT clock_timestamp() AS t0 \gset
 SELECT redsem_acquire('exp_wait', 1, '10 s', '5 s') AS w \gset
 SELECT :'w' IS NOT NULL AS promoted,
@@ -81,8 +82,8 @@ SELECT redsem_release('exp_wait', :'w') AS released;
 -- Keys vanish when the last lease ends, plus the 1 s grace and at most as
 -- much again as the lease (the slack of a renewal; a minute at most)
 --
-\! n='exp_keys'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.6 2 1 500 0 600 'elsewhere|1|db|user|app' | head -n 1
-\! n='exp_keys'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.7 2 1 500 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_keys acquire other.6 2 1 500 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_keys acquire other.7 2 1 500 0 600 'elsewhere|1|db|user|app' | head -n 1
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --scan --pattern 'redsem:{exp_keys}:*' | LC_ALL=C sort
 \! for k in owner timeout ticket info; do redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl "redsem:{exp_keys}:$k"; done | awk '{ print (($1 > 1300 && $1 <= 2000) ? "pttl about 2 s" : "unexpected pttl " $1) }'
 -- a refused caller does not extend them
@@ -120,7 +121,7 @@ SELECT redsem_release_all() AS released_all;
 -- quiet semaphore: the keys live as long as the latest deadline.  (0.1.0
 -- left them with the waiter's 31 s place TTL: a newcomer got in after 31 s.)
 --
-\! n='exp_quiet'; redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" --eval src/redsem.lua "redsem:{$n}:owner" "redsem:{$n}:timeout" "redsem:{$n}:ticket" "redsem:{$n}:info" "redsem:{$n}:waiting" "redsem:{$n}:state" , acquire other.9 1 1 1000 0 600 'elsewhere|1|db|user|app' | head -n 1
+\! test/other_server.sh exp_quiet acquire other.9 1 1 1000 0 600 'elsewhere|1|db|user|app' | head -n 1
 SELECT redsem_acquire('exp_quiet', 1, '3 min', '20 s') AS w \gset
 SELECT :'w' IS NOT NULL AS promoted;
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{exp_quiet}:owner' | awk '{ print ($1 > 170000) ? "keys live about 3 min" : "keys live only " $1 " ms" }'

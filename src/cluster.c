@@ -111,13 +111,15 @@ cluster_key_slot(const char *key, size_t len)
 }
 
 /*
- * The key a command routes by: the first key of EVALSHA/EVAL, the list of
- * BLPOP; NULL for a command without one (WAIT, PING).
+ * The key a command routes by: the first key of FCALL (or EVALSHA/EVAL),
+ * the list of BLPOP; NULL for a command without one (WAIT, PING, FUNCTION
+ * LOAD).
  */
 static const char *
 command_key(int argc, const char **argv)
 {
-	if ((pg_strcasecmp(argv[0], "EVALSHA") == 0 || pg_strcasecmp(argv[0], "EVAL") == 0) &&
+	if ((pg_strcasecmp(argv[0], "FCALL") == 0 || pg_strcasecmp(argv[0], "EVALSHA") == 0 ||
+		 pg_strcasecmp(argv[0], "EVAL") == 0) &&
 		argc > 3 && atoi(argv[2]) > 0)
 		return argv[3];
 	if (pg_strcasecmp(argv[0], "BLPOP") == 0 && argc > 1)

@@ -341,6 +341,7 @@ classify_error(const char *msg, bool *drop)
 	}			classes[] =
 	{
 		{"NOSCRIPT", RS_NOSCRIPT, false},
+		{"ERR Function not found", RS_NOSCRIPT, false},
 		{"NOAUTH", RS_AUTH_FAILED, true},
 		{"NOPERM", RS_AUTH_FAILED, false},
 		{"WRONGPASS", RS_BAD_PASSWORD, true},
@@ -363,6 +364,7 @@ classify_error(const char *msg, bool *drop)
 		{"WRONGTYPE", RS_CONFLICT, false},
 		{"REDSEM", RS_CONFLICT, false},
 		{"ERR user_script", RS_CONFLICT, false},
+		{"ERR user_function", RS_CONFLICT, false},
 		{"ERR Error running script", RS_CONFLICT, false},
 		{"ERR Error compiling script", RS_CONFLICT, false},
 	};
@@ -1306,7 +1308,7 @@ redis_report(int elevel, const RedisOutcome *o)
 					(errcode(ERRCODE_SYSTEM_ERROR),
 					 errmsg("Redis at %s refused a redsem command", target),
 					 errdetail_internal("%s", d),
-					 errhint("Check that EVALSHA, EVAL and BLPOP are neither renamed nor disabled in Redis.")));
+					 errhint("Check that FCALL, FUNCTION LOAD and BLPOP are neither renamed nor disabled in Redis, and that the Redis user may run them.")));
 			break;
 		case RS_NOT_REPLICATED:
 			ereport(elevel,

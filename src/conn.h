@@ -30,7 +30,7 @@ typedef enum RedisStatus
 	RS_REFUSED,					/* 58000: any other error reply */
 	RS_MALFORMED,				/* 08P01: a reply of an unexpected shape */
 	RS_NOT_REPLICATED,			/* 08006: WAIT found too few replicas */
-	RS_NOSCRIPT					/* script not cached (retried, never
+	RS_NOSCRIPT					/* library missing (loaded, retried, never
 								 * reported) */
 } RedisStatus;
 

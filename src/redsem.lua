@@ -1,11 +1,15 @@
-#!lua
 -- redsem: every semaphore operation, run atomically inside Redis.
 --
--- The C side calls EVALSHA with the six keys below and the operation name
--- as ARGV[1].  The "#!lua" line (Redis 7+) declares the script with no
--- flags: Redis then refuses it as a whole on a read-only replica (READONLY)
--- or above maxmemory (OOM), instead of stopping it half-way.  All time
--- comes from redis.call('TIME'); the caller's clock is never used.
+-- This is the body of a Redis function library (Redis 7+, Valkey).  The C
+-- side (src/script.c) loads it as library "redsem_<hash of this text>"
+-- with one function of the same name, dispatch, registered without flags:
+-- Redis then refuses it as a whole on a read-only replica (READONLY) or
+-- above maxmemory (OOM), instead of stopping it half-way.  Each operation
+-- is one FCALL with the six keys below and the operation name first among
+-- the arguments.  A library's functions are made once, when it loads, so
+-- a call pays only for the operation: all per-call state is set up anew by
+-- begin().  All time comes from redis.call('TIME'); the caller's clock is
+-- never used.
 --
 -- KEYS[1] owner    ZSET  id -> ticket       every member, in line order
 -- KEYS[2] timeout  ZSET  id -> deadline ms  when the member ends unless
@@ -87,28 +91,37 @@
 -- The timing constants are explained together with the C side's in
 -- src/timing.h.
 
-local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
-    KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local BASE = string.sub(K_OWNER, 1, -6)
 local GRACE_MS = 1000
 local PROMOTION_WINDOW_MS = 5000
 local RENEW_SLACK_MS = 60000
 
-local t = redis.call('TIME')
-local NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
-
--- The state as read (S) and the fields to write back (W; false: delete).
-local S, W = {}, {}
+-- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
+-- and the fields to write back (W; false: delete).
+local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
+local NOW_MS, NOW_US
+local S, W
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
 -- a member.
-local NEW_DL, CREATED, REMOVED = nil, false, false
+local NEW_DL, CREATED, REMOVED
 
--- Integers as exact decimal strings (tostring() would print 1e+15).
+-- Start a call on these keys: nothing carries over from an earlier call.
+local function begin(keys)
+    K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
+        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+    BASE = string.sub(K_OWNER, 1, -6)
+    local t = redis.call('TIME')
+    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    S, W = {}, {}
+    NEW_DL, CREATED, REMOVED = nil, false, false
+end
+
+-- Integers as exact decimal strings: tostring() would print 1e+15, and
+-- '%d' (a C long) is four times cheaper than '%.0f'.
 local function int(n)
-    return string.format('%.0f', n)
+    return string.format('%d', n)
 end
 
 local function set(field, value)
@@ -173,18 +186,22 @@ local function set_deadline(id, deadline, xx)
     if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
 end
 
--- Forget everything about one member; true if it was waiting.
+-- Forget everything about id: true if it was a waiter, false if a holder,
+-- nil if it was no member (whatever was left of it goes all the same).
 local function remove(id)
-    REMOVED = true
     local p = permits_of(id)
+    local member = redis.call('ZREM', K_OWNER, id) == 1
     local waiting = redis.call('ZREM', K_WAITING, id) == 1
-    count_permits(waiting, p, -1)
+    if member then
+        REMOVED = true
+        count_permits(waiting, p, -1)
+    end
     if p > 1 then set('p:' .. id, false) end
-    redis.call('ZREM', K_OWNER, id)
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
     redis.call('DEL', wake_key(id), nudge_key(id))
-    return waiting
+    if member then return waiting end
+    return nil
 end
 
 -- I2: drop every member whose deadline is due; how many there were.
@@ -419,11 +436,8 @@ end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 local function op_release(id)
-    if not is_member(id) then
-        redis.call('DEL', wake_key(id), nudge_key(id))
-        return 0
-    end
     local waited = remove(id)
+    if waited == nil then return 0 end
     promote()
     if waited then return 0 end
     return 1
@@ -595,11 +609,11 @@ local function read_state()
     end
 end
 
--- The only way in: check, read the state, housekeeping, the operation,
--- write the state back and restore lifetimes.
-local function dispatch(a)
-    if #KEYS ~= 6 then
-        return redis.error_reply('REDSEM expects 6 keys, not ' .. #KEYS)
+-- The only way in (the library's function): check, read the state,
+-- housekeeping, the operation, write the state back and restore lifetimes.
+local function dispatch(keys, a)
+    if #keys ~= 6 then
+        return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
     end
     local parse = OPS[a[1]]
     if not parse then
@@ -609,11 +623,10 @@ local function dispatch(a)
     if not run then
         return redis.error_reply('REDSEM bad arguments for ' .. a[1])
     end
+    begin(keys)
     read_state()
     housekeeping()
     local reply = run()
     finish()
     return reply
 end
-
-return dispatch(ARGV)

@@ -1,13 +1,18 @@
 /*
  * script.c
- *		The semaphore operations: key names, one EVALSHA per operation, and
+ *		The semaphore operations: key names, one FCALL per operation, and
  *		a check of every reply's shape before it is used.
  *
  * All semaphore logic lives in src/redsem.lua, compiled into this file as a
- * string (see the Makefile).  Each operation sends EVALSHA; on NOSCRIPT
- * (first use, or Redis restarted) it sends EVAL with the text, which also
- * caches the script, so later calls are one EVALSHA again.  A reply of an
- * unexpected shape is a failure of class RS_MALFORMED, never a crash.
+ * string (see the Makefile) and loaded into Redis as a function library
+ * named after the hash of its text, so servers running different versions
+ * never load over each other.  Each operation sends FCALL; when Redis does
+ * not have the library (first use, Redis restarted or flushed, a cluster
+ * node that never ran it) it answers "Function not found": the library is
+ * loaded on that node (FUNCTION LOAD) and the FCALL sent again.  A library
+ * beats an EVALSHA script on cost: its Lua functions are made once, at
+ * load, not at every call.  A reply of an unexpected shape is a failure of
+ * class RS_MALFORMED, never a crash.
  */
 #include "postgres.h"
 
@@ -20,6 +25,7 @@
 #include "common/sha1.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "utils/memutils.h"
 #include "postmaster/postmaster.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -33,20 +39,24 @@ static const char lua_text[] =
 #include "redsem_lua.h"
 			;
 
-static char lua_sha[SHA1_DIGEST_LENGTH * 2 + 1];
+/* "redsem_" and the first LIB_HASH_CHARS hex digits of the text's SHA1 */
+#define LIB_HASH_CHARS 16
+static char lib_name[sizeof("redsem_") + LIB_HASH_CHARS];
+static char *lib_text;
 
 #define SCRIPT_NKEYS 6
 #define SCRIPT_MAX_ARGS 8
 static const char *const key_suffixes[SCRIPT_NKEYS] =
 {"owner", "timeout", "ticket", "info", "waiting", "state"};
 
-/* The SHA1 of the script, in hex, computed once */
+/* The library's (and its function's) name, computed once */
 static const char *
-script_sha(void)
+library_name(void)
 {
-	if (lua_sha[0] == '\0')
+	if (lib_name[0] == '\0')
 	{
 		uint8		digest[SHA1_DIGEST_LENGTH];
+		char		hex[SHA1_DIGEST_LENGTH * 2 + 1];
 		pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
 
 		if (ctx == NULL ||
@@ -55,10 +65,74 @@ script_sha(void)
 			pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
 			elog(ERROR, "could not compute SHA1 of the redsem script");
 		pg_cryptohash_free(ctx);
-		hex_encode((const char *) digest, SHA1_DIGEST_LENGTH, lua_sha);
-		lua_sha[SHA1_DIGEST_LENGTH * 2] = '\0';
+		hex_encode((const char *) digest, SHA1_DIGEST_LENGTH, hex);
+		snprintf(lib_name, sizeof(lib_name), "redsem_%.*s", LIB_HASH_CHARS, hex);
 	}
-	return lua_sha;
+	return lib_name;
+}
+
+/* The library as FUNCTION LOAD takes it: the script, named, registering dispatch */
+static const char *
+library_text(void)
+{
+	if (lib_text == NULL)
+		lib_text = MemoryContextStrdup(TopMemoryContext,
+									   psprintf("#!lua name=%s\n%s\nredis.register_function('%s', dispatch)\n",
+												library_name(), lua_text, library_name()));
+	return lib_text;
+}
+
+/*
+ * Load the library where the last command went (FUNCTION LOAD has no key:
+ * it follows the command that found the library missing).  Another server
+ * loading it at the same time is no failure.
+ */
+static bool
+load_library(RedisCall *call)
+{
+	const char *argv[3] = {"FUNCTION", "LOAD", library_text()};
+	redisReply *reply;
+	int			elevel = call->elevel;
+	bool		ok;
+
+	call->elevel = Min(elevel, WARNING);	/* the caller reports */
+	ok = redis_exec(call, 3, argv, NULL, &reply);
+	call->elevel = elevel;
+	if (ok)
+	{
+		freeReplyObject(reply);
+		return true;
+	}
+	if (call->outcome.status == RS_REFUSED &&
+		strstr(call->outcome.detail, "already exists") != NULL)
+	{
+		call->outcome.status = RS_OK;
+		call->outcome.detail[0] = '\0';
+		return true;
+	}
+	return false;
+}
+
+/*
+ * Send a command; if it found the library missing, load it there and send
+ * the command once more.
+ */
+static bool
+exec_loading(RedisCall *call, int argc, const char **argv, redisReply **reply)
+{
+	bool		ok = redis_exec(call, argc, argv, NULL, reply);
+
+	if (!ok && call->outcome.status == RS_NOSCRIPT)
+	{
+		if (!load_library(call))
+		{
+			if (call->elevel >= ERROR)
+				redis_report(call->elevel, &call->outcome);
+			return false;
+		}
+		ok = redis_exec(call, argc, argv, NULL, reply);
+	}
+	return ok;
 }
 
 /*
@@ -99,9 +173,8 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 }
 
 /*
- * Send one command through redis_exec, counting a failure in the
- * semaphore's statistics before it is reported.  An EVALSHA that finds the
- * script uncached is sent again as EVAL, which caches it.
+ * Send one command through redis_exec (loading the library if need be),
+ * counting a failure in the semaphore's statistics before it is reported.
  */
 static bool
 exec_counted(RedisCall *call, const char *name, int argc, const char **argv,
@@ -111,13 +184,7 @@ exec_counted(RedisCall *call, const char *name, int argc, const char **argv,
 	bool		ok;
 
 	call->elevel = Min(elevel, WARNING);	/* report once, below */
-	ok = redis_exec(call, argc, argv, NULL, reply);
-	if (!ok && call->outcome.status == RS_NOSCRIPT)
-	{
-		argv[0] = "EVAL";
-		argv[1] = lua_text;
-		ok = redis_exec(call, argc, argv, NULL, reply);
-	}
+	ok = exec_loading(call, argc, argv, reply);
 	call->elevel = elevel;
 	if (!ok)
 	{
@@ -141,8 +208,8 @@ run_script(RedisCall *call, const char *prefix, const char *name,
 	int			argc = 0;
 
 	Assert(nargs <= SCRIPT_MAX_ARGS);
-	argv[argc++] = "EVALSHA";
-	argv[argc++] = script_sha();
+	argv[argc++] = "FCALL";
+	argv[argc++] = library_name();
 	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
 	for (int i = 0; i < SCRIPT_NKEYS; i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
@@ -622,7 +689,7 @@ sem_set_limit(RedisCall *call, const char *name, int max_holders,
  */
 #define KEEP_IDS_PER_CALL		128
 #define KEEP_PIPELINE_DEPTH		256
-/* loads of the script after NOSCRIPT, per batch: one per node missing it */
+/* loads of the library after "Function not found", per batch: one per node missing it */
 #define KEEP_LOAD_PASSES		8
 
 /* One command of a batch: the items it carries */
@@ -665,7 +732,7 @@ same_refresh_group(const SemKeepItem *items, const int *order, int i, int j)
 		strcmp(x->name, y->name) == 0;
 }
 
-/* The EVALSHA argv of a command over order[first .. first+count-1] */
+/* The FCALL argv of a command over order[first .. first+count-1] */
 static void
 build_keep_command(const SemKeepItem *items, const int *order, KeepCommand *kc)
 {
@@ -674,8 +741,8 @@ build_keep_command(const SemKeepItem *items, const int *order, KeepCommand *kc)
 
 	kc->argv = palloc(sizeof(char *) * max);
 	kc->argc = 0;
-	kc->argv[kc->argc++] = "EVALSHA";
-	kc->argv[kc->argc++] = script_sha();
+	kc->argv[kc->argc++] = "FCALL";
+	kc->argv[kc->argc++] = library_name();
 	kc->argv[kc->argc++] = CppAsString2(SCRIPT_NKEYS);
 	for (int k = 0; k < SCRIPT_NKEYS; k++)
 		kc->argv[kc->argc++] = sem_key(head->prefix, head->name, key_suffixes[k]);
@@ -731,7 +798,7 @@ fail_keep_command(SemKeepItem *items, const int *order, const KeepCommand *kc,
 
 /*
  * Take one command's reply apart into its items.  Returns false if the
- * script was not cached (NOSCRIPT): the command must be sent again.
+ * library was missing: the command must be sent again.
  */
 static bool
 absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
@@ -772,9 +839,9 @@ absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
 }
 
 /*
- * Put the script back into Redis's cache (after a NOSCRIPT) the way every
- * other path does, so no other command needs granting: EVAL of the
- * read-only "limit" operation on the semaphore of command kc.
+ * Put the library back where command kc goes (after "Function not found"):
+ * the read-only "limit" operation on its semaphore, routed by its key,
+ * loads it on that node the way every other path does.
  */
 static bool
 load_script(RedisCall *call, const SemKeepItem *items, const int *order,
@@ -785,13 +852,13 @@ load_script(RedisCall *call, const SemKeepItem *items, const int *order,
 	redisReply *reply;
 	int			argc = 0;
 
-	argv[argc++] = "EVAL";
-	argv[argc++] = lua_text;
+	argv[argc++] = "FCALL";
+	argv[argc++] = library_name();
 	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
 	for (int k = 0; k < SCRIPT_NKEYS; k++)
 		argv[argc++] = sem_key(it->prefix, it->name, key_suffixes[k]);
 	argv[argc++] = "limit";
-	if (!redis_exec(call, argc, argv, NULL, &reply))
+	if (!exec_loading(call, argc, argv, &reply))
 		return call->outcome.status != RS_LOST &&
 			call->outcome.status != RS_TIMED_OUT &&
 			call->outcome.status != RS_UNAVAILABLE &&
@@ -878,7 +945,7 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 		if (nretry == 0)
 			continue;
 		/*
-		 * The script was not cached (Redis restarted; in a cluster, a node
+		 * The library was missing (Redis restarted; in a cluster, a node
 		 * that never ran it): load it where the first such command goes,
 		 * send those again; one more pass for each node that still misses it.
 		 */
@@ -888,7 +955,7 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 			{
 				for (int i = 0; i < nretry; i++)
 					fail_keep_command(items, order, &retry[i], RS_REFUSED,
-									  "NOSCRIPT right after the script was loaded");
+									  "the redsem library was missing right after it was loaded");
 				break;
 			}
 			nagain = 0;

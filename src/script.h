@@ -1,6 +1,6 @@
 /*
  * script.h
- *		The semaphore operations: one EVALSHA of src/redsem.lua each.
+ *		The semaphore operations: one FCALL of the src/redsem.lua library each.
  *
  * Every operation takes a RedisCall (see conn.h): from SQL it raises on
  * failure; from callbacks and the keeper it returns false with the reason in

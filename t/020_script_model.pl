@@ -50,9 +50,10 @@ my $SLOP_MS = 5;     # ms rounding
 my $redis = RedsemTest::Redis->new;
 my $r = RedsemTest::RESP->new($redis->socket);
 my $script_path = $ENV{REDSEM_TEST_SCRIPT} || "$FindBin::RealBin/../src/redsem.lua";
-my $sha = $r->cmd('SCRIPT', 'LOAD', slurp_file($script_path));
-ok(!RedsemTest::RESP::is_error($sha), "the script $script_path loads")
-  or BAIL_OUT("script does not load: $sha->{msg}");
+my ($lib, $lib_text) = redsem_library($script_path);
+my $loaded = $r->cmd('FUNCTION', 'LOAD', $lib_text);
+ok(!RedsemTest::RESP::is_error($loaded), "the library $script_path loads")
+  or BAIL_OUT("library does not load: $loaded->{msg}");
 
 sub now_ms { return int(time * 1000); }
 
@@ -62,7 +63,7 @@ sub keys_of { my ($n) = @_; return map { "m:{$n}:$_" } qw(owner timeout ticket i
 sub ev
 {
 	my ($name, @args) = @_;
-	return $r->cmd('EVALSHA', $sha, 6, keys_of($name), @args);
+	return $r->cmd('FCALL', $lib, 6, keys_of($name), @args);
 }
 
 sub redis_now_ms

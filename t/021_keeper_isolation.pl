@@ -41,12 +41,12 @@ my @garbage = (
 	"\$5\r\nhello\r\n",                 # a string that is no number
 	"*2\r\n:1\r\n*0\r\n",               # an array
 	":-7\r\n",                          # a negative lease
-	"-ERR unknown command 'EVALSHA'\r\n",  # an error of no known class
+	"-ERR unknown command 'FCALL'\r\n",    # an error of no known class
 	"+OK\r\n");                         # a status
 my $n = 0;
 my $proxy = RedsemTest::Proxy->new($redis, sub {
 	my @cmd = @_;
-	return undef unless ($cmd[0] // '') =~ /^EVAL/;
+	return undef unless ($cmd[0] // '') =~ /^(?:EVAL|FCALL)/i;
 	my $refresh = grep { $_ eq 'refresh' || $_ eq 'refresh_many' } @cmd;
 	return $garbage[ $n++ % @garbage ]
 	  if $refresh && grep { /\{garbled\}/ } @cmd;

@@ -8,7 +8,7 @@
 # semaphore and 128 holds, all in one round trip.  Then the keys of one
 # semaphore are made the wrong type: its holds fail, alone, while the
 # others are still refreshed in the same batches.  Then Redis forgets the
-# script (SCRIPT FLUSH): the keeper loads it again and carries on.
+# library (FUNCTION FLUSH): the keeper loads it again and carries on.
 
 use strict;
 use warnings FATAL => 'all';
@@ -79,10 +79,10 @@ is($s{s3}->query_ok(q{SELECT count(*) FROM redsem_held() WHERE name = 'kb_c' AND
 
 $redis->cli('DEL', 'redsem:{kb_d}:timeout');
 
-note 'after SCRIPT FLUSH the keeper puts the script back and goes on';
+note 'after FUNCTION FLUSH the keeper loads the library again and goes on';
 
 $log_from = -s $node->logfile;
-$redis->cli('SCRIPT', 'FLUSH');
+$redis->cli('FUNCTION', 'FLUSH');
 usleep(1_500_000);
 is(join(' ', map { held_of("kb_$_") } qw(a b c)), '300 300 150',
 	'the 750 slots are still kept alive');

@@ -281,9 +281,9 @@ note 'what passes without a slot, and what keeps one';
 my $cheap = RedsemTest::Session->new($node_a, name => 'cheap');
 $cheap->query_ok(q{SET redsem.queue = 'cheap';});
 my $before = $redis->cli('INFO', 'commandstats');
-my ($evalsha_before) = $before =~ /cmdstat_evalsha:calls=(\d+)/;
+my ($evalsha_before) = $before =~ /cmdstat_fcall:calls=(\d+)/;
 $cheap->query_ok(q{SELECT count(*) FROM generate_series(1, 1000);}) foreach 1 .. 5;
-my ($evalsha_after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_evalsha:calls=(\d+)/;
+my ($evalsha_after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
 is(($evalsha_after // 0) - ($evalsha_before // 0), 0, 'statements below min_cost pass without a Redis round trip');
 is($admin->query_ok(q{SELECT bypassed >= 5 FROM redsem_queues WHERE name = 'cheap';}), 't', 'and are counted as bypassed');
 

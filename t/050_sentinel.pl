@@ -129,7 +129,7 @@ sub script_calls
 {
 	my ($srv) = @_;
 	my $s = $srv->cli('INFO', 'commandstats') // '';
-	return $s =~ /cmdstat_evalsha:calls=(\d+)/ ? $1 : 0;
+	return $s =~ /cmdstat_fcall:calls=(\d+)/ ? $1 : 0;
 }
 ok(script_calls($primary) > 0 && script_calls($replica) == 0,
 	'the slot is taken on the primary the sentinels name, never on the replica');

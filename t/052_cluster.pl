@@ -120,11 +120,11 @@ is($s->query_ok(q{SELECT sum(permits_held) FROM generate_series(1, 100) i, redse
 is($node->safe_psql('postgres', q{SELECT count(*) FROM generate_series(1, 100) i WHERE redsem_acquire_xact('c' || i, 1) IS NULL;}),
 	'100', 'another session finds every one full');
 $s->query_ok(q{SELECT count(redsem_acquire('k' || i, 1, lease => '1 s')) FROM generate_series(1, 30) i;});
-# (every node forgets the script: the keeper must load it on each)
-$_->cli('SCRIPT', 'FLUSH') foreach @nodes;
+# (every node forgets the library: the keeper must load it on each)
+$_->cli('FUNCTION', 'FLUSH') foreach @nodes;
 sleep 3;
 is($s->query_ok(q{SELECT count(*) FROM generate_series(1, 30) i, redsem_semaphore('k' || i) WHERE permits_held = 1;}), '30',
-	'holds with a 1 s lease on every node are still held 3 s later: the keeper refreshes each on its node, loading the script where it is missing');
+	'holds with a 1 s lease on every node are still held 3 s later: the keeper refreshes each on its node, loading the library where it is missing');
 $s->query_ok(q{SELECT redsem_release_all();});
 ok(wait_until(10, sub { sum(map { scalar(() = ($_->cli('--scan', '--pattern', 'redsem:*') // '') =~ /owner/g) } @primaries) == 0 }),
 	'released everywhere: nothing left on any node');

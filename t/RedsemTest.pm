@@ -26,10 +26,32 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(create_node wait_until node_log_is_clean);
+our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
+
+=pod
+
+=item redsem_library([$path])
+
+The Redis function library redsem loads, built the way src/script.c builds
+it from src/redsem.lua (or $path): returns its name (which is also the name
+of its one function, for FCALL) and its text (for FUNCTION LOAD).
+
+=cut
+
+sub redsem_library
+{
+	my ($path) = @_;
+	require Digest::SHA;
+	$path //= "$FindBin::RealBin/../src/redsem.lua";
+	open(my $fh, '<', $path) or die "cannot read $path: $!";
+	my $body = do { local $/; <$fh> };
+	close($fh);
+	my $name = 'redsem_' . substr(Digest::SHA::sha1_hex($body), 0, 16);
+	return ($name, "#!lua name=$name\n$body\nredis.register_function('$name', dispatch)\n");
+}
 
 =pod
 
@@ -288,7 +310,7 @@ sub cli
 
 =item $redis->script($semaphore, @args)
 
-Run redsem's Lua script (src/redsem.lua) on $semaphore's keys under the
+Run redsem's Lua library (src/redsem.lua, loaded if need be) on $semaphore's keys under the
 default prefix, with @args (the operation and its arguments), as another
 server would; returns redis-cli's output.
 
@@ -297,9 +319,11 @@ server would; returns redis-cli's output.
 sub script
 {
 	my ($self, $name, @args) = @_;
-	return $self->cli('--eval', "$FindBin::RealBin/../src/redsem.lua",
+	my ($lib, $text) = RedsemTest::redsem_library();
+	$self->cli('FUNCTION', 'LOAD', $text);    # "already exists" is fine
+	return $self->cli('FCALL', $lib, 6,
 		map({ "redsem:{$name}:$_" } qw(owner timeout ticket info waiting state)),
-		',', @args);
+		@args);
 }
 
 =pod
@@ -366,7 +390,7 @@ A minimal Redis client speaking RESP2 over a unix socket, for tests that
 drive redsem's Lua script directly, many commands per second.
 
   my $r = RedsemTest::RESP->new($redis->socket);
-  my $reply = $r->cmd('EVALSHA', $sha, 5, @keys, @args);
+  my $reply = $r->cmd('FCALL', $name, 6, @keys, @args);
 
 Replies: a status or bulk string as a string, an integer as a number, nil
 as undef, an array as an array reference, and an error as a

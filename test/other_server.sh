@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+#
+# test/other_server.sh SEMAPHORE OPERATION [ARG...]
+#
+# For the regression tests: run one operation of redsem's Lua library on a
+# semaphore's keys (default prefix), as another server would, through
+# redis-cli on $REDSEM_TEST_REDIS_SOCKET.  The library is loaded first,
+# named as src/script.c names it (Redis answers "already exists" when it
+# is there).
+set -euo pipefail
+name=$1
+shift
+here=$(dirname "${BASH_SOURCE[0]}")
+body=$here/../src/redsem.lua
+lib=redsem_$(sha1sum <"$body" | cut -c1-16)
+cli() { redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" "$@"; }
+cli -x FUNCTION LOAD < <(printf '#!lua name=%s\n' "$lib"; cat "$body"; printf "\nredis.register_function('%s', dispatch)\n" "$lib") >/dev/null
+keys=()
+for k in owner timeout ticket info waiting state; do keys+=("redsem:{$name}:$k"); done
+cli FCALL "$lib" 6 "${keys[@]}" "$@"
