@@ -344,6 +344,9 @@ classify_error(const char *msg, bool *drop)
 		{"ERR Function not found", RS_NOSCRIPT, false},
 		{"NOAUTH", RS_AUTH_FAILED, true},
 		{"NOPERM", RS_AUTH_FAILED, false},
+		/* the ACL denies a command the library runs (7.0; 7.2 and later) */
+		{"ERR The user executing the script can't run this command", RS_AUTH_FAILED, false},
+		{"ERR ACL failure in script", RS_AUTH_FAILED, false},
 		{"WRONGPASS", RS_BAD_PASSWORD, true},
 		{"ERR invalid password", RS_BAD_PASSWORD, true},
 		{"ERR AUTH", RS_AUTH_FAILED, true},
@@ -1252,7 +1255,7 @@ redis_report(int elevel, const RedisOutcome *o)
 					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
 					 errmsg("Redis at %s refused redsem access", target),
 					 errdetail_internal("%s", d),
-					 errhint("Check redsem.user, the password given by redsem.password_file (or redsem.password), and the Redis ACL of that user: it needs EVALSHA, EVAL and BLPOP on keys under redsem.key_prefix.")));
+					 errhint("Check redsem.user, the password given by redsem.password_file (or redsem.password), and the Redis ACL of that user: it needs FCALL, FUNCTION LOAD, BLPOP and the commands redsem's library runs, on keys under redsem.key_prefix (see the README).")));
 			break;
 		case RS_BAD_PASSWORD:
 			ereport(elevel,

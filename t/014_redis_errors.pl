@@ -221,6 +221,42 @@ $redis->cli('DEL', 'redsem:{e_type}:timeout');
 is($s->query_ok(q{SELECT redsem_release('e_type', redsem_acquire('e_type', 1));}), 't',
 	'once the key is gone it works');
 
+###########################################################################
+note 'an ACL user with only the commands the README names';
+
+# (the README's list: what redsem sends, and what its library runs)
+my @acl = qw(+fcall +function|load +blpop +time +get +set +del +exists +pexpire
+  +pttl +persist +rpush +hget +hmget +hset +hdel +hlen +zadd +zrem +zscore +zrank
+  +zcard +zrange +zrangebyscore);
+admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',
+	'resetchannels', '-@all', @acl);
+my $minpw = "$dir/min.password";
+PostgreSQL::Test::Utils::append_to_file($minpw, "Min-S3cret\n");
+chmod 0600, $minpw;
+$s->query_ok(q{SET redsem."user" = 'rs_min';});
+$s->query_ok(qq{SET redsem.password_file = '$minpw';});
+admin('FUNCTION', 'FLUSH');
+$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+is($s->query_ok(q{SELECT redsem_release('e_acl', redsem_acquire('e_acl', 1));}), 't',
+	'the README\'s ACL on ~redsem:* is enough, even where the library must be loaded first');
+like(admin('FUNCTION', 'LIST', 'LIBRARYNAME', 'redsem_*')->[0][1] // '', qr/^redsem_[0-9a-f]{16}$/,
+	'that user loaded the library');
+admin('ACL', 'SETUSER', 'rs_min', '-function|load');
+admin('FUNCTION', 'FLUSH');
+$err = fresh_error(q{SELECT redsem_acquire('e_acl', 1);});
+like($err, qr/ERROR:  28000: .*\n.*DETAIL:  NOPERM/,
+	'without +function|load, a Redis that lacks the library refuses: 28000 (NOPERM)');
+like($err, qr/HINT:  .*FUNCTION LOAD/, '... with a hint naming what the ACL must allow');
+admin('ACL', 'SETUSER', 'rs_min', '+function|load', '-zscore');
+$err = fresh_error(q{SELECT redsem_acquire('e_acl', 1);});
+like($err, qr/ERROR:  28000: /, 'an ACL that denies a command the library runs: 28000 too');
+is($redis->cli('EXISTS', 'redsem:{e_acl}:owner'), '0', '... and nothing was written');
+$s->query_ok(q{RESET redsem."user";});
+$s->query_ok(q{RESET redsem.password_file;});
+$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+is($s->query_ok(q{SELECT redsem_release('e_acl', redsem_acquire('e_acl', 1));}), 't',
+	'the default user works again');
+
 $s->quit;
 node_log_is_clean($node);
 $node->stop;
