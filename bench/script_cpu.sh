@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+#
+# bench/script_cpu.sh - Redis CPU per redsem operation, measured inside Redis
+# (INFO commandstats usec_per_call), with no PostgreSQL and no client in
+# the way, side by side with baselines run in the same invocation.
+#
+#   sudo bash bench/script_cpu.sh
+#
+# A throwaway Redis (unix socket, no persistence) gets redsem's library, and
+# redis-cli --pipe feeds it operations as another server would send them
+# (the same keys and arguments as src/script.c).  On a semaphore that
+# already has H holders (10, then BENCH_HOLDERS, default 20000), BENCH_OPS
+# times: acquire + release of a new id, so the holders stay at H and H + 1.
+# To tell acquire from release (commandstats counts per command, not per
+# function), each is also run with the other one sent as EVALSHA of the
+# same code.  Every figure is the better of two runs (the machine's noise
+# only ever adds).
+# Baselines, in the same Redis and the same run:
+#   the same script run as an EVALSHA script (how redsem 0.2.0 and earlier
+#     ran it): its Lua functions are made anew at every call
+#   an empty function (FCALL of "return 1" with the same keys and
+#     arguments): what any FCALL costs
+#   a four-command function (TIME, HMGET, then ZADD + HSET to acquire, or
+#     ZREM + HSET to release, with no checks at all): about the least any
+#     semaphore kept in Redis hashes and sorted sets can cost per operation
+# Under pgbench (bench/throughput.sh) the same figure comes out higher: there
+# Redis shares two cores with PostgreSQL and pgbench, and a preempted call
+# counts the time it waited.
+#
+# Environment: BENCH_OPS (default 50000), BENCH_HOLDERS (default 20000),
+# REDSEM_KEEP=1.
+
+set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+OPS=${BENCH_OPS:-50000}
+BIG=${BENCH_HOLDERS:-20000}
+
+[[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
+command -v redis-server >/dev/null || redsem_die "redis-server not found"
+trap redsem_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+redsem_make_tmpdir redsem-bench-cpu
+W=$REDSEM_TMPDIR
+redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+SOCK=$W/redis.sock
+cli() { redsem_as_postgres redis-cli -s "$SOCK" "$@"; }
+
+BODY=$BENCH_DIR/../src/redsem.lua
+LIB=$(bench_library)
+{ printf '#!lua name=%s\n' "$LIB"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$LIB"; } >"$W/lib.lua"
+{ cat "$BODY"; printf '\nreturn dispatch(KEYS, ARGV)\n'; } >"$W/script.lua"
+# the baselines: an empty function and a four-command one
+cat >"$W/floor.lua" <<'EOF'
+#!lua name=floor
+local function empty() return 1 end
+-- TIME, HMGET, then ZADD + HSET (acquire) or ZREM + HSET (release)
+local function four(keys, a)
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    local v = redis.call('HMGET', keys[6], 'n', 'i:' .. a[2])
+    local n = tonumber(v[1]) or 0
+    if a[1] == 'acquire' then
+        redis.call('ZADD', keys[2], string.format('%d', now + 30000), a[2])
+        redis.call('HSET', keys[6], 'n', n + 1, 'i:' .. a[2], now)
+    else
+        redis.call('ZREM', keys[2], a[2])
+        redis.call('HSET', keys[6], 'n', n - 1)
+    end
+    return 1
+end
+redis.register_function('floor_empty', empty)
+redis.register_function('floor_four', four)
+EOF
+cli -x FUNCTION LOAD <"$W/lib.lua" >/dev/null
+cli -x FUNCTION LOAD <"$W/floor.lua" >/dev/null
+SHA=$(cli -x SCRIPT LOAD <"$W/script.lua")
+
+# gen.pl ACQ REL SEM FROM COUNT WHAT: RESP for COUNT operations on ids
+# x<FROM>.. of semaphore SEM, acquires sent as ACQ and releases as REL
+# ("FCALL name" or "EVALSHA sha"); WHAT is pairs or fill (acquires that
+# hold for 10 minutes)
+cat >"$W/gen.pl" <<'EOF'
+use strict;
+my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
+my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
+sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
+sub op { my ($call, @args) = @_; return cmd(split(/ /, $call), 6, @keys, @args); }
+my $origin = 'bench.example:5432|4242|db|user|bench';
+binmode STDOUT;
+for my $i ($from .. $from + $count - 1) {
+    my $id = sprintf('%016x.%d', 0xfeed0000 + $i, $i);
+    my $lease = $what eq 'fill' ? 600000 : 30000;
+    print op($acq, 'acquire', $id, 1000000, 1, $lease, 0, 60000, $origin);
+    print op($rel, 'release', $id) if $what eq 'pairs';
+}
+EOF
+
+# once NAME CMD ACQ REL SEM FROM COUNT WHAT: feed the operations (gen.pl),
+# print the mean usec of CMD (fcall or evalsha), check that none failed
+once() {
+    local name=$1 cmd=$2
+    shift 2
+    perl "$W/gen.pl" "$@" >"$W/ops.resp"
+    cli CONFIG RESETSTAT >/dev/null
+    cli --pipe <"$W/ops.resp" >"$W/pipe.out" 2>&1 || { cat "$W/pipe.out" >&2; redsem_die "redis-cli --pipe failed ($name)"; }
+    grep -q 'errors: 0' "$W/pipe.out" || { cat "$W/pipe.out" >&2; redsem_die "errors in $name"; }
+    cli INFO commandstats | tr -d '\r' >"$W/stats"
+    sed -n "s/^cmdstat_$cmd:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p" "$W/stats" |
+        awk '{ if ($1 > 0) printf "%.2f\n", $2 / $1; else print "n/a" }'
+}
+
+# run NAME CMD ACQ REL SEM FROM COUNT: the better of two runs of COUNT
+# acquire+release pairs (the second on new ids)
+run() {
+    local a b
+    a=$(once "$1" "$2" "$3" "$4" "$5" "$6" "$7" pairs)
+    b=$(once "$1" "$2" "$3" "$4" "$5" "$(($6 + $7))" "$7" pairs)
+    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a < b ? a : b) }'
+}
+
+# commands run inside the script per call, in the last run
+inner_per_call() {
+    awk -F'[:=,]' '$1 ~ /^cmdstat_/ { c = substr($1, 9) }
+                   $1 ~ /^cmdstat_/ && c !~ /^(fcall|evalsha|config|info|function|script)/ { n += $3 }
+                   c ~ /^(fcall|evalsha)$/ { k += $3 }
+                   END { if (k) printf "%.1f", n / k; else print "n/a" }' "$W/stats"
+}
+
+F="FCALL $LIB" E="EVALSHA $SHA"
+declare -A R
+for holders in 10 "$BIG"; do
+    sem=cpu$holders
+    once fill fcall "$F" "$F" "$sem" 10000000 "$holders" fill >/dev/null
+    once fill fcall "FCALL floor_four" - "f$sem" 10000000 "$holders" fill >/dev/null
+    R[pairs$holders]=$(run pairs fcall "$F" "$F" "$sem" 1000000 "$OPS")
+    R[inner$holders]=$(inner_per_call)
+    R[acq$holders]=$(run acquire fcall "$F" "$E" "$sem" 2000000 "$OPS")
+    R[rel$holders]=$(run release fcall "$E" "$F" "$sem" 3000000 "$OPS")
+    R[eval$holders]=$(run evalsha evalsha "$E" "$E" "$sem" 4000000 "$OPS")
+    R[empty$holders]=$(run empty fcall "FCALL floor_empty" "FCALL floor_empty" "$sem" 5000000 "$OPS")
+    R[four$holders]=$(run four fcall "FCALL floor_four" "FCALL floor_four" "f$sem" 6000000 "$OPS")
+done
+
+printf 'redsem Redis CPU benchmark (bench/script_cpu.sh)\n'
+printf 'date: %s   host: %s   cores: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
+    "$(hostname)" "$(nproc)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+printf 'load average at start: %s (compare ratios)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
+printf 'usec per call inside Redis (INFO commandstats), %s acquire+release pairs, better of two runs,\nredis-cli --pipe, no PostgreSQL\n\n' "$OPS"
+printf '%-44s %12s %12s\n' "semaphore with" "10 holders" "$BIG holders"
+row() { printf '%-44s %12s %12s\n' "$1" "${R[$2$3]}" "${R[$2$BIG]}"; }
+row "redsem (FCALL): acquire + release, mean" pairs 10
+row "  acquire" acq 10
+row "  release" rel 10
+row "  commands run inside, per call" inner 10
+row "the same script as EVALSHA (0.2.0)" eval 10
+row "floor: an empty FCALL" empty 10
+row "floor: a four-command function" four 10
+printf '%-44s %12s %12s\n' "ratio redsem / EVALSHA script" \
+    "$(bench_ratio "${R[pairs10]}" "${R[eval10]}")" "$(bench_ratio "${R[pairs$BIG]}" "${R[eval$BIG]}")"
+printf '%-44s %12s %12s\n' "ratio redsem / four-command floor" \
+    "$(bench_ratio "${R[pairs10]}" "${R[four10]}")" "$(bench_ratio "${R[pairs$BIG]}" "${R[four$BIG]}")"
+printf '%-44s %12s\n' "ratio $BIG holders / 10 holders (redsem)" "$(bench_ratio "${R[pairs$BIG]}" "${R[pairs10]}")"
