@@ -115,23 +115,26 @@ load_library(RedisCall *call)
 
 /*
  * Send a command; if it found the library missing, load it there and send
- * the command once more.
+ * the command once more.  A failure to load, or the library missing again
+ * at once, is reported here (redis_exec reports every other failure).
  */
 static bool
 exec_loading(RedisCall *call, int argc, const char **argv, redisReply **reply)
 {
 	bool		ok = redis_exec(call, argc, argv, NULL, reply);
 
+	if (ok || call->outcome.status != RS_NOSCRIPT)
+		return ok;
+	ok = load_library(call) && redis_exec(call, argc, argv, NULL, reply);
 	if (!ok && call->outcome.status == RS_NOSCRIPT)
 	{
-		if (!load_library(call))
-		{
-			if (call->elevel >= ERROR)
-				redis_report(call->elevel, &call->outcome);
-			return false;
-		}
-		ok = redis_exec(call, argc, argv, NULL, reply);
+		call->outcome.status = RS_REFUSED;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "the redsem library %s was missing right after it was loaded",
+				 library_name());
 	}
+	if (!ok && call->elevel >= ERROR)
+		redis_report(call->elevel, &call->outcome);
 	return ok;
 }
 
