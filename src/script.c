@@ -25,10 +25,10 @@
 #include "common/sha1.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
-#include "utils/memutils.h"
 #include "postmaster/postmaster.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "redsem.h"
 #include "script.h"
