@@ -376,6 +376,20 @@ local function confirm(id)
     return {'held', redis.call('ZSCORE', K_OWNER, id), int(lease)}
 end
 
+-- I7: the next ticket, and the last one (false if none): Redis's clock in
+-- microseconds, written in the same command that reads the last ticket;
+-- written again, as the last plus one, in the rare case that is not larger
+-- (the clock stepped back, or two calls in one microsecond).
+local function next_ticket()
+    local ticket = int(NOW_US)
+    local last = redis.call('SET', K_TICKET, ticket, 'KEEPTTL', 'GET')
+    if last and (tonumber(last) or 0) >= NOW_US then
+        ticket = int((tonumber(last) or 0) + 1)
+        redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
+    end
+    return ticket, last
+end
+
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
     if is_member(id) then
@@ -396,9 +410,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
         return {'busy', int(limit)}
     end
     if not current then set('cur', limit) end
-    local last = redis.call('GET', K_TICKET)
-    local ticket = int(math.max((tonumber(last or '0') or 0) + 1, NOW_US))  -- I7
-    redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
+    local ticket, last = next_ticket()
     if members == 0 or not last then CREATED = true end
     redis.call('ZADD', K_OWNER, ticket, id)
     if p > 1 then set('p:' .. id, p) end

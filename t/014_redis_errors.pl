@@ -225,7 +225,7 @@ is($s->query_ok(q{SELECT redsem_release('e_type', redsem_acquire('e_type', 1));}
 note 'an ACL user with only the commands the README names';
 
 # (the README's list: what redsem sends, and what its library runs)
-my @acl = qw(+fcall +function|load +blpop +time +get +set +del +exists +pexpire
+my @acl = qw(+fcall +function|load +blpop +time +set +del +exists +pexpire
   +pttl +persist +rpush +hget +hmget +hset +hdel +hlen +zadd +zrem +zscore +zrank
   +zcard +zrange +zrangebyscore);
 admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',

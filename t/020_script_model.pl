@@ -5,12 +5,12 @@
 # First directed scenarios (a promoted waiter on a quiet semaphore, a
 # promoted waiter that never confirms, a paused waiter, weighted permits in
 # line, a stored limit raised and lowered, callers that disagree on the
-# limit, a waiter the limit fell below), then a randomized run: many ids on
-# four semaphores (limits 1, 2, 4 with weighted permits, and a stored limit
-# that changes under them) doing try-once and waiting acquires, re-checks,
-# wake-ups, give-ups, releases, refreshes, duplicate ids, wrong limits,
-# limit changes, reads and deaths, with short leases and real time
-# passing.  After every step, for every semaphore:
+# limit, a waiter the limit fell below, a last ticket ahead of the clock),
+# then a randomized run: many ids on four semaphores (limits 1, 2, 4 with
+# weighted permits, and a stored limit that changes under them) doing
+# try-once and waiting acquires, re-checks, wake-ups, give-ups, releases,
+# refreshes, duplicate ids, wrong limits, limit changes, reads and deaths,
+# with short leases and real time passing.  After every step, for every semaphore:
 #
 #   - each member is whole (owner, timeout, info), waiters are members; the
 #     state's permit counts (xh, xw, p:<id>) match the members;
@@ -464,6 +464,27 @@ is_deeply(ev('stored', 'set_limit', ''), [ '', '', 0, 0 ], 'the stored limit is 
 my $pttl = $r->cmd('PTTL', 'm:{stored}:state');
 ok($pttl == -2 || ($pttl >= 0 && $pttl <= $GRACE_MS), "the state goes with it (PTTL $pttl)");
 
+###########################################################################
+note 'tickets rise even when the last one is ahead of the clock (a clock stepped back)';
+
+{
+	my $kk = (keys_of('tick'))[2];
+	my $ahead = (redis_now_ms() + 3_600_000) * 1000;    # an hour ahead, in us
+	$r->cmd('SET', $kk, $ahead, 'PX', 60000);
+	my $a = ev('tick', 'acquire', 't1', 2, 1, 1000, 0, 1000, 'o');
+	is($a->[1], $ahead + 1, 'the next ticket is the last plus one, not the clock');
+	my $b = ev('tick', 'acquire', 't2', 2, 1, 1000, 0, 1000, 'o');
+	is($b->[1], $ahead + 2, 'and the one after that rises again');
+	ok($r->cmd('PTTL', $kk) > 0, 'the ticket key kept a TTL');
+	my $now_us = redis_now_ms() * 1000;
+	ev('tick', 'release', $_) foreach qw(t1 t2);
+	$r->cmd('DEL', $kk);
+	my $c = ev('tick', 'acquire', 't3', 2, 1, 1000, 0, 1000, 'o');
+	ok($c->[1] >= $now_us && $c->[1] < $ahead, 'with no last ticket, the ticket is the clock in microseconds');
+	ev('tick', 'release', 't3');
+}
+
+###########################################################################
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
