@@ -176,6 +176,25 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 }
 
 /*
+ * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore;
+ * returns how many entries that is (3 + SCRIPT_NKEYS + 1).
+ */
+static int
+fcall_head(const char **argv, const char *prefix, const char *name,
+		   const char *op)
+{
+	int			argc = 0;
+
+	argv[argc++] = "FCALL";
+	argv[argc++] = library_name();
+	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
+	for (int i = 0; i < SCRIPT_NKEYS; i++)
+		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
+	argv[argc++] = op;
+	return argc;
+}
+
+/*
  * Send one command through redis_exec (loading the library if need be),
  * counting a failure in the semaphore's statistics before it is reported.
  */
@@ -208,15 +227,10 @@ run_script(RedisCall *call, const char *prefix, const char *name,
 		   const char *op, int nargs, const char **args, redisReply **reply)
 {
 	const char *argv[3 + SCRIPT_NKEYS + 1 + SCRIPT_MAX_ARGS];
-	int			argc = 0;
+	int			argc;
 
 	Assert(nargs <= SCRIPT_MAX_ARGS);
-	argv[argc++] = "FCALL";
-	argv[argc++] = library_name();
-	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
-	for (int i = 0; i < SCRIPT_NKEYS; i++)
-		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
-	argv[argc++] = op;
+	argc = fcall_head(argv, prefix, name, op);
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
 	return exec_counted(call, name, argc, argv, reply);
@@ -743,13 +757,8 @@ build_keep_command(const SemKeepItem *items, const int *order, KeepCommand *kc)
 	int			max = 3 + SCRIPT_NKEYS + 1 + 2 * kc->count;
 
 	kc->argv = palloc(sizeof(char *) * max);
-	kc->argc = 0;
-	kc->argv[kc->argc++] = "FCALL";
-	kc->argv[kc->argc++] = library_name();
-	kc->argv[kc->argc++] = CppAsString2(SCRIPT_NKEYS);
-	for (int k = 0; k < SCRIPT_NKEYS; k++)
-		kc->argv[kc->argc++] = sem_key(head->prefix, head->name, key_suffixes[k]);
-	kc->argv[kc->argc++] = kc->release ? "release" : "refresh_many";
+	kc->argc = fcall_head(kc->argv, head->prefix, head->name,
+						  kc->release ? "release" : "refresh_many");
 	for (int i = 0; i < kc->count; i++)
 	{
 		const SemKeepItem *it = &items[order[kc->first + i]];
@@ -853,14 +862,8 @@ load_script(RedisCall *call, const SemKeepItem *items, const int *order,
 	const SemKeepItem *it = &items[order[kc->first]];
 	const char *argv[3 + SCRIPT_NKEYS + 1];
 	redisReply *reply;
-	int			argc = 0;
+	int			argc = fcall_head(argv, it->prefix, it->name, "limit");
 
-	argv[argc++] = "FCALL";
-	argv[argc++] = library_name();
-	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
-	for (int k = 0; k < SCRIPT_NKEYS; k++)
-		argv[argc++] = sem_key(it->prefix, it->name, key_suffixes[k]);
-	argv[argc++] = "limit";
 	if (!exec_loading(call, argc, argv, &reply))
 		return call->outcome.status != RS_LOST &&
 			call->outcome.status != RS_TIMED_OUT &&

@@ -86,29 +86,28 @@ make_cert('client', 'redsem', 'ca', 'DNS:redsem');
 make_cert('rogue_ca', 'someone else');
 make_cert('rogue_client', 'redsem', 'rogue_ca', 'DNS:redsem');
 
-my $redis = RedsemTest::TcpServer->new(
-	name => 'redis_tls',
-	conf => [
-		'port 0',
-		'tls-port PORT',
-		"tls-cert-file $dir/server.crt",
-		"tls-key-file $dir/server.key",
-		"tls-ca-cert-file $dir/ca.crt",
-		'tls-auth-clients optional',
-	],
-	tls_args => [ '--tls', '--cacert', "$dir/ca.crt" ]);
+# A Redis on a TLS-only port with the test CA's server certificate;
+# $auth_clients is Redis's tls-auth-clients, @cli_args what redis-cli needs.
+sub tls_server
+{
+	my ($name, $auth_clients, @cli_args) = @_;
+	return RedsemTest::TcpServer->new(
+		name => $name,
+		conf => [
+			'port 0',
+			'tls-port PORT',
+			"tls-cert-file $dir/server.crt",
+			"tls-key-file $dir/server.key",
+			"tls-ca-cert-file $dir/ca.crt",
+			"tls-auth-clients $auth_clients",
+		],
+		tls_args => [ '--tls', '--cacert', "$dir/ca.crt", @cli_args ]);
+}
+
+my $redis = tls_server('redis_tls', 'optional');
 my $port = $redis->port;
-my $mutual = RedsemTest::TcpServer->new(
-	name => 'redis_mtls',
-	conf => [
-		'port 0',
-		'tls-port PORT',
-		"tls-cert-file $dir/server.crt",
-		"tls-key-file $dir/server.key",
-		"tls-ca-cert-file $dir/ca.crt",
-		'tls-auth-clients yes',
-	],
-	tls_args => [ '--tls', '--cacert', "$dir/ca.crt", '--cert', "$dir/client.crt", '--key', "$dir/client.key" ]);
+my $mutual = tls_server('redis_mtls', 'yes',
+	'--cert', "$dir/client.crt", '--key', "$dir/client.key");
 my $mport = $mutual->port;
 my $plain = RedsemTest::TcpServer->new(name => 'redis_plain');
 
