@@ -7,7 +7,8 @@ EXTVERSION = 0.2.0
 MODULE_big = redsem
 OBJS = src/guc.o src/conn.o src/secret.o src/script.o src/hold.o src/acquire.o \
        src/sqlfuncs.o src/shmem.o src/worker.o src/observe.o \
-       src/queue.o src/queue_conf.o src/tls.o src/sentinel.o src/cluster.o
+       src/queue.o src/queue_conf.o src/tls.o src/sentinel.o src/cluster.o \
+       src/resolve.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
 # must keep working) and every upgrade script; paths are relative to
 # $(srcdir), so that VPATH builds (pg_buildext) work
@@ -15,7 +16,7 @@ DATA = $(notdir $(wildcard $(srcdir)/redsem--*.sql))
 PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
 
 PG_CPPFLAGS = -Isrc -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
-SHLIB_LINK = $(shell pkg-config --libs hiredis)
+SHLIB_LINK = $(shell pkg-config --libs hiredis) -pthread
 
 # TLS when hiredis_ssl is there (hiredis >= 1.0, e.g. Debian 13); REDSEM_TLS=no
 # builds without it

@@ -23,6 +23,7 @@
 
 #include <sys/socket.h>
 #include <errno.h>
+#include <netdb.h>
 
 #include "hiredis.h"
 
@@ -37,6 +38,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "redsem.h"
+#include "resolve.h"
 #include "secret.h"
 #include "sentinel.h"
 #include "timing.h"
@@ -177,6 +179,17 @@ close_context(redisContext *c)
 	if (c->fd == wait_set_fd)
 		forget_wait_set();
 	redisFree(c);
+}
+
+/*
+ * Forget the cached wait set if it waits on fd (a descriptor that is about
+ * to be closed, so that its number may come back for another file)
+ */
+void
+redis_forget_wait_fd(int fd)
+{
+	if (wait_set_fd == fd)
+		forget_wait_set();
 }
 
 /* The wait set for fd, made on first use (may raise: out of memory, epoll) */
@@ -573,6 +586,7 @@ redis_open_context(RedisCall *call, const char *host, int port,
 {
 	redisContext *c;
 	bool		ok;
+	char		addr[NI_MAXHOST];
 
 	call->outcome.status = RS_CONNECT_FAILED;
 	if (redsem_tls && !tls_supported(call))
@@ -583,13 +597,15 @@ redis_open_context(RedisCall *call, const char *host, int port,
 				 "redsem.tls applies to TCP connections, and redsem.unix_socket is set");
 		return NULL;
 	}
+	if (unix_path == NULL && !redis_resolve(call, host, addr, sizeof(addr), deadline))
+		return NULL;
 	if (!AcquireExternalFD())
 	{
 		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
 				 "there are too many open files on the local server");
 		return NULL;
 	}
-	c = unix_path ? redisConnectUnixNonBlock(unix_path) : redisConnectNonBlock(host, port);
+	c = unix_path ? redisConnectUnixNonBlock(unix_path) : redisConnectNonBlock(addr, port);
 	if (c == NULL || c->err)
 	{
 		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",

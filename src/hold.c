@@ -116,11 +116,13 @@ keeper_took_it(Hold *hold)
 }
 
 /*
- * Release the ENDING holds, each with a call that never raises and ends by
- * deadline.  Those Redis did not take stay ENDING, handed to the keeper.
+ * Release the ENDING holds, each with a call that ends by deadline and
+ * reports no Redis failure.  Those Redis did not take stay ENDING, handed
+ * to the keeper.  Interruptible calls serve cancel and timeouts: an
+ * interrupt unwinds through here and leaves the rest ENDING, for later.
  */
 static void
-release_ending(TimestampTz deadline)
+release_ending(TimestampTz deadline, bool interruptible)
 {
 	bool		reachable = !in_error_recursion_trouble();
 	ListCell   *lc;
@@ -139,7 +141,7 @@ release_ending(TimestampTz deadline)
 			hold_free(hold);
 			continue;
 		}
-		redis_call_init(&call, deadline, false, 0);
+		redis_call_init(&call, deadline, interruptible, 0);
 		call.uncounted = !hold->was_held;	/* its acquire's error counted */
 		if (reachable &&
 			sem_release(&call, hold->prefix, hold->name, hold->id, &live))
@@ -192,7 +194,7 @@ release_ending_guarded(int ms, const char *when)
 	PG_TRY();
 	{
 		redsem_fault("callback");
-		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms));
+		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms), false);
 	}
 	PG_CATCH();
 	{
@@ -589,7 +591,11 @@ hold_release_session(void)
 	return released;
 }
 
-/* Retry releases that a callback could not complete; never raises */
+/*
+ * Retry releases that a callback could not complete, at the start of an SQL
+ * call: Redis failures are left to the keeper and the next call, but cancel
+ * and timeouts are served (an ERROR then, the releases still pending).
+ */
 void
 hold_flush_deferred(void)
 {
@@ -602,5 +608,6 @@ hold_flush_deferred(void)
 			any = true;
 	}
 	if (any)
-		release_ending_guarded(redsem_command_timeout_ms, "left over from an earlier call");
+		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												   redsem_command_timeout_ms), true);
 }

@@ -1,0 +1,270 @@
+/*
+ * resolve.c
+ *		Host names turned into addresses without blocking the backend.
+ *
+ * getaddrinfo() can block for as long as the resolver's timeouts allow
+ * (tens of seconds with an unreachable name server), and a signal does not
+ * end it: PostgreSQL installs its handlers with SA_RESTART.  So a name is
+ * looked up on a helper thread that runs getaddrinfo() and nothing else (no
+ * PostgreSQL code, every signal blocked) and then writes an eventfd; the
+ * backend waits on that eventfd and its latch together, through
+ * redis_wait_socket(), so cancel, statement_timeout, pg_terminate_backend
+ * and redsem.connect_timeout are served while the resolver is stuck.
+ *
+ * A lookup the backend stops waiting for (a timeout, an interrupt) is
+ * abandoned, not stopped: whichever side finishes last (the thread, or the
+ * backend noticing the thread is done) frees it.  It lives in malloc'd
+ * memory for that reason.  A numeric address needs no lookup and no thread.
+ */
+#include "postgres.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "port/atomics.h"
+#include "storage/fd.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+#include "conn.h"
+#include "redsem.h"
+#include "resolve.h"
+
+/* Who is done with a lookup: when both are, the later one frees it */
+#define LOOKUP_RUNNING	0
+#define LOOKUP_DONE		1		/* the thread has finished */
+#define LOOKUP_LEFT		2		/* the backend has stopped waiting */
+
+typedef struct Lookup
+{
+	pg_atomic_uint32 state;
+	int			event_fd;		/* written by the thread when done */
+	int			rc;				/* getaddrinfo's result */
+	struct addrinfo *result;
+	char		host[NI_MAXHOST];
+} Lookup;
+
+/*
+ * Record why no address came (RS_CONNECT_FAILED, 08001), without raising:
+ * the caller may try another server.  Returns false.
+ */
+static bool
+lookup_fail(RedisCall *call, const char *fmt,...) pg_attribute_printf(2, 3);
+
+static bool
+lookup_fail(RedisCall *call, const char *fmt,...)
+{
+	va_list		args;
+
+	call->outcome.status = RS_CONNECT_FAILED;
+	va_start(args, fmt);
+	vsnprintf(call->outcome.detail, sizeof(call->outcome.detail), fmt, args);
+	va_end(args);
+	return false;
+}
+
+/* Free a lookup and what it holds */
+static void
+lookup_free(Lookup *l)
+{
+	if (l->result != NULL)
+		freeaddrinfo(l->result);
+	close(l->event_fd);
+	free(l);
+}
+
+/* The helper thread: resolve, then tell the backend, or free if it left */
+static void *
+lookup_thread(void *arg)
+{
+	Lookup	   *l = (Lookup *) arg;
+	struct addrinfo hints;
+	uint64_t	one = 1;
+	uint32		expected = LOOKUP_RUNNING;
+
+	memset(&hints, 0, sizeof(hints));
+	hints.ai_family = AF_UNSPEC;
+	hints.ai_socktype = SOCK_STREAM;
+	l->rc = getaddrinfo(l->host, NULL, &hints, &l->result);
+	if (pg_atomic_compare_exchange_u32(&l->state, &expected, LOOKUP_DONE))
+	{
+		if (write(l->event_fd, &one, sizeof(one)) < 0)
+		{
+			/* the backend also polls the state: nothing lost */
+		}
+	}
+	else
+		lookup_free(l);			/* the backend left */
+	return NULL;
+}
+
+/* The backend stops waiting for l; frees it if the thread has finished */
+static void
+lookup_leave(Lookup *l)
+{
+	uint32		expected = LOOKUP_RUNNING;
+
+	ReleaseExternalFD();
+	if (!pg_atomic_compare_exchange_u32(&l->state, &expected, LOOKUP_LEFT))
+		lookup_free(l);
+}
+
+/*
+ * Start a lookup of host on a detached thread with every signal blocked;
+ * NULL with the outcome filled if that cannot be done.
+ */
+static Lookup *
+lookup_start(RedisCall *call, const char *host)
+{
+	Lookup	   *l;
+	pthread_attr_t attr;
+	pthread_t	thread;
+	sigset_t	all,
+				saved;
+	int			err;
+
+	if (!AcquireExternalFD())
+	{
+		lookup_fail(call, "there are too many open files on the local server");
+		return NULL;
+	}
+	l = calloc(1, sizeof(Lookup));
+	if (l == NULL)
+	{
+		ReleaseExternalFD();
+		lookup_fail(call, "could not start a lookup of host name \"%s\": out of memory", host);
+		return NULL;
+	}
+	l->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (l->event_fd < 0)
+	{
+		lookup_fail(call, "could not start a lookup of host name \"%s\": %s",
+					host, strerror(errno));
+		free(l);
+		ReleaseExternalFD();
+		return NULL;
+	}
+	pg_atomic_init_u32(&l->state, LOOKUP_RUNNING);
+	strlcpy(l->host, host, sizeof(l->host));
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	err = pthread_attr_init(&attr);
+	if (err == 0)
+	{
+		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		err = pthread_create(&thread, &attr, lookup_thread, l);
+		pthread_attr_destroy(&attr);
+	}
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	if (err != 0)
+	{
+		ReleaseExternalFD();
+		lookup_free(l);
+		lookup_fail(call, "could not start a lookup of host name \"%s\": %s",
+				   host, strerror(err));
+		return NULL;
+	}
+	return l;
+}
+
+/*
+ * Copy the address to use out of a finished lookup into addr: the first
+ * IPv4 address, else the first IPv6 one (hiredis's own order).
+ */
+static bool
+lookup_address(RedisCall *call, Lookup *l, char *addr, size_t addrlen)
+{
+	struct addrinfo *a,
+			   *pick = NULL;
+
+	if (l->rc != 0)
+		return lookup_fail(call, "could not resolve host name \"%s\": %s",
+						  l->host, gai_strerror(l->rc));
+	for (a = l->result; a != NULL && pick == NULL; a = a->ai_next)
+		if (a->ai_family == AF_INET)
+			pick = a;
+	for (a = l->result; a != NULL && pick == NULL; a = a->ai_next)
+		if (a->ai_family == AF_INET6)
+			pick = a;
+	if (pick == NULL ||
+		getnameinfo(pick->ai_addr, pick->ai_addrlen, addr, addrlen, NULL, 0,
+					NI_NUMERICHOST) != 0)
+		return lookup_fail(call, "host name \"%s\" has no usable address",
+						  l->host);
+	return true;
+}
+
+/* True if host is an IPv4 or IPv6 address already */
+static bool
+is_numeric(const char *host)
+{
+	unsigned char buf[sizeof(struct in6_addr)];
+
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
+/* Wait for l to finish, by deadline; cancel is served if interruptible */
+static bool
+lookup_wait(RedisCall *call, Lookup *l, TimestampTz deadline)
+{
+	TimestampTz start = GetCurrentTimestamp();
+
+	while (pg_atomic_read_u32(&l->state) == LOOKUP_RUNNING)
+	{
+		int			rc = redis_wait_socket(l->event_fd, WL_SOCKET_READABLE, deadline,
+										   call->interruptible);
+
+		if ((rc & WL_TIMEOUT) && GetCurrentTimestamp() >= deadline)
+			return lookup_fail(call,
+							   "no address for host name \"%s\" within %ld ms (redsem.connect_timeout is %d ms)",
+							   l->host,
+							   (long) ((GetCurrentTimestamp() - start) / 1000),
+							   redsem_connect_timeout_ms);
+	}
+	pg_memory_barrier();
+	return true;
+}
+
+/*
+ * Resolve host into a numeric address in addr (addrlen bytes, at least
+ * NI_MAXHOST), by deadline.  False, with the call's outcome saying why, if
+ * it has no address or none came in time.  An interrupt unwinds through
+ * here and leaves nothing behind but the thread, which then cleans up.
+ */
+bool
+redis_resolve(RedisCall *call, const char *host, char *addr, size_t addrlen,
+			  TimestampTz deadline)
+{
+	Lookup	   *l;
+	bool		ok;
+
+	if (is_numeric(host))
+	{
+		strlcpy(addr, host, addrlen);
+		return true;
+	}
+	if (strlen(host) >= NI_MAXHOST)
+		return lookup_fail(call, "host name is too long");
+	l = lookup_start(call, host);
+	if (l == NULL)
+		return false;
+	PG_TRY();
+	{
+		ok = lookup_wait(call, l, deadline) && lookup_address(call, l, addr, addrlen);
+	}
+	PG_CATCH();
+	{
+		redis_forget_wait_fd(l->event_fd);
+		lookup_leave(l);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	redis_forget_wait_fd(l->event_fd);
+	lookup_leave(l);
+	return ok;
+}

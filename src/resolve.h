@@ -1,0 +1,13 @@
+/*
+ * resolve.h
+ *		Host names resolved while the backend keeps serving interrupts.
+ */
+#ifndef REDSEM_RESOLVE_H
+#define REDSEM_RESOLVE_H
+
+#include "conn.h"
+
+extern bool redis_resolve(RedisCall *call, const char *host, char *addr,
+						  size_t addrlen, TimestampTz deadline);
+
+#endif							/* REDSEM_RESOLVE_H */

@@ -1,0 +1,141 @@
+
+# 015_host_names.pl - a host name's lookup never holds a backend hostage.
+#
+# getaddrinfo() can block for as long as the resolver's timeouts (tens of
+# seconds with a dead name server) and ignores signals.  redsem looks names
+# up on a helper thread and waits on its latch meanwhile (src/resolve.c).
+# The server here loads t/fault/dns_fault.c, a resolver that hangs on
+# *.slow.redsem.test, fails on *.none.redsem.test and answers 127.0.0.1 for
+# *.here.redsem.test: the lookup must end at redsem.connect_timeout, on
+# cancel, statement_timeout and pg_terminate_backend, leave no descriptor
+# behind once the abandoned lookups end, and the session must go on.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use IPC::Run;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+# the shim's hang: longer than every wait below that must beat it
+my $HANG_S = 6;
+
+my $redis = RedsemTest::Redis->new;
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+$redis->cli('CONFIG', 'SET', 'bind', '127.0.0.1');
+$redis->cli('CONFIG', 'SET', 'port', $port);
+
+my $tmp = PostgreSQL::Test::Utils::tempdir();
+my $shim = "$tmp/dns_fault.so";
+my ($cc_out, $cc_err) = ('', '');
+IPC::Run::run([ $ENV{CC} // 'cc', '-shared', '-fPIC', '-o', $shim,
+	"$FindBin::RealBin/fault/dns_fault.c", '-ldl' ], '>', \$cc_out, '2>', \$cc_err)
+  or BAIL_OUT("cannot build the resolver shim: $cc_err");
+my $lookups = "$tmp/lookups.log";
+my $node;
+{
+	local $ENV{LD_PRELOAD} = $shim;
+	local $ENV{REDSEM_FAULT_DNS_SLEEP} = $HANG_S;
+	local $ENV{REDSEM_FAULT_DNS_LOG} = $lookups;
+	$node = create_node('dns', $redis, <<"EOC");
+redsem.unix_socket = ''
+redsem.host = 'db.here.redsem.test'
+redsem.port = $port
+EOC
+}
+
+my $s = RedsemTest::Session->new($node, name => 's');
+my $ROUND = q{SELECT redsem_release('h', redsem_acquire('h', 1, '60 s'));};
+
+# A statement with redsem.host set to $host: (stderr, seconds)
+sub with_host
+{
+	my ($host, $sql) = @_;
+	my (undef, $err, $secs) = $s->query("SET redsem.host = '$host';\n$sql\nRESET redsem.host;");
+	return ($err, $secs);
+}
+
+# The backend's open descriptors
+sub fds_of
+{
+	my ($pid) = @_;
+	opendir(my $d, "/proc/$pid/fd") or return -1;
+	my $n = grep { !/^\./ } readdir($d);
+	closedir($d);
+	return $n;
+}
+
+###########################################################################
+note 'names that resolve, and names that do not';
+
+is($s->query_ok($ROUND), 't', 'a host name that resolves: acquire and release over TCP');
+like(slurp_file($lookups), qr/^db\.here\.redsem\.test$/m, 'the name went through the resolver');
+my ($err, $secs) = with_host('127.0.0.1', $ROUND);
+is($err, '', 'a numeric address needs no lookup');
+
+($err) = with_host('db.none.redsem.test', $ROUND);
+like($err, qr/ERROR:  08001: could not connect to Redis at db\.none\.redsem\.test:\d+\n.*DETAIL:  could not resolve host name "db\.none\.redsem\.test"/s,
+	'a name without an address: 08001, saying so');
+
+###########################################################################
+note 'a resolver that hangs';
+
+($err, $secs) = with_host('db.slow.redsem.test',
+	"SET redsem.connect_timeout = 1000;\n$ROUND\nRESET redsem.connect_timeout;");
+like($err, qr/ERROR:  08001: .*\n.*DETAIL:  no address for host name "db\.slow\.redsem\.test" within \d+ ms \(redsem\.connect_timeout is 1000 ms\)/,
+	'the lookup ends at redsem.connect_timeout with 08001');
+cmp_ok($secs, '<', $HANG_S - 2, 'without waiting for the resolver');
+
+($err, $secs) = with_host('db.slow.redsem.test',
+	"SET redsem.connect_timeout = 60000;\nSET statement_timeout = '300ms';\n$ROUND\n"
+	  . "RESET statement_timeout;\nRESET redsem.connect_timeout;");
+like($err, qr/ERROR:  57014: canceling statement due to statement timeout/,
+	'statement_timeout ends the lookup');
+cmp_ok($secs, '<', $HANG_S - 2, 'at once');
+
+$s->send("SET redsem.host = 'db.slow.redsem.test';\nSET redsem.connect_timeout = 60000;\n$ROUND");
+usleep(500_000);
+$node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . $s->backend_pid . ')');
+(undef, $err, $secs) = $s->wait_done(30);
+like($err, qr/ERROR:  57014: canceling statement due to user request/, 'a cancel ends the lookup');
+cmp_ok($secs, '<', $HANG_S - 2, 'at once');
+$s->query_ok("RESET redsem.host;\nRESET redsem.connect_timeout;");
+is($s->query_ok($ROUND), 't', 'the session goes on, with a name that resolves');
+
+###########################################################################
+note 'abandoned lookups clean up after themselves';
+
+my $before = fds_of($s->backend_pid);
+for my $i (1 .. 8)
+{
+	with_host('db.slow.redsem.test', "SET statement_timeout = '50ms';\n$ROUND\nRESET statement_timeout;");
+}
+is($s->query_ok($ROUND), 't', 'with eight lookups abandoned, the session still works');
+ok(defined wait_until($HANG_S + 10, sub { fds_of($s->backend_pid) == $before }),
+	'once they end, the backend has as many descriptors open as before')
+  or diag('before: ' . $before . ', now: ' . fds_of($s->backend_pid));
+is($s->query_ok($ROUND), 't', 'and still works');
+
+###########################################################################
+note 'pg_terminate_backend during a lookup';
+
+my $t = RedsemTest::Session->new($node, name => 't');
+$t->send("SET redsem.host = 'db.slow.redsem.test';\nSET redsem.connect_timeout = 60000;\n$ROUND");
+usleep(500_000);
+my $t0 = time;
+$node->safe_psql('postgres', 'SELECT pg_terminate_backend(' . $t->backend_pid . ')');
+ok($t->wait_exit(30), 'the session ends');
+cmp_ok(time - $t0, '<', $HANG_S - 2, 'at once');
+
+is($s->query_ok($ROUND), 't', 'the server goes on');
+$s->quit;
+$node->stop;
+node_log_is_clean($node);
+
+done_testing();
