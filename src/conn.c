@@ -272,11 +272,26 @@ past(TimestampTz deadline)
 	return GetCurrentTimestamp() >= deadline;
 }
 
+/*
+ * How many times this process started writing to Redis: a request made
+ * while this stays unchanged never left the process.
+ */
+static uint64 writes_started = 0;
+
+/* See writes_started */
+uint64
+redis_writes_started(void)
+{
+	return writes_started;
+}
+
 /* Write out everything hiredis has buffered, waiting on the socket */
 static RedisStatus
 flush_output(redisContext *c, TimestampTz deadline, bool interruptible)
 {
 	int			done = 0;
+
+	writes_started++;
 
 	for (;;)
 	{

@@ -60,6 +60,7 @@ struct Hold
 	TimestampTz acquired_at;
 	TimestampTz refreshed_at;	/* last lease confirmation we know of */
 	int			shared_slot;	/* entry in the keeper's table, or -1 */
+	uint64		writes_at_begin;	/* redis_writes_started() when taken */
 };
 
 static List *holds = NIL;		/* Hold *, in TopMemoryContext */
@@ -116,6 +117,17 @@ keeper_took_it(Hold *hold)
 }
 
 /*
+ * True if nothing was written to Redis since the hold was taken: its
+ * request never left this process (no connection could be made), so Redis
+ * has nothing of it to release.
+ */
+static bool
+never_sent(Hold *hold)
+{
+	return hold->writes_at_begin == redis_writes_started();
+}
+
+/*
  * Release the ENDING holds, each with a call that ends by deadline and
  * reports no Redis failure.  Those Redis did not take stay ENDING, handed
  * to the keeper.  Interruptible calls serve cancel and timeouts: an
@@ -135,7 +147,7 @@ release_ending(TimestampTz deadline, bool interruptible)
 
 		if (hold->state != HOLD_ENDING)
 			continue;
-		if (keeper_took_it(hold))
+		if (keeper_took_it(hold) || never_sent(hold))
 		{
 			holds = foreach_delete_current(holds, lc);
 			hold_free(hold);
@@ -365,6 +377,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	hold->lease_ms = lease_ms;
 	hold->permits = permits;
 	hold->shared_slot = slot;
+	hold->writes_at_begin = redis_writes_started();
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);
 	return hold;

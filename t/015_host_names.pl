@@ -91,6 +91,9 @@ note 'a resolver that hangs';
 like($err, qr/ERROR:  08001: .*\n.*DETAIL:  no address for host name "db\.slow\.redsem\.test" within \d+ ms \(redsem\.connect_timeout is 1000 ms\)/,
 	'the lookup ends at redsem.connect_timeout with 08001');
 cmp_ok($secs, '<', $HANG_S - 2, 'without waiting for the resolver');
+is(scalar(() = slurp_file($lookups) =~ /^db\.slow\.redsem\.test$/mg), 1,
+	'one lookup: a failed acquire that never reached Redis leaves nothing to release, at abort or at the next call');
+is($s->query_ok('SELECT count(*) FROM redsem_held();'), '0', 'and no hold behind');
 
 ($err, $secs) = with_host('db.slow.redsem.test',
 	"SET redsem.connect_timeout = 60000;\nSET statement_timeout = '300ms';\n$ROUND\n"
