@@ -821,20 +821,35 @@ salvage_error_line(RedisCall *call)
 	snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", buf + 1);
 }
 
-/* Send one command on the open connection and read its reply */
+/*
+ * Send one command on the open connection, preceded by ASKING if asking (a
+ * cluster slot being migrated: the ASKING reply is read and dropped), and
+ * read its reply
+ */
 static RedisStatus
 send_and_receive(RedisCall *call, int argc, const char **argv,
-				 const size_t *argvlen, TimestampTz deadline,
+				 const size_t *argvlen, TimestampTz deadline, bool asking,
 				 redisReply **reply)
 {
+	const char *asking_argv[] = {"ASKING"};
 	RedisStatus status;
 
-	if (redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
+	if ((asking && redisAppendCommandArgv(cur->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
+		redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
 		return RS_LOST;
 	cur->in_flight = true;
 	PG_TRY();
 	{
-		status = exchange(cur->ctx, deadline, call->interruptible, reply);
+		status = flush_output(cur->ctx, deadline, call->interruptible);
+		if (status == RS_OK && asking)
+		{
+			status = read_reply(cur->ctx, deadline, call->interruptible, reply);
+			if (status == RS_OK)
+				freeReplyObject(*reply);
+			*reply = NULL;
+		}
+		if (status == RS_OK)
+			status = read_reply(cur->ctx, deadline, call->interruptible, reply);
 	}
 	PG_CATCH();
 	{
@@ -843,6 +858,8 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (status == RS_OK)
+		cur->in_flight = false;
 	return status;
 }
 
@@ -879,40 +896,6 @@ follow_failover(RedisCall *call, TimestampTz deadline)
 		return false;
 	pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	return !past(deadline);
-}
-
-/*
- * Send "ASKING" and then the command on the current link (a cluster slot
- * being migrated), and read the command's reply into *reply.
- */
-static RedisStatus
-send_asking(RedisCall *call, int argc, const char **argv,
-			const size_t *argvlen, TimestampTz deadline, redisReply **reply)
-{
-	const char *asking[] = {"ASKING"};
-	redisReply *r = NULL;
-	RedisStatus status;
-
-	if (redisAppendCommandArgv(cur->ctx, 1, asking, NULL) != REDIS_OK)
-		return RS_LOST;
-	status = send_and_receive(call, argc, argv, argvlen, deadline, &r);
-	if (status != RS_OK)
-		return status;
-	freeReplyObject(r);
-	cur->in_flight = true;
-	PG_TRY();
-	{
-		status = read_reply(cur->ctx, deadline, call->interruptible, reply);
-	}
-	PG_CATCH();
-	{
-		disconnect_current();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (status == RS_OK)
-		cur->in_flight = false;
-	return status;
 }
 
 /* The node of the command sent last (WAIT must follow it) */
@@ -966,8 +949,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 			cluster_node_failed(node);
 		if (ok)
 		{
-			status = asking ? send_asking(call, argc, argv, argvlen, deadline, reply)
-				: send_and_receive(call, argc, argv, argvlen, deadline, reply);
+			status = send_and_receive(call, argc, argv, argvlen, deadline, asking, reply);
 			asking = false;
 			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
 			{
