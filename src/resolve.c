@@ -40,6 +40,19 @@
 #define LOOKUP_DONE		1		/* the thread has finished */
 #define LOOKUP_LEFT		2		/* the backend has stopped waiting */
 
+/*
+ * At most this many lookups at once per process, abandoned ones included:
+ * a resolver that hangs while calls keep timing out must not pile up
+ * threads.  Each thread gets a small stack (LOOKUP_STACK_BYTES), which
+ * counts against the commit limit under vm.overcommit_memory = 2.
+ */
+#define LOOKUPS_MAX			8
+#define LOOKUP_STACK_BYTES	(1024 * 1024)
+
+/* Lookups whose thread has not finished, in this process */
+static pg_atomic_uint32 lookups_running;
+static bool lookups_running_set = false;
+
 typedef struct Lookup
 {
 	pg_atomic_uint32 state;
@@ -100,6 +113,7 @@ lookup_thread(void *arg)
 	}
 	else
 		lookup_free(l);			/* the backend left */
+	pg_atomic_fetch_sub_u32(&lookups_running, 1);
 	return NULL;
 }
 
@@ -128,6 +142,17 @@ lookup_start(RedisCall *call, const char *host)
 				saved;
 	int			err;
 
+	if (!lookups_running_set)
+	{
+		pg_atomic_init_u32(&lookups_running, 0);
+		lookups_running_set = true;
+	}
+	if (pg_atomic_read_u32(&lookups_running) >= LOOKUPS_MAX)
+	{
+		lookup_fail(call, "%d earlier lookups of host names are still running; the name server does not answer",
+					LOOKUPS_MAX);
+		return NULL;
+	}
 	if (!AcquireExternalFD())
 	{
 		lookup_fail(call, "there are too many open files on the local server");
@@ -153,16 +178,19 @@ lookup_start(RedisCall *call, const char *host)
 	strlcpy(l->host, host, sizeof(l->host));
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &saved);
+	pg_atomic_fetch_add_u32(&lookups_running, 1);
 	err = pthread_attr_init(&attr);
 	if (err == 0)
 	{
 		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&attr, LOOKUP_STACK_BYTES);
 		err = pthread_create(&thread, &attr, lookup_thread, l);
 		pthread_attr_destroy(&attr);
 	}
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	if (err != 0)
 	{
+		pg_atomic_fetch_sub_u32(&lookups_running, 1);
 		ReleaseExternalFD();
 		lookup_free(l);
 		lookup_fail(call, "could not start a lookup of host name \"%s\": %s",

@@ -119,11 +119,15 @@ for my $i (1 .. 8)
 {
 	with_host('db.slow.redsem.test', "SET statement_timeout = '50ms';\n$ROUND\nRESET statement_timeout;");
 }
-is($s->query_ok($ROUND), 't', 'with eight lookups abandoned, the session still works');
+($err) = with_host('db.here.redsem.test', $ROUND);
+like($err, qr/ERROR:  08001: .*\n.*DETAIL:  8 earlier lookups of host names are still running; the name server does not answer/,
+	'with eight lookups abandoned and still running, no ninth thread: 08001, saying why');
+($err) = with_host('127.0.0.1', $ROUND);
+is($err, '', 'a numeric address still works meanwhile');
 ok(defined wait_until($HANG_S + 10, sub { fds_of($s->backend_pid) == $before }),
-	'once they end, the backend has as many descriptors open as before')
+	'once the lookups end, the backend has as many descriptors open as before')
   or diag('before: ' . $before . ', now: ' . fds_of($s->backend_pid));
-is($s->query_ok($ROUND), 't', 'and still works');
+is($s->query_ok($ROUND), 't', 'and host names work again');
 
 ###########################################################################
 note 'pg_terminate_backend during a lookup';
