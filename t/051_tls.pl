@@ -124,6 +124,16 @@ is($node->safe_psql('postgres', "$base SET redsem.tls_server_name = 'redis.test'
 like(error_of("$base SET redsem.tls_server_name = 'other.test';", $take),
 	qr/08001: could not connect to Redis at 127\.0\.0\.1:$port\n.*the server certificate was not accepted: [^\n]*(mismatch|hostname)/i,
 	'a certificate for another name is refused (08001), saying why');
+SKIP:
+{
+	# the name, not the address it resolves to, is what gets verified
+	skip 'localhost does not resolve here', 1
+	  unless defined scalar(gethostbyname('localhost'))
+	  && join('.', unpack('C4', scalar(gethostbyname('localhost')))) eq '127.0.0.1';
+	like(error_of("$base SET redsem.host = 'localhost';", $take),
+		qr/08001: could not connect to Redis at localhost:$port\n.*the server certificate was not accepted: [^\n]*(mismatch|hostname)/i,
+		'connecting by a host name verifies that name, not the address it resolves to (127.0.0.1 is in the certificate, localhost is not)');
+}
 like(error_of("$base SET redsem.tls_ca_file = '$dir/rogue_ca.crt';", $take),
 	qr/08001: .*\n.*the server certificate was not accepted: (unable to get local issuer|self.signed|certificate signature)/i,
 	'a certificate from another authority is refused');
