@@ -232,11 +232,27 @@ redis_disconnect(void)
 	cur_node = was;
 }
 
+/* Set once a wait that cannot be cancelled saw the postmaster die */
+static bool postmaster_gone = false;
+
+/*
+ * The postmaster died during a wait: exit now if the wait may be cancelled,
+ * else remember it, so that every wait and retry from now on ends as if its
+ * deadline had passed (the commit, abort or exit callback then gives up).
+ */
+static void
+postmaster_died(bool interruptible)
+{
+	if (interruptible)
+		proc_exit(1);
+	postmaster_gone = true;
+}
+
 /*
  * Wait until the socket is ready for io_events, the latch is set or the
  * deadline passes.  Returns the WL_* events that fired.  When interruptible,
  * CHECK_FOR_INTERRUPTS may throw; otherwise postmaster death ends the wait
- * as a timeout.
+ * as a timeout, and so every later wait (see redis_past).
  */
 int
 redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
@@ -257,19 +273,29 @@ redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptibl
 			CHECK_FOR_INTERRUPTS();
 	}
 	if (rc & WL_POSTMASTER_DEATH)
-	{
-		if (interruptible)
-			proc_exit(1);
+		postmaster_died(interruptible);
+	if (postmaster_gone)
 		rc |= WL_TIMEOUT;
-	}
 	return rc;
 }
 
-/* True once the deadline has passed */
+/*
+ * True once the deadline has passed, or once a wait that cannot be
+ * cancelled saw the postmaster die: the death event fires at once on every
+ * wait after that, so each wait would return straight away and the caller
+ * would spin on the CPU until its deadline.
+ */
+bool
+redis_past(TimestampTz deadline)
+{
+	return postmaster_gone || GetCurrentTimestamp() >= deadline;
+}
+
+/* Shorthand for redis_past within this file */
 static bool
 past(TimestampTz deadline)
 {
-	return GetCurrentTimestamp() >= deadline;
+	return redis_past(deadline);
 }
 
 /*
@@ -724,8 +750,10 @@ pause_before_retry(int ms, TimestampTz deadline, bool interruptible)
 
 	if (left <= 0)
 		return;
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 left, wait_event_shown ? wait_event_shown : redsem_wait_event());
+	if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
+				  left, wait_event_shown ? wait_event_shown : redsem_wait_event())
+		& WL_POSTMASTER_DEATH)
+		postmaster_died(interruptible);
 	ResetLatch(MyLatch);
 	if (interruptible)
 		CHECK_FOR_INTERRUPTS();

@@ -101,6 +101,7 @@ extern void redis_set_wait_event(uint32 event);
 extern int	redis_wait_socket(int fd, int io_events, TimestampTz deadline,
 							  bool interruptible);
 extern void redis_forget_wait_fd(int fd);
+extern bool redis_past(TimestampTz deadline);
 extern uint64 redis_writes_started(void);
 extern void redis_disconnect(void);
 extern char *redis_target_description(void);

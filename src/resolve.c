@@ -247,7 +247,7 @@ lookup_wait(RedisCall *call, Lookup *l, TimestampTz deadline)
 		int			rc = redis_wait_socket(l->event_fd, WL_SOCKET_READABLE, deadline,
 										   call->interruptible);
 
-		if ((rc & WL_TIMEOUT) && GetCurrentTimestamp() >= deadline)
+		if ((rc & WL_TIMEOUT) && redis_past(deadline))
 			return lookup_fail(call,
 							   "no address for host name \"%s\" within %ld ms (redsem.connect_timeout is %d ms)",
 							   l->host,

@@ -258,7 +258,7 @@ handshake(RedisCall *call, SSL *ssl, int fd, TimestampTz deadline)
 		else
 			return handshake_failed(call, ssl, e);
 		if ((redis_wait_socket(fd, events, deadline, call->interruptible) & WL_TIMEOUT) &&
-			GetCurrentTimestamp() >= deadline)
+			redis_past(deadline))
 			return tls_fail(call, "no TLS handshake within %d ms (redsem.connect_timeout); is the server serving TLS on this port?",
 							redsem_connect_timeout_ms);
 	}

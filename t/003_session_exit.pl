@@ -17,7 +17,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
-use Time::HiRes qw(time);
+use Time::HiRes qw(time usleep);
 
 # Generous bounds: only a leftover (60 s lease, 15 s keepalive) could
 # exceed them.
@@ -272,6 +272,44 @@ ok(defined wait_until(10, sub { !$redis->scan_keys('redsem:{*') }),
 
 $ctl->quit;
 node_log_is_clean($node);
-$node->stop;
+
+# CPU time (utime + stime, in clock ticks) used so far by process $pid, or
+# undef once it is gone.
+sub cpu_ticks
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return undef;
+	my $stat = <$fh>;
+	close $fh;
+	return undef unless defined $stat && $stat =~ /\)\s+(.*)$/;
+	my @f = split /\s+/, $1;
+	# after "(comm)": state is field 3, utime 14 and stime 15
+	return $f[11] + $f[12];
+}
+
+# --- (g) the postmaster dies while a session's exit waits on Redis ----------
+# The exit callback waits (at most 1 s) for a frozen Redis and cannot be
+# cancelled.  Once the postmaster is gone, that wait gives up at once rather
+# than waking again and again until its deadline, burning a core.
+{
+	my $h = holder('holder_g', 'exit_g', 1);
+	my $pid = $h->backend_pid;
+	$redis->freeze;
+	$h->quit;
+	usleep(100_000);
+	$node->kill9;
+	my $before = cpu_ticks($pid);
+	usleep(400_000);
+	my $after = cpu_ticks($pid);
+	my $used = (defined $before && defined $after) ? $after - $before : 0;
+	note sprintf('backend %d after the postmaster died: %s, %d ticks in 0.4 s',
+		$pid, defined $after ? 'still there' : 'gone', $used);
+	cmp_ok($used, '<', 10,
+		'a backend waiting on Redis at exit does not spin once the postmaster is gone');
+	ok(defined wait_until(10, sub { !defined cpu_ticks($pid) }),
+		'and it exits');
+	$redis->thaw;
+}
+
 $redis->stop;
 done_testing();
