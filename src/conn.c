@@ -291,13 +291,6 @@ redis_past(TimestampTz deadline)
 	return postmaster_gone || GetCurrentTimestamp() >= deadline;
 }
 
-/* Shorthand for redis_past within this file */
-static bool
-past(TimestampTz deadline)
-{
-	return redis_past(deadline);
-}
-
 /*
  * How many times this process started writing to Redis: a request made
  * while this stays unchanged never left the process.
@@ -326,7 +319,7 @@ flush_output(redisContext *c, TimestampTz deadline, bool interruptible)
 		if (done)
 			return RS_OK;
 		if ((redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
-							interruptible) & WL_TIMEOUT) && past(deadline))
+							interruptible) & WL_TIMEOUT) && redis_past(deadline))
 			return RS_TIMED_OUT;
 	}
 }
@@ -356,7 +349,7 @@ read_reply(redisContext *c, TimestampTz deadline, bool interruptible,
 			if (redisBufferRead(c) != REDIS_OK)
 				return RS_LOST;
 		}
-		else if ((rc & WL_TIMEOUT) && past(deadline))
+		else if ((rc & WL_TIMEOUT) && redis_past(deadline))
 			return RS_TIMED_OUT;
 	}
 }
@@ -477,7 +470,7 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 
 		if (rc & WL_SOCKET_WRITEABLE)
 			break;
-		if ((rc & WL_TIMEOUT) && past(deadline))
+		if ((rc & WL_TIMEOUT) && redis_past(deadline))
 		{
 			call->outcome.status = RS_CONNECT_FAILED;
 			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
@@ -782,7 +775,7 @@ open_connection(RedisCall *call, TimestampTz deadline)
 	{
 		c = sentinel_enabled() ? sentinel_connect_primary(call, deadline)
 			: open_direct(call, deadline);
-		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || past(deadline))
+		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || redis_past(deadline))
 			break;
 		pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	}
@@ -920,10 +913,10 @@ follow_failover(RedisCall *call, TimestampTz deadline)
 	if (!(sentinel_enabled() || cluster_enabled()) ||
 		!(call->outcome.status == RS_UNAVAILABLE ||
 		  (cluster_enabled() && call->outcome.status == RS_CONNECT_FAILED)) ||
-		past(deadline))
+		redis_past(deadline))
 		return false;
 	pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
-	return !past(deadline);
+	return !redis_past(deadline);
 }
 
 /* The node of the command sent last (WAIT must follow it) */
