@@ -12,9 +12,14 @@
  * and redsem.connect_timeout are served while the resolver is stuck.
  *
  * A lookup the backend stops waiting for (a timeout, an interrupt) is
- * abandoned, not stopped: whichever side finishes last (the thread, or the
- * backend noticing the thread is done) frees it.  It lives in malloc'd
- * memory for that reason.  A numeric address needs no lookup and no thread.
+ * abandoned, not stopped.  The thread and the backend each hold a
+ * reference to it, and whichever drops the last one frees it, eventfd
+ * included: the thread's write can never reach a descriptor that the
+ * backend already closed (and the process may have reused for a Redis
+ * socket).  It lives in malloc'd memory for that reason.  The backend
+ * counts the eventfd against max_files_per_process until it is closed; a
+ * descriptor that a thread closed is given back to that count at the
+ * backend's next lookup.  A numeric address needs no lookup and no thread.
  */
 #include "postgres.h"
 
@@ -35,10 +40,9 @@
 #include "redsem.h"
 #include "resolve.h"
 
-/* Who is done with a lookup: when both are, the later one frees it */
+/* Whether the thread has a result for the backend */
 #define LOOKUP_RUNNING	0
-#define LOOKUP_DONE		1		/* the thread has finished */
-#define LOOKUP_LEFT		2		/* the backend has stopped waiting */
+#define LOOKUP_DONE		1		/* the result is there to read */
 
 /*
  * At most this many lookups at once per process, abandoned ones included:
@@ -51,11 +55,15 @@
 
 /* Lookups whose thread has not finished, in this process */
 static pg_atomic_uint32 lookups_running;
-static bool lookups_running_set = false;
+
+/* Eventfds that threads closed, not yet given back to ReleaseExternalFD */
+static pg_atomic_uint32 fds_closed_by_threads;
+static bool atomics_set = false;
 
 typedef struct Lookup
 {
 	pg_atomic_uint32 state;
+	pg_atomic_uint32 refs;		/* the thread's and the backend's */
 	int			event_fd;		/* written by the thread when done */
 	int			rc;				/* getaddrinfo's result */
 	struct addrinfo *result;
@@ -91,41 +99,61 @@ lookup_free(Lookup *l)
 	free(l);
 }
 
-/* The helper thread: resolve, then tell the backend, or free if it left */
+/*
+ * Drop one reference to l; the last one frees it.  by_thread: the caller is
+ * the helper thread, which may not touch the backend's descriptor count.
+ */
+static void
+lookup_unref(Lookup *l, bool by_thread)
+{
+	if (pg_atomic_fetch_sub_u32(&l->refs, 1) != 1)
+		return;
+	lookup_free(l);
+	if (by_thread)
+		pg_atomic_fetch_add_u32(&fds_closed_by_threads, 1);
+	else
+		ReleaseExternalFD();
+}
+
+/* Give back to the descriptor count the eventfds that threads closed */
+static void
+release_thread_fds(void)
+{
+	uint32		n = pg_atomic_exchange_u32(&fds_closed_by_threads, 0);
+
+	while (n-- > 0)
+		ReleaseExternalFD();
+}
+
+/* The helper thread: resolve, publish, wake the backend, drop its reference */
 static void *
 lookup_thread(void *arg)
 {
 	Lookup	   *l = (Lookup *) arg;
 	struct addrinfo hints;
 	uint64_t	one = 1;
-	uint32		expected = LOOKUP_RUNNING;
 
 	memset(&hints, 0, sizeof(hints));
 	hints.ai_family = AF_UNSPEC;
 	hints.ai_socktype = SOCK_STREAM;
 	l->rc = getaddrinfo(l->host, NULL, &hints, &l->result);
-	if (pg_atomic_compare_exchange_u32(&l->state, &expected, LOOKUP_DONE))
+	pg_write_barrier();
+	pg_atomic_write_u32(&l->state, LOOKUP_DONE);
+	/* l, and so its eventfd, stays open until we drop our reference */
+	if (write(l->event_fd, &one, sizeof(one)) < 0)
 	{
-		if (write(l->event_fd, &one, sizeof(one)) < 0)
-		{
-			/* the backend also polls the state: nothing lost */
-		}
+		/* the backend also polls the state: nothing lost */
 	}
-	else
-		lookup_free(l);			/* the backend left */
+	lookup_unref(l, true);
 	pg_atomic_fetch_sub_u32(&lookups_running, 1);
 	return NULL;
 }
 
-/* The backend stops waiting for l; frees it if the thread has finished */
+/* The backend stops waiting for l */
 static void
 lookup_leave(Lookup *l)
 {
-	uint32		expected = LOOKUP_RUNNING;
-
-	ReleaseExternalFD();
-	if (!pg_atomic_compare_exchange_u32(&l->state, &expected, LOOKUP_LEFT))
-		lookup_free(l);
+	lookup_unref(l, false);
 }
 
 /*
@@ -142,11 +170,13 @@ lookup_start(RedisCall *call, const char *host)
 				saved;
 	int			err;
 
-	if (!lookups_running_set)
+	if (!atomics_set)
 	{
 		pg_atomic_init_u32(&lookups_running, 0);
-		lookups_running_set = true;
+		pg_atomic_init_u32(&fds_closed_by_threads, 0);
+		atomics_set = true;
 	}
+	release_thread_fds();
 	if (pg_atomic_read_u32(&lookups_running) >= LOOKUPS_MAX)
 	{
 		lookup_fail(call, "%d earlier lookups of host names are still running; the name server does not answer",
@@ -175,6 +205,7 @@ lookup_start(RedisCall *call, const char *host)
 		return NULL;
 	}
 	pg_atomic_init_u32(&l->state, LOOKUP_RUNNING);
+	pg_atomic_init_u32(&l->refs, 2);
 	strlcpy(l->host, host, sizeof(l->host));
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &saved);

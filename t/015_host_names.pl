@@ -43,6 +43,7 @@ my $node;
 	local $ENV{LD_PRELOAD} = $shim;
 	local $ENV{REDSEM_FAULT_DNS_SLEEP} = $HANG_S;
 	local $ENV{REDSEM_FAULT_DNS_LOG} = $lookups;
+	local $ENV{REDSEM_FAULT_WRITE_DELAY} = "$tmp/write_delay";
 	$node = create_node('dns', $redis, <<"EOC");
 redsem.unix_socket = ''
 redsem.host = 'db.here.redsem.test'
@@ -128,6 +129,29 @@ ok(defined wait_until($HANG_S + 10, sub { fds_of($s->backend_pid) == $before }),
 	'once the lookups end, the backend has as many descriptors open as before')
   or diag('before: ' . $before . ', now: ' . fds_of($s->backend_pid));
 is($s->query_ok($ROUND), 't', 'and host names work again');
+
+###########################################################################
+note 'the thread wakes the backend late: its eventfd is still its own';
+
+# The thread publishes its result, then writes the eventfd.  The shim holds
+# that write back while a NOTIFY wakes the backend, which sees the result
+# and stops waiting: the eventfd must stay open until the thread is done
+# with it (before, the backend closed it and the thread wrote 8 bytes to
+# whatever descriptor reused the number, often the Redis socket).
+$s->query_ok('LISTEN redsem_wake;');
+append_to_file("$tmp/write_delay", '1500');
+$s->send("SET redsem.host = 'race.here.redsem.test';\n$ROUND\nRESET redsem.host;");
+usleep(400_000);
+$node->safe_psql('postgres', 'NOTIFY redsem_wake;');
+(undef, $err) = $s->wait_done(30);
+is($err, '', 'the lookup that answered before its wake-up was written: acquire and release work');
+ok(defined wait_until(10, sub { slurp_file($lookups) =~ /^eventfd write delayed$/m }),
+	'the thread wrote its wake-up late');
+unlink("$tmp/write_delay");
+unlike(slurp_file($lookups), qr/no longer an eventfd/,
+	'to its own eventfd, still open: never to a descriptor the backend closed or reused');
+is($s->query_ok($ROUND), 't', 'the connection to Redis is intact');
+$s->query_ok('UNLISTEN redsem_wake;');
 
 ###########################################################################
 note 'pg_terminate_backend during a lookup';
