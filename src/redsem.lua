@@ -290,6 +290,20 @@ local function housekeeping()
     if expire() > 0 then promote() end
 end
 
+-- Run cmd on K_STATE with the arguments in list, at most CHUNK of them
+-- per command (a multiple of step): unpack() fails past Lua's C stack
+-- (about 8,000 values), and an expiry of that many members taking several
+-- permits each would then stop the call half-way, breaking I1.
+local CHUNK = 1000
+local function call_chunked(cmd, list, step)
+    local n = #list
+    for first = 1, n, CHUNK do
+        local last = math.min(first + CHUNK - 1, n)
+        last = last - (last - first + 1) % step
+        redis.call(cmd, K_STATE, unpack(list, first, last))
+    end
+end
+
 -- Write the changed state fields back.  With no member left, only a
 -- stored limit remains (I5).
 local function store_state(empty)
@@ -312,8 +326,8 @@ local function store_state(empty)
             hdel[#hdel + 1] = field
         end
     end
-    if #hset > 0 then redis.call('HSET', K_STATE, unpack(hset)) end
-    if #hdel > 0 then redis.call('HDEL', K_STATE, unpack(hdel)) end
+    call_chunked('HSET', hset, 2)
+    call_chunked('HDEL', hdel, 1)
 end
 
 -- The TTL the keys need after this call, or nil if the one they have is
