@@ -13,6 +13,7 @@
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "deadlock.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -87,14 +88,18 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
 {
 	TimestampTz checked = *sent;
+	TimestampTz deadlock_due = TimestampTzPlusMilliseconds(*sent,
+														   deadlock_check_interval_ms());
 
 	for (;;)
 	{
 		RedisCall	call;
 		int64		left = ms_left(deadline);
 		int64		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
+		int64		deadlock_nap = ms_left(deadlock_due);
 		int64		ticket;
 		int64		nudge_ms;
+		TimestampTz napped_at;
 
 		acquire_call(args, &call);
 		if (left <= 0)
@@ -104,9 +109,22 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		if (r->ms >= 0)
 			nap = Min(nap, r->ms + 1);
-		if (!sem_wait_for_wake(&call, args->name, id, Max(nap, 1), &ticket,
+		nap = Max(Min(nap, deadlock_nap), 1);
+		napped_at = GetCurrentTimestamp();
+		if (!sem_wait_for_wake(&call, args->name, id, nap, &ticket,
 							   &nudge_ms))
 			return call_failed(args, &call);
+		if (ticket == 0 && nudge_ms < 0 && ms_left(deadlock_due) <= 0)
+		{
+			/* our own look for a deadlock, nothing from Redis */
+			deadlock_check(args->name, args->permits, args->limit_seen);
+			deadlock_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													   deadlock_check_interval_ms());
+			if (r->ms >= 0)
+				r->ms = Max(r->ms - ms_since(napped_at), 0);
+			if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)
+				continue;
+		}
 		if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
 		{
 			/* a promotion ahead of us: sleep until its window ends */
@@ -286,7 +304,13 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		if (r->state != SEM_HELD)
 			return ACQUIRE_NOT_GRANTED;
 		if (grant_is_live(r, *sent))
-			return grant_replicated(args) ? ACQUIRE_GRANTED : ACQUIRE_FAILED;
+		{
+			if (!grant_replicated(args))
+				return ACQUIRE_FAILED;
+			/* nobody refreshes a pending hold: the WAIT may outlast it */
+			if (grant_is_live(r, *sent))
+				return ACQUIRE_GRANTED;
+		}
 		if (!drop_stale_grant(args, id))
 			return ACQUIRE_FAILED;
 		if (args->wait_ms == 0 || ms_left(deadline) <= 0)

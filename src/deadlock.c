@@ -1,0 +1,140 @@
+/*
+ * deadlock.c
+ *		A waiter in line whose own locks keep the slot's holders from
+ *		finishing.
+ *
+ * PostgreSQL's deadlock detector sees only its own locks.  A session that
+ * holds a row lock and then waits for a redsem slot, while the slot's
+ * holder waits for that row, waits forever: the holder never releases, and
+ * the waiter never gives up its lock.  Statement queues make this easy to
+ * meet (the second statement of a transaction queues again while holding
+ * the locks of the first).  So a waiter looks, every deadlock_timeout
+ * (at least a second), at the semaphore's holders on this server: a holder
+ * that waits for a lock this backend holds (directly or through a chain of
+ * lock waits, as pg_blocking_pids reports them), or this backend itself,
+ * will not release.  If the permits left to everybody else cannot fit the
+ * waiter's, the wait is a deadlock and ends with 40P01, as a lock deadlock
+ * does; the abort then frees the waiter's locks.  Holders on other servers
+ * cannot wait for this server's locks (a replica takes no row locks), so
+ * the servers' own holders are all that matter.  Needs the hold table
+ * (shared_preload_libraries); without it nothing is checked.
+ */
+#include "postgres.h"
+
+#include "catalog/pg_type.h"
+#include "miscadmin.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "utils/array.h"
+#include "utils/fmgrprotos.h"
+
+#include "deadlock.h"
+#include "redsem.h"
+#include "shmem.h"
+
+/* Holders looked at, and processes followed along a chain of lock waits */
+#define DEADLOCK_MAX_HOLDERS	256
+#define DEADLOCK_MAX_CHAIN		64
+
+/* How often a waiter looks: deadlock_timeout, at least a second */
+int64
+deadlock_check_interval_ms(void)
+{
+	return Max(DeadlockTimeout, 1000);
+}
+
+/* True if process pid waits for a heavyweight lock right now (a hint) */
+static bool
+waits_for_lock(int pid)
+{
+	PGPROC	   *proc = BackendPidGetProc(pid);
+
+	return proc != NULL && proc->waitLock != NULL;
+}
+
+/* The processes that block pid's lock wait, as pg_blocking_pids has them */
+static ArrayType *
+blockers_of(int pid)
+{
+	return DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
+												  Int32GetDatum(pid)));
+}
+
+/*
+ * True if process pid waits, directly or along a chain of lock waits, for
+ * a lock this backend holds.
+ */
+static bool
+blocked_by_me(int pid)
+{
+	int			chain[DEADLOCK_MAX_CHAIN];
+	int			n = 0;
+
+	if (!waits_for_lock(pid))
+		return false;
+	chain[n++] = pid;
+	for (int k = 0; k < n; k++)
+	{
+		ArrayType  *arr = blockers_of(chain[k]);
+		Datum	   *elems;
+		bool	   *nulls;
+		int			count;
+
+		deconstruct_array(arr, INT4OID, sizeof(int32), true, TYPALIGN_INT,
+						  &elems, &nulls, &count);
+		for (int i = 0; i < count; i++)
+		{
+			int			blocker = DatumGetInt32(elems[i]);
+			bool		seen = false;
+
+			if (blocker == MyProcPid)
+				return true;
+			for (int j = 0; j < n && !seen; j++)
+				seen = (chain[j] == blocker);
+			if (!seen && n < DEADLOCK_MAX_CHAIN && waits_for_lock(blocker))
+				chain[n++] = blocker;
+		}
+	}
+	return false;
+}
+
+/*
+ * Raise 40P01 if waiting for permits of semaphore name (limit in effect:
+ * limit) cannot end: the permits of this server's holders that wait for
+ * this backend leave too few for ours.
+ */
+void
+deadlock_check(const char *name, int permits, int64 limit)
+{
+	int			pids[DEADLOCK_MAX_HOLDERS];
+	int			held[DEADLOCK_MAX_HOLDERS];
+	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	int			n = shared_hold_holders(prefix, name, pids, held, DEADLOCK_MAX_HOLDERS);
+	int64		stuck = 0;
+	int			example = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (pids[i] == MyProcPid || blocked_by_me(pids[i]))
+		{
+			stuck += held[i];
+			if (example == 0 || example == MyProcPid)
+				example = pids[i];
+		}
+	}
+	if (stuck == 0 || limit <= 0 || limit - stuck >= permits)
+		return;
+	if (example == MyProcPid)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", name),
+				 errdetail("This session holds " INT64_FORMAT " of its " INT64_FORMAT " permits itself: none can come while it waits.",
+						   stuck, limit),
+				 errhint("Release the session's own slot first, or give the wait a limit.")));
+	ereport(ERROR,
+			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+			 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", name),
+			 errdetail("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way.",
+					   example, stuck, limit),
+			 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
+}
