@@ -80,8 +80,9 @@ bench_init() {
     redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
     # more connections than the default 100 are never needed; keep the
     # defaults otherwise (fsync off etc. come from lib.sh: a throwaway
-    # server), but let the keeper track the O(log N) phase's 20,000 holders
-    REDSEM_PG_EXTRA_CONF="redsem.max_tracked_holds = 65536" \
+    # server), but let the keeper track the O(log N) phase's 20,000 holders,
+    # taken by one session
+    REDSEM_PG_EXTRA_CONF=$'redsem.max_tracked_holds = 65536\nredsem.max_holds_per_session = 100000' \
         redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
     BENCH_SOCK=$BENCH_TMP/redis.sock
     BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")

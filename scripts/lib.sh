@@ -96,7 +96,8 @@ redsem_packages() {
     printf '%s\n' build-essential pkg-config \
         "postgresql-$REDSEM_PG_MAJOR" "postgresql-client-$REDSEM_PG_MAJOR" \
         "postgresql-server-dev-$REDSEM_PG_MAJOR" \
-        libhiredis-dev libssl-dev openssl perl libipc-run-perl procps util-linux coreutils
+        libhiredis-dev libssl-dev openssl perl libipc-run-perl procps util-linux coreutils \
+        pgbouncer
     case $REDSEM_REDIS in
     valkey) printf '%s\n' valkey-server valkey-tools ;;
     *) printf '%s\n' redis-server redis-tools ;;

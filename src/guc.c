@@ -9,6 +9,7 @@
 #include "utils/guc.h"
 
 #include "cluster.h"
+#include "hold.h"
 #include "compat.h"
 #include "keeper.h"
 #include "queue.h"
@@ -30,6 +31,7 @@ int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
 int			redsem_grant_replicas = 0;
 int			redsem_grant_replica_timeout_ms = 1000;
+int			redsem_max_holds_per_session = 1000;
 static char *redsem_inject_fault = NULL;
 
 /* Bumped when a connection setting changes, so the next call reconnects */
@@ -194,6 +196,24 @@ define_preload_gucs(void)
 							&redsem_max_tracked_semaphores, 1000, 16, 1000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.reserved_holds",
+							"Holds of this server's table that only superusers, members of redsem_admin and statement queues may take.",
+							"At most half of redsem.max_tracked_holds is reserved, whatever this says.",
+							&redsem_reserved_holds, 128, 0, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+}
+
+/* Define the per-session bounds */
+static void
+define_limit_gucs(void)
+{
+	DefineCustomIntVariable("redsem.max_holds_per_session",
+							"Maximum number of slots (and places in line) one session may hold at once.",
+							"Statement queues' slots do not count.  Set per role or database with ALTER ROLE/DATABASE ... SET.",
+							&redsem_max_holds_per_session, 1000, 1, 1000000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
 }
 
 /*
@@ -205,10 +225,12 @@ _PG_init(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
+	define_limit_gucs();
 	tls_define_gucs();
 	sentinel_define_gucs();
 	cluster_define_gucs();
 	queue_define_gucs();
+	hold_install_hooks();
 	if (process_shared_preload_libraries_in_progress)
 	{
 		/* server-start settings can only be defined while preloading */

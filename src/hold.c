@@ -26,13 +26,16 @@
 #include "access/xact.h"
 #include "miscadmin.h"
 #include "nodes/pg_list.h"
+#include "nodes/parsenodes.h"
 #include "storage/ipc.h"
+#include "tcop/utility.h"
 #include "utils/elog.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "conn.h"
 #include "hold.h"
+#include "redsem.h"
 #include "script.h"
 #include "shmem.h"
 #include "timing.h"
@@ -53,6 +56,8 @@ struct Hold
 	HoldScope	scope;
 	HoldState	state;
 	bool		was_held;		/* ENDING: it had been granted */
+	bool		spans_xacts;	/* a statement's slot kept across the
+								 * commits and rollbacks of a procedure */
 	SubTransactionId subxid;	/* subtransaction that took it */
 	int64		lease_ms;
 	int			permits;
@@ -65,6 +70,7 @@ struct Hold
 
 static List *holds = NIL;		/* Hold *, in TopMemoryContext */
 static bool callbacks_registered = false;
+static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* Free one entry, and stop the keeper tracking it */
 static void
@@ -185,6 +191,25 @@ abandon_ending(void)
 }
 
 /*
+ * release_ending, serving cancel and timeouts: an interrupt hands what is
+ * left to the keeper (and to the session's next call) before it unwinds.
+ */
+static void
+release_ending_interruptible(TimestampTz deadline)
+{
+	PG_TRY();
+	{
+		release_ending(deadline, true);
+	}
+	PG_CATCH();
+	{
+		abandon_ending();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+}
+
+/*
  * Release the ENDING holds within ms milliseconds, from a callback: any
  * error is caught and becomes a WARNING, and what was not released is left
  * to the keeper and to the session's next call.
@@ -230,11 +255,16 @@ release_ending_guarded(int ms, const char *when)
 	proc_exit_inprogress = exiting;
 }
 
-/* Holds that end with the top-level transaction, however it ends */
+/*
+ * Holds that end with the top-level transaction, however it ends: not the
+ * slot of a CALL or DO whose procedure commits or rolls back on its own
+ * (it ends with the statement)
+ */
 static bool
 ends_with_xact(Hold *hold, SubTransactionId subxid)
 {
-	return hold->scope == HOLD_XACT || hold->scope == HOLD_STATEMENT ||
+	return hold->scope == HOLD_XACT ||
+		(hold->scope == HOLD_STATEMENT && !hold->spans_xacts) ||
 		hold->state == HOLD_PENDING;
 }
 
@@ -354,20 +384,122 @@ hold_init(void)
 	callbacks_registered = true;
 }
 
+/* How many holds are ENDING, still to be released */
+static int
+count_ending(void)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	foreach(lc, holds)
+		n += (((Hold *) lfirst(lc))->state == HOLD_ENDING);
+	return n;
+}
+
+/*
+ * DISCARD ALL: the session is handed to another client (a connection
+ * pooler's server_reset_query), so everything it holds or waits for goes,
+ * as its advisory locks do.  A Redis failure does not fail the DISCARD:
+ * what Redis did not take is left to the keeper, with a WARNING.
+ */
+static void
+discard_all(void)
+{
+	int			left;
+
+	if (!mark_matching(any_hold, InvalidSubTransactionId))
+		return;
+	release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 redsem_command_timeout_ms));
+	left = count_ending();
+	if (left > 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_CONNECTION_FAILURE),
+				 errmsg("DISCARD ALL could not release %d redsem slots", left),
+				 errdetail("Redis did not answer in time."),
+				 errhint("The keeper releases them; without it they end with their lease.")));
+}
+
+/*
+ * ProcessUtility: DISCARD ALL gives back every slot and place first, while
+ * the session's settings still name the Redis they were taken from (the
+ * DISCARD resets them); inside a transaction block it fails as always,
+ * before anything is released.
+ */
+static void
+hold_process_utility(PlannedStmt *pstmt, const char *queryString,
+					 bool readOnlyTree, ProcessUtilityContext context,
+					 ParamListInfo params, QueryEnvironment *queryEnv,
+					 DestReceiver *dest, QueryCompletion *qc)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+
+	if (IsA(stmt, DiscardStmt) && ((DiscardStmt *) stmt)->target == DISCARD_ALL &&
+		holds != NIL)
+	{
+		PreventInTransactionBlock(context == PROCESS_UTILITY_TOPLEVEL, "DISCARD ALL");
+		discard_all();
+	}
+	if (prev_process_utility)
+		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
+							 queryEnv, dest, qc);
+	else
+		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
+								params, queryEnv, dest, qc);
+}
+
+/* Install the DISCARD ALL hook (from _PG_init, preloaded or not) */
+void
+hold_install_hooks(void)
+{
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = hold_process_utility;
+}
+
+/*
+ * Refuse a new slot or place in line beyond redsem.max_holds_per_session
+ * (statement queues' slots, at most one per queue, do not count).
+ */
+static void
+check_session_limit(HoldScope scope)
+{
+	ListCell   *lc;
+	int			n = 0;
+
+	if (scope == HOLD_STATEMENT)
+		return;
+	foreach(lc, holds)
+		n += (((Hold *) lfirst(lc))->scope != HOLD_STATEMENT);
+	if (n >= redsem_max_holds_per_session)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("this session already holds or waits for %d redsem slots", n),
+				 errdetail("redsem.max_holds_per_session allows %d.",
+						   redsem_max_holds_per_session),
+				 errhint("Release slots with redsem_release or redsem_release_all; a superuser can raise the limit for a role or database with ALTER ROLE or ALTER DATABASE ... SET redsem.max_holds_per_session.")));
+}
+
 /*
  * Record an acquire about to be sent to Redis, here and in the keeper's
  * table (which raises if the table is full: nothing was asked yet).
+ * Superusers, members of redsem_admin and statement queues may take the
+ * table's reserved entries.
  */
 Hold *
 hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 		   int permits)
 {
 	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
-	int			slot = shared_hold_register(prefix, name, id,
-											scope == HOLD_XACT, lease_ms);
-	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-	Hold	   *hold = palloc0(sizeof(Hold));
+	int			slot;
+	MemoryContext old;
+	Hold	   *hold;
 
+	check_session_limit(scope);
+	slot = shared_hold_register(prefix, name, id, scope == HOLD_XACT, lease_ms,
+								permits,
+								scope == HOLD_STATEMENT || redsem_is_admin());
+	old = MemoryContextSwitchTo(TopMemoryContext);
+	hold = palloc0(sizeof(Hold));
 	hold->prefix = pstrdup(prefix);
 	hold->name = pstrdup(name);
 	hold->id = pstrdup(id);
@@ -445,9 +577,24 @@ hold_is_own(const char *id)
 }
 
 /*
- * Release one of this session's holds without raising (a statement queue's
- * slot at ExecutorEnd): what Redis does not take in time is left to the
- * keeper and the session's next call, with a WARNING.
+ * Keep a statement's slot across the transactions of its procedure (on),
+ * or let it end with the transaction again (off).
+ */
+void
+hold_span_xacts(const char *name, const char *id, bool on)
+{
+	Hold	   *hold = find_hold(name, id);
+
+	if (hold != NULL)
+		hold->spans_xacts = on;
+}
+
+/*
+ * Release one of this session's holds at the end of a statement (a
+ * statement queue's slot at ExecutorEnd).  Cancel and timeouts are served
+ * (an ERROR then, the release handed to the keeper); a Redis failure is
+ * not raised: the keeper and the session's next call retry.  While the
+ * transaction aborts, the abort releases it instead.
  */
 void
 hold_release_quietly(const char *name, const char *id)
@@ -456,8 +603,12 @@ hold_release_quietly(const char *name, const char *id)
 
 	if (hold == NULL)
 		return;
+	hold->spans_xacts = false;
+	if (!IsTransactionState())
+		return;
 	mark_ending(hold);
-	release_ending_guarded(redsem_command_timeout_ms, "at the end of a statement");
+	release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+															 redsem_command_timeout_ms));
 }
 
 /*
@@ -621,6 +772,6 @@ hold_flush_deferred(void)
 			any = true;
 	}
 	if (any)
-		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												   redsem_command_timeout_ms), true);
+		release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																 redsem_command_timeout_ms));
 }

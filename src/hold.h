@@ -32,6 +32,7 @@ typedef struct HeldInfo
 } HeldInfo;
 
 extern void hold_init(void);
+extern void hold_install_hooks(void);
 extern Hold *hold_begin(const char *name, const char *id, HoldScope scope,
 						int64 lease_ms, int permits);
 extern void hold_mark_waiting(Hold *hold, TimestampTz checked_at);
@@ -44,6 +45,7 @@ extern bool hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 							int64 *new_lease_ms);
 extern void hold_forget_id(const char *name, const char *id);
 extern void hold_release_quietly(const char *name, const char *id);
+extern void hold_span_xacts(const char *name, const char *id, bool on);
 extern int	hold_snapshot(HeldInfo **out);
 extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);

@@ -31,6 +31,7 @@
 #include "miscadmin.h"
 #include "nodes/nodes.h"
 #include "nodes/parsenodes.h"
+#include "optimizer/planner.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -46,6 +47,7 @@ static ExecutorRun_hook_type prev_executor_run = NULL;
 static ExecutorFinish_hook_type prev_executor_finish = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
+static planner_hook_type prev_planner = NULL;
 
 /* How deep in executor/utility calls we are: 0 for a top-level statement */
 static int	nesting = 0;
@@ -59,6 +61,7 @@ typedef struct QueuedStatement
 	char	   *id;				/* the slot's holder id; NULL: it runs under
 								 * the slot of an earlier statement of the
 								 * session (an open cursor) */
+	bool		spans_xacts;	/* a CALL or DO: its procedure may commit */
 } QueuedStatement;
 
 /* Those statements, innermost last (TopMemoryContext) */
@@ -187,6 +190,7 @@ note_statement(QueryDesc *query, const char *semaphore, const char *id)
 	qs->subxid = GetCurrentSubTransactionId();
 	qs->semaphore = pstrdup(semaphore);
 	qs->id = id ? pstrdup(id) : NULL;
+	qs->spans_xacts = false;
 	queued = lappend(queued, qs);
 	MemoryContextSwitchTo(old);
 }
@@ -377,6 +381,32 @@ queue_executor_end(QueryDesc *query)
 }
 
 /*
+ * planner: what runs while planning (a function the planner evaluates
+ * ahead of time) is nested, as pg_stat_statements counts it
+ */
+static PlannedStmt *
+queue_planner(Query *parse, const char *query_string, int cursorOptions,
+			  ParamListInfo boundParams)
+{
+	PlannedStmt *result;
+
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_planner)
+			result = prev_planner(parse, query_string, cursorOptions, boundParams);
+		else
+			result = standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
  * True for the utility statements that run exactly one query of the user's:
  * that query counts as top-level.
  */
@@ -422,6 +452,26 @@ never_queued(const Node *stmt)
 	}
 }
 
+/* True for the statements whose procedure may COMMIT or ROLLBACK */
+static bool
+may_end_xacts(const Node *stmt)
+{
+	return IsA(stmt, CallStmt) || IsA(stmt, DoStmt);
+}
+
+/*
+ * Keep (on) the slot of statement qs, a CALL or DO, across the
+ * transactions its procedure ends, or stop keeping it (off): the slot is
+ * the top-level statement's, not one transaction's.
+ */
+static void
+span_xacts(QueuedStatement *qs, bool on)
+{
+	qs->spans_xacts = on;
+	if (qs->id != NULL)
+		hold_span_xacts(qs->semaphore, qs->id, on);
+}
+
 /* Run the utility statement, passing it on down the hook chain */
 static void
 run_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
@@ -451,11 +501,17 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 	const QueueDef *q = NULL;
 	volatile bool nests = !runs_one_query(stmt);
 	volatile bool entered = false;
+	QueuedStatement *volatile spanning = NULL;
 
 	if (!never_queued(stmt) && (q = queue_to_use()) != NULL && q->utility)
 	{
 		enter_queue(q, NULL);
 		entered = (queued != NIL && ((QueuedStatement *) llast(queued))->query == NULL);
+		if (entered && may_end_xacts(stmt))
+		{
+			spanning = (QueuedStatement *) llast(queued);
+			span_xacts(spanning, true);
+		}
 	}
 	if (nests)
 		nesting++;
@@ -468,6 +524,9 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 	{
 		if (nests)
 			nesting--;
+		/* an error: the slot ends with the transaction that aborts */
+		if (spanning != NULL)
+			span_xacts(spanning, false);
 	}
 	PG_END_TRY();
 	if (entered)
@@ -490,6 +549,8 @@ forget_statements(SubTransactionId subxid)
 
 		if (subxid != InvalidSubTransactionId && qs->subxid != subxid)
 			continue;
+		if (qs->spans_xacts)
+			continue;			/* its procedure committed: it goes on */
 		queued = foreach_delete_current(queued, lc);
 		free_statement(qs);
 	}
@@ -541,6 +602,8 @@ queue_install_hooks(void)
 	ExecutorEnd_hook = queue_executor_end;
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = queue_process_utility;
+	prev_planner = planner_hook;
+	planner_hook = queue_planner;
 	RegisterXactCallback(queue_xact_callback, NULL);
 	RegisterSubXactCallback(queue_subxact_callback, NULL);
 }

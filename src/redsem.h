@@ -30,6 +30,7 @@ extern int	redsem_connect_timeout_ms;
 extern int	redsem_command_timeout_ms;
 extern int	redsem_grant_replicas;
 extern int	redsem_grant_replica_timeout_ms;
+extern int	redsem_max_holds_per_session;
 extern uint64 redsem_guc_generation;
 
 extern void redsem_assign_connection_string(const char *newval, void *extra);

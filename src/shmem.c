@@ -46,6 +46,7 @@ static bool postmaster_started_once = false;
 
 int			redsem_max_tracked_holds = 4096;
 int			redsem_max_tracked_semaphores = 1000;
+int			redsem_reserved_holds = 128;
 
 /* Ask for our shared memory and locks */
 static void
@@ -100,6 +101,16 @@ abandon_previous_holds(void)
 }
 
 /*
+ * How many entries of the hold table only privileged acquires may take:
+ * redsem.reserved_holds, at most half of the table.
+ */
+static int
+shared_hold_reserve(void)
+{
+	return Min(redsem_reserved_holds, hold_table_size / 2);
+}
+
+/*
  * Attach to (or create) our part of PostgreSQL's shared memory.  In the
  * postmaster this runs at every (re)initialization.
  */
@@ -128,6 +139,8 @@ redsem_shmem_startup(void)
 				abandon_previous_holds();
 			postmaster_started_once = true;
 		}
+		for (int i = 0; i < hold_table_size; i++)
+			shared->holds_in_use += hold_table[i].in_use;
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = REDSEM_MAX_NAME_BYTES + 1;
@@ -221,17 +234,22 @@ wake_keeper_by(TimestampTz when)
  */
 int
 shared_hold_register(const char *prefix, const char *name, const char *id,
-					 bool xact, int64 lease_ms)
+					 bool xact, int64 lease_ms, int permits,
+					 bool may_use_reserve)
 {
 	int			slot = -1;
 	TimestampTz now = GetCurrentTimestamp();
 	uint64		target;
+	int			reserve = shared_hold_reserve();
+	bool		reserved = false;
 
 	if (shared == NULL)
 		return -1;
 	target = redis_target_signature();
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	for (int k = 0; k < hold_table_size; k++)
+	if (!may_use_reserve && shared->holds_in_use >= hold_table_size - reserve)
+		reserved = true;
+	for (int k = 0; k < hold_table_size && !reserved; k++)
 	{
 		/* round-robin from the last entry taken: O(1) unless nearly full */
 		int			i = (shared->hold_hint + k) % hold_table_size;
@@ -245,6 +263,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		h->xact = xact;
 		h->phase = PHASE_PENDING;
 		h->lease_ms = lease_ms;
+		h->permits = permits;
 		h->acquired_at = h->refreshed_at = now;
 		h->target = target;
 		strlcpy(h->prefix, prefix, sizeof(h->prefix));
@@ -252,10 +271,18 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		strlcpy(h->id, id, sizeof(h->id));
 		pg_write_barrier();
 		h->in_use = true;
+		shared->holds_in_use++;
 		slot = i;
 		break;
 	}
 	LWLockRelease(shared->holds_lock);
+	if (reserved)
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("too many redsem holds on this server"),
+				 errdetail("The last %d of the %d holds the keeper can track (redsem.reserved_holds) are kept for superusers, members of redsem_admin and statement queues.",
+						   reserve, hold_table_size),
+				 errhint("Release slots, lower redsem.max_holds_per_session for the roles that take many, or raise redsem.max_tracked_holds.")));
 	if (slot < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -316,6 +343,35 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 											   lease_ms / KEEPER_REFRESH_FRACTION));
 }
 
+/*
+ * The holders of semaphore (prefix, name) on this server: up to max of
+ * them, their process ids in pids and permits in permits.  Returns how
+ * many there are.
+ */
+int
+shared_hold_holders(const char *prefix, const char *name, int *pids,
+					int *permits, int max)
+{
+	int			n = 0;
+
+	if (shared == NULL)
+		return 0;
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	for (int i = 0; i < hold_table_size && n < max; i++)
+	{
+		SharedHold *h = &hold_table[i];
+
+		if (!h->in_use || h->phase != PHASE_HELD || h->abandoned ||
+			strcmp(h->name, name) != 0 || strcmp(h->prefix, prefix) != 0)
+			continue;
+		pids[n] = h->pid;
+		permits[n] = h->permits;
+		n++;
+	}
+	LWLockRelease(shared->holds_lock);
+	return n;
+}
+
 /* Stop tracking a hold */
 void
 shared_hold_remove(int slot, const char *id)
@@ -326,7 +382,10 @@ shared_hold_remove(int slot, const char *id)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
+	{
 		h->in_use = false;
+		shared->holds_in_use--;
+	}
 	LWLockRelease(shared->holds_lock);
 }
 

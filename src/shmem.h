@@ -37,6 +37,7 @@ typedef struct SharedHold
 	bool		unkept;			/* taken under another Redis target */
 	uint8		phase;			/* HoldPhase */
 	int			pid;
+	int			permits;
 	int64		lease_ms;
 	int64		ticket;
 	TimestampTz acquired_at;
@@ -59,6 +60,7 @@ typedef struct RedsemShared
 	LWLock	   *stats_lock;
 	uint64		incarnation;	/* this server run, part of every holder id */
 	int			hold_hint;		/* where to look first for a free entry */
+	int			holds_in_use;	/* entries of the hold table in use */
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
@@ -107,13 +109,17 @@ extern SharedHold *hold_table;
 extern int	hold_table_size;
 extern int	redsem_max_tracked_holds;
 extern int	redsem_max_tracked_semaphores;
+extern int	redsem_reserved_holds;
 
 extern void shmem_init(void);
 extern uint64 redsem_incarnation(void);
 extern bool keeper_is_active(void);
 
 extern int	shared_hold_register(const char *prefix, const char *name,
-								 const char *id, bool xact, int64 lease_ms);
+								 const char *id, bool xact, int64 lease_ms,
+								 int permits, bool may_use_reserve);
+extern int	shared_hold_holders(const char *prefix, const char *name,
+								int *pids, int *permits, int max);
 extern void shared_hold_set_phase(int slot, const char *id, HoldPhase phase,
 								  int64 ticket, TimestampTz confirmed_at);
 extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,

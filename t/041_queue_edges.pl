@@ -1,0 +1,197 @@
+
+# 041_queue_edges.pl - statement queues and waits at their edges: a
+# procedure that commits keeps its statement's slot to the end of the CALL;
+# a waiter whose own locks keep the slot's holder from finishing ends with
+# 40P01 instead of waiting forever (statement queues and redsem_acquire
+# alike); the release at the end of a statement serves cancel while Redis
+# is frozen; a function the planner evaluates ahead of time takes no slot
+# of its own.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('edges', $redis,
+	"redsem.queues = 'procs: active_statements=1 utility=on; dl: active_statements=1; plain: active_statements=1'\n"
+	  . "deadlock_timeout = '200ms'\n");
+$node->safe_psql('postgres', q{
+CREATE UNLOGGED TABLE p_log (who text, t1 float8, t2 float8);
+-- a procedure that commits after each of its two steps, writing down when
+-- each step ran
+CREATE PROCEDURE p_commits(who text, secs float8) LANGUAGE plpgsql AS $$
+DECLARE t float8;
+BEGIN
+    FOR i IN 1 .. 2 LOOP
+        t := extract(epoch FROM clock_timestamp());
+        PERFORM pg_sleep(secs);
+        INSERT INTO p_log VALUES (who, t, extract(epoch FROM clock_timestamp()));
+        COMMIT;
+    END LOOP;
+END $$;
+CREATE PROCEDURE p_rolls_back() LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_sleep(0.1);
+    ROLLBACK;
+    PERFORM pg_sleep(0.1);
+END $$;
+CREATE PROCEDURE p_fails() LANGUAGE plpgsql AS $$
+BEGIN
+    COMMIT;
+    RAISE EXCEPTION 'failing after a commit';
+END $$;
+CREATE TABLE rows (id int PRIMARY KEY, v int);
+INSERT INTO rows VALUES (1, 0), (2, 0);
+-- the planner evaluates an immutable function of constants ahead of time:
+-- its query runs while the top-level statement is being planned
+CREATE FUNCTION p_const() RETURNS bigint LANGUAGE sql IMMUTABLE AS
+  'SELECT count(*) FROM generate_series(1, 3)';
+});
+
+my $admin = RedsemTest::Session->new($node, name => 'admin');
+sub running
+{
+	my ($queue) = @_;
+	return $admin->query_ok(qq{SELECT running FROM redsem_queues WHERE name = '$queue';});
+}
+
+###########################################################################
+note 'a procedure that commits keeps its slot until the CALL ends';
+
+my @callers = map { RedsemTest::Session->new($node, name => "caller$_") } 1 .. 3;
+$_->query_ok(q{SET redsem.queue = 'procs';}) foreach @callers;
+$callers[$_]->send(qq{CALL p_commits('c$_', 0.3);}) foreach 0 .. 2;
+my $peak = 0;
+my $t_end = time + 15;
+while (time < $t_end)
+{
+	my $r = running('procs');
+	$peak = $r if $r > $peak;
+	last if $admin->query_ok(q{SELECT count(*) FROM p_log;}) == 6;
+	usleep(50_000);
+}
+my @errs = map { (($_->wait_done(30))[1]) } @callers;
+is(join('', @errs), '', 'three sessions called the committing procedure');
+my @periods = map { [ split /\|/ ] } split /\n/,
+  $admin->query_ok(q{SELECT who, min(t1), max(t2) FROM p_log GROUP BY who ORDER BY 2;});
+is(scalar(@periods), 3, 'each ran both of its steps');
+my $overlap = 0;
+for my $i (1 .. $#periods)
+{
+	$overlap++ if $periods[$i][1] < $periods[ $i - 1 ][2];
+}
+is($overlap, 0, 'one CALL at a time, from its first step to its last, across its COMMITs (limit 1)')
+  or diag(explain(\@periods));
+is($peak, 1, 'and redsem_queues showed it running meanwhile');
+is(running('procs'), 0, 'the slot is free once the CALLs ended');
+
+my $c = $callers[0];
+is(($c->query(q{CALL p_rolls_back();}))[1], '', 'a procedure that rolls back ends');
+is(running('procs'), 0, 'and gives its slot back');
+like(($c->query(q{CALL p_fails();}))[1], qr/failing after a commit/, 'a procedure failing after a commit');
+is(running('procs'), 0, 'gives its slot back with the failed transaction');
+is($c->query_ok(q{SELECT count(*) FROM redsem_held() WHERE scope <> 'statement';}), '0',
+	'and the session holds nothing (but the slot of this very statement)');
+is(($c->query(q{DO $$ BEGIN COMMIT; PERFORM pg_sleep(0.05); END $$;}))[1], '', 'a DO block that commits');
+is(running('procs'), 0, 'gives its slot back at its end');
+$_->quit foreach @callers;
+
+###########################################################################
+note 'a statement waiting for a slot whose holder waits for its locks: 40P01';
+
+my $w = RedsemTest::Session->new($node, name => 'waiter');
+my $h = RedsemTest::Session->new($node, name => 'holder');
+$_->query_ok(q{SET redsem.queue = 'dl';}) foreach ($w, $h);
+$w->query_ok(q{BEGIN; UPDATE rows SET v = v + 1 WHERE id = 1;});
+$h->send(q{UPDATE rows SET v = v + 10 WHERE id = 1;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock';}) eq '1' }),
+	'the holder took the queue slot and waits for the row the waiter locked');
+my ($out, $err, $secs) = $w->query(q{SELECT 1;}, 20);
+like($err, qr/ERROR:  40P01: deadlock detected while waiting for a slot of redsem semaphore "queue:dl"/,
+	"the waiter's next statement would wait for the slot forever: 40P01");
+like($err, qr/DETAIL:  Process \d+ holds a slot of it and waits for a lock held by this transaction/, 'saying who');
+cmp_ok($secs, '<', 10, "within a few deadlock_timeouts ($secs s)");
+$w->query_ok(q{ROLLBACK;});
+is(($h->wait_done(20))[1], '', 'the rollback freed the row: the holder finishes');
+is($admin->query_ok(q{SELECT v FROM rows WHERE id = 1;}), '10', 'with only its own update');
+
+note 'the same with redsem_acquire';
+$_->query_ok(q{RESET redsem.queue;}) foreach ($w, $h);
+$w->query_ok(q{BEGIN; UPDATE rows SET v = 0 WHERE id = 2;});
+$h->query_ok(q{BEGIN; SELECT redsem_acquire_xact('dl_sem', 1) IS NOT NULL;});
+$h->send(q{UPDATE rows SET v = 1 WHERE id = 2; COMMIT;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock';}) eq '1' }),
+	'a slot holder waits for a row the waiter locked');
+($out, $err, $secs) = $w->query(q{SELECT redsem_acquire_xact('dl_sem', 1, wait => NULL);}, 20);
+like($err, qr/ERROR:  40P01: deadlock detected while waiting for a slot of redsem semaphore "dl_sem"/,
+	'redsem_acquire with no wait limit: 40P01 instead of waiting forever');
+$w->query_ok(q{ROLLBACK;});
+is(($h->wait_done(20))[1], '', 'the holder goes on');
+
+note 'no false alarm: a holder that waits for somebody else, or a limit with room for others';
+$w->query_ok(q{BEGIN; SELECT redsem_acquire_xact('dl_two', 2) IS NOT NULL; UPDATE rows SET v = 5 WHERE id = 2;});
+$h->query_ok(q{BEGIN; SELECT redsem_acquire_xact('dl_two', 2) IS NOT NULL;});
+$h->send(q{UPDATE rows SET v = 6 WHERE id = 2; COMMIT;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock';}) eq '1' }),
+	'a holder of "dl_two" (limit 2) waits for the row');
+my $third = RedsemTest::Session->new($node, name => 'third');
+$third->query_ok(q{BEGIN; UPDATE rows SET v = 7 WHERE id = 1;});
+$third->send(q{SELECT redsem_acquire_xact('dl_two', 2, wait => '1.5 s') IS NULL; ROLLBACK;});
+($out, $err) = $third->wait_done(20);
+is($err, '', 'a third session waits for "dl_two" whose holders wait for somebody else: no deadlock');
+is($out, 't', 'it just runs out of wait time');
+$w->query_ok(q{COMMIT;});
+is(($h->wait_done(20))[1], '', 'and both holders finish');
+
+note 'a session waiting for a slot it holds itself';
+$w->query_ok(q{SELECT redsem_acquire('dl_self', 1) IS NOT NULL;});
+($out, $err) = $w->query(q{SELECT redsem_acquire('dl_self', 1, wait => NULL);}, 20);
+like($err, qr/ERROR:  40P01: deadlock detected .*\n.*DETAIL:  This session holds 1 of its 1 permits itself/,
+	'with no wait limit: 40P01, not forever');
+$w->query_ok(q{SELECT redsem_release_all();});
+$third->quit;
+
+###########################################################################
+note 'a statement waiting for Redis to take its slot back serves cancel';
+
+my $p = RedsemTest::Session->new($node, name => 'plain');
+$p->query_ok(q{SET redsem.queue = 'plain'; SET redsem.command_timeout = '60s';});
+$p->send(q{SELECT pg_sleep(0.5);});
+usleep(200_000);
+$redis->freeze;
+my $t0 = time;
+usleep(1_000_000);    # the statement ended meanwhile: its release waits
+$node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . $p->backend_pid . ')');
+($out, $err, $secs) = $p->wait_done(30);
+like($err, qr/57014/, 'a cancel ends the release at ExecutorEnd');
+cmp_ok(time - $t0, '<', 10, 'at once, not after redsem.command_timeout (60 s)');
+$redis->thaw;
+ok(wait_until(15, sub { running('plain') eq '0' }), 'the slot is given back (by the keeper, or the next call)');
+is($p->query_ok(q{SELECT 'again';}), 'again', 'and the session goes on');
+$p->quit;
+
+###########################################################################
+note 'functions evaluated by the planner take no slot of their own';
+
+my $f = RedsemTest::Session->new($node, name => 'planner');
+$f->query_ok(q{SET redsem.queue = 'plain';});
+$f->query_ok(q{SELECT 1;});
+my ($before) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
+is($f->query_ok(q{SELECT p_const();}), '3', 'a statement whose function the planner runs');
+my ($after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
+is($after - $before, 2, 'costs one acquire and one release, as any statement');
+$f->quit;
+
+$_->quit foreach ($w, $h, $admin);
+$node->stop;
+node_log_is_clean($node);
+$redis->stop;
+done_testing();
