@@ -88,15 +88,13 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
 {
 	TimestampTz checked = *sent;
-	TimestampTz deadlock_due = TimestampTzPlusMilliseconds(*sent,
-														   deadlock_check_interval_ms());
 
 	for (;;)
 	{
 		RedisCall	call;
 		int64		left = ms_left(deadline);
 		int64		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
-		int64		deadlock_nap = ms_left(deadlock_due);
+		bool		look;
 		int64		ticket;
 		int64		nudge_ms;
 		TimestampTz napped_at;
@@ -109,17 +107,23 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		if (r->ms >= 0)
 			nap = Min(nap, r->ms + 1);
-		nap = Max(Min(nap, deadlock_nap), 1);
+		/*
+		 * look for a deadlock after the nap, if one is possible (a wait that
+		 * ends by itself before the look would come needs none)
+		 */
+		look = left > deadlock_check_interval_ms() + DEADLOCK_CHECK_MARGIN_MS &&
+			deadlock_possible(args->name);
+		if (look)
+			nap = Min(nap, deadlock_check_interval_ms());
+		nap = Max(nap, 1);
 		napped_at = GetCurrentTimestamp();
 		if (!sem_wait_for_wake(&call, args->name, id, nap, &ticket,
 							   &nudge_ms))
 			return call_failed(args, &call);
-		if (ticket == 0 && nudge_ms < 0 && ms_left(deadlock_due) <= 0)
+		if (ticket == 0 && nudge_ms < 0 && look)
 		{
 			/* our own look for a deadlock, nothing from Redis */
 			deadlock_check(args->name, args->permits, args->limit_seen);
-			deadlock_due = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													   deadlock_check_interval_ms());
 			if (r->ms >= 0)
 				r->ms = Max(r->ms - ms_since(napped_at), 0);
 			if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)

@@ -8,8 +8,9 @@
  * holder waits for that row, waits forever: the holder never releases, and
  * the waiter never gives up its lock.  Statement queues make this easy to
  * meet (the second statement of a transaction queues again while holding
- * the locks of the first).  So a waiter looks, every deadlock_timeout
- * (at least a second), at the semaphore's holders on this server: a holder
+ * the locks of the first).  So a waiter whose semaphore has a holder on
+ * this server that waits for a lock (or is the waiter itself) looks, every
+ * deadlock_timeout (at least a second), at those holders: a holder
  * that waits for a lock this backend holds (directly or through a chain of
  * lock waits, as pg_blocking_pids reports them), or this backend itself,
  * will not release.  If the permits left to everybody else cannot fit the
@@ -95,6 +96,26 @@ blocked_by_me(int pid)
 				chain[n++] = blocker;
 		}
 	}
+	return false;
+}
+
+/*
+ * True if a wait for semaphore name may be a deadlock: one of its holders
+ * on this server is this backend, or waits for a lock.  Only such a wait
+ * is looked at every deadlock_timeout; others sleep as long as usual, and
+ * are looked at once a holder starts waiting for a lock.
+ */
+bool
+deadlock_possible(const char *name)
+{
+	int			pids[DEADLOCK_MAX_HOLDERS];
+	int			held[DEADLOCK_MAX_HOLDERS];
+	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	int			n = shared_hold_holders(prefix, name, pids, held, DEADLOCK_MAX_HOLDERS);
+
+	for (int i = 0; i < n; i++)
+		if (pids[i] == MyProcPid || waits_for_lock(pids[i]))
+			return true;
 	return false;
 }
 
