@@ -940,6 +940,73 @@ keep_error_reply(const redisReply *reply)
 	return true;
 }
 
+/* When each Cluster node last failed a pipeline of this process, or 0 */
+static TimestampTz node_failed_at[CLUSTER_MAX_NODES];
+
+/* Order nodes (a list of node numbers) so that those that failed go last */
+static void
+order_nodes_by_health(int *nodes, int count)
+{
+	for (int i = 1; i < count; i++)
+	{
+		int			node = nodes[i];
+		int			j = i;
+
+		for (; j > 0 && node_failed_at[nodes[j - 1]] > node_failed_at[node]; j--)
+			nodes[j] = nodes[j - 1];
+		nodes[j] = node;
+	}
+}
+
+/*
+ * A Cluster pipeline's shares of time (see pipeline_by_node): each node's
+ * deadline, set when the pipeline first turns to it, and the nodes that
+ * failed, which get no more of its commands.  NULL outside such a pipeline.
+ */
+typedef struct NodeShares
+{
+	int			budget_ms;
+	TimestampTz until[CLUSTER_MAX_NODES];
+	bool		failed[CLUSTER_MAX_NODES];
+} NodeShares;
+
+static NodeShares *shares = NULL;
+
+/*
+ * The deadline of node's share (*until, with *timeout_ms for messages);
+ * false, with the outcome filled, if the node already failed.
+ */
+static bool
+node_share(RedisCall *call, int node, TimestampTz deadline, TimestampTz *until,
+		   int *timeout_ms)
+{
+	if (shares->failed[node])
+	{
+		call->outcome.status = RS_LOST;
+		call->outcome.timeout_ms = 0;
+		call->outcome.node_plus1 = node + 1;
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "not sent: the node failed earlier in the batch");
+		return false;
+	}
+	if (shares->budget_ms <= 0)
+		return true;
+	if (shares->until[node] == 0)
+		shares->until[node] = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+														  shares->budget_ms);
+	*until = Min(deadline, shares->until[node]);
+	*timeout_ms = Min(*timeout_ms, shares->budget_ms);
+	return true;
+}
+
+/* Node failed within its share: send it nothing more */
+static void
+node_share_failed(RedisCall *call, int node)
+{
+	shares->failed[node] = true;
+	node_failed_at[node] = GetCurrentTimestamp();
+}
+
 /*
  * Send one command to where it belongs, following cluster redirections
  * (MOVED, ASK) and failovers (see follow_failover), until deadline.
@@ -962,15 +1029,18 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 	{
 		RedisStatus status;
 		bool		drop = false;
+		TimestampTz until = deadline;
 
 		cur_node = node;
 		*reply = NULL;
-		ok = ensure_connection(call, deadline);
+		if (shares != NULL && !node_share(call, node, deadline, &until, &timeout_ms))
+			return false;
+		ok = ensure_connection(call, until);
 		if (!ok && cluster)
 			cluster_node_failed(node);
 		if (ok)
 		{
-			status = send_and_receive(call, argc, argv, argvlen, deadline, asking, reply);
+			status = send_and_receive(call, argc, argv, argvlen, until, asking, reply);
 			asking = false;
 			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
 			{
@@ -1001,7 +1071,11 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 				disconnect_current();
 			ok = (status == RS_OK);
 		}
-		if (ok || !follow_failover(call, deadline))
+		if (!ok && cluster)
+			call->outcome.node_plus1 = cur_node + 1;	/* named as it failed */
+		if (!ok && shares != NULL)
+			node_share_failed(call, cur_node);
+		if (ok || !follow_failover(call, until))
 			break;
 		if (cluster)
 			node = cluster_node_for(argc, argv, node);
@@ -1031,6 +1105,7 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 	*reply = NULL;
 	call->outcome.status = RS_OK;
 	call->outcome.detail[0] = '\0';
+	call->outcome.node_plus1 = 0;
 	if (deadline == DT_NOEND)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	else
@@ -1082,38 +1157,67 @@ pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
 
 /*
  * A pipeline in a Redis Cluster, whose commands may belong to different
- * nodes: each is sent to its node in turn.  A command whose node fails
- * keeps a NULL reply, and so do the later ones for that node (they are not
- * sent, so that one dead node does not cost each of them the deadline);
- * the others go on.  Returns false if any failed (the last failure in
- * call->outcome).
+ * nodes: each node's commands in turn (as far as the slot map knows them),
+ * nodes that failed recently last, and each node within its own share of
+ * the time (call->node_budget_ms, from the moment the pipeline first turns
+ * to it, redirections included), so that a hung node costs the others at
+ * most that share, and nothing once it has failed.  A command whose node
+ * fails keeps a NULL reply, and so do the later ones for that node (not
+ * sent); the others go on.  Returns false if any failed (the first failure
+ * in call->outcome, naming its node).
  */
 static bool
 pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
 				 TimestampTz deadline, int timeout_ms, redisReply **replies)
 {
-	bool		failed_node[CLUSTER_MAX_NODES] = {false};
+	int		   *node_of = palloc(sizeof(int) * Max(n, 1));
+	int			nodes[CLUSTER_MAX_NODES];
+	int			count = 0;
+	NodeShares	mine;
 	RedisOutcome failure = {RS_OK, 0, ""};
 	bool		all = true;
 
-	if (!call->interruptible)
-		HOLD_INTERRUPTS();
+	memset(&mine, 0, sizeof(mine));
+	mine.budget_ms = call->node_budget_ms;
 	for (int i = 0; i < n; i++)
 	{
-		int			node = cluster_node_for(cmds[i].argc, cmds[i].argv, last_node);
+		bool		seen = false;
 
-		if (failed_node[node])
-			continue;
-		if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
-						 timeout_ms, true, &replies[i]))
-		{
-			failed_node[node] = true;
-			failure = call->outcome;
-			all = false;
-		}
+		node_of[i] = cluster_node_for(cmds[i].argc, cmds[i].argv, last_node);
+		for (int k = 0; k < count && !seen; k++)
+			seen = (nodes[k] == node_of[i]);
+		if (!seen)
+			nodes[count++] = node_of[i];
 	}
+	order_nodes_by_health(nodes, count);
+	if (!call->interruptible)
+		HOLD_INTERRUPTS();
+	shares = &mine;
+	PG_TRY();
+	{
+		for (int k = 0; k < count; k++)
+			for (int i = 0; i < n; i++)
+			{
+				if (node_of[i] != nodes[k])
+					continue;
+				if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
+								 timeout_ms, true, &replies[i]))
+				{
+					/* the first failure says why; the later ones say "not sent" */
+					if (all)
+						failure = call->outcome;
+					all = false;
+				}
+			}
+	}
+	PG_FINALLY();
+	{
+		shares = NULL;
+	}
+	PG_END_TRY();
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
+	pfree(node_of);
 	call->outcome = failure;
 	return all;
 }
@@ -1139,6 +1243,7 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 	memset(replies, 0, sizeof(redisReply *) * n);
 	call->outcome.status = RS_OK;
 	call->outcome.detail[0] = '\0';
+	call->outcome.node_plus1 = 0;
 	if (deadline == DT_NOEND)
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	if (cluster_enabled())
@@ -1238,7 +1343,10 @@ redis_connected(void)
 char *
 redis_outcome_text(const RedisOutcome *o)
 {
-	char	   *target = redis_target_description();
+	char	   *target = o->node_plus1 > 0 ?
+		psprintf("%s:%d (Redis Cluster)", cluster_node_host(o->node_plus1 - 1),
+				 cluster_node_port(o->node_plus1 - 1)) :
+		redis_target_description();
 
 	switch (o->status)
 	{

@@ -40,6 +40,8 @@ typedef struct RedisOutcome
 	RedisStatus status;
 	int			timeout_ms;		/* RS_TIMED_OUT: the wait that ran out */
 	char		detail[256];	/* Redis's words, or the system's */
+	int			node_plus1;		/* the Redis Cluster node that failed, plus
+								 * one; 0: the current target */
 } RedisOutcome;
 
 /*
@@ -57,6 +59,8 @@ typedef struct RedisCall
 	bool		uncounted;		/* a failure is not counted in redsem_stats
 								 * (the caller's was counted already) */
 	RedisOutcome outcome;
+	int			node_budget_ms; /* a Cluster pipeline: the longest any one
+								 * node may take; 0: the whole deadline */
 } RedisCall;
 
 /* One command of a pipeline */

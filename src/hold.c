@@ -123,6 +123,20 @@ keeper_took_it(Hold *hold)
 }
 
 /*
+ * True if a hold was handed to the keeper, which is running: it retries
+ * the release with back-off, so a statement of the session need not wait
+ * for a Redis node that did not answer the first time.
+ */
+static bool
+keeper_has_it(Hold *hold)
+{
+	SharedHold	copy;
+
+	return hold->shared_slot >= 0 && keeper_is_active() &&
+		shared_hold_read(hold->shared_slot, hold->id, &copy) && copy.abandoned;
+}
+
+/*
  * True if nothing was written to Redis since the hold was taken: its
  * request never left this process (no connection could be made), so Redis
  * has nothing of it to release.
@@ -159,6 +173,8 @@ release_ending(TimestampTz deadline, bool interruptible)
 			hold_free(hold);
 			continue;
 		}
+		if (interruptible && keeper_has_it(hold))
+			continue;			/* a dead node must not cost this call too */
 		redis_call_init(&call, deadline, interruptible, 0);
 		call.uncounted = !hold->was_held;	/* its acquire's error counted */
 		if (reachable &&

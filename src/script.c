@@ -30,6 +30,7 @@
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
+#include "cluster.h"
 #include "redsem.h"
 #include "script.h"
 #include "shmem.h"
@@ -924,6 +925,7 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 	KeepCommand *retry = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
 	KeepCommand *again = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
 	int			ncmds;
+	RedisOutcome failed = {RS_OK, 0, ""};
 
 	memset(cost, 0, sizeof(*cost));
 	for (int i = 0; i < n; i++)
@@ -947,7 +949,14 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 
 		if (!send_keep_pipeline(call, items, order, cmds, from, to, retry,
 								&nretry, cost))
-			return false;
+		{
+			/* in a Cluster, one node failing stops only its own commands */
+			if (!cluster_enabled())
+				return false;
+			if (failed.status == RS_OK)
+				failed = call->outcome;
+			continue;
+		}
 		if (nretry == 0)
 			continue;
 		/*
@@ -972,6 +981,11 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 			memcpy(retry, again, sizeof(KeepCommand) * nagain);
 			nretry = nagain;
 		}
+	}
+	if (failed.status != RS_OK)
+	{
+		call->outcome = failed;
+		return false;
 	}
 	return true;
 }

@@ -36,6 +36,13 @@
  * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS) and
  * gives up once the hold would have ended by itself anyway.
  *
+ * In a Redis Cluster, the keeper gives each node a share of a batch's time:
+ * a third of the shortest lease time left among the batch's holds
+ * (KEEPER_NODE_MIN_BUDGET_MS at least, redsem.command_timeout at most),
+ * and sends to the nodes that failed last.  A hung node then delays the
+ * refreshes of the other nodes' holds by at most that share once, and not
+ * at all afterwards, while they still have two thirds of it left.
+ *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
  * until its deadline (redsem.command_timeout), so a failover shorter than
@@ -63,6 +70,7 @@
 #define KEEPER_RETRY_MIN_MS			250
 #define KEEPER_RETRY_MAX_MS			30000
 #define KEEPER_LOG_EVERY_MS			30000
+#define KEEPER_NODE_MIN_BUDGET_MS	100
 
 #define SENTINEL_RETRY_MS			100
 

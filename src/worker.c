@@ -39,6 +39,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "cluster.h"
 #include "compat.h"
 #include "conn.h"
 #include "keeper.h"
@@ -187,8 +188,11 @@ report_recovery(KeeperState *st)
 	}
 	if (st->trouble_logged_at == 0)
 		return;
-	ereport(LOG, (errmsg("redsem keeper: Redis at %s answers again",
-						 redis_target_description())));
+	if (cluster_enabled())
+		ereport(LOG, (errmsg("redsem keeper: every Redis Cluster node it needs answers again")));
+	else
+		ereport(LOG, (errmsg("redsem keeper: Redis at %s answers again",
+							 redis_target_description())));
 	st->trouble_logged_at = 0;
 	st->trouble_suppressed = 0;
 }
@@ -471,6 +475,30 @@ guarded(KeeperState *st, KeeperBatch *batch, const HoldCopy *c, uint64 target,
 }
 
 /*
+ * How long one Redis Cluster node may take of a batch: a third of the
+ * shortest lease time left among the batch's holds (at least
+ * KEEPER_NODE_MIN_BUDGET_MS, at most redsem.command_timeout), so a node
+ * that hangs delays the others' refreshes by far less than their leases
+ * have left.  Nodes that failed go last in the next batches (conn.c).
+ */
+static int
+node_budget_ms(const KeeperBatch *batch, TimestampTz now)
+{
+	int64		shortest = redsem_command_timeout_ms * INT64CONST(3);
+
+	for (int i = 0; i < batch->n; i++)
+	{
+		const SharedHold *h = &batch->owners[i]->hold;
+		int64		left = TimestampDifferenceMilliseconds(now,
+														   TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms));
+
+		shortest = Min(shortest, left);
+	}
+	return (int) Max(Min(shortest / 3, redsem_command_timeout_ms),
+					 KEEPER_NODE_MIN_BUDGET_MS);
+}
+
+/*
  * Send the cycle's queued work in pipelined batches.  Returns false on
  * connection trouble, reported once.  An ERROR here (out of memory, say)
  * is caught: the items then count as not answered.
@@ -488,6 +516,7 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 	if (batch->n == 0)
 		return true;
 	keeper_call(&call);
+	call.node_budget_ms = node_budget_ms(batch, start);
 	PG_TRY();
 	{
 		ok = sem_keep_batch(&call, batch->items, batch->n, &cost);

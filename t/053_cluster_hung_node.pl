@@ -1,0 +1,147 @@
+
+# 053_cluster_hung_node.pl - one hung Redis Cluster node (SIGSTOP) delays
+# only its own holds.  Three primaries on loopback; a session holds slots
+# with a 3 s lease on semaphores of all three; one primary is stopped for
+# 9 s.  The keeper gives each node a share of its time derived from the
+# leases it keeps, and sends to the hung node last once it has failed: the
+# holds on the other two nodes are refreshed throughout (another server
+# never gets their slots), the keeper's log names the hung node, and a
+# backend's calls on healthy nodes are not held up by a release it left
+# on the hung one.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $HANG_S = 9;
+
+my @nodes = map {
+	RedsemTest::TcpServer->new(
+		name => "hnode$_",
+		conf => [
+			'cluster-enabled yes',
+			'cluster-port ' . PostgreSQL::Test::Cluster::get_free_port(),
+			'cluster-config-file nodes.conf',
+			'cluster-node-timeout 20000',    # no failover: the node comes back
+			'cluster-require-full-coverage no',
+		])
+} 1 .. 3;
+my $created = $nodes[0]->cli('--cluster', 'create', (map { $_->address } @nodes),
+	'--cluster-replicas', '0', '--cluster-yes');
+ok(defined $created, 'a cluster of three primaries');
+ok(wait_until(60, sub {
+			!grep { (($_->cli('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/) } @nodes
+		}), 'the cluster is up');
+
+sub make_node
+{
+	my ($name) = @_;
+	my $n = PostgreSQL::Test::Cluster->new($name);
+	$n->init;
+	my $seed = $nodes[0]->port;
+	$n->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.cluster = on
+redsem.host = '127.0.0.1'
+redsem.port = $seed
+redsem.command_timeout = '5s'
+log_min_messages = warning
+EOC
+	$n->start;
+	$n->safe_psql('postgres', 'CREATE EXTENSION redsem');
+	return $n;
+}
+my $pg = make_node('holds');
+my $other = make_node('others');
+
+my @names = map { "hung$_" } 1 .. 18;
+my $h = RedsemTest::Session->new($pg, name => 'holder');
+is($h->query_ok(q{SELECT count(redsem_acquire('hung' || i, 1, lease => '3 s')) FROM generate_series(1, 18) i;}), '18',
+	'18 slots with a 3 s lease, kept alive by the keeper');
+
+# which node serves each semaphore
+my %on;
+foreach my $n (@nodes)
+{
+	foreach my $k (split /\n/, ($n->cli('KEYS', 'redsem:{hung*}:owner') // ''))
+	{
+		$on{$1} = $n if $k =~ /\{(hung\d+)\}/;
+	}
+}
+is(scalar(keys %on), 18, 'every semaphore found on its node');
+# the victim is not the node the servers were told to start from
+my ($victim) = grep { $_ != $nodes[0] } map { $on{$_} } @names;
+my @healthy = grep { $on{$_} != $victim } @names;
+my @stuck = grep { $on{$_} == $victim } @names;
+cmp_ok(scalar(@healthy), '>', 0, scalar(@healthy) . ' semaphores on the two other nodes');
+
+note 'the node of hung1 (port ' . $victim->port . ") is stopped for $HANG_S s";
+my $probe = RedsemTest::Session->new($other, name => 'probe');
+$probe->query_ok(q{SET redsem.command_timeout = '300ms'; SET redsem.connect_timeout = '300ms';});
+my $list = join(',', map { "'$_'" } @healthy);
+my $probe_sql = qq{SELECT count(*) FROM unnest(ARRAY[$list]) AS n WHERE redsem_acquire_xact(n, 1) IS NOT NULL;};
+is($probe->query_ok($probe_sql), '0', 'another server finds them all taken');
+kill 'STOP', $victim->pid;
+my $t0 = time;
+my ($stolen, $probes, $answered) = (0, 0, 0);
+while (time - $t0 < $HANG_S)
+{
+	my ($out, $perr) = $probe->query($probe_sql);
+	note "probe: $perr" if $perr ne '';
+	$probes++;
+	if ($out =~ /^\d+$/)
+	{
+		$stolen += $out;
+		$answered++;
+	}
+	usleep(250_000);
+}
+kill 'CONT', $victim->pid;
+cmp_ok($answered, '>', 5, "another server asked for the healthy nodes' semaphores $answered times meanwhile (of $probes)");
+is($stolen, 0, 'and never got a slot: the holds on the healthy nodes were kept alive throughout');
+ok(defined wait_until(10, sub { $h->query_ok(qq{SELECT count(*) FROM redsem_held() WHERE name IN ($list) AND keeper_error IS NULL;}) == @healthy }),
+	'redsem_held shows them all kept alive')
+  or diag($h->query_ok(qq{SELECT name, keeper_error FROM redsem_held() WHERE name IN ($list);}));
+is($h->query_ok(qq{SELECT count(*) FROM redsem_held() WHERE name IN ($list);}), scalar(@healthy), 'none was lost');
+my $log = slurp_file($pg->logfile);
+my $port = $victim->port;
+my @lines = grep { /redsem keeper: / } split /\n/, $log;
+ok(scalar(grep { /127\.0\.0\.1:$port\b/ } @lines), 'the keeper log names the hung node')
+  or diag(join("\n", @lines));
+is(scalar(grep { /127\.0\.0\.1:(\d+)/ && $1 != $port } @lines), 0, 'and no other');
+
+note 'a backend that left a release on the hung node';
+my $b = RedsemTest::Session->new($pg, name => 'backend');
+$b->query_ok(q{SET redsem.command_timeout = '1s'; SET redsem.connect_timeout = '1s';});
+my ($stuck1) = @stuck;
+# a free semaphore on a healthy node
+$b->query_ok(q{SELECT count(redsem_acquire('free' || i, 1, '60 s')) FROM generate_series(1, 12) i;});
+my ($free) = grep { my $f = $_; grep { ($_->cli('EXISTS', "redsem:{$f}:owner") // '') eq '1' } grep { $_ != $victim } @nodes }
+  map { "free$_" } 1 .. 12;
+$b->query_ok(q{SELECT redsem_release_all();});
+ok(defined $free, "\"$free\" lives on a healthy node");
+kill 'STOP', $victim->pid;
+my ($out, $err, $secs) = $b->query(qq{BEGIN; SELECT redsem_acquire_xact('$stuck1', 1, wait => '1 s'); COMMIT;});
+like($err, qr/08006|08001/, 'a call on the hung node fails');
+cmp_ok($secs, '<', 1 + 1 + 1 + 0.5,
+	"within its bound: connect_timeout + command_timeout + wait, and 50 ms at the rollback ($secs s)");
+my $t1 = time;
+is($b->query_ok(qq{SELECT redsem_release('$free', redsem_acquire('$free', 1));}), 't',
+	'the next call, on a healthy node, works');
+cmp_ok(time - $t1, '<', 0.9, 'without first waiting for the hung node (its release is the keeper\'s)');
+kill 'CONT', $victim->pid;
+
+$_->quit foreach ($h, $probe, $b);
+$pg->stop;
+$other->stop;
+node_log_is_clean($pg);
+$_->stop foreach @nodes;
+done_testing();
