@@ -23,6 +23,8 @@
 --                        xh, xw  permits beyond one per member, of the
 --                                holders and of the waiters
 --                        p:<id>  a member's permits, when more than one
+--                        era     the replication id of the primary that
+--                                last let somebody wait (I9)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>nudge:<id> LIST                     "n<ms>": look again in ms (a
@@ -76,6 +78,16 @@
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
 --     semaphore, and at least Redis's clock in microseconds, so tickets
 --     keep rising even after the keys expired: they are fencing tokens.
+--  I9 One era.  Waiting belongs to the primary it was queued on.  A
+--     failover (or a restart) gives the primary a new replication id; the
+--     first caller that would wait, or is waiting, on a semaphore whose
+--     era is another turns every waiter away (nudged to look again at once:
+--     a live one queues again) and drops every promoted member that has not
+--     confirmed: they were queued or promoted on the old primary, whose
+--     later writes (their sessions' releases, give-ups and confirms) the
+--     new one never saw, and would block the line for their window or
+--     place.  Confirmed holders stay: dropping them could admit too many.
+--     A call that is admitted at once pays nothing for this.
 --  I8 One limit.  While a semaphore has members, the limit in effect is
 --     the stored limit, or else the one its first member passed (cur).  A
 --     caller that passes another limit is refused, and one that passes
@@ -315,6 +327,7 @@ local function store_state(empty)
             for _, f in ipairs({'cur', 'xh', 'xw'}) do
                 if S[f] and S[f] ~= 0 then W[f] = false end
             end
+            if S.era then W.era = false end
         end
     end
     local hset, hdel = {}, {}
@@ -404,6 +417,36 @@ local function next_ticket()
     return ticket, last
 end
 
+-- The replication id of this primary, or nil if INFO is not allowed.
+local function current_era()
+    local ok, info = pcall(redis.call, 'INFO', 'replication')
+    if not ok or type(info) ~= 'string' then return nil end
+    return string.match(info, 'master_replid:(%x+)')
+end
+
+-- I9: if the line was formed under another primary, turn its waiters away
+-- and drop unconfirmed promotions; then the line's era is this primary's.
+-- True if anybody was dropped.
+local function settle_era()
+    local era = current_era()
+    if not era or S.era == era then return false end
+    local dropped = false
+    if S.era then
+        for _, id in ipairs(redis.call('ZRANGE', K_WAITING, 0, -1)) do
+            turn_away(id)
+            dropped = true
+        end
+        for _, id in ipairs(redis.call('ZRANGE', K_OWNER, 0, -1)) do
+            if redis.call('EXISTS', wake_key(id)) == 1 then
+                remove(id)
+                dropped = true
+            end
+        end
+    end
+    set('era', era)
+    return dropped
+end
+
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
     if is_member(id) then
@@ -420,6 +463,10 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
     if p > limit then return {'toolarge', int(limit)} end
     -- I4: admitted only if everybody's permits and the caller's fit
     local grant = members + S.xh + S.xw + p <= limit
+    if not grant and settle_era() then
+        members = redis.call('ZCARD', K_OWNER)
+        grant = members + S.xh + S.xw + p <= limit
+    end
     if not grant and wait ~= 1 then
         return {'busy', int(limit)}
     end
@@ -446,6 +493,10 @@ end
 local function op_wait_check(id, keepalive)
     if not is_member(id) then return {'lost'} end
     if not is_waiting(id) then return confirm(id) end
+    if settle_era() then
+        redis.call('DEL', nudge_key(id))
+        return {'lost'}
+    end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
     set_deadline(id, NOW_MS + keepalive, true)
     return waiting_reply(id, limit_in_effect(true) or maxh)
@@ -624,14 +675,15 @@ local OPS = {
 -- A state without a TTL (it stores a limit) can outlive the members' keys
 -- if they expired with nobody calling (I5): then only the limit is kept.
 local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw')
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
+    S.era = v[5] or nil
     if S.limit and (S.cur or S.xh + S.xw > 0) and
        redis.call('EXISTS', K_OWNER) == 0 then
         redis.call('DEL', K_STATE)
         redis.call('HSET', K_STATE, 'limit', int(S.limit))
-        S.cur, S.xh, S.xw = nil, 0, 0
+        S.cur, S.xh, S.xw, S.era = nil, 0, 0, nil
     end
 end
 

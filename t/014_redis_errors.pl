@@ -227,7 +227,7 @@ note 'an ACL user with only the commands the README names';
 # (the README's list: what redsem sends, and what its library runs)
 my @acl = qw(+fcall +function|load +blpop +time +set +del +exists +pexpire
   +pttl +persist +rpush +hget +hmget +hset +hdel +hlen +zadd +zrem +zscore +zrank
-  +zcard +zrange +zrangebyscore);
+  +zcard +zrange +zrangebyscore +info);
 admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',
 	'resetchannels', '-@all', @acl);
 my $minpw = "$dir/min.password";
