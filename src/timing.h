@@ -41,7 +41,10 @@
  * (KEEPER_NODE_MIN_BUDGET_MS at least, redsem.command_timeout at most),
  * and sends to the nodes that failed last.  A hung node then delays the
  * refreshes of the other nodes' holds by at most that share once, and not
- * at all afterwards, while they still have two thirds of it left.
+ * at all afterwards, while they still have two thirds of it left.  With
+ * one Redis (or a Sentinel primary) the whole batch gets that share: a
+ * primary that hangs is given up in time for the next round, a second
+ * later, to reach the primary the sentinels name next.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS

@@ -475,11 +475,13 @@ guarded(KeeperState *st, KeeperBatch *batch, const HoldCopy *c, uint64 target,
 }
 
 /*
- * How long one Redis Cluster node may take of a batch: a third of the
- * shortest lease time left among the batch's holds (at least
- * KEEPER_NODE_MIN_BUDGET_MS, at most redsem.command_timeout), so a node
- * that hangs delays the others' refreshes by far less than their leases
- * have left.  Nodes that failed go last in the next batches (conn.c).
+ * How long one Redis node may take of a batch: a third of the shortest
+ * lease time left among the batch's holds (at least
+ * KEEPER_NODE_MIN_BUDGET_MS, at most redsem.command_timeout), so a Cluster
+ * node that hangs delays the others' refreshes by far less than their
+ * leases have left (nodes that failed go last in the next batches,
+ * conn.c), and a Sentinel primary that hangs is given up in time to reach
+ * the new one.
  */
 static int
 node_budget_ms(const KeeperBatch *batch, TimestampTz now)
@@ -517,6 +519,13 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 		return true;
 	keeper_call(&call);
 	call.node_budget_ms = node_budget_ms(batch, start);
+	/*
+	 * One Redis (or a Sentinel primary): a primary that hangs must not hold
+	 * the keeper past the holds' leases either; the next round (a second
+	 * later) asks the sentinels again and reaches a new primary
+	 */
+	if (!cluster_enabled())
+		call.deadline = TimestampTzPlusMilliseconds(start, call.node_budget_ms);
 	PG_TRY();
 	{
 		ok = sem_keep_batch(&call, batch->items, batch->n, &cost);
