@@ -35,6 +35,7 @@
 
 #include "conn.h"
 #include "hold.h"
+#include "hooks.h"
 #include "redsem.h"
 #include "script.h"
 #include "shmem.h"
@@ -456,12 +457,8 @@ hold_process_utility(PlannedStmt *pstmt, const char *queryString,
 		PreventInTransactionBlock(context == PROCESS_UTILITY_TOPLEVEL, "DISCARD ALL");
 		discard_all();
 	}
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
-							 queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-								params, queryEnv, dest, qc);
+	redsem_next_utility(prev_process_utility, pstmt, queryString, readOnlyTree,
+						context, params, queryEnv, dest, qc);
 }
 
 /* Install the DISCARD ALL hook (from _PG_init, preloaded or not) */

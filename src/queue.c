@@ -39,6 +39,7 @@
 #include "acquire.h"
 #include "compat.h"
 #include "hold.h"
+#include "hooks.h"
 #include "queue.h"
 #include "shmem.h"
 
@@ -472,20 +473,6 @@ span_xacts(QueuedStatement *qs, bool on)
 		hold_span_xacts(qs->semaphore, qs->id, on);
 }
 
-/* Run the utility statement, passing it on down the hook chain */
-static void
-run_utility(PlannedStmt *pstmt, const char *queryString, bool readOnlyTree,
-			ProcessUtilityContext context, ParamListInfo params,
-			QueryEnvironment *queryEnv, DestReceiver *dest, QueryCompletion *qc)
-{
-	if (prev_process_utility)
-		prev_process_utility(pstmt, queryString, readOnlyTree, context, params,
-							 queryEnv, dest, qc);
-	else
-		standard_ProcessUtility(pstmt, queryString, readOnlyTree, context,
-								params, queryEnv, dest, qc);
-}
-
 /*
  * ProcessUtility: a top-level utility statement queues in a queue with
  * utility=on; what runs inside a utility is nested, except the one query of
@@ -517,8 +504,8 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 		nesting++;
 	PG_TRY();
 	{
-		run_utility(pstmt, queryString, readOnlyTree, context, params,
-					queryEnv, dest, qc);
+		redsem_next_utility(prev_process_utility, pstmt, queryString,
+							readOnlyTree, context, params, queryEnv, dest, qc);
 	}
 	PG_FINALLY();
 	{

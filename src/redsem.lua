@@ -87,7 +87,12 @@
 --     later writes (their sessions' releases, give-ups and confirms) the
 --     new one never saw, and would block the line for their window or
 --     place.  Confirmed holders stay: dropping them could admit too many.
---     A call that is admitted at once pays nothing for this.
+--     A call that is admitted at once pays nothing for this.  Only callers
+--     that ask settle an era (acquire and wait_check with "settle"): those
+--     whose grants wait for replicas (redsem.grant_replicas), so that the
+--     old primary, which lost its replica, grants nothing more.  Without
+--     that, the old primary may grant for a while after the promotion, and
+--     the inherited line is what keeps the new one from granting beside it.
 --  I8 One limit.  While a semaphore has members, the limit in effect is
 --     the stored limit, or else the one its first member passed (cur).  A
 --     caller that passes another limit is refused, and one that passes
@@ -448,7 +453,8 @@ local function settle_era()
 end
 
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
-local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
+-- [settle]
+local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     if is_member(id) then
         return redis.error_reply('REDSEM duplicate holder id')
     end
@@ -463,7 +469,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
     if p > limit then return {'toolarge', int(limit)} end
     -- I4: admitted only if everybody's permits and the caller's fit
     local grant = members + S.xh + S.xw + p <= limit
-    if not grant and settle_era() then
+    if not grant and settle and settle_era() then
         members = redis.call('ZCARD', K_OWNER)
         grant = members + S.xh + S.xw + p <= limit
     end
@@ -488,12 +494,12 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin)
     return waiting_reply(id, limit)
 end
 
--- wait_check id keepalive_ms: keep a place in line alive, or confirm the
--- slot it was promoted to.
-local function op_wait_check(id, keepalive)
+-- wait_check id keepalive_ms [settle]: keep a place in line alive, or
+-- confirm the slot it was promoted to.
+local function op_wait_check(id, keepalive, settle)
     if not is_member(id) then return {'lost'} end
     if not is_waiting(id) then return confirm(id) end
-    if settle_era() then
+    if settle and settle_era() then
         redis.call('DEL', nudge_key(id))
         return {'lost'}
     end
@@ -619,13 +625,14 @@ local OPS = {
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8]) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
         return function()
-            return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8])
+            return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8],
+                              a[9] == 'settle')
         end
     end,
     wait_check = function(a)
         local id, keepalive = id_arg(a[2]), count_arg(a[3])
         if not (id and keepalive) or keepalive < 1 then return nil end
-        return function() return op_wait_check(id, keepalive) end
+        return function() return op_wait_check(id, keepalive, a[4] == 'settle') end
     end,
     give_up = function(a)
         local id = id_arg(a[2])

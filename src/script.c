@@ -400,6 +400,17 @@ origin_text(void)
 }
 
 /*
+ * True if a line formed under another primary is settled by this caller
+ * (I9 in redsem.lua): only when grants wait for replicas, so that the old
+ * primary cannot grant beside the new one.
+ */
+static bool
+settle_eras(void)
+{
+	return redsem_grant_replicas > 0;
+}
+
+/*
  * Try to take permits of a semaphore, or a place in line when wait is
  * true.  max_holders 0: the stored limit.
  */
@@ -408,7 +419,7 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 			int max_holders, int permits, int64 lease_ms, bool wait,
 			SemResult *result)
 {
-	const char *args[7];
+	const char *args[8];
 	redisReply *reply;
 
 	args[0] = id;
@@ -418,7 +429,9 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[4] = wait ? "1" : "0";
 	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[6] = origin_text();
-	return run_script(call, NULL, name, "acquire", 7, args, &reply) &&
+	args[7] = "settle";
+	return run_script(call, NULL, name, "acquire", settle_eras() ? 8 : 7, args,
+					  &reply) &&
 		decode_state(call, name, reply, result);
 }
 
@@ -455,12 +468,14 @@ bool
 sem_wait_check(RedisCall *call, const char *name, const char *id,
 			   SemResult *result)
 {
-	const char *args[2];
+	const char *args[3];
 	redisReply *reply;
 
 	args[0] = id;
 	args[1] = psprintf("%d", WAIT_PLACE_TTL_MS);
-	return run_script(call, NULL, name, "wait_check", 2, args, &reply) &&
+	args[2] = "settle";
+	return run_script(call, NULL, name, "wait_check", settle_eras() ? 3 : 2,
+					  args, &reply) &&
 		decode_state(call, name, reply, result);
 }
 

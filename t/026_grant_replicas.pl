@@ -17,15 +17,7 @@ use RedsemTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $primary = RedsemTest::Redis->new;
-my $pport = PostgreSQL::Test::Cluster::get_free_port();
-$primary->cli('CONFIG', 'SET', 'bind', '127.0.0.1');
-$primary->cli('CONFIG', 'SET', 'port', $pport);
-my $replica = RedsemTest::Redis->new;
-$replica->cli('REPLICAOF', '127.0.0.1', $pport);
-ok(defined wait_until(30, sub { ($primary->cli('INFO', 'replication') // '') =~ /connected_slaves:1/
-			&& ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/ }),
-	'a replica follows the primary');
+my ($primary, $replica) = primary_and_replica();
 
 my $node = create_node('replicated', $primary, "redsem.grant_replicas = 1\nredsem.grant_replica_timeout = 10000\n");
 

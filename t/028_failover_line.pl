@@ -22,14 +22,7 @@ use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
 
-my $primary = RedsemTest::Redis->new;
-my $pport = PostgreSQL::Test::Cluster::get_free_port();
-$primary->cli('CONFIG', 'SET', 'bind', '127.0.0.1');
-$primary->cli('CONFIG', 'SET', 'port', $pport);
-my $replica = RedsemTest::Redis->new;
-$replica->cli('REPLICAOF', '127.0.0.1', $pport);
-ok(defined wait_until(30, sub { ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/ }),
-	'a replica follows the primary');
+my ($primary, $replica) = primary_and_replica();
 
 my $p = RedsemTest::RESP->new($primary->socket);
 my ($lib, $text) = redsem_library("$FindBin::RealBin/../src/redsem.lua");
@@ -45,11 +38,14 @@ sub ev
 }
 
 note 'the line on the old primary';
-is(ev($p, 'pr', 'acquire', 'h1', 1, 1, 60000, 0, 30000, 'old'), 'held', '"pr": h1 holds its only slot');
-is(ev($p, 'pr', 'acquire', 'w1', 1, 1, 60000, 1, 30000, 'old'), 'waiting', 'w1 waits');
+is(ev($p, 'pr', 'acquire', 'h1', 1, 1, 60000, 0, 30000, 'old', 'settle'), 'held', '"pr": h1 holds its only slot');
+is(ev($p, 'pr', 'acquire', 'w1', 1, 1, 60000, 1, 30000, 'old', 'settle'), 'waiting', 'w1 waits');
 is(ev($p, 'pr', 'release', 'h1'), 1, 'h1 releases: w1 is promoted, and has 5 s to confirm');
-is(ev($p, 'line', 'acquire', 'h2', 1, 1, 60000, 0, 30000, 'old'), 'held', '"line": h2 holds its only slot');
-is(ev($p, 'line', 'acquire', 'w2', 1, 1, 60000, 1, 30000, 'old'), 'waiting', 'w2 waits, its place kept 30 s');
+is(ev($p, 'line', 'acquire', 'h2', 1, 1, 60000, 0, 30000, 'old', 'settle'), 'held', '"line": h2 holds its only slot');
+is(ev($p, 'line', 'acquire', 'w2', 1, 1, 60000, 1, 30000, 'old', 'settle'), 'waiting', 'w2 waits, its place kept 30 s');
+is(ev($p, 'keep', 'acquire', 'h3', 1, 1, 60000, 0, 30000, 'old'), 'held', '"keep": h3 holds its only slot');
+is(ev($p, 'keep', 'acquire', 'w3', 1, 1, 60000, 1, 30000, 'old'), 'waiting', 'w3 waits');
+is(ev($p, 'keep', 'release', 'h3'), 1, 'h3 releases: w3 is promoted');
 is($p->cmd('WAIT', 1, 5000), 1, 'the replica has all of it');
 
 note 'the replica is promoted';
@@ -59,24 +55,29 @@ $replica->cli('REPLICAOF', 'NO', 'ONE');
 my $new_id = ($replica->cli('INFO', 'replication') =~ /master_replid:(\w+)/)[0];
 isnt($new_id, $old_id, 'it has a replication id of its own');
 
-is(ev($r, 'pr', 'acquire', 'n1', 1, 1, 60000, 0, 30000, 'new'), 'held',
+is(ev($r, 'pr', 'acquire', 'n1', 1, 1, 60000, 0, 30000, 'new', 'settle'), 'held',
 	'"pr": a fresh caller gets the free slot at once (w1, promoted on the old primary, never confirms here)');
 is($r->cmd('ZSCORE', 'f:{pr}:owner', 'w1'), undef, 'the unconfirmed promotion is gone');
-is(ev($r, 'pr', 'wait_check', 'w1', 30000), 'lost', 'w1, if alive, finds it lost (and queues again)');
+is(ev($r, 'pr', 'wait_check', 'w1', 30000, 'settle'), 'lost', 'w1, if alive, finds it lost (and queues again)');
 
-is(ev($r, 'line', 'acquire', 'n2', 1, 1, 60000, 1, 30000, 'new'), 'waiting', '"line": a fresh caller waits');
+is(ev($r, 'line', 'acquire', 'n2', 1, 1, 60000, 1, 30000, 'new', 'settle'), 'waiting', '"line": a fresh caller waits');
 is($r->cmd('ZSCORE', 'f:{line}:waiting', 'w2'), undef, 'the waiter queued on the old primary is turned away');
 is($r->cmd('LINDEX', 'f:{line}:nudge:w2', 0), 'n0', 'and nudged to look again at once');
 ok(defined $r->cmd('ZSCORE', 'f:{line}:owner', 'h2'), 'the confirmed holder h2 stays: dropping it could admit too many');
-is(ev($r, 'line', 'wait_check', 'w2', 30000), 'lost', 'w2, if alive, finds its place lost');
-is(ev($r, 'line', 'acquire', 'w2b', 1, 1, 60000, 1, 30000, 'new'), 'waiting', 'and queues again, behind n2');
+is(ev($r, 'line', 'wait_check', 'w2', 30000, 'settle'), 'lost', 'w2, if alive, finds its place lost');
+is(ev($r, 'line', 'acquire', 'w2b', 1, 1, 60000, 1, 30000, 'new', 'settle'), 'waiting', 'and queues again, behind n2');
 is(ev($r, 'line', 'release', 'h2'), 1, 'h2 releases');
-is(ev($r, 'line', 'wait_check', 'n2', 30000), 'held', 'n2 is promoted and confirms');
-is(ev($r, 'line', 'wait_check', 'w2b', 30000), 'waiting', 'w2b keeps its place: no era change now');
+is(ev($r, 'line', 'wait_check', 'n2', 30000, 'settle'), 'held', 'n2 is promoted and confirms');
+is(ev($r, 'line', 'wait_check', 'w2b', 30000, 'settle'), 'waiting', 'w2b keeps its place: no era change now');
+
+note 'callers that do not settle eras (no redsem.grant_replicas) keep the inherited line';
+is(ev($r, 'keep', 'acquire', 'n5', 1, 1, 60000, 0, 30000, 'new'), 'busy',
+	'"keep": a caller that does not settle is refused: the old primary may still be granting');
+ok(defined $r->cmd('ZSCORE', 'f:{keep}:owner', 'w3'), 'w3\'s promotion stays until its window ends');
 
 note 'a later call in the same era changes nothing';
-is(ev($r, 'pr', 'acquire', 'n3', 1, 1, 60000, 1, 30000, 'new'), 'waiting', '"pr": n3 waits behind n1');
-is(ev($r, 'pr', 'acquire', 'n4', 1, 1, 60000, 0, 30000, 'new'), 'busy', 'and a try-once caller is refused, n3 first');
+is(ev($r, 'pr', 'acquire', 'n3', 1, 1, 60000, 1, 30000, 'new', 'settle'), 'waiting', '"pr": n3 waits behind n1');
+is(ev($r, 'pr', 'acquire', 'n4', 1, 1, 60000, 0, 30000, 'new', 'settle'), 'busy', 'and a try-once caller is refused, n3 first');
 ok(defined $r->cmd('ZSCORE', 'f:{pr}:waiting', 'n3'), 'n3 still waits');
 
 $_->stop foreach ($replica, $primary);

@@ -26,7 +26,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library);
+our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -117,6 +117,31 @@ A test that the server log shows no crashed backend, PANIC or assertion
 failure.
 
 =cut
+
+=pod
+
+=item primary_and_replica()
+
+Start two private Redis servers: a primary, also on a free loopback port,
+and a replica of it, in sync.  Returns ($primary, $replica).
+
+=cut
+
+sub primary_and_replica
+{
+	my $primary = RedsemTest::Redis->new;
+	my $port = PostgreSQL::Test::Cluster::get_free_port();
+	$primary->cli('CONFIG', 'SET', 'bind', '127.0.0.1');
+	$primary->cli('CONFIG', 'SET', 'port', $port);
+	my $replica = RedsemTest::Redis->new;
+	$replica->cli('REPLICAOF', '127.0.0.1', $port);
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(defined wait_until(30, sub {
+				($primary->cli('INFO', 'replication') // '') =~ /connected_slaves:1/
+				  && ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/
+			}), 'a replica follows the primary');
+	return ($primary, $replica);
+}
 
 sub node_log_is_clean
 {
