@@ -958,6 +958,30 @@ order_nodes_by_health(int *nodes, int count)
 	}
 }
 
+/* True if an error reply is a cluster redirection (MOVED, ASK) */
+static bool
+is_redirect(const redisReply *reply)
+{
+	const char *msg = reply->str ? reply->str : "";
+
+	return strncmp(msg, "MOVED ", 6) == 0 || strncmp(msg, "ASK ", 4) == 0;
+}
+
+/*
+ * Redirections went round in a loop (a slot changing hands, the nodes not
+ * yet agreeing): record it as a passing unavailability, which the caller
+ * waits out until its deadline, and free the reply.
+ */
+static void
+redirect_loop(RedisCall *call, redisReply *reply, int redirects)
+{
+	call->outcome.status = RS_UNAVAILABLE;
+	call->outcome.timeout_ms = 0;
+	snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+			 "redirected %d times, last: %s", redirects, reply->str ? reply->str : "");
+	freeReplyObject(reply);
+}
+
 /*
  * A Cluster pipeline's shares of time (see pipeline_by_node): each node's
  * deadline, set when the pipeline first turns to it, and the nodes that
@@ -1057,13 +1081,23 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 					redirects++;
 					continue;
 				}
-				if (keep_errors && keep_error_reply(*reply))
+				if (cluster && redirects >= CLUSTER_MAX_REDIRECTS && is_redirect(*reply))
+				{
+					/* nodes that disagree for a moment: wait like a failover */
+					redirect_loop(call, *reply, redirects);
+					*reply = NULL;
+					status = RS_UNAVAILABLE;
+				}
+				else if (keep_errors && keep_error_reply(*reply))
 				{
 					last_node = cur_node;
 					return true;
 				}
-				status = absorb_error_reply(call, *reply, NULL, &drop);
-				*reply = NULL;
+				else
+				{
+					status = absorb_error_reply(call, *reply, NULL, &drop);
+					*reply = NULL;
+				}
 			}
 			else if (status != RS_OK)
 				connection_failed(call, status, timeout_ms);

@@ -9,13 +9,14 @@
  * the waiter never gives up its lock.  Statement queues make this easy to
  * meet (the second statement of a transaction queues again while holding
  * the locks of the first).  So a waiter whose semaphore has a holder on
- * this server that waits for a lock (or is the waiter itself) looks, every
- * deadlock_timeout (at least a second), at those holders: a holder
+ * this server that waits for a lock looks, every deadlock_timeout (at
+ * least a second), at those holders: a holder
  * that waits for a lock this backend holds (directly or through a chain of
- * lock waits, as pg_blocking_pids reports them), or this backend itself,
- * will not release.  If the permits left to everybody else cannot fit the
+ * lock waits, as pg_blocking_pids reports them) will not release.  If the permits left to everybody else cannot fit the
  * waiter's, the wait is a deadlock and ends with 40P01, as a lock deadlock
- * does; the abort then frees the waiter's locks.  Holders on other servers
+ * does; the abort then frees the waiter's locks.  Before that, Redis is
+ * asked whether those holders really hold (the hold table may remember a
+ * slot a failover lost).  Holders on other servers
  * cannot wait for this server's locks (a replica takes no row locks), so
  * the servers' own holders are all that matter.  Needs the hold table
  * (shared_preload_libraries); without it nothing is checked.
@@ -31,6 +32,7 @@
 
 #include "deadlock.h"
 #include "redsem.h"
+#include "script.h"
 #include "shmem.h"
 
 /* Holders looked at, and processes followed along a chain of lock waits */
@@ -99,59 +101,81 @@ blocked_by_me(int pid)
 	return false;
 }
 
+/* The holders of semaphore name on this server: how many, into h */
+static int
+local_holders(const char *name, LocalHolder *h)
+{
+	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+
+	return shared_hold_holders(prefix, name, h, DEADLOCK_MAX_HOLDERS);
+}
+
 /*
- * True if a wait for semaphore name may be a deadlock: one of its holders
- * on this server is this backend, or waits for a lock.  Only such a wait
- * is looked at every deadlock_timeout; others sleep as long as usual, and
- * are looked at once a holder starts waiting for a lock.
+ * True if a wait for semaphore name may be a deadlock: another holder of
+ * it on this server waits for a lock.  Only such a wait is looked at every
+ * deadlock_timeout; others sleep as long as usual, and are looked at once
+ * a holder starts waiting for a lock.
  */
 bool
 deadlock_possible(const char *name)
 {
-	int			pids[DEADLOCK_MAX_HOLDERS];
-	int			held[DEADLOCK_MAX_HOLDERS];
-	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
-	int			n = shared_hold_holders(prefix, name, pids, held, DEADLOCK_MAX_HOLDERS);
+	LocalHolder h[DEADLOCK_MAX_HOLDERS];
+	int			n = local_holders(name, h);
 
 	for (int i = 0; i < n; i++)
-		if (pids[i] == MyProcPid || waits_for_lock(pids[i]))
+		if (h[i].pid != MyProcPid && waits_for_lock(h[i].pid))
 			return true;
 	return false;
 }
 
 /*
+ * True if Redis confirms that id holds a slot of name: the hold table may
+ * remember a slot that Redis lost (a failover, a restart), and only a real
+ * one can block us.  Any doubt (Redis failing) is a no.
+ */
+static bool
+really_holds(const char *name, const char *id)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	int64		token = 0;
+
+	call.elevel = LOG;
+	return sem_token(&call, name, id, &token) && token > 0;
+}
+
+/*
  * Raise 40P01 if waiting for permits of semaphore name (limit in effect:
- * limit) cannot end: the permits of this server's holders that wait for
- * this backend leave too few for ours.
+ * limit) cannot end: the permits that this server's holders hold while
+ * waiting, directly or not, for this backend's locks (and that Redis
+ * confirms) leave too few for ours.
  */
 void
 deadlock_check(const char *name, int permits, int64 limit)
 {
-	int			pids[DEADLOCK_MAX_HOLDERS];
-	int			held[DEADLOCK_MAX_HOLDERS];
-	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
-	int			n = shared_hold_holders(prefix, name, pids, held, DEADLOCK_MAX_HOLDERS);
+	LocalHolder h[DEADLOCK_MAX_HOLDERS];
+	int			n = local_holders(name, h);
+	bool		blocked[DEADLOCK_MAX_HOLDERS];
 	int64		stuck = 0;
 	int			example = 0;
 
 	for (int i = 0; i < n; i++)
 	{
-		if (pids[i] == MyProcPid || blocked_by_me(pids[i]))
-		{
-			stuck += held[i];
-			if (example == 0 || example == MyProcPid)
-				example = pids[i];
-		}
+		blocked[i] = h[i].pid != MyProcPid && blocked_by_me(h[i].pid);
+		stuck += blocked[i] ? h[i].permits : 0;
 	}
 	if (stuck == 0 || limit <= 0 || limit - stuck >= permits)
 		return;
-	if (example == MyProcPid)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-				 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", name),
-				 errdetail("This session holds " INT64_FORMAT " of its " INT64_FORMAT " permits itself: none can come while it waits.",
-						   stuck, limit),
-				 errhint("Release the session's own slot first, or give the wait a limit.")));
+	/* the few that matter, confirmed one by one */
+	stuck = 0;
+	for (int i = 0; i < n; i++)
+	{
+		if (!blocked[i] || !really_holds(name, h[i].id))
+			continue;
+		stuck += h[i].permits;
+		example = h[i].pid;
+	}
+	if (stuck == 0 || limit - stuck >= permits)
+		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", name),

@@ -345,12 +345,11 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 
 /*
  * The holders of semaphore (prefix, name) on this server: up to max of
- * them, their process ids in pids and permits in permits.  Returns how
- * many there are.
+ * them into out.  Returns how many there are.
  */
 int
-shared_hold_holders(const char *prefix, const char *name, int *pids,
-					int *permits, int max)
+shared_hold_holders(const char *prefix, const char *name, LocalHolder *out,
+					int max)
 {
 	int			n = 0;
 
@@ -364,8 +363,9 @@ shared_hold_holders(const char *prefix, const char *name, int *pids,
 		if (!h->in_use || h->phase != PHASE_HELD || h->abandoned ||
 			strcmp(h->name, name) != 0 || strcmp(h->prefix, prefix) != 0)
 			continue;
-		pids[n] = h->pid;
-		permits[n] = h->permits;
+		out[n].pid = h->pid;
+		out[n].permits = h->permits;
+		strlcpy(out[n].id, h->id, sizeof(out[n].id));
 		n++;
 	}
 	LWLockRelease(shared->holds_lock);

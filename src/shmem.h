@@ -118,8 +118,16 @@ extern bool keeper_is_active(void);
 extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, bool xact, int64 lease_ms,
 								 int permits, bool may_use_reserve);
+/* A holder of a semaphore on this server (shared_hold_holders) */
+typedef struct LocalHolder
+{
+	int			pid;
+	int			permits;
+	char		id[REDSEM_MAX_ID_BYTES + 1];
+} LocalHolder;
+
 extern int	shared_hold_holders(const char *prefix, const char *name,
-								int *pids, int *permits, int max);
+								LocalHolder *out, int max);
 extern void shared_hold_set_phase(int slot, const char *id, HoldPhase phase,
 								  int64 ticket, TimestampTz confirmed_at);
 extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,

@@ -151,12 +151,6 @@ is($out, 't', 'it just runs out of wait time');
 $w->query_ok(q{COMMIT;});
 is(($h->wait_done(20))[1], '', 'and both holders finish');
 
-note 'a session waiting for a slot it holds itself';
-$w->query_ok(q{SELECT redsem_acquire('dl_self', 1) IS NOT NULL;});
-($out, $err) = $w->query(q{SELECT redsem_acquire('dl_self', 1, wait => NULL);}, 20);
-like($err, qr/ERROR:  40P01: deadlock detected .*\n.*DETAIL:  This session holds 1 of its 1 permits itself/,
-	'with no wait limit: 40P01, not forever');
-$w->query_ok(q{SELECT redsem_release_all();});
 $third->quit;
 
 ###########################################################################
