@@ -27,11 +27,14 @@ is($sa->query_ok(q{SELECT redsem_release('gr', redsem_acquire('gr', 1, '1 s'));}
 
 $replica->freeze;
 $sa->send(q{SELECT redsem_acquire('gr', 1, '1 s') IS NULL;});
-usleep(1_500_000);
 my $sb = RedsemTest::Session->new($node, name => 'b');
-is($sb->query_ok(q{SET redsem.grant_replicas = 0; SELECT redsem_acquire('gr', 1, '60 s') IS NOT NULL;}), 't',
-	"while a's WAIT runs, its 1 s lease ran out unrefreshed: b gets the slot");
-usleep(500_000);
+$sb->query_ok(q{SET redsem.grant_replicas = 0;});
+# a's grant is pending in its WAIT, which nobody refreshes: once its 1 s
+# lease has run out, b gets the slot (tried until then, each try once)
+ok(defined wait_until(15, sub {
+			$sb->query_ok(q{SELECT redsem_acquire('gr', 1, '60 s') IS NOT NULL;}) eq 't' }),
+	"while a's WAIT runs, its 1 s lease runs out unrefreshed: b gets the slot");
+usleep(300_000);
 $replica->thaw;
 my ($out, $err) = $sa->wait_done(30);
 is($err, '', 'the replica acknowledges late');
