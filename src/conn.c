@@ -1208,7 +1208,7 @@ pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
 	int			nodes[CLUSTER_MAX_NODES];
 	int			count = 0;
 	NodeShares	mine;
-	RedisOutcome failure = {RS_OK, 0, ""};
+	RedisOutcome failure = {RS_OK, 0, "", 0};
 	bool		all = true;
 
 	memset(&mine, 0, sizeof(mine));

@@ -71,7 +71,7 @@ typedef struct RedisCommand
 } RedisCommand;
 
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, ""}}
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0}
 
 struct redisContext;
 

@@ -940,7 +940,7 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 	KeepCommand *retry = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
 	KeepCommand *again = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
 	int			ncmds;
-	RedisOutcome failed = {RS_OK, 0, ""};
+	RedisOutcome failed = {RS_OK, 0, "", 0};
 
 	memset(cost, 0, sizeof(*cost));
 	for (int i = 0; i < n; i++)
