@@ -776,15 +776,7 @@ hold_release_session(void)
 void
 hold_flush_deferred(void)
 {
-	ListCell   *lc;
-	bool		any = false;
-
-	foreach(lc, holds)
-	{
-		if (((Hold *) lfirst(lc))->state == HOLD_ENDING)
-			any = true;
-	}
-	if (any)
+	if (count_ending() > 0)
 		release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 																 redsem_command_timeout_ms));
 }
