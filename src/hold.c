@@ -624,23 +624,69 @@ hold_release_quietly(const char *name, const char *id)
 															 redsem_command_timeout_ms));
 }
 
+/* Error context of a release the session asked for */
+static void
+release_error_context(void *arg)
+{
+	const Hold *hold = (const Hold *) arg;
+
+	errcontext("giving back slot %s of redsem semaphore \"%s\": no longer this session's; %s",
+			   hold->id, hold->name,
+			   keeper_is_active() ? "the keeper gives it back once Redis answers" :
+			   "the session's next call tries again, and its lease is not kept alive");
+}
+
+/*
+ * Give back the ENDING hold, raising if Redis cannot be asked.  Then the
+ * release is not undone: every ENDING hold is handed to the keeper (and to
+ * the session's next call), so a caller that catches the error and goes on
+ * does not keep the slot.  *held says whether it was live.
+ */
+static void
+release_or_hand_over(Hold *hold, bool *held)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	ErrorContextCallback context;
+
+	context.callback = release_error_context;
+	context.arg = hold;
+	context.previous = error_context_stack;
+	error_context_stack = &context;
+	PG_TRY();
+	{
+		(void) sem_release(&call, hold->prefix, hold->name, hold->id, held);
+	}
+	PG_CATCH();
+	{
+		abandon_ending();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	error_context_stack = context.previous;
+	count_end(hold, *held);
+	hold_drop(hold);
+}
+
 /*
  * redsem_release: release one of this session's slots.  Returns false if
  * (name, id) is not this session's; else *held says whether it was live.
+ * A release that failed before (ENDING) is tried again.
  */
 bool
 hold_release_id(const char *name, const char *id, bool *held)
 {
 	Hold	   *hold = find_hold(name, id);
-	RedisCall	call = REDIS_SQL_CALL;
 
 	if (hold == NULL || hold->state == HOLD_PENDING)
 		return false;
-	/* raises if Redis cannot be asked: then the hold stays as it was */
-	(void) sem_release(&call, hold->prefix, name, id, held);
-	hold->was_held |= (hold->state == HOLD_HELD);
-	count_end(hold, *held);
-	hold_drop(hold);
+	if (hold->state == HOLD_ENDING && (keeper_took_it(hold) || never_sent(hold)))
+	{
+		*held = hold->was_held;
+		hold_drop(hold);
+		return true;
+	}
+	mark_ending(hold);
+	release_or_hand_over(hold, held);
 	return true;
 }
 
@@ -753,16 +799,18 @@ hold_release_session(void)
 		Hold	   *hold = (Hold *) lfirst(lc);
 
 		if (hold->scope == HOLD_SESSION && hold->state == HOLD_HELD)
+		{
+			mark_ending(hold);
 			victims = lappend(victims, hold);
+		}
 	}
-	/* each entry stays registered until Redis confirms its release */
+	/* a failure raises, and hands every one not yet released to the keeper */
 	foreach(lc, victims)
 	{
-		Hold	   *hold = (Hold *) lfirst(lc);
 		bool		live;
 
-		if (hold_release_id(hold->name, hold->id, &live) && live)
-			released++;
+		release_or_hand_over((Hold *) lfirst(lc), &live);
+		released += live;
 	}
 	list_free(victims);
 	return released;

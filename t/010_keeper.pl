@@ -243,6 +243,31 @@ $sa->quit;
 $sb->quit;
 
 ###########################################################################
+note 'a release that fails is not undone: the slot is the keeper\'s to give back';
+
+# Old behaviour: the failed release left the slot held, kept alive by the
+# keeper until the session ended (forever behind a pooler), even though the
+# caller had asked for it back and went on (a PL/pgSQL handler, an
+# application that logs the error).
+my $f = session('F');
+$f->query_ok(q{SET redsem.command_timeout = '300ms';});
+my $f_id = $f->query_ok(q{SELECT redsem_acquire('failed_release', 1, '60 s');});
+$f->query_ok(q{SELECT redsem_acquire('failed_release_all', 1, '60 s');});
+$redis->freeze;
+($out, $err) = $f->query(qq{SELECT redsem_release('failed_release', '$f_id');});
+like($err, qr/ERROR:  08006: .*\n(.*\n)*CONTEXT:  giving back slot \Q$f_id\E of redsem semaphore "failed_release": no longer this session's; the keeper gives it back once Redis answers/,
+	'a release Redis does not answer fails (08006), saying the keeper gives the slot back');
+($out, $err) = $f->query(q{SELECT redsem_release_all();});
+like($err, qr/08006/, 'so does redsem_release_all()');
+is($f->query_ok(q{SELECT count(*) FROM redsem_held();}), '0', 'neither slot is the session\'s any more');
+$redis->thaw;
+ok(defined wait_until(15, sub { slot_free('failed_release') && slot_free('failed_release_all') }),
+	'once Redis answers, the keeper gives both back at once, while the session lives on (their leases are 60 s)');
+($out, $err) = $f->query(qq{SELECT redsem_release('failed_release', '$f_id');});
+like($out, qr/^[tf]$/, 'releasing it again raises no error');
+$f->quit;
+
+###########################################################################
 note 'SIGKILL of a holding backend: the keeper frees its slot after the crash-restart';
 
 node_log_is_clean($node, 'no crash so far (the SIGTERM above ended the keeper with exit code 1)');
