@@ -2,6 +2,47 @@
 
 \echo Use "ALTER EXTENSION redsem UPDATE TO '0.2.0'" to load this file. \quit
 
+-- Functions this update replaces (their signatures or result columns
+-- change) must not be used by objects outside the extension: stop with a
+-- clear error naming them, before anything changes.
+DO $$
+DECLARE
+    users text;
+BEGIN
+    SELECT string_agg(DISTINCT CASE
+               WHEN d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+               THEN (SELECT 'view ' || r.ev_class::pg_catalog.regclass::text
+                       FROM pg_catalog.pg_rewrite r WHERE r.oid = d.objid)
+               ELSE pg_catalog.pg_describe_object(d.classid, d.objid, d.objsubid)
+           END, ', ')
+      INTO users
+      FROM pg_catalog.pg_depend d
+     WHERE d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND d.deptype = 'n'
+       AND d.refobjid IN (SELECT p.oid FROM pg_catalog.pg_proc p
+                            JOIN pg_catalog.pg_depend e
+                              ON e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                             AND e.objid = p.oid AND e.deptype = 'e'
+                            JOIN pg_catalog.pg_extension x
+                              ON x.oid = e.refobjid AND x.extname = 'redsem'
+                           WHERE p.proname IN ('redsem_acquire', 'redsem_acquire_xact', 'redsem_guard',
+                                               'redsem_held', 'redsem_holders', 'redsem_stats'))
+       -- the extension's own redsem_stats view is rebuilt below
+       AND NOT EXISTS (SELECT FROM pg_catalog.pg_rewrite r
+                         JOIN pg_catalog.pg_depend e
+                           ON e.classid = 'pg_catalog.pg_class'::pg_catalog.regclass
+                          AND e.objid = r.ev_class AND e.deptype = 'e'
+                        WHERE d.classid = 'pg_catalog.pg_rewrite'::pg_catalog.regclass
+                          AND r.oid = d.objid);
+    IF users IS NOT NULL THEN
+        RAISE EXCEPTION 'redsem 0.2.0 replaces functions that objects outside the extension use: %', users
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  DETAIL = 'redsem_acquire, redsem_acquire_xact and redsem_guard gain an argument, and redsem_held, redsem_holders and redsem_stats gain columns, so the update drops and creates them again. Nothing was changed.',
+                  HINT = 'Save the definitions of those objects (for a view: SELECT pg_get_viewdef(''name'')), drop them, run ALTER EXTENSION redsem UPDATE, and create them again. Do not use DROP ... CASCADE on redsem''s functions.';
+    END IF;
+END
+$$;
+
 -- The administrator role (see redsem--0.2.0.sql)
 DO $$
 BEGIN

@@ -1342,6 +1342,8 @@ redis_status_text(RedisStatus status)
 			return "Redis refused access";
 		case RS_BAD_PASSWORD:
 			return "Redis did not accept the password";
+		case RS_PASSWORD_FILE:
+			return "the password file cannot be used";
 		case RS_TOO_MANY_CLIENTS:
 			return "Redis has too many clients";
 		case RS_LOST:
@@ -1439,6 +1441,13 @@ redis_report(int elevel, const RedisOutcome *o)
 					 errmsg("Redis at %s did not accept redsem's password", target),
 					 errdetail_internal("%s", d),
 					 errhint("Check redsem.user and the password given by redsem.password_file (or redsem.password).")));
+			break;
+		case RS_PASSWORD_FILE:
+			ereport(elevel,
+					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
+					 errmsg("redsem cannot read its password for Redis at %s", target),
+					 errdetail_internal("%s", d),
+					 errhint("The file must be a regular file owned by the database server's user (mode 0600 or less) or by root (0640 or less), holding the password on its first line. Nothing was sent to Redis.")));
 			break;
 		case RS_TOO_MANY_CLIENTS:
 			ereport(elevel,

@@ -18,8 +18,10 @@ typedef enum RedisStatus
 {
 	RS_OK,						/* a reply that is not an error */
 	RS_CONNECT_FAILED,			/* 08001: no connection */
-	RS_AUTH_FAILED,				/* 28000: NOAUTH, NOPERM, password file */
+	RS_AUTH_FAILED,				/* 28000: NOAUTH, NOPERM */
 	RS_BAD_PASSWORD,			/* 28P01: WRONGPASS, invalid password */
+	RS_PASSWORD_FILE,			/* 28000: the password file cannot be used
+								 * (never sent to Redis) */
 	RS_TOO_MANY_CLIENTS,		/* 08004: Redis refused the connection */
 	RS_LOST,					/* 08006: connection broke */
 	RS_TIMED_OUT,				/* 08006: no answer in time */

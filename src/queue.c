@@ -208,6 +208,13 @@ session_holds(const char *semaphore)
 	return false;
 }
 
+/* Error context of a queue's acquire: name the queue */
+static void
+queue_error_context(void *arg)
+{
+	errcontext("entering redsem queue \"%s\"", ((const QueueDef *) arg)->name);
+}
+
 /*
  * Take a slot of queue q for the statement query (NULL: a utility).  A
  * session that already holds one (an open cursor) runs the statement under
@@ -220,6 +227,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	Hold	   *hold;
 	char	   *id = NULL;
 	AcquireResult result;
+	ErrorContextCallback context;
 
 	memset(&args, 0, sizeof(args));
 	args.name = queue_semaphore(q);
@@ -234,7 +242,12 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	args.wait_ms = q->max_wait_ms;
 	args.elevel = q->run_on_error ? LOG : ERROR;
 	args.wait_event = redsem_queue_wait_event();
+	context.callback = queue_error_context;
+	context.arg = unconstify(QueueDef *, q);
+	context.previous = error_context_stack;
+	error_context_stack = &context;
 	result = acquire_slot(&args, HOLD_STATEMENT, &id, &hold);
+	error_context_stack = context.previous;
 	if (result == ACQUIRE_FAILED)
 	{
 		run_unqueued(q, args.name, &args.failure);

@@ -35,7 +35,7 @@ file_trouble(RedisOutcome *o, const char *fmt,...)
 {
 	va_list		args;
 
-	o->status = RS_AUTH_FAILED;
+	o->status = RS_PASSWORD_FILE;
 	va_start(args, fmt);
 	vsnprintf(o->detail, sizeof(o->detail), fmt, args);
 	va_end(args);

@@ -51,8 +51,11 @@ my $stats_before = $node->safe_psql('postgres', q{SELECT acquired, waited FROM r
 note 'the update';
 
 my ($ret, $out, $err) = $node->psql('postgres', 'ALTER EXTENSION redsem UPDATE');
-like($err, qr/cannot drop function redsem_held\(\) because other objects depend on it/,
-	'a view over redsem_held() stops the update with a clear error');
+like($err, qr/redsem 0.2.0 replaces functions that objects outside the extension use: view my_held\n/,
+	'a view over redsem_held() stops the update with a clear error naming it');
+like($err, qr/HINT:  Save the definitions .* drop them, run ALTER EXTENSION redsem UPDATE, and create them again/,
+	'... whose hint is to recreate the view');
+unlike($err, qr/HINT:  Use DROP \.\.\. CASCADE/, '... not to drop with CASCADE');
 is($node->safe_psql('postgres', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}),
 	'0.1.0', '... and nothing changed');
 $node->safe_psql('postgres', 'DROP VIEW my_held');

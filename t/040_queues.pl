@@ -350,6 +350,7 @@ $strict->query_ok(q{SET redsem.command_timeout = '300ms'; SET redsem.queue = 'an
 $len->query_ok(q{SET redsem.command_timeout = '300ms';});
 ($out, $err) = $strict->query(q{SELECT 1;});
 like($err, qr/08006|08001/, 'in a queue with on_redis_error=fail, a statement fails with a connection error');
+like($err, qr/CONTEXT:  entering redsem queue "analysts"/, '... whose context names the queue');
 ($out, $err) = $len->query(q{SELECT 'ran';});
 is($out, 'ran', 'in a queue with on_redis_error=run, it runs');
 like($err, qr/WARNING: .*statement runs without a slot of redsem queue "lenient"/, 'with a WARNING');
