@@ -13,7 +13,10 @@
 # with 1) and of t/052_cluster.pl (three primaries, three replicas; six
 # sessions over ten semaphores of 2; CLUSTER FAILOVER, then a SIGKILL of a
 # primary: "cfailover", "ckill"), BENCH_ROUNDS times, and prints every
-# round's figures and their totals.  Over-admissions are counted independently of redsem, from the
+# round's figures and their totals.  Then t/050 once more with two replicas
+# ("failover/2", "kill/2"; BENCH_TWO_REPLICAS=0 skips it).  "fresh idle" is
+# the time from the new primary taking writes until a fresh session gets a
+# semaphore that was idle at the failover.  Over-admissions are counted independently of redsem, from the
 # periods the sessions log in PostgreSQL; "longest gap" is the longest time
 # after the trigger without a grant.
 #
@@ -30,19 +33,29 @@ trap 'rm -f "$REPORT"' EXIT
 install=()
 [[ -n ${BENCH_NO_INSTALL:-} ]] && install=(env REDSEM_NO_INSTALL=1)
 chmod 666 "$REPORT"
-for ((i = 1; i <= ROUNDS; i++)); do
-    echo "==> round $i of $ROUNDS" >&2
-    log=/tmp/redsem-failover-round$i.log
-    if REDSEM_FAILOVER_REPORT=$REPORT REDSEM_FAILOVER_ROUND_S=${BENCH_ROUND_S:-18} REDSEM_KEEP=1 \
-        "${install[@]}" bash "$REPO/scripts/test.sh" tap t/050_sentinel.pl t/052_cluster.pl >"$log" 2>&1; then
+# one invocation of the tests: label, extra environment, tests
+run_tests() {
+    local label=$1 env_extra=$2; shift 2
+    local log=/tmp/redsem-failover-$label.log kept
+    # shellcheck disable=SC2086
+    if env $env_extra REDSEM_FAILOVER_REPORT="$REPORT" REDSEM_FAILOVER_ROUND_S="${BENCH_ROUND_S:-18}" REDSEM_KEEP=1 \
+        "${install[@]}" bash "$REPO/scripts/test.sh" tap "$@" >"$log" 2>&1; then
         # the tests passed: drop their temp dir and log
         kept=$(sed -n 's/^==> kept temp dir: //p' "$log")
         [[ -z $kept ]] || rm -rf "$kept"
         rm -f "$log"
     else
-        echo "redsem failover bench: round $i: a test failed (figures kept; see $log and the temp dir it names)" >&2
+        echo "redsem failover bench: $label: a test failed (figures kept; see $log and the temp dir it names)" >&2
     fi
     install=(env REDSEM_NO_INSTALL=1)
+}
+
+for ((i = 1; i <= ROUNDS; i++)); do
+    echo "==> round $i of $ROUNDS" >&2
+    run_tests "round$i" "" t/050_sentinel.pl t/052_cluster.pl
+    if [[ ${BENCH_TWO_REPLICAS:-1} == 1 ]]; then
+        run_tests "round$i-2replicas" "REDSEM_SENTINEL_REPLICAS=2" t/050_sentinel.pl
+    fi
 done
 
 echo "failover figures ($ROUNDS runs; each line one forced failover):"
@@ -51,11 +64,18 @@ echo
 echo "totals per kind of failover and setting:"
 sed -E 's/= +/=/g; s/=>/=/g' "$REPORT" | awk '{
     key = $1 " " $2
-    for (i = 3; i <= NF; i++) { split($i, kv, "="); v[key, kv[1]] += kv[2] }
     if (!(key in seen)) { seen[key] = 1; order[++n] = key }
-    if ($0 ~ /longest_gap_s/) { split($0, a, "longest_gap_s="); g = a[2] + 0; if (g > maxgap[key]) maxgap[key] = g; sumgap[key] += g; cnt[key]++ }
+    for (i = 3; i <= NF; i++) {
+        split($i, kv, "="); k = kv[1]; x = kv[2] + 0
+        if (k ~ /_s$/) { sum[key, k] += x; cnt[key, k]++; if (x > worst[key, k]) worst[key, k] = x }
+        else v[key, k] += x
+    }
 } END {
-    printf "%-9s %-17s %8s %16s %15s %15s\n", "failover", "setting", "periods", "over_admissions", "mean_gap_s", "worst_gap_s"
+    printf "%-10s %-17s %8s %16s %10s %11s %12s %13s\n", "failover", "setting", "periods", "over_admissions",
+        "mean_gap_s", "worst_gap_s", "mean_fresh_s", "worst_fresh_s"
     for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
-        printf "%-9s %-17s %8d %16d %15.2f %15.2f\n", p[1], p[2], v[k, "periods"], v[k, "over_admissions"], sumgap[k] / cnt[k], maxgap[k] }
+        fm = cnt[k, "fresh_idle_s"] ? sprintf("%.2f", sum[k, "fresh_idle_s"] / cnt[k, "fresh_idle_s"]) : "-"
+        fw = cnt[k, "fresh_idle_s"] ? sprintf("%.2f", worst[k, "fresh_idle_s"]) : "-"
+        printf "%-10s %-17s %8d %16d %10.2f %11.2f %12s %13s\n", p[1], p[2], v[k, "periods"], v[k, "over_admissions"],
+            sum[k, "longest_gap_s"] / cnt[k, "longest_gap_s"], worst[k, "longest_gap_s"], fm, fw }
 }'

@@ -22,16 +22,21 @@ my $LIMIT = 2;
 my $SESSIONS = 6;
 my $ROUND_S = $ENV{REDSEM_FAILOVER_ROUND_S} // 18;
 my $TRIGGER_AFTER_S = 2;
+# replicas of the primary (bench/failover.sh also runs 2)
+my $NREPLICAS = $ENV{REDSEM_SENTINEL_REPLICAS} // 1;
 
 ###########################################################################
-note 'a primary, a replica and three sentinels on loopback';
+note "a primary, $NREPLICAS replica(s) and three sentinels on loopback";
 
 # (a replica resynchronises at once: no diskless-sync delay)
 my @fast = ('repl-diskless-sync-delay 0');
 my $primary = RedsemTest::TcpServer->new(name => 'redis_a', conf => [@fast]);
-my $replica = RedsemTest::TcpServer->new(name => 'redis_b',
-	conf => [ @fast, 'replicaof 127.0.0.1 ' . $primary->port ]);
-my @data = ($primary, $replica);
+my @replicas = map {
+	RedsemTest::TcpServer->new(name => 'redis_' . chr(ord('a') + $_),
+		conf => [ @fast, 'replicaof 127.0.0.1 ' . $primary->port ])
+} 1 .. $NREPLICAS;
+my $replica = $replicas[0];
+my @data = ($primary, @replicas);
 
 # key => value of a flat "key\nvalue\n..." reply of redis-cli
 sub pairs
@@ -51,24 +56,24 @@ sub replication
 	return \%h;
 }
 
-# The data server that is the primary now, with its replica online and in
-# sync (undef while there is none)
+# The data server that is the primary now, with all its replicas online and
+# in sync (undef while there is none)
 sub current_primary
 {
 	foreach my $srv (@data)
 	{
 		next unless $srv->pid;
 		my $r = replication($srv);
-		my ($other) = grep { $_ != $srv } @data;
-		return $srv if ($r->{role} // '') eq 'master'
-		  && ($r->{slave0} // '') =~ /state=online/
-		  && (replication($other)->{master_link_status} // '') eq 'up';
+		next unless ($r->{role} // '') eq 'master';
+		my $online = grep { ($r->{"slave$_"} // '') =~ /state=online/ } 0 .. $#data;
+		return $srv if $online == $NREPLICAS
+		  && !grep { $_ != $srv && (replication($_)->{master_link_status} // '') ne 'up' } @data;
 	}
 	return undef;
 }
 
-ok(wait_until(30, sub { (replication($replica)->{master_link_status} // '') eq 'up' }),
-	'the replica is in sync with the primary');
+ok(wait_until(30, sub { !grep { (replication($_)->{master_link_status} // '') ne 'up' } @replicas }),
+	'the replicas are in sync with the primary');
 
 my @sentinels = map {
 	RedsemTest::TcpServer->new(
@@ -82,7 +87,7 @@ my @sentinels = map {
 		])
 } 1 .. 3;
 
-# True once every sentinel agrees on primary $srv with one replica, and
+# True once every sentinel agrees on primary $srv with its replicas, and
 # knows the two other sentinels
 sub sentinels_settled
 {
@@ -91,7 +96,7 @@ sub sentinels_settled
 	{
 		my $m = pairs($s->cli('SENTINEL', 'master', 'mymaster'));
 		return 0 unless ($m->{port} // 0) == $srv->port
-		  && ($m->{'num-slaves'} // 0) >= 1
+		  && ($m->{'num-slaves'} // 0) >= $NREPLICAS
 		  && ($m->{'num-other-sentinels'} // 0) == 2
 		  && ($m->{flags} // '') eq 'master';
 		# a replica listed as down (the one killed, back now) is not ready yet
@@ -167,9 +172,10 @@ chmod 0600, $pw;
 like(error_of(qq{SET redsem.sentinel_password_file = '$pw';}, q{SELECT redsem_acquire_xact('x', 1);}),
 	qr/28000: .*\n.*sentinel 127\.0\.0\.1:\d+: AUTH: ERR AUTH/, 'a password the sentinels do not expect fails the connection, naming the sentinel');
 unlike(slurp_file($node->logfile), qr/secret/, 'the password is in no log line');
-like(error_of(qq{SET redsem.grant_replicas = 2; SET redsem.grant_replica_timeout = 100;},
+my $too_many = $NREPLICAS + 1;
+like(error_of(qq{SET redsem.grant_replicas = $too_many; SET redsem.grant_replica_timeout = 100;},
 		q{SELECT redsem_acquire_xact('wait2', 1);}),
-	qr/08006: Redis at .* did not replicate a grant in time\n.*1 of the 2 replicas/,
+	qr/08006: Redis at .* did not replicate a grant in time\n.*$NREPLICAS of the $too_many replicas/,
 	'a grant that too few replicas acknowledge fails with 08006');
 is($node->safe_psql('postgres', q{SELECT permits_held FROM redsem_semaphore('wait2');}), '0',
 	'and its slot is given back');
@@ -229,17 +235,19 @@ BEGIN
 END $$;
 EOS
 
-# Bring a killed server back, and wait until a primary has an in-sync
-# replica again and every sentinel agrees (usually the server comes back as
-# a replica; the sentinels may also fail over once more, to it)
-sub bring_back
+# Seconds from $since until a fresh session gets the idle semaphore of
+# round $label (each try a new connection; calls failing during the switch
+# are tried again)
+sub fresh_idle_wait
 {
-	my ($srv) = @_;
-	$srv->start;
-	return wait_until(60, sub {
-			my $p = current_primary();
-			defined $p && sentinels_settled($p);
+	my ($label, $replicas, $since) = @_;
+	my $got = wait_until(60, sub {
+			my ($rc, $out) = $node->psql('postgres',
+				qq{SET redsem.grant_replicas = $replicas;
+				   SELECT redsem_acquire_xact('idle_$label', 1, wait => '1 s') IS NOT NULL;});
+			return ($out // '') eq 't';
 	});
+	return defined $got ? time - $since : -1;
 }
 
 my @report;
@@ -257,6 +265,9 @@ foreach my $round (
 	my $i = 0;
 	$_->send(qq{CALL worker('$label', $ROUND_S, $replicas, } . ($i++ % 2 ? 'true' : 'false') . ');')
 	  foreach @sessions;
+	# the semaphore a fresh session asks for after the switch: used once
+	# before it, idle since
+	$node->safe_psql('postgres', qq{SELECT redsem_release('idle_$label', redsem_acquire('idle_$label', 1));});
 	usleep($TRIGGER_AFTER_S * 1e6);
 	my $trigger = time;
 	if ($how eq 'failover')
@@ -267,10 +278,15 @@ foreach my $round (
 	{
 		$old->kill9;
 	}
-	my ($new) = grep { $_ != $old } @data;
-	ok(wait_until(30, sub { (replication($new)->{role} // '') eq 'master' }),
-		"$label: the replica becomes the primary");
-	ok(bring_back($old), "$label: the old primary is back, and a primary has an in-sync replica again")
+	my $new;
+	ok(wait_until(30, sub { ($new) = grep { $_ != $old && (replication($_)->{role} // '') eq 'master' } @data; defined $new }),
+		"$label: a replica becomes the primary");
+	my $writable = time;
+	$old->start if $how eq 'kill';
+	my $fresh = fresh_idle_wait($label, $replicas, $writable);
+	note sprintf('%s: a fresh session got the idle semaphore %.2f s after the new primary took writes', $label, $fresh);
+	ok(wait_until(60, sub { my $p = current_primary(); defined $p && sentinels_settled($p) }),
+		"$label: the old primary is back, and a primary has in-sync replicas again")
 	  if $how eq 'kill';
 	my $all_done = 1;
 	foreach my $s (@sessions)
@@ -301,8 +317,8 @@ foreach my $round (
 	}
 	note $node->safe_psql('postgres',
 		qq{SELECT state, left(msg, 200), count(*) FROM failures WHERE round = '$label' GROUP BY 1, 2;});
-	push @report, RedsemTest::Failover::report_line($how, $replicas, scalar(@periods),
-		$max, $over, $gap, $window, $nfail);
+	push @report, RedsemTest::Failover::report_line($how . ($NREPLICAS > 1 ? "/$NREPLICAS" : ''), $replicas,
+		scalar(@periods), $max, $over, $gap, $window, $nfail, $fresh);
 	note $report[-1];
 }
 

@@ -1131,18 +1131,21 @@ sub longest_gap
 
 =pod
 
-=item report_line($kind, $replicas, $periods, $max, $over, $gap, $window, $failed)
+=item report_line($kind, $replicas, $periods, $max, $over, $gap, $window, $failed, $fresh)
 
 One line of figures; a gap as long as the window is marked ">" (at least).
+$fresh (optional): seconds until a fresh session got an idle semaphore after
+the new primary took writes (-1: not within a minute).
 
 =cut
 
 sub report_line
 {
-	my ($kind, $replicas, $periods, $max, $over, $gap, $window, $failed) = @_;
+	my ($kind, $replicas, $periods, $max, $over, $gap, $window, $failed, $fresh) = @_;
 	my $censored = $gap >= $window - 0.1 ? '>' : '';
-	return sprintf('%-9s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
-		$kind, $replicas, $periods, $max, $over, $censored, $gap, $failed);
+	return sprintf('%-10s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
+		$kind, $replicas, $periods, $max, $over, $censored, $gap, $failed)
+	  . (defined $fresh ? sprintf('  fresh_idle_s=%.2f', $fresh) : '');
 }
 
 =pod
