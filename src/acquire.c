@@ -237,19 +237,37 @@ drop_stale_grant(AcquireArgs *args, const char *id)
 	return true;
 }
 
-/* Warn once per session about long leases that nobody keeps alive */
+/*
+ * Say once per session that nobody keeps its leases alive: without
+ * shared_preload_libraries, for any lease (a slot held past its lease is
+ * taken beside it); with it, while the keeper is being restarted, only for
+ * leases that would outlive a dead session by long.
+ */
 static void
-notice_unkept_long_lease(int64 lease_ms)
+notice_unkept_lease(int64 lease_ms)
 {
 	static bool warned = false;
 
-	if (warned || lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS || keeper_is_active())
+	if (warned || keeper_is_active())
+		return;
+	if (!redsem_preloaded)
+	{
+		warned = true;
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("redsem is not in shared_preload_libraries: nothing keeps this session's leases alive"),
+				 errdetail("A slot held longer than its lease (this one: " INT64_FORMAT " s) can be taken by another session beside it, and the slot of a session that dies stays taken until its lease ends.",
+						   lease_ms / 1000),
+				 errhint("Add redsem to shared_preload_libraries and restart the server, or refresh the lease with redsem_refresh before it ends.")));
+		return;
+	}
+	if (lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS)
 		return;
 	warned = true;
 	ereport(NOTICE,
 			(errmsg("redsem keeper is not running: a slot with a lease of " INT64_FORMAT " s stays taken that long if its session dies",
 					lease_ms / 1000),
-			 errhint("Add redsem to shared_preload_libraries to keep short leases alive, or refresh the lease with redsem_refresh.")));
+			 errhint("The keeper is restarted by the server; check the server log for why it stopped.")));
 }
 
 /* Count the outcome of an acquire in the statistics */
@@ -269,11 +287,8 @@ count_acquire(const AcquireArgs *args, AcquireResult result,
 	else
 		stats_count(args->name, STAT_REFUSED, 1);
 	if (args->waited)
-	{
-		stats_count(args->name, STAT_WAITED, 1);
-		stats_count(args->name, STAT_WAIT_TIME_MS,
-					TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
-	}
+		stats_count_wait(args->name,
+						 TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
 }
 
 /*
@@ -372,7 +387,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 
 	hold_init();
 	hold_flush_deferred();
-	notice_unkept_long_lease(args->lease_ms);
+	notice_unkept_lease(args->lease_ms);
 	args->limit_seen = args->max_holders;
 	args->waited = false;
 	memset(&r, 0, sizeof(r));

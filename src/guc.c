@@ -36,6 +36,10 @@ static char *redsem_inject_fault = NULL;
 
 /* Bumped when a connection setting changes, so the next call reconnects */
 uint64		redsem_guc_generation = 0;
+/* true in a server that loaded redsem from shared_preload_libraries */
+bool		redsem_preloaded = false;
+/* true while _PG_init defines the settings (their check hooks run) */
+bool		redsem_loading = false;
 
 void		_PG_init(void);
 
@@ -223,6 +227,9 @@ define_limit_gucs(void)
 void
 _PG_init(void)
 {
+	/* first: the check hooks of the settings defined below read it */
+	redsem_preloaded = process_shared_preload_libraries_in_progress;
+	redsem_loading = true;
 	define_connection_gucs();
 	define_timeout_gucs();
 	define_limit_gucs();
@@ -240,4 +247,5 @@ _PG_init(void)
 		queue_install_hooks();
 	}
 	MarkGUCPrefixReserved("redsem");
+	redsem_loading = false;
 }

@@ -15,10 +15,13 @@
 #include <ctype.h>
 #include <math.h>
 
+#include "common/hashfn.h"
+#include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "compat.h"
 #include "queue.h"
+#include "redsem.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
 static char *queue_setting = NULL;
@@ -228,6 +231,39 @@ parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
 	return true;
 }
 
+/*
+ * Say (once per value and process) that a queue setting does nothing here:
+ * redsem is not preloaded.  A reload gets a server log line; SET, ALTER
+ * ROLE/SYSTEM and a session's first use of redsem (the module load) get a
+ * WARNING.
+ */
+static uint32 queue_warned = 0;	/* hash of the value last warned about */
+static uint32 queues_warned = 0;
+
+static void
+warn_not_applied(const char *setting, const char *value, GucSource source,
+				 uint32 *last_hash)
+{
+	uint32		h;
+
+	if (redsem_preloaded || process_shared_preload_libraries_in_progress)
+		return;
+	if (value == NULL || value[0] == '\0')
+	{
+		*last_hash = 0;
+		return;
+	}
+	h = hash_bytes((const unsigned char *) value, strlen(value));
+	if (h == *last_hash)
+		return;
+	*last_hash = h;
+	ereport(source == PGC_S_FILE && !redsem_loading ? LOG : WARNING,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("%s is set, but this server does not apply statement queues", setting),
+			 errdetail("redsem is not in shared_preload_libraries: statements run without waiting for a queue slot."),
+			 errhint("Add redsem to shared_preload_libraries and restart the server.")));
+}
+
 /* Check hook of redsem.queues: parse it into *extra */
 static bool
 check_queues(char **newval, void **extra, GucSource source)
@@ -264,6 +300,7 @@ check_queues(char **newval, void **extra, GucSource source)
 		parsed->count++;
 	}
 	*extra = parsed;
+	warn_not_applied("redsem.queues", *newval, source, &queues_warned);
 	return true;
 }
 
@@ -293,6 +330,7 @@ check_queue(char **newval, void **extra, GucSource source)
 							QUEUE_MAX_NAME_BYTES);
 		return false;
 	}
+	warn_not_applied("redsem.queue", *newval, source, &queue_warned);
 	return true;
 }
 

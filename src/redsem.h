@@ -32,6 +32,8 @@ extern int	redsem_grant_replicas;
 extern int	redsem_grant_replica_timeout_ms;
 extern int	redsem_max_holds_per_session;
 extern uint64 redsem_guc_generation;
+extern bool redsem_preloaded;
+extern bool redsem_loading;
 
 extern void redsem_assign_connection_string(const char *newval, void *extra);
 extern void redsem_assign_connection_bool(bool newval, void *extra);

@@ -349,15 +349,35 @@ note 'without shared_preload_libraries: no keeper, everything else works';
 my $plain = PostgreSQL::Test::Cluster->new('nokeeper');
 $plain->init;
 my $sock = $redis->socket;
-$plain->append_conf('postgresql.conf', "redsem.unix_socket = '$sock'\n");
+$plain->append_conf('postgresql.conf', "redsem.unix_socket = '$sock'\nredsem.queues = 'reports: active_statements=1'\n");
 $plain->start;
 $plain->safe_psql('postgres', 'CREATE EXTENSION redsem');
 
 my $p = RedsemTest::Session->new($plain, name => 'P');
-is($p->query_ok('SELECT redsem_keeper_active();'), 'f', 'redsem_keeper_active() is false');
-my $plain_id = $p->query_ok(q{SELECT redsem_acquire('plain', 1, '10 s');});
+($out, $err) = $p->query('SELECT redsem_keeper_active();');
+is($out, 'f', 'redsem_keeper_active() is false');
+like($err, qr/WARNING:  55000: redsem.queues is set, but this server does not apply statement queues\n.*DETAIL:  redsem is not in shared_preload_libraries/,
+	'a session that loads redsem is told that redsem.queues does nothing here');
+($out, $err) = $p->query(q{SELECT redsem_acquire('plain', 1, '10 s');});
+my $plain_id = $out;
 like($plain_id, qr/^[0-9a-f]{16}\.\d+\./, 'acquire works');
-is($p->query_ok(q{SELECT redsem_acquire('plain', 1, '10 s') IS NULL;}), 't', 'the limit holds');
+like($err, qr/WARNING:  55000: redsem is not in shared_preload_libraries: nothing keeps this session's leases alive\n.*DETAIL:  .*\(this one: 10 s\)/,
+	'the first acquire of the session says that nothing keeps its lease alive');
+like($err, qr/HINT:  Add redsem to shared_preload_libraries/, '... and the fix');
+is($p->query_ok(q{SELECT redsem_acquire('plain', 1, '10 s') IS NULL;}), 't', 'the limit holds (and nothing more is said)');
+($out, $err) = $p->query(q{SET redsem.queue = 'reports';});
+like($err, qr/WARNING:  55000: redsem.queue is set, but this server does not apply statement queues/,
+	'SET redsem.queue warns that it does nothing here');
+($out, $err) = $p->query(q{SELECT * FROM redsem_queues;});
+like($err, qr/ERROR:  55000: statement queues need redsem in shared_preload_libraries\n.*DETAIL:  redsem.queues defines 1 queue, which this server does not apply/,
+	'the queue view says why it has nothing to show');
+my $reload_off = -s $plain->logfile;
+$plain->append_conf('postgresql.conf', "redsem.queues = 'reports: active_statements=2'\n");
+$plain->reload;
+ok(defined wait_until(10, sub {
+			$p->query_ok('SELECT 1;');
+			slurp_file($plain->logfile, $reload_off) =~ /LOG:  .*redsem.queues is set, but this server does not apply statement queues/;
+		}), 'a reload that changes redsem.queues logs that it does nothing here');
 is($p->query_ok(qq{SELECT redsem_refresh('plain', '$plain_id', '20 s');}), 't', 'refresh works');
 is($p->query_ok(q{SELECT lease, kept_alive FROM redsem_held();}),
 	'00:00:20|f', 'redsem_held(): new lease, not kept alive');
@@ -384,21 +404,18 @@ like($err, qr/ERROR:  55000: redsem statistics require redsem in shared_preload_
 ($out, $err) = $p->query('SELECT redsem_stats_reset();');
 like($err, qr/ERROR:  55000:/, 'redsem_stats_reset() raises 55000');
 
-($out, $err) = $p->query(q{SELECT redsem_acquire('plain_long', 5, '5 min') IS NOT NULL;});
-is("$out|$err", 't|', 'a 5 min lease: no NOTICE');
 ($out, $err) = $p->query(
-	q{SELECT redsem_acquire('plain_long', 5, '301 s') IS NOT NULL;
+	q{SELECT redsem_acquire('plain_long', 5, '5 min') IS NOT NULL;
+	  SELECT redsem_acquire('plain_long', 5, '301 s') IS NOT NULL;
 	  SELECT redsem_acquire('plain_long', 5, '2 h') IS NOT NULL;});
-is($out, "t\nt", 'leases over 5 min work');
-my @notices = $err =~ /NOTICE:  00000: redsem keeper is not running/g;
-is(scalar @notices, 1, 'a lease over 5 min gives exactly one NOTICE per session');
-like($err, qr/a lease of 301 s stays taken that long/, 'the NOTICE names the lease');
+is("$out|$err", "t\nt\nt|", 'long leases work, and the session is not told again');
 is($p->query_ok('SELECT redsem_release_all();'), '3', 'release_all releases them');
 $p->quit;
 
 my $p2 = RedsemTest::Session->new($plain, name => 'P2');
 ($out, $err) = $p2->query(q{SELECT redsem_acquire('plain_long', 5, '1 h') IS NOT NULL;});
-like($err, qr/NOTICE:  00000: redsem keeper is not running/, 'another session gets its own NOTICE');
+like($err, qr/WARNING:  55000: redsem is not in shared_preload_libraries: .*\n.*DETAIL:  .*\(this one: 3600 s\)/,
+	'another session gets its own WARNING');
 $p2->quit;
 node_log_is_clean($plain, 'the keeper-less server logged no crash');
 
