@@ -27,41 +27,49 @@
 #endif
 
 /*
- * The wait event shown in pg_stat_activity while redsem waits for Redis:
- * its own name ("RedsemRedis") since PostgreSQL 17, the generic
+ * A wait event of redsem's own, shown in pg_stat_activity: named (kept in
+ * *cache once registered) since PostgreSQL 17, the generic
  * Extension/Extension before.
  */
 static inline uint32
-redsem_wait_event(void)
+redsem_named_wait_event(const char *name, uint32 *cache)
 {
 #if PG_VERSION_NUM >= 170000
-	static uint32 event = 0;
-
-	if (event == 0)
-		event = WaitEventExtensionNew("RedsemRedis");
-	return event;
+	if (*cache == 0)
+		*cache = WaitEventExtensionNew(name);
+	return *cache;
 #else
+	(void) name;
+	(void) cache;
 	return PG_WAIT_EXTENSION;
 #endif
 }
 
-/*
- * The wait event of a statement waiting in a statement queue: its own name
- * ("RedsemQueue") since PostgreSQL 17, the generic Extension/Extension
- * before.
- */
+/* Waiting for Redis to answer, or to connect: "RedsemRedis" */
+static inline uint32
+redsem_wait_event(void)
+{
+	static uint32 event = 0;
+
+	return redsem_named_wait_event("RedsemRedis", &event);
+}
+
+/* A redsem_acquire waiting in line for a slot: "RedsemSlot" */
+static inline uint32
+redsem_slot_wait_event(void)
+{
+	static uint32 event = 0;
+
+	return redsem_named_wait_event("RedsemSlot", &event);
+}
+
+/* A statement waiting in a statement queue: "RedsemQueue" */
 static inline uint32
 redsem_queue_wait_event(void)
 {
-#if PG_VERSION_NUM >= 170000
 	static uint32 event = 0;
 
-	if (event == 0)
-		event = WaitEventExtensionNew("RedsemQueue");
-	return event;
-#else
-	return PG_WAIT_EXTENSION;
-#endif
+	return redsem_named_wait_event("RedsemQueue", &event);
 }
 
 /*

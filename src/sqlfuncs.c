@@ -13,6 +13,7 @@
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "compat.h"
 #include "hold.h"
 #include "redsem.h"
 #include "script.h"
@@ -175,6 +176,7 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 {
 	memset(args, 0, sizeof(*args));
 	args->elevel = ERROR;
+	args->wait_event = redsem_slot_wait_event();
 	args->name = name_arg(fcinfo, 0);
 	args->max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	args->permits = PG_NARGS() > 4 ? count_arg(fcinfo, 4, "permits") : 1;

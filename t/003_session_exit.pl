@@ -48,12 +48,12 @@ sub waiter
 	ok(defined wait_until(30, sub { $redis->zcard($sem, 'waiting') >= $in_line }),
 		"$label is waiting in line for $sem");
 	# the wait shows in pg_stat_activity as an Extension wait event, named
-	# RedsemRedis since PostgreSQL 17 (custom wait event names)
+	# RedsemSlot since PostgreSQL 17 (custom wait event names)
 	my $pid = $s->backend_pid;
 	ok($node->poll_query_until('postgres',
 			"SELECT wait_event_type = 'Extension' AND wait_event =
 			        CASE WHEN current_setting('server_version_num')::int >= 170000
-			             THEN 'RedsemRedis' ELSE 'Extension' END
+			             THEN 'RedsemSlot' ELSE 'Extension' END
 			   FROM pg_stat_activity WHERE pid = $pid"),
 		"$label shows the redsem wait event while in line");
 	return $s;
