@@ -120,7 +120,7 @@ CREATE FUNCTION redsem_holders(name text,
     OUT "position" integer, OUT state text, OUT id text, OUT ticket bigint,
     OUT lease_expires_at timestamptz, OUT server text, OUT pid integer,
     OUT database text, OUT username text, OUT application_name text,
-    OUT permits integer)
+    OUT permits integer, OUT acquired_at timestamptz, OUT waiting_since timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_holders'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -145,7 +145,9 @@ CREATE FUNCTION redsem_stats(
     OUT name text, OUT acquired bigint, OUT refused bigint, OUT waited bigint,
     OUT wait_timeouts bigint, OUT total_wait_time interval, OUT released bigint,
     OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
-    OUT acquired_permits bigint)
+    OUT acquired_permits bigint, OUT waits_le_1ms bigint, OUT waits_le_10ms bigint,
+    OUT waits_le_100ms bigint, OUT waits_le_1s bigint, OUT waits_le_10s bigint,
+    OUT waits_over_10s bigint, OUT longest_wait interval)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_stats'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -182,3 +184,33 @@ CREATE VIEW redsem_queues AS SELECT * FROM redsem_queues();
 GRANT SELECT ON redsem_queues TO PUBLIC;
 COMMENT ON VIEW redsem_queues IS
 'statement queues: definition, statements running and waiting on every server (Redis), and this server''s counters';
+
+-- This server's holds and places in line, with their sessions (for
+-- pg_monitor and redsem_admin; ids only for administrators and their own
+-- session)
+
+CREATE FUNCTION redsem_server_holds(
+    OUT pid integer, OUT name text, OUT id text, OUT scope text, OUT state text,
+    OUT permits integer, OUT lease interval, OUT acquired_at timestamptz,
+    OUT waiting_since timestamptz, OUT lease_expires_at timestamptz,
+    OUT keeper_error text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_server_holds'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION redsem_server_holds() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redsem_server_holds() TO pg_monitor, redsem_admin;
+COMMENT ON FUNCTION redsem_server_holds() IS
+'every slot and place in line of this server''s sessions, from the keeper''s table (needs shared_preload_libraries)';
+
+CREATE VIEW redsem_activity AS
+SELECT h.pid, h.name, h.id, h.scope, h.state, h.permits, h.lease,
+       h.acquired_at, h.waiting_since, h.lease_expires_at, h.keeper_error,
+       a.datname, a.usename, a.application_name, a.client_addr,
+       a.backend_start, a.xact_start, a.query_start,
+       a.state AS backend_state, a.wait_event_type, a.wait_event, a.query
+  FROM redsem_server_holds() h
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid;
+REVOKE ALL ON redsem_activity FROM PUBLIC;
+GRANT SELECT ON redsem_activity TO pg_monitor, redsem_admin;
+COMMENT ON VIEW redsem_activity IS
+'this server''s slots and places in line, with pg_stat_activity of their sessions (pg_monitor, redsem_admin)';

@@ -12,6 +12,7 @@
 #include "access/htup_details.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -31,10 +32,12 @@ PG_FUNCTION_INFO_V1(redsem_stats_reset);
 PG_FUNCTION_INFO_V1(redsem_limit);
 PG_FUNCTION_INFO_V1(redsem_semaphore);
 PG_FUNCTION_INFO_V1(redsem_queues);
+PG_FUNCTION_INFO_V1(redsem_server_holds);
 
 #define HELD_COLUMNS	10
-#define HOLDERS_COLUMNS	11
+#define HOLDERS_COLUMNS	13
 #define QUEUES_COLUMNS	15
+#define SERVER_HOLDS_COLUMNS	11
 
 /* An interval of ms milliseconds */
 static Datum
@@ -145,6 +148,10 @@ put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
 	values[8] = text_field(origin, norigin, 3, &nulls[8]);
 	values[9] = text_field(origin, norigin, 4, &nulls[9]);
 	values[10] = Int32GetDatum((int32) m->permits);
+	nulls[11] = m->waiting || m->age_ms < 0;
+	values[11] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -m->age_ms));
+	nulls[12] = !m->waiting || m->age_ms < 0;
+	values[12] = values[11];
 	put_row(rsinfo, values, nulls, HOLDERS_COLUMNS);
 }
 
@@ -192,6 +199,16 @@ redsem_keeper_active(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(keeper_is_active());
 }
 
+/* The counters of redsem_stats, in its column order after name */
+static const StatField stats_columns[] = {
+	STAT_ACQUIRED, STAT_REFUSED, STAT_WAITED, STAT_WAIT_TIMEOUTS,
+	STAT_WAIT_TIME_MS, STAT_RELEASED, STAT_EXPIRED, STAT_LOST,
+	STAT_REDIS_ERRORS, STAT_ACQUIRED_PERMITS,
+	STAT_WAITS_LE_1MS, STAT_WAITS_LE_10MS, STAT_WAITS_LE_100MS,
+	STAT_WAITS_LE_1S, STAT_WAITS_LE_10S, STAT_WAITS_OVER_10S,
+	STAT_WAIT_MAX_MS,
+};
+
 /* redsem_stats(): the per-semaphore counters (needs preloading) */
 Datum
 redsem_stats(PG_FUNCTION_ARGS)
@@ -204,15 +221,19 @@ redsem_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)
 	{
-		Datum		values[STAT_NFIELDS + 1];
-		bool		nulls[STAT_NFIELDS + 1] = {0};
+		Datum		values[lengthof(stats_columns) + 1];
+		bool		nulls[lengthof(stats_columns) + 1] = {0};
 
 		values[0] = CStringGetTextDatum(stats[i].name);
-		for (int f = 0; f < STAT_NFIELDS; f++)
-			values[f + 1] = (f == STAT_WAIT_TIME_MS) ?
+		for (int c = 0; c < lengthof(stats_columns); c++)
+		{
+			StatField	f = stats_columns[c];
+
+			values[c + 1] = (f == STAT_WAIT_TIME_MS || f == STAT_WAIT_MAX_MS) ?
 				interval_from_ms(stats[i].counters[f]) :
 				Int64GetDatum(stats[i].counters[f]);
-		put_row(rsinfo, values, nulls, STAT_NFIELDS + 1);
+		}
+		put_row(rsinfo, values, nulls, lengthof(stats_columns) + 1);
 	}
 	return (Datum) 0;
 }
@@ -291,6 +312,14 @@ redsem_queues(PG_FUNCTION_ARGS)
 	SemStats   *stats;
 	int			nstats;
 
+	if (!redsem_preloaded)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("statement queues need redsem in shared_preload_libraries"),
+				 errdetail_plural("redsem.queues defines %d queue, which this server does not apply: statements run without waiting for a queue slot.",
+								  "redsem.queues defines %d queues, which this server does not apply: statements run without waiting for a queue slot.",
+								  conf ? conf->count : 0, conf ? conf->count : 0),
+				 errhint("Add redsem to shared_preload_libraries and restart the server.")));
 	nstats = stats_snapshot(&stats);
 	InitMaterializedSRF(fcinfo, 0);
 	hold_init();
@@ -326,6 +355,90 @@ redsem_queues(PG_FUNCTION_ARGS)
 		values[13] = Int64GetDatum(st ? st->counters[STAT_BYPASSED] : 0);
 		values[14] = Int64GetDatum(st ? st->counters[STAT_UNQUEUED] : 0);
 		put_row(rsinfo, values, nulls, QUEUES_COLUMNS);
+	}
+	return (Datum) 0;
+}
+
+/* What a hold table entry is doing, for redsem_server_holds() */
+static const char *
+server_hold_state(const SharedHold *h)
+{
+	if (h->abandoned)
+		return "releasing";
+	if (h->lost)
+		return "lost";
+	switch ((HoldPhase) h->phase)
+	{
+		case PHASE_PENDING:
+			return "asking";
+		case PHASE_WAITING:
+			return "waiting";
+		case PHASE_HELD:
+			break;
+	}
+	return "holding";
+}
+
+/* Why the keeper does not keep an entry alive now, or NULL */
+static const char *
+server_hold_trouble(const SharedHold *h)
+{
+	if (h->lost)
+		return "the slot was lost: Redis no longer had it when the keeper refreshed it";
+	if (h->unkept)
+		return "taken under other connection settings than the keeper's";
+	if (h->failures > 0 && h->trouble[0] != '\0')
+		return h->trouble;
+	return NULL;
+}
+
+/*
+ * redsem_server_holds(): every hold and place in line of this server's
+ * sessions, from the keeper's table (for pg_monitor and redsem_admin; see
+ * the view redsem_activity).  Ids only for administrators and their own
+ * session.
+ */
+Datum
+redsem_server_holds(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	bool		admin = redsem_is_admin();
+	SharedHold *all;
+	int			n;
+
+	if (shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("redsem_activity requires redsem in shared_preload_libraries"),
+				 errdetail("Without it, a server keeps no table of its sessions' slots."),
+				 errhint("Add redsem to shared_preload_libraries and restart the server.")));
+	InitMaterializedSRF(fcinfo, 0);
+	n = shared_hold_snapshot(&all);
+	for (int i = 0; i < n; i++)
+	{
+		const SharedHold *h = &all[i];
+		Datum		values[SERVER_HOLDS_COLUMNS];
+		bool		nulls[SERVER_HOLDS_COLUMNS] = {0};
+		bool		holding = (h->phase == PHASE_HELD);
+		const char *trouble = server_hold_trouble(h);
+
+		values[0] = Int32GetDatum(h->pid);
+		values[1] = CStringGetTextDatum(h->name);
+		nulls[2] = !(admin || h->pid == MyProcPid);
+		values[2] = nulls[2] ? (Datum) 0 : CStringGetTextDatum(h->id);
+		values[3] = CStringGetTextDatum(h->xact ? "transaction" : "session");
+		values[4] = CStringGetTextDatum(server_hold_state(h));
+		values[5] = Int32GetDatum(h->permits);
+		values[6] = interval_from_ms(h->lease_ms);
+		nulls[7] = !holding;
+		values[7] = TimestampTzGetDatum(h->acquired_at);
+		nulls[8] = holding;
+		values[8] = TimestampTzGetDatum(h->acquired_at);
+		nulls[9] = !holding || h->abandoned || h->lost;
+		values[9] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms));
+		nulls[10] = (trouble == NULL);
+		values[10] = nulls[10] ? (Datum) 0 : CStringGetTextDatum(trouble);
+		put_row(rsinfo, values, nulls, SERVER_HOLDS_COLUMNS);
 	}
 	return (Datum) 0;
 }

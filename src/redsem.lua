@@ -559,7 +559,9 @@ local function op_token(id)
 end
 
 -- list: every member in line order as {id, ticket, ms left, waiting, info,
--- permits}.
+-- permits, age}: age is the ms since a holder was granted its slot, or
+-- since a waiter asked (its ticket, I7); -1 if unknown.  Ages, not times,
+-- so that no server's clock need agree with Redis's.
 local function op_list()
     local all = redis.call('ZRANGE', K_OWNER, 0, -1, 'WITHSCORES')
     local out = {}
@@ -569,10 +571,17 @@ local function op_list()
         local left = -1
         if deadline then left = tonumber(deadline) - NOW_MS end
         local waiting = 0
-        if is_waiting(id) then waiting = 1 end
-        out[#out + 1] = {id, all[i + 1], int(left), int(waiting),
-                         redis.call('HGET', K_INFO, id) or '',
-                         int(permits_of(id))}
+        local info = redis.call('HGET', K_INFO, id) or ''
+        local age = -1
+        if is_waiting(id) then
+            waiting = 1
+            age = NOW_MS - math.floor(tonumber(all[i + 1]) / 1000)
+        else
+            local _, _, since = parse_info(info)
+            if since and since > 0 then age = NOW_MS - since end
+        end
+        out[#out + 1] = {id, all[i + 1], int(left), int(waiting), info,
+                         int(permits_of(id)), int(math.max(age, -1))}
     end
     return out
 end

@@ -598,13 +598,13 @@ sem_token(RedisCall *call, const char *name, const char *id, int64 *token)
 	return true;
 }
 
-/* True if e has the shape {id, ticket, ms, waiting, info, permits}, all strings */
+/* True if e has the shape {id, ticket, ms, waiting, info, permits, age}, all strings */
 static bool
 is_member_element(const redisReply *e)
 {
-	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 6)
+	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 7)
 		return false;
-	for (int i = 0; i < 6; i++)
+	for (int i = 0; i < 7; i++)
 		if (e->element[i]->type != REDIS_REPLY_STRING || e->element[i]->str == NULL)
 			return false;
 	return true;
@@ -623,7 +623,8 @@ copy_members(const redisReply *reply, SemMember *out)
 
 		if (!reply_int64(e->element[1], &m->ticket) ||
 			!reply_int64(e->element[2], &m->ms_left) ||
-			!reply_int64(e->element[5], &m->permits))
+			!reply_int64(e->element[5], &m->permits) ||
+			!reply_int64(e->element[6], &m->age_ms))
 			continue;
 		m->id = pstrdup(e->element[0]->str);
 		m->waiting = strcmp(e->element[3]->str, "1") == 0;

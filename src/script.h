@@ -51,6 +51,8 @@ typedef struct SemMember
 	bool		waiting;
 	char	   *info;			/* "lease|max_holders|since|origin" */
 	int64		permits;
+	int64		age_ms;			/* since granted (a holder) or since it asked
+								 * (a waiter); -1 if unknown */
 } SemMember;
 
 extern bool sem_acquire(RedisCall *call, const char *name, const char *id,

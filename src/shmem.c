@@ -372,6 +372,27 @@ shared_hold_holders(const char *prefix, const char *name, LocalHolder *out,
 	return n;
 }
 
+/*
+ * A copy of every entry of the hold table in use, palloc'd (none without
+ * shared_preload_libraries).  Returns how many.
+ */
+int
+shared_hold_snapshot(SharedHold **out)
+{
+	int			n = 0;
+
+	*out = NULL;
+	if (shared == NULL)
+		return 0;
+	*out = palloc(sizeof(SharedHold) * Max(hold_table_size, 1));
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	for (int i = 0; i < hold_table_size; i++)
+		if (hold_table[i].in_use)
+			(*out)[n++] = hold_table[i];
+	LWLockRelease(shared->holds_lock);
+	return n;
+}
+
 /* Stop tracking a hold */
 void
 shared_hold_remove(int slot, const char *id)
@@ -423,9 +444,42 @@ shared_hold_read(int slot, const char *id, SharedHold *copy)
 	return found;
 }
 
-/* Add delta to one counter of semaphore name (no-op without preload) */
-void
-stats_count(const char *name, StatField field, int64 delta)
+
+/* One change to a counter: added, or for STAT_WAIT_MAX_MS the maximum kept */
+typedef struct StatDelta
+{
+	StatField	field;
+	int64		delta;
+} StatDelta;
+
+/* Apply the changes to an entry (atomics: under the lock shared or not) */
+static void
+apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		pg_atomic_uint64 *c = &s->counters[d[i].field];
+
+		if (d[i].field == STAT_WAIT_MAX_MS)
+		{
+			uint64		seen = pg_atomic_read_u64(c);
+
+			while ((uint64) d[i].delta > seen &&
+				   !pg_atomic_compare_exchange_u64(c, &seen, (uint64) d[i].delta))
+				;
+		}
+		else
+			pg_atomic_fetch_add_u64(c, d[i].delta);
+	}
+}
+
+/*
+ * Count changes to the counters of semaphore name: an entry that exists is
+ * counted into under the shared lock; a new one is made under the
+ * exclusive lock (none when the table is full).
+ */
+static void
+stats_count_deltas(const char *name, const StatDelta *d, int n)
 {
 	SharedSemStats *s;
 	bool		found;
@@ -435,11 +489,10 @@ stats_count(const char *name, StatField field, int64 delta)
 		return;
 	memset(key, 0, sizeof(key));
 	strlcpy(key, name, sizeof(key));
-	/* an entry that exists is counted into under the shared lock */
 	LWLockAcquire(shared->stats_lock, LW_SHARED);
 	s = hash_search(stats_hash, key, HASH_FIND, NULL);
 	if (s != NULL)
-		pg_atomic_fetch_add_u64(&s->counters[field], delta);
+		apply_deltas(s, d, n);
 	LWLockRelease(shared->stats_lock);
 	if (s != NULL)
 		return;
@@ -450,9 +503,36 @@ stats_count(const char *name, StatField field, int64 delta)
 		if (!found)
 			for (int f = 0; f < STAT_NFIELDS; f++)
 				pg_atomic_init_u64(&s->counters[f], 0);
-		pg_atomic_fetch_add_u64(&s->counters[field], delta);
+		apply_deltas(s, d, n);
 	}
 	LWLockRelease(shared->stats_lock);
+}
+/* Add delta to one counter of semaphore name (no-op without preload) */
+void
+stats_count(const char *name, StatField field, int64 delta)
+{
+	StatDelta	d = {field, delta};
+
+	stats_count_deltas(name, &d, 1);
+}
+
+/*
+ * Count a wait of ms milliseconds: one more wait, its time in the total
+ * and in its bucket, and the longest.
+ */
+void
+stats_count_wait(const char *name, int64 ms)
+{
+	StatDelta	d[4] = {
+		{STAT_WAITED, 1},
+		{STAT_WAIT_TIME_MS, ms},
+		{ms <= 1 ? STAT_WAITS_LE_1MS : ms <= 10 ? STAT_WAITS_LE_10MS :
+			ms <= 100 ? STAT_WAITS_LE_100MS : ms <= 1000 ? STAT_WAITS_LE_1S :
+			ms <= 10000 ? STAT_WAITS_LE_10S : STAT_WAITS_OVER_10S, 1},
+		{STAT_WAIT_MAX_MS, ms},
+	};
+
+	stats_count_deltas(name, d, lengthof(d));
 }
 
 /* Raise 55000 unless the statistics exist (redsem is preloaded) */

@@ -83,6 +83,13 @@ typedef enum StatField
 	STAT_ACQUIRED_PERMITS,		/* added in 0.2.0: last, see observe.c */
 	STAT_BYPASSED,				/* statement queues: below min_cost */
 	STAT_UNQUEUED,				/* statement queues: ran without a slot */
+	STAT_WAITS_LE_1MS,			/* waits, by how long they took (each wait */
+	STAT_WAITS_LE_10MS,			/* counted in one bucket; see */
+	STAT_WAITS_LE_100MS,		/* stats_count_wait) */
+	STAT_WAITS_LE_1S,
+	STAT_WAITS_LE_10S,
+	STAT_WAITS_OVER_10S,
+	STAT_WAIT_MAX_MS,			/* the longest wait (a maximum, not a sum) */
 	STAT_NFIELDS
 } StatField;
 
@@ -126,6 +133,7 @@ typedef struct LocalHolder
 	char		id[REDSEM_MAX_ID_BYTES + 1];
 } LocalHolder;
 
+extern int	shared_hold_snapshot(SharedHold **out);
 extern int	shared_hold_holders(const char *prefix, const char *name,
 								LocalHolder *out, int max);
 extern void shared_hold_set_phase(int slot, const char *id, HoldPhase phase,
@@ -138,6 +146,7 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern SharedHold *tracked_hold(int slot, const char *id);
 
 extern void stats_count(const char *name, StatField field, int64 delta);
+extern void stats_count_wait(const char *name, int64 ms);
 extern int	stats_snapshot(SemStats **out);
 extern void stats_reset(const char *name);
 

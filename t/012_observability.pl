@@ -106,6 +106,36 @@ foreach my $i (0 .. 3)
 		is($r->[4], 'f', "row $i: a waiter has no lease end");
 	}
 }
+# When each holder got its slot, and since when each waiter waits: ages
+# Redis counts, so no clock of another server matters
+is($ctl->query_ok(q{
+	SELECT string_agg(state || ':' ||
+	         coalesce((acquired_at BETWEEN clock_timestamp() - interval '5 min' AND clock_timestamp() + interval '1 s')::text, '') || ':' ||
+	         coalesce((waiting_since BETWEEN clock_timestamp() - interval '5 min' AND clock_timestamp() + interval '1 s')::text, ''),
+	         ' ' ORDER BY position)
+	FROM redsem_holders('obs');}),
+	'holding:true: holding:true: waiting::true waiting::true',
+	'holders show acquired_at, waiters waiting_since (each only that), both in the last minutes');
+is($ctl->query_ok(q{
+	SELECT bool_and(a < b) FROM (
+	  SELECT waiting_since AS a, lead(waiting_since) OVER (ORDER BY position) AS b
+	  FROM redsem_holders('obs') WHERE state = 'waiting') w WHERE b IS NOT NULL;}),
+	't', 'C has waited longer than F');
+# This server's view: the same members, with their sessions
+is($ctl->query_ok(q{
+	SELECT string_agg(application_name || ':' || state || ':' || (id IS NOT NULL) || ':' ||
+	         (acquired_at IS NOT NULL) || ':' || (waiting_since IS NOT NULL) || ':' ||
+	         (CASE WHEN state = 'waiting' THEN wait_event_type ELSE '-' END),
+	         ' ' ORDER BY application_name)
+	FROM redsem_activity WHERE name = 'obs';}),
+	'app_A:holding:true:true:false:- app_B:holding:true:true:false:- app_C:waiting:true:false:true:Extension app_F:waiting:true:false:true:Extension',
+	'redsem_activity: holders and waiters of this server with their pg_stat_activity (a superuser sees ids)');
+$ctl->query_ok(q{CREATE ROLE obs_monitor IN ROLE pg_monitor; CREATE ROLE obs_nobody;});
+is($ctl->query_ok(q{SET ROLE obs_monitor; SELECT count(*), count(id) FROM redsem_activity WHERE name = 'obs'; RESET ROLE;}),
+	'4|0', 'a pg_monitor member sees them all, without ids');
+($out, $err) = $ctl->query(q{SET ROLE obs_nobody; SELECT count(*) FROM redsem_activity; RESET ROLE;});
+like($err, qr/permission denied for view redsem_activity/, 'an ordinary role may not read it');
+$ctl->query_ok(q{RESET ROLE;});
 my @tickets = map { $_->[3] // 0 } @rows;
 ok($tickets[0] < $tickets[1] && $tickets[1] < $tickets[2] && $tickets[2] < $tickets[3],
 	"tickets rise along the line (@tickets)");
@@ -182,6 +212,11 @@ is(stats('obs'), '7|1|3|1|4|1|1|1',
 is($node->safe_psql('postgres',
 		q{SELECT total_wait_time >= interval '300 ms' FROM redsem_stats WHERE name = 'obs'}),
 	't', 'total_wait_time includes the 300 ms of the timed-out wait');
+is($node->safe_psql('postgres',
+		q{SELECT waits_le_1ms + waits_le_10ms + waits_le_100ms + waits_le_1s + waits_le_10s + waits_over_10s = waited,
+		         waits_le_1s >= 1, longest_wait >= interval '300 ms', longest_wait <= total_wait_time
+		  FROM redsem_stats WHERE name = 'obs'}),
+	't|t|t|t', 'each wait is in one bucket (the 300 ms one in "<= 1 s"), and the longest is kept');
 is(stats('obs_down'), '0|0|0|0|0|0|0|1',
 	'a failed acquire counts one Redis error and nothing else');
 
