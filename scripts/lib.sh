@@ -104,6 +104,23 @@ redsem_packages() {
     esac
 }
 
+# Packages some tests use when this Debian release has them (those tests
+# skip, saying so, where it does not): the real Prometheus exporter.
+redsem_optional_packages() {
+    printf '%s\n' prometheus-postgres-exporter
+}
+
+# Print the optional packages that are missing but apt can install.
+redsem_missing_optional_packages() {
+    local pkg status candidate
+    while IFS= read -r pkg; do
+        status=$(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null || true)
+        [[ $status == "install ok installed" ]] && continue
+        candidate=$(apt-cache policy "$pkg" 2>/dev/null | sed -n 's/^ *Candidate: //p')
+        [[ -n $candidate && $candidate != "(none)" ]] && printf '%s\n' "$pkg"
+    done < <(redsem_optional_packages)
+}
+
 # The server and client programs: redis-server/redis-cli, or Valkey's.
 redsem_server_bin() { [[ $REDSEM_REDIS == valkey ]] && echo valkey-server || echo redis-server; }
 redsem_cli_bin() { [[ $REDSEM_REDIS == valkey ]] && echo valkey-cli || echo redis-cli; }
@@ -253,6 +270,8 @@ redsem_install_deps() {
     fi
     redsem_use_pg_major "$REDSEM_PG_MAJOR"
     mapfile -t missing < <(redsem_missing_packages)
+    [[ ${#missing[@]} -gt 0 && -z $updated ]] && { redsem_apt "$aptlog" update; updated=1; }
+    mapfile -t -O "${#missing[@]}" missing < <(redsem_missing_optional_packages)
     if [[ ${#missing[@]} -eq 0 ]]; then
         redsem_unblock_service_start
         rm -f "$aptlog"
