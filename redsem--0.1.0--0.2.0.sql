@@ -94,8 +94,6 @@ AS 'MODULE_PATHNAME', 'redsem_set_limit'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_set_limit(text, integer) IS
 'store the limit of semaphore name for every server (NULL: remove it); raising it admits waiters at once (administrators)';
-REVOKE ALL ON FUNCTION redsem_set_limit(text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION redsem_set_limit(text, integer) TO redsem_admin;
 
 CREATE FUNCTION redsem_limit(name text)
 RETURNS integer
@@ -173,15 +171,16 @@ AS 'MODULE_PATHNAME', 'redsem_force_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_force_release(text, text) IS
 'release anybody''s slot or place in line (administrators); true if it was a live slot';
-REVOKE ALL ON FUNCTION redsem_force_release(text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION redsem_force_release(text, text) TO redsem_admin;
 
-GRANT EXECUTE ON FUNCTION redsem_stats_reset(text) TO redsem_admin;
 
 COMMENT ON FUNCTION redsem_release(text, text) IS
 'release a slot this session holds; false if its lease had run out (a WARNING if the session does not hold it)';
 COMMENT ON FUNCTION redsem_refresh(text, text, interval) IS
 'extend the lease of a slot this session holds (NULL: by its original length); false if the slot was already lost';
+-- 0.1.0 revoked it from PUBLIC: the function checks for itself now (its
+-- refusal can then say how to get the right)
+GRANT EXECUTE ON FUNCTION redsem_stats_reset(text) TO PUBLIC;
+
 COMMENT ON FUNCTION redsem_holders(text) IS
 'holders then waiters of a semaphore, in line order, as Redis sees them (ids only for administrators and their holder)';
 

@@ -74,8 +74,6 @@ AS 'MODULE_PATHNAME', 'redsem_force_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_force_release(text, text) IS
 'release anybody''s slot or place in line (administrators); true if it was a live slot';
-REVOKE ALL ON FUNCTION redsem_force_release(text, text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION redsem_force_release(text, text) TO redsem_admin;
 
 -- Limits kept with the semaphore, in Redis, for every server
 
@@ -85,8 +83,6 @@ AS 'MODULE_PATHNAME', 'redsem_set_limit'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_set_limit(text, integer) IS
 'store the limit of semaphore name for every server (NULL: remove it); raising it admits waiters at once (administrators)';
-REVOKE ALL ON FUNCTION redsem_set_limit(text, integer) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION redsem_set_limit(text, integer) TO redsem_admin;
 
 CREATE FUNCTION redsem_limit(name text)
 RETURNS integer
@@ -164,8 +160,6 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_stats_reset(text) IS
 'forget the statistics of one semaphore, or of all when name is NULL';
 
-REVOKE ALL ON FUNCTION redsem_stats_reset(text) FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION redsem_stats_reset(text) TO redsem_admin;
 
 -- Statement queues (settings redsem.queues and redsem.queue; they need
 -- redsem in shared_preload_libraries)

@@ -242,6 +242,7 @@ redsem_stats(PG_FUNCTION_ARGS)
 Datum
 redsem_stats_reset(PG_FUNCTION_ARGS)
 {
+	require_admin("reset redsem statistics");
 	stats_reset(PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)));
 	PG_RETURN_VOID();
 }

@@ -45,5 +45,6 @@ extern char *name_arg(FunctionCallInfo fcinfo, int argno);
 extern char *id_arg(FunctionCallInfo fcinfo, int argno);
 extern int	count_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern bool redsem_is_admin(void);
+extern void require_admin(const char *what);
 
 #endif							/* REDSEM_H */

@@ -93,6 +93,24 @@ redsem_is_admin(void)
 }
 
 /*
+ * Raise 42501 unless the current user is a superuser or a member of
+ * redsem_admin (the functions that act on others' slots or on shared
+ * configuration are EXECUTE-able by everyone, so that the refusal can say
+ * how to get the right).
+ */
+void
+require_admin(const char *what)
+{
+	if (!redsem_is_admin())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to %s", what),
+				 errdetail("Only superusers and members of role %s may.", REDSEM_ADMIN_ROLE),
+				 errhint("An administrator can run: GRANT %s TO %s;", REDSEM_ADMIN_ROLE,
+						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+}
+
+/*
  * Slots live as long as the process that took them: a parallel worker's
  * would end with the worker, before the query that asked for it.
  */
@@ -328,16 +346,19 @@ redsem_release_all(PG_FUNCTION_ARGS)
 
 /*
  * redsem_force_release(name, id): release anybody's slot or place in line
- * (for administrators: EXECUTE is granted to redsem_admin only).  Logged.
+ * (superusers and members of redsem_admin: require_admin).  Logged.
  */
 Datum
 redsem_force_release(PG_FUNCTION_ARGS)
 {
-	char	   *name = name_arg(fcinfo, 0);
-	char	   *id = id_arg(fcinfo, 1);
+	char	   *name;
+	char	   *id;
 	RedisCall	call = REDIS_SQL_CALL;
 	bool		held = false;
 
+	require_admin("force-release a slot of a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	id = id_arg(fcinfo, 1);
 	refuse_in_parallel_worker();
 	hold_init();
 	if (!hold_release_id(name, id, &held))
@@ -354,17 +375,20 @@ redsem_force_release(PG_FUNCTION_ARGS)
 
 /*
  * redsem_set_limit(name, max_holders): store a semaphore's limit in Redis
- * for every server (NULL: remove it).  For administrators (EXECUTE is
- * granted to redsem_admin only).  Logged.
+ * for every server (NULL: remove it).  For superusers and members of
+ * redsem_admin (require_admin).  Logged.
  */
 Datum
 redsem_set_limit(PG_FUNCTION_ARGS)
 {
-	char	   *name = name_arg(fcinfo, 0);
-	int			max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
+	char	   *name;
+	int			max_holders;
 	RedisCall	call = REDIS_SQL_CALL;
 	SemLimit	limit;
 
+	require_admin("set the stored limit of a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	refuse_in_parallel_worker();
 	hold_init();
 	(void) sem_set_limit(&call, name, max_holders, &limit);

@@ -236,7 +236,7 @@ $node->safe_psql('postgres', 'CREATE ROLE plain LOGIN');
 my ($rout, $rerr) = ('', '');
 $node->psql('postgres', 'SELECT redsem_stats_reset()',
 	stdout => \$rout, stderr => \$rerr, extra_params => [ '-U', 'plain' ]);
-like($rerr, qr/permission denied for function redsem_stats_reset/,
+like($rerr, qr/permission denied to reset redsem statistics/,
 	'an ordinary role may not reset the statistics');
 $node->safe_psql('postgres', 'CREATE ROLE statsadmin LOGIN IN ROLE redsem_admin');
 ($rout, $rerr) = ('', '');

@@ -59,10 +59,11 @@ my $before = $deadline->();
 is($out, 'f', 'mallory: redsem_refresh of alice\'s id for 24 hours returns false');
 cmp_ok($deadline->() - $before, '<', 10_000, '... and the lease was not extended');
 ($out, $err) = $mallory->query(qq{SELECT redsem_force_release('own', '$id');});
-like($err, qr/ERROR:  42501: permission denied for function redsem_force_release/,
-	'mallory may not force-release');
+like($err, qr/ERROR:  42501: permission denied to force-release a slot of a redsem semaphore\n(.*\n)*HINT:  An administrator can run: GRANT redsem_admin TO mallory;/,
+	'mallory may not force-release, and is told how to get the right');
+is($redis->zcard('own', 'owner'), 1, '... alice still holds her slot');
 ($out, $err) = $mallory->query(qq{SELECT redsem_stats_reset();});
-like($err, qr/ERROR:  42501: permission denied for function redsem_stats_reset/,
+like($err, qr/ERROR:  42501: permission denied to reset redsem statistics/,
 	'nor reset the statistics');
 ($out, $err) = $su->query(qq{SELECT redsem_release('own', '$id');});
 is($out, 'f', 'even a superuser\'s redsem_release does not free another session\'s slot');

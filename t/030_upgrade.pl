@@ -79,10 +79,9 @@ is($s->query_ok(qq{SELECT redsem_release('up', '$id');}), 't', 'the hold release
 ($out, $err) = $w->wait_done(30);
 is("$out|$err", 't|', 'and the waiter, in line since 0.1.0, is served');
 is($w->query_ok(q{SELECT redsem_release_all();}), '1', 'it releases');
-is($node->safe_psql('postgres',
-		q{SELECT has_function_privilege('redsem_admin', 'redsem_force_release(text, text)', 'EXECUTE'),
-		         has_function_privilege('reporter', 'redsem_force_release(text, text)', 'EXECUTE')}),
-	't|f', 'redsem_force_release: for redsem_admin, not for others');
+($ret, $out, $err) = $node->psql('postgres', q{SET ROLE reporter; SELECT redsem_force_release('up', 'x.1');});
+like($err, qr/permission denied to force-release a slot of a redsem semaphore\n.*DETAIL:  Only superusers and members of role redsem_admin may\.\n.*HINT:  An administrator can run: GRANT redsem_admin TO reporter;/,
+	'redsem_force_release: refused to others than redsem_admin, saying how to get the right');
 
 ###########################################################################
 note 'the same objects as a fresh install';
@@ -90,13 +89,20 @@ note 'the same objects as a fresh install';
 my $objects = q{
 	SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') -> '
 	       || pg_get_function_result(p.oid) || ' ' || p.provolatile::text || p.proparallel::text
-	       || ' acl=' || coalesce(p.proacl::text, '-')
+	       || ' acl=' || (SELECT string_agg(g, ',' ORDER BY g)
+	                        FROM (SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+	                                     || ':' || a.privilege_type AS g
+	                                FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a) x)
 	       || ' comment=' || coalesce(obj_description(p.oid, 'pg_proc'), '-')
 	  FROM pg_proc p
 	  JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid AND d.deptype = 'e'
 	  JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'redsem'
 	UNION ALL
-	SELECT c.relname || ' ' || c.relkind::text || ' acl=' || coalesce(c.relacl::text, '-')
+	SELECT c.relname || ' ' || c.relkind::text || ' acl='
+	       || (SELECT string_agg(g, ',' ORDER BY g)
+	             FROM (SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+	                          || ':' || a.privilege_type AS g
+	                     FROM aclexplode(coalesce(c.relacl, acldefault('r', c.relowner))) a) x)
 	       || ' def=' || pg_get_viewdef(c.oid)
 	       || ' comment=' || coalesce(obj_description(c.oid, 'pg_class'), '-')
 	  FROM pg_class c
