@@ -707,6 +707,10 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 		return false;
 	sent = GetCurrentTimestamp();
 	(void) sem_refresh(&call, hold->prefix, name, id, lease_ms, new_lease_ms);
+	if (*new_lease_ms < 0)
+		ereport(NOTICE,
+				(errmsg("slot %s of redsem semaphore \"%s\" was force-released by an administrator",
+						id, name)));
 	if (*new_lease_ms > 0)
 	{
 		hold->refreshed_at = sent;
@@ -739,8 +743,10 @@ keeper_error(const SharedHold *tracked, bool tracked_ok)
 		return pstrdup("the keeper is not running");
 	if (tracked->unkept)
 		return pstrdup("taken under other Redis connection settings than the keeper's");
+	if (tracked->lost && tracked->forced)
+		return pstrdup("the slot was lost: an administrator force-released it (redsem_force_release)");
 	if (tracked->lost)
-		return pstrdup("the slot was lost: its lease ran out before it could be refreshed");
+		return pstrdup("the slot was lost: Redis no longer had it when the keeper refreshed it (its lease had run out, or Redis lost its data)");
 	if (tracked->failures > 0)
 		return pstrdup(tracked->trouble);
 	if (shared->keeper_trouble_since != 0 &&

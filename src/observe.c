@@ -384,6 +384,8 @@ server_hold_state(const SharedHold *h)
 static const char *
 server_hold_trouble(const SharedHold *h)
 {
+	if (h->lost && h->forced)
+		return "the slot was lost: an administrator force-released it (redsem_force_release)";
 	if (h->lost)
 		return "the slot was lost: Redis no longer had it when the keeper refreshed it";
 	if (h->unkept)

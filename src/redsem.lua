@@ -27,6 +27,11 @@
 --                                last let somebody wait (I9)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
+-- <base>forced:<id> STRING                 "1": the member was released
+--                                           by an administrator
+--                                           (force_release); its
+--                                           holder's next refresh reads
+--                                           and deletes it
 -- <base>nudge:<id> LIST                     "n<ms>": look again in ms (a
 --                                           list of its own: 0.1.0 waiters
 --                                           take anything on their wake
@@ -66,7 +71,8 @@
 --     nobody calling, at most GRACE_MS plus one lease (a minute at most)
 --     later.  The one exception is a state holding a stored limit: that is
 --     configuration, kept without a TTL, and emptied of everything else
---     once the semaphore has no member.
+--     once the semaphore has no member.  A forced: marker lives
+--     FORCED_MARK_MS, or until the holder's next refresh reads it.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
 --     its full lease starts.  A waiter that died in line costs the line
@@ -111,6 +117,7 @@
 local GRACE_MS = 1000
 local PROMOTION_WINDOW_MS = 5000
 local RENEW_SLACK_MS = 60000
+local FORCED_MARK_MS = 600000
 
 -- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
 -- and the fields to write back (W; false: delete).
@@ -518,19 +525,26 @@ local function op_give_up(id)
 end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
-local function op_release(id)
+-- release id [forced]: 1 if the caller held a slot.  "forced" (an
+-- administrator's) leaves a marker, so that the holder learns why.
+local function op_release(id, forced)
     local waited = remove(id)
     if waited == nil then return 0 end
+    if forced then
+        redis.call('SET', BASE .. 'forced:' .. id, '1', 'PX', FORCED_MARK_MS)
+    end
     promote()
     if waited then return 0 end
     return 1
 end
 
 -- refresh id lease_ms(0 = as acquired): the new lease in ms, or 0 if the
--- caller holds no slot (then nothing of it remains, unless it waits).
+-- caller holds no slot (then nothing of it remains, unless it waits), -1
+-- if an administrator released it.
 local function op_refresh(id, lease)
     if not is_member(id) then
         redis.call('DEL', wake_key(id), nudge_key(id))
+        if redis.call('DEL', BASE .. 'forced:' .. id) == 1 then return -1 end
         return 0
     end
     if is_waiting(id) then return 0 end
@@ -543,7 +557,8 @@ local function op_refresh(id, lease)
 end
 
 -- refresh_many id lease_ms [id lease_ms ...]: refresh each (the keeper's
--- batch for one semaphore): the list of new leases, 0 for a lost slot.
+-- batch for one semaphore): the list of new leases, 0 for a lost slot, -1
+-- for one an administrator released.
 local function op_refresh_many(pairs)
     local out = {}
     for i = 1, #pairs, 2 do
@@ -651,7 +666,8 @@ local OPS = {
     release = function(a)
         local id = id_arg(a[2])
         if not id then return nil end
-        return function() return op_release(id) end
+        if a[3] and a[3] ~= 'forced' then return nil end
+        return function() return op_release(id, a[3] == 'forced') end
     end,
     refresh = function(a)
         local id, lease = id_arg(a[2]), count_arg(a[3])

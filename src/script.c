@@ -491,17 +491,17 @@ sem_give_up(RedisCall *call, const char *name, const char *id,
 		decode_state(call, name, reply, result);
 }
 
-/* Release a slot or a place in line; *was_held: it was a live slot */
-bool
-sem_release(RedisCall *call, const char *prefix, const char *name,
-			const char *id, bool *was_held)
+/* The release operation, forced or not */
+static bool
+release_call(RedisCall *call, const char *prefix, const char *name,
+			 const char *id, bool forced, bool *was_held)
 {
-	const char *args[1] = {id};
+	const char *args[2] = {id, "forced"};
 	redisReply *reply;
 	int64		held;
 
 	redsem_fault("release");
-	if (!run_script(call, prefix, name, "release", 1, args, &reply))
+	if (!run_script(call, prefix, name, "release", forced ? 2 : 1, args, &reply))
 		return false;
 	if (!reply_int64(reply, &held) || (held != 0 && held != 1))
 		return malformed(call, name, reply, "release did not answer 0 or 1");
@@ -510,9 +510,30 @@ sem_release(RedisCall *call, const char *prefix, const char *name,
 	return true;
 }
 
+/* Release a slot or a place in line; *was_held: it was a live slot */
+bool
+sem_release(RedisCall *call, const char *prefix, const char *name,
+			const char *id, bool *was_held)
+{
+	return release_call(call, prefix, name, id, false, was_held);
+}
+
+/*
+ * An administrator's release of another session's slot: the same, leaving
+ * a marker so that its holder learns why it lost the slot.
+ */
+bool
+sem_force_release(RedisCall *call, const char *name, const char *id,
+				  bool *was_held)
+{
+	return release_call(call, NULL, name, id, true, was_held);
+}
+
+
 /*
  * Extend a lease (0: by its original length).  *new_lease_ms is the new
- * lease, or 0 if the slot was already lost.
+ * lease, 0 if the slot was already lost, -1 if an administrator released it
+ * (redsem_force_release).
  */
 bool
 sem_refresh(RedisCall *call, const char *prefix, const char *name,
@@ -525,7 +546,7 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
 	if (!run_script(call, prefix, name, "refresh", 2, args, &reply))
 		return false;
-	if (!reply_int64(reply, new_lease_ms) || *new_lease_ms < 0)
+	if (!reply_int64(reply, new_lease_ms) || *new_lease_ms < -1)
 		return malformed(call, name, reply, "refresh did not answer a lease");
 	freeReplyObject(reply);
 	return true;
@@ -851,7 +872,7 @@ absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
 
 		ok = (kc->release || (reply->type == REDIS_REPLY_ARRAY &&
 							  reply->elements == (size_t) kc->count)) &&
-			reply_int64(e, &it->value) && it->value >= 0 &&
+			reply_int64(e, &it->value) && it->value >= (kc->release ? 0 : -1) &&
 			(!kc->release || it->value <= 1);
 		memset(&it->outcome, 0, sizeof(it->outcome));
 		if (!ok)

@@ -66,6 +66,8 @@ extern bool sem_give_up(RedisCall *call, const char *name, const char *id,
 						SemResult *result);
 extern bool sem_release(RedisCall *call, const char *prefix, const char *name,
 						const char *id, bool *was_held);
+extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
+							  bool *was_held);
 extern bool sem_refresh(RedisCall *call, const char *prefix, const char *name,
 						const char *id, int64 lease_ms, int64 *new_lease_ms);
 extern bool sem_wait_for_wake(RedisCall *call, const char *name,

@@ -337,6 +337,7 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 			h->lease_ms = lease_ms;
 		h->refreshed_at = confirmed_at;
 		h->lost = false;
+		h->forced = false;
 	}
 	LWLockRelease(shared->holds_lock);
 	wake_keeper_by(TimestampTzPlusMilliseconds(confirmed_at,

@@ -34,6 +34,7 @@ typedef struct SharedHold
 	bool		abandoned;		/* its backend is gone or could not release
 								 * it: the keeper must */
 	bool		lost;			/* the keeper found the slot gone */
+	bool		forced;			/* ... released by an administrator */
 	bool		unkept;			/* taken under another Redis target */
 	uint8		phase;			/* HoldPhase */
 	int			pid;

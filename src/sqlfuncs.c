@@ -363,7 +363,7 @@ redsem_force_release(PG_FUNCTION_ARGS)
 	hold_init();
 	if (!hold_release_id(name, id, &held))
 	{
-		(void) sem_release(&call, NULL, name, id, &held);
+		(void) sem_force_release(&call, name, id, &held);
 		hold_forget_id(name, id);
 	}
 	if (held)

@@ -259,19 +259,25 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 	return retry;
 }
 
-/* Record a successful refresh, or a slot found gone */
+/*
+ * Record a refresh: a new lease (> 0), a slot found gone (0), or one an
+ * administrator released (-1)
+ */
 static void
-note_refresh(const HoldCopy *c, bool alive, TimestampTz sent)
+note_refresh(const HoldCopy *c, int64 lease, TimestampTz sent)
 {
 	SharedHold *h;
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
 	{
-		if (alive)
+		if (lease > 0)
 			h->refreshed_at = sent;
 		else
+		{
 			h->lost = true;
+			h->forced = (lease < 0);
+		}
 		h->failures = 0;
 		h->retry_at = 0;
 		h->trouble[0] = '\0';
@@ -403,10 +409,17 @@ orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 static int64
 hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 {
-	note_refresh(c, lease > 0, sent);
+	note_refresh(c, lease, sent);
 	if (lease > 0)
 		return Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
 	stats_count(c->hold.name, STAT_LOST, 1);
+	if (lease < 0)
+	{
+		ereport(LOG,
+				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d force-released by an administrator",
+						c->hold.name, c->hold.pid)));
+		return KEEPER_MAX_SLEEP_MS;
+	}
 	ereport(LOG,
 			(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
 					c->hold.name, c->hold.pid),

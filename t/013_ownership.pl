@@ -95,12 +95,24 @@ is($dba->query_ok(qq{SELECT redsem_force_release('own', '$id');}), 'f',
 	'a second force-release returns false');
 my $m = $mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s');});
 like($m, qr/^[0-9a-f]{16}\./, 'now mallory gets the slot');
-ok(defined wait_until(10, sub {
+ok(defined wait_until(30, sub {
 	$alice->query_ok(q{SELECT keeper_error FROM redsem_held();}) =~ /lost/ }),
 	'alice\'s redsem_held() shows her slot lost (the keeper found it gone)');
+like($alice->query_ok(q{SELECT keeper_error FROM redsem_held();}),
+	qr/^the slot was lost: an administrator force-released it/,
+	'... saying an administrator force-released it (not that its lease ran out)');
+like(slurp_file($node->logfile, $off), qr/redsem keeper found the slot of semaphore "own" held by process \d+ force-released by an administrator/,
+	'and so does the keeper\'s log line');
+is($redis->cli('EXISTS', "redsem:{own}:forced:$id"), '0', 'the marker that told it is gone');
 is($alice->query_ok(qq{SELECT redsem_release('own', '$id');}), 'f',
 	'alice\'s own release returns false, without a WARNING: it was hers');
 is($mallory->query_ok(qq{SELECT redsem_release('own', '$m');}), 't', 'mallory releases hers');
+my $long = $alice->query_ok(q{SELECT redsem_acquire('own_long', 1, '60 s');});
+$dba->query_ok(qq{SELECT redsem_force_release('own_long', '$long');});
+($out, $err) = $alice->query(qq{SELECT redsem_refresh('own_long', '$long');});
+is($out, 'f', 'a force-released slot cannot be refreshed by its holder');
+like($err, qr/NOTICE:  00000: slot \Q$long\E of redsem semaphore "own_long" was force-released by an administrator/,
+	'who is told why');
 
 ###########################################################################
 note 'a waiting place is owned too';
