@@ -8,7 +8,7 @@ MODULE_big = redsem
 OBJS = src/guc.o src/conn.o src/secret.o src/script.o src/hold.o src/acquire.o \
        src/sqlfuncs.o src/shmem.o src/worker.o src/observe.o \
        src/queue.o src/queue_conf.o src/tls.o src/sentinel.o src/cluster.o \
-       src/resolve.o src/deadlock.o
+       src/resolve.o src/deadlock.o src/fleet.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
 # must keep working) and every upgrade script; paths are relative to
 # $(srcdir), so that VPATH builds (pg_buildext) work

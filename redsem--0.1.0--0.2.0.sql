@@ -231,3 +231,16 @@ REVOKE ALL ON redsem_activity FROM PUBLIC;
 GRANT SELECT ON redsem_activity TO pg_monitor, redsem_admin;
 COMMENT ON VIEW redsem_activity IS
 'this server''s slots and places in line, with pg_stat_activity of their sessions (pg_monitor, redsem_admin)';
+
+-- Every semaphore in use under the key prefix, from any server (an index
+-- the keepers keep; see README, "Looking at it")
+
+CREATE FUNCTION redsem_semaphores(max_semaphores integer DEFAULT 1000,
+    OUT name text, OUT stored_limit integer, OUT limit_in_effect integer,
+    OUT permits_held bigint, OUT holders bigint, OUT waiting bigint,
+    OUT oldest_wait_started timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_semaphores'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_semaphores(integer) IS
+'every semaphore in use under the key prefix, as Redis sees it now (from the index the keepers keep)';

@@ -106,10 +106,24 @@
 --     other's bound.  Changing the stored limit changes the limit in
 --     effect at once.
 --
--- Every operation runs through dispatch(): arguments are checked, the
+-- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
+-- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
+-- somebody uses, for redsem_semaphores().  It is not part of any
+-- semaphore's state and no semaphore operation touches it: keepers note
+-- the names their servers hold or wait on (index_touch, every
+-- INDEX_TOUCH_MS, until = now + ttl) and a stored limit pins its name
+-- (until = inf).
+--  X1 Bounded.  Entries whose until has passed are dropped at every
+--     index operation, so the index holds the semaphores used within the
+--     last ttl plus the pinned ones; without a pin the key itself expires
+--     ttl after the last touch.
+--  X2 Only up.  A touch never lowers an until (a pin stays pinned).
+--
+-- Every semaphore operation runs through dispatch(): arguments are checked, the
 -- state is read, then housekeeping() (I2, I4) runs, then the operation,
 -- then finish() writes the state back and restores lifetimes (I5).  No
--- operation can return around it.
+-- operation can return around it.  Index operations (one key) run through
+-- dispatch_index().
 --
 -- The timing constants are explained together with the C side's in
 -- src/timing.h.
@@ -611,6 +625,19 @@ local function limit_reply()
             int(members - waiters + S.xh), int(waiters)}
 end
 
+-- summary: {stored limit or '', limit in effect or '', permits held,
+-- waiters, holders, ms since the first waiter asked or -1}.
+local function op_summary()
+    local r = limit_reply()
+    local members = redis.call('ZCARD', K_OWNER)
+    local first = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
+    local age = -1
+    if first[2] then age = NOW_MS - math.floor(tonumber(first[2]) / 1000) end
+    r[5] = int(members - tonumber(r[4]))
+    r[6] = int(math.max(age, -1))
+    return r
+end
+
 -- set_limit max_holders|'': store a limit, or remove it (the members keep
 -- it as the limit in effect).  Raising it admits waiters at once (I3, I4).
 local function op_set_limit(maxh)
@@ -696,6 +723,9 @@ local OPS = {
     limit = function(a)
         return function() return limit_reply() end
     end,
+    summary = function(a)
+        return function() return op_summary() end
+    end,
     set_limit = function(a)
         local maxh = limit_arg(a[2])
         if maxh == nil then return nil end
@@ -721,7 +751,93 @@ end
 
 -- The only way in (the library's function): check, read the state,
 -- housekeeping, the operation, write the state back and restore lifetimes.
+-- X1: drop the entries whose until has passed; keep the key's lifetime.
+local function index_tidy(key, ttl)
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(NOW_MS))
+    if redis.call('ZCOUNT', key, '+inf', '+inf') > 0 then
+        redis.call('PERSIST', key)
+    elseif ttl then
+        local left = redis.call('PTTL', key)
+        if left == -1 or left < ttl then redis.call('PEXPIRE', key, int(ttl)) end
+    end
+end
+
+-- index_touch ttl_ms name...: the names are used, until now + ttl (X2: GT).
+local function op_index_touch(key, ttl, names)
+    local args = {}
+    for _, name in ipairs(names) do
+        args[#args + 1] = int(NOW_MS + ttl)
+        args[#args + 1] = name
+    end
+    redis.call('ZADD', key, 'GT', unpack(args))
+    index_tidy(key, ttl)
+    return #names
+end
+
+-- index_pin ttl_ms name 1|0: pin a name (a stored limit), or let it go
+-- (until now + ttl).
+local function op_index_pin(key, ttl, name, pin)
+    if pin then
+        redis.call('ZADD', key, '+inf', name)
+    else
+        redis.call('ZADD', key, 'XX', int(NOW_MS + ttl), name)
+    end
+    index_tidy(key, ttl)
+    return 1
+end
+
+-- index_list max: {entries, the first max names}.
+local function op_index_list(key, max)
+    index_tidy(key, nil)
+    local names = redis.call('ZRANGE', key, 0, max - 1)
+    table.insert(names, 1, redis.call('ZCARD', key))
+    return names
+end
+
+-- A semaphore name as the index keeps it: 1 to 200 bytes.
+local function name_arg(v)
+    if type(v) == 'string' and #v > 0 and #v <= 200 then return v end
+end
+
+local INDEX_OPS = {
+    index_touch = function(a)
+        local ttl, names = count_arg(a[2]), {}
+        if not ttl or ttl < 1 or #a < 3 or #a > 1002 then return nil end
+        for i = 3, #a do
+            names[#names + 1] = name_arg(a[i])
+            if not names[#names] then return nil end
+        end
+        return function(key) return op_index_touch(key, ttl, names) end
+    end,
+    index_pin = function(a)
+        local ttl, name = count_arg(a[2]), name_arg(a[3])
+        if not (ttl and ttl >= 1 and name and (a[4] == '1' or a[4] == '0')) then return nil end
+        return function(key) return op_index_pin(key, ttl, name, a[4] == '1') end
+    end,
+    index_list = function(a)
+        local max = count_arg(a[2])
+        if not max or max < 1 or max > 100000 then return nil end
+        return function(key) return op_index_list(key, max) end
+    end,
+}
+
+-- The entry point of index operations: one key, the index.
+local function dispatch_index(keys, a)
+    local parse = INDEX_OPS[a[1]]
+    if not parse then
+        return redis.error_reply('REDSEM unknown operation')
+    end
+    local run = parse(a)
+    if not run then
+        return redis.error_reply('REDSEM bad arguments for ' .. a[1])
+    end
+    local t = redis.call('TIME')
+    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return run(keys[1])
+end
+
 local function dispatch(keys, a)
+    if #keys == 1 then return dispatch_index(keys, a) end
     if #keys ~= 6 then
         return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
     end

@@ -1026,3 +1026,137 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 	}
 	return true;
 }
+
+/* The index key of prefix (NULL: redsem.key_prefix): "<prefix>index" */
+static char *
+index_key(const char *prefix)
+{
+	return psprintf("%sindex", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+}
+
+/*
+ * Run an index operation: "FCALL <library> 1 <index key> op args...".
+ * Returns true with a (non-error) reply that the caller frees.
+ */
+static bool
+run_index(RedisCall *call, const char *prefix, const char *op, int nargs,
+		  const char **args, redisReply **reply)
+{
+	const char **argv = palloc(sizeof(char *) * (5 + nargs));
+	int			argc = 0;
+	int			elevel = call->elevel;
+	bool		ok;
+
+	argv[argc++] = "FCALL";
+	argv[argc++] = library_name();
+	argv[argc++] = "1";
+	argv[argc++] = index_key(prefix);
+	argv[argc++] = op;
+	for (int i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	call->elevel = Min(elevel, WARNING);	/* report once, below */
+	ok = exec_loading(call, argc, argv, reply);
+	call->elevel = elevel;
+	if (!ok && elevel >= ERROR)
+		redis_report(elevel, &call->outcome);
+	pfree(argv);
+	return ok;
+}
+
+/*
+ * Note in the index of prefix that the n names are in use until ttl_ms
+ * from now (by Redis's clock).  At most FLEET_TOUCH_MAX_NAMES names.
+ */
+bool
+sem_index_touch(RedisCall *call, const char *prefix, const char **names,
+				int n, int ttl_ms)
+{
+	const char **args = palloc(sizeof(char *) * (n + 1));
+	redisReply *reply;
+
+	Assert(n >= 1 && n <= FLEET_TOUCH_MAX_NAMES);
+	args[0] = psprintf("%d", ttl_ms);
+	memcpy(args + 1, names, sizeof(char *) * n);
+	if (!run_index(call, prefix, "index_touch", n + 1, args, &reply))
+		return false;
+	freeReplyObject(reply);
+	return true;
+}
+
+/* Pin a semaphore's name in the index (a stored limit), or let it go */
+bool
+sem_index_pin(RedisCall *call, const char *name, bool pin, int ttl_ms)
+{
+	const char *args[3];
+	redisReply *reply;
+
+	args[0] = psprintf("%d", ttl_ms);
+	args[1] = name;
+	args[2] = pin ? "1" : "0";
+	if (!run_index(call, NULL, "index_pin", 3, args, &reply))
+		return false;
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * The first max names of the index (palloc'd, *count of them) and how
+ * many entries it has in all (*total).
+ */
+bool
+sem_index_list(RedisCall *call, int max, char ***names, int *count,
+			   int64 *total)
+{
+	const char *args[1] = {psprintf("%d", max)};
+	redisReply *reply;
+
+	if (!run_index(call, NULL, "index_list", 1, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+		!reply_int64(reply->element[0], total))
+		return malformed(call, "(index)", reply, "index_list did not answer a count and names");
+	*names = palloc(sizeof(char *) * Max(reply->elements, 1));
+	*count = 0;
+	for (size_t i = 1; i < reply->elements; i++)
+		if (reply->element[i]->type == REDIS_REPLY_STRING)
+			(*names)[(*count)++] = pnstrdup(reply->element[i]->str, reply->element[i]->len);
+	freeReplyObject(reply);
+	return true;
+}
+
+/* A field of a summary reply: a count, or -1 for '' (none) */
+static bool
+summary_field(const redisReply *e, int64 *v)
+{
+	if (e->type == REDIS_REPLY_STRING && e->len == 0)
+	{
+		*v = -1;
+		return true;
+	}
+	return reply_int64(e, v);
+}
+
+/* A semaphore as Redis sees it now (the "summary" operation) */
+bool
+sem_summary(RedisCall *call, const char *name, SemSummary *out)
+{
+	redisReply *reply;
+	int64		v[6];
+
+	if (!run_script(call, NULL, name, "summary", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6)
+		return malformed(call, name, reply, "summary did not answer six fields");
+	for (int i = 0; i < 6; i++)
+		if (!summary_field(reply->element[i], &v[i]))
+			return malformed(call, name, reply, "summary did not answer numbers");
+	freeReplyObject(reply);
+	out->stored_limit = v[0];
+	out->limit_in_effect = v[1];
+	out->permits_held = v[2];
+	out->waiting = v[3];
+	out->holders = v[4];
+	out->oldest_wait_ms = v[5];
+	return true;
+}
+

@@ -66,6 +66,27 @@ extern bool sem_give_up(RedisCall *call, const char *name, const char *id,
 						SemResult *result);
 extern bool sem_release(RedisCall *call, const char *prefix, const char *name,
 						const char *id, bool *was_held);
+/* A semaphore as redsem_semaphores() shows it; -1: none */
+typedef struct SemSummary
+{
+	int64		stored_limit;
+	int64		limit_in_effect;
+	int64		permits_held;
+	int64		holders;
+	int64		waiting;
+	int64		oldest_wait_ms;	/* since the first waiter asked */
+} SemSummary;
+
+/* Names per index_touch call */
+#define FLEET_TOUCH_MAX_NAMES	1000
+
+extern bool sem_index_touch(RedisCall *call, const char *prefix,
+							const char **names, int n, int ttl_ms);
+extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
+						  int ttl_ms);
+extern bool sem_index_list(RedisCall *call, int max, char ***names,
+						   int *count, int64 *total);
+extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 							  bool *was_held);
 extern bool sem_refresh(RedisCall *call, const char *prefix, const char *name,

@@ -392,6 +392,8 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	refuse_in_parallel_worker();
 	hold_init();
 	(void) sem_set_limit(&call, name, max_holders, &limit);
+	/* a stored limit is configuration: redsem_semaphores() shows it */
+	(void) sem_index_pin(&call, name, max_holders > 0, FLEET_TTL_MS);
 	if (max_holders > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",

@@ -46,6 +46,14 @@
  * primary that hangs is given up in time for the next round, a second
  * later, to reach the primary the sentinels name next.
  *
+ * The fleet index (redsem_semaphores, src/fleet.c): the keeper notes the
+ * semaphores its server's sessions hold or wait on every FLEET_TOUCH_MS,
+ * as used for FLEET_TTL_MS; entries not noted again within that are
+ * dropped.  FLEET_TTL_MS is six touches: a keeper whose touches fail (the
+ * index's node down, a failover) for most of a minute does not make its
+ * semaphores vanish from the view.  A touch is given FLEET_TOUCH_BUDGET_MS
+ * and comes after the round's refreshes, so it never delays a lease.
+ *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
  * until its deadline (redsem.command_timeout), so a failover shorter than
@@ -76,6 +84,10 @@
 #define KEEPER_NODE_MIN_BUDGET_MS	100
 
 #define SENTINEL_RETRY_MS			100
+
+#define FLEET_TOUCH_MS				10000
+#define FLEET_TTL_MS				60000
+#define FLEET_TOUCH_BUDGET_MS		500
 
 /* Leases longer than this get a NOTICE when no keeper runs */
 #define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)

@@ -42,6 +42,7 @@
 #include "cluster.h"
 #include "compat.h"
 #include "conn.h"
+#include "fleet.h"
 #include "keeper.h"
 #include "script.h"
 #include "shmem.h"
@@ -66,12 +67,6 @@ typedef struct KeeperState
 	bool		succeeded;		/* a command succeeded this cycle */
 } KeeperState;
 
-/* One cycle's view of a hold, and what this cycle learned about it */
-typedef struct HoldCopy
-{
-	int			slot;
-	SharedHold	hold;
-} HoldCopy;
 
 /*
  * The Redis work one cycle decided on: one item per hold to refresh or
@@ -601,6 +596,7 @@ keeper_cycle(KeeperState *st)
 	}
 	if (st->succeeded && redis_ok)
 		report_recovery(st);
+	fleet_touch_index(holds, n, target);
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",

@@ -228,7 +228,7 @@ note 'an ACL user with only the commands the README names';
 # (the README's list: what redsem sends, and what its library runs)
 my @acl = qw(+fcall +function|load +blpop +time +set +del +exists +pexpire
   +pttl +persist +rpush +hget +hmget +hset +hdel +hlen +zadd +zrem +zscore +zrank
-  +zcard +zrange +zrangebyscore +info);
+  +zcard +zrange +zrangebyscore +zremrangebyscore +zcount +info);
 admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',
 	'resetchannels', '-@all', @acl);
 my $minpw = "$dir/min.password";
@@ -242,6 +242,8 @@ is($s->query_ok(q{SELECT redsem_release('e_acl', redsem_acquire('e_acl', 1));}),
 	'the README\'s ACL on ~redsem:* is enough, even where the library must be loaded first');
 like(admin('FUNCTION', 'LIST', 'LIBRARYNAME', 'redsem_*')->[0][1] // '', qr/^redsem_[0-9a-f]{16}$/,
 	'that user loaded the library');
+is($s->query_ok(q{SELECT redsem_set_limit('e_acl_cfg', 3); SELECT count(*) FROM redsem_semaphores() WHERE name = 'e_acl_cfg'; SELECT redsem_set_limit('e_acl_cfg', NULL);}),
+	"\n1\n", 'and it is enough for the index of redsem_semaphores() too');
 admin('ACL', 'SETUSER', 'rs_min', '-function|load');
 admin('FUNCTION', 'FLUSH');
 $err = fresh_error(q{SELECT redsem_acquire('e_acl', 1);});

@@ -125,6 +125,12 @@ $_->cli('FUNCTION', 'FLUSH') foreach @nodes;
 sleep 3;
 is($s->query_ok(q{SELECT count(*) FROM generate_series(1, 30) i, redsem_semaphore('k' || i) WHERE permits_held = 1;}), '30',
 	'holds with a 1 s lease on every node are still held 3 s later: the keeper refreshes each on its node, loading the library where it is missing');
+my $listed = '';
+ok(defined wait_until(30, sub {
+			($listed = $node->safe_psql('postgres',
+				q{SELECT count(*) || '|' || sum(holders) FROM redsem_semaphores() WHERE name ~ '^[ck][0-9]+$'})) eq '130|130' }),
+	'redsem_semaphores() lists the 130 semaphores spread over the primaries, one holder each (the index on one node, each semaphore asked on its own)')
+  or diag("got $listed");
 $s->query_ok(q{SELECT redsem_release_all();});
 ok(wait_until(10, sub { sum(map { scalar(() = ($_->cli('--scan', '--pattern', 'redsem:*') // '') =~ /owner/g) } @primaries) == 0 }),
 	'released everywhere: nothing left on any node');

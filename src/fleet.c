@@ -1,0 +1,212 @@
+/*
+ * fleet.c
+ *		One view of the fleet.  redsem_semaphores() lists every semaphore
+ *		in use under the key prefix, from any server, as Redis sees it now.
+ *		Redis is never scanned (no KEYS, no SCAN): an index key per prefix
+ *		(<prefix>index, see "THE INDEX" in redsem.lua) holds the names that
+ *		every server's keeper notes for the holds and places in line of its
+ *		sessions (fleet_touch_index), and those with a stored limit.  The
+ *		view reads the index, then asks each semaphore: one round trip per
+ *		semaphore, at most max_semaphores of them.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "conn.h"
+#include "fleet.h"
+#include "redsem.h"
+#include "script.h"
+#include "timing.h"
+
+PG_FUNCTION_INFO_V1(redsem_semaphores);
+
+#define SEMAPHORES_COLUMNS	7
+
+/* A (prefix, name) pair to note in the index */
+typedef struct IndexEntry
+{
+	const char *prefix;
+	const char *name;
+} IndexEntry;
+
+/* Order entries by prefix, then name */
+static int
+entry_cmp(const void *a, const void *b)
+{
+	const IndexEntry *x = (const IndexEntry *) a;
+	const IndexEntry *y = (const IndexEntry *) b;
+	int			c = strcmp(x->prefix, y->prefix);
+
+	return c != 0 ? c : strcmp(x->name, y->name);
+}
+
+/* The distinct (prefix, name) pairs of the holds the keeper keeps */
+static int
+collect_entries(const HoldCopy *holds, int n, uint64 target, IndexEntry *out)
+{
+	int			m = 0,
+				k = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		const SharedHold *h = &holds[i].hold;
+
+		if (h->abandoned || h->lost || h->target != target)
+			continue;
+		out[m].prefix = h->prefix;
+		out[m].name = h->name;
+		m++;
+	}
+	if (m == 0)
+		return 0;
+	qsort(out, m, sizeof(IndexEntry), entry_cmp);
+	for (int i = 1; i < m; i++)
+		if (entry_cmp(&out[i], &out[k]) != 0)
+			out[++k] = out[i];
+	return k + 1;
+}
+
+/* Send the entries of one prefix, in calls of at most FLEET_TOUCH_MAX_NAMES */
+static bool
+touch_prefix(RedisCall *call, const IndexEntry *e, int n)
+{
+	const char **names = palloc(sizeof(char *) * FLEET_TOUCH_MAX_NAMES);
+
+	for (int first = 0; first < n; first += FLEET_TOUCH_MAX_NAMES)
+	{
+		int			count = Min(n - first, FLEET_TOUCH_MAX_NAMES);
+
+		for (int i = 0; i < count; i++)
+			names[i] = e[first + i].name;
+		if (!sem_index_touch(call, e[0].prefix, names, count, FLEET_TTL_MS))
+			return false;
+	}
+	return true;
+}
+
+/*
+ * The keeper's part, after each round's refreshes: every FLEET_TOUCH_MS,
+ * note in the index the semaphores this server's sessions hold or wait on.
+ * Best effort within FLEET_TOUCH_BUDGET_MS: a failure is logged at most
+ * every KEEPER_LOG_EVERY_MS and tried again at the next touch; nothing of
+ * it can stop the keeper's own work (an ERROR is caught).
+ */
+void
+fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
+{
+	static TimestampTz next_touch = 0;
+	static TimestampTz logged_at = 0;
+	TimestampTz now = GetCurrentTimestamp();
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	IndexEntry *entries;
+	int			m;
+	RedisCall	call;
+	bool		ok = true;
+	char		why[256] = "";
+
+	if (now < next_touch)
+		return;
+	next_touch = TimestampTzPlusMilliseconds(now, FLEET_TOUCH_MS);
+	entries = palloc(sizeof(IndexEntry) * Max(n, 1));
+	if ((m = collect_entries(holds, n, target, entries)) == 0)
+		return;
+	redis_call_init(&call, TimestampTzPlusMilliseconds(now, FLEET_TOUCH_BUDGET_MS), true, 0);
+	PG_TRY();
+	{
+		for (int first = 0, last; ok && first < m; first = last)
+		{
+			for (last = first + 1; last < m &&
+				 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
+				;
+			ok = touch_prefix(&call, &entries[first], last - first);
+		}
+		if (!ok)
+			strlcpy(why, redis_outcome_text(&call.outcome), sizeof(why));
+	}
+	PG_CATCH();
+	{
+		ErrorData  *edata;
+
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(cxt);
+		edata = CopyErrorData();
+		FlushErrorState();
+		strlcpy(why, edata->message, sizeof(why));
+		FreeErrorData(edata);
+		ok = false;
+	}
+	PG_END_TRY();
+	if (!ok && TimestampDifferenceExceeds(logged_at, now, KEEPER_LOG_EVERY_MS))
+	{
+		logged_at = now;
+		ereport(LOG,
+				(errmsg("redsem keeper could not note its semaphores in the index of redsem_semaphores(): %s", why),
+				 errdetail("Leases are not affected; the view may miss this server's semaphores until a later try succeeds.")));
+	}
+}
+
+/* One row of redsem_semaphores() */
+static void
+put_semaphore(ReturnSetInfo *rsinfo, const char *name, const SemSummary *s,
+			  TimestampTz now)
+{
+	Datum		values[SEMAPHORES_COLUMNS];
+	bool		nulls[SEMAPHORES_COLUMNS] = {0};
+
+	values[0] = CStringGetTextDatum(name);
+	nulls[1] = s->stored_limit < 0;
+	values[1] = Int32GetDatum((int32) s->stored_limit);
+	nulls[2] = s->limit_in_effect < 0;
+	values[2] = Int32GetDatum((int32) s->limit_in_effect);
+	values[3] = Int64GetDatum(s->permits_held);
+	values[4] = Int64GetDatum(s->holders);
+	values[5] = Int64GetDatum(s->waiting);
+	nulls[6] = s->oldest_wait_ms < 0;
+	values[6] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -s->oldest_wait_ms));
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/*
+ * redsem_semaphores(max_semaphores): the semaphores in use under the key
+ * prefix, from the index, each as Redis sees it now.  A semaphore with no
+ * member and no stored limit is gone and not shown.
+ */
+Datum
+redsem_semaphores(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			max = PG_ARGISNULL(0) ? 1000 : PG_GETARG_INT32(0);
+	RedisCall	call = REDIS_SQL_CALL;
+	char	  **names;
+	int			count;
+	int64		total;
+
+	if (max < 1 || max > 100000)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("max_semaphores must be between 1 and 100000, not %d", max)));
+	InitMaterializedSRF(fcinfo, 0);
+	(void) sem_index_list(&call, max, &names, &count, &total);
+	for (int i = 0; i < count; i++)
+	{
+		SemSummary	s;
+
+		CHECK_FOR_INTERRUPTS();
+		(void) sem_summary(&call, names[i], &s);
+		if (s.stored_limit < 0 && s.holders == 0 && s.waiting == 0)
+			continue;
+		put_semaphore(rsinfo, names[i], &s, GetCurrentTimestamp());
+	}
+	if (total > count)
+		ereport(NOTICE,
+				(errmsg("redsem_semaphores shows " INT64_FORMAT " of the " INT64_FORMAT " semaphores in use", (int64) count, total),
+				 errhint("Pass a larger max_semaphores to see more.")));
+	return (Datum) 0;
+}

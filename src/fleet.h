@@ -1,0 +1,13 @@
+/*
+ * fleet.h
+ *		One view of the fleet: the index of the semaphores in use under a
+ *		key prefix (kept by every server's keeper) and redsem_semaphores().
+ */
+#ifndef REDSEM_FLEET_H
+#define REDSEM_FLEET_H
+
+#include "keeper.h"
+
+extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target);
+
+#endif							/* REDSEM_FLEET_H */
