@@ -71,8 +71,9 @@
 --     nobody calling, at most GRACE_MS plus one lease (a minute at most)
 --     later.  The one exception is a state holding a stored limit: that is
 --     configuration, kept without a TTL, and emptied of everything else
---     once the semaphore has no member.  A forced: marker lives
---     FORCED_MARK_MS, or until the holder's next refresh reads it.
+--     once the semaphore has no member.  A forced: marker lives until
+--     the deadline its member had (GRACE_MS at least), or until the
+--     holder's next refresh reads it: no longer than the slot would have.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
 --     its full lease starts.  A waiter that died in line costs the line
@@ -131,7 +132,6 @@
 local GRACE_MS = 1000
 local PROMOTION_WINDOW_MS = 5000
 local RENEW_SLACK_MS = 60000
-local FORCED_MARK_MS = 600000
 
 -- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
 -- and the fields to write back (W; false: delete).
@@ -542,10 +542,12 @@ end
 -- release id [forced]: 1 if the caller held a slot.  "forced" (an
 -- administrator's) leaves a marker, so that the holder learns why.
 local function op_release(id, forced)
+    local deadline = forced and tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
     local waited = remove(id)
     if waited == nil then return 0 end
     if forced then
-        redis.call('SET', BASE .. 'forced:' .. id, '1', 'PX', FORCED_MARK_MS)
+        local ttl = math.max((deadline or NOW_MS) - NOW_MS, GRACE_MS)
+        redis.call('SET', BASE .. 'forced:' .. id, '1', 'PX', int(ttl))
     end
     promote()
     if waited then return 0 end
@@ -821,16 +823,24 @@ local INDEX_OPS = {
     end,
 }
 
--- The entry point of index operations: one key, the index.
-local function dispatch_index(keys, a)
-    local parse = INDEX_OPS[a[1]]
+-- The operation a names, its arguments checked: a function to run, or
+-- nil and the error reply.
+local function parsed(ops, a)
+    local parse = ops[a[1]]
     if not parse then
-        return redis.error_reply('REDSEM unknown operation')
+        return nil, redis.error_reply('REDSEM unknown operation')
     end
     local run = parse(a)
     if not run then
-        return redis.error_reply('REDSEM bad arguments for ' .. a[1])
+        return nil, redis.error_reply('REDSEM bad arguments for ' .. a[1])
     end
+    return run
+end
+
+-- The entry point of index operations: one key, the index.
+local function dispatch_index(keys, a)
+    local run, err = parsed(INDEX_OPS, a)
+    if not run then return err end
     local t = redis.call('TIME')
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     return run(keys[1])
@@ -841,14 +851,8 @@ local function dispatch(keys, a)
     if #keys ~= 6 then
         return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
     end
-    local parse = OPS[a[1]]
-    if not parse then
-        return redis.error_reply('REDSEM unknown operation')
-    end
-    local run = parse(a)
-    if not run then
-        return redis.error_reply('REDSEM bad arguments for ' .. a[1])
-    end
+    local run, err = parsed(OPS, a)
+    if not run then return err end
     begin(keys)
     read_state()
     housekeeping()
