@@ -739,6 +739,9 @@ hold_forget_id(const char *name, const char *id)
 static char *
 keeper_error(const SharedHold *tracked, bool tracked_ok)
 {
+	char		trouble[sizeof(shared->keeper_trouble)];
+	TimestampTz since;
+
 	if (!tracked_ok || !keeper_is_active())
 		return pstrdup("the keeper is not running");
 	if (tracked->unkept)
@@ -749,9 +752,9 @@ keeper_error(const SharedHold *tracked, bool tracked_ok)
 		return pstrdup("the slot was lost: Redis no longer had it when the keeper refreshed it (its lease had run out, or Redis lost its data)");
 	if (tracked->failures > 0)
 		return pstrdup(tracked->trouble);
-	if (shared->keeper_trouble_since != 0 &&
-		shared->keeper_trouble_since >= tracked->refreshed_at)
-		return pstrdup(shared->keeper_trouble);
+	since = keeper_trouble_copy(trouble, sizeof(trouble));
+	if (since != 0 && since >= tracked->refreshed_at)
+		return pstrdup(trouble);
 	return NULL;
 }
 

@@ -189,6 +189,48 @@ redsem_incarnation(void)
 	return local_incarnation;
 }
 
+/*
+ * The keeper's connection trouble, as redsem_held() shows it: note it (the
+ * first time since it began, and its latest words), clear it, or copy it.
+ * keeper_trouble_since and keeper_trouble are written and read under
+ * holds_lock, so a reader never sees half a message.
+ */
+void
+keeper_trouble_note(const char *text, TimestampTz now)
+{
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if (shared->keeper_trouble_since == 0)
+		shared->keeper_trouble_since = now;
+	strlcpy(shared->keeper_trouble, text, sizeof(shared->keeper_trouble));
+	LWLockRelease(shared->holds_lock);
+}
+
+/* Forget the keeper's trouble (Redis answers again) */
+void
+keeper_trouble_clear(void)
+{
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	shared->keeper_trouble_since = 0;
+	shared->keeper_trouble[0] = '\0';
+	LWLockRelease(shared->holds_lock);
+}
+
+/* Since when the keeper has had trouble (0: none), its words into buf */
+TimestampTz
+keeper_trouble_copy(char *buf, size_t len)
+{
+	TimestampTz since;
+
+	buf[0] = '\0';
+	if (shared == NULL)
+		return 0;
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	since = shared->keeper_trouble_since;
+	strlcpy(buf, shared->keeper_trouble, len);
+	LWLockRelease(shared->holds_lock);
+	return since;
+}
+
 /* True if the keeper process is running */
 bool
 keeper_is_active(void)

@@ -122,6 +122,9 @@ extern int	redsem_reserved_holds;
 extern void shmem_init(void);
 extern uint64 redsem_incarnation(void);
 extern bool keeper_is_active(void);
+extern void keeper_trouble_note(const char *text, TimestampTz now);
+extern void keeper_trouble_clear(void);
+extern TimestampTz keeper_trouble_copy(char *buf, size_t len);
 
 extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, bool xact, int64 lease_ms,
