@@ -1368,13 +1368,6 @@ redis_status_text(RedisStatus status)
 	return "unknown";
 }
 
-/* True while a connection is open (after a failure: the failure kept it) */
-bool
-redis_connected(void)
-{
-	return cur->ctx != NULL;
-}
-
 /* One sentence saying why a call failed, for log lines and redsem_held() */
 char *
 redis_outcome_text(const RedisOutcome *o)

@@ -102,7 +102,6 @@ extern bool redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
 extern void redis_report(int elevel, const RedisOutcome *outcome);
 extern const char *redis_status_text(RedisStatus status);
 extern char *redis_outcome_text(const RedisOutcome *outcome);
-extern bool redis_connected(void);
 extern void redis_set_wait_event(uint32 event);
 extern int	redis_wait_socket(int fd, int io_events, TimestampTz deadline,
 							  bool interruptible);
