@@ -132,14 +132,7 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
-
-		InterruptHoldoffCount = holdoff;
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		strlcpy(why, edata->message, sizeof(why));
-		FreeErrorData(edata);
+		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
 		ok = false;
 	}
 	PG_END_TRY();

@@ -1,6 +1,8 @@
 /*
  * guc.c
- *		Module entry point and configuration settings.
+ *		redsem's own settings: connection, timeouts, limits, and those only
+ *		a preloaded server has.  (TLS, Sentinel, Cluster and queue settings
+ *		are defined by their modules; src/redsem.c calls each.)
  */
 #include "postgres.h"
 
@@ -8,18 +10,9 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
-#include "cluster.h"
-#include "hold.h"
-#include "compat.h"
-#include "keeper.h"
-#include "queue.h"
 #include "redsem.h"
 #include "secret.h"
-#include "sentinel.h"
 #include "shmem.h"
-#include "tls.h"
-
-REDSEM_MODULE_MAGIC;
 
 char	   *redsem_host = NULL;
 int			redsem_port = 6379;
@@ -36,12 +29,6 @@ static char *redsem_inject_fault = NULL;
 
 /* Bumped when a connection setting changes, so the next call reconnects */
 uint64		redsem_guc_generation = 0;
-/* true in a server that loaded redsem from shared_preload_libraries */
-bool		redsem_preloaded = false;
-/* true while _PG_init defines the settings (their check hooks run) */
-bool		redsem_loading = false;
-
-void		_PG_init(void);
 
 /* Any connection setting changed: reconnect at the next call */
 void
@@ -220,32 +207,14 @@ define_limit_gucs(void)
 							NULL, NULL, NULL);
 }
 
-/*
- * Module load.  When preloaded, also set up shared memory and the keeper;
- * otherwise everything but the keeper and statistics works the same.
- */
+/* Define the settings of this file (preloaded: also the server-start ones) */
 void
-_PG_init(void)
+guc_define(bool preloading)
 {
-	/* first: the check hooks of the settings defined below read it */
-	redsem_preloaded = process_shared_preload_libraries_in_progress;
-	redsem_loading = true;
 	define_connection_gucs();
 	define_timeout_gucs();
 	define_limit_gucs();
-	tls_define_gucs();
-	sentinel_define_gucs();
-	cluster_define_gucs();
-	queue_define_gucs();
-	hold_install_hooks();
-	if (process_shared_preload_libraries_in_progress)
-	{
-		/* server-start settings can only be defined while preloading */
+	/* server-start settings can only be defined while preloading */
+	if (preloading)
 		define_preload_gucs();
-		shmem_init();
-		keeper_register();
-		queue_install_hooks();
-	}
-	MarkGUCPrefixReserved("redsem");
-	redsem_loading = false;
 }

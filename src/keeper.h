@@ -1,6 +1,7 @@
 /*
  * keeper.h
- *		The keeper background worker.
+ *		The keeper background worker (keeper.c), and what the fleet index
+ *		(fleet.c) takes from it.
  */
 #ifndef REDSEM_KEEPER_H
 #define REDSEM_KEEPER_H
@@ -15,5 +16,7 @@ typedef struct HoldCopy
 } HoldCopy;
 
 extern void keeper_register(void);
+extern void keeper_swallow_error(MemoryContext cxt, uint32 holdoff,
+								 char *buf, size_t len);
 
 #endif							/* REDSEM_KEEPER_H */

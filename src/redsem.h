@@ -35,6 +35,8 @@ extern uint64 redsem_guc_generation;
 extern bool redsem_preloaded;
 extern bool redsem_loading;
 
+extern void guc_define(bool preloading);
+
 extern void redsem_assign_connection_string(const char *newval, void *extra);
 extern void redsem_assign_connection_bool(bool newval, void *extra);
 

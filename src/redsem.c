@@ -1,0 +1,56 @@
+/*
+ * redsem.c
+ *		The module's entry point: _PG_init asks each module to define its
+ *		settings and install its hooks; when preloaded, also shared memory,
+ *		the keeper and the statement queues' executor hooks.
+ */
+#include "postgres.h"
+
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "cluster.h"
+#include "compat.h"
+#include "hold.h"
+#include "keeper.h"
+#include "queue.h"
+#include "redsem.h"
+#include "sentinel.h"
+#include "shmem.h"
+#include "tls.h"
+
+REDSEM_MODULE_MAGIC;
+
+/* true in a server that loaded redsem from shared_preload_libraries */
+bool		redsem_preloaded = false;
+/* true while _PG_init defines the settings (their check hooks run) */
+bool		redsem_loading = false;
+
+void		_PG_init(void);
+
+/*
+ * Module load.  When preloaded, also set up shared memory and the keeper;
+ * otherwise everything but the keeper, statistics and queues works the same.
+ */
+void
+_PG_init(void)
+{
+	/* first: the check hooks of the settings defined below read these */
+	redsem_preloaded = process_shared_preload_libraries_in_progress;
+	redsem_loading = true;
+	guc_define(redsem_preloaded);
+	tls_define_gucs();
+	sentinel_define_gucs();
+	cluster_define_gucs();
+	queue_define_gucs();
+	hold_install_hooks();
+	if (redsem_preloaded)
+	{
+		shmem_init();
+		keeper_register();
+		queue_install_hooks();
+	}
+	MarkGUCPrefixReserved("redsem");
+	redsem_loading = false;
+}
