@@ -1,5 +1,5 @@
 /*
- * worker.c
+ * keeper.c
  *		The keeper: a background worker that keeps the leases of live
  *		backends fresh and frees the slots of dead ones.
  *
@@ -149,11 +149,7 @@ report_trouble(KeeperState *st, const char *text)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if (shared->keeper_trouble_since == 0)
-		shared->keeper_trouble_since = now;
-	strlcpy(shared->keeper_trouble, text, sizeof(shared->keeper_trouble));
-	LWLockRelease(shared->holds_lock);
+	keeper_trouble_note(text, now);
 
 	if (st->trouble_logged_at != 0 &&
 		!TimestampDifferenceExceeds(st->trouble_logged_at, now, KEEPER_LOG_EVERY_MS))
@@ -174,13 +170,8 @@ report_trouble(KeeperState *st, const char *text)
 static void
 report_recovery(KeeperState *st)
 {
-	if (shared->keeper_trouble_since != 0)
-	{
-		LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-		shared->keeper_trouble_since = 0;
-		shared->keeper_trouble[0] = '\0';
-		LWLockRelease(shared->holds_lock);
-	}
+	if (shared->keeper_trouble_since != 0)	/* only the keeper writes it */
+		keeper_trouble_clear();
 	if (st->trouble_logged_at == 0)
 		return;
 	if (cluster_enabled())
@@ -542,15 +533,10 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 	}
 	PG_CATCH();
 	{
-		ErrorData  *edata;
+		char		why[256];
 
-		InterruptHoldoffCount = holdoff;
-		MemoryContextSwitchTo(cxt);
-		edata = CopyErrorData();
-		FlushErrorState();
-		LWLockReleaseAll();
-		report_trouble(st, edata->message);
-		FreeErrorData(edata);
+		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
+		report_trouble(st, why);
 		for (int i = 0; i < batch->n; i++)
 			batch->items[i].outcome.status = RS_LOST;
 	}
@@ -559,6 +545,25 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 		 batch->n, cost.commands, cost.round_trips,
 		 TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()));
 	return ok;
+}
+
+/*
+ * In a PG_CATCH of the keeper: put the error's message into buf and clear
+ * the error state (memory context, holdoff count, LWLocks as they were), so
+ * that the keeper goes on.  cxt and holdoff are what they were at PG_TRY.
+ */
+void
+keeper_swallow_error(MemoryContext cxt, uint32 holdoff, char *buf, size_t len)
+{
+	ErrorData  *edata;
+
+	InterruptHoldoffCount = holdoff;
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	LWLockReleaseAll();
+	strlcpy(buf, edata->message ? edata->message : "(no message)", len);
+	FreeErrorData(edata);
 }
 
 /* One pass over the holds; returns how long to sleep */
