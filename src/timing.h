@@ -51,8 +51,10 @@
  * as used for FLEET_TTL_MS; entries not noted again within that are
  * dropped.  FLEET_TTL_MS is six touches: a keeper whose touches fail (the
  * index's node down, a failover) for most of a minute does not make its
- * semaphores vanish from the view.  A touch is given FLEET_TOUCH_BUDGET_MS
- * and comes after the round's refreshes, so it never delays a lease.
+ * semaphores vanish from the view.  A touch comes after the round's
+ * refreshes and is given FLEET_TOUCH_BUDGET_MS (the least share a Cluster
+ * node gets), so a hung index node delays the next round by at most that,
+ * once per touch: a tenth of the shortest lease's refresh interval.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
@@ -87,7 +89,7 @@
 
 #define FLEET_TOUCH_MS				10000
 #define FLEET_TTL_MS				60000
-#define FLEET_TOUCH_BUDGET_MS		500
+#define FLEET_TOUCH_BUDGET_MS		KEEPER_NODE_MIN_BUDGET_MS
 
 /* Leases longer than this get a NOTICE when no keeper runs */
 #define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)
