@@ -54,7 +54,7 @@
  * semaphores vanish from the view.  A touch comes after the round's
  * refreshes and is given FLEET_TOUCH_BUDGET_MS (the least share a Cluster
  * node gets), so a hung index node delays the next round by at most that,
- * once per touch: a tenth of the shortest lease's refresh interval.
+ * once per touch, under a third of the shortest lease's refresh interval.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
