@@ -38,6 +38,7 @@
 #include "cluster.h"
 #include "conn.h"
 #include "redsem.h"
+#include "report.h"
 #include "resolve.h"
 #include "secret.h"
 #include "sentinel.h"
@@ -69,33 +70,6 @@ static Link links[CLUSTER_MAX_NODES];
 /* The link in use: every function below works on it */
 static int	cur_node = 0;
 #define cur (&links[cur_node])
-
-/*
- * The wait set (latch, postmaster death, socket) of the socket we last
- * waited on, kept so that each wait is one epoll_wait rather than a new
- * epoll set.  It must be dropped before its socket is closed: a new socket
- * may get the same number.
- */
-static WaitEventSet *wait_set = NULL;
-static int	wait_set_fd = -1;
-static int	wait_set_socket_pos = -1;
-
-/* The wait event shown while waiting on Redis, if not the default */
-static uint32 wait_event_shown = 0;
-
-/* Show event (0: the default) in pg_stat_activity while waiting on Redis */
-void
-redis_set_wait_event(uint32 event)
-{
-	wait_event_shown = event;
-}
-
-/* Milliseconds from now until deadline, never negative */
-static long
-ms_until(TimestampTz deadline)
-{
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-}
 
 /* A hash of every setting that decides which Redis data we reach */
 uint64
@@ -161,52 +135,12 @@ redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
 	return false;
 }
 
-/* Drop the cached wait set; call before closing its socket */
-static void
-forget_wait_set(void)
-{
-	if (wait_set == NULL)
-		return;
-	FreeWaitEventSet(wait_set);
-	wait_set = NULL;
-	wait_set_fd = -1;
-}
-
 /* Close a context and its socket */
 static void
 close_context(redisContext *c)
 {
-	if (c->fd == wait_set_fd)
-		forget_wait_set();
+	redis_forget_wait_fd(c->fd);
 	redisFree(c);
-}
-
-/*
- * Forget the cached wait set if it waits on fd (a descriptor that is about
- * to be closed, so that its number may come back for another file)
- */
-void
-redis_forget_wait_fd(int fd)
-{
-	if (wait_set_fd == fd)
-		forget_wait_set();
-}
-
-/* The wait set for fd, made on first use (may raise: out of memory, epoll) */
-static WaitEventSet *
-wait_set_for(int fd)
-{
-	if (wait_set != NULL && wait_set_fd == fd)
-		return wait_set;
-	forget_wait_set();
-	redsem_fault("wait_set");
-	wait_set = redsem_create_wait_set(TopMemoryContext, 3);
-	wait_set_fd = fd;
-	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	wait_set_socket_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, fd,
-											NULL, NULL);
-	return wait_set;
 }
 
 /* Close the current link, if open, and give back its file descriptor */
@@ -230,65 +164,6 @@ redis_disconnect(void)
 	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
 		disconnect_current();
 	cur_node = was;
-}
-
-/* Set once a wait that cannot be cancelled saw the postmaster die */
-static bool postmaster_gone = false;
-
-/*
- * The postmaster died during a wait: exit now if the wait may be cancelled,
- * else remember it, so that every wait and retry from now on ends as if its
- * deadline had passed (the commit, abort or exit callback then gives up).
- */
-static void
-postmaster_died(bool interruptible)
-{
-	if (interruptible)
-		proc_exit(1);
-	postmaster_gone = true;
-}
-
-/*
- * Wait until the socket is ready for io_events, the latch is set or the
- * deadline passes.  Returns the WL_* events that fired.  When interruptible,
- * CHECK_FOR_INTERRUPTS may throw; otherwise postmaster death ends the wait
- * as a timeout, and so every later wait (see redis_past).
- */
-int
-redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
-{
-	WaitEventSet *set = wait_set_for(fd);
-	WaitEvent	event;
-	int			rc;
-
-	ModifyWaitEvent(set, wait_set_socket_pos, io_events, NULL);
-	if (WaitEventSetWait(set, ms_until(deadline), &event, 1,
-						 wait_event_shown ? wait_event_shown : redsem_wait_event()) == 0)
-		return WL_TIMEOUT;
-	rc = event.events;
-	if (rc & WL_LATCH_SET)
-	{
-		ResetLatch(MyLatch);
-		if (interruptible)
-			CHECK_FOR_INTERRUPTS();
-	}
-	if (rc & WL_POSTMASTER_DEATH)
-		postmaster_died(interruptible);
-	if (postmaster_gone)
-		rc |= WL_TIMEOUT;
-	return rc;
-}
-
-/*
- * True once the deadline has passed, or once a wait that cannot be
- * cancelled saw the postmaster die: the death event fires at once on every
- * wait after that, so each wait would return straight away and the caller
- * would spin on the CPU until its deadline.
- */
-bool
-redis_past(TimestampTz deadline)
-{
-	return postmaster_gone || GetCurrentTimestamp() >= deadline;
 }
 
 /*
@@ -472,9 +347,7 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 			break;
 		if ((rc & WL_TIMEOUT) && redis_past(deadline))
 		{
-			call->outcome.status = RS_CONNECT_FAILED;
-			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-					 "no answer within %d ms (redsem.connect_timeout)",
+			(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "no answer within %d ms (redsem.connect_timeout)",
 					 redsem_connect_timeout_ms);
 			return false;
 		}
@@ -483,8 +356,7 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 		soerr = errno;
 	if (soerr != 0)
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
 				 strerror(soerr));
 		return false;
 	}
@@ -510,8 +382,7 @@ redis_context_command(RedisCall *call, redisContext *c, int argc,
 		*reply = NULL;
 	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
 		return false;
 	}
 	status = exchange(c, deadline, call->interruptible, &r);
@@ -593,9 +464,7 @@ tls_accepted(RedisCall *call, redisContext *c, TimestampTz deadline)
 		freeReplyObject(r);
 		return true;
 	}
-	call->outcome.status = RS_CONNECT_FAILED;
-	snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-			 "the server refused the TLS session after the handshake (a client certificate it requires or does not accept): %s",
+	(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "the server refused the TLS session after the handshake (a client certificate it requires or does not accept): %s",
 			 tls_refusal(why, sizeof(why), c->err ? c->errstr : "no answer"));
 	return false;
 }
@@ -733,26 +602,6 @@ open_direct(RedisCall *call, TimestampTz deadline)
 }
 
 /*
- * Wait ms (or until deadline) on the latch alone: between attempts while a
- * failover runs.  Cancel is served if the call is interruptible.
- */
-static void
-pause_before_retry(int ms, TimestampTz deadline, bool interruptible)
-{
-	long		left = Min(ms, ms_until(deadline));
-
-	if (left <= 0)
-		return;
-	if (WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_POSTMASTER_DEATH,
-				  left, wait_event_shown ? wait_event_shown : redsem_wait_event())
-		& WL_POSTMASTER_DEATH)
-		postmaster_died(interruptible);
-	ResetLatch(MyLatch);
-	if (interruptible)
-		CHECK_FOR_INTERRUPTS();
-}
-
-/*
  * Open the connection: to the configured server, or to the primary the
  * sentinels name (see sentinel.c).  While a failover runs (the named primary
  * is unreachable or still a replica), ask again every SENTINEL_RETRY_MS
@@ -766,9 +615,7 @@ open_connection(RedisCall *call, TimestampTz deadline)
 
 	if (sentinel_enabled() && cluster_enabled())
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "redsem.sentinels and redsem.cluster cannot be used together: a Redis Cluster fails over by itself");
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "redsem.sentinels and redsem.cluster cannot be used together: a Redis Cluster fails over by itself");
 		return false;
 	}
 	for (;;)
@@ -777,7 +624,7 @@ open_connection(RedisCall *call, TimestampTz deadline)
 			: open_direct(call, deadline);
 		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || redis_past(deadline))
 			break;
-		pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
+		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	}
 	if (c == NULL)
 		return false;
@@ -830,16 +677,16 @@ salvage_error_line(RedisCall *call)
 	ssize_t		n = recv(cur->ctx->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
 	char	   *end;
 	bool		drop;
+	RedisStatus status;
 
 	if (n <= 1 || buf[0] != '-')
 		return;
 	buf[n] = '\0';
 	if ((end = strpbrk(buf, "\r\n")) != NULL)
 		*end = '\0';
-	call->outcome.status = classify_error(buf + 1, &drop);
-	if (call->outcome.status == RS_NOSCRIPT)
-		call->outcome.status = RS_LOST;
-	snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", buf + 1);
+	status = classify_error(buf + 1, &drop);
+	(void) redis_note(&call->outcome, status == RS_NOSCRIPT ? RS_LOST : status,
+					  "%s", buf + 1);
 }
 
 /*
@@ -915,7 +762,7 @@ follow_failover(RedisCall *call, TimestampTz deadline)
 		  (cluster_enabled() && call->outcome.status == RS_CONNECT_FAILED)) ||
 		redis_past(deadline))
 		return false;
-	pause_before_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
+	redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	return !redis_past(deadline);
 }
 
@@ -1144,7 +991,7 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	else
 	{
-		long		left = ms_until(deadline);
+		long		left = redis_ms_until(deadline);
 
 		timeout_ms = (int) Min(left, PG_INT32_MAX);
 	}
@@ -1328,183 +1175,32 @@ redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
 	return drop;
 }
 
-/* A short name of a status, for log lines and redsem_held() */
-const char *
-redis_status_text(RedisStatus status)
+/* The target a failure names: its Cluster node, or the current target */
+static char *
+outcome_target(const RedisOutcome *o)
 {
-	switch (status)
-	{
-		case RS_OK:
-			return "ok";
-		case RS_CONNECT_FAILED:
-			return "could not connect to Redis";
-		case RS_AUTH_FAILED:
-			return "Redis refused access";
-		case RS_BAD_PASSWORD:
-			return "Redis did not accept the password";
-		case RS_PASSWORD_FILE:
-			return "the password file cannot be used";
-		case RS_TOO_MANY_CLIENTS:
-			return "Redis has too many clients";
-		case RS_LOST:
-			return "lost connection to Redis";
-		case RS_TIMED_OUT:
-			return "Redis did not answer in time";
-		case RS_UNAVAILABLE:
-			return "Redis cannot serve redsem now";
-		case RS_OUT_OF_MEMORY:
-			return "Redis is out of memory";
-		case RS_CONFLICT:
-			return "Redis rejected a redsem operation";
-		case RS_REFUSED:
-			return "Redis refused a redsem command";
-		case RS_MALFORMED:
-			return "unexpected reply from Redis";
-		case RS_NOT_REPLICATED:
-			return "Redis replicas did not acknowledge in time";
-		case RS_NOSCRIPT:
-			return "script not loaded";
-	}
-	return "unknown";
+	return o->node_plus1 > 0 ?
+		psprintf("%s:%d (Redis Cluster)", cluster_node_host(o->node_plus1 - 1),
+				 cluster_node_port(o->node_plus1 - 1)) :
+		redis_target_description();
 }
 
 /* One sentence saying why a call failed, for log lines and redsem_held() */
 char *
 redis_outcome_text(const RedisOutcome *o)
 {
-	char	   *target = o->node_plus1 > 0 ?
-		psprintf("%s:%d (Redis Cluster)", cluster_node_host(o->node_plus1 - 1),
-				 cluster_node_port(o->node_plus1 - 1)) :
-		redis_target_description();
-
-	switch (o->status)
-	{
-		case RS_CONNECT_FAILED:
-			return psprintf("could not connect to Redis at %s: %s", target, o->detail);
-		case RS_LOST:
-			return psprintf("lost connection to Redis at %s: %s", target, o->detail);
-		case RS_TIMED_OUT:
-			return psprintf("Redis at %s did not answer within %d ms", target, o->timeout_ms);
-		default:
-			return psprintf("%s at %s: %s", redis_status_text(o->status), target, o->detail);
-	}
-}
-
-/* The hint for an unavailable server, from Redis's own words */
-static const char *
-unavailable_hint(const char *detail)
-{
-	if (strncmp(detail, "BUSY", 4) == 0)
-		return "Redis is busy running a long script or function; redsem calls fail until it ends.";
-	return "The server is a read-only replica, is loading its data, or has lost its primary. redsem reconnects at the next call, so a failover behind the same address is followed.";
+	return redis_outcome_sentence(o, outcome_target(o));
 }
 
 /*
  * Report a failed call at elevel (ERROR raises), with the SQLSTATE of its
- * class; see the table "Redis errors" in README.md.
+ * class (report.c); the message names the current target.
  */
 void
 redis_report(int elevel, const RedisOutcome *o)
 {
 	char	   *target = redis_target_description();
-	const char *d = o->detail;
 
-	switch (o->status)
-	{
-		case RS_OK:
-		case RS_NOSCRIPT:
-			break;
-		case RS_CONNECT_FAILED:
-			ereport(elevel,
-					(errcode(ERRCODE_SQLCLIENT_UNABLE_TO_ESTABLISH_SQLCONNECTION),
-					 errmsg("could not connect to Redis at %s", target),
-					 errdetail_internal("%s", d),
-					 errhint("Check that Redis is running and reachable, and the settings redsem.host, redsem.port, redsem.unix_socket and redsem.database.")));
-			break;
-		case RS_AUTH_FAILED:
-			ereport(elevel,
-					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
-					 errmsg("Redis at %s refused redsem access", target),
-					 errdetail_internal("%s", d),
-					 errhint("Check redsem.user, the password given by redsem.password_file (or redsem.password), and the Redis ACL of that user: it needs FCALL, FUNCTION LOAD, BLPOP and the commands redsem's library runs, on keys under redsem.key_prefix (see the README).")));
-			break;
-		case RS_BAD_PASSWORD:
-			ereport(elevel,
-					(errcode(ERRCODE_INVALID_PASSWORD),
-					 errmsg("Redis at %s did not accept redsem's password", target),
-					 errdetail_internal("%s", d),
-					 errhint("Check redsem.user and the password given by redsem.password_file (or redsem.password).")));
-			break;
-		case RS_PASSWORD_FILE:
-			ereport(elevel,
-					(errcode(ERRCODE_INVALID_AUTHORIZATION_SPECIFICATION),
-					 errmsg("redsem cannot read its password for Redis at %s", target),
-					 errdetail_internal("%s", d),
-					 errhint("The file must be a regular file owned by the database server's user (mode 0600 or less) or by root (0640 or less), holding the password on its first line. Nothing was sent to Redis.")));
-			break;
-		case RS_TOO_MANY_CLIENTS:
-			ereport(elevel,
-					(errcode(ERRCODE_SQLSERVER_REJECTED_ESTABLISHMENT_OF_SQLCONNECTION),
-					 errmsg("Redis at %s refused the connection: too many clients", target),
-					 errdetail_internal("%s", d),
-					 errhint("Raise maxclients in Redis: every PostgreSQL session that uses redsem keeps one connection.")));
-			break;
-		case RS_LOST:
-			ereport(elevel,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("lost connection to Redis at %s", target),
-					 errdetail_internal("%s", d),
-					 errhint("Check that Redis is running; the next call reconnects.")));
-			break;
-		case RS_TIMED_OUT:
-			ereport(elevel,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("Redis at %s did not answer within %d ms", target,
-							o->timeout_ms),
-					 errhint("Check the load on the Redis server, or raise redsem.command_timeout.")));
-			break;
-		case RS_UNAVAILABLE:
-			ereport(elevel,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("Redis at %s cannot serve redsem now", target),
-					 errdetail_internal("%s", d),
-					 errhint("%s", unavailable_hint(d))));
-			break;
-		case RS_OUT_OF_MEMORY:
-			ereport(elevel,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("Redis at %s is out of memory", target),
-					 errdetail_internal("%s", d),
-					 errhint("Redis refuses writes above its maxmemory setting: raise maxmemory or free memory, and keep maxmemory-policy at noeviction (see the README).")));
-			break;
-		case RS_CONFLICT:
-			ereport(elevel,
-					(errcode(ERRCODE_EXTERNAL_ROUTINE_EXCEPTION),
-					 errmsg("Redis at %s rejected a redsem operation", target),
-					 errdetail_internal("%s", d),
-					 errhint("Make sure no other program writes to keys under redsem.key_prefix.")));
-			break;
-		case RS_REFUSED:
-			ereport(elevel,
-					(errcode(ERRCODE_SYSTEM_ERROR),
-					 errmsg("Redis at %s refused a redsem command", target),
-					 errdetail_internal("%s", d),
-					 errhint("Check that FCALL, FUNCTION LOAD and BLPOP are neither renamed nor disabled in Redis, and that the Redis user may run them.")));
-			break;
-		case RS_NOT_REPLICATED:
-			ereport(elevel,
-					(errcode(ERRCODE_CONNECTION_FAILURE),
-					 errmsg("Redis at %s did not replicate a grant in time", target),
-					 errdetail_internal("%s", d),
-					 errhint("Check that the replicas of Redis are up and in sync, or lower redsem.grant_replicas.")));
-			break;
-		case RS_MALFORMED:
-			ereport(elevel,
-					(errcode(ERRCODE_PROTOCOL_VIOLATION),
-					 errmsg("unexpected reply from Redis at %s", target),
-					 errdetail_internal("%s", d),
-					 errhint("Make sure redsem's settings point at a Redis server and that no other program writes to keys under redsem.key_prefix.")));
-			break;
-	}
+	redis_report_at(elevel, o, target);
 	pfree(target);
 }

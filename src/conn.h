@@ -8,72 +8,10 @@
 
 #include "datatype/timestamp.h"
 
-struct redisReply;
+#include "redis_call.h"
+#include "report.h"
+#include "sockwait.h"
 
-/*
- * What became of a command.  Every Redis error reply falls in one class;
- * see the table in README.md ("Redis errors").
- */
-typedef enum RedisStatus
-{
-	RS_OK,						/* a reply that is not an error */
-	RS_CONNECT_FAILED,			/* 08001: no connection */
-	RS_AUTH_FAILED,				/* 28000: NOAUTH, NOPERM */
-	RS_BAD_PASSWORD,			/* 28P01: WRONGPASS, invalid password */
-	RS_PASSWORD_FILE,			/* 28000: the password file cannot be used
-								 * (never sent to Redis) */
-	RS_TOO_MANY_CLIENTS,		/* 08004: Redis refused the connection */
-	RS_LOST,					/* 08006: connection broke */
-	RS_TIMED_OUT,				/* 08006: no answer in time */
-	RS_UNAVAILABLE,				/* 08006: READONLY, LOADING, MASTERDOWN,
-								 * BUSY */
-	RS_OUT_OF_MEMORY,			/* 53200: OOM (maxmemory) */
-	RS_CONFLICT,				/* 38000: script or key conflict */
-	RS_REFUSED,					/* 58000: any other error reply */
-	RS_MALFORMED,				/* 08P01: a reply of an unexpected shape */
-	RS_NOT_REPLICATED,			/* 08006: WAIT found too few replicas */
-	RS_NOSCRIPT					/* library missing (loaded, retried, never
-								 * reported) */
-} RedisStatus;
-
-/* Why a command failed, kept for the caller to report; never a secret */
-typedef struct RedisOutcome
-{
-	RedisStatus status;
-	int			timeout_ms;		/* RS_TIMED_OUT: the wait that ran out */
-	char		detail[256];	/* Redis's words, or the system's */
-	int			node_plus1;		/* the Redis Cluster node that failed, plus
-								 * one; 0: the current target */
-} RedisOutcome;
-
-/*
- * How to run one command: until when, whether cancel and timeouts are
- * served (SQL paths) or held off (callbacks, the keeper), and the level at
- * which a failure is reported: ERROR raises; anything lower is only
- * returned in outcome, for the caller to log as it sees fit.
- */
-typedef struct RedisCall
-{
-	TimestampTz deadline;		/* DT_NOEND: redsem.command_timeout */
-	int			extra_wait_ms;	/* added to the timeout (blocking commands) */
-	bool		interruptible;
-	int			elevel;
-	bool		uncounted;		/* a failure is not counted in redsem_stats
-								 * (the caller's was counted already) */
-	RedisOutcome outcome;
-	int			node_budget_ms; /* a Cluster pipeline: the longest any one
-								 * node may take; 0: the whole deadline */
-} RedisCall;
-
-/* One command of a pipeline */
-typedef struct RedisCommand
-{
-	int			argc;
-	const char **argv;
-} RedisCommand;
-
-/* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0}
 
 struct redisContext;
 
@@ -100,13 +38,7 @@ extern bool redis_reply_outcome(const struct redisReply *reply,
 extern bool redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
 			pg_attribute_printf(3, 4);
 extern void redis_report(int elevel, const RedisOutcome *outcome);
-extern const char *redis_status_text(RedisStatus status);
 extern char *redis_outcome_text(const RedisOutcome *outcome);
-extern void redis_set_wait_event(uint32 event);
-extern int	redis_wait_socket(int fd, int io_events, TimestampTz deadline,
-							  bool interruptible);
-extern void redis_forget_wait_fd(int fd);
-extern bool redis_past(TimestampTz deadline);
 extern uint64 redis_writes_started(void);
 extern void redis_disconnect(void);
 extern char *redis_target_description(void);

@@ -36,7 +36,9 @@
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
-#include "conn.h"
+#include "redis_call.h"
+#include "report.h"
+#include "sockwait.h"
 #include "redsem.h"
 #include "resolve.h"
 
@@ -69,25 +71,6 @@ typedef struct Lookup
 	struct addrinfo *result;
 	char		host[NI_MAXHOST];
 } Lookup;
-
-/*
- * Record why no address came (RS_CONNECT_FAILED, 08001), without raising:
- * the caller may try another server.  Returns false.
- */
-static bool
-lookup_fail(RedisCall *call, const char *fmt,...) pg_attribute_printf(2, 3);
-
-static bool
-lookup_fail(RedisCall *call, const char *fmt,...)
-{
-	va_list		args;
-
-	call->outcome.status = RS_CONNECT_FAILED;
-	va_start(args, fmt);
-	vsnprintf(call->outcome.detail, sizeof(call->outcome.detail), fmt, args);
-	va_end(args);
-	return false;
-}
 
 /* Free a lookup and what it holds */
 static void
@@ -179,26 +162,26 @@ lookup_start(RedisCall *call, const char *host)
 	release_thread_fds();
 	if (pg_atomic_read_u32(&lookups_running) >= LOOKUPS_MAX)
 	{
-		lookup_fail(call, "%d earlier lookups of host names are still running; the name server does not answer",
+		redis_note(&call->outcome, RS_CONNECT_FAILED, "%d earlier lookups of host names are still running; the name server does not answer",
 					LOOKUPS_MAX);
 		return NULL;
 	}
 	if (!AcquireExternalFD())
 	{
-		lookup_fail(call, "there are too many open files on the local server");
+		redis_note(&call->outcome, RS_CONNECT_FAILED, "there are too many open files on the local server");
 		return NULL;
 	}
 	l = calloc(1, sizeof(Lookup));
 	if (l == NULL)
 	{
 		ReleaseExternalFD();
-		lookup_fail(call, "could not start a lookup of host name \"%s\": out of memory", host);
+		redis_note(&call->outcome, RS_CONNECT_FAILED, "could not start a lookup of host name \"%s\": out of memory", host);
 		return NULL;
 	}
 	l->event_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (l->event_fd < 0)
 	{
-		lookup_fail(call, "could not start a lookup of host name \"%s\": %s",
+		redis_note(&call->outcome, RS_CONNECT_FAILED, "could not start a lookup of host name \"%s\": %s",
 					host, strerror(errno));
 		free(l);
 		ReleaseExternalFD();
@@ -224,7 +207,7 @@ lookup_start(RedisCall *call, const char *host)
 		pg_atomic_fetch_sub_u32(&lookups_running, 1);
 		ReleaseExternalFD();
 		lookup_free(l);
-		lookup_fail(call, "could not start a lookup of host name \"%s\": %s",
+		redis_note(&call->outcome, RS_CONNECT_FAILED, "could not start a lookup of host name \"%s\": %s",
 				   host, strerror(err));
 		return NULL;
 	}
@@ -242,7 +225,7 @@ lookup_address(RedisCall *call, Lookup *l, char *addr, size_t addrlen)
 			   *pick = NULL;
 
 	if (l->rc != 0)
-		return lookup_fail(call, "could not resolve host name \"%s\": %s",
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "could not resolve host name \"%s\": %s",
 						  l->host, gai_strerror(l->rc));
 	for (a = l->result; a != NULL && pick == NULL; a = a->ai_next)
 		if (a->ai_family == AF_INET)
@@ -253,7 +236,7 @@ lookup_address(RedisCall *call, Lookup *l, char *addr, size_t addrlen)
 	if (pick == NULL ||
 		getnameinfo(pick->ai_addr, pick->ai_addrlen, addr, addrlen, NULL, 0,
 					NI_NUMERICHOST) != 0)
-		return lookup_fail(call, "host name \"%s\" has no usable address",
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "host name \"%s\" has no usable address",
 						  l->host);
 	return true;
 }
@@ -279,7 +262,7 @@ lookup_wait(RedisCall *call, Lookup *l, TimestampTz deadline)
 										   call->interruptible);
 
 		if ((rc & WL_TIMEOUT) && redis_past(deadline))
-			return lookup_fail(call,
+			return redis_note(&call->outcome, RS_CONNECT_FAILED,
 							   "no address for host name \"%s\" within %ld ms (redsem.connect_timeout is %d ms)",
 							   l->host,
 							   (long) ((GetCurrentTimestamp() - start) / 1000),
@@ -308,7 +291,7 @@ redis_resolve(RedisCall *call, const char *host, char *addr, size_t addrlen,
 		return true;
 	}
 	if (strlen(host) >= NI_MAXHOST)
-		return lookup_fail(call, "host name is too long");
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "host name is too long");
 	l = lookup_start(call, host);
 	if (l == NULL)
 		return false;

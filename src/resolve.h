@@ -5,7 +5,7 @@
 #ifndef REDSEM_RESOLVE_H
 #define REDSEM_RESOLVE_H
 
-#include "conn.h"
+#include "redis_call.h"
 
 extern bool redis_resolve(RedisCall *call, const char *host, char *addr,
 						  size_t addrlen, TimestampTz deadline);

@@ -21,26 +21,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "report.h"
 #include "secret.h"
 
 char	   *redsem_password = NULL;
 char	   *redsem_password_file = NULL;
-
-/* Fill the outcome for a password file that cannot be used */
-static bool
-file_trouble(RedisOutcome *o, const char *fmt,...) pg_attribute_printf(2, 3);
-
-static bool
-file_trouble(RedisOutcome *o, const char *fmt,...)
-{
-	va_list		args;
-
-	o->status = RS_PASSWORD_FILE;
-	va_start(args, fmt);
-	vsnprintf(o->detail, sizeof(o->detail), fmt, args);
-	va_end(args);
-	return false;
-}
 
 /* Refuse a password file (of the setting named) that others could read */
 static bool
@@ -48,13 +33,13 @@ check_file_mode(const struct stat *st, const char *setting, const char *path,
 				RedisOutcome *o)
 {
 	if (!S_ISREG(st->st_mode))
-		return file_trouble(o, "%s \"%s\" is not a regular file", setting, path);
+		return redis_note(o, RS_PASSWORD_FILE, "%s \"%s\" is not a regular file", setting, path);
 	if (st->st_uid != geteuid() && st->st_uid != 0)
-		return file_trouble(o, "%s \"%s\" must be owned by the database server's user or root", setting, path);
+		return redis_note(o, RS_PASSWORD_FILE, "%s \"%s\" must be owned by the database server's user or root", setting, path);
 	if (st->st_uid == geteuid() && (st->st_mode & (S_IRWXG | S_IRWXO)))
-		return file_trouble(o, "%s \"%s\" has group or world access; permissions should be u=rw (0600) or less", setting, path);
+		return redis_note(o, RS_PASSWORD_FILE, "%s \"%s\" has group or world access; permissions should be u=rw (0600) or less", setting, path);
 	if (st->st_uid == 0 && (st->st_mode & (S_IWGRP | S_IXGRP | S_IRWXO)))
-		return file_trouble(o, "%s \"%s\" has group write or world access; permissions should be u=rw,g=r (0640) or less", setting, path);
+		return redis_note(o, RS_PASSWORD_FILE, "%s \"%s\" has group write or world access; permissions should be u=rw,g=r (0640) or less", setting, path);
 	return true;
 }
 
@@ -73,26 +58,26 @@ secret_from_file(const char *setting, const char *path, char *buf, size_t len,
 	bool		ok;
 
 	if (fd < 0)
-		return file_trouble(o, "could not open %s \"%s\": %m", setting, path);
+		return redis_note(o, RS_PASSWORD_FILE, "could not open %s \"%s\": %m", setting, path);
 	ok = (fstat(fd, &st) == 0) ? check_file_mode(&st, setting, path, o) :
-		file_trouble(o, "could not stat %s \"%s\": %m", setting, path);
+		redis_note(o, RS_PASSWORD_FILE, "could not stat %s \"%s\": %m", setting, path);
 	while (ok && used < len && (n = read(fd, buf + used, len - used)) != 0)
 	{
 		if (n < 0 && errno != EINTR)
-			ok = file_trouble(o, "could not read %s \"%s\": %m", setting, path);
+			ok = redis_note(o, RS_PASSWORD_FILE, "could not read %s \"%s\": %m", setting, path);
 		else if (n > 0)
 			used += n;
 	}
 	close(fd);
 	if (ok && used == len)
-		ok = file_trouble(o, "%s \"%s\" is longer than %d bytes",
+		ok = redis_note(o, RS_PASSWORD_FILE, "%s \"%s\" is longer than %d bytes",
 						  setting, path, (int) len - 1);
 	if (ok)
 	{
 		buf[used] = '\0';
 		buf[strcspn(buf, "\r\n")] = '\0';
 		if (buf[0] == '\0')
-			ok = file_trouble(o, "%s \"%s\" is empty", setting, path);
+			ok = redis_note(o, RS_PASSWORD_FILE, "%s \"%s\" is empty", setting, path);
 	}
 	if (!ok)
 		explicit_bzero(buf, len);

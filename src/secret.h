@@ -5,7 +5,7 @@
 #ifndef REDSEM_SECRET_H
 #define REDSEM_SECRET_H
 
-#include "conn.h"
+#include "redis_call.h"
 
 #define REDSEM_MAX_SECRET_BYTES	512
 

@@ -256,9 +256,7 @@ ask_sentinel(RedisCall *call, redisContext *c, const SentinelAddr *where,
 	freeReplyObject(r);
 	if (!ok)
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 *unknown ? "the sentinels do not monitor a primary named \"%s\" (redsem.sentinel_master)"
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, *unknown ? "the sentinels do not monitor a primary named \"%s\" (redsem.sentinel_master)"
 				 : "unexpected reply to SENTINEL get-master-addr-by-name \"%s\"",
 				 redsem_sentinel_master);
 	}
@@ -305,9 +303,7 @@ find_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
 		char		last[sizeof(call->outcome.detail)];
 
 		strlcpy(last, call->outcome.detail, sizeof(last));
-		call->outcome.status = RS_CONNECT_FAILED;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "no sentinel of redsem.sentinels named the primary: %s", last);
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "no sentinel of redsem.sentinels named the primary: %s", last);
 	}
 	return false;
 }
@@ -337,9 +333,7 @@ is_primary(RedisCall *call, redisContext *c, TimestampTz deadline)
 	freeReplyObject(r);
 	if (!ok)
 	{
-		call->outcome.status = RS_UNAVAILABLE;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "the sentinels name %s as primary \"%s\", but it is not a primary (a failover is in progress)",
+		(void) redis_note(&call->outcome, RS_UNAVAILABLE, "the sentinels name %s as primary \"%s\", but it is not a primary (a failover is in progress)",
 				 last_primary, redsem_sentinel_master);
 	}
 	return ok;
@@ -361,9 +355,7 @@ primary_unreachable(RedisCall *call)
 		call->outcome.status != RS_TIMED_OUT)
 		return;
 	strlcpy(why, call->outcome.detail, sizeof(why));
-	call->outcome.status = RS_UNAVAILABLE;
-	snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-			 "the sentinels name %s as primary \"%s\", but it cannot be reached (a failover may be in progress): %s",
+	(void) redis_note(&call->outcome, RS_UNAVAILABLE, "the sentinels name %s as primary \"%s\", but it cannot be reached (a failover may be in progress): %s",
 			 last_primary, redsem_sentinel_master, why);
 }
 

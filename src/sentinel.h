@@ -5,7 +5,7 @@
 #ifndef REDSEM_SENTINEL_H
 #define REDSEM_SENTINEL_H
 
-#include "conn.h"
+#include "redis_call.h"
 
 struct redisContext;
 

@@ -22,7 +22,9 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
-#include "conn.h"
+#include "redis_call.h"
+#include "report.h"
+#include "sockwait.h"
 #include "redsem.h"
 #include "tls.h"
 
@@ -68,29 +70,13 @@ tls_define_gucs(void)
 							   NULL, redsem_assign_connection_string, NULL);
 }
 
-/* Fill the outcome of a connection that TLS could not set up; false */
-static bool
-tls_fail(RedisCall *call, const char *fmt,...) pg_attribute_printf(2, 3);
-
-static bool
-tls_fail(RedisCall *call, const char *fmt,...)
-{
-	va_list		args;
-
-	call->outcome.status = RS_CONNECT_FAILED;
-	va_start(args, fmt);
-	vsnprintf(call->outcome.detail, sizeof(call->outcome.detail), fmt, args);
-	va_end(args);
-	return false;
-}
-
 #ifndef REDSEM_HAVE_TLS
 
 /* This build has no TLS: say which library it needs */
 bool
 tls_supported(RedisCall *call)
 {
-	return tls_fail(call, "redsem.tls is on, but this build of redsem has no TLS support: it needs hiredis 1.0 or later with hiredis_ssl (libhiredis_ssl) at build time");
+	return redis_note(&call->outcome, RS_CONNECT_FAILED, "redsem.tls is on, but this build of redsem has no TLS support: it needs hiredis 1.0 or later with hiredis_ssl (libhiredis_ssl) at build time");
 }
 
 /* Never called in a build without TLS (tls_supported refused) */
@@ -160,11 +146,11 @@ make_context(RedisCall *call)
 		SSL_CTX_free(ctx);
 	ctx = NULL;
 	if (have_cert != have_key)
-		return tls_fail(call, "redsem.tls_cert_file and redsem.tls_key_file must be set together");
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "redsem.tls_cert_file and redsem.tls_key_file must be set together");
 	ERR_clear_error();
 	ctx = SSL_CTX_new(TLS_client_method());
 	if (ctx == NULL)
-		return tls_fail(call, "could not make a TLS context: %s",
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "could not make a TLS context: %s",
 						openssl_error(err, sizeof(err), "out of memory"));
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
@@ -183,7 +169,7 @@ make_context(RedisCall *call)
 failed:
 	SSL_CTX_free(ctx);
 	ctx = NULL;
-	return tls_fail(call, "could not load the TLS files (redsem.tls_ca_file, redsem.tls_cert_file, redsem.tls_key_file): %s",
+	return redis_note(&call->outcome, RS_CONNECT_FAILED, "could not load the TLS files (redsem.tls_ca_file, redsem.tls_cert_file, redsem.tls_key_file): %s",
 					openssl_error(err, sizeof(err), "unknown error"));
 }
 
@@ -227,12 +213,12 @@ handshake_failed(RedisCall *call, SSL *ssl, int ssl_error)
 	long		verdict = SSL_get_verify_result(ssl);
 
 	if (verdict != X509_V_OK)
-		return tls_fail(call, "the server certificate was not accepted: %s",
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "the server certificate was not accepted: %s",
 						X509_verify_cert_error_string(verdict));
 	if (ssl_error == SSL_ERROR_SYSCALL || ssl_error == SSL_ERROR_ZERO_RETURN)
-		return tls_fail(call, "TLS handshake failed: %s",
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "TLS handshake failed: %s",
 						openssl_error(err, sizeof(err), "the server closed the connection (is it serving TLS on this port?)"));
-	return tls_fail(call, "TLS handshake failed: %s",
+	return redis_note(&call->outcome, RS_CONNECT_FAILED, "TLS handshake failed: %s",
 					openssl_error(err, sizeof(err), "unknown error"));
 }
 
@@ -259,7 +245,7 @@ handshake(RedisCall *call, SSL *ssl, int fd, TimestampTz deadline)
 			return handshake_failed(call, ssl, e);
 		if ((redis_wait_socket(fd, events, deadline, call->interruptible) & WL_TIMEOUT) &&
 			redis_past(deadline))
-			return tls_fail(call, "no TLS handshake within %d ms (redsem.connect_timeout); is the server serving TLS on this port?",
+			return redis_note(&call->outcome, RS_CONNECT_FAILED, "no TLS handshake within %d ms (redsem.connect_timeout); is the server serving TLS on this port?",
 							redsem_connect_timeout_ms);
 	}
 }
@@ -284,7 +270,7 @@ tls_start(RedisCall *call, redisContext *c, const char *host,
 	ERR_clear_error();
 	ssl = new_session(c->fd, name);
 	if (ssl == NULL)
-		return tls_fail(call, "could not start a TLS session: %s",
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "could not start a TLS session: %s",
 						openssl_error(err, sizeof(err), "out of memory"));
 	if (redisInitiateSSL(c, ssl) != REDIS_OK)
 	{
@@ -297,7 +283,7 @@ tls_start(RedisCall *call, redisContext *c, const char *host,
 		if (verdict)
 			(void) handshake_failed(call, ssl, SSL_ERROR_SSL);
 		else
-			(void) tls_fail(call, "TLS handshake failed: %s", c->errstr);
+			(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "TLS handshake failed: %s", c->errstr);
 		SSL_free(ssl);
 		return false;
 	}

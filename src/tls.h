@@ -6,7 +6,7 @@
 #ifndef REDSEM_TLS_H
 #define REDSEM_TLS_H
 
-#include "conn.h"
+#include "redis_call.h"
 
 struct redisContext;
 
