@@ -15,7 +15,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
-#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "conn.h"
@@ -91,25 +90,38 @@ touch_prefix(RedisCall *call, const IndexEntry *e, int n)
 }
 
 /*
+ * Log that the index could not be touched, at most every
+ * KEEPER_LOG_EVERY_MS (the next touch tries again)
+ */
+void
+fleet_touch_failed(const char *why)
+{
+	static TimestampTz logged_at = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!TimestampDifferenceExceeds(logged_at, now, KEEPER_LOG_EVERY_MS))
+		return;
+	logged_at = now;
+	ereport(LOG,
+			(errmsg("redsem keeper could not note its semaphores in the index of redsem_semaphores(): %s", why),
+			 errdetail("Leases are not affected; the view may miss this server's semaphores until a later try succeeds.")));
+}
+
+/*
  * The keeper's part, after each round's refreshes: every FLEET_TOUCH_MS,
  * note in the index the semaphores this server's sessions hold or wait on.
- * Best effort within FLEET_TOUCH_BUDGET_MS: a failure is logged at most
- * every KEEPER_LOG_EVERY_MS and tried again at the next touch; nothing of
- * it can stop the keeper's own work (an ERROR is caught).
+ * Best effort within FLEET_TOUCH_BUDGET_MS; a Redis failure goes to
+ * fleet_touch_failed.  (The keeper catches an ERROR raised here.)
  */
 void
 fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
 {
 	static TimestampTz next_touch = 0;
-	static TimestampTz logged_at = 0;
 	TimestampTz now = GetCurrentTimestamp();
-	MemoryContext cxt = CurrentMemoryContext;
-	uint32		holdoff = InterruptHoldoffCount;
 	IndexEntry *entries;
 	int			m;
 	RedisCall	call;
 	bool		ok = true;
-	char		why[256] = "";
 
 	if (now < next_touch)
 		return;
@@ -118,31 +130,15 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
 	if ((m = collect_entries(holds, n, target, entries)) == 0)
 		return;
 	redis_call_init(&call, TimestampTzPlusMilliseconds(now, FLEET_TOUCH_BUDGET_MS), true, 0);
-	PG_TRY();
+	for (int first = 0, last; ok && first < m; first = last)
 	{
-		for (int first = 0, last; ok && first < m; first = last)
-		{
-			for (last = first + 1; last < m &&
-				 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
-				;
-			ok = touch_prefix(&call, &entries[first], last - first);
-		}
-		if (!ok)
-			strlcpy(why, redis_outcome_text(&call.outcome), sizeof(why));
+		for (last = first + 1; last < m &&
+			 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
+			;
+		ok = touch_prefix(&call, &entries[first], last - first);
 	}
-	PG_CATCH();
-	{
-		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
-		ok = false;
-	}
-	PG_END_TRY();
-	if (!ok && TimestampDifferenceExceeds(logged_at, now, KEEPER_LOG_EVERY_MS))
-	{
-		logged_at = now;
-		ereport(LOG,
-				(errmsg("redsem keeper could not note its semaphores in the index of redsem_semaphores(): %s", why),
-				 errdetail("Leases are not affected; the view may miss this server's semaphores until a later try succeeds.")));
-	}
+	if (!ok)
+		fleet_touch_failed(redis_outcome_text(&call.outcome));
 }
 
 /* One row of redsem_semaphores() */

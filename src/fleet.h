@@ -6,8 +6,9 @@
 #ifndef REDSEM_FLEET_H
 #define REDSEM_FLEET_H
 
-#include "keeper.h"
+#include "shmem.h"
 
 extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target);
+extern void fleet_touch_failed(const char *why);
 
 #endif							/* REDSEM_FLEET_H */

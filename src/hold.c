@@ -739,7 +739,7 @@ hold_forget_id(const char *name, const char *id)
 static char *
 keeper_error(const SharedHold *tracked, bool tracked_ok)
 {
-	char		trouble[sizeof(shared->keeper_trouble)];
+	char		trouble[KEEPER_TROUBLE_LEN];
 	TimestampTz since;
 
 	if (!tracked_ok || !keeper_is_active())

@@ -104,25 +104,12 @@ static int
 snapshot_holds(HoldCopy **out)
 {
 	static HoldCopy *buffer = NULL;
-	int			n = 0;
 
 	if (buffer == NULL)
 		buffer = MemoryContextAlloc(TopMemoryContext,
-									sizeof(HoldCopy) * hold_table_size);
-	shared->keeper_wakes_at = DT_NOEND;
-	pg_memory_barrier();
-	LWLockAcquire(shared->holds_lock, LW_SHARED);
-	for (int i = 0; i < hold_table_size; i++)
-	{
-		if (!hold_table[i].in_use)
-			continue;
-		buffer[n].slot = i;
-		buffer[n].hold = hold_table[i];
-		n++;
-	}
-	LWLockRelease(shared->holds_lock);
+									sizeof(HoldCopy) * shared_hold_capacity());
 	*out = buffer;
-	return n;
+	return keeper_copy_holds(buffer);
 }
 
 /* Milliseconds from now until when, at least 1 */
@@ -170,7 +157,7 @@ report_trouble(KeeperState *st, const char *text)
 static void
 report_recovery(KeeperState *st)
 {
-	if (shared->keeper_trouble_since != 0)	/* only the keeper writes it */
+	if (keeper_has_trouble())
 		keeper_trouble_clear();
 	if (st->trouble_logged_at == 0)
 		return;
@@ -214,21 +201,13 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 	int			failures = c->hold.failures + 1;
 	int64		retry = backoff_ms(failures);
 	bool		log_it;
-	SharedHold *h;
 
 	log_it = (c->hold.logged_at == 0 ||
 			  TimestampDifferenceExceeds(c->hold.logged_at, now, KEEPER_LOG_EVERY_MS)) &&
 		hold_line_allowed(st, now);
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
-	{
-		h->failures = failures;
-		h->retry_at = TimestampTzPlusMilliseconds(now, retry);
-		strlcpy(h->trouble, text, sizeof(h->trouble));
-		if (log_it)
-			h->logged_at = now;
-	}
-	LWLockRelease(shared->holds_lock);
+	shared_hold_note_failure(c->slot, c->hold.id, failures,
+							 TimestampTzPlusMilliseconds(now, retry), text,
+							 log_it ? now : 0);
 	if (log_it)
 	{
 		ereport(LOG,
@@ -252,35 +231,14 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 static void
 note_refresh(const HoldCopy *c, int64 lease, TimestampTz sent)
 {
-	SharedHold *h;
-
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
-	{
-		if (lease > 0)
-			h->refreshed_at = sent;
-		else
-		{
-			h->lost = true;
-			h->forced = (lease < 0);
-		}
-		h->failures = 0;
-		h->retry_at = 0;
-		h->trouble[0] = '\0';
-	}
-	LWLockRelease(shared->holds_lock);
+	shared_hold_note_refresh(c->slot, c->hold.id, lease, sent);
 }
 
 /* Flag whether a hold was taken under another Redis target than ours */
 static void
 note_unkept(const HoldCopy *c, bool unkept)
 {
-	SharedHold *h;
-
-	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(c->slot, c->hold.id)) != NULL)
-		h->unkept = unkept;
-	LWLockRelease(shared->holds_lock);
+	shared_hold_set_unkept(c->slot, c->hold.id, unkept);
 }
 
 /* A keeper call: interruptible (SIGTERM), within redsem.command_timeout */
@@ -500,6 +458,25 @@ node_budget_ms(const KeeperBatch *batch, TimestampTz now)
 }
 
 /*
+ * In a PG_CATCH of the keeper: put the error's message into buf and clear
+ * the error state (memory context, holdoff count, LWLocks as they were), so
+ * that the keeper goes on.  cxt and holdoff are what they were at PG_TRY.
+ */
+static void
+keeper_swallow_error(MemoryContext cxt, uint32 holdoff, char *buf, size_t len)
+{
+	ErrorData  *edata;
+
+	InterruptHoldoffCount = holdoff;
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	FlushErrorState();
+	LWLockReleaseAll();
+	strlcpy(buf, edata->message ? edata->message : "(no message)", len);
+	FreeErrorData(edata);
+}
+
+/*
  * Send the cycle's queued work in pipelined batches.  Returns false on
  * connection trouble, reported once.  An ERROR here (out of memory, say)
  * is caught: the items then count as not answered.
@@ -548,22 +525,27 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 }
 
 /*
- * In a PG_CATCH of the keeper: put the error's message into buf and clear
- * the error state (memory context, holdoff count, LWLocks as they were), so
- * that the keeper goes on.  cxt and holdoff are what they were at PG_TRY.
+ * Note this server's semaphores in the fleet index (fleet.c); an ERROR
+ * there is caught and logged like a Redis failure, never the keeper's end
  */
-void
-keeper_swallow_error(MemoryContext cxt, uint32 holdoff, char *buf, size_t len)
+static void
+touch_fleet_index(const HoldCopy *holds, int n, uint64 target)
 {
-	ErrorData  *edata;
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
 
-	InterruptHoldoffCount = holdoff;
-	MemoryContextSwitchTo(cxt);
-	edata = CopyErrorData();
-	FlushErrorState();
-	LWLockReleaseAll();
-	strlcpy(buf, edata->message ? edata->message : "(no message)", len);
-	FreeErrorData(edata);
+	PG_TRY();
+	{
+		touch_fleet_index(holds, n, target);
+	}
+	PG_CATCH();
+	{
+		char		why[256];
+
+		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
+		fleet_touch_failed(why);
+	}
+	PG_END_TRY();
 }
 
 /* One pass over the holds; returns how long to sleep */
@@ -601,7 +583,7 @@ keeper_cycle(KeeperState *st)
 	}
 	if (st->succeeded && redis_ok)
 		report_recovery(st);
-	fleet_touch_index(holds, n, target);
+	touch_fleet_index(holds, n, target);
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",
@@ -613,8 +595,7 @@ keeper_cycle(KeeperState *st)
 static void
 keeper_detach(int code, Datum arg)
 {
-	shared->keeper_latch = NULL;
-	shared->keeper_pid = 0;
+	keeper_detach_shmem();
 }
 
 /* The keeper's main loop */
@@ -630,8 +611,7 @@ redsem_keeper_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	memset(&st, 0, sizeof(st));
-	shared->keeper_latch = MyLatch;
-	shared->keeper_pid = MyProcPid;
+	keeper_attach(MyLatch, MyProcPid);
 	on_shmem_exit(keeper_detach, (Datum) 0);
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "redsem keeper",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -652,8 +632,7 @@ redsem_keeper_main(Datum main_arg)
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(cycle_context);
 
-		shared->keeper_wakes_at =
-			TimestampTzPlusMilliseconds(GetCurrentTimestamp(), sleep_ms);
+		keeper_set_wake_time(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), sleep_ms));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, redsem_wait_event());
 		ResetLatch(MyLatch);

@@ -409,7 +409,7 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 	SharedHold *all;
 	int			n;
 
-	if (shared == NULL)
+	if (!shmem_ready())
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("redsem_activity requires redsem in shared_preload_libraries"),

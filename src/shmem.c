@@ -35,10 +35,12 @@
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
-RedsemShared *shared = NULL;
-SharedHold *hold_table = NULL;	/* survives crash-restarts */
-int			hold_table_size = 0;
+static RedsemShared *shared = NULL;
+static SharedHold *hold_table = NULL;	/* survives crash-restarts */
+static int	hold_table_size = 0;
 static HTAB *stats_hash = NULL;
+
+static SharedHold *tracked_hold(int slot, const char *id);
 static uint64 local_incarnation = 0;
 
 /* Set by the postmaster once it has initialised shared memory once */
@@ -231,6 +233,134 @@ keeper_trouble_copy(char *buf, size_t len)
 	return since;
 }
 
+/* True when this server has redsem's shared memory (it is preloaded) */
+bool
+shmem_ready(void)
+{
+	return shared != NULL;
+}
+
+/* The keeper starts: where to wake it, and who it is */
+void
+keeper_attach(Latch *latch, int pid)
+{
+	shared->keeper_latch = latch;
+	shared->keeper_pid = pid;
+}
+
+/* The keeper exits (on_shmem_exit) */
+void
+keeper_detach_shmem(void)
+{
+	shared->keeper_latch = NULL;
+	shared->keeper_pid = 0;
+}
+
+/* The keeper sleeps until when: a backend with an earlier need wakes it */
+void
+keeper_set_wake_time(TimestampTz when)
+{
+	shared->keeper_wakes_at = when;
+}
+
+/* True while the keeper has trouble with Redis (only the keeper writes it) */
+bool
+keeper_has_trouble(void)
+{
+	return shared->keeper_trouble_since != 0;
+}
+
+/*
+ * Copy the in-use holds into buf (hold_table_size entries) for the keeper,
+ * which is awake from now on: a backend that adds a hold meanwhile sees
+ * keeper_wakes_at at its end of time and wakes it again.  Returns how many.
+ */
+int
+keeper_copy_holds(HoldCopy *buf)
+{
+	int			n = 0;
+
+	shared->keeper_wakes_at = DT_NOEND;
+	pg_memory_barrier();
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	for (int i = 0; i < hold_table_size; i++)
+	{
+		if (!hold_table[i].in_use)
+			continue;
+		buf[n].slot = i;
+		buf[n].hold = hold_table[i];
+		n++;
+	}
+	LWLockRelease(shared->holds_lock);
+	return n;
+}
+
+/* How many entries the hold table has (its copies' size) */
+int
+shared_hold_capacity(void)
+{
+	return hold_table_size;
+}
+
+/* The keeper failed on a hold: count, when to try again, why, logged when */
+void
+shared_hold_note_failure(int slot, const char *id, int failures,
+						 TimestampTz retry_at, const char *text,
+						 TimestampTz logged_at)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		h->failures = failures;
+		h->retry_at = retry_at;
+		strlcpy(h->trouble, text, sizeof(h->trouble));
+		if (logged_at != 0)
+			h->logged_at = logged_at;
+	}
+	LWLockRelease(shared->holds_lock);
+}
+
+/*
+ * The keeper refreshed a hold: a new lease (> 0, confirmed at sent), a slot
+ * found gone (0), or one an administrator released (-1); failures cleared
+ */
+void
+shared_hold_note_refresh(int slot, const char *id, int64 lease,
+						 TimestampTz sent)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		if (lease > 0)
+			h->refreshed_at = sent;
+		else
+		{
+			h->lost = true;
+			h->forced = (lease < 0);
+		}
+		h->failures = 0;
+		h->retry_at = 0;
+		h->trouble[0] = '\0';
+	}
+	LWLockRelease(shared->holds_lock);
+}
+
+/* Flag whether a hold was taken under another Redis target than the keeper's */
+void
+shared_hold_set_unkept(int slot, const char *id, bool unkept)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		h->unkept = unkept;
+	LWLockRelease(shared->holds_lock);
+}
+
 /* True if the keeper process is running */
 bool
 keeper_is_active(void)
@@ -247,7 +377,7 @@ keeper_is_active(void)
  * The entry in slot if it still tracks id, else NULL (a slot is reused once
  * its hold ends).  The caller holds holds_lock.
  */
-SharedHold *
+static SharedHold *
 tracked_hold(int slot, const char *id)
 {
 	SharedHold *h;

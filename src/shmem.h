@@ -3,6 +3,19 @@
  *		State shared by the backends of one server (with
  *		shared_preload_libraries): the table of holds the keeper keeps
  *		alive, the server's identity, and per-semaphore statistics.
+ *
+ * shmem.c alone touches this memory; everybody else goes through the
+ * functions below.  Which lock guards what:
+ *   holds_lock   every field of every SharedHold, hold_hint, holds_in_use,
+ *                keeper_trouble_since and keeper_trouble
+ *   stats_lock   which semaphores the statistics hash holds (found and
+ *                added under it); their counters are atomics, added with
+ *                the lock held shared
+ *   none         incarnation (written by the postmaster before any backend
+ *                starts); keeper_pid, keeper_latch and keeper_wakes_at
+ *                (written by the keeper alone, read by backends unlocked: a
+ *                stale value costs one needless or one missed wake-up, and
+ *                the keeper never sleeps longer than KEEPER_MAX_SLEEP_MS)
  */
 #ifndef REDSEM_SHMEM_H
 #define REDSEM_SHMEM_H
@@ -54,6 +67,16 @@ typedef struct SharedHold
 	char		id[REDSEM_MAX_ID_BYTES + 1];
 } SharedHold;
 
+/* A copy of one entry of the hold table, with its slot (the keeper's view) */
+typedef struct HoldCopy
+{
+	int			slot;
+	SharedHold	hold;
+} HoldCopy;
+
+/* The longest keeper trouble text kept (with its terminator) */
+#define KEEPER_TROUBLE_LEN	160
+
 /* The part of shared memory that a crash-restart re-creates */
 typedef struct RedsemShared
 {
@@ -67,7 +90,7 @@ typedef struct RedsemShared
 	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
 	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
 										 * since, or 0 */
-	char		keeper_trouble[160];
+	char		keeper_trouble[KEEPER_TROUBLE_LEN];
 } RedsemShared;
 
 typedef enum StatField
@@ -112,16 +135,26 @@ typedef struct SharedSemStats
 	pg_atomic_uint64 counters[STAT_NFIELDS];
 } SharedSemStats;
 
-extern RedsemShared *shared;
-extern SharedHold *hold_table;
-extern int	hold_table_size;
 extern int	redsem_max_tracked_holds;
 extern int	redsem_max_tracked_semaphores;
 extern int	redsem_reserved_holds;
 
 extern void shmem_init(void);
 extern uint64 redsem_incarnation(void);
+extern bool shmem_ready(void);
 extern bool keeper_is_active(void);
+extern void keeper_attach(Latch *latch, int pid);
+extern void keeper_detach_shmem(void);
+extern void keeper_set_wake_time(TimestampTz when);
+extern bool keeper_has_trouble(void);
+extern int	keeper_copy_holds(HoldCopy *buf);
+extern int	shared_hold_capacity(void);
+extern void shared_hold_note_failure(int slot, const char *id, int failures,
+									 TimestampTz retry_at, const char *text,
+									 TimestampTz logged_at);
+extern void shared_hold_note_refresh(int slot, const char *id, int64 lease,
+									 TimestampTz sent);
+extern void shared_hold_set_unkept(int slot, const char *id, bool unkept);
 extern void keeper_trouble_note(const char *text, TimestampTz now);
 extern void keeper_trouble_clear(void);
 extern TimestampTz keeper_trouble_copy(char *buf, size_t len);
@@ -147,7 +180,6 @@ extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);
 extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
-extern SharedHold *tracked_hold(int slot, const char *id);
 
 extern void stats_count(const char *name, StatField field, int64 delta);
 extern void stats_count_wait(const char *name, int64 ms);
