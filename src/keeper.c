@@ -536,7 +536,7 @@ touch_fleet_index(const HoldCopy *holds, int n, uint64 target)
 
 	PG_TRY();
 	{
-		touch_fleet_index(holds, n, target);
+		fleet_touch_index(holds, n, target);
 	}
 	PG_CATCH();
 	{
