@@ -141,6 +141,18 @@ package_check() {
     ' >"$log" 2>&1
 }
 
+# What failed, from a test log: prove's failing files and each failed
+# assertion with its diagnostics, and the first regression diffs (CI keeps
+# only what we print, not the logs).
+failure_digest() {
+    local log=$1
+    echo "--- failures in $log ---"
+    grep -E '^\[[0-9:]+\] t/.* (Dubious|Failed)|^t/[^ ]+ +\(Wstat|^ +Failed tests?:|^  Parse errors' "$log" | head -n 40
+    grep -E -A 12 '^not ok|^# +Failed test' "$log" | grep -E '^(not ok|#)' | head -n 120
+    grep -E -A 40 '^diff ' "$log" | head -n 80
+    echo "--- end of failures ---"
+}
+
 # Run one target; append a row to ROWS.
 run_target() {
     local target=$1 suite server=redis root t0 rc=0 pkg='-' log
@@ -161,6 +173,7 @@ run_target() {
     log "$target: bash scripts/test.sh (REDSEM_REDIS=$server) in the $suite root; log: $log"
     in_root "$root" env REDSEM_REDIS="$server" bash -c 'cd /redsem && bash scripts/test.sh' >"$log" 2>&1 || rc=$?
     tail -n 4 "$log" >&2
+    [[ $rc -eq 0 ]] || failure_digest "$log" >&2
     # the build must be warning-free on every release
     if grep -E '^src/[^ ]+\.[ch]:[0-9]+:[0-9]+: warning:' "$log" >&2; then
         log "$target: the build printed warnings (above)"
