@@ -14,6 +14,7 @@
 
 #include "acquire.h"
 #include "deadlock.h"
+#include "guc.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -214,10 +215,10 @@ grant_replicated(AcquireArgs *args)
 		return call_failed(args, &call);
 	if (acked >= redsem_grant_replicas)
 		return true;
-	stats_count(args->name, STAT_REDIS_ERRORS, 1);
-	(void) redis_fail(&call, RS_NOT_REPLICATED,
+	(void) redis_note(&call.outcome, RS_NOT_REPLICATED,
 					  "%d of the %d replicas (redsem.grant_replicas) acknowledged the grant within %d ms (redsem.grant_replica_timeout)",
 					  acked, redsem_grant_replicas, redsem_grant_replica_timeout_ms);
+	(void) sem_call_failed(&call, args->name);
 	return call_failed(args, &call);
 }
 

@@ -22,7 +22,7 @@
 #include "utils/guc.h"
 
 #include "cluster.h"
-#include "redsem.h"
+#include "guc.h"
 
 #define CLUSTER_SLOTS	16384
 

@@ -1,46 +1,43 @@
 /*
  * conn.c
- *		The backend's single Redis connection and every wait on it.
+ *		The backend's Redis links, and routing commands over them.
  *
- * The connection is opened lazily, on first use, and reopened on the next
- * call after it broke, after a connection setting changed, or after Redis
- * said it cannot serve us here (READONLY, LOADING, MASTERDOWN: a failover
- * behind the same address is then followed).  All socket I/O is
- * non-blocking: every wait is on the socket and the process latch together
- * (one wait set kept per socket), so query cancel, statement_timeout and
- * pg_terminate_backend are served while Redis is slow or stalled.  A
- * request interrupted half way leaves a reply in flight, so the connection
- * is discarded rather than reused.
+ * Layers, each calling only downward: sockwait.c (every wait on a socket
+ * and the latch), link.c (a bare connection: open, set up, exchange,
+ * classify; never raises), this file (the backend's links: one to the
+ * server, or one per Redis Cluster node; routing, redirects, pipelines,
+ * following a failover, sentinel.c to find the primary) and report.c
+ * (status texts, and the one function that raises or logs).
  *
- * One core, redis_exec(), serves every caller.  It returns a status and
- * never raises, except that on SQL paths (call->interruptible) a cancel or
- * timeout interrupt unwinds through it.  What went wrong is kept in the
- * call's outcome, classified (see RedisStatus), and redis_report() turns it
- * into an error or a log line at the caller's level, in the manner of
- * postgres_fdw's pgfdw_report_error().
+ * A link is opened lazily, on first use, and reopened on the next call
+ * after it broke, after a connection setting changed, or after Redis said
+ * it cannot serve us here (READONLY, LOADING, MASTERDOWN: a failover behind
+ * the same address is then followed).  A request interrupted half way
+ * leaves a reply in flight, so the link is dropped rather than reused.
+ *
+ * redis_exec() and redis_exec_pipeline() serve every caller.  They return a
+ * status and never raise, except that on SQL paths (call->interruptible) a
+ * cancel or timeout interrupt unwinds through them.  What went wrong is
+ * kept in the call's outcome, classified (see RedisStatus), for the
+ * operation that made the call to count and report once (script.c).
  */
 #include "postgres.h"
 
 #include <sys/socket.h>
 #include <errno.h>
-#include <netdb.h>
 
 #include "hiredis.h"
 
 #include "common/hashfn.h"
 #include "miscadmin.h"
-#include "storage/fd.h"
-#include "storage/ipc.h"
-#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "compat.h"
 #include "cluster.h"
 #include "conn.h"
-#include "redsem.h"
+#include "guc.h"
+#include "link.h"
 #include "report.h"
-#include "resolve.h"
-#include "secret.h"
 #include "sentinel.h"
 #include "timing.h"
 #include "tls.h"
@@ -117,42 +114,15 @@ redis_call_init(RedisCall *call, TimestampTz deadline, bool interruptible,
 	call->elevel = elevel;
 }
 
-/*
- * Record why a call failed; raise at once if the call reports at ERROR.
- * Always returns false, so callers can "return redis_fail(...)".
- */
-bool
-redis_fail(RedisCall *call, RedisStatus status, const char *fmt,...)
-{
-	va_list		args;
-
-	call->outcome.status = status;
-	va_start(args, fmt);
-	vsnprintf(call->outcome.detail, sizeof(call->outcome.detail), fmt, args);
-	va_end(args);
-	if (call->elevel >= ERROR)
-		redis_report(call->elevel, &call->outcome);
-	return false;
-}
-
-/* Close a context and its socket */
-static void
-close_context(redisContext *c)
-{
-	redis_forget_wait_fd(c->fd);
-	redisFree(c);
-}
-
 /* Close the current link, if open, and give back its file descriptor */
 static void
 disconnect_current(void)
 {
 	if (cur->ctx == NULL)
 		return;
-	close_context(cur->ctx);
+	redis_close_context(cur->ctx);
 	cur->ctx = NULL;
 	cur->in_flight = false;
-	ReleaseExternalFD();
 }
 
 /* Close every connection */
@@ -166,420 +136,11 @@ redis_disconnect(void)
 	cur_node = was;
 }
 
-/*
- * How many times this process started writing to Redis: a request made
- * while this stays unchanged never left the process.
- */
-static uint64 writes_started = 0;
-
-/* See writes_started */
-uint64
-redis_writes_started(void)
-{
-	return writes_started;
-}
-
-/* Write out everything hiredis has buffered, waiting on the socket */
-static RedisStatus
-flush_output(redisContext *c, TimestampTz deadline, bool interruptible)
-{
-	int			done = 0;
-
-	writes_started++;
-
-	for (;;)
-	{
-		if (redisBufferWrite(c, &done) != REDIS_OK)
-			return RS_LOST;
-		if (done)
-			return RS_OK;
-		if ((redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
-							interruptible) & WL_TIMEOUT) && redis_past(deadline))
-			return RS_TIMED_OUT;
-	}
-}
-
-/* Read the next reply (malloc'd by hiredis) into *reply, waiting on the socket */
-static RedisStatus
-read_reply(redisContext *c, TimestampTz deadline, bool interruptible,
-		   redisReply **reply)
-{
-	void	   *r = NULL;
-
-	*reply = NULL;
-	for (;;)
-	{
-		int			rc;
-
-		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
-			return RS_LOST;
-		if (r != NULL)
-		{
-			*reply = (redisReply *) r;
-			return RS_OK;
-		}
-		rc = redis_wait_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
-		if (rc & WL_SOCKET_READABLE)
-		{
-			if (redisBufferRead(c) != REDIS_OK)
-				return RS_LOST;
-		}
-		else if ((rc & WL_TIMEOUT) && redis_past(deadline))
-			return RS_TIMED_OUT;
-	}
-}
-
-/*
- * Flush the output buffer and read one reply, waiting on the socket in
- * between.  Stores the reply (malloc'd by hiredis) in *reply.
- */
-static RedisStatus
-exchange(redisContext *c, TimestampTz deadline, bool interruptible,
-		 redisReply **reply)
-{
-	RedisStatus status = flush_output(c, deadline, interruptible);
-
-	*reply = NULL;
-	if (status == RS_OK)
-		status = read_reply(c, deadline, interruptible, reply);
-	if (status == RS_OK && c == cur->ctx)
-		cur->in_flight = false;
-	return status;
-}
-
-/*
- * The class of a Redis error reply, from its leading code; *drop says
- * whether the connection is no use any more (the server is a replica now,
- * refused us, or is about to close it).
- */
-static RedisStatus
-classify_error(const char *msg, bool *drop)
-{
-	static const struct
-	{
-		const char *prefix;
-		RedisStatus status;
-		bool		drop;
-	}			classes[] =
-	{
-		{"NOSCRIPT", RS_NOSCRIPT, false},
-		{"ERR Function not found", RS_NOSCRIPT, false},
-		{"NOAUTH", RS_AUTH_FAILED, true},
-		{"NOPERM", RS_AUTH_FAILED, false},
-		/* the ACL denies a command the library runs (7.0; 7.2 and later) */
-		{"ERR The user executing the script can't run this command", RS_AUTH_FAILED, false},
-		{"ERR ACL failure in script", RS_AUTH_FAILED, false},
-		{"WRONGPASS", RS_BAD_PASSWORD, true},
-		{"ERR invalid password", RS_BAD_PASSWORD, true},
-		{"ERR AUTH", RS_AUTH_FAILED, true},
-		{"ERR Client sent AUTH", RS_AUTH_FAILED, true},
-		/* Redis 7 answers a long command of an unauthenticated client so */
-		{"ERR Protocol error: unauthenticated", RS_AUTH_FAILED, true},
-		{"ERR max number of clients", RS_TOO_MANY_CLIENTS, true},
-		{"READONLY", RS_UNAVAILABLE, true},
-		{"LOADING", RS_UNAVAILABLE, true},
-		{"MASTERDOWN", RS_UNAVAILABLE, true},
-		{"UNBLOCKED", RS_UNAVAILABLE, true},
-		{"BUSY", RS_UNAVAILABLE, false},
-		{"TRYAGAIN", RS_UNAVAILABLE, false},
-		{"CLUSTERDOWN", RS_UNAVAILABLE, true},
-		/* WAIT on a primary demoted since the grant: it cannot confirm */
-		{"ERR WAIT cannot be used with replica", RS_NOT_REPLICATED, true},
-		{"OOM", RS_OUT_OF_MEMORY, false},
-		{"WRONGTYPE", RS_CONFLICT, false},
-		{"REDSEM", RS_CONFLICT, false},
-		{"ERR user_script", RS_CONFLICT, false},
-		{"ERR user_function", RS_CONFLICT, false},
-		{"ERR Error running script", RS_CONFLICT, false},
-		{"ERR Error compiling script", RS_CONFLICT, false},
-	};
-
-	for (int i = 0; i < lengthof(classes); i++)
-	{
-		size_t		len = strlen(classes[i].prefix);
-
-		if (strncmp(msg, classes[i].prefix, len) == 0 &&
-			(msg[len] == ' ' || msg[len] == '\0' || msg[len] == ':'))
-		{
-			*drop = classes[i].drop;
-			return classes[i].status;
-		}
-	}
-	*drop = false;
-	return RS_REFUSED;
-}
-
-/*
- * Turn an error reply into the call's outcome (freeing the reply).  Returns
- * the class; the caller drops the connection if *drop.
- */
-static RedisStatus
-absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
-				   bool *drop)
-{
-	const char *msg = (reply->str != NULL) ? reply->str : "";
-	RedisStatus status = classify_error(msg, drop);
-
-	call->outcome.status = status;
-	/* Redis never echoes a password in its error replies */
-	if (what != NULL)
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "%s: %s", what, msg);
-	else
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", msg);
-	freeReplyObject(reply);
-	return status;
-}
-
-/* Wait for a non-blocking connect to finish, then check its outcome */
-static bool
-finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
-{
-	int			soerr = 0;
-	socklen_t	len = sizeof(soerr);
-
-	for (;;)
-	{
-		int			rc = redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
-										call->interruptible);
-
-		if (rc & WL_SOCKET_WRITEABLE)
-			break;
-		if ((rc & WL_TIMEOUT) && redis_past(deadline))
-		{
-			(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "no answer within %d ms (redsem.connect_timeout)",
-					 redsem_connect_timeout_ms);
-			return false;
-		}
-	}
-	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
-		soerr = errno;
-	if (soerr != 0)
-	{
-		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
-				 strerror(soerr));
-		return false;
-	}
-	return true;
-}
-
-/*
- * Send one command on a context being set up and read its reply into
- * *reply (or free it when reply is NULL); on failure fill the outcome.  An
- * error reply is a failure, of its class (RS_REFUSED counts as a failure
- * to connect).
- */
-bool
-redis_context_command(RedisCall *call, redisContext *c, int argc,
-					  const char **argv, TimestampTz deadline,
-					  redisReply **reply)
-{
-	redisReply *r;
-	RedisStatus status;
-	bool		drop;
-
-	if (reply != NULL)
-		*reply = NULL;
-	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
-	{
-		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
-		return false;
-	}
-	status = exchange(c, deadline, call->interruptible, &r);
-	if (status != RS_OK)
-	{
-		call->outcome.status = RS_CONNECT_FAILED;
-		if (c->err)
-			snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
-		else
-			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-					 "no answer to %s within %d ms (redsem.connect_timeout)",
-					 argv[0], redsem_connect_timeout_ms);
-		return false;
-	}
-	if (r->type == REDIS_REPLY_ERROR)
-	{
-		status = absorb_error_reply(call, r, argv[0], &drop);
-		if (status == RS_REFUSED)
-			call->outcome.status = RS_CONNECT_FAILED;
-		return false;
-	}
-	if (reply != NULL)
-		*reply = r;
-	else
-		freeReplyObject(r);
-	return true;
-}
-
-/* Authenticate and select the database, as configured */
-static bool
-setup_session(RedisCall *call, redisContext *c, TimestampTz deadline)
-{
-	char		password[REDSEM_MAX_SECRET_BYTES + 1];
-	bool		have_password;
-	bool		ok = true;
-
-	if (!redis_password(password, sizeof(password), &have_password, &call->outcome))
-		return false;
-	if (have_password)
-	{
-		const char *argv[3] = {"AUTH", redsem_user, password};
-
-		if (redsem_user && redsem_user[0] != '\0')
-			ok = redis_context_command(call, c, 3, argv, deadline, NULL);
-		else
-		{
-			argv[1] = password;
-			ok = redis_context_command(call, c, 2, argv, deadline, NULL);
-		}
-		explicit_bzero(password, sizeof(password));
-	}
-	if (ok && redsem_database != 0)
-	{
-		char		db[16];
-		const char *argv[] = {"SELECT", db};
-
-		snprintf(db, sizeof(db), "%d", redsem_database);
-		ok = redis_context_command(call, c, 2, argv, deadline, NULL);
-	}
-	return ok;
-}
-
-/*
- * With TLS 1.3 the server judges our certificate after our side of the
- * handshake is over: one PING tells.  Any reply, NOAUTH included, means the
- * session was accepted; a closed connection means it was refused, and
- * OpenSSL has the server's reason.
- */
-static bool
-tls_accepted(RedisCall *call, redisContext *c, TimestampTz deadline)
-{
-	const char *argv[] = {"PING"};
-	redisReply *r;
-	char		why[200];
-
-	if (redisAppendCommandArgv(c, 1, argv, NULL) == REDIS_OK &&
-		exchange(c, deadline, call->interruptible, &r) == RS_OK)
-	{
-		freeReplyObject(r);
-		return true;
-	}
-	(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "the server refused the TLS session after the handshake (a client certificate it requires or does not accept): %s",
-			 tls_refusal(why, sizeof(why), c->err ? c->errstr : "no answer"));
-	return false;
-}
-
-/* Close a context made by redis_open_context, giving back its descriptor */
-void
-redis_close_context(redisContext *c)
-{
-	close_context(c);
-	ReleaseExternalFD();
-}
-
-/*
- * Connect to host:port (or the Unix socket unix_path, when not NULL) and
- * start TLS if configured, by deadline.  Returns the context, or NULL with
- * the call's outcome saying why; nothing is left open then, even when an
- * interrupt unwinds the wait.
- */
-redisContext *
-redis_open_context(RedisCall *call, const char *host, int port,
-				   const char *unix_path, TimestampTz deadline)
-{
-	redisContext *c;
-	bool		ok;
-	char		addr[NI_MAXHOST];
-
-	call->outcome.status = RS_CONNECT_FAILED;
-	if (redsem_tls && !tls_supported(call))
-		return NULL;
-	if (unix_path != NULL && redsem_tls)
-	{
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "redsem.tls applies to TCP connections, and redsem.unix_socket is set");
-		return NULL;
-	}
-	if (unix_path == NULL && !redis_resolve(call, host, addr, sizeof(addr), deadline))
-		return NULL;
-	if (!AcquireExternalFD())
-	{
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "there are too many open files on the local server");
-		return NULL;
-	}
-	c = unix_path ? redisConnectUnixNonBlock(unix_path) : redisConnectNonBlock(addr, port);
-	if (c == NULL || c->err)
-	{
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
-				 c ? c->errstr : "out of memory");
-		if (c)
-			close_context(c);
-		ReleaseExternalFD();
-		return NULL;
-	}
-	PG_TRY();
-	{
-		ok = finish_connect(call, c, deadline) &&
-			(!redsem_tls || (tls_start(call, c, host, deadline) &&
-							 tls_accepted(call, c, deadline)));
-	}
-	PG_CATCH();
-	{
-		redis_close_context(c);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (!ok)
-	{
-		redis_close_context(c);
-		return NULL;
-	}
-	call->outcome.status = RS_OK;
-	if (unix_path == NULL)
-		(void) redisEnableKeepAlive(c);
-	return c;
-}
-
-/*
- * Set up the session of a new context c (see setup_session); on failure, or
- * when an interrupt unwinds, c is closed.
- */
-bool
-redis_setup_context(RedisCall *call, redisContext *c, TimestampTz deadline)
-{
-	bool		ok;
-
-	PG_TRY();
-	{
-		ok = setup_session(call, c, deadline);
-	}
-	PG_CATCH();
-	{
-		redis_close_context(c);
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (!ok)
-		redis_close_context(c);
-	return ok;
-}
-
 /* The configured Unix socket, or NULL for TCP */
 static const char *
 unix_socket_path(void)
 {
 	return (redsem_unix_socket && redsem_unix_socket[0] != '\0') ? redsem_unix_socket : NULL;
-}
-
-/* The earlier of deadline and redsem.connect_timeout from now */
-TimestampTz
-redis_connect_deadline(TimestampTz deadline)
-{
-	TimestampTz d = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												redsem_connect_timeout_ms);
-
-	return Min(d, deadline);
 }
 
 /*
@@ -684,9 +245,39 @@ salvage_error_line(RedisCall *call)
 	buf[n] = '\0';
 	if ((end = strpbrk(buf, "\r\n")) != NULL)
 		*end = '\0';
-	status = classify_error(buf + 1, &drop);
+	status = redis_error_class(buf + 1, &drop);
 	(void) redis_note(&call->outcome, status == RS_NOSCRIPT ? RS_LOST : status,
 					  "%s", buf + 1);
+}
+
+/*
+ * Flush what was appended on the current link and read n replies into
+ * replies[], in order.  The link is in flight meanwhile: an interrupt that
+ * unwinds drops it, since a reply may still be owed on it.
+ */
+static RedisStatus
+exchange_appended(RedisCall *call, TimestampTz deadline, int n,
+				  redisReply **replies)
+{
+	RedisStatus status;
+
+	cur->in_flight = true;
+	PG_TRY();
+	{
+		status = redis_context_flush(cur->ctx, deadline, call->interruptible);
+		for (int i = 0; i < n && status == RS_OK; i++)
+			status = redis_context_read(cur->ctx, deadline, call->interruptible,
+										&replies[i]);
+	}
+	PG_CATCH();
+	{
+		disconnect_current();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (status == RS_OK)
+		cur->in_flight = false;
+	return status;
 }
 
 /*
@@ -700,34 +291,17 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 				 redisReply **reply)
 {
 	const char *asking_argv[] = {"ASKING"};
+	redisReply *got[2] = {NULL, NULL};
 	RedisStatus status;
 
+	*reply = NULL;
 	if ((asking && redisAppendCommandArgv(cur->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
 		redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
 		return RS_LOST;
-	cur->in_flight = true;
-	PG_TRY();
-	{
-		status = flush_output(cur->ctx, deadline, call->interruptible);
-		if (status == RS_OK && asking)
-		{
-			status = read_reply(cur->ctx, deadline, call->interruptible, reply);
-			if (status == RS_OK)
-				freeReplyObject(*reply);
-			*reply = NULL;
-		}
-		if (status == RS_OK)
-			status = read_reply(cur->ctx, deadline, call->interruptible, reply);
-	}
-	PG_CATCH();
-	{
-		/* interrupted with a reply possibly still in flight */
-		disconnect_current();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (status == RS_OK)
-		cur->in_flight = false;
+	status = exchange_appended(call, deadline, asking ? 2 : 1, got);
+	if (asking && got[0] != NULL)
+		freeReplyObject(got[0]);
+	*reply = got[asking ? 1 : 0];
 	return status;
 }
 
@@ -942,7 +516,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 				}
 				else
 				{
-					status = absorb_error_reply(call, *reply, NULL, &drop);
+					status = redis_absorb_error_reply(call, *reply, NULL, &drop);
 					*reply = NULL;
 				}
 			}
@@ -967,11 +541,32 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 }
 
 /*
+ * Start a call: clear its outcome and fix its deadline (DT_NOEND: the
+ * command timeout plus any extra wait, from now).  *timeout_ms is the wait
+ * that deadline allows, for messages.
+ */
+static TimestampTz
+begin_call(RedisCall *call, int *timeout_ms)
+{
+	call->outcome.status = RS_OK;
+	call->outcome.timeout_ms = 0;
+	call->outcome.detail[0] = '\0';
+	call->outcome.node_plus1 = 0;
+	if (call->deadline == DT_NOEND)
+	{
+		*timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
+		return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), *timeout_ms);
+	}
+	*timeout_ms = (int) Min(redis_ms_until(call->deadline), PG_INT32_MAX);
+	return call->deadline;
+}
+
+/*
  * The core: send one command and return its reply in *reply (the caller
  * frees it with freeReplyObject).  Connects first if need be.  Returns
  * true with a reply that is not an error; otherwise false, with the
- * failure classified in call->outcome (and raised if call->elevel is
- * ERROR).  Holds interrupts off unless the call is interruptible, and ends
+ * failure classified in call->outcome, never raised (the operation that
+ * made the call reports it).  Holds interrupts off unless the call is interruptible, and ends
  * by the call's deadline (redsem.command_timeout plus extra_wait_ms from
  * now, when none is given).
  */
@@ -979,31 +574,16 @@ bool
 redis_exec(RedisCall *call, int argc, const char **argv,
 		   const size_t *argvlen, redisReply **reply)
 {
-	TimestampTz deadline = call->deadline;
-	int			timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
+	int			timeout_ms;
+	TimestampTz deadline = begin_call(call, &timeout_ms);
 	bool		ok;
 
 	*reply = NULL;
-	call->outcome.status = RS_OK;
-	call->outcome.detail[0] = '\0';
-	call->outcome.node_plus1 = 0;
-	if (deadline == DT_NOEND)
-		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
-	else
-	{
-		long		left = redis_ms_until(deadline);
-
-		timeout_ms = (int) Min(left, PG_INT32_MAX);
-	}
-
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
 	ok = exec_routed(call, argc, argv, argvlen, deadline, timeout_ms, false, reply);
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
-
-	if (!ok && call->elevel >= ERROR && call->outcome.status != RS_NOSCRIPT)
-		redis_report(call->elevel, &call->outcome);
 	return ok;
 }
 
@@ -1012,28 +592,10 @@ static RedisStatus
 pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
 				  TimestampTz deadline, redisReply **replies)
 {
-	RedisStatus status = RS_OK;
-
 	for (int i = 0; i < n; i++)
 		if (redisAppendCommandArgv(cur->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
 			return RS_LOST;
-	cur->in_flight = true;
-	PG_TRY();
-	{
-		status = flush_output(cur->ctx, deadline, call->interruptible);
-		for (int i = 0; i < n && status == RS_OK; i++)
-			status = read_reply(cur->ctx, deadline, call->interruptible, &replies[i]);
-	}
-	PG_CATCH();
-	{
-		/* interrupted with replies possibly still in flight */
-		disconnect_current();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	if (status == RS_OK)
-		cur->in_flight = false;
-	return status;
+	return exchange_appended(call, deadline, n, replies);
 }
 
 /*
@@ -1116,17 +678,12 @@ bool
 redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 					redisReply **replies)
 {
-	TimestampTz deadline = call->deadline;
-	int			timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
+	int			timeout_ms;
+	TimestampTz deadline = begin_call(call, &timeout_ms);
 	RedisStatus status = RS_OK;
 	bool		ok;
 
 	memset(replies, 0, sizeof(redisReply *) * n);
-	call->outcome.status = RS_OK;
-	call->outcome.detail[0] = '\0';
-	call->outcome.node_plus1 = 0;
-	if (deadline == DT_NOEND)
-		deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), timeout_ms);
 	if (cluster_enabled())
 		return pipeline_by_node(call, n, cmds, deadline, timeout_ms, replies);
 	if (!call->interruptible)
@@ -1155,27 +712,6 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 	return ok;
 }
 
-/*
- * Judge one reply of a pipeline: o->status is RS_OK unless it is an error
- * reply, classified (see RedisStatus).  Returns true if the error makes the
- * connection useless.
- */
-bool
-redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
-{
-	bool		drop = false;
-
-	o->status = RS_OK;
-	o->timeout_ms = 0;
-	o->detail[0] = '\0';
-	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
-		return false;
-	o->status = classify_error(reply->str ? reply->str : "", &drop);
-	snprintf(o->detail, sizeof(o->detail), "%s", reply->str ? reply->str : "");
-	return drop;
-}
-
-/* The target a failure names: its Cluster node, or the current target */
 static char *
 outcome_target(const RedisOutcome *o)
 {

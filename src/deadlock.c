@@ -31,7 +31,7 @@
 #include "utils/fmgrprotos.h"
 
 #include "deadlock.h"
-#include "redsem.h"
+#include "guc.h"
 #include "script.h"
 #include "shmem.h"
 

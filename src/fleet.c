@@ -19,7 +19,6 @@
 
 #include "conn.h"
 #include "fleet.h"
-#include "redsem.h"
 #include "script.h"
 #include "timing.h"
 

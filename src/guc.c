@@ -7,12 +7,11 @@
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "guc.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
 #include "redsem.h"
-#include "secret.h"
-#include "shmem.h"
 
 char	   *redsem_host = NULL;
 int			redsem_port = 6379;
@@ -115,18 +114,6 @@ define_connection_gucs(void)
 							   &redsem_user, "",
 							   PGC_SUSET, 0,
 							   NULL, redsem_assign_connection_string, NULL);
-	DefineCustomStringVariable("redsem.password_file",
-							   "File holding the Redis password (AUTH); empty means none.",
-							   "The file must be readable by the server's operating system user only (0600), like PGPASSFILE.",
-							   &redsem_password_file, "",
-							   PGC_SUSET, 0,
-							   NULL, redsem_assign_connection_string, NULL);
-	DefineCustomStringVariable("redsem.password",
-							   "Redis password (AUTH); prefer redsem.password_file.",
-							   "Shown masked; ignored when redsem.password_file is set.",
-							   &redsem_password, "",
-							   PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-							   NULL, redsem_assign_connection_string, show_password);
 	DefineCustomStringVariable("redsem.key_prefix",
 							   "Prefix of every Redis key redsem uses.",
 							   NULL,
@@ -171,30 +158,6 @@ define_timeout_gucs(void)
 							   NULL, NULL, NULL);
 }
 
-/* Define the settings of the shared table, fixed at server start */
-static void
-define_preload_gucs(void)
-{
-	DefineCustomIntVariable("redsem.max_tracked_holds",
-							"Maximum number of holds (and places in line) on this server the keeper tracks.",
-							"Only used when redsem is in shared_preload_libraries.",
-							&redsem_max_tracked_holds, 4096, 16, 1000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("redsem.max_tracked_semaphores",
-							"Maximum number of semaphore names with statistics.",
-							"Only used when redsem is in shared_preload_libraries.",
-							&redsem_max_tracked_semaphores, 1000, 16, 1000000,
-							PGC_POSTMASTER, 0,
-							NULL, NULL, NULL);
-	DefineCustomIntVariable("redsem.reserved_holds",
-							"Holds of this server's table that only superusers, members of redsem_admin and statement queues may take.",
-							"At most half of redsem.max_tracked_holds is reserved, whatever this says.",
-							&redsem_reserved_holds, 128, 0, 1000000,
-							PGC_SIGHUP, 0,
-							NULL, NULL, NULL);
-}
-
 /* Define the per-session bounds */
 static void
 define_limit_gucs(void)
@@ -207,14 +170,11 @@ define_limit_gucs(void)
 							NULL, NULL, NULL);
 }
 
-/* Define the settings of this file (preloaded: also the server-start ones) */
+/* Define the settings of this file */
 void
-guc_define(bool preloading)
+guc_define(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
 	define_limit_gucs();
-	/* server-start settings can only be defined while preloading */
-	if (preloading)
-		define_preload_gucs();
 }

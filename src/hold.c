@@ -34,11 +34,13 @@
 #include "utils/timestamp.h"
 
 #include "conn.h"
+#include "guc.h"
 #include "hold.h"
 #include "hooks.h"
-#include "redsem.h"
+#include "link.h"
 #include "script.h"
 #include "shmem.h"
+#include "sqlargs.h"
 #include "timing.h"
 
 typedef enum HoldState

@@ -41,8 +41,10 @@
 
 #include "cluster.h"
 #include "compat.h"
+#include "batch.h"
 #include "conn.h"
 #include "fleet.h"
+#include "guc.h"
 #include "keeper.h"
 #include "script.h"
 #include "shmem.h"

@@ -12,6 +12,7 @@
 #include "access/htup_details.h"
 #include "fmgr.h"
 #include "funcapi.h"
+#include "guc.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -19,9 +20,9 @@
 
 #include "hold.h"
 #include "queue.h"
-#include "redsem.h"
 #include "script.h"
 #include "shmem.h"
+#include "sqlargs.h"
 
 PG_FUNCTION_INFO_V1(redsem_held);
 PG_FUNCTION_INFO_V1(redsem_holders);

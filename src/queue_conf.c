@@ -20,8 +20,8 @@
 #include "utils/guc.h"
 
 #include "compat.h"
+#include "guc.h"
 #include "queue.h"
-#include "redsem.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
 static char *queue_setting = NULL;

@@ -12,10 +12,11 @@
 
 #include "cluster.h"
 #include "compat.h"
+#include "guc.h"
 #include "hold.h"
 #include "keeper.h"
 #include "queue.h"
-#include "redsem.h"
+#include "secret.h"
 #include "sentinel.h"
 #include "shmem.h"
 #include "tls.h"
@@ -39,7 +40,8 @@ _PG_init(void)
 	/* first: the check hooks of the settings defined below read these */
 	redsem_preloaded = process_shared_preload_libraries_in_progress;
 	redsem_loading = true;
-	guc_define(redsem_preloaded);
+	guc_define();
+	secret_define_gucs();
 	tls_define_gucs();
 	sentinel_define_gucs();
 	cluster_define_gucs();
@@ -47,6 +49,7 @@ _PG_init(void)
 	hold_install_hooks();
 	if (redsem_preloaded)
 	{
+		shmem_define_gucs();	/* server-start settings: only while preloading */
 		shmem_init();
 		keeper_register();
 		queue_install_hooks();

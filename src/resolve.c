@@ -36,10 +36,10 @@
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
+#include "guc.h"
 #include "redis_call.h"
 #include "report.h"
 #include "sockwait.h"
-#include "redsem.h"
 #include "resolve.h"
 
 /* Whether the thread has a result for the backend */

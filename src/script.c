@@ -31,7 +31,9 @@
 #include "utils/memutils.h"
 
 #include "cluster.h"
-#include "redsem.h"
+#include "fcall.h"
+#include "guc.h"
+#include "link.h"
 #include "script.h"
 #include "shmem.h"
 #include "timing.h"
@@ -45,13 +47,11 @@ static const char lua_text[] =
 static char lib_name[sizeof("redsem_") + LIB_HASH_CHARS];
 static char *lib_text;
 
-#define SCRIPT_NKEYS 6
-#define SCRIPT_MAX_ARGS 8
 static const char *const key_suffixes[SCRIPT_NKEYS] =
 {"owner", "timeout", "ticket", "info", "waiting", "state"};
 
 /* The library's (and its function's) name, computed once */
-static const char *
+const char *
 library_name(void)
 {
 	if (lib_name[0] == '\0')
@@ -93,13 +93,8 @@ load_library(RedisCall *call)
 {
 	const char *argv[3] = {"FUNCTION", "LOAD", library_text()};
 	redisReply *reply;
-	int			elevel = call->elevel;
-	bool		ok;
 
-	call->elevel = Min(elevel, WARNING);	/* the caller reports */
-	ok = redis_exec(call, 3, argv, NULL, &reply);
-	call->elevel = elevel;
-	if (ok)
+	if (redis_exec(call, 3, argv, NULL, &reply))
 	{
 		freeReplyObject(reply);
 		return true;
@@ -116,11 +111,10 @@ load_library(RedisCall *call)
 
 /*
  * Send a command; if it found the library missing, load it there and send
- * the command once more.  A failure to load, or the library missing again
- * at once, is reported here (redis_exec reports every other failure).
+ * the command once more.  Returns the failure, for the caller to report.
  */
-static bool
-exec_loading(RedisCall *call, int argc, const char **argv, redisReply **reply)
+bool
+fcall_send(RedisCall *call, int argc, const char **argv, redisReply **reply)
 {
 	bool		ok = redis_exec(call, argc, argv, NULL, reply);
 
@@ -134,8 +128,6 @@ exec_loading(RedisCall *call, int argc, const char **argv, redisReply **reply)
 				 "the redsem library %s was missing right after it was loaded",
 				 library_name());
 	}
-	if (!ok && call->elevel >= ERROR)
-		redis_report(call->elevel, &call->outcome);
 	return ok;
 }
 
@@ -180,7 +172,7 @@ sem_key(const char *prefix, const char *name, const char *suffix)
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore;
  * returns how many entries that is (3 + SCRIPT_NKEYS + 1).
  */
-static int
+int
 fcall_head(const char **argv, const char *prefix, const char *name,
 		   const char *op)
 {
@@ -196,27 +188,27 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 }
 
 /*
- * Send one command through redis_exec (loading the library if need be),
- * counting a failure in the semaphore's statistics before it is reported.
+ * The one place a failed operation is counted and reported: in the
+ * semaphore's statistics (name NULL, or a caller that counted it already:
+ * not counted), then raised if the call reports at ERROR; lower levels only
+ * return it, in call->outcome.  Always false.
  */
+bool
+sem_call_failed(RedisCall *call, const char *name)
+{
+	if (name != NULL && !call->uncounted)
+		stats_count(name, STAT_REDIS_ERRORS, 1);
+	if (call->elevel >= ERROR)
+		redis_report(call->elevel, &call->outcome);
+	return false;
+}
+
+/* Send one command (loading the library if need be); report a failure */
 static bool
 exec_counted(RedisCall *call, const char *name, int argc, const char **argv,
 			 redisReply **reply)
 {
-	int			elevel = call->elevel;
-	bool		ok;
-
-	call->elevel = Min(elevel, WARNING);	/* report once, below */
-	ok = exec_loading(call, argc, argv, reply);
-	call->elevel = elevel;
-	if (!ok)
-	{
-		if (!call->uncounted)
-			stats_count(name, STAT_REDIS_ERRORS, 1);
-		if (elevel >= ERROR)
-			redis_report(elevel, &call->outcome);
-	}
-	return ok;
+	return fcall_send(call, argc, argv, reply) || sem_call_failed(call, name);
 }
 
 /*
@@ -246,14 +238,13 @@ malformed(RedisCall *call, const char *name, redisReply *reply,
 
 	if (reply)
 		freeReplyObject(reply);
-	if (!call->uncounted)
-		stats_count(name, STAT_REDIS_ERRORS, 1);
-	return redis_fail(call, RS_MALFORMED,
+	(void) redis_note(&call->outcome, RS_MALFORMED,
 					  "%s (reply type %d) for semaphore \"%s\"", what, type, name);
+	return sem_call_failed(call, name);
 }
 
 /* A reply element holding an integer, as an integer or decimal text */
-static bool
+bool
 reply_int64(const redisReply *e, int64 *value)
 {
 	char	   *end;
@@ -274,8 +265,8 @@ reply_int64(const redisReply *e, int64 *value)
 }
 
 /* Element i of an array reply, or NULL */
-static const redisReply *
-element(const redisReply *r, size_t i)
+const redisReply *
+reply_element(const redisReply *r, size_t i)
 {
 	if (r == NULL || r->type != REDIS_REPLY_ARRAY || i >= r->elements)
 		return NULL;
@@ -286,7 +277,7 @@ element(const redisReply *r, size_t i)
 static bool
 element_is(const redisReply *r, size_t i, const char *s)
 {
-	const redisReply *e = element(r, i);
+	const redisReply *e = reply_element(r, i);
 
 	return e != NULL && e->type == REDIS_REPLY_STRING && e->str != NULL &&
 		strcmp(e->str, s) == 0;
@@ -303,34 +294,34 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 	if (element_is(reply, 0, "held"))
 	{
 		result->state = SEM_HELD;
-		ok = reply_int64(element(reply, 1), &result->ticket) &&
-			reply_int64(element(reply, 2), &result->ms);
+		ok = reply_int64(reply_element(reply, 1), &result->ticket) &&
+			reply_int64(reply_element(reply, 2), &result->ms);
 	}
 	else if (element_is(reply, 0, "waiting"))
 	{
 		result->state = SEM_WAITING;
-		ok = reply_int64(element(reply, 1), &result->ticket) &&
-			reply_int64(element(reply, 2), &result->position) &&
-			reply_int64(element(reply, 3), &result->ms) &&
-			reply_int64(element(reply, 4), &result->limit);
+		ok = reply_int64(reply_element(reply, 1), &result->ticket) &&
+			reply_int64(reply_element(reply, 2), &result->position) &&
+			reply_int64(reply_element(reply, 3), &result->ms) &&
+			reply_int64(reply_element(reply, 4), &result->limit);
 	}
 	else if (element_is(reply, 0, "busy"))
 	{
 		result->state = SEM_BUSY;
-		ok = reply_int64(element(reply, 1), &result->limit);
+		ok = reply_int64(reply_element(reply, 1), &result->limit);
 	}
 	else if (element_is(reply, 0, "limit"))
 	{
 		result->state = SEM_OTHER_LIMIT;
 		result->stored = element_is(reply, 2, "stored");
-		ok = reply_int64(element(reply, 1), &result->limit);
+		ok = reply_int64(reply_element(reply, 1), &result->limit);
 	}
 	else if (element_is(reply, 0, "nolimit"))
 		result->state = SEM_NO_LIMIT;
 	else if (element_is(reply, 0, "toolarge"))
 	{
 		result->state = SEM_TOO_LARGE;
-		ok = reply_int64(element(reply, 1), &result->limit);
+		ok = reply_int64(reply_element(reply, 1), &result->limit);
 	}
 	else if (element_is(reply, 0, "gone"))
 		result->state = SEM_GONE;
@@ -583,7 +574,7 @@ sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
 		freeReplyObject(reply);
 		return true;
 	}
-	e = element(reply, 1);
+	e = reply_element(reply, 1);
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
 		e->type != REDIS_REPLY_STRING || e->str == NULL || e->len < 1)
 		return malformed(call, name, reply, "BLPOP did not answer a wake-up");
@@ -736,297 +727,6 @@ sem_set_limit(RedisCall *call, const char *name, int max_holders,
 		decode_limit(call, name, reply, limit);
 }
 
-/*
- * The keeper's batches.  Refreshes of one semaphore go together into one
- * refresh_many call (housekeeping and key lifetimes once for all of them),
- * releases one call each, and the calls are pipelined: up to
- * KEEP_PIPELINE_DEPTH commands per round trip.
- */
-#define KEEP_IDS_PER_CALL		128
-#define KEEP_PIPELINE_DEPTH		256
-/* loads of the library after "Function not found", per batch: one per node missing it */
-#define KEEP_LOAD_PASSES		8
-
-/* One command of a batch: the items it carries */
-typedef struct KeepCommand
-{
-	int			first;			/* index into the sorted order */
-	int			count;
-	bool		release;
-	const char **argv;
-	int			argc;
-} KeepCommand;
-
-static SemKeepItem *sort_items;
-
-/* qsort order: refreshes before releases, then by prefix and name */
-static int
-keep_item_cmp(const void *a, const void *b)
-{
-	const SemKeepItem *x = &sort_items[*(const int *) a];
-	const SemKeepItem *y = &sort_items[*(const int *) b];
-	int			c;
-
-	if (x->release != y->release)
-		return x->release ? 1 : -1;
-	if ((c = strcmp(x->prefix, y->prefix)) != 0)
-		return c;
-	if ((c = strcmp(x->name, y->name)) != 0)
-		return c;
-	return *(const int *) a - *(const int *) b;
-}
-
-/* True if items i and j (in sorted order) can share one refresh_many call */
-static bool
-same_refresh_group(const SemKeepItem *items, const int *order, int i, int j)
-{
-	const SemKeepItem *x = &items[order[i]];
-	const SemKeepItem *y = &items[order[j]];
-
-	return !x->release && !y->release && strcmp(x->prefix, y->prefix) == 0 &&
-		strcmp(x->name, y->name) == 0;
-}
-
-/* The FCALL argv of a command over order[first .. first+count-1] */
-static void
-build_keep_command(const SemKeepItem *items, const int *order, KeepCommand *kc)
-{
-	const SemKeepItem *head = &items[order[kc->first]];
-	int			max = 3 + SCRIPT_NKEYS + 1 + 2 * kc->count;
-
-	kc->argv = palloc(sizeof(char *) * max);
-	kc->argc = fcall_head(kc->argv, head->prefix, head->name,
-						  kc->release ? "release" : "refresh_many");
-	for (int i = 0; i < kc->count; i++)
-	{
-		const SemKeepItem *it = &items[order[kc->first + i]];
-
-		kc->argv[kc->argc++] = it->id;
-		if (!kc->release)
-			kc->argv[kc->argc++] = psprintf(INT64_FORMAT, it->lease_ms);
-	}
-}
-
-/* Split the sorted items into commands; returns how many */
-static int
-plan_keep_commands(const SemKeepItem *items, const int *order, int n,
-				   KeepCommand *cmds)
-{
-	int			ncmds = 0;
-
-	for (int i = 0; i < n;)
-	{
-		KeepCommand *kc = &cmds[ncmds++];
-
-		kc->first = i;
-		kc->release = items[order[i]].release;
-		kc->count = 1;
-		while (!kc->release && i + kc->count < n && kc->count < KEEP_IDS_PER_CALL &&
-			   same_refresh_group(items, order, i, i + kc->count))
-			kc->count++;
-		build_keep_command(items, order, kc);
-		i += kc->count;
-	}
-	return ncmds;
-}
-
-/* Give every item of a command the same failure */
-static void
-fail_keep_command(SemKeepItem *items, const int *order, const KeepCommand *kc,
-				  RedisStatus status, const char *detail)
-{
-	for (int i = 0; i < kc->count; i++)
-	{
-		SemKeepItem *it = &items[order[kc->first + i]];
-
-		it->outcome.status = status;
-		it->outcome.timeout_ms = 0;
-		snprintf(it->outcome.detail, sizeof(it->outcome.detail), "%s", detail);
-		stats_count(it->name, STAT_REDIS_ERRORS, 1);
-	}
-}
-
-/*
- * Take one command's reply apart into its items.  Returns false if the
- * library was missing: the command must be sent again.
- */
-static bool
-absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
-				  const redisReply *reply)
-{
-	RedisOutcome o;
-
-	(void) redis_reply_outcome(reply, &o);
-	if (o.status == RS_NOSCRIPT)
-		return false;
-	if (o.status != RS_OK)
-	{
-		fail_keep_command(items, order, kc, o.status, o.detail);
-		return true;
-	}
-	for (int i = 0; i < kc->count; i++)
-	{
-		SemKeepItem *it = &items[order[kc->first + i]];
-		const redisReply *e = kc->release ? reply : element(reply, i);
-		bool		ok;
-
-		ok = (kc->release || (reply->type == REDIS_REPLY_ARRAY &&
-							  reply->elements == (size_t) kc->count)) &&
-			reply_int64(e, &it->value) && it->value >= (kc->release ? 0 : -1) &&
-			(!kc->release || it->value <= 1);
-		memset(&it->outcome, 0, sizeof(it->outcome));
-		if (!ok)
-		{
-			it->outcome.status = RS_MALFORMED;
-			snprintf(it->outcome.detail, sizeof(it->outcome.detail),
-					 "%s answered a reply of type %d for semaphore \"%s\"",
-					 kc->release ? "release" : "refresh_many", reply->type,
-					 it->name);
-			stats_count(it->name, STAT_REDIS_ERRORS, 1);
-		}
-	}
-	return true;
-}
-
-/*
- * Put the library back where command kc goes (after "Function not found"):
- * the read-only "limit" operation on its semaphore, routed by its key,
- * loads it on that node the way every other path does.
- */
-static bool
-load_script(RedisCall *call, const SemKeepItem *items, const int *order,
-			const KeepCommand *kc)
-{
-	const SemKeepItem *it = &items[order[kc->first]];
-	const char *argv[3 + SCRIPT_NKEYS + 1];
-	redisReply *reply;
-	int			argc = fcall_head(argv, it->prefix, it->name, "limit");
-
-	if (!exec_loading(call, argc, argv, &reply))
-		return call->outcome.status != RS_LOST &&
-			call->outcome.status != RS_TIMED_OUT &&
-			call->outcome.status != RS_UNAVAILABLE &&
-			call->outcome.status != RS_OUT_OF_MEMORY;
-	freeReplyObject(reply);
-	return true;
-}
-
-/*
- * Send commands [from, to) as one pipeline and absorb the replies; those
- * that found the script uncached are moved to the front of retry.  Returns
- * false on connection trouble (call->outcome).
- */
-static bool
-send_keep_pipeline(RedisCall *call, SemKeepItem *items, const int *order,
-				   KeepCommand *cmds, int from, int to, KeepCommand *retry,
-				   int *nretry, SemBatchCost *cost)
-{
-	int			n = to - from;
-	RedisCommand *rc = palloc(sizeof(RedisCommand) * n);
-	redisReply **replies = palloc(sizeof(redisReply *) * n);
-	bool		ok;
-
-	for (int i = 0; i < n; i++)
-	{
-		rc[i].argc = cmds[from + i].argc;
-		rc[i].argv = cmds[from + i].argv;
-	}
-	ok = redis_exec_pipeline(call, n, rc, replies);
-	cost->commands += n;
-	cost->round_trips++;
-	for (int i = 0; i < n; i++)
-	{
-		if (replies[i] == NULL)
-			continue;
-		if (!absorb_keep_reply(items, order, &cmds[from + i], replies[i]))
-			retry[(*nretry)++] = cmds[from + i];
-		freeReplyObject(replies[i]);
-	}
-	pfree(rc);
-	pfree(replies);
-	return ok;
-}
-
-/*
- * Refresh and release many holds in few round trips.  Each item's outcome
- * says whether Redis did it (a failure stays with its items: a key of the
- * wrong type fails only the holds of that semaphore).  Returns false if
- * the connection failed (call->outcome): the items not yet answered keep
- * outcome RS_LOST.  Never raises for a Redis failure.
- */
-bool
-sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
-{
-	int		   *order = palloc(sizeof(int) * Max(n, 1));
-	KeepCommand *cmds = palloc(sizeof(KeepCommand) * Max(n, 1));
-	KeepCommand *retry = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
-	KeepCommand *again = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
-	int			ncmds;
-	RedisOutcome failed = {RS_OK, 0, "", 0};
-
-	memset(cost, 0, sizeof(*cost));
-	for (int i = 0; i < n; i++)
-	{
-		order[i] = i;
-		items[i].value = 0;
-		items[i].outcome.status = RS_LOST;
-		snprintf(items[i].outcome.detail, sizeof(items[i].outcome.detail),
-				 "not sent: the connection failed earlier in the batch");
-	}
-	sort_items = items;
-	qsort(order, n, sizeof(int), keep_item_cmp);
-	sort_items = NULL;
-	ncmds = plan_keep_commands(items, order, n, cmds);
-
-	for (int from = 0; from < ncmds; from += KEEP_PIPELINE_DEPTH)
-	{
-		int			to = Min(from + KEEP_PIPELINE_DEPTH, ncmds);
-		int			nretry = 0;
-		int			nagain = 0;
-
-		if (!send_keep_pipeline(call, items, order, cmds, from, to, retry,
-								&nretry, cost))
-		{
-			/* in a Cluster, one node failing stops only its own commands */
-			if (!cluster_enabled())
-				return false;
-			if (failed.status == RS_OK)
-				failed = call->outcome;
-			continue;
-		}
-		if (nretry == 0)
-			continue;
-		/*
-		 * The library was missing (Redis restarted; in a cluster, a node
-		 * that never ran it): load it where the first such command goes,
-		 * send those again; one more pass for each node that still misses it.
-		 */
-		for (int pass = 0; nretry > 0; pass++)
-		{
-			if (pass == KEEP_LOAD_PASSES)
-			{
-				for (int i = 0; i < nretry; i++)
-					fail_keep_command(items, order, &retry[i], RS_REFUSED,
-									  "the redsem library was missing right after it was loaded");
-				break;
-			}
-			nagain = 0;
-			if (!load_script(call, items, order, &retry[0]) ||
-				!send_keep_pipeline(call, items, order, retry, 0, nretry, again,
-									&nagain, cost))
-				return false;
-			memcpy(retry, again, sizeof(KeepCommand) * nagain);
-			nretry = nagain;
-		}
-	}
-	if (failed.status != RS_OK)
-	{
-		call->outcome = failed;
-		return false;
-	}
-	return true;
-}
-
 /* The index key of prefix (NULL: redsem.key_prefix): "<prefix>index" */
 static char *
 index_key(const char *prefix)
@@ -1044,7 +744,6 @@ run_index(RedisCall *call, const char *prefix, const char *op, int nargs,
 {
 	const char **argv = palloc(sizeof(char *) * (5 + nargs));
 	int			argc = 0;
-	int			elevel = call->elevel;
 	bool		ok;
 
 	argv[argc++] = "FCALL";
@@ -1054,11 +753,7 @@ run_index(RedisCall *call, const char *prefix, const char *op, int nargs,
 	argv[argc++] = op;
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
-	call->elevel = Min(elevel, WARNING);	/* report once, below */
-	ok = exec_loading(call, argc, argv, reply);
-	call->elevel = elevel;
-	if (!ok && elevel >= ERROR)
-		redis_report(elevel, &call->outcome);
+	ok = fcall_send(call, argc, argv, reply) || sem_call_failed(call, NULL);
 	pfree(argv);
 	return ok;
 }

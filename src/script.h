@@ -55,6 +55,7 @@ typedef struct SemMember
 								 * (a waiter); -1 if unknown */
 } SemMember;
 
+extern bool sem_call_failed(RedisCall *call, const char *name);
 extern bool sem_acquire(RedisCall *call, const char *name, const char *id,
 						int max_holders, int permits, int64 lease_ms,
 						bool wait, SemResult *result);
@@ -100,29 +101,6 @@ extern bool sem_list(RedisCall *call, const char *name, SemMember **members,
 					 int *count);
 extern bool sem_limit(RedisCall *call, const char *name, SemLimit *limit);
 
-/* One hold the keeper refreshes or releases, in a batch (sem_keep_batch) */
-typedef struct SemKeepItem
-{
-	const char *prefix;
-	const char *name;
-	const char *id;
-	int64		lease_ms;		/* refresh: the new lease */
-	bool		release;		/* release it rather than refresh it */
-	/* what came back */
-	RedisOutcome outcome;		/* RS_OK, or why this one failed */
-	int64		value;			/* refresh: the lease, 0 if lost; release:
-								 * 1 if it was live */
-} SemKeepItem;
-
-/* What one batch cost */
-typedef struct SemBatchCost
-{
-	int			commands;		/* script calls sent */
-	int			round_trips;
-} SemBatchCost;
-
-extern bool sem_keep_batch(RedisCall *call, SemKeepItem *items, int n,
-						   SemBatchCost *cost);
 extern bool sem_set_limit(RedisCall *call, const char *name, int max_holders,
 						  SemLimit *limit);
 

@@ -21,6 +21,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "utils/guc.h"
+
+#include "guc.h"
 #include "report.h"
 #include "secret.h"
 
@@ -113,4 +116,22 @@ const char *
 show_password(void)
 {
 	return (redsem_password && redsem_password[0] != '\0') ? "********" : "";
+}
+
+/* Define the password settings */
+void
+secret_define_gucs(void)
+{
+	DefineCustomStringVariable("redsem.password_file",
+							   "File holding the Redis password (AUTH); empty means none.",
+							   "The file must be readable by the server's operating system user only (0600), like PGPASSFILE.",
+							   &redsem_password_file, "",
+							   PGC_SUSET, 0,
+							   NULL, redsem_assign_connection_string, NULL);
+	DefineCustomStringVariable("redsem.password",
+							   "Redis password (AUTH); prefer redsem.password_file.",
+							   "Shown masked; ignored when redsem.password_file is set.",
+							   &redsem_password, "",
+							   PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+							   NULL, redsem_assign_connection_string, show_password);
 }

@@ -18,4 +18,6 @@ extern bool secret_from_file(const char *setting, const char *path,
 							 char *buf, size_t len, RedisOutcome *outcome);
 extern const char *show_password(void);
 
+extern void secret_define_gucs(void);
+
 #endif							/* REDSEM_SECRET_H */

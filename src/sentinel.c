@@ -21,8 +21,9 @@
 #include "hiredis.h"
 #include "utils/guc.h"
 
-#include "conn.h"
-#include "redsem.h"
+#include "guc.h"
+#include "link.h"
+#include "report.h"
 #include "secret.h"
 #include "sentinel.h"
 

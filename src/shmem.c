@@ -25,10 +25,12 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
 #include "conn.h"
+#include "redsem.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -764,4 +766,31 @@ stats_reset(const char *name)
 			hash_search(stats_hash, s->name, HASH_REMOVE, NULL);
 	}
 	LWLockRelease(shared->stats_lock);
+}
+
+/*
+ * Define the settings of the shared table.  Fixed at server start, so they
+ * can only be defined while preloading.
+ */
+void
+shmem_define_gucs(void)
+{
+	DefineCustomIntVariable("redsem.max_tracked_holds",
+							"Maximum number of holds (and places in line) on this server the keeper tracks.",
+							"Only used when redsem is in shared_preload_libraries.",
+							&redsem_max_tracked_holds, 4096, 16, 1000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.max_tracked_semaphores",
+							"Maximum number of semaphore names with statistics.",
+							"Only used when redsem is in shared_preload_libraries.",
+							&redsem_max_tracked_semaphores, 1000, 16, 1000000,
+							PGC_POSTMASTER, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.reserved_holds",
+							"Holds of this server's table that only superusers, members of redsem_admin and statement queues may take.",
+							"At most half of redsem.max_tracked_holds is reserved, whatever this says.",
+							&redsem_reserved_holds, 128, 0, 1000000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 }

@@ -186,4 +186,6 @@ extern void stats_count_wait(const char *name, int64 ms);
 extern int	stats_snapshot(SemStats **out);
 extern void stats_reset(const char *name);
 
+extern void shmem_define_gucs(void);
+
 #endif							/* REDSEM_SHMEM_H */

@@ -16,7 +16,7 @@
 #include "utils/timestamp.h"
 
 #include "compat.h"
-#include "redsem.h"
+#include "guc.h"
 #include "sockwait.h"
 
 /*

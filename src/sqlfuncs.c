@@ -18,6 +18,7 @@
 #include "redsem.h"
 #include "script.h"
 #include "shmem.h"
+#include "sqlargs.h"
 #include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_acquire);
@@ -28,87 +29,6 @@ PG_FUNCTION_INFO_V1(redsem_refresh);
 PG_FUNCTION_INFO_V1(redsem_release_all);
 PG_FUNCTION_INFO_V1(redsem_force_release);
 PG_FUNCTION_INFO_V1(redsem_set_limit);
-
-/* Raise the error for a NULL argument */
-static void
-reject_null(const char *argname)
-{
-	ereport(ERROR,
-			(errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			 errmsg("argument \"%s\" must not be null", argname)));
-}
-
-/* The semaphore name argument, checked */
-char *
-name_arg(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *name;
-	size_t		len;
-
-	if (PG_ARGISNULL(argno))
-		reject_null("name");
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	len = strlen(name);
-	if (len == 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("semaphore name must not be empty")));
-	if (len > REDSEM_MAX_NAME_BYTES)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("semaphore name is too long"),
-				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
-						   len, REDSEM_MAX_NAME_BYTES)));
-	return name;
-}
-
-/* The holder id argument, checked for the shape redsem_make_id produces */
-char *
-id_arg(FunctionCallInfo fcinfo, int argno)
-{
-	char	   *id;
-	size_t		len;
-
-	if (PG_ARGISNULL(argno))
-		reject_null("id");
-	id = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	len = strlen(id);
-	if (len == 0 || len > REDSEM_MAX_ID_BYTES ||
-		strspn(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-_:") != len)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("invalid holder id \"%s\"", len > 40 ? "(too long)" : id),
-				 errdetail("A holder id is the text returned by redsem_acquire: 1 to %d letters, digits, \".\", \"-\", \"_\" or \":\".",
-						   REDSEM_MAX_ID_BYTES)));
-	return id;
-}
-
-/* True for superusers and members of the redsem_admin role */
-bool
-redsem_is_admin(void)
-{
-	Oid			admin = get_role_oid(REDSEM_ADMIN_ROLE, true);
-
-	return superuser() || (OidIsValid(admin) && has_privs_of_role(GetUserId(), admin));
-}
-
-/*
- * Raise 42501 unless the current user is a superuser or a member of
- * redsem_admin (the functions that act on others' slots or on shared
- * configuration are EXECUTE-able by everyone, so that the refusal can say
- * how to get the right).
- */
-void
-require_admin(const char *what)
-{
-	if (!redsem_is_admin())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to %s", what),
-				 errdetail("Only superusers and members of role %s may.", REDSEM_ADMIN_ROLE),
-				 errhint("An administrator can run: GRANT %s TO %s;", REDSEM_ADMIN_ROLE,
-						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
-}
 
 /*
  * Slots live as long as the process that took them: a parallel worker's
@@ -165,24 +85,6 @@ lease_arg(FunctionCallInfo fcinfo, int argno)
 	StaticAssertStmt(REDSEM_MIN_LEASE_MS == 1000, "the error detail says 1 second");
 	return duration_arg(fcinfo, argno, "lease", REDSEM_MIN_LEASE_MS,
 						REDSEM_MAX_LEASE_MS);
-}
-
-/* A count argument between 1 and REDSEM_MAX_HOLDERS */
-int
-count_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
-{
-	int			n;
-
-	if (PG_ARGISNULL(argno))
-		reject_null(argname);
-	n = PG_GETARG_INT32(argno);
-	if (n < 1 || n > REDSEM_MAX_HOLDERS)
-		ereport(ERROR,
-				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("argument \"%s\" is out of range", argname),
-				 errdetail("\"%s\" must be between 1 and %d; it is %d.",
-						   argname, REDSEM_MAX_HOLDERS, n)));
-	return n;
 }
 
 /*

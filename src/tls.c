@@ -22,10 +22,10 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "guc.h"
 #include "redis_call.h"
 #include "report.h"
 #include "sockwait.h"
-#include "redsem.h"
 #include "tls.h"
 
 bool		redsem_tls = false;

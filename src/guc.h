@@ -1,0 +1,32 @@
+/*
+ * guc.h
+ *		redsem's settings (guc.c; the Sentinel, TLS, queue and keeper
+ *		modules define their own), the generation that changes with any
+ *		connection setting, and the test-only fault injection.
+ */
+#ifndef REDSEM_GUC_H
+#define REDSEM_GUC_H
+
+extern char *redsem_host;
+extern int	redsem_port;
+extern char *redsem_unix_socket;
+extern int	redsem_database;
+extern char *redsem_user;
+extern char *redsem_key_prefix;
+extern int	redsem_connect_timeout_ms;
+extern int	redsem_command_timeout_ms;
+extern int	redsem_grant_replicas;
+extern int	redsem_grant_replica_timeout_ms;
+extern int	redsem_max_holds_per_session;
+extern uint64 redsem_guc_generation;
+extern bool redsem_preloaded;
+extern bool redsem_loading;
+
+extern void guc_define(void);
+
+extern void redsem_assign_connection_string(const char *newval, void *extra);
+extern void redsem_assign_connection_bool(bool newval, void *extra);
+
+extern void redsem_fault(const char *point);
+
+#endif							/* REDSEM_GUC_H */

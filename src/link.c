@@ -1,0 +1,477 @@
+/*
+ * link.c
+ *		A bare connection to one Redis server: open it (resolve, connect,
+ *		TLS), set up its session (AUTH, SELECT), exchange commands and
+ *		replies on it, and classify an error reply.  Nothing here raises for
+ *		a Redis failure: each function fills the call's outcome and returns.
+ *		Every wait is sockwait.c's, so cancel and timeouts are served (on
+ *		interruptible calls).  Above it, conn.c keeps the backend's links,
+ *		routes commands and follows failovers; sentinel.c uses it to talk to
+ *		sentinels.  Nothing here knows which link a context belongs to.
+ */
+#include "postgres.h"
+
+#include <sys/socket.h>
+#include <errno.h>
+#include <netdb.h>
+
+#include "hiredis.h"
+
+#include "storage/fd.h"
+#include "utils/timestamp.h"
+
+#include "compat.h"
+#include "guc.h"
+#include "link.h"
+#include "report.h"
+#include "resolve.h"
+#include "secret.h"
+#include "sockwait.h"
+#include "tls.h"
+
+/* Close a context and its socket */
+static void
+close_context(redisContext *c)
+{
+	redis_forget_wait_fd(c->fd);
+	redisFree(c);
+}
+
+/*
+ * How many times this process started writing to Redis: a request made
+ * while this stays unchanged never left the process.
+ */
+static uint64 writes_started = 0;
+
+/* See writes_started */
+uint64
+redis_writes_started(void)
+{
+	return writes_started;
+}
+
+/* Write out everything hiredis has buffered, waiting on the socket */
+RedisStatus
+redis_context_flush(redisContext *c, TimestampTz deadline, bool interruptible)
+{
+	int			done = 0;
+
+	writes_started++;
+
+	for (;;)
+	{
+		if (redisBufferWrite(c, &done) != REDIS_OK)
+			return RS_LOST;
+		if (done)
+			return RS_OK;
+		if ((redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
+							interruptible) & WL_TIMEOUT) && redis_past(deadline))
+			return RS_TIMED_OUT;
+	}
+}
+
+/* Read the next reply (malloc'd by hiredis) into *reply, waiting on the socket */
+RedisStatus
+redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
+		   redisReply **reply)
+{
+	void	   *r = NULL;
+
+	*reply = NULL;
+	for (;;)
+	{
+		int			rc;
+
+		if (redisGetReplyFromReader(c, &r) != REDIS_OK)
+			return RS_LOST;
+		if (r != NULL)
+		{
+			*reply = (redisReply *) r;
+			return RS_OK;
+		}
+		rc = redis_wait_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
+		if (rc & WL_SOCKET_READABLE)
+		{
+			if (redisBufferRead(c) != REDIS_OK)
+				return RS_LOST;
+		}
+		else if ((rc & WL_TIMEOUT) && redis_past(deadline))
+			return RS_TIMED_OUT;
+	}
+}
+
+/*
+ * Flush the output buffer and read one reply, waiting on the socket in
+ * between.  Stores the reply (malloc'd by hiredis) in *reply.
+ */
+static RedisStatus
+exchange(redisContext *c, TimestampTz deadline, bool interruptible,
+		 redisReply **reply)
+{
+	RedisStatus status = redis_context_flush(c, deadline, interruptible);
+
+	*reply = NULL;
+	if (status == RS_OK)
+		status = redis_context_read(c, deadline, interruptible, reply);
+	return status;
+}
+
+/*
+ * The class of a Redis error reply, from its leading code; *drop says
+ * whether the connection is no use any more (the server is a replica now,
+ * refused us, or is about to close it).
+ */
+RedisStatus
+redis_error_class(const char *msg, bool *drop)
+{
+	static const struct
+	{
+		const char *prefix;
+		RedisStatus status;
+		bool		drop;
+	}			classes[] =
+	{
+		{"NOSCRIPT", RS_NOSCRIPT, false},
+		{"ERR Function not found", RS_NOSCRIPT, false},
+		{"NOAUTH", RS_AUTH_FAILED, true},
+		{"NOPERM", RS_AUTH_FAILED, false},
+		/* the ACL denies a command the library runs (7.0; 7.2 and later) */
+		{"ERR The user executing the script can't run this command", RS_AUTH_FAILED, false},
+		{"ERR ACL failure in script", RS_AUTH_FAILED, false},
+		{"WRONGPASS", RS_BAD_PASSWORD, true},
+		{"ERR invalid password", RS_BAD_PASSWORD, true},
+		{"ERR AUTH", RS_AUTH_FAILED, true},
+		{"ERR Client sent AUTH", RS_AUTH_FAILED, true},
+		/* Redis 7 answers a long command of an unauthenticated client so */
+		{"ERR Protocol error: unauthenticated", RS_AUTH_FAILED, true},
+		{"ERR max number of clients", RS_TOO_MANY_CLIENTS, true},
+		{"READONLY", RS_UNAVAILABLE, true},
+		{"LOADING", RS_UNAVAILABLE, true},
+		{"MASTERDOWN", RS_UNAVAILABLE, true},
+		{"UNBLOCKED", RS_UNAVAILABLE, true},
+		{"BUSY", RS_UNAVAILABLE, false},
+		{"TRYAGAIN", RS_UNAVAILABLE, false},
+		{"CLUSTERDOWN", RS_UNAVAILABLE, true},
+		/* WAIT on a primary demoted since the grant: it cannot confirm */
+		{"ERR WAIT cannot be used with replica", RS_NOT_REPLICATED, true},
+		{"OOM", RS_OUT_OF_MEMORY, false},
+		{"WRONGTYPE", RS_CONFLICT, false},
+		{"REDSEM", RS_CONFLICT, false},
+		{"ERR user_script", RS_CONFLICT, false},
+		{"ERR user_function", RS_CONFLICT, false},
+		{"ERR Error running script", RS_CONFLICT, false},
+		{"ERR Error compiling script", RS_CONFLICT, false},
+	};
+
+	for (int i = 0; i < lengthof(classes); i++)
+	{
+		size_t		len = strlen(classes[i].prefix);
+
+		if (strncmp(msg, classes[i].prefix, len) == 0 &&
+			(msg[len] == ' ' || msg[len] == '\0' || msg[len] == ':'))
+		{
+			*drop = classes[i].drop;
+			return classes[i].status;
+		}
+	}
+	*drop = false;
+	return RS_REFUSED;
+}
+
+/*
+ * Turn an error reply into the call's outcome (freeing the reply).  Returns
+ * the class; the caller drops the connection if *drop.
+ */
+RedisStatus
+redis_absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
+				   bool *drop)
+{
+	const char *msg = (reply->str != NULL) ? reply->str : "";
+	RedisStatus status = redis_error_class(msg, drop);
+
+	call->outcome.status = status;
+	/* Redis never echoes a password in its error replies */
+	if (what != NULL)
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "%s: %s", what, msg);
+	else
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", msg);
+	freeReplyObject(reply);
+	return status;
+}
+
+/* Wait for a non-blocking connect to finish, then check its outcome */
+static bool
+finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
+{
+	int			soerr = 0;
+	socklen_t	len = sizeof(soerr);
+
+	for (;;)
+	{
+		int			rc = redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
+										call->interruptible);
+
+		if (rc & WL_SOCKET_WRITEABLE)
+			break;
+		if ((rc & WL_TIMEOUT) && redis_past(deadline))
+		{
+			(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "no answer within %d ms (redsem.connect_timeout)",
+					 redsem_connect_timeout_ms);
+			return false;
+		}
+	}
+	if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+		soerr = errno;
+	if (soerr != 0)
+	{
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
+				 strerror(soerr));
+		return false;
+	}
+	return true;
+}
+
+/*
+ * Send one command on a context being set up and read its reply into
+ * *reply (or free it when reply is NULL); on failure fill the outcome.  An
+ * error reply is a failure, of its class (RS_REFUSED counts as a failure
+ * to connect).
+ */
+bool
+redis_context_command(RedisCall *call, redisContext *c, int argc,
+					  const char **argv, TimestampTz deadline,
+					  redisReply **reply)
+{
+	redisReply *r;
+	RedisStatus status;
+	bool		drop;
+
+	if (reply != NULL)
+		*reply = NULL;
+	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
+	{
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
+		return false;
+	}
+	status = exchange(c, deadline, call->interruptible, &r);
+	if (status != RS_OK)
+	{
+		call->outcome.status = RS_CONNECT_FAILED;
+		if (c->err)
+			snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
+		else
+			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+					 "no answer to %s within %d ms (redsem.connect_timeout)",
+					 argv[0], redsem_connect_timeout_ms);
+		return false;
+	}
+	if (r->type == REDIS_REPLY_ERROR)
+	{
+		status = redis_absorb_error_reply(call, r, argv[0], &drop);
+		if (status == RS_REFUSED)
+			call->outcome.status = RS_CONNECT_FAILED;
+		return false;
+	}
+	if (reply != NULL)
+		*reply = r;
+	else
+		freeReplyObject(r);
+	return true;
+}
+
+/* Authenticate and select the database, as configured */
+static bool
+setup_session(RedisCall *call, redisContext *c, const char *host,
+			  TimestampTz deadline)
+{
+	char		password[REDSEM_MAX_SECRET_BYTES + 1];
+	bool		have_password;
+	bool		ok = true;
+
+	if (!redis_password(password, sizeof(password), &have_password, &call->outcome))
+		return false;
+	if (have_password)
+	{
+		const char *argv[3] = {"AUTH", redsem_user, password};
+
+		if (redsem_user && redsem_user[0] != '\0')
+			ok = redis_context_command(call, c, 3, argv, deadline, NULL);
+		else
+		{
+			argv[1] = password;
+			ok = redis_context_command(call, c, 2, argv, deadline, NULL);
+		}
+		explicit_bzero(password, sizeof(password));
+	}
+	if (ok && redsem_database != 0)
+	{
+		char		db[16];
+		const char *argv[] = {"SELECT", db};
+
+		snprintf(db, sizeof(db), "%d", redsem_database);
+		ok = redis_context_command(call, c, 2, argv, deadline, NULL);
+	}
+	return ok;
+}
+
+/*
+ * With TLS 1.3 the server judges our certificate after our side of the
+ * handshake is over: one PING tells.  Any reply, NOAUTH included, means the
+ * session was accepted; a closed connection means it was refused, and
+ * OpenSSL has the server's reason.
+ */
+static bool
+tls_accepted(RedisCall *call, redisContext *c, TimestampTz deadline)
+{
+	const char *argv[] = {"PING"};
+	redisReply *r;
+	char		why[200];
+
+	if (redisAppendCommandArgv(c, 1, argv, NULL) == REDIS_OK &&
+		exchange(c, deadline, call->interruptible, &r) == RS_OK)
+	{
+		freeReplyObject(r);
+		return true;
+	}
+	(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "the server refused the TLS session after the handshake (a client certificate it requires or does not accept): %s",
+			 tls_refusal(why, sizeof(why), c->err ? c->errstr : "no answer"));
+	return false;
+}
+
+/* Close a context made by redis_open_context, giving back its descriptor */
+void
+redis_close_context(redisContext *c)
+{
+	close_context(c);
+	ReleaseExternalFD();
+}
+
+/* A step of setting up a new context (host: the name TLS verifies) */
+typedef bool (*ContextStep) (RedisCall *call, redisContext *c,
+							 const char *host, TimestampTz deadline);
+
+/* Connect, then TLS if configured: the handshake of a new context */
+static bool
+handshake(RedisCall *call, redisContext *c, const char *host,
+		  TimestampTz deadline)
+{
+	return finish_connect(call, c, deadline) &&
+		(!redsem_tls || (tls_start(call, c, host, deadline) &&
+						 tls_accepted(call, c, deadline)));
+}
+
+/*
+ * Run one step on a new context; close it if the step fails or an
+ * interrupt unwinds through it, so nothing is left open.
+ */
+static bool
+step_or_close(ContextStep step, RedisCall *call, redisContext *c,
+			  const char *host, TimestampTz deadline)
+{
+	bool		ok;
+
+	PG_TRY();
+	{
+		ok = step(call, c, host, deadline);
+	}
+	PG_CATCH();
+	{
+		redis_close_context(c);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!ok)
+		redis_close_context(c);
+	return ok;
+}
+
+/*
+ * Connect to host:port (or the Unix socket unix_path, when not NULL) and
+ * start TLS if configured, by deadline.  Returns the context, or NULL with
+ * the call's outcome saying why; nothing is left open then, even when an
+ * interrupt unwinds the wait.
+ */
+redisContext *
+redis_open_context(RedisCall *call, const char *host, int port,
+				   const char *unix_path, TimestampTz deadline)
+{
+	redisContext *c;
+	char		addr[NI_MAXHOST];
+
+	call->outcome.status = RS_CONNECT_FAILED;
+	if (redsem_tls && !tls_supported(call))
+		return NULL;
+	if (unix_path != NULL && redsem_tls)
+	{
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "redsem.tls applies to TCP connections, and redsem.unix_socket is set");
+		return NULL;
+	}
+	if (unix_path == NULL && !redis_resolve(call, host, addr, sizeof(addr), deadline))
+		return NULL;
+	if (!AcquireExternalFD())
+	{
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "there are too many open files on the local server");
+		return NULL;
+	}
+	c = unix_path ? redisConnectUnixNonBlock(unix_path) : redisConnectNonBlock(addr, port);
+	if (c == NULL || c->err)
+	{
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
+				 c ? c->errstr : "out of memory");
+		if (c)
+			close_context(c);
+		ReleaseExternalFD();
+		return NULL;
+	}
+	if (!step_or_close(handshake, call, c, host, deadline))
+		return NULL;
+	call->outcome.status = RS_OK;
+	if (unix_path == NULL)
+		(void) redisEnableKeepAlive(c);
+	return c;
+}
+
+/*
+ * Set up the session of a new context c (see setup_session); on failure, or
+ * when an interrupt unwinds, c is closed.
+ */
+bool
+redis_setup_context(RedisCall *call, redisContext *c, TimestampTz deadline)
+{
+	return step_or_close(setup_session, call, c, NULL, deadline);
+}
+
+/* The earlier of deadline and redsem.connect_timeout from now */
+TimestampTz
+redis_connect_deadline(TimestampTz deadline)
+{
+	TimestampTz d = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+												redsem_connect_timeout_ms);
+
+	return Min(d, deadline);
+}
+
+/*
+ * Judge one reply of a pipeline: o->status is RS_OK unless it is an error
+ * reply, classified (see RedisStatus).  Returns true if the error makes the
+ * connection useless.
+ */
+bool
+redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
+{
+	bool		drop = false;
+
+	o->status = RS_OK;
+	o->timeout_ms = 0;
+	o->detail[0] = '\0';
+	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
+		return false;
+	o->status = redis_error_class(reply->str ? reply->str : "", &drop);
+	snprintf(o->detail, sizeof(o->detail), "%s", reply->str ? reply->str : "");
+	return drop;
+}
+
+/* The target a failure names: its Cluster node, or the current target */

@@ -1,0 +1,18 @@
+/*
+ * sqlargs.h
+ *		Checked arguments for the SQL-callable functions, and who counts
+ *		as an administrator (sqlargs.c).
+ */
+#ifndef REDSEM_SQLARGS_H
+#define REDSEM_SQLARGS_H
+
+#include "fmgr.h"
+
+extern void reject_null(const char *argname);
+extern char *name_arg(FunctionCallInfo fcinfo, int argno);
+extern char *id_arg(FunctionCallInfo fcinfo, int argno);
+extern int	count_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern bool redsem_is_admin(void);
+extern void require_admin(const char *what);
+
+#endif							/* REDSEM_SQLARGS_H */
