@@ -16,6 +16,7 @@
 #include "conn.h"
 #include "fcall.h"
 #include "link.h"
+#include "report.h"
 #include "shmem.h"
 
 /* ids per refresh_many call, commands per round trip */
@@ -116,9 +117,8 @@ fail_keep_command(SemKeepItem *items, const int *order, const KeepCommand *kc,
 	{
 		SemKeepItem *it = &items[order[kc->first + i]];
 
-		it->outcome.status = status;
 		it->outcome.timeout_ms = 0;
-		snprintf(it->outcome.detail, sizeof(it->outcome.detail), "%s", detail);
+		(void) redis_note(&it->outcome, status, "%s", detail);
 		stats_count(it->name, STAT_REDIS_ERRORS, 1);
 	}
 }
@@ -154,11 +154,10 @@ absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
 		memset(&it->outcome, 0, sizeof(it->outcome));
 		if (!ok)
 		{
-			it->outcome.status = RS_MALFORMED;
-			snprintf(it->outcome.detail, sizeof(it->outcome.detail),
-					 "%s answered a reply of type %d for semaphore \"%s\"",
-					 kc->release ? "release" : "refresh_many", reply->type,
-					 it->name);
+			(void) redis_note(&it->outcome, RS_MALFORMED,
+							  "%s answered a reply of type %d for semaphore \"%s\"",
+							  kc->release ? "release" : "refresh_many", reply->type,
+							  it->name);
 			stats_count(it->name, STAT_REDIS_ERRORS, 1);
 		}
 	}
@@ -246,9 +245,8 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 	{
 		order[i] = i;
 		items[i].value = 0;
-		items[i].outcome.status = RS_LOST;
-		snprintf(items[i].outcome.detail, sizeof(items[i].outcome.detail),
-				 "not sent: the connection failed earlier in the batch");
+		(void) redis_note(&items[i].outcome, RS_LOST,
+						  "not sent: the connection failed earlier in the batch");
 	}
 	sort_items = items;
 	qsort(order, n, sizeof(int), keep_item_cmp);

@@ -312,10 +312,9 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 static void
 connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
 {
-	call->outcome.status = status;
+	(void) redis_note(&call->outcome, status, "%s",
+					  cur->ctx->err ? cur->ctx->errstr : "");
 	call->outcome.timeout_ms = timeout_ms;
-	snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
-			 cur->ctx->err ? cur->ctx->errstr : "");
 	if (status == RS_LOST)
 		salvage_error_line(call);
 	disconnect_current();
@@ -396,10 +395,9 @@ is_redirect(const redisReply *reply)
 static void
 redirect_loop(RedisCall *call, redisReply *reply, int redirects)
 {
-	call->outcome.status = RS_UNAVAILABLE;
+	(void) redis_note(&call->outcome, RS_UNAVAILABLE, "redirected %d times, last: %s",
+					  redirects, reply->str ? reply->str : "");
 	call->outcome.timeout_ms = 0;
-	snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-			 "redirected %d times, last: %s", redirects, reply->str ? reply->str : "");
 	freeReplyObject(reply);
 }
 
@@ -427,12 +425,10 @@ node_share(RedisCall *call, int node, TimestampTz deadline, TimestampTz *until,
 {
 	if (shares->failed[node])
 	{
-		call->outcome.status = RS_LOST;
 		call->outcome.timeout_ms = 0;
 		call->outcome.node_plus1 = node + 1;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "not sent: the node failed earlier in the batch");
-		return false;
+		return redis_note(&call->outcome, RS_LOST,
+						  "not sent: the node failed earlier in the batch");
 	}
 	if (shares->budget_ms <= 0)
 		return true;

@@ -189,13 +189,9 @@ redis_absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
 	const char *msg = (reply->str != NULL) ? reply->str : "";
 	RedisStatus status = redis_error_class(msg, drop);
 
-	call->outcome.status = status;
 	/* Redis never echoes a password in its error replies */
-	if (what != NULL)
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "%s: %s", what, msg);
-	else
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", msg);
+	(void) redis_note(&call->outcome, status, "%s%s%s", what ? what : "",
+					  what ? ": " : "", msg);
 	freeReplyObject(reply);
 	return status;
 }
@@ -257,14 +253,11 @@ redis_context_command(RedisCall *call, redisContext *c, int argc,
 	status = exchange(c, deadline, call->interruptible, &r);
 	if (status != RS_OK)
 	{
-		call->outcome.status = RS_CONNECT_FAILED;
 		if (c->err)
-			snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s", c->errstr);
-		else
-			snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-					 "no answer to %s within %d ms (redsem.connect_timeout)",
-					 argv[0], redsem_connect_timeout_ms);
-		return false;
+			return redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
+		return redis_note(&call->outcome, RS_CONNECT_FAILED,
+						  "no answer to %s within %d ms (redsem.connect_timeout)",
+						  argv[0], redsem_connect_timeout_ms);
 	}
 	if (r->type == REDIS_REPLY_ERROR)
 	{
@@ -404,23 +397,23 @@ redis_open_context(RedisCall *call, const char *host, int port,
 		return NULL;
 	if (unix_path != NULL && redsem_tls)
 	{
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "redsem.tls applies to TCP connections, and redsem.unix_socket is set");
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
+						  "redsem.tls applies to TCP connections, and redsem.unix_socket is set");
 		return NULL;
 	}
 	if (unix_path == NULL && !redis_resolve(call, host, addr, sizeof(addr), deadline))
 		return NULL;
 	if (!AcquireExternalFD())
 	{
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "there are too many open files on the local server");
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
+						  "there are too many open files on the local server");
 		return NULL;
 	}
 	c = unix_path ? redisConnectUnixNonBlock(unix_path) : redisConnectNonBlock(addr, port);
 	if (c == NULL || c->err)
 	{
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail), "%s",
-				 c ? c->errstr : "out of memory");
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
+						  c ? c->errstr : "out of memory");
 		if (c)
 			close_context(c);
 		ReleaseExternalFD();
@@ -469,8 +462,8 @@ redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
 	o->detail[0] = '\0';
 	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
 		return false;
-	o->status = redis_error_class(reply->str ? reply->str : "", &drop);
-	snprintf(o->detail, sizeof(o->detail), "%s", reply->str ? reply->str : "");
+	(void) redis_note(o, redis_error_class(reply->str ? reply->str : "", &drop),
+					  "%s", reply->str ? reply->str : "");
 	return drop;
 }
 

@@ -34,6 +34,7 @@
 #include "fcall.h"
 #include "guc.h"
 #include "link.h"
+#include "report.h"
 #include "script.h"
 #include "shmem.h"
 #include "timing.h"
@@ -123,10 +124,9 @@ fcall_send(RedisCall *call, int argc, const char **argv, redisReply **reply)
 	ok = load_library(call) && redis_exec(call, argc, argv, NULL, reply);
 	if (!ok && call->outcome.status == RS_NOSCRIPT)
 	{
-		call->outcome.status = RS_REFUSED;
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "the redsem library %s was missing right after it was loaded",
-				 library_name());
+		(void) redis_note(&call->outcome, RS_REFUSED,
+						  "the redsem library %s was missing right after it was loaded",
+						  library_name());
 	}
 	return ok;
 }

@@ -238,9 +238,8 @@ ask_sentinel(RedisCall *call, redisContext *c, const SentinelAddr *where,
 		char		why[sizeof(call->outcome.detail)];
 
 		strlcpy(why, call->outcome.detail, sizeof(why));
-		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "sentinel %s:%d: %s", where->host, where->port, why);
-		return false;
+		return redis_note(&call->outcome, call->outcome.status,
+						  "sentinel %s:%d: %s", where->host, where->port, why);
 	}
 	if (r->type == REDIS_REPLY_NIL)
 		*unknown = true;
