@@ -1,16 +1,17 @@
 /*
  * guc.c
- *		redsem's own settings: connection, timeouts, limits, and those only
- *		a preloaded server has.  (TLS, Sentinel, Cluster and queue settings
- *		are defined by their modules; src/redsem.c calls each.)
+ *		The connection and timeout settings, and the test-only fault
+ *		injection.  Other settings are defined by their modules (password:
+ *		secret.c; per-session bound: hold.c; shared table: shmem.c; TLS,
+ *		Sentinel, Cluster, queues); src/redsem.c calls each.
  */
 #include "postgres.h"
 
 #include "fmgr.h"
-#include "guc.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "guc.h"
 #include "redsem.h"
 
 char	   *redsem_host = NULL;
@@ -23,7 +24,6 @@ int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
 int			redsem_grant_replicas = 0;
 int			redsem_grant_replica_timeout_ms = 1000;
-int			redsem_max_holds_per_session = 1000;
 static char *redsem_inject_fault = NULL;
 
 /* Bumped when a connection setting changes, so the next call reconnects */
@@ -158,23 +158,10 @@ define_timeout_gucs(void)
 							   NULL, NULL, NULL);
 }
 
-/* Define the per-session bounds */
-static void
-define_limit_gucs(void)
-{
-	DefineCustomIntVariable("redsem.max_holds_per_session",
-							"Maximum number of slots (and places in line) one session may hold at once.",
-							"Statement queues' slots do not count.  Set per role or database with ALTER ROLE/DATABASE ... SET.",
-							&redsem_max_holds_per_session, 1000, 1, 1000000,
-							PGC_SUSET, 0,
-							NULL, NULL, NULL);
-}
-
 /* Define the settings of this file */
 void
 guc_define(void)
 {
 	define_connection_gucs();
 	define_timeout_gucs();
-	define_limit_gucs();
 }

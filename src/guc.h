@@ -17,7 +17,6 @@ extern int	redsem_connect_timeout_ms;
 extern int	redsem_command_timeout_ms;
 extern int	redsem_grant_replicas;
 extern int	redsem_grant_replica_timeout_ms;
-extern int	redsem_max_holds_per_session;
 extern uint64 redsem_guc_generation;
 extern bool redsem_preloaded;
 extern bool redsem_loading;

@@ -30,6 +30,7 @@
 #include "storage/ipc.h"
 #include "tcop/utility.h"
 #include "utils/elog.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -42,6 +43,9 @@
 #include "shmem.h"
 #include "sqlargs.h"
 #include "timing.h"
+
+/* redsem.max_holds_per_session */
+int			redsem_max_holds_per_session = 1000;
 
 typedef enum HoldState
 {
@@ -838,4 +842,16 @@ hold_flush_deferred(void)
 	if (count_ending() > 0)
 		release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 																 redsem_command_timeout_ms));
+}
+
+/* Define the per-session bound on holds */
+void
+hold_define_gucs(void)
+{
+	DefineCustomIntVariable("redsem.max_holds_per_session",
+							"Maximum number of slots (and places in line) one session may hold at once.",
+							"Statement queues' slots do not count.  Set per role or database with ALTER ROLE/DATABASE ... SET.",
+							&redsem_max_holds_per_session, 1000, 1, 1000000,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
 }

@@ -50,4 +50,7 @@ extern int	hold_snapshot(HeldInfo **out);
 extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);
 
+extern int	redsem_max_holds_per_session;
+extern void hold_define_gucs(void);
+
 #endif							/* REDSEM_HOLD_H */

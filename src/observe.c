@@ -12,12 +12,12 @@
 #include "access/htup_details.h"
 #include "fmgr.h"
 #include "funcapi.h"
-#include "guc.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "guc.h"
 #include "hold.h"
 #include "queue.h"
 #include "script.h"

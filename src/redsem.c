@@ -42,6 +42,7 @@ _PG_init(void)
 	redsem_loading = true;
 	guc_define();
 	secret_define_gucs();
+	hold_define_gucs();
 	tls_define_gucs();
 	sentinel_define_gucs();
 	cluster_define_gucs();

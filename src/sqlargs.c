@@ -22,17 +22,22 @@ reject_null(const char *argname)
 			 errmsg("argument \"%s\" must not be null", argname)));
 }
 
+/* A text argument that must not be NULL, as a C string */
+static char *
+text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
+{
+	if (PG_ARGISNULL(argno))
+		reject_null(argname);
+	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
+}
+
 /* The semaphore name argument, checked */
 char *
 name_arg(FunctionCallInfo fcinfo, int argno)
 {
-	char	   *name;
-	size_t		len;
+	char	   *name = text_arg(fcinfo, argno, "name");
+	size_t		len = strlen(name);
 
-	if (PG_ARGISNULL(argno))
-		reject_null("name");
-	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	len = strlen(name);
 	if (len == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -50,13 +55,9 @@ name_arg(FunctionCallInfo fcinfo, int argno)
 char *
 id_arg(FunctionCallInfo fcinfo, int argno)
 {
-	char	   *id;
-	size_t		len;
+	char	   *id = text_arg(fcinfo, argno, "id");
+	size_t		len = strlen(id);
 
-	if (PG_ARGISNULL(argno))
-		reject_null("id");
-	id = text_to_cstring(PG_GETARG_TEXT_PP(argno));
-	len = strlen(id);
 	if (len == 0 || len > REDSEM_MAX_ID_BYTES ||
 		strspn(id, "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-_:") != len)
 		ereport(ERROR,
