@@ -726,12 +726,13 @@ redis_outcome_text(const RedisOutcome *o)
 
 /*
  * Report a failed call at elevel (ERROR raises), with the SQLSTATE of its
- * class (report.c); the message names the current target.
+ * class (report.c); the message names the target that failed (its Cluster
+ * node, if the outcome says which).
  */
 void
 redis_report(int elevel, const RedisOutcome *o)
 {
-	char	   *target = redis_target_description();
+	char	   *target = outcome_target(o);
 
 	redis_report_at(elevel, o, target);
 	pfree(target);
