@@ -228,7 +228,7 @@ wp=$(awk -v c="${WRT[polling]}" -v w="$WAITERS" -v t="${WSECS[polling]}" 'BEGIN 
 printf '%-34s %12s %12s\n' "round trips in the window" "${WRT[blocking]}" "${WRT[polling]}"
 printf '%-34s %12s %12s %12s\n' "round trips per waiter-second" "$wb" "$wp" "$(bench_ratio "$wp" "$wb")"
 printf '  blocking: %s\n  polling:  %s\n' "${WLINE[blocking]}" "${WLINE[polling]}"
-printf '(blocking expected: one BLPOP + one FCALL per waiter every 10 s at most (the holder is kept alive, so no lease ahead runs out) = 0.2/s)\n'
+printf '(blocking expected: one BLPOP + one FCALL per waiter every 5 s at most (the holder is kept alive, so no lease ahead runs out) = 0.4/s)\n'
 
 # --- plot -------------------------------------------------------------------------
 

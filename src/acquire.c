@@ -77,12 +77,44 @@ note_limit(AcquireArgs *args, const SemResult *r)
 }
 
 /*
- * Wait in line until promoted (and confirmed) or deadline.  Sleeps on the
- * caller's wake list (a release that promotes it pushes to it), waking
- * early only to keep its place alive or when a lease ahead of it is due to
- * run out; then it looks with wait_check, which also confirms a promotion.
- * *sent is when the request that answered was sent.  False if Redis failed
- * (below ERROR).
+ * A wake-up (ticket) that came soon after the look that left us in line
+ * (sent at looked): the promotion came after that look, so the slot is ours
+ * for at least the rest of the window, and the keeper confirms it in time
+ * (src/timing.h).  The hold is handed to the keeper first, then the time is
+ * checked again: a pause of this backend after the hand-over costs it
+ * nothing, one before it means confirming here.  False when we must
+ * confirm it ourselves.
+ */
+static bool
+promoted_in_time(const AcquireArgs *args, Hold *hold, int64 ticket,
+				 TimestampTz looked, SemResult *r)
+{
+	int64		window = Min(args->lease_ms, PROMOTION_WINDOW_MS);
+	int64		in_time = window / PROMOTION_CONFIRM_FRACTION;
+
+	/* a grant that must reach replicas is confirmed (and settled) by us */
+	if (redsem_grant_replicas > 0 || ms_since(looked) >= in_time ||
+		!hold_keeper_can_confirm(hold))
+		return false;
+	hold_mark_promoted(hold, ticket, window, looked);
+	if (ms_since(looked) >= in_time)
+		return false;
+	memset(r, 0, sizeof(*r));
+	r->state = SEM_HELD;
+	r->ticket = ticket;
+	r->ms = window;
+	r->confirm_ms = window;
+	return true;
+}
+
+/*
+ * Wait in line until promoted (and confirmed, or handed to the keeper to
+ * confirm) or deadline.  Sleeps on the caller's wake list (a release that
+ * promotes it pushes to it), waking early only to keep its place alive or
+ * when a lease ahead of it is due to run out; then it looks with
+ * wait_check, which also confirms a promotion.  *sent is when the request
+ * that answered was sent (for a promotion the keeper confirms, the look
+ * before it).  False if Redis failed (below ERROR).
  */
 static bool
 wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
@@ -129,6 +161,11 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 				r->ms = Max(r->ms - ms_since(napped_at), 0);
 			if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)
 				continue;
+		}
+		if (ticket > 0 && promoted_in_time(args, hold, ticket, checked, r))
+		{
+			*sent = checked;
+			return true;
 		}
 		if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
 		{
@@ -419,7 +456,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		*hold = NULL;
 		return result;
 	}
-	hold_mark_held(*hold, r.ticket, args->lease_ms, sent);
+	hold_mark_held(*hold, r.ticket, args->lease_ms, sent, r.confirm_ms);
 	*id = pstrdup(buf);
 	return result;
 }

@@ -539,23 +539,51 @@ void
 hold_mark_waiting(Hold *hold, TimestampTz checked_at)
 {
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_WAITING, 0,
-						  checked_at);
+						  checked_at, 0);
 }
 
 /*
- * Redis granted the slot, with a lease that started no earlier than
+ * True if the keeper would confirm a promotion of this hold in time: it
+ * runs without trouble, tracks the hold, and refreshes holds on the Redis
+ * this one was taken on.
+ */
+bool
+hold_keeper_can_confirm(Hold *hold)
+{
+	SharedHold	copy;
+
+	return hold->shared_slot >= 0 &&
+		shared_hold_read(hold->shared_slot, hold->id, &copy) &&
+		keeper_keeps_target(copy.target);
+}
+
+/*
+ * A wake-up said the acquire was promoted: the keeper is to confirm it
+ * within window_ms of at (before the acquire returns, so that a pause of
+ * this backend from now on cannot cost it the slot).
+ */
+void
+hold_mark_promoted(Hold *hold, int64 ticket, int64 window_ms, TimestampTz at)
+{
+	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
+						  at, window_ms);
+}
+
+/*
+ * Redis granted the slot, with a lease (or, for a promotion nobody
+ * confirmed yet, a window of confirm_ms) that started no earlier than
  * confirmed_at (when the granting request was sent).
  */
 void
 hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
-			   TimestampTz confirmed_at)
+			   TimestampTz confirmed_at, int64 confirm_ms)
 {
 	hold->state = HOLD_HELD;
 	hold->ticket = ticket;
 	hold->lease_ms = lease_ms;
 	hold->acquired_at = hold->refreshed_at = confirmed_at;
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
-						  confirmed_at);
+						  confirmed_at, confirm_ms);
 }
 
 /* Drop an entry that Redis no longer knows about */
@@ -795,7 +823,10 @@ hold_snapshot(HeldInfo **out)
 			refreshed = Max(refreshed, tracked.refreshed_at);
 		info->keeper_error = keeper_error(&tracked, tracked_ok);
 		info->kept_alive = (info->keeper_error == NULL);
-		info->expires_at = TimestampTzPlusMilliseconds(refreshed, hold->lease_ms);
+		/* a promotion the keeper has not confirmed yet lives its window */
+		info->expires_at = TimestampTzPlusMilliseconds(refreshed,
+													   tracked_ok ? shared_hold_kept_ms(&tracked) :
+													   hold->lease_ms);
 		n++;
 	}
 	return n;

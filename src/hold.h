@@ -36,8 +36,11 @@ extern void hold_install_hooks(void);
 extern Hold *hold_begin(const char *name, const char *id, HoldScope scope,
 						int64 lease_ms, int permits);
 extern void hold_mark_waiting(Hold *hold, TimestampTz checked_at);
+extern bool hold_keeper_can_confirm(Hold *hold);
+extern void hold_mark_promoted(Hold *hold, int64 ticket, int64 window_ms,
+							   TimestampTz at);
 extern void hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
-						   TimestampTz confirmed_at);
+						   TimestampTz confirmed_at, int64 confirm_ms);
 extern void hold_forget(Hold *hold);
 extern bool hold_is_own(const char *id);
 extern bool hold_release_id(const char *name, const char *id, bool *held);

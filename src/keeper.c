@@ -306,13 +306,14 @@ release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 }
 
 /*
- * Refresh a live hold whose lease is a third used up, or soon will be (see
+ * Refresh a live hold whose lease (or, while it is an unconfirmed
+ * promotion, whose window) is a third used up, or soon will be (see
  * KEEPER_BATCH_EARLY_DIVISOR); ms until it is next due.
  */
 static int64
 refresh_if_due(KeeperBatch *batch, const HoldCopy *c, TimestampTz now)
 {
-	int64		third = Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
+	int64		third = Max(shared_hold_kept_ms(&c->hold) / KEEPER_REFRESH_FRACTION, 1);
 	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
 	int64		early = third / KEEPER_BATCH_EARLY_DIVISOR;
 
@@ -451,7 +452,8 @@ node_budget_ms(const KeeperBatch *batch, TimestampTz now)
 	{
 		const SharedHold *h = &batch->owners[i]->hold;
 		int64		left = TimestampDifferenceMilliseconds(now,
-														   TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms));
+														   TimestampTzPlusMilliseconds(h->refreshed_at,
+																					   shared_hold_kept_ms(h)));
 
 		shortest = Min(shortest, left);
 	}
@@ -562,6 +564,7 @@ keeper_cycle(KeeperState *st)
 	TimestampTz sent;
 	bool		redis_ok;
 
+	keeper_set_target(target);
 	st->released_after_crash = 0;
 	st->succeeded = false;
 	batch.items = palloc(sizeof(SemKeepItem) * Max(n, 1));

@@ -32,10 +32,8 @@
 --                                           (force_release); its
 --                                           holder's next refresh reads
 --                                           and deletes it
--- <base>nudge:<id> LIST                     "n<ms>": look again in ms (a
---                                           list of its own: 0.1.0 waiters
---                                           take anything on their wake
---                                           list for a promotion)
+-- <base>nudge:<id> LIST                     "n0": look again at once (the
+--                                           waiter was turned away: I4, I9)
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.
 -- KEYS[1] to [5] are laid out as in redsem 0.1.0, which knows no state:
 -- its servers see every member taking one permit.)
@@ -75,13 +73,18 @@
 --     the deadline its member had (GRACE_MS at least), or until the
 --     holder's next refresh reads it: no longer than the slot would have.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
---     PROMOTION_WINDOW_MS) until it confirms (wait_check or give_up); then
---     its full lease starts.  A waiter that died in line costs the line
---     seconds, not a lease; one paused past its window finds it lost.  The
---     waiter left at the head of the line by a promotion is nudged to look
---     again when a deadline ahead of it is due, so it notices a promoted
---     waiter that never confirms as soon as its window ends.  A wake or
---     nudge list lives as long as the place or window it is about.
+--     PROMOTION_WINDOW_MS) until it confirms (wait_check, give_up, or a
+--     refresh: its server's keeper sends one for a waiter that took its
+--     wake-up in good time, src/acquire.c); then its full lease starts.  A
+--     waiter that died in line costs the line seconds, not a lease; one
+--     paused past its window finds it lost.  Nobody is nudged when a
+--     promotion leaves a new head of the line: every waiter looks again
+--     within PROMOTION_WINDOW_MS of its last look (src/timing.h), which
+--     came before the promotion, and is then told when the window ends, so
+--     a promoted waiter that never confirms is noticed when its window
+--     ends.  A wake or nudge list lives as long as the place or window it
+--     is about; a promoted waiter that took its wake-up has confirmed as
+--     far as I9 is concerned (its session is alive).
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
 --     semaphore, and at least Redis's clock in microseconds, so tickets
 --     keep rising even after the keys expired: they are fencing tokens.
@@ -288,10 +291,8 @@ local function turn_away(id)
 end
 
 -- I3, I4, I6: turn waiters at the head of the line into holders while
--- their permits fit; each gets the promotion window and a wake-up.  The
--- waiter then left at the head is nudged.
+-- their permits fit; each gets the promotion window and a wake-up.
 local function promote()
-    local promoted = false
     while true do
         local head = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
         if not head then return end
@@ -311,12 +312,7 @@ local function promote()
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             post(wake_key(head), head, redis.call('ZSCORE', K_OWNER, head))
-            promoted = true
         else
-            if promoted then
-                post(nudge_key(head), head,
-                     'n' .. int(next_deadline_ms(deadline_index(rank, p, limit))))
-            end
             return
         end
     end

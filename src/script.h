@@ -28,6 +28,8 @@ typedef struct SemResult
 	SemState	state;
 	int64		ticket;			/* fencing token / place in line */
 	int64		ms;				/* HELD: lease left; WAITING: look again in */
+	int64		confirm_ms;		/* HELD by a wake-up nobody confirmed yet:
+								 * its window (the keeper confirms it) */
 	int64		position;		/* WAITING: members that must leave, less one */
 	int64		limit;			/* the limit in effect, or 0 if not told */
 	bool		stored;			/* OTHER_LIMIT: the limit in effect is stored */

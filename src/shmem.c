@@ -265,6 +265,24 @@ keeper_set_wake_time(TimestampTz when)
 	shared->keeper_wakes_at = when;
 }
 
+/* The keeper refreshes the holds taken on target (only the keeper writes it) */
+void
+keeper_set_target(uint64 target)
+{
+	shared->keeper_target = target;
+}
+
+/*
+ * True if the keeper, running and without trouble, refreshes the holds
+ * taken on target
+ */
+bool
+keeper_keeps_target(uint64 target)
+{
+	return shared != NULL && shared->keeper_target == target &&
+		shared->keeper_trouble_since == 0 && keeper_is_active();
+}
+
 /* True while the keeper has trouble with Redis (only the keeper writes it) */
 bool
 keeper_has_trouble(void)
@@ -338,7 +356,10 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 	if ((h = tracked_hold(slot, id)) != NULL)
 	{
 		if (lease > 0)
+		{
 			h->refreshed_at = sent;
+			h->confirm_ms = 0;
+		}
 		else
 		{
 			h->lost = true;
@@ -469,11 +490,13 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 
 /*
  * The acquire joined the line or was granted (confirmed_at: when the
- * request that Redis answered was sent, a safe start of its lease).
+ * request that Redis answered was sent, a safe start of its lease).  A
+ * grant by promotion that nobody confirmed yet has confirm_ms (its window)
+ * rather than its lease to live: the keeper confirms it in time.
  */
 void
 shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
-					  TimestampTz confirmed_at)
+					  TimestampTz confirmed_at, int64 confirm_ms)
 {
 	SharedHold *h;
 	int64		due_ms = 0;
@@ -486,9 +509,10 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 		h->phase = phase;
 		h->ticket = ticket;
 		h->refreshed_at = confirmed_at;
+		h->confirm_ms = confirm_ms;
 		if (phase == PHASE_HELD)
 			h->acquired_at = confirmed_at;
-		due_ms = h->lease_ms / KEEPER_REFRESH_FRACTION;
+		due_ms = shared_hold_kept_ms(h) / KEEPER_REFRESH_FRACTION;
 	}
 	LWLockRelease(shared->holds_lock);
 	if (phase == PHASE_HELD)
@@ -510,6 +534,7 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 		if (lease_ms > 0)
 			h->lease_ms = lease_ms;
 		h->refreshed_at = confirmed_at;
+		h->confirm_ms = 0;
 		h->lost = false;
 		h->forced = false;
 	}

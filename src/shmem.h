@@ -53,6 +53,9 @@ typedef struct SharedHold
 	int			pid;
 	int			permits;
 	int64		lease_ms;
+	int64		confirm_ms;		/* promoted, not yet confirmed: Redis keeps
+								 * the slot this long from refreshed_at
+								 * (0: confirmed, the lease applies) */
 	int64		ticket;
 	TimestampTz acquired_at;
 	TimestampTz refreshed_at;	/* last time Redis confirmed the lease (or
@@ -66,6 +69,13 @@ typedef struct SharedHold
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
 	char		id[REDSEM_MAX_ID_BYTES + 1];
 } SharedHold;
+
+/* How long Redis keeps a hold from its last confirmation: window or lease */
+static inline int64
+shared_hold_kept_ms(const SharedHold *h)
+{
+	return h->confirm_ms > 0 ? h->confirm_ms : h->lease_ms;
+}
 
 /* A copy of one entry of the hold table, with its slot (the keeper's view) */
 typedef struct HoldCopy
@@ -88,6 +98,8 @@ typedef struct RedsemShared
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
+	uint64		keeper_target;	/* redis_target_signature() of the keeper's
+								 * last cycle: the holds it refreshes */
 	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
 										 * since, or 0 */
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
@@ -143,6 +155,8 @@ extern void shmem_init(void);
 extern uint64 redsem_incarnation(void);
 extern bool shmem_ready(void);
 extern bool keeper_is_active(void);
+extern void keeper_set_target(uint64 target);
+extern bool keeper_keeps_target(uint64 target);
 extern void keeper_attach(Latch *latch, int pid);
 extern void keeper_detach_shmem(void);
 extern void keeper_set_wake_time(TimestampTz when);
@@ -174,7 +188,8 @@ extern int	shared_hold_snapshot(SharedHold **out);
 extern int	shared_hold_holders(const char *prefix, const char *name,
 								LocalHolder *out, int max);
 extern void shared_hold_set_phase(int slot, const char *id, HoldPhase phase,
-								  int64 ticket, TimestampTz confirmed_at);
+								  int64 ticket, TimestampTz confirmed_at,
+								  int64 confirm_ms);
 extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 								  TimestampTz confirmed_at);
 extern void shared_hold_remove(int slot, const char *id);

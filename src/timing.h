@@ -18,9 +18,17 @@
  * A waiter looks again at least every WAIT_RECHECK_MS, and its place in
  * line lives WAIT_PLACE_TTL_MS (three re-checks) from its last look: a dead
  * waiter's place goes by itself.  When it is promoted, it holds for
- * min(lease, PROMOTION_WINDOW_MS) until it confirms (src/redsem.lua), so a
- * waiter that died in line costs the line at most that window; a live
- * waiter confirms within one round trip of its wake-up.  Every key of a
+ * window = min(lease, PROMOTION_WINDOW_MS) until it confirms
+ * (src/redsem.lua), so a waiter that died in line costs the line at most
+ * that window.  WAIT_RECHECK_MS is that window: the waiter left at the head
+ * of the line by a promotion looked last before it, so it looks again by
+ * the time the window ends and is told when (no nudge is needed).  A live
+ * waiter whose wake-up came within a third of the window of its last look
+ * (PROMOTION_CONFIRM_FRACTION) leaves the confirmation to the keeper, which
+ * refreshes it as a hold whose lease is the window (due after a third of
+ * it, with two thirds left for retries, as for any lease); otherwise, or
+ * without a keeper, it confirms itself, one round trip after its wake-up.
+ * Every key of a
  * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
  * these two live in the script, and are repeated here as comments only.
  *
@@ -70,9 +78,10 @@
 #define REDSEM_MAX_LEASE_MS			(INT64CONST(24) * 3600 * 1000)
 #define REDSEM_MAX_WAIT_MS			(INT64CONST(24) * 3600 * 1000)
 
-#define WAIT_RECHECK_MS				10000
-#define WAIT_PLACE_TTL_MS			(3 * WAIT_RECHECK_MS)
 #define PROMOTION_WINDOW_MS			5000
+#define PROMOTION_CONFIRM_FRACTION	3
+#define WAIT_RECHECK_MS				PROMOTION_WINDOW_MS
+#define WAIT_PLACE_TTL_MS			(3 * WAIT_RECHECK_MS)
 
 #define REDSEM_XACT_CLEANUP_MS		50
 #define REDSEM_EXIT_CLEANUP_MS		1000

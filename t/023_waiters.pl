@@ -1,6 +1,9 @@
 
 # 023_waiters.pl - a promoted waiter must confirm its slot.
 #
+#  - A waiter woken soon after its last look leaves the confirmation to
+#    its server's keeper (no round trip of its own); one woken later
+#    confirms itself.
 #  - A waiter that died in line (here: on "another server" that is gone)
 #    costs the line the promotion window, not its whole lease.
 #  - A waiter paused (SIGSTOP) while it was promoted, whose window ran out
@@ -99,6 +102,65 @@ is("$out|$err", 't|', 'the waiter, whose wait is over, returns NULL');
 is_deeply([ holders('paused2') ], [$nid], 'only the newcomer holds');
 is($w->query_ok(q{SELECT count(*) FROM redsem_held();}), '0', 'the waiter holds nothing');
 is($n->query_ok(qq{SELECT redsem_release('paused2', '$nid');}), 't', 'the newcomer releases');
+
+###########################################################################
+note 'a waiter woken in good time leaves the confirmation to the keeper';
+
+# Redis's clock, and the ms left of a member's deadline
+sub redis_ms
+{
+	my ($sec, $usec) = split /\n/, $redis->cli('TIME');
+	return $sec * 1000 + int($usec / 1000);
+}
+sub ms_left
+{
+	my ($sem, $id) = @_;
+	my $dl = $redis->cli('ZSCORE', "redsem:{$sem}:timeout", $id);
+	return defined $dl && $dl ne '' ? $dl - redis_ms() : -1;
+}
+# FCALLs Redis ran since the last CONFIG RESETSTAT (a BLPOP that blocked
+# is counted when it was sent, so it is left out)
+sub fcalls_since
+{
+	foreach (split /\n/, $redis->cli('INFO', 'commandstats'))
+	{
+		return $1 if /^cmdstat_fcall:calls=(\d+)/;
+	}
+	return 0;
+}
+
+$hid = $h->query_ok(q{SELECT redsem_acquire('lazy', 1, '60 s');});
+$w->send(q{SELECT redsem_acquire('lazy', 1, '60 s', '60 s');});
+ok(defined wait_until(30, sub { $redis->zcard('lazy', 'waiting') == 1 }), 'the waiter is in line');
+$redis->cli('CONFIG', 'RESETSTAT');
+is($h->query_ok(qq{SELECT redsem_release('lazy', '$hid');}), 't', 'the holder releases at once');
+($out, $err) = $w->wait_done(30);
+like($out, qr/^[0-9a-f]{16}\./, 'the waiter gets the slot');
+is(fcalls_since(), 1,
+	'and the hand-off took one script call, the release: the waiter sent no confirmation');
+my $left = ms_left('lazy', $out);
+ok($left > 0 && $left <= $WINDOW * 1000, "Redis keeps it for the promotion window at first ($left ms)");
+ok(defined wait_until(10, sub { ms_left('lazy', $out) > $WINDOW * 1000 }),
+	'the keeper confirms it within the window: its 60 s lease runs');
+sleep $WINDOW + 1 - 2;
+is_deeply([ holders('lazy') ], [$out], 'past the window, the waiter still holds the slot');
+is($n->query_ok(q{SELECT redsem_acquire('lazy', 1, '60 s') IS NULL;}), 't', 'and a newcomer is refused');
+is($w->query_ok(qq{SELECT redsem_release('lazy', '$out');}), 't', 'the waiter releases a live slot');
+
+note 'a waiter woken long after its last look confirms the slot itself';
+
+$hid = $h->query_ok(q{SELECT redsem_acquire('late', 1, '60 s');});
+$w->send(q{SELECT redsem_acquire('late', 1, '60 s', '60 s');});
+ok(defined wait_until(30, sub { $redis->zcard('late', 'waiting') == 1 }), 'the waiter is in line');
+sleep 2.5;    # past a third of the window since its look, before its next one
+$redis->cli('CONFIG', 'RESETSTAT');
+is($h->query_ok(qq{SELECT redsem_release('late', '$hid');}), 't', 'the holder releases');
+($out, $err) = $w->wait_done(30);
+like($out, qr/^[0-9a-f]{16}\./, 'the waiter gets the slot');
+is(fcalls_since(), 2, 'it confirmed the slot itself (a second script call)');
+$left = ms_left('late', $out);
+ok($left > $WINDOW * 1000, "its 60 s lease runs at once ($left ms)");
+is($w->query_ok(qq{SELECT redsem_release('late', '$out');}), 't', 'the waiter releases');
 
 $_->quit foreach ($h, $n, $w);
 node_log_is_clean($node);
