@@ -131,10 +131,12 @@ inner_per_call() {
 
 F="FCALL $LIB" E="EVALSHA $SHA"
 declare -A R
-for holders in 10 "$BIG"; do
+for holders in 0 10 "$BIG"; do
     sem=cpu$holders
-    once fill fcall "$F" "$F" "$sem" 10000000 "$holders" fill >/dev/null
-    once fill fcall "FCALL floor_four" - "f$sem" 10000000 "$holders" fill >/dev/null
+    if [[ $holders -gt 0 ]]; then
+        once fill fcall "$F" "$F" "$sem" 10000000 "$holders" fill >/dev/null
+        once fill fcall "FCALL floor_four" - "f$sem" 10000000 "$holders" fill >/dev/null
+    fi
     R[pairs$holders]=$(run pairs fcall "$F" "$F" "$sem" 1000000 "$OPS")
     R[inner$holders]=$(inner_per_call)
     R[acq$holders]=$(run acquire fcall "$F" "$E" "$sem" 2000000 "$OPS")
@@ -149,8 +151,8 @@ printf 'date: %s   host: %s   cores: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%
     "$(hostname)" "$(nproc)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 printf 'load average at start: %s (compare ratios)\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf 'usec per call inside Redis (INFO commandstats), %s acquire+release pairs, better of two runs,\nredis-cli --pipe, no PostgreSQL\n\n' "$OPS"
-printf '%-44s %12s %12s\n' "semaphore with" "10 holders" "$BIG holders"
-row() { printf '%-44s %12s %12s\n' "$1" "${R[$2$3]}" "${R[$2$BIG]}"; }
+printf '%-44s %12s %12s %12s\n' "semaphore with" "0 (idle)" "10 holders" "$BIG holders"
+row() { printf '%-44s %12s %12s %12s\n' "$1" "${R[${2}0]}" "${R[$2$3]}" "${R[$2$BIG]}"; }
 row "redsem (FCALL): acquire + release, mean" pairs 10
 row "  acquire" acq 10
 row "  release" rel 10
@@ -158,8 +160,13 @@ row "  commands run inside, per call" inner 10
 row "the same script as EVALSHA (0.2.0)" eval 10
 row "floor: an empty FCALL" empty 10
 row "floor: a four-command function" four 10
-printf '%-44s %12s %12s\n' "ratio redsem / EVALSHA script" \
-    "$(bench_ratio "${R[pairs10]}" "${R[eval10]}")" "$(bench_ratio "${R[pairs$BIG]}" "${R[eval$BIG]}")"
-printf '%-44s %12s %12s\n' "ratio redsem / four-command floor" \
-    "$(bench_ratio "${R[pairs10]}" "${R[four10]}")" "$(bench_ratio "${R[pairs$BIG]}" "${R[four$BIG]}")"
+# ratio3 LABEL A B: A/B for each column
+ratio3() {
+    printf '%-44s %12s %12s %12s\n' "$1" "$(bench_ratio "${R[${2}0]}" "${R[${3}0]}")" \
+        "$(bench_ratio "${R[${2}10]}" "${R[${3}10]}")" "$(bench_ratio "${R[$2$BIG]}" "${R[$3$BIG]}")"
+}
+ratio3 "ratio redsem / EVALSHA script" pairs eval
+ratio3 "ratio redsem / four-command floor" pairs four
+ratio3 "  acquire / four-command floor" acq four
+ratio3 "  release / four-command floor" rel four
 printf '%-44s %12s\n' "ratio $BIG holders / 10 holders (redsem)" "$(bench_ratio "${R[pairs$BIG]}" "${R[pairs10]}")"

@@ -65,7 +65,9 @@
 --  I5 Key lifetime.  Every key above carries a TTL of at least the latest
 --     deadline from now plus GRACE_MS, so Redis never drops the data of a
 --     live member.  Once its last member is gone, a semaphore leaves
---     nothing behind GRACE_MS later; if its last deadline passes with
+--     nothing behind but its ticket, and that only for GRACE_MS (owner,
+--     timeout, info and waiting are empty then, so Redis has deleted them;
+--     the state goes at once); if its last deadline passes with
 --     nobody calling, at most GRACE_MS plus one lease (a minute at most)
 --     later.  The one exception is a state holding a stored limit: that is
 --     configuration, kept without a TTL, and emptied of everything else
@@ -144,8 +146,10 @@ local S, W
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
--- a member.
-local NEW_DL, CREATED, REMOVED
+-- a member, whether it added the first member (FRESH: every key is new and
+-- every deadline is this call's).  EMPTY: whether owner is empty, once
+-- known (nil: not known since the last change).
+local NEW_DL, CREATED, REMOVED, FRESH, EMPTY
 
 -- Start a call on these keys: nothing carries over from an earlier call.
 local function begin(keys)
@@ -156,7 +160,13 @@ local function begin(keys)
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
     S, W = {}, {}
-    NEW_DL, CREATED, REMOVED = nil, false, false
+    NEW_DL, CREATED, REMOVED, FRESH, EMPTY = nil, false, false, false, nil
+end
+
+-- True if the semaphore has no member left (asked once per change).
+local function is_empty()
+    if EMPTY == nil then EMPTY = redis.call('EXISTS', K_OWNER) == 0 end
+    return EMPTY
 end
 
 -- Integers as exact decimal strings: tostring() would print 1e+15, and
@@ -234,7 +244,7 @@ local function remove(id)
     local member = redis.call('ZREM', K_OWNER, id) == 1
     local waiting = redis.call('ZREM', K_WAITING, id) == 1
     if member then
-        REMOVED = true
+        REMOVED, EMPTY = true, nil
         count_permits(waiting, p, -1)
     end
     if p > 1 then set('p:' .. id, false) end
@@ -321,7 +331,7 @@ end
 -- I2, I4: expire; promote if anybody left (otherwise the first waiter
 -- still does not fit: every other change promotes by itself).
 local function housekeeping()
-    if expire() > 0 then promote() end
+    if expire() > 0 and not is_empty() then promote() end
 end
 
 -- Run cmd on K_STATE with the arguments in list, at most CHUNK of them
@@ -342,14 +352,13 @@ end
 -- stored limit remains (I5).
 local function store_state(empty)
     if empty then
-        if S.limit and redis.call('HLEN', K_STATE) > 1 then
+        if not S.limit then
+            redis.call('DEL', K_STATE)
+            return
+        end
+        if redis.call('HLEN', K_STATE) > 1 then
             redis.call('DEL', K_STATE)
             W = {limit = int(S.limit)}
-        elseif not S.limit then
-            for _, f in ipairs({'cur', 'xh', 'xw'}) do
-                if S[f] and S[f] ~= 0 then W[f] = false end
-            end
-            if S.era then W.era = false end
         end
     end
     local hset, hdel = {}, {}
@@ -376,28 +385,37 @@ local function ttl_needed()
     local pttl = -1
     if not CREATED then pttl = redis.call('PTTL', K_TIMEOUT) end
     if pttl >= need then return nil, pttl end
-    local last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES')
+    local last = {}
+    if not FRESH then last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES') end
     local away = math.max(math.max(tonumber(last[2] or 0), NEW_DL or 0) - NOW_MS, 0)
     return away + GRACE_MS + math.min(away, RENEW_SLACK_MS), pttl
 end
 
 -- I5: write the state back and see to the keys' lifetimes: renewed when
--- this call needs it (ttl_needed), GRACE_MS once the last member is gone.
--- The state goes with the other keys, or has no TTL while it stores a
--- limit.
+-- this call needs it (ttl_needed); once the last member is gone, only the
+-- ticket is left, for GRACE_MS (owner, timeout, info and waiting are empty,
+-- so Redis has deleted them: I1), and the state goes at once unless it
+-- stores a limit.  The state goes with the other keys, or has no TTL while
+-- it stores a limit.  A FRESH call made every key but waiting (nobody
+-- waits in a semaphore that had no member).
 local function finish()
     local touched = next(W) ~= nil
-    local empty = (REMOVED or touched) and redis.call('EXISTS', K_OWNER) == 0
+    local empty = (REMOVED or touched) and is_empty()
     local ttl, have
     store_state(empty)
     if empty then
-        ttl = GRACE_MS
-    elseif CREATED or NEW_DL or touched then
+        redis.call('PEXPIRE', K_TICKET, GRACE_MS)
+        if S.limit and W.limit then redis.call('PERSIST', K_STATE) end
+        return
+    end
+    if CREATED or NEW_DL or touched then
         ttl, have = ttl_needed()
     end
     if ttl then
         for _, k in ipairs({K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING}) do
-            redis.call('PEXPIRE', k, int(ttl))
+            if not (FRESH and k == K_WAITING) then
+                redis.call('PEXPIRE', k, int(ttl))
+            end
         end
     end
     if S.limit then
@@ -472,11 +490,8 @@ end
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
 -- [settle]
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
-    if is_member(id) then
-        return redis.error_reply('REDSEM duplicate holder id')
-    end
-    -- I8: one limit
     local members = redis.call('ZCARD', K_OWNER)
+    -- I8: one limit
     local current = limit_in_effect(members > 0)
     if current and maxh and maxh ~= current then
         return {'limit', int(current), S.limit and 'stored' or 'in use'}
@@ -496,7 +511,12 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     if not current then set('cur', limit) end
     local ticket, last = next_ticket()
     if members == 0 or not last then CREATED = true end
-    redis.call('ZADD', K_OWNER, ticket, id)
+    -- an id that is a member already is refused here, by the same command
+    -- that adds a new one (one that is refused earlier stays as it was)
+    if redis.call('ZADD', K_OWNER, 'NX', ticket, id) == 0 then
+        return redis.error_reply('REDSEM duplicate holder id')
+    end
+    FRESH, EMPTY = members == 0, false
     if p > 1 then set('p:' .. id, p) end
     count_permits(not grant, p, 1)
     if grant then
@@ -530,7 +550,7 @@ local function op_give_up(id)
     if not is_member(id) then return {'lost'} end
     if not is_waiting(id) then return confirm(id) end
     remove(id)
-    promote()
+    if not is_empty() then promote() end
     return {'gone'}
 end
 
@@ -545,7 +565,7 @@ local function op_release(id, forced)
         local ttl = math.max((deadline or NOW_MS) - NOW_MS, GRACE_MS)
         redis.call('SET', BASE .. 'forced:' .. id, '1', 'PX', int(ttl))
     end
-    promote()
+    if not is_empty() then promote() end
     if waited then return 0 end
     return 1
 end

@@ -755,6 +755,10 @@ my %actions = (
 		my $reply = ev($sem, 'acquire', $id, limit_arg($sem), $p, 100, 0, 1000, 'model');
 		my $st = state_of($reply);
 		return ("$id acquires again on $sem: $st", 1) if $st eq 'error: REDSEM duplicate holder id';
+		# refused for want of room (or a wrong limit) before the duplicate
+		# is seen: nothing changed, it still holds
+		return ("$id acquires again on $sem: $st, still holding", 1)
+		  if $st =~ /^(busy|limit)$/ && $until > now_ms() + 1;
 		# only fine if its lease had ended by then; then it is a newcomer
 		my $ended = $until <= now_ms() + 1;
 		absorb($id, $sem, $reply, $t, $p) if $ended;
