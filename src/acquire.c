@@ -286,7 +286,10 @@ notice_unkept_lease(int64 lease_ms)
 {
 	static bool warned = false;
 
-	if (warned || keeper_is_active())
+	/* the common case first: it needs no look at the keeper (a syscall) */
+	if (warned ||
+		(redsem_preloaded && lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS) ||
+		keeper_is_active())
 		return;
 	if (!redsem_preloaded)
 	{
@@ -299,8 +302,6 @@ notice_unkept_lease(int64 lease_ms)
 				 errhint("Add redsem to shared_preload_libraries and restart the server, or refresh the lease with redsem_refresh before it ends.")));
 		return;
 	}
-	if (lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS)
-		return;
 	warned = true;
 	ereport(NOTICE,
 			(errmsg("redsem keeper is not running: a slot with a lease of " INT64_FORMAT " s stays taken that long if its session dies",
