@@ -729,13 +729,27 @@ my %actions = (
 		my @ids = grep { $c{$_}{sem} eq $sem } ids_in('holding');
 		@ids = @ids[ 0 .. 2 ] if @ids > 3;
 		push @ids, 'nobody' . int(rand(3));
+		# a waiter is refused (and keeps waiting); an id given twice is
+		# refreshed twice, the last lease counting
+		my @waiting = grep { $c{$_}{sem} eq $sem } ids_in('waiting');
+		push @ids, $waiting[0] if @waiting && int(rand(2));
+		push @ids, $ids[0] if int(rand(4)) == 0;
+		my @leases = map { int(rand(5)) == 0 ? 0 : 80 + int(rand(320)) } @ids;
 		my $t = now_ms();
-		my $got = ev($sem, 'refresh_many', map { ($_, 80 + int(rand(320))) } @ids);
+		my $got = ev($sem, 'refresh_many', map { ($ids[$_], $leases[$_]) } 0 .. $#ids);
 		return ("refresh_many on $sem error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
 		my $fine = ref $got eq 'ARRAY' && @$got == @ids;
 		for my $i (0 .. $#ids)
 		{
 			my $m = $c{ $ids[$i] } // next;
+			if ($m->{state} eq 'waiting')
+			{
+				# 0 while it waits; once promoted, the refresh confirms it
+				$fine &&= ($got->[$i] // -9) >= 0;
+				$c{ $ids[$i] } = { sem => $sem, state => 'holding', until => $t + $got->[$i], p => $m->{p} }
+				  if ($got->[$i] // 0) > 0;
+				next;
+			}
 			my $alive = $m->{until} > now_ms() + 1;
 			$fine &&= !$alive || ($got->[$i] // 0) > 0;
 			if (($got->[$i] // 0) > 0) { $m->{until} = $t + $got->[$i]; }
@@ -758,7 +772,7 @@ my %actions = (
 		# refused for want of room (or a wrong limit) before the duplicate
 		# is seen: nothing changed, it still holds
 		return ("$id acquires again on $sem: $st, still holding", 1)
-		  if $st =~ /^(busy|limit)$/ && $until > now_ms() + 1;
+		  if $st =~ /^(busy|limit|toolarge|nolimit)$/ && $until > now_ms() + 1;
 		# only fine if its lease had ended by then; then it is a newcomer
 		my $ended = $until <= now_ms() + 1;
 		absorb($id, $sem, $reply, $t, $p) if $ended;
