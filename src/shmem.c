@@ -137,6 +137,7 @@ redsem_shmem_startup(void)
 		shared->holds_lock = &locks[0].lock;
 		shared->stats_lock = &locks[1].lock;
 		shared->incarnation = random_tag();
+		pg_atomic_init_u64(&shared->keeper_target, 0);
 		if (!IsUnderPostmaster)
 		{
 			if (postmaster_started_once)
@@ -269,7 +270,7 @@ keeper_set_wake_time(TimestampTz when)
 void
 keeper_set_target(uint64 target)
 {
-	shared->keeper_target = target;
+	pg_atomic_write_u64(&shared->keeper_target, target);
 }
 
 /*
@@ -279,7 +280,7 @@ keeper_set_target(uint64 target)
 bool
 keeper_keeps_target(uint64 target)
 {
-	return shared != NULL && shared->keeper_target == target &&
+	return shared != NULL && pg_atomic_read_u64(&shared->keeper_target) == target &&
 		shared->keeper_trouble_since == 0 && keeper_is_active();
 }
 

@@ -98,8 +98,9 @@ typedef struct RedsemShared
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
-	uint64		keeper_target;	/* redis_target_signature() of the keeper's
-								 * last cycle: the holds it refreshes */
+	pg_atomic_uint64 keeper_target; /* redis_target_signature() of the
+									 * keeper's last cycle: the holds it
+									 * refreshes */
 	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
 										 * since, or 0 */
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
