@@ -367,20 +367,17 @@ hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 						c->hold.name, c->hold.pid)));
 		return KEEPER_MAX_SLEEP_MS;
 	}
-	if (c->hold.confirm_ms > 0)
-		ereport(LOG,
-				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
-						c->hold.name, c->hold.pid),
-				 errdetail("It was promoted from the line and not confirmed within its promotion window of " INT64_FORMAT " ms; its last look in line was %ld ms ago.",
-						   c->hold.confirm_ms,
-						   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent))));
-	else
-		ereport(LOG,
-				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
-						c->hold.name, c->hold.pid),
-				 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
-						   c->hold.lease_ms,
-						   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent))));
+	/* an unconfirmed promotion lived its window, not its lease */
+	ereport(LOG,
+			(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
+					c->hold.name, c->hold.pid),
+			 c->hold.confirm_ms > 0 ?
+			 errdetail("It was promoted from the line and not confirmed within its promotion window of " INT64_FORMAT " ms; its last look in line was %ld ms ago.",
+					   c->hold.confirm_ms,
+					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent)) :
+			 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
+					   c->hold.lease_ms,
+					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent))));
 	return KEEPER_MAX_SLEEP_MS;
 }
 
