@@ -227,6 +227,11 @@ local function limit_in_effect(members)
     return nil
 end
 
+-- Note a deadline this call set, for finish() (I5).
+local function note_deadline(deadline)
+    if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
+end
+
 -- Set a member's deadline (xx: only if it is one), noting it for finish().
 local function set_deadline(id, deadline, xx)
     if xx then
@@ -234,7 +239,7 @@ local function set_deadline(id, deadline, xx)
     else
         redis.call('ZADD', K_TIMEOUT, int(deadline), id)
     end
-    if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
+    note_deadline(deadline)
 end
 
 -- Forget everything about id: true if it was a waiter, false if a holder,
@@ -616,7 +621,7 @@ local function op_refresh_many(pairs)
             local deadline = NOW_MS + lease
             renew[#renew + 1] = int(deadline)
             renew[#renew + 1] = id
-            if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
+            note_deadline(deadline)
             out[k] = int(lease)
         end
     end

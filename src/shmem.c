@@ -281,7 +281,7 @@ bool
 keeper_keeps_target(uint64 target)
 {
 	return shared != NULL && pg_atomic_read_u64(&shared->keeper_target) == target &&
-		shared->keeper_trouble_since == 0 && keeper_is_active();
+		!keeper_has_trouble() && keeper_is_active();
 }
 
 /* True while the keeper has trouble with Redis (only the keeper writes it) */
