@@ -42,6 +42,16 @@
 #include "timing.h"
 #include "tls.h"
 
+/* A reply owed on a link, and where it goes */
+typedef struct OwedReply
+{
+	RedisReplyHandler handler;
+	void	   *arg;
+} OwedReply;
+
+/* The most commands a link carries without their replies read */
+#define LINK_MAX_OWED	8
+
 /*
  * One connection: to the Redis server (link 0), or, in a Redis Cluster, to
  * node i of cluster.c (link i).
@@ -60,6 +70,14 @@ typedef struct Link
 	 * be reused.
 	 */
 	bool		in_flight;
+
+	/*
+	 * Commands sent without waiting (redis_send_deferred), oldest first:
+	 * their replies come before any other on the socket, and are read and
+	 * handed over before the link's next use, or failed when it closes.
+	 */
+	int			n_owed;
+	OwedReply	owed[LINK_MAX_OWED];
 } Link;
 
 static Link links[CLUSTER_MAX_NODES];
@@ -114,15 +132,59 @@ redis_call_init(RedisCall *call, TimestampTz deadline, bool interruptible,
 	call->elevel = elevel;
 }
 
+/*
+ * Hand the oldest owed reply of the current link to its handler: reply, or
+ * NULL with why in outcome.
+ */
+static void
+deliver_owed(redisReply *reply, const RedisOutcome *outcome)
+{
+	OwedReply	owed = cur->owed[0];
+
+	cur->n_owed--;
+	memmove(&cur->owed[0], &cur->owed[1], sizeof(OwedReply) * cur->n_owed);
+	owed.handler(owed.arg, reply, outcome);
+	if (reply != NULL)
+		freeReplyObject(reply);
+}
+
+static void disconnect_current(void);
+
+/*
+ * Hand a reply read for the oldest owed command to its handler: an error
+ * reply as its outcome (dropping the link if it is no use any more).
+ */
+static void
+deliver_read(redisReply *reply)
+{
+	RedisOutcome o = {RS_OK, 0, "", 0};
+	bool		drop = false;
+
+	if (reply->type == REDIS_REPLY_ERROR)
+	{
+		drop = redis_reply_outcome(reply, &o);
+		freeReplyObject(reply);
+		reply = NULL;
+	}
+	deliver_owed(reply, &o);
+	if (drop)
+		disconnect_current();
+}
+
 /* Close the current link, if open, and give back its file descriptor */
 static void
 disconnect_current(void)
 {
+	RedisOutcome lost = {RS_LOST, 0, "the connection closed before the reply was read", 0};
+
 	if (cur->ctx == NULL)
 		return;
 	redis_close_context(cur->ctx);
 	cur->ctx = NULL;
 	cur->in_flight = false;
+	lost.node_plus1 = cluster_enabled() ? cur_node + 1 : 0;
+	while (cur->n_owed > 0)
+		deliver_owed(NULL, &lost);
 }
 
 /* Close every connection */
@@ -215,17 +277,6 @@ connection_is_stale(void)
 	return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
 }
 
-/* Make sure the current link is usable, opening it if need be */
-static bool
-ensure_connection(RedisCall *call, TimestampTz deadline)
-{
-	if (cur->ctx != NULL && connection_is_stale())
-		disconnect_current();
-	if (cur->ctx != NULL)
-		return true;
-	return open_connection(call, deadline);
-}
-
 /*
  * After a failed write or read: if Redis wrote an error line before it
  * closed the connection (it does so when it has too many clients), take the
@@ -251,20 +302,21 @@ salvage_error_line(RedisCall *call)
 }
 
 /*
- * Flush what was appended on the current link and read n replies into
- * replies[], in order.  The link is in flight meanwhile: an interrupt that
- * unwinds drops it, since a reply may still be owed on it.
+ * Flush what was appended on the current link (if flush) and read n
+ * replies into replies[], in order.  The link is in flight meanwhile: an
+ * interrupt that unwinds drops it, since a reply may still be owed on it.
  */
 static RedisStatus
-exchange_appended(RedisCall *call, TimestampTz deadline, int n,
-				  redisReply **replies)
+exchange(RedisCall *call, TimestampTz deadline, bool flush, int n,
+		 redisReply **replies)
 {
-	RedisStatus status;
+	RedisStatus status = RS_OK;
 
 	cur->in_flight = true;
 	PG_TRY();
 	{
-		status = redis_context_flush(cur->ctx, deadline, call->interruptible);
+		if (flush)
+			status = redis_context_flush(cur->ctx, deadline, call->interruptible);
 		for (int i = 0; i < n && status == RS_OK; i++)
 			status = redis_context_read(cur->ctx, deadline, call->interruptible,
 										&replies[i]);
@@ -298,7 +350,7 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 	if ((asking && redisAppendCommandArgv(cur->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
 		redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
 		return RS_LOST;
-	status = exchange_appended(call, deadline, asking ? 2 : 1, got);
+	status = exchange(call, deadline, true, asking ? 2 : 1, got);
 	if (asking && got[0] != NULL)
 		freeReplyObject(got[0]);
 	*reply = got[asking ? 1 : 0];
@@ -318,6 +370,82 @@ connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
 	if (status == RS_LOST)
 		salvage_error_line(call);
 	disconnect_current();
+}
+
+/*
+ * Read the replies owed on the current link, by deadline, and hand each to
+ * its handler.  A failure to read closes the link (which fails the rest);
+ * the caller's call is not charged with it.
+ */
+static void
+settle_owed(const RedisCall *call, TimestampTz deadline)
+{
+	while (cur->ctx != NULL && cur->n_owed > 0)
+	{
+		RedisCall	mine = *call;
+		redisReply *reply = NULL;
+		RedisStatus status = exchange(&mine, deadline, false, 1, &reply);
+
+		if (status != RS_OK)
+		{
+			connection_failed(&mine, status, 0);
+			return;
+		}
+		deliver_read(reply);
+	}
+}
+
+/* True if the socket has input (or EOF, or an error) to read now */
+static bool
+input_waiting(int fd)
+{
+	char		b;
+
+	return recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) >= 0 ||
+		!(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+}
+
+/*
+ * Hand over the owed replies that have come on any link, without waiting
+ * for the others (a link found broken fails its replies).
+ */
+void
+redis_poll_deferred(void)
+{
+	int			was = cur_node;
+
+	HOLD_INTERRUPTS();
+	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
+	{
+		while (cur->ctx != NULL && cur->n_owed > 0)
+		{
+			void	   *r = NULL;
+
+			if (redisGetReplyFromReader(cur->ctx, &r) != REDIS_OK)
+				disconnect_current();
+			else if (r != NULL)
+				deliver_read((redisReply *) r);
+			else if (!input_waiting(cur->ctx->fd))
+				break;
+			else if (redisBufferRead(cur->ctx) != REDIS_OK)
+				disconnect_current();
+		}
+	}
+	cur_node = was;
+	RESUME_INTERRUPTS();
+}
+
+/* Make sure the current link is usable, opening it if need be */
+static bool
+ensure_connection(RedisCall *call, TimestampTz deadline)
+{
+	if (cur->ctx != NULL && cur->n_owed > 0)
+		settle_owed(call, deadline);
+	if (cur->ctx != NULL && connection_is_stale())
+		disconnect_current();
+	if (cur->ctx != NULL)
+		return true;
+	return open_connection(call, deadline);
 }
 
 /*
@@ -583,6 +711,75 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 	return ok;
 }
 
+/*
+ * Send one command without waiting for its reply: the reply is read before
+ * the link's next use (or at redis_settle_deferred), and handed to
+ * handler(arg, ...) then; if the link closes first, handler is told so.
+ * Returns true once the command is written (handler will be called exactly
+ * once); false, with the failure in call->outcome and handler never called,
+ * if it could not be.  An interrupt that unwinds the write drops the link
+ * (the command may or may not have gone) and never calls handler.  No
+ * redirections are followed: an error reply goes to handler.
+ */
+bool
+redis_send_deferred(RedisCall *call, int argc, const char **argv,
+					RedisReplyHandler handler, void *arg)
+{
+	int			timeout_ms;
+	TimestampTz deadline = begin_call(call, &timeout_ms);
+	RedisStatus status = RS_OK;
+	bool		ok;
+
+	if (!call->interruptible)
+		HOLD_INTERRUPTS();
+	cur_node = cluster_enabled() ? cluster_node_for(argc, argv, last_node) : 0;
+	if (cur->ctx != NULL && cur->n_owed == LINK_MAX_OWED)
+		settle_owed(call, deadline);
+	/* behind replies still owed, the command goes out without a look */
+	ok = (cur->ctx != NULL && cur->n_owed > 0 && !cur->ctx->err &&
+		  cur->generation == redsem_guc_generation) ||
+		ensure_connection(call, deadline);
+	if (ok && redisAppendCommandArgv(cur->ctx, argc, argv, NULL) != REDIS_OK)
+		status = RS_LOST;
+	else if (ok)
+		status = exchange(call, deadline, true, 0, NULL);
+	if (ok && status != RS_OK)
+		connection_failed(call, status, timeout_ms);
+	else if (ok)
+	{
+		cur->owed[cur->n_owed].handler = handler;
+		cur->owed[cur->n_owed].arg = arg;
+		cur->n_owed++;
+	}
+	if (!ok && cluster_enabled())
+		call->outcome.node_plus1 = cur_node + 1;
+	last_node = cur_node;
+	if (!call->interruptible)
+		RESUME_INTERRUPTS();
+	return ok && status == RS_OK;
+}
+
+/*
+ * Read every reply owed on any link (see redis_send_deferred), by
+ * deadline; those not read by then stay owed.
+ */
+void
+redis_settle_deferred(TimestampTz deadline, bool interruptible)
+{
+	int			was = cur_node;
+	RedisCall	call;
+
+	redis_call_init(&call, deadline, interruptible, 0);
+	if (!interruptible)
+		HOLD_INTERRUPTS();
+	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
+		if (cur->ctx != NULL && cur->n_owed > 0 && !redis_past(deadline))
+			settle_owed(&call, deadline);
+	cur_node = was;
+	if (!interruptible)
+		RESUME_INTERRUPTS();
+}
+
 /* Send n commands at once and read the replies that come back, in order */
 static RedisStatus
 pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
@@ -591,7 +788,7 @@ pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
 	for (int i = 0; i < n; i++)
 		if (redisAppendCommandArgv(cur->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
 			return RS_LOST;
-	return exchange_appended(call, deadline, n, replies);
+	return exchange(call, deadline, true, n, replies);
 }
 
 /*

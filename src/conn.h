@@ -22,6 +22,10 @@ extern bool redis_exec(RedisCall *call, int argc, const char **argv,
 					   const size_t *argvlen, struct redisReply **reply);
 extern bool redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 								struct redisReply **replies);
+extern bool redis_send_deferred(RedisCall *call, int argc, const char **argv,
+								RedisReplyHandler handler, void *arg);
+extern void redis_settle_deferred(TimestampTz deadline, bool interruptible);
+extern void redis_poll_deferred(void);
 extern void redis_report(int elevel, const RedisOutcome *outcome);
 extern char *redis_outcome_text(const RedisOutcome *outcome);
 extern void redis_disconnect(void);

@@ -73,9 +73,24 @@ struct Hold
 	TimestampTz refreshed_at;	/* last lease confirmation we know of */
 	int			shared_slot;	/* entry in the keeper's table, or -1 */
 	uint64		writes_at_begin;	/* redis_writes_started() when taken */
+	/* on the sent list: what the reply to its release said, once read */
+	bool		reply_in;
+	bool		release_ok;		/* Redis took the release */
+	bool		live_at_release;	/* ... of a live slot */
 };
 
+/* redsem.await_release */
+bool		redsem_await_release = false;
+
 static List *holds = NIL;		/* Hold *, in TopMemoryContext */
+
+/*
+ * Holds whose release went to Redis without waiting for the reply (ENDING,
+ * no longer on holds; in TopMemoryContext).  The reply is read before the
+ * connection's next use, noted on the hold by release_reply_in, and swept
+ * up by settle_sent: counted and freed, or put back on holds for a retry.
+ */
+static List *sent = NIL;
 static bool callbacks_registered = false;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
@@ -154,23 +169,135 @@ never_sent(Hold *hold)
 	return hold->writes_at_begin == redis_writes_started();
 }
 
+/* Append hold to *list, in TopMemoryContext */
+static void
+list_keep(List **list, Hold *hold)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	*list = lappend(*list, hold);
+	MemoryContextSwitchTo(old);
+}
+
 /*
- * Release the ENDING holds, each with a call that ends by deadline and
- * reports no Redis failure.  Those Redis did not take stay ENDING, handed
- * to the keeper.  Interruptible calls serve cancel and timeouts: an
- * interrupt unwinds through here and leaves the rest ENDING, for later.
+ * The reply to a release sent without waiting (a RedisReplyHandler): note
+ * it on the hold for settle_sent, and tell the keeper to forget the hold,
+ * or to release it if Redis did not say it took the release.
  */
 static void
-release_ending(TimestampTz deadline, bool interruptible)
+release_reply_in(void *arg, struct redisReply *reply,
+				 const RedisOutcome *outcome)
+{
+	Hold	   *hold = (Hold *) arg;
+
+	hold->release_ok = reply != NULL &&
+		sem_release_reply(reply, &hold->live_at_release);
+	hold->reply_in = true;
+	if (hold->release_ok)
+		shared_hold_remove(hold->shared_slot, hold->id);
+	else
+		shared_hold_abandon(hold->shared_slot, hold->id);
+}
+
+/*
+ * Sweep up the sent releases whose replies came: those Redis took are
+ * counted and freed; the others go back on holds, ENDING (and handed to
+ * the keeper), for the next call to retry like any failed release.
+ */
+static void
+settle_sent(void)
+{
+	ListCell   *lc;
+
+	foreach(lc, sent)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+
+		if (!hold->reply_in)
+			continue;
+		sent = foreach_delete_current(sent, lc);
+		if (hold->release_ok)
+		{
+			count_end(hold, hold->live_at_release);
+			hold_free(hold);
+			continue;
+		}
+		hold->reply_in = false;
+		list_keep(&holds, hold);
+	}
+}
+
+/*
+ * Send the release of an ENDING hold without waiting for the reply, and
+ * move the hold to the sent list (the caller takes it off holds); false if
+ * it could not be sent.  The keeper's table says RELEASING first, so the
+ * keeper neither refreshes it meanwhile nor releases it while the reply
+ * may still come.
+ */
+static bool
+send_release(Hold *hold, TimestampTz deadline, bool interruptible)
+{
+	RedisCall	call;
+	volatile bool sent_ok = false;
+
+	redis_call_init(&call, deadline, interruptible, 0);
+	call.uncounted = !hold->was_held;	/* its acquire's error counted */
+	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_RELEASING,
+						  hold->ticket, GetCurrentTimestamp(), 0);
+	hold->reply_in = false;
+	/* on the list before the handler may be called; off it if not sent */
+	list_keep(&sent, hold);
+	PG_TRY();
+	{
+		sent_ok = sem_release_deferred(&call, hold->prefix, hold->name,
+									   hold->id, release_reply_in, hold);
+	}
+	PG_CATCH();
+	{
+		sent = list_delete_ptr(sent, hold);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	if (!sent_ok)
+		sent = list_delete_ptr(sent, hold);
+	return sent_ok;
+}
+
+/* Release an ENDING hold and wait for the reply; false if Redis did not */
+static bool
+release_now(Hold *hold, TimestampTz deadline, bool interruptible)
+{
+	RedisCall	call;
+	bool		live;
+
+	redis_call_init(&call, deadline, interruptible, 0);
+	call.uncounted = !hold->was_held;	/* its acquire's error counted */
+	if (!sem_release(&call, hold->prefix, hold->name, hold->id, &live))
+		return false;
+	count_end(hold, live);
+	return true;
+}
+
+/*
+ * Release the ENDING holds, each with a call that ends by deadline and
+ * reports no Redis failure: sent without waiting for the reply if defer,
+ * else waited for (and then the replies of releases sent earlier are read
+ * first).  Those Redis did not take stay ENDING, handed to the keeper.
+ * Interruptible calls serve cancel and timeouts: an interrupt unwinds
+ * through here and leaves the rest ENDING, for later.
+ */
+static void
+release_ending(TimestampTz deadline, bool interruptible, bool defer)
 {
 	bool		reachable = !in_error_recursion_trouble();
 	ListCell   *lc;
 
+	if (!defer && sent != NIL && reachable)
+		redis_settle_deferred(deadline, interruptible);
+	settle_sent();
 	foreach(lc, holds)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
-		RedisCall	call;
-		bool		live;
 
 		if (hold->state != HOLD_ENDING)
 			continue;
@@ -182,12 +309,13 @@ release_ending(TimestampTz deadline, bool interruptible)
 		}
 		if (interruptible && keeper_has_it(hold))
 			continue;			/* a dead node must not cost this call too */
-		redis_call_init(&call, deadline, interruptible, 0);
-		call.uncounted = !hold->was_held;	/* its acquire's error counted */
-		if (reachable &&
-			sem_release(&call, hold->prefix, hold->name, hold->id, &live))
+		if (reachable && defer && send_release(hold, deadline, interruptible))
 		{
-			count_end(hold, live);
+			holds = foreach_delete_current(holds, lc);
+			continue;
+		}
+		if (reachable && !defer && release_now(hold, deadline, interruptible))
+		{
 			holds = foreach_delete_current(holds, lc);
 			hold_free(hold);
 			continue;
@@ -218,11 +346,11 @@ abandon_ending(void)
  * left to the keeper (and to the session's next call) before it unwinds.
  */
 static void
-release_ending_interruptible(TimestampTz deadline)
+release_ending_interruptible(TimestampTz deadline, bool defer)
 {
 	PG_TRY();
 	{
-		release_ending(deadline, true);
+		release_ending(deadline, true, defer);
 	}
 	PG_CATCH();
 	{
@@ -238,7 +366,7 @@ release_ending_interruptible(TimestampTz deadline)
  * to the keeper and to the session's next call.
  */
 static void
-release_ending_guarded(int ms, const char *when)
+release_ending_guarded(int ms, bool defer, const char *when)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
@@ -254,7 +382,8 @@ release_ending_guarded(int ms, const char *when)
 	PG_TRY();
 	{
 		redsem_fault("callback");
-		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms), false);
+		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms), false,
+					   defer);
 	}
 	PG_CATCH();
 	{
@@ -345,7 +474,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
-				release_ending_guarded(REDSEM_XACT_CLEANUP_MS,
+				release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 									   "at the end of the transaction");
 			break;
 		default:
@@ -373,7 +502,7 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
 		if (mark_matching(ends_with_subxact, mySubid))
-			release_ending_guarded(REDSEM_XACT_CLEANUP_MS,
+			release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 								   "at the rollback of a subtransaction");
 	}
 }
@@ -390,8 +519,8 @@ static void
 session_exit_callback(int code, Datum arg)
 {
 	(void) mark_matching(any_hold, InvalidSubTransactionId);
-	if (holds != NIL)
-		release_ending_guarded(REDSEM_EXIT_CLEANUP_MS, "at session exit");
+	if (holds != NIL || sent != NIL)
+		release_ending_guarded(REDSEM_EXIT_CLEANUP_MS, false, "at session exit");
 	redis_disconnect();
 }
 
@@ -433,7 +562,8 @@ discard_all(void)
 	if (!mark_matching(any_hold, InvalidSubTransactionId))
 		return;
 	release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															 redsem_command_timeout_ms));
+															 redsem_command_timeout_ms),
+								 false);
 	left = count_ending();
 	if (left > 0)
 		ereport(WARNING,
@@ -638,7 +768,8 @@ hold_span_xacts(const char *name, const char *id, bool on)
 
 /*
  * Release one of this session's holds at the end of a statement (a
- * statement queue's slot at ExecutorEnd).  Cancel and timeouts are served
+ * statement queue's slot at ExecutorEnd), sent without waiting for the
+ * reply unless redsem.await_release.  Cancel and timeouts are served
  * (an ERROR then, the release handed to the keeper); a Redis failure is
  * not raised: the keeper and the session's next call retry.  While the
  * transaction aborts, the abort releases it instead.
@@ -655,7 +786,8 @@ hold_release_quietly(const char *name, const char *id)
 		return;
 	mark_ending(hold);
 	release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-															 redsem_command_timeout_ms));
+															 redsem_command_timeout_ms),
+								 !redsem_await_release);
 }
 
 /* Error context of a release the session asked for */
@@ -863,16 +995,22 @@ hold_release_session(void)
 }
 
 /*
- * Retry releases that a callback could not complete, at the start of an SQL
- * call: Redis failures are left to the keeper and the next call, but cancel
- * and timeouts are served (an ERROR then, the releases still pending).
+ * At the start of an SQL call: take in the replies to releases sent
+ * without waiting that have come, and retry releases that a callback could
+ * not complete (Redis failures are left to the keeper and the next call,
+ * but cancel and timeouts are served: an ERROR then, the releases still
+ * pending).
  */
 void
 hold_flush_deferred(void)
 {
+	if (sent != NIL)
+		redis_poll_deferred();
+	settle_sent();
 	if (count_ending() > 0)
 		release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-																 redsem_command_timeout_ms));
+																 redsem_command_timeout_ms),
+									 false);
 }
 
 /* Define the per-session bound on holds */
@@ -885,4 +1023,10 @@ hold_define_gucs(void)
 							&redsem_max_holds_per_session, 1000, 1, 1000000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
+	DefineCustomBoolVariable("redsem.await_release",
+							 "Wait for Redis to confirm the releases at the end of a statement or transaction.",
+							 "Off: they are sent without waiting, and the reply is read on the session's next call.",
+							 &redsem_await_release, false,
+							 PGC_USERSET, 0,
+							 NULL, NULL, NULL);
 }

@@ -54,6 +54,7 @@ extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);
 
 extern int	redsem_max_holds_per_session;
+extern bool redsem_await_release;
 extern void hold_define_gucs(void);
 
 #endif							/* REDSEM_HOLD_H */

@@ -306,6 +306,26 @@ release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 }
 
 /*
+ * A hold whose backend sent its release without waiting for the reply (it
+ * reads the reply on its next call, which may be long in coming): left
+ * alone while the reply may still be on its way, then released once more
+ * (a release of a slot already given back changes nothing), in case the
+ * first never reached Redis; ms until the next look.
+ */
+static int64
+settle_sent_release(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
+					bool reachable)
+{
+	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at,
+												  redsem_command_timeout_ms +
+												  KEEPER_SENT_RELEASE_SETTLE_MS);
+
+	if (now < due)
+		return ms_until(now, due);
+	return release_orphan(batch, c, now, reachable);
+}
+
+/*
  * Refresh a live hold whose lease (or, while it is an unconfirmed
  * promotion, whose window) is a third used up, or soon will be (see
  * KEEPER_BATCH_EARLY_DIVISOR); ms until it is next due.
@@ -334,6 +354,8 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 
 	if (is_orphan(&c->hold))
 		return release_orphan(batch, c, now, reachable);
+	if (c->hold.phase == PHASE_RELEASING)
+		return settle_sent_release(batch, c, now, reachable);
 	if (c->hold.unkept != !reachable)
 		note_unkept(c, !reachable);
 	if (c->hold.phase != PHASE_HELD || c->hold.lost || !reachable)
@@ -341,11 +363,15 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 	return refresh_if_due(batch, c, now);
 }
 
-/* A released orphan: count it and stop tracking it */
+/*
+ * A released orphan: count it (a sent release whose backend lives is
+ * counted by that backend) and stop tracking it
+ */
 static void
 orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 {
-	if (c->hold.phase == PHASE_HELD)
+	if (c->hold.phase == PHASE_HELD ||
+		(c->hold.phase == PHASE_RELEASING && is_orphan(&c->hold)))
 		stats_count(c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
 	if (c->hold.pid == 0 && live)
 		st->released_after_crash++;

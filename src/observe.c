@@ -375,6 +375,8 @@ server_hold_state(const SharedHold *h)
 			return "asking";
 		case PHASE_WAITING:
 			return "waiting";
+		case PHASE_RELEASING:
+			return "releasing";
 		case PHASE_HELD:
 			break;
 	}
@@ -424,6 +426,7 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		Datum		values[SERVER_HOLDS_COLUMNS];
 		bool		nulls[SERVER_HOLDS_COLUMNS] = {0};
 		bool		holding = (h->phase == PHASE_HELD);
+		bool		in_line = (h->phase == PHASE_PENDING || h->phase == PHASE_WAITING);
 		const char *trouble = server_hold_trouble(h);
 
 		values[0] = Int32GetDatum(h->pid);
@@ -434,9 +437,9 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		values[4] = CStringGetTextDatum(server_hold_state(h));
 		values[5] = Int32GetDatum(h->permits);
 		values[6] = interval_from_ms(h->lease_ms);
-		nulls[7] = !holding;
+		nulls[7] = in_line;
 		values[7] = TimestampTzGetDatum(h->acquired_at);
-		nulls[8] = holding;
+		nulls[8] = !in_line;
 		values[8] = TimestampTzGetDatum(h->acquired_at);
 		nulls[9] = !holding || h->abandoned || h->lost;
 		values[9] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms));

@@ -76,6 +76,15 @@ typedef struct RedisCommand
 	const char **argv;
 } RedisCommand;
 
+/*
+ * Where the reply of a command sent without waiting (redis_send_deferred)
+ * goes, once read: a reply that is not an error (freed after the handler
+ * returns), or NULL with why in outcome.  Called exactly once, perhaps
+ * from an error path or at exit: it must not raise nor allocate.
+ */
+typedef void (*RedisReplyHandler) (void *arg, struct redisReply *reply,
+								   const RedisOutcome *outcome);
+
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
 #define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0}
 

@@ -510,6 +510,37 @@ sem_release(RedisCall *call, const char *prefix, const char *name,
 }
 
 /*
+ * Send a release without waiting for its reply (see redis_send_deferred):
+ * handler gets the reply, for sem_release_reply to read.  False, with the
+ * failure counted and in call->outcome, if it could not be sent.
+ */
+bool
+sem_release_deferred(RedisCall *call, const char *prefix, const char *name,
+					 const char *id, RedisReplyHandler handler, void *arg)
+{
+	const char *argv[3 + SCRIPT_NKEYS + 2];
+	int			argc;
+
+	redsem_fault("release");
+	argc = fcall_head(argv, prefix, name, "release");
+	argv[argc++] = id;
+	return redis_send_deferred(call, argc, argv, handler, arg) ||
+		sem_call_failed(call, name);
+}
+
+/* What a release's reply says: *was_held; false if it has the wrong shape */
+bool
+sem_release_reply(const redisReply *reply, bool *was_held)
+{
+	int64		held;
+
+	if (!reply_int64(reply, &held) || (held != 0 && held != 1))
+		return false;
+	*was_held = (held == 1);
+	return true;
+}
+
+/*
  * An administrator's release of another session's slot: the same, leaving
  * a marker so that its holder learns why it lost the slot.
  */

@@ -69,6 +69,10 @@ extern bool sem_give_up(RedisCall *call, const char *name, const char *id,
 						SemResult *result);
 extern bool sem_release(RedisCall *call, const char *prefix, const char *name,
 						const char *id, bool *was_held);
+extern bool sem_release_deferred(RedisCall *call, const char *prefix,
+								 const char *name, const char *id,
+								 RedisReplyHandler handler, void *arg);
+extern bool sem_release_reply(const struct redisReply *reply, bool *was_held);
 /* A semaphore as redsem_semaphores() shows it; -1: none */
 typedef struct SemSummary
 {

@@ -33,7 +33,9 @@ typedef enum HoldPhase
 {
 	PHASE_PENDING,				/* asked Redis, no answer yet */
 	PHASE_WAITING,				/* in line */
-	PHASE_HELD					/* Redis granted the slot */
+	PHASE_HELD,					/* Redis granted the slot */
+	PHASE_RELEASING				/* its release was sent; the backend reads
+								 * the reply on its next call */
 } HoldPhase;
 
 /*

@@ -44,6 +44,16 @@
  * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS) and
  * gives up once the hold would have ended by itself anyway.
  *
+ * Releases at the end of a statement or transaction are sent without
+ * waiting for the reply (unless redsem.await_release), which the session
+ * reads on its next call: the keeper leaves such a hold alone (it neither
+ * refreshes nor releases it) until redsem.command_timeout plus
+ * KEEPER_SENT_RELEASE_SETTLE_MS after it was sent, and then releases it
+ * once more, in case the first never reached Redis (a connection that
+ * broke under it): a slot is then free at most that long after a lost
+ * release, not when its lease runs out.  A release given twice is a no-op
+ * the second time.
+ *
  * In a Redis Cluster, the keeper gives each node a share of a batch's time:
  * a third of the shortest lease time left among the batch's holds
  * (KEEPER_NODE_MIN_BUDGET_MS at least, redsem.command_timeout at most),
@@ -93,6 +103,7 @@
 #define KEEPER_RETRY_MAX_MS			30000
 #define KEEPER_LOG_EVERY_MS			30000
 #define KEEPER_NODE_MIN_BUDGET_MS	100
+#define KEEPER_SENT_RELEASE_SETTLE_MS	1000
 
 #define SENTINEL_RETRY_MS			100
 

@@ -3,8 +3,9 @@
 # procedure that commits keeps its statement's slot to the end of the CALL;
 # a waiter whose own locks keep the slot's holder from finishing ends with
 # 40P01 instead of waiting forever (statement queues and redsem_acquire
-# alike); the release at the end of a statement serves cancel while Redis
-# is frozen; a function the planner evaluates ahead of time takes no slot
+# alike); the release at the end of a statement does not wait for Redis,
+# and with redsem.await_release it waits but serves cancel while Redis is
+# frozen; a function the planner evaluates ahead of time takes no slot
 # of its own.
 
 use strict;
@@ -154,10 +155,10 @@ is(($h->wait_done(20))[1], '', 'and both holders finish');
 $third->quit;
 
 ###########################################################################
-note 'a statement waiting for Redis to take its slot back serves cancel';
+note 'a statement waiting for Redis to take its slot back serves cancel (redsem.await_release)';
 
 my $p = RedsemTest::Session->new($node, name => 'plain');
-$p->query_ok(q{SET redsem.queue = 'plain'; SET redsem.command_timeout = '60s';});
+$p->query_ok(q{SET redsem.queue = 'plain'; SET redsem.command_timeout = '60s'; SET redsem.await_release = on;});
 $p->send(q{SELECT pg_sleep(0.5);});
 usleep(200_000);
 $redis->freeze;
@@ -170,6 +171,18 @@ cmp_ok(time - $t0, '<', 10, 'at once, not after redsem.command_timeout (60 s)');
 $redis->thaw;
 ok(wait_until(15, sub { running('plain') eq '0' }), 'the slot is given back (by the keeper, or the next call)');
 is($p->query_ok(q{SELECT 'again';}), 'again', 'and the session goes on');
+
+note 'without redsem.await_release, the statement does not wait for the release at all';
+$p->query_ok(q{RESET redsem.await_release;});
+$p->send(q{SELECT pg_sleep(0.5);});
+usleep(200_000);
+$redis->freeze;
+($out, $err, $secs) = $p->wait_done(30);
+is($err, '', 'the statement ends while Redis is frozen');
+cmp_ok($secs, '<', 5, 'without waiting for the reply of its release');
+$redis->thaw;
+ok(wait_until(15, sub { running('plain') eq '0' }), 'Redis takes the release once it runs again');
+is($p->query_ok(q{SELECT 'again';}), 'again', 'and the session goes on, reading the reply first');
 $p->quit;
 
 ###########################################################################

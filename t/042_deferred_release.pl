@@ -1,0 +1,193 @@
+
+# 042_deferred_release.pl - releases at the end of a statement or of a
+# transaction go to Redis without waiting for the reply; the session reads
+# it on its next call.
+#
+# Checked: the slot is free in Redis as soon as the statement or COMMIT
+# returns, while this server's table says "releasing" until the session's
+# next call reads the reply (then the release is counted and the entry
+# gone); several releases at one COMMIT; redsem.await_release = on waits
+# as before; a release lost with its connection (Redis paused, the
+# connection killed before Redis ran it) is given again by the keeper long
+# before the lease would end, and the session's next call goes on without
+# an error; a session that exits or is terminated with a reply unread
+# leaves nothing behind; a fault before the send hands the slot to the
+# keeper.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('dr', $redis, <<'EOC');
+redsem.queues = 'one: active_statements=1 max_wait=30s'
+redsem.command_timeout = 1000
+EOC
+$node->safe_psql('postgres', q{
+CREATE ROLE queued LOGIN;
+ALTER ROLE queued SET redsem.queue = 'one';
+GRANT pg_monitor TO queued;
+});
+
+# Holders of a semaphore, as Redis has them
+sub holders { return $redis->zcard($_[0], 'owner'); }
+
+# This server's table entries of process $pid, as "name:state" lines
+sub table_of
+{
+	my ($pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT string_agg(name || ':' || state, ',' ORDER BY name)
+		   FROM redsem_server_holds() WHERE pid = $pid") // '';
+}
+
+# released count of a semaphore in redsem_stats
+sub released
+{
+	my ($sem) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT coalesce(sum(released), 0) FROM redsem_stats WHERE name = '$sem'");
+}
+
+###########################################################################
+note 'a statement queue: the release goes out with the end of the statement';
+
+my $q = RedsemTest::Session->new($node, name => 'queued', user => 'queued');
+$q->query_ok('SELECT 1;');
+my $qpid = $q->backend_pid;
+is(holders('queue:one'), 0, 'the queue\'s semaphore is free as soon as the statement returned');
+is(table_of($qpid), 'queue:one:releasing',
+	'the table says releasing until the session reads the reply');
+$q->query_ok('SELECT 2;');
+is(table_of($qpid), 'queue:one:releasing', 'the next statement read it, and sent its own');
+my $before = released('queue:one');
+cmp_ok($before, '>=', 1, 'the releases read so far are counted');
+
+###########################################################################
+note 'COMMIT: every transaction-scoped slot, at once';
+
+my $s = RedsemTest::Session->new($node, name => 's');
+my $spid = $s->backend_pid;
+$s->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_a', 1, '60 s') IS NOT NULL;
+	SELECT redsem_acquire_xact('dr_b', 2, '60 s') IS NOT NULL;
+	SELECT redsem_acquire_xact('dr_c', 3, '60 s') IS NOT NULL;
+	COMMIT;});
+is(holders('dr_a') + holders('dr_b') + holders('dr_c'), 0,
+	'the three slots are free in Redis when COMMIT returns');
+is(table_of($spid), 'dr_a:releasing,dr_b:releasing,dr_c:releasing',
+	'three replies still to read');
+$s->query_ok('SELECT redsem_release_all();');
+is(table_of($spid), '', 'the next call read them');
+is(released('dr_a') + released('dr_b') + released('dr_c'), 3, 'and counted three releases');
+
+###########################################################################
+note 'redsem.await_release = on';
+
+$s->query_ok(q{
+	SET redsem.await_release = on;
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_wait', 1, '60 s') IS NOT NULL;
+	COMMIT;});
+is(table_of($spid), '', 'the reply was read before COMMIT returned');
+is(released('dr_wait'), 1, 'and counted');
+$s->query_ok('RESET redsem.await_release;');
+
+###########################################################################
+note 'a connection setting changed between the release and its reply';
+
+$s->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_set', 1, '60 s') IS NOT NULL;
+	COMMIT;
+	SET redsem.connect_timeout = 1500;
+	SELECT redsem_acquire('dr_set2', 1, '60 s') IS NOT NULL;
+	SELECT redsem_release_all();
+	RESET redsem.connect_timeout;});
+is(table_of($spid), '', 'the reply was read on the old connection before the new one');
+is(released('dr_set'), 1, 'and counted');
+
+###########################################################################
+note 'a release lost with its connection';
+
+$s->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_lost', 1, '60 s') IS NOT NULL;});
+$redis->cli('CLIENT', 'PAUSE', '3000', 'WRITE');
+my $t0 = time;
+$s->query_ok('COMMIT;');
+cmp_ok(time - $t0, '<', 1, 'COMMIT did not wait for paused Redis');
+# Redis holds the paused FCALL unread; killing the connection loses it
+$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+$redis->cli('CLIENT', 'UNPAUSE');
+is(holders('dr_lost'), 1, 'the release never ran: Redis still has the slot');
+my $freed = wait_until(20, sub { holders('dr_lost') == 0 });
+ok(defined $freed, 'the keeper released it again');
+cmp_ok($freed // 99, '<', 10, 'within seconds (command_timeout + settle), not the 60 s lease');
+my ($out, $err) = $s->query('SELECT redsem_release_all();');
+is($err, '', 'the session\'s next call reads the broken connection without an error');
+is($out, '0', 'and had nothing to release');
+ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'nothing is left in the table');
+ok(slot_is_free('dr_lost'), 'the semaphore takes a new holder');
+
+sub slot_is_free
+{
+	my ($sem) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT redsem_release('$sem', redsem_acquire('$sem', 1, '60 s', wait => '0 s'))") eq 't';
+}
+
+###########################################################################
+note 'a session that ends with a reply unread';
+
+my $e = RedsemTest::Session->new($node, name => 'exits');
+my $epid = $e->backend_pid;
+$e->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_exit', 1, '60 s') IS NOT NULL;
+	COMMIT;});
+is(table_of($epid), 'dr_exit:releasing', 'a reply unread when the session quits');
+$e->quit;
+ok(defined wait_until(10, sub { table_of($epid) eq '' }), 'the exit read it');
+is(released('dr_exit'), 1, 'and counted the release');
+
+my $k = RedsemTest::Session->new($node, name => 'killed');
+my $kpid = $k->backend_pid;
+$k->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_kill', 1, '60 s') IS NOT NULL;
+	COMMIT;});
+$node->safe_psql('postgres', "SELECT pg_terminate_backend($kpid)");
+$k->wait_exit(10);
+ok(defined wait_until(10, sub { table_of($kpid) eq '' }), 'a terminated session leaves no entry');
+is(holders('dr_kill'), 0, 'nor a slot');
+
+###########################################################################
+note 'a fault before the release is sent';
+
+($out, $err) = $s->query(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_fault', 1, '60 s') IS NOT NULL;
+	SET redsem.inject_fault = 'release';
+	COMMIT;
+	RESET redsem.inject_fault;});
+like($err, qr/WARNING:  01000: redsem could not release slots at the end of the transaction/,
+	'the fault is a WARNING');
+ok(defined wait_until(15, sub { holders('dr_fault') == 0 }), 'the keeper released the slot');
+ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'and nothing is left in the table');
+
+$q->quit;
+$s->quit;
+node_log_is_clean($node, 'no crash');
+$node->stop;
+$redis->stop;
+done_testing();
