@@ -17,8 +17,13 @@
 #      the cost test
 #   C  a role whose queue takes a slot for every statement (active 1000)
 #      vs a role in no queue, same server: the cost of queueing, two Redis
-#      round trips per statement
-# Redis round trips per statement come from INFO commandstats.
+#      commands per statement (the release is sent without waiting)
+#   D  one client: the latency a queued statement adds over a role in no
+#      queue, with the release sent without waiting (the default) and with
+#      redsem.await_release = on, each beside a Redis PING round trip
+#      measured in the same run (redis-benchmark, one client): the target
+#      is at most 1.3 PINGs, one round trip waited for
+# Redis commands per statement come from INFO commandstats.
 #
 # Environment: BENCH_DURATION (seconds per side, default 10),
 # BENCH_CLIENTS (default 4), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
@@ -61,9 +66,11 @@ sql_on "$HOOKS" "CREATE EXTENSION redsem" >/dev/null
 for dir in "$HOOKS" "$PLAIN"; do
     on_server "$dir" -U postgres -i -s 1 -q >/dev/null 2>&1
     sql_on "$dir" "CREATE ROLE bench_plain LOGIN; CREATE ROLE bench_passes LOGIN; CREATE ROLE bench_queued LOGIN;
-                   GRANT SELECT ON ALL TABLES IN SCHEMA public TO bench_plain, bench_passes, bench_queued" >/dev/null
+                   CREATE ROLE bench_awaited LOGIN;
+                   GRANT SELECT ON ALL TABLES IN SCHEMA public TO bench_plain, bench_passes, bench_queued, bench_awaited" >/dev/null
 done
-sql_on "$HOOKS" "ALTER ROLE bench_passes SET redsem.queue = 'passes'; ALTER ROLE bench_queued SET redsem.queue = 'everyone'" >/dev/null
+sql_on "$HOOKS" "ALTER ROLE bench_passes SET redsem.queue = 'passes'; ALTER ROLE bench_queued SET redsem.queue = 'everyone';
+                 ALTER ROLE bench_awaited SET redsem.queue = 'everyone'; ALTER ROLE bench_awaited SET redsem.await_release = on" >/dev/null
 
 declare -A TX SECS RT
 
@@ -71,7 +78,7 @@ declare -A TX SECS RT
 run_half() {
     local label=$1 dir=$2 role=$3 out tx tps stats
     bench_stats_reset
-    out=$(on_server "$dir" -U "$role" -n -S -M prepared -c "$CLIENTS" -j 2 -T "$HALF" 2>&1) || {
+    out=$(on_server "$dir" -U "$role" -n -S -M prepared -c "${HALF_CLIENTS:-$CLIENTS}" -j "$(( ${HALF_CLIENTS:-$CLIENTS} < 2 ? 1 : 2 ))" -T "$HALF" 2>&1) || {
         printf '%s\n' "$out" >&2
         redsem_die "pgbench failed ($label)"
     }
@@ -103,6 +110,14 @@ printf 'pgbench -S -M prepared -c %s -j 2, %s s per side (two interleaved halves
 run_pair hooks "$HOOKS" bench_plain plain "$PLAIN" bench_plain
 run_pair passes "$HOOKS" bench_passes nonq "$HOOKS" bench_plain
 run_pair queued "$HOOKS" bench_queued nonq2 "$HOOKS" bench_plain
+HALF_CLIENTS=1
+run_pair one_deferred "$HOOKS" bench_queued one_plain "$HOOKS" bench_plain
+run_pair one_awaited "$HOOKS" bench_awaited one_plain2 "$HOOKS" bench_plain
+unset HALF_CLIENTS
+
+PING_US=$(bench_ping_us "$BENCH_SOCK")
+# added_us QUEUED PLAIN : latency a queued statement adds, in microseconds
+added_us() { awk -v q="$(tps_of "$1")" -v p="$(tps_of "$2")" 'BEGIN { printf "%.1f", 1000000 / q - 1000000 / p }'; }
 
 printf '%-44s %10s %10s %8s %14s\n' "" "tx/s" "baseline" "ratio" "Redis RT/stmt"
 printf '%-44s %10s %10s %8s %14s\n' "A no queue, hooks installed / no redsem" "$(tps_of hooks)" "$(tps_of plain)" \
@@ -112,3 +127,11 @@ printf '%-44s %10s %10s %8s %14s\n' "B queue, passes by cost / no queue" "$(tps_
 printf '%-44s %10s %10s %8s %14s\n' "C queue, a slot per statement / no queue" "$(tps_of queued)" "$(tps_of nonq2)" \
     "$(bench_ratio "$(tps_of queued)" "$(tps_of nonq2)")" "$(rt_of queued)"
 printf '(A: the target is a ratio of at least 0.98; B and A expect 0.000 Redis round trips per statement, C 2.000)\n'
+printf '\nD one client: latency a queued statement adds over a role in no queue\n'
+printf '%-44s %10s %10s %12s %12s\n' "" "tx/s" "no queue" "added us" "added/PING"
+printf '%-44s %10s %10s %12s %12s\n' "release sent without waiting (default)" "$(tps_of one_deferred)" "$(tps_of one_plain)" \
+    "$(added_us one_deferred one_plain)" "$(bench_ratio "$(added_us one_deferred one_plain)" "$PING_US")"
+printf '%-44s %10s %10s %12s %12s\n' "redsem.await_release = on" "$(tps_of one_awaited)" "$(tps_of one_plain2)" \
+    "$(added_us one_awaited one_plain2)" "$(bench_ratio "$(added_us one_awaited one_plain2)" "$PING_US")"
+printf 'a Redis PING round trip (redis-benchmark, 1 client, no pipelining): %s us\n' "$PING_US"
+printf '(D: the target is at most 1.3 PINGs added with the release sent without waiting)\n'

@@ -144,11 +144,8 @@ for clients in $CLIENT_COUNTS; do
     run_pair "redsem$clients" "$W/redsem4.sql" "advisory$clients" "$W/advisory4.sql" "$clients"
 done
 
-# A Redis PING round trip, one client, no pipelining (the -r keyspace
-# option is not needed: PING has no key)
-ping_rps=$(redis-benchmark -s "$BENCH_SOCK" -t ping_mbulk -c 1 -n 20000 -P 1 -q 2>/dev/null |
-    sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' | head -n 1)
-PING_US=$(bench_div 1000000 "${ping_rps:-0}" '%.1f')
+# A Redis PING round trip, one client, no pipelining
+PING_US=$(bench_ping_us "$BENCH_SOCK")
 
 printf '%-28s %10s %10s %10s %8s\n' "acquire+release, limit $LIMIT" "redsem" "advisory" "ratio" ""
 for clients in $CLIENT_COUNTS; do
