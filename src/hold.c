@@ -154,8 +154,10 @@ keeper_has_it(Hold *hold)
 {
 	SharedHold	copy;
 
-	return hold->shared_slot >= 0 && keeper_is_active() &&
-		shared_hold_read(hold->shared_slot, hold->id, &copy) && copy.abandoned;
+	/* the kill(0) of keeper_is_active only for a hold handed over */
+	return hold->shared_slot >= 0 &&
+		shared_hold_read(hold->shared_slot, hold->id, &copy) && copy.abandoned &&
+		keeper_is_active();
 }
 
 /*

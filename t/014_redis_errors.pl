@@ -155,6 +155,9 @@ $late->quit;
 ###########################################################################
 note 'a read-only replica, and one cut off from its primary';
 
+# the abort then waits for its release (of the acquire's place), which
+# gets READONLY too: otherwise it would reopen a connection to send it
+$s->query_ok(q{SET redsem.await_release = on;});
 is($s->query_ok(q{SELECT redsem_release('e_ro', redsem_acquire('e_ro', 1));}), 't',
 	'the session has a connection');
 my $clients_before = () = ($redis->cli('CLIENT', 'LIST') // '') =~ /^id=/mg;
@@ -177,6 +180,7 @@ admin('CONFIG', 'SET', 'replica-serve-stale-data', 'yes');
 admin('REPLICAOF', 'NO', 'ONE');
 is($s->query_ok(q{SELECT redsem_release('e_ro', redsem_acquire('e_ro', 1));}), 't',
 	'once it is a primary again, the next call reconnects and works');
+$s->query_ok(q{RESET redsem.await_release;});
 
 ###########################################################################
 note 'out of memory';
