@@ -109,10 +109,10 @@ $s->query_ok(q{
 	BEGIN;
 	SELECT redsem_acquire_xact('dr_set', 1, '60 s') IS NOT NULL;
 	COMMIT;
-	SET redsem.connect_timeout = 1500;
+	SET redsem.database = 1;
 	SELECT redsem_acquire('dr_set2', 1, '60 s') IS NOT NULL;
 	SELECT redsem_release_all();
-	RESET redsem.connect_timeout;});
+	RESET redsem.database;});
 is(table_of($spid), '', 'the reply was read on the old connection before the new one');
 is(released('dr_set'), 1, 'and counted');
 
