@@ -72,6 +72,7 @@ struct Hold
 	TimestampTz acquired_at;
 	TimestampTz refreshed_at;	/* last lease confirmation we know of */
 	int			shared_slot;	/* entry in the keeper's table, or -1 */
+	uint64		target;			/* redis_target_signature() when taken */
 	uint64		writes_at_begin;	/* redis_writes_started() when taken */
 	/* on the sent list: what the reply to its release said, once read */
 	bool		reply_in;
@@ -145,9 +146,10 @@ keeper_took_it(Hold *hold)
 }
 
 /*
- * True if a hold was handed to the keeper, which is running: it retries
- * the release with back-off, so a statement of the session need not wait
- * for a Redis node that did not answer the first time.
+ * True if a hold was handed to the keeper, which is running on the Redis
+ * the hold was taken on: it retries the release with back-off, so a
+ * statement of the session need not wait for a Redis node that did not
+ * answer the first time.
  */
 static bool
 keeper_has_it(Hold *hold)
@@ -157,7 +159,7 @@ keeper_has_it(Hold *hold)
 	/* the kill(0) of keeper_is_active only for a hold handed over */
 	return hold->shared_slot >= 0 &&
 		shared_hold_read(hold->shared_slot, hold->id, &copy) && copy.abandoned &&
-		keeper_is_active();
+		keeper_reaches_target(hold->target);
 }
 
 /*
@@ -292,6 +294,7 @@ static void
 release_ending(TimestampTz deadline, bool interruptible, bool defer)
 {
 	bool		reachable = !in_error_recursion_trouble();
+	uint64		target = 0;
 	ListCell   *lc;
 
 	if (!defer && sent != NIL && reachable)
@@ -311,6 +314,14 @@ release_ending(TimestampTz deadline, bool interruptible, bool defer)
 		}
 		if (interruptible && keeper_has_it(hold))
 			continue;			/* a dead node must not cost this call too */
+		if (target == 0)
+			target = redis_target_signature();
+		if (hold->target != target)
+		{
+			/* the settings name another Redis now: never release it there */
+			shared_hold_abandon(hold->shared_slot, hold->id);
+			continue;
+		}
 		if (reachable && defer && send_release(hold, deadline, interruptible))
 		{
 			holds = foreach_delete_current(holds, lc);
@@ -641,13 +652,15 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 		   int permits)
 {
 	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	uint64		target;
 	int			slot;
 	MemoryContext old;
 	Hold	   *hold;
 
 	check_session_limit(scope);
-	slot = shared_hold_register(prefix, name, id, scope == HOLD_XACT, lease_ms,
-								permits,
+	target = redis_target_signature();
+	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,
+								lease_ms, permits,
 								scope == HOLD_STATEMENT || redsem_is_admin());
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	hold = palloc0(sizeof(Hold));
@@ -660,6 +673,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	hold->lease_ms = lease_ms;
 	hold->permits = permits;
 	hold->shared_slot = slot;
+	hold->target = target;
 	hold->writes_at_begin = redis_writes_started();
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);

@@ -29,7 +29,6 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "conn.h"
 #include "redsem.h"
 #include "shmem.h"
 #include "timing.h"
@@ -280,8 +279,15 @@ keeper_set_target(uint64 target)
 bool
 keeper_keeps_target(uint64 target)
 {
+	return keeper_reaches_target(target) && !keeper_has_trouble();
+}
+
+/* True if the keeper runs and works on the Redis of target (trouble or not) */
+bool
+keeper_reaches_target(uint64 target)
+{
 	return shared != NULL && pg_atomic_read_u64(&shared->keeper_target) == target &&
-		!keeper_has_trouble() && keeper_is_active();
+		keeper_is_active();
 }
 
 /* True while the keeper has trouble with Redis (only the keeper writes it) */
@@ -430,18 +436,16 @@ wake_keeper_by(TimestampTz when)
  */
 int
 shared_hold_register(const char *prefix, const char *name, const char *id,
-					 bool xact, int64 lease_ms, int permits,
+					 uint64 target, bool xact, int64 lease_ms, int permits,
 					 bool may_use_reserve)
 {
 	int			slot = -1;
 	TimestampTz now = GetCurrentTimestamp();
-	uint64		target;
 	int			reserve = shared_hold_reserve();
 	bool		reserved = false;
 
 	if (shared == NULL)
 		return -1;
-	target = redis_target_signature();
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if (!may_use_reserve && shared->holds_in_use >= hold_table_size - reserve)
 		reserved = true;

@@ -160,6 +160,7 @@ extern bool shmem_ready(void);
 extern bool keeper_is_active(void);
 extern void keeper_set_target(uint64 target);
 extern bool keeper_keeps_target(uint64 target);
+extern bool keeper_reaches_target(uint64 target);
 extern void keeper_attach(Latch *latch, int pid);
 extern void keeper_detach_shmem(void);
 extern void keeper_set_wake_time(TimestampTz when);
@@ -177,8 +178,9 @@ extern void keeper_trouble_clear(void);
 extern TimestampTz keeper_trouble_copy(char *buf, size_t len);
 
 extern int	shared_hold_register(const char *prefix, const char *name,
-								 const char *id, bool xact, int64 lease_ms,
-								 int permits, bool may_use_reserve);
+								 const char *id, uint64 target, bool xact,
+								 int64 lease_ms, int permits,
+								 bool may_use_reserve);
 /* A holder of a semaphore on this server (shared_hold_holders) */
 typedef struct LocalHolder
 {

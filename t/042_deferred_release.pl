@@ -12,7 +12,8 @@
 # before the lease would end, and the session's next call goes on without
 # an error; a session that exits or is terminated with a reply unread
 # leaves nothing behind; a fault before the send hands the slot to the
-# keeper.
+# keeper; a failed release is never retried under other connection
+# settings (another Redis).
 
 use strict;
 use warnings FATAL => 'all';
@@ -183,6 +184,27 @@ note 'a fault before the release is sent';
 like($err, qr/WARNING:  01000: redsem could not release slots at the end of the transaction/,
 	'the fault is a WARNING');
 ok(defined wait_until(15, sub { holders('dr_fault') == 0 }), 'the keeper released the slot');
+ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'and nothing is left in the table');
+
+###########################################################################
+note 'a failed release is never retried on another Redis';
+
+# taken in database 1, where the keeper (database 0) does not reach
+($out, $err) = $s->query(q{
+	SET redsem.database = 1;
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_target', 1, '60 s') IS NOT NULL;
+	SET redsem.inject_fault = 'release';
+	COMMIT;
+	RESET redsem.inject_fault;
+	RESET redsem.database;
+	SELECT redsem_release_all();});
+like($err, qr/could not release slots at the end of the transaction/, 'the release failed');
+is($redis->cli('-n', '1', 'ZCARD', 'redsem:{dr_target}:owner'), '1',
+	'the next call, under database 0, did not release it there and forget it');
+$s->query_ok(q{SET redsem.database = 1; SELECT redsem_release_all(); RESET redsem.database;});
+is($redis->cli('-n', '1', 'ZCARD', 'redsem:{dr_target}:owner'), '0',
+	'back under database 1, the next call releases it');
 ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'and nothing is left in the table');
 
 $q->quit;
