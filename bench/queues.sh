@@ -119,14 +119,14 @@ PING_US=$(bench_ping_us "$BENCH_SOCK")
 # added_us QUEUED PLAIN : latency a queued statement adds, in microseconds
 added_us() { awk -v q="$(tps_of "$1")" -v p="$(tps_of "$2")" 'BEGIN { printf "%.1f", 1000000 / q - 1000000 / p }'; }
 
-printf '%-44s %10s %10s %8s %14s\n' "" "tx/s" "baseline" "ratio" "Redis RT/stmt"
+printf '%-44s %10s %10s %8s %14s\n' "" "tx/s" "baseline" "ratio" "Redis cmd/stmt"
 printf '%-44s %10s %10s %8s %14s\n' "A no queue, hooks installed / no redsem" "$(tps_of hooks)" "$(tps_of plain)" \
     "$(bench_ratio "$(tps_of hooks)" "$(tps_of plain)")" "$(rt_of hooks)"
 printf '%-44s %10s %10s %8s %14s\n' "B queue, passes by cost / no queue" "$(tps_of passes)" "$(tps_of nonq)" \
     "$(bench_ratio "$(tps_of passes)" "$(tps_of nonq)")" "$(rt_of passes)"
 printf '%-44s %10s %10s %8s %14s\n' "C queue, a slot per statement / no queue" "$(tps_of queued)" "$(tps_of nonq2)" \
     "$(bench_ratio "$(tps_of queued)" "$(tps_of nonq2)")" "$(rt_of queued)"
-printf '(A: the target is a ratio of at least 0.98; B and A expect 0.000 Redis round trips per statement, C 2.000)\n'
+printf '(A: the target is a ratio of at least 0.98; A and B expect 0.000 Redis commands per statement, C 2.000: an acquire waited for, a release not)\n'
 printf '\nD one client: latency a queued statement adds over a role in no queue\n'
 printf '%-44s %10s %10s %12s %12s\n' "" "tx/s" "no queue" "added us" "added/PING"
 printf '%-44s %10s %10s %12s %12s\n' "release sent without waiting (default)" "$(tps_of one_deferred)" "$(tps_of one_plain)" \
