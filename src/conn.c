@@ -86,12 +86,23 @@ static Link links[CLUSTER_MAX_NODES];
 static int	cur_node = 0;
 #define cur (&links[cur_node])
 
-/* A hash of every setting that decides which Redis data we reach */
+/*
+ * A hash of every setting that decides which Redis data we reach (each of
+ * them bumps redsem_guc_generation when it changes, so the hash is kept
+ * until then)
+ */
 uint64
 redis_target_signature(void)
 {
+	static uint64 cached = 0;
+	static uint64 cached_generation = PG_UINT64_MAX;
+	char	   *desc;
+	uint64		h;
+
+	if (cached_generation == redsem_guc_generation)
+		return cached;
 	/* through sentinels, the data is the named primary's, wherever it is */
-	char	   *desc = sentinel_enabled()
+	desc = sentinel_enabled()
 		? psprintf("sentinel|%s|%s|%d|%s", redsem_sentinels,
 				   redsem_sentinel_master, redsem_database,
 				   redsem_user ? redsem_user : "")
@@ -100,10 +111,10 @@ redis_target_signature(void)
 				   redsem_unix_socket ? redsem_unix_socket : "",
 				   redsem_database,
 				   redsem_user ? redsem_user : "");
-	uint64		h = hash_bytes_extended((const unsigned char *) desc,
-										strlen(desc), 0);
-
+	h = hash_bytes_extended((const unsigned char *) desc, strlen(desc), 0);
 	pfree(desc);
+	cached = h;
+	cached_generation = redsem_guc_generation;
 	return h;
 }
 
