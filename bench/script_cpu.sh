@@ -23,6 +23,11 @@
 #   a four-command function (TIME, HMGET, then ZADD + HSET to acquire, or
 #     ZREM + HSET to release, with no checks at all): about the least any
 #     semaphore kept in Redis hashes and sorted sets can cost per operation
+# Where the time goes inside the function, on the semaphore with 10 holders:
+# the same library cut short after each stage of dispatch() (parse the
+# arguments; then read the clock and the state; then housekeeping and
+# finish with no operation), each loaded under its own name; the rest is
+# the operation itself.
 # Under pgbench (bench/throughput.sh) the same figure comes out higher: there
 # Redis shares two cores with PostgreSQL and pgbench, and a preempted call
 # counts the time it waited.
@@ -75,6 +80,19 @@ redis.register_function('floor_empty', empty)
 redis.register_function('floor_four', four)
 EOF
 cli -x FUNCTION LOAD <"$W/lib.lua" >/dev/null
+# cut_short LIBNAME STAGE: the library cut short after STAGE of dispatch()
+cut_short() {
+    local name=$1 stage=$2
+    { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
+        STAGE=$stage perl -0pe '
+            my %keep = (parse => "", read => "    begin(keys)\n    read_state()\n",
+                        frame => "    begin(keys)\n    read_state()\n    housekeeping()\n    finish()\n");
+            s/    begin\(keys\)\n    read_state\(\)\n    housekeeping\(\)\n    local reply = run\(\)\n    finish\(\)\n    return reply\n/$keep{$ENV{STAGE}}    return 1\n/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
+    cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
+}
+cut_short cut_parse parse
+cut_short cut_read read
+cut_short cut_frame frame
 cli -x FUNCTION LOAD <"$W/floor.lua" >/dev/null
 SHA=$(cli -x SCRIPT LOAD <"$W/script.lua")
 
@@ -145,6 +163,9 @@ for holders in 0 10 "$BIG"; do
     R[empty$holders]=$(run empty fcall "FCALL floor_empty" "FCALL floor_empty" "$sem" 5000000 "$OPS")
     R[four$holders]=$(run four fcall "FCALL floor_four" "FCALL floor_four" "f$sem" 6000000 "$OPS")
 done
+for stage in parse read frame; do
+    R[cut_$stage]=$(run "cut_$stage" fcall "FCALL cut_$stage" "FCALL cut_$stage" cpu10 7000000 "$OPS")
+done
 
 printf 'redsem Redis CPU benchmark (bench/script_cpu.sh)\n'
 printf 'date: %s   host: %s   cores: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
@@ -170,3 +191,14 @@ ratio3 "ratio redsem / four-command floor" pairs four
 ratio3 "  acquire / four-command floor" acq four
 ratio3 "  release / four-command floor" rel four
 printf '%-44s %12s\n' "ratio $BIG holders / 10 holders (redsem)" "$(bench_ratio "${R[pairs$BIG]}" "${R[pairs10]}")"
+# stage LABEL FROM TO: usec of a stage (TO - FROM) and its share of the call
+stage() {
+    awk -v l="$1" -v a="$2" -v b="$3" -v t="${R[pairs10]}" \
+        'BEGIN { printf "%-44s %12.2f %11.0f%%\n", l, b - a, 100 * (b - a) / t }'
+}
+printf '\nwhere the time of a call goes, 10 holders (usec, share of the mean call)\n'
+stage "FCALL itself (an empty function)" 0 "${R[empty10]}"
+stage "checking the arguments" "${R[empty10]}" "${R[cut_parse]}"
+stage "TIME and reading the state (HMGET)" "${R[cut_parse]}" "${R[cut_read]}"
+stage "housekeeping and finish, no operation" "${R[cut_read]}" "${R[cut_frame]}"
+stage "the operation (acquire or release)" "${R[cut_frame]}" "${R[pairs10]}"

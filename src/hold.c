@@ -849,10 +849,35 @@ release_or_hand_over(Hold *hold, bool *held)
 	hold_drop(hold);
 }
 
+/* True if the connection settings now name the Redis the hold lives on */
+static bool
+on_current_target(const Hold *hold)
+{
+	return hold->target == redis_target_signature();
+}
+
+/*
+ * Refuse to release or refresh a hold on another Redis than the settings
+ * name now: asking the current one would say "not held" and the session
+ * would forget a slot that still counts where it was taken.
+ */
+static void
+refuse_other_target(const Hold *hold, const char *what)
+{
+	if (on_current_target(hold))
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("cannot %s a slot of redsem semaphore \"%s\" taken on another Redis", what, hold->name),
+			 errdetail("The slot was taken under other Redis connection settings (host, port, socket, database, user, Sentinel, Cluster or TLS) than the current ones."),
+			 errhint("Set the connection settings back to %s it. Otherwise it ends with its lease, or when this session ends if the keeper reaches that Redis.", what)));
+}
+
 /*
  * redsem_release: release one of this session's slots.  Returns false if
  * (name, id) is not this session's; else *held says whether it was live.
- * A release that failed before (ENDING) is tried again.
+ * A release that failed before (ENDING) is tried again.  A slot on another
+ * Redis than the settings name now is refused (an ERROR, the slot kept).
  */
 bool
 hold_release_id(const char *name, const char *id, bool *held)
@@ -867,6 +892,7 @@ hold_release_id(const char *name, const char *id, bool *held)
 		hold_drop(hold);
 		return true;
 	}
+	refuse_other_target(hold, "release");
 	mark_ending(hold);
 	release_or_hand_over(hold, held);
 	return true;
@@ -887,6 +913,7 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 
 	if (hold == NULL || hold->state != HOLD_HELD)
 		return false;
+	refuse_other_target(hold, "refresh");
 	sent = GetCurrentTimestamp();
 	(void) sem_refresh(&call, hold->prefix, name, id, lease_ms, new_lease_ms);
 	if (*new_lease_ms < 0)
@@ -980,24 +1007,41 @@ hold_snapshot(HeldInfo **out)
 	return n;
 }
 
-/* Release every confirmed session-scoped hold; returns how many were live */
+/*
+ * Release every confirmed session-scoped hold; returns how many were live.
+ * Those on another Redis than the settings name now are kept, with a
+ * WARNING.
+ */
 int
 hold_release_session(void)
 {
 	List	   *victims = NIL;
 	ListCell   *lc;
 	int			released = 0;
+	int			elsewhere = 0;
 
 	foreach(lc, holds)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (hold->scope == HOLD_SESSION && hold->state == HOLD_HELD)
+		if (hold->scope != HOLD_SESSION || hold->state != HOLD_HELD)
+			continue;
+		if (!on_current_target(hold))
 		{
-			mark_ending(hold);
-			victims = lappend(victims, hold);
+			elsewhere++;
+			continue;
 		}
+		mark_ending(hold);
+		victims = lappend(victims, hold);
 	}
+	if (elsewhere > 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg_plural("%d redsem slot was taken on another Redis and is kept",
+							   "%d redsem slots were taken on another Redis and are kept",
+							   elsewhere, elsewhere),
+				 errdetail("They were taken under other Redis connection settings than the current ones."),
+				 errhint("Set the connection settings back and call redsem_release_all() again. Otherwise they end with their lease, or when this session ends if the keeper reaches that Redis.")));
 	/* a failure raises, and hands every one not yet released to the keeper */
 	foreach(lc, victims)
 	{

@@ -207,6 +207,31 @@ is($redis->cli('-n', '1', 'ZCARD', 'redsem:{dr_target}:owner'), '0',
 	'back under database 1, the next call releases it');
 ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'and nothing is left in the table');
 
+###########################################################################
+note 'a slot on another Redis is refused by release and refresh, not forgotten';
+
+$s->query_ok(q{SET redsem.database = 1;
+	SELECT redsem_acquire('dr_other', 1, '60 s') IS NOT NULL;
+	RESET redsem.database;});
+my $held_other = q{SELECT count(*) FROM redsem_held() WHERE name = 'dr_other';};
+my $other_id = q{(SELECT id FROM redsem_held() WHERE name = 'dr_other')};
+($out, $err) = $s->query("SELECT redsem_release('dr_other', $other_id);");
+like($err, qr/ERROR:  55000: cannot release a slot of redsem semaphore "dr_other" taken on another Redis/,
+	'under database 0, releasing the slot taken in database 1 is refused');
+like($err, qr/HINT:  Set the connection settings back to release it/, 'with a hint');
+($out, $err) = $s->query("SELECT redsem_refresh('dr_other', $other_id);");
+like($err, qr/ERROR:  55000: cannot refresh a slot of redsem semaphore "dr_other" taken on another Redis/,
+	'and so is refreshing it');
+($out, $err) = $s->query('SELECT redsem_release_all();');
+is($out, '0', 'redsem_release_all() releases nothing');
+like($err, qr/WARNING:  55000: 1 redsem slot was taken on another Redis and is kept/, 'and says why');
+is($s->query_ok($held_other), '1', 'the session still has the slot');
+is($redis->cli('-n', '1', 'ZCARD', 'redsem:{dr_other}:owner'), '1', 'and Redis still counts it');
+is($s->query_ok("SET redsem.database = 1; SELECT redsem_release('dr_other', $other_id); RESET redsem.database;"),
+	't', 'back under database 1, it is released');
+is($redis->cli('-n', '1', 'ZCARD', 'redsem:{dr_other}:owner'), '0', 'in Redis too');
+is($s->query_ok($held_other), '0', 'and the session no longer has it');
+
 $q->quit;
 $s->quit;
 node_log_is_clean($node, 'no crash');
