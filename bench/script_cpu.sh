@@ -24,10 +24,10 @@
 #     ZREM + HSET to release, with no checks at all): about the least any
 #     semaphore kept in Redis hashes and sorted sets can cost per operation
 # Where the time goes inside the function, on the semaphore with 10 holders:
-# the same library cut short after each stage of dispatch() (parse the
-# arguments; then read the clock and the state; then housekeeping and
-# finish with no operation), each loaded under its own name; the rest is
-# the operation itself.
+# the same library without its fast paths (the general path alone), and
+# cut short after each stage of dispatch() (parse the arguments; then read
+# the clock and the state; then housekeeping and finish with no
+# operation), each loaded under its own name; the rest is the operation.
 # Under pgbench (bench/throughput.sh) the same figure comes out higher: there
 # Redis shares two cores with PostgreSQL and pgbench, and a preempted call
 # counts the time it waited.
@@ -80,19 +80,25 @@ redis.register_function('floor_empty', empty)
 redis.register_function('floor_four', four)
 EOF
 cli -x FUNCTION LOAD <"$W/lib.lua" >/dev/null
-# cut_short LIBNAME STAGE: the library cut short after STAGE of dispatch()
+# cut_short LIBNAME STAGE: the library cut short after STAGE of dispatch(),
+# or (general) whole but without the fast paths
 cut_short() {
     local name=$1 stage=$2
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
         STAGE=$stage perl -0pe '
-            my %keep = (parse => "", read => "    begin(keys)\n    read_state()\n",
-                        frame => "    begin(keys)\n    read_state()\n    housekeeping()\n    finish()\n");
-            s/    begin\(keys\)\n    read_state\(\)\n    housekeeping\(\)\n    local reply = run\(\)\n    finish\(\)\n    return reply\n/$keep{$ENV{STAGE}}    return 1\n/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
+            my $fast = "    local reply = fast and fast\\(\\) or nil\n    if reply ~= nil then return reply end\n";
+            my $rest = "    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
+            my %keep = (parse => "    return 1\n",
+                        read => "    begin(keys)\n    read_state()\n    return 1\n",
+                        frame => "    begin(keys)\n    read_state()\n    housekeeping()\n    finish()\n    return 1\n",
+                        general => "    begin(keys)\n    local reply\n    read_state()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
+            s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
     cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
 }
 cut_short cut_parse parse
 cut_short cut_read read
 cut_short cut_frame frame
+cut_short cut_general general
 cli -x FUNCTION LOAD <"$W/floor.lua" >/dev/null
 SHA=$(cli -x SCRIPT LOAD <"$W/script.lua")
 
@@ -162,8 +168,9 @@ for holders in 0 10 "$BIG"; do
     R[eval$holders]=$(run evalsha evalsha "$E" "$E" "$sem" 4000000 "$OPS")
     R[empty$holders]=$(run empty fcall "FCALL floor_empty" "FCALL floor_empty" "$sem" 5000000 "$OPS")
     R[four$holders]=$(run four fcall "FCALL floor_four" "FCALL floor_four" "f$sem" 6000000 "$OPS")
+    R[general$holders]=$(run general fcall "FCALL cut_general" "FCALL cut_general" "$sem" 8000000 "$OPS")
 done
-for stage in parse read frame; do
+for stage in parse read frame general; do
     R[cut_$stage]=$(run "cut_$stage" fcall "FCALL cut_$stage" "FCALL cut_$stage" cpu10 7000000 "$OPS")
 done
 
@@ -178,6 +185,7 @@ row "redsem (FCALL): acquire + release, mean" pairs 10
 row "  acquire" acq 10
 row "  release" rel 10
 row "  commands run inside, per call" inner 10
+row "  the general path alone (no fast paths)" general 10
 row "the same script as EVALSHA (0.2.0)" eval 10
 row "floor: an empty FCALL" empty 10
 row "floor: a four-command function" four 10
@@ -186,19 +194,25 @@ ratio3() {
     printf '%-44s %12s %12s %12s\n' "$1" "$(bench_ratio "${R[${2}0]}" "${R[${3}0]}")" \
         "$(bench_ratio "${R[${2}10]}" "${R[${3}10]}")" "$(bench_ratio "${R[$2$BIG]}" "${R[$3$BIG]}")"
 }
+ratio3 "ratio redsem / its general path alone" pairs general
 ratio3 "ratio redsem / EVALSHA script" pairs eval
 ratio3 "ratio redsem / four-command floor" pairs four
 ratio3 "  acquire / four-command floor" acq four
 ratio3 "  release / four-command floor" rel four
 printf '%-44s %12s\n' "ratio $BIG holders / 10 holders (redsem)" "$(bench_ratio "${R[pairs$BIG]}" "${R[pairs10]}")"
-# stage LABEL FROM TO: usec of a stage (TO - FROM) and its share of the call
+printf '\nwhere the time of a call goes, 10 holders, without the fast paths (usec, share)\n'
+R[gen]=${R[cut_general]}
+# stage LABEL FROM TO: usec of a stage (TO - FROM) and its share of the
+# general path's call
 stage() {
-    awk -v l="$1" -v a="$2" -v b="$3" -v t="${R[pairs10]}" \
+    awk -v l="$1" -v a="$2" -v b="$3" -v t="${R[gen]}" \
         'BEGIN { printf "%-44s %12.2f %11.0f%%\n", l, b - a, 100 * (b - a) / t }'
 }
-printf '\nwhere the time of a call goes, 10 holders (usec, share of the mean call)\n'
 stage "FCALL itself (an empty function)" 0 "${R[empty10]}"
 stage "checking the arguments" "${R[empty10]}" "${R[cut_parse]}"
 stage "TIME and reading the state (HMGET)" "${R[cut_parse]}" "${R[cut_read]}"
 stage "housekeeping and finish, no operation" "${R[cut_read]}" "${R[cut_frame]}"
-stage "the operation (acquire or release)" "${R[cut_frame]}" "${R[pairs10]}"
+stage "the operation (acquire or release)" "${R[cut_frame]}" "${R[gen]}"
+stage "whole call, general path only" 0 "${R[gen]}"
+stage "whole call with the fast paths (as shipped)" 0 "${R[pairs10]}"
+printf '%-44s %12s\n' "ratio general path / four-command floor" "$(bench_ratio "${R[gen]}" "${R[four10]}")"

@@ -128,7 +128,8 @@
 -- Every semaphore operation runs through dispatch(): arguments are checked, the
 -- state is read, then housekeeping() (I2, I4) runs, then the operation,
 -- then finish() writes the state back and restores lifetimes (I5).  No
--- operation can return around it.  Index operations (one key) run through
+-- operation can return around it, except through a fast path (below, before
+-- the argument checkers) that takes only calls needing none of those steps.  Index operations (one key) run through
 -- dispatch_index().
 --
 -- The timing constants are explained together with the C side's in
@@ -147,9 +148,9 @@ local S, W
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
 -- a member, whether it added the first member (FRESH: every key is new and
--- every deadline is this call's).  EMPTY: whether owner is empty, once
--- known (nil: not known since the last change).
-local NEW_DL, CREATED, REMOVED, FRESH, EMPTY
+-- every deadline is this call's).  MEMBERS: how many members owner has,
+-- once counted (nil: not counted since the last change it did not follow).
+local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS
 
 -- Start a call on these keys: nothing carries over from an earlier call.
 local function begin(keys)
@@ -160,13 +161,18 @@ local function begin(keys)
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
     S, W = {}, {}
-    NEW_DL, CREATED, REMOVED, FRESH, EMPTY = nil, false, false, false, nil
+    NEW_DL, CREATED, REMOVED, FRESH, MEMBERS = nil, false, false, false, nil
 end
 
--- True if the semaphore has no member left (asked once per change).
+-- How many members the semaphore has (counted once, then followed).
+local function member_count()
+    if MEMBERS == nil then MEMBERS = redis.call('ZCARD', K_OWNER) end
+    return MEMBERS
+end
+
+-- True if the semaphore has no member left.
 local function is_empty()
-    if EMPTY == nil then EMPTY = redis.call('EXISTS', K_OWNER) == 0 end
-    return EMPTY
+    return member_count() == 0
 end
 
 -- Integers as exact decimal strings: tostring() would print 1e+15, and
@@ -249,7 +255,8 @@ local function remove(id)
     local member = redis.call('ZREM', K_OWNER, id) == 1
     local waiting = redis.call('ZREM', K_WAITING, id) == 1
     if member then
-        REMOVED, EMPTY = true, nil
+        REMOVED = true
+        if MEMBERS then MEMBERS = math.max(MEMBERS - 1, 0) end
         count_permits(waiting, p, -1)
     end
     if p > 1 then set('p:' .. id, false) end
@@ -336,6 +343,7 @@ end
 -- I2, I4: expire; promote if anybody left (otherwise the first waiter
 -- still does not fit: every other change promotes by itself).
 local function housekeeping()
+    if MEMBERS == 0 then return end     -- nobody to expire (I1)
     if expire() > 0 and not is_empty() then promote() end
 end
 
@@ -495,7 +503,7 @@ end
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
 -- [settle]
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
-    local members = redis.call('ZCARD', K_OWNER)
+    local members = member_count()
     -- I8: one limit
     local current = limit_in_effect(members > 0)
     if current and maxh and maxh ~= current then
@@ -507,7 +515,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     -- I4: admitted only if everybody's permits and the caller's fit
     local grant = members + S.xh + S.xw + p <= limit
     if not grant and settle and settle_era() then
-        members = redis.call('ZCARD', K_OWNER)
+        members = member_count()
         grant = members + S.xh + S.xw + p <= limit
     end
     if not grant and wait ~= 1 then
@@ -521,7 +529,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     if redis.call('ZADD', K_OWNER, 'NX', ticket, id) == 0 then
         return redis.error_reply('REDSEM duplicate holder id')
     end
-    FRESH, EMPTY = members == 0, false
+    FRESH, MEMBERS = members == 0, members + 1
     if p > 1 then set('p:' .. id, p) end
     count_permits(not grant, p, 1)
     if grant then
@@ -689,11 +697,113 @@ end
 -- set_limit max_holders|'': store a limit, or remove it (the members keep
 -- it as the limit in effect).  Raising it admits waiters at once (I3, I4).
 local function op_set_limit(maxh)
-    local before = limit_in_effect(redis.call('ZCARD', K_OWNER) > 0)
+    local before = limit_in_effect(member_count() > 0)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)
     promote()
     return limit_reply()
+end
+
+-- FAST PATHS.  The commonest calls run as straight-line code: an acquire
+-- of one permit granted at once (on a semaphore with no member, or beside
+-- other holders), and the release of a holder of one permit with nobody
+-- waiting (the last member, or one that leaves others holding).  In
+-- Redis's Lua, dispatch()'s general steps cost more than the commands they
+-- run (bench/script_cpu.sh).  A fast path runs once the state is read (S);
+-- it reads what the general path would, decides, and only then writes: if
+-- any condition fails, it returns nil before its first write and the
+-- general path goes on from housekeeping, so for the calls it takes its
+-- effect is the general path's (t/020 checks every invariant after every
+-- step, both paths included).  None changes the state's counts, limits or
+-- era (permits of one only).  The first acquire makes the keys and the
+-- last release drops them, as finish() would; the others create no key
+-- (but a ticket key found gone, given the others' TTL) and need no
+-- renewal (I5).  The member count they read (MEMBERS) serves the general
+-- path too.
+
+-- acquire of one permit on a semaphore with no member: granted (nobody
+-- to wait behind); it makes the keys, with the TTL finish() gives a FRESH
+-- call (I5), the ticket's set with it.
+local function fast_first(id, limit, lease, origin)
+    local ttl = int(lease + GRACE_MS + math.min(lease, RENEW_SLACK_MS))
+    local ticket = int(NOW_US)
+    local last = tonumber(redis.call('SET', K_TICKET, ticket, 'PX', ttl, 'GET'))
+    if last and last >= NOW_US then
+        ticket = int(last + 1)
+        redis.call('SET', K_TICKET, ticket, 'PX', ttl)
+    end
+    redis.call('ZADD', K_OWNER, ticket, id)
+    redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
+    redis.call('PEXPIRE', K_OWNER, ttl)
+    redis.call('PEXPIRE', K_TIMEOUT, ttl)
+    redis.call('PEXPIRE', K_INFO, ttl)
+    if not S.limit then
+        redis.call('HSET', K_STATE, 'cur', int(limit))
+        redis.call('PEXPIRE', K_STATE, ttl)
+    end
+    return {'held', ticket, int(lease)}
+end
+
+-- acquire of one permit, granted: nobody to expire, the limit in effect
+-- agrees, everybody's permits and the caller's fit (I4, I8), the keys
+-- outlive the new deadline.  Its first write takes the ticket (I7, as
+-- next_ticket), its second refuses an id that is a member already.
+local function fast_acquire(id, maxh, lease, origin)
+    if S.xh + S.xw > 0 or not (maxh or S.limit) or (S.limit and maxh and maxh ~= S.limit) then
+        return nil
+    end
+    local members = member_count()
+    if members == 0 then return fast_first(id, S.limit or maxh, lease, origin) end
+    local limit = S.limit or S.cur
+    if not limit or (maxh and maxh ~= limit) or members + 1 > limit or
+       redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] then
+        return nil
+    end
+    local pttl = redis.call('PTTL', K_TIMEOUT)
+    if pttl < lease + GRACE_MS then return nil end
+    local ticket, last = next_ticket()
+    if not last then redis.call('PEXPIRE', K_TICKET, pttl) end   -- it was gone
+    if redis.call('ZADD', K_OWNER, 'NX', ticket, id) == 0 then
+        return redis.error_reply('REDSEM duplicate holder id')
+    end
+    redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
+    return {'held', ticket, int(lease)}
+end
+
+-- release of the last member, a holder (nobody waits) whose deadline has
+-- not passed: every key goes but the ticket, which lives GRACE_MS more
+-- (I5).  (id has a deadline, so it is the one member: I1.)  A state that
+-- stores a limit is left to the general path.
+local function fast_last(id)
+    if S.limit then return nil end
+    local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
+    if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 then
+        return nil
+    end
+    redis.call('DEL', K_OWNER, K_TIMEOUT, K_INFO, K_STATE, wake_key(id), nudge_key(id))
+    redis.call('PEXPIRE', K_TICKET, GRACE_MS)
+    return 1
+end
+
+-- release of a holder of one permit: nobody to expire, nobody waiting (so
+-- nobody to promote), another member left (so no key goes).  Its first
+-- write finds whether id is a member; if not, it changed nothing, and the
+-- general path answers (and tidies whatever was left of id).
+local function fast_release(id)
+    if S.xh + S.xw > 0 then return nil end
+    if member_count() == 1 then return fast_last(id) end
+    if MEMBERS < 2 or
+       redis.call('EXISTS', K_WAITING) == 1 or
+       redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] or
+       redis.call('ZREM', K_OWNER, id) == 0 then
+        return nil
+    end
+    redis.call('ZREM', K_TIMEOUT, id)
+    redis.call('HDEL', K_INFO, id)
+    redis.call('DEL', wake_key(id), nudge_key(id))
+    return 1
 end
 
 -- Argument checkers: each returns the value, or nil if malformed.
@@ -716,7 +826,8 @@ local function limit_arg(v)
     if n and n >= 1 then return n end
 end
 
--- Each operation: how to read ARGV, and what to run.
+-- Each operation: how to read ARGV, and what to run (and, for some, a
+-- fast path to try first).
 local OPS = {
     acquire = function(a)
         local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
@@ -726,7 +837,7 @@ local OPS = {
         return function()
             return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8],
                               a[9] == 'settle')
-        end
+        end, p == 1 and function() return fast_acquire(id, maxh or nil, lease, a[8]) end
     end,
     wait_check = function(a)
         local id, keepalive = id_arg(a[2]), count_arg(a[3])
@@ -742,7 +853,8 @@ local OPS = {
         local id = id_arg(a[2])
         if not id then return nil end
         if a[3] and a[3] ~= 'forced' then return nil end
-        return function() return op_release(id, a[3] == 'forced') end
+        return function() return op_release(id, a[3] == 'forced') end,
+               not a[3] and function() return fast_release(id) end
     end,
     refresh = function(a)
         local id, lease = id_arg(a[2]), count_arg(a[3])
@@ -869,18 +981,18 @@ local INDEX_OPS = {
     end,
 }
 
--- The operation a names, its arguments checked: a function to run, or
--- nil and the error reply.
+-- The operation a names, its arguments checked: a function to run and its
+-- fast path (or false), or nil and the error reply.
 local function parsed(ops, a)
     local parse = ops[a[1]]
     if not parse then
         return nil, redis.error_reply('REDSEM unknown operation')
     end
-    local run = parse(a)
+    local run, fast = parse(a)
     if not run then
         return nil, redis.error_reply('REDSEM bad arguments for ' .. a[1])
     end
-    return run
+    return run, nil, fast
 end
 
 -- The entry point of index operations: one key, the index.
@@ -897,12 +1009,14 @@ local function dispatch(keys, a)
     if #keys ~= 6 then
         return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
     end
-    local run, err = parsed(OPS, a)
+    local run, err, fast = parsed(OPS, a)
     if not run then return err end
     begin(keys)
     read_state()
+    local reply = fast and fast() or nil
+    if reply ~= nil then return reply end
     housekeeping()
-    local reply = run()
+    reply = run()
     finish()
     return reply
 end

@@ -390,6 +390,43 @@ is($r->cmd('HGET', 'm:{agree}:state', 'cur'), 5, 'and is the one in effect');
 is(ev('agree', 'release', 'x'), 1, 'x releases');
 is($r->cmd('HEXISTS', 'm:{agree}:state', 'cur'), 0, 'the limit in effect went with the last member');
 
+note 'the fast paths: an acquire beside holders and a release leaving holders, and where they step aside';
+
+# Which path ran is read from commandstats: the fast release finds a waiter
+# with EXISTS, which the general path never sends.
+sub exists_calls
+{
+	my ($line) = grep { /^cmdstat_exists:/ } split /\r?\n/, $r->cmd('INFO', 'commandstats');
+	return defined $line && $line =~ /calls=(\d+)/ ? $1 : 0;
+}
+%limit = (fast => 3);
+is(state_of(ev('fast', 'acquire', 'a', 3, 1, 60000, 0, 1000, 'model')), 'held', 'a starts the semaphore');
+my $fast_b = ev('fast', 'acquire', 'b', 3, 1, 60000, 0, 1000, 'model');
+is(state_of($fast_b), 'held', 'b is granted beside it');
+ok($fast_b->[1] > $r->cmd('ZSCORE', 'm:{fast}:owner', 'a'), 'with a later ticket');
+$c{$_} = { sem => 'fast', state => 'holding', until => now_ms() + 59000, p => 1 } foreach qw(a b);
+check_all('an acquire beside a holder');
+is(state_of(ev('fast', 'acquire', 'b', 3, 1, 60000, 0, 1000, 'model')), 'error: REDSEM duplicate holder id',
+	'b asking again is refused');
+is($r->cmd('ZCARD', 'm:{fast}:owner'), 2, 'and changes nothing');
+check_all('a duplicate refused');
+is(ev('fast', 'release', 'nobody'), 0, 'releasing an id that is no member says 0');
+my $before = exists_calls();
+is(ev('fast', 'release', 'b'), 1, 'b releases, a still holds');
+ok(exists_calls() > $before, 'through the fast path');
+delete $c{b};
+check_all('a release leaving a holder');
+is(ev('fast', 'release', 'b'), 0, 'a second release says 0');
+$r->cmd('PEXPIRE', $_, 500) foreach keys_of('fast');
+is(state_of(ev('fast', 'acquire', 'c', 3, 1, 60000, 0, 1000, 'model')), 'held',
+	'with the keys about to expire, c is granted');
+$c{c} = { sem => 'fast', state => 'holding', until => now_ms() + 59000, p => 1 };
+ok($r->cmd('PTTL', 'm:{fast}:owner') > 59000, 'and the keys were renewed (the general path)');
+check_all('an acquire that renews the keys');
+is(ev('fast', 'release', $_), 1, "$_ releases") foreach qw(c a);
+delete @c{qw(a c)};
+is(scalar(@{ $r->cmd('KEYS', 'm:{fast}:[otiw]*') }), 1, 'the last release leaves only the ticket');
+
 note 'a stored limit: raising it admits waiters at once, lowering it evicts nobody';
 
 %limit = (stored => 1);
