@@ -170,7 +170,7 @@ for holders in 0 10 "$BIG"; do
     R[four$holders]=$(run four fcall "FCALL floor_four" "FCALL floor_four" "f$sem" 6000000 "$OPS")
     R[general$holders]=$(run general fcall "FCALL cut_general" "FCALL cut_general" "$sem" 8000000 "$OPS")
 done
-for stage in parse read frame general; do
+for stage in parse read frame; do
     R[cut_$stage]=$(run "cut_$stage" fcall "FCALL cut_$stage" "FCALL cut_$stage" cpu10 7000000 "$OPS")
 done
 
@@ -201,7 +201,7 @@ ratio3 "  acquire / four-command floor" acq four
 ratio3 "  release / four-command floor" rel four
 printf '%-44s %12s\n' "ratio $BIG holders / 10 holders (redsem)" "$(bench_ratio "${R[pairs$BIG]}" "${R[pairs10]}")"
 printf '\nwhere the time of a call goes, 10 holders, without the fast paths (usec, share)\n'
-R[gen]=${R[cut_general]}
+R[gen]=${R[general10]}
 # stage LABEL FROM TO: usec of a stage (TO - FROM) and its share of the
 # general path's call
 stage() {

@@ -343,7 +343,6 @@ end
 -- I2, I4: expire; promote if anybody left (otherwise the first waiter
 -- still does not fit: every other change promotes by itself).
 local function housekeeping()
-    if MEMBERS == 0 then return end     -- nobody to expire (I1)
     if expire() > 0 and not is_empty() then promote() end
 end
 
@@ -719,11 +718,15 @@ end
 -- last release drops them, as finish() would; the others create no key
 -- (but a ticket key found gone, given the others' TTL) and need no
 -- renewal (I5).  The member count they read (MEMBERS) serves the general
--- path too.
+-- path too.  Before any write, every key a fast path writes has been read
+-- (or is written first, or with its TTL), so that a key of another type
+-- (a key conflict, which stops the call) leaves nothing without a TTL.
 
 -- acquire of one permit on a semaphore with no member: granted (nobody
 -- to wait behind); it makes the keys, with the TTL finish() gives a FRESH
--- call (I5), the ticket's set with it.
+-- call (I5), the ticket's set with it.  Each key gets its TTL as it is
+-- made: should another program's key of the wrong type stop the call
+-- half-way (a key conflict), what it made still goes by itself.
 local function fast_first(id, limit, lease, origin)
     local ttl = int(lease + GRACE_MS + math.min(lease, RENEW_SLACK_MS))
     local ticket = int(NOW_US)
@@ -732,11 +735,11 @@ local function fast_first(id, limit, lease, origin)
         ticket = int(last + 1)
         redis.call('SET', K_TICKET, ticket, 'PX', ttl)
     end
-    redis.call('ZADD', K_OWNER, ticket, id)
     redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
-    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
-    redis.call('PEXPIRE', K_OWNER, ttl)
     redis.call('PEXPIRE', K_TIMEOUT, ttl)
+    redis.call('ZADD', K_OWNER, ticket, id)
+    redis.call('PEXPIRE', K_OWNER, ttl)
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
     redis.call('PEXPIRE', K_INFO, ttl)
     if not S.limit then
         redis.call('HSET', K_STATE, 'cur', int(limit))

@@ -226,6 +226,25 @@ $redis->cli('DEL', 'redsem:{e_type}:timeout');
 is($s->query_ok(q{SELECT redsem_release('e_type', redsem_acquire('e_type', 1));}), 't',
 	'once the key is gone it works');
 
+# Whichever of a new semaphore's keys another program took, the call stops
+# with 38000 and what it wrote before stopping has a TTL: nothing is left
+# for good, and the semaphore works once that key is gone.
+foreach my $k (qw(ticket owner timeout info waiting state))
+{
+	my $sem = "e_type_$k";
+	$redis->cli('SET', "redsem:{$sem}:$k", 'x') if $k ne 'ticket';
+	$redis->cli('RPUSH', "redsem:{$sem}:$k", 'x') if $k eq 'ticket';
+	($out, $err) = $s->query("SELECT redsem_release('$sem', redsem_acquire('$sem', 1));");
+	my @left = grep { $_ ne "redsem:{$sem}:$k" } split /\n/, $redis->cli('--scan', '--pattern', "redsem:{$sem}:*");
+	my @no_ttl = grep { $redis->cli('PTTL', $_) < 0 } @left;
+	ok($err =~ /ERROR:  38000: / || ($k eq 'waiting' && $out eq 't'),
+		"a $k key of another type: 38000 (waiting: not used by a grant)");
+	is("@no_ttl", '', "... and every key it wrote has a TTL");
+	$redis->cli('DEL', "redsem:{$sem}:$k");
+	is($s->query_ok("SELECT redsem_release('$sem', redsem_acquire('$sem', 1));"), 't',
+		"... and once that key is gone it works");
+}
+
 ###########################################################################
 note 'an ACL user with only the commands the README names';
 
