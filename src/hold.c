@@ -282,6 +282,13 @@ release_now(Hold *hold, TimestampTz deadline, bool interruptible)
 	return true;
 }
 
+/* True if the connection settings now name the Redis the hold lives on */
+static bool
+on_current_target(const Hold *hold)
+{
+	return hold->target == redis_target_signature();
+}
+
 /*
  * Release the ENDING holds, each with a call that ends by deadline and
  * reports no Redis failure: sent without waiting for the reply if defer,
@@ -294,7 +301,6 @@ static void
 release_ending(TimestampTz deadline, bool interruptible, bool defer)
 {
 	bool		reachable = !in_error_recursion_trouble();
-	uint64		target = 0;
 	ListCell   *lc;
 
 	if (!defer && sent != NIL && reachable)
@@ -314,9 +320,7 @@ release_ending(TimestampTz deadline, bool interruptible, bool defer)
 		}
 		if (interruptible && keeper_has_it(hold))
 			continue;			/* a dead node must not cost this call too */
-		if (target == 0)
-			target = redis_target_signature();
-		if (hold->target != target)
+		if (!on_current_target(hold))
 		{
 			/* the settings name another Redis now: never release it there */
 			shared_hold_abandon(hold->shared_slot, hold->id);
@@ -847,13 +851,6 @@ release_or_hand_over(Hold *hold, bool *held)
 	error_context_stack = context.previous;
 	count_end(hold, *held);
 	hold_drop(hold);
-}
-
-/* True if the connection settings now name the Redis the hold lives on */
-static bool
-on_current_target(const Hold *hold)
-{
-	return hold->target == redis_target_signature();
 }
 
 /*

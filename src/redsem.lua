@@ -129,8 +129,8 @@
 -- state is read, then housekeeping() (I2, I4) runs, then the operation,
 -- then finish() writes the state back and restores lifetimes (I5).  No
 -- operation can return around it, except through a fast path (below, before
--- the argument checkers) that takes only calls needing none of those steps.  Index operations (one key) run through
--- dispatch_index().
+-- the argument checkers) that takes only calls needing none of those steps.
+-- Index operations (one key) run through dispatch_index().
 --
 -- The timing constants are explained together with the C side's in
 -- src/timing.h.
@@ -386,12 +386,18 @@ local function store_state(empty)
     call_chunked('HDEL', hdel, 1)
 end
 
+-- The TTL a renewal gives the keys when the latest deadline is away ms
+-- from now: GRACE_MS past it, plus as much again as it is away (at most
+-- RENEW_SLACK_MS), so that most calls need none.
+local function lifetime(away)
+    return away + GRACE_MS + math.min(away, RENEW_SLACK_MS)
+end
+
 -- The TTL the keys need after this call, or nil if the one they have is
 -- enough (I5): it must cover the latest deadline this call set; a key this
 -- call may have created has none yet.  A renewal covers the latest
--- deadline of all plus GRACE_MS, plus as much again as that deadline is
--- away (at most RENEW_SLACK_MS), so that most calls need none.
--- *have: the TTL the keys have, when it was read.
+-- deadline of all (lifetime).  *have: the TTL the keys have, when it was
+-- read.
 local function ttl_needed()
     local need = math.max((NEW_DL or NOW_MS) - NOW_MS, 0) + GRACE_MS
     local pttl = -1
@@ -400,7 +406,7 @@ local function ttl_needed()
     local last = {}
     if not FRESH then last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES') end
     local away = math.max(math.max(tonumber(last[2] or 0), NEW_DL or 0) - NOW_MS, 0)
-    return away + GRACE_MS + math.min(away, RENEW_SLACK_MS), pttl
+    return lifetime(away), pttl
 end
 
 -- I5: write the state back and see to the keys' lifetimes: renewed when
@@ -458,13 +464,23 @@ end
 -- I7: the next ticket, and the last one (false if none): Redis's clock in
 -- microseconds, written in the same command that reads the last ticket;
 -- written again, as the last plus one, in the rare case that is not larger
--- (the clock stepped back, or two calls in one microsecond).
-local function next_ticket()
+-- (the clock stepped back, or two calls in one microsecond).  ttl: the
+-- key's new TTL (ms, a string), or nil to keep the one it has.
+local function next_ticket(ttl)
     local ticket = int(NOW_US)
-    local last = redis.call('SET', K_TICKET, ticket, 'KEEPTTL', 'GET')
+    local last
+    if ttl then
+        last = redis.call('SET', K_TICKET, ticket, 'PX', ttl, 'GET')
+    else
+        last = redis.call('SET', K_TICKET, ticket, 'KEEPTTL', 'GET')
+    end
     if last and (tonumber(last) or 0) >= NOW_US then
         ticket = int((tonumber(last) or 0) + 1)
-        redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
+        if ttl then
+            redis.call('SET', K_TICKET, ticket, 'PX', ttl)
+        else
+            redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
+        end
     end
     return ticket, last
 end
@@ -728,13 +744,8 @@ end
 -- made: should another program's key of the wrong type stop the call
 -- half-way (a key conflict), what it made still goes by itself.
 local function fast_first(id, limit, lease, origin)
-    local ttl = int(lease + GRACE_MS + math.min(lease, RENEW_SLACK_MS))
-    local ticket = int(NOW_US)
-    local last = tonumber(redis.call('SET', K_TICKET, ticket, 'PX', ttl, 'GET'))
-    if last and last >= NOW_US then
-        ticket = int(last + 1)
-        redis.call('SET', K_TICKET, ticket, 'PX', ttl)
-    end
+    local ttl = int(lifetime(lease))
+    local ticket = next_ticket(ttl)
     redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
     redis.call('PEXPIRE', K_TIMEOUT, ttl)
     redis.call('ZADD', K_OWNER, ticket, id)
@@ -797,7 +808,7 @@ end
 local function fast_release(id)
     if S.xh + S.xw > 0 then return nil end
     if member_count() == 1 then return fast_last(id) end
-    if MEMBERS < 2 or
+    if MEMBERS == 0 or
        redis.call('EXISTS', K_WAITING) == 1 or
        redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] or
        redis.call('ZREM', K_OWNER, id) == 0 then
