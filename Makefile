@@ -8,7 +8,7 @@ MODULE_big = redsem
 OBJS = src/redsem.o src/guc.o src/sockwait.o src/report.o src/link.o src/conn.o src/secret.o src/script.o src/batch.o src/hold.o src/acquire.o \
        src/sqlargs.o src/sqlfuncs.o src/shmem.o src/keeper.o src/observe.o \
        src/queue.o src/queue_conf.o src/tls.o src/sentinel.o src/cluster.o \
-       src/resolve.o src/deadlock.o src/fleet.o
+       src/resolve.o src/deadlock.o src/fleet.o src/stored.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
 # must keep working) and every upgrade script; paths are relative to
 # $(srcdir), so that VPATH builds (pg_buildext) work

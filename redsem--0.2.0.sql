@@ -91,6 +91,23 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_limit(text) IS
 'the stored limit of semaphore name, or NULL';
 
+-- Rates kept with the semaphore, in Redis, for every server
+
+CREATE FUNCTION redsem_set_rate(name text, rate text, burst integer DEFAULT 1)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_set_rate'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_set_rate(text, text, integer) IS
+'store the rate of semaphore name for every server (''100/s'', ''10/min''; NULL: remove it), admitting at most burst at once (administrators)';
+
+CREATE FUNCTION redsem_rate(name text,
+    OUT rate text, OUT burst integer, OUT next_admission_in interval)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redsem_rate'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_rate(text) IS
+'the stored rate of semaphore name, its burst, and how long until it lets the next caller in (NULLs: none)';
+
 CREATE FUNCTION redsem_semaphore(name text,
     OUT stored_limit integer, OUT limit_in_effect integer,
     OUT permits_held bigint, OUT waiting bigint)
@@ -215,7 +232,7 @@ COMMENT ON VIEW redsem_activity IS
 CREATE FUNCTION redsem_semaphores(max_semaphores integer DEFAULT 1000,
     OUT name text, OUT stored_limit integer, OUT limit_in_effect integer,
     OUT permits_held bigint, OUT holders bigint, OUT waiting bigint,
-    OUT oldest_wait_started timestamptz)
+    OUT oldest_wait_started timestamptz, OUT rate text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_semaphores'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -68,12 +68,17 @@ call_failed(AcquireArgs *args, const RedisCall *call)
 	return false;
 }
 
-/* Remember the limit in effect that a reply told */
+/* Remember the limit in effect, and the rate's verdict, that a reply told */
 static void
 note_limit(AcquireArgs *args, const SemResult *r)
 {
 	if (r->limit > 0)
 		args->limit_seen = r->limit;
+	if (r->state == SEM_BUSY || r->state == SEM_WAITING)
+	{
+		args->rate_seen = r->has_rate;
+		args->rate_ms = r->rate_ms;
+	}
 }
 
 /*
@@ -428,6 +433,8 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	hold_flush_deferred();
 	notice_unkept_lease(args->lease_ms);
 	args->limit_seen = args->max_holders;
+	args->rate_seen = false;
+	args->rate_ms = -1;
 	args->waited = false;
 	memset(&r, 0, sizeof(r));
 

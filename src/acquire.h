@@ -24,6 +24,9 @@ typedef struct AcquireArgs
 	uint32		wait_event;		/* shown while in line; 0: the default */
 	/* what came back */
 	int64		limit_seen;		/* the limit in effect Redis last told */
+	bool		rate_seen;		/* the semaphore has a stored rate */
+	int64		rate_ms;		/* Redis last told: the rate alone keeps the
+								 * caller out this many ms more (-1: not so) */
 	bool		waited;			/* it had to queue */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
 } AcquireArgs;

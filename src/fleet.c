@@ -24,7 +24,7 @@
 
 PG_FUNCTION_INFO_V1(redsem_semaphores);
 
-#define SEMAPHORES_COLUMNS	7
+#define SEMAPHORES_COLUMNS	8
 
 /* A (prefix, name) pair to note in the index */
 typedef struct IndexEntry
@@ -158,13 +158,15 @@ put_semaphore(ReturnSetInfo *rsinfo, const char *name, const SemSummary *s,
 	values[5] = Int64GetDatum(s->waiting);
 	nulls[6] = s->oldest_wait_ms < 0;
 	values[6] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -s->oldest_wait_ms));
+	nulls[7] = s->rate == NULL;
+	values[7] = nulls[7] ? (Datum) 0 : CStringGetTextDatum(s->rate);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*
  * redsem_semaphores(max_semaphores): the semaphores in use under the key
  * prefix, from the index, each as Redis sees it now.  A semaphore with no
- * member and no stored limit is gone and not shown.
+ * member and no stored limit or rate is gone and not shown.
  */
 Datum
 redsem_semaphores(PG_FUNCTION_ARGS)
@@ -188,7 +190,7 @@ redsem_semaphores(PG_FUNCTION_ARGS)
 
 		CHECK_FOR_INTERRUPTS();
 		(void) sem_summary(&call, names[i], &s);
-		if (s.stored_limit < 0 && s.holders == 0 && s.waiting == 0)
+		if (s.stored_limit < 0 && s.rate == NULL && s.holders == 0 && s.waiting == 0)
 			continue;
 		put_semaphore(rsinfo, names[i], &s, GetCurrentTimestamp());
 	}

@@ -32,6 +32,7 @@ PG_FUNCTION_INFO_V1(redsem_stats);
 PG_FUNCTION_INFO_V1(redsem_stats_reset);
 PG_FUNCTION_INFO_V1(redsem_limit);
 PG_FUNCTION_INFO_V1(redsem_semaphore);
+PG_FUNCTION_INFO_V1(redsem_rate);
 PG_FUNCTION_INFO_V1(redsem_queues);
 PG_FUNCTION_INFO_V1(redsem_server_holds);
 
@@ -448,4 +449,33 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		put_row(rsinfo, values, nulls, SERVER_HOLDS_COLUMNS);
 	}
 	return (Datum) 0;
+}
+
+/*
+ * redsem_rate(name): the stored rate as given, its burst, and how long until
+ * it lets the next caller in; NULLs if none.  Anybody may read it.
+ */
+Datum
+redsem_rate(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemRate		rate;
+	TupleDesc	tupdesc;
+	Datum		values[3] = {0};
+	bool		nulls[3] = {true, true, true};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "redsem_rate must return a record");
+	hold_init();
+	(void) sem_rate(&call, name, &rate);
+	if (rate.text != NULL)
+	{
+		values[0] = CStringGetTextDatum(rate.text);
+		values[1] = Int32GetDatum((int32) rate.burst);
+		values[2] = interval_from_ms(rate.wait_ms);
+		nulls[0] = nulls[1] = nulls[2] = false;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
+													  values, nulls)));
 }

@@ -25,6 +25,10 @@
 --                        p:<id>  a member's permits, when more than one
 --                        era     the replication id of the primary that
 --                                last let somebody wait (I9)
+--                        rt, rb  a stored rate (set_rate): one admission
+--                                every rt microseconds, rb at once
+--                        rs      the rate as it was given ('10/min')
+--                        tat     the rate's clock (I10), microseconds
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -69,9 +73,9 @@
 --     timeout, info and waiting are empty then, so Redis has deleted them;
 --     the state goes at once); if its last deadline passes with
 --     nobody calling, at most GRACE_MS plus one lease (a minute at most)
---     later.  The one exception is a state holding a stored limit: that is
---     configuration, kept without a TTL, and emptied of everything else
---     once the semaphore has no member.  A forced: marker lives until
+--     later.  The one exception is a state holding a stored limit or rate:
+--     that is configuration, kept without a TTL, and emptied of everything
+--     else (but the rate's clock) once the semaphore has no member.  A forced: marker lives until
 --     the deadline its member had (GRACE_MS at least), or until the
 --     holder's next refresh reads it: no longer than the slot would have.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
@@ -111,6 +115,19 @@
 --     none needs a stored limit: callers cannot mix limits and break each
 --     other's bound.  Changing the stored limit changes the limit in
 --     effect at once.
+-- I10 Rate.  With a stored rate (one admission every T = rt us, a burst
+--     of B = rb), a caller becomes a holder (admitted or promoted) only
+--     if the rate lets it in as well as the limit: now >= tat - (B - 1) T,
+--     and then tat = max(tat, now) + T (the generic cell rate algorithm).
+--     So over any span of W us at most B + W / T callers are admitted,
+--     whatever the rate was before (tat is kept across changes).  A
+--     waiter the rate alone keeps out (it is first in line and fits) is
+--     told when the rate will let it in, and looks again then: its reply
+--     says so, and a promotion that stops at it for the rate posts it a
+--     nudge with that wait (I6's lists).  Every call first promotes if the
+--     rate lets somebody in (I2's housekeeping), so the line moves even if
+--     nobody else calls.  The rate counts admissions, not permits.  A
+--     stored rate is configuration, like a stored limit (I5).
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -233,6 +250,35 @@ local function limit_in_effect(members)
     return nil
 end
 
+-- The state's configuration (I5): kept without a TTL while any is stored.
+local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat'}
+
+-- True if the state stores a limit or a rate (I5).
+local function stored()
+    return not not (S.limit or S.rt)
+end
+
+-- I10: the earliest time (us) the rate lets the next caller in (or the
+-- past, if it lets one in now).
+local function rate_opens()
+    return (S.tat or 0) - ((S.rb or 1) - 1) * S.rt
+end
+
+-- I10: true if the rate, if any, lets one more caller in now.
+local function rate_open()
+    return not S.rt or NOW_US >= rate_opens()
+end
+
+-- I10: a caller is let in: the next comes T later (a burst less one).
+local function rate_take()
+    if S.rt then set('tat', math.max(S.tat or 0, NOW_US) + S.rt) end
+end
+
+-- I10: ms until the rate lets the next caller in (0: it does now).
+local function rate_wait_ms()
+    return math.max(math.ceil((rate_opens() - NOW_US) / 1000), 0)
+end
+
 -- Note a deadline this call set, for finish() (I5).
 local function note_deadline(deadline)
     if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
@@ -326,24 +372,31 @@ local function promote()
             remove(head)            -- not a whole member (I1): drop it
         elseif p > limit then
             turn_away(head)         -- can never fit: let it find out
-        elseif rank + S.xh + p <= limit then
+        elseif rank + S.xh + p > limit then
+            return
+        elseif not rate_open() then
+            -- I10: it fits, but must wait for the rate: tell it when
+            post(nudge_key(head), head, 'n' .. int(rate_wait_ms()))
+            return
+        else
             local window = math.min(lease, PROMOTION_WINDOW_MS)
+            rate_take()
             redis.call('ZREM', K_WAITING, head)
             count_permits(true, p, -1)
             count_permits(false, p, 1)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             post(wake_key(head), head, redis.call('ZSCORE', K_OWNER, head))
-        else
-            return
         end
     end
 end
 
--- I2, I4: expire; promote if anybody left (otherwise the first waiter
--- still does not fit: every other change promotes by itself).
+-- I2, I4, I10: expire; promote if anybody left, or if the rate lets
+-- somebody in (otherwise the first waiter still does not fit: every other
+-- change promotes by itself).
 local function housekeeping()
-    if expire() > 0 and not is_empty() then promote() end
+    local dropped = expire()
+    if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
 end
 
 -- Run cmd on K_STATE with the arguments in list, at most CHUNK of them
@@ -360,17 +413,27 @@ local function call_chunked(cmd, list, step)
     end
 end
 
--- Write the changed state fields back.  With no member left, only a
--- stored limit remains (I5).
+-- The configuration fields the state has (I5), and how many.
+local function config()
+    local c, n = {}, 0
+    for _, f in ipairs(CONFIG) do
+        if S[f] then c[f], n = S[f], n + 1 end
+    end
+    return c, n
+end
+
+-- Write the changed state fields back.  With no member left, only the
+-- configuration remains (I5).
 local function store_state(empty)
     if empty then
-        if not S.limit then
+        if not stored() then
             redis.call('DEL', K_STATE)
             return
         end
-        if redis.call('HLEN', K_STATE) > 1 then
+        local c, n = config()
+        if redis.call('HLEN', K_STATE) > n then
             redis.call('DEL', K_STATE)
-            W = {limit = int(S.limit)}
+            W = c
         end
     end
     local hset, hdel = {}, {}
@@ -423,7 +486,7 @@ local function finish()
     store_state(empty)
     if empty then
         redis.call('PEXPIRE', K_TICKET, GRACE_MS)
-        if S.limit and W.limit then redis.call('PERSIST', K_STATE) end
+        if stored() and (W.limit or W.rt) then redis.call('PERSIST', K_STATE) end
         return
     end
     if CREATED or NEW_DL or touched then
@@ -436,8 +499,8 @@ local function finish()
             end
         end
     end
-    if S.limit then
-        if W.limit then redis.call('PERSIST', K_STATE) end
+    if stored() then
+        if W.limit or W.rt then redis.call('PERSIST', K_STATE) end
     elseif ttl or touched then
         redis.call('PEXPIRE', K_STATE, int(math.max(ttl or have, GRACE_MS)))
     end
@@ -445,12 +508,24 @@ end
 
 -- What a caller still in line is told: its ticket, the index of the
 -- deadline that may let it in, when to look again at the latest, and the
--- limit in effect.
+-- limit in effect; with a stored rate, also the ms until the rate lets it
+-- in if that is all that keeps it out (it is first and fits), else -1.
 local function waiting_reply(id, limit)
     local rank = redis.call('ZRANK', K_OWNER, id)
-    local pos = deadline_index(rank, permits_of(id), limit)
-    return {'waiting', redis.call('ZSCORE', K_OWNER, id), int(pos),
-            int(next_deadline_ms(pos)), int(limit)}
+    local p = permits_of(id)
+    local pos = deadline_index(rank, p, limit)
+    local look = next_deadline_ms(pos)
+    local reply = {'waiting', redis.call('ZSCORE', K_OWNER, id), int(pos), 0, int(limit)}
+    if S.rt then
+        local by_rate = -1
+        if rank + S.xh + p <= limit and redis.call('ZRANK', K_WAITING, id) == 0 then
+            by_rate = rate_wait_ms()
+            look = by_rate
+        end
+        reply[6] = int(by_rate)
+    end
+    reply[4] = int(look)
+    return reply
 end
 
 -- I6: a holder confirms: its full lease starts now; its wake-up is spent.
@@ -528,12 +603,15 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     local limit = current or maxh
     if p > limit then return {'toolarge', int(limit)} end
     -- I4: admitted only if everybody's permits and the caller's fit
-    local grant = members + S.xh + S.xw + p <= limit
-    if not grant and settle and settle_era() then
+    local fits = members + S.xh + S.xw + p <= limit
+    if not fits and settle and settle_era() then
         members = member_count()
-        grant = members + S.xh + S.xw + p <= limit
+        fits = members + S.xh + S.xw + p <= limit
     end
+    -- I10: and the rate lets it in
+    local grant = fits and rate_open()
     if not grant and wait ~= 1 then
+        if S.rt then return {'busy', int(limit), int(fits and rate_wait_ms() or -1)} end
         return {'busy', int(limit)}
     end
     if not current then set('cur', limit) end
@@ -548,6 +626,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     if p > 1 then set('p:' .. id, p) end
     count_permits(not grant, p, 1)
     if grant then
+        rate_take()
         set_deadline(id, NOW_MS + lease, false)
         redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
         return {'held', ticket, int(lease)}
@@ -697,7 +776,8 @@ local function limit_reply()
 end
 
 -- summary: {stored limit or '', limit in effect or '', permits held,
--- waiters, holders, ms since the first waiter asked or -1}.
+-- waiters, holders, ms since the first waiter asked or -1, stored rate as
+-- given or ''}.
 local function op_summary()
     local r = limit_reply()
     local members = redis.call('ZCARD', K_OWNER)
@@ -706,6 +786,7 @@ local function op_summary()
     if first[2] then age = NOW_MS - math.floor(tonumber(first[2]) / 1000) end
     r[5] = int(members - tonumber(r[4]))
     r[6] = int(math.max(age, -1))
+    r[7] = S.rt and (S.rs or '?') or ''
     return r
 end
 
@@ -717,6 +798,30 @@ local function op_set_limit(maxh)
     set('cur', not maxh and before or false)
     promote()
     return limit_reply()
+end
+
+-- The rate: {rate as given or '', us per admission or '', burst or '',
+-- ms until the rate lets the next caller in}.
+local function rate_reply()
+    if not S.rt then return {'', '', '', '0'} end
+    return {S.rs or '', int(S.rt), int(S.rb or 1), int(rate_wait_ms())}
+end
+
+-- set_rate us_per_admission burst text | set_rate '': store a rate, or
+-- remove it (I10).  A change keeps the share of the burst spent (the
+-- clock's lead over now, rescaled to the new rate), so it lets in no burst
+-- the old rate had spent, and takes effect at once; removing the rate
+-- drops the clock.  A rate that now lets the first waiter in admits it.
+local function op_set_rate(rt, rb, rs)
+    if rt and S.rt and S.tat and S.tat > NOW_US then
+        set('tat', NOW_US + math.floor((S.tat - NOW_US) * rt / S.rt))
+    end
+    set('rt', rt or false)
+    set('rb', rt and rb or false)
+    set('rs', rt and rs or false)
+    if not rt then set('tat', false) end
+    if not is_empty() then promote() end
+    return rate_reply()
 end
 
 -- FAST PATHS.  The commonest calls run as straight-line code: an acquire
@@ -764,7 +869,8 @@ end
 -- outlive the new deadline.  Its first write takes the ticket (I7, as
 -- next_ticket), its second refuses an id that is a member already.
 local function fast_acquire(id, maxh, lease, origin)
-    if S.xh + S.xw > 0 or not (maxh or S.limit) or (S.limit and maxh and maxh ~= S.limit) then
+    if S.xh + S.xw > 0 or S.rt or not (maxh or S.limit) or
+       (S.limit and maxh and maxh ~= S.limit) then
         return nil
     end
     local members = member_count()
@@ -789,9 +895,9 @@ end
 -- release of the last member, a holder (nobody waits) whose deadline has
 -- not passed: every key goes but the ticket, which lives GRACE_MS more
 -- (I5).  (id has a deadline, so it is the one member: I1.)  A state that
--- stores a limit is left to the general path.
+-- stores a limit or a rate is left to the general path.
 local function fast_last(id)
-    if S.limit then return nil end
+    if stored() then return nil end
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
     if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 then
         return nil
@@ -905,20 +1011,38 @@ local OPS = {
         if maxh == nil then return nil end
         return function() return op_set_limit(maxh or nil) end
     end,
+    set_rate = function(a)
+        if a[2] == '' and #a == 2 then
+            return function() return op_set_rate(nil) end
+        end
+        local rt, rb = count_arg(a[2]), count_arg(a[3])
+        if not (rt and rb and rt >= 1 and rb >= 1 and rb <= 1e6 and
+                type(a[4]) == 'string' and #a[4] <= 64) then return nil end
+        return function() return op_set_rate(rt, rb, a[4]) end
+    end,
+    rate = function(a)
+        return function() return rate_reply() end
+    end,
 }
 
--- Read the state: the stored limit, the limit in effect, the excesses.
--- A state without a TTL (it stores a limit) can outlive the members' keys
--- if they expired with nobody calling (I5): then only the limit is kept.
+-- Read the state: the stored limit, the limit in effect, the excesses,
+-- the rate.  A state without a TTL (it stores a limit or a rate) can
+-- outlive the members' keys if they expired with nobody calling (I5):
+-- then only the configuration is kept.
 local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era')
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era',
+                        'rt', 'rb', 'tat', 'rs')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
     S.era = v[5] or nil
-    if S.limit and (S.cur or S.xh + S.xw > 0) and
+    S.rt, S.rb, S.tat, S.rs = tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), v[9] or nil
+    if stored() and (S.cur or S.xh + S.xw > 0) and
        redis.call('EXISTS', K_OWNER) == 0 then
+        local c = config()
         redis.call('DEL', K_STATE)
-        redis.call('HSET', K_STATE, 'limit', int(S.limit))
+        for f, value in pairs(c) do
+            redis.call('HSET', K_STATE, f, type(value) == 'number' and int(value) or value)
+        end
         S.cur, S.xh, S.xw, S.era = nil, 0, 0, nil
     end
 end

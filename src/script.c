@@ -283,6 +283,20 @@ element_is(const redisReply *r, size_t i, const char *s)
 		strcmp(e->str, s) == 0;
 }
 
+/*
+ * Decode the optional element i of a busy or waiting reply: present only
+ * for a semaphore with a stored rate (I10), the ms until the rate lets the
+ * caller in, or -1 if something else keeps it out
+ */
+static bool
+decode_rate_ms(const redisReply *reply, size_t i, SemResult *result)
+{
+	result->rate_ms = -1;
+	result->has_rate = reply_element(reply, i) != NULL;
+	return !result->has_rate ||
+		(reply_int64(reply_element(reply, i), &result->rate_ms) && result->rate_ms >= -1);
+}
+
 /* Decode a {state, ticket, ms, position, limit} reply into result, then free it */
 static bool
 decode_state(RedisCall *call, const char *name, redisReply *reply,
@@ -303,12 +317,14 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 		ok = reply_int64(reply_element(reply, 1), &result->ticket) &&
 			reply_int64(reply_element(reply, 2), &result->position) &&
 			reply_int64(reply_element(reply, 3), &result->ms) &&
-			reply_int64(reply_element(reply, 4), &result->limit);
+			reply_int64(reply_element(reply, 4), &result->limit) &&
+			decode_rate_ms(reply, 5, result);
 	}
 	else if (element_is(reply, 0, "busy"))
 	{
 		result->state = SEM_BUSY;
-		ok = reply_int64(reply_element(reply, 1), &result->limit);
+		ok = reply_int64(reply_element(reply, 1), &result->limit) &&
+			decode_rate_ms(reply, 2, result);
 	}
 	else if (element_is(reply, 0, "limit"))
 	{
@@ -758,6 +774,58 @@ sem_set_limit(RedisCall *call, const char *name, int max_holders,
 		decode_limit(call, name, reply, limit);
 }
 
+/* Decode a {text, us, burst, wait ms} rate reply ('' for no rate), then free it */
+static bool
+decode_rate(RedisCall *call, const char *name, redisReply *reply, SemRate *rate)
+{
+	memset(rate, 0, sizeof(*rate));
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 ||
+		reply->element[0]->type != REDIS_REPLY_STRING)
+		return malformed(call, name, reply, "rate did not answer four fields");
+	if (reply->element[0]->len > 0 || !element_is(reply, 1, ""))
+	{
+		if (!reply_int64(reply->element[1], &rate->us) || rate->us < 1 ||
+			!reply_int64(reply->element[2], &rate->burst) || rate->burst < 1)
+			return malformed(call, name, reply, "rate answered a malformed field");
+		rate->text = pnstrdup(reply->element[0]->str, reply->element[0]->len);
+	}
+	if (!reply_int64(reply->element[3], &rate->wait_ms) || rate->wait_ms < 0)
+		return malformed(call, name, reply, "rate answered a malformed field");
+	freeReplyObject(reply);
+	return true;
+}
+
+/* The semaphore's stored rate (rate->text NULL: none) */
+bool
+sem_rate(RedisCall *call, const char *name, SemRate *rate)
+{
+	redisReply *reply;
+
+	return run_script(call, NULL, name, "rate", 0, NULL, &reply) &&
+		decode_rate(call, name, reply, rate);
+}
+
+/*
+ * Store the semaphore's rate (set->text NULL: remove it); a waiter it now
+ * lets in is admitted.  *rate: as sem_rate, afterwards.
+ */
+bool
+sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
+			 SemRate *rate)
+{
+	const char *args[3];
+	redisReply *reply;
+
+	if (set->text == NULL)
+		return run_script(call, NULL, name, "set_rate", 1, (const char *[]) {""}, &reply) &&
+			decode_rate(call, name, reply, rate);
+	args[0] = psprintf(INT64_FORMAT, set->us);
+	args[1] = psprintf(INT64_FORMAT, set->burst);
+	args[2] = set->text;
+	return run_script(call, NULL, name, "set_rate", 3, args, &reply) &&
+		decode_rate(call, name, reply, rate);
+}
+
 /* The index key of prefix (NULL: redsem.key_prefix): "<prefix>index" */
 static char *
 index_key(const char *prefix)
@@ -871,11 +939,14 @@ sem_summary(RedisCall *call, const char *name, SemSummary *out)
 
 	if (!run_script(call, NULL, name, "summary", 0, NULL, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 6)
-		return malformed(call, name, reply, "summary did not answer six fields");
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 7 ||
+		reply->element[6]->type != REDIS_REPLY_STRING)
+		return malformed(call, name, reply, "summary did not answer seven fields");
 	for (int i = 0; i < 6; i++)
 		if (!summary_field(reply->element[i], &v[i]))
 			return malformed(call, name, reply, "summary did not answer numbers");
+	out->rate = reply->element[6]->len == 0 ? NULL :
+		pnstrdup(reply->element[6]->str, reply->element[6]->len);
 	freeReplyObject(reply);
 	out->stored_limit = v[0];
 	out->limit_in_effect = v[1];

@@ -33,6 +33,9 @@ typedef struct SemResult
 	int64		position;		/* WAITING: members that must leave, less one */
 	int64		limit;			/* the limit in effect, or 0 if not told */
 	bool		stored;			/* OTHER_LIMIT: the limit in effect is stored */
+	bool		has_rate;		/* BUSY, WAITING: the semaphore has a stored rate */
+	int64		rate_ms;		/* ...and then the ms until it lets the caller
+								 * in, if that is all that keeps it out; or -1 */
 } SemResult;
 
 /* A semaphore's limits, as the "limit" operation reports them */
@@ -43,6 +46,15 @@ typedef struct SemLimit
 	int64		held;			/* permits held */
 	int64		waiting;		/* members in line */
 } SemLimit;
+
+/* A semaphore's stored rate, as the "rate" operation reports it */
+typedef struct SemRate
+{
+	char	   *text;			/* as it was given ("10/min"), or NULL: none */
+	int64		us;				/* microseconds per admission */
+	int64		burst;			/* admissions at once */
+	int64		wait_ms;		/* until it lets the next caller in */
+} SemRate;
 
 /* One member of a semaphore, as the "list" operation reports it */
 typedef struct SemMember
@@ -82,6 +94,7 @@ typedef struct SemSummary
 	int64		holders;
 	int64		waiting;
 	int64		oldest_wait_ms;	/* since the first waiter asked */
+	char	   *rate;			/* the stored rate as given, or NULL */
 } SemSummary;
 
 /* Names per index_touch call */
@@ -109,5 +122,8 @@ extern bool sem_limit(RedisCall *call, const char *name, SemLimit *limit);
 
 extern bool sem_set_limit(RedisCall *call, const char *name, int max_holders,
 						  SemLimit *limit);
+extern bool sem_rate(RedisCall *call, const char *name, SemRate *rate);
+extern bool sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
+						 SemRate *rate);
 
 #endif							/* REDSEM_SCRIPT_H */

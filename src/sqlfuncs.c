@@ -28,7 +28,6 @@ PG_FUNCTION_INFO_V1(redsem_release);
 PG_FUNCTION_INFO_V1(redsem_refresh);
 PG_FUNCTION_INFO_V1(redsem_release_all);
 PG_FUNCTION_INFO_V1(redsem_force_release);
-PG_FUNCTION_INFO_V1(redsem_set_limit);
 
 /*
  * Slots live as long as the process that took them: a parallel worker's
@@ -183,6 +182,11 @@ redsem_guard(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not obtain a slot of semaphore \"%s\" (limit " INT64_FORMAT ") after waiting %s",
 						args.name, args.limit_seen, describe_wait(args.wait_ms)),
+				 args.rate_ms >= 0 && args.wait_ms == 0 ?
+				 errdetail("A slot was free, but the semaphore's rate (redsem_set_rate) lets the next caller in only " INT64_FORMAT " ms from now.",
+						   args.rate_ms) :
+				 args.rate_seen ?
+				 errdetail("No slot came free within the wait that the semaphore's rate (redsem_set_rate) would let this caller take.") :
 				 args.permits == 1 ?
 				 errdetail("All " INT64_FORMAT " slots stayed taken for the whole wait.", args.limit_seen) :
 				 errdetail("%d of the " INT64_FORMAT " permits never came free together within the wait.",
@@ -273,36 +277,4 @@ redsem_force_release(PG_FUNCTION_ARGS)
 				(errmsg("redsem: slot \"%s\" of semaphore \"%s\" force-released by role \"%s\"",
 						id, name, GetUserNameFromId(GetUserId(), false))));
 	PG_RETURN_BOOL(held);
-}
-
-/*
- * redsem_set_limit(name, max_holders): store a semaphore's limit in Redis
- * for every server (NULL: remove it).  For superusers and members of
- * redsem_admin (require_admin).  Logged.
- */
-Datum
-redsem_set_limit(PG_FUNCTION_ARGS)
-{
-	char	   *name;
-	int			max_holders;
-	RedisCall	call = REDIS_SQL_CALL;
-	SemLimit	limit;
-
-	require_admin("set the stored limit of a redsem semaphore");
-	name = name_arg(fcinfo, 0);
-	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
-	refuse_in_parallel_worker();
-	hold_init();
-	(void) sem_set_limit(&call, name, max_holders, &limit);
-	/* a stored limit is configuration: redsem_semaphores() shows it */
-	(void) sem_index_pin(&call, name, max_holders > 0, FLEET_TTL_MS);
-	if (max_holders > 0)
-		ereport(LOG,
-				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",
-						name, max_holders, GetUserNameFromId(GetUserId(), false))));
-	else
-		ereport(LOG,
-				(errmsg("redsem: stored limit of semaphore \"%s\" removed by role \"%s\"",
-						name, GetUserNameFromId(GetUserId(), false))));
-	PG_RETURN_VOID();
 }

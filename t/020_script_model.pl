@@ -60,10 +60,15 @@ sub now_ms { return int(time * 1000); }
 
 sub keys_of { my ($n) = @_; return map { "m:{$n}:$_" } qw(owner timeout ticket info waiting state); }
 
+# When the last call on each semaphore was sent (us, this host's clock,
+# which is Redis's: the script's clock is no earlier).
+my %last_call_us;
+
 # One script call on semaphore $name.
 sub ev
 {
 	my ($name, @args) = @_;
+	$last_call_us{$name} = time * 1e6;
 	return $r->cmd('FCALL', $lib, 6, keys_of($name), @args);
 }
 
@@ -91,6 +96,9 @@ my %c;
 # may take (above the limit only after it was lowered, and never growing
 # while above it).
 my (%limit, %allow);
+# I10: the grants seen since the semaphore's rate was last set, as
+# [ms, id] in grant order, and those already seen.
+my (%grants, %granted);
 
 # Every problem with semaphore $name right now, as a list of strings.
 sub violations
@@ -174,8 +182,12 @@ sub violations
 	{
 		$allow{$name} = $limit;
 	}
+	# (unless a stored rate kept it out when the last call ran: I10)
+	my $rate_shut = exists $state{rt}
+	  && ($state{tat} // 0) - (($state{rb} // 1) - 1) * $state{rt} > ($last_call_us{$name} // 0) - 1000;
 	push @bad, "the first waiter $first_waiter (taking $p{$first_waiter}) fits beside $held permits under the limit $limit but was not promoted"
-	  if defined $first_waiter && $held + $p{$first_waiter} <= $limit;
+	  if defined $first_waiter && $held + $p{$first_waiter} <= $limit && !$rate_shut;
+	push @bad, rate_violations($name, \%state, \%info, \%waiting);
 
 	# key lifetimes cover the latest deadline (Redis's clock is read after
 	# the TTLs, so a slow machine can only make this check more lenient)
@@ -186,9 +198,9 @@ sub violations
 	{
 		my $pttl = $pttl{$k};
 		next if $pttl == -2;
-		if ($k eq $ks && exists $state{limit})
+		if ($k eq $ks && (exists $state{limit} || exists $state{rt}))
 		{
-			push @bad, "the state holds a stored limit but expires in $pttl ms" if $pttl != -1;
+			push @bad, "the state holds a stored limit or rate but expires in $pttl ms" if $pttl != -1;
 			next;
 		}
 		if ($pttl == -1)
@@ -224,6 +236,51 @@ sub violations
 		  if exists $p{$id} && $p{$id} != ($m->{p} // 1);
 	}
 	return @bad;
+}
+
+# I10: note the holders granted since the last look (their info's grant
+# time), and check that over every span between two grants since the rate
+# was set, at most burst + span / T callers were let in.  Grant times are
+# in ms, the rate's clock in us: a span of d ms is less than d + 1 ms.
+sub rate_violations
+{
+	my ($name, $state, $info, $waiting) = @_;
+	my $list = $grants{$name} //= [];
+	my $fresh = 0;
+	foreach my $id (sort keys %$info)
+	{
+		next if exists $waiting->{$id};
+		my (undef, undef, $since) = split /\|/, $info->{$id};
+		next unless $since && !$granted{$name}{"$id|$since"}++;
+		push @$list, [ $since, $id ];
+		$fresh++;
+	}
+	return () unless $fresh && exists $state->{rt};
+	@$list = sort { $a->[0] <=> $b->[0] } @$list;
+	splice(@$list, 0, @$list - 64) if @$list > 64;
+	my ($t_us, $burst) = ($state->{rt}, $state->{rb} // 1);
+	my @bad;
+	for my $j (0 .. $#$list)
+	{
+		for my $i (0 .. $j)
+		{
+			my $n = $j - $i + 1;
+			my $bound = $burst + ($list->[$j][0] - $list->[$i][0] + 1) * 1000 / $t_us;
+			push @bad, "$n callers were let in within "
+			  . ($list->[$j][0] - $list->[$i][0])
+			  . " ms ($list->[$i][1] to $list->[$j][1]): more than a burst of $burst and one every $t_us us allow"
+			  if $n > $bound;
+		}
+	}
+	return @bad;
+}
+
+# A new rate for $name: the grants before it no longer count.
+sub model_rate
+{
+	my ($name) = @_;
+	$grants{$name} = [];
+	return;
 }
 
 my @history;
@@ -505,6 +562,58 @@ my $pttl = $r->cmd('PTTL', 'm:{stored}:state');
 ok($pttl == -2 || ($pttl >= 0 && $pttl <= $GRACE_MS), "the state goes with it (PTTL $pttl)");
 
 ###########################################################################
+note 'a stored rate (I10): a burst, then one admission per interval, a timed wake-up';
+
+{
+	my $hour_us = 3_600_000_000;
+	%limit = (rated => 5);
+	is_deeply(ev('rated', 'set_rate', $hour_us, 2, '1/h'), [ '1/h', $hour_us, 2, 0 ],
+		'"rated" lets in one caller an hour, two at once');
+	is($r->cmd('PTTL', 'm:{rated}:state'), -1, 'the rate is kept without a TTL');
+	is(state_of(ev('rated', 'acquire', 'a', 5, 1, 60000, 0, 1000, 'model')), 'held', 'a is let in');
+	is(ev('rated', 'release', 'a'), 1, 'a leaves');
+	is(state_of(ev('rated', 'acquire', 'b', 5, 1, 60000, 0, 1000, 'model')), 'held', 'b is let in: the burst of 2 is spent');
+	$c{b} = { sem => 'rated', state => 'holding', until => now_ms() + 59000, p => 1 };
+	my $busy = ev('rated', 'acquire', 'c', 5, 1, 60000, 0, 1000, 'model');
+	ok(state_of($busy) eq 'busy' && $busy->[1] == 5 && $busy->[2] > 3_500_000 && $busy->[2] <= 3_600_000,
+		"c, not waiting, is refused with 4 slots free: the rate lets the next in $busy->[2] ms from now");
+	my $wait = ev('rated', 'acquire', 'd', 5, 1, 60000, 1, 30000, 'model');
+	ok(state_of($wait) eq 'waiting' && $wait->[5] > 3_500_000 && $wait->[3] == $wait->[5],
+		"d waits, told to look again when the rate lets it in ($wait->[3] ms)");
+	$c{d} = { sem => 'rated', state => 'waiting', p => 1 };
+	my $busy2 = ev('rated', 'acquire', 'e', 5, 1, 60000, 0, 1000, 'model');
+	ok(state_of($busy2) eq 'busy' && $busy2->[2] > 3_500_000, 'e is refused too: the slots d and e need are free, the rate is not');
+	check_all('a rate that keeps a caller out');
+	my $reply = ev('rated', 'set_rate', 1_000_000, 1, '1/s');
+	model_rate('rated');
+	ok($reply->[0] eq '1/s' && $reply->[3] > 1500 && $reply->[3] <= 2000,
+		"the rate becomes 1/s: the burst already spent (2 of 2) costs $reply->[3] ms, no fresh burst");
+	my $nudge = $r->cmd('LPOP', 'm:{rated}:nudge:d');
+	ok(defined $nudge && $nudge =~ /^n(\d+)$/ && $1 > 1500 && $1 <= 2000, "d is told to look again then ($nudge)");
+	check_all('a rate changed under a waiter');
+	usleep(($reply->[3] + 20) * 1000);
+	is(state_of(ev('rated', 'wait_check', 'd', 30000)), 'held', 'when it looks again, d is let in');
+	$c{d} = { sem => 'rated', state => 'holding', until => now_ms() + 59000, p => 1 };
+	my $busy3 = ev('rated', 'acquire', 'e', 5, 1, 60000, 0, 1000, 'model');
+	ok(state_of($busy3) eq 'busy' && $busy3->[2] > 900 && $busy3->[2] <= 1000,
+		"the next caller waits for one interval ($busy3->[2] ms)");
+	check_all('a waiter let in by the rate');
+	is(ev('rated', 'release', $_), 1, "$_ leaves") foreach qw(b d);
+	delete @c{qw(b d)};
+	my %st = @{ $r->cmd('HGETALL', 'm:{rated}:state') };
+	is_deeply([ sort keys %st ], [qw(rb rs rt tat)], 'the empty semaphore keeps its rate and its clock, and nothing else');
+	is($r->cmd('PTTL', 'm:{rated}:state'), -1, 'without a TTL');
+	my $read = ev('rated', 'rate');
+	ok(join(' ', @$read[ 0 .. 2 ]) eq '1/s 1000000 1' && $read->[3] >= 0 && $read->[3] <= 1000,
+		"rate reads it back: @$read");
+	is_deeply(ev('rated', 'set_rate', ''), [ '', '', '', 0 ], 'the rate is removed');
+	is($r->cmd('EXISTS', 'm:{rated}:state'), 0, 'and the state with it (no limit is stored)');
+	is(state_of(ev('rated', 'acquire', 'f', 5, 1, 60000, 0, 1000, 'model')), 'held', 'callers are let in as before');
+	is(ev('rated', 'release', 'f'), 1, 'f leaves');
+	%limit = ();
+}
+
+###########################################################################
 note 'tickets rise even when the last one is ahead of the clock (a clock stepped back)';
 
 {
@@ -573,6 +682,11 @@ foreach my $bad (
 	[ 'acquire', 'x', 1, 1, 1000, 0, 1000 ],
 	[ 'set_limit', 0 ],
 	[ 'set_limit', -3 ],
+	[ 'set_rate', 0, 1, '1/s' ],
+	[ 'set_rate', 1000, 0, '1/s' ],
+	[ 'set_rate', 1000, 1 ],
+	[ 'set_rate', 'fast' ],
+	[ 'set_rate', 1000, 1, 'x' x 65 ],
 	[ 'refresh', 'x', -5 ],
 	[ 'refresh_many' ],
 	[ 'refresh_many', 'x' ],
@@ -599,13 +713,18 @@ note "randomized run: seed $seed, $steps steps (REDSEM_MODEL_SEED=$seed reproduc
 %c = ();
 # s1, s2: one permit each; s4: up to 3 permits; sv: a stored limit that
 # changes, callers passing none, up to 3 permits
-%limit = (s1 => 1, s2 => 2, s4 => 4, sv => 3);
+# sr: a stored rate that changes (I10)
+%limit = (s1 => 1, s2 => 2, s4 => 4, sv => 3, sr => 2);
 %allow = ();
 my %weighted = (s4 => 1, sv => 1);
 my @sems = sort keys %limit;
 my $next_id = 0;
 my %count;
 ev('sv', 'set_limit', $limit{sv});
+# one admission every T us, B at once (the one in force first, then any)
+my @rates = ([ 20000, 2, '50/s' ], [ 5000, 1, '200/s' ], [ 50000, 3, '20/s' ], ['']);
+ev('sr', 'set_rate', @{ $rates[0] });
+model_rate('sr');
 
 sub pick { my @a = @_; return @a ? $a[ int(rand(@a)) ] : undef; }
 sub ids_in { my ($state) = @_; return grep { $c{$_}{state} eq $state } sort keys %c; }
@@ -679,12 +798,13 @@ my %actions = (
 		my $reply = ev($sem, 'acquire', 'wrong', $wrong, 1, 100, int(rand(2)), 1000, 'model');
 		my $st = state_of($reply);
 		# refused, unless the semaphore had no member (then it may start
-		# under another limit: give it back at once, nobody saw it)
+		# under another limit: give it back at once, nobody saw it; sr's
+		# rate may have it wait, or refuse it)
 		if ($st ne 'limit')
 		{
 			my $gone = ev($sem, 'release', 'wrong');
 			return ("a caller passes $wrong on $sem with $live live members: $st, released $gone",
-				$sem ne 'sv' && $live == 0 && $st eq 'held');
+				$sem ne 'sv' && $live == 0 && ($st eq 'held' || ($sem eq 'sr' && $st =~ /^(busy|waiting)$/)));
 		}
 		return ("a caller passes $wrong on $sem: refused (limit $reply->[1], $reply->[2])",
 			$reply->[1] == $limit{$sem});
@@ -695,6 +815,13 @@ my %actions = (
 		model_limit('sv', $n);
 		return ("the stored limit of sv becomes $n: " . join(' ', @$reply),
 			ref $reply eq 'ARRAY' && $reply->[0] == $n);
+	},
+	set_rate => sub {
+		my $rate = pick(@rates);
+		my $reply = ev('sr', 'set_rate', @$rate);
+		model_rate('sr');
+		return ("the rate of sr becomes " . ($rate->[2] // 'none') . ': ' . join(' ', @$reply),
+			ref $reply eq 'ARRAY' && $reply->[0] eq ($rate->[2] // '') && $reply->[1] eq ($rate->[0] // ''));
 	},
 	wait_check => sub {
 		my $id = pick(ids_in('waiting')) // return;
@@ -821,6 +948,8 @@ my %actions = (
 		my $tok = ev($sem, 'token', $id);
 		my $list = ev($sem, 'list');
 		my $lim = ev($sem, 'limit');
+		my $rate = ev($sem, 'rate');
+		return ("rate on $sem: " . state_of($rate), 0) unless ref $rate eq 'ARRAY' && @$rate == 4;
 		# the limit call runs after the list call: members may have expired
 		# in between, and then no limit is in effect and nobody is counted
 		return ("token, list and limit on $sem",
@@ -839,7 +968,7 @@ my @weighted = (
 	('acquire_try') x 14, ('acquire_wait') x 14, ('wait_check') x 12,
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
-	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4);
+	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2);
 
 my $ok = 1;
 my $t_start = time;
@@ -870,6 +999,7 @@ cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"") foreach sort keys %ac
 note 'once every lease has ended and the stored limits are removed, nothing is left';
 
 ev('sv', 'set_limit', '');
+ev('sr', 'set_rate', '');
 # No key outlives its last renewal by more than the longest deadline set
 # (600 ms: a keepalive), plus the grace, plus as much again (the renewal's
 # slack); then it is gone.

@@ -1,0 +1,210 @@
+/*
+ * stored.c
+ *		Configuration kept with a semaphore in Redis, for every server:
+ *		its stored limit and its stored rate (redsem_admin), and reading
+ *		the rate back.
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "datatype/timestamp.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "hold.h"
+#include "script.h"
+#include "sqlargs.h"
+#include "timing.h"
+
+PG_FUNCTION_INFO_V1(redsem_set_limit);
+PG_FUNCTION_INFO_V1(redsem_set_rate);
+
+/* The slowest rate: one admission a week (the script takes up to 1e12 us) */
+#define RATE_MAX_US			(7 * USECS_PER_DAY)
+/* The largest burst */
+#define RATE_MAX_BURST		100000
+/* The longest rate text kept (the script takes up to 64 bytes) */
+#define RATE_MAX_TEXT		40
+
+/* A unit a rate may be given in, its length in microseconds, and how it is shown */
+typedef struct RateUnit
+{
+	const char *name;
+	int64		us;
+	const char *shown;
+} RateUnit;
+
+static const RateUnit rate_units[] = {
+	{"s", USECS_PER_SEC, "s"}, {"sec", USECS_PER_SEC, "s"}, {"second", USECS_PER_SEC, "s"},
+	{"min", USECS_PER_MINUTE, "min"}, {"minute", USECS_PER_MINUTE, "min"},
+	{"h", USECS_PER_HOUR, "h"}, {"hour", USECS_PER_HOUR, "h"},
+	{"d", USECS_PER_DAY, "d"}, {"day", USECS_PER_DAY, "d"},
+};
+
+/* The unit named by s (a trailing "s" allowed after a long name), or NULL */
+static const RateUnit *
+rate_unit(const char *s)
+{
+	size_t		len = strlen(s);
+
+	for (int i = 0; i < lengthof(rate_units); i++)
+	{
+		size_t		n = strlen(rate_units[i].name);
+
+		if (pg_strcasecmp(s, rate_units[i].name) == 0 ||
+			(n > 1 && len == n + 1 && pg_strncasecmp(s, rate_units[i].name, n) == 0 &&
+			 (s[n] == 's' || s[n] == 'S')))
+			return &rate_units[i];
+	}
+	return NULL;
+}
+
+/* text with the spaces at both ends removed, in place */
+static char *
+strip_spaces(char *text)
+{
+	char	   *end = text + strlen(text);
+
+	while (*text == ' ')
+		text++;
+	while (end > text && end[-1] == ' ')
+		*--end = '\0';
+	return text;
+}
+
+/* Raise the error for a rate that does not parse */
+static void
+reject_rate(const char *text)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("invalid rate \"%s\"", strlen(text) > RATE_MAX_TEXT ? "(too long)" : text),
+			 errdetail("A rate is a number of admissions per unit of time: \"100/s\", \"10/min\", \"2.5/hour\" or \"1000/day\".")));
+}
+
+/*
+ * Parse "<number>/<unit>" into microseconds per admission, rounded to the
+ * nearest; raise 22023 for anything else, or a rate out of range.  *shown:
+ * the rate as redsem_rate() shows it ("2.5/h").
+ */
+static int64
+parse_rate(const char *text, char **shown)
+{
+	char	   *copy = pstrdup(text);
+	char	   *slash = strchr(copy, '/');
+	char	   *end;
+	const RateUnit *unit;
+	double		count;
+	double		us;
+
+	if (strlen(text) > RATE_MAX_TEXT || slash == NULL)
+		reject_rate(text);
+	*slash = '\0';
+	errno = 0;
+	count = strtod(copy, &end);
+	while (*end == ' ')
+		end++;
+	if (end == copy || *end != '\0' || errno != 0 || !isfinite(count) ||
+		strspn(copy, " 0123456789.") != strlen(copy))
+		reject_rate(text);
+	unit = rate_unit(strip_spaces(slash + 1));
+	if (unit == NULL)
+		reject_rate(text);
+	us = rint((double) unit->us / count);
+	if (count <= 0 || us < 1 || us > RATE_MAX_US)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("rate \"%s\" is out of range", text),
+				 errdetail("A rate must be between one admission a week and 1000000 a second.")));
+	*shown = psprintf("%s/%s", strip_spaces(copy), unit->shown);
+	return (int64) us;
+}
+
+/*
+ * A stored limit or rate is configuration: the index pins the name, so
+ * that redsem_semaphores() shows it while nobody uses it.
+ */
+static void
+pin_configured(RedisCall *call, const char *name)
+{
+	SemLimit	limit;
+	SemRate		rate;
+
+	if (sem_limit(call, name, &limit) && sem_rate(call, name, &rate))
+		(void) sem_index_pin(call, name, limit.stored > 0 || rate.text != NULL,
+							 FLEET_TTL_MS);
+}
+
+/*
+ * redsem_set_limit(name, max_holders): store a semaphore's limit in Redis
+ * for every server (NULL: remove it).  For superusers and members of
+ * redsem_admin (require_admin).  Logged.
+ */
+Datum
+redsem_set_limit(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			max_holders;
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+
+	require_admin("set the stored limit of a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
+	hold_init();
+	(void) sem_set_limit(&call, name, max_holders, &limit);
+	pin_configured(&call, name);
+	if (max_holders > 0)
+		ereport(LOG,
+				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",
+						name, max_holders, GetUserNameFromId(GetUserId(), false))));
+	else
+		ereport(LOG,
+				(errmsg("redsem: stored limit of semaphore \"%s\" removed by role \"%s\"",
+						name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_VOID();
+}
+
+/*
+ * redsem_set_rate(name, rate, burst): store a semaphore's rate in Redis for
+ * every server (rate NULL: remove it).  For superusers and members of
+ * redsem_admin.  Logged.
+ */
+Datum
+redsem_set_rate(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	RedisCall	call = REDIS_SQL_CALL;
+	SemRate		set = {0};
+	SemRate		rate;
+
+	require_admin("set the rate of a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	if (!PG_ARGISNULL(1))
+	{
+		set.us = parse_rate(strip_spaces(text_to_cstring(PG_GETARG_TEXT_PP(1))), &set.text);
+		if (PG_ARGISNULL(2))
+			reject_null("burst");
+		set.burst = PG_GETARG_INT32(2);
+		if (set.burst < 1 || set.burst > RATE_MAX_BURST)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"burst\" is out of range"),
+					 errdetail("\"burst\" must be between 1 and %d; it is " INT64_FORMAT ".",
+							   RATE_MAX_BURST, set.burst)));
+	}
+	hold_init();
+	(void) sem_set_rate(&call, name, &set, &rate);
+	pin_configured(&call, name);
+	if (set.text != NULL)
+		ereport(LOG,
+				(errmsg("redsem: rate of semaphore \"%s\" set to %s (burst " INT64_FORMAT ") by role \"%s\"",
+						name, set.text, set.burst, GetUserNameFromId(GetUserId(), false))));
+	else
+		ereport(LOG,
+				(errmsg("redsem: stored rate of semaphore \"%s\" removed by role \"%s\"",
+						name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_VOID();
+}
