@@ -113,6 +113,29 @@ promoted_in_time(const AcquireArgs *args, Hold *hold, int64 ticket,
 }
 
 /*
+ * Sleep up to nap ms on the caller's wake and nudge lists (*ticket and
+ * *nudge_ms as sem_wait_for_wake).  On a semaphore with a rate, the last
+ * REDIS_TICK_SLACK_MS are slept here, not in a BLPOP that Redis would end
+ * late (src/timing.h).  False if Redis failed.
+ */
+static bool
+nap_for_wake(AcquireArgs *args, RedisCall *call, const char *id, int64 nap,
+			 int64 *ticket, int64 *nudge_ms)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), nap);
+	int64		on_redis = args->rate_seen ? nap - REDIS_TICK_SLACK_MS : nap;
+
+	*ticket = 0;
+	*nudge_ms = -1;
+	if (on_redis > 0 &&
+		!sem_wait_for_wake(call, args->name, id, on_redis, ticket, nudge_ms))
+		return false;
+	if (args->rate_seen && *ticket == 0 && *nudge_ms < 0)
+		redis_pause((int) Min(ms_left(until), INT_MAX), until, true);
+	return true;
+}
+
+/*
  * Wait in line until promoted (and confirmed, or handed to the keeper to
  * confirm) or deadline.  Sleeps on the caller's wake list (a release that
  * promotes it pushes to it), waking early only to keep its place alive or
@@ -155,8 +178,7 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 			nap = Min(nap, deadlock_check_interval_ms());
 		nap = Max(nap, 1);
 		napped_at = GetCurrentTimestamp();
-		if (!sem_wait_for_wake(&call, args->name, id, nap, &ticket,
-							   &nudge_ms))
+		if (!nap_for_wake(args, &call, id, nap, &ticket, &nudge_ms))
 			return call_failed(args, &call);
 		if (ticket == 0 && nudge_ms < 0 && look)
 		{

@@ -649,6 +649,7 @@ local function op_wait_check(id, keepalive, settle)
     end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
     set_deadline(id, NOW_MS + keepalive, true)
+    redis.call('DEL', nudge_key(id))    -- this look's answer supersedes it
     return waiting_reply(id, limit_in_effect(true) or maxh)
 end
 
@@ -1030,12 +1031,15 @@ local OPS = {
 -- outlive the members' keys if they expired with nobody calling (I5):
 -- then only the configuration is kept.
 local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era',
-                        'rt', 'rb', 'tat', 'rs')
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
     S.era = v[5] or nil
-    S.rt, S.rb, S.tat, S.rs = tonumber(v[6]), tonumber(v[7]), tonumber(v[8]), v[9] or nil
+    S.rt = tonumber(v[6])
+    if S.rt then                    -- the rest of a rate, only if there is one
+        v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
+        S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
+    end
     if stored() and (S.cur or S.xh + S.xw > 0) and
        redis.call('EXISTS', K_OWNER) == 0 then
         local c = config()

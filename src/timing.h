@@ -28,7 +28,13 @@
  * refreshes it as a hold whose lease is the window (due after a third of
  * it, with two thirds left for retries, as for any lease); otherwise, or
  * without a keeper, it confirms itself, one round trip after its wake-up.
- * Every key of a
+ * A waiter sleeps on its wake and nudge lists with BLPOP, whose timeout
+ * Redis serves at its next timer tick: up to 1000/hz ms late (100 ms at
+ * the default hz of 10).  On a semaphore with a stored rate, the end of a
+ * nap is when the rate lets the waiter in, so it spends the last
+ * REDIS_TICK_SLACK_MS of a nap in its own process instead (a wake-up
+ * pushed meanwhile is seen at the look that follows): rates keep their
+ * pace for any hz of 4 or more.  Every key of a
  * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
  * these two live in the script, and are repeated here as comments only.
  *
@@ -92,6 +98,7 @@
 #define PROMOTION_CONFIRM_FRACTION	3
 #define WAIT_RECHECK_MS				PROMOTION_WINDOW_MS
 #define WAIT_PLACE_TTL_MS			(3 * WAIT_RECHECK_MS)
+#define REDIS_TICK_SLACK_MS			250
 
 #define REDSEM_XACT_CLEANUP_MS		50
 #define REDSEM_EXIT_CLEANUP_MS		1000
