@@ -813,16 +813,16 @@ bool
 sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
 			 SemRate *rate)
 {
-	const char *args[3];
+	const char *args[3] = {""};
 	redisReply *reply;
 
-	if (set->text == NULL)
-		return run_script(call, NULL, name, "set_rate", 1, (const char *[]) {""}, &reply) &&
-			decode_rate(call, name, reply, rate);
-	args[0] = psprintf(INT64_FORMAT, set->us);
-	args[1] = psprintf(INT64_FORMAT, set->burst);
-	args[2] = set->text;
-	return run_script(call, NULL, name, "set_rate", 3, args, &reply) &&
+	if (set->text != NULL)
+	{
+		args[0] = psprintf(INT64_FORMAT, set->us);
+		args[1] = psprintf(INT64_FORMAT, set->burst);
+		args[2] = set->text;
+	}
+	return run_script(call, NULL, name, "set_rate", set->text ? 3 : 1, args, &reply) &&
 		decode_rate(call, name, reply, rate);
 }
 
