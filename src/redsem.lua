@@ -11,12 +11,16 @@
 -- begin().  All time comes from redis.call('TIME'); the caller's clock is
 -- never used.
 --
--- KEYS[1] owner    ZSET  id -> ticket       every member, in line order
+-- KEYS[1] owner    ZSET  id -> ticket       every member: a waiter's ticket
+--                                           (its arrival), a holder's grant
+--                                           ticket (its fencing token)
 -- KEYS[2] timeout  ZSET  id -> deadline ms  when the member ends unless
 --                                           renewed (lease or keepalive)
 -- KEYS[3] ticket   STRING                   the last ticket handed out
 -- KEYS[4] info     HASH  id -> "lease_ms|limit|since_ms|origin"
--- KEYS[5] waiting  ZSET  id -> ticket       the members still in line
+-- KEYS[5] waiting  ZSET  id -> place        the members still in line, in
+--                                           line order: ticket less
+--                                           priority x AGING_US (I4)
 -- KEYS[6] state    HASH  limit   the stored limit (set_limit), if any
 --                        cur     the limit in effect while there are
 --                                members and no stored limit
@@ -59,13 +63,19 @@
 --     holders never take more permits than the limit was when the latest
 --     of them came in: lowering the limit evicts nobody and admits nobody
 --     until the holders fit under it.
---  I4 First come, first served.  Nobody comes in while anybody waits: a
---     newcomer is admitted only if all members' permits plus its own fit.
---     Promotion takes waiters in ticket order and stops at the first that
---     does not fit, even if smaller requests behind it would (a waiter
---     that could never fit, the limit having been lowered below its
---     permits, is dropped and told to look again).  So every holder's
---     ticket is below every waiter's, and the first waiter does not fit.
+--  I4 First come, first served, by priority.  Nobody comes in past
+--     anybody waiting: a newcomer is admitted only if all members' permits
+--     plus its own fit, or if its place would be first in line and its
+--     permits fit beside the holders'.  A waiter's place in line is its
+--     ticket less its
+--     priority times AGING_US: it stands as if it had come AGING_US
+--     earlier per level, so a later caller of higher priority q passes a
+--     waiter of priority p only if it came less than (q - p) x AGING_US
+--     after it (aging: nobody is passed for ever).  Promotion takes
+--     waiters in line order and stops at the first that does not fit,
+--     even if smaller requests behind it would (a waiter that could never
+--     fit, the limit having been lowered below its permits, is dropped and
+--     told to look again).  So the first waiter does not fit.
 --  I5 Key lifetime.  Every key above carries a TTL of at least the latest
 --     deadline from now plus GRACE_MS, so Redis never drops the data of a
 --     live member.  Once its last member is gone, a semaphore leaves
@@ -93,7 +103,10 @@
 --     far as I9 is concerned (its session is alive).
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the
 --     semaphore, and at least Redis's clock in microseconds, so tickets
---     keep rising even after the keys expired: they are fencing tokens.
+--     keep rising even after the keys expired.  A caller gets one when it
+--     asks and, if it waits, a new one when it is promoted: a holder's
+--     ticket is from its grant, so holders' tickets rise in grant order
+--     whatever the line's order, and are fencing tokens.
 --  I9 One era.  Waiting belongs to the primary it was queued on.  A
 --     failover (or a restart) gives the primary a new replication id; the
 --     first caller that would wait, or is waiting, on a semaphore whose
@@ -155,6 +168,9 @@
 local GRACE_MS = 1000
 local PROMOTION_WINDOW_MS = 5000
 local RENEW_SLACK_MS = 60000
+-- A waiter's head start per level of priority (I4), and the levels allowed
+local AGING_US = 1000000
+local PRIORITY_MAX = 100
 
 -- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
 -- and the fields to write back (W; false: delete).
@@ -348,6 +364,30 @@ local function post(wk, id, message)
     redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
+-- I7: the next ticket, and the last one (false if none): Redis's clock in
+-- microseconds, written in the same command that reads the last ticket;
+-- written again, as the last plus one, in the rare case that is not larger
+-- (the clock stepped back, or two calls in one microsecond).  ttl: the
+-- key's new TTL (ms, a string), or nil to keep the one it has.
+local function next_ticket(ttl)
+    local ticket = int(NOW_US)
+    local last
+    if ttl then
+        last = redis.call('SET', K_TICKET, ticket, 'PX', ttl, 'GET')
+    else
+        last = redis.call('SET', K_TICKET, ticket, 'KEEPTTL', 'GET')
+    end
+    if last and (tonumber(last) or 0) >= NOW_US then
+        ticket = int((tonumber(last) or 0) + 1)
+        if ttl then
+            redis.call('SET', K_TICKET, ticket, 'PX', ttl)
+        else
+            redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
+        end
+    end
+    return ticket, last
+end
+
 -- A waiter that takes more permits than the limit now is (it was lowered)
 -- would block the line for good: it leaves it, and is told to look again
 -- at once (it finds itself lost, asks again and is refused).
@@ -358,21 +398,25 @@ local function turn_away(id)
     redis.call('PEXPIRE', nudge_key(id), int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
--- I3, I4, I6: turn waiters at the head of the line into holders while
--- their permits fit; each gets the promotion window and a wake-up.
+-- I3, I4, I6, I7: turn waiters at the head of the line into holders
+-- while their permits fit; each gets a grant ticket (its fencing token),
+-- the promotion window and a wake-up carrying the ticket.
 local function promote()
-    while true do
+    local waiters = redis.call('ZCARD', K_WAITING)
+    while waiters > 0 do
         local head = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
         if not head then return end
-        local rank = redis.call('ZRANK', K_OWNER, head)
         local lease, maxh, _, origin = parse_info(redis.call('HGET', K_INFO, head))
         local limit = limit_in_effect(true) or maxh
         local p = permits_of(head)
-        if not rank or not lease then
+        local holders = member_count() - waiters
+        if not lease or not is_member(head) then
             remove(head)            -- not a whole member (I1): drop it
+            waiters = waiters - 1
         elseif p > limit then
             turn_away(head)         -- can never fit: let it find out
-        elseif rank + S.xh + p > limit then
+            waiters = waiters - 1
+        elseif holders + S.xh + p > limit then
             return
         elseif not rate_open() then
             -- I10: it fits, but must wait for the rate: tell it when
@@ -380,13 +424,17 @@ local function promote()
             return
         else
             local window = math.min(lease, PROMOTION_WINDOW_MS)
+            local ticket, last = next_ticket()
+            if not last then CREATED = true end     -- the ticket key was gone
             rate_take()
+            redis.call('ZADD', K_OWNER, 'XX', ticket, head)
             redis.call('ZREM', K_WAITING, head)
+            waiters = waiters - 1
             count_permits(true, p, -1)
             count_permits(false, p, 1)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
-            post(wake_key(head), head, redis.call('ZSCORE', K_OWNER, head))
+            post(wake_key(head), head, ticket)
         end
     end
 end
@@ -511,14 +559,15 @@ end
 -- limit in effect; with a stored rate, also the ms until the rate lets it
 -- in if that is all that keeps it out (it is first and fits), else -1.
 local function waiting_reply(id, limit)
-    local rank = redis.call('ZRANK', K_OWNER, id)
+    local ahead = redis.call('ZRANK', K_WAITING, id)
+    local rank = member_count() - redis.call('ZCARD', K_WAITING) + ahead
     local p = permits_of(id)
     local pos = deadline_index(rank, p, limit)
     local look = next_deadline_ms(pos)
     local reply = {'waiting', redis.call('ZSCORE', K_OWNER, id), int(pos), 0, int(limit)}
     if S.rt then
         local by_rate = -1
-        if rank + S.xh + p <= limit and redis.call('ZRANK', K_WAITING, id) == 0 then
+        if rank + S.xh + p <= limit and ahead == 0 then
             by_rate = rate_wait_ms()
             look = by_rate
         end
@@ -534,30 +583,6 @@ local function confirm(id)
     set_deadline(id, NOW_MS + lease, true)
     redis.call('DEL', wake_key(id))
     return {'held', redis.call('ZSCORE', K_OWNER, id), int(lease)}
-end
-
--- I7: the next ticket, and the last one (false if none): Redis's clock in
--- microseconds, written in the same command that reads the last ticket;
--- written again, as the last plus one, in the rare case that is not larger
--- (the clock stepped back, or two calls in one microsecond).  ttl: the
--- key's new TTL (ms, a string), or nil to keep the one it has.
-local function next_ticket(ttl)
-    local ticket = int(NOW_US)
-    local last
-    if ttl then
-        last = redis.call('SET', K_TICKET, ticket, 'PX', ttl, 'GET')
-    else
-        last = redis.call('SET', K_TICKET, ticket, 'KEEPTTL', 'GET')
-    end
-    if last and (tonumber(last) or 0) >= NOW_US then
-        ticket = int((tonumber(last) or 0) + 1)
-        if ttl then
-            redis.call('SET', K_TICKET, ticket, 'PX', ttl)
-        else
-            redis.call('SET', K_TICKET, ticket, 'KEEPTTL')
-        end
-    end
-    return ticket, last
 end
 
 -- The replication id of this primary, or nil if INFO is not allowed.
@@ -591,8 +616,8 @@ local function settle_era()
 end
 
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
--- [settle]
-local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
+-- [settle|'' [priority]]
+local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority)
     local members = member_count()
     -- I8: one limit
     local current = limit_in_effect(members > 0)
@@ -607,6 +632,14 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     if not fits and settle and settle_era() then
         members = member_count()
         fits = members + S.xh + S.xw + p <= limit
+    end
+    -- I4: or it would stand first in line (priorities) and fits beside the
+    -- holders (its ticket is the clock, or a hair above it)
+    if not fits then
+        local head = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
+        if head[2] and NOW_US - priority * AGING_US < tonumber(head[2]) then
+            fits = members - redis.call('ZCARD', K_WAITING) + S.xh + p <= limit
+        end
     end
     -- I10: and the rate lets it in
     local grant = fits and rate_open()
@@ -633,7 +666,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle)
     end
     set_deadline(id, NOW_MS + keepalive, false)
     CREATED = true                  -- the line may have been empty (deleted)
-    redis.call('ZADD', K_WAITING, ticket, id)
+    redis.call('ZADD', K_WAITING, int(tonumber(ticket) - priority * AGING_US), id)
     redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin))
     return waiting_reply(id, limit)
 end
@@ -738,30 +771,39 @@ local function op_token(id)
     return redis.call('ZSCORE', K_OWNER, id)
 end
 
--- list: every member in line order as {id, ticket, ms left, waiting, info,
--- permits, age}: age is the ms since a holder was granted its slot, or
--- since a waiter asked (its ticket, I7); -1 if unknown.  Ages, not times,
--- so that no server's clock need agree with Redis's.
+-- One member as list shows it.
+local function list_entry(id, ticket, waiting)
+    local deadline = redis.call('ZSCORE', K_TIMEOUT, id)
+    local left = -1
+    if deadline then left = tonumber(deadline) - NOW_MS end
+    local info = redis.call('HGET', K_INFO, id) or ''
+    local age = -1
+    if waiting then
+        age = NOW_MS - math.floor(tonumber(ticket) / 1000)
+    else
+        local _, _, since = parse_info(info)
+        if since and since > 0 then age = NOW_MS - since end
+    end
+    return {id, ticket, int(left), waiting and '1' or '0', info,
+            int(permits_of(id)), int(math.max(age, -1))}
+end
+
+-- list: every member, the holders in grant order then the waiters in line
+-- order, as {id, ticket, ms left, waiting, info, permits, age}: age is the
+-- ms since a holder was granted its slot, or since a waiter asked (its
+-- ticket, I7); -1 if unknown.  Ages, not times, so that no server's clock
+-- need agree with Redis's.
 local function op_list()
     local all = redis.call('ZRANGE', K_OWNER, 0, -1, 'WITHSCORES')
-    local out = {}
+    local line = redis.call('ZRANGE', K_WAITING, 0, -1)
+    local in_line, out = {}, {}
+    for _, id in ipairs(line) do in_line[id] = true end
     for i = 1, #all, 2 do
-        local id = all[i]
-        local deadline = redis.call('ZSCORE', K_TIMEOUT, id)
-        local left = -1
-        if deadline then left = tonumber(deadline) - NOW_MS end
-        local waiting = 0
-        local info = redis.call('HGET', K_INFO, id) or ''
-        local age = -1
-        if is_waiting(id) then
-            waiting = 1
-            age = NOW_MS - math.floor(tonumber(all[i + 1]) / 1000)
-        else
-            local _, _, since = parse_info(info)
-            if since and since > 0 then age = NOW_MS - since end
-        end
-        out[#out + 1] = {id, all[i + 1], int(left), int(waiting), info,
-                         int(permits_of(id)), int(math.max(age, -1))}
+        if not in_line[all[i]] then out[#out + 1] = list_entry(all[i], all[i + 1], false) end
+    end
+    for _, id in ipairs(line) do
+        local ticket = redis.call('ZSCORE', K_OWNER, id)
+        if ticket then out[#out + 1] = list_entry(id, ticket, true) end
     end
     return out
 end
@@ -777,14 +819,15 @@ local function limit_reply()
 end
 
 -- summary: {stored limit or '', limit in effect or '', permits held,
--- waiters, holders, ms since the first waiter asked or -1, stored rate as
--- given or ''}.
+-- waiters, holders, ms since the first waiter in line asked or -1, stored
+-- rate as given or ''}.
 local function op_summary()
     local r = limit_reply()
     local members = redis.call('ZCARD', K_OWNER)
-    local first = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
+    local first = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
+    local ticket = first and redis.call('ZSCORE', K_OWNER, first)
     local age = -1
-    if first[2] then age = NOW_MS - math.floor(tonumber(first[2]) / 1000) end
+    if ticket then age = NOW_MS - math.floor(tonumber(ticket) / 1000) end
     r[5] = int(members - tonumber(r[4]))
     r[6] = int(math.max(age, -1))
     r[7] = S.rt and (S.rs or '?') or ''
@@ -940,6 +983,12 @@ local function count_arg(v)
     if n and n >= 0 and n <= 1e12 and n == math.floor(n) then return n end
 end
 
+-- A priority: an integer from -PRIORITY_MAX to PRIORITY_MAX.
+local function priority_arg(v)
+    local n = tonumber(v)
+    if n and n == math.floor(n) and math.abs(n) <= PRIORITY_MAX then return n end
+end
+
 -- A limit: 1 or more, or '' for none (false).
 local function limit_arg(v)
     if v == '' then return false end
@@ -953,11 +1002,14 @@ local OPS = {
     acquire = function(a)
         local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
         local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
-        if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8]) or
+        local priority = 0
+        if a[10] then priority = priority_arg(a[10]) end
+        if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
+                priority and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
         return function()
             return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8],
-                              a[9] == 'settle')
+                              a[9] == 'settle', priority)
         end, p == 1 and function() return fast_acquire(id, maxh or nil, lease, a[8]) end
     end,
     wait_check = function(a)

@@ -47,6 +47,7 @@ use Time::HiRes qw(time usleep);
 my $GRACE_MS = 1000;
 my $WINDOW_MS = 5000;
 my $SLOP_MS = 5;     # ms rounding
+my $AGING_US = 1_000_000;    # a priority level's head start (I4)
 
 my $redis = RedsemTest::Redis->new;
 my $r = RedsemTest::RESP->new($redis->socket);
@@ -127,10 +128,15 @@ sub violations
 	{
 		push @bad, "$id is in a key but not in owner" unless exists $ticket{$id};
 	}
+	# a waiter's place is its ticket less its priority's head start (I4)
 	foreach my $id (keys %waiting)
 	{
-		push @bad, "waiter $id has ticket $waiting{$id} in waiting but $ticket{$id} in owner"
-		  if exists $ticket{$id} && $waiting{$id} ne $ticket{$id};
+		my $m = exists $c{$id} && $c{$id}{sem} eq $name ? $c{$id} : undef;
+		next unless $m && exists $ticket{$id};
+		my $place = $ticket{$id} - ($m->{prio} // 0) * $AGING_US;
+		push @bad, "waiter $id has place $waiting{$id} in waiting, but ticket $ticket{$id} and priority "
+		  . ($m->{prio} // 0) . " say $place"
+		  if $waiting{$id} != $place;
 	}
 	my %p = map { $_ => 1 } @ids;
 	foreach my $f (grep { /^p:/ } keys %state)
@@ -155,22 +161,13 @@ sub violations
 	push @bad, "the limit in effect is " . ($in_effect // 'none') . ", not $limit"
 	  if (@ids || exists $state{limit}) && ($in_effect // -1) != $limit;
 
-	# holders fit and come first; the first waiter does not fit
-	my $first_waiter;
-	for my $rank (0 .. $#ids)
+	# tickets are distinct; the first waiter in line (I4) does not fit
+	for my $rank (1 .. $#ids)
 	{
-		my $id = $ids[$rank];
-		if (exists $waiting{$id})
-		{
-			$first_waiter //= $id;
-		}
-		elsif (defined $first_waiter)
-		{
-			push @bad, "holder $id at rank $rank is behind a waiter (skipped the line)";
-		}
 		push @bad, "tickets do not rise at rank $rank"
-		  if $rank > 0 && $ticket{$id} <= $ticket{ $ids[ $rank - 1 ] };
+		  if $ticket{ $ids[$rank] } <= $ticket{ $ids[ $rank - 1 ] };
 	}
+	my ($first_waiter) = sort { $waiting{$a} <=> $waiting{$b} || $a cmp $b } keys %waiting;
 	my $allow = $allow{$name} // $limit;
 	if ($held > $limit)
 	{
@@ -188,6 +185,7 @@ sub violations
 	push @bad, "the first waiter $first_waiter (taking $p{$first_waiter}) fits beside $held permits under the limit $limit but was not promoted"
 	  if defined $first_waiter && $held + $p{$first_waiter} <= $limit && !$rate_shut;
 	push @bad, rate_violations($name, \%state, \%info, \%waiting);
+	push @bad, grant_violations($name, \%ticket, \%waiting);
 
 	# key lifetimes cover the latest deadline (Redis's clock is read after
 	# the TTLs, so a slow machine can only make this check more lenient)
@@ -271,6 +269,36 @@ sub rate_violations
 			  . " ms ($list->[$i][1] to $list->[$j][1]): more than a burst of $burst and one every $t_us us allow"
 			  if $n > $bound;
 		}
+	}
+	return @bad;
+}
+
+# I7, I4: every holder granted since the last look got a ticket above every
+# earlier grant's (fencing tokens rise in grant order), and one promoted
+# from the line stood before every waiter still there that was there
+# before this step ($STEP: the step being checked; a waiter notes the step
+# it joined in).
+my (%top_token, %tokened);
+my $STEP = 0;
+sub grant_violations
+{
+	my ($name, $ticket, $waiting) = @_;
+	my @bad;
+	my ($first) = sort { $a <=> $b }
+	  map { $waiting->{$_} }
+	  grep { exists $c{$_} && ($c{$_}{joined} // $STEP) < $STEP } keys %$waiting;
+	my $top = $top_token{$name} // 0;
+	foreach my $id (sort { $ticket->{$a} <=> $ticket->{$b} } keys %$ticket)
+	{
+		next if exists $waiting->{$id} || $tokened{$name}{"$id|$ticket->{$id}"}++;
+		push @bad, "$id was granted ticket $ticket->{$id}, not above an earlier grant's $top"
+		  if $ticket->{$id} <= $top;
+		$top_token{$name} = $ticket->{$id} if $ticket->{$id} > ($top_token{$name} // 0);
+		my $m = $c{$id};
+		next unless $m && $m->{sem} eq $name && defined $m->{place} && defined $first;
+		push @bad, "$id was promoted from place $m->{place}, behind waiter at place $first"
+		  if $m->{place} > $first;
+		delete $m->{place};
 	}
 	return @bad;
 }
@@ -614,6 +642,53 @@ note 'a stored rate (I10): a burst, then one admission per interval, a timed wak
 }
 
 ###########################################################################
+note 'priorities (I4): a head start of a second per level, tokens from the grant (I7)';
+
+{
+	%limit = (prio => 1);
+	my $h = ev('prio', 'acquire', 'h', 1, 1, 60000, 0, 1000, 'model');
+	is(state_of($h), 'held', 'h holds the only slot');
+	my $w0 = ev('prio', 'acquire', 'w0', 1, 1, 60000, 1, 30000, 'model', '', 0);
+	is(state_of($w0), 'waiting', 'w0 waits, priority 0');
+	usleep(1_100_000);
+	my $w1 = ev('prio', 'acquire', 'w1', 1, 1, 60000, 1, 30000, 'model', '', 1);
+	my $w5 = ev('prio', 'acquire', 'w5', 1, 1, 60000, 1, 30000, 'model', '', 5);
+	ok(state_of($w1) eq 'waiting' && state_of($w5) eq 'waiting',
+		'1.1 s later w1 (priority 1) and w5 (priority 5) wait too');
+	is_deeply([ map { $_->[0] } @{ ev('prio', 'list') } ], [qw(h w5 w0 w1)],
+		'the line: w5 first; w0 before w1, which came more than a level\'s second later');
+	is(ev('prio', 'release', 'h'), 1, 'h releases');
+	my $t5 = $r->cmd('LPOP', 'm:{prio}:wake:w5');
+	ok(defined $t5 && $t5 > $h->[1] && $t5 > $w1->[1],
+		'w5 is promoted, with a ticket drawn at its grant: above every earlier one');
+	is_deeply(ev('prio', 'wait_check', 'w5', 30000), [ 'held', $t5, 60000 ], 'and confirms with it');
+	is(ev('prio', 'token', 'w5'), $t5, 'its fencing token is that ticket');
+	is(ev('prio', 'release', 'w5'), 1, 'w5 releases');
+	my $t0 = $r->cmd('LPOP', 'm:{prio}:wake:w0');
+	ok(defined $t0 && $t0 > $t5, 'then w0, passed by nobody else, with a still larger ticket');
+	is(state_of(ev('prio', 'wait_check', 'w0', 30000)), 'held', 'w0 confirms');
+	ok(state_of(ev('prio', 'acquire', 'x', 1, 1, 60000, 1, 30000, 'model', '', 101)) =~ /^error: REDSEM bad arguments/,
+		'a priority beyond 100 is refused');
+	ev('prio', $_->[0], $_->[1]) foreach ([ 'release', 'w0' ], [ 'give_up', 'w1' ]);
+	ev('prio', 'release', 'w1');
+
+	%limit = (prio4 => 4);
+	is(state_of(ev('prio4', 'acquire', 'h', 4, 3, 60000, 0, 1000, 'model')), 'held', 'h takes 3 of 4 permits');
+	is(state_of(ev('prio4', 'acquire', 'big', 4, 2, 60000, 1, 30000, 'model', '', 0)), 'waiting',
+		'"big" waits for 2');
+	is(state_of(ev('prio4', 'acquire', 'low', 4, 1, 60000, 0, 1000, 'model', '', 0)), 'busy',
+		'a caller of priority 0 asking for the free permit is refused: "big" waits first');
+	is(state_of(ev('prio4', 'acquire', 'vip', 4, 1, 60000, 0, 1000, 'model', '', 5)), 'held',
+		'one of priority 5 would stand first in line and fits: it gets the free permit at once');
+	is(state_of(ev('prio4', 'acquire', 'vip2', 4, 1, 60000, 1, 30000, 'model', '', 5)), 'waiting',
+		'the next one waits, first in line now');
+	is_deeply([ map { $_->[0] } @{ ev('prio4', 'list') } ], [qw(h vip vip2 big)], 'list: holders, then the line');
+	ev('prio4', 'give_up', $_) foreach qw(vip2 big);
+	ev('prio4', 'release', $_) foreach qw(h vip);
+	%limit = ();
+}
+
+###########################################################################
 note 'tickets rise even when the last one is ahead of the clock (a clock stepped back)';
 
 {
@@ -741,8 +816,9 @@ sub some_permits { my ($sem) = @_; return $weighted{$sem} ? 1 + int(rand(3)) : 1
 # Note the outcome of a call that may grant $p permits, sent at $t_sent.
 sub absorb
 {
-	my ($id, $sem, $reply, $t_sent, $p) = @_;
+	my ($id, $sem, $reply, $t_sent, $p, $prio) = @_;
 	my $st = state_of($reply);
+	$prio //= exists $c{$id} ? $c{$id}{prio} // 0 : 0;
 	if ($st eq 'held')
 	{
 		$c{$id} = { sem => $sem, state => 'holding', until => $t_sent + $reply->[2],
@@ -750,7 +826,10 @@ sub absorb
 	}
 	elsif ($st eq 'waiting')
 	{
-		$c{$id} = { sem => $sem, state => 'waiting', p => $p // $c{$id}{p} };
+		# its place in line (I4)
+		my $joined = exists $c{$id} && $c{$id}{state} eq 'waiting' ? $c{$id}{joined} : $STEP;
+		$c{$id} = { sem => $sem, state => 'waiting', p => $p // $c{$id}{p}, prio => $prio,
+			place => $reply->[1] - $prio * $AGING_US, joined => $joined };
 	}
 	elsif ($st =~ /^(busy|gone|lost|toolarge)$/)
 	{
@@ -785,10 +864,12 @@ my %actions = (
 		my $id = 'c' . ++$next_id;
 		my ($lease, $p) = (80 + int(rand(320)), some_permits($sem));
 		my $keep = 150 + int(rand(450));
+		# priorities: mostly none; a level's head start is a second (I4)
+		my $prio = pick(0, 0, 0, 1, -1, 3, 100, -100);
 		my $t = now_ms();
 		my $st = absorb($id, $sem,
-			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 1, $keep, 'model'), $t, $p);
-		return ("$id waits on $sem for $p (lease $lease, keepalive $keep): $st",
+			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 1, $keep, 'model', '', $prio), $t, $p, $prio);
+		return ("$id waits on $sem for $p (lease $lease, keepalive $keep, priority $prio): $st",
 			$p > $limit{$sem} ? $st eq 'toolarge' : $st =~ /^(held|waiting)$/);
 	},
 	wrong_limit => sub {
@@ -975,6 +1056,7 @@ my $t_start = time;
 for my $step (1 .. $steps)
 {
 	my $name = pick(@weighted);
+	$STEP = $step;
 	my ($what, $fine) = $actions{$name}->();
 	next unless defined $what;
 	$count{$name}++;
