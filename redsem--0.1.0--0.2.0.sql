@@ -37,7 +37,7 @@ BEGIN
     IF users IS NOT NULL THEN
         RAISE EXCEPTION 'redsem 0.2.0 replaces functions that objects outside the extension use: %', users
             USING ERRCODE = 'dependent_objects_still_exist',
-                  DETAIL = 'redsem_acquire, redsem_acquire_xact and redsem_guard gain an argument, and redsem_held, redsem_holders and redsem_stats gain columns, so the update drops and creates them again. Nothing was changed.',
+                  DETAIL = 'redsem_acquire, redsem_acquire_xact and redsem_guard gain arguments, and redsem_held, redsem_holders and redsem_stats gain columns, so the update drops and creates them again. Nothing was changed.',
                   HINT = 'Save the definitions of those objects (for a view: SELECT pg_get_viewdef(''name'')), drop them, run ALTER EXTENSION redsem UPDATE, and create them again. Do not use DROP ... CASCADE on redsem''s functions.';
     END IF;
 END
@@ -53,38 +53,41 @@ END
 $$;
 
 -- Weighted permits, and max_holders may be left out for a stored limit:
--- the acquire functions gain an argument.
+-- the acquire functions gain arguments (permits, priority).
 DROP FUNCTION redsem_acquire(text, integer, interval, interval);
 CREATE FUNCTION redsem_acquire(name text, max_holders integer DEFAULT NULL,
                                lease interval DEFAULT '10 seconds',
                                wait interval DEFAULT '0',
-                               permits integer DEFAULT 1)
+                               permits integer DEFAULT 1,
+                               priority integer DEFAULT 0)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer) IS
-'take permits (default 1) of semaphore name for the session, waiting in line up to wait; max_holders NULL: the stored limit; returns the holder id, or NULL';
+COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer, integer) IS
+'take permits (default 1) of semaphore name for the session, waiting in line up to wait (higher priority first, a second per level); max_holders NULL: the stored limit; returns the holder id, or NULL';
 
 DROP FUNCTION redsem_acquire_xact(text, integer, interval, interval);
 CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer DEFAULT NULL,
                                     lease interval DEFAULT '10 seconds',
                                     wait interval DEFAULT '0',
-                                    permits integer DEFAULT 1)
+                                    permits integer DEFAULT 1,
+                                    priority integer DEFAULT 0)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire_xact'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer) IS
+COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer, integer) IS
 'take permits (default 1) of semaphore name until the end of the current transaction; returns the holder id, or NULL';
 
 DROP FUNCTION redsem_guard(text, integer, interval, interval);
 CREATE FUNCTION redsem_guard(name text, max_holders integer DEFAULT NULL,
                              lease interval DEFAULT '10 seconds',
                              wait interval DEFAULT '0',
-                             permits integer DEFAULT 1)
+                             permits integer DEFAULT 1,
+                             priority integer DEFAULT 0)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_guard'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer) IS
+COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer, integer) IS
 'take transaction-scoped permits (default 1) or raise SQLSTATE 55P03; returns the holder id';
 
 -- Limits kept with the semaphore, in Redis, for every server

@@ -18,31 +18,34 @@ $$;
 CREATE FUNCTION redsem_acquire(name text, max_holders integer DEFAULT NULL,
                                lease interval DEFAULT '10 seconds',
                                wait interval DEFAULT '0',
-                               permits integer DEFAULT 1)
+                               permits integer DEFAULT 1,
+                               priority integer DEFAULT 0)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer) IS
-'take permits (default 1) of semaphore name for the session, waiting in line up to wait; max_holders NULL: the stored limit; returns the holder id, or NULL';
+COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer, integer) IS
+'take permits (default 1) of semaphore name for the session, waiting in line up to wait (higher priority first, a second per level); max_holders NULL: the stored limit; returns the holder id, or NULL';
 
 CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer DEFAULT NULL,
                                     lease interval DEFAULT '10 seconds',
                                     wait interval DEFAULT '0',
-                                    permits integer DEFAULT 1)
+                                    permits integer DEFAULT 1,
+                                    priority integer DEFAULT 0)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire_xact'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer) IS
+COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer, integer) IS
 'take permits (default 1) of semaphore name until the end of the current transaction; returns the holder id, or NULL';
 
 CREATE FUNCTION redsem_guard(name text, max_holders integer DEFAULT NULL,
                              lease interval DEFAULT '10 seconds',
                              wait interval DEFAULT '0',
-                             permits integer DEFAULT 1)
+                             permits integer DEFAULT 1,
+                             priority integer DEFAULT 0)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_guard'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer) IS
+COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer, integer) IS
 'take transaction-scoped permits (default 1) or raise SQLSTATE 55P03; returns the holder id';
 
 -- Giving it back, keeping it

@@ -214,7 +214,8 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 			 */
 			*sent = GetCurrentTimestamp();
 			if (!sem_acquire(&call, args->name, id, args->max_holders,
-							 args->permits, args->lease_ms, true, r))
+							 args->permits, args->lease_ms, true,
+							 args->priority, r))
 				return call_failed(args, &call);
 			note_limit(args, r);
 			if (r->state != SEM_WAITING)
@@ -373,7 +374,8 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		acquire_call(args, &call);
 		*sent = GetCurrentTimestamp();
 		if (!sem_acquire(&call, args->name, id, args->max_holders,
-						 args->permits, args->lease_ms, args->wait_ms != 0, r))
+						 args->permits, args->lease_ms, args->wait_ms != 0,
+						 args->priority, r))
 		{
 			(void) call_failed(args, &call);
 			return ACQUIRE_FAILED;

@@ -17,6 +17,7 @@ typedef struct AcquireArgs
 	char	   *name;
 	int			max_holders;	/* 0: the stored limit */
 	int			permits;
+	int			priority;		/* higher first, a second per level (I4) */
 	int64		lease_ms;
 	int64		wait_ms;		/* -1: no limit */
 	int			elevel;			/* ERROR: a Redis failure raises; lower:

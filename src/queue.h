@@ -40,6 +40,7 @@ extern void queue_define_gucs(void);
 extern void queue_install_hooks(void);
 extern const QueueConfig *queue_config(void);
 extern const char *queue_session_setting(void);
+extern int	queue_session_priority(void);
 extern uint64 queue_config_generation(void);
 
 #endif							/* REDSEM_QUEUE_H */

@@ -22,9 +22,11 @@
 #include "compat.h"
 #include "guc.h"
 #include "queue.h"
+#include "redsem.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
 static char *queue_setting = NULL;
+static int	queue_priority_setting = 0;
 static char *queues_setting = NULL;
 static const QueueConfig *config = NULL;
 static uint64 config_generation = 0;	/* bumped at every assignment */
@@ -350,4 +352,18 @@ queue_define_gucs(void)
 							   &queue_setting, "",
 							   PGC_SUSET, 0,
 							   check_queue, NULL, NULL);
+	DefineCustomIntVariable("redsem.queue_priority",
+							"The priority of this session's statements in their queue: higher first, a second's head start per level.",
+							"Only superusers and roles granted SET on this parameter may change it (ALTER ROLE/DATABASE ... SET).",
+							&queue_priority_setting, 0,
+							-REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY,
+							PGC_SUSET, 0,
+							NULL, NULL, NULL);
+}
+
+/* The priority of this session's queued statements (redsem.queue_priority) */
+int
+queue_session_priority(void)
+{
+	return queue_priority_setting;
 }

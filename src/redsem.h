@@ -14,6 +14,8 @@
 #define REDSEM_MAX_ID_BYTES		100
 #define REDSEM_MAX_PREFIX_BYTES	64
 #define REDSEM_MAX_HOLDERS		1000000
+/* Priorities run from -this to this (PRIORITY_MAX in src/redsem.lua) */
+#define REDSEM_MAX_PRIORITY		100
 
 /* The role whose members may force-release slots and see every holder id */
 #define REDSEM_ADMIN_ROLE		"redsem_admin"

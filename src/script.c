@@ -419,14 +419,15 @@ settle_eras(void)
 
 /*
  * Try to take permits of a semaphore, or a place in line when wait is
- * true.  max_holders 0: the stored limit.
+ * true, by priority.  max_holders 0: the stored limit.
  */
 bool
 sem_acquire(RedisCall *call, const char *name, const char *id,
 			int max_holders, int permits, int64 lease_ms, bool wait,
-			SemResult *result)
+			int priority, SemResult *result)
 {
-	const char *args[8];
+	const char *args[9];
+	int			nargs = settle_eras() ? 8 : 7;
 	redisReply *reply;
 
 	args[0] = id;
@@ -436,9 +437,13 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[4] = wait ? "1" : "0";
 	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[6] = origin_text();
-	args[7] = "settle";
-	return run_script(call, NULL, name, "acquire", settle_eras() ? 8 : 7, args,
-					  &reply) &&
+	args[7] = settle_eras() ? "settle" : "";
+	if (priority != 0)
+	{
+		args[8] = psprintf("%d", priority);
+		nargs = 9;
+	}
+	return run_script(call, NULL, name, "acquire", nargs, args, &reply) &&
 		decode_state(call, name, reply, result);
 }
 

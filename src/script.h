@@ -72,7 +72,7 @@ typedef struct SemMember
 extern bool sem_call_failed(RedisCall *call, const char *name);
 extern bool sem_acquire(RedisCall *call, const char *name, const char *id,
 						int max_holders, int permits, int64 lease_ms,
-						bool wait, SemResult *result);
+						bool wait, int priority, SemResult *result);
 extern bool sem_wait_replicas(RedisCall *call, const char *name, int replicas,
 							  int timeout_ms, int *acked);
 extern bool sem_wait_check(RedisCall *call, const char *name, const char *id,

@@ -86,6 +86,21 @@ lease_arg(FunctionCallInfo fcinfo, int argno)
 						REDSEM_MAX_LEASE_MS);
 }
 
+/* The priority argument: NULL is 0; -100 to 100 */
+static int
+priority_arg(FunctionCallInfo fcinfo, int argno)
+{
+	int			priority = PG_ARGISNULL(argno) ? 0 : PG_GETARG_INT32(argno);
+
+	if (priority < -REDSEM_MAX_PRIORITY || priority > REDSEM_MAX_PRIORITY)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"priority\" is out of range"),
+				 errdetail("\"priority\" must be between %d and %d; it is %d.",
+						   -REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY, priority)));
+	return priority;
+}
+
 /*
  * Read and check the arguments shared by the acquire functions.  0.1.0's
  * SQL definitions have no permits argument: one permit.
@@ -112,6 +127,7 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 		args->wait_ms = -1;
 	else
 		args->wait_ms = duration_arg(fcinfo, 3, "wait", 0, REDSEM_MAX_WAIT_MS);
+	args->priority = PG_NARGS() > 5 ? priority_arg(fcinfo, 5) : 0;
 }
 
 /*

@@ -1,0 +1,120 @@
+# 065_priorities.pl - priorities across servers: two PostgreSQL servers share
+# a Redis and a semaphore with one slot.  Checked: a waiter of higher
+# priority is served before earlier waiters of lower priority, whichever
+# server they are on; aging: a waiter of priority 1 that came more than a
+# second after one of priority 0 is served after it; fencing tokens rise in
+# grant order whatever the line's order; a statement queue serves the
+# sessions of a role with a higher redsem.queue_priority first; a priority
+# out of range is refused.
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $queues = "redsem.queues = 'q1: active_statements=1'\n";
+my $na = create_node('prio_a', $redis, $queues);
+my $nb = create_node('prio_b', $redis, $queues);
+
+# a turn: wait for the slot, note when it came and its token, hold it 200 ms
+my $turn = q{
+CREATE FUNCTION turn(sem text, prio int) RETURNS text LANGUAGE plpgsql AS $$
+DECLARE t float8; tok bigint;
+BEGIN
+    IF redsem_acquire_xact(sem, 1, wait => '60 s', priority => prio) IS NULL THEN
+        RAISE EXCEPTION 'no turn';
+    END IF;
+    t := extract(epoch FROM clock_timestamp());
+    SELECT token INTO tok FROM redsem_held() WHERE name = sem;
+    PERFORM pg_sleep(0.2);
+    RETURN t || ' ' || tok;
+END $$;
+};
+$_->safe_psql('postgres', $turn) foreach ($na, $nb);
+
+# Waiters named by their server and priority, queued in this order while a
+# holder keeps the slot; then the holder leaves.  Returns the names in the
+# order they were served, and their tokens in that order.
+sub serve_order
+{
+	my ($sem, $pause_ms, @waiters) = @_;
+	my $holder = RedsemTest::Session->new($na, name => 'holder');
+	$holder->query(qq{SELECT redsem_acquire('$sem', 1, '60 s');});
+	my %s;
+	my $n = 0;
+	foreach my $w (@waiters)
+	{
+		my ($node, $name, $prio) = @$w;
+		$s{$name} = RedsemTest::Session->new($node, name => $name);
+		$s{$name}->send(qq{SELECT turn('$sem', $prio);});
+		$n++;
+		wait_until(20, sub { $redis->zcard($sem, 'waiting') == $n })
+		  or diag("$name did not queue");
+		usleep($pause_ms * 1000);
+	}
+	$holder->query(q{SELECT redsem_release_all();});
+	my %at;
+	foreach my $name (keys %s)
+	{
+		my ($out) = $s{$name}->wait_done(60);
+		$at{$name} = [ split / /, $out // '' ];
+	}
+	my @order = sort { ($at{$a}[0] // 9e9) <=> ($at{$b}[0] // 9e9) } keys %at;
+	return (\@order, [ map { $at{$_}[1] // 0 } @order ]);
+}
+
+my ($order, $tokens) = serve_order('pr_x', 50,
+	[ $nb, 'b0', 0 ], [ $na, 'a0', 0 ], [ $nb, 'b5', 5 ], [ $na, 'a9', 9 ]);
+is("@$order", 'a9 b5 b0 a0',
+	'priority 9 (server a) first, then 5 (server b), then the priority-0 waiters in arrival order');
+ok($tokens->[0] < $tokens->[1] && $tokens->[1] < $tokens->[2] && $tokens->[2] < $tokens->[3],
+	"fencing tokens rise in grant order, not arrival order (@$tokens)");
+
+($order) = serve_order('pr_age', 1200, [ $nb, 'early0', 0 ], [ $na, 'late1', 1 ], [ $nb, 'late3', 3 ]);
+is("@$order", 'late3 early0 late1',
+	'aging, a second per level: priority 3 coming 2.4 s after priority 0 passes it, priority 1 coming 1.2 s after does not');
+
+like(($na->psql('postgres', q{SELECT redsem_acquire('pr_bad', 1, priority => 101);}))[2],
+	qr/argument "priority" is out of range/, 'a priority of 101 is refused');
+is($na->safe_psql('postgres', q{SELECT redsem_acquire('pr_null', 1, priority => NULL) IS NOT NULL;}), 't',
+	'a NULL priority is 0');
+
+# statement queues: roles mapped to priorities
+$na->safe_psql('postgres', q{
+CREATE ROLE q_low LOGIN; CREATE ROLE q_high LOGIN;
+ALTER ROLE q_low SET redsem.queue = 'q1';
+ALTER ROLE q_high SET redsem.queue = 'q1';
+ALTER ROLE q_high SET redsem.queue_priority = 10;
+GRANT EXECUTE ON FUNCTION pg_sleep(float8) TO PUBLIC;
+});
+# (sessions first: their own first statement goes through the queue too)
+my $busy = RedsemTest::Session->new($na, name => 'busy', user => 'q_low');
+my $low = RedsemTest::Session->new($na, name => 'low', user => 'q_low');
+my $high = RedsemTest::Session->new($na, name => 'high', user => 'q_high');
+$busy->send(q{SELECT pg_sleep(2);});
+wait_until(20, sub { $redis->zcard('queue:q1', 'owner') == 1 }) or diag('the queue did not fill');
+$low->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
+wait_until(20, sub { $redis->zcard('queue:q1', 'waiting') == 1 }) or diag('low did not queue');
+$high->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
+wait_until(20, sub { $redis->zcard('queue:q1', 'waiting') == 2 }) or diag('high did not queue');
+my ($t_low) = $low->wait_done(60);
+my ($t_high) = $high->wait_done(60);
+$busy->wait_done(60);
+($t_low) = split /\|/, $t_low // '9e9';
+($t_high) = split /\|/, $t_high // '9e9';
+cmp_ok($t_high, '<', $t_low, 'in a statement queue, the role with redsem.queue_priority = 10 runs before an earlier one with 0');
+
+my ($ret, $out, $err) = $na->psql('postgres', q{SET redsem.queue_priority = 5;}, extra_params => [ '-U', 'q_low' ]);
+like($err, qr/permission denied to set parameter "redsem.queue_priority"/, 'a role cannot raise its own queue priority');
+
+node_log_is_clean($_, $_->name . "'s log shows no crash") foreach ($na, $nb);
+$_->stop foreach ($na, $nb);
+$redis->stop;
+done_testing();
