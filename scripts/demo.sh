@@ -22,6 +22,10 @@
 #          ALTER ROLE analyst SET redsem.queue).  A live timeline shows the
 #          queries submitted, running and done, and the queue every half
 #          second.
+#   Act 4: a batch flood fills a semaphore of 2 slots with a line of 8;
+#          two interactive queries arrive just after, one plain and one with
+#          priority => 10: the plain one waits behind the flood, the other
+#          gets the next free slot.
 #
 # The number of sessions inside is counted independently of redsem (counter
 # files under flock), so the demo checks the limit rather than trusting it.
@@ -40,6 +44,7 @@ MAX_ATTEMPTS=15 # act 1: tries per report before it gives up
 REFILLS=6       # act 2: sessions waiting in line for one slot
 ANALYSTS=4      # act 3: analyst queries per server
 ACTIVE=2        # act 3: the queue's active_statements
+BATCHES=10      # act 4: batch jobs flooding a semaphore of 2 slots
 
 DIR=      # the temp dir
 T0=       # start of the timeline, in microseconds
@@ -48,6 +53,7 @@ JOBS=()   # background sessions still running
 ACT1_OK=0
 ACT2_OK=0
 ACT3_OK=0
+ACT4_OK=0
 
 # --- the event helper -------------------------------------------------------
 #
@@ -180,7 +186,23 @@ SELECT extract(epoch FROM clock_timestamp())::numeric(20,6) AS started,
 \! "$DEMO_DIR/event.sh" ran
 \echo done t
 SQL
-    chown postgres:postgres "$DIR/report.sql" "$DIR/refill.sql" "$DIR/analyst.sql"
+    # Act 4: a batch job, and an interactive query that reports its wait.
+    cat >"$DIR/batch.sql" <<'SQL'
+SELECT redsem_acquire('warehouse', 2, lease => '30 seconds', wait => '60 seconds') AS id \gset
+SELECT pg_sleep(:secs) AS slept \gset
+SELECT redsem_release('warehouse', :'id') AS released \gset
+\echo done :released
+SQL
+    cat >"$DIR/interactive.sql" <<'SQL'
+SELECT clock_timestamp() AS t0 \gset
+SELECT redsem_acquire('warehouse', 2, lease => '30 seconds', wait => '60 seconds', priority => :prio) AS id \gset
+SELECT round(extract(epoch FROM clock_timestamp() - :'t0')::numeric, 2) AS waited \gset
+SELECT pg_sleep(0.2) AS slept \gset
+SELECT redsem_release('warehouse', :'id') AS released \gset
+\echo :waited
+SQL
+    chown postgres:postgres "$DIR/report.sql" "$DIR/refill.sql" "$DIR/analyst.sql" \
+        "$DIR/batch.sql" "$DIR/interactive.sql"
 }
 
 # session ACT_DIR WHO SQLFILE SECS : run one psql session of the demo and
@@ -442,6 +464,55 @@ EOF
     fi
 }
 
+# --- act 4 -------------------------------------------------------------------
+
+# interactive PRIORITY : one interactive query; prints how long it waited (s).
+interactive() {
+    redsem_as_postgres psql "${PSQL[@]}" -v prio="$1" -f "$DIR/interactive.sql" | tail -n 1
+}
+
+act4() {
+    cat <<TEXT
+
+=== Act 4: priorities: an interactive query behind a batch flood ===
+$BATCHES batch jobs of 1 s ask for the 2 slots of 'warehouse' at once: 2 run, 8 wait.
+Just after, two interactive queries ask too (wait => '60 seconds'):
+  plain:     redsem_acquire('warehouse', 2, ...)
+  urgent:    redsem_acquire('warehouse', 2, ..., priority => 10)
+A waiter stands in line as if it had come a second earlier per level of
+priority, so the urgent one takes the next free slot; the plain one waits its turn.
+
+TEXT
+    local n pid plain urgent failures=0
+    JOBS=()
+    for ((n = 1; n <= BATCHES; n++)); do
+        redsem_as_postgres psql "${PSQL[@]}" -v secs=1 -f "$DIR/batch.sql" >/dev/null &
+        JOBS+=($!)
+    done
+    sleep 0.4
+    interactive 0 >"$DIR/plain.out" &
+    JOBS+=($!)
+    sleep 0.1
+    urgent=$(interactive 10) || urgent=
+    for pid in "${JOBS[@]}"; do
+        wait "$pid" || failures=$((failures + 1))
+    done
+    JOBS=()
+    plain=$(cat "$DIR/plain.out" 2>/dev/null || true)
+    cat <<TEXT
+Act 4 summary:
+  the plain query waited:            ${plain:-?} s (behind the batch line)
+  the priority => 10 query waited:   ${urgent:-?} s (the next free slot)
+TEXT
+    if [[ $failures == 0 && -n $plain && -n $urgent ]] &&
+        awk -v p="$plain" -v u="$urgent" 'BEGIN { exit !(u < p) }'; then
+        echo "  OK: priority went first, and the batch jobs all ran"
+        ACT4_OK=1
+    else
+        echo "  !! the urgent query did not go first, or $failures session(s) failed"
+    fi
+}
+
 # --- main --------------------------------------------------------------------
 
 # Stop the background sessions, then the servers.
@@ -480,9 +551,10 @@ main() {
     act1
     act2
     act3
+    act4
 
     echo
-    if [[ $ACT1_OK == 1 && $ACT2_OK == 1 && $ACT3_OK == 1 ]]; then
+    if [[ $ACT1_OK == 1 && $ACT2_OK == 1 && $ACT3_OK == 1 && $ACT4_OK == 1 ]]; then
         echo "redsem demo: OK"
     else
         echo "redsem demo: PROBLEMS (see above)"
