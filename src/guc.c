@@ -23,6 +23,7 @@ char	   *redsem_key_prefix = NULL;
 int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
 int			redsem_grant_replicas = 0;
+int			redsem_max_priority = REDSEM_MAX_PRIORITY;
 int			redsem_grant_replica_timeout_ms = 1000;
 static char *redsem_inject_fault = NULL;
 
@@ -137,6 +138,13 @@ define_timeout_gucs(void)
 							NULL,
 							&redsem_command_timeout_ms, 5000, 1, 600000,
 							PGC_USERSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.max_priority",
+							"The highest priority this session may ask for in redsem_acquire, redsem_acquire_xact and redsem_guard.",
+							"Set it per role (ALTER ROLE ... SET) so that a role cannot push its callers ahead of everybody else's.",
+							&redsem_max_priority, REDSEM_MAX_PRIORITY,
+							-REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("redsem.grant_replicas",
 							"Number of Redis replicas that must have a grant before acquire returns; 0 means none.",

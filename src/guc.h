@@ -16,6 +16,7 @@ extern char *redsem_key_prefix;
 extern int	redsem_connect_timeout_ms;
 extern int	redsem_command_timeout_ms;
 extern int	redsem_grant_replicas;
+extern int	redsem_max_priority;
 extern int	redsem_grant_replica_timeout_ms;
 extern uint64 redsem_guc_generation;
 extern bool redsem_preloaded;

@@ -14,6 +14,7 @@
 
 #include "acquire.h"
 #include "compat.h"
+#include "guc.h"
 #include "hold.h"
 #include "redsem.h"
 #include "script.h"
@@ -98,6 +99,13 @@ priority_arg(FunctionCallInfo fcinfo, int argno)
 				 errmsg("argument \"priority\" is out of range"),
 				 errdetail("\"priority\" must be between %d and %d; it is %d.",
 						   -REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY, priority)));
+	if (priority > redsem_max_priority)
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("priority %d is above this session's redsem.max_priority of %d",
+						priority, redsem_max_priority),
+				 errhint("Ask for %d or less, or ask an administrator to raise redsem.max_priority for your role.",
+						 redsem_max_priority)));
 	return priority;
 }
 

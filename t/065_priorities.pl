@@ -114,6 +114,17 @@ cmp_ok($t_high, '<', $t_low, 'in a statement queue, the role with redsem.queue_p
 my ($ret, $out, $err) = $na->psql('postgres', q{SET redsem.queue_priority = 5;}, extra_params => [ '-U', 'q_low' ]);
 like($err, qr/permission denied to set parameter "redsem.queue_priority"/, 'a role cannot raise its own queue priority');
 
+# a cap on the priority a role may ask for
+$na->safe_psql('postgres', q{CREATE ROLE capped LOGIN; ALTER ROLE capped SET redsem.max_priority = 0;});
+($ret, $out, $err) = $na->psql('postgres', q{SELECT redsem_acquire('pr_cap', 1, priority => 5);},
+	extra_params => [ '-U', 'capped' ]);
+like($err, qr/priority 5 is above this session's redsem.max_priority of 0/,
+	'a role capped by redsem.max_priority = 0 cannot ask for priority 5');
+($ret, $out, $err) = $na->psql('postgres', q{SET redsem.max_priority = 100;}, extra_params => [ '-U', 'capped' ]);
+like($err, qr/permission denied to set parameter "redsem.max_priority"/, 'nor raise its own cap');
+is($na->safe_psql('postgres', q{SELECT redsem_acquire('pr_cap', 1, priority => -3) IS NOT NULL;},
+	extra_params => [ '-U', 'capped' ]), 't', 'but it may ask for less');
+
 node_log_is_clean($_, $_->name . "'s log shows no crash") foreach ($na, $nb);
 $_->stop foreach ($na, $nb);
 $redis->stop;
