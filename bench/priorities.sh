@@ -65,8 +65,10 @@ run() {
         { v[NR] = $1 }
         END {
             if (NR == 0) { print "n/a n/a n/a 0", b; exit }
-            printf "%.1f %.1f %.1f %d %.1f\n", v[int(NR * 0.5 + 0.5)], v[int(NR * 0.9 + 0.5)],
-                v[int(NR * 0.99 + 0.5) > NR ? NR : int(NR * 0.99 + 0.5)], NR, b
+            i99 = int(NR * 0.99 + 0.5); if (i99 < 1) i99 = 1
+            i50 = int(NR * 0.5 + 0.5); if (i50 < 1) i50 = 1
+            i90 = int(NR * 0.9 + 0.5); if (i90 < 1) i90 = 1
+            printf "%.1f %.1f %.1f %d %.1f\n", v[i50], v[i90], v[i99], NR, b
         }'
 }
 
