@@ -1,8 +1,8 @@
 /*
  * stored.c
  *		Configuration kept with a semaphore in Redis, for every server:
- *		its stored limit and its stored rate (redsem_admin), and reading
- *		the rate back.
+ *		storing its limit and its rate (redsem_admin).  Reading them back
+ *		is in observe.c.
  */
 #include "postgres.h"
 
