@@ -141,6 +141,27 @@ show_failure_details() {
     done
 }
 
+# failed_checks COPY PART LOG : one line per failing test of PART (at most
+# 40), for the end of the output, where a CI log's tail shows it: TAP
+# subtests from the TAP logs ("t/050_sentinel: not ok 38 - ..."), test
+# files that died, regress and isolation files.
+failed_checks() {
+    local copy=$1 part=$2 log=$3
+    {
+        if [[ $part == tap ]]; then
+            local f
+            for f in "$copy"/tmp_check/log/regress_log_*; do
+                [[ -f $f ]] || continue
+                sed -nE 's/^(\[[^]]*\]\([^)]*\) )?(not ok [0-9]+.*)$/\2/p' "$f" |
+                    sed "s|^|  t/${f##*/regress_log_}: |"
+            done
+            sed -nE 's/^(t\/[^ ]+) +\((Wstat: .*)\)$/  \1: \2/p' "$log"
+        else
+            grep -E '(^| )(FAILED|failed)( |$)|^not ok ' "$log" | sed 's/^/  /'
+        fi
+    } | head -n 40 || true
+}
+
 # count_results PART LOG : print "PASSED FAILED" for one part's output.
 # regress/isolation count test files, in PostgreSQL 15's format ("test foo
 # ... ok", "     foo ... FAILED") and 16+'s ("ok 1 - foo", "not ok 2 + foo");
@@ -188,6 +209,7 @@ run_part() {
 }
 
 FAILED_PARTS=()
+FAILED_CHECKS=()
 
 # "PostgreSQL 17.12, hiredis 1.2.0 with TLS, Redis 8.0.2": what the suite
 # ran on (TLS: the installed library links hiredis_ssl).
@@ -249,6 +271,7 @@ main() {
         [[ $part_rc -ne 0 && $f -eq 0 ]] && f=1
         if [[ $part_rc -ne 0 ]]; then
             show_failure_details "$copy" "$part"
+            FAILED_CHECKS+=("$(failed_checks "$copy" "$part" "$dir/$part.out")")
             FAILED_PARTS+=("$part")
             rc=$part_rc
         fi
@@ -261,6 +284,11 @@ main() {
     # Stop Redis and remove (or keep) the temp dir now, so that the summary
     # below really is the last output.
     redsem_cleanup
+    if [[ ${#FAILED_CHECKS[@]} -gt 0 ]]; then
+        echo
+        echo "what failed:"
+        printf '%s\n' "${FAILED_CHECKS[@]}"
+    fi
     echo
     if [[ $rc -eq 0 ]]; then
         echo "redsem tests: PASSED"
