@@ -111,6 +111,23 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_rate(text) IS
 'the stored rate of semaphore name, its burst, and how long until it lets the next caller in (NULLs: none)';
 
+-- Reserved capacity kept with the semaphore, in Redis, for every server
+
+CREATE FUNCTION redsem_set_reserve(name text, permits integer, min_priority integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_set_reserve'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_set_reserve(text, integer, integer) IS
+'keep permits of the limit of semaphore name for callers of priority min_priority and above, on every server (NULL: remove the reserve) (administrators)';
+
+CREATE FUNCTION redsem_reserve(name text,
+    OUT permits integer, OUT min_priority integer, OUT permits_held_by_class bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redsem_reserve'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_reserve(text) IS
+'the stored reserve of semaphore name: permits kept, the priority they are kept for, and the permits the callers of that priority hold (NULLs: none)';
+
 CREATE FUNCTION redsem_semaphore(name text,
     OUT stored_limit integer, OUT limit_in_effect integer,
     OUT permits_held bigint, OUT waiting bigint)
@@ -235,7 +252,8 @@ COMMENT ON VIEW redsem_activity IS
 CREATE FUNCTION redsem_semaphores(max_semaphores integer DEFAULT 1000,
     OUT name text, OUT stored_limit integer, OUT limit_in_effect integer,
     OUT permits_held bigint, OUT holders bigint, OUT waiting bigint,
-    OUT oldest_wait_started timestamptz, OUT rate text)
+    OUT oldest_wait_started timestamptz, OUT rate text,
+    OUT reserved_permits integer, OUT reserved_for_priority integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_semaphores'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -11,10 +11,12 @@
 # line of about 4 is always there.  The interactive side, at the same time:
 # pgbench, 1 client, 5 queries a second (--rate), each one
 # redsem_acquire_xact and a 5 ms query; first with priority 0 (the
-# baseline: plain FIFO), then with priority 10.  Printed: the interactive
-# latency p50/p90/p99 (pgbench's per-transaction log, the 5 ms query
-# included) and the ratio priority/FIFO, and the batch jobs done per second
-# in each run (a priority reorders the line; it must not cost throughput).
+# baseline: plain FIFO), then with priority 10, then with priority 10 and
+# one of the two slots reserved for it (redsem_set_reserve).  Printed: the
+# interactive latency p50/p90/p99 (pgbench's per-transaction log, the 5 ms
+# query included) and the ratios to FIFO, and the batch jobs done per
+# second in each run (a priority reorders the line and must not cost
+# throughput; a reserve trades batch throughput for an idle slot).
 #
 # Environment: BENCH_DURATION (seconds per run, default 10),
 # BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
@@ -79,11 +81,18 @@ printf 'a semaphore of 2 slots; flood: %s pgbench clients, 50 ms jobs; interacti
 
 read -r f50 f90 f99 fn ftps <<<"$(run 0)"
 read -r p50 p90 p99 pn ptps <<<"$(run 10)"
+bench_sql "SELECT redsem_set_reserve('wh', 1, 10)" >/dev/null
+read -r r50 r90 r99 rn rtps <<<"$(run 10)"
+bench_sql "SELECT redsem_set_reserve('wh', NULL)" >/dev/null
 
 printf '%-34s %10s %10s %10s %8s %12s\n' "interactive latency (ms)" p50 p90 p99 queries "batch jobs/s"
 printf '%-34s %10s %10s %10s %8s %12s\n' "plain FIFO (priority 0)" "$f50" "$f90" "$f99" "$fn" "$ftps"
 printf '%-34s %10s %10s %10s %8s %12s\n' "priority => 10" "$p50" "$p90" "$p99" "$pn" "$ptps"
+printf '%-34s %10s %10s %10s %8s %12s\n' "priority 10, 1 slot reserved" "$r50" "$r90" "$r99" "$rn" "$rtps"
 printf '%-34s %10s %10s %10s %8s %12s\n' "ratio priority / FIFO" "$(bench_ratio "$p50" "$f50")" \
     "$(bench_ratio "$p90" "$f90")" "$(bench_ratio "$p99" "$f99")" "" "$(bench_ratio "$ptps" "$ftps")"
+printf '%-34s %10s %10s %10s %8s %12s\n' "ratio reserve / FIFO" "$(bench_ratio "$r50" "$f50")" \
+    "$(bench_ratio "$r90" "$f90")" "$(bench_ratio "$r99" "$f99")" "" "$(bench_ratio "$rtps" "$ftps")"
 printf '\nWith a priority the interactive query waits for the next free slot (at most one 50 ms job, the\n'
-printf 'two slots freeing in turn), not for the line of batch jobs ahead of it.\n'
+printf 'two slots freeing in turn), not for the line of batch jobs ahead of it. With a slot reserved it\n'
+printf 'waits for nothing while that slot is idle, and the batch runs on the other slot alone.\n'

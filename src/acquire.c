@@ -78,6 +78,7 @@ note_limit(AcquireArgs *args, const SemResult *r)
 	{
 		args->rate_seen = r->has_rate;
 		args->rate_ms = r->rate_ms;
+		args->share_seen = r->share;
 	}
 }
 
@@ -417,6 +418,13 @@ refuse_limit(const AcquireArgs *args, const SemResult *r)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("semaphore \"%s\" has no stored limit", args->name),
 				 errhint("Pass \"max_holders\", or store a limit with redsem_set_limit.")));
+	if (r->state == SEM_TOO_LARGE && r->reserve)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot take %d permits of semaphore \"%s\" at priority %d",
+						args->permits, args->name, args->priority),
+				 errdetail("The semaphore keeps a reserve (redsem_set_reserve) for higher priorities: callers of this priority can hold at most " INT64_FORMAT " of its permits.",
+						   r->limit)));
 	if (r->state == SEM_TOO_LARGE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -459,6 +467,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->limit_seen = args->max_holders;
 	args->rate_seen = false;
 	args->rate_ms = -1;
+	args->share_seen = -1;
 	args->waited = false;
 	memset(&r, 0, sizeof(r));
 

@@ -28,6 +28,8 @@ typedef struct AcquireArgs
 	bool		rate_seen;		/* the semaphore has a stored rate */
 	int64		rate_ms;		/* Redis last told: the rate alone keeps the
 								 * caller out this many ms more (-1: not so) */
+	int64		share_seen;		/* the permits a reserve leaves to the
+								 * caller's priority (-1: no reserve) */
 	bool		waited;			/* it had to queue */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
 } AcquireArgs;

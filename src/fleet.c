@@ -24,7 +24,7 @@
 
 PG_FUNCTION_INFO_V1(redsem_semaphores);
 
-#define SEMAPHORES_COLUMNS	8
+#define SEMAPHORES_COLUMNS	10
 
 /* A (prefix, name) pair to note in the index */
 typedef struct IndexEntry
@@ -160,13 +160,16 @@ put_semaphore(ReturnSetInfo *rsinfo, const char *name, const SemSummary *s,
 	values[6] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -s->oldest_wait_ms));
 	nulls[7] = s->rate == NULL;
 	values[7] = nulls[7] ? (Datum) 0 : CStringGetTextDatum(s->rate);
+	nulls[8] = nulls[9] = s->reserved < 0;
+	values[8] = Int32GetDatum((int32) s->reserved);
+	values[9] = Int32GetDatum((int32) s->reserved_for);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
 /*
  * redsem_semaphores(max_semaphores): the semaphores in use under the key
  * prefix, from the index, each as Redis sees it now.  A semaphore with no
- * member and no stored limit or rate is gone and not shown.
+ * member and no stored limit, rate or reserve is gone and not shown.
  */
 Datum
 redsem_semaphores(PG_FUNCTION_ARGS)
@@ -190,7 +193,8 @@ redsem_semaphores(PG_FUNCTION_ARGS)
 
 		CHECK_FOR_INTERRUPTS();
 		(void) sem_summary(&call, names[i], &s);
-		if (s.stored_limit < 0 && s.rate == NULL && s.holders == 0 && s.waiting == 0)
+		if (s.stored_limit < 0 && s.rate == NULL && s.reserved < 0 &&
+			s.holders == 0 && s.waiting == 0)
 			continue;
 		put_semaphore(rsinfo, names[i], &s, GetCurrentTimestamp());
 	}

@@ -33,6 +33,7 @@ PG_FUNCTION_INFO_V1(redsem_stats_reset);
 PG_FUNCTION_INFO_V1(redsem_limit);
 PG_FUNCTION_INFO_V1(redsem_semaphore);
 PG_FUNCTION_INFO_V1(redsem_rate);
+PG_FUNCTION_INFO_V1(redsem_reserve);
 PG_FUNCTION_INFO_V1(redsem_queues);
 PG_FUNCTION_INFO_V1(redsem_server_holds);
 
@@ -474,6 +475,36 @@ redsem_rate(PG_FUNCTION_ARGS)
 		values[0] = CStringGetTextDatum(rate.text);
 		values[1] = Int32GetDatum((int32) rate.burst);
 		values[2] = interval_from_ms(rate.wait_ms);
+		nulls[0] = nulls[1] = nulls[2] = false;
+	}
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
+													  values, nulls)));
+}
+
+/*
+ * redsem_reserve(name): the stored reserve's permits, the priority they are
+ * kept for, and the permits callers of that priority hold; NULLs if none.
+ * Anybody may read it.
+ */
+Datum
+redsem_reserve(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemReserve	reserve;
+	TupleDesc	tupdesc;
+	Datum		values[3] = {0};
+	bool		nulls[3] = {true, true, true};
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "redsem_reserve must return a record");
+	hold_init();
+	(void) sem_reserve(&call, name, &reserve);
+	if (reserve.permits > 0)
+	{
+		values[0] = Int32GetDatum((int32) reserve.permits);
+		values[1] = Int32GetDatum((int32) reserve.min_priority);
+		values[2] = Int64GetDatum(reserve.held);
 		nulls[0] = nulls[1] = nulls[2] = false;
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),

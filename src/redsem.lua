@@ -33,6 +33,11 @@
 --                                every rt microseconds, rb at once
 --                        rs      the rate as it was given ('10/min')
 --                        tat     the rate's clock (I10), microseconds
+--                        rk, rp  a stored reserve (set_reserve): rk
+--                                permits kept for priority rp and up
+--                                (rp absent: 0, like every 0 here)
+--                        hh      permits held by the reserve's class
+--                        h:<id>  "1": the holder is of that class (I11)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -42,6 +47,9 @@
 --                                           and deletes it
 -- <base>nudge:<id> LIST                     "n0": look again at once (the
 --                                           waiter was turned away: I4, I9)
+-- <base>rline      ZSET  id -> place        with a stored reserve, the
+--                                           waiters of its class, as in
+--                                           waiting (I11)
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.
 -- KEYS[1] to [5] are laid out as in redsem 0.1.0, which knows no state:
 -- its servers see every member taking one permit.)
@@ -66,7 +74,7 @@
 --  I4 First come, first served, by priority.  Nobody comes in past
 --     anybody waiting: a newcomer is admitted only if all members' permits
 --     plus its own fit, or if its place would be first in line and its
---     permits fit beside the holders'.  A waiter's place in line is its
+--     permits fit beside the holders' (or into a reserve: I11).  A waiter's place in line is its
 --     ticket less its
 --     priority times AGING_US: it stands as if it had come AGING_US
 --     earlier per level, so a later caller of higher priority q passes a
@@ -83,10 +91,11 @@
 --     timeout, info and waiting are empty then, so Redis has deleted them;
 --     the state goes at once); if its last deadline passes with
 --     nobody calling, at most GRACE_MS plus one lease (a minute at most)
---     later.  The one exception is a state holding a stored limit or rate:
---     that is configuration, kept without a TTL, and emptied of everything
---     else (but the rate's clock) once the semaphore has no member.  A forced: marker lives until
---     the deadline its member had (GRACE_MS at least), or until the
+--     later.  The one exception is a state holding a stored limit, rate or
+--     reserve: that is configuration, kept without a TTL, and emptied of
+--     everything else (but the rate's clock) once the semaphore has no
+--     member.  A forced: marker lives until the deadline its member had
+--     (GRACE_MS at least), or until the
 --     holder's next refresh reads it: no longer than the slot would have.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check, give_up, or a
@@ -141,6 +150,24 @@
 --     rate lets somebody in (I2's housekeeping), so the line moves even if
 --     nobody else calls.  The rate counts admissions, not permits.  A
 --     stored rate is configuration, like a stored limit (I5).
+-- I11 Reserve.  With a stored reserve (rk permits for priority rp and up;
+--     under a limit L, k = min(rk, L - 1) of them, so that the rest is
+--     never empty), the callers of priority rp and up are its class.  The
+--     holders of the class (h:<id>, their permits hh) use the reserve
+--     first; everybody else fits only in what is left of the other L - k
+--     permits: a caller below rp becomes a holder only if, with it, the
+--     holders below rp plus the class's permits beyond k are at most
+--     L - k.  The class fits in all of L (I3).  A caller of the class may
+--     pass waiters below rp into the reserve (its class then holds at
+--     most k): it stands in line order only among its class (rline, the
+--     same places as waiting), and nobody is passed otherwise.  Promotion
+--     takes the line in order (I4); when the first waiter is below rp and
+--     does not fit, the first of rline is promoted while it fits in the
+--     reserve.  So the first waiter does not fit (its class's share), and
+--     the first of rline does not fit in the reserve unless it is the
+--     first waiter.  A holder keeps the class it came in with when the
+--     reserve changes; removing the reserve forgets the classes.  A
+--     stored reserve is configuration (I5).
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -180,8 +207,8 @@ local S, W
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
--- a member, whether it added the first member (FRESH: every key is new and
--- every deadline is this call's).  MEMBERS: how many members owner has,
+-- a member, whether it added the first member, a holder (FRESH: every key
+-- is new and every deadline is this call's).  MEMBERS: how many members owner has,
 -- once counted (nil: not counted since the last change it did not follow).
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS
 
@@ -267,11 +294,11 @@ local function limit_in_effect(members)
 end
 
 -- The state's configuration (I5): kept without a TTL while any is stored.
-local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat'}
+local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp'}
 
--- True if the state stores a limit or a rate (I5).
+-- True if the state stores a limit, a rate or a reserve (I5).
 local function stored()
-    return not not (S.limit or S.rt)
+    return not not (S.limit or S.rt or S.rk)
 end
 
 -- I10: the earliest time (us) the rate lets the next caller in (or the
@@ -293,6 +320,58 @@ end
 -- I10: ms until the rate lets the next caller in (0: it does now).
 local function rate_wait_ms()
     return math.max(math.ceil((rate_opens() - NOW_US) / 1000), 0)
+end
+
+-- I11: the line of the reserve's class.
+local function rline_key()
+    return BASE .. 'rline'
+end
+
+-- I11: the permits the reserve keeps under limit (never all of them).
+local function reserved(limit)
+    return math.min(S.rk or 0, math.max(limit - 1, 0))
+end
+
+-- I11: true if a caller of priority prio is of the reserve's class.
+local function of_class(prio)
+    if not S.rk then return false end
+    return prio >= S.rp
+end
+
+-- I11: a waiter's priority, from its ticket and its place (I4).
+local function priority_of(id, place)
+    local ticket = tonumber(redis.call('ZSCORE', K_OWNER, id)) or place
+    return math.floor((ticket - place) / AGING_US + 0.5)
+end
+
+-- I3, I11: true if p more permits of a caller of priority prio fit beside
+-- the held permits under limit: all of it for the reserve's class; for
+-- anybody else what the reserve leaves, where the class counts only with
+-- its permits beyond the reserve.
+local function fits_class(held, p, prio, limit)
+    if held + p > limit then return false end
+    if not S.rk or of_class(prio) then return true end
+    local k = reserved(limit)
+    return held - S.hh + math.max(S.hh - k, 0) + p <= limit - k
+end
+
+-- I11: true if p more permits of the reserve's class fit in the reserve.
+local function fits_reserve(held, p, limit)
+    return held + p <= limit and S.hh + p <= reserved(limit)
+end
+
+-- I11: the most permits a caller of priority prio can ever be granted.
+local function class_max(prio, limit)
+    if not S.rk or of_class(prio) then return limit end
+    return limit - reserved(limit)
+end
+
+-- I11: id, of priority prio, became a holder of p permits: note its class.
+local function note_class(id, p, prio)
+    if of_class(prio) then
+        set('h:' .. id, 1)
+        set('hh', S.hh + p)
+    end
 end
 
 -- Note a deadline this call set, for finish() (I5).
@@ -321,6 +400,16 @@ local function remove(id)
         if MEMBERS then MEMBERS = math.max(MEMBERS - 1, 0) end
         count_permits(waiting, p, -1)
     end
+    if S.hh > 0 then                -- I11: a holder of the reserve's class
+        local f = 'h:' .. id
+        local class = W[f]
+        if class == nil then class = redis.call('HGET', K_STATE, f) end
+        if class then
+            if member and not waiting then set('hh', math.max(S.hh - p, 0)) end
+            set(f, false)
+        end
+    end
+    if S.rk then redis.call('ZREM', rline_key(), id) end
     if p > 1 then set('p:' .. id, false) end
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
@@ -398,25 +487,33 @@ local function turn_away(id)
     redis.call('PEXPIRE', nudge_key(id), int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
--- I3, I4, I6, I7: turn waiters at the head of the line into holders
+-- I3, I4, I6, I7, I11: turn waiters at the head of the line into holders
 -- while their permits fit; each gets a grant ticket (its fencing token),
--- the promotion window and a wake-up carrying the ticket.
+-- the promotion window and a wake-up carrying the ticket.  Once a first
+-- waiter below a reserve's class does not fit, only the first of the
+-- class may still come in, into the reserve.
 local function promote()
     local waiters = redis.call('ZCARD', K_WAITING)
+    local line = K_WAITING
     while waiters > 0 do
-        local head = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
+        local top = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+        local head = top[1]
         if not head then return end
         local lease, maxh, _, origin = parse_info(redis.call('HGET', K_INFO, head))
         local limit = limit_in_effect(true) or maxh
         local p = permits_of(head)
-        local holders = member_count() - waiters
+        local held = member_count() - waiters + S.xh
+        local prio = S.rk and priority_of(head, tonumber(top[2])) or 0
         if not lease or not is_member(head) then
             remove(head)            -- not a whole member (I1): drop it
             waiters = waiters - 1
-        elseif p > limit then
+        elseif p > class_max(prio, limit) then
             turn_away(head)         -- can never fit: let it find out
             waiters = waiters - 1
-        elseif holders + S.xh + p > limit then
+        elseif line == K_WAITING and not fits_class(held, p, prio, limit) then
+            if of_class(prio) or not S.rk then return end
+            line = rline_key()      -- I11: the class may pass it
+        elseif line ~= K_WAITING and not fits_reserve(held, p, limit) then
             return
         elseif not rate_open() then
             -- I10: it fits, but must wait for the rate: tell it when
@@ -429,9 +526,11 @@ local function promote()
             rate_take()
             redis.call('ZADD', K_OWNER, 'XX', ticket, head)
             redis.call('ZREM', K_WAITING, head)
+            if S.rk then redis.call('ZREM', rline_key(), head) end
             waiters = waiters - 1
             count_permits(true, p, -1)
             count_permits(false, p, 1)
+            note_class(head, p, prio)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
             post(wake_key(head), head, ticket)
@@ -447,17 +546,17 @@ local function housekeeping()
     if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
 end
 
--- Run cmd on K_STATE with the arguments in list, at most CHUNK of them
--- per command (a multiple of step): unpack() fails past Lua's C stack
--- (about 8,000 values), and an expiry of that many members taking several
+-- Run cmd on key with the arguments in list, at most CHUNK of them per
+-- command (a multiple of step): unpack() fails past Lua's C stack (about
+-- 8,000 values), and an expiry of that many members taking several
 -- permits each would then stop the call half-way, breaking I1.
 local CHUNK = 1000
-local function call_chunked(cmd, list, step)
+local function call_chunked(cmd, key, list, step)
     local n = #list
     for first = 1, n, CHUNK do
         local last = math.min(first + CHUNK - 1, n)
         last = last - (last - first + 1) % step
-        redis.call(cmd, K_STATE, unpack(list, first, last))
+        redis.call(cmd, key, unpack(list, first, last))
     end
 end
 
@@ -493,8 +592,8 @@ local function store_state(empty)
             hdel[#hdel + 1] = field
         end
     end
-    call_chunked('HSET', hset, 2)
-    call_chunked('HDEL', hdel, 1)
+    call_chunked('HSET', K_STATE, hset, 2)
+    call_chunked('HDEL', K_STATE, hdel, 1)
 end
 
 -- The TTL a renewal gives the keys when the latest deadline is away ms
@@ -525,8 +624,8 @@ end
 -- ticket is left, for GRACE_MS (owner, timeout, info and waiting are empty,
 -- so Redis has deleted them: I1), and the state goes at once unless it
 -- stores a limit.  The state goes with the other keys, or has no TTL while
--- it stores a limit.  A FRESH call made every key but waiting (nobody
--- waits in a semaphore that had no member).
+-- it stores a limit.  A FRESH call made every key but waiting (its first
+-- member holds: one that waits, kept out by a rate, clears FRESH).
 local function finish()
     local touched = next(W) ~= nil
     local empty = (REMOVED or touched) and is_empty()
@@ -534,7 +633,7 @@ local function finish()
     store_state(empty)
     if empty then
         redis.call('PEXPIRE', K_TICKET, GRACE_MS)
-        if stored() and (W.limit or W.rt) then redis.call('PERSIST', K_STATE) end
+        if stored() and (W.limit or W.rt or W.rk) then redis.call('PERSIST', K_STATE) end
         return
     end
     if CREATED or NEW_DL or touched then
@@ -546,35 +645,50 @@ local function finish()
                 redis.call('PEXPIRE', k, int(ttl))
             end
         end
+        if S.rk then redis.call('PEXPIRE', rline_key(), int(ttl)) end
     end
     if stored() then
-        if W.limit or W.rt then redis.call('PERSIST', K_STATE) end
+        if W.limit or W.rt or W.rk then redis.call('PERSIST', K_STATE) end
     elseif ttl or touched then
         redis.call('PEXPIRE', K_STATE, int(math.max(ttl or have, GRACE_MS)))
     end
 end
 
+-- I11: add to a busy or waiting reply what a reserve leaves a caller of
+-- priority prio below its class (at n, after the rate's field or '').
+local function reply_share(reply, n, prio, limit)
+    if S.rk and not of_class(prio) then
+        reply[n] = reply[n] or ''
+        reply[n + 1] = int(class_max(prio, limit))
+    end
+    return reply
+end
+
 -- What a caller still in line is told: its ticket, the index of the
 -- deadline that may let it in, when to look again at the latest, and the
 -- limit in effect; with a stored rate, also the ms until the rate lets it
--- in if that is all that keeps it out (it is first and fits), else -1.
+-- in if that is all that keeps it out (it is first and fits), else -1;
+-- with a reserve it is not of, the permits left to it (I11).
 local function waiting_reply(id, limit)
     local ahead = redis.call('ZRANK', K_WAITING, id)
     local rank = member_count() - redis.call('ZCARD', K_WAITING) + ahead
     local p = permits_of(id)
     local pos = deadline_index(rank, p, limit)
     local look = next_deadline_ms(pos)
-    local reply = {'waiting', redis.call('ZSCORE', K_OWNER, id), int(pos), 0, int(limit)}
+    local ticket = redis.call('ZSCORE', K_OWNER, id)
+    local prio = 0
+    if S.rk then prio = priority_of(id, tonumber(redis.call('ZSCORE', K_WAITING, id))) end
+    local reply = {'waiting', ticket, int(pos), 0, int(limit)}
     if S.rt then
         local by_rate = -1
-        if rank + S.xh + p <= limit and ahead == 0 then
+        if ahead == 0 and fits_class(rank + S.xh, p, prio, limit) then
             by_rate = rate_wait_ms()
             look = by_rate
         end
         reply[6] = int(by_rate)
     end
     reply[4] = int(look)
-    return reply
+    return reply_share(reply, 6, prio, limit)
 end
 
 -- I6: a holder confirms: its full lease starts now; its wake-up is spent.
@@ -627,25 +741,44 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     if not maxh and not S.limit then return {'nolimit'} end
     local limit = current or maxh
     if p > limit then return {'toolarge', int(limit)} end
-    -- I4: admitted only if everybody's permits and the caller's fit
+    if p > class_max(priority, limit) then
+        return {'toolarge', int(class_max(priority, limit)), 'reserve'}
+    end
+    -- I4: admitted only if everybody's permits and the caller's fit (I11:
+    -- in its class's share)
     local fits = members + S.xh + S.xw + p <= limit
     if not fits and settle and settle_era() then
         members = member_count()
         fits = members + S.xh + S.xw + p <= limit
     end
+    local held
+    if fits and S.rk then           -- (a waiter may fit and wait: I11)
+        local waiters = redis.call('ZCARD', K_WAITING)
+        held = members - waiters + S.xh
+        fits = waiters == 0 and fits_class(held, p, priority, limit)
+    end
     -- I4: or it would stand first in line (priorities) and fits beside the
-    -- holders (its ticket is the clock, or a hair above it)
+    -- holders (its ticket is the clock, or a hair above it); I11: or first
+    -- of the reserve's class, and it fits in the reserve
     if not fits then
+        local place = NOW_US - priority * AGING_US
         local head = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
-        if head[2] and NOW_US - priority * AGING_US < tonumber(head[2]) then
-            fits = members - redis.call('ZCARD', K_WAITING) + S.xh + p <= limit
+        held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
+        if head[2] and place < tonumber(head[2]) then
+            fits = fits_class(held, p, priority, limit)
+        end
+        if not fits and of_class(priority) then
+            local first = redis.call('ZRANGE', rline_key(), 0, 0, 'WITHSCORES')
+            fits = (not first[2] or place < tonumber(first[2])) and
+                fits_reserve(held, p, limit)
         end
     end
     -- I10: and the rate lets it in
     local grant = fits and rate_open()
     if not grant and wait ~= 1 then
-        if S.rt then return {'busy', int(limit), int(fits and rate_wait_ms() or -1)} end
-        return {'busy', int(limit)}
+        local busy = {'busy', int(limit)}
+        if S.rt then busy[3] = int(fits and rate_wait_ms() or -1) end
+        return reply_share(busy, 3, priority, limit)
     end
     if not current then set('cur', limit) end
     local ticket, last = next_ticket()
@@ -660,13 +793,17 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     count_permits(not grant, p, 1)
     if grant then
         rate_take()
+        note_class(id, p, priority)
         set_deadline(id, NOW_MS + lease, false)
         redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
         return {'held', ticket, int(lease)}
     end
     set_deadline(id, NOW_MS + keepalive, false)
     CREATED = true                  -- the line may have been empty (deleted)
-    redis.call('ZADD', K_WAITING, int(tonumber(ticket) - priority * AGING_US), id)
+    FRESH = false                   -- (a first member may wait for a rate)
+    local place = int(tonumber(ticket) - priority * AGING_US)
+    redis.call('ZADD', K_WAITING, place, id)
+    if of_class(priority) then redis.call('ZADD', rline_key(), place, id) end
     redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin))
     return waiting_reply(id, limit)
 end
@@ -820,7 +957,7 @@ end
 
 -- summary: {stored limit or '', limit in effect or '', permits held,
 -- waiters, holders, ms since the first waiter in line asked or -1, stored
--- rate as given or ''}.
+-- rate as given or '', reserved permits or '', their priority or ''}.
 local function op_summary()
     local r = limit_reply()
     local members = redis.call('ZCARD', K_OWNER)
@@ -831,6 +968,8 @@ local function op_summary()
     r[5] = int(members - tonumber(r[4]))
     r[6] = int(math.max(age, -1))
     r[7] = S.rt and (S.rs or '?') or ''
+    r[8] = S.rk and int(S.rk) or ''
+    r[9] = S.rk and int(S.rp) or ''
     return r
 end
 
@@ -868,6 +1007,41 @@ local function op_set_rate(rt, rb, rs)
     return rate_reply()
 end
 
+-- The reserve: {permits or '', priority or '', permits its class holds}.
+local function reserve_reply()
+    if not S.rk then return {'', '', '0'} end
+    return {int(S.rk), int(S.rp), int(S.hh)}
+end
+
+-- set_reserve permits priority | set_reserve '': store a reserve, or
+-- remove it (I11).  The class's line is made anew from the waiters'
+-- priorities; holders keep the class they came in with, unless the
+-- reserve is removed.  A reserve that now lets a waiter in admits it.
+local function op_set_reserve(rk, rp)
+    redis.call('DEL', rline_key())
+    if not rk and S.hh > 0 then
+        for _, id in ipairs(redis.call('ZRANGE', K_OWNER, 0, -1)) do
+            set('h:' .. id, false)
+        end
+        set('hh', 0)
+    end
+    set('rk', rk or false)
+    set('rp', rk and rp or false)
+    if rk then
+        local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
+        for i = 1, #line, 2 do
+            if priority_of(line[i], tonumber(line[i + 1])) >= rp then
+                add[#add + 1] = line[i + 1]
+                add[#add + 1] = line[i]
+            end
+        end
+        call_chunked('ZADD', rline_key(), add, 2)
+        CREATED = true
+    end
+    if not is_empty() then promote() end
+    return reserve_reply()
+end
+
 -- FAST PATHS.  The commonest calls run as straight-line code: an acquire
 -- of one permit granted at once (on a semaphore with no member, or beside
 -- other holders), and the release of a holder of one permit with nobody
@@ -879,11 +1053,11 @@ end
 -- general path goes on from housekeeping, so for the calls it takes its
 -- effect is the general path's (t/020 checks every invariant after every
 -- step, both paths included).  None changes the state's counts, limits or
--- era (permits of one only).  The first acquire makes the keys and the
--- last release drops them, as finish() would; the others create no key
--- (but a ticket key found gone, given the others' TTL) and need no
--- renewal (I5).  The member count they read (MEMBERS) serves the general
--- path too.  Before any write, every key a fast path writes has been read
+-- era (permits of one only, no rate or reserve).  The first acquire makes
+-- the keys and the last release drops them, as finish() would; the others
+-- create no key (but a ticket key found gone, given the others' TTL) and
+-- need no renewal (I5).  The member count they read (MEMBERS) serves the
+-- general path too.  Before any write, every key a fast path writes has been read
 -- (or is written first, or with its TTL), so that a key of another type
 -- (a key conflict, which stops the call) leaves nothing without a TTL.
 
@@ -913,7 +1087,7 @@ end
 -- outlive the new deadline.  Its first write takes the ticket (I7, as
 -- next_ticket), its second refuses an id that is a member already.
 local function fast_acquire(id, maxh, lease, origin)
-    if S.xh + S.xw > 0 or S.rt or not (maxh or S.limit) or
+    if S.xh + S.xw > 0 or S.rt or S.rk or not (maxh or S.limit) or
        (S.limit and maxh and maxh ~= S.limit) then
         return nil
     end
@@ -939,7 +1113,7 @@ end
 -- release of the last member, a holder (nobody waits) whose deadline has
 -- not passed: every key goes but the ticket, which lives GRACE_MS more
 -- (I5).  (id has a deadline, so it is the one member: I1.)  A state that
--- stores a limit or a rate is left to the general path.
+-- stores a limit, a rate or a reserve is left to the general path.
 local function fast_last(id)
     if stored() then return nil end
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
@@ -956,7 +1130,7 @@ end
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
 local function fast_release(id)
-    if S.xh + S.xw > 0 then return nil end
+    if S.xh + S.xw > 0 or S.rk then return nil end
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or
        redis.call('EXISTS', K_WAITING) == 1 or
@@ -1076,30 +1250,45 @@ local OPS = {
     rate = function(a)
         return function() return rate_reply() end
     end,
+    set_reserve = function(a)
+        if a[2] == '' and #a == 2 then
+            return function() return op_set_reserve(nil) end
+        end
+        local rk, rp = count_arg(a[2]), priority_arg(a[3])
+        if not (rk and rp and rk >= 1 and rk <= 1e6) then return nil end
+        return function() return op_set_reserve(rk, rp) end
+    end,
+    reserve = function(a)
+        return function() return reserve_reply() end
+    end,
 }
 
 -- Read the state: the stored limit, the limit in effect, the excesses,
--- the rate.  A state without a TTL (it stores a limit or a rate) can
--- outlive the members' keys if they expired with nobody calling (I5):
+-- the rate, the reserve.  A state without a TTL (it stores a limit, rate
+-- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
 -- then only the configuration is kept.
 local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt')
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt', 'rk')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
     S.era = v[5] or nil
-    S.rt = tonumber(v[6])
+    S.rt, S.rk, S.hh = tonumber(v[6]), tonumber(v[7]), 0
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
         S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
     end
-    if stored() and (S.cur or S.xh + S.xw > 0) and
+    if S.rk then                    -- the rest of a reserve (I11)
+        v = redis.call('HMGET', K_STATE, 'rp', 'hh')
+        S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+    end
+    if stored() and (S.cur or S.xh + S.xw + S.hh > 0) and
        redis.call('EXISTS', K_OWNER) == 0 then
         local c = config()
         redis.call('DEL', K_STATE)
         for f, value in pairs(c) do
             redis.call('HSET', K_STATE, f, type(value) == 'number' and int(value) or value)
         end
-        S.cur, S.xh, S.xw, S.era = nil, 0, 0, nil
+        S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
     end
 end
 

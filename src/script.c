@@ -291,10 +291,25 @@ element_is(const redisReply *r, size_t i, const char *s)
 static bool
 decode_rate_ms(const redisReply *reply, size_t i, SemResult *result)
 {
+	const redisReply *e = reply_element(reply, i);
+
 	result->rate_ms = -1;
-	result->has_rate = reply_element(reply, i) != NULL;
+	result->has_rate = e != NULL && !(e->type == REDIS_REPLY_STRING && e->len == 0);
 	return !result->has_rate ||
-		(reply_int64(reply_element(reply, i), &result->rate_ms) && result->rate_ms >= -1);
+		(reply_int64(e, &result->rate_ms) && result->rate_ms >= -1);
+}
+
+/*
+ * Decode the optional element i of a busy or waiting reply: present only
+ * when a reserve (I11) keeps permits from the caller's priority, the
+ * permits left to it
+ */
+static bool
+decode_share(const redisReply *reply, size_t i, SemResult *result)
+{
+	result->share = -1;
+	return reply_element(reply, i) == NULL ||
+		(reply_int64(reply_element(reply, i), &result->share) && result->share >= 1);
 }
 
 /* Decode a {state, ticket, ms, position, limit} reply into result, then free it */
@@ -318,13 +333,13 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 			reply_int64(reply_element(reply, 2), &result->position) &&
 			reply_int64(reply_element(reply, 3), &result->ms) &&
 			reply_int64(reply_element(reply, 4), &result->limit) &&
-			decode_rate_ms(reply, 5, result);
+			decode_rate_ms(reply, 5, result) && decode_share(reply, 6, result);
 	}
 	else if (element_is(reply, 0, "busy"))
 	{
 		result->state = SEM_BUSY;
 		ok = reply_int64(reply_element(reply, 1), &result->limit) &&
-			decode_rate_ms(reply, 2, result);
+			decode_rate_ms(reply, 2, result) && decode_share(reply, 3, result);
 	}
 	else if (element_is(reply, 0, "limit"))
 	{
@@ -337,6 +352,7 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 	else if (element_is(reply, 0, "toolarge"))
 	{
 		result->state = SEM_TOO_LARGE;
+		result->reserve = element_is(reply, 2, "reserve");
 		ok = reply_int64(reply_element(reply, 1), &result->limit);
 	}
 	else if (element_is(reply, 0, "gone"))
@@ -831,6 +847,54 @@ sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
 		decode_rate(call, name, reply, rate);
 }
 
+/* Decode a {permits, priority, held} reserve reply ('' for none), then free it */
+static bool
+decode_reserve(RedisCall *call, const char *name, redisReply *reply,
+			   SemReserve *reserve)
+{
+	memset(reserve, 0, sizeof(*reserve));
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3)
+		return malformed(call, name, reply, "reserve did not answer three fields");
+	if (!element_is(reply, 0, "") &&
+		(!reply_int64(reply->element[0], &reserve->permits) || reserve->permits < 1 ||
+		 !reply_int64(reply->element[1], &reserve->min_priority)))
+		return malformed(call, name, reply, "reserve answered a malformed field");
+	if (!reply_int64(reply->element[2], &reserve->held) || reserve->held < 0)
+		return malformed(call, name, reply, "reserve answered a malformed field");
+	freeReplyObject(reply);
+	return true;
+}
+
+/* The semaphore's stored reserve (reserve->permits 0: none) */
+bool
+sem_reserve(RedisCall *call, const char *name, SemReserve *reserve)
+{
+	redisReply *reply;
+
+	return run_script(call, NULL, name, "reserve", 0, NULL, &reply) &&
+		decode_reserve(call, name, reply, reserve);
+}
+
+/*
+ * Store the semaphore's reserve (permits 0: remove it); a waiter it now
+ * lets in is admitted.  *reserve: as sem_reserve, afterwards.
+ */
+bool
+sem_set_reserve(RedisCall *call, const char *name, int permits,
+				int min_priority, SemReserve *reserve)
+{
+	const char *args[2] = {""};
+	redisReply *reply;
+
+	if (permits > 0)
+	{
+		args[0] = psprintf("%d", permits);
+		args[1] = psprintf("%d", min_priority);
+	}
+	return run_script(call, NULL, name, "set_reserve", permits > 0 ? 2 : 1, args, &reply) &&
+		decode_reserve(call, name, reply, reserve);
+}
+
 /* The index key of prefix (NULL: redsem.key_prefix): "<prefix>index" */
 static char *
 index_key(const char *prefix)
@@ -940,15 +1004,15 @@ bool
 sem_summary(RedisCall *call, const char *name, SemSummary *out)
 {
 	redisReply *reply;
-	int64		v[6];
+	int64		v[9] = {0};
 
 	if (!run_script(call, NULL, name, "summary", 0, NULL, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 7 ||
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 9 ||
 		reply->element[6]->type != REDIS_REPLY_STRING)
-		return malformed(call, name, reply, "summary did not answer seven fields");
-	for (int i = 0; i < 6; i++)
-		if (!summary_field(reply->element[i], &v[i]))
+		return malformed(call, name, reply, "summary did not answer nine fields");
+	for (int i = 0; i < 9; i++)
+		if (i != 6 && !summary_field(reply->element[i], &v[i]))
 			return malformed(call, name, reply, "summary did not answer numbers");
 	out->rate = reply->element[6]->len == 0 ? NULL :
 		pnstrdup(reply->element[6]->str, reply->element[6]->len);
@@ -959,6 +1023,8 @@ sem_summary(RedisCall *call, const char *name, SemSummary *out)
 	out->waiting = v[3];
 	out->holders = v[4];
 	out->oldest_wait_ms = v[5];
+	out->reserved = v[7];
+	out->reserved_for = v[8];
 	return true;
 }
 

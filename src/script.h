@@ -33,9 +33,13 @@ typedef struct SemResult
 	int64		position;		/* WAITING: members that must leave, less one */
 	int64		limit;			/* the limit in effect, or 0 if not told */
 	bool		stored;			/* OTHER_LIMIT: the limit in effect is stored */
+	bool		reserve;		/* TOO_LARGE: limit is what a reserve leaves
+								 * to the caller's priority */
 	bool		has_rate;		/* BUSY, WAITING: the semaphore has a stored rate */
 	int64		rate_ms;		/* ...and then the ms until it lets the caller
 								 * in, if that is all that keeps it out; or -1 */
+	int64		share;			/* BUSY, WAITING: the permits a reserve leaves
+								 * to the caller's priority, or -1: all */
 } SemResult;
 
 /* A semaphore's limits, as the "limit" operation reports them */
@@ -55,6 +59,14 @@ typedef struct SemRate
 	int64		burst;			/* admissions at once */
 	int64		wait_ms;		/* until it lets the next caller in */
 } SemRate;
+
+/* A semaphore's stored reserve, as the "reserve" operation reports it */
+typedef struct SemReserve
+{
+	int64		permits;		/* permits kept, or 0: none */
+	int64		min_priority;	/* for callers of this priority and up */
+	int64		held;			/* permits those callers hold */
+} SemReserve;
 
 /* One member of a semaphore, as the "list" operation reports it */
 typedef struct SemMember
@@ -95,6 +107,8 @@ typedef struct SemSummary
 	int64		waiting;
 	int64		oldest_wait_ms;	/* since the first waiter asked */
 	char	   *rate;			/* the stored rate as given, or NULL */
+	int64		reserved;		/* permits of a stored reserve, or -1 */
+	int64		reserved_for;	/* ...kept for this priority and up */
 } SemSummary;
 
 /* Names per index_touch call */
@@ -125,5 +139,8 @@ extern bool sem_set_limit(RedisCall *call, const char *name, int max_holders,
 extern bool sem_rate(RedisCall *call, const char *name, SemRate *rate);
 extern bool sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
 						 SemRate *rate);
+extern bool sem_reserve(RedisCall *call, const char *name, SemReserve *reserve);
+extern bool sem_set_reserve(RedisCall *call, const char *name, int permits,
+							int min_priority, SemReserve *reserve);
 
 #endif							/* REDSEM_SCRIPT_H */

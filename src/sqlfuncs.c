@@ -211,6 +211,9 @@ redsem_guard(PG_FUNCTION_ARGS)
 						   args.rate_ms) :
 				 args.rate_seen ?
 				 errdetail("No slot came free within the wait that the semaphore's rate (redsem_set_rate) would let this caller take.") :
+				 args.share_seen >= 0 ?
+				 errdetail("The semaphore keeps a reserve (redsem_set_reserve) for higher priorities: callers of priority %d share " INT64_FORMAT " of its permits, and not enough of those came free within the wait.",
+						   args.priority, args.share_seen) :
 				 args.permits == 1 ?
 				 errdetail("All " INT64_FORMAT " slots stayed taken for the whole wait.", args.limit_seen) :
 				 errdetail("%d of the " INT64_FORMAT " permits never came free together within the wait.",

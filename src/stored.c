@@ -1,8 +1,8 @@
 /*
  * stored.c
  *		Configuration kept with a semaphore in Redis, for every server:
- *		storing its limit and its rate (redsem_admin).  Reading them back
- *		is in observe.c.
+ *		storing its limit, its rate and its reserve (redsem_admin).
+ *		Reading them back is in observe.c.
  */
 #include "postgres.h"
 
@@ -14,12 +14,14 @@
 #include "utils/builtins.h"
 
 #include "hold.h"
+#include "redsem.h"
 #include "script.h"
 #include "sqlargs.h"
 #include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_set_limit);
 PG_FUNCTION_INFO_V1(redsem_set_rate);
+PG_FUNCTION_INFO_V1(redsem_set_reserve);
 
 /* The slowest rate: one admission a week (the script takes up to 1e12 us) */
 #define RATE_MAX_US			(7 * USECS_PER_DAY)
@@ -123,17 +125,20 @@ parse_rate(const char *text, char **shown)
 }
 
 /*
- * A stored limit or rate is configuration: the index pins the name, so
- * that redsem_semaphores() shows it while nobody uses it.
+ * A stored limit, rate or reserve is configuration: the index pins the
+ * name, so that redsem_semaphores() shows it while nobody uses it.
  */
 static void
 pin_configured(RedisCall *call, const char *name)
 {
 	SemLimit	limit;
 	SemRate		rate;
+	SemReserve	reserve;
 
-	if (sem_limit(call, name, &limit) && sem_rate(call, name, &rate))
-		(void) sem_index_pin(call, name, limit.stored > 0 || rate.text != NULL,
+	if (sem_limit(call, name, &limit) && sem_rate(call, name, &rate) &&
+		sem_reserve(call, name, &reserve))
+		(void) sem_index_pin(call, name,
+							 limit.stored > 0 || rate.text != NULL || reserve.permits > 0,
 							 FLEET_TTL_MS);
 }
 
@@ -205,6 +210,50 @@ redsem_set_rate(PG_FUNCTION_ARGS)
 	else
 		ereport(LOG,
 				(errmsg("redsem: stored rate of semaphore \"%s\" removed by role \"%s\"",
+						name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_VOID();
+}
+
+/*
+ * redsem_set_reserve(name, permits, min_priority): keep permits of the
+ * semaphore's limit for callers of priority min_priority and up, in Redis
+ * for every server (permits NULL: remove the reserve).  For superusers and
+ * members of redsem_admin.  Logged.
+ */
+Datum
+redsem_set_reserve(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			permits = 0;
+	int			min_priority = 0;
+	RedisCall	call = REDIS_SQL_CALL;
+	SemReserve	reserve;
+
+	require_admin("set the reserve of a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	if (!PG_ARGISNULL(1))
+	{
+		permits = count_arg(fcinfo, 1, "permits");
+		if (PG_ARGISNULL(2))
+			reject_null("min_priority");
+		min_priority = PG_GETARG_INT32(2);
+		if (min_priority < -REDSEM_MAX_PRIORITY || min_priority > REDSEM_MAX_PRIORITY)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"min_priority\" is out of range"),
+					 errdetail("\"min_priority\" must be between %d and %d; it is %d.",
+							   -REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY, min_priority)));
+	}
+	hold_init();
+	(void) sem_set_reserve(&call, name, permits, min_priority, &reserve);
+	pin_configured(&call, name);
+	if (permits > 0)
+		ereport(LOG,
+				(errmsg("redsem: reserve of semaphore \"%s\" set to %d permits for priority %d and up by role \"%s\"",
+						name, permits, min_priority, GetUserNameFromId(GetUserId(), false))));
+	else
+		ereport(LOG,
+				(errmsg("redsem: reserve of semaphore \"%s\" removed by role \"%s\"",
 						name, GetUserNameFromId(GetUserId(), false))));
 	PG_RETURN_VOID();
 }

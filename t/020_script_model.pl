@@ -20,6 +20,11 @@
 #     all come before every waiter; the first waiter does not fit (else it
 #     would have been promoted);
 #   - tickets rise along the line;
+#   - with a reserve (I11): the line of its class is the waiters of its
+#     priority and up; its holders' permits are counted; a holder below
+#     its priority came in only within the share the reserve leaves; a
+#     holder of the class passed only waiters below it; the first of the
+#     class's line does not fit in the reserve;
 #   - every key has a TTL covering the latest deadline plus the grace (a
 #     state holding a stored limit has none);
 #   - every id that was told it holds a slot, and whose lease has not run
@@ -148,6 +153,8 @@ sub violations
 	}
 	my @holders = grep { !exists $waiting{$_} } @ids;
 	my @waiters = grep { exists $waiting{$_} } @ids;
+	my %rline = @{ $r->cmd('ZRANGE', "m:{$name}:rline", 0, -1, 'WITHSCORES') };
+	push @bad, reserve_violations($name, \%state, \%ticket, \%waiting, \%rline, \%p, \@holders);
 	my $held = sum0(map { $p{$_} } @holders);
 	my $xh = sum0(map { $p{$_} - 1 } @holders);
 	my $xw = sum0(map { $p{$_} - 1 } @waiters);
@@ -182,23 +189,32 @@ sub violations
 	# (unless a stored rate kept it out when the last call ran: I10)
 	my $rate_shut = exists $state{rt}
 	  && ($state{tat} // 0) - (($state{rb} // 1) - 1) * $state{rt} > ($last_call_us{$name} // 0) - 1000;
-	push @bad, "the first waiter $first_waiter (taking $p{$first_waiter}) fits beside $held permits under the limit $limit but was not promoted"
-	  if defined $first_waiter && $held + $p{$first_waiter} <= $limit && !$rate_shut;
+	push @bad, "the first waiter $first_waiter (taking $p{$first_waiter}, priority "
+	  . priority_of($first_waiter, \%ticket, \%waiting)
+	  . ") fits beside $held permits under the limit $limit but was not promoted"
+	  if defined $first_waiter && !$rate_shut
+	  && fits_class(\%state, $limit, $held, $p{$first_waiter}, priority_of($first_waiter, \%ticket, \%waiting));
+	my ($first_class) = sort { $rline{$a} <=> $rline{$b} || $a cmp $b } keys %rline;
+	push @bad, "the first waiter of the reserve's class $first_class (taking $p{$first_class}) fits in the reserve but was not promoted"
+	  if defined $first_class && defined $first_waiter && $first_class ne $first_waiter && !$rate_shut
+	  && exists $p{$first_class}
+	  && $held + $p{$first_class} <= $limit && ($state{hh} // 0) + $p{$first_class} <= reserved(\%state, $limit);
 	push @bad, rate_violations($name, \%state, \%info, \%waiting);
-	push @bad, grant_violations($name, \%ticket, \%waiting);
+	push @bad, grant_violations($name, \%ticket, \%waiting, \%state, \%rline);
 
 	# key lifetimes cover the latest deadline (Redis's clock is read after
 	# the TTLs, so a slow machine can only make this check more lenient)
 	my ($latest) = sort { $b <=> $a } values %timeout;
-	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw, $ks);
+	my $krl = "m:{$name}:rline";
+	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw, $ks, $krl);
 	my $now = redis_now_ms();
-	foreach my $k ($ko, $kt, $kk, $ki, $kw, $ks)
+	foreach my $k ($ko, $kt, $kk, $ki, $kw, $ks, $krl)
 	{
 		my $pttl = $pttl{$k};
 		next if $pttl == -2;
-		if ($k eq $ks && (exists $state{limit} || exists $state{rt}))
+		if ($k eq $ks && (exists $state{limit} || exists $state{rt} || exists $state{rk}))
 		{
-			push @bad, "the state holds a stored limit or rate but expires in $pttl ms" if $pttl != -1;
+			push @bad, "the state holds a stored limit, rate or reserve but expires in $pttl ms" if $pttl != -1;
 			next;
 		}
 		if ($pttl == -1)
@@ -232,6 +248,82 @@ sub violations
 		  if !exists $ticket{$id} || exists $waiting{$id};
 		push @bad, "$id was granted " . ($m->{p} // 1) . " permits, Redis says $p{$id}"
 		  if exists $p{$id} && $p{$id} != ($m->{p} // 1);
+	}
+	return @bad;
+}
+
+# I11: a waiter's priority, from its ticket and its place (I4).
+sub priority_of
+{
+	my ($id, $ticket, $waiting) = @_;
+	return int(($ticket->{$id} - $waiting->{$id}) / $AGING_US + ($ticket->{$id} >= $waiting->{$id} ? 0.5 : -0.5));
+}
+
+# I11: the permits a stored reserve keeps under $limit (never all).
+sub reserved
+{
+	my ($state, $limit) = @_;
+	return exists $state->{rk} ? min($state->{rk}, max($limit - 1, 0)) : 0;
+}
+
+# I3, I11: true if $p more permits of priority $prio fit beside $held.
+sub fits_class
+{
+	my ($state, $limit, $held, $p, $prio) = @_;
+	return 0 if $held + $p > $limit;
+	return 1 if !exists $state->{rk} || $prio >= ($state->{rp} // 0);
+	my ($k, $hh) = (reserved($state, $limit), $state->{hh} // 0);
+	return $held - $hh + max($hh - $k, 0) + $p <= $limit - $k;
+}
+
+# I11: the class's line is its waiters (and only while a reserve is
+# stored); hh and the h:<id> marks count its holders; a holder below the
+# reserve's priority granted since the last look fit in the share left.
+my (%class_seen, %config_step);
+my $STEP = 0;    # the step being checked (the randomized run)
+sub reserve_violations
+{
+	my ($name, $state, $ticket, $waiting, $rline, $p, $holders) = @_;
+	my @bad;
+	if (exists $state->{rk})
+	{
+		foreach my $id (keys %$waiting)
+		{
+			my $in = priority_of($id, $ticket, $waiting) >= ($state->{rp} // 0);
+			push @bad, "waiter $id of priority " . priority_of($id, $ticket, $waiting)
+			  . ($in ? " is missing from" : " is in") . " the line of the reserve's class (priority " . ($state->{rp} // 0) . " and up)"
+			  if $in != exists $rline->{$id};
+			push @bad, "waiter $id has place $rline->{$id} in the class's line, $waiting->{$id} in waiting"
+			  if $in && exists $rline->{$id} && $rline->{$id} != $waiting->{$id};
+		}
+	}
+	push @bad, "$_ is in the class's line but waits no more" foreach grep { !exists $waiting->{$_} } sort keys %$rline;
+	my %holder = map { $_ => 1 } @$holders;
+	my $hh = 0;
+	foreach my $f (grep { /^h:/ } keys %$state)
+	{
+		my $id = substr($f, 2);
+		push @bad, "state marks $id of the reserve's class, but it holds nothing" unless $holder{$id};
+		$hh += $p->{$id} // 0;
+	}
+	push @bad, "state counts hh " . ($state->{hh} // 0) . ", the class's holders say $hh" if ($state->{hh} // 0) != $hh;
+	push @bad, "a class is counted with no reserve stored" if !exists $state->{rk} && $hh;
+	my $limit = $limit{$name};
+	# (a step that changed the limit or the reserve may have let somebody
+	# in under the old ones first: housekeeping runs before the change)
+	my $fresh_low = 0;
+	foreach my $id (@$holders)
+	{
+		next if $class_seen{$name}{"$id|$ticket->{$id}"}++;
+		$fresh_low ||= !exists $state->{"h:$id"};
+	}
+	if ($fresh_low && exists $state->{rk} && ($config_step{$name} // -1) != $STEP)
+	{
+		my $held = sum0(map { $p->{$_} } @$holders);
+		my $k = reserved($state, $limit);
+		my $share = $held - $hh + max($hh - $k, 0);
+		push @bad, "a holder below the reserve's priority came in, and such holders take $share of the $limit - $k permits the reserve leaves"
+		  if $share > $limit - $k;
 	}
 	return @bad;
 }
@@ -275,18 +367,18 @@ sub rate_violations
 
 # I7, I4: every holder granted since the last look got a ticket above every
 # earlier grant's (fencing tokens rise in grant order), and one promoted
-# from the line stood before every waiter still there that was there
-# before this step ($STEP: the step being checked; a waiter notes the step
+# from the line, or let in at once, stood before every waiter still there
+# that was there before this step ($STEP: the step being checked; a waiter notes the step
 # it joined in).
 my (%top_token, %tokened);
-my $STEP = 0;
 sub grant_violations
 {
-	my ($name, $ticket, $waiting) = @_;
+	my ($name, $ticket, $waiting, $state, $rline) = @_;
 	my @bad;
-	my ($first) = sort { $a <=> $b }
-	  map { $waiting->{$_} }
-	  grep { exists $c{$_} && ($c{$_}{joined} // $STEP) < $STEP } keys %$waiting;
+	my @before = grep { exists $c{$_} && ($c{$_}{joined} // $STEP) < $STEP } keys %$waiting;
+	my ($first) = sort { $a <=> $b } map { $waiting->{$_} } @before;
+	# (I11: a holder of the reserve's class passes only waiters below it)
+	my ($first_class) = sort { $a <=> $b } map { $waiting->{$_} } grep { exists $rline->{$_} } @before;
 	my $top = $top_token{$name} // 0;
 	foreach my $id (sort { $ticket->{$a} <=> $ticket->{$b} } keys %$ticket)
 	{
@@ -295,9 +387,10 @@ sub grant_violations
 		  if $ticket->{$id} <= $top;
 		$top_token{$name} = $ticket->{$id} if $ticket->{$id} > ($top_token{$name} // 0);
 		my $m = $c{$id};
-		next unless $m && $m->{sem} eq $name && defined $m->{place} && defined $first;
-		push @bad, "$id was promoted from place $m->{place}, behind waiter at place $first"
-		  if $m->{place} > $first;
+		my $ahead = exists $state->{"h:$id"} ? $first_class : $first;
+		next unless $m && $m->{sem} eq $name && defined $m->{place} && defined $ahead;
+		push @bad, "$id was promoted from place $m->{place}, behind waiter at place $ahead"
+		  if $m->{place} > $ahead;
 		delete $m->{place};
 	}
 	return @bad;
@@ -746,6 +839,55 @@ note 'thousands of members taking several permits expire in one call';
 }
 
 ###########################################################################
+note 'a reserve: 2 of 10 permits kept for priority 0 and up, a flood of priority -1 (I11)';
+
+%limit = (resv => 10);
+# acquire on resv with the limit 10: id, permits, wait, priority
+sub resv { my ($id, $p, $wait, $prio) = @_; return ev('resv', 'acquire', $id, 10, $p, 60000, $wait, 30000, 'model', '', $prio); }
+is_deeply(ev('resv', 'set_reserve', 2, 0), [ 2, 0, 0 ], 'the reserve is stored: 2 permits for priority 0 and up');
+my @got = map { state_of(resv("low$_", 1, 1, -1)) } 1 .. 12;
+is("@got", join(' ', ('held') x 8, ('waiting') x 4), 'a flood of twelve priority -1 callers: 8 hold, 4 wait');
+check_all('a flood of priority -1 under a reserve');
+is_deeply(resv('big', 9, 0, -1), [ 'toolarge', 8, 'reserve' ], 'priority -1 cannot ask for 9 permits: 8 are left to it');
+is_deeply(resv('hi1', 1, 0, 0), [ 'held', $r->cmd('ZSCORE', 'm:{resv}:owner', 'hi1') // 0, 60000 ],
+	'a priority-0 caller that does not wait gets in at once, past the line');
+is(state_of(resv('hi2', 1, 0, 3)), 'held', 'and one of priority 3: the reserve is full');
+is_deeply(resv('hi3', 1, 0, 0), [ 'busy', 10 ], 'a third is refused: the limit is reached');
+is_deeply(resv('lo', 1, 0, -1), [ 'busy', 10, '', 8 ], 'priority -1 is told what the reserve leaves it');
+# a second later the line's places (arrival + 1 s for priority -1) are
+# ahead of a priority-0 newcomer's (I4)
+usleep(1_100_000);
+is(state_of(resv('hi4', 1, 1, 0)), 'waiting', 'a fourth waits, behind the four priority -1 waiters');
+is_deeply(ev('resv', 'reserve'), [ 2, 0, 2 ], 'the class holds the 2 reserved permits');
+check_all('the reserve filled by priority 0 and 3');
+is(ev('resv', 'release', 'low1'), 1, 'a priority -1 holder leaves');
+is(state_of(ev('resv', 'wait_check', 'low9', 30000)), 'held', 'the first priority -1 waiter gets its permit');
+is(state_of(ev('resv', 'wait_check', 'hi4', 30000)), 'waiting', 'the priority-0 waiter behind it still waits');
+check_all('a priority -1 holder replaced by the first waiter');
+is(ev('resv', 'release', 'hi1'), 1, 'a priority-0 holder leaves');
+is(state_of(ev('resv', 'wait_check', 'hi4', 30000)), 'held', 'the priority-0 waiter passes three priority -1 waiters into the reserve');
+is(state_of(ev('resv', 'wait_check', 'low10', 30000)), 'waiting', 'which still wait');
+check_all('a priority-0 waiter promoted into the reserve');
+is_deeply(ev('resv', 'set_reserve', ''), [ '', '', 0 ], 'the reserve is removed');
+is(state_of(ev('resv', 'wait_check', 'low10', 30000)), 'waiting', 'nobody left: the limit is reached');
+check_all('the reserve removed');
+ev('resv', 'release', $_) foreach (map { "low$_" } 1 .. 12), 'hi2', 'hi4';
+is_deeply($r->cmd('KEYS', 'm:{resv}:*'), [ 'm:{resv}:ticket' ], 'every member gone, only the ticket is left');
+
+%limit = (resv2 => 4);
+# acquire on resv2 with the limit 4: id, permits, wait, priority
+sub resv2 { my ($id, $p, $wait, $prio) = @_; return ev('resv2', 'acquire', $id, 4, $p, 60000, $wait, 30000, 'model', '', $prio); }
+ev('resv2', 'set_reserve', 2, 0);
+is(join(' ', map { state_of($_) } resv2('l1', 1, 0, -1), resv2('l2', 1, 0, -1), resv2('c1', 1, 0, 0), resv2('c2', 2, 1, 0)),
+	'held held held waiting', 'two below the class hold what the reserve leaves, one of the class holds, one of it waits for 2');
+is(state_of(resv2('c3', 1, 0, 0)), 'busy',
+	'a newcomer of the class that would fit in the reserve is refused: it stands behind the waiter of its class');
+check_all('the line of the class');
+ev('resv2', 'release', $_) foreach qw(l1 l2 c1 c2);
+ev('resv2', 'set_reserve', '');
+%limit = ();
+
+###########################################################################
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
@@ -762,6 +904,10 @@ foreach my $bad (
 	[ 'set_rate', 1000, 1 ],
 	[ 'set_rate', 'fast' ],
 	[ 'set_rate', 1000, 1, 'x' x 65 ],
+	[ 'set_reserve', 0, 5 ],
+	[ 'set_reserve', 2 ],
+	[ 'set_reserve', 2, 101 ],
+	[ 'set_reserve', 2, 'high' ],
 	[ 'refresh', 'x', -5 ],
 	[ 'refresh_many' ],
 	[ 'refresh_many', 'x' ],
@@ -788,7 +934,8 @@ note "randomized run: seed $seed, $steps steps (REDSEM_MODEL_SEED=$seed reproduc
 %c = ();
 # s1, s2: one permit each; s4: up to 3 permits; sv: a stored limit that
 # changes, callers passing none, up to 3 permits
-# sr: a stored rate that changes (I10)
+# sr: a stored rate that changes (I10); sv also has a reserve that
+# changes (I11)
 %limit = (s1 => 1, s2 => 2, s4 => 4, sv => 3, sr => 2);
 %allow = ();
 my %weighted = (s4 => 1, sv => 1);
@@ -800,6 +947,10 @@ ev('sv', 'set_limit', $limit{sv});
 my @rates = ([ 20000, 2, '50/s' ], [ 5000, 1, '200/s' ], [ 50000, 3, '20/s' ], ['']);
 ev('sr', 'set_rate', @{ $rates[0] });
 model_rate('sr');
+# permits kept for a priority and up (the one in force first, then any)
+my @reserves = ([ 1, 1 ], [ 2, 3 ], [ 1, -1 ], [ 4, 100 ], ['']);
+my %reserve = (sv => $reserves[0]);
+ev('sv', 'set_reserve', @{ $reserves[0] });
 
 sub pick { my @a = @_; return @a ? $a[ int(rand(@a)) ] : undef; }
 sub ids_in { my ($state) = @_; return grep { $c{$_}{state} eq $state } sort keys %c; }
@@ -813,6 +964,21 @@ sub limit_arg { my ($sem) = @_; return $sem eq 'sv' ? '' : $limit{$sem}; }
 # Permits a caller asks for (sometimes more than the stored limit).
 sub some_permits { my ($sem) = @_; return $weighted{$sem} ? 1 + int(rand(3)) : 1; }
 
+# Priorities: mostly none; a level's head start is a second (I4)
+sub some_priority { return pick(0, 0, 0, 1, -1, 3, 100, -100); }
+
+# True if a caller of priority $prio asking $p permits of $sem is refused
+# as too large: above the limit, or (I11) above what a reserve leaves it.
+sub too_large
+{
+	my ($sem, $p, $prio) = @_;
+	my $limit = $limit{$sem};
+	return 1 if $p > $limit;
+	my $res = $reserve{$sem};
+	return 0 unless $res && defined $res->[1] && $prio < $res->[1];
+	return $p > $limit - min($res->[0], max($limit - 1, 0));
+}
+
 # Note the outcome of a call that may grant $p permits, sent at $t_sent.
 sub absorb
 {
@@ -821,8 +987,10 @@ sub absorb
 	$prio //= exists $c{$id} ? $c{$id}{prio} // 0 : 0;
 	if ($st eq 'held')
 	{
+		# a newcomer let in at once: where it would have stood in line (I4)
+		my $place = exists $c{$id} ? undef : $reply->[1] - $prio * $AGING_US;
 		$c{$id} = { sem => $sem, state => 'holding', until => $t_sent + $reply->[2],
-			p => $p // $c{$id}{p} };
+			p => $p // $c{$id}{p}, place => $place };
 	}
 	elsif ($st eq 'waiting')
 	{
@@ -852,25 +1020,24 @@ my %actions = (
 	acquire_try => sub {
 		my $sem = pick(@sems);
 		my $id = 'c' . ++$next_id;
-		my ($lease, $p) = (80 + int(rand(320)), some_permits($sem));
+		my ($lease, $p, $prio) = (80 + int(rand(320)), some_permits($sem), some_priority());
 		my $t = now_ms();
 		my $st = absorb($id, $sem,
-			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 0, 1000, 'model'), $t, $p);
-		return ("$id try-once on $sem for $p (lease $lease): $st",
-			$p > $limit{$sem} ? $st eq 'toolarge' : $st =~ /^(held|busy)$/);
+			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 0, 1000, 'model', '', $prio), $t, $p, $prio);
+		return ("$id try-once on $sem for $p (lease $lease, priority $prio): $st",
+			too_large($sem, $p, $prio) ? $st eq 'toolarge' : $st =~ /^(held|busy)$/);
 	},
 	acquire_wait => sub {
 		my $sem = pick(@sems);
 		my $id = 'c' . ++$next_id;
 		my ($lease, $p) = (80 + int(rand(320)), some_permits($sem));
 		my $keep = 150 + int(rand(450));
-		# priorities: mostly none; a level's head start is a second (I4)
-		my $prio = pick(0, 0, 0, 1, -1, 3, 100, -100);
+		my $prio = some_priority();
 		my $t = now_ms();
 		my $st = absorb($id, $sem,
 			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 1, $keep, 'model', '', $prio), $t, $p, $prio);
 		return ("$id waits on $sem for $p (lease $lease, keepalive $keep, priority $prio): $st",
-			$p > $limit{$sem} ? $st eq 'toolarge' : $st =~ /^(held|waiting)$/);
+			too_large($sem, $p, $prio) ? $st eq 'toolarge' : $st =~ /^(held|waiting)$/);
 	},
 	wrong_limit => sub {
 		my $sem = pick(@sems);
@@ -894,8 +1061,18 @@ my %actions = (
 		my $n = 1 + int(rand(5));
 		my $reply = ev('sv', 'set_limit', $n);
 		model_limit('sv', $n);
+		$config_step{sv} = $STEP;
 		return ("the stored limit of sv becomes $n: " . join(' ', @$reply),
 			ref $reply eq 'ARRAY' && $reply->[0] == $n);
+	},
+	set_reserve => sub {
+		my $res = pick(@reserves);
+		my $reply = ev('sv', 'set_reserve', @$res);
+		$reserve{sv} = $res;
+		$config_step{sv} = $STEP;
+		return ("the reserve of sv becomes " . ($res->[0] ? "$res->[0] for priority $res->[1] and up" : 'none')
+			  . ': ' . join(' ', @$reply),
+			ref $reply eq 'ARRAY' && $reply->[0] eq $res->[0] && $reply->[1] eq ($res->[1] // ''));
 	},
 	set_rate => sub {
 		my $rate = pick(@rates);
@@ -1031,6 +1208,8 @@ my %actions = (
 		my $lim = ev($sem, 'limit');
 		my $rate = ev($sem, 'rate');
 		return ("rate on $sem: " . state_of($rate), 0) unless ref $rate eq 'ARRAY' && @$rate == 4;
+		my $res = ev($sem, 'reserve');
+		return ("reserve on $sem: " . state_of($res), 0) unless ref $res eq 'ARRAY' && @$res == 3;
 		# the limit call runs after the list call: members may have expired
 		# in between, and then no limit is in effect and nobody is counted
 		return ("token, list and limit on $sem",
@@ -1049,7 +1228,8 @@ my @weighted = (
 	('acquire_try') x 14, ('acquire_wait') x 14, ('wait_check') x 12,
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
-	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2);
+	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2,
+	('set_reserve') x 2);
 
 my $ok = 1;
 my $t_start = time;
@@ -1081,6 +1261,7 @@ cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"") foreach sort keys %ac
 note 'once every lease has ended and the stored limits are removed, nothing is left';
 
 ev('sv', 'set_limit', '');
+ev('sv', 'set_reserve', '');
 ev('sr', 'set_rate', '');
 # No key outlives its last renewal by more than the longest deadline set
 # (600 ms: a keepalive), plus the grace, plus as much again (the renewal's

@@ -2,10 +2,14 @@
 # a Redis and a semaphore with one slot.  Checked: a waiter of higher
 # priority is served before earlier waiters of lower priority, whichever
 # server they are on; aging: a waiter of priority 1 that came more than a
-# second after one of priority 0 is served after it; fencing tokens rise in
+# second after one of priority 0 is served after it, one of priority 5 that
+# came 2.4 s after (and less than 5 s: a loaded machine has margin) before; fencing tokens rise in
 # grant order whatever the line's order; a statement queue serves the
 # sessions of a role with a higher redsem.queue_priority first; a priority
-# out of range is refused.
+# out of range is refused.  Reserved capacity across the two servers: with
+# 1 of 4 permits kept for priority 5, priority-0 sessions of both servers
+# hold at most 3, a priority-5 caller that does not wait gets in at once on
+# either server, and redsem_guard says a reserve kept a caller out.
 use strict;
 use warnings FATAL => 'all';
 
@@ -77,9 +81,9 @@ is("@$order", 'a9 b5 b0 a0',
 ok($tokens->[0] < $tokens->[1] && $tokens->[1] < $tokens->[2] && $tokens->[2] < $tokens->[3],
 	"fencing tokens rise in grant order, not arrival order (@$tokens)");
 
-($order) = serve_order('pr_age', 1200, [ $nb, 'early0', 0 ], [ $na, 'late1', 1 ], [ $nb, 'late3', 3 ]);
-is("@$order", 'late3 early0 late1',
-	'aging, a second per level: priority 3 coming 2.4 s after priority 0 passes it, priority 1 coming 1.2 s after does not');
+($order) = serve_order('pr_age', 1200, [ $nb, 'early0', 0 ], [ $na, 'late1', 1 ], [ $nb, 'late5', 5 ]);
+is("@$order", 'late5 early0 late1',
+	'aging, a second per level: priority 5 coming 2.4 s after priority 0 passes it, priority 1 coming 1.2 s after does not');
 
 like(($na->psql('postgres', q{SELECT redsem_acquire('pr_bad', 1, priority => 101);}))[2],
 	qr/argument "priority" is out of range/, 'a priority of 101 is refused');
@@ -124,6 +128,42 @@ like($err, qr/priority 5 is above this session's redsem.max_priority of 0/,
 like($err, qr/permission denied to set parameter "redsem.max_priority"/, 'nor raise its own cap');
 is($na->safe_psql('postgres', q{SELECT redsem_acquire('pr_cap', 1, priority => -3) IS NOT NULL;},
 	extra_params => [ '-U', 'capped' ]), 't', 'but it may ask for less');
+
+# reserved capacity: 1 of 4 permits kept for priority 5 and up
+$na->safe_psql('postgres', q{SELECT redsem_set_limit('pr_res', 4); SELECT redsem_set_reserve('pr_res', 1, 5);});
+my @flood = map { RedsemTest::Session->new($_->[0], name => $_->[1]) }
+  ([ $na, 'fa1' ], [ $nb, 'fb1' ], [ $na, 'fa2' ], [ $nb, 'fb2' ]);
+$_->send(q{SELECT redsem_acquire('pr_res', wait => '60 s') IS NOT NULL;}) foreach @flood;
+wait_until(20, sub { $redis->zcard('pr_res', 'owner') == 4 }) or diag('the flood did not arrive');
+is($nb->safe_psql('postgres', q{SELECT permits_held || ' ' || waiting FROM redsem_semaphore('pr_res');}), '3 1',
+	'four priority-0 sessions of two servers: 3 hold, the 4th waits (1 of 4 permits reserved)');
+is($nb->safe_psql('postgres', q{SELECT redsem_acquire('pr_res', priority => 5) IS NOT NULL;}), 't',
+	'a priority-5 caller on the other server that does not wait gets in at once');
+wait_until(20, sub { $redis->zcard('pr_res', 'owner') == 4 }) or diag('the priority-5 caller did not leave');
+my $hi = RedsemTest::Session->new($na, name => 'hi');
+is(($hi->query(q{SELECT redsem_acquire('pr_res', priority => 7) IS NOT NULL;}))[0], 't', 'a priority-7 session takes the reserve');
+is($na->safe_psql('postgres', q{SELECT permits || ' ' || min_priority || ' ' || permits_held_by_class FROM redsem_reserve('pr_res');}),
+	'1 5 1', 'the reserve read on the first server: 1 permit for priority 5 and up, held');
+is($nb->safe_psql('postgres', q{SELECT redsem_acquire('pr_res', priority => 5) IS NULL;}), 't', 'then the limit is reached');
+($ret, $out, $err) = $nb->psql('postgres', q{SELECT redsem_guard('pr_res');});
+like($err, qr/DETAIL:  The semaphore keeps a reserve \(redsem_set_reserve\) for higher priorities: callers of priority 0 share 3 of its permits/,
+	'redsem_guard says the reserve kept a priority-0 caller out');
+$hi->query(q{SELECT redsem_release_all();});
+# the three holding sessions' acquires have ended; the fourth waits
+my (@holding, @in_line);
+foreach my $s (@flood)
+{
+	my ($o) = $s->wait_done(2);
+	if (defined $o) { push @holding, $s; } else { push @in_line, $s; }
+}
+is(scalar(@in_line), 1, 'one priority-0 session is still in line');
+is(($holding[0]->query(q{SELECT redsem_release_all();}))[0], '1', 'a priority-0 holder leaves');
+my ($got) = $in_line[0]->wait_done(20);
+is($got, 't', 'the waiting priority-0 session gets in');
+is($nb->safe_psql('postgres', q{SELECT permits_held || ' ' || waiting FROM redsem_semaphore('pr_res');}), '3 0',
+	'the waiting priority-0 session gets the freed permit, not the reserved one');
+$_->quit foreach @flood, $hi;
+$na->safe_psql('postgres', q{SELECT redsem_set_reserve('pr_res', NULL); SELECT redsem_set_limit('pr_res', NULL);});
 
 node_log_is_clean($_, $_->name . "'s log shows no crash") foreach ($na, $nb);
 $_->stop foreach ($na, $nb);
