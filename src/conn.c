@@ -541,26 +541,31 @@ redirect_loop(RedisCall *call, redisReply *reply, int redirects)
 }
 
 /*
- * A Cluster pipeline's shares of time (see pipeline_by_node): each node's
- * deadline, set when the pipeline first turns to it, and the nodes that
- * failed, which get no more of its commands.  NULL outside such a pipeline.
+ * A Cluster pipeline's shares of time (see pipeline_by_node): the time
+ * spent so far on each node (connecting, sending, waiting for its reply),
+ * and the nodes that failed, which get no more of its commands.  A share
+ * is charged only for time spent on its own node: a command redirected to
+ * a node that hangs uses up that node's share, never the share of the node
+ * that redirected it (whose other commands then still have theirs).  NULL
+ * outside such a pipeline.
  */
 typedef struct NodeShares
 {
 	int			budget_ms;
-	TimestampTz until[CLUSTER_MAX_NODES];
+	int64		spent_us[CLUSTER_MAX_NODES];
 	bool		failed[CLUSTER_MAX_NODES];
 } NodeShares;
 
 static NodeShares *shares = NULL;
 
 /*
- * The deadline of node's share (*until, with *timeout_ms for messages);
- * false, with the outcome filled, if the node already failed.
+ * The deadline of an attempt on node, starting now (*began): what is left
+ * of its share (*until, with *timeout_ms for messages); false, with the
+ * outcome filled, if the node already failed.
  */
 static bool
 node_share(RedisCall *call, int node, TimestampTz deadline, TimestampTz *until,
-		   int *timeout_ms)
+		   int *timeout_ms, TimestampTz *began)
 {
 	if (shares->failed[node])
 	{
@@ -569,14 +574,21 @@ node_share(RedisCall *call, int node, TimestampTz deadline, TimestampTz *until,
 		return redis_note(&call->outcome, RS_LOST,
 						  "not sent: the node failed earlier in the batch");
 	}
+	*began = GetCurrentTimestamp();
 	if (shares->budget_ms <= 0)
 		return true;
-	if (shares->until[node] == 0)
-		shares->until[node] = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-														  shares->budget_ms);
-	*until = Min(deadline, shares->until[node]);
+	*until = Min(deadline, *began + Max((int64) shares->budget_ms * 1000 -
+										shares->spent_us[node], 0));
 	*timeout_ms = Min(*timeout_ms, shares->budget_ms);
 	return true;
+}
+
+/* Charge node's share with the time since began (an attempt on it) */
+static void
+node_share_charge(int node, TimestampTz began)
+{
+	if (shares != NULL)
+		shares->spent_us[node] += Max(GetCurrentTimestamp() - began, 0);
 }
 
 /* Node failed within its share: send it nothing more */
@@ -610,10 +622,11 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 		RedisStatus status;
 		bool		drop = false;
 		TimestampTz until = deadline;
+		TimestampTz began = 0;
 
 		cur_node = node;
 		*reply = NULL;
-		if (shares != NULL && !node_share(call, node, deadline, &until, &timeout_ms))
+		if (shares != NULL && !node_share(call, node, deadline, &until, &timeout_ms, &began))
 			return false;
 		ok = ensure_connection(call, until);
 		if (!ok && cluster)
@@ -622,6 +635,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 		{
 			status = send_and_receive(call, argc, argv, argvlen, until, asking, reply);
 			asking = false;
+			node_share_charge(node, began);
 			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
 			{
 				int			next = (cluster && redirects < CLUSTER_MAX_REDIRECTS)
@@ -664,7 +678,10 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 		if (!ok && cluster)
 			call->outcome.node_plus1 = cur_node + 1;	/* named as it failed */
 		if (!ok && shares != NULL)
+		{
+			node_share_charge(cur_node, began);
 			node_share_failed(call, cur_node);
+		}
 		if (ok || !follow_failover(call, until))
 			break;
 		if (cluster)

@@ -2,12 +2,15 @@
 # 053_cluster_hung_node.pl - one hung Redis Cluster node (SIGSTOP) delays
 # only its own holds.  Three primaries on loopback; a session holds slots
 # with a 3 s lease on semaphores of all three; one primary is stopped for
-# 9 s.  The keeper gives each node a share of its time derived from the
-# leases it keeps, and sends to the hung node last once it has failed: the
-# holds on the other two nodes are refreshed throughout (another server
-# never gets their slots), the keeper's log names the hung node, and a
-# backend's calls on healthy nodes are not held up by a release it left
-# on the hung one.
+# 9 s, its listen queue filled so that a new connection to it times out
+# (as to a host that is down): the keeper then forgets which slots it
+# serves and sends their commands to a healthy node, which redirects them
+# to the hung one.  The keeper gives each node a share of its time derived
+# from the leases it keeps, charged only for time spent on that node, and
+# sends to the hung node last once it has failed: the holds on the other
+# two nodes are refreshed throughout (another server never gets their
+# slots), the keeper's log names the hung node, and a backend's calls on
+# healthy nodes are not held up by a release it left on the hung one.
 
 use strict;
 use warnings FATAL => 'all';
@@ -20,6 +23,7 @@ use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use IO::Socket::INET;
 
 my $HANG_S = 9;
 
@@ -90,6 +94,16 @@ my $list = join(',', map { "'$_'" } @healthy);
 my $probe_sql = qq{SELECT count(*) FROM unnest(ARRAY[$list]) AS n WHERE redsem_acquire_xact(n, 1) IS NOT NULL;};
 is($probe->query_ok($probe_sql), '0', 'another server finds them all taken');
 kill 'STOP', $victim->pid;
+# The stopped node accepts nothing: once its listen queue (tcp-backlog 511)
+# is full, a new connection to it waits for nothing but its timeout
+my @filler;
+for (1 .. 600)
+{
+	my $sock = IO::Socket::INET->new(PeerAddr => '127.0.0.1', PeerPort => $victim->port, Blocking => 0)
+	  or last;
+	push @filler, $sock;
+}
+note scalar(@filler) . ' connections wait in the stopped node\'s listen queue';
 my $t0 = time;
 my ($stolen, $probes, $answered) = (0, 0, 0);
 while (time - $t0 < $HANG_S)
@@ -104,6 +118,7 @@ while (time - $t0 < $HANG_S)
 	}
 	usleep(250_000);
 }
+close $_ foreach @filler;
 kill 'CONT', $victim->pid;
 cmp_ok($answered, '>', 5, "another server asked for the healthy nodes' semaphores $answered times meanwhile (of $probes)");
 is($stolen, 0, 'and never got a slot: the holds on the healthy nodes were kept alive throughout');
