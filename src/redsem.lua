@@ -763,14 +763,16 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     if not fits then
         local place = NOW_US - priority * AGING_US
         local head = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
-        held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
         if head[2] and place < tonumber(head[2]) then
+            held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
             fits = fits_class(held, p, priority, limit)
         end
         if not fits and of_class(priority) then
             local first = redis.call('ZRANGE', rline_key(), 0, 0, 'WITHSCORES')
-            fits = (not first[2] or place < tonumber(first[2])) and
-                fits_reserve(held, p, limit)
+            if not first[2] or place < tonumber(first[2]) then
+                held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
+                fits = fits_reserve(held, p, limit)
+            end
         end
     end
     -- I10: and the rate lets it in
