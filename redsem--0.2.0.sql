@@ -19,33 +19,36 @@ CREATE FUNCTION redsem_acquire(name text, max_holders integer DEFAULT NULL,
                                lease interval DEFAULT '10 seconds',
                                wait interval DEFAULT '0',
                                permits integer DEFAULT 1,
-                               priority integer DEFAULT 0)
+                               priority integer DEFAULT 0,
+                               tenant text DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer, integer) IS
-'take permits (default 1) of semaphore name for the session, waiting in line up to wait (higher priority first, a second per level); max_holders NULL: the stored limit; returns the holder id, or NULL';
+COMMENT ON FUNCTION redsem_acquire(text, integer, interval, interval, integer, integer, text) IS
+'take permits (default 1) of semaphore name for the session, waiting in line up to wait (higher priority first, a second per level; tenants share the line by weight); max_holders NULL: the stored limit; returns the holder id, or NULL';
 
 CREATE FUNCTION redsem_acquire_xact(name text, max_holders integer DEFAULT NULL,
                                     lease interval DEFAULT '10 seconds',
                                     wait interval DEFAULT '0',
                                     permits integer DEFAULT 1,
-                                    priority integer DEFAULT 0)
+                                    priority integer DEFAULT 0,
+                                    tenant text DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_acquire_xact'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer, integer) IS
+COMMENT ON FUNCTION redsem_acquire_xact(text, integer, interval, interval, integer, integer, text) IS
 'take permits (default 1) of semaphore name until the end of the current transaction; returns the holder id, or NULL';
 
 CREATE FUNCTION redsem_guard(name text, max_holders integer DEFAULT NULL,
                              lease interval DEFAULT '10 seconds',
                              wait interval DEFAULT '0',
                              permits integer DEFAULT 1,
-                             priority integer DEFAULT 0)
+                             priority integer DEFAULT 0,
+                             tenant text DEFAULT NULL)
 RETURNS text
 AS 'MODULE_PATHNAME', 'redsem_guard'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer, integer) IS
+COMMENT ON FUNCTION redsem_guard(text, integer, interval, interval, integer, integer, text) IS
 'take transaction-scoped permits (default 1) or raise SQLSTATE 55P03; returns the holder id';
 
 -- Giving it back, keeping it
@@ -128,6 +131,23 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_reserve(text) IS
 'the stored reserve of semaphore name: permits kept, the priority they are kept for, and the permits the callers of that priority hold (NULLs: none)';
 
+-- Tenants share a semaphore's line by weight (weights kept in Redis)
+
+CREATE FUNCTION redsem_set_tenant_weight(name text, tenant text, weight integer)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_set_tenant_weight'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_set_tenant_weight(text, text, integer) IS
+'give tenant a weight (1 to 10000, default 1) on semaphore name: while tenants wait, a freed permit goes to the one holding the fewest permits per weight, on every server (NULL: remove it) (administrators)';
+
+CREATE FUNCTION redsem_tenants(name text,
+    OUT tenant text, OUT weight integer, OUT permits_held bigint, OUT waiting bigint)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_tenants'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_tenants(text) IS
+'the tenants of semaphore name holding, waiting or with a stored weight (NULL: callers naming none): weight, permits held, waiters';
+
 CREATE FUNCTION redsem_semaphore(name text,
     OUT stored_limit integer, OUT limit_in_effect integer,
     OUT permits_held bigint, OUT waiting bigint)
@@ -153,7 +173,8 @@ CREATE FUNCTION redsem_holders(name text,
     OUT "position" integer, OUT state text, OUT id text, OUT ticket bigint,
     OUT lease_expires_at timestamptz, OUT server text, OUT pid integer,
     OUT database text, OUT username text, OUT application_name text,
-    OUT permits integer, OUT acquired_at timestamptz, OUT waiting_since timestamptz)
+    OUT permits integer, OUT acquired_at timestamptz, OUT waiting_since timestamptz,
+    OUT priority integer, OUT tenant text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_holders'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -253,7 +274,8 @@ CREATE FUNCTION redsem_semaphores(max_semaphores integer DEFAULT 1000,
     OUT name text, OUT stored_limit integer, OUT limit_in_effect integer,
     OUT permits_held bigint, OUT holders bigint, OUT waiting bigint,
     OUT oldest_wait_started timestamptz, OUT rate text,
-    OUT reserved_permits integer, OUT reserved_for_priority integer)
+    OUT reserved_permits integer, OUT reserved_for_priority integer,
+    OUT tenants_waiting bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_semaphores'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -216,7 +216,7 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 			*sent = GetCurrentTimestamp();
 			if (!sem_acquire(&call, args->name, id, args->max_holders,
 							 args->permits, args->lease_ms, true,
-							 args->priority, r))
+							 args->priority, args->tenant, r))
 				return call_failed(args, &call);
 			note_limit(args, r);
 			if (r->state != SEM_WAITING)
@@ -376,7 +376,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		*sent = GetCurrentTimestamp();
 		if (!sem_acquire(&call, args->name, id, args->max_holders,
 						 args->permits, args->lease_ms, args->wait_ms != 0,
-						 args->priority, r))
+						 args->priority, args->tenant, r))
 		{
 			(void) call_failed(args, &call);
 			return ACQUIRE_FAILED;

@@ -18,6 +18,8 @@ typedef struct AcquireArgs
 	int			max_holders;	/* 0: the stored limit */
 	int			permits;
 	int			priority;		/* higher first, a second per level (I4) */
+	char	   *tenant;			/* shares the line fairly with others (I12);
+								 * NULL: none */
 	int64		lease_ms;
 	int64		wait_ms;		/* -1: no limit */
 	int			elevel;			/* ERROR: a Redis failure raises; lower:

@@ -13,9 +13,13 @@
 
 struct redisReply;
 
-/* Keys of a semaphore, and the most arguments an operation takes */
+/*
+ * Keys of a semaphore, and the most arguments an operation takes after its
+ * name (acquire: id, limit, permits, lease, wait, keepalive, origin,
+ * settle, priority, tenant)
+ */
 #define SCRIPT_NKEYS 6
-#define SCRIPT_MAX_ARGS 8
+#define SCRIPT_MAX_ARGS 10
 
 extern const char *library_name(void);
 extern int	fcall_head(const char **argv, const char *prefix, const char *name,

@@ -24,7 +24,7 @@
 
 PG_FUNCTION_INFO_V1(redsem_semaphores);
 
-#define SEMAPHORES_COLUMNS	10
+#define SEMAPHORES_COLUMNS	11
 
 /* A (prefix, name) pair to note in the index */
 typedef struct IndexEntry
@@ -163,6 +163,7 @@ put_semaphore(ReturnSetInfo *rsinfo, const char *name, const SemSummary *s,
 	nulls[8] = nulls[9] = s->reserved < 0;
 	values[8] = Int32GetDatum((int32) s->reserved);
 	values[9] = Int32GetDatum((int32) s->reserved_for);
+	values[10] = Int64GetDatum(s->tenants_waiting);
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

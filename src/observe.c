@@ -34,11 +34,12 @@ PG_FUNCTION_INFO_V1(redsem_limit);
 PG_FUNCTION_INFO_V1(redsem_semaphore);
 PG_FUNCTION_INFO_V1(redsem_rate);
 PG_FUNCTION_INFO_V1(redsem_reserve);
+PG_FUNCTION_INFO_V1(redsem_tenants);
 PG_FUNCTION_INFO_V1(redsem_queues);
 PG_FUNCTION_INFO_V1(redsem_server_holds);
 
 #define HELD_COLUMNS	10
-#define HOLDERS_COLUMNS	13
+#define HOLDERS_COLUMNS	15
 #define QUEUES_COLUMNS	15
 #define SERVER_HOLDS_COLUMNS	11
 
@@ -130,12 +131,13 @@ put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
 {
 	Datum		values[HOLDERS_COLUMNS];
 	bool		nulls[HOLDERS_COLUMNS] = {0};
-	char	   *info[4];
+	char	   *info[6];
 	char	   *origin[5];
 	int			norigin = 0;
+	int			ninfo = split_fields(pstrdup(m->info), info, 6);
 
-	if (split_fields(pstrdup(m->info), info, 4) == 4)
-		norigin = split_fields(info[3], origin, 5);
+	if (ninfo == 6)
+		norigin = split_fields(info[5], origin, 5);
 
 	values[0] = Int32GetDatum(position);
 	values[1] = CStringGetTextDatum(m->waiting ? "waiting" : "holding");
@@ -155,6 +157,9 @@ put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
 	values[11] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -m->age_ms));
 	nulls[12] = !m->waiting || m->age_ms < 0;
 	values[12] = values[11];
+	nulls[13] = ninfo < 6;
+	values[13] = nulls[13] ? (Datum) 0 : Int32GetDatum(atoi(info[3]));
+	values[14] = text_field(info, ninfo, 4, &nulls[14]);
 	put_row(rsinfo, values, nulls, HOLDERS_COLUMNS);
 }
 
@@ -509,4 +514,35 @@ redsem_reserve(PG_FUNCTION_ARGS)
 	}
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
 													  values, nulls)));
+}
+
+/*
+ * redsem_tenants(name): each tenant holding, waiting or with a stored
+ * weight (NULL: the callers without one), its weight, the permits it
+ * holds and its waiters.  Anybody may read it.
+ */
+Datum
+redsem_tenants(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	char	   *name = name_arg(fcinfo, 0);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemTenant  *tenants;
+	int			count;
+
+	InitMaterializedSRF(fcinfo, 0);
+	hold_init();
+	(void) sem_tenants(&call, name, &tenants, &count);
+	for (int i = 0; i < count; i++)
+	{
+		Datum		values[4];
+		bool		nulls[4] = {tenants[i].tenant == NULL, false, false, false};
+
+		values[0] = nulls[0] ? (Datum) 0 : CStringGetTextDatum(tenants[i].tenant);
+		values[1] = Int32GetDatum((int32) tenants[i].weight);
+		values[2] = Int64GetDatum(tenants[i].held);
+		values[3] = Int64GetDatum(tenants[i].waiting);
+		put_row(rsinfo, values, nulls, 4);
+	}
+	return (Datum) 0;
 }

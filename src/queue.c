@@ -239,6 +239,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	args.max_holders = q->active;
 	args.permits = 1;
 	args.priority = queue_session_priority();
+	args.tenant = queue_session_tenant();
 	args.lease_ms = QUEUE_LEASE_MS;
 	args.wait_ms = q->max_wait_ms;
 	args.elevel = q->run_on_error ? LOG : ERROR;

@@ -41,6 +41,7 @@ extern void queue_install_hooks(void);
 extern const QueueConfig *queue_config(void);
 extern const char *queue_session_setting(void);
 extern int	queue_session_priority(void);
+extern char *queue_session_tenant(void);
 extern uint64 queue_config_generation(void);
 
 #endif							/* REDSEM_QUEUE_H */

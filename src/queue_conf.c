@@ -16,6 +16,9 @@
 #include <math.h>
 
 #include "common/hashfn.h"
+#include "commands/dbcommands.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 
@@ -23,10 +26,12 @@
 #include "guc.h"
 #include "queue.h"
 #include "redsem.h"
+#include "sqlargs.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
 static char *queue_setting = NULL;
 static int	queue_priority_setting = 0;
+static char *queue_tenant_setting = NULL;
 static char *queues_setting = NULL;
 static const QueueConfig *config = NULL;
 static uint64 config_generation = 0;	/* bumped at every assignment */
@@ -336,6 +341,36 @@ check_queue(char **newval, void **extra, GucSource source)
 	return true;
 }
 
+/*
+ * Check hook of redsem.queue_tenant: empty, or a tenant name in which
+ * "%u" (the session's role), "%d" (the database), "%a" (application_name)
+ * and "%%" are the only escapes.
+ */
+static bool
+check_queue_tenant(char **newval, void **extra, GucSource source)
+{
+	const char *v = *newval ? *newval : "";
+	const char *problem;
+
+	for (const char *c = v; *c; c++)
+	{
+		if (*c != '%')
+			continue;
+		c++;
+		if (*c != 'u' && *c != 'd' && *c != 'a' && *c != '%')
+		{
+			GUC_check_errdetail("Only %%u (the role), %%d (the database), %%a (application_name) and %%%% may follow \"%%\".");
+			return false;
+		}
+	}
+	if (v[0] != '\0' && strchr(v, '%') == NULL && (problem = tenant_problem(v)) != NULL)
+	{
+		GUC_check_errdetail("%s", problem);
+		return false;
+	}
+	return true;
+}
+
 /* Define redsem.queues and redsem.queue */
 void
 queue_define_gucs(void)
@@ -359,6 +394,59 @@ queue_define_gucs(void)
 							-REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
+	DefineCustomStringVariable("redsem.queue_tenant",
+							   "The tenant of this session's statements in their queue: a name, or %u (the role), %d (the database), %a (application_name).",
+							   "Only superusers and roles granted SET on this parameter may change it (ALTER ROLE/DATABASE ... SET).",
+							   &queue_tenant_setting, "",
+							   PGC_SUSET, 0,
+							   check_queue_tenant, NULL, NULL);
+}
+
+/*
+ * The tenant of this session's queued statements: redsem.queue_tenant with
+ * its escapes expanded, bytes a tenant name cannot hold made "_", cut to
+ * the longest name; NULL for none (also when it expands to nothing).
+ */
+char *
+queue_session_tenant(void)
+{
+	StringInfoData buf;
+	const char *v = queue_tenant_setting;
+
+	if (v == NULL || v[0] == '\0')
+		return NULL;
+	initStringInfo(&buf);
+	for (; *v; v++)
+	{
+		const char *part = NULL;
+
+		if (*v != '%')
+		{
+			appendStringInfoChar(&buf, *v);
+			continue;
+		}
+		v++;
+		if (*v == 'u')
+			part = GetUserNameFromId(GetSessionUserId(), false);
+		else if (*v == 'd')
+			part = get_database_name(MyDatabaseId);
+		else if (*v == 'a')
+			part = application_name;
+		else if (*v == '%')
+			part = "%";
+		else
+			break;
+		if (part)
+			appendStringInfoString(&buf, part);
+	}
+	for (int i = 0; i < buf.len; i++)
+		if ((unsigned char) buf.data[i] < 0x20 || buf.data[i] == 0x7f || buf.data[i] == '|')
+			buf.data[i] = '_';
+	if (buf.len > REDSEM_MAX_TENANT_BYTES)
+		buf.data[pg_mbcliplen(buf.data, buf.len, REDSEM_MAX_TENANT_BYTES)] = '\0';
+	if (buf.data[0] == '\0')
+		return NULL;
+	return buf.data;
 }
 
 /* The priority of this session's queued statements (redsem.queue_priority) */

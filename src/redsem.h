@@ -16,6 +16,9 @@
 #define REDSEM_MAX_HOLDERS		1000000
 /* Priorities run from -this to this (PRIORITY_MAX in src/redsem.lua) */
 #define REDSEM_MAX_PRIORITY		100
+/* A tenant's name (I12): 1 to this many bytes; and the largest weight */
+#define REDSEM_MAX_TENANT_BYTES	64
+#define REDSEM_MAX_WEIGHT		10000
 
 /* The role whose members may force-release slots and see every holder id */
 #define REDSEM_ADMIN_ROLE		"redsem_admin"

@@ -17,7 +17,8 @@
 -- KEYS[2] timeout  ZSET  id -> deadline ms  when the member ends unless
 --                                           renewed (lease or keepalive)
 -- KEYS[3] ticket   STRING                   the last ticket handed out
--- KEYS[4] info     HASH  id -> "lease_ms|limit|since_ms|origin"
+-- KEYS[4] info     HASH  id -> "lease_ms|limit|since_ms|priority|tenant|
+--                                           origin" (tenant '': none)
 -- KEYS[5] waiting  ZSET  id -> place        the members still in line, in
 --                                           line order: ticket less
 --                                           priority x AGING_US (I4)
@@ -38,6 +39,11 @@
 --                                (rp absent: 0, like every 0 here)
 --                        hh      permits held by the reserve's class
 --                        h:<id>  "1": the holder is of that class (I11)
+--                        tn      members with a tenant (I12)
+--                        tw      waiters with a tenant: while there are
+--                                any, the line is kept per tenant too
+--                        tt      permits held by holders with a tenant
+--                        th:<t>  permits held by tenant t
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -50,6 +56,19 @@
 -- <base>rline      ZSET  id -> place        with a stored reserve, the
 --                                           waiters of its class, as in
 --                                           waiting (I11)
+-- <base>tline:<t>  ZSET  id -> place        while any waiter has a tenant
+--                                           (tw > 0): the waiters of
+--                                           tenant t (t '': of none), as
+--                                           in waiting (I12)
+-- <base>tq         ZSET  "<place>t" -> held/weight   then: each tenant
+--                                           with waiters, by its held
+--                                           permits per weight, then its
+--                                           first waiter's place (20
+--                                           digits, so that ties sort by
+--                                           place)
+-- <base>weights    HASH  tenant -> weight   stored weights (set_weight),
+--                                           1 when absent: configuration,
+--                                           without a TTL
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.
 -- KEYS[1] to [5] are laid out as in redsem 0.1.0, which knows no state:
 -- its servers see every member taking one permit.)
@@ -168,6 +187,21 @@
 --     first waiter.  A holder keeps the class it came in with when the
 --     reserve changes; removing the reserve forgets the classes.  A
 --     stored reserve is configuration (I5).
+-- I12 Tenants.  A caller may name a tenant; the callers that name none
+--     count as one more tenant, '', of weight 1.  A tenant's held permits
+--     are th:<t> (for '': all the holders' permits less tt).  The line is
+--     served tenant by tenant: the first waiter is the first of the
+--     tenant with waiters that holds the fewest permits per weight (ties:
+--     the earlier place); within a tenant, line order (I4).  "The first
+--     waiter" in I4 and I11 means that one, and a newcomer stands first
+--     only if it would be it.  While no waiter has a tenant (tw = 0) that
+--     is simply the first of waiting, and no tenant line is kept; once
+--     one has, each tenant's waiters are in tline:<t>, and tq holds one
+--     entry per tenant with waiters, scored by its held permits per
+--     weight, named by its first waiter's place and the tenant.  A tenant
+--     alone in line gets every permit that fits (borrowing): shares are
+--     decided only among tenants that wait.  Weights are configuration:
+--     the weights key has no TTL (I5).
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -200,17 +234,19 @@ local AGING_US = 1000000
 local PRIORITY_MAX = 100
 
 -- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
--- and the fields to write back (W; false: delete).
+-- and the fields to write back (W; false: delete); the tenants' weights
+-- read so far.
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
 local NOW_MS, NOW_US
-local S, W
+local S, W, WEIGHTS
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
 -- a member, whether it added the first member, a holder (FRESH: every key
 -- is new and every deadline is this call's).  MEMBERS: how many members owner has,
 -- once counted (nil: not counted since the last change it did not follow).
-local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS
+-- NEW_KEYS: the lines (rline, tline:, tq) this call may have created.
+local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS
 
 -- Start a call on these keys: nothing carries over from an earlier call.
 local function begin(keys)
@@ -220,8 +256,8 @@ local function begin(keys)
     local t = redis.call('TIME')
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    S, W = {}, {}
-    NEW_DL, CREATED, REMOVED, FRESH, MEMBERS = nil, false, false, false, nil
+    S, W, WEIGHTS = {}, {}, {}
+    NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS = nil, false, false, false, nil, {}
 end
 
 -- How many members the semaphore has (counted once, then followed).
@@ -254,15 +290,18 @@ local function nudge_key(id)
     return BASE .. 'nudge:' .. id
 end
 
--- Split an info value into its fields.
+-- Split an info value into its fields: lease, limit, since, origin,
+-- priority, tenant ('': none).
 local function parse_info(v)
     if not v then return nil end
-    local lease, maxh, since, origin = string.match(v, '^(%d+)|(%d+)|(%d+)|(.*)$')
-    return tonumber(lease), tonumber(maxh), tonumber(since), origin
+    local lease, maxh, since, prio, tenant, origin =
+        string.match(v, '^(%d+)|(%d+)|(%d+)|(%-?%d+)|([^|]*)|(.*)$')
+    return tonumber(lease), tonumber(maxh), tonumber(since), origin, tonumber(prio), tenant
 end
 
-local function make_info(lease, maxh, since, origin)
-    return int(lease) .. '|' .. int(maxh) .. '|' .. int(since) .. '|' .. origin
+local function make_info(lease, maxh, since, origin, prio, tenant)
+    return int(lease) .. '|' .. int(maxh) .. '|' .. int(since) .. '|' .. int(prio) .. '|' ..
+        tenant .. '|' .. origin
 end
 
 local function is_member(id)
@@ -338,10 +377,10 @@ local function of_class(prio)
     return prio >= S.rp
 end
 
--- I11: a waiter's priority, from its ticket and its place (I4).
-local function priority_of(id, place)
-    local ticket = tonumber(redis.call('ZSCORE', K_OWNER, id)) or place
-    return math.floor((ticket - place) / AGING_US + 0.5)
+-- A member's priority (I4, I11), from its info.
+local function priority_of(id)
+    local _, _, _, _, prio = parse_info(redis.call('HGET', K_INFO, id))
+    return prio or 0
 end
 
 -- I3, I11: true if p more permits of a caller of priority prio fit beside
@@ -374,6 +413,165 @@ local function note_class(id, p, prio)
     end
 end
 
+-- Run cmd on key with the arguments in list, at most CHUNK of them per
+-- command (a multiple of step): unpack() fails past Lua's C stack (about
+-- 8,000 values), and an expiry of that many members taking several
+-- permits each would then stop the call half-way, breaking I1.
+local CHUNK = 1000
+local function call_chunked(cmd, key, list, step)
+    local n = #list
+    for first = 1, n, CHUNK do
+        local last = math.min(first + CHUNK - 1, n)
+        last = last - (last - first + 1) % step
+        redis.call(cmd, key, unpack(list, first, last))
+    end
+end
+
+-- I12: the line of tenant t ('': the callers without one), and the
+-- tenants with waiters.
+local function tline_key(t)
+    return BASE .. 'tline:' .. t
+end
+
+local function tq_key()
+    return BASE .. 'tq'
+end
+
+local function weights_key()
+    return BASE .. 'weights'
+end
+
+-- I12: a tenant's weight: 1 unless one is stored (read once per call).
+local function weight_of(t)
+    if t == '' then return 1 end
+    local w = WEIGHTS[t]
+    if not w then
+        w = tonumber(redis.call('HGET', weights_key(), t)) or 1
+        WEIGHTS[t] = w
+    end
+    return w
+end
+
+-- I12: the permits tenant t holds ('': the holders without a tenant).
+local function tenant_held(t)
+    if t == '' then
+        return member_count() - redis.call('ZCARD', K_WAITING) + S.xh - S.tt
+    end
+    local f = 'th:' .. t
+    if W[f] ~= nil then return tonumber(W[f]) or 0 end
+    return tonumber(redis.call('HGET', K_STATE, f)) or 0
+end
+
+-- I12: a tenant's rank in tq: held permits per weight (exact to the bit).
+local function tq_score(t)
+    return string.format('%.17g', tenant_held(t) / weight_of(t))
+end
+
+-- I12: a tenant's entry in tq: its first waiter's place, then its name.
+local function tq_member(place, t)
+    return string.format('%020d', place) .. t
+end
+
+-- I12: the place of the first of tenant t's line, or nil.
+local function tline_head(t)
+    return tonumber(redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES')[2])
+end
+
+-- I12: set tenant t's entry in tq from its line's first waiter and its
+-- held permits; old: the first waiter's place before a change (nil: none,
+-- or no change), whose entry goes if the first changed.  (The new entry
+-- comes first: tq emptied for a moment would be made anew without a TTL.)
+local function requeue(t, old)
+    local head = tline_head(t)
+    if head then redis.call('ZADD', tq_key(), tq_score(t), tq_member(head, t)) end
+    if old and old ~= head then redis.call('ZREM', tq_key(), tq_member(old, t)) end
+end
+
+-- I12: tenant t's held permits changed: so does its rank, if it waits.
+local function rescore(t)
+    if S.tw > 0 then requeue(t, nil) end
+end
+
+-- I12: tenant t ('': none) holds dp permits more (or fewer).
+local function note_tenant(t, dp)
+    if t == '' then return end
+    set('th:' .. t, math.max(tenant_held(t) + dp, 0))
+    set('tt', math.max(S.tt + dp, 0))
+end
+
+-- I12: id, of tenant t, joined waiting at place: into its tenant's line,
+-- if lines are kept per tenant; the first waiter with a tenant starts
+-- them, the line so far becoming tenant ''s.
+local function enqueue(id, place, t)
+    if S.tw == 0 then
+        if t == '' then return end
+        local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
+        for i = 1, #line, 2 do
+            if line[i] ~= id then
+                add[#add + 1] = line[i + 1]
+                add[#add + 1] = line[i]
+            end
+        end
+        if #add > 0 then
+            call_chunked('ZADD', tline_key(''), add, 2)
+            NEW_KEYS[#NEW_KEYS + 1] = tline_key('')
+            requeue('', nil)
+        end
+        NEW_KEYS[#NEW_KEYS + 1] = tq_key()
+    end
+    local old = tline_head(t)
+    if not old then NEW_KEYS[#NEW_KEYS + 1] = tline_key(t) end
+    redis.call('ZADD', tline_key(t), place, id)
+    if t ~= '' then set('tw', S.tw + 1) end
+    requeue(t, old)
+end
+
+-- I12: id, of tenant t, left waiting (promoted or gone); the last waiter
+-- with a tenant ends the lines per tenant.
+local function dequeue(id, t)
+    if S.tw == 0 then return end
+    local old = tline_head(t)
+    redis.call('ZREM', tline_key(t), id)
+    if t ~= '' then
+        set('tw', S.tw - 1)
+        if S.tw == 0 then
+            redis.call('DEL', tq_key(), tline_key(''))
+            return
+        end
+    end
+    requeue(t, old)
+end
+
+-- I4, I12: the first waiter: {id, place} (empty if none), and its tenant.
+local function first_waiter()
+    if S.tw == 0 then
+        return redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES'), nil
+    end
+    local q = redis.call('ZRANGE', tq_key(), 0, 0)[1]
+    if not q then return {}, nil end
+    local t = string.sub(q, 21)
+    return redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES'), t
+end
+
+-- I4, I12: true if a newcomer of tenant t at place would be the first
+-- waiter: first of its tenant's line, and its tenant first of those that
+-- wait (fewest held permits per weight, then place).
+local function would_be_first(place, t)
+    if S.tw == 0 then
+        local h = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
+        if not h[2] then return false end
+        if t == '' then return place < tonumber(h[2]) end
+        local s, hs = tonumber(tq_score(t)), tonumber(tq_score(''))
+        return s < hs or (s == hs and place < tonumber(h[2]))
+    end
+    local q = redis.call('ZRANGE', tq_key(), 0, 0, 'WITHSCORES')
+    if not q[2] then return false end
+    local own = tline_head(t)
+    if own and own <= place then return false end
+    local s, hs = tonumber(tq_score(t)), tonumber(q[2])
+    return s < hs or (s == hs and tq_member(place, t) < q[1])
+end
+
 -- Note a deadline this call set, for finish() (I5).
 local function note_deadline(deadline)
     if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
@@ -391,8 +589,13 @@ end
 
 -- Forget everything about id: true if it was a waiter, false if a holder,
 -- nil if it was no member (whatever was left of it goes all the same).
-local function remove(id)
+local function remove(id, tenant)
     local p = permits_of(id)
+    local t = tenant or ''
+    if S.tn > 0 and not tenant then
+        local _, _, _, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
+        t = of or ''
+    end
     local member = redis.call('ZREM', K_OWNER, id) == 1
     local waiting = redis.call('ZREM', K_WAITING, id) == 1
     if member then
@@ -410,6 +613,15 @@ local function remove(id)
         end
     end
     if S.rk then redis.call('ZREM', rline_key(), id) end
+    if member then                  -- I12
+        if t ~= '' then set('tn', math.max(S.tn - 1, 0)) end
+        if waiting then
+            dequeue(id, t)
+        else
+            note_tenant(t, -p)
+            rescore(t)
+        end
+    end
     if p > 1 then set('p:' .. id, false) end
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
@@ -487,25 +699,30 @@ local function turn_away(id)
     redis.call('PEXPIRE', nudge_key(id), int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
--- I3, I4, I6, I7, I11: turn waiters at the head of the line into holders
--- while their permits fit; each gets a grant ticket (its fencing token),
--- the promotion window and a wake-up carrying the ticket.  Once a first
+-- I3, I4, I6, I7, I11, I12: turn first waiters into holders while their
+-- permits fit; each gets a grant ticket (its fencing token), the
+-- promotion window and a wake-up carrying the ticket.  Once a first
 -- waiter below a reserve's class does not fit, only the first of the
 -- class may still come in, into the reserve.
 local function promote()
     local waiters = redis.call('ZCARD', K_WAITING)
     local line = K_WAITING
     while waiters > 0 do
-        local top = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+        local top, t
+        if line == K_WAITING then
+            top, t = first_waiter()
+        else
+            top = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+        end
         local head = top[1]
         if not head then return end
-        local lease, maxh, _, origin = parse_info(redis.call('HGET', K_INFO, head))
+        local lease, maxh, _, origin, prio, tenant = parse_info(redis.call('HGET', K_INFO, head))
         local limit = limit_in_effect(true) or maxh
         local p = permits_of(head)
         local held = member_count() - waiters + S.xh
-        local prio = S.rk and priority_of(head, tonumber(top[2])) or 0
+        prio = prio or 0
         if not lease or not is_member(head) then
-            remove(head)            -- not a whole member (I1): drop it
+            remove(head, t)         -- not a whole member (I1): drop it
             waiters = waiters - 1
         elseif p > class_max(prio, limit) then
             turn_away(head)         -- can never fit: let it find out
@@ -531,8 +748,10 @@ local function promote()
             count_permits(true, p, -1)
             count_permits(false, p, 1)
             note_class(head, p, prio)
+            note_tenant(tenant, p)
+            dequeue(head, tenant)
             set_deadline(head, NOW_MS + window, false)
-            redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin))
+            redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket)
         end
     end
@@ -544,20 +763,6 @@ end
 local function housekeeping()
     local dropped = expire()
     if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
-end
-
--- Run cmd on key with the arguments in list, at most CHUNK of them per
--- command (a multiple of step): unpack() fails past Lua's C stack (about
--- 8,000 values), and an expiry of that many members taking several
--- permits each would then stop the call half-way, breaking I1.
-local CHUNK = 1000
-local function call_chunked(cmd, key, list, step)
-    local n = #list
-    for first = 1, n, CHUNK do
-        local last = math.min(first + CHUNK - 1, n)
-        last = last - (last - first + 1) % step
-        redis.call(cmd, key, unpack(list, first, last))
-    end
 end
 
 -- The configuration fields the state has (I5), and how many.
@@ -636,7 +841,7 @@ local function finish()
         if stored() and (W.limit or W.rt or W.rk) then redis.call('PERSIST', K_STATE) end
         return
     end
-    if CREATED or NEW_DL or touched then
+    if CREATED or NEW_DL or touched or #NEW_KEYS > 0 then
         ttl, have = ttl_needed()
     end
     if ttl then
@@ -646,6 +851,16 @@ local function finish()
             end
         end
         if S.rk then redis.call('PEXPIRE', rline_key(), int(ttl)) end
+        if S.tw > 0 then            -- I12: every tenant's line
+            for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do
+                redis.call('PEXPIRE', tline_key(string.sub(q, 21)), int(ttl))
+            end
+            redis.call('PEXPIRE', tq_key(), int(ttl))
+        end
+    else                            -- a line made now lives as the others
+        for _, k in ipairs(NEW_KEYS) do
+            redis.call('PEXPIRE', k, int(math.max(have, GRACE_MS)))
+        end
     end
     if stored() then
         if W.limit or W.rt or W.rk then redis.call('PERSIST', K_STATE) end
@@ -677,11 +892,13 @@ local function waiting_reply(id, limit)
     local look = next_deadline_ms(pos)
     local ticket = redis.call('ZSCORE', K_OWNER, id)
     local prio = 0
-    if S.rk then prio = priority_of(id, tonumber(redis.call('ZSCORE', K_WAITING, id))) end
+    if S.rk then prio = priority_of(id) end
     local reply = {'waiting', ticket, int(pos), 0, int(limit)}
     if S.rt then
         local by_rate = -1
-        if ahead == 0 and fits_class(rank + S.xh, p, prio, limit) then
+        local first = ahead == 0
+        if S.tw > 0 then first = first_waiter()[1] == id end
+        if first and fits_class(rank - ahead + S.xh, p, prio, limit) then
             by_rate = rate_wait_ms()
             look = by_rate
         end
@@ -730,8 +947,8 @@ local function settle_era()
 end
 
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
--- [settle|'' [priority]]
-local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority)
+-- [settle|'' [priority [tenant]]]
+local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority, tenant)
     local members = member_count()
     -- I8: one limit
     local current = limit_in_effect(members > 0)
@@ -757,13 +974,12 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         held = members - waiters + S.xh
         fits = waiters == 0 and fits_class(held, p, priority, limit)
     end
-    -- I4: or it would stand first in line (priorities) and fits beside the
-    -- holders (its ticket is the clock, or a hair above it); I11: or first
-    -- of the reserve's class, and it fits in the reserve
+    -- I4: or it would stand first in line (priorities, I12: tenants) and
+    -- fits beside the holders (its ticket is the clock, or a hair above
+    -- it); I11: or first of the reserve's class, and it fits in the reserve
     if not fits then
         local place = NOW_US - priority * AGING_US
-        local head = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
-        if head[2] and place < tonumber(head[2]) then
+        if would_be_first(place, tenant) then
             held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
             fits = fits_class(held, p, priority, limit)
         end
@@ -792,21 +1008,29 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     end
     FRESH, MEMBERS = members == 0, members + 1
     if p > 1 then set('p:' .. id, p) end
+    if tenant ~= '' then set('tn', S.tn + 1) end
     count_permits(not grant, p, 1)
     if grant then
         rate_take()
         note_class(id, p, priority)
+        note_tenant(tenant, p)
+        rescore(tenant)
         set_deadline(id, NOW_MS + lease, false)
-        redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
+        redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, priority, tenant))
         return {'held', ticket, int(lease)}
     end
     set_deadline(id, NOW_MS + keepalive, false)
-    CREATED = true                  -- the line may have been empty (deleted)
+    -- the line may have been empty (Redis deleted it: it has no TTL now)
+    if redis.call('EXISTS', K_WAITING) == 0 then CREATED = true end
     FRESH = false                   -- (a first member may wait for a rate)
     local place = int(tonumber(ticket) - priority * AGING_US)
     redis.call('ZADD', K_WAITING, place, id)
-    if of_class(priority) then redis.call('ZADD', rline_key(), place, id) end
-    redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin))
+    if of_class(priority) then
+        if redis.call('EXISTS', rline_key()) == 0 then NEW_KEYS[#NEW_KEYS + 1] = rline_key() end
+        redis.call('ZADD', rline_key(), place, id)
+    end
+    enqueue(id, tonumber(place), tenant)
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin, priority, tenant))
     return waiting_reply(id, limit)
 end
 
@@ -959,7 +1183,8 @@ end
 
 -- summary: {stored limit or '', limit in effect or '', permits held,
 -- waiters, holders, ms since the first waiter in line asked or -1, stored
--- rate as given or '', reserved permits or '', their priority or ''}.
+-- rate as given or '', reserved permits or '', their priority or '',
+-- tenants with waiters (I12: those naming none count as one)}.
 local function op_summary()
     local r = limit_reply()
     local members = redis.call('ZCARD', K_OWNER)
@@ -972,6 +1197,7 @@ local function op_summary()
     r[7] = S.rt and (S.rs or '?') or ''
     r[8] = S.rk and int(S.rk) or ''
     r[9] = S.rk and int(S.rp) or ''
+    r[10] = int(S.tw > 0 and redis.call('ZCARD', tq_key()) or math.min(tonumber(r[4]), 1))
     return r
 end
 
@@ -1032,7 +1258,7 @@ local function op_set_reserve(rk, rp)
     if rk then
         local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
         for i = 1, #line, 2 do
-            if priority_of(line[i], tonumber(line[i + 1])) >= rp then
+            if priority_of(line[i]) >= rp then
                 add[#add + 1] = line[i + 1]
                 add[#add + 1] = line[i]
             end
@@ -1042,6 +1268,49 @@ local function op_set_reserve(rk, rp)
     end
     if not is_empty() then promote() end
     return reserve_reply()
+end
+
+-- set_weight tenant weight|'': store a tenant's weight, or remove it (1
+-- then).  Its rank among the tenants that wait changes at once, and may
+-- let its first waiter in (I12).
+local function op_set_weight(t, w)
+    if w then
+        redis.call('HSET', weights_key(), t, int(w))
+    else
+        redis.call('HDEL', weights_key(), t)
+    end
+    WEIGHTS[t] = nil
+    rescore(t)
+    if not is_empty() then promote() end
+    return {int(weight_of(t))}
+end
+
+-- tenants: each tenant that holds, waits or has a stored weight, as
+-- {tenant ('': the callers without one, first), weight, permits held,
+-- waiters}, the others by name.
+local function op_tenants()
+    local seen, names = {}, {}
+    local function note(t)
+        if t ~= '' and not seen[t] then seen[t], names[#names + 1] = true, t end
+    end
+    local st = redis.call('HGETALL', K_STATE)
+    for i = 1, #st, 2 do
+        if string.sub(st[i], 1, 3) == 'th:' then note(string.sub(st[i], 4)) end
+    end
+    if S.tw > 0 then
+        for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do note(string.sub(q, 21)) end
+    end
+    for _, t in ipairs(redis.call('HKEYS', weights_key())) do note(t) end
+    table.sort(names)
+    local out = {}
+    local held = tenant_held('')
+    local line = S.tw > 0 and redis.call('ZCARD', tline_key('')) or redis.call('ZCARD', K_WAITING)
+    if held > 0 or line > 0 then out[1] = {'', '1', int(held), int(line)} end
+    for _, t in ipairs(names) do
+        line = S.tw > 0 and redis.call('ZCARD', tline_key(t)) or 0
+        out[#out + 1] = {t, int(weight_of(t)), int(tenant_held(t)), int(line)}
+    end
+    return out
 end
 
 -- FAST PATHS.  The commonest calls run as straight-line code: an acquire
@@ -1068,14 +1337,14 @@ end
 -- call (I5), the ticket's set with it.  Each key gets its TTL as it is
 -- made: should another program's key of the wrong type stop the call
 -- half-way (a key conflict), what it made still goes by itself.
-local function fast_first(id, limit, lease, origin)
+local function fast_first(id, limit, lease, origin, prio)
     local ttl = int(lifetime(lease))
     local ticket = next_ticket(ttl)
     redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
     redis.call('PEXPIRE', K_TIMEOUT, ttl)
     redis.call('ZADD', K_OWNER, ticket, id)
     redis.call('PEXPIRE', K_OWNER, ttl)
-    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, prio, ''))
     redis.call('PEXPIRE', K_INFO, ttl)
     if not S.limit then
         redis.call('HSET', K_STATE, 'cur', int(limit))
@@ -1088,13 +1357,13 @@ end
 -- agrees, everybody's permits and the caller's fit (I4, I8), the keys
 -- outlive the new deadline.  Its first write takes the ticket (I7, as
 -- next_ticket), its second refuses an id that is a member already.
-local function fast_acquire(id, maxh, lease, origin)
-    if S.xh + S.xw > 0 or S.rt or S.rk or not (maxh or S.limit) or
+local function fast_acquire(id, maxh, lease, origin, prio)
+    if S.xh + S.xw + S.tw > 0 or S.rt or S.rk or not (maxh or S.limit) or
        (S.limit and maxh and maxh ~= S.limit) then
         return nil
     end
     local members = member_count()
-    if members == 0 then return fast_first(id, S.limit or maxh, lease, origin) end
+    if members == 0 then return fast_first(id, S.limit or maxh, lease, origin, prio) end
     local limit = S.limit or S.cur
     if not limit or (maxh and maxh ~= limit) or members + 1 > limit or
        redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] then
@@ -1108,7 +1377,7 @@ local function fast_acquire(id, maxh, lease, origin)
         return redis.error_reply('REDSEM duplicate holder id')
     end
     redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
-    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin))
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, prio, ''))
     return {'held', ticket, int(lease)}
 end
 
@@ -1117,7 +1386,7 @@ end
 -- (I5).  (id has a deadline, so it is the one member: I1.)  A state that
 -- stores a limit, a rate or a reserve is left to the general path.
 local function fast_last(id)
-    if stored() then return nil end
+    if stored() or S.tn > 0 then return nil end
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
     if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 then
         return nil
@@ -1132,7 +1401,7 @@ end
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
 local function fast_release(id)
-    if S.xh + S.xw > 0 or S.rk then return nil end
+    if S.xh + S.xw + S.tn > 0 or S.rk then return nil end
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or
        redis.call('EXISTS', K_WAITING) == 1 or
@@ -1165,6 +1434,18 @@ local function priority_arg(v)
     if n and n == math.floor(n) and math.abs(n) <= PRIORITY_MAX then return n end
 end
 
+-- A tenant: up to 64 bytes, no control character nor '|' ('': none).
+local function tenant_arg(v)
+    if type(v) == 'string' and #v <= 64 and not string.find(v, '[%c|]') then return v end
+end
+
+-- A weight: 1 to 10000, or '' for none (false).
+local function weight_arg(v)
+    if v == '' then return false end
+    local n = count_arg(v)
+    if n and n >= 1 and n <= 10000 then return n end
+end
+
 -- A limit: 1 or more, or '' for none (false).
 local function limit_arg(v)
     if v == '' then return false end
@@ -1178,15 +1459,17 @@ local OPS = {
     acquire = function(a)
         local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
         local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
-        local priority = 0
+        local priority, tenant = 0, ''
         if a[10] then priority = priority_arg(a[10]) end
+        if a[11] then tenant = tenant_arg(a[11]) end
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
-                priority and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
+                priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
         return function()
             return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8],
-                              a[9] == 'settle', priority)
-        end, p == 1 and function() return fast_acquire(id, maxh or nil, lease, a[8]) end
+                              a[9] == 'settle', priority, tenant)
+        end, p == 1 and tenant == '' and
+            function() return fast_acquire(id, maxh or nil, lease, a[8], priority) end
     end,
     wait_check = function(a)
         local id, keepalive = id_arg(a[2]), count_arg(a[3])
@@ -1263,6 +1546,14 @@ local OPS = {
     reserve = function(a)
         return function() return reserve_reply() end
     end,
+    set_weight = function(a)
+        local t, w = tenant_arg(a[2]), weight_arg(a[3])
+        if not (t and t ~= '' and w ~= nil and #a == 3) then return nil end
+        return function() return op_set_weight(t, w or nil) end
+    end,
+    tenants = function(a)
+        return function() return op_tenants() end
+    end,
 }
 
 -- Read the state: the stored limit, the limit in effect, the excesses,
@@ -1270,11 +1561,13 @@ local OPS = {
 -- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
 -- then only the configuration is kept.
 local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt', 'rk')
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt', 'rk',
+                         'tn', 'tw', 'tt')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
     S.era = v[5] or nil
     S.rt, S.rk, S.hh = tonumber(v[6]), tonumber(v[7]), 0
+    S.tn, S.tw, S.tt = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 0
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
         S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
@@ -1283,7 +1576,7 @@ local function read_state()
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')
         S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
     end
-    if stored() and (S.cur or S.xh + S.xw + S.hh > 0) and
+    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tn > 0) and
        redis.call('EXISTS', K_OWNER) == 0 then
         local c = config()
         redis.call('DEL', K_STATE)
@@ -1291,6 +1584,7 @@ local function read_state()
             redis.call('HSET', K_STATE, f, type(value) == 'number' and int(value) or value)
         end
         S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
+        S.tn, S.tw, S.tt = 0, 0, 0
     end
 end
 

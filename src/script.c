@@ -222,7 +222,9 @@ run_script(RedisCall *call, const char *prefix, const char *name,
 	const char *argv[3 + SCRIPT_NKEYS + 1 + SCRIPT_MAX_ARGS];
 	int			argc;
 
-	Assert(nargs <= SCRIPT_MAX_ARGS);
+	if (nargs > SCRIPT_MAX_ARGS)
+		elog(ERROR, "redsem: operation %s given %d arguments, more than %d",
+			 op, nargs, SCRIPT_MAX_ARGS);
 	argc = fcall_head(argv, prefix, name, op);
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
@@ -435,14 +437,15 @@ settle_eras(void)
 
 /*
  * Try to take permits of a semaphore, or a place in line when wait is
- * true, by priority.  max_holders 0: the stored limit.
+ * true, by priority and tenant (NULL: none).  max_holders 0: the stored
+ * limit.
  */
 bool
 sem_acquire(RedisCall *call, const char *name, const char *id,
 			int max_holders, int permits, int64 lease_ms, bool wait,
-			int priority, SemResult *result)
+			int priority, const char *tenant, SemResult *result)
 {
-	const char *args[9];
+	const char *args[10];
 	int			nargs = settle_eras() ? 8 : 7;
 	redisReply *reply;
 
@@ -454,11 +457,13 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[6] = origin_text();
 	args[7] = settle_eras() ? "settle" : "";
-	if (priority != 0)
+	if (priority != 0 || tenant != NULL)
 	{
 		args[8] = psprintf("%d", priority);
 		nargs = 9;
 	}
+	if (tenant != NULL)
+		args[nargs++] = tenant;
 	return run_script(call, NULL, name, "acquire", nargs, args, &reply) &&
 		decode_state(call, name, reply, result);
 }
@@ -895,6 +900,92 @@ sem_set_reserve(RedisCall *call, const char *name, int permits,
 		decode_reserve(call, name, reply, reserve);
 }
 
+/* True if e is a {tenant, weight, held, waiting} entry of a tenants reply */
+static bool
+is_tenant_element(const redisReply *e)
+{
+	if (e->type != REDIS_REPLY_ARRAY || e->elements != 4)
+		return false;
+	for (int i = 0; i < 4; i++)
+		if (e->element[i]->type != REDIS_REPLY_STRING || e->element[i]->str == NULL)
+			return false;
+	return true;
+}
+
+/* Copy a validated tenants reply into out; returns how many were whole */
+static int
+copy_tenants(const redisReply *reply, SemTenant *out)
+{
+	int			n = 0;
+
+	for (size_t i = 0; i < reply->elements; i++)
+	{
+		const redisReply *e = reply->element[i];
+		SemTenant  *t = &out[n];
+
+		if (!reply_int64(e->element[1], &t->weight) ||
+			!reply_int64(e->element[2], &t->held) ||
+			!reply_int64(e->element[3], &t->waiting))
+			continue;
+		t->tenant = e->element[0]->len > 0 ? pstrdup(e->element[0]->str) : NULL;
+		n++;
+	}
+	return n;
+}
+
+/*
+ * The semaphore's tenants (I12): those holding, waiting or with a stored
+ * weight, the callers without a tenant first; a palloc'd array.
+ */
+bool
+sem_tenants(RedisCall *call, const char *name, SemTenant **tenants, int *count)
+{
+	redisReply *reply;
+
+	*tenants = NULL;
+	*count = 0;
+	if (!run_script(call, NULL, name, "tenants", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY)
+		return malformed(call, name, reply, "tenants did not answer an array");
+	for (size_t i = 0; i < reply->elements; i++)
+		if (!is_tenant_element(reply->element[i]))
+			return malformed(call, name, reply, "tenants answered a malformed entry");
+	PG_TRY();
+	{
+		*tenants = palloc0(sizeof(SemTenant) * Max(reply->elements, 1));
+		*count = copy_tenants(reply, *tenants);
+	}
+	PG_FINALLY();
+	{
+		freeReplyObject(reply);
+	}
+	PG_END_TRY();
+	return true;
+}
+
+/*
+ * Store a tenant's weight (0: remove it, making it 1); *now: the weight in
+ * effect afterwards.
+ */
+bool
+sem_set_weight(RedisCall *call, const char *name, const char *tenant,
+			   int weight, int64 *now)
+{
+	const char *args[2];
+	redisReply *reply;
+
+	args[0] = tenant;
+	args[1] = weight > 0 ? psprintf("%d", weight) : "";
+	if (!run_script(call, NULL, name, "set_weight", 2, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+		!reply_int64(reply->element[0], now) || *now < 1)
+		return malformed(call, name, reply, "set_weight answered a malformed field");
+	freeReplyObject(reply);
+	return true;
+}
+
 /* The index key of prefix (NULL: redsem.key_prefix): "<prefix>index" */
 static char *
 index_key(const char *prefix)
@@ -1004,14 +1095,14 @@ bool
 sem_summary(RedisCall *call, const char *name, SemSummary *out)
 {
 	redisReply *reply;
-	int64		v[9] = {0};
+	int64		v[10] = {0};
 
 	if (!run_script(call, NULL, name, "summary", 0, NULL, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 9 ||
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 10 ||
 		reply->element[6]->type != REDIS_REPLY_STRING)
-		return malformed(call, name, reply, "summary did not answer nine fields");
-	for (int i = 0; i < 9; i++)
+		return malformed(call, name, reply, "summary did not answer ten fields");
+	for (int i = 0; i < 10; i++)
 		if (i != 6 && !summary_field(reply->element[i], &v[i]))
 			return malformed(call, name, reply, "summary did not answer numbers");
 	out->rate = reply->element[6]->len == 0 ? NULL :
@@ -1025,6 +1116,7 @@ sem_summary(RedisCall *call, const char *name, SemSummary *out)
 	out->oldest_wait_ms = v[5];
 	out->reserved = v[7];
 	out->reserved_for = v[8];
+	out->tenants_waiting = v[9];
 	return true;
 }
 

@@ -68,6 +68,15 @@ typedef struct SemReserve
 	int64		held;			/* permits those callers hold */
 } SemReserve;
 
+/* A tenant of a semaphore, as the "tenants" operation reports it (I12) */
+typedef struct SemTenant
+{
+	char	   *tenant;			/* NULL: the callers without one */
+	int64		weight;
+	int64		held;			/* permits its holders take */
+	int64		waiting;		/* its waiters */
+} SemTenant;
+
 /* One member of a semaphore, as the "list" operation reports it */
 typedef struct SemMember
 {
@@ -84,7 +93,8 @@ typedef struct SemMember
 extern bool sem_call_failed(RedisCall *call, const char *name);
 extern bool sem_acquire(RedisCall *call, const char *name, const char *id,
 						int max_holders, int permits, int64 lease_ms,
-						bool wait, int priority, SemResult *result);
+						bool wait, int priority, const char *tenant,
+						SemResult *result);
 extern bool sem_wait_replicas(RedisCall *call, const char *name, int replicas,
 							  int timeout_ms, int *acked);
 extern bool sem_wait_check(RedisCall *call, const char *name, const char *id,
@@ -108,6 +118,7 @@ typedef struct SemSummary
 	int64		oldest_wait_ms;	/* since the first waiter asked */
 	char	   *rate;			/* the stored rate as given, or NULL */
 	int64		reserved;		/* permits of a stored reserve, or -1 */
+	int64		tenants_waiting;	/* tenants with waiters (I12) */
 	int64		reserved_for;	/* ...kept for this priority and up */
 } SemSummary;
 
@@ -142,5 +153,9 @@ extern bool sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
 extern bool sem_reserve(RedisCall *call, const char *name, SemReserve *reserve);
 extern bool sem_set_reserve(RedisCall *call, const char *name, int permits,
 							int min_priority, SemReserve *reserve);
+extern bool sem_tenants(RedisCall *call, const char *name, SemTenant **tenants,
+						int *count);
+extern bool sem_set_weight(RedisCall *call, const char *name, const char *tenant,
+						   int weight, int64 *now);
 
 #endif							/* REDSEM_SCRIPT_H */

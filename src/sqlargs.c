@@ -68,6 +68,46 @@ id_arg(FunctionCallInfo fcinfo, int argno)
 	return id;
 }
 
+/*
+ * What is wrong with a tenant name, as an errdetail sentence, or NULL if
+ * nothing: 1 to REDSEM_MAX_TENANT_BYTES bytes, without control characters
+ * or "|" (the script keeps it in a "|"-separated field).
+ */
+const char *
+tenant_problem(const char *tenant)
+{
+	size_t		len = strlen(tenant);
+
+	if (len == 0)
+		return "A tenant name must not be empty; pass NULL for none.";
+	if (len > REDSEM_MAX_TENANT_BYTES)
+		return psprintf("A tenant name is 1 to %d bytes long; this one has %zu.",
+						REDSEM_MAX_TENANT_BYTES, len);
+	for (const char *c = tenant; *c; c++)
+		if ((unsigned char) *c < 0x20 || *c == 0x7f || *c == '|')
+			return "A tenant name must not contain control characters or \"|\".";
+	return NULL;
+}
+
+/* The tenant argument: NULL for none, else a name tenant_problem accepts */
+char *
+tenant_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *tenant;
+	const char *problem;
+
+	if (PG_ARGISNULL(argno))
+		return NULL;
+	tenant = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	problem = tenant_problem(tenant);
+	if (problem)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid tenant name"),
+				 errdetail_internal("%s", problem)));
+	return tenant;
+}
+
 /* True for superusers and members of the redsem_admin role */
 bool
 redsem_is_admin(void)

@@ -12,6 +12,8 @@ extern void reject_null(const char *argname);
 extern char *name_arg(FunctionCallInfo fcinfo, int argno);
 extern char *id_arg(FunctionCallInfo fcinfo, int argno);
 extern int	count_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
+extern const char *tenant_problem(const char *tenant);
+extern char *tenant_arg(FunctionCallInfo fcinfo, int argno);
 extern bool redsem_is_admin(void);
 extern void require_admin(const char *what);
 

@@ -136,6 +136,7 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 	else
 		args->wait_ms = duration_arg(fcinfo, 3, "wait", 0, REDSEM_MAX_WAIT_MS);
 	args->priority = PG_NARGS() > 5 ? priority_arg(fcinfo, 5) : 0;
+	args->tenant = PG_NARGS() > 6 ? tenant_arg(fcinfo, 6) : NULL;
 }
 
 /*

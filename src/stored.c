@@ -22,6 +22,7 @@
 PG_FUNCTION_INFO_V1(redsem_set_limit);
 PG_FUNCTION_INFO_V1(redsem_set_rate);
 PG_FUNCTION_INFO_V1(redsem_set_reserve);
+PG_FUNCTION_INFO_V1(redsem_set_tenant_weight);
 
 /* The slowest rate: one admission a week (the script takes up to 1e12 us) */
 #define RATE_MAX_US			(7 * USECS_PER_DAY)
@@ -255,5 +256,43 @@ redsem_set_reserve(PG_FUNCTION_ARGS)
 		ereport(LOG,
 				(errmsg("redsem: reserve of semaphore \"%s\" removed by role \"%s\"",
 						name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_VOID();
+}
+
+/*
+ * redsem_set_tenant_weight(name, tenant, weight): the tenant's share of the
+ * semaphore while tenants wait (I12), in Redis for every server (weight
+ * NULL: remove it, making it 1).  For superusers and members of
+ * redsem_admin.  Logged.
+ */
+Datum
+redsem_set_tenant_weight(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	char	   *tenant;
+	int			weight = 0;
+	int64		now;
+	RedisCall	call = REDIS_SQL_CALL;
+
+	require_admin("set a tenant's weight on a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	if (PG_ARGISNULL(1))
+		reject_null("tenant");
+	tenant = tenant_arg(fcinfo, 1);
+	if (!PG_ARGISNULL(2))
+	{
+		weight = PG_GETARG_INT32(2);
+		if (weight < 1 || weight > REDSEM_MAX_WEIGHT)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("argument \"weight\" is out of range"),
+					 errdetail("\"weight\" must be between 1 and %d; it is %d.",
+							   REDSEM_MAX_WEIGHT, weight)));
+	}
+	hold_init();
+	(void) sem_set_weight(&call, name, tenant, weight, &now);
+	ereport(LOG,
+			(errmsg("redsem: weight of tenant \"%s\" on semaphore \"%s\" set to %d by role \"%s\"",
+					tenant, name, (int) now, GetUserNameFromId(GetUserId(), false))));
 	PG_RETURN_VOID();
 }

@@ -20,6 +20,13 @@
 #     all come before every waiter; the first waiter does not fit (else it
 #     would have been promoted);
 #   - tickets rise along the line;
+#   - with tenants (I12): the counts of members, waiters and held permits
+#     per tenant match the members' info; while a waiter has a tenant, each
+#     tenant's line is its waiters and tq ranks each tenant with waiters by
+#     held permits per weight and its first waiter's place, and otherwise
+#     neither exists; "the first waiter" above is the first of the tenant
+#     that holds the fewest permits per weight; nobody was granted a slot
+#     before an earlier waiter of its own tenant;
 #   - with a reserve (I11): the line of its class is the waiters of its
 #     priority and up; its holders' permits are counted; a holder below
 #     its priority came in only within the share the reserve leaves; a
@@ -153,6 +160,8 @@ sub violations
 	}
 	my @holders = grep { !exists $waiting{$_} } @ids;
 	my @waiters = grep { exists $waiting{$_} } @ids;
+	my %tenant = map { $_ => ((split /\|/, $info{$_} // '', 6)[4] // '') } @ids;
+	push @bad, tenant_violations($name, \%state, \%waiting, \%tenant, \%p, \@holders);
 	my %rline = @{ $r->cmd('ZRANGE', "m:{$name}:rline", 0, -1, 'WITHSCORES') };
 	push @bad, reserve_violations($name, \%state, \%ticket, \%waiting, \%rline, \%p, \@holders);
 	my $held = sum0(map { $p{$_} } @holders);
@@ -174,7 +183,7 @@ sub violations
 		push @bad, "tickets do not rise at rank $rank"
 		  if $ticket{ $ids[$rank] } <= $ticket{ $ids[ $rank - 1 ] };
 	}
-	my ($first_waiter) = sort { $waiting{$a} <=> $waiting{$b} || $a cmp $b } keys %waiting;
+	my $first_waiter = fair_first($name, \%state, \%waiting, \%tenant, \%p, \@holders);
 	my $allow = $allow{$name} // $limit;
 	if ($held > $limit)
 	{
@@ -200,15 +209,15 @@ sub violations
 	  && exists $p{$first_class}
 	  && $held + $p{$first_class} <= $limit && ($state{hh} // 0) + $p{$first_class} <= reserved(\%state, $limit);
 	push @bad, rate_violations($name, \%state, \%info, \%waiting);
-	push @bad, grant_violations($name, \%ticket, \%waiting, \%state, \%rline);
+	push @bad, grant_violations($name, \%ticket, \%waiting, \%state, \%rline, \%tenant, \%p);
 
 	# key lifetimes cover the latest deadline (Redis's clock is read after
 	# the TTLs, so a slow machine can only make this check more lenient)
 	my ($latest) = sort { $b <=> $a } values %timeout;
-	my $krl = "m:{$name}:rline";
-	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw, $ks, $krl);
+	my @lines = ("m:{$name}:rline", "m:{$name}:tq", @{ $r->cmd('KEYS', "m:{$name}:tline:*") });
+	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw, $ks, @lines);
 	my $now = redis_now_ms();
-	foreach my $k ($ko, $kt, $kk, $ki, $kw, $ks, $krl)
+	foreach my $k ($ko, $kt, $kk, $ki, $kw, $ks, @lines)
 	{
 		my $pttl = $pttl{$k};
 		next if $pttl == -2;
@@ -249,6 +258,103 @@ sub violations
 		push @bad, "$id was granted " . ($m->{p} // 1) . " permits, Redis says $p{$id}"
 		  if exists $p{$id} && $p{$id} != ($m->{p} // 1);
 	}
+	return @bad;
+}
+
+# I12: the permits each tenant holds ('': the holders without one).
+sub tenant_holds
+{
+	my ($tenant, $p, $holders) = @_;
+	my %th;
+	$th{ $tenant->{$_} } += $p->{$_} foreach @$holders;
+	return %th;
+}
+
+# I12: the stored weights of $name's tenants.
+sub weights_of { my ($name) = @_; return @{ $r->cmd('HGETALL', "m:{$name}:weights") }; }
+
+# I12: the first waiter: the first of the tenant with waiters holding the
+# fewest permits per weight (ties: the earlier place, then the name).
+sub fair_first
+{
+	my ($name, $state, $waiting, $tenant, $p, $holders) = @_;
+	return undef unless %$waiting;
+	my %th = tenant_holds($tenant, $p, $holders);
+	my %w = weights_of($name);
+	my %head;
+	foreach my $id (keys %$waiting)
+	{
+		my $t = $tenant->{$id} // '';
+		$head{$t} = $id if !defined $head{$t} || $waiting->{$id} < $waiting->{ $head{$t} };
+	}
+	my ($best) = sort {
+		(($th{$a} // 0) / ($a eq '' ? 1 : $w{$a} // 1)) <=> (($th{$b} // 0) / ($b eq '' ? 1 : $w{$b} // 1))
+		  || sprintf('%020d', $waiting->{ $head{$a} }) . $a cmp sprintf('%020d', $waiting->{ $head{$b} }) . $b
+	} keys %head;
+	return $head{$best};
+}
+
+# I12: the state's tenant counts match the members; while a waiter has a
+# tenant, the tenants' lines and tq match the waiters, and otherwise
+# neither exists.
+sub tenant_violations
+{
+	my ($name, $state, $waiting, $tenant, $p, $holders) = @_;
+	my @bad;
+	my %th = tenant_holds($tenant, $p, $holders);
+	my $tn = grep { $tenant->{$_} ne '' } keys %$tenant;
+	my $tw = grep { $tenant->{$_} ne '' } keys %$waiting;
+	my $tt = sum0(map { $th{$_} } grep { $_ ne '' } keys %th);
+	push @bad, "state counts tn " . ($state->{tn} // 0) . ", the members with a tenant are $tn"
+	  if ($state->{tn} // 0) != $tn;
+	push @bad, "state counts tw " . ($state->{tw} // 0) . ", the waiters with a tenant are $tw"
+	  if ($state->{tw} // 0) != $tw;
+	push @bad, "state counts tt " . ($state->{tt} // 0) . ", the holders with a tenant take $tt"
+	  if ($state->{tt} // 0) != $tt;
+	foreach my $f (grep { /^th:/ } keys %$state)
+	{
+		my $t = substr($f, 3);
+		push @bad, "state says tenant $t holds $state->{$f}, its holders take " . ($th{$t} // 0)
+		  if $state->{$f} != ($th{$t} // 0);
+	}
+	foreach my $t (grep { $_ ne '' && $th{$_} } keys %th)
+	{
+		push @bad, "tenant $t holds $th{$t} permits, the state has none" unless exists $state->{"th:$t"};
+	}
+	my @tlines = @{ $r->cmd('KEYS', "m:{$name}:tline:*") };
+	my %tq = @{ $r->cmd('ZRANGE', "m:{$name}:tq", 0, -1, 'WITHSCORES') };
+	if (!$tw)
+	{
+		push @bad, "no waiter has a tenant, but @tlines exist" if @tlines;
+		push @bad, "no waiter has a tenant, but tq exists" if %tq;
+		return @bad;
+	}
+	my %w = weights_of($name);
+	my %expect;
+	foreach my $id (keys %$waiting)
+	{
+		my $t = $tenant->{$id};
+		$expect{$t}{$id} = $waiting->{$id};
+	}
+	foreach my $key (@tlines)
+	{
+		my $t = substr($key, length("m:{$name}:tline:"));
+		my %line = @{ $r->cmd('ZRANGE', $key, 0, -1, 'WITHSCORES') };
+		my %want = %{ $expect{$t} // {} };
+		push @bad, "the line of tenant '$t' is " . join(',', map { "$_=$line{$_}" } sort keys %line)
+		  . ", its waiters say " . join(',', map { "$_=$want{$_}" } sort keys %want)
+		  unless join(',', map { "$_=$line{$_}" } sort keys %line) eq join(',', map { "$_=$want{$_}" } sort keys %want);
+	}
+	my %want_tq;
+	foreach my $t (keys %expect)
+	{
+		push @bad, "tenant '$t' has waiters but no line" unless grep { $_ eq "m:{$name}:tline:$t" } @tlines;
+		my ($head) = sort { $expect{$t}{$a} <=> $expect{$t}{$b} } keys %{ $expect{$t} };
+		$want_tq{ sprintf('%020d', $expect{$t}{$head}) . $t } = ($th{$t} // 0) / ($t eq '' ? 1 : $w{$t} // 1);
+	}
+	my $got = join(',', map { "$_=" . ($tq{$_} + 0) } sort keys %tq);
+	my $want = join(',', map { "$_=" . ($want_tq{$_} + 0) } sort keys %want_tq);
+	push @bad, "tq is $got, the tenants with waiters say $want" unless $got eq $want;
 	return @bad;
 }
 
@@ -373,25 +479,72 @@ sub rate_violations
 my (%top_token, %tokened);
 sub grant_violations
 {
-	my ($name, $ticket, $waiting, $state, $rline) = @_;
+	my ($name, $ticket, $waiting, $state, $rline, $tenant, $p) = @_;
 	my @bad;
 	my @before = grep { exists $c{$_} && ($c{$_}{joined} // $STEP) < $STEP } keys %$waiting;
-	my ($first) = sort { $a <=> $b } map { $waiting->{$_} } @before;
-	# (I11: a holder of the reserve's class passes only waiters below it)
-	my ($first_class) = sort { $a <=> $b } map { $waiting->{$_} } grep { exists $rline->{$_} } @before;
+	# (I12: within its tenant; I11: a holder of the reserve's class passes
+	# only waiters below it)
+	my (%first, %first_class);
+	foreach my $id (@before)
+	{
+		my $t = $tenant->{$id} // '';
+		$first{$t} = $waiting->{$id} if !defined $first{$t} || $waiting->{$id} < $first{$t};
+		$first_class{$t} = $waiting->{$id}
+		  if exists $rline->{$id} && (!defined $first_class{$t} || $waiting->{$id} < $first_class{$t});
+	}
 	my $top = $top_token{$name} // 0;
+	my @granted;
 	foreach my $id (sort { $ticket->{$a} <=> $ticket->{$b} } keys %$ticket)
 	{
 		next if exists $waiting->{$id} || $tokened{$name}{"$id|$ticket->{$id}"}++;
+		push @granted, $id;
 		push @bad, "$id was granted ticket $ticket->{$id}, not above an earlier grant's $top"
 		  if $ticket->{$id} <= $top;
 		$top_token{$name} = $ticket->{$id} if $ticket->{$id} > ($top_token{$name} // 0);
 		my $m = $c{$id};
-		my $ahead = exists $state->{"h:$id"} ? $first_class : $first;
+		my $t = $tenant->{$id} // '';
+		my $ahead = exists $state->{"h:$id"} ? $first_class{$t} : $first{$t};
 		next unless $m && $m->{sem} eq $name && defined $m->{place} && defined $ahead;
 		push @bad, "$id was promoted from place $m->{place}, behind waiter at place $ahead"
 		  if $m->{place} > $ahead;
 		delete $m->{place};
+	}
+	push @bad, tenant_grant_violations($name, \@granted, \@before, $waiting, $state, $tenant, $p);
+	return @bad;
+}
+
+# I12: a step that granted one slot (its order is then known) gave it to
+# the tenant ranked first: no tenant with an earlier waiter still waiting
+# held fewer permits per weight then.  Holders that left in the step may
+# have left after the grant: they count for the tenant waiting, not for
+# the one granted, so that the check never blames the script wrongly.
+my %prev_holders;
+sub tenant_grant_violations
+{
+	my ($name, $granted, $before, $waiting, $state, $tenant, $p) = @_;
+	my %now = map { $_ => [ $tenant->{$_} // '', $p->{$_} // 1 ] }
+	  grep { !exists $waiting->{$_} } keys %$tenant;
+	my $prev = $prev_holders{$name} // {};
+	$prev_holders{$name} = \%now;
+	return () unless @$granted == 1 && !exists $state->{"h:$granted->[0]"};
+	my $x = $granted->[0];
+	my $tx = $tenant->{$x} // '';
+	my (%held, %left);
+	$held{ $_->[0] } += $_->[1] foreach values %now;
+	foreach my $id (keys %$prev)
+	{
+		$left{ $prev->{$id}[0] } += $prev->{$id}[1] unless exists $now{$id};
+	}
+	my %w = weights_of($name);
+	my $wt = sub { my ($t) = @_; return $t eq '' ? 1 : $w{$t} // 1; };
+	my $x_at = (($held{$tx} // 0) - ($p->{$x} // 1)) / $wt->($tx);
+	my @bad;
+	foreach my $y (grep { exists $waiting->{$_} && ($tenant->{$_} // '') ne $tx } @$before)
+	{
+		my $ty = $tenant->{$y} // '';
+		my $y_at = (($held{$ty} // 0) + ($left{$ty} // 0)) / $wt->($ty);
+		push @bad, "$x of tenant '$tx' was granted a slot holding $x_at per weight, while $y of tenant '$ty' waited holding at most $y_at"
+		  if $x_at > $y_at + 1e-9;
 	}
 	return @bad;
 }
@@ -888,6 +1041,49 @@ ev('resv2', 'set_reserve', '');
 %limit = ();
 
 ###########################################################################
+note 'tenants (I12): a freed permit goes to the waiting tenant holding the fewest per weight';
+
+%limit = (ten => 2);
+%c = ();
+sub ten_acquire
+{
+	my ($id, $wait, $ten, $prio) = @_;
+	my $t = now_ms();
+	my $rep = ev('ten', 'acquire', $id, 2, 1, 60000, $wait, 30000, 'model', '', $prio // 0, $ten);
+	absorb($id, 'ten', $rep, $t, 1, $prio // 0);
+	return state_of($rep);
+}
+is(ten_acquire('a1', 0, 'A'), 'held', 'a1 of tenant A holds');
+is(ten_acquire('a2', 0, 'A'), 'held', 'a2 of tenant A holds: a tenant alone uses the whole limit');
+is(ten_acquire('a3', 1, 'A'), 'waiting', 'a3 of A waits');
+is(ten_acquire('a4', 1, 'A'), 'waiting', 'a4 of A waits');
+is(ten_acquire('u1', 1, ''), 'waiting', 'u1, of no tenant, waits');
+is(ten_acquire('b1', 1, 'B'), 'waiting', 'b1 of B waits, last');
+check_all('two tenants and the callers of none in line');
+is_deeply(ev('ten', 'tenants'), [ [ '', 1, 0, 1 ], [ 'A', 1, 2, 2 ], [ 'B', 1, 0, 1 ] ],
+	'tenants: A holds 2 with 2 waiting, B and the callers of none hold nothing and have one waiting each');
+is(ev('ten', 'summary')->[9], 3, 'summary: 3 tenants have callers in line (those naming none count as one)');
+is(ev('ten', 'release', 'a1'), 1, 'a1 releases');
+delete $c{a1};
+ok($r->cmd('LLEN', 'm:{ten}:wake:u1') == 1, 'u1 is promoted: A holds 1, the callers of none 0 (u1 came before b1)');
+check_all('a promotion by tenant');
+is(ten_acquire('a5', 0, 'A', 100), 'busy', 'a5 of A with priority 100 is refused: A is not the tenant served first');
+is(ten_acquire('b2', 0, 'B'), 'busy', 'b2 of B is refused too: no permit is free');
+is_deeply(ev('ten', 'set_weight', 'A', 3), [3], 'A is given weight 3');
+is(ev('ten', 'release', 'a2'), 1, 'a2 releases');
+delete $c{a2};
+ok($r->cmd('LLEN', 'm:{ten}:wake:a3') == 1 && $r->cmd('LLEN', 'm:{ten}:wake:b1') == 0,
+	'a3 is promoted, not b1: A holds 0 per 3, B 0 per 1, and a3 came first');
+check_all('a promotion by tenant, with a weight');
+$c{$_}{state} eq 'waiting' && ev('ten', 'give_up', $_) foreach qw(a3 a4 b1 u1);
+ev('ten', 'release', $_) foreach qw(a3 a4 b1 u1);
+delete @c{qw(a3 a4 b1 u1)};
+is_deeply(ev('ten', 'tenants'), [ [ 'A', 3, 0, 0 ] ], 'only the weight is left');
+is_deeply(ev('ten', 'set_weight', 'A', ''), [1], 'and is removed');
+check_all('every member of "ten" gone');
+my @ten_left = grep { !/:ticket$/ } @{ $r->cmd('KEYS', 'm:{ten}:*') };
+is(scalar(@ten_left), 0, 'nothing of "ten" is left but its ticket') or diag("@ten_left");
+
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
@@ -914,6 +1110,14 @@ foreach my $bad (
 	[ 'refresh_many', 'x', 100, 'y' ],
 	[ 'refresh_many', 'x', 100, 'y z', 100 ],
 	[ 'wait_check', '', 1000 ],
+	[ 'acquire', 'x', 1, 1, 1000, 0, 1000, 'o', '', 0, 'a|b' ],
+	[ 'acquire', 'x', 1, 1, 1000, 0, 1000, 'o', '', 0, "a\nb" ],
+	[ 'acquire', 'x', 1, 1, 1000, 0, 1000, 'o', '', 0, 'x' x 65 ],
+	[ 'set_weight', 'a' ],
+	[ 'set_weight', '', 2 ],
+	[ 'set_weight', 'a', 0 ],
+	[ 'set_weight', 'a', 10001 ],
+	[ 'set_weight', 'a', 1.5 ],
 	[ 'no_such_op', 'x' ])
 {
 	my $rep = ev('args', @$bad);
@@ -963,6 +1167,9 @@ sub limit_arg { my ($sem) = @_; return $sem eq 'sv' ? '' : $limit{$sem}; }
 
 # Permits a caller asks for (sometimes more than the stored limit).
 sub some_permits { my ($sem) = @_; return $weighted{$sem} ? 1 + int(rand(3)) : 1; }
+
+# Tenants: half the callers name none (I12)
+sub some_tenant { return pick('', '', '', 'a', 'b', 'c d'); }
 
 # Priorities: mostly none; a level's head start is a second (I4)
 sub some_priority { return pick(0, 0, 0, 1, -1, 3, 100, -100); }
@@ -1021,10 +1228,11 @@ my %actions = (
 		my $sem = pick(@sems);
 		my $id = 'c' . ++$next_id;
 		my ($lease, $p, $prio) = (80 + int(rand(320)), some_permits($sem), some_priority());
+		my $ten = some_tenant();
 		my $t = now_ms();
 		my $st = absorb($id, $sem,
-			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 0, 1000, 'model', '', $prio), $t, $p, $prio);
-		return ("$id try-once on $sem for $p (lease $lease, priority $prio): $st",
+			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 0, 1000, 'model', '', $prio, $ten), $t, $p, $prio);
+		return ("$id try-once on $sem for $p (lease $lease, priority $prio, tenant '$ten'): $st",
 			too_large($sem, $p, $prio) ? $st eq 'toolarge' : $st =~ /^(held|busy)$/);
 	},
 	acquire_wait => sub {
@@ -1033,10 +1241,11 @@ my %actions = (
 		my ($lease, $p) = (80 + int(rand(320)), some_permits($sem));
 		my $keep = 150 + int(rand(450));
 		my $prio = some_priority();
+		my $ten = some_tenant();
 		my $t = now_ms();
 		my $st = absorb($id, $sem,
-			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 1, $keep, 'model', '', $prio), $t, $p, $prio);
-		return ("$id waits on $sem for $p (lease $lease, keepalive $keep, priority $prio): $st",
+			ev($sem, 'acquire', $id, limit_arg($sem), $p, $lease, 1, $keep, 'model', '', $prio, $ten), $t, $p, $prio);
+		return ("$id waits on $sem for $p (lease $lease, keepalive $keep, priority $prio, tenant '$ten'): $st",
 			too_large($sem, $p, $prio) ? $st eq 'toolarge' : $st =~ /^(held|waiting)$/);
 	},
 	wrong_limit => sub {
@@ -1073,6 +1282,13 @@ my %actions = (
 		return ("the reserve of sv becomes " . ($res->[0] ? "$res->[0] for priority $res->[1] and up" : 'none')
 			  . ': ' . join(' ', @$reply),
 			ref $reply eq 'ARRAY' && $reply->[0] eq $res->[0] && $reply->[1] eq ($res->[1] // ''));
+	},
+	set_weight => sub {
+		my $sem = pick(@sems);
+		my ($ten, $w) = (pick(qw(a b)), pick(1, 2, 3, ''));
+		my $reply = ev($sem, 'set_weight', $ten, $w);
+		return ("the weight of tenant $ten on $sem becomes " . ($w eq '' ? 'none' : $w) . ': ' . join(' ', @$reply),
+			ref $reply eq 'ARRAY' && $reply->[0] == ($w eq '' ? 1 : $w));
 	},
 	set_rate => sub {
 		my $rate = pick(@rates);
@@ -1210,6 +1426,9 @@ my %actions = (
 		return ("rate on $sem: " . state_of($rate), 0) unless ref $rate eq 'ARRAY' && @$rate == 4;
 		my $res = ev($sem, 'reserve');
 		return ("reserve on $sem: " . state_of($res), 0) unless ref $res eq 'ARRAY' && @$res == 3;
+		my $ten = ev($sem, 'tenants');
+		return ("tenants on $sem: " . state_of($ten), 0)
+		  unless ref $ten eq 'ARRAY' && !grep { ref $_ ne 'ARRAY' || @$_ != 4 } @$ten;
 		# the limit call runs after the list call: members may have expired
 		# in between, and then no limit is in effect and nobody is counted
 		return ("token, list and limit on $sem",
@@ -1229,7 +1448,7 @@ my @weighted = (
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
 	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2,
-	('set_reserve') x 2);
+	('set_reserve') x 2, ('set_weight') x 2);
 
 my $ok = 1;
 my $t_start = time;
@@ -1263,6 +1482,7 @@ note 'once every lease has ended and the stored limits are removed, nothing is l
 ev('sv', 'set_limit', '');
 ev('sv', 'set_reserve', '');
 ev('sr', 'set_rate', '');
+foreach my $sem (@sems) { ev($sem, 'set_weight', $_, '') foreach qw(a b); }
 # No key outlives its last renewal by more than the longest deadline set
 # (600 ms: a keepalive), plus the grace, plus as much again (the renewal's
 # slack); then it is gone.
