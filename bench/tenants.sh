@@ -9,7 +9,7 @@
 # Each tenant is one pgbench with its own clients; a transaction is one
 # redsem_acquire_xact (waiting up to 60 s) and a 20 ms job, so every
 # tenant keeps callers in line.  Two setups: 2 tenants (A with 16 clients,
-# B with 4), and 10 tenants (t0 with 11 clients, t1..t9 with 1 each).
+# B with 4), and 10 tenants (t0 with 12 clients, t1..t9 with 2 each).
 # Each runs twice: with the clients naming no tenant (the baseline: one
 # FIFO line, shares follow the clients), then naming their tenant.
 # Printed: each tenant's share of the jobs done, and the fair share.  With
@@ -92,7 +92,7 @@ table() {
 bench_sql "SELECT redsem_acquire_xact('warm', 1)" >/dev/null
 bench_header "redsem tenant benchmark (bench/tenants.sh)"
 table "2 tenants: t0 16 clients, t1 4" 16 4
-table "10 tenants: t0 11 clients, t1..t9 1 each" 11 1 1 1 1 1 1 1 1 1
+table "10 tenants: t0 12 clients, t1..t9 2 each" 12 2 2 2 2 2 2 2 2 2
 
 # --- Redis CPU ---------------------------------------------------------
 LIB=$(bench_library)

@@ -472,9 +472,10 @@ local function tq_member(place, t)
     return string.format('%020d', place) .. t
 end
 
--- I12: the place of the first of tenant t's line, or nil.
+-- I12: the place of the first of tenant t's line (nil: none), and its id.
 local function tline_head(t)
-    return tonumber(redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES')[2])
+    local h = redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES')
+    return tonumber(h[2]), h[1]
 end
 
 -- I12: set tenant t's entry in tq from its line's first waiter and its
@@ -523,14 +524,16 @@ local function enqueue(id, place, t)
     if not old then NEW_KEYS[#NEW_KEYS + 1] = tline_key(t) end
     redis.call('ZADD', tline_key(t), place, id)
     if t ~= '' then set('tw', S.tw + 1) end
-    requeue(t, old)
+    -- (behind its tenant's first waiter, it changes nothing in tq: a
+    -- tenant's rank is its held permits, and its first waiter's place)
+    if not old or place < old then requeue(t, old) end
 end
 
 -- I12: id, of tenant t, left waiting (promoted or gone); the last waiter
 -- with a tenant ends the lines per tenant.
 local function dequeue(id, t)
     if S.tw == 0 then return end
-    local old = tline_head(t)
+    local old, first = tline_head(t)
     redis.call('ZREM', tline_key(t), id)
     if t ~= '' then
         set('tw', S.tw - 1)
@@ -539,7 +542,7 @@ local function dequeue(id, t)
             return
         end
     end
-    requeue(t, old)
+    if first == id then requeue(t, old) end     -- (else tq is as it was)
 end
 
 -- I4, I12: the first waiter: {id, place} (empty if none), and its tenant.
@@ -750,6 +753,8 @@ local function promote()
             note_class(head, p, prio)
             note_tenant(tenant, p)
             dequeue(head, tenant)
+            -- (from the class's line it may not have been its tenant's first)
+            if line ~= K_WAITING then rescore(tenant) end
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket)
@@ -977,17 +982,18 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     -- I4: or it would stand first in line (priorities, I12: tenants) and
     -- fits beside the holders (its ticket is the clock, or a hair above
     -- it); I11: or first of the reserve's class, and it fits in the reserve
+    -- (only if it fits beside the holders at all: a full semaphore needs
+    -- no look at the line)
     if not fits then
         local place = NOW_US - priority * AGING_US
-        if would_be_first(place, tenant) then
-            held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
-            fits = fits_class(held, p, priority, limit)
-        end
-        if not fits and of_class(priority) then
-            local first = redis.call('ZRANGE', rline_key(), 0, 0, 'WITHSCORES')
-            if not first[2] or place < tonumber(first[2]) then
-                held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
-                fits = fits_reserve(held, p, limit)
+        held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
+        if held + p <= limit then
+            fits = fits_class(held, p, priority, limit) and would_be_first(place, tenant)
+            if not fits and of_class(priority) then
+                local first = redis.call('ZRANGE', rline_key(), 0, 0, 'WITHSCORES')
+                if not first[2] or place < tonumber(first[2]) then
+                    fits = fits_reserve(held, p, limit)
+                end
             end
         end
     end

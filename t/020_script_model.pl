@@ -1084,6 +1084,35 @@ check_all('every member of "ten" gone');
 my @ten_left = grep { !/:ticket$/ } @{ $r->cmd('KEYS', 'm:{ten}:*') };
 is(scalar(@ten_left), 0, 'nothing of "ten" is left but its ticket') or diag("@ten_left");
 
+note 'tenants and a reserve: a class member promoted into the reserve from behind its tenant\'s first waiter';
+
+%limit = (ten2 => 2);
+ev('ten2', 'set_reserve', 1, 5);
+sub ten2_acquire
+{
+	my ($id, $wait, $ten, $prio) = @_;
+	my $t = now_ms();
+	my $rep = ev('ten2', 'acquire', $id, 2, 1, 60000, $wait, 30000, 'model', '', $prio, $ten);
+	absorb($id, 'ten2', $rep, $t, 1, $prio);
+	return state_of($rep);
+}
+is(ten2_acquire('h1', 0, 'B', 0), 'held', 'h1 of B (priority 0) holds the permit left to priority 0');
+is(ten2_acquire('z', 0, 'C', 5), 'held', 'z of C (priority 5) holds the reserve');
+is(ten2_acquire('x4', 1, 'A', 4), 'waiting', 'x4 of A (priority 4, below the reserve) waits');
+usleep(1_100_000);
+is(ten2_acquire('y5', 1, 'A', 5), 'waiting', 'y5 of A (priority 5) waits 1.1 s later: behind x4 in A\'s line');
+check_all('a class member behind its tenant\'s first waiter');
+is(ev('ten2', 'release', 'z'), 1, 'z releases the reserve');
+delete $c{z};
+ok($r->cmd('LLEN', 'm:{ten2}:wake:y5') == 1 && $r->cmd('LLEN', 'm:{ten2}:wake:x4') == 0,
+	'y5 is promoted into the reserve, x4 still waits (it does not fit the share below the reserve)');
+check_all('a promotion into the reserve from behind a tenant\'s first waiter');
+ev('ten2', 'give_up', $_) foreach qw(x4 y5);
+ev('ten2', 'release', $_) foreach qw(x4 y5 h1);
+delete @c{qw(x4 y5 h1)};
+ev('ten2', 'set_reserve', '');
+check_all('every member of "ten2" gone');
+
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
