@@ -44,6 +44,8 @@
 --                                any, the line is kept per tenant too
 --                        tt      permits held by holders with a tenant
 --                        th:<t>  permits held by tenant t
+--                        tp:<t>, tg:<t>  a waiting tenant's turn and last
+--                                grant (I12)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -60,12 +62,11 @@
 --                                           (tw > 0): the waiters of
 --                                           tenant t (t '': of none), as
 --                                           in waiting (I12)
--- <base>tq         ZSET  "<place>t" -> held/weight   then: each tenant
+-- <base>tq         ZSET  "<turn>t" -> held/weight   then: each tenant
 --                                           with waiters, by its held
 --                                           permits per weight, then its
---                                           first waiter's place (20
---                                           digits, so that ties sort by
---                                           place)
+--                                           turn (20 digits, so that ties
+--                                           sort by turn: I12)
 -- <base>weights    HASH  tenant -> weight   stored weights (set_weight),
 --                                           1 when absent: configuration,
 --                                           without a TTL
@@ -192,13 +193,16 @@
 --     are th:<t> (for '': all the holders' permits less tt).  The line is
 --     served tenant by tenant: the first waiter is the first of the
 --     tenant with waiters that holds the fewest permits per weight (ties:
---     the earlier place); within a tenant, line order (I4).  "The first
+--     the earlier turn: the later of its first waiter's place and its
+--     last grant while it waited, so tied tenants take turns); within a
+--     tenant, line order (I4).  "The first
 --     waiter" in I4 and I11 means that one, and a newcomer stands first
 --     only if it would be it.  While no waiter has a tenant (tw = 0) that
 --     is simply the first of waiting, and no tenant line is kept; once
 --     one has, each tenant's waiters are in tline:<t>, and tq holds one
 --     entry per tenant with waiters, scored by its held permits per
---     weight, named by its first waiter's place and the tenant.  A tenant
+--     weight, named by its turn and the tenant (the state keeps the turn,
+--     tp:<t>, and the last grant, tg:<t>, of each).  A tenant
 --     alone in line gets every permit that fits (borrowing): shares are
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
@@ -467,9 +471,9 @@ local function tq_score(t)
     return string.format('%.17g', tenant_held(t) / weight_of(t))
 end
 
--- I12: a tenant's entry in tq: its first waiter's place, then its name.
-local function tq_member(place, t)
-    return string.format('%020d', place) .. t
+-- I12: a tenant's entry in tq: its turn, then its name.
+local function tq_member(turn, t)
+    return string.format('%020d', turn) .. t
 end
 
 -- I12: the place of the first of tenant t's line (nil: none), and its id.
@@ -478,19 +482,39 @@ local function tline_head(t)
     return tonumber(h[2]), h[1]
 end
 
--- I12: set tenant t's entry in tq from its line's first waiter and its
--- held permits; old: the first waiter's place before a change (nil: none,
--- or no change), whose entry goes if the first changed.  (The new entry
--- comes first: tq emptied for a moment would be made anew without a TTL.)
-local function requeue(t, old)
-    local head = tline_head(t)
-    if head then redis.call('ZADD', tq_key(), tq_score(t), tq_member(head, t)) end
-    if old and old ~= head then redis.call('ZREM', tq_key(), tq_member(old, t)) end
+-- A state field's value as this call sees it (nil: none).
+local function field(f)
+    if W[f] ~= nil then return tonumber(W[f]) end
+    return tonumber(redis.call('HGET', K_STATE, f))
 end
 
--- I12: tenant t's held permits changed: so does its rank, if it waits.
-local function rescore(t)
-    if S.tw > 0 then requeue(t, nil) end
+-- I12: set tenant t's entry in tq from its line and its held permits: its
+-- turn is the later of its first waiter's place and its last grant while
+-- it waited (tg:<t>; granted: it was granted a permit now).  tp:<t> keeps
+-- the turn its entry has.  (The new entry comes first: tq emptied for a
+-- moment would be made anew without a TTL.)
+local function requeue(t, granted)
+    local head = tline_head(t)
+    local old, last = field('tp:' .. t), field('tg:' .. t)
+    if granted then
+        last = NOW_US
+        set('tg:' .. t, last)
+    end
+    local turn = head and math.max(head, last or head)
+    if head then
+        redis.call('ZADD', tq_key(), tq_score(t), tq_member(turn, t))
+        if turn ~= old then set('tp:' .. t, turn) end
+    else
+        set('tp:' .. t, false)
+        set('tg:' .. t, false)
+    end
+    if old and old ~= turn then redis.call('ZREM', tq_key(), tq_member(old, t)) end
+end
+
+-- I12: tenant t's held permits changed (granted: it was granted one): so
+-- does its rank, if it waits.
+local function rescore(t, granted)
+    if S.tw > 0 then requeue(t, granted) end
 end
 
 -- I12: tenant t ('': none) holds dp permits more (or fewer).
@@ -516,7 +540,7 @@ local function enqueue(id, place, t)
         if #add > 0 then
             call_chunked('ZADD', tline_key(''), add, 2)
             NEW_KEYS[#NEW_KEYS + 1] = tline_key('')
-            requeue('', nil)
+            requeue('', false)
         end
         NEW_KEYS[#NEW_KEYS + 1] = tq_key()
     end
@@ -525,24 +549,29 @@ local function enqueue(id, place, t)
     redis.call('ZADD', tline_key(t), place, id)
     if t ~= '' then set('tw', S.tw + 1) end
     -- (behind its tenant's first waiter, it changes nothing in tq: a
-    -- tenant's rank is its held permits, and its first waiter's place)
-    if not old or place < old then requeue(t, old) end
+    -- tenant's rank is its held permits, and its turn)
+    if not old or place < old then requeue(t, false) end
 end
 
--- I12: id, of tenant t, left waiting (promoted or gone); the last waiter
--- with a tenant ends the lines per tenant.
-local function dequeue(id, t)
+-- I12: id, of tenant t, left waiting (granted: promoted, else gone); the
+-- last waiter with a tenant ends the lines per tenant.
+local function dequeue(id, t, granted)
     if S.tw == 0 then return end
-    local old, first = tline_head(t)
+    local _, first = tline_head(t)
     redis.call('ZREM', tline_key(t), id)
     if t ~= '' then
         set('tw', S.tw - 1)
         if S.tw == 0 then
+            for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do
+                set('tp:' .. string.sub(q, 21), false)
+                set('tg:' .. string.sub(q, 21), false)
+            end
             redis.call('DEL', tq_key(), tline_key(''))
             return
         end
     end
-    if first == id then requeue(t, old) end     -- (else tq is as it was)
+    -- (a waiter that was not first and got nothing leaves tq as it was)
+    if granted or first == id then requeue(t, granted) end
 end
 
 -- I4, I12: the first waiter: {id, place} (empty if none), and its tenant.
@@ -558,7 +587,8 @@ end
 
 -- I4, I12: true if a newcomer of tenant t at place would be the first
 -- waiter: first of its tenant's line, and its tenant first of those that
--- wait (fewest held permits per weight, then place).
+-- wait (fewest held permits per weight, then the earliest turn: for a
+-- tenant without waiters, the newcomer's place).
 local function would_be_first(place, t)
     if S.tw == 0 then
         local h = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
@@ -570,9 +600,14 @@ local function would_be_first(place, t)
     local q = redis.call('ZRANGE', tq_key(), 0, 0, 'WITHSCORES')
     if not q[2] then return false end
     local own = tline_head(t)
-    if own and own <= place then return false end
+    local turn = place
+    if own then     -- its tenant waits: it must come first there
+        if own <= place then return false end
+        if string.sub(q[1], 21) == t then return true end
+        turn = math.max(place, field('tg:' .. t) or place)     -- (as requeue)
+    end
     local s, hs = tonumber(tq_score(t)), tonumber(q[2])
-    return s < hs or (s == hs and tq_member(place, t) < q[1])
+    return s < hs or (s == hs and tq_member(turn, t) < q[1])
 end
 
 -- Note a deadline this call set, for finish() (I5).
@@ -619,10 +654,10 @@ local function remove(id, tenant)
     if member then                  -- I12
         if t ~= '' then set('tn', math.max(S.tn - 1, 0)) end
         if waiting then
-            dequeue(id, t)
+            dequeue(id, t, false)
         else
             note_tenant(t, -p)
-            rescore(t)
+            rescore(t, false)
         end
     end
     if p > 1 then set('p:' .. id, false) end
@@ -752,9 +787,7 @@ local function promote()
             count_permits(false, p, 1)
             note_class(head, p, prio)
             note_tenant(tenant, p)
-            dequeue(head, tenant)
-            -- (from the class's line it may not have been its tenant's first)
-            if line ~= K_WAITING then rescore(tenant) end
+            dequeue(head, tenant, true)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket)
@@ -1020,7 +1053,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         rate_take()
         note_class(id, p, priority)
         note_tenant(tenant, p)
-        rescore(tenant)
+        rescore(tenant, true)
         set_deadline(id, NOW_MS + lease, false)
         redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, priority, tenant))
         return {'held', ticket, int(lease)}
@@ -1286,7 +1319,7 @@ local function op_set_weight(t, w)
         redis.call('HDEL', weights_key(), t)
     end
     WEIGHTS[t] = nil
-    rescore(t)
+    rescore(t, false)
     if not is_empty() then promote() end
     return {int(weight_of(t))}
 end

@@ -274,7 +274,8 @@ sub tenant_holds
 sub weights_of { my ($name) = @_; return @{ $r->cmd('HGETALL', "m:{$name}:weights") }; }
 
 # I12: the first waiter: the first of the tenant with waiters holding the
-# fewest permits per weight (ties: the earlier place, then the name).
+# fewest permits per weight (ties: the earlier turn, as the state keeps it
+# and tenant_violations checks it, then the name).
 sub fair_first
 {
 	my ($name, $state, $waiting, $tenant, $p, $holders) = @_;
@@ -287,9 +288,10 @@ sub fair_first
 		my $t = $tenant->{$id} // '';
 		$head{$t} = $id if !defined $head{$t} || $waiting->{$id} < $waiting->{ $head{$t} };
 	}
+	my %turn = map { $_ => $state->{"tp:$_"} // $waiting->{ $head{$_} } } keys %head;
 	my ($best) = sort {
 		(($th{$a} // 0) / ($a eq '' ? 1 : $w{$a} // 1)) <=> (($th{$b} // 0) / ($b eq '' ? 1 : $w{$b} // 1))
-		  || sprintf('%020d', $waiting->{ $head{$a} }) . $a cmp sprintf('%020d', $waiting->{ $head{$b} }) . $b
+		  || sprintf('%020d', $turn{$a}) . $a cmp sprintf('%020d', $turn{$b}) . $b
 	} keys %head;
 	return $head{$best};
 }
@@ -323,10 +325,12 @@ sub tenant_violations
 	}
 	my @tlines = @{ $r->cmd('KEYS', "m:{$name}:tline:*") };
 	my %tq = @{ $r->cmd('ZRANGE', "m:{$name}:tq", 0, -1, 'WITHSCORES') };
+	my @turns = grep { /^t[pg]:/ } keys %$state;
 	if (!$tw)
 	{
 		push @bad, "no waiter has a tenant, but @tlines exist" if @tlines;
 		push @bad, "no waiter has a tenant, but tq exists" if %tq;
+		push @bad, "no waiter has a tenant, but the state keeps turns (@turns)" if @turns;
 		return @bad;
 	}
 	my %w = weights_of($name);
@@ -345,13 +349,30 @@ sub tenant_violations
 		  . ", its waiters say " . join(',', map { "$_=$want{$_}" } sort keys %want)
 		  unless join(',', map { "$_=$line{$_}" } sort keys %line) eq join(',', map { "$_=$want{$_}" } sort keys %want);
 	}
+	# (a tenant's turn: the later of its first waiter's place and its last
+	# grant while it waited)
 	my %want_tq;
+	my $now_us = (redis_now_ms() + 1) * 1000;
 	foreach my $t (keys %expect)
 	{
 		push @bad, "tenant '$t' has waiters but no line" unless grep { $_ eq "m:{$name}:tline:$t" } @tlines;
 		my ($head) = sort { $expect{$t}{$a} <=> $expect{$t}{$b} } keys %{ $expect{$t} };
-		$want_tq{ sprintf('%020d', $expect{$t}{$head}) . $t } = ($th{$t} // 0) / ($t eq '' ? 1 : $w{$t} // 1);
+		my $turn = $state->{"tp:$t"};
+		if (!defined $turn)
+		{
+			push @bad, "tenant '$t' has waiters but no turn in the state";
+			next;
+		}
+		push @bad, "tenant '$t' has turn $turn, before its first waiter's place $expect{$t}{$head}"
+		  if $turn < $expect{$t}{$head};
+		my $last = $state->{"tg:$t"};
+		push @bad, "tenant '$t' has turn $turn, not the later of its first waiter's place $expect{$t}{$head} and its last grant "
+		  . ($last // 'none')
+		  if $turn != max($expect{$t}{$head}, $last // 0);
+		push @bad, "tenant '$t' was last granted at $last, after now ($now_us)" if defined $last && $last > $now_us;
+		$want_tq{ sprintf('%020d', $turn) . $t } = ($th{$t} // 0) / ($t eq '' ? 1 : $w{$t} // 1);
 	}
+	push @bad, "the state keeps a turn or grant for $_, which has no waiter" foreach grep { !exists $expect{ substr($_, 3) } } @turns;
 	my $got = join(',', map { "$_=" . ($tq{$_} + 0) } sort keys %tq);
 	my $want = join(',', map { "$_=" . ($want_tq{$_} + 0) } sort keys %want_tq);
 	push @bad, "tq is $got, the tenants with waiters say $want" unless $got eq $want;
@@ -509,7 +530,7 @@ sub grant_violations
 		  if $m->{place} > $ahead;
 		delete $m->{place};
 	}
-	push @bad, tenant_grant_violations($name, \@granted, \@before, $waiting, $state, $tenant, $p);
+	push @bad, tenant_grant_violations($name, \@granted, \@before, $waiting, $state, $tenant, $p, $ticket);
 	return @bad;
 }
 
@@ -521,7 +542,7 @@ sub grant_violations
 my %prev_holders;
 sub tenant_grant_violations
 {
-	my ($name, $granted, $before, $waiting, $state, $tenant, $p) = @_;
+	my ($name, $granted, $before, $waiting, $state, $tenant, $p, $ticket) = @_;
 	my %now = map { $_ => [ $tenant->{$_} // '', $p->{$_} // 1 ] }
 	  grep { !exists $waiting->{$_} } keys %$tenant;
 	my $prev = $prev_holders{$name} // {};
@@ -529,6 +550,14 @@ sub tenant_grant_violations
 	return () unless @$granted == 1 && !exists $state->{"h:$granted->[0]"};
 	my $x = $granted->[0];
 	my $tx = $tenant->{$x} // '';
+	my @bad;
+	# (a tenant granted a permit while it waits has its turn moved to then;
+	# a named tenant that waited before the step and still does kept the
+	# lines per tenant all through it)
+	push @bad, "$x of tenant '$tx' was granted ticket $ticket->{$x} but its tenant's last grant is "
+	  . ($state->{"tg:$tx"} // 'none')
+	  if $tx ne '' && grep({ exists $waiting->{$_} && ($tenant->{$_} // '') eq $tx } @$before)
+	  && abs(($state->{"tg:$tx"} // 0) - $ticket->{$x}) > 1_000_000;
 	my (%held, %left);
 	$held{ $_->[0] } += $_->[1] foreach values %now;
 	foreach my $id (keys %$prev)
@@ -538,7 +567,6 @@ sub tenant_grant_violations
 	my %w = weights_of($name);
 	my $wt = sub { my ($t) = @_; return $t eq '' ? 1 : $w{$t} // 1; };
 	my $x_at = (($held{$tx} // 0) - ($p->{$x} // 1)) / $wt->($tx);
-	my @bad;
 	foreach my $y (grep { exists $waiting->{$_} && ($tenant->{$_} // '') ne $tx } @$before)
 	{
 		my $ty = $tenant->{$y} // '';
