@@ -39,13 +39,9 @@
 --                                (rp absent: 0, like every 0 here)
 --                        hh      permits held by the reserve's class
 --                        h:<id>  "1": the holder is of that class (I11)
---                        tn      members with a tenant (I12)
---                        tw      waiters with a tenant: while there are
---                                any, the line is kept per tenant too
+--                        tl      "1" while a waiter has a tenant: the
+--                                line is then kept per tenant too (I12)
 --                        tt      permits held by holders with a tenant
---                        th:<t>  permits held by tenant t
---                        tp:<t>, tg:<t>  a waiting tenant's turn and last
---                                grant (I12)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -59,9 +55,16 @@
 --                                           waiters of its class, as in
 --                                           waiting (I11)
 -- <base>tline:<t>  ZSET  id -> place        while any waiter has a tenant
---                                           (tw > 0): the waiters of
+--                                           (tl): the waiters of
 --                                           tenant t (t '': of none), as
 --                                           in waiting (I12)
+-- <base>tenant     HASH  h:<t>  permits held by tenant t (I12)
+--                        g:<t>  tenant t's last grant while it waited
+--                               (us), kept while it waits
+--                                           (per tenant, out of the state:
+--                                           the state's one read per call
+--                                           stays as cheap with 100
+--                                           tenants as with none)
 -- <base>tq         ZSET  "<turn>t" -> held/weight   then: each tenant
 --                                           with waiters, by its held
 --                                           permits per weight, then its
@@ -190,19 +193,20 @@
 --     stored reserve is configuration (I5).
 -- I12 Tenants.  A caller may name a tenant; the callers that name none
 --     count as one more tenant, '', of weight 1.  A tenant's held permits
---     are th:<t> (for '': all the holders' permits less tt).  The line is
+--     are h:<t> in tenant (for '': all the holders' permits less tt).  The line is
 --     served tenant by tenant: the first waiter is the first of the
 --     tenant with waiters that holds the fewest permits per weight (ties:
 --     the earlier turn: the later of its first waiter's place and its
 --     last grant while it waited, so tied tenants take turns); within a
 --     tenant, line order (I4).  "The first
 --     waiter" in I4 and I11 means that one, and a newcomer stands first
---     only if it would be it.  While no waiter has a tenant (tw = 0) that
+--     only if it would be it.  While no waiter has a tenant (no tl) that
 --     is simply the first of waiting, and no tenant line is kept; once
 --     one has, each tenant's waiters are in tline:<t>, and tq holds one
 --     entry per tenant with waiters, scored by its held permits per
---     weight, named by its turn and the tenant (the state keeps the turn,
---     tp:<t>, and the last grant, tg:<t>, of each).  A tenant
+--     weight, named by its turn and the tenant (tenant keeps the last
+--     grant, g:<t>, of each; its turn follows from that and its first
+--     waiter's place).  A tenant
 --     alone in line gets every permit that fits (borrowing): shares are
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
@@ -239,10 +243,11 @@ local PRIORITY_MAX = 100
 
 -- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
 -- and the fields to write back (W; false: delete); the tenants' weights
--- read so far.
+-- read so far; the fields of the tenant hash as this call sees them (TF,
+-- false: none) and those to write back (TW).
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
 local NOW_MS, NOW_US
-local S, W, WEIGHTS
+local S, W, WEIGHTS, TF, TW
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
@@ -260,7 +265,7 @@ local function begin(keys)
     local t = redis.call('TIME')
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    S, W, WEIGHTS = {}, {}, {}
+    S, W, WEIGHTS, TF, TW = {}, {}, {}, {}, {}
     NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS = nil, false, false, false, nil, {}
 end
 
@@ -445,12 +450,38 @@ local function weights_key()
     return BASE .. 'weights'
 end
 
--- I12: a tenant's weight: 1 unless one is stored (read once per call).
+local function tenant_key()
+    return BASE .. 'tenant'
+end
+
+-- I12: a field of the tenant hash as this call sees it (nil: none).
+local function tfield(f)
+    local v = TF[f]
+    if v == nil then
+        v = tonumber(redis.call('HGET', tenant_key(), f)) or false
+        TF[f] = v
+        if v then TF[true] = true end   -- (the hash exists: it has a TTL)
+    end
+    return v or nil
+end
+
+-- I12: set a field of the tenant hash (nil or 0: none), written back by
+-- finish().
+local function tset(f, v)
+    if v == 0 then v = nil end
+    TF[f], TW[f] = v or false, v or false
+end
+
+-- I12: a tenant's weight: 1 unless one is stored (read once per call;
+-- WEIGHTS[true]: whether any is stored).
 local function weight_of(t)
     if t == '' then return 1 end
     local w = WEIGHTS[t]
     if not w then
-        w = tonumber(redis.call('HGET', weights_key(), t)) or 1
+        if WEIGHTS[true] == nil then
+            WEIGHTS[true] = redis.call('EXISTS', weights_key()) == 1
+        end
+        w = WEIGHTS[true] and tonumber(redis.call('HGET', weights_key(), t)) or 1
         WEIGHTS[t] = w
     end
     return w
@@ -461,9 +492,7 @@ local function tenant_held(t)
     if t == '' then
         return member_count() - redis.call('ZCARD', K_WAITING) + S.xh - S.tt
     end
-    local f = 'th:' .. t
-    if W[f] ~= nil then return tonumber(W[f]) or 0 end
-    return tonumber(redis.call('HGET', K_STATE, f)) or 0
+    return tfield('h:' .. t) or 0
 end
 
 -- I12: a tenant's rank in tq: held permits per weight (exact to the bit).
@@ -482,45 +511,45 @@ local function tline_head(t)
     return tonumber(h[2]), h[1]
 end
 
--- A state field's value as this call sees it (nil: none).
-local function field(f)
-    if W[f] ~= nil then return tonumber(W[f]) end
-    return tonumber(redis.call('HGET', K_STATE, f))
+-- I12: tenant t's turn: the later of its first waiter's place (head) and
+-- its last grant while it waited (nil without a head).
+local function turn_of(head, last)
+    return head and math.max(head, last or head)
 end
 
--- I12: set tenant t's entry in tq from its line and its held permits: its
--- turn is the later of its first waiter's place and its last grant while
--- it waited (tg:<t>; granted: it was granted a permit now).  tp:<t> keeps
--- the turn its entry has.  (The new entry comes first: tq emptied for a
--- moment would be made anew without a TTL.)
-local function requeue(t, granted)
+-- I12: set tenant t's entry in tq from its line and its held permits
+-- (granted: it was granted a permit now, its last grant, g:<t>).  before:
+-- the place its first waiter had when its entry was last set (nil: it had
+-- none; true: the line is as it was).  (The new entry comes first: tq
+-- emptied for a moment would be made anew without a TTL.)  The place of
+-- its first waiter, nil if it has none.
+local function requeue(t, granted, before)
     local head = tline_head(t)
-    local old, last = field('tp:' .. t), field('tg:' .. t)
-    if granted then
-        last = NOW_US
-        set('tg:' .. t, last)
-    end
-    local turn = head and math.max(head, last or head)
+    local last = tfield('g:' .. t)
+    if before == true then before = head end
+    local old = turn_of(before, last)
+    if granted then last = NOW_US end
+    local turn = turn_of(head, last)
     if head then
         redis.call('ZADD', tq_key(), tq_score(t), tq_member(turn, t))
-        if turn ~= old then set('tp:' .. t, turn) end
-    else
-        set('tp:' .. t, false)
-        set('tg:' .. t, false)
+        if granted then tset('g:' .. t, last) end
+    elseif last then
+        tset('g:' .. t, nil)
     end
     if old and old ~= turn then redis.call('ZREM', tq_key(), tq_member(old, t)) end
+    return head
 end
 
 -- I12: tenant t's held permits changed (granted: it was granted one): so
 -- does its rank, if it waits.
 local function rescore(t, granted)
-    if S.tw > 0 then requeue(t, granted) end
+    if S.tl then requeue(t, granted, true) end
 end
 
 -- I12: tenant t ('': none) holds dp permits more (or fewer).
 local function note_tenant(t, dp)
     if t == '' then return end
-    set('th:' .. t, math.max(tenant_held(t) + dp, 0))
+    tset('h:' .. t, math.max(tenant_held(t) + dp, 0))
     set('tt', math.max(S.tt + dp, 0))
 end
 
@@ -528,8 +557,9 @@ end
 -- if lines are kept per tenant; the first waiter with a tenant starts
 -- them, the line so far becoming tenant ''s.
 local function enqueue(id, place, t)
-    if S.tw == 0 then
+    if not S.tl then
         if t == '' then return end
+        set('tl', 1)
         local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
         for i = 1, #line, 2 do
             if line[i] ~= id then
@@ -540,49 +570,57 @@ local function enqueue(id, place, t)
         if #add > 0 then
             call_chunked('ZADD', tline_key(''), add, 2)
             NEW_KEYS[#NEW_KEYS + 1] = tline_key('')
-            requeue('', false)
+            requeue('', false, nil)
         end
         NEW_KEYS[#NEW_KEYS + 1] = tq_key()
     end
-    local old = tline_head(t)
-    if not old then NEW_KEYS[#NEW_KEYS + 1] = tline_key(t) end
-    redis.call('ZADD', tline_key(t), place, id)
-    if t ~= '' then set('tw', S.tw + 1) end
+    local k = tline_key(t)
+    redis.call('ZADD', k, place, id)
     -- (behind its tenant's first waiter, it changes nothing in tq: a
     -- tenant's rank is its held permits, and its turn)
-    if not old or place < old then requeue(t, false) end
+    if redis.call('ZRANGE', k, 0, 0)[1] ~= id then return end
+    local old = redis.call('ZRANGE', k, 1, 1, 'WITHSCORES')
+    if not old[1] then NEW_KEYS[#NEW_KEYS + 1] = k end
+    requeue(t, false, tonumber(old[2]))
+end
+
+-- I12: with no tenant's line left (tq holds at most the line of those
+-- naming none), the line is no longer kept per tenant.
+local function end_lines()
+    local q = redis.call('ZRANGE', tq_key(), 0, 1)
+    if q[2] or (q[1] and string.sub(q[1], 21) ~= '') then return end
+    tset('g:', nil)
+    redis.call('DEL', tq_key(), tline_key(''))
+    set('tl', false)
 end
 
 -- I12: id, of tenant t, left waiting (granted: promoted, else gone); the
--- last waiter with a tenant ends the lines per tenant.
-local function dequeue(id, t, granted)
-    if S.tw == 0 then return end
-    local _, first = tline_head(t)
-    redis.call('ZREM', tline_key(t), id)
-    if t ~= '' then
-        set('tw', S.tw - 1)
-        if S.tw == 0 then
-            for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do
-                set('tp:' .. string.sub(q, 21), false)
-                set('tg:' .. string.sub(q, 21), false)
-            end
-            redis.call('DEL', tq_key(), tline_key(''))
-            return
-        end
+-- last waiter with a tenant ends the lines per tenant.  (A waiter that
+-- was not first and got nothing leaves tq as it was; only a first
+-- waiter's leaving can empty its tenant's line.)  place: id's place, if
+-- the caller knows it is the first of its tenant's line.
+local function dequeue(id, t, granted, place)
+    if not S.tl then return end
+    local k = tline_key(t)
+    local first = place ~= nil or redis.call('ZRANGE', k, 0, 0)[1] == id
+    local before = first and (place or tonumber(redis.call('ZSCORE', k, id))) or true
+    redis.call('ZREM', k, id)
+    if (granted or first) and not requeue(t, granted, before) and t ~= '' then
+        end_lines()
     end
-    -- (a waiter that was not first and got nothing leaves tq as it was)
-    if granted or first == id then requeue(t, granted) end
 end
 
--- I4, I12: the first waiter: {id, place} (empty if none), and its tenant.
+-- I4, I12: the first waiter's id (nil if none); with lines kept per
+-- tenant, also its tenant and its place.
 local function first_waiter()
-    if S.tw == 0 then
-        return redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES'), nil
+    if not S.tl then
+        return redis.call('ZRANGE', K_WAITING, 0, 0)[1], nil
     end
     local q = redis.call('ZRANGE', tq_key(), 0, 0)[1]
-    if not q then return {}, nil end
+    if not q then return nil, nil end
     local t = string.sub(q, 21)
-    return redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES'), t
+    local h = redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES')
+    return h[1], t, tonumber(h[2])
 end
 
 -- I4, I12: true if a newcomer of tenant t at place would be the first
@@ -590,7 +628,7 @@ end
 -- wait (fewest held permits per weight, then the earliest turn: for a
 -- tenant without waiters, the newcomer's place).
 local function would_be_first(place, t)
-    if S.tw == 0 then
+    if not S.tl then
         local h = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
         if not h[2] then return false end
         if t == '' then return place < tonumber(h[2]) end
@@ -604,7 +642,7 @@ local function would_be_first(place, t)
     if own then     -- its tenant waits: it must come first there
         if own <= place then return false end
         if string.sub(q[1], 21) == t then return true end
-        turn = math.max(place, field('tg:' .. t) or place)     -- (as requeue)
+        turn = turn_of(place, tfield('g:' .. t))     -- (as requeue)
     end
     local s, hs = tonumber(tq_score(t)), tonumber(q[2])
     return s < hs or (s == hs and tq_member(turn, t) < q[1])
@@ -630,7 +668,7 @@ end
 local function remove(id, tenant)
     local p = permits_of(id)
     local t = tenant or ''
-    if S.tn > 0 and not tenant then
+    if (S.tt > 0 or S.tl) and not tenant then   -- (it may have one)
         local _, _, _, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
         t = of or ''
     end
@@ -652,7 +690,6 @@ local function remove(id, tenant)
     end
     if S.rk then redis.call('ZREM', rline_key(), id) end
     if member then                  -- I12
-        if t ~= '' then set('tn', math.max(S.tn - 1, 0)) end
         if waiting then
             dequeue(id, t, false)
         else
@@ -746,13 +783,12 @@ local function promote()
     local waiters = redis.call('ZCARD', K_WAITING)
     local line = K_WAITING
     while waiters > 0 do
-        local top, t
+        local head, t, place
         if line == K_WAITING then
-            top, t = first_waiter()
+            head, t, place = first_waiter()
         else
-            top = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
+            head = redis.call('ZRANGE', line, 0, 0)[1]
         end
-        local head = top[1]
         if not head then return end
         local lease, maxh, _, origin, prio, tenant = parse_info(redis.call('HGET', K_INFO, head))
         local limit = limit_in_effect(true) or maxh
@@ -787,7 +823,7 @@ local function promote()
             count_permits(false, p, 1)
             note_class(head, p, prio)
             note_tenant(tenant, p)
-            dequeue(head, tenant, true)
+            dequeue(head, tenant, true, t == tenant and place or nil)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket)
@@ -839,6 +875,25 @@ local function store_state(empty)
     call_chunked('HDEL', K_STATE, hdel, 1)
 end
 
+-- I12: write the changed fields of the tenant hash back (new values
+-- first: emptied for a moment, it would be made anew without a TTL).
+-- True if it may have been made now (not if this call found a field).
+local function store_tenants()
+    if next(TW) == nil then return false end
+    local hset, hdel = {}, {}
+    for f, v in pairs(TW) do
+        if v then
+            hset[#hset + 1] = f
+            hset[#hset + 1] = int(v)
+        else
+            hdel[#hdel + 1] = f
+        end
+    end
+    call_chunked('HSET', tenant_key(), hset, 2)
+    call_chunked('HDEL', tenant_key(), hdel, 1)
+    return #hset > 0 and not TF[true]
+end
+
 -- The TTL a renewal gives the keys when the latest deadline is away ms
 -- from now: GRACE_MS past it, plus as much again as it is away (at most
 -- RENEW_SLACK_MS), so that most calls need none.
@@ -870,9 +925,11 @@ end
 -- it stores a limit.  A FRESH call made every key but waiting (its first
 -- member holds: one that waits, kept out by a rate, clears FRESH).
 local function finish()
+    local made = store_tenants()
     local touched = next(W) ~= nil
     local empty = (REMOVED or touched) and is_empty()
     local ttl, have
+    if made then NEW_KEYS[#NEW_KEYS + 1] = tenant_key() end
     store_state(empty)
     if empty then
         redis.call('PEXPIRE', K_TICKET, GRACE_MS)
@@ -889,7 +946,8 @@ local function finish()
             end
         end
         if S.rk then redis.call('PEXPIRE', rline_key(), int(ttl)) end
-        if S.tw > 0 then            -- I12: every tenant's line
+        if S.tt > 0 or S.tl then redis.call('PEXPIRE', tenant_key(), int(ttl)) end
+        if S.tl then                -- I12: every tenant's line
             for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do
                 redis.call('PEXPIRE', tline_key(string.sub(q, 21)), int(ttl))
             end
@@ -935,7 +993,7 @@ local function waiting_reply(id, limit)
     if S.rt then
         local by_rate = -1
         local first = ahead == 0
-        if S.tw > 0 then first = first_waiter()[1] == id end
+        if S.tl then first = first_waiter() == id end
         if first and fits_class(rank - ahead + S.xh, p, prio, limit) then
             by_rate = rate_wait_ms()
             look = by_rate
@@ -1047,7 +1105,6 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     end
     FRESH, MEMBERS = members == 0, members + 1
     if p > 1 then set('p:' .. id, p) end
-    if tenant ~= '' then set('tn', S.tn + 1) end
     count_permits(not grant, p, 1)
     if grant then
         rate_take()
@@ -1236,7 +1293,7 @@ local function op_summary()
     r[7] = S.rt and (S.rs or '?') or ''
     r[8] = S.rk and int(S.rk) or ''
     r[9] = S.rk and int(S.rp) or ''
-    r[10] = int(S.tw > 0 and redis.call('ZCARD', tq_key()) or math.min(tonumber(r[4]), 1))
+    r[10] = int(S.tl and redis.call('ZCARD', tq_key()) or math.min(tonumber(r[4]), 1))
     return r
 end
 
@@ -1318,7 +1375,7 @@ local function op_set_weight(t, w)
     else
         redis.call('HDEL', weights_key(), t)
     end
-    WEIGHTS[t] = nil
+    WEIGHTS[t], WEIGHTS[true] = nil, nil
     rescore(t, false)
     if not is_empty() then promote() end
     return {int(weight_of(t))}
@@ -1332,21 +1389,21 @@ local function op_tenants()
     local function note(t)
         if t ~= '' and not seen[t] then seen[t], names[#names + 1] = true, t end
     end
-    local st = redis.call('HGETALL', K_STATE)
+    local st = redis.call('HGETALL', tenant_key())
     for i = 1, #st, 2 do
-        if string.sub(st[i], 1, 3) == 'th:' then note(string.sub(st[i], 4)) end
+        if string.sub(st[i], 1, 2) == 'h:' then note(string.sub(st[i], 3)) end
     end
-    if S.tw > 0 then
+    if S.tl then
         for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do note(string.sub(q, 21)) end
     end
     for _, t in ipairs(redis.call('HKEYS', weights_key())) do note(t) end
     table.sort(names)
     local out = {}
     local held = tenant_held('')
-    local line = S.tw > 0 and redis.call('ZCARD', tline_key('')) or redis.call('ZCARD', K_WAITING)
+    local line = S.tl and redis.call('ZCARD', tline_key('')) or redis.call('ZCARD', K_WAITING)
     if held > 0 or line > 0 then out[1] = {'', '1', int(held), int(line)} end
     for _, t in ipairs(names) do
-        line = S.tw > 0 and redis.call('ZCARD', tline_key(t)) or 0
+        line = S.tl and redis.call('ZCARD', tline_key(t)) or 0
         out[#out + 1] = {t, int(weight_of(t)), int(tenant_held(t)), int(line)}
     end
     return out
@@ -1362,8 +1419,9 @@ end
 -- any condition fails, it returns nil before its first write and the
 -- general path goes on from housekeeping, so for the calls it takes its
 -- effect is the general path's (t/020 checks every invariant after every
--- step, both paths included).  None changes the state's counts, limits or
--- era (permits of one only, no rate or reserve).  The first acquire makes
+-- step, both paths included).  None changes the state's limits or era, or
+-- counts other than a tenant's (permits of one only, no rate, reserve or
+-- line kept per tenant).  The first acquire makes
 -- the keys and the last release drops them, as finish() would; the others
 -- create no key (but a ticket key found gone, given the others' TTL) and
 -- need no renewal (I5).  The member count they read (MEMBERS) serves the
@@ -1376,33 +1434,60 @@ end
 -- call (I5), the ticket's set with it.  Each key gets its TTL as it is
 -- made: should another program's key of the wrong type stop the call
 -- half-way (a key conflict), what it made still goes by itself.
-local function fast_first(id, limit, lease, origin, prio)
+local function fast_first(id, limit, lease, origin, prio, tenant)
     local ttl = int(lifetime(lease))
     local ticket = next_ticket(ttl)
     redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
     redis.call('PEXPIRE', K_TIMEOUT, ttl)
     redis.call('ZADD', K_OWNER, ticket, id)
     redis.call('PEXPIRE', K_OWNER, ttl)
-    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, prio, ''))
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, prio, tenant))
     redis.call('PEXPIRE', K_INFO, ttl)
+    if tenant ~= '' then            -- I12: the only holder, of one permit
+        redis.call('HSET', tenant_key(), 'h:' .. tenant, '1')
+        redis.call('PEXPIRE', tenant_key(), ttl)
+    end
     if not S.limit then
-        redis.call('HSET', K_STATE, 'cur', int(limit))
+        redis.call('HSET', K_STATE, 'cur', int(limit), unpack(tenant ~= '' and {'tt', '1'} or {}))
         redis.call('PEXPIRE', K_STATE, ttl)
+    elseif tenant ~= '' then
+        redis.call('HSET', K_STATE, 'tt', '1')
     end
     return {'held', ticket, int(lease)}
+end
+
+-- A fast path's I12 bookkeeping: tenant t ('': none) holds dp permits
+-- more (or fewer), written at once (a count of 0 is no field, as
+-- store_tenants and store_state leave it); a tenant hash made now lives
+-- ttl ms.  (tt counts h:<t> too, so it is never less.)
+local function fast_tenant(t, dp, ttl)
+    if t == '' then return end
+    local f = 'h:' .. t
+    local th, tt = tenant_held(t) + dp, S.tt + dp
+    if th > 0 then
+        redis.call('HSET', tenant_key(), f, int(th))
+        if S.tt == 0 then redis.call('PEXPIRE', tenant_key(), ttl) end
+    else
+        redis.call('HDEL', tenant_key(), f)
+    end
+    if tt > 0 then
+        redis.call('HSET', K_STATE, 'tt', int(tt))
+    else
+        redis.call('HDEL', K_STATE, 'tt')
+    end
 end
 
 -- acquire of one permit, granted: nobody to expire, the limit in effect
 -- agrees, everybody's permits and the caller's fit (I4, I8), the keys
 -- outlive the new deadline.  Its first write takes the ticket (I7, as
 -- next_ticket), its second refuses an id that is a member already.
-local function fast_acquire(id, maxh, lease, origin, prio)
-    if S.xh + S.xw + S.tw > 0 or S.rt or S.rk or not (maxh or S.limit) or
+local function fast_acquire(id, maxh, lease, origin, prio, tenant)
+    if S.xh + S.xw > 0 or S.tl or S.rt or S.rk or not (maxh or S.limit) or
        (S.limit and maxh and maxh ~= S.limit) then
         return nil
     end
     local members = member_count()
-    if members == 0 then return fast_first(id, S.limit or maxh, lease, origin, prio) end
+    if members == 0 then return fast_first(id, S.limit or maxh, lease, origin, prio, tenant) end
     local limit = S.limit or S.cur
     if not limit or (maxh and maxh ~= limit) or members + 1 > limit or
        redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] then
@@ -1410,13 +1495,15 @@ local function fast_acquire(id, maxh, lease, origin, prio)
     end
     local pttl = redis.call('PTTL', K_TIMEOUT)
     if pttl < lease + GRACE_MS then return nil end
+    if tenant ~= '' then tenant_held(tenant) end    -- (read before any write)
     local ticket, last = next_ticket()
     if not last then redis.call('PEXPIRE', K_TICKET, pttl) end   -- it was gone
     if redis.call('ZADD', K_OWNER, 'NX', ticket, id) == 0 then
         return redis.error_reply('REDSEM duplicate holder id')
     end
     redis.call('ZADD', K_TIMEOUT, int(NOW_MS + lease), id)
-    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, prio, ''))
+    redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, prio, tenant))
+    fast_tenant(tenant, 1, pttl)
     return {'held', ticket, int(lease)}
 end
 
@@ -1425,12 +1512,13 @@ end
 -- (I5).  (id has a deadline, so it is the one member: I1.)  A state that
 -- stores a limit, a rate or a reserve is left to the general path.
 local function fast_last(id)
-    if stored() or S.tn > 0 then return nil end
+    if stored() or S.tl then return nil end
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
     if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 then
         return nil
     end
     redis.call('DEL', K_OWNER, K_TIMEOUT, K_INFO, K_STATE, wake_key(id), nudge_key(id))
+    if S.tt > 0 then redis.call('DEL', tenant_key()) end
     redis.call('PEXPIRE', K_TICKET, GRACE_MS)
     return 1
 end
@@ -1440,14 +1528,21 @@ end
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
 local function fast_release(id)
-    if S.xh + S.xw + S.tn > 0 or S.rk then return nil end
+    if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or
        redis.call('EXISTS', K_WAITING) == 1 or
-       redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] or
-       redis.call('ZREM', K_OWNER, id) == 0 then
+       redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] then
         return nil
     end
+    local tenant = ''               -- I12: only a holder may have one then
+    if S.tt > 0 then
+        local _, _, _, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
+        tenant = of or ''
+        if tenant ~= '' then tenant_held(tenant) end    -- (read before any write)
+    end
+    if redis.call('ZREM', K_OWNER, id) == 0 then return nil end
+    fast_tenant(tenant, -1)
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
     redis.call('DEL', wake_key(id), nudge_key(id))
@@ -1507,8 +1602,8 @@ local OPS = {
         return function()
             return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8],
                               a[9] == 'settle', priority, tenant)
-        end, p == 1 and tenant == '' and
-            function() return fast_acquire(id, maxh or nil, lease, a[8], priority) end
+        end, p == 1 and
+            function() return fast_acquire(id, maxh or nil, lease, a[8], priority, tenant) end
     end,
     wait_check = function(a)
         local id, keepalive = id_arg(a[2]), count_arg(a[3])
@@ -1601,12 +1696,12 @@ local OPS = {
 -- then only the configuration is kept.
 local function read_state()
     local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt', 'rk',
-                         'tn', 'tw', 'tt')
+                         'tl', 'tt')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
     S.era = v[5] or nil
     S.rt, S.rk, S.hh = tonumber(v[6]), tonumber(v[7]), 0
-    S.tn, S.tw, S.tt = tonumber(v[8]) or 0, tonumber(v[9]) or 0, tonumber(v[10]) or 0
+    S.tl, S.tt = v[8] and true or false, tonumber(v[9]) or 0
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
         S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
@@ -1615,15 +1710,15 @@ local function read_state()
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')
         S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
     end
-    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tn > 0) and
+    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt > 0 or S.tl) and
        redis.call('EXISTS', K_OWNER) == 0 then
         local c = config()
-        redis.call('DEL', K_STATE)
+        redis.call('DEL', K_STATE, tenant_key())
         for f, value in pairs(c) do
             redis.call('HSET', K_STATE, f, type(value) == 'number' and int(value) or value)
         end
         S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
-        S.tn, S.tw, S.tt = 0, 0, 0
+        S.tl, S.tt = false, 0
     end
 end
 

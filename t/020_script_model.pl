@@ -128,6 +128,12 @@ sub violations
 	my %info = @{ $r->cmd('HGETALL', $ki) };
 	my %state = @{ $r->cmd('HGETALL', $ks) };
 	my (@ids, %ticket);
+	# (I12: the per-tenant counts live in the tenant hash, never in the
+	# state; the checks below see them as th:<t> and tg:<t>)
+	my %thash = @{ $r->cmd('HGETALL', "m:{$name}:tenant") };
+	push @bad, "the state has a per-tenant field $_" foreach grep { /^t[hpg]:/ } keys %state;
+	push @bad, "the tenant hash has a field $_" foreach grep { !/^[hg]:./s && $_ ne 'g:' } keys %thash;
+	$state{ 't' . substr($_, 0, 1) . ':' . substr($_, 2) } = $thash{$_} foreach keys %thash;
 	while (my ($id, $t) = splice(@owner, 0, 2)) { push @ids, $id; $ticket{$id} = $t; }
 
 	# members are whole; permit counts match them
@@ -214,7 +220,7 @@ sub violations
 	# key lifetimes cover the latest deadline (Redis's clock is read after
 	# the TTLs, so a slow machine can only make this check more lenient)
 	my ($latest) = sort { $b <=> $a } values %timeout;
-	my @lines = ("m:{$name}:rline", "m:{$name}:tq", @{ $r->cmd('KEYS', "m:{$name}:tline:*") });
+	my @lines = ("m:{$name}:rline", "m:{$name}:tq", "m:{$name}:tenant", @{ $r->cmd('KEYS', "m:{$name}:tline:*") });
 	my %pttl = map { $_ => $r->cmd('PTTL', $_) } ($ko, $kt, $kk, $ki, $kw, $ks, @lines);
 	my $now = redis_now_ms();
 	foreach my $k ($ko, $kt, $kk, $ki, $kw, $ks, @lines)
@@ -288,7 +294,7 @@ sub fair_first
 		my $t = $tenant->{$id} // '';
 		$head{$t} = $id if !defined $head{$t} || $waiting->{$id} < $waiting->{ $head{$t} };
 	}
-	my %turn = map { $_ => $state->{"tp:$_"} // $waiting->{ $head{$_} } } keys %head;
+	my %turn = map { $_ => max($waiting->{ $head{$_} }, $state->{"tg:$_"} // 0) } keys %head;
 	my ($best) = sort {
 		(($th{$a} // 0) / ($a eq '' ? 1 : $w{$a} // 1)) <=> (($th{$b} // 0) / ($b eq '' ? 1 : $w{$b} // 1))
 		  || sprintf('%020d', $turn{$a}) . $a cmp sprintf('%020d', $turn{$b}) . $b
@@ -304,15 +310,15 @@ sub tenant_violations
 	my ($name, $state, $waiting, $tenant, $p, $holders) = @_;
 	my @bad;
 	my %th = tenant_holds($tenant, $p, $holders);
-	my $tn = grep { $tenant->{$_} ne '' } keys %$tenant;
 	my $tw = grep { $tenant->{$_} ne '' } keys %$waiting;
 	my $tt = sum0(map { $th{$_} } grep { $_ ne '' } keys %th);
-	push @bad, "state counts tn " . ($state->{tn} // 0) . ", the members with a tenant are $tn"
-	  if ($state->{tn} // 0) != $tn;
-	push @bad, "state counts tw " . ($state->{tw} // 0) . ", the waiters with a tenant are $tw"
-	  if ($state->{tw} // 0) != $tw;
+	push @bad, "the state has tl " . ($state->{tl} // 'none') . ", the waiters with a tenant are $tw"
+	  if ($state->{tl} // 0) != ($tw ? 1 : 0);
+	push @bad, "the state has fields it should not: " . join(', ', grep { exists $state->{$_} } qw(tn tw))
+	  if grep { exists $state->{$_} } qw(tn tw);
 	push @bad, "state counts tt " . ($state->{tt} // 0) . ", the holders with a tenant take $tt"
 	  if ($state->{tt} // 0) != $tt;
+	push @bad, "the state keeps a count of 0: $_" foreach grep { /^(th:.*|tt)$/ && $state->{$_} == 0 } keys %$state;
 	foreach my $f (grep { /^th:/ } keys %$state)
 	{
 		my $t = substr($f, 3);
@@ -325,7 +331,7 @@ sub tenant_violations
 	}
 	my @tlines = @{ $r->cmd('KEYS', "m:{$name}:tline:*") };
 	my %tq = @{ $r->cmd('ZRANGE', "m:{$name}:tq", 0, -1, 'WITHSCORES') };
-	my @turns = grep { /^t[pg]:/ } keys %$state;
+	my @turns = grep { /^tg:/ } keys %$state;
 	if (!$tw)
 	{
 		push @bad, "no waiter has a tenant, but @tlines exist" if @tlines;
@@ -357,18 +363,8 @@ sub tenant_violations
 	{
 		push @bad, "tenant '$t' has waiters but no line" unless grep { $_ eq "m:{$name}:tline:$t" } @tlines;
 		my ($head) = sort { $expect{$t}{$a} <=> $expect{$t}{$b} } keys %{ $expect{$t} };
-		my $turn = $state->{"tp:$t"};
-		if (!defined $turn)
-		{
-			push @bad, "tenant '$t' has waiters but no turn in the state";
-			next;
-		}
-		push @bad, "tenant '$t' has turn $turn, before its first waiter's place $expect{$t}{$head}"
-		  if $turn < $expect{$t}{$head};
 		my $last = $state->{"tg:$t"};
-		push @bad, "tenant '$t' has turn $turn, not the later of its first waiter's place $expect{$t}{$head} and its last grant "
-		  . ($last // 'none')
-		  if $turn != max($expect{$t}{$head}, $last // 0);
+		my $turn = max($expect{$t}{$head}, $last // 0);
 		push @bad, "tenant '$t' was last granted at $last, after now ($now_us)" if defined $last && $last > $now_us;
 		$want_tq{ sprintf('%020d', $turn) . $t } = ($th{$t} // 0) / ($t eq '' ? 1 : $w{$t} // 1);
 	}
