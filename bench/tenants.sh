@@ -20,7 +20,10 @@
 # PostgreSQL in the way): on a semaphore with 4 long holders and a line of
 # 200 waiters, BENCH_OPS pairs of a waiting acquire and its give-up (both
 # touch the line), with the waiters naming no tenant (baseline), then
-# spread over 2, 10 and 100 tenants; and acquire + release pairs of a
+# spread over 2, 10 and 100 tenants; hand-offs on the same semaphore: a
+# waiting acquire of a newcomer, then the release of the holder granted
+# longest ago, which promotes the first waiter (the tenant's counts, tq
+# and the tenant's last grant all change); and acquire + release pairs of a
 # caller that does not wait, on an idle semaphore and on one with 2,000
 # holders, naming no tenant and naming one.  Better of two runs.
 #
@@ -140,7 +143,60 @@ best() {
     b=$(once "$1" "$(($2 + $3))" "$3" "$4" "$5")
     awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a < b ? a : b) }'
 }
+cat >"$W/handoff.pl" <<'EOF'
+use strict;
+use IO::Socket::UNIX;
+# handoff.pl SOCK LIB SEM TENANTS COUNT: on SEM (4 holders, a line of
+# 200, tenant i mod TENANTS, 0: none), COUNT rounds of a waiting acquire
+# of a newcomer and the release of the holder granted longest ago (it
+# promotes the first waiter); prints usec per FCALL of the rounds
+my ($sock, $lib, $sem, $tenants, $count) = @ARGV;
+my $s = IO::Socket::UNIX->new(Peer => $sock) or die "connect: $!";
+sub reply
+{
+    my $l = <$s>;
+    $l =~ s/\r\n$//;
+    my $t = substr($l, 0, 1, '');
+    die "Redis: $l\n" if $t eq '-';
+    return $l if $t eq '+' || $t eq ':';
+    return undef if $l < 0;
+    if ($t eq '$') { my $b = ''; read($s, $b, $l + 2); return substr($b, 0, $l); }
+    return [ map { reply() } 1 .. $l ];
+}
+sub cmd { my $m = '*' . scalar(@_) . "\r\n"; $m .= '$' . length($_) . "\r\n$_\r\n" for @_; print $s $m; return reply(); }
+my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
+my $origin = 'bench.example:5432|4242|db|user|bench';
+sub ten { return $tenants ? ('', 0, 'tenant' . ($_[0] % $tenants)) : (); }
+sub acquire { return cmd('FCALL', $lib, 6, @keys, 'acquire', $_[0], 4, 1, 600000, 1, 600000, $origin, ten($_[1])); }
+acquire("h$_", $_) for 1 .. 4;
+acquire("w$_", $_) for 1 .. 200;
+my %since = map { ("h$_" => $_) } 1 .. 4;
+my $n = 4;
+cmd('CONFIG', 'RESETSTAT');
+for my $i (1 .. $count)
+{
+    acquire("n$i", $i);
+    # (the holders: members not in line; these reads are not FCALLs)
+    my %line = map { $_ => 1 } @{ cmd('ZRANGE', $keys[4], 0, -1) };
+    my @held = grep { !$line{$_} } @{ cmd('ZRANGE', $keys[0], 0, -1) };
+    $since{$_} //= ++$n foreach @held;
+    my ($oldest) = sort { $since{$a} <=> $since{$b} } @held;
+    cmd('FCALL', $lib, 6, @keys, 'release', $oldest);
+}
+my ($calls, $usec) = cmd('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+),usec=(\d+)/;
+printf "%.2f\n", $usec / $calls;
+EOF
+# handoffs TENANTS: the better of two runs of handoff.pl
+handoffs() {
+    local a b
+    a=$(perl "$W/handoff.pl" "$BENCH_SOCK" "$LIB" "ho$1a" "$1" "$((OPS / 10))")
+    b=$(perl "$W/handoff.pl" "$BENCH_SOCK" "$LIB" "ho$1b" "$1" "$((OPS / 10))")
+    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a < b ? a : b) }'
+}
 declare -A C
+for t in 0 2 10 100; do
+    C[ho$t]=$(handoffs "$t")
+done
 for t in 0 2 10 100; do
     sem=line$t
     once "$sem" 1 4 hold 0 >/dev/null
@@ -159,6 +215,10 @@ printf '%-58s %10s %10s\n' "" usec "ratio"
 printf '%-58s %10s %10s\n' "waiting acquire + give-up, line of 200, no tenant" "${C[wg0]}" 1.00
 for t in 2 10 100; do
     printf '%-58s %10s %10s\n' "  the line spread over $t tenants" "${C[wg$t]}" "$(bench_ratio "${C[wg$t]}" "${C[wg0]}")"
+done
+printf '%-58s %10s %10s\n' "hand-off (waiting acquire + release that promotes), no tenant" "${C[ho0]}" 1.00
+for t in 2 10 100; do
+    printf '%-58s %10s %10s\n' "  the line spread over $t tenants" "${C[ho$t]}" "$(bench_ratio "${C[ho$t]}" "${C[ho0]}")"
 done
 printf '%-58s %10s %10s\n' "acquire + release, idle semaphore, no tenant" "${C[p0.0]}" 1.00
 printf '%-58s %10s %10s\n' "  naming a tenant" "${C[p0.1]}" "$(bench_ratio "${C[p0.1]}" "${C[p0.0]}")"

@@ -454,15 +454,18 @@ local function tenant_key()
     return BASE .. 'tenant'
 end
 
--- I12: a field of the tenant hash as this call sees it (nil: none).
+-- I12: a field of the tenant hash as this call sees it (nil: none).  A
+-- tenant's two fields are read together, once.
 local function tfield(f)
-    local v = TF[f]
-    if v == nil then
-        v = tonumber(redis.call('HGET', tenant_key(), f)) or false
-        TF[f] = v
-        if v then TF[true] = true end   -- (the hash exists: it has a TTL)
+    if TF[f] == nil then
+        local t = string.sub(f, 3)
+        local h, g = 'h:' .. t, 'g:' .. t
+        local v = redis.call('HMGET', tenant_key(), h, g)
+        if TF[h] == nil then TF[h] = tonumber(v[1]) or false end
+        if TF[g] == nil then TF[g] = tonumber(v[2]) or false end
+        if v[1] or v[2] then TF[true] = true end    -- (it exists: it has a TTL)
     end
-    return v or nil
+    return TF[f] or nil
 end
 
 -- I12: set a field of the tenant hash (nil or 0: none), written back by
@@ -827,6 +830,8 @@ local function promote()
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket)
+            -- (no permit left: nobody behind it can fit)
+            if limit_in_effect(true) and member_count() - waiters + S.xh >= limit then return end
         end
     end
 end
