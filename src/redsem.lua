@@ -556,12 +556,29 @@ local function note_tenant(t, dp)
     set('tt', math.max(S.tt + dp, 0))
 end
 
+-- I12: a tenant's line made now gets a TTL at once, as long as the
+-- timeout key's (GRACE_MS if that is new too; finish() gives it the one
+-- it needs): should another program's key of the wrong type stop the call
+-- later, the line still goes by itself.
+local function made_line(k)
+    NEW_KEYS[#NEW_KEYS + 1] = k
+    local pttl = redis.call('PTTL', K_TIMEOUT)
+    redis.call('PEXPIRE', k, pttl > 0 and pttl or GRACE_MS)
+end
+
 -- I12: id, of tenant t, joined waiting at place: into its tenant's line,
 -- if lines are kept per tenant; the first waiter with a tenant starts
 -- them, the line so far becoming tenant ''s.
 local function enqueue(id, place, t)
     if not S.tl then
         if t == '' then return end
+        -- (every key the lines need is read before the first is written:
+        -- another program's key of the wrong type stops the call here)
+        redis.call('ZCARD', tq_key())
+        redis.call('ZCARD', tline_key(''))
+        redis.call('ZCARD', tline_key(t))
+        weight_of(t)
+        tenant_held(t)
         set('tl', 1)
         local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
         for i = 1, #line, 2 do
@@ -583,7 +600,7 @@ local function enqueue(id, place, t)
     -- tenant's rank is its held permits, and its turn)
     if redis.call('ZRANGE', k, 0, 0)[1] ~= id then return end
     local old = redis.call('ZRANGE', k, 1, 1, 'WITHSCORES')
-    if not old[1] then NEW_KEYS[#NEW_KEYS + 1] = k end
+    if not old[1] then made_line(k) end
     requeue(t, false, tonumber(old[2]))
 end
 
@@ -930,12 +947,11 @@ end
 -- it stores a limit.  A FRESH call made every key but waiting (its first
 -- member holds: one that waits, kept out by a rate, clears FRESH).
 local function finish()
-    local made = store_tenants()
     local touched = next(W) ~= nil
     local empty = (REMOVED or touched) and is_empty()
     local ttl, have
-    if made then NEW_KEYS[#NEW_KEYS + 1] = tenant_key() end
     store_state(empty)
+    if store_tenants() then NEW_KEYS[#NEW_KEYS + 1] = tenant_key() end
     if empty then
         redis.call('PEXPIRE', K_TICKET, GRACE_MS)
         if stored() and (W.limit or W.rt or W.rk) then redis.call('PERSIST', K_STATE) end

@@ -245,6 +245,45 @@ foreach my $k (qw(ticket owner timeout info waiting state))
 		"... and once that key is gone it works");
 }
 
+# The same for the keys of tenants (I12): another program's key under the
+# tenant hash, the tenants' ranking, a tenant's line, the line of those
+# naming none or the weights stops the call that needs it with 38000
+# (a holder naming a tenant needs the tenant hash; a waiter naming one,
+# the lines, the ranking and the weights); what it wrote has a TTL, and
+# once that key is gone the semaphore works (a waiter the stopped call
+# left half-made is gone by its deadline at the latest).
+my $s2 = RedsemTest::Session->new($node, name => 's2');
+foreach my $k ('tenant', 'tq', 'tline:A', 'tline:', 'weights')
+{
+	my $sem = "e_ten_" . ($k =~ s/:/_/r);
+	my $key = "redsem:{$sem}:$k";
+	$redis->cli('SET', $key, 'x');
+	my $ok = 1;
+	($out, $err) = $s->query("SELECT redsem_acquire('$sem', 1, tenant => 'B') IS NOT NULL;");
+	if ($k ne 'tenant')
+	{
+		$ok &&= $out eq 't';
+		# (a waiter naming none first, so the line of those naming none is made)
+		if ($k eq 'tline:')
+		{
+			$s2->send("SELECT redsem_acquire('$sem', 1, wait => '2 s') IS NULL;");
+			$ok &&= defined wait_until(10, sub { $redis->zcard($sem, "waiting") == 1 });
+		}
+		($out, $err) = $s->query("SELECT redsem_acquire('$sem', 1, wait => '300 ms', tenant => 'A');");
+		$s2->wait_done(10) if $k eq 'tline:';
+	}
+	ok($ok && $err =~ /ERROR:  38000: .*\n.*DETAIL:  WRONGTYPE/s, "a $k key of another type: 38000")
+	  or diag("out: $out\nerr: $err");
+	$s->query_ok('SELECT redsem_release_all();');
+	my @left = grep { $_ ne $key } split /\n/, $redis->cli('--scan', '--pattern', "redsem:{$sem}:*");
+	my @no_ttl = grep { $redis->cli('PTTL', $_) < 0 } @left;
+	is("@no_ttl", '', "... and every key it wrote has a TTL");
+	$redis->cli('DEL', $key);
+	ok(defined wait_until(30, sub {
+		my ($o) = $s->query("SELECT redsem_release('$sem', redsem_acquire('$sem', 1, wait => '1 s', tenant => 'A'));");
+		return $o eq 't' }), "... and once that key is gone it works");
+}
+
 ###########################################################################
 note 'an ACL user with only the commands the README names';
 
