@@ -62,6 +62,17 @@ put_row(ReturnSetInfo *rsinfo, Datum *values, bool *nulls, int ncolumns)
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
+/* The one row a record-returning function answers, from values and nulls */
+static Datum
+one_row(FunctionCallInfo fcinfo, Datum *values, bool *nulls)
+{
+	TupleDesc	tupdesc;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "redsem: a function returning a record is declared otherwise");
+	return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc), values, nulls));
+}
+
 /* redsem_held(): one row per slot this session holds */
 Datum
 redsem_held(PG_FUNCTION_ARGS)
@@ -280,12 +291,9 @@ redsem_semaphore(PG_FUNCTION_ARGS)
 	char	   *name = name_arg(fcinfo, 0);
 	RedisCall	call = REDIS_SQL_CALL;
 	SemLimit	limit;
-	TupleDesc	tupdesc;
 	Datum		values[4];
 	bool		nulls[4] = {0};
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "redsem_semaphore must return a record");
 	hold_init();
 	(void) sem_limit(&call, name, &limit);
 	nulls[0] = (limit.stored <= 0);
@@ -294,8 +302,7 @@ redsem_semaphore(PG_FUNCTION_ARGS)
 	values[1] = Int32GetDatum((int32) Min(limit.in_effect, PG_INT32_MAX));
 	values[2] = Int64GetDatum(limit.held);
 	values[3] = Int64GetDatum(limit.waiting);
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
-													  values, nulls)));
+	PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
 }
 
 /* The statistics of semaphore name among stats[0..n-1], or NULL */
@@ -467,12 +474,9 @@ redsem_rate(PG_FUNCTION_ARGS)
 	char	   *name = name_arg(fcinfo, 0);
 	RedisCall	call = REDIS_SQL_CALL;
 	SemRate		rate;
-	TupleDesc	tupdesc;
 	Datum		values[3] = {0};
 	bool		nulls[3] = {true, true, true};
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "redsem_rate must return a record");
 	hold_init();
 	(void) sem_rate(&call, name, &rate);
 	if (rate.text != NULL)
@@ -482,8 +486,7 @@ redsem_rate(PG_FUNCTION_ARGS)
 		values[2] = interval_from_ms(rate.wait_ms);
 		nulls[0] = nulls[1] = nulls[2] = false;
 	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
-													  values, nulls)));
+	PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
 }
 
 /*
@@ -497,12 +500,9 @@ redsem_reserve(PG_FUNCTION_ARGS)
 	char	   *name = name_arg(fcinfo, 0);
 	RedisCall	call = REDIS_SQL_CALL;
 	SemReserve	reserve;
-	TupleDesc	tupdesc;
 	Datum		values[3] = {0};
 	bool		nulls[3] = {true, true, true};
 
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "redsem_reserve must return a record");
 	hold_init();
 	(void) sem_reserve(&call, name, &reserve);
 	if (reserve.permits > 0)
@@ -512,8 +512,7 @@ redsem_reserve(PG_FUNCTION_ARGS)
 		values[2] = Int64GetDatum(reserve.held);
 		nulls[0] = nulls[1] = nulls[2] = false;
 	}
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(tupdesc),
-													  values, nulls)));
+	PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
 }
 
 /*

@@ -683,28 +683,67 @@ sem_token(RedisCall *call, const char *name, const char *id, int64 *token)
 	return true;
 }
 
-/* True if e has the shape {id, ticket, ms, waiting, info, permits, age}, all strings */
+/* True if e is a row of width strings (a list or tenants reply's entry) */
 static bool
-is_member_element(const redisReply *e)
+is_row(const redisReply *e, size_t width)
 {
-	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != 7)
+	if (e == NULL || e->type != REDIS_REPLY_ARRAY || e->elements != width)
 		return false;
-	for (int i = 0; i < 7; i++)
+	for (size_t i = 0; i < width; i++)
 		if (e->element[i]->type != REDIS_REPLY_STRING || e->element[i]->str == NULL)
 			return false;
 	return true;
 }
 
+/* Copies a validated reply's rows into out; returns how many were whole */
+typedef int (*RowCopier) (const redisReply *reply, void *out);
+
+/*
+ * Run op (no arguments) on the semaphore, check that it answers rows of
+ * width strings, and copy them with copy into a palloc'd array of entries
+ * of elem bytes.  The hiredis reply is freed even if a palloc raises.
+ */
+static bool
+sem_rows(RedisCall *call, const char *name, const char *op, size_t width,
+		 size_t elem, RowCopier copy, void **rows, int *count)
+{
+	redisReply *reply;
+	char		what[64];
+
+	*rows = NULL;
+	*count = 0;
+	if (!run_script(call, NULL, name, op, 0, NULL, &reply))
+		return false;
+	snprintf(what, sizeof(what), "%s did not answer an array", op);
+	if (reply->type != REDIS_REPLY_ARRAY)
+		return malformed(call, name, reply, what);
+	snprintf(what, sizeof(what), "%s answered a malformed entry", op);
+	for (size_t i = 0; i < reply->elements; i++)
+		if (!is_row(reply->element[i], width))
+			return malformed(call, name, reply, what);
+	PG_TRY();
+	{
+		*rows = palloc0(elem * Max(reply->elements, 1));
+		*count = copy(reply, *rows);
+	}
+	PG_FINALLY();
+	{
+		freeReplyObject(reply);
+	}
+	PG_END_TRY();
+	return true;
+}
+
 /* Copy the members of a validated list reply into out; returns how many */
 static int
-copy_members(const redisReply *reply, SemMember *out)
+copy_members(const redisReply *reply, void *out)
 {
 	int			n = 0;
 
 	for (size_t i = 0; i < reply->elements; i++)
 	{
 		const redisReply *e = reply->element[i];
-		SemMember  *m = &out[n];
+		SemMember  *m = &((SemMember *) out)[n];
 
 		if (!reply_int64(e->element[1], &m->ticket) ||
 			!reply_int64(e->element[2], &m->ms_left) ||
@@ -726,28 +765,9 @@ copy_members(const redisReply *reply, SemMember *out)
 bool
 sem_list(RedisCall *call, const char *name, SemMember **members, int *count)
 {
-	redisReply *reply;
-
-	*members = NULL;
-	*count = 0;
-	if (!run_script(call, NULL, name, "list", 0, NULL, &reply))
-		return false;
-	if (reply->type != REDIS_REPLY_ARRAY)
-		return malformed(call, name, reply, "list did not answer an array");
-	for (size_t i = 0; i < reply->elements; i++)
-		if (!is_member_element(reply->element[i]))
-			return malformed(call, name, reply, "list answered a malformed member");
-	PG_TRY();
-	{
-		*members = palloc0(sizeof(SemMember) * Max(reply->elements, 1));
-		*count = copy_members(reply, *members);
-	}
-	PG_FINALLY();
-	{
-		freeReplyObject(reply);
-	}
-	PG_END_TRY();
-	return true;
+	/* {id, ticket, ms, waiting, info, permits, age} */
+	return sem_rows(call, name, "list", 7, sizeof(SemMember), copy_members,
+					(void **) members, count);
 }
 
 /* Decode a {stored, in effect, held, waiting} reply ('' for no limit) */
@@ -900,28 +920,16 @@ sem_set_reserve(RedisCall *call, const char *name, int permits,
 		decode_reserve(call, name, reply, reserve);
 }
 
-/* True if e is a {tenant, weight, held, waiting} entry of a tenants reply */
-static bool
-is_tenant_element(const redisReply *e)
-{
-	if (e->type != REDIS_REPLY_ARRAY || e->elements != 4)
-		return false;
-	for (int i = 0; i < 4; i++)
-		if (e->element[i]->type != REDIS_REPLY_STRING || e->element[i]->str == NULL)
-			return false;
-	return true;
-}
-
 /* Copy a validated tenants reply into out; returns how many were whole */
 static int
-copy_tenants(const redisReply *reply, SemTenant *out)
+copy_tenants(const redisReply *reply, void *out)
 {
 	int			n = 0;
 
 	for (size_t i = 0; i < reply->elements; i++)
 	{
 		const redisReply *e = reply->element[i];
-		SemTenant  *t = &out[n];
+		SemTenant  *t = &((SemTenant *) out)[n];
 
 		if (!reply_int64(e->element[1], &t->weight) ||
 			!reply_int64(e->element[2], &t->held) ||
@@ -940,28 +948,9 @@ copy_tenants(const redisReply *reply, SemTenant *out)
 bool
 sem_tenants(RedisCall *call, const char *name, SemTenant **tenants, int *count)
 {
-	redisReply *reply;
-
-	*tenants = NULL;
-	*count = 0;
-	if (!run_script(call, NULL, name, "tenants", 0, NULL, &reply))
-		return false;
-	if (reply->type != REDIS_REPLY_ARRAY)
-		return malformed(call, name, reply, "tenants did not answer an array");
-	for (size_t i = 0; i < reply->elements; i++)
-		if (!is_tenant_element(reply->element[i]))
-			return malformed(call, name, reply, "tenants answered a malformed entry");
-	PG_TRY();
-	{
-		*tenants = palloc0(sizeof(SemTenant) * Max(reply->elements, 1));
-		*count = copy_tenants(reply, *tenants);
-	}
-	PG_FINALLY();
-	{
-		freeReplyObject(reply);
-	}
-	PG_END_TRY();
-	return true;
+	/* {tenant, weight, held, waiting} */
+	return sem_rows(call, name, "tenants", 4, sizeof(SemTenant), copy_tenants,
+					(void **) tenants, count);
 }
 
 /*
