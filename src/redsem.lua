@@ -248,6 +248,10 @@ local PRIORITY_MAX = 100
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
 local NOW_MS, NOW_US
 local S, W, WEIGHTS, TF, TW
+-- The state's counts as read (a call may move one and back: a release
+-- that promotes a waiter of another tenant leaves tt as it was).
+local COUNTS = {'xh', 'xw', 'hh', 'tt'}
+local READ = {}
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
@@ -544,9 +548,9 @@ local function requeue(t, granted, before)
 end
 
 -- I12: tenant t's held permits changed (granted: it was granted one): so
--- does its rank, if it waits.
+-- does its rank, if it waits.  True if it does.
 local function rescore(t, granted)
-    if S.tl then requeue(t, granted, true) end
+    return S.tl and requeue(t, granted, true) ~= nil
 end
 
 -- I12: tenant t ('': none) holds dp permits more (or fewer).
@@ -947,6 +951,9 @@ end
 -- it stores a limit.  A FRESH call made every key but waiting (its first
 -- member holds: one that waits, kept out by a rate, clears FRESH).
 local function finish()
+    for _, f in ipairs(COUNTS) do   -- (a count back where it was: no write)
+        if W[f] ~= nil and (W[f] or 0) == READ[f] then W[f] = nil end
+    end
     local touched = next(W) ~= nil
     local empty = (REMOVED or touched) and is_empty()
     local ttl, have
@@ -1131,9 +1138,12 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         rate_take()
         note_class(id, p, priority)
         note_tenant(tenant, p)
-        rescore(tenant, true)
+        local ranked = rescore(tenant, true)
         set_deadline(id, NOW_MS + lease, false)
         redis.call('HSET', K_INFO, id, make_info(lease, limit, NOW_MS, origin, priority, tenant))
+        -- I12: its tenant, still waiting, now holds more: another tenant's
+        -- first waiter may be the first waiter now, and fit
+        if ranked then promote() end
         return {'held', ticket, int(lease)}
     end
     set_deadline(id, NOW_MS + keepalive, false)
@@ -1741,6 +1751,7 @@ local function read_state()
         S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
         S.tl, S.tt = false, 0
     end
+    for _, f in ipairs(COUNTS) do READ[f] = S[f] end
 end
 
 -- The only way in (the library's function): check, read the state,

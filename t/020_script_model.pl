@@ -573,11 +573,20 @@ sub tenant_grant_violations
 	return @bad;
 }
 
-# A new rate for $name: the grants before it no longer count.
+# A new rate for $name: the grants before it no longer count, nor those
+# of the call that set it (its housekeeping may let callers in under the
+# old rate, before the new one applies).
 sub model_rate
 {
 	my ($name) = @_;
 	$grants{$name} = [];
+	my %info = @{ $r->cmd('HGETALL', "m:{$name}:info") };
+	my %waiting = @{ $r->cmd('ZRANGE', "m:{$name}:waiting", 0, -1, 'WITHSCORES') };
+	foreach my $id (grep { !exists $waiting{$_} } keys %info)
+	{
+		my (undef, undef, $since) = split /\|/, $info{$id};
+		$granted{$name}{"$id|$since"} = 1 if $since;
+	}
 	return;
 }
 
