@@ -874,6 +874,23 @@ local function config()
     return c, n
 end
 
+-- Write fields (false or 0: delete) to hash key, new values first (a hash
+-- emptied for a moment would be made anew without a TTL); how many it set.
+local function write_fields(key, fields)
+    local hset, hdel = {}, {}
+    for field, value in pairs(fields) do
+        if value and value ~= 0 then
+            hset[#hset + 1] = field
+            hset[#hset + 1] = type(value) == 'number' and int(value) or value
+        else
+            hdel[#hdel + 1] = field
+        end
+    end
+    call_chunked('HSET', key, hset, 2)
+    call_chunked('HDEL', key, hdel, 1)
+    return #hset / 2
+end
+
 -- Write the changed state fields back.  With no member left, only the
 -- configuration remains (I5).
 local function store_state(empty)
@@ -888,36 +905,14 @@ local function store_state(empty)
             W = c
         end
     end
-    local hset, hdel = {}, {}
-    for field, value in pairs(W) do
-        if value and value ~= 0 then
-            hset[#hset + 1] = field
-            hset[#hset + 1] = type(value) == 'number' and int(value) or value
-        else
-            hdel[#hdel + 1] = field
-        end
-    end
-    call_chunked('HSET', K_STATE, hset, 2)
-    call_chunked('HDEL', K_STATE, hdel, 1)
+    write_fields(K_STATE, W)
 end
 
--- I12: write the changed fields of the tenant hash back (new values
--- first: emptied for a moment, it would be made anew without a TTL).
--- True if it may have been made now (not if this call found a field).
+-- I12: write the changed fields of the tenant hash back.  True if it may
+-- have been made now (not if this call found a field in it).
 local function store_tenants()
     if next(TW) == nil then return false end
-    local hset, hdel = {}, {}
-    for f, v in pairs(TW) do
-        if v then
-            hset[#hset + 1] = f
-            hset[#hset + 1] = int(v)
-        else
-            hdel[#hdel + 1] = f
-        end
-    end
-    call_chunked('HSET', tenant_key(), hset, 2)
-    call_chunked('HDEL', tenant_key(), hdel, 1)
-    return #hset > 0 and not TF[true]
+    return write_fields(tenant_key(), TW) > 0 and not TF[true]
 end
 
 -- The TTL a renewal gives the keys when the latest deadline is away ms
