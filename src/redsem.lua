@@ -1303,15 +1303,33 @@ local function limit_reply()
             int(members - waiters + S.xh), int(waiters)}
 end
 
+-- The ticket of the waiter that asked first, or nil.  Not the first in
+-- line (priorities and tenants reorder it): owner is in ticket order and
+-- a waiter's ticket is its arrival, so it is within the first holders + 1
+-- of owner (O(holders): a summary's cost, not a call's).
+local function oldest_wait_ticket(holders)
+    for first = 0, holders, CHUNK do
+        local r = redis.call('ZRANGE', K_OWNER, first, first + CHUNK - 1, 'WITHSCORES')
+        if #r == 0 then return nil end
+        local ids = {}
+        for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
+        local places = redis.call('ZMSCORE', K_WAITING, unpack(ids))
+        for i = 1, #ids do
+            if places[i] then return r[2 * i] end
+        end
+    end
+    return nil
+end
+
 -- summary: {stored limit or '', limit in effect or '', permits held,
--- waiters, holders, ms since the first waiter in line asked or -1, stored
--- rate as given or '', reserved permits or '', their priority or '',
+-- waiters, holders, ms since the waiter that asked first asked or -1,
+-- stored rate as given or '', reserved permits or '', their priority or '',
 -- tenants with waiters (I12: those naming none count as one)}.
 local function op_summary()
     local r = limit_reply()
     local members = redis.call('ZCARD', K_OWNER)
-    local first = redis.call('ZRANGE', K_WAITING, 0, 0)[1]
-    local ticket = first and redis.call('ZSCORE', K_OWNER, first)
+    local waiters = tonumber(r[4])
+    local ticket = waiters > 0 and oldest_wait_ticket(members - waiters)
     local age = -1
     if ticket then age = NOW_MS - math.floor(tonumber(ticket) / 1000) end
     r[5] = int(members - tonumber(r[4]))

@@ -1096,6 +1096,19 @@ check_all('two tenants and the callers of none in line');
 is_deeply(ev('ten', 'tenants'), [ [ '', 1, 0, 1 ], [ 'A', 1, 2, 2 ], [ 'B', 1, 0, 1 ] ],
 	'tenants: A holds 2 with 2 waiting, B and the callers of none hold nothing and have one waiting each');
 is(ev('ten', 'summary')->[9], 3, 'summary: 3 tenants have callers in line (those naming none count as one)');
+# the oldest wait is that of the waiter that asked first, not of the first
+# in line (a later caller of a higher priority, or another tenant, may be)
+ev('age', 'acquire', 'h', 1, 1, 60000, 0, 30000, 'model');
+ev('age', 'acquire', 'old', 1, 1, 60000, 1, 30000, 'model', '', 0, 'A');
+usleep(300_000);
+ev('age', 'acquire', 'new', 1, 1, 60000, 1, 30000, 'model', '', 10, 'B');
+cmp_ok(ev('age', 'summary')->[5], '>=', 300,
+	'summary: the oldest wait is the first asker\'s, though a later one of higher priority is first in line');
+ev('age', 'give_up', 'old');
+cmp_ok(ev('age', 'summary')->[5], '<', 300, 'summary: once it gave up, the next oldest');
+ev('age', 'give_up', 'new');
+is(ev('age', 'summary')->[5], -1, 'summary: nobody waits, no oldest wait');
+ev('age', 'release', 'h');
 is(ev('ten', 'release', 'a1'), 1, 'a1 releases');
 delete $c{a1};
 ok($r->cmd('LLEN', 'm:{ten}:wake:u1') == 1, 'u1 is promoted: A holds 1, the callers of none 0 (u1 came before b1)');
