@@ -225,7 +225,8 @@ COMMENT ON FUNCTION redsem_stats_reset(text) IS
 CREATE FUNCTION redsem_queues(
     OUT name text, OUT active_statements integer, OUT min_cost float8,
     OUT max_wait interval, OUT on_redis_error text, OUT utility boolean,
-    OUT application_name text, OUT running bigint, OUT waiting bigint,
+    OUT application_name text, OUT application_priority text,
+    OUT running bigint, OUT waiting bigint,
     OUT admitted bigint, OUT waited bigint, OUT timed_out bigint,
     OUT total_wait_time interval, OUT bypassed bigint, OUT ran_unqueued bigint)
 RETURNS SETOF record

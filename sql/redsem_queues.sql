@@ -23,11 +23,16 @@ ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 utility=perhaps';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 colour=blue';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 min_cost';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1; q1: active_statements=2';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 application_priority=grafana*';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 application_priority=grafana*:101';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 application_priority=:5';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 application_priority=a:1|b:x';
 -- and good ones accepted
-ALTER SYSTEM SET redsem.queues = 'reports: active_statements=3 min_cost=10000 max_wait=5min on_redis_error=run utility=on application_name=tableau*|metabase; etl: active_statements=2;';
+ALTER SYSTEM SET redsem.queues = 'reports: active_statements=3 min_cost=10000 max_wait=5min on_redis_error=run utility=on application_name=tableau*|metabase application_priority=tableau*:10|metabase:-5; etl: active_statements=2;';
 SELECT pg_reload_conf();
 SELECT pg_sleep(0.5);
-SELECT name, active_statements, min_cost, max_wait, on_redis_error, utility, application_name
+SELECT name, active_statements, min_cost, max_wait, on_redis_error, utility, application_name,
+       application_priority
   FROM redsem_queues ORDER BY name;
 ALTER SYSTEM RESET redsem.queues;
 SELECT pg_reload_conf();

@@ -40,7 +40,7 @@ PG_FUNCTION_INFO_V1(redsem_server_holds);
 
 #define HELD_COLUMNS	10
 #define HOLDERS_COLUMNS	15
-#define QUEUES_COLUMNS	15
+#define QUEUES_COLUMNS	16
 #define SERVER_HOLDS_COLUMNS	11
 
 /* An interval of ms milliseconds */
@@ -361,15 +361,17 @@ redsem_queues(PG_FUNCTION_ARGS)
 		values[5] = BoolGetDatum(q->utility);
 		nulls[6] = (q->apps[0] == '\0');
 		values[6] = CStringGetTextDatum(q->apps);
-		nulls[7] = nulls[8] = !asked;
-		values[7] = Int64GetDatum(asked ? limit.held : 0);
-		values[8] = Int64GetDatum(asked ? limit.waiting : 0);
-		values[9] = Int64GetDatum(st ? st->counters[STAT_ACQUIRED] : 0);
-		values[10] = Int64GetDatum(st ? st->counters[STAT_WAITED] : 0);
-		values[11] = Int64GetDatum(st ? st->counters[STAT_WAIT_TIMEOUTS] : 0);
-		values[12] = interval_from_ms(st ? st->counters[STAT_WAIT_TIME_MS] : 0);
-		values[13] = Int64GetDatum(st ? st->counters[STAT_BYPASSED] : 0);
-		values[14] = Int64GetDatum(st ? st->counters[STAT_UNQUEUED] : 0);
+		nulls[7] = (q->app_priorities[0] == '\0');
+		values[7] = CStringGetTextDatum(q->app_priorities);
+		nulls[8] = nulls[9] = !asked;
+		values[8] = Int64GetDatum(asked ? limit.held : 0);
+		values[9] = Int64GetDatum(asked ? limit.waiting : 0);
+		values[10] = Int64GetDatum(st ? st->counters[STAT_ACQUIRED] : 0);
+		values[11] = Int64GetDatum(st ? st->counters[STAT_WAITED] : 0);
+		values[12] = Int64GetDatum(st ? st->counters[STAT_WAIT_TIMEOUTS] : 0);
+		values[13] = interval_from_ms(st ? st->counters[STAT_WAIT_TIME_MS] : 0);
+		values[14] = Int64GetDatum(st ? st->counters[STAT_BYPASSED] : 0);
+		values[15] = Int64GetDatum(st ? st->counters[STAT_UNQUEUED] : 0);
 		put_row(rsinfo, values, nulls, QUEUES_COLUMNS);
 	}
 	return (Datum) 0;

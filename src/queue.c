@@ -38,6 +38,7 @@
 
 #include "acquire.h"
 #include "compat.h"
+#include "guc.h"
 #include "hold.h"
 #include "hooks.h"
 #include "queue.h"
@@ -76,14 +77,15 @@ queue_semaphore(const QueueDef *q)
 }
 
 /* True if name matches the glob pattern ('*' matches any run) */
-static bool
-glob_match(const char *pattern, const char *name)
+bool
+queue_glob_match(const char *pattern, const char *name)
 {
 	if (*pattern == '\0')
 		return *name == '\0';
 	if (*pattern == '*')
-		return glob_match(pattern + 1, name) || (*name && glob_match(pattern, name + 1));
-	return *name && *pattern == *name && glob_match(pattern + 1, name + 1);
+		return queue_glob_match(pattern + 1, name) ||
+			(*name && queue_glob_match(pattern, name + 1));
+	return *name && *pattern == *name && queue_glob_match(pattern + 1, name + 1);
 }
 
 /* True if application_name matches one of the '|'-separated patterns */
@@ -97,9 +99,35 @@ apps_match(const char *apps)
 		return false;
 	strlcpy(buf, apps, sizeof(buf));
 	for (char *pat = strtok_r(buf, "|", &save); pat; pat = strtok_r(NULL, "|", &save))
-		if (glob_match(pat, application_name))
+		if (queue_glob_match(pat, application_name))
 			return true;
 	return false;
+}
+
+/*
+ * The priority of this session's statements in queue q: that of the first
+ * application_priority pattern its application_name matches, at most
+ * redsem.max_priority (the client chooses that name); else
+ * redsem.queue_priority.
+ */
+static int
+statement_priority(const QueueDef *q)
+{
+	char		buf[QUEUE_MAX_APPS_BYTES + 1];
+	char	   *save;
+
+	if (q->app_priorities[0] == '\0' || application_name == NULL)
+		return queue_session_priority();
+	strlcpy(buf, q->app_priorities, sizeof(buf));
+	for (char *e = strtok_r(buf, "|", &save); e; e = strtok_r(NULL, "|", &save))
+	{
+		char	   *colon = strrchr(e, ':');	/* checked when parsed */
+
+		*colon = '\0';
+		if (queue_glob_match(e, application_name))
+			return Min(atoi(colon + 1), redsem_max_priority);
+	}
+	return queue_session_priority();
 }
 
 /* Warn once per session that redsem.queue names no defined queue */
@@ -238,7 +266,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	}
 	args.max_holders = q->active;
 	args.permits = 1;
-	args.priority = queue_session_priority();
+	args.priority = statement_priority(q);
 	args.tenant = queue_session_tenant();
 	args.lease_ms = QUEUE_LEASE_MS;
 	args.wait_ms = q->max_wait_ms;

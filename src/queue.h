@@ -27,6 +27,7 @@ typedef struct QueueDef
 	bool		utility;		/* queue utility statements too */
 	char		apps[QUEUE_MAX_APPS_BYTES + 1]; /* application_name patterns,
 												 * '|'-separated, '*' wildcards */
+	char		app_priorities[QUEUE_MAX_APPS_BYTES + 1];	/* "PATTERN:N|..." */
 } QueueDef;
 
 /* Every queue, parsed from redsem.queues */
@@ -43,5 +44,6 @@ extern const char *queue_session_setting(void);
 extern int	queue_session_priority(void);
 extern char *queue_session_tenant(void);
 extern uint64 queue_config_generation(void);
+extern bool queue_glob_match(const char *pattern, const char *name);
 
 #endif							/* REDSEM_QUEUE_H */

@@ -9,6 +9,7 @@
  *	  name: active_statements=N [min_cost=C] [max_wait=DURATION]
  *			[on_redis_error=fail|run] [utility=off|on]
  *			[application_name=PATTERN|PATTERN...]
+ *			[application_priority=PATTERN:N|PATTERN:N...]
  */
 #include "postgres.h"
 
@@ -98,6 +99,40 @@ parse_onoff(const char *value, bool *result)
 	return true;
 }
 
+/* True if value is "PATTERN:N|PATTERN:N..." with N a priority; else say why */
+static bool
+valid_app_priorities(const QueueDef *q, const char *value)
+{
+	char		buf[QUEUE_MAX_APPS_BYTES + 1];
+	char	   *save;
+
+	if (strlen(value) > QUEUE_MAX_APPS_BYTES)
+	{
+		GUC_check_errdetail("Queue \"%s\": application_priority must be at most %d bytes.",
+							q->name, QUEUE_MAX_APPS_BYTES);
+		return false;
+	}
+	strlcpy(buf, value, sizeof(buf));
+	for (char *e = strtok_r(buf, "|", &save); e; e = strtok_r(NULL, "|", &save))
+	{
+		char	   *colon = strrchr(e, ':');
+		char	   *end = NULL;
+		long		n = 0;
+
+		errno = 0;
+		if (colon)
+			n = strtol(colon + 1, &end, 10);
+		if (colon == NULL || colon == e || colon[1] == '\0' || *end != '\0' || errno != 0 ||
+			n < -REDSEM_MAX_PRIORITY || n > REDSEM_MAX_PRIORITY)
+		{
+			GUC_check_errdetail("Queue \"%s\": application_priority must be PATTERN:N entries separated by \"|\", N from %d to %d (e.g. grafana*:10|airflow*:-5).",
+								q->name, -REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY);
+			return false;
+		}
+	}
+	return true;
+}
+
 /* Apply one key=value to q; false with the detail set if it is wrong */
 static bool
 apply_option(QueueDef *q, const char *key, const char *value)
@@ -163,9 +198,15 @@ apply_option(QueueDef *q, const char *key, const char *value)
 		}
 		strlcpy(q->apps, value, sizeof(q->apps));
 	}
+	else if (strcmp(key, "application_priority") == 0)
+	{
+		if (!valid_app_priorities(q, value))
+			return false;
+		strlcpy(q->app_priorities, value, sizeof(q->app_priorities));
+	}
 	else
 	{
-		GUC_check_errdetail("Queue \"%s\": unknown option \"%s\"; the options are active_statements, min_cost, max_wait, on_redis_error, utility, application_name.",
+		GUC_check_errdetail("Queue \"%s\": unknown option \"%s\"; the options are active_statements, min_cost, max_wait, on_redis_error, utility, application_name, application_priority.",
 							q->name, key);
 		return false;
 	}

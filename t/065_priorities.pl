@@ -23,7 +23,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $redis = RedsemTest::Redis->new;
-my $queues = "redsem.queues = 'q1: active_statements=1'\n";
+my $queues = "redsem.queues = 'q1: active_statements=1; "
+  . "q2: active_statements=1 application_name=dash*|batch* application_priority=dash*:10|batch*:-5'\n";
 my $na = create_node('prio_a', $redis, $queues);
 my $nb = create_node('prio_b', $redis, $queues);
 
@@ -118,8 +119,38 @@ cmp_ok($t_high, '<', $t_low, 'in a statement queue, the role with redsem.queue_p
 my ($ret, $out, $err) = $na->psql('postgres', q{SET redsem.queue_priority = 5;}, extra_params => [ '-U', 'q_low' ]);
 like($err, qr/permission denied to set parameter "redsem.queue_priority"/, 'a role cannot raise its own queue priority');
 
+# statement queues: application names mapped to priorities (the sessions
+# join q2 by their application_name too)
+my $abusy = RedsemTest::Session->new($na, name => 'abusy', app => 'batch0');
+my $alow = RedsemTest::Session->new($na, name => 'alow', app => 'batch1');
+my $ahigh = RedsemTest::Session->new($nb, name => 'ahigh', app => 'dashboard');
+$abusy->send(q{SELECT pg_sleep(2);});
+wait_until(20, sub { $redis->zcard('queue:q2', 'owner') == 1 }) or diag('q2 did not fill');
+$alow->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
+wait_until(20, sub { $redis->zcard('queue:q2', 'waiting') == 1 }) or diag('batch1 did not queue');
+$ahigh->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
+wait_until(20, sub { $redis->zcard('queue:q2', 'waiting') == 2 }) or diag('dashboard did not queue');
+my %prio = map { (split /\|/)[0, 1] } split /\n/,
+  $na->safe_psql('postgres', q{SELECT application_name, priority FROM redsem_holders('queue:q2');});
+is(join(' ', map { "$_:$prio{$_}" } sort keys %prio), 'batch0:-5 batch1:-5 dashboard:10',
+	'redsem_holders: the batch statements have priority -5, the dashboard\'s 10 (application_priority)');
+($t_low) = $alow->wait_done(60);
+($t_high) = $ahigh->wait_done(60);
+$abusy->wait_done(60);
+($t_low) = split /\|/, $t_low // '9e9';
+($t_high) = split /\|/, $t_high // '9e9';
+cmp_ok($t_high, '<', $t_low, 'in a queue, application_name "dashboard" (priority 10) runs before an earlier "batch1" (-5)');
+$_->quit foreach ($abusy, $alow, $ahigh);
+
 # a cap on the priority a role may ask for
 $na->safe_psql('postgres', q{CREATE ROLE capped LOGIN; ALTER ROLE capped SET redsem.max_priority = 0;});
+my $acap = RedsemTest::Session->new($na, name => 'acap', user => 'capped', app => 'dashboard');
+$acap->send(q{SELECT pg_sleep(1);});
+wait_until(20, sub { $redis->zcard('queue:q2', 'owner') == 1 }) or diag('capped did not enter q2');
+is($na->safe_psql('postgres', q{SELECT priority FROM redsem_holders('queue:q2');}), '0',
+	'a role capped by redsem.max_priority = 0 naming itself "dashboard" gets priority 0, not 10');
+$acap->wait_done(20);
+$acap->quit;
 ($ret, $out, $err) = $na->psql('postgres', q{SELECT redsem_acquire('pr_cap', 1, priority => 5);},
 	extra_params => [ '-U', 'capped' ]);
 like($err, qr/priority 5 is above this session's redsem.max_priority of 0/,

@@ -710,7 +710,8 @@ verbose, so errors show their SQLSTATE ("ERROR:  57014: ...").
 =item RedsemTest::Session->new($node, %opts)
 
 Start psql and wait until it is connected.  $s->backend_pid is the pid of
-its backend.  Options: name (for messages), dbname, user.
+its backend.  Options: name (for messages), dbname, user, app (its
+application_name).
 
 =cut
 
@@ -728,7 +729,8 @@ sub new
 		$node->installed_command('psql'), '-XAtq',
 		'-v', 'ON_ERROR_STOP=0',
 		'-d', $node->connstr($opts{dbname} // 'postgres')
-		  . (defined $opts{user} ? " user=$opts{user}" : ''),
+		  . (defined $opts{user} ? " user=$opts{user}" : '')
+		  . (defined $opts{app} ? " application_name=$opts{app}" : ''),
 		'-f', '-');
 
 	$self->{h} = IPC::Run::start(\@cmd, '<', \$self->{stdin}, '>',
