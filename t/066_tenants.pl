@@ -7,8 +7,8 @@
 # A given weight 3, B gets 25% +/- 10%; without tenants (the same
 # sessions naming none) B gets what FIFO gives it, about 4 in 20 (shown,
 # not checked: the comparison).  Also: a tenant alone takes the whole
-# limit; redsem_tenants and redsem_holders show the tenants, from either
-# server; a statement queue takes the tenant from redsem.queue_tenant
+# limit; redsem_tenants, redsem_holders and redsem_semaphores show the
+# tenants, from either server; a statement queue takes the tenant from redsem.queue_tenant
 # ('%u': the role).
 use strict;
 use warnings FATAL => 'all';
@@ -106,6 +106,8 @@ is($na->safe_psql('postgres', q{SELECT string_agg(DISTINCT tenant, ',') FROM red
 my $other = RedsemTest::Session->new($nb, name => 'other');
 $other->send(q{SELECT redsem_acquire('tshare', tenant => 'other', wait => '60 s') IS NOT NULL;});
 wait_until(20, sub { $redis->zcard('tshare', 'waiting') == 2 }) or diag('other did not queue');
+is($na->safe_psql('postgres', q{SELECT waiting || ' ' || tenants_waiting FROM redsem_semaphores() WHERE name = 'tshare';}),
+	'2 2', 'redsem_semaphores: 2 waiting, of 2 tenants (solo and other)');
 my @done;
 foreach my $s (@alone)
 {
