@@ -76,16 +76,40 @@ queue_semaphore(const QueueDef *q)
 	return pstrdup(q->semaphore);
 }
 
-/* True if name matches the glob pattern ('*' matches any run) */
+/*
+ * True if name matches the glob pattern ('*' matches any run).  Greedy,
+ * going back only to the last '*': O(pattern x name) at worst, so no
+ * pattern (however many stars) makes a client's application_name costly.
+ */
 bool
 queue_glob_match(const char *pattern, const char *name)
 {
-	if (*pattern == '\0')
-		return *name == '\0';
-	if (*pattern == '*')
-		return queue_glob_match(pattern + 1, name) ||
-			(*name && queue_glob_match(pattern, name + 1));
-	return *name && *pattern == *name && queue_glob_match(pattern + 1, name + 1);
+	const char *star = NULL;	/* the last '*' seen, and where it took over */
+	const char *resume = NULL;
+
+	while (*name)
+	{
+		if (*pattern == '*')
+		{
+			star = pattern++;
+			resume = name;
+		}
+		else if (*pattern == *name)
+		{
+			pattern++;
+			name++;
+		}
+		else if (star)
+		{
+			pattern = star + 1;		/* let the last '*' take one more byte */
+			name = ++resume;
+		}
+		else
+			return false;
+	}
+	while (*pattern == '*')
+		pattern++;
+	return *pattern == '\0';
 }
 
 /* True if application_name matches one of the '|'-separated patterns */

@@ -24,7 +24,8 @@ use Time::HiRes qw(usleep);
 
 my $redis = RedsemTest::Redis->new;
 my $queues = "redsem.queues = 'q1: active_statements=1; "
-  . "q2: active_statements=1 application_name=dash*|batch* application_priority=dash*:10|batch*:-5'\n";
+  . "q2: active_statements=1 application_name=dash*|batch* application_priority=dash*:10|batch*:-5; "
+  . "q3: active_statements=1 application_name=*a*a*a*a*a*a*a*a*a*a*a*a*b application_priority=*a*a*a*a*a*a*a*a*a*a*a*a*b:1'\n";
 my $na = create_node('prio_a', $redis, $queues);
 my $nb = create_node('prio_b', $redis, $queues);
 
@@ -141,6 +142,13 @@ $abusy->wait_done(60);
 ($t_high) = split /\|/, $t_high // '9e9';
 cmp_ok($t_high, '<', $t_low, 'in a queue, application_name "dashboard" (priority 10) runs before an earlier "batch1" (-5)');
 $_->quit foreach ($abusy, $alow, $ahigh);
+
+# a pattern with many stars against the longest application_name a client
+# can give costs no more than a pass over both (a backtracking match would
+# never end, and could not be interrupted)
+my $stars = RedsemTest::Session->new($na, name => 'stars', app => 'a' x 63);
+is(($stars->query(q{SELECT 42;}))[0], '42', 'an application_name of 63 "a" against the pattern *a*a*...*b: no match, at once');
+$stars->quit;
 
 # a cap on the priority a role may ask for
 $na->safe_psql('postgres', q{CREATE ROLE capped LOGIN; ALTER ROLE capped SET redsem.max_priority = 0;});
