@@ -284,6 +284,12 @@ local function is_empty()
     return member_count() == 0
 end
 
+-- The permits the holders take (I1), and how many members wait.
+local function held_permits()
+    local waiters = redis.call('ZCARD', K_WAITING)
+    return member_count() - waiters + S.xh, waiters
+end
+
 -- Integers as exact decimal strings: tostring() would print 1e+15, and
 -- '%d' (a C long) is four times cheaper than '%.0f'.
 local function int(n)
@@ -496,9 +502,7 @@ end
 
 -- I12: the permits tenant t holds ('': the holders without a tenant).
 local function tenant_held(t)
-    if t == '' then
-        return member_count() - redis.call('ZCARD', K_WAITING) + S.xh - S.tt
-    end
+    if t == '' then return held_permits() - S.tt end
     return tfield('h:' .. t) or 0
 end
 
@@ -1087,10 +1091,9 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         members = member_count()
         fits = members + S.xh + S.xw + p <= limit
     end
-    local held
+    local held, waiters
     if fits and S.rk then           -- (a waiter may fit and wait: I11)
-        local waiters = redis.call('ZCARD', K_WAITING)
-        held = members - waiters + S.xh
+        held, waiters = held_permits()
         fits = waiters == 0 and fits_class(held, p, priority, limit)
     end
     -- I4: or it would stand first in line (priorities, I12: tenants) and
@@ -1100,7 +1103,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     -- no look at the line)
     if not fits then
         local place = NOW_US - priority * AGING_US
-        held = held or members - redis.call('ZCARD', K_WAITING) + S.xh
+        held = held or held_permits()
         if held + p <= limit then
             fits = fits_class(held, p, priority, limit) and would_be_first(place, tenant)
             if not fits and of_class(priority) then
@@ -1397,10 +1400,16 @@ local function op_set_reserve(rk, rp)
     set('rp', rk and rp or false)
     if rk then
         local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
-        for i = 1, #line, 2 do
-            if priority_of(line[i]) >= rp then
-                add[#add + 1] = line[i + 1]
-                add[#add + 1] = line[i]
+        for first = 1, #line, 2 * CHUNK do      -- (their info, CHUNK at a time)
+            local ids = {}
+            for i = first, math.min(first + 2 * CHUNK - 1, #line), 2 do ids[#ids + 1] = line[i] end
+            local infos = redis.call('HMGET', K_INFO, unpack(ids))
+            for j, id in ipairs(ids) do
+                local _, _, _, _, prio = parse_info(infos[j])
+                if (prio or 0) >= rp then
+                    add[#add + 1] = line[first + 2 * j - 1]
+                    add[#add + 1] = id
+                end
             end
         end
         call_chunked('ZADD', rline_key(), add, 2)
@@ -1756,11 +1765,8 @@ local function read_state()
     end
     if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt > 0 or S.tl) and
        redis.call('EXISTS', K_OWNER) == 0 then
-        local c = config()
         redis.call('DEL', K_STATE, tenant_key())
-        for f, value in pairs(c) do
-            redis.call('HSET', K_STATE, f, type(value) == 'number' and int(value) or value)
-        end
+        write_fields(K_STATE, config())
         S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
         S.tl, S.tt = false, 0
     end
