@@ -196,6 +196,23 @@ redis_absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
 	return status;
 }
 
+/* The bound of the connection being set up (redis_connect_deadline) */
+static bool connect_cut_short = false;
+static int	connect_budget_ms = 0;
+
+/* Note that a connection step (what: a command, or NULL) had no answer in time */
+static bool
+note_connect_timeout(RedisCall *call, const char *what)
+{
+	if (connect_cut_short)
+		return redis_note(&call->outcome, RS_CONNECT_FAILED,
+						  "no answer%s%s within %d ms (the time this call had left, less than redsem.connect_timeout)",
+						  what ? " to " : "", what ? what : "", connect_budget_ms);
+	return redis_note(&call->outcome, RS_CONNECT_FAILED,
+					  "no answer%s%s within %d ms (redsem.connect_timeout)",
+					  what ? " to " : "", what ? what : "", redsem_connect_timeout_ms);
+}
+
 /* Wait for a non-blocking connect to finish, then check its outcome */
 static bool
 finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
@@ -212,8 +229,7 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 			break;
 		if ((rc & WL_TIMEOUT) && redis_past(deadline))
 		{
-			(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "no answer within %d ms (redsem.connect_timeout)",
-					 redsem_connect_timeout_ms);
+			(void) note_connect_timeout(call, NULL);
 			return false;
 		}
 	}
@@ -255,9 +271,7 @@ redis_context_command(RedisCall *call, redisContext *c, int argc,
 	{
 		if (c->err)
 			return redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
-		return redis_note(&call->outcome, RS_CONNECT_FAILED,
-						  "no answer to %s within %d ms (redsem.connect_timeout)",
-						  argv[0], redsem_connect_timeout_ms);
+		return note_connect_timeout(call, argv[0]);
 	}
 	if (r->type == REDIS_REPLY_ERROR)
 	{
@@ -437,13 +451,20 @@ redis_setup_context(RedisCall *call, redisContext *c, TimestampTz deadline)
 	return step_or_close(setup_session, call, c, NULL, deadline);
 }
 
-/* The earlier of deadline and redsem.connect_timeout from now */
+/*
+ * The earlier of deadline and redsem.connect_timeout from now.  Which one
+ * it was, and how long that leaves, is kept for the message should the
+ * connection not be made in time (one connection is set up at a time).
+ */
 TimestampTz
 redis_connect_deadline(TimestampTz deadline)
 {
-	TimestampTz d = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-												redsem_connect_timeout_ms);
+	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz d = TimestampTzPlusMilliseconds(now, redsem_connect_timeout_ms);
 
+	connect_cut_short = deadline < d;
+	connect_budget_ms = connect_cut_short ? (int) Max((deadline - now) / 1000, 0) :
+		redsem_connect_timeout_ms;
 	return Min(d, deadline);
 }
 
