@@ -179,7 +179,8 @@ deadlock_check(const char *name, int permits, int64 limit)
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", name),
-			 errdetail("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way.",
-					   example, stuck, limit),
+			 errdetail_plural("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permit is held that way.",
+							  "Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way.",
+							  (unsigned long) limit, example, stuck, limit),
 			 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
 }

@@ -312,7 +312,9 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("statement could not enter redsem queue \"%s\" within %d ms",
 						q->name, q->max_wait_ms),
-				 errdetail("%d statements of the queue were running for the whole wait.", q->active),
+				 errdetail_plural("%d statement of the queue was running for the whole wait.",
+								  "%d statements of the queue were running for the whole wait.",
+								  q->active, q->active),
 				 errhint("Retry later; the queue's max_wait is set in redsem.queues.")));
 	note_statement(query, args.name, id);
 }

@@ -250,8 +250,10 @@ redsem_set_reserve(PG_FUNCTION_ARGS)
 	pin_configured(&call, name);
 	if (permits > 0)
 		ereport(LOG,
-				(errmsg("redsem: reserve of semaphore \"%s\" set to %d permits for priority %d and up by role \"%s\"",
-						name, permits, min_priority, GetUserNameFromId(GetUserId(), false))));
+				(errmsg_plural("redsem: reserve of semaphore \"%s\" set to %d permit for priority %d and up by role \"%s\"",
+							   "redsem: reserve of semaphore \"%s\" set to %d permits for priority %d and up by role \"%s\"",
+							   permits, name, permits, min_priority,
+							   GetUserNameFromId(GetUserId(), false))));
 	else
 		ereport(LOG,
 				(errmsg("redsem: reserve of semaphore \"%s\" removed by role \"%s\"",
