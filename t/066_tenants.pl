@@ -134,6 +134,21 @@ is($nb->safe_psql('postgres', q{SELECT tenant FROM redsem_holders('queue:qt');})
 $q->wait_done(20);
 $q->quit;
 
+# '%a': the tenant from application_name, a byte a tenant name cannot hold
+# ('|', the script's field separator) made '_'
+$na->safe_psql('postgres', q{
+CREATE ROLE appy LOGIN;
+ALTER ROLE appy SET redsem.queue = 'qt';
+ALTER ROLE appy SET redsem.queue_tenant = 'app:%a';
+});
+my $qa = RedsemTest::Session->new($na, name => 'appy', user => 'appy', app => 'bi|tool');
+$qa->send(q{SELECT pg_sleep(1.5);});
+wait_until(20, sub { $redis->zcard('queue:qt', 'owner') == 1 }) or diag('the statement did not queue');
+is($nb->safe_psql('postgres', q{SELECT tenant FROM redsem_holders('queue:qt');}), 'app:bi_tool',
+	'redsem.queue_tenant = \'app:%a\' with application_name "bi|tool": tenant "app:bi_tool"');
+$qa->wait_done(20);
+$qa->quit;
+
 node_log_is_clean($_, $_->name . "'s log shows no crash") foreach ($na, $nb);
 $_->stop foreach ($na, $nb);
 $redis->stop;
