@@ -1307,21 +1307,33 @@ local function limit_reply()
 end
 
 -- The ticket of the waiter that asked first, or nil.  Not the first in
--- line (priorities and tenants reorder it): owner is in ticket order and
--- a waiter's ticket is its arrival, so it is within the first holders + 1
--- of owner (O(holders): a summary's cost, not a call's).
-local function oldest_wait_ticket(holders)
-    for first = 0, holders, CHUNK do
-        local r = redis.call('ZRANGE', K_OWNER, first, first + CHUNK - 1, 'WITHSCORES')
-        if #r == 0 then return nil end
-        local ids = {}
-        for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
-        local places = redis.call('ZMSCORE', K_WAITING, unpack(ids))
+-- line (priorities and tenants reorder it): a member's ticket in owner is
+-- its arrival while it waits, so either the least of the waiters' tickets,
+-- or the first waiter in owner's ticket order, which is among its first
+-- holders + 1: whichever reads less, O(min(holders, waiters)) (a
+-- summary's cost, not a call's).
+local function oldest_wait_ticket(holders, waiters)
+    local by_owner = holders < waiters
+    local least
+    for first = 0, by_owner and holders or waiters - 1, CHUNK do
+        local r, ids
+        if by_owner then
+            r, ids = redis.call('ZRANGE', K_OWNER, first, first + CHUNK - 1, 'WITHSCORES'), {}
+            for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
+        else
+            ids = redis.call('ZRANGE', K_WAITING, first, first + CHUNK - 1)
+        end
+        if #ids == 0 then break end
+        local found = redis.call('ZMSCORE', by_owner and K_WAITING or K_OWNER, unpack(ids))
         for i = 1, #ids do
-            if places[i] then return r[2 * i] end
+            if found[i] then
+                if by_owner then return r[2 * i] end
+                local t = tonumber(found[i])
+                if not least or t < least then least = t end
+            end
         end
     end
-    return nil
+    return least
 end
 
 -- summary: {stored limit or '', limit in effect or '', permits held,
@@ -1332,7 +1344,7 @@ local function op_summary()
     local r = limit_reply()
     local members = redis.call('ZCARD', K_OWNER)
     local waiters = tonumber(r[4])
-    local ticket = waiters > 0 and oldest_wait_ticket(members - waiters)
+    local ticket = waiters > 0 and oldest_wait_ticket(members - waiters, waiters)
     local age = -1
     if ticket then age = NOW_MS - math.floor(tonumber(ticket) / 1000) end
     r[5] = int(members - tonumber(r[4]))
