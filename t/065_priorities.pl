@@ -100,21 +100,30 @@ ALTER ROLE q_high SET redsem.queue = 'q1';
 ALTER ROLE q_high SET redsem.queue_priority = 10;
 GRANT EXECUTE ON FUNCTION pg_sleep(float8) TO PUBLIC;
 });
-# (sessions first: their own first statement goes through the queue too)
-my $busy = RedsemTest::Session->new($na, name => 'busy', user => 'q_low');
-my $low = RedsemTest::Session->new($na, name => 'low', user => 'q_low');
-my $high = RedsemTest::Session->new($na, name => 'high', user => 'q_high');
-$busy->send(q{SELECT pg_sleep(2);});
-wait_until(20, sub { $redis->zcard('queue:q1', 'owner') == 1 }) or diag('the queue did not fill');
-$low->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
-wait_until(20, sub { $redis->zcard('queue:q1', 'waiting') == 1 }) or diag('low did not queue');
-$high->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
-wait_until(20, sub { $redis->zcard('queue:q1', 'waiting') == 2 }) or diag('high did not queue');
-my ($t_low) = $low->wait_done(60);
-my ($t_high) = $high->wait_done(60);
-$busy->wait_done(60);
-($t_low) = split /\|/, $t_low // '9e9';
-($t_high) = split /\|/, $t_high // '9e9';
+# queue_race(QUEUE, BUSY, LOW, HIGH, CHECK): BUSY fills the queue of one
+# slot, LOW queues, then HIGH; CHECK runs while both wait.  When LOW and
+# HIGH started their statements.  (Sessions are made first: their own
+# first statement goes through the queue too.)
+sub queue_race
+{
+	my ($queue, $busy, $low, $high, $check) = @_;
+	$busy->send(q{SELECT pg_sleep(2);});
+	wait_until(20, sub { $redis->zcard("queue:$queue", 'owner') == 1 }) or diag("$queue did not fill");
+	$low->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
+	wait_until(20, sub { $redis->zcard("queue:$queue", 'waiting') == 1 }) or diag('the first did not queue');
+	$high->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
+	wait_until(20, sub { $redis->zcard("queue:$queue", 'waiting') == 2 }) or diag('the second did not queue');
+	$check->() if $check;
+	my ($t_low) = $low->wait_done(60);
+	my ($t_high) = $high->wait_done(60);
+	$busy->wait_done(60);
+	$_->quit foreach ($busy, $low, $high);
+	return ((split /\|/, $t_low // '9e9')[0], (split /\|/, $t_high // '9e9')[0]);
+}
+
+my ($t_low, $t_high) = queue_race('q1',
+	map { RedsemTest::Session->new($na, name => $_->[0], user => $_->[1]) }
+	  ([ 'busy', 'q_low' ], [ 'low', 'q_low' ], [ 'high', 'q_high' ]));
 cmp_ok($t_high, '<', $t_low, 'in a statement queue, the role with redsem.queue_priority = 10 runs before an earlier one with 0');
 
 my ($ret, $out, $err) = $na->psql('postgres', q{SET redsem.queue_priority = 5;}, extra_params => [ '-U', 'q_low' ]);
@@ -122,26 +131,17 @@ like($err, qr/permission denied to set parameter "redsem.queue_priority"/, 'a ro
 
 # statement queues: application names mapped to priorities (the sessions
 # join q2 by their application_name too)
-my $abusy = RedsemTest::Session->new($na, name => 'abusy', app => 'batch0');
-my $alow = RedsemTest::Session->new($na, name => 'alow', app => 'batch1');
-my $ahigh = RedsemTest::Session->new($nb, name => 'ahigh', app => 'dashboard');
-$abusy->send(q{SELECT pg_sleep(2);});
-wait_until(20, sub { $redis->zcard('queue:q2', 'owner') == 1 }) or diag('q2 did not fill');
-$alow->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
-wait_until(20, sub { $redis->zcard('queue:q2', 'waiting') == 1 }) or diag('batch1 did not queue');
-$ahigh->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
-wait_until(20, sub { $redis->zcard('queue:q2', 'waiting') == 2 }) or diag('dashboard did not queue');
-my %prio = map { (split /\|/)[0, 1] } split /\n/,
-  $na->safe_psql('postgres', q{SELECT application_name, priority FROM redsem_holders('queue:q2');});
-is(join(' ', map { "$_:$prio{$_}" } sort keys %prio), 'batch0:-5 batch1:-5 dashboard:10',
-	'redsem_holders: the batch statements have priority -5, the dashboard\'s 10 (application_priority)');
-($t_low) = $alow->wait_done(60);
-($t_high) = $ahigh->wait_done(60);
-$abusy->wait_done(60);
-($t_low) = split /\|/, $t_low // '9e9';
-($t_high) = split /\|/, $t_high // '9e9';
+($t_low, $t_high) = queue_race('q2',
+	RedsemTest::Session->new($na, name => 'abusy', app => 'batch0'),
+	RedsemTest::Session->new($na, name => 'alow', app => 'batch1'),
+	RedsemTest::Session->new($nb, name => 'ahigh', app => 'dashboard'),
+	sub {
+		my %prio = map { (split /\|/)[0, 1] } split /\n/,
+		  $na->safe_psql('postgres', q{SELECT application_name, priority FROM redsem_holders('queue:q2');});
+		is(join(' ', map { "$_:$prio{$_}" } sort keys %prio), 'batch0:-5 batch1:-5 dashboard:10',
+			'redsem_holders: the batch statements have priority -5, the dashboard\'s 10 (application_priority)');
+	});
 cmp_ok($t_high, '<', $t_low, 'in a queue, application_name "dashboard" (priority 10) runs before an earlier "batch1" (-5)');
-$_->quit foreach ($abusy, $alow, $ahigh);
 
 # a pattern with many stars against the longest application_name a client
 # can give costs no more than a pass over both (a backtracking match would
