@@ -137,20 +137,11 @@ apps_match(const char *apps)
 static int
 statement_priority(const QueueDef *q)
 {
-	char		buf[QUEUE_MAX_APPS_BYTES + 1];
-	char	   *save;
+	int			priority;
 
-	if (q->app_priorities[0] == '\0' || application_name == NULL)
-		return queue_session_priority();
-	strlcpy(buf, q->app_priorities, sizeof(buf));
-	for (char *e = strtok_r(buf, "|", &save); e; e = strtok_r(NULL, "|", &save))
-	{
-		char	   *colon = strrchr(e, ':');	/* checked when parsed */
-
-		*colon = '\0';
-		if (queue_glob_match(e, application_name))
-			return Min(atoi(colon + 1), redsem_max_priority);
-	}
+	if (q->app_priorities[0] != '\0' &&
+		queue_app_priority(q->app_priorities, application_name, &priority) == 1)
+		return Min(priority, redsem_max_priority);
 	return queue_session_priority();
 }
 

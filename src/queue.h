@@ -45,5 +45,6 @@ extern int	queue_session_priority(void);
 extern char *queue_session_tenant(void);
 extern uint64 queue_config_generation(void);
 extern bool queue_glob_match(const char *pattern, const char *name);
+extern int	queue_app_priority(const char *list, const char *app, int *priority);
 
 #endif							/* REDSEM_QUEUE_H */

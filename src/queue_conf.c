@@ -99,20 +99,19 @@ parse_onoff(const char *value, bool *result)
 	return true;
 }
 
-/* True if value is "PATTERN:N|PATTERN:N..." with N a priority; else say why */
-static bool
-valid_app_priorities(const QueueDef *q, const char *value)
+/*
+ * Walk an application_priority list, "PATTERN:N|PATTERN:N...": *priority
+ * is the N of the first entry whose pattern app matches (app NULL: none
+ * does).  1 if one matched, 0 if none, -1 if the list is malformed (an
+ * entry without a pattern, or whose N is not a priority).
+ */
+int
+queue_app_priority(const char *list, const char *app, int *priority)
 {
 	char		buf[QUEUE_MAX_APPS_BYTES + 1];
 	char	   *save;
 
-	if (strlen(value) > QUEUE_MAX_APPS_BYTES)
-	{
-		GUC_check_errdetail("Queue \"%s\": application_priority must be at most %d bytes.",
-							q->name, QUEUE_MAX_APPS_BYTES);
-		return false;
-	}
-	strlcpy(buf, value, sizeof(buf));
+	strlcpy(buf, list, sizeof(buf));
 	for (char *e = strtok_r(buf, "|", &save); e; e = strtok_r(NULL, "|", &save))
 	{
 		char	   *colon = strrchr(e, ':');
@@ -124,11 +123,34 @@ valid_app_priorities(const QueueDef *q, const char *value)
 			n = strtol(colon + 1, &end, 10);
 		if (colon == NULL || colon == e || colon[1] == '\0' || *end != '\0' || errno != 0 ||
 			n < -REDSEM_MAX_PRIORITY || n > REDSEM_MAX_PRIORITY)
+			return -1;
+		*colon = '\0';
+		if (app != NULL && queue_glob_match(e, app))
 		{
-			GUC_check_errdetail("Queue \"%s\": application_priority must be PATTERN:N entries separated by \"|\", N from %d to %d (e.g. grafana*:10|airflow*:-5).",
-								q->name, -REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY);
-			return false;
+			*priority = (int) n;
+			return 1;
 		}
+	}
+	return 0;
+}
+
+/* True if value is an application_priority list; else say why */
+static bool
+valid_app_priorities(const QueueDef *q, const char *value)
+{
+	int			unused;
+
+	if (strlen(value) > QUEUE_MAX_APPS_BYTES)
+	{
+		GUC_check_errdetail("Queue \"%s\": application_priority must be at most %d bytes.",
+							q->name, QUEUE_MAX_APPS_BYTES);
+		return false;
+	}
+	if (queue_app_priority(value, NULL, &unused) < 0)
+	{
+		GUC_check_errdetail("Queue \"%s\": application_priority must be PATTERN:N entries separated by \"|\", N from %d to %d (e.g. grafana*:10|airflow*:-5).",
+							q->name, -REDSEM_MAX_PRIORITY, REDSEM_MAX_PRIORITY);
+		return false;
 	}
 	return true;
 }

@@ -1299,11 +1299,10 @@ end
 -- The limits and the permits held: {stored limit or '', limit in effect
 -- or '', permits held, waiters}.
 local function limit_reply()
-    local members = redis.call('ZCARD', K_OWNER)
-    local waiters = redis.call('ZCARD', K_WAITING)
-    local limit = limit_in_effect(members > 0)
+    local held, waiters = held_permits()
+    local limit = limit_in_effect(member_count() > 0)
     return {S.limit and int(S.limit) or '', limit and int(limit) or '',
-            int(members - waiters + S.xh), int(waiters)}
+            int(held), int(waiters)}
 end
 
 -- The ticket of the waiter that asked first, or nil.  Not the first in
@@ -1342,17 +1341,17 @@ end
 -- tenants with waiters (I12: those naming none count as one)}.
 local function op_summary()
     local r = limit_reply()
-    local members = redis.call('ZCARD', K_OWNER)
     local waiters = tonumber(r[4])
-    local ticket = waiters > 0 and oldest_wait_ticket(members - waiters, waiters)
+    local holders = member_count() - waiters
+    local ticket = waiters > 0 and oldest_wait_ticket(holders, waiters)
     local age = -1
     if ticket then age = NOW_MS - math.floor(tonumber(ticket) / 1000) end
-    r[5] = int(members - tonumber(r[4]))
+    r[5] = int(holders)
     r[6] = int(math.max(age, -1))
     r[7] = S.rt and (S.rs or '?') or ''
     r[8] = S.rk and int(S.rk) or ''
     r[9] = S.rk and int(S.rp) or ''
-    r[10] = int(S.tl and redis.call('ZCARD', tq_key()) or math.min(tonumber(r[4]), 1))
+    r[10] = int(S.tl and redis.call('ZCARD', tq_key()) or math.min(waiters, 1))
     return r
 end
 
