@@ -70,11 +70,50 @@ collect_entries(const HoldCopy *holds, int n, uint64 target, IndexEntry *out)
 	return k + 1;
 }
 
+/*
+ * Say that Redis may evict redsem's keys (its maxmemory-policy is policy):
+ * an evicted key forgets holders, and the limit can then be exceeded
+ */
+static void
+report_eviction(int elevel, const char *policy)
+{
+	ereport(elevel,
+			(errcode(ERRCODE_WARNING),
+			 errmsg("redsem's Redis may evict its keys (maxmemory-policy %s)", policy),
+			 errdetail("An evicted key forgets its semaphore's holders: more sessions than the limit may then run at once."),
+			 errhint("Set maxmemory-policy to noeviction on that Redis, or give redsem a Redis of its own.")));
+}
+
+/*
+ * The keeper's report of an evicting Redis (NULL: it is not): when first
+ * seen or changed, then every FLEET_EVICTION_LOG_MS while it lasts
+ */
+static void
+keeper_note_eviction(const char *policy)
+{
+	static char last[65] = "";
+	static TimestampTz logged_at = 0;
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (policy == NULL)
+	{
+		last[0] = '\0';
+		return;
+	}
+	if (strcmp(last, policy) == 0 &&
+		!TimestampDifferenceExceeds(logged_at, now, FLEET_EVICTION_LOG_MS))
+		return;
+	strlcpy(last, policy, sizeof(last));
+	logged_at = now;
+	report_eviction(WARNING, policy);
+}
+
 /* Send the entries of one prefix, in calls of at most FLEET_TOUCH_MAX_NAMES */
 static bool
 touch_prefix(RedisCall *call, const IndexEntry *e, int n)
 {
 	const char **names = palloc(sizeof(char *) * FLEET_TOUCH_MAX_NAMES);
+	char	   *evicting = NULL;
 
 	for (int first = 0; first < n; first += FLEET_TOUCH_MAX_NAMES)
 	{
@@ -82,9 +121,10 @@ touch_prefix(RedisCall *call, const IndexEntry *e, int n)
 
 		for (int i = 0; i < count; i++)
 			names[i] = e[first + i].name;
-		if (!sem_index_touch(call, e[0].prefix, names, count, FLEET_TTL_MS))
+		if (!sem_index_touch(call, e[0].prefix, names, count, FLEET_TTL_MS, &evicting))
 			return false;
 	}
+	keeper_note_eviction(evicting);
 	return true;
 }
 
@@ -108,7 +148,8 @@ fleet_touch_failed(const char *why)
 
 /*
  * The keeper's part, after each round's refreshes: every FLEET_TOUCH_MS,
- * note in the index the semaphores this server's sessions hold or wait on.
+ * note in the index the semaphores this server's sessions hold or wait on,
+ * and say in the log if Redis may evict keys (keeper_note_eviction).
  * Best effort within FLEET_TOUCH_BUDGET_MS; a Redis failure goes to
  * fleet_touch_failed.  (The keeper catches an ERROR raised here.)
  */
@@ -181,13 +222,16 @@ redsem_semaphores(PG_FUNCTION_ARGS)
 	char	  **names;
 	int			count;
 	int64		total;
+	char	   *evicting = NULL;
 
 	if (max < 1 || max > 100000)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("max_semaphores must be between 1 and 100000, not %d", max)));
 	InitMaterializedSRF(fcinfo, 0);
-	(void) sem_index_list(&call, max, &names, &count, &total);
+	(void) sem_index_list(&call, max, &names, &count, &total, &evicting);
+	if (evicting)
+		report_eviction(WARNING, evicting);
 	for (int i = 0; i < count; i++)
 	{
 		SemSummary	s;

@@ -1797,7 +1797,21 @@ local function index_tidy(key, ttl)
     end
 end
 
+-- The eviction policy of this Redis if it may evict keys, redsem's too (a
+-- maxmemory is set and the policy is not noeviction); else ''.  (An
+-- evicted key forgets holders: the index operations, which keepers and
+-- redsem_semaphores() call, report it so that servers can say so.)
+local function evicting_policy()
+    local ok, info = pcall(redis.call, 'INFO', 'memory')
+    if not ok or type(info) ~= 'string' then return '' end
+    local max = tonumber(string.match(info, '\nmaxmemory:(%d+)')) or 0
+    local policy = string.match(info, '\nmaxmemory_policy:([%w%-]+)') or 'noeviction'
+    if max == 0 or policy == 'noeviction' then return '' end
+    return policy
+end
+
 -- index_touch ttl_ms name...: the names are used, until now + ttl (X2: GT).
+-- {how many, the eviction policy if Redis may evict keys (else '')}.
 local function op_index_touch(key, ttl, names)
     local args = {}
     for _, name in ipairs(names) do
@@ -1806,7 +1820,7 @@ local function op_index_touch(key, ttl, names)
     end
     redis.call('ZADD', key, 'GT', unpack(args))
     index_tidy(key, ttl)
-    return #names
+    return {#names, evicting_policy()}
 end
 
 -- index_pin ttl_ms name 1|0: pin a name (a stored limit), or let it go
@@ -1821,10 +1835,12 @@ local function op_index_pin(key, ttl, name, pin)
     return 1
 end
 
--- index_list max: {entries, the first max names}.
+-- index_list max: {entries, the eviction policy as index_touch gives it,
+-- the first max names}.
 local function op_index_list(key, max)
     index_tidy(key, nil)
     local names = redis.call('ZRANGE', key, 0, max - 1)
+    table.insert(names, 1, evicting_policy())
     table.insert(names, 1, redis.call('ZCARD', key))
     return names
 end

@@ -1007,12 +1007,25 @@ run_index(RedisCall *call, const char *prefix, const char *op, int nargs,
 }
 
 /*
+ * The eviction policy an index reply gives at element i: palloc'd, or NULL
+ * when Redis cannot evict keys (an empty string)
+ */
+static char *
+evicting_policy(const redisReply *reply, size_t i)
+{
+	const redisReply *e = reply->element[i];
+
+	return e->len == 0 ? NULL : pnstrdup(e->str, Min(e->len, 64));
+}
+
+/*
  * Note in the index of prefix that the n names are in use until ttl_ms
  * from now (by Redis's clock).  At most FLEET_TOUCH_MAX_NAMES names.
+ * *evicting: Redis's eviction policy if it may evict keys, else NULL.
  */
 bool
 sem_index_touch(RedisCall *call, const char *prefix, const char **names,
-				int n, int ttl_ms)
+				int n, int ttl_ms, char **evicting)
 {
 	const char **args = palloc(sizeof(char *) * (n + 1));
 	redisReply *reply;
@@ -1022,6 +1035,10 @@ sem_index_touch(RedisCall *call, const char *prefix, const char **names,
 	memcpy(args + 1, names, sizeof(char *) * n);
 	if (!run_index(call, prefix, "index_touch", n + 1, args, &reply))
 		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+		reply->element[1]->type != REDIS_REPLY_STRING)
+		return malformed(call, "(index)", reply, "index_touch did not answer a count and a policy");
+	*evicting = evicting_policy(reply, 1);
 	freeReplyObject(reply);
 	return true;
 }
@@ -1044,23 +1061,25 @@ sem_index_pin(RedisCall *call, const char *name, bool pin, int ttl_ms)
 
 /*
  * The first max names of the index (palloc'd, *count of them) and how
- * many entries it has in all (*total).
+ * many entries it has in all (*total); *evicting as sem_index_touch's.
  */
 bool
 sem_index_list(RedisCall *call, int max, char ***names, int *count,
-			   int64 *total)
+			   int64 *total, char **evicting)
 {
 	const char *args[1] = {psprintf("%d", max)};
 	redisReply *reply;
 
 	if (!run_index(call, NULL, "index_list", 1, args, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
-		!reply_int64(reply->element[0], total))
-		return malformed(call, "(index)", reply, "index_list did not answer a count and names");
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
+		!reply_int64(reply->element[0], total) ||
+		reply->element[1]->type != REDIS_REPLY_STRING)
+		return malformed(call, "(index)", reply, "index_list did not answer a count, a policy and names");
+	*evicting = evicting_policy(reply, 1);
 	*names = palloc(sizeof(char *) * Max(reply->elements, 1));
 	*count = 0;
-	for (size_t i = 1; i < reply->elements; i++)
+	for (size_t i = 2; i < reply->elements; i++)
 		if (reply->element[i]->type == REDIS_REPLY_STRING)
 			(*names)[(*count)++] = pnstrdup(reply->element[i]->str, reply->element[i]->len);
 	freeReplyObject(reply);

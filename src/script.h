@@ -126,11 +126,12 @@ typedef struct SemSummary
 #define FLEET_TOUCH_MAX_NAMES	1000
 
 extern bool sem_index_touch(RedisCall *call, const char *prefix,
-							const char **names, int n, int ttl_ms);
+							const char **names, int n, int ttl_ms,
+							char **evicting);
 extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
 						  int ttl_ms);
 extern bool sem_index_list(RedisCall *call, int max, char ***names,
-						   int *count, int64 *total);
+						   int *count, int64 *total, char **evicting);
 extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 							  bool *was_held);

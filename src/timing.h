@@ -79,6 +79,9 @@
  * refreshes and is given FLEET_TOUCH_BUDGET_MS (the least share a Cluster
  * node gets), so a hung index node delays the next round by at most that,
  * once per touch, under a third of the shortest lease's refresh interval.
+ * A touch also tells whether Redis may evict keys (a maxmemory and another
+ * policy than noeviction); the keeper then logs a WARNING, again every
+ * FLEET_EVICTION_LOG_MS while it lasts.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
@@ -117,6 +120,7 @@
 #define FLEET_TOUCH_MS				10000
 #define FLEET_TTL_MS				60000
 #define FLEET_TOUCH_BUDGET_MS		KEEPER_NODE_MIN_BUDGET_MS
+#define FLEET_EVICTION_LOG_MS		(10 * 60 * 1000)
 
 /* Leases longer than this get a NOTICE when no keeper runs */
 #define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)

@@ -53,6 +53,25 @@ unlike($stats, qr/^cmdstat_(keys|scan):/m, 'Redis was never asked KEYS or SCAN')
 is($redis->cli('PTTL', 'redsem:index'), '-1', 'a pinned name (a stored limit) keeps the index key');
 is($redis->cli('ZSCORE', 'redsem:index', 'fl_cfg'), 'inf', '... pinned');
 
+note 'a Redis that may evict keys is reported';
+$redis->cli('CONFIG', 'SET', 'maxmemory', '1gb');
+$redis->cli('CONFIG', 'SET', 'maxmemory-policy', 'allkeys-lru');
+my $off = -s $b->logfile;
+ok(defined wait_until(30, sub { slurp_file($b->logfile, $off) =~
+	  /WARNING:  redsem's Redis may evict its keys \(maxmemory-policy allkeys-lru\)\n.*DETAIL:  An evicted key forgets its semaphore's holders/s }),
+	'the keeper of a server with holds warns in its log that Redis may evict keys');
+($ret, $out, $err) = $a->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+like($err, qr/WARNING:  redsem's Redis may evict its keys \(maxmemory-policy allkeys-lru\).*HINT:  Set maxmemory-policy to noeviction/s,
+	'redsem_semaphores() warns too');
+$redis->cli('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+($ret, $out, $err) = $a->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+is($err, '', '... and says nothing once the policy is noeviction');
+$redis->cli('CONFIG', 'SET', 'maxmemory-policy', 'volatile-ttl');
+$redis->cli('CONFIG', 'SET', 'maxmemory', '0');
+($ret, $out, $err) = $a->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+is($err, '', '... nor without a maxmemory (nothing is evicted then)');
+$redis->cli('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+
 note 'what nobody uses goes';
 $ha->query_ok(q{SELECT redsem_release_all();});
 $hb->query_ok(q{SELECT redsem_release_all();});
