@@ -42,6 +42,7 @@
 --                        tl      "1" while a waiter has a tenant: the
 --                                line is then kept per tenant too (I12)
 --                        tt      permits held by holders with a tenant
+--                        wt      "1" while weights stores a weight
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -72,7 +73,9 @@
 --                                           sort by turn: I12)
 -- <base>weights    HASH  tenant -> weight   stored weights (set_weight),
 --                                           1 when absent: configuration,
---                                           without a TTL
+--                                           without a TTL (the state's wt
+--                                           says it exists: no call looks
+--                                           for weights that are not there)
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.
 -- KEYS[1] to [5] are laid out as in redsem 0.1.0, which knows no state:
 -- its servers see every member taking one permit.)
@@ -114,8 +117,8 @@
 --     timeout, info and waiting are empty then, so Redis has deleted them;
 --     the state goes at once); if its last deadline passes with
 --     nobody calling, at most GRACE_MS plus one lease (a minute at most)
---     later.  The one exception is a state holding a stored limit, rate or
---     reserve: that is configuration, kept without a TTL, and emptied of
+--     later.  The one exception is a state holding a stored limit, rate,
+--     reserve or wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.  A forced: marker lives until the deadline its member had
 --     (GRACE_MS at least), or until the
@@ -243,7 +246,7 @@ local PRIORITY_MAX = 100
 
 -- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
 -- and the fields to write back (W; false: delete); the tenants' weights
--- read so far; the fields of the tenant hash as this call sees them (TF,
+-- read so far (with S.wt); the fields of the tenant hash as this call sees them (TF,
 -- false: none) and those to write back (TW).
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
 local NOW_MS, NOW_US
@@ -352,11 +355,16 @@ local function limit_in_effect(members)
 end
 
 -- The state's configuration (I5): kept without a TTL while any is stored.
-local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp'}
+local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
 
--- True if the state stores a limit, a rate or a reserve (I5).
+-- True if the state stores a limit, a rate, a reserve or weights (I5).
 local function stored()
-    return not not (S.limit or S.rt or S.rk)
+    return not not (S.limit or S.rt or S.rk or S.wt)
+end
+
+-- True if this call stored configuration, to be kept without a TTL (I5).
+local function stored_now()
+    return not not (W.limit or W.rt or W.rk or W.wt)
 end
 
 -- I10: the earliest time (us) the rate lets the next caller in (or the
@@ -485,16 +493,13 @@ local function tset(f, v)
     TF[f], TW[f] = v or false, v or false
 end
 
--- I12: a tenant's weight: 1 unless one is stored (read once per call;
--- WEIGHTS[true]: whether any is stored).
+-- I12: a tenant's weight: 1 unless one is stored (read once per call,
+-- and only if any is: wt).
 local function weight_of(t)
-    if t == '' then return 1 end
+    if t == '' or not S.wt then return 1 end
     local w = WEIGHTS[t]
     if not w then
-        if WEIGHTS[true] == nil then
-            WEIGHTS[true] = redis.call('EXISTS', weights_key()) == 1
-        end
-        w = WEIGHTS[true] and tonumber(redis.call('HGET', weights_key(), t)) or 1
+        w = tonumber(redis.call('HGET', weights_key(), t)) or 1
         WEIGHTS[t] = w
     end
     return w
@@ -531,11 +536,13 @@ end
 -- I12: set tenant t's entry in tq from its line and its held permits
 -- (granted: it was granted a permit now, its last grant, g:<t>).  before:
 -- the place its first waiter had when its entry was last set (nil: it had
--- none; true: the line is as it was).  (The new entry comes first: tq
--- emptied for a moment would be made anew without a TTL.)  The place of
--- its first waiter, nil if it has none.
-local function requeue(t, granted, before)
-    local head = tline_head(t)
+-- none; true: the line is as it was).  known: the place its first waiter
+-- has now, if the caller knows it (false: it has none; nil: look).  (The
+-- new entry comes first: tq emptied for a moment would be made anew
+-- without a TTL.)  The place of its first waiter, nil if it has none.
+local function requeue(t, granted, before, known)
+    local head = known
+    if known == nil then head = tline_head(t) elseif not known then head = nil end
     local last = tfield('g:' .. t)
     if before == true then before = head end
     local old = turn_of(before, last)
@@ -606,10 +613,10 @@ local function enqueue(id, place, t)
     redis.call('ZADD', k, place, id)
     -- (behind its tenant's first waiter, it changes nothing in tq: a
     -- tenant's rank is its held permits, and its turn)
-    if redis.call('ZRANGE', k, 0, 0)[1] ~= id then return end
-    local old = redis.call('ZRANGE', k, 1, 1, 'WITHSCORES')
-    if not old[1] then made_line(k) end
-    requeue(t, false, tonumber(old[2]))
+    local line = redis.call('ZRANGE', k, 0, 1, 'WITHSCORES')
+    if line[1] ~= id then return end
+    if not line[3] then made_line(k) end
+    requeue(t, false, tonumber(line[4]), place)
 end
 
 -- I12: with no tenant's line left (tq holds at most the line of those
@@ -626,20 +633,24 @@ end
 -- last waiter with a tenant ends the lines per tenant.  (A waiter that
 -- was not first and got nothing leaves tq as it was; only a first
 -- waiter's leaving can empty its tenant's line.)  place: id's place, if
--- the caller knows it is the first of its tenant's line.
-local function dequeue(id, t, granted, place)
+-- the caller knows it is the first of its tenant's line; after: then, the
+-- place of the waiter behind it (false: none).
+local function dequeue(id, t, granted, place, after)
     if not S.tl then return end
     local k = tline_key(t)
     local first = place ~= nil or redis.call('ZRANGE', k, 0, 0)[1] == id
     local before = first and (place or tonumber(redis.call('ZSCORE', k, id))) or true
+    local known = nil
+    if place ~= nil then known = after end
     redis.call('ZREM', k, id)
-    if (granted or first) and not requeue(t, granted, before) and t ~= '' then
+    if (granted or first) and not requeue(t, granted, before, known) and t ~= '' then
         end_lines()
     end
 end
 
 -- I4, I12: the first waiter's id (nil if none); with lines kept per
--- tenant, also its tenant and its place.
+-- tenant, also its tenant, its place and the place of the waiter behind
+-- it there (false: none).
 local function first_waiter()
     if not S.tl then
         return redis.call('ZRANGE', K_WAITING, 0, 0)[1], nil
@@ -647,8 +658,8 @@ local function first_waiter()
     local q = redis.call('ZRANGE', tq_key(), 0, 0)[1]
     if not q then return nil, nil end
     local t = string.sub(q, 21)
-    local h = redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES')
-    return h[1], t, tonumber(h[2])
+    local h = redis.call('ZRANGE', tline_key(t), 0, 1, 'WITHSCORES')
+    return h[1], t, tonumber(h[2]), tonumber(h[4]) or false
 end
 
 -- I4, I12: true if a newcomer of tenant t at place would be the first
@@ -811,9 +822,9 @@ local function promote()
     local waiters = redis.call('ZCARD', K_WAITING)
     local line = K_WAITING
     while waiters > 0 do
-        local head, t, place
+        local head, t, place, after
         if line == K_WAITING then
-            head, t, place = first_waiter()
+            head, t, place, after = first_waiter()
         else
             head = redis.call('ZRANGE', line, 0, 0)[1]
         end
@@ -851,7 +862,8 @@ local function promote()
             count_permits(false, p, 1)
             note_class(head, p, prio)
             note_tenant(tenant, p)
-            dequeue(head, tenant, true, t == tenant and place or nil)
+            if t ~= tenant then place = nil end
+            dequeue(head, tenant, true, place, after)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket)
@@ -960,7 +972,7 @@ local function finish()
     if store_tenants() then NEW_KEYS[#NEW_KEYS + 1] = tenant_key() end
     if empty then
         redis.call('PEXPIRE', K_TICKET, GRACE_MS)
-        if stored() and (W.limit or W.rt or W.rk) then redis.call('PERSIST', K_STATE) end
+        if stored() and stored_now() then redis.call('PERSIST', K_STATE) end
         return
     end
     if CREATED or NEW_DL or touched or #NEW_KEYS > 0 then
@@ -986,7 +998,7 @@ local function finish()
         end
     end
     if stored() then
-        if W.limit or W.rt or W.rk then redis.call('PERSIST', K_STATE) end
+        if stored_now() then redis.call('PERSIST', K_STATE) end
     elseif ttl or touched then
         redis.call('PEXPIRE', K_STATE, int(math.max(ttl or have, GRACE_MS)))
     end
@@ -1439,7 +1451,8 @@ local function op_set_weight(t, w)
     else
         redis.call('HDEL', weights_key(), t)
     end
-    WEIGHTS[t], WEIGHTS[true] = nil, nil
+    set('wt', redis.call('EXISTS', weights_key()) == 1 and 1 or false)
+    WEIGHTS[t] = nil
     rescore(t, false)
     if not is_empty() then promote() end
     return {int(weight_of(t))}
@@ -1513,7 +1526,8 @@ local function fast_first(id, limit, lease, origin, prio, tenant)
     end
     if not S.limit then
         redis.call('HSET', K_STATE, 'cur', int(limit), unpack(tenant ~= '' and {'tt', '1'} or {}))
-        redis.call('PEXPIRE', K_STATE, ttl)
+        -- (a state storing weights only is configuration: I5)
+        if not stored() then redis.call('PEXPIRE', K_STATE, ttl) end
     elseif tenant ~= '' then
         redis.call('HSET', K_STATE, 'tt', '1')
     end
@@ -1760,12 +1774,12 @@ local OPS = {
 -- then only the configuration is kept.
 local function read_state()
     local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt', 'rk',
-                         'tl', 'tt')
+                         'tl', 'tt', 'wt')
     S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
     S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
     S.era = v[5] or nil
     S.rt, S.rk, S.hh = tonumber(v[6]), tonumber(v[7]), 0
-    S.tl, S.tt = v[8] and true or false, tonumber(v[9]) or 0
+    S.tl, S.tt, S.wt = v[8] and true or false, tonumber(v[9]) or 0, v[10] and 1 or nil
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
         S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil

@@ -134,6 +134,10 @@ sub violations
 	push @bad, "the state has a per-tenant field $_" foreach grep { /^t[hpg]:/ } keys %state;
 	push @bad, "the tenant hash has a field $_" foreach grep { !/^[hg]:./s && $_ ne 'g:' } keys %thash;
 	$state{ 't' . substr($_, 0, 1) . ':' . substr($_, 2) } = $thash{$_} foreach keys %thash;
+	# (I5, I12: wt says that weights are stored)
+	my $weights = $r->cmd('HLEN', "m:{$name}:weights");
+	push @bad, "the state has wt " . ($state{wt} // 'none') . ", the weights key has $weights"
+	  unless ($state{wt} // '') eq ($weights ? '1' : '');
 	while (my ($id, $t) = splice(@owner, 0, 2)) { push @ids, $id; $ticket{$id} = $t; }
 
 	# members are whole; permit counts match them
@@ -227,9 +231,9 @@ sub violations
 	{
 		my $pttl = $pttl{$k};
 		next if $pttl == -2;
-		if ($k eq $ks && (exists $state{limit} || exists $state{rt} || exists $state{rk}))
+		if ($k eq $ks && (exists $state{limit} || exists $state{rt} || exists $state{rk} || exists $state{wt}))
 		{
-			push @bad, "the state holds a stored limit, rate or reserve but expires in $pttl ms" if $pttl != -1;
+			push @bad, "the state holds a stored limit, rate, reserve or weights but expires in $pttl ms" if $pttl != -1;
 			next;
 		}
 		if ($pttl == -1)
@@ -1125,6 +1129,8 @@ $c{$_}{state} eq 'waiting' && ev('ten', 'give_up', $_) foreach qw(a3 a4 b1 u1);
 ev('ten', 'release', $_) foreach qw(a3 a4 b1 u1);
 delete @c{qw(a3 a4 b1 u1)};
 is_deeply(ev('ten', 'tenants'), [ [ 'A', 3, 0, 0 ] ], 'only the weight is left');
+is_deeply([ @{ $r->cmd('HGETALL', 'm:{ten}:state') }, $r->cmd('PTTL', 'm:{ten}:state') ], [ 'wt', 1, -1 ],
+	'the state says that weights are stored, and is kept without a TTL');
 is_deeply(ev('ten', 'set_weight', 'A', ''), [1], 'and is removed');
 check_all('every member of "ten" gone');
 my @ten_left = grep { !/:ticket$/ } @{ $r->cmd('KEYS', 'm:{ten}:*') };
