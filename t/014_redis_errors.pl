@@ -249,7 +249,8 @@ foreach my $k (qw(ticket owner timeout info waiting state))
 # tenant hash, the tenants' ranking, a tenant's line, the line of those
 # naming none or the weights stops the call that needs it with 38000
 # (a holder naming a tenant needs the tenant hash; a waiter naming one,
-# the lines, the ranking and the weights); what it wrote has a TTL, and
+# the lines and the ranking; the weights are read only once one is
+# stored, so storing one is what stops); what it wrote has a TTL, and
 # once that key is gone the semaphore works (a waiter the stopped call
 # left half-made is gone by its deadline at the latest).
 my $s2 = RedsemTest::Session->new($node, name => 's2');
@@ -260,7 +261,12 @@ foreach my $k ('tenant', 'tq', 'tline:A', 'tline:', 'weights')
 	$redis->cli('SET', $key, 'x');
 	my $ok = 1;
 	($out, $err) = $s->query("SELECT redsem_acquire('$sem', 1, tenant => 'B') IS NOT NULL;");
-	if ($k ne 'tenant')
+	if ($k eq 'weights')
+	{
+		$ok &&= $out eq 't';
+		($out, $err) = $s->query("SELECT redsem_set_tenant_weight('$sem', 'A', 2);");
+	}
+	elsif ($k ne 'tenant')
 	{
 		$ok &&= $out eq 't';
 		# (a waiter naming none first, so the line of those naming none is made)
