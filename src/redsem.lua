@@ -244,12 +244,13 @@ local RENEW_SLACK_MS = 60000
 local AGING_US = 1000000
 local PRIORITY_MAX = 100
 
--- Per call, set by begin(): the keys, Redis's clock, the state as read (S)
+-- Per call, set by begin(): the keys, Redis's clock (NOW_TEXT: its ms as
+-- a string), the state as read (S)
 -- and the fields to write back (W; false: delete); the tenants' weights
 -- read so far (with S.wt); the fields of the tenant hash as this call sees them (TF,
 -- false: none) and those to write back (TW).
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
-local NOW_MS, NOW_US
+local NOW_MS, NOW_US, NOW_TEXT
 local S, W, WEIGHTS, TF, TW
 -- The state's counts as read (a call may move one and back: a release
 -- that promotes a waiter of another tenant leaves tt as it was).
@@ -272,6 +273,7 @@ local function begin(keys)
     local t = redis.call('TIME')
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    NOW_TEXT = string.format('%d', NOW_MS)
     S, W, WEIGHTS, TF, TW = {}, {}, {}, {}, {}
     NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS = nil, false, false, false, nil, {}
 end
@@ -322,8 +324,7 @@ local function parse_info(v)
 end
 
 local function make_info(lease, maxh, since, origin, prio, tenant)
-    return int(lease) .. '|' .. int(maxh) .. '|' .. int(since) .. '|' .. int(prio) .. '|' ..
-        tenant .. '|' .. origin
+    return string.format('%d|%d|%d|%d|%s|%s', lease, maxh, since, prio, tenant, origin)
 end
 
 local function is_member(id)
@@ -523,7 +524,7 @@ end
 
 -- I12: the place of the first of tenant t's line (nil: none), and its id.
 local function tline_head(t)
-    local h = redis.call('ZRANGE', tline_key(t), 0, 0, 'WITHSCORES')
+    local h = redis.call('ZRANGE', tline_key(t), '0', '0', 'WITHSCORES')
     return tonumber(h[2]), h[1]
 end
 
@@ -578,7 +579,7 @@ end
 local function made_line(k)
     NEW_KEYS[#NEW_KEYS + 1] = k
     local pttl = redis.call('PTTL', K_TIMEOUT)
-    redis.call('PEXPIRE', k, pttl > 0 and pttl or GRACE_MS)
+    redis.call('PEXPIRE', k, int(pttl > 0 and pttl or GRACE_MS))
 end
 
 -- I12: id, of tenant t, joined waiting at place: into its tenant's line,
@@ -595,7 +596,7 @@ local function enqueue(id, place, t)
         weight_of(t)
         tenant_held(t)
         set('tl', 1)
-        local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
+        local line, add = redis.call('ZRANGE', K_WAITING, '0', '-1', 'WITHSCORES'), {}
         for i = 1, #line, 2 do
             if line[i] ~= id then
                 add[#add + 1] = line[i + 1]
@@ -610,10 +611,10 @@ local function enqueue(id, place, t)
         NEW_KEYS[#NEW_KEYS + 1] = tq_key()
     end
     local k = tline_key(t)
-    redis.call('ZADD', k, place, id)
+    redis.call('ZADD', k, int(place), id)
     -- (behind its tenant's first waiter, it changes nothing in tq: a
     -- tenant's rank is its held permits, and its turn)
-    local line = redis.call('ZRANGE', k, 0, 1, 'WITHSCORES')
+    local line = redis.call('ZRANGE', k, '0', '1', 'WITHSCORES')
     if line[1] ~= id then return end
     if not line[3] then made_line(k) end
     requeue(t, false, tonumber(line[4]), place)
@@ -622,7 +623,7 @@ end
 -- I12: with no tenant's line left (tq holds at most the line of those
 -- naming none), the line is no longer kept per tenant.
 local function end_lines()
-    local q = redis.call('ZRANGE', tq_key(), 0, 1)
+    local q = redis.call('ZRANGE', tq_key(), '0', '1')
     if q[2] or (q[1] and string.sub(q[1], 21) ~= '') then return end
     tset('g:', nil)
     redis.call('DEL', tq_key(), tline_key(''))
@@ -638,7 +639,7 @@ end
 local function dequeue(id, t, granted, place, after)
     if not S.tl then return end
     local k = tline_key(t)
-    local first = place ~= nil or redis.call('ZRANGE', k, 0, 0)[1] == id
+    local first = place ~= nil or redis.call('ZRANGE', k, '0', '0')[1] == id
     local before = first and (place or tonumber(redis.call('ZSCORE', k, id))) or true
     local known = nil
     if place ~= nil then known = after end
@@ -653,12 +654,12 @@ end
 -- it there (false: none).
 local function first_waiter()
     if not S.tl then
-        return redis.call('ZRANGE', K_WAITING, 0, 0)[1], nil
+        return redis.call('ZRANGE', K_WAITING, '0', '0')[1], nil
     end
-    local q = redis.call('ZRANGE', tq_key(), 0, 0)[1]
+    local q = redis.call('ZRANGE', tq_key(), '0', '0')[1]
     if not q then return nil, nil end
     local t = string.sub(q, 21)
-    local h = redis.call('ZRANGE', tline_key(t), 0, 1, 'WITHSCORES')
+    local h = redis.call('ZRANGE', tline_key(t), '0', '1', 'WITHSCORES')
     return h[1], t, tonumber(h[2]), tonumber(h[4]) or false
 end
 
@@ -668,13 +669,13 @@ end
 -- tenant without waiters, the newcomer's place).
 local function would_be_first(place, t)
     if not S.tl then
-        local h = redis.call('ZRANGE', K_WAITING, 0, 0, 'WITHSCORES')
+        local h = redis.call('ZRANGE', K_WAITING, '0', '0', 'WITHSCORES')
         if not h[2] then return false end
         if t == '' then return place < tonumber(h[2]) end
         local s, hs = tonumber(tq_score(t)), tonumber(tq_score(''))
         return s < hs or (s == hs and place < tonumber(h[2]))
     end
-    local q = redis.call('ZRANGE', tq_key(), 0, 0, 'WITHSCORES')
+    local q = redis.call('ZRANGE', tq_key(), '0', '0', 'WITHSCORES')
     if not q[2] then return false end
     local own = tline_head(t)
     local turn = place
@@ -746,7 +747,7 @@ end
 
 -- I2: drop every member whose deadline is due; how many there were.
 local function expire()
-    local dead = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS)
+    local dead = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_TEXT)
     for i = 1, #dead do
         remove(dead[i])
     end
@@ -756,7 +757,8 @@ end
 -- Milliseconds until the (pos+1)-th earliest deadline: a waiter at line
 -- position pos cannot move into the window before that many members leave.
 local function next_deadline_ms(pos)
-    local r = redis.call('ZRANGE', K_TIMEOUT, pos, pos, 'WITHSCORES')
+    local at = int(pos)
+    local r = redis.call('ZRANGE', K_TIMEOUT, at, at, 'WITHSCORES')
     if not r[2] then return -1 end
     return math.max(tonumber(r[2]) - NOW_MS, 0)
 end
@@ -826,7 +828,7 @@ local function promote()
         if line == K_WAITING then
             head, t, place, after = first_waiter()
         else
-            head = redis.call('ZRANGE', line, 0, 0)[1]
+            head = redis.call('ZRANGE', line, '0', '0')[1]
         end
         if not head then return end
         local lease, maxh, _, origin, prio, tenant = parse_info(redis.call('HGET', K_INFO, head))
@@ -949,7 +951,7 @@ local function ttl_needed()
     if not CREATED then pttl = redis.call('PTTL', K_TIMEOUT) end
     if pttl >= need then return nil, pttl end
     local last = {}
-    if not FRESH then last = redis.call('ZRANGE', K_TIMEOUT, -1, -1, 'WITHSCORES') end
+    if not FRESH then last = redis.call('ZRANGE', K_TIMEOUT, '-1', '-1', 'WITHSCORES') end
     local away = math.max(math.max(tonumber(last[2] or 0), NEW_DL or 0) - NOW_MS, 0)
     return lifetime(away), pttl
 end
@@ -971,7 +973,7 @@ local function finish()
     store_state(empty)
     if store_tenants() then NEW_KEYS[#NEW_KEYS + 1] = tenant_key() end
     if empty then
-        redis.call('PEXPIRE', K_TICKET, GRACE_MS)
+        redis.call('PEXPIRE', K_TICKET, int(GRACE_MS))
         if stored() and stored_now() then redis.call('PERSIST', K_STATE) end
         return
     end
@@ -987,7 +989,7 @@ local function finish()
         if S.rk then redis.call('PEXPIRE', rline_key(), int(ttl)) end
         if S.tt > 0 or S.tl then redis.call('PEXPIRE', tenant_key(), int(ttl)) end
         if S.tl then                -- I12: every tenant's line
-            for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do
+            for _, q in ipairs(redis.call('ZRANGE', tq_key(), '0', '-1')) do
                 redis.call('PEXPIRE', tline_key(string.sub(q, 21)), int(ttl))
             end
             redis.call('PEXPIRE', tq_key(), int(ttl))
@@ -1066,11 +1068,11 @@ local function settle_era()
     if not era or S.era == era then return false end
     local dropped = false
     if S.era then
-        for _, id in ipairs(redis.call('ZRANGE', K_WAITING, 0, -1)) do
+        for _, id in ipairs(redis.call('ZRANGE', K_WAITING, '0', '-1')) do
             turn_away(id)
             dropped = true
         end
-        for _, id in ipairs(redis.call('ZRANGE', K_OWNER, 0, -1)) do
+        for _, id in ipairs(redis.call('ZRANGE', K_OWNER, '0', '-1')) do
             if redis.call('EXISTS', wake_key(id)) == 1 then
                 remove(id)
                 dropped = true
@@ -1119,7 +1121,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         if held + p <= limit then
             fits = fits_class(held, p, priority, limit) and would_be_first(place, tenant)
             if not fits and of_class(priority) then
-                local first = redis.call('ZRANGE', rline_key(), 0, 0, 'WITHSCORES')
+                local first = redis.call('ZRANGE', rline_key(), '0', '0', 'WITHSCORES')
                 if not first[2] or place < tonumber(first[2]) then
                     fits = fits_reserve(held, p, limit)
                 end
@@ -1294,8 +1296,8 @@ end
 -- ticket, I7); -1 if unknown.  Ages, not times, so that no server's clock
 -- need agree with Redis's.
 local function op_list()
-    local all = redis.call('ZRANGE', K_OWNER, 0, -1, 'WITHSCORES')
-    local line = redis.call('ZRANGE', K_WAITING, 0, -1)
+    local all = redis.call('ZRANGE', K_OWNER, '0', '-1', 'WITHSCORES')
+    local line = redis.call('ZRANGE', K_WAITING, '0', '-1')
     local in_line, out = {}, {}
     for _, id in ipairs(line) do in_line[id] = true end
     for i = 1, #all, 2 do
@@ -1329,10 +1331,10 @@ local function oldest_wait_ticket(holders, waiters)
     for first = 0, by_owner and holders or waiters - 1, CHUNK do
         local r, ids
         if by_owner then
-            r, ids = redis.call('ZRANGE', K_OWNER, first, first + CHUNK - 1, 'WITHSCORES'), {}
+            r, ids = redis.call('ZRANGE', K_OWNER, int(first), int(first + CHUNK - 1), 'WITHSCORES'), {}
             for i = 1, #r, 2 do ids[#ids + 1] = r[i] end
         else
-            ids = redis.call('ZRANGE', K_WAITING, first, first + CHUNK - 1)
+            ids = redis.call('ZRANGE', K_WAITING, int(first), int(first + CHUNK - 1))
         end
         if #ids == 0 then break end
         local found = redis.call('ZMSCORE', by_owner and K_WAITING or K_OWNER, unpack(ids))
@@ -1414,7 +1416,7 @@ end
 local function op_set_reserve(rk, rp)
     redis.call('DEL', rline_key())
     if not rk and S.hh > 0 then
-        for _, id in ipairs(redis.call('ZRANGE', K_OWNER, 0, -1)) do
+        for _, id in ipairs(redis.call('ZRANGE', K_OWNER, '0', '-1')) do
             set('h:' .. id, false)
         end
         set('hh', 0)
@@ -1422,7 +1424,7 @@ local function op_set_reserve(rk, rp)
     set('rk', rk or false)
     set('rp', rk and rp or false)
     if rk then
-        local line, add = redis.call('ZRANGE', K_WAITING, 0, -1, 'WITHSCORES'), {}
+        local line, add = redis.call('ZRANGE', K_WAITING, '0', '-1', 'WITHSCORES'), {}
         for first = 1, #line, 2 * CHUNK do      -- (their info, CHUNK at a time)
             local ids = {}
             for i = first, math.min(first + 2 * CHUNK - 1, #line), 2 do ids[#ids + 1] = line[i] end
@@ -1471,7 +1473,7 @@ local function op_tenants()
         if string.sub(st[i], 1, 2) == 'h:' then note(string.sub(st[i], 3)) end
     end
     if S.tl then
-        for _, q in ipairs(redis.call('ZRANGE', tq_key(), 0, -1)) do note(string.sub(q, 21)) end
+        for _, q in ipairs(redis.call('ZRANGE', tq_key(), '0', '-1')) do note(string.sub(q, 21)) end
     end
     for _, t in ipairs(redis.call('HKEYS', weights_key())) do note(t) end
     table.sort(names)
@@ -1544,7 +1546,7 @@ local function fast_tenant(t, dp, ttl)
     local th, tt = tenant_held(t) + dp, S.tt + dp
     if th > 0 then
         redis.call('HSET', tenant_key(), f, int(th))
-        if S.tt == 0 then redis.call('PEXPIRE', tenant_key(), ttl) end
+        if S.tt == 0 then redis.call('PEXPIRE', tenant_key(), int(ttl)) end
     else
         redis.call('HDEL', tenant_key(), f)
     end
@@ -1568,14 +1570,14 @@ local function fast_acquire(id, maxh, lease, origin, prio, tenant)
     if members == 0 then return fast_first(id, S.limit or maxh, lease, origin, prio, tenant) end
     local limit = S.limit or S.cur
     if not limit or (maxh and maxh ~= limit) or members + 1 > limit or
-       redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] then
+       redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0 then
         return nil
     end
     local pttl = redis.call('PTTL', K_TIMEOUT)
     if pttl < lease + GRACE_MS then return nil end
     if tenant ~= '' then tenant_held(tenant) end    -- (read before any write)
     local ticket, last = next_ticket()
-    if not last then redis.call('PEXPIRE', K_TICKET, pttl) end   -- it was gone
+    if not last then redis.call('PEXPIRE', K_TICKET, int(pttl)) end   -- it was gone
     if redis.call('ZADD', K_OWNER, 'NX', ticket, id) == 0 then
         return redis.error_reply('REDSEM duplicate holder id')
     end
@@ -1597,7 +1599,7 @@ local function fast_last(id)
     end
     redis.call('DEL', K_OWNER, K_TIMEOUT, K_INFO, K_STATE, wake_key(id), nudge_key(id))
     if S.tt > 0 then redis.call('DEL', tenant_key()) end
-    redis.call('PEXPIRE', K_TICKET, GRACE_MS)
+    redis.call('PEXPIRE', K_TICKET, int(GRACE_MS))
     return 1
 end
 
@@ -1610,7 +1612,7 @@ local function fast_release(id)
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or
        redis.call('EXISTS', K_WAITING) == 1 or
-       redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_MS, 'LIMIT', 0, 1)[1] then
+       redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0 then
         return nil
     end
     local tenant = ''               -- I12: only a holder may have one then
@@ -1629,15 +1631,14 @@ end
 
 -- Argument checkers: each returns the value, or nil if malformed.
 local function id_arg(v)
-    if type(v) == 'string' and #v > 0 and #v <= 100 and
-       not string.find(v, '[^%w%.%-_:]') then
+    if type(v) == 'string' and #v <= 100 and string.find(v, '^[%w%.%-_:]+$') then
         return v
     end
 end
 
 local function count_arg(v)
     local n = tonumber(v)
-    if n and n >= 0 and n <= 1e12 and n == math.floor(n) then return n end
+    if n and n >= 0 and n <= 1e12 and n % 1 == 0 then return n end
 end
 
 -- A priority: an integer from -PRIORITY_MAX to PRIORITY_MAX.
@@ -1795,6 +1796,10 @@ local function read_state()
         S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
         S.tl, S.tt = false, 0
     end
+end
+
+-- The state's counts as read, for finish() (not needed by a fast path).
+local function note_counts()
     for _, f in ipairs(COUNTS) do READ[f] = S[f] end
 end
 
@@ -1853,7 +1858,7 @@ end
 -- the first max names}.
 local function op_index_list(key, max)
     index_tidy(key, nil)
-    local names = redis.call('ZRANGE', key, 0, max - 1)
+    local names = redis.call('ZRANGE', key, '0', int(max - 1))
     table.insert(names, 1, evicting_policy())
     table.insert(names, 1, redis.call('ZCARD', key))
     return names
@@ -1920,6 +1925,7 @@ local function dispatch(keys, a)
     read_state()
     local reply = fast and fast() or nil
     if reply ~= nil then return reply end
+    note_counts()
     housekeeping()
     reply = run()
     finish()

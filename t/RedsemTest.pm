@@ -33,24 +33,52 @@ use constant MAX_SOCKET_PATH => 100;
 
 =pod
 
-=item redsem_library([$path])
+=item redsem_library([$path[, checked => 1]])
 
 The Redis function library redsem loads, built the way src/script.c builds
 it from src/redsem.lua (or $path): returns its name (which is also the name
 of its one function, for FCALL) and its text (for FUNCTION LOAD).
 
+With checked => 1, every redis.call of the script goes through a wrapper
+that notes each argument given as a Lua number (Redis formats one with
+"%.17g", which costs more than a short command: the script passes strings
+only), and the library has a second function, <name>_number_args, that
+returns the notes made since it was last called ("CMD argument N", at most
+100).
+
 =cut
 
 sub redsem_library
 {
-	my ($path) = @_;
+	my ($path, %opt) = @_;
 	require Digest::SHA;
 	$path //= "$FindBin::RealBin/../src/redsem.lua";
 	open(my $fh, '<', $path) or die "cannot read $path: $!";
 	my $body = do { local $/; <$fh> };
 	close($fh);
+	my $extra = '';
+	if ($opt{checked})
+	{
+		$body =~ s/\bredis\.call\(/checked_call(/g;
+		$body = <<'LUA' . $body;
+local NUMBER_ARGS = {}
+local function checked_call(cmd, ...)
+    local args = {...}
+    for i = 1, select('#', ...) do
+        if type(args[i]) == 'number' and #NUMBER_ARGS < 100 then
+            NUMBER_ARGS[#NUMBER_ARGS + 1] = cmd .. ' argument ' .. (i + 1)
+        end
+    end
+    return redis.call(cmd, ...)
+end
+LUA
+	}
 	my $name = 'redsem_' . substr(Digest::SHA::sha1_hex($body), 0, 16);
-	return ($name, "#!lua name=$name\n$body\nredis.register_function('$name', dispatch)\n");
+	$extra = "redis.register_function('${name}_number_args', "
+	  . "function() local n = NUMBER_ARGS; NUMBER_ARGS = {}; return n end)\n"
+	  if $opt{checked};
+	return ($name,
+		"#!lua name=$name\n$body\nredis.register_function('$name', dispatch)\n$extra");
 }
 
 =pod
