@@ -32,8 +32,13 @@
 # Redis shares two cores with PostgreSQL and pgbench, and a preempted call
 # counts the time it waited.
 #
+# With BENCH_BEFORE=<git revision>, that revision's src/redsem.lua is loaded
+# too (as library "before"), and acquire+release pairs of both are run
+# interleaved, BENCH_RUNS (default 5) times each, the best of each kept:
+# before and after in one run.
+#
 # Environment: BENCH_OPS (default 50000), BENCH_HOLDERS (default 20000),
-# REDSEM_KEEP=1.
+# BENCH_BEFORE, BENCH_RUNS, REDSEM_KEEP=1.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -87,14 +92,20 @@ cut_short() {
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
         STAGE=$stage perl -0pe '
             my $fast = "    local reply = fast and fast\\(\\) or nil\n    if reply ~= nil then return reply end\n";
-            my $rest = "    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
+            my $rest = "    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
             my %keep = (parse => "    return 1\n",
                         read => "    begin(keys)\n    read_state()\n    return 1\n",
-                        frame => "    begin(keys)\n    read_state()\n    housekeeping()\n    finish()\n    return 1\n",
-                        general => "    begin(keys)\n    local reply\n    read_state()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
+                        frame => "    begin(keys)\n    read_state()\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
+                        general => "    begin(keys)\n    local reply\n    read_state()\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
             s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
     cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
 }
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    { printf '#!lua name=before\n'
+      git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" || redsem_die "no src/redsem.lua at $BENCH_BEFORE"
+      printf "\nredis.register_function('before', dispatch)\n"; } >"$W/before.lua"
+    cli -x FUNCTION LOAD <"$W/before.lua" >/dev/null
+fi
 cut_short cut_parse parse
 cut_short cut_read read
 cut_short cut_frame frame
@@ -145,6 +156,21 @@ run() {
     awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a < b ? a : b) }'
 }
 
+# run_ab SEM FROM COUNT: the shipped library's acquire+release pairs and
+# the "before" one's, interleaved BENCH_RUNS (default 5) times, the best of
+# each (this machine's noise drifts over a run: interleaving spreads it
+# over both): prints "after before"
+run_ab() {
+    local sem=$1 from=$2 count=$3 a b best_a=999999 best_b=999999
+    for ((k = 0; k < ${BENCH_RUNS:-5}; k++)); do
+        a=$(once after fcall "$F" "$F" "$sem" "$((from + 2 * k * count))" "$count" pairs)
+        b=$(once before fcall "FCALL before" "FCALL before" "$sem" "$((from + (2 * k + 1) * count))" "$count" pairs)
+        best_a=$(awk -v x="$a" -v y="$best_a" 'BEGIN { print (x < y ? x : y) }')
+        best_b=$(awk -v x="$b" -v y="$best_b" 'BEGIN { print (x < y ? x : y) }')
+    done
+    printf '%.2f %.2f\n' "$best_a" "$best_b"
+}
+
 # commands run inside the script per call, in the last run
 inner_per_call() {
     awk -F'[:=,]' '$1 ~ /^cmdstat_/ { c = substr($1, 9) }
@@ -169,6 +195,9 @@ for holders in 0 10 "$BIG"; do
     R[empty$holders]=$(run empty fcall "FCALL floor_empty" "FCALL floor_empty" "$sem" 5000000 "$OPS")
     R[four$holders]=$(run four fcall "FCALL floor_four" "FCALL floor_four" "f$sem" 6000000 "$OPS")
     R[general$holders]=$(run general fcall "FCALL cut_general" "FCALL cut_general" "$sem" 8000000 "$OPS")
+    if [[ -n ${BENCH_BEFORE:-} ]]; then
+        read -r R[after$holders] R[before$holders] < <(run_ab "$sem" 9000000 "$OPS")
+    fi
 done
 for stage in parse read frame; do
     R[cut_$stage]=$(run "cut_$stage" fcall "FCALL cut_$stage" "FCALL cut_$stage" cpu10 7000000 "$OPS")
@@ -186,6 +215,11 @@ row "  acquire" acq 10
 row "  release" rel 10
 row "  commands run inside, per call" inner 10
 row "  the general path alone (no fast paths)" general 10
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    printf '%s\n' "interleaved with the script at $BENCH_BEFORE (best of ${BENCH_RUNS:-5}):"
+    row "  this script, acquire + release" after 10
+    row "  the script at $BENCH_BEFORE, acquire + release" before 10
+fi
 row "the same script as EVALSHA (0.2.0)" eval 10
 row "floor: an empty FCALL" empty 10
 row "floor: a four-command function" four 10
@@ -195,6 +229,7 @@ ratio3() {
         "$(bench_ratio "${R[${2}10]}" "${R[${3}10]}")" "$(bench_ratio "${R[$2$BIG]}" "${R[$3$BIG]}")"
 }
 ratio3 "ratio redsem / its general path alone" pairs general
+[[ -n ${BENCH_BEFORE:-} ]] && ratio3 "ratio this script / the one at $BENCH_BEFORE" after before
 ratio3 "ratio redsem / EVALSHA script" pairs eval
 ratio3 "ratio redsem / four-command floor" pairs four
 ratio3 "  acquire / four-command floor" acq four

@@ -26,9 +26,13 @@
 # and the tenant's last grant all change); and acquire + release pairs of a
 # caller that does not wait, on an idle semaphore and on one with 2,000
 # holders, naming no tenant and naming one.  Better of two runs.
+# With BENCH_BEFORE=<git revision>, that revision's src/redsem.lua is
+# loaded too (as library "before") and the hand-offs are run with it as
+# well, each right after the same run with this script: before and after,
+# each with its own no-tenant baseline, in one run.
 #
 # Environment: BENCH_DURATION (seconds per run, default 8), BENCH_OPS
-# (default 20000), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+# (default 20000), BENCH_BEFORE, BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -186,16 +190,23 @@ for my $i (1 .. $count)
 my ($calls, $usec) = cmd('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+),usec=(\d+)/;
 printf "%.2f\n", $usec / $calls;
 EOF
-# handoffs TENANTS: the better of two runs of handoff.pl
+# handoffs TENANTS [LIB]: the better of two runs of handoff.pl
 handoffs() {
-    local a b
-    a=$(perl "$W/handoff.pl" "$BENCH_SOCK" "$LIB" "ho$1a" "$1" "$((OPS / 10))")
-    b=$(perl "$W/handoff.pl" "$BENCH_SOCK" "$LIB" "ho$1b" "$1" "$((OPS / 10))")
+    local a b lib=${2:-$LIB}
+    a=$(perl "$W/handoff.pl" "$BENCH_SOCK" "$lib" "ho$1a$lib" "$1" "$((OPS / 10))")
+    b=$(perl "$W/handoff.pl" "$BENCH_SOCK" "$lib" "ho$1b$lib" "$1" "$((OPS / 10))")
     awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a < b ? a : b) }'
 }
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    { printf '#!lua name=before\n'
+      git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" || redsem_die "no src/redsem.lua at $BENCH_BEFORE"
+      printf "\nredis.register_function('before', dispatch)\n"; } >"$W/before.lua"
+    bench_redis -x FUNCTION LOAD <"$W/before.lua" >/dev/null
+fi
 declare -A C
 for t in 0 2 10 100; do
     C[ho$t]=$(handoffs "$t")
+    [[ -n ${BENCH_BEFORE:-} ]] && C[bho$t]=$(handoffs "$t" before)
 done
 for t in 0 2 10 100; do
     sem=line$t
@@ -220,6 +231,12 @@ printf '%-58s %10s %10s\n' "hand-off (waiting acquire + release that promotes), 
 for t in 2 10 100; do
     printf '%-58s %10s %10s\n' "  the line spread over $t tenants" "${C[ho$t]}" "$(bench_ratio "${C[ho$t]}" "${C[ho0]}")"
 done
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    printf '%-58s %10s %10s\n' "hand-off with the script at $BENCH_BEFORE, no tenant" "${C[bho0]}" 1.00
+    for t in 2 10 100; do
+        printf '%-58s %10s %10s\n' "  the line spread over $t tenants" "${C[bho$t]}" "$(bench_ratio "${C[bho$t]}" "${C[bho0]}")"
+    done
+fi
 printf '%-58s %10s %10s\n' "acquire + release, idle semaphore, no tenant" "${C[p0.0]}" 1.00
 printf '%-58s %10s %10s\n' "  naming a tenant" "${C[p0.1]}" "$(bench_ratio "${C[p0.1]}" "${C[p0.0]}")"
 printf '%-58s %10s %10s\n' "acquire + release beside 2000 holders, no tenant" "${C[p2000.0]}" "$(bench_ratio "${C[p2000.0]}" "${C[p0.0]}")"
