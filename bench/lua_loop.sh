@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+#
+# bench/lua_loop.sh - the script's own cost, timed inside one FCALL, with
+# an earlier revision's script side by side in the same Redis and run.
+#
+#   sudo BENCH_BEFORE=<git revision> bash bench/lua_loop.sh
+#
+# The commandstats figures of script_cpu.sh and tenants.sh time each FCALL
+# from outside the script, and on a busy 2-core machine a preempted call
+# counts the time it waited: their run-to-run noise (10-30% here) hides a
+# change of a few microseconds.  This script loads src/redsem.lua (and,
+# with BENCH_BEFORE, that revision's) with a loop function appended, which
+# calls dispatch() directly BENCH_OPS times inside one FCALL and times its
+# own calls with TIME; both libraries run interleaved BENCH_RUNS times
+# (default 12) and the best of each is kept.  What it leaves out: the
+# FCALL itself and the conversion of its arguments (the same for both).
+# Printed, in microseconds:
+#   - acquire + release of one permit that do not wait (the fast paths), on
+#     an idle semaphore and beside 10 holders;
+#   - a hand-off: a newcomer's waiting acquire, then the release of the
+#     holder granted longest ago, which promotes the first waiter (limit
+#     4, a line of 200), its waiters naming no tenant, then spread over 10
+#     and 100 tenants (issue 22: at most 1.3x the line with no tenant);
+#   - one command given a Lua number against the same given strings (Redis
+#     formats a Lua number argument with "%.17g").
+#
+# Environment: BENCH_BEFORE, BENCH_OPS (default 5000 pairs, 500 hand-offs),
+# BENCH_RUNS, REDSEM_KEEP=1.
+
+set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+OPS=${BENCH_OPS:-5000}
+RUNS=${BENCH_RUNS:-12}
+
+[[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
+command -v redis-server >/dev/null || redsem_die "redis-server not found"
+trap redsem_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+redsem_make_tmpdir redsem-bench-loop
+W=$REDSEM_TMPDIR
+redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+cli() { redsem_as_postgres redis-cli -s "$W/redis.sock" "$@"; }
+
+# The loop functions, appended to a copy of the script (they see its locals)
+cat >"$W/loop.lua" <<'EOF'
+
+local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+local ORIGIN = 'bench.example:5432|4242|db|user|bench'
+local function keys_of(b)
+    return {b .. 'owner', b .. 'timeout', b .. 'ticket', b .. 'info', b .. 'waiting', b .. 'state'}
+end
+-- pairs N HOLDERS TAG: N acquire+release pairs beside HOLDERS holders
+local function loop_pairs(_, a)
+    local n, holders = tonumber(a[1]), tonumber(a[2])
+    local K = keys_of('redsem:{p' .. a[3] .. '}:')
+    for i = 1, holders do
+        dispatch(K, {'acquire', 'h' .. i, '100', '1', '600000', '0', '60000', ORIGIN})
+    end
+    local t0 = redis.call('TIME')
+    for i = 1, n do
+        local id = string.format('%016x.%d', i, i)
+        dispatch(K, {'acquire', id, '100', '1', '600000', '0', '60000', ORIGIN, '', '0', ''})
+        dispatch(K, {'release', id})
+    end
+    local t1 = redis.call('TIME')
+    for i = 1, holders do dispatch(K, {'release', 'h' .. i}) end
+    return string.format('%.2f', (us(t1) - us(t0)) / n)
+end
+-- handoffs N TENANTS TAG: N hand-offs on a line of 200 (limit 4)
+local function loop_handoffs(_, a)
+    local n, tenants = tonumber(a[1]), tonumber(a[2])
+    local b = 'redsem:{h' .. a[3] .. '}:'
+    local K = keys_of(b)
+    local function tenant(i) return tenants == 0 and '' or 'tenant' .. (i % tenants) end
+    local held = {}
+    for i = 1, 4 do
+        dispatch(K, {'acquire', 'h' .. i, '4', '1', '600000', '0', '60000', ORIGIN})
+        held[i] = 'h' .. i
+    end
+    for i = 1, 200 do
+        dispatch(K, {'acquire', 'w' .. i, '4', '1', '600000', '1', '600000', ORIGIN, '', '0', tenant(i)})
+    end
+    local spent = 0
+    for i = 1, n do
+        local t0 = redis.call('TIME')
+        dispatch(K, {'acquire', 'n' .. i, '4', '1', '600000', '1', '600000', ORIGIN, '', '0', tenant(i)})
+        dispatch(K, {'release', held[i]})
+        local t1 = redis.call('TIME')
+        spent = spent + us(t1) - us(t0)
+        -- the promoted waiter: the newest ticket (its grant)
+        held[i + 4] = redis.call('ZRANGE', K[1], '-1', '-1')[1]
+    end
+    local left = redis.call('ZRANGE', K[1], '0', '-1')
+    for _, id in ipairs(left) do redis.call('DEL', b .. 'wake:' .. id) end
+    redis.call('DEL', K[1], K[2], K[3], K[4], K[5], K[6], b .. 'tenant', b .. 'tq')
+    for t = 0, tenants - 1 do redis.call('DEL', b .. 'tline:tenant' .. t) end
+    redis.call('DEL', b .. 'tline:')
+    return string.format('%.2f', spent / n)
+end
+EOF
+# load NAME FILE: the script in FILE with the loop functions, as NAME_pairs
+# and NAME_handoffs
+load() {
+    { printf '#!lua name=%s\n' "$1"; cat "$2"; cat "$W/loop.lua"
+      printf "redis.register_function('%s_pairs', loop_pairs)\n" "$1"
+      printf "redis.register_function('%s_handoffs', loop_handoffs)\n" "$1"; } >"$W/$1.lua"
+    cli -x FUNCTION LOAD <"$W/$1.lua" >/dev/null
+}
+load after "$BENCH_DIR/../src/redsem.lua"
+SIDES=(after)
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" >"$W/before_body.lua" ||
+        redsem_die "no src/redsem.lua at $BENCH_BEFORE"
+    load before "$W/before_body.lua"
+    SIDES=(after before)
+fi
+# (the rounds of each sample, and its label)
+declare -A BEST
+sample() {
+    local key=$1 fn=$2 n=$3 arg=$4 tag=$5 x
+    x=$(cli FCALL "$fn" 0 "$n" "$arg" "$tag")
+    BEST[$key]=$(awk -v a="$x" -v b="${BEST[$key]:-1e9}" 'BEGIN { print (a < b ? a : b) }')
+}
+for ((r = 0; r < RUNS; r++)); do
+    for side in "${SIDES[@]}"; do
+        sample "$side.p0" "${side}_pairs" "$OPS" 0 "$side$r.0"
+        sample "$side.p10" "${side}_pairs" "$OPS" 10 "$side$r.10"
+        for t in 0 10 100; do
+            sample "$side.h$t" "${side}_handoffs" "$((OPS / 10))" "$t" "$side$r.$t"
+        done
+    done
+done
+# one command given a Lua number against strings, inside one FCALL
+NUM=$(cli EVAL "
+local n, now, s = 100000, 1764000000000, '1764000000000'
+redis.call('ZADD', KEYS[1], '1', 'a')
+local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
+local t0 = redis.call('TIME')
+for i = 1, n do redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, 1) end
+local t1 = redis.call('TIME')
+for i = 1, n do redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', s, 'LIMIT', '0', '1') end
+local t2 = redis.call('TIME')
+redis.call('DEL', KEYS[1])
+return string.format('%.2f %.2f', (us(t1) - us(t0)) / n, (us(t2) - us(t1)) / n)" 1 bench:numbers)
+
+printf 'redsem script cost inside one FCALL (bench/lua_loop.sh)\n'
+printf 'date: %s   host: %s   cores: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
+    "$(hostname)" "$(nproc)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+printf 'usec, best of %s interleaved runs; %s pairs, %s hand-offs per run\n\n' "$RUNS" "$OPS" "$((OPS / 10))"
+printf '%-52s %10s' "" "this"
+[[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "$BENCH_BEFORE" "this/that"
+printf '\n'
+# line LABEL KEY [BASE]: a row; with BASE, each side's ratio to its BASE too
+line() {
+    local label=$1 key=$2 base=${3:-}
+    printf '%-52s %10s' "$label" "${BEST[after.$key]}"
+    [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "${BEST[before.$key]}" \
+        "$(bench_ratio "${BEST[after.$key]}" "${BEST[before.$key]}")"
+    printf '\n'
+    if [[ -n $base ]]; then
+        printf '%-52s %10s' "  ratio to the line with no tenant" \
+            "$(bench_ratio "${BEST[after.$key]}" "${BEST[after.$base]}")"
+        [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s' \
+            "$(bench_ratio "${BEST[before.$key]}" "${BEST[before.$base]}")"
+        printf '\n'
+    fi
+}
+line "acquire + release, idle semaphore" p0
+line "acquire + release beside 10 holders" p10
+line "hand-off, line of 200, no tenant" h0
+line "hand-off, the line over 10 tenants" h10 h0
+line "hand-off, the line over 100 tenants" h100 h0
+read -r n s <<<"$NUM"
+printf '\nZRANGEBYSCORE of a 1-member zset: the clock and LIMIT given as Lua numbers %s us, as strings %s us\n' "$n" "$s"
