@@ -12,6 +12,8 @@
 #   bench_psql ARGS...     psql against the private server, as postgres
 #   bench_pgbench ARGS...  pgbench against the private server, as postgres
 #   bench_redis ARGS...    redis-cli against the private Redis
+#   bench_init_redis NAME  the same for a script needing Redis only (in W)
+#   bench_before_library F the library "before" ($BENCH_BEFORE's script)
 #   bench_stats_reset      CONFIG RESETSTAT
 #   bench_stats            INFO commandstats as "command calls usec" lines
 #   bench_roundtrips STATS commands sent by clients (FCALL, BLPOP, ...)
@@ -87,6 +89,27 @@ bench_init() {
     BENCH_SOCK=$BENCH_TMP/redis.sock
     BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
     bench_sql "CREATE EXTENSION redsem" >/dev/null
+}
+
+# bench_init_redis NAME: for a script that needs Redis only (no PostgreSQL,
+# no install): root check, temp dir in W, traps, Redis started on W/redis.sock
+bench_init_redis() {
+    [[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
+    command -v redis-server >/dev/null || redsem_die "redis-server not found"
+    trap redsem_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    redsem_make_tmpdir "redsem-bench-$1"
+    W=$REDSEM_TMPDIR
+    redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+}
+
+# bench_before_library FILE: the library "before", from src/redsem.lua at
+# revision $BENCH_BEFORE, written to FILE (for FUNCTION LOAD)
+bench_before_library() {
+    { printf '#!lua name=before\n'
+      git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" || redsem_die "no src/redsem.lua at $BENCH_BEFORE"
+      printf "\nredis.register_function('before', dispatch)\n"; } >"$1"
 }
 
 bench_psql() { redsem_psql "$BENCH_TMP" "$@"; }

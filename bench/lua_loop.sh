@@ -34,14 +34,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OPS=${BENCH_OPS:-5000}
 RUNS=${BENCH_RUNS:-12}
 
-[[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
-command -v redis-server >/dev/null || redsem_die "redis-server not found"
-trap redsem_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-redsem_make_tmpdir redsem-bench-loop
-W=$REDSEM_TMPDIR
-redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+bench_init_redis loop
 cli() { redsem_as_postgres redis-cli -s "$W/redis.sock" "$@"; }
 
 # The loop functions, appended to a copy of the script (they see its locals)
@@ -101,10 +94,11 @@ local function loop_handoffs(_, a)
     return string.format('%.2f', spent / n)
 end
 EOF
-# load NAME FILE: the script in FILE with the loop functions, as NAME_pairs
-# and NAME_handoffs
+# load NAME FILE: the library in FILE (its function's line dropped) with the
+# loop functions, as NAME_pairs and NAME_handoffs
 load() {
-    { printf '#!lua name=%s\n' "$1"; cat "$2"; cat "$W/loop.lua"
+    { printf '#!lua name=%s\n' "$1"; grep -v -e '^#!lua' -e '^redis.register_function' "$2"
+      cat "$W/loop.lua"
       printf "redis.register_function('%s_pairs', loop_pairs)\n" "$1"
       printf "redis.register_function('%s_handoffs', loop_handoffs)\n" "$1"; } >"$W/$1.lua"
     cli -x FUNCTION LOAD <"$W/$1.lua" >/dev/null
@@ -112,8 +106,7 @@ load() {
 load after "$BENCH_DIR/../src/redsem.lua"
 SIDES=(after)
 if [[ -n ${BENCH_BEFORE:-} ]]; then
-    git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" >"$W/before_body.lua" ||
-        redsem_die "no src/redsem.lua at $BENCH_BEFORE"
+    bench_before_library "$W/before_body.lua"
     load before "$W/before_body.lua"
     SIDES=(after before)
 fi

@@ -47,14 +47,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 OPS=${BENCH_OPS:-50000}
 BIG=${BENCH_HOLDERS:-20000}
 
-[[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
-command -v redis-server >/dev/null || redsem_die "redis-server not found"
-trap redsem_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-redsem_make_tmpdir redsem-bench-cpu
-W=$REDSEM_TMPDIR
-redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+bench_init_redis cpu
 SOCK=$W/redis.sock
 cli() { redsem_as_postgres redis-cli -s "$SOCK" "$@"; }
 
@@ -101,9 +94,7 @@ cut_short() {
     cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
 }
 if [[ -n ${BENCH_BEFORE:-} ]]; then
-    { printf '#!lua name=before\n'
-      git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" || redsem_die "no src/redsem.lua at $BENCH_BEFORE"
-      printf "\nredis.register_function('before', dispatch)\n"; } >"$W/before.lua"
+    bench_before_library "$W/before.lua"
     cli -x FUNCTION LOAD <"$W/before.lua" >/dev/null
 fi
 cut_short cut_parse parse

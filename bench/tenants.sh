@@ -198,9 +198,7 @@ handoffs() {
     awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", (a < b ? a : b) }'
 }
 if [[ -n ${BENCH_BEFORE:-} ]]; then
-    { printf '#!lua name=before\n'
-      git -C "$BENCH_DIR/.." show "$BENCH_BEFORE:src/redsem.lua" || redsem_die "no src/redsem.lua at $BENCH_BEFORE"
-      printf "\nredis.register_function('before', dispatch)\n"; } >"$W/before.lua"
+    bench_before_library "$W/before.lua"
     bench_redis -x FUNCTION LOAD <"$W/before.lua" >/dev/null
 fi
 declare -A C

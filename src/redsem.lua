@@ -1510,6 +1510,12 @@ end
 -- (or is written first, or with its TTL), so that a key of another type
 -- (a key conflict, which stops the call) leaves nothing without a TTL.
 
+-- True if a member's deadline is due (I2): then a fast path leaves the
+-- call to the general one, whose housekeeping drops it.
+local function any_due()
+    return redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0
+end
+
 -- acquire of one permit on a semaphore with no member: granted (nobody
 -- to wait behind); it makes the keys, with the TTL finish() gives a FRESH
 -- call (I5), the ticket's set with it.  Each key gets its TTL as it is
@@ -1572,7 +1578,7 @@ local function fast_acquire(id, maxh, lease, origin, prio, tenant)
     if members == 0 then return fast_first(id, S.limit or maxh, lease, origin, prio, tenant) end
     local limit = S.limit or S.cur
     if not limit or (maxh and maxh ~= limit) or members + 1 > limit or
-       redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0 then
+       any_due() then
         return nil
     end
     local pttl = redis.call('PTTL', K_TIMEOUT)
@@ -1614,7 +1620,7 @@ local function fast_release(id)
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or
        redis.call('EXISTS', K_WAITING) == 1 or
-       redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0 then
+       any_due() then
         return nil
     end
     local tenant = ''               -- I12: only a holder may have one then
