@@ -251,9 +251,7 @@ sub fresh_idle_wait
 }
 
 my @report;
-foreach my $round (
-	[ 'failover', 0 ], [ 'failover', 1 ],
-	[ 'kill', 0 ], [ 'kill', 1 ])
+foreach my $round (RedsemTest::Failover::rounds())
 {
 	my ($how, $replicas) = @$round;
 	my $label = "${how}_$replicas";

@@ -212,7 +212,7 @@ END $$;
 EOS
 
 my @report;
-foreach my $round ([ 'failover', 0 ], [ 'failover', 1 ], [ 'kill', 0 ], [ 'kill', 1 ])
+foreach my $round (RedsemTest::Failover::rounds())
 {
 	my ($how, $replicas) = @$round;
 	my $label = "c${how}_$replicas";
