@@ -61,7 +61,8 @@
 --                                           in waiting (I12)
 -- <base>tenant     HASH  h:<t>  permits held by tenant t (I12)
 --                        g:<t>  tenant t's last grant while it waited
---                               (us), kept while it waits
+--                               (us, 65 digits: see WIDE), kept while
+--                               it waits
 --                                           (per tenant, out of the state:
 --                                           the state's one read per call
 --                                           stays as cheap with 100
@@ -69,8 +70,15 @@
 -- <base>tq         ZSET  "<turn>t" -> held/weight   then: each tenant
 --                                           with waiters, by its held
 --                                           permits per weight, then its
---                                           turn (20 digits, so that ties
---                                           sort by turn: I12)
+--                                           turn (65 digits, so that ties
+--                                           sort by turn: I12; and WIDE)
+-- (WIDE: Redis keeps a small hash or sorted set as one packed list that
+-- every access scans from the start, and switches to a hash table (and a
+-- skip list) for good once a value is longer than 64 bytes.  With 100
+-- tenants waiting, those scans of tq and tenant made a hand-off cost 1.5x
+-- one without tenants (bench/lua_loop.sh): a turn and a last grant are
+-- written 65 digits wide, so that both keys switch as soon as a tenant
+-- waits, and cost the same with 10 tenants waiting or 1,000.)
 -- <base>weights    HASH  tenant -> weight   stored weights (set_weight),
 --                                           1 when absent: configuration,
 --                                           without a TTL (the state's wt
@@ -323,6 +331,12 @@ local function parse_info(v)
     return tonumber(lease), tonumber(maxh), tonumber(since), origin, tonumber(prio), tenant
 end
 
+-- The tenant field of an info value alone ('': none), without the others'
+-- conversions.
+local function tenant_of_info(v)
+    return v and string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|') or ''
+end
+
 local function make_info(lease, maxh, since, origin, prio, tenant)
     return string.format('%d|%d|%d|%d|%s|%s', lease, maxh, since, prio, tenant, origin)
 end
@@ -519,9 +533,20 @@ local function tq_score(t)
     return string.format(r % 1 == 0 and '%d' or '%.17g', r)
 end
 
--- I12: a tenant's entry in tq: its turn, then its name.
+-- I12: a tenant's entry in tq: its turn, then its name (WIDE).
 local function tq_member(turn, t)
-    return string.format('%020d', turn) .. t
+    return string.format('%065d', turn) .. t
+end
+
+-- I12: the tenant of an entry in tq.
+local function tq_tenant(q)
+    return string.sub(q, 66)
+end
+
+-- I12: note tenant t's last grant (us), written 65 digits wide (WIDE).
+local function set_grant(t, last)
+    tset('g:' .. t, last)
+    TW['g:' .. t] = string.format('%065d', last)
 end
 
 -- I12: the place of the first of tenant t's line (nil: none), and its id.
@@ -553,7 +578,7 @@ local function requeue(t, granted, before, known)
     local turn = turn_of(head, last)
     if head then
         redis.call('ZADD', tq_key(), tq_score(t), tq_member(turn, t))
-        if granted then tset('g:' .. t, last) end
+        if granted then set_grant(t, last) end
     elseif last then
         tset('g:' .. t, nil)
     end
@@ -615,18 +640,19 @@ local function enqueue(id, place, t)
     local k = tline_key(t)
     redis.call('ZADD', k, int(place), id)
     -- (behind its tenant's first waiter, it changes nothing in tq: a
-    -- tenant's rank is its held permits, and its turn)
-    local line = redis.call('ZRANGE', k, '0', '1', 'WITHSCORES')
-    if line[1] ~= id then return end
-    if not line[3] then made_line(k) end
-    requeue(t, false, tonumber(line[4]), place)
+    -- tenant's rank is its held permits, and its turn; its rank is looked
+    -- at first, as a reply with scores costs a number conversion each)
+    if redis.call('ZRANK', k, id) ~= 0 then return end
+    local second = redis.call('ZRANGE', k, '1', '1', 'WITHSCORES')
+    if not second[1] then made_line(k) end
+    requeue(t, false, tonumber(second[2]), place)
 end
 
 -- I12: with no tenant's line left (tq holds at most the line of those
 -- naming none), the line is no longer kept per tenant.
 local function end_lines()
     local q = redis.call('ZRANGE', tq_key(), '0', '1')
-    if q[2] or (q[1] and string.sub(q[1], 21) ~= '') then return end
+    if q[2] or (q[1] and tq_tenant(q[1]) ~= '') then return end
     tset('g:', nil)
     redis.call('DEL', tq_key(), tline_key(''))
     set('tl', false)
@@ -660,7 +686,7 @@ local function first_waiter()
     end
     local q = redis.call('ZRANGE', tq_key(), '0', '0')[1]
     if not q then return nil, nil end
-    local t = string.sub(q, 21)
+    local t = tq_tenant(q)
     local h = redis.call('ZRANGE', tline_key(t), '0', '1', 'WITHSCORES')
     return h[1], t, tonumber(h[2]), tonumber(h[4]) or false
 end
@@ -683,7 +709,7 @@ local function would_be_first(place, t)
     local turn = place
     if own then     -- its tenant waits: it must come first there
         if own <= place then return false end
-        if string.sub(q[1], 21) == t then return true end
+        if tq_tenant(q[1]) == t then return true end
         turn = turn_of(place, tfield('g:' .. t))     -- (as requeue)
     end
     local s, hs = tonumber(tq_score(t)), tonumber(q[2])
@@ -711,8 +737,7 @@ local function remove(id, tenant)
     local p = permits_of(id)
     local t = tenant or ''
     if (S.tt > 0 or S.tl) and not tenant then   -- (it may have one)
-        local _, _, _, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
-        t = of or ''
+        t = tenant_of_info(redis.call('HGET', K_INFO, id))
     end
     local member = redis.call('ZREM', K_OWNER, id) == 1
     local waiting = redis.call('ZREM', K_WAITING, id) == 1
@@ -775,9 +800,10 @@ local function deadline_index(rank, p, limit)
 end
 
 -- Replace the message on one of a waiter's lists, living as long as its
--- place (or its promotion window).
-local function post(wk, id, message)
-    local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
+-- place (or its promotion window): its deadline, if the caller just set
+-- it, or as it stands.
+local function post(wk, id, message, deadline)
+    deadline = deadline or tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
     redis.call('DEL', wk)
     redis.call('RPUSH', wk, message)
     redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
@@ -870,7 +896,7 @@ local function promote()
             dequeue(head, tenant, true, place, after)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
-            post(wake_key(head), head, ticket)
+            post(wake_key(head), head, ticket, NOW_MS + window)
             -- (no permit left: nobody behind it can fit)
             if limit_in_effect(true) and member_count() - waiters + S.xh >= limit then return end
         end
@@ -992,7 +1018,7 @@ local function finish()
         if S.tt > 0 or S.tl then redis.call('PEXPIRE', tenant_key(), int(ttl)) end
         if S.tl then                -- I12: every tenant's line
             for _, q in ipairs(redis.call('ZRANGE', tq_key(), '0', '-1')) do
-                redis.call('PEXPIRE', tline_key(string.sub(q, 21)), int(ttl))
+                redis.call('PEXPIRE', tline_key(tq_tenant(q)), int(ttl))
             end
             redis.call('PEXPIRE', tq_key(), int(ttl))
         end
@@ -1475,7 +1501,7 @@ local function op_tenants()
         if string.sub(st[i], 1, 2) == 'h:' then note(string.sub(st[i], 3)) end
     end
     if S.tl then
-        for _, q in ipairs(redis.call('ZRANGE', tq_key(), '0', '-1')) do note(string.sub(q, 21)) end
+        for _, q in ipairs(redis.call('ZRANGE', tq_key(), '0', '-1')) do note(tq_tenant(q)) end
     end
     for _, t in ipairs(redis.call('HKEYS', weights_key())) do note(t) end
     table.sort(names)
