@@ -14,6 +14,8 @@
 #   bench_redis ARGS...    redis-cli against the private Redis
 #   bench_init_redis NAME  the same for a script needing Redis only (in W)
 #   bench_before_library F the library "before" ($BENCH_BEFORE's script)
+#   bench_loop_sides       load src/redsem.lua (and BENCH_BEFORE's) with
+#                          bench/loop.lua, as after_* (and before_*); SIDES
 #   bench_stats_reset      CONFIG RESETSTAT
 #   bench_stats            INFO commandstats as "command calls usec" lines
 #   bench_roundtrips STATS commands sent by clients (FCALL, BLPOP, ...)
@@ -102,6 +104,29 @@ bench_init_redis() {
     redsem_make_tmpdir "redsem-bench-$1"
     W=$REDSEM_TMPDIR
     redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+}
+
+# bench_loop_library NAME FILE: load the library in FILE (its function's
+# line dropped) with bench/loop.lua's functions, as NAME_pairs and
+# NAME_handoffs, into the Redis on W/redis.sock
+bench_loop_library() {
+    { printf '#!lua name=%s\n' "$1"; grep -v -e '^#!lua' -e '^redis.register_function' "$2"
+      cat "$BENCH_DIR/loop.lua"
+      printf "redis.register_function('%s_pairs', loop_pairs)\n" "$1"
+      printf "redis.register_function('%s_handoffs', loop_handoffs)\n" "$1"; } >"$W/$1.lua"
+    redsem_as_postgres redis-cli -s "$W/redis.sock" -x FUNCTION LOAD <"$W/$1.lua" >/dev/null
+}
+
+# bench_loop_sides: this revision's script as "after", and with BENCH_BEFORE
+# that revision's as "before"; SIDES lists them
+bench_loop_sides() {
+    bench_loop_library after "$BENCH_DIR/../src/redsem.lua"
+    SIDES=(after)
+    if [[ -n ${BENCH_BEFORE:-} ]]; then
+        bench_before_library "$W/before_body.lua"
+        bench_loop_library before "$W/before_body.lua"
+        SIDES=(after before)
+    fi
 }
 
 # bench_before_library FILE: the library "before", from src/redsem.lua at

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+#
+# bench/instructions.sh - the script's cost in machine instructions, counted
+# by valgrind, with an earlier revision's script side by side.
+#
+#   sudo BENCH_BEFORE=<git revision> bash bench/instructions.sh
+#
+# On a busy or virtual machine the timings of lua_loop.sh move 10-30%
+# between runs, more than the change one usually wants to see.  This runs
+# the same loops (bench/loop.lua) in a Redis run by valgrind's callgrind,
+# and counts the instructions Redis runs for one FCALL of each: counts move
+# about 2% between runs, whatever the machine is doing.  Each figure is
+# (count of N2 operations - count of N1) / (N2 - N1), so the loop's set-up
+# (holders, the line of 200) drops out.  An instruction is not a
+# microsecond (a cache miss costs more than an add), but a change that
+# removes instructions from the script removes time: lua_loop.sh shows how
+# much, when the machine is quiet.  Printed, in thousands of instructions:
+# the rows of lua_loop.sh, and the tenants' hand-offs as ratios to the
+# hand-off with no tenant (issue 22: at most 1.3).
+#
+# Environment: BENCH_BEFORE, BENCH_PAIRS (default "100 500": N1 and N2 of
+# the pairs), BENCH_HANDOFFS (default "100 400"), REDSEM_KEEP=1.  Installs
+# valgrind if it is missing.
+
+set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+read -r P1 P2 <<<"${BENCH_PAIRS:-100 500}"
+read -r H1 H2 <<<"${BENCH_HANDOFFS:-100 400}"
+
+[[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
+command -v redis-server >/dev/null || redsem_die "redis-server not found"
+if ! command -v callgrind_control >/dev/null; then
+    redsem_log "installing valgrind"
+    DEBIAN_FRONTEND=noninteractive apt-get -q -y install --no-install-recommends valgrind >/dev/null
+fi
+trap redsem_cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+redsem_make_tmpdir redsem-bench-instructions
+W=$REDSEM_TMPDIR
+cli() { redsem_as_postgres redis-cli -s "$W/redis.sock" "$@"; }
+
+# Redis in callgrind, counting nothing until told (callgrind_control -z
+# zeroes the counts, -d dumps them to $W/cg.out.<n>)
+redsem_log "starting Redis under valgrind on $W/redis.sock"
+(cd "$W" && redsem_as_postgres env -u USER -u LOGNAME valgrind --tool=callgrind --callgrind-out-file="$W/cg.out" \
+    redis-server --port 0 --unixsocket "$W/redis.sock" --unixsocketperm 700 \
+    --save '' --appendonly no --pidfile "$W/redis.pid" --dir "$W" >"$W/valgrind.log" 2>&1) &
+REDSEM_REDIS_DIRS+=("$W")
+for ((i = 0; i < 300; i++)); do
+    [[ $(cli ping 2>/dev/null) == PONG ]] && break
+    sleep 0.2
+done
+[[ $(cli ping 2>/dev/null) == PONG ]] || { tail -n 20 "$W/valgrind.log" >&2; redsem_die "Redis under valgrind did not start"; }
+VPID=$(<"$W/redis.pid")
+
+bench_loop_sides
+
+# count FN N ARG: instructions Redis ran for FCALL FN with N operations
+# (callgrind_control reaches valgrind through files in /tmp named after
+# the user, from USER or LOGNAME: Redis overwrites its environment to set
+# its process title, after which valgrind looks for them as user "???", so
+# both run without either)
+count() {
+    local f i
+    redsem_as_postgres env -u USER -u LOGNAME callgrind_control -z "$VPID" >/dev/null 2>&1
+    cli FCALL "$1" 0 "$2" "$3" "c$RANDOM$RANDOM" >/dev/null
+    redsem_as_postgres env -u USER -u LOGNAME callgrind_control -d "$VPID" >/dev/null 2>&1
+    for ((i = 0; i < 100; i++)); do
+        f=$(ls "$W"/cg.out.* 2>/dev/null | head -n 1)
+        [[ -n $f ]] && grep -Eq '^(summary|totals):' "$f" && break
+        sleep 0.1
+    done
+    [[ -n $f ]] || redsem_die "callgrind wrote no counts"
+    awk '/^(summary|totals):/ { print $2; exit }' "$f"
+    rm -f "$W"/cg.out.*
+}
+# per FN ARG N1 N2: thousands of instructions per operation
+per() {
+    local a b
+    a=$(count "$1" "$3" "$2")
+    b=$(count "$1" "$4" "$2")
+    awk -v a="$a" -v b="$b" -v n="$(($4 - $3))" 'BEGIN { printf "%.1f", (b - a) / n / 1000 }'
+}
+declare -A K
+for side in "${SIDES[@]}"; do
+    K[$side.p0]=$(per "${side}_pairs" 0 "$P1" "$P2")
+    K[$side.p10]=$(per "${side}_pairs" 10 "$P1" "$P2")
+    for t in 0 10 100; do
+        K[$side.h$t]=$(per "${side}_handoffs" "$t" "$H1" "$H2")
+    done
+done
+
+printf 'redsem script cost in instructions (bench/instructions.sh, valgrind)\n'
+printf 'date: %s   host: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
+    "$(hostname)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
+printf 'thousands of instructions per operation; pairs %s-%s, hand-offs %s-%s\n\n' "$P1" "$P2" "$H1" "$H2"
+printf '%-52s %10s' "" "this"
+[[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "$BENCH_BEFORE" "this/that"
+printf '\n'
+# line LABEL KEY [BASE]: a row; with BASE, each side's ratio to its BASE too
+line() {
+    local label=$1 key=$2 base=${3:-}
+    printf '%-52s %10s' "$label" "${K[after.$key]}"
+    [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "${K[before.$key]}" \
+        "$(bench_ratio "${K[after.$key]}" "${K[before.$key]}")"
+    printf '\n'
+    if [[ -n $base ]]; then
+        printf '%-52s %10s' "  ratio to the line with no tenant" \
+            "$(bench_ratio "${K[after.$key]}" "${K[after.$base]}")"
+        [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s' \
+            "$(bench_ratio "${K[before.$key]}" "${K[before.$base]}")"
+        printf '\n'
+    fi
+}
+line "acquire + release, idle semaphore" p0
+line "acquire + release beside 10 holders" p10
+line "hand-off, line of 200, no tenant" h0
+line "hand-off, the line over 10 tenants" h10 h0
+line "hand-off, the line over 100 tenants" h100 h0
