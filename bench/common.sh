@@ -16,6 +16,7 @@
 #   bench_before_library F the library "before" ($BENCH_BEFORE's script)
 #   bench_loop_sides       load src/redsem.lua (and BENCH_BEFORE's) with
 #                          bench/loop.lua, as after_* (and before_*); SIDES
+#   bench_loop_table ARRAY the table both print, from ARRAY's figures
 #   bench_stats_reset      CONFIG RESETSTAT
 #   bench_stats            INFO commandstats as "command calls usec" lines
 #   bench_roundtrips STATS commands sent by clients (FCALL, BLPOP, ...)
@@ -127,6 +128,37 @@ bench_loop_sides() {
         bench_loop_library before "$W/before_body.lua"
         SIDES=(after before)
     fi
+}
+
+# bench_loop_table ARRAY: the table of lua_loop.sh and instructions.sh, from
+# ARRAY[<side>.<row>] (rows p0 p10 h0 h10 h100): a column per side, this/that
+# with BENCH_BEFORE, and the tenants' hand-offs as ratios to h0
+bench_loop_table() {
+    local -n fig=$1
+    printf '%-52s %10s' "" "this"
+    [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "$BENCH_BEFORE" "this/that"
+    printf '\n'
+    # row LABEL KEY [BASE]: with BASE, each side's ratio to its BASE too
+    row() {
+        local label=$1 key=$2 base=${3:-}
+        printf '%-52s %10s' "$label" "${fig[after.$key]}"
+        [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "${fig[before.$key]}" \
+            "$(bench_ratio "${fig[after.$key]}" "${fig[before.$key]}")"
+        printf '\n'
+        if [[ -n $base ]]; then
+            printf '%-52s %10s' "  ratio to the line with no tenant" \
+                "$(bench_ratio "${fig[after.$key]}" "${fig[after.$base]}")"
+            [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s' \
+                "$(bench_ratio "${fig[before.$key]}" "${fig[before.$base]}")"
+            printf '\n'
+        fi
+        return 0
+    }
+    row "acquire + release, idle semaphore" p0
+    row "acquire + release beside 10 holders" p10
+    row "hand-off, line of 200, no tenant" h0
+    row "hand-off, the line over 10 tenants" h10 h0
+    row "hand-off, the line over 100 tenants" h100 h0
 }
 
 # bench_before_library FILE: the library "before", from src/redsem.lua at

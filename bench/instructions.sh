@@ -97,26 +97,4 @@ printf 'redsem script cost in instructions (bench/instructions.sh, valgrind)\n'
 printf 'date: %s   host: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
     "$(hostname)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 printf 'thousands of instructions per operation; pairs %s-%s, hand-offs %s-%s\n\n' "$P1" "$P2" "$H1" "$H2"
-printf '%-52s %10s' "" "this"
-[[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "$BENCH_BEFORE" "this/that"
-printf '\n'
-# line LABEL KEY [BASE]: a row; with BASE, each side's ratio to its BASE too
-line() {
-    local label=$1 key=$2 base=${3:-}
-    printf '%-52s %10s' "$label" "${K[after.$key]}"
-    [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "${K[before.$key]}" \
-        "$(bench_ratio "${K[after.$key]}" "${K[before.$key]}")"
-    printf '\n'
-    if [[ -n $base ]]; then
-        printf '%-52s %10s' "  ratio to the line with no tenant" \
-            "$(bench_ratio "${K[after.$key]}" "${K[after.$base]}")"
-        [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s' \
-            "$(bench_ratio "${K[before.$key]}" "${K[before.$base]}")"
-        printf '\n'
-    fi
-}
-line "acquire + release, idle semaphore" p0
-line "acquire + release beside 10 holders" p10
-line "hand-off, line of 200, no tenant" h0
-line "hand-off, the line over 10 tenants" h10 h0
-line "hand-off, the line over 100 tenants" h100 h0
+bench_loop_table K

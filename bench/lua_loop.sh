@@ -71,28 +71,6 @@ printf 'redsem script cost inside one FCALL (bench/lua_loop.sh)\n'
 printf 'date: %s   host: %s   cores: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
     "$(hostname)" "$(nproc)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 printf 'usec, best of %s interleaved runs; %s pairs, %s hand-offs per run\n\n' "$RUNS" "$OPS" "$((OPS / 10))"
-printf '%-52s %10s' "" "this"
-[[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "$BENCH_BEFORE" "this/that"
-printf '\n'
-# line LABEL KEY [BASE]: a row; with BASE, each side's ratio to its BASE too
-line() {
-    local label=$1 key=$2 base=${3:-}
-    printf '%-52s %10s' "$label" "${BEST[after.$key]}"
-    [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s %10s' "${BEST[before.$key]}" \
-        "$(bench_ratio "${BEST[after.$key]}" "${BEST[before.$key]}")"
-    printf '\n'
-    if [[ -n $base ]]; then
-        printf '%-52s %10s' "  ratio to the line with no tenant" \
-            "$(bench_ratio "${BEST[after.$key]}" "${BEST[after.$base]}")"
-        [[ -n ${BENCH_BEFORE:-} ]] && printf ' %10s' \
-            "$(bench_ratio "${BEST[before.$key]}" "${BEST[before.$base]}")"
-        printf '\n'
-    fi
-}
-line "acquire + release, idle semaphore" p0
-line "acquire + release beside 10 holders" p10
-line "hand-off, line of 200, no tenant" h0
-line "hand-off, the line over 10 tenants" h10 h0
-line "hand-off, the line over 100 tenants" h100 h0
+bench_loop_table BEST
 read -r n s <<<"$NUM"
 printf '\nZRANGEBYSCORE of a 1-member zset: the clock and LIMIT given as Lua numbers %s us, as strings %s us\n' "$n" "$s"
