@@ -258,7 +258,7 @@ local PRIORITY_MAX = 100
 -- read so far (with S.wt); the fields of the tenant hash as this call sees them (TF,
 -- false: none) and those to write back (TW).
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
-local NOW_MS, NOW_US, NOW_TEXT
+local NOW_MS, NOW_US, NOW_TEXT, NOW_US_TEXT, NOW_WIDE
 local S, W, WEIGHTS, TF, TW
 -- The state's counts as read (a call may move one and back: a release
 -- that promotes a waiter of another tenant leaves tt as it was).
@@ -282,6 +282,7 @@ local function begin(keys)
     NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
     NOW_TEXT = string.format('%d', NOW_MS)
+    NOW_US_TEXT, NOW_WIDE = nil, nil
     S, W, WEIGHTS, TF, TW = {}, {}, {}, {}, {}
     NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS = nil, false, false, false, nil, {}
 end
@@ -307,6 +308,12 @@ end
 -- '%d' (a C long) is four times cheaper than '%.0f'.
 local function int(n)
     return string.format('%d', n)
+end
+
+-- Redis's clock in microseconds as text (made once per call).
+local function now_us_text()
+    NOW_US_TEXT = NOW_US_TEXT or int(NOW_US)
+    return NOW_US_TEXT
 end
 
 local function set(field, value)
@@ -495,7 +502,7 @@ local function tfield(f)
         local h, g = 'h:' .. t, 'g:' .. t
         local v = redis.call('HMGET', tenant_key(), h, g)
         if TF[h] == nil then TF[h] = tonumber(v[1]) or false end
-        if TF[g] == nil then TF[g] = tonumber(v[2]) or false end
+        if TF[g] == nil then TF[g] = v[2] or false end     -- (a turn: WIDE)
         if v[1] or v[2] then TF[true] = true end    -- (it exists: it has a TTL)
     end
     return TF[f] or nil
@@ -526,16 +533,56 @@ local function tenant_held(t)
     return tfield('h:' .. t) or 0
 end
 
+-- Small whole numbers as text, each formatted once (tq_score).
+local SMALL = {}
+
 -- I12: a tenant's rank in tq: held permits per weight (exact to the bit;
 -- '%d' when whole, as '%.17g' would print it, at a third of the cost).
 local function tq_score(t)
     local r = tenant_held(t) / weight_of(t)
-    return string.format(r % 1 == 0 and '%d' or '%.17g', r)
+    if r % 1 ~= 0 then return string.format('%.17g', r) end
+    local text = SMALL[r]
+    if not text then
+        text = int(r)
+        if r < 1000 then SMALL[r] = text end
+    end
+    return text
+end
+
+-- I12: a held count of tenant t ('') that falls to 0 while t waits is
+-- written as '0' instead of deleted (ZERO).
+local function keep_zero(t)
+    local f = 'h:' .. t
+    if TW[f] == false and t ~= '' then TF[f], TW[f] = 0, '0' end
+end
+
+-- The zeros that make n digits 65 wide, each made once (wide).
+local ZEROS = {}
+
+-- I12: a whole, positive number of microseconds (a place, a grant; a
+-- number, or its text) as a turn: its digits, 65 wide (WIDE), so that
+-- turns compare as text.  Text of 16 characters (a place as Redis prints
+-- a score, from 2001 to 2286) is digits already: only a shorter one (Redis
+-- 7.2 and later print 1e+15 so) is read and printed again.
+local function wide(v)
+    if type(v) ~= 'string' or #v ~= 16 then v = int(tonumber(v)) end
+    local z = ZEROS[#v]
+    if not z then
+        z = string.rep('0', 65 - #v)
+        ZEROS[#v] = z
+    end
+    return z .. v
+end
+
+-- Redis's clock as a turn (made once per call).
+local function now_wide()
+    NOW_WIDE = NOW_WIDE or wide(now_us_text())
+    return NOW_WIDE
 end
 
 -- I12: a tenant's entry in tq: its turn, then its name (WIDE).
 local function tq_member(turn, t)
-    return string.format('%065d', turn) .. t
+    return turn .. t
 end
 
 -- I12: the tenant of an entry in tq.
@@ -543,29 +590,25 @@ local function tq_tenant(q)
     return string.sub(q, 66)
 end
 
--- I12: note tenant t's last grant (us), written 65 digits wide (WIDE).
-local function set_grant(t, last)
-    tset('g:' .. t, last)
-    TW['g:' .. t] = string.format('%065d', last)
-end
-
--- I12: the place of the first of tenant t's line (nil: none), and its id.
+-- I12: the place of the first of tenant t's line, as a turn (nil: none),
+-- and its id.
 local function tline_head(t)
     local h = redis.call('ZRANGE', tline_key(t), '0', '0', 'WITHSCORES')
-    return tonumber(h[2]), h[1]
+    return h[2] and wide(h[2]), h[1]
 end
 
 -- I12: tenant t's turn: the later of its first waiter's place (head) and
--- its last grant while it waited (nil without a head).
+-- its last grant while it waited (nil without a head; both turns).
 local function turn_of(head, last)
-    return head and math.max(head, last or head)
+    return head and (last and last > head and last or head)
 end
 
 -- I12: set tenant t's entry in tq from its line and its held permits
 -- (granted: it was granted a permit now, its last grant, g:<t>).  before:
 -- the place its first waiter had when its entry was last set (nil: it had
 -- none; true: the line is as it was).  known: the place its first waiter
--- has now, if the caller knows it (false: it has none; nil: look).  (The
+-- has now, if the caller knows it (false: it has none; nil: look).
+-- Places as turns (wide).  (The
 -- new entry comes first: tq emptied for a moment would be made anew
 -- without a TTL.)  The place of its first waiter, nil if it has none.
 local function requeue(t, granted, before, known)
@@ -574,13 +617,15 @@ local function requeue(t, granted, before, known)
     local last = tfield('g:' .. t)
     if before == true then before = head end
     local old = turn_of(before, last)
-    if granted then last = NOW_US end
+    if granted then last = now_wide() end
     local turn = turn_of(head, last)
     if head then
         redis.call('ZADD', tq_key(), tq_score(t), tq_member(turn, t))
-        if granted then set_grant(t, last) end
-    elseif last then
-        tset('g:' .. t, nil)
+        if granted then tset('g:' .. t, last) end
+        keep_zero(t)
+    else
+        if last then tset('g:' .. t, nil) end
+        if TF['h:' .. t] == 0 then tset('h:' .. t, nil) end
     end
     if old and old ~= turn then redis.call('ZREM', tq_key(), tq_member(old, t)) end
     return head
@@ -609,7 +654,7 @@ local function made_line(k)
     redis.call('PEXPIRE', k, int(pttl > 0 and pttl or GRACE_MS))
 end
 
--- I12: id, of tenant t, joined waiting at place: into its tenant's line,
+-- I12: id, of tenant t, joined waiting at place (text): into its tenant's line,
 -- if lines are kept per tenant; the first waiter with a tenant starts
 -- them, the line so far becoming tenant ''s.
 local function enqueue(id, place, t)
@@ -638,14 +683,14 @@ local function enqueue(id, place, t)
         NEW_KEYS[#NEW_KEYS + 1] = tq_key()
     end
     local k = tline_key(t)
-    redis.call('ZADD', k, int(place), id)
+    redis.call('ZADD', k, place, id)
     -- (behind its tenant's first waiter, it changes nothing in tq: a
     -- tenant's rank is its held permits, and its turn; its rank is looked
     -- at first, as a reply with scores costs a number conversion each)
     if redis.call('ZRANK', k, id) ~= 0 then return end
     local second = redis.call('ZRANGE', k, '1', '1', 'WITHSCORES')
     if not second[1] then made_line(k) end
-    requeue(t, false, tonumber(second[2]), place)
+    requeue(t, false, second[2] and wide(second[2]), wide(place))
 end
 
 -- I12: with no tenant's line left (tq holds at most the line of those
@@ -663,12 +708,16 @@ end
 -- was not first and got nothing leaves tq as it was; only a first
 -- waiter's leaving can empty its tenant's line.)  place: id's place, if
 -- the caller knows it is the first of its tenant's line; after: then, the
--- place of the waiter behind it (false: none).
+-- place of the waiter behind it (false: none); both as turns (wide).
 local function dequeue(id, t, granted, place, after)
     if not S.tl then return end
     local k = tline_key(t)
     local first = place ~= nil or redis.call('ZRANGE', k, '0', '0')[1] == id
-    local before = first and (place or tonumber(redis.call('ZSCORE', k, id))) or true
+    local before = true
+    if first then
+        before = place or redis.call('ZSCORE', k, id)
+        before = before and wide(before) or nil
+    end
     local known = nil
     if place ~= nil then known = after end
     redis.call('ZREM', k, id)
@@ -679,16 +728,36 @@ end
 
 -- I4, I12: the first waiter's id (nil if none); with lines kept per
 -- tenant, also its tenant, its place and the place of the waiter behind
--- it there (false: none).
+-- it there (false: none), both as turns (wide), and its tenant's entry in
+-- tq and score.
 local function first_waiter()
     if not S.tl then
         return redis.call('ZRANGE', K_WAITING, '0', '0')[1], nil
     end
-    local q = redis.call('ZRANGE', tq_key(), '0', '0')[1]
-    if not q then return nil, nil end
-    local t = tq_tenant(q)
+    local q = redis.call('ZRANGE', tq_key(), '0', '0', 'WITHSCORES')
+    if not q[1] then return nil, nil end
+    local t = tq_tenant(q[1])
     local h = redis.call('ZRANGE', tline_key(t), '0', '1', 'WITHSCORES')
-    return h[1], t, tonumber(h[2]), tonumber(h[4]) or false
+    return h[1], t, h[2] and wide(h[2]), h[4] and wide(h[4]) or false, q[1], tonumber(q[2])
+end
+
+-- I12: what tenant t's entry q in tq, scored score, says of it, taken
+-- instead of a read of the tenant hash when its first waiter, at place,
+-- is promoted (I12 keeps them equal): its held permits (its score times
+-- its weight), and, while another waiter of it is left (after), a last
+-- grant that gives the turn q names (promote() writes the real one).
+-- Either, when more than 0, exists in the hash.
+local function from_tq(t, q, score, place, after)
+    local h, g = 'h:' .. t, 'g:' .. t
+    if TF[h] == nil then
+        TF[h] = math.floor(score * weight_of(t) + 0.5)
+        if TF[h] > 0 then TF[true] = true end
+    end
+    if after and TF[g] == nil then
+        local turn = string.sub(q, 1, 65)
+        TF[g] = turn > place and turn or false
+        if TF[g] then TF[true] = true end
+    end
 end
 
 -- I4, I12: true if a newcomer of tenant t at place would be the first
@@ -706,6 +775,7 @@ local function would_be_first(place, t)
     local q = redis.call('ZRANGE', tq_key(), '0', '0', 'WITHSCORES')
     if not q[2] then return false end
     local own = tline_head(t)
+    place = wide(place)
     local turn = place
     if own then     -- its tenant waits: it must come first there
         if own <= place then return false end
@@ -815,7 +885,7 @@ end
 -- (the clock stepped back, or two calls in one microsecond).  ttl: the
 -- key's new TTL (ms, a string), or nil to keep the one it has.
 local function next_ticket(ttl)
-    local ticket = int(NOW_US)
+    local ticket = now_us_text()
     local last
     if ttl then
         last = redis.call('SET', K_TICKET, ticket, 'PX', ttl, 'GET')
@@ -852,9 +922,9 @@ local function promote()
     local waiters = redis.call('ZCARD', K_WAITING)
     local line = K_WAITING
     while waiters > 0 do
-        local head, t, place, after
+        local head, t, place, after, q, score
         if line == K_WAITING then
-            head, t, place, after = first_waiter()
+            head, t, place, after, q, score = first_waiter()
         else
             head = redis.call('ZRANGE', line, '0', '0')[1]
         end
@@ -891,8 +961,9 @@ local function promote()
             count_permits(true, p, -1)
             count_permits(false, p, 1)
             note_class(head, p, prio)
-            note_tenant(tenant, p)
             if t ~= tenant then place = nil end
+            if place and t ~= '' then from_tq(t, q, score, place, after) end
+            note_tenant(tenant, p)
             dequeue(head, tenant, true, place, after)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
@@ -1196,7 +1267,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         if redis.call('EXISTS', rline_key()) == 0 then NEW_KEYS[#NEW_KEYS + 1] = rline_key() end
         redis.call('ZADD', rline_key(), place, id)
     end
-    enqueue(id, tonumber(place), tenant)
+    enqueue(id, place, tenant)
     redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin, priority, tenant))
     return waiting_reply(id, limit)
 end
