@@ -59,10 +59,13 @@
 --                                           (tl): the waiters of
 --                                           tenant t (t '': of none), as
 --                                           in waiting (I12)
--- <base>tenant     HASH  h:<t>  permits held by tenant t (I12)
---                        g:<t>  tenant t's last grant while it waited
---                               (us, 65 digits: see WIDE), kept while
---                               it waits
+-- <base>tenant     HASH  h:<t>  permits held by tenant t (I12; "0"
+--                               may stay while t waits: ZERO)
+--                        g:<t>  tenant t's record while it waits: its
+--                               turn, then, if its last grant while
+--                               it waited is not that, "," and the
+--                               grant (nothing if none); us, 65 digits
+--                               each (WIDE)
 --                                           (per tenant, out of the state:
 --                                           the state's one read per call
 --                                           stays as cheap with 100
@@ -76,9 +79,14 @@
 -- every access scans from the start, and switches to a hash table (and a
 -- skip list) for good once a value is longer than 64 bytes.  With 100
 -- tenants waiting, those scans of tq and tenant made a hand-off cost 1.5x
--- one without tenants (bench/lua_loop.sh): a turn and a last grant are
+-- one without tenants (bench/lua_loop.sh): turns and last grants are
 -- written 65 digits wide, so that both keys switch as soon as a tenant
--- waits, and cost the same with 10 tenants waiting or 1,000.)
+-- waits, and cost the same with 10 tenants waiting or 1,000.  The script
+-- keeps them as that text, never as numbers: printing a number, or
+-- reading one back, costs more than a command does.)
+-- (ZERO: a waiting tenant whose held permits fall to 0 keeps "0", instead
+-- of the field being deleted and soon written again; it goes with the
+-- tenant's last waiter.)
 -- <base>weights    HASH  tenant -> weight   stored weights (set_weight),
 --                                           1 when absent: configuration,
 --                                           without a TTL (the state's wt
@@ -215,9 +223,9 @@
 --     is simply the first of waiting, and no tenant line is kept; once
 --     one has, each tenant's waiters are in tline:<t>, and tq holds one
 --     entry per tenant with waiters, scored by its held permits per
---     weight, named by its turn and the tenant (tenant keeps the last
---     grant, g:<t>, of each; its turn follows from that and its first
---     waiter's place).  A tenant
+--     weight, named by its turn and the tenant (tenant keeps the record
+--     of each, g:<t>: its turn, and its last grant while it waited, which
+--     a newcomer standing first in its line needs).  A tenant
 --     alone in line gets every permit that fits (borrowing): shares are
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
@@ -502,7 +510,7 @@ local function tfield(f)
         local h, g = 'h:' .. t, 'g:' .. t
         local v = redis.call('HMGET', tenant_key(), h, g)
         if TF[h] == nil then TF[h] = tonumber(v[1]) or false end
-        if TF[g] == nil then TF[g] = v[2] or false end     -- (a turn: WIDE)
+        if TF[g] == nil then TF[g] = v[2] or false end     -- (its record, as text)
         if v[1] or v[2] then TF[true] = true end    -- (it exists: it has a TTL)
     end
     return TF[f] or nil
@@ -549,8 +557,8 @@ local function tq_score(t)
     return text
 end
 
--- I12: a held count of tenant t ('') that falls to 0 while t waits is
--- written as '0' instead of deleted (ZERO).
+-- I12: tenant t waits: a held count of it that falls to 0 now is written
+-- as '0' instead of deleted (ZERO; '' has no count of its own).
 local function keep_zero(t)
     local f = 'h:' .. t
     if TW[f] == false and t ~= '' then TF[f], TW[f] = 0, '0' end
@@ -562,8 +570,9 @@ local ZEROS = {}
 -- I12: a whole, positive number of microseconds (a place, a grant; a
 -- number, or its text) as a turn: its digits, 65 wide (WIDE), so that
 -- turns compare as text.  Text of 16 characters (a place as Redis prints
--- a score, from 2001 to 2286) is digits already: only a shorter one (Redis
--- 7.2 and later print 1e+15 so) is read and printed again.
+-- a score, from 2001 to 2286) is digits already: only a shorter one (from
+-- 7.2 on, Redis prints a round number such as 1e+15 so) is read and
+-- printed again.
 local function wide(v)
     if type(v) ~= 'string' or #v ~= 16 then v = int(tonumber(v)) end
     local z = ZEROS[#v]
@@ -603,38 +612,70 @@ local function turn_of(head, last)
     return head and (last and last > head and last or head)
 end
 
--- I12: set tenant t's entry in tq from its line and its held permits
--- (granted: it was granted a permit now, its last grant, g:<t>).  before:
--- the place its first waiter had when its entry was last set (nil: it had
--- none; true: the line is as it was).  known: the place its first waiter
--- has now, if the caller knows it (false: it has none; nil: look).
--- Places as turns (wide).  (The
--- new entry comes first: tq emptied for a moment would be made anew
--- without a TTL.)  The place of its first waiter, nil if it has none.
-local function requeue(t, granted, before, known)
-    local head = known
-    if known == nil then head = tline_head(t) elseif not known then head = nil end
-    local last = tfield('g:' .. t)
-    if before == true then before = head end
-    local old = turn_of(before, last)
+-- I12: a waiting tenant's record, g:<t>: its turn, and its last grant
+-- while it waited (false: none) if that is not its turn.
+local function make_record(turn, last)
+    if last == turn then return turn end
+    return turn .. ',' .. (last or '')
+end
+
+-- I12: a record's turn and last grant (false: none).
+local function read_record(v)
+    if #v == 65 then return v, v end
+    local last = string.sub(v, 67)
+    return string.sub(v, 1, 65), last ~= '' and last
+end
+
+-- I12: tenant t's new turn when its line is as it was (true: the same as
+-- old; nil: it does not wait).  A grant makes it the later of now and its
+-- first waiter's place, which is now unless a place is later than now
+-- (a negative priority): only then is it looked up.
+local function same_line_turn(t, old, granted)
+    if not old then return nil end
+    if not granted then return old end
+    if old <= now_wide() then return now_wide() end
+    return turn_of(tline_head(t), now_wide())
+end
+
+-- I12: set tenant t's entry in tq and its record from its line and its
+-- held permits (granted: it was granted a permit now, its new last
+-- grant).  known: the place of its first waiter now, if the caller knows
+-- it (false: it has none; true: its line is as it was; nil: look).  was:
+-- its turn in tq, if the caller read it there (then a grant needs nothing
+-- of its record).  Places and turns as wide text.  (The new entry comes
+-- first: tq emptied for a moment would be made anew without a TTL.)
+-- True if it waits.
+local function requeue(t, granted, known, was)
+    local old, last = was, nil
+    if not (was and granted) then
+        local rec = tfield('g:' .. t)
+        if rec then old, last = read_record(rec) end
+    end
     if granted then last = now_wide() end
-    local turn = turn_of(head, last)
-    if head then
+    local turn
+    if known == true then
+        turn = same_line_turn(t, old, granted)
+    else
+        if known == nil then known = tline_head(t) end
+        turn = turn_of(known or nil, last)
+    end
+    if turn then
         redis.call('ZADD', tq_key(), tq_score(t), tq_member(turn, t))
-        if granted then tset('g:' .. t, last) end
+        local rec = make_record(turn, last)
+        if rec ~= TF['g:' .. t] then tset('g:' .. t, rec) end
         keep_zero(t)
     else
-        if last then tset('g:' .. t, nil) end
+        if old then tset('g:' .. t, nil) end
         if TF['h:' .. t] == 0 then tset('h:' .. t, nil) end
     end
     if old and old ~= turn then redis.call('ZREM', tq_key(), tq_member(old, t)) end
-    return head
+    return turn ~= nil
 end
 
 -- I12: tenant t's held permits changed (granted: it was granted one): so
 -- does its rank, if it waits.  True if it does.
 local function rescore(t, granted)
-    return S.tl and requeue(t, granted, true) ~= nil
+    return S.tl and requeue(t, granted, true)
 end
 
 -- I12: tenant t ('': none) holds dp permits more (or fewer).
@@ -678,7 +719,7 @@ local function enqueue(id, place, t)
         if #add > 0 then
             call_chunked('ZADD', tline_key(''), add, 2)
             NEW_KEYS[#NEW_KEYS + 1] = tline_key('')
-            requeue('', false, nil)
+            requeue('', false)
         end
         NEW_KEYS[#NEW_KEYS + 1] = tq_key()
     end
@@ -688,9 +729,9 @@ local function enqueue(id, place, t)
     -- tenant's rank is its held permits, and its turn; its rank is looked
     -- at first, as a reply with scores costs a number conversion each)
     if redis.call('ZRANK', k, id) ~= 0 then return end
-    local second = redis.call('ZRANGE', k, '1', '1', 'WITHSCORES')
-    if not second[1] then made_line(k) end
-    requeue(t, false, second[2] and wide(second[2]), wide(place))
+    -- (a tenant has a record while it waits: without one, its line is new)
+    if not tfield('g:' .. t) then made_line(k) end
+    requeue(t, false, wide(place))
 end
 
 -- I12: with no tenant's line left (tq holds at most the line of those
@@ -706,30 +747,25 @@ end
 -- I12: id, of tenant t, left waiting (granted: promoted, else gone); the
 -- last waiter with a tenant ends the lines per tenant.  (A waiter that
 -- was not first and got nothing leaves tq as it was; only a first
--- waiter's leaving can empty its tenant's line.)  place: id's place, if
--- the caller knows it is the first of its tenant's line; after: then, the
--- place of the waiter behind it (false: none); both as turns (wide).
-local function dequeue(id, t, granted, place, after)
+-- waiter's leaving can empty its tenant's line; a grant to another moves
+-- its tenant's turn.)  was: its tenant's turn in tq, if the caller knows
+-- that id is the first of its tenant's line; after: then, the place of
+-- the waiter behind it, as a turn (false: none).
+local function dequeue(id, t, granted, was, after)
     if not S.tl then return end
     local k = tline_key(t)
-    local first = place ~= nil or redis.call('ZRANGE', k, '0', '0')[1] == id
-    local before = true
-    if first then
-        before = place or redis.call('ZSCORE', k, id)
-        before = before and wide(before) or nil
-    end
-    local known = nil
-    if place ~= nil then known = after end
+    local first = was ~= nil or redis.call('ZRANGE', k, '0', '0')[1] == id
     redis.call('ZREM', k, id)
-    if (granted or first) and not requeue(t, granted, before, known) and t ~= '' then
+    local known = true              -- (not first: its line's head stays)
+    if was ~= nil then known = after elseif first then known = nil end
+    if (granted or first) and not requeue(t, granted, known, was) and t ~= '' then
         end_lines()
     end
 end
 
 -- I4, I12: the first waiter's id (nil if none); with lines kept per
--- tenant, also its tenant, its place and the place of the waiter behind
--- it there (false: none), both as turns (wide), and its tenant's entry in
--- tq and score.
+-- tenant, also its tenant, the place of the waiter behind it there, as a
+-- turn (false: none), and its tenant's entry in tq and score.
 local function first_waiter()
     if not S.tl then
         return redis.call('ZRANGE', K_WAITING, '0', '0')[1], nil
@@ -738,26 +774,18 @@ local function first_waiter()
     if not q[1] then return nil, nil end
     local t = tq_tenant(q[1])
     local h = redis.call('ZRANGE', tline_key(t), '0', '1', 'WITHSCORES')
-    return h[1], t, h[2] and wide(h[2]), h[4] and wide(h[4]) or false, q[1], tonumber(q[2])
+    return h[1], t, h[4] and wide(h[4]) or false, q[1], tonumber(q[2])
 end
 
--- I12: what tenant t's entry q in tq, scored score, says of it, taken
--- instead of a read of the tenant hash when its first waiter, at place,
--- is promoted (I12 keeps them equal): its held permits (its score times
--- its weight), and, while another waiter of it is left (after), a last
--- grant that gives the turn q names (promote() writes the real one).
--- Either, when more than 0, exists in the hash.
-local function from_tq(t, q, score, place, after)
-    local h, g = 'h:' .. t, 'g:' .. t
-    if TF[h] == nil then
-        TF[h] = math.floor(score * weight_of(t) + 0.5)
-        if TF[h] > 0 then TF[true] = true end
-    end
-    if after and TF[g] == nil then
-        local turn = string.sub(q, 1, 65)
-        TF[g] = turn > place and turn or false
-        if TF[g] then TF[true] = true end
-    end
+-- I12: tenant t's turn, as its entry q in tq, scored score, names it;
+-- and its held permits (its score times its weight), taken instead of a
+-- read of the tenant hash when its first waiter is promoted (I12 keeps
+-- them equal; the hash exists: it keeps t's record).
+local function from_tq(t, q, score)
+    local h = 'h:' .. t
+    if TF[h] == nil then TF[h] = math.floor(score * weight_of(t) + 0.5) end
+    TF[true] = true
+    return string.sub(q, 1, 65)
 end
 
 -- I4, I12: true if a newcomer of tenant t at place would be the first
@@ -780,7 +808,8 @@ local function would_be_first(place, t)
     if own then     -- its tenant waits: it must come first there
         if own <= place then return false end
         if tq_tenant(q[1]) == t then return true end
-        turn = turn_of(place, tfield('g:' .. t))     -- (as requeue)
+        local _, last = read_record(tfield('g:' .. t) or '')
+        turn = turn_of(place, last or nil)           -- (as requeue)
     end
     local s, hs = tonumber(tq_score(t)), tonumber(q[2])
     return s < hs or (s == hs and tq_member(turn, t) < q[1])
@@ -922,9 +951,9 @@ local function promote()
     local waiters = redis.call('ZCARD', K_WAITING)
     local line = K_WAITING
     while waiters > 0 do
-        local head, t, place, after, q, score
+        local head, t, after, q, score
         if line == K_WAITING then
-            head, t, place, after, q, score = first_waiter()
+            head, t, after, q, score = first_waiter()
         else
             head = redis.call('ZRANGE', line, '0', '0')[1]
         end
@@ -961,10 +990,10 @@ local function promote()
             count_permits(true, p, -1)
             count_permits(false, p, 1)
             note_class(head, p, prio)
-            if t ~= tenant then place = nil end
-            if place and t ~= '' then from_tq(t, q, score, place, after) end
+            local was = nil         -- (the first of its tenant's line)
+            if q and t == tenant then was = from_tq(t, q, score) end
             note_tenant(tenant, p)
-            dequeue(head, tenant, true, place, after)
+            dequeue(head, tenant, true, was, after)
             set_deadline(head, NOW_MS + window, false)
             redis.call('HSET', K_INFO, head, make_info(lease, maxh, NOW_MS, origin, prio, tenant))
             post(wake_key(head), head, ticket, NOW_MS + window)

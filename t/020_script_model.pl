@@ -134,7 +134,8 @@ sub violations
 	my %state = @{ $r->cmd('HGETALL', $ks) };
 	my (@ids, %ticket);
 	# (I12: the per-tenant counts live in the tenant hash, never in the
-	# state; the checks below see them as th:<t> and tg:<t>)
+	# state; the checks below see them as th:<t>, and a waiting tenant's
+	# record, g:<t>, as its turn tu:<t> and its last grant tg:<t>)
 	my %thash = @{ $r->cmd('HGETALL', "m:{$name}:tenant") };
 	# (I5: a state kept as configuration outlives members whose keys
 	# expired with nobody calling; the next call empties it, and the tenant
@@ -146,7 +147,21 @@ sub violations
 	}
 	push @bad, "the state has a per-tenant field $_" foreach grep { /^t[hpg]:/ } keys %state;
 	push @bad, "the tenant hash has a field $_" foreach grep { !/^[hg]:./s && $_ ne 'g:' } keys %thash;
-	$state{ 't' . substr($_, 0, 1) . ':' . substr($_, 2) } = $thash{$_} foreach keys %thash;
+	foreach my $f (grep { /^h:/ } keys %thash) { $state{"t$f"} = $thash{$f}; }
+	foreach my $f (grep { /^g:/ } keys %thash)
+	{
+		my $t = substr($f, 2);
+		# (its turn, then, if its last grant is not that, ',' and the
+		# grant or nothing: 65 digits each)
+		my ($turn, $comma, $last) = $thash{$f} =~ /^(\d{65})(?:(,)(\d{65})?)?$/;
+		push @bad, "tenant '$t' has the record '$thash{$f}'" unless defined $turn;
+		next unless defined $turn;
+		$state{"tu:$t"} = $turn;
+		$state{"tg:$t"} = $comma ? $last : $turn;
+		delete $state{"tg:$t"} unless defined $state{"tg:$t"};
+		push @bad, "tenant '$t' keeps its last grant $last apart, though it is its turn"
+		  if defined $last && $last eq $turn;
+	}
 	# (I5, I12: wt says that weights are stored)
 	my $weights = $r->cmd('HLEN', "m:{$name}:weights");
 	push @bad, "the state has wt " . ($state{wt} // 'none') . ", the weights key has $weights"
@@ -335,7 +350,10 @@ sub tenant_violations
 	  if grep { exists $state->{$_} } qw(tn tw);
 	push @bad, "state counts tt " . ($state->{tt} // 0) . ", the holders with a tenant take $tt"
 	  if ($state->{tt} // 0) != $tt;
-	push @bad, "the state keeps a count of 0: $_" foreach grep { /^(th:.*|tt)$/ && $state->{$_} == 0 } keys %$state;
+	# (ZERO: a waiting tenant's count of 0 may stay, as '0')
+	my %waits = map { ($tenant->{$_} // '') => 1 } keys %$waiting;
+	push @bad, "the state keeps a count of 0: $_"
+	  foreach grep { /^(th:.*|tt)$/ && $state->{$_} == 0 && !($_ ne 'tt' && $waits{ substr($_, 3) }) } keys %$state;
 	foreach my $f (grep { /^th:/ } keys %$state)
 	{
 		my $t = substr($f, 3);
@@ -348,7 +366,7 @@ sub tenant_violations
 	}
 	my @tlines = @{ $r->cmd('KEYS', "m:{$name}:tline:*") };
 	my %tq = @{ $r->cmd('ZRANGE', "m:{$name}:tq", 0, -1, 'WITHSCORES') };
-	my @turns = grep { /^tg:/ } keys %$state;
+	my @turns = grep { /^t[gu]:/ } keys %$state;
 	if (!$tw)
 	{
 		push @bad, "no waiter has a tenant, but @tlines exist" if @tlines;
@@ -383,6 +401,8 @@ sub tenant_violations
 		my $last = $state->{"tg:$t"};
 		my $turn = max($expect{$t}{$head}, $last // 0);
 		push @bad, "tenant '$t' was last granted at $last, after now ($now_us)" if defined $last && $last > $now_us;
+		push @bad, "tenant '$t' keeps the turn " . ($state->{"tu:$t"} // 'none') . ", its line and last grant say $turn"
+		  unless defined $state->{"tu:$t"} && $state->{"tu:$t"} == $turn;
 		$want_tq{ sprintf('%065d', $turn) . $t } = ($th{$t} // 0) / ($t eq '' ? 1 : $w{$t} // 1);
 	}
 	push @bad, "the state keeps a turn or grant for $_, which has no waiter" foreach grep { !exists $expect{ substr($_, 3) } } @turns;
@@ -391,8 +411,8 @@ sub tenant_violations
 	my $enc = $r->cmd('OBJECT', 'ENCODING', "m:{$name}:tq") // 'none';
 	push @bad, "tq is encoded as $enc, not as a skiplist" if %tq && $enc ne 'skiplist';
 	$enc = $r->cmd('OBJECT', 'ENCODING', "m:{$name}:tenant") // 'none';
-	push @bad, "the tenant hash keeps last grants, encoded as $enc, not as a hashtable"
-	  if grep({ /^tg:/ } keys %$state) && $enc ne 'hashtable';
+	push @bad, "the tenant hash keeps turns, encoded as $enc, not as a hashtable"
+	  if grep({ /^tu:/ } keys %$state) && $enc ne 'hashtable';
 	my $got = join(',', map { "$_=" . ($tq{$_} + 0) } sort keys %tq);
 	my $want = join(',', map { "$_=" . ($want_tq{$_} + 0) } sort keys %want_tq);
 	push @bad, "tq is $got, the tenants with waiters say $want" unless $got eq $want;
@@ -1169,6 +1189,49 @@ is_deeply(ev('ten', 'set_weight', 'A', ''), [1], 'and is removed');
 check_all('every member of "ten" gone');
 my @ten_left = grep { !/:ticket$/ } @{ $r->cmd('KEYS', 'm:{ten}:*') };
 is(scalar(@ten_left), 0, 'nothing of "ten" is left but its ticket') or diag("@ten_left");
+
+note 'tenants (I12): a waiting tenant\'s count of 0 stays while it waits, and goes with its last waiter';
+%limit = (zero => 1);
+sub zero_acquire
+{
+	my ($id, $wait, $ten, $prio) = @_;
+	my $t = now_ms();
+	my $rep = ev('zero', 'acquire', $id, 1, 1, 60000, $wait, 30000, 'model', '', $prio // 0, $ten);
+	absorb($id, 'zero', $rep, $t, 1, $prio // 0);
+	return state_of($rep);
+}
+is(join(' ', zero_acquire('za', 0, 'A'), zero_acquire('zb', 1, 'B'), zero_acquire('za2', 1, 'A')),
+	'held waiting waiting', 'za of A holds; zb of B, then za2 of A, wait');
+is(ev('zero', 'release', 'za'), 1, 'za releases');
+delete $c{za};
+ok($r->cmd('LLEN', 'm:{zero}:wake:zb') == 1, 'zb is promoted: A and B hold nothing, and B\'s waiter came first');
+is($r->cmd('HGET', 'm:{zero}:tenant', 'h:A'), '0', 'A, still waiting, holds 0 (kept, not deleted and made again)');
+check_all('a waiting tenant holding nothing');
+ev('zero', 'give_up', 'za2');
+delete $c{za2};
+is($r->cmd('HEXISTS', 'm:{zero}:tenant', 'h:A'), 0, 'once its last waiter gave up, A has no count');
+check_all('a tenant that no longer waits');
+ev('zero', 'release', 'zb');
+delete $c{zb};
+# (a tenant's turn: the later of its first waiter's place and its last
+# grant while it waited, kept in its record as its line changes)
+is(join(' ', map { zero_acquire(@$_) } [ 'zh', 0, 'A' ], [ 'z1', 1, 'A' ], [ 'z2', 1, 'A' ], [ 'z3', 1, 'A' ]),
+	'held waiting waiting waiting', 'zh of A holds; z1, z2 and z3 of A wait');
+ev('zero', 'release', 'zh');
+delete $c{zh};
+ok($r->cmd('LLEN', 'm:{zero}:wake:z1') == 1, 'z1 is promoted');
+check_all('a tenant granted a permit while it waits: its turn is the grant');
+ev('zero', 'give_up', 'z2');
+delete $c{z2};
+check_all('its first waiter gone: its turn stays the grant, later than the next waiter\'s place');
+usleep(20_000);
+is(zero_acquire('zp', 1, 'A', 1), 'waiting', 'zp of A, of priority 1, waits first in A\'s line');
+check_all('a newcomer first in its tenant\'s line, of a place before the last grant: the turn stays the grant');
+ev('zero', 'give_up', $_) foreach qw(z3 zp);
+ev('zero', 'release', 'z1');
+delete @c{qw(z1 z3 zp)};
+is(scalar(grep { !/:ticket$/ } @{ $r->cmd('KEYS', 'm:{zero}:*') }), 0, 'nothing of "zero" is left but its ticket');
+%limit = ();
 
 note 'tenants and a reserve: a class member promoted into the reserve from behind its tenant\'s first waiter';
 
