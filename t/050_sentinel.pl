@@ -3,9 +3,10 @@
 # follows a failover (SENTINEL FAILOVER, and a SIGKILL of the primary) under
 # a concurrent load, and never lets more than the limit in at once with
 # redsem.grant_replicas = 1 - counted independently of redsem, from the
-# periods the sessions themselves log.  The same rounds run with the option
-# off, and the figures (over-admissions, seconds without a grant) are
-# printed; bench/failover.sh collects them.
+# periods the sessions themselves log.  Two of the four rounds (each way,
+# with the option on and off) run unless REDSEM_FAILOVER_ROUNDS says others
+# (RedsemTest::Failover::rounds), and the figures (over-admissions, seconds
+# without a grant) are printed; bench/failover.sh collects them.
 use strict;
 use warnings FATAL => 'all';
 

@@ -3,7 +3,9 @@
 # ASK are followed (a slot migrated under a live hold), and failovers
 # (CLUSTER FAILOVER on a replica, a SIGKILL of a primary) are followed under
 # a concurrent load over ten semaphores, never more than the limit inside
-# at once with redsem.grant_replicas = 1 - counted independently of redsem.
+# at once with redsem.grant_replicas = 1 - counted independently of redsem
+# (two of the four rounds unless REDSEM_FAILOVER_ROUNDS says others:
+# RedsemTest::Failover::rounds).
 use strict;
 use warnings FATAL => 'all';
 
