@@ -16,11 +16,16 @@
 # removes instructions from the script removes time: lua_loop.sh shows how
 # much, when the machine is quiet.  Printed, in thousands of instructions:
 # the rows of lua_loop.sh, and the tenants' hand-offs as ratios to the
-# hand-off with no tenant (issue 22: at most 1.3).
+# hand-off with no tenant (issue 22: at most 1.3).  Then, as a client sends
+# them (bench/ops.pl, redis-cli --pipe), acquire + release pairs of the
+# shipped script and of bench/script_cpu.sh's four-command floor
+# (bench/floor.lua), idle and beside 10 holders: the instructions Redis runs
+# inside FCALL per call (the part INFO commandstats times), and their ratio
+# (issue 21, target 1: at most 1.5).
 #
 # Environment: BENCH_BEFORE, BENCH_PAIRS (default "100 500": N1 and N2 of
-# the pairs), BENCH_HANDOFFS (default "100 400"), REDSEM_KEEP=1.  Installs
-# valgrind if it is missing.
+# the pairs), BENCH_HANDOFFS (default "100 400"), BENCH_CALLS (default 500
+# pairs), REDSEM_KEEP=1.  Installs valgrind if it is missing.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -28,6 +33,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 read -r P1 P2 <<<"${BENCH_PAIRS:-100 500}"
 read -r H1 H2 <<<"${BENCH_HANDOFFS:-100 400}"
+CALLS=${BENCH_CALLS:-500}
 
 [[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
 command -v redis-server >/dev/null || redsem_die "redis-server not found"
@@ -58,15 +64,15 @@ VPID=$(<"$W/redis.pid")
 
 bench_loop_sides
 
-# count FN N ARG: instructions Redis ran for FCALL FN with N operations
-# (callgrind_control reaches valgrind through files in /tmp named after
-# the user, from USER or LOGNAME: Redis overwrites its environment to set
-# its process title, after which valgrind looks for them as user "???", so
-# both run without either)
-count() {
+# callgrind_control reaches valgrind through files in /tmp named after the
+# user, from USER or LOGNAME: Redis overwrites its environment to set its
+# process title, after which valgrind looks for them as user "???", so
+# both run without either.
+# cg_zero: zero the counts
+cg_zero() { redsem_as_postgres env -u USER -u LOGNAME callgrind_control -z "$VPID" >/dev/null 2>&1; }
+# cg_dump: dump the counts since cg_zero to $W/cg.out.<n>; print its name
+cg_dump() {
     local f i
-    redsem_as_postgres env -u USER -u LOGNAME callgrind_control -z "$VPID" >/dev/null 2>&1
-    cli FCALL "$1" 0 "$2" "$3" "c$RANDOM$RANDOM" >/dev/null
     redsem_as_postgres env -u USER -u LOGNAME callgrind_control -d "$VPID" >/dev/null 2>&1
     for ((i = 0; i < 100; i++)); do
         f=$(ls "$W"/cg.out.* 2>/dev/null | head -n 1)
@@ -74,6 +80,14 @@ count() {
         sleep 0.1
     done
     [[ -n $f ]] || redsem_die "callgrind wrote no counts"
+    printf '%s' "$f"
+}
+# count FN N ARG: instructions Redis ran for FCALL FN with N operations
+count() {
+    local f
+    cg_zero
+    cli FCALL "$1" 0 "$2" "$3" "c$RANDOM$RANDOM" >/dev/null
+    f=$(cg_dump)
     awk '/^(summary|totals):/ { print $2; exit }' "$f"
     rm -f "$W"/cg.out.*
 }
@@ -84,6 +98,40 @@ per() {
     b=$(count "$1" "$4" "$2")
     awk -v a="$a" -v b="$b" -v n="$(($4 - $3))" 'BEGIN { printf "%.1f", (b - a) / n / 1000 }'
 }
+# feed FILE: send the RESP operations in FILE with redis-cli --pipe
+feed() {
+    cli --pipe <"$1" >"$W/pipe.out" 2>&1 || { cat "$W/pipe.out" >&2; redsem_die "redis-cli --pipe failed"; }
+    grep -q 'errors: 0' "$W/pipe.out" || { cat "$W/pipe.out" >&2; redsem_die "errors in $1"; }
+}
+# per_call FN SEM HOLDERS: thousands of instructions Redis runs inside
+# FCALL (fcallCommand and all it calls) per call, for acquire + release
+# pairs of new ids sent from a client (bench/ops.pl, as src/script.c sends
+# them) beside HOLDERS holders
+per_call() {
+    local f ir
+    if [[ $3 -gt 0 ]]; then
+        perl "$BENCH_DIR/ops.pl" "FCALL $1" - "$2" 1 "$3" fill >"$W/fill.resp"
+        feed "$W/fill.resp"
+    fi
+    perl "$BENCH_DIR/ops.pl" "FCALL $1" "FCALL $1" "$2" 1000 "$CALLS" pairs >"$W/ops.resp"
+    cg_zero
+    feed "$W/ops.resp"
+    f=$(cg_dump)
+    ir=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+        awk '$0 ~ /:fcallCommand / { gsub(",", "", $1); print $1; exit }')
+    rm -f "$W"/cg.out.*
+    awk -v ir="${ir:-0}" -v n="$CALLS" 'BEGIN { if (ir > 0) printf "%.1f", ir / (2 * n) / 1000; else print "n/a" }'
+}
+{ printf '#!lua name=icall\n'; grep -v -e '^#!lua' -e '^redis.register_function' "$BENCH_DIR/../src/redsem.lua"
+  printf "redis.register_function('icall', dispatch)\n"; } >"$W/icall.lua"
+cli -x FUNCTION LOAD <"$W/icall.lua" >/dev/null
+cli -x FUNCTION LOAD <"$BENCH_DIR/floor.lua" >/dev/null
+declare -A C
+for holders in 0 10; do
+    C[redsem$holders]=$(per_call icall "i$holders" "$holders")
+    C[floor$holders]=$(per_call floor_four "f$holders" "$holders")
+done
+
 declare -A K
 for side in "${SIDES[@]}"; do
     K[$side.p0]=$(per "${side}_pairs" 0 "$P1" "$P2")
@@ -98,3 +146,12 @@ printf 'date: %s   host: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" 
     "$(hostname)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 printf 'thousands of instructions per operation; pairs %s-%s, hand-offs %s-%s\n\n' "$P1" "$P2" "$H1" "$H2"
 bench_loop_table K
+
+# issue 21, target 1: at most 1.5x the four-command floor
+printf '\ncalls from a client (redis-cli --pipe, %s acquire + release pairs), thousands of\n' "$CALLS"
+printf 'instructions inside FCALL per call (as INFO commandstats times it)\n'
+printf '%-52s %10s %10s\n' "semaphore with" "0 (idle)" "10 holders"
+printf '%-52s %10s %10s\n' "redsem: acquire or release, mean" "${C[redsem0]}" "${C[redsem10]}"
+printf '%-52s %10s %10s\n' "floor: a four-command function (bench/floor.lua)" "${C[floor0]}" "${C[floor10]}"
+printf '%-52s %10s %10s\n' "  ratio redsem / floor (issue 21: at most 1.5)" \
+    "$(bench_ratio "${C[redsem0]}" "${C[floor0]}")" "$(bench_ratio "${C[redsem10]}" "${C[floor10]}")"

@@ -55,28 +55,7 @@ BODY=$BENCH_DIR/../src/redsem.lua
 LIB=$(bench_library)
 { printf '#!lua name=%s\n' "$LIB"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$LIB"; } >"$W/lib.lua"
 { cat "$BODY"; printf '\nreturn dispatch(KEYS, ARGV)\n'; } >"$W/script.lua"
-# the baselines: an empty function and a four-command one
-cat >"$W/floor.lua" <<'EOF'
-#!lua name=floor
-local function empty() return 1 end
--- TIME, HMGET, then ZADD + HSET (acquire) or ZREM + HSET (release)
-local function four(keys, a)
-    local t = redis.call('TIME')
-    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    local v = redis.call('HMGET', keys[6], 'n', 'i:' .. a[2])
-    local n = tonumber(v[1]) or 0
-    if a[1] == 'acquire' then
-        redis.call('ZADD', keys[2], string.format('%d', now + 30000), a[2])
-        redis.call('HSET', keys[6], 'n', n + 1, 'i:' .. a[2], now)
-    else
-        redis.call('ZREM', keys[2], a[2])
-        redis.call('HSET', keys[6], 'n', n - 1)
-    end
-    return 1
-end
-redis.register_function('floor_empty', empty)
-redis.register_function('floor_four', four)
-EOF
+# the baselines: an empty function and a four-command one (bench/floor.lua)
 cli -x FUNCTION LOAD <"$W/lib.lua" >/dev/null
 # cut_short LIBNAME STAGE: the library cut short after STAGE of dispatch(),
 # or (general) whole but without the fast paths
@@ -101,35 +80,15 @@ cut_short cut_parse parse
 cut_short cut_read read
 cut_short cut_frame frame
 cut_short cut_general general
-cli -x FUNCTION LOAD <"$W/floor.lua" >/dev/null
+cli -x FUNCTION LOAD <"$BENCH_DIR/floor.lua" >/dev/null
 SHA=$(cli -x SCRIPT LOAD <"$W/script.lua")
 
-# gen.pl ACQ REL SEM FROM COUNT WHAT: RESP for COUNT operations on ids
-# x<FROM>.. of semaphore SEM, acquires sent as ACQ and releases as REL
-# ("FCALL name" or "EVALSHA sha"); WHAT is pairs or fill (acquires that
-# hold for 10 minutes)
-cat >"$W/gen.pl" <<'EOF'
-use strict;
-my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
-my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
-sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
-sub op { my ($call, @args) = @_; return cmd(split(/ /, $call), 6, @keys, @args); }
-my $origin = 'bench.example:5432|4242|db|user|bench';
-binmode STDOUT;
-for my $i ($from .. $from + $count - 1) {
-    my $id = sprintf('%016x.%d', 0xfeed0000 + $i, $i);
-    my $lease = $what eq 'fill' ? 600000 : 30000;
-    print op($acq, 'acquire', $id, 1000000, 1, $lease, 0, 60000, $origin);
-    print op($rel, 'release', $id) if $what eq 'pairs';
-}
-EOF
-
-# once NAME CMD ACQ REL SEM FROM COUNT WHAT: feed the operations (gen.pl),
+# once NAME CMD ACQ REL SEM FROM COUNT WHAT: feed the operations (ops.pl),
 # print the mean usec of CMD (fcall or evalsha), check that none failed
 once() {
     local name=$1 cmd=$2
     shift 2
-    perl "$W/gen.pl" "$@" >"$W/ops.resp"
+    perl "$BENCH_DIR/ops.pl" "$@" >"$W/ops.resp"
     cli CONFIG RESETSTAT >/dev/null
     cli --pipe <"$W/ops.resp" >"$W/pipe.out" 2>&1 || { cat "$W/pipe.out" >&2; redsem_die "redis-cli --pipe failed ($name)"; }
     grep -q 'errors: 0' "$W/pipe.out" || { cat "$W/pipe.out" >&2; redsem_die "errors in $name"; }

@@ -1,0 +1,18 @@
+# bench/ops.pl ACQ REL SEM FROM COUNT WHAT - RESP for COUNT redsem operations
+# on ids x<FROM>.. of semaphore SEM, as src/script.c sends them: acquires sent
+# as ACQ and releases as REL ("FCALL name" or "EVALSHA sha"); WHAT is pairs
+# (acquire + release) or fill (acquires that hold for 10 minutes).  Used by
+# bench/script_cpu.sh and bench/instructions.sh with redis-cli --pipe.
+use strict;
+my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
+my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
+sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
+sub op { my ($call, @args) = @_; return cmd(split(/ /, $call), 6, @keys, @args); }
+my $origin = 'bench.example:5432|4242|db|user|bench';
+binmode STDOUT;
+for my $i ($from .. $from + $count - 1) {
+    my $id = sprintf('%016x.%d', 0xfeed0000 + $i, $i);
+    my $lease = $what eq 'fill' ? 600000 : 30000;
+    print op($acq, 'acquire', $id, 1000000, 1, $lease, 0, 60000, $origin);
+    print op($rel, 'release', $id) if $what eq 'pairs';
+}
