@@ -1136,14 +1136,17 @@ note 'tenants (I12): a freed permit goes to the waiting tenant holding the fewes
 
 %limit = (ten => 2);
 %c = ();
-sub ten_acquire
+# acquire of one permit on $sem (limit $limit) by $id of tenant $ten: its
+# state (held, waiting, busy)
+sub tenant_acquire
 {
-	my ($id, $wait, $ten, $prio) = @_;
+	my ($sem, $limit, $id, $wait, $ten, $prio) = @_;
 	my $t = now_ms();
-	my $rep = ev('ten', 'acquire', $id, 2, 1, 60000, $wait, 30000, 'model', '', $prio // 0, $ten);
-	absorb($id, 'ten', $rep, $t, 1, $prio // 0);
+	my $rep = ev($sem, 'acquire', $id, $limit, 1, 60000, $wait, 30000, 'model', '', $prio // 0, $ten);
+	absorb($id, $sem, $rep, $t, 1, $prio // 0);
 	return state_of($rep);
 }
+sub ten_acquire { return tenant_acquire('ten', 2, @_); }
 is(ten_acquire('a1', 0, 'A'), 'held', 'a1 of tenant A holds');
 is(ten_acquire('a2', 0, 'A'), 'held', 'a2 of tenant A holds: a tenant alone uses the whole limit');
 is(ten_acquire('a3', 1, 'A'), 'waiting', 'a3 of A waits');
@@ -1192,14 +1195,7 @@ is(scalar(@ten_left), 0, 'nothing of "ten" is left but its ticket') or diag("@te
 
 note 'tenants (I12): a waiting tenant\'s count of 0 stays while it waits, and goes with its last waiter';
 %limit = (zero => 1);
-sub zero_acquire
-{
-	my ($id, $wait, $ten, $prio) = @_;
-	my $t = now_ms();
-	my $rep = ev('zero', 'acquire', $id, 1, 1, 60000, $wait, 30000, 'model', '', $prio // 0, $ten);
-	absorb($id, 'zero', $rep, $t, 1, $prio // 0);
-	return state_of($rep);
-}
+sub zero_acquire { return tenant_acquire('zero', 1, @_); }
 is(join(' ', zero_acquire('za', 0, 'A'), zero_acquire('zb', 1, 'B'), zero_acquire('za2', 1, 'A')),
 	'held waiting waiting', 'za of A holds; zb of B, then za2 of A, wait');
 is(ev('zero', 'release', 'za'), 1, 'za releases');
