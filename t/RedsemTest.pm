@@ -1116,8 +1116,8 @@ The rounds t/050 and t/052 run, as [how, grant_replicas] pairs: two of the
 four (a planned failover and a killed primary, each with
 redsem.grant_replicas 0 and 1), 'failover:1 kill:0' unless
 $ENV{REDSEM_FAILOVER_ROUNDS} names others (say 'failover:0 kill:1'), or
-'all'.  scripts/matrix.sh gives its roots the other two as well, so that a
-CI run covers all four; bench/failover.sh runs longer rounds.
+'all'.  scripts/matrix.sh gives its roots the other two, so that a CI run
+covers all four; bench/failover.sh runs longer rounds.
 
 =cut
 
