@@ -10,7 +10,8 @@
 # as before; a release lost with its connection (Redis paused, the
 # connection killed before Redis ran it) is given again by the keeper long
 # before the lease would end, and the session's next call goes on without
-# an error; a session that exits or is terminated with a reply unread
+# an error; a connection Redis closed after answering the release is
+# replaced by the next command without an error; a session that exits or is terminated with a reply unread
 # leaves nothing behind; a fault before the send hands the slot to the
 # keeper; a failed release is never retried under other connection
 # settings (another Redis).
@@ -139,6 +140,22 @@ is($err, '', 'the session\'s next call reads the broken connection without an er
 is($out, '0', 'and had nothing to release');
 ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'nothing is left in the table');
 ok(slot_is_free('dr_lost'), 'the semaphore takes a new holder');
+
+###########################################################################
+note 'Redis closed the connection after it answered the release';
+
+$s->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_closed', 1, '60 s') IS NOT NULL;
+	COMMIT;});
+ok(defined wait_until(10, sub { holders('dr_closed') == 0 }), 'Redis ran the release');
+$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+($out, $err) = $s->query(q{SELECT redsem_acquire('dr_closed2', 1, '60 s') IS NOT NULL;});
+is($err, '', 'the next command reconnects without an error (the reply came, then the close)');
+is($out, 't', 'and is served');
+is(released('dr_closed'), 1, 'the release\'s reply was read and counted');
+$s->query_ok('SELECT redsem_release_all();');
+is(table_of($spid), '', 'nothing is left in the table');
 
 sub slot_is_free
 {
