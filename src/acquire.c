@@ -20,16 +20,25 @@
 
 /*
  * A new holder id: the server incarnation, process id, a sequence number
- * and random bits.
+ * and random bits drawn once per process.  The random bits tell apart two
+ * processes of one incarnation that had the same process id (one may have
+ * left holds to the keeper); the sequence tells apart one process's ids.
+ * (A draw per id cost each acquire a system call and some 10 us of
+ * OpenSSL, for nothing more: ids are not secrets, a slot is its session's.)
  */
 static void
 make_id(char *buf, size_t len)
 {
 	static uint32 seq = 0;
-	uint32		rnd;
+	static uint32 rnd = 0;
+	static int	rnd_pid = 0;
 
-	if (!pg_strong_random(&rnd, sizeof(rnd)))
-		rnd = (uint32) GetCurrentTimestamp();
+	if (rnd_pid != MyProcPid)
+	{
+		if (!pg_strong_random(&rnd, sizeof(rnd)))
+			rnd = (uint32) GetCurrentTimestamp();
+		rnd_pid = MyProcPid;
+	}
 	snprintf(buf, len, "%016llx.%d.%u.%08x",
 			 (unsigned long long) redsem_incarnation(), MyProcPid, ++seq, rnd);
 }
