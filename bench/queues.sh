@@ -22,7 +22,10 @@
 #      queue, with the release sent without waiting (the default) and with
 #      redsem.await_release = on, each beside a Redis PING round trip
 #      measured in the same run (redis-benchmark, one client): the target
-#      is at most 1.3 PINGs, one round trip waited for
+#      is at most 1.3 PINGs, one round trip waited for; and the floor of
+#      that: a role in no queue whose statement (the same SELECT) also
+#      calls redsem_limit() once, one Redis round trip through redsem's
+#      connection with a read-only script, vs the same statement without it
 # Redis commands per statement come from INFO commandstats.
 #
 # Environment: BENCH_DURATION (seconds per side, default 10),
@@ -74,11 +77,27 @@ sql_on "$HOOKS" "ALTER ROLE bench_passes SET redsem.queue = 'passes'; ALTER ROLE
 
 declare -A TX SECS RT
 
-# run_half LABEL DIR ROLE : one half of one side
+# D's floor: pgbench -S's statement, with and without one light redsem
+# call (one Redis round trip, nothing taken)
+for f in select floor; do
+    {
+        echo '\set aid random(1, 100000 * :scale)'
+        if [[ $f == floor ]]; then
+            echo "SELECT abalance, redsem_limit('q') FROM pgbench_accounts WHERE aid = :aid;"
+        else
+            echo 'SELECT abalance FROM pgbench_accounts WHERE aid = :aid;'
+        fi
+    } >"$BENCH_TMP/$f.sql"
+done
+chown postgres "$BENCH_TMP"/*.sql
+
+# run_half LABEL DIR ROLE [SCRIPT] : one half of one side (pgbench -S, or
+# the script)
 run_half() {
-    local label=$1 dir=$2 role=$3 out tx tps stats
+    local label=$1 dir=$2 role=$3 out tx tps stats workload=(-S)
+    [[ -z ${4:-} ]] || workload=(-f "$4")
     bench_stats_reset
-    out=$(on_server "$dir" -U "$role" -n -S -M prepared -c "${HALF_CLIENTS:-$CLIENTS}" -j "$(( ${HALF_CLIENTS:-$CLIENTS} < 2 ? 1 : 2 ))" -T "$HALF" 2>&1) || {
+    out=$(on_server "$dir" -U "$role" -n "${workload[@]}" -M prepared -c "${HALF_CLIENTS:-$CLIENTS}" -j "$(( ${HALF_CLIENTS:-$CLIENTS} < 2 ? 1 : 2 ))" -T "$HALF" 2>&1) || {
         printf '%s\n' "$out" >&2
         redsem_die "pgbench failed ($label)"
     }
@@ -113,6 +132,10 @@ run_pair queued "$HOOKS" bench_queued nonq2 "$HOOKS" bench_plain
 HALF_CLIENTS=1
 run_pair one_deferred "$HOOKS" bench_queued one_plain "$HOOKS" bench_plain
 run_pair one_awaited "$HOOKS" bench_awaited one_plain2 "$HOOKS" bench_plain
+for i in 1 2; do
+    run_half one_floor "$HOOKS" bench_plain "$BENCH_TMP/floor.sql"
+    run_half one_select "$HOOKS" bench_plain "$BENCH_TMP/select.sql"
+done
 unset HALF_CLIENTS
 
 PING_US=$(bench_ping_us "$BENCH_SOCK")
@@ -133,5 +156,8 @@ printf '%-44s %10s %10s %12s %12s\n' "release sent without waiting (default)" "$
     "$(added_us one_deferred one_plain)" "$(bench_ratio "$(added_us one_deferred one_plain)" "$PING_US")"
 printf '%-44s %10s %10s %12s %12s\n' "redsem.await_release = on" "$(tps_of one_awaited)" "$(tps_of one_plain2)" \
     "$(added_us one_awaited one_plain2)" "$(bench_ratio "$(added_us one_awaited one_plain2)" "$PING_US")"
+printf '%-44s %10s %10s %12s %12s\n' "floor: one redsem_limit() call, no queue" "$(tps_of one_floor)" "$(tps_of one_select)" \
+    "$(added_us one_floor one_select)" "$(bench_ratio "$(added_us one_floor one_select)" "$PING_US")"
 printf 'a Redis PING round trip (redis-benchmark, 1 client, no pipelining): %s us\n' "$PING_US"
-printf '(D: the target is at most 1.3 PINGs added with the release sent without waiting)\n'
+printf '(D: the target is at most 1.3 PINGs added with the release sent without waiting; the floor is one\n'
+printf ' Redis round trip waited for in a statement, with the lightest script: what any queue could reach)\n'

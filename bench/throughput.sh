@@ -11,6 +11,11 @@
 #      happen; a refused transaction is just the try, no release)
 #   C  redsem in a semaphore with 10 live holders vs 20,000 live holders
 #      (limit 100000): the Lua script must stay O(log N)
+#   F  1 and 8 clients: the round-trip floor vs advisory slots: the same
+#      two statements per transaction, each one redsem_limit() call (one
+#      Redis round trip through redsem's connection, a read-only script,
+#      no slot): what any design with one round trip per call can reach
+#      here, so how far a target in ratios to the slot pool is reachable
 # With one client, redsem's cost per call over the slot pool is set beside
 # a Redis PING round trip measured in the same run (redis-benchmark, one
 # client, no pipelining).  With gnuplot installed, the tx/s of both sides
@@ -69,7 +74,17 @@ SELECT pg_advisory_unlock(hashtext('$2'), :slot);
 EOF
 }
 
+# the round-trip floor: two statements, each one light redsem call that
+# reads the semaphore's stored limit (one FCALL) and takes nothing
+write_floor_script() { # FILE SEM
+    cat >"$1" <<EOF
+SELECT redsem_limit('$2') IS NULL AS none \\gset
+SELECT redsem_limit('$2');
+EOF
+}
+
 W=$BENCH_TMP
+write_floor_script "$W/floor.sql" b
 write_redsem_script "$W/redsem4.sql" b "$LIMIT"
 write_advisory_script "$W/advisory4.sql" b "$LIMIT"
 write_redsem_script "$W/small.sql" small 100000
@@ -144,6 +159,12 @@ for clients in $CLIENT_COUNTS; do
     run_pair "redsem$clients" "$W/redsem4.sql" "advisory$clients" "$W/advisory4.sql" "$clients"
 done
 
+# F: the round-trip floor beside the slot pool, again in halves
+FLOOR_CLIENTS="1 8"
+for clients in $FLOOR_CLIENTS; do
+    run_pair "floor$clients" "$W/floor.sql" "advisoryF$clients" "$W/advisory4.sql" "$clients"
+done
+
 # A Redis PING round trip, one client, no pipelining
 PING_US=$(bench_ping_us "$BENCH_SOCK")
 
@@ -182,6 +203,18 @@ printf 'one client: redsem costs %s us per call more than the slot pool (two cal
 printf '  a Redis PING round trip (redis-benchmark, 1 client, no pipelining): %s us; overhead/PING = %s\n' \
     "$PING_US" "$(bench_ratio "$per_call_us" "$PING_US")"
 printf 'eight clients: redsem/advisory tx/s = %s\n\n' "$(bench_ratio "$(tps_of redsem8)" "$(tps_of advisory8)")"
+
+# F: the same figures for the round-trip floor, against its own slot-pool run
+floor_call_us=$(awk -v r="$(tps_of floor1)" -v a="$(tps_of advisoryF1)" \
+    'BEGIN { if (r > 0 && a > 0) printf "%.1f", (1e6 / r - 1e6 / a) / 2; else print "n/a" }')
+printf 'the round-trip floor (two redsem_limit calls per tx: one Redis round trip each, no slot):\n'
+printf '  one client: %s us per call more than the slot pool; overhead/PING = %s\n' \
+    "$floor_call_us" "$(bench_ratio "$floor_call_us" "$PING_US")"
+printf '  eight clients: floor/advisory tx/s = %s (%s / %s); redsem/floor = %s\n' \
+    "$(bench_ratio "$(tps_of floor8)" "$(tps_of advisoryF8)")" "$(tps_of floor8)" "$(tps_of advisoryF8)" \
+    "$(bench_ratio "$(bench_ratio "$(tps_of redsem8)" "$(tps_of advisory8)")" "$(bench_ratio "$(tps_of floor8)" "$(tps_of advisoryF8)")")"
+printf '  Redis usec per FCALL of the floor: %s, round trips per tx: %s\n\n' \
+    "$(bench_div "${EVUS[floor8]}" "${EVS[floor8]}" '%.1f')" "$(bench_div "${RT[floor8]}" "${TX[floor8]}" '%.3f')"
 
 # the plot: tx/s of both sides by clients
 if command -v gnuplot >/dev/null; then
