@@ -780,10 +780,11 @@ end
 -- I12: tenant t's turn, as its entry q in tq, scored score, names it;
 -- and its held permits (its score times its weight), taken instead of a
 -- read of the tenant hash when its first waiter is promoted (I12 keeps
--- them equal; the hash exists: it keeps t's record).
+-- them equal; the hash exists: it keeps t's record).  '' has no count of
+-- its own (tenant_held), so none is noted for it.
 local function from_tq(t, q, score)
     local h = 'h:' .. t
-    if TF[h] == nil then TF[h] = math.floor(score * weight_of(t) + 0.5) end
+    if TF[h] == nil and t ~= '' then TF[h] = math.floor(score * weight_of(t) + 0.5) end
     TF[true] = true
     return string.sub(q, 1, 65)
 end
