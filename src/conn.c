@@ -334,7 +334,7 @@ static RedisStatus
 exchange(RedisCall *call, TimestampTz deadline, bool flush, bool owed_first,
 		 int n, redisReply **replies)
 {
-	RedisStatus status = RS_OK;
+	volatile RedisStatus status = RS_OK;
 	volatile bool drop = false;
 
 	cur->in_flight = true;
