@@ -196,17 +196,22 @@ printf 'Redis CPU per FCALL (usec): %s (4 clients), %s (16 clients); Redis busy 
     "$(bench_div "${EVUS[redsem16]}" "${EVS[redsem16]}" '%.1f')" \
     "$(busy_of redsem4)" "$(busy_of redsem16)"
 
+# over_pool_us LABEL POOL: what a call of LABEL's transactions (two calls
+# each) costs over one of the slot pool's, in microseconds
+over_pool_us() {
+    awk -v r="$(tps_of "$1")" -v a="$(tps_of "$2")" \
+        'BEGIN { if (r > 0 && a > 0) printf "%.1f", (1e6 / r - 1e6 / a) / 2; else print "n/a" }'
+}
+
 # one client: what a redsem call costs over a slot-pool call, beside a PING
-per_call_us=$(awk -v r="$(tps_of redsem1)" -v a="$(tps_of advisory1)" \
-    'BEGIN { if (r > 0 && a > 0) printf "%.1f", (1e6 / r - 1e6 / a) / 2; else print "n/a" }')
+per_call_us=$(over_pool_us redsem1 advisory1)
 printf 'one client: redsem costs %s us per call more than the slot pool (two calls per tx);\n' "$per_call_us"
 printf '  a Redis PING round trip (redis-benchmark, 1 client, no pipelining): %s us; overhead/PING = %s\n' \
     "$PING_US" "$(bench_ratio "$per_call_us" "$PING_US")"
 printf 'eight clients: redsem/advisory tx/s = %s\n\n' "$(bench_ratio "$(tps_of redsem8)" "$(tps_of advisory8)")"
 
 # F: the same figures for the round-trip floor, against its own slot-pool run
-floor_call_us=$(awk -v r="$(tps_of floor1)" -v a="$(tps_of advisoryF1)" \
-    'BEGIN { if (r > 0 && a > 0) printf "%.1f", (1e6 / r - 1e6 / a) / 2; else print "n/a" }')
+floor_call_us=$(over_pool_us floor1 advisoryF1)
 printf 'the round-trip floor (two redsem_limit calls per tx: one Redis round trip each, no slot):\n'
 printf '  one client: %s us per call more than the slot pool; overhead/PING = %s\n' \
     "$floor_call_us" "$(bench_ratio "$floor_call_us" "$PING_US")"

@@ -11,8 +11,8 @@
 # connection killed before Redis ran it) is given again by the keeper long
 # before the lease would end, and the session's next call goes on without
 # an error; a connection Redis closed after answering the release is
-# replaced by the next command without an error; a session that exits or is terminated with a reply unread
-# leaves nothing behind; a fault before the send hands the slot to the
+# replaced by the next command without an error; a session that exits or
+# is terminated with a reply unread leaves nothing behind; a fault before the send hands the slot to the
 # keeper; a failed release is never retried under other connection
 # settings (another Redis).
 
