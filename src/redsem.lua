@@ -99,7 +99,11 @@
 -- INVARIANTS.  They hold whenever a call of this script returns, error
 -- replies included.  (A command Redis itself fails, e.g. WRONGTYPE on a key
 -- that another program wrote, aborts the script: that is a key conflict
--- and the caller reports it as such.)
+-- and the caller reports it as such.  Redis keeps what the script wrote
+-- before, so the leftovers may break I1 until they expire, e.g. a deadline
+-- in timeout of an id no longer in owner.  Every path acts then only on
+-- the member a call names: a release learns that id is a member from the
+-- write that takes it out of owner, before anything shared goes.)
 --
 --  I1 Members.  A member is in owner, timeout and info.  It is a waiter
 --     while it is in waiting, and a holder otherwise.  It takes p:<id>
@@ -1724,15 +1728,19 @@ end
 
 -- release of the last member, a holder (nobody waits) whose deadline has
 -- not passed: every key goes but the ticket, which lives GRACE_MS more
--- (I5).  (id has a deadline, so it is the one member: I1.)  A state that
--- stores a limit, a rate or a reserve is left to the general path.
+-- (I5).  A deadline alone does not prove id the one member (a script a key
+-- conflict aborted may have left one behind: see INVARIANTS), so its first
+-- write takes id out of owner; if it was not there, nothing changed and
+-- the general path answers.  A state that stores a limit, a rate or a
+-- reserve is left to the general path.
 local function fast_last(id)
     if stored() or S.tl then return nil end
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
-    if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 then
+    if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 or
+       redis.call('ZREM', K_OWNER, id) == 0 then
         return nil
     end
-    redis.call('DEL', K_OWNER, K_TIMEOUT, K_INFO, K_STATE, wake_key(id), nudge_key(id))
+    redis.call('DEL', K_TIMEOUT, K_INFO, K_STATE, wake_key(id), nudge_key(id))
     if S.tt > 0 then redis.call('DEL', tenant_key()) end
     redis.call('PEXPIRE', K_TICKET, int(GRACE_MS))
     return 1

@@ -845,6 +845,26 @@ is(ev('fast', 'release', $_), 1, "$_ releases") foreach qw(c a);
 delete @c{qw(a c)};
 is(scalar(@{ $r->cmd('KEYS', 'm:{fast}:[otiw]*') }), 1, 'the last release leaves only the ticket');
 
+# A release that a key conflict aborted half-way (Redis keeps what the
+# script wrote) leaves a's deadline behind with a no longer in owner.  Once
+# b is the one member, a's release again must not pass for the last
+# member's: it says 0 and takes nothing of b's.
+$r->cmd('SET', 'm:{half}:waiting', 'x');
+is(state_of(ev('half', 'acquire', 'a', 1, 1, 60000, 0, 1000, 'model')), 'held', 'a holds "half"');
+like(state_of(ev('half', 'release', 'a')), qr/^error: WRONGTYPE/,
+	'another program\'s key under waiting stops its release half-way');
+ok(!defined $r->cmd('ZSCORE', 'm:{half}:owner', 'a') && defined $r->cmd('ZSCORE', 'm:{half}:timeout', 'a'),
+	'... leaving its deadline without it in owner');
+$r->cmd('DEL', 'm:{half}:waiting');
+is(state_of(ev('half', 'acquire', 'b', 1, 1, 60000, 0, 1000, 'model')), 'held', 'b is granted the one permit');
+is(ev('half', 'release', 'a'), 0, 'a releasing again says 0');
+ok(defined $r->cmd('ZSCORE', 'm:{half}:owner', 'b') && defined $r->cmd('ZSCORE', 'm:{half}:timeout', 'b'),
+	'... and b still holds, with its deadline');
+ok(!defined $r->cmd('ZSCORE', 'm:{half}:timeout', 'a'), '... while a\'s leftover deadline is gone');
+is(state_of(ev('half', 'acquire', 'c', 1, 1, 60000, 0, 1000, 'model')), 'busy', 'a newcomer finds the permit taken');
+is(ev('half', 'release', 'b'), 1, 'b releases');
+is(scalar(@{ $r->cmd('KEYS', 'm:{half}:[otiw]*') }), 1, 'and only the ticket is left');
+
 note 'a stored limit: raising it admits waiters at once, lowering it evicts nobody';
 
 %limit = (stored => 1);
