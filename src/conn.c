@@ -163,10 +163,11 @@ static void disconnect_current(void);
 
 /*
  * Hand a reply read for the oldest owed command to its handler: an error
- * reply as its outcome (dropping the link if it is no use any more).
+ * reply as its outcome.  True if the link is no use any more (the caller
+ * drops it).
  */
-static void
-deliver_read(redisReply *reply)
+static bool
+hand_over(redisReply *reply)
 {
 	RedisOutcome o = {RS_OK, 0, "", 0};
 	bool		drop = false;
@@ -178,7 +179,14 @@ deliver_read(redisReply *reply)
 		reply = NULL;
 	}
 	deliver_owed(reply, &o);
-	if (drop)
+	return drop;
+}
+
+/* hand_over, dropping the link at once if it is no use any more */
+static void
+deliver_read(redisReply *reply)
+{
+	if (hand_over(reply))
 		disconnect_current();
 }
 
@@ -313,21 +321,35 @@ salvage_error_line(RedisCall *call)
 }
 
 /*
- * Flush what was appended on the current link (if flush) and read n
- * replies into replies[], in order.  The link is in flight meanwhile: an
- * interrupt that unwinds drops it, since a reply may still be owed on it.
+ * Flush what was appended on the current link (if flush); if owed_first,
+ * hand over the replies owed on it (sent earlier without waiting, so they
+ * come first); then read n replies into replies[], in order.  A command
+ * sent behind owed replies so waits for one round trip, not two.  The link
+ * is in flight meanwhile: an interrupt that unwinds drops it, since a
+ * reply may still be owed on it.  An owed reply that says the link is no
+ * use any more drops it once the caller's replies are read (they are the
+ * caller's to judge: the same trouble, said again).
  */
 static RedisStatus
-exchange(RedisCall *call, TimestampTz deadline, bool flush, int n,
-		 redisReply **replies)
+exchange(RedisCall *call, TimestampTz deadline, bool flush, bool owed_first,
+		 int n, redisReply **replies)
 {
-	RedisStatus status = RS_OK;
+	volatile RedisStatus status = RS_OK;
+	volatile bool drop = false;
 
 	cur->in_flight = true;
 	PG_TRY();
 	{
 		if (flush)
 			status = redis_context_flush(cur->ctx, deadline, call->interruptible);
+		while (owed_first && status == RS_OK && cur->n_owed > 0)
+		{
+			redisReply *owed = NULL;
+
+			status = redis_context_read(cur->ctx, deadline, call->interruptible, &owed);
+			if (status == RS_OK)
+				drop |= hand_over(owed);
+		}
 		for (int i = 0; i < n && status == RS_OK; i++)
 			status = redis_context_read(cur->ctx, deadline, call->interruptible,
 										&replies[i]);
@@ -339,7 +361,11 @@ exchange(RedisCall *call, TimestampTz deadline, bool flush, int n,
 	}
 	PG_END_TRY();
 	if (status == RS_OK)
+	{
 		cur->in_flight = false;
+		if (drop)
+			disconnect_current();
+	}
 	return status;
 }
 
@@ -361,7 +387,7 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 	if ((asking && redisAppendCommandArgv(cur->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
 		redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
 		return RS_LOST;
-	status = exchange(call, deadline, true, asking ? 2 : 1, got);
+	status = exchange(call, deadline, true, true, asking ? 2 : 1, got);
 	if (asking && got[0] != NULL)
 		freeReplyObject(got[0]);
 	*reply = got[asking ? 1 : 0];
@@ -391,19 +417,14 @@ connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
 static void
 settle_owed(const RedisCall *call, TimestampTz deadline)
 {
-	while (cur->ctx != NULL && cur->n_owed > 0)
-	{
-		RedisCall	mine = *call;
-		redisReply *reply = NULL;
-		RedisStatus status = exchange(&mine, deadline, false, 1, &reply);
+	RedisCall	mine = *call;
+	RedisStatus status;
 
-		if (status != RS_OK)
-		{
-			connection_failed(&mine, status, 0);
-			return;
-		}
-		deliver_read(reply);
-	}
+	if (cur->ctx == NULL || cur->n_owed == 0)
+		return;
+	status = exchange(&mine, deadline, false, true, 0, NULL);
+	if (status != RS_OK)
+		connection_failed(&mine, status, 0);
 }
 
 /* True if the socket has input (or EOF, or an error) to read now */
@@ -417,9 +438,28 @@ input_waiting(int fd)
 }
 
 /*
- * Hand over the owed replies that have come on any link, without waiting
- * for the others (a link found broken fails its replies).
+ * Hand over the owed replies that have come on the current link, without
+ * waiting for the others (a link found broken fails its replies)
  */
+static void
+poll_owed(void)
+{
+	while (cur->ctx != NULL && cur->n_owed > 0)
+	{
+		void	   *r = NULL;
+
+		if (redisGetReplyFromReader(cur->ctx, &r) != REDIS_OK)
+			disconnect_current();
+		else if (r != NULL)
+			deliver_read((redisReply *) r);
+		else if (!input_waiting(cur->ctx->fd))
+			break;
+		else if (redisBufferRead(cur->ctx) != REDIS_OK)
+			disconnect_current();
+	}
+}
+
+/* poll_owed on every link */
 void
 redis_poll_deferred(void)
 {
@@ -427,31 +467,45 @@ redis_poll_deferred(void)
 
 	HOLD_INTERRUPTS();
 	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
-	{
-		while (cur->ctx != NULL && cur->n_owed > 0)
-		{
-			void	   *r = NULL;
-
-			if (redisGetReplyFromReader(cur->ctx, &r) != REDIS_OK)
-				disconnect_current();
-			else if (r != NULL)
-				deliver_read((redisReply *) r);
-			else if (!input_waiting(cur->ctx->fd))
-				break;
-			else if (redisBufferRead(cur->ctx) != REDIS_OK)
-				disconnect_current();
-		}
-	}
+		poll_owed();
 	cur_node = was;
 	RESUME_INTERRUPTS();
 }
 
-/* Make sure the current link is usable, opening it if need be */
+/*
+ * True if a command may go out on the current link behind the replies it
+ * still owes, without the idle look of connection_is_stale (the bytes
+ * waiting are those replies): it carried a command moments ago, under the
+ * settings in force, and has not broken.
+ */
+static bool
+usable_behind_owed(void)
+{
+	return cur->ctx != NULL && cur->n_owed > 0 && !cur->in_flight &&
+		!cur->ctx->err && cur->generation == redsem_guc_generation;
+}
+
+/*
+ * Make sure the current link is usable, opening it if need be.  A link
+ * that still owes replies once those that came are handed over is used as
+ * it is (usable_behind_owed), and exchange() reads the owed replies before
+ * the new command's.  If its settings changed or it broke, the owed
+ * replies are read first, and the link is replaced.
+ */
 static bool
 ensure_connection(RedisCall *call, TimestampTz deadline)
 {
 	if (cur->ctx != NULL && cur->n_owed > 0)
+	{
+		poll_owed();
+		if (usable_behind_owed())
+		{
+			elog(DEBUG2, "redsem: a command goes out behind %d replies still owed",
+				 cur->n_owed);
+			return true;
+		}
 		settle_owed(call, deadline);
+	}
 	if (cur->ctx != NULL && connection_is_stale())
 		disconnect_current();
 	if (cur->ctx != NULL)
@@ -763,14 +817,12 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 	cur_node = cluster_enabled() ? cluster_node_for(argc, argv, last_node) : 0;
 	if (cur->ctx != NULL && cur->n_owed == LINK_MAX_OWED)
 		settle_owed(call, deadline);
-	/* behind replies still owed, the command goes out without a look */
-	ok = (cur->ctx != NULL && cur->n_owed > 0 && !cur->ctx->err &&
-		  cur->generation == redsem_guc_generation) ||
-		ensure_connection(call, deadline);
+	/* behind replies still owed, the command goes out without a poll */
+	ok = usable_behind_owed() || ensure_connection(call, deadline);
 	if (ok && redisAppendCommandArgv(cur->ctx, argc, argv, NULL) != REDIS_OK)
 		status = RS_LOST;
 	else if (ok)
-		status = exchange(call, deadline, true, 0, NULL);
+		status = exchange(call, deadline, true, false, 0, NULL);
 	if (ok && status != RS_OK)
 		connection_failed(call, status, timeout_ms);
 	else if (ok)
@@ -816,7 +868,7 @@ pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
 	for (int i = 0; i < n; i++)
 		if (redisAppendCommandArgv(cur->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
 			return RS_LOST;
-	return exchange(call, deadline, true, n, replies);
+	return exchange(call, deadline, true, true, n, replies);
 }
 
 /*

@@ -119,6 +119,31 @@ is(table_of($spid), '', 'the reply was read on the old connection before the new
 is(released('dr_set'), 1, 'and counted');
 
 ###########################################################################
+note 'a command goes out behind a release whose reply is still owed';
+
+# Redis holds the release sent at COMMIT (CLIENT PAUSE WRITE), so its reply
+# is still owed when the next call sends its acquire: that goes out at
+# once, behind it (said at DEBUG2), instead of waiting for the reply first;
+# once Redis runs both, the two replies are read in order.
+$s->query_ok(q{
+	BEGIN;
+	SELECT redsem_acquire_xact('dr_behind', 1, '60 s') IS NOT NULL;});
+$redis->cli('CLIENT', 'PAUSE', '5000', 'WRITE');
+$s->query_ok('COMMIT;');
+$s->send(q{SET client_min_messages = debug2;
+	SELECT redsem_acquire('dr_behind2', 1, '60 s') IS NOT NULL;
+	RESET client_min_messages;});
+ok(defined $s->wait_stderr(qr/goes out behind 1 replies still owed/, 10),
+	'the acquire is sent behind the owed release, without waiting for its reply');
+$redis->cli('CLIENT', 'UNPAUSE');
+my ($out, $err) = $s->wait_done(10);
+is($out, 't', 'once Redis runs both, the acquire is served');
+is(holders('dr_behind') . holders('dr_behind2'), '01', 'Redis has the one slot and not the other');
+$s->query_ok('SELECT redsem_release_all();');
+is(released('dr_behind'), 1, 'the release\'s reply was read and counted');
+is(table_of($spid), '', 'nothing is left in the table');
+
+###########################################################################
 note 'a release lost with its connection';
 
 $s->query_ok(q{
@@ -135,7 +160,7 @@ is(holders('dr_lost'), 1, 'the release never ran: Redis still has the slot');
 my $freed = wait_until(20, sub { holders('dr_lost') == 0 });
 ok(defined $freed, 'the keeper released it again');
 cmp_ok($freed // 99, '<', 10, 'within seconds (command_timeout + settle), not the 60 s lease');
-my ($out, $err) = $s->query('SELECT redsem_release_all();');
+($out, $err) = $s->query('SELECT redsem_release_all();');
 is($err, '', 'the session\'s next call reads the broken connection without an error');
 is($out, '0', 'and had nothing to release');
 ok(defined wait_until(10, sub { table_of($spid) eq '' }), 'nothing is left in the table');
