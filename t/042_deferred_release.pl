@@ -7,13 +7,15 @@
 # returns, while this server's table says "releasing" until the session's
 # next call reads the reply (then the release is counted and the entry
 # gone); several releases at one COMMIT; redsem.await_release = on waits
-# as before; a release lost with its connection (Redis paused, the
-# connection killed before Redis ran it) is given again by the keeper long
-# before the lease would end, and the session's next call goes on without
-# an error; a connection Redis closed after answering the release is
-# replaced by the next command without an error; a session that exits or
-# is terminated with a reply unread leaves nothing behind; a fault before the send hands the slot to the
-# keeper; a failed release is never retried under other connection
+# as before; the next command goes out behind a release whose reply is
+# still owed (Redis paused), and both replies are read in order; a release
+# lost with its connection (Redis paused, the connection killed before
+# Redis ran it) is given again by the keeper long before the lease would
+# end, and the session's next call goes on without an error; a connection
+# Redis closed after answering the release is replaced by the next command
+# without an error; a session that exits or is terminated with a reply
+# unread leaves nothing behind; a fault before the send hands the slot to
+# the keeper; a failed release is never retried under other connection
 # settings (another Redis).
 
 use strict;
