@@ -64,11 +64,11 @@ cut_short() {
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
         STAGE=$stage perl -0pe '
             my $fast = "    local reply = fast and fast\\(\\) or nil\n    if reply ~= nil then return reply end\n";
-            my $rest = "    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
+            my $rest = "    begin_general\\(\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
             my %keep = (parse => "    return 1\n",
                         read => "    begin(keys)\n    read_state()\n    return 1\n",
-                        frame => "    begin(keys)\n    read_state()\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
-                        general => "    begin(keys)\n    local reply\n    read_state()\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
+                        frame => "    begin(keys)\n    read_state()\n    begin_general()\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
+                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
             s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
     cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
 }

@@ -27,7 +27,7 @@ SELECT redsem_guard('rate_h', 5, wait => '0.1 s');
 SELECT redsem_acquire('rate_h', 6);
 SELECT redsem_release_all() AS released;
 -- the rate is configuration: kept without a TTL, with its clock, once
--- nobody holds
+-- nobody holds (x: the script reads rt, I13)
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{rate_h}:state'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hkeys 'redsem:{rate_h}:state' | sort
 SELECT name, stored_limit, permits_held, rate FROM redsem_semaphores() WHERE name = 'rate_h';

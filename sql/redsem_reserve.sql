@@ -25,7 +25,8 @@ SELECT redsem_release_all() AS released;
 SELECT redsem_acquire('res_a', 4, permits => 3);
 SELECT redsem_acquire('res_a', 4, permits => 3, priority => 5) IS NOT NULL AS priority_5_may;
 SELECT redsem_release_all() AS released;
--- the reserve is configuration: kept without a TTL once nobody holds
+-- the reserve is configuration: kept without a TTL once nobody holds (x:
+-- the script reads rk, I13)
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" pttl 'redsem:{res_a}:state'
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hkeys 'redsem:{res_a}:state' | sort
 SELECT name, reserved_permits, reserved_for_priority FROM redsem_semaphores() WHERE name = 'res_a';

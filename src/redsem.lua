@@ -43,6 +43,8 @@
 --                                line is then kept per tenant too (I12)
 --                        tt      permits held by holders with a tenant
 --                        wt      "1" while weights stores a weight
+--                        x       "1": xh, xw, era, rt, rk or wt may be
+--                                there (I13)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -233,6 +235,14 @@
 --     alone in line gets every permit that fits (borrowing): shares are
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
+-- I13 One read.  The state has its field x ("1") whenever it has any of
+--     xh, xw, era, rt, rk or wt (EXTRA), so that a call reads limit, cur,
+--     tl, tt and x alone unless x is there: every write of an EXTRA
+--     field writes x with it, and x goes only with the whole state.  (A
+--     state without x is read as having none of them: a key conflict, or
+--     a server of an earlier version writing to the same Redis, could make
+--     that wrong, which is why every server of a fleet moves to a new
+--     version together.)
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -258,6 +268,7 @@
 -- src/timing.h.
 
 local GRACE_MS = 1000
+local GRACE_TEXT = '1000'           -- (GRACE_MS as text: no conversion per call)
 local PROMOTION_WINDOW_MS = 5000
 local RENEW_SLACK_MS = 60000
 -- A waiter's head start per level of priority (I4), and the levels allowed
@@ -285,18 +296,33 @@ local READ = {}
 -- NEW_KEYS: the lines (rline, tline:, tq) this call may have created.
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS
 
+-- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
+local PAD = {'00000', '0000', '000', '00', '0', ''}
+
 -- Start a call on these keys: nothing carries over from an earlier call.
+-- (A fast path needs TF besides the state, S, which read_state makes;
+-- begin_general makes the rest, and until then they are nil, so that a
+-- fast path cannot use one by mistake.  The clock's texts are cut from
+-- TIME's own: printing a number costs half a command; bench/README.md.)
 local function begin(keys)
     K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
     BASE = string.sub(K_OWNER, 1, -6)
     local t = redis.call('TIME')
-    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    NOW_US = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    NOW_TEXT = string.format('%d', NOW_MS)
-    NOW_US_TEXT, NOW_WIDE = nil, nil
-    S, W, WEIGHTS, TF, TW = {}, {}, {}, {}, {}
-    NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS = nil, false, false, false, nil, {}
+    local sec, us = tonumber(t[1]), tonumber(t[2])
+    NOW_MS = sec * 1000 + math.floor(us / 1000)
+    NOW_US = sec * 1000000 + us
+    local us6 = PAD[#t[2]] .. t[2]
+    NOW_TEXT = t[1] .. string.sub(us6, 1, 3)
+    NOW_US_TEXT, NOW_WIDE = t[1] .. us6, nil
+    TF, MEMBERS = {}, nil           -- (S: read_state)
+    W, WEIGHTS, TW = nil, nil, nil
+end
+
+-- What only the general path needs, made once a fast path has declined.
+local function begin_general()
+    W, WEIGHTS, TW = {}, {}, {}
+    NEW_DL, CREATED, REMOVED, FRESH, NEW_KEYS = nil, false, false, false, {}
 end
 
 -- How many members the semaphore has (counted once, then followed).
@@ -390,6 +416,10 @@ end
 
 -- The state's configuration (I5): kept without a TTL while any is stored.
 local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
+-- The state's fields a call reads only when x says that one may be there
+-- (EXTRA: read_state), and, of those, the configuration's.
+local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt'}
+local CONFIG_EXTRA = {'rt', 'rk', 'wt'}
 
 -- True if the state stores a limit, a rate, a reserve or weights (I5).
 local function stored()
@@ -1022,7 +1052,23 @@ local function config()
     for _, f in ipairs(CONFIG) do
         if S[f] then c[f], n = S[f], n + 1 end
     end
+    for _, f in ipairs(CONFIG_EXTRA) do
+        if c[f] then c.x, n = '1', n + 1; break end
+    end
     return c, n
+end
+
+-- The state's x: written with the first EXTRA field a write sets (I13).
+-- It stays until the state is deleted, if they go before.
+local function mark_extra(fields)
+    if S.x then return end
+    for _, f in ipairs(EXTRA) do
+        local v = fields[f]
+        if v and v ~= 0 then
+            fields.x, S.x = '1', true
+            return
+        end
+    end
 end
 
 -- Write fields (false or 0: delete) to hash key, new values first (a hash
@@ -1053,9 +1099,10 @@ local function store_state(empty)
         local c, n = config()
         if redis.call('HLEN', K_STATE) > n then
             redis.call('DEL', K_STATE)
-            W = c
+            W, S.x = c, c.x ~= nil
         end
     end
+    mark_extra(W)
     write_fields(K_STATE, W)
 end
 
@@ -1106,7 +1153,7 @@ local function finish()
     store_state(empty)
     if store_tenants() then NEW_KEYS[#NEW_KEYS + 1] = tenant_key() end
     if empty then
-        redis.call('PEXPIRE', K_TICKET, int(GRACE_MS))
+        redis.call('PEXPIRE', K_TICKET, GRACE_TEXT)
         if stored() and stored_now() then redis.call('PERSIST', K_STATE) end
         return
     end
@@ -1742,7 +1789,7 @@ local function fast_last(id)
     end
     redis.call('DEL', K_TIMEOUT, K_INFO, K_STATE, wake_key(id), nudge_key(id))
     if S.tt > 0 then redis.call('DEL', tenant_key()) end
-    redis.call('PEXPIRE', K_TICKET, int(GRACE_MS))
+    redis.call('PEXPIRE', K_TICKET, GRACE_TEXT)
     return 1
 end
 
@@ -1917,13 +1964,15 @@ local OPS = {
 -- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
 -- then only the configuration is kept.
 local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'xh', 'xw', 'era', 'rt', 'rk',
-                         'tl', 'tt', 'wt')
-    S.limit, S.cur = tonumber(v[1]), tonumber(v[2])
-    S.xh, S.xw = tonumber(v[3]) or 0, tonumber(v[4]) or 0
-    S.era = v[5] or nil
-    S.rt, S.rk, S.hh = tonumber(v[6]), tonumber(v[7]), 0
-    S.tl, S.tt, S.wt = v[8] and true or false, tonumber(v[9]) or 0, v[10] and 1 or nil
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
+    S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
+         tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
+    if S.x then                     -- (I13: EXTRA fields only if x says so)
+        v = redis.call('HMGET', K_STATE, 'xh', 'xw', 'era', 'rt', 'rk', 'wt')
+        S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+        S.era = v[3] or nil
+        S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
+    end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
         S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
@@ -1935,8 +1984,9 @@ local function read_state()
     if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt > 0 or S.tl) and
        redis.call('EXISTS', K_OWNER) == 0 then
         redis.call('DEL', K_STATE, tenant_key())
-        write_fields(K_STATE, config())
-        S.cur, S.xh, S.xw, S.era, S.hh = nil, 0, 0, nil, 0
+        local c = config()
+        write_fields(K_STATE, c)
+        S.cur, S.xh, S.xw, S.era, S.hh, S.x = nil, 0, 0, nil, 0, c.x ~= nil
         S.tl, S.tt = false, 0
     end
 end
@@ -2068,6 +2118,7 @@ local function dispatch(keys, a)
     read_state()
     local reply = fast and fast() or nil
     if reply ~= nil then return reply end
+    begin_general()
     note_counts()
     housekeeping()
     reply = run()

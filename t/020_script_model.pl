@@ -14,7 +14,8 @@
 # with short leases and real time passing.  After every step, for every semaphore:
 #
 #   - each member is whole (owner, timeout, info), waiters are members; the
-#     state's permit counts (xh, xw, p:<id>) match the members;
+#     state's permit counts (xh, xw, p:<id>) match the members; the state
+#     has x whenever it has any field a call reads only then (I13);
 #   - the limit in effect is the model's; holders take at most that many
 #     permits, or, after the limit was lowered, no more than before; they
 #     all come before every waiter; the first waiter does not fit (else it
@@ -133,6 +134,9 @@ sub violations
 	my %info = @{ $r->cmd('HGETALL', $ki) };
 	my %state = @{ $r->cmd('HGETALL', $ks) };
 	my (@ids, %ticket);
+	# (I13: a call reads the fields after cur only if x is there)
+	my @extra = grep { exists $state{$_} } qw(xh xw era rt rk wt);
+	push @bad, "the state has @extra but no x" if @extra && !exists $state{x};
 	# (I12: the per-tenant counts live in the tenant hash, never in the
 	# state; the checks below see them as th:<t>, and a waiting tenant's
 	# record, g:<t>, as its turn tu:<t> and its last grant tg:<t>)
@@ -982,7 +986,8 @@ note 'a stored rate (I10): a burst, then one admission per interval, a timed wak
 	is(ev('rated', 'release', $_), 1, "$_ leaves") foreach qw(b d);
 	delete @c{qw(b d)};
 	my %st = @{ $r->cmd('HGETALL', 'm:{rated}:state') };
-	is_deeply([ sort keys %st ], [qw(rb rs rt tat)], 'the empty semaphore keeps its rate and its clock, and nothing else');
+	is_deeply([ sort keys %st ], [qw(rb rs rt tat x)],
+		'the empty semaphore keeps its rate and its clock (and x: I13), and nothing else');
 	is($r->cmd('PTTL', 'm:{rated}:state'), -1, 'without a TTL');
 	my $read = ev('rated', 'rate');
 	ok(join(' ', @$read[ 0 .. 2 ]) eq '1/s 1000000 1' && $read->[3] >= 0 && $read->[3] <= 1000,
@@ -1206,8 +1211,8 @@ $c{$_}{state} eq 'waiting' && ev('ten', 'give_up', $_) foreach qw(a3 a4 b1 u1);
 ev('ten', 'release', $_) foreach qw(a3 a4 b1 u1);
 delete @c{qw(a3 a4 b1 u1)};
 is_deeply(ev('ten', 'tenants'), [ [ 'A', 3, 0, 0 ] ], 'only the weight is left');
-is_deeply([ @{ $r->cmd('HGETALL', 'm:{ten}:state') }, $r->cmd('PTTL', 'm:{ten}:state') ], [ 'wt', 1, -1 ],
-	'the state says that weights are stored, and is kept without a TTL');
+is_deeply([ { @{ $r->cmd('HGETALL', 'm:{ten}:state') } }, $r->cmd('PTTL', 'm:{ten}:state') ], [ { wt => 1, x => 1 }, -1 ],
+	'the state says that weights are stored (and x: I13), and is kept without a TTL');
 is_deeply(ev('ten', 'set_weight', 'A', ''), [1], 'and is removed');
 check_all('every member of "ten" gone');
 my @ten_left = grep { !/:ticket$/ } @{ $r->cmd('KEYS', 'm:{ten}:*') };

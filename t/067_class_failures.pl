@@ -94,8 +94,8 @@ ok(defined wait_until(20, sub { $redis->cli('EXISTS', 'redsem:{cf}:owner') eq '0
 ok(defined wait_until(5, sub { $redis->cli('EXISTS', 'redsem:{cf}:ticket') eq '0' }), 'the ticket goes a second later');
 is(join(' ', $redis->scan_keys('redsem:{cf}:*')), 'redsem:{cf}:state redsem:{cf}:weights',
 	'Redis keeps the state and the weights, and nothing else');
-is(join(' ', sort split /\n/, $redis->cli('HKEYS', 'redsem:{cf}:state')), 'limit rk rp wt',
-	'the state holds the limit, the reserve and that weights are stored: no count of holders, tenants or the class');
+is(join(' ', sort split /\n/, $redis->cli('HKEYS', 'redsem:{cf}:state')), 'limit rk rp wt x',
+	'the state holds the limit, the reserve, that weights are stored and x (I13): no count of holders, tenants or the class');
 is($redis->cli('PTTL', 'redsem:{cf}:state') . ' ' . $redis->cli('PTTL', 'redsem:{cf}:weights'), '-1 -1',
 	'both are configuration, without a TTL');
 
