@@ -11,7 +11,9 @@
 # try-once and waiting acquires, re-checks, wake-ups (confirmed by the
 # waiter or by a keeper refresh), give-ups, releases,
 # refreshes, duplicate ids, wrong limits, limit changes, reads and deaths,
-# with short leases and real time passing.  After every step, for every semaphore:
+# and, with REDSEM_MODEL_CONFLICTS=1, key conflicts (another program's
+# string at one of the semaphore's keys stops a call half-way; the key goes
+# and the id is given back), with short leases and real time passing.  After every step, for every semaphore:
 #
 #   - each member is whole (owner, timeout, info), waiters are members; the
 #     state's permit counts (xh, xw, p:<id>) match the members; the state
@@ -46,7 +48,7 @@
 #
 # REDSEM_TEST_SCRIPT=path runs another version of the script (one taking
 # the same arguments); REDSEM_MODEL_SEED and REDSEM_MODEL_STEPS reproduce
-# or lengthen a run.
+# or lengthen a run; REDSEM_MODEL_CONFLICTS=1 adds key conflicts (below).
 
 use strict;
 use warnings FATAL => 'all';
@@ -1422,6 +1424,14 @@ sub live_members
 		0 .. $r->cmd('ZCARD', "m:{$sem}:timeout") - 1 ];
 }
 
+# Key conflicts are off unless REDSEM_MODEL_CONFLICTS=1: a release or a
+# promotion stopped after a member left owner but before the state was
+# written leaves its counts (xh, tt, a tenant's h:) too high for as long as
+# the semaphore has members (permits lost, never too many admitted); that
+# is not fixed yet (CHANGELOG), and REDSEM_MODEL_SEED=12 with 6,000 steps
+# shows it.
+my $CONFLICTS = $ENV{REDSEM_MODEL_CONFLICTS};
+my $conflicts = 0;    # calls a key conflict stopped
 my %actions = (
 	acquire_try => sub {
 		my $sem = pick(@sems);
@@ -1636,6 +1646,37 @@ my %actions = (
 				? ($lim->[2] == 0 && $lim->[3] == 0)
 				: $lim->[1] == $limit{$sem}));
 	},
+	# A key conflict (another program's string where the script keeps a
+	# list, hash or sorted set) stops a call half-way, and Redis keeps what
+	# it wrote before.  The key is one of the semaphore's that is not there
+	# now, so that deleting it afterwards loses nobody's data; then the id
+	# is given back, as a session gives back the hold of any call that
+	# failed.  From then on every invariant holds again, and every other
+	# member keeps its slot (the checks after the step).
+	conflict => sub {
+		my $sem = pick(@sems);
+		my $b = "m:{$sem}:";
+		my $id = pick(grep { $c{$_}{sem} eq $sem } sort keys %c);
+		my $kind = defined $id && rand() < 0.6 ? pick(qw(release give_up refresh wait_check)) : 'acquire';
+		$id = 'c' . ++$next_id if $kind eq 'acquire';
+		my @others = grep { $c{$_}{sem} eq $sem && $_ ne $id } sort keys %c;
+		my $k = pick(grep { !$r->cmd('EXISTS', $_) } map { $b . $_ }
+			  (qw(owner timeout ticket info waiting state tenant tq rline tline: tline:a tline:b),
+				"wake:$id", "nudge:$id", "forced:$id", map { "wake:$_" } @others)) // return;
+		$r->cmd('SET', $k, 'conflict', 'PX', 60000);
+		my $reply = $kind eq 'acquire'
+		  ? ev($sem, 'acquire', $id, limit_arg($sem), some_permits($sem), 200, 1, 1000, 'model', '',
+			some_priority(), some_tenant())
+		  : $kind eq 'refresh' ? ev($sem, 'refresh', $id, 0)
+		  : $kind eq 'wait_check' ? ev($sem, 'wait_check', $id, 1000)
+		  : ev($sem, $kind, $id);
+		$r->cmd('DEL', $k);
+		$conflicts++ if RedsemTest::RESP::is_error($reply);
+		my $back = ev($sem, 'release', $id);
+		delete $c{$id};
+		return ("$kind of $id on $sem with a string at $k: " . state_of($reply) . '; given back: '
+			  . state_of($back), !RedsemTest::RESP::is_error($back));
+	},
 	sleep => sub {
 		my $ms = int(rand(40));
 		usleep($ms * 1000);
@@ -1647,7 +1688,7 @@ my @weighted = (
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
 	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2,
-	('set_reserve') x 2, ('set_weight') x 2);
+	('set_reserve') x 2, ('set_weight') x 2, ('conflict') x ($CONFLICTS ? 3 : 0));
 
 my $ok = 1;
 my $t_start = time;
@@ -1674,7 +1715,9 @@ for my $step (1 .. $steps)
 }
 ok($ok, sprintf('%d steps in %.1f s kept every invariant (seed %d)', $steps, time - $t_start, $seed));
 note 'steps taken: ' . join(', ', map { "$_ $count{$_}" } sort keys %count);
-cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"") foreach sort keys %actions;
+note "calls a key conflict stopped: $conflicts";
+cmp_ok($count{$_} // 0, '>', 0, "the run did some \"$_\"")
+  foreach grep { $CONFLICTS || $_ ne 'conflict' } sort keys %actions;
 
 note 'once every lease has ended and the stored limits are removed, nothing is left';
 
