@@ -102,10 +102,12 @@
 -- replies included.  (A command Redis itself fails, e.g. WRONGTYPE on a key
 -- that another program wrote, aborts the script: that is a key conflict
 -- and the caller reports it as such.  Redis keeps what the script wrote
--- before, so the leftovers may break I1 until they expire, e.g. a deadline
--- in timeout of an id no longer in owner.  Every path acts then only on
--- the member a call names: a release learns that id is a member from the
--- write that takes it out of owner, before anything shared goes.)
+-- before, so I14 has every call find a conflict before its first write,
+-- or leave only leftovers of the member it names, e.g. a deadline in
+-- timeout of an id no longer in owner, which break I1 until that member's
+-- give-back or expiry.  Every path acts then only on the member a call
+-- names: a release learns that id is a member from the write that takes it
+-- out of owner, before anything shared goes.)
 --
 --  I1 Members.  A member is in owner, timeout and info.  It is a waiter
 --     while it is in waiting, and a holder otherwise.  It takes p:<id>
@@ -243,6 +245,19 @@
 --     a server of an earlier version writing to the same Redis, could make
 --     that wrong, which is why every server of a fleet moves to a new
 --     version together.)
+-- I14 Nothing half-written.  A key of another program's type where the
+--     script keeps one of its own (a key conflict) stops a call before it
+--     writes anything: the general path reads every such key it may write
+--     first (probe: owner, timeout, waiting, info, ticket, and as they are
+--     in use rline, weights, tenant, tq, the line of tenant '' and, for an
+--     acquire, its tenant's; <base>probe is never written); a fast path
+--     reads each key before it writes it, or leaves only what the member's
+--     give-back (a release) tidies; wake:, nudge: and forced: keys are
+--     written over whatever is there.  Not covered: the line of any other
+--     tenant, which a promotion, an expiry or a give-up may write after
+--     other writes (probing every tenant's line would cost a command per
+--     tenant waiting), and a set (SADD) at a sorted set's key, which the
+--     probe's ZINTERCARD takes for one.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -2107,6 +2122,31 @@ local function dispatch_index(keys, a)
     return run(keys[1])
 end
 
+-- Small counts as text (the probe's key count: no conversion per call).
+local COUNT_TEXT = {'1', '2', '3', '4', '5', '6', '7', '8', '9'}
+
+-- I14: read, before the general path's first write, every key it may
+-- write whose type Redis checks, so that another program's key there stops
+-- the call with nothing written.  One ZINTERCARD checks every sorted set
+-- (it refuses a key of another type before it counts, and the probe key,
+-- never written, makes the count stop at once); a hash or the ticket needs
+-- a command each.  (a: the call's arguments.)
+local function probe(a)
+    local z = {K_OWNER, K_TIMEOUT, K_WAITING}
+    if S.rk or a[1] == 'set_reserve' then z[#z + 1] = rline_key() end
+    local t = a[1] == 'acquire' and a[11] or ''
+    if S.tl or t ~= '' then         -- (the lines are kept, or may be made)
+        z[#z + 1], z[#z + 2] = tq_key(), tline_key('')
+        if t ~= '' then z[#z + 1] = tline_key(t) end
+    end
+    z[#z + 1] = BASE .. 'probe'
+    redis.call('ZINTERCARD', COUNT_TEXT[#z], unpack(z))
+    redis.call('HLEN', K_INFO)
+    redis.call('STRLEN', K_TICKET)
+    if S.tl or S.tt > 0 or t ~= '' then redis.call('HLEN', tenant_key()) end
+    if S.wt or a[1] == 'set_weight' then redis.call('HLEN', weights_key()) end
+end
+
 local function dispatch(keys, a)
     if #keys == 1 then return dispatch_index(keys, a) end
     if #keys ~= 6 then
@@ -2119,6 +2159,7 @@ local function dispatch(keys, a)
     local reply = fast and fast() or nil
     if reply ~= nil then return reply end
     begin_general()
+    probe(a)
     note_counts()
     housekeeping()
     reply = run()
