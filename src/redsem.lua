@@ -1983,7 +1983,7 @@ local function read_state()
     S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
          tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
     if S.x then                     -- (I13: EXTRA fields only if x says so)
-        v = redis.call('HMGET', K_STATE, 'xh', 'xw', 'era', 'rt', 'rk', 'wt')
+        v = redis.call('HMGET', K_STATE, unpack(EXTRA))     -- (in EXTRA's order)
         S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
