@@ -26,7 +26,7 @@
 # Where the time goes inside the function, on the semaphore with 10 holders:
 # the same library without its fast paths (the general path alone), and
 # cut short after each stage of dispatch() (parse the arguments; then read
-# the clock and the state; then housekeeping and finish with no
+# the clock and the state; then the probe, housekeeping and finish with no
 # operation), each loaded under its own name; the rest is the operation.
 # Under pgbench (bench/throughput.sh) the same figure comes out higher: there
 # Redis shares two cores with PostgreSQL and pgbench, and a preempted call
@@ -64,11 +64,11 @@ cut_short() {
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
         STAGE=$stage perl -0pe '
             my $fast = "    local reply = fast and fast\\(\\) or nil\n    if reply ~= nil then return reply end\n";
-            my $rest = "    begin_general\\(\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
+            my $rest = "    begin_general\\(\\)\n    probe\\(a\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
             my %keep = (parse => "    return 1\n",
                         read => "    begin(keys)\n    read_state()\n    return 1\n",
-                        frame => "    begin(keys)\n    read_state()\n    begin_general()\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
-                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
+                        frame => "    begin(keys)\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
+                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
             s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
     cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
 }
@@ -196,7 +196,7 @@ stage() {
 stage "FCALL itself (an empty function)" 0 "${R[empty10]}"
 stage "checking the arguments" "${R[empty10]}" "${R[cut_parse]}"
 stage "TIME and reading the state (HMGET)" "${R[cut_parse]}" "${R[cut_read]}"
-stage "housekeeping and finish, no operation" "${R[cut_read]}" "${R[cut_frame]}"
+stage "probe, housekeeping, finish; no operation" "${R[cut_read]}" "${R[cut_frame]}"
 stage "the operation (acquire or release)" "${R[cut_frame]}" "${R[gen]}"
 stage "whole call, general path only" 0 "${R[gen]}"
 stage "whole call with the fast paths (as shipped)" 0 "${R[pairs10]}"
