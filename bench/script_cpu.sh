@@ -28,6 +28,9 @@
 # cut short after each stage of dispatch() (parse the arguments; then read
 # the clock and the state; then the probe, housekeeping and finish with no
 # operation), each loaded under its own name; the rest is the operation.
+# What is left for an idle semaphore (issue 21, target 1): bench/solo.lua's
+# bound on a "one-key" layout, as bare commands and after redsem's own
+# argument checks and state read (the library cut short once more, "solo").
 # Under pgbench (bench/throughput.sh) the same figure comes out higher: there
 # Redis shares two cores with PostgreSQL and pgbench, and a preempted call
 # counts the time it waited.
@@ -62,15 +65,17 @@ cli -x FUNCTION LOAD <"$W/lib.lua" >/dev/null
 cut_short() {
     local name=$1 stage=$2
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
-        STAGE=$stage perl -0pe '
+        STAGE=$stage TAIL=$(sed -n '/^-- solo tail begins/,/^-- solo tail ends/p' "$BENCH_DIR/solo.lua") perl -0pe '
             my $fast = "    local reply = fast and fast\\(\\) or nil\n    if reply ~= nil then return reply end\n";
             my $rest = "    begin_general\\(\\)\n    probe\\(a\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
             my %keep = (parse => "    return 1\n",
                         read => "    begin(keys)\n    read_state()\n    return 1\n",
                         frame => "    begin(keys)\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
-                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n");
-            s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n"' >"$W/cut_$stage.lua"
-    cli -x FUNCTION LOAD <"$W/cut_$stage.lua" >/dev/null
+                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n",
+                        solo => "    begin(keys)\n    read_state()\n    member_count()\n    return solo_tail(keys, a, NOW_US_TEXT, NOW_TEXT)\n");
+            s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n";
+            s/^(local function dispatch\()/$ENV{TAIL}\n$1/m if $ENV{STAGE} eq "solo"' >"$W/cut_$stage.lua"
+    [[ $(cli -x FUNCTION LOAD <"$W/cut_$stage.lua") == "$name" ]] || redsem_die "cannot load $name"
 }
 if [[ -n ${BENCH_BEFORE:-} ]]; then
     bench_before_library "$W/before.lua"
@@ -80,7 +85,9 @@ cut_short cut_parse parse
 cut_short cut_read read
 cut_short cut_frame frame
 cut_short cut_general general
+cut_short cut_solo solo
 cli -x FUNCTION LOAD <"$BENCH_DIR/floor.lua" >/dev/null
+[[ $(cli -x FUNCTION LOAD <"$BENCH_DIR/solo.lua") == solo ]] || redsem_die "cannot load bench/solo.lua"
 SHA=$(cli -x SCRIPT LOAD <"$W/script.lua")
 
 # once NAME CMD ACQ REL SEM FROM COUNT WHAT: feed the operations (ops.pl),
@@ -121,6 +128,20 @@ run_ab() {
     printf '%.2f %.2f\n' "$best_a" "$best_b"
 }
 
+# run_idle NAME=FUNCTION...: acquire+release pairs of each function on idle
+# semaphores, interleaved BENCH_RUNS (default 5) times, the best of each
+# into R[NAME] (as run_ab: the machine's drift spreads over all of them)
+run_idle() {
+    local k f name fn u
+    for ((k = 0; k < ${BENCH_RUNS:-5}; k++)); do
+        for f in "$@"; do
+            name=${f%%=*} fn=${f#*=}
+            u=$(once "$name" fcall "FCALL $fn" "FCALL $fn" "idle_$name$k" 12000000 "$OPS" pairs)
+            R[$name]=$(awk -v x="$u" -v y="${R[$name]:-999999}" 'BEGIN { print (x < y ? x : y) }')
+        done
+    done
+}
+
 # commands run inside the script per call, in the last run
 inner_per_call() {
     awk -F'[:=,]' '$1 ~ /^cmdstat_/ { c = substr($1, 9) }
@@ -149,6 +170,7 @@ for holders in 0 10 "$BIG"; do
         read -r R[after$holders] R[before$holders] < <(run_ab "$sem" 9000000 "$OPS")
     fi
 done
+run_idle bound_four=floor_four bound_bare=solo_bare bound_cut=cut_solo "bound_redsem=$LIB"
 for stage in parse read frame; do
     R[cut_$stage]=$(run "cut_$stage" fcall "FCALL cut_$stage" "FCALL cut_$stage" cpu10 7000000 "$OPS")
 done
@@ -185,6 +207,15 @@ ratio3 "ratio redsem / four-command floor" pairs four
 ratio3 "  acquire / four-command floor" acq four
 ratio3 "  release / four-command floor" rel four
 printf '%-44s %12s\n' "ratio $BIG holders / 10 holders (redsem)" "$(bench_ratio "${R[pairs$BIG]}" "${R[pairs10]}")"
+printf '\nthe least a one-key layout could cost an idle semaphore (bench/solo.lua, a bound):\n'
+printf 'acquire+release pairs on idle semaphores, interleaved, best of %s\n' "${BENCH_RUNS:-5}"
+# bound LABEL KEY: its usec per call and its ratio to the four-command floor
+bound() { printf '%-44s %12s %12s\n' "$1" "${R[$2]}" "$(bench_ratio "${R[$2]}" "${R[bound_four]}")"; }
+printf '%-44s %12s %12s\n' "" "usec" "/ floor"
+bound "floor: a four-command function" bound_four
+bound "one-key layout: its six commands alone" bound_bare
+bound "  after redsem's checks, begin, read_state" bound_cut
+bound "redsem as shipped (four keys made, deleted)" bound_redsem
 printf '\nwhere the time of a call goes, 10 holders, without the fast paths (usec, share)\n'
 R[gen]=${R[general10]}
 # stage LABEL FROM TO: usec of a stage (TO - FROM) and its share of the

@@ -1841,9 +1841,26 @@ local function id_arg(v)
     end
 end
 
+-- Counts as read so far, text -> number (false: not a count), so that a
+-- call's usual arguments (the same lease, wait and limit, call after call)
+-- are not converted anew: tonumber() of a text costs as much as a command
+-- (bench/README.md).  Emptied when it holds COUNTS_KEPT, so that varied
+-- arguments cannot grow it.
+local COUNTS_KEPT = 256
+local COUNT_OF, COUNTS_HELD = {}, 0
+
+-- A count: an integer from 0 to 1e12 (nil if v is none).
 local function count_arg(v)
-    local n = tonumber(v)
-    if n and n >= 0 and n <= 1e12 and n % 1 == 0 then return n end
+    local n = COUNT_OF[v or false]
+    if n == nil then
+        n = tonumber(v)
+        if not (n and n >= 0 and n <= 1e12 and n % 1 == 0) then n = false end
+        if v ~= nil then
+            if COUNTS_HELD >= COUNTS_KEPT then COUNT_OF, COUNTS_HELD = {}, 0 end
+            COUNT_OF[v], COUNTS_HELD = n, COUNTS_HELD + 1
+        end
+    end
+    return n or nil
 end
 
 -- A priority: an integer from -PRIORITY_MAX to PRIORITY_MAX.
