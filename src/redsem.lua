@@ -43,7 +43,7 @@
 --                                line is then kept per tenant too (I12)
 --                        tt      permits held by holders with a tenant
 --                        wt      "1" while weights stores a weight
---                        x       "1": xh, xw, era, rt, rk or wt may be
+--                        x       "1": xh, xw, era, rt, rk or wt is
 --                                there (I13)
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
@@ -237,10 +237,11 @@
 --     alone in line gets every permit that fits (borrowing): shares are
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
--- I13 One read.  The state has its field x ("1") whenever it has any of
---     xh, xw, era, rt, rk or wt (EXTRA), so that a call reads limit, cur,
---     tl, tt and x alone unless x is there: every write of an EXTRA
---     field writes x with it, and x goes only with the whole state.  (A
+-- I13 One read.  The state has its field x ("1") exactly while it has
+--     any of xh, xw, era, rt, rk or wt (EXTRA), so that a call reads
+--     limit, cur, tl, tt and x alone unless x is there: the write that
+--     sets the first EXTRA field sets x, the one that deletes the last
+--     deletes x (or the whole state goes).  (A
 --     state without x is read as having none of them: a key conflict, or
 --     a server of an earlier version writing to the same Redis, could make
 --     that wrong, which is why every server of a fleet moves to a new
@@ -1073,17 +1074,16 @@ local function config()
     return c, n
 end
 
--- The state's x: written with the first EXTRA field a write sets (I13).
--- It stays until the state is deleted, if they go before.
+-- I13: the state's x among the fields to write, if it must change: there
+-- while any EXTRA field is once they are written (S follows them: set()),
+-- so written with the first and deleted with the last.
 local function mark_extra(fields)
-    if S.x then return end
+    local left = false
     for _, f in ipairs(EXTRA) do
-        local v = fields[f]
-        if v and v ~= 0 then
-            fields.x, S.x = '1', true
-            return
-        end
+        local v = S[f]
+        if v and v ~= 0 then left = true; break end
     end
+    if left ~= S.x then fields.x, S.x = left and '1', left end
 end
 
 -- Write fields (false or 0: delete) to hash key, new values first (a hash
@@ -1115,6 +1115,7 @@ local function store_state(empty)
         if redis.call('HLEN', K_STATE) > n then
             redis.call('DEL', K_STATE)
             W, S.x = c, c.x ~= nil
+            S.xh, S.xw, S.era = 0, 0, nil   -- (gone with it; the rest is c)
         end
     end
     mark_extra(W)

@@ -17,7 +17,7 @@
 #
 #   - each member is whole (owner, timeout, info), waiters are members; the
 #     state's permit counts (xh, xw, p:<id>) match the members; the state
-#     has x whenever it has any field a call reads only then (I13);
+#     has x exactly while it has any field a call reads only then (I13);
 #   - the limit in effect is the model's; holders take at most that many
 #     permits, or, after the limit was lowered, no more than before; they
 #     all come before every waiter; the first waiter does not fit (else it
@@ -139,6 +139,7 @@ sub violations
 	# (I13: a call reads the fields after cur only if x is there)
 	my @extra = grep { exists $state{$_} } qw(xh xw era rt rk wt);
 	push @bad, "the state has @extra but no x" if @extra && !exists $state{x};
+	push @bad, "the state has x but none of the fields it announces" if !@extra && exists $state{x};
 	# (I12: the per-tenant counts live in the tenant hash, never in the
 	# state; the checks below see them as th:<t>, and a waiting tenant's
 	# record, g:<t>, as its turn tu:<t> and its last grant tg:<t>)
@@ -1291,6 +1292,17 @@ delete @c{qw(x4 y5 h1)};
 ev('ten2', 'set_reserve', '');
 check_all('every member of "ten2" gone');
 
+note 'x comes with the first field it announces and goes with the last (I13)';
+
+ev('xs', 'set_limit', 5);
+is(state_of(ev('xs', 'acquire', 'a', 5, 2, 60000, 0, 1000, 'model')), 'held', 'a takes two permits');
+is_deeply({ @{ $r->cmd('HGETALL', 'm:{xs}:state') } }, { limit => 5, 'p:a' => 2, xh => 1, x => 1 },
+	'the state counts the permit beyond the first, and has x');
+is(ev('xs', 'release', 'a'), 1, 'a leaves');
+is_deeply({ @{ $r->cmd('HGETALL', 'm:{xs}:state') } }, { limit => 5 },
+	'x went with xh: the state stores the limit alone, so a call reads it in one command');
+ev('xs', 'set_limit', '');
+
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
@@ -1327,11 +1339,21 @@ foreach my $bad (
 	[ 'set_weight', 'a', 1.5 ],
 	[ 'no_such_op', 'x' ])
 {
-	my $rep = ev('args', @$bad);
-	like(state_of($rep), qr/^error: REDSEM (bad arguments|unknown operation)/,
-		"refused: @$bad");
+	# (twice: the second time, the script has kept every count it read)
+	foreach my $round ('', ', again')
+	{
+		my $rep = ev('args', @$bad);
+		like(state_of($rep), qr/^error: REDSEM (bad arguments|unknown operation)/,
+			"refused: @$bad$round");
+	}
 }
 is(scalar(@{ $r->cmd('KEYS', 'm:{args}*') }), 0, 'and no key was created');
+
+# The counts the script keeps are bounded: past 256 it starts afresh, and
+# reads every count right whether it has kept it or not.
+ev('many', 'set_limit', $_) foreach (1 .. 600, 3, 599);
+is(ev('many', 'limit')->[0], '599', 'the limit stored last is read back after 600 others');
+ev('many', 'set_limit', '');
 
 ###########################################################################
 # The randomized run
