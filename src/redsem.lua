@@ -1846,8 +1846,9 @@ end
 -- call's usual arguments (the same lease, wait and limit, call after call)
 -- are not converted anew: tonumber() of a text costs as much as a command
 -- (bench/README.md).  Emptied when it holds COUNTS_KEPT, so that varied
--- arguments cannot grow it.
-local COUNTS_KEPT = 256
+-- arguments cannot grow it; a text longer than COUNT_TEXT_MAX (a count
+-- needs 13 digits) is converted each time, never kept.
+local COUNTS_KEPT, COUNT_TEXT_MAX = 256, 16
 local COUNT_OF, COUNTS_HELD = {}, 0
 
 -- A count: an integer from 0 to 1e12 (nil if v is none).
@@ -1856,7 +1857,7 @@ local function count_arg(v)
     if n == nil then
         n = tonumber(v)
         if not (n and n >= 0 and n <= 1e12 and n % 1 == 0) then n = false end
-        if v ~= nil then
+        if type(v) == 'string' and #v <= COUNT_TEXT_MAX then
             if COUNTS_HELD >= COUNTS_KEPT then COUNT_OF, COUNTS_HELD = {}, 0 end
             COUNT_OF[v], COUNTS_HELD = n, COUNTS_HELD + 1
         end

@@ -1353,6 +1353,9 @@ is(scalar(@{ $r->cmd('KEYS', 'm:{args}*') }), 0, 'and no key was created');
 # reads every count right whether it has kept it or not.
 ev('many', 'set_limit', $_) foreach (1 .. 600, 3, 599);
 is(ev('many', 'limit')->[0], '599', 'the limit stored last is read back after 600 others');
+# (a long text is converted every time, never kept: its value is the same)
+ev('many', 'set_limit', ('0' x 40) . '7') foreach (1, 2);
+is(ev('many', 'limit')->[0], '7', 'a count written with 41 digits is read right, twice');
 ev('many', 'set_limit', '');
 
 ###########################################################################
