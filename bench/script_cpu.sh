@@ -25,7 +25,7 @@
 #     semaphore kept in Redis hashes and sorted sets can cost per operation
 # Where the time goes inside the function, on the semaphore with 10 holders:
 # the same library without its fast paths (the general path alone), and
-# cut short after each stage of dispatch() (parse the arguments; then read
+# cut short after each stage of run_op() (parse the arguments; then read
 # the clock and the state; then the probe, housekeeping and finish with no
 # operation), each loaded under its own name; the rest is the operation.
 # What is left for an idle semaphore (issue 21, target 1): bench/solo.lua's
@@ -60,21 +60,21 @@ LIB=$(bench_library)
 { cat "$BODY"; printf '\nreturn dispatch(KEYS, ARGV)\n'; } >"$W/script.lua"
 # the baselines: an empty function and a four-command one (bench/floor.lua)
 cli -x FUNCTION LOAD <"$W/lib.lua" >/dev/null
-# cut_short LIBNAME STAGE: the library cut short after STAGE of dispatch(),
+# cut_short LIBNAME STAGE: the library cut short after STAGE of run_op(),
 # or (general) whole but without the fast paths
 cut_short() {
     local name=$1 stage=$2
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
         STAGE=$stage TAIL=$(sed -n '/^-- solo tail begins/,/^-- solo tail ends/p' "$BENCH_DIR/solo.lua") perl -0pe '
-            my $fast = "    local reply = fast and fast\\(\\) or nil\n    if reply ~= nil then return reply end\n";
-            my $rest = "    begin_general\\(\\)\n    probe\\(a\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = run\\(\\)\n    finish\\(\\)\n    return reply\n";
+            my $fast = "    local reply = op.fast and op.fast\\(\\.\\.\\.\\) or nil\n    if reply ~= nil then return reply end\n";
+            my $rest = "    begin_general\\(\\)\n    probe\\(a\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = op.run\\(\\.\\.\\.\\)\n    finish\\(\\)\n    return reply\n";
             my %keep = (parse => "    return 1\n",
                         read => "    begin(keys)\n    read_state()\n    return 1\n",
                         frame => "    begin(keys)\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
-                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    reply = run()\n    finish()\n    return reply\n",
+                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    reply = op.run(...)\n    finish()\n    return reply\n",
                         solo => "    begin(keys)\n    read_state()\n    member_count()\n    return solo_tail(keys, a, NOW_US_TEXT, NOW_TEXT)\n");
-            s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "dispatch() has changed: update cut_short() in bench/script_cpu.sh\n";
-            s/^(local function dispatch\()/$ENV{TAIL}\n$1/m if $ENV{STAGE} eq "solo"' >"$W/cut_$stage.lua"
+            s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "run_op() has changed: update cut_short() in bench/script_cpu.sh\n";
+            s/^(local function run_op\()/$ENV{TAIL}\n$1/m if $ENV{STAGE} eq "solo"' >"$W/cut_$stage.lua"
     [[ $(cli -x FUNCTION LOAD <"$W/cut_$stage.lua") == "$name" ]] || redsem_die "cannot load $name"
 }
 if [[ -n ${BENCH_BEFORE:-} ]]; then

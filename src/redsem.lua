@@ -325,12 +325,10 @@ local function begin(keys)
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
     BASE = string.sub(K_OWNER, 1, -6)
     local t = redis.call('TIME')
-    local sec, us = tonumber(t[1]), tonumber(t[2])
-    NOW_MS = sec * 1000 + math.floor(us / 1000)
-    NOW_US = sec * 1000000 + us
-    local us6 = PAD[#t[2]] .. t[2]
-    NOW_TEXT = t[1] .. string.sub(us6, 1, 3)
-    NOW_US_TEXT, NOW_WIDE = t[1] .. us6, nil
+    NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
+    NOW_US = tonumber(NOW_US_TEXT)  -- (exact: below 2^53 until the year 2255)
+    NOW_MS = math.floor(NOW_US / 1000)
+    NOW_TEXT = string.sub(NOW_US_TEXT, 1, -4)
     TF, MEMBERS = {}, nil           -- (S: read_state)
     W, WEIGHTS, TW = nil, nil, nil
 end
@@ -1890,107 +1888,123 @@ local function limit_arg(v)
     if n and n >= 1 then return n end
 end
 
--- Each operation: how to read ARGV, and what to run (and, for some, a
--- fast path to try first).
+-- Each operation: read, which checks ARGV (a) and returns true and run's
+-- arguments (nil if they are malformed); run; and, for some, a fast path
+-- (fast: given the same arguments, the reply, or nil to leave the call to
+-- run).  The arguments travel as values, never in a closure made per call:
+-- that cost 5,000 instructions a call (bench/README.md).
 local OPS = {
-    acquire = function(a)
-        local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
-        local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
-        local priority, tenant = 0, ''
-        if a[10] then priority = priority_arg(a[10]) end
-        if a[11] then tenant = tenant_arg(a[11]) end
-        if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
-                priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
-           p < 1 or lease < 1 or keepalive < 1 then return nil end
-        return function()
-            return op_acquire(id, maxh or nil, p, lease, wait, keepalive, a[8],
-                              a[9] == 'settle', priority, tenant)
-        end, p == 1 and
-            function() return fast_acquire(id, maxh or nil, lease, a[8], priority, tenant) end
-    end,
-    wait_check = function(a)
-        local id, keepalive = id_arg(a[2]), count_arg(a[3])
-        if not (id and keepalive) or keepalive < 1 then return nil end
-        return function() return op_wait_check(id, keepalive, a[4] == 'settle') end
-    end,
-    give_up = function(a)
-        local id = id_arg(a[2])
-        if not id then return nil end
-        return function() return op_give_up(id) end
-    end,
-    release = function(a)
-        local id = id_arg(a[2])
-        if not id then return nil end
-        if a[3] and a[3] ~= 'forced' then return nil end
-        return function() return op_release(id, a[3] == 'forced') end,
-               not a[3] and function() return fast_release(id) end
-    end,
-    refresh = function(a)
-        local id, lease = id_arg(a[2]), count_arg(a[3])
-        if not (id and lease) then return nil end
-        return function() return op_refresh(id, lease) end
-    end,
-    refresh_many = function(a)
-        local pairs = {}
-        if #a < 3 or #a % 2 ~= 1 or #a > 2001 then return nil end
-        for i = 2, #a, 2 do
-            local id, lease = id_arg(a[i]), count_arg(a[i + 1])
-            if not (id and lease) then return nil end
-            pairs[#pairs + 1] = id
-            pairs[#pairs + 1] = lease
-        end
-        return function() return op_refresh_many(pairs) end
-    end,
-    token = function(a)
-        local id = id_arg(a[2])
-        if not id then return nil end
-        return function() return op_token(id) end
-    end,
-    list = function(a)
-        return function() return op_list() end
-    end,
-    limit = function(a)
-        return function() return limit_reply() end
-    end,
-    summary = function(a)
-        return function() return op_summary() end
-    end,
-    set_limit = function(a)
-        local maxh = limit_arg(a[2])
-        if maxh == nil then return nil end
-        return function() return op_set_limit(maxh or nil) end
-    end,
-    set_rate = function(a)
-        if a[2] == '' and #a == 2 then
-            return function() return op_set_rate(nil) end
-        end
-        local rt, rb = count_arg(a[2]), count_arg(a[3])
-        if not (rt and rb and rt >= 1 and rb >= 1 and rb <= 1e6 and
-                type(a[4]) == 'string' and #a[4] <= 64) then return nil end
-        return function() return op_set_rate(rt, rb, a[4]) end
-    end,
-    rate = function(a)
-        return function() return rate_reply() end
-    end,
-    set_reserve = function(a)
-        if a[2] == '' and #a == 2 then
-            return function() return op_set_reserve(nil) end
-        end
-        local rk, rp = count_arg(a[2]), priority_arg(a[3])
-        if not (rk and rp and rk >= 1 and rk <= 1e6) then return nil end
-        return function() return op_set_reserve(rk, rp) end
-    end,
-    reserve = function(a)
-        return function() return reserve_reply() end
-    end,
-    set_weight = function(a)
-        local t, w = tenant_arg(a[2]), weight_arg(a[3])
-        if not (t and t ~= '' and w ~= nil and #a == 3) then return nil end
-        return function() return op_set_weight(t, w or nil) end
-    end,
-    tenants = function(a)
-        return function() return op_tenants() end
-    end,
+    acquire = {
+        read = function(a)
+            local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
+            local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
+            local priority, tenant = 0, ''
+            if a[10] then priority = priority_arg(a[10]) end
+            if a[11] then tenant = tenant_arg(a[11]) end
+            if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
+                    priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
+               p < 1 or lease < 1 or keepalive < 1 then return nil end
+            return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
+                   priority, tenant
+        end,
+        run = op_acquire,
+        fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant)
+            if p == 1 then return fast_acquire(id, maxh, lease, origin, priority, tenant) end
+        end,
+    },
+    wait_check = {
+        read = function(a)
+            local id, keepalive = id_arg(a[2]), count_arg(a[3])
+            if not (id and keepalive) or keepalive < 1 then return nil end
+            return true, id, keepalive, a[4] == 'settle'
+        end,
+        run = op_wait_check,
+    },
+    give_up = {
+        read = function(a)
+            local id = id_arg(a[2])
+            if id then return true, id end
+        end,
+        run = op_give_up,
+    },
+    release = {
+        read = function(a)
+            local id = id_arg(a[2])
+            if id and (a[3] == nil or a[3] == 'forced') then return true, id, a[3] == 'forced' end
+        end,
+        run = op_release,
+        fast = function(id, forced)
+            if not forced then return fast_release(id) end
+        end,
+    },
+    refresh = {
+        read = function(a)
+            local id, lease = id_arg(a[2]), count_arg(a[3])
+            if id and lease then return true, id, lease end
+        end,
+        run = op_refresh,
+    },
+    refresh_many = {
+        read = function(a)
+            local pairs = {}
+            if #a < 3 or #a % 2 ~= 1 or #a > 2001 then return nil end
+            for i = 2, #a, 2 do
+                local id, lease = id_arg(a[i]), count_arg(a[i + 1])
+                if not (id and lease) then return nil end
+                pairs[#pairs + 1] = id
+                pairs[#pairs + 1] = lease
+            end
+            return true, pairs
+        end,
+        run = op_refresh_many,
+    },
+    token = {
+        read = function(a)
+            local id = id_arg(a[2])
+            if id then return true, id end
+        end,
+        run = op_token,
+    },
+    list = {read = function() return true end, run = op_list},
+    limit = {read = function() return true end, run = limit_reply},
+    summary = {read = function() return true end, run = op_summary},
+    set_limit = {
+        read = function(a)
+            local maxh = limit_arg(a[2])
+            if maxh ~= nil then return true, maxh or nil end
+        end,
+        run = op_set_limit,
+    },
+    set_rate = {
+        read = function(a)
+            if a[2] == '' and #a == 2 then return true, nil end
+            local rt, rb = count_arg(a[2]), count_arg(a[3])
+            if not (rt and rb and rt >= 1 and rb >= 1 and rb <= 1e6 and
+                    type(a[4]) == 'string' and #a[4] <= 64) then return nil end
+            return true, rt, rb, a[4]
+        end,
+        run = op_set_rate,
+    },
+    rate = {read = function() return true end, run = rate_reply},
+    set_reserve = {
+        read = function(a)
+            if a[2] == '' and #a == 2 then return true, nil end
+            local rk, rp = count_arg(a[2]), priority_arg(a[3])
+            if not (rk and rp and rk >= 1 and rk <= 1e6) then return nil end
+            return true, rk, rp
+        end,
+        run = op_set_reserve,
+    },
+    reserve = {read = function() return true end, run = reserve_reply},
+    set_weight = {
+        read = function(a)
+            local t, w = tenant_arg(a[2]), weight_arg(a[3])
+            if not (t and t ~= '' and w ~= nil and #a == 3) then return nil end
+            return true, t, w or nil
+        end,
+        run = op_set_weight,
+    },
+    tenants = {read = function() return true end, run = op_tenants},
 }
 
 -- Read the state: the stored limit, the limit in effect, the excesses,
@@ -2096,49 +2110,58 @@ local function name_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= 200 then return v end
 end
 
+-- The index operations, as OPS (run's first argument: the index key).
 local INDEX_OPS = {
-    index_touch = function(a)
-        local ttl, names = count_arg(a[2]), {}
-        if not ttl or ttl < 1 or #a < 3 or #a > 1002 then return nil end
-        for i = 3, #a do
-            names[#names + 1] = name_arg(a[i])
-            if not names[#names] then return nil end
-        end
-        return function(key) return op_index_touch(key, ttl, names) end
-    end,
-    index_pin = function(a)
-        local ttl, name = count_arg(a[2]), name_arg(a[3])
-        if not (ttl and ttl >= 1 and name and (a[4] == '1' or a[4] == '0')) then return nil end
-        return function(key) return op_index_pin(key, ttl, name, a[4] == '1') end
-    end,
-    index_list = function(a)
-        local max = count_arg(a[2])
-        if not max or max < 1 or max > 100000 then return nil end
-        return function(key) return op_index_list(key, max) end
-    end,
+    index_touch = {
+        read = function(a)
+            local ttl, names = count_arg(a[2]), {}
+            if not ttl or ttl < 1 or #a < 3 or #a > 1002 then return nil end
+            for i = 3, #a do
+                names[#names + 1] = name_arg(a[i])
+                if not names[#names] then return nil end
+            end
+            return true, ttl, names
+        end,
+        run = op_index_touch,
+    },
+    index_pin = {
+        read = function(a)
+            local ttl, name = count_arg(a[2]), name_arg(a[3])
+            if ttl and ttl >= 1 and name and (a[4] == '1' or a[4] == '0') then
+                return true, ttl, name, a[4] == '1'
+            end
+        end,
+        run = op_index_pin,
+    },
+    index_list = {
+        read = function(a)
+            local max = count_arg(a[2])
+            if max and max >= 1 and max <= 100000 then return true, max end
+        end,
+        run = op_index_list,
+    },
 }
 
--- The operation a names, its arguments checked: a function to run and its
--- fast path (or false), or nil and the error reply.
-local function parsed(ops, a)
-    local parse = ops[a[1]]
-    if not parse then
-        return nil, redis.error_reply('REDSEM unknown operation')
-    end
-    local run, fast = parse(a)
-    if not run then
-        return nil, redis.error_reply('REDSEM bad arguments for ' .. a[1])
-    end
-    return run, nil, fast
+-- The error reply to a call of an unknown operation (op nil), or of op
+-- with malformed arguments.
+local function refused(op, a)
+    if not op then return redis.error_reply('REDSEM unknown operation') end
+    return redis.error_reply('REDSEM bad arguments for ' .. a[1])
+end
+
+-- An index operation, once read (ok and run's arguments).
+local function run_index(keys, a, op, ok, ...)
+    if not ok then return refused(op, a) end
+    local t = redis.call('TIME')
+    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    return op.run(keys[1], ...)
 end
 
 -- The entry point of index operations: one key, the index.
 local function dispatch_index(keys, a)
-    local run, err = parsed(INDEX_OPS, a)
-    if not run then return err end
-    local t = redis.call('TIME')
-    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-    return run(keys[1])
+    local op = INDEX_OPS[a[1]]
+    if not op then return refused(op, a) end
+    return run_index(keys, a, op, op.read(a))
 end
 
 -- Small counts as text (the probe's key count: no conversion per call).
@@ -2166,22 +2189,28 @@ local function probe(a)
     if S.wt or a[1] == 'set_weight' then redis.call('HLEN', weights_key()) end
 end
 
-local function dispatch(keys, a)
-    if #keys == 1 then return dispatch_index(keys, a) end
-    if #keys ~= 6 then
-        return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
-    end
-    local run, err, fast = parsed(OPS, a)
-    if not run then return err end
+-- An operation on a semaphore, once read (ok and run's arguments).
+local function run_op(keys, a, op, ok, ...)
+    if not ok then return refused(op, a) end
     begin(keys)
     read_state()
-    local reply = fast and fast() or nil
+    local reply = op.fast and op.fast(...) or nil
     if reply ~= nil then return reply end
     begin_general()
     probe(a)
     note_counts()
     housekeeping()
-    reply = run()
+    reply = op.run(...)
     finish()
     return reply
+end
+
+local function dispatch(keys, a)
+    if #keys == 1 then return dispatch_index(keys, a) end
+    if #keys ~= 6 then
+        return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
+    end
+    local op = OPS[a[1]]
+    if not op then return refused(op, a) end
+    return run_op(keys, a, op, op.read(a))
 end

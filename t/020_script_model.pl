@@ -1337,7 +1337,12 @@ foreach my $bad (
 	[ 'set_weight', 'a', 0 ],
 	[ 'set_weight', 'a', 10001 ],
 	[ 'set_weight', 'a', 1.5 ],
-	[ 'no_such_op', 'x' ])
+	[ 'release', 'x', 'later' ],
+	[ 'token', 'x y' ],
+	[ 'give_up', '' ],
+	[ 'index_list', 10 ],
+	[ 'no_such_op', 'x' ],
+	[])
 {
 	# (twice: the second time, the script has kept every count it read)
 	foreach my $round ('', ', again')
@@ -1348,6 +1353,22 @@ foreach my $bad (
 	}
 }
 is(scalar(@{ $r->cmd('KEYS', 'm:{args}*') }), 0, 'and no key was created');
+
+# The index operations (one key) are read the same way, and refuse the
+# semaphores' operations.
+foreach my $bad ([ 'index_touch', 0, 'a' ], [ 'index_touch', 1000 ], [ 'index_pin', 1000, 'a', 'yes' ],
+	[ 'index_pin', 1000, '', '1' ], [ 'index_list', 0 ], [ 'index_list', 100001 ], [ 'acquire', 'x' ], [])
+{
+	like(state_of($r->cmd('FCALL', $lib, 1, 'm:idx', @$bad)),
+		qr/^error: REDSEM (bad arguments|unknown operation)/, "index refused: @$bad");
+}
+is($r->cmd('EXISTS', 'm:idx'), 0, 'and the index was not created');
+$r->cmd('FCALL', $lib, 1, 'm:idx', 'index_touch', 60000, 'one', 'two');
+$r->cmd('FCALL', $lib, 1, 'm:idx', 'index_pin', 60000, 'two', '1');
+my $listed = $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_list', 10);
+is_deeply([ $listed->[0], sort @{$listed}[ 2 .. $#$listed ] ], [ 2, 'one', 'two' ],
+	'the index operations run as read: two names touched, both listed');
+$r->cmd('DEL', 'm:idx');
 
 # The counts the script keeps are bounded: past 256 it starts afresh, and
 # reads every count right whether it has kept it or not.
