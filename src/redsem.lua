@@ -1072,6 +1072,13 @@ local function config()
     return c, n
 end
 
+-- The state rebuilt from its configuration c alone: S forgets what went
+-- with the members (their counts, the limit in effect, the era, the lines).
+local function keep_config(c)
+    S.cur, S.xh, S.xw, S.era, S.hh, S.tl, S.tt = nil, 0, 0, nil, 0, false, 0
+    S.x = c.x ~= nil
+end
+
 -- I13: the state's x among the fields to write, if it must change: there
 -- while any EXTRA field is once they are written (S follows them: set()),
 -- so written with the first and deleted with the last.
@@ -1112,8 +1119,8 @@ local function store_state(empty)
         local c, n = config()
         if redis.call('HLEN', K_STATE) > n then
             redis.call('DEL', K_STATE)
-            W, S.x = c, c.x ~= nil
-            S.xh, S.xw, S.era = 0, 0, nil   -- (gone with it; the rest is c)
+            W = c
+            keep_config(c)
         end
     end
     mark_extra(W)
@@ -2034,8 +2041,7 @@ local function read_state()
         redis.call('DEL', K_STATE, tenant_key())
         local c = config()
         write_fields(K_STATE, c)
-        S.cur, S.xh, S.xw, S.era, S.hh, S.x = nil, 0, 0, nil, 0, c.x ~= nil
-        S.tl, S.tt = false, 0
+        keep_config(c)
     end
 end
 
