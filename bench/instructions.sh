@@ -21,7 +21,9 @@
 # shipped script and of bench/script_cpu.sh's four-command floor
 # (bench/floor.lua), idle and beside 10 holders: the instructions Redis runs
 # inside FCALL per call (the part INFO commandstats times), and their ratio
-# (issue 21, target 1: at most 1.5).
+# (issue 21, target 1: at most 1.5).  Last, a keeper's refresh of one hold
+# (refresh_many of one id, BENCH_CALLS holders refreshed once each) against
+# the floor's release and, with BENCH_BEFORE, that revision's script.
 #
 # Environment: BENCH_BEFORE, BENCH_PAIRS (default "100 500": N1 and N2 of
 # the pairs), BENCH_HANDOFFS (default "100 400"), BENCH_CALLS (default 500
@@ -122,6 +124,22 @@ per_call() {
     rm -f "$W"/cg.out.*
     awk -v ir="${ir:-0}" -v n="$CALLS" 'BEGIN { if (ir > 0) printf "%.1f", ir / (2 * n) / 1000; else print "n/a" }'
 }
+# per_refresh FN SEM: thousands of instructions inside FCALL per refresh
+# of one hold (refresh_many, as a keeper sends it for a semaphore of one
+# hold of this server: the worst case), CALLS holders refreshed once each
+per_refresh() {
+    local f ir
+    perl "$BENCH_DIR/ops.pl" "FCALL $1" - "$2" 1 "$CALLS" fill >"$W/fill.resp"
+    feed "$W/fill.resp"
+    perl "$BENCH_DIR/ops.pl" "FCALL $1" - "$2" 1 "$CALLS" refresh >"$W/ops.resp"
+    cg_zero
+    feed "$W/ops.resp"
+    f=$(cg_dump)
+    ir=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+        awk '$0 ~ /:fcallCommand / { gsub(",", "", $1); print $1; exit }')
+    rm -f "$W"/cg.out.*
+    awk -v ir="${ir:-0}" -v n="$CALLS" 'BEGIN { if (ir > 0) printf "%.1f", ir / n / 1000; else print "n/a" }'
+}
 { printf '#!lua name=icall\n'; grep -v -e '^#!lua' -e '^redis.register_function' "$BENCH_DIR/../src/redsem.lua"
   printf "redis.register_function('icall', dispatch)\n"; } >"$W/icall.lua"
 cli -x FUNCTION LOAD <"$W/icall.lua" >/dev/null
@@ -131,6 +149,15 @@ for holders in 0 10; do
     C[redsem$holders]=$(per_call icall "i$holders" "$holders")
     C[floor$holders]=$(per_call floor_four "f$holders" "$holders")
 done
+C[refresh]=$(per_refresh icall r)
+C[refresh_floor]=$(per_refresh floor_four fr)
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    bench_before_library "$W/before.lua"   # (as bcall: bench_loop_sides has a library "before")
+    sed -e '1s/name=before/name=bcall/' -e "s/register_function('before'/register_function('bcall'/" \
+        "$W/before.lua" >"$W/bcall.lua"
+    [[ $(cli -x FUNCTION LOAD <"$W/bcall.lua") == bcall ]] || redsem_die "cannot load $BENCH_BEFORE's script"
+    C[refresh_before]=$(per_refresh bcall rb)
+fi
 
 declare -A K
 for side in "${SIDES[@]}"; do
@@ -155,3 +182,9 @@ printf '%-52s %10s %10s\n' "redsem: acquire or release, mean" "${C[redsem0]}" "$
 printf '%-52s %10s %10s\n' "floor: a four-command function (bench/floor.lua)" "${C[floor0]}" "${C[floor10]}"
 printf '%-52s %10s %10s\n' "  ratio redsem / floor (issue 21: at most 1.5)" \
     "$(bench_ratio "${C[redsem0]}" "${C[floor0]}")" "$(bench_ratio "${C[redsem10]}" "${C[floor10]}")"
+printf '\na keeper'"'"'s refresh of one hold (refresh_many, %s holders refreshed once each), thousands\n' "$CALLS"
+printf 'of instructions inside FCALL per call\n'
+printf '%-52s %10s\n' "redsem" "${C[refresh]}"
+[[ -n ${BENCH_BEFORE:-} ]] && printf '%-52s %10s\n' "the script at $BENCH_BEFORE" "${C[refresh_before]}"
+printf '%-52s %10s\n' "floor: the four-command function (its release)" "${C[refresh_floor]}"
+printf '%-52s %10s\n' "  ratio redsem / floor (issue 21: at most 1.5)" "$(bench_ratio "${C[refresh]}" "${C[refresh_floor]}")"

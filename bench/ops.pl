@@ -1,7 +1,8 @@
 # bench/ops.pl ACQ REL SEM FROM COUNT WHAT - RESP for COUNT redsem operations
 # on ids x<FROM>.. of semaphore SEM, as src/script.c sends them: acquires sent
 # as ACQ and releases as REL ("FCALL name" or "EVALSHA sha"); WHAT is pairs
-# (acquire + release) or fill (acquires that hold for 10 minutes).  Used by
+# (acquire + release), fill (acquires that hold for 10 minutes) or refresh
+# (a keeper's refresh_many of each one hold, sent as ACQ: ids filled before).  Used by
 # bench/script_cpu.sh and bench/instructions.sh with redis-cli --pipe.
 use strict;
 my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
@@ -13,6 +14,7 @@ binmode STDOUT;
 for my $i ($from .. $from + $count - 1) {
     my $id = sprintf('%016x.%d', 0xfeed0000 + $i, $i);
     my $lease = $what eq 'fill' ? 600000 : 30000;
+    if ($what eq 'refresh') { print op($acq, 'refresh_many', $id, $lease); next; }
     print op($acq, 'acquire', $id, 1000000, 1, $lease, 0, 60000, $origin);
     print op($rel, 'release', $id) if $what eq 'pairs';
 }

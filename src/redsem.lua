@@ -1052,6 +1052,12 @@ local function promote()
     end
 end
 
+-- True if a member's deadline is due (I2): then a fast path leaves the
+-- call to the general one, whose housekeeping drops it.
+local function any_due()
+    return redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0
+end
+
 -- I2, I4, I10: expire; promote if anybody left, or if the rate lets
 -- somebody in (otherwise the first waiter still does not fit: every other
 -- change promotes by itself).
@@ -1438,10 +1444,17 @@ end
 -- The same as op_refresh for each, with three commands for the whole batch
 -- instead of three per hold: who is a member, who waits, the new deadlines.
 -- (An id given twice makes the order matter: then one by one.)
-local function op_refresh_many(pairs)
-    local ids, out, renew, seen = {}, {}, {}, {}
+-- fast: as a fast path, which answers only a batch of holders refreshed
+-- by the lease given, nobody due, no rate (whose housekeeping may let a
+-- waiter in) and the keys' TTL covering every new deadline already (as
+-- ttl_needed() would find it), and otherwise returns nil having written
+-- nothing; its one write, timeout, is a key it read first.
+local function op_refresh_many(pairs, fast)
+    if fast and (S.rt or any_due()) then return nil end
+    local ids, out, renew, seen, last = {}, {}, {}, {}, 0
     for i = 1, #pairs, 2 do
         if seen[pairs[i]] then
+            if fast then return nil end
             for j = 1, #pairs, 2 do
                 out[#out + 1] = op_refresh(pairs[j], pairs[j + 1])
             end
@@ -1455,16 +1468,21 @@ local function op_refresh_many(pairs)
     for k, id in ipairs(ids) do
         local lease = pairs[2 * k]
         if not owned[k] or waits[k] or lease <= 0 then
+            if fast then return nil end
             out[k] = op_refresh(id, lease)  -- lost, waiting, or "as acquired"
         else
             local deadline = NOW_MS + lease
             renew[#renew + 1] = int(deadline)
             renew[#renew + 1] = id
-            note_deadline(deadline)
+            if deadline > last then last = deadline end
             out[k] = int(lease)
         end
     end
-    if #renew > 0 then redis.call('ZADD', K_TIMEOUT, 'XX', unpack(renew)) end
+    if fast and redis.call('PTTL', K_TIMEOUT) < last - NOW_MS + GRACE_MS then return nil end
+    if #renew > 0 then
+        redis.call('ZADD', K_TIMEOUT, 'XX', unpack(renew))
+        if not fast then note_deadline(last) end
+    end
     return out
 end
 
@@ -1692,7 +1710,9 @@ end
 -- FAST PATHS.  The commonest calls run as straight-line code: an acquire
 -- of one permit granted at once (on a semaphore with no member, or beside
 -- other holders), and the release of a holder of one permit with nobody
--- waiting (the last member, or one that leaves others holding).  In
+-- waiting (the last member, or one that leaves others holding); and a
+-- refresh of holders with nobody due, which writes their new deadlines
+-- alone (op_refresh_many, with fast: above).  In
 -- Redis's Lua, dispatch()'s general steps cost more than the commands they
 -- run (bench/script_cpu.sh).  A fast path runs once the state is read (S);
 -- it reads what the general path would, decides, and only then writes: if
@@ -1709,11 +1729,6 @@ end
 -- (or is written first, or with its TTL), so that a key of another type
 -- (a key conflict, which stops the call) leaves nothing without a TTL.
 
--- True if a member's deadline is due (I2): then a fast path leaves the
--- call to the general one, whose housekeeping drops it.
-local function any_due()
-    return redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0
-end
 
 -- acquire of one permit on a semaphore with no member: granted (nobody
 -- to wait behind); it makes the keys, with the TTL finish() gives a FRESH
@@ -1895,6 +1910,17 @@ local function limit_arg(v)
     if n and n >= 1 then return n end
 end
 
+-- The reader of the operations that take one id.
+local function read_id(a)
+    local id = id_arg(a[2])
+    if id then return true, id end
+end
+
+-- The reader of the operations that take nothing.
+local function read_none()
+    return true
+end
+
 -- Each operation: read, which checks ARGV (a) and returns true and run's
 -- arguments (nil if they are malformed); run; and, for some, a fast path
 -- (fast: given the same arguments, the reply, or nil to leave the call to
@@ -1927,13 +1953,7 @@ local OPS = {
         end,
         run = op_wait_check,
     },
-    give_up = {
-        read = function(a)
-            local id = id_arg(a[2])
-            if id then return true, id end
-        end,
-        run = op_give_up,
-    },
+    give_up = {read = read_id, run = op_give_up},
     release = {
         read = function(a)
             local id = id_arg(a[2])
@@ -1950,6 +1970,10 @@ local OPS = {
             if id and lease then return true, id, lease end
         end,
         run = op_refresh,
+        fast = function(id, lease)
+            local out = op_refresh_many({id, lease}, true)
+            return out and out[1]
+        end,
     },
     refresh_many = {
         read = function(a)
@@ -1964,17 +1988,12 @@ local OPS = {
             return true, pairs
         end,
         run = op_refresh_many,
+        fast = function(pairs) return op_refresh_many(pairs, true) end,
     },
-    token = {
-        read = function(a)
-            local id = id_arg(a[2])
-            if id then return true, id end
-        end,
-        run = op_token,
-    },
-    list = {read = function() return true end, run = op_list},
-    limit = {read = function() return true end, run = limit_reply},
-    summary = {read = function() return true end, run = op_summary},
+    token = {read = read_id, run = op_token},
+    list = {read = read_none, run = op_list},
+    limit = {read = read_none, run = limit_reply},
+    summary = {read = read_none, run = op_summary},
     set_limit = {
         read = function(a)
             local maxh = limit_arg(a[2])
@@ -1992,7 +2011,7 @@ local OPS = {
         end,
         run = op_set_rate,
     },
-    rate = {read = function() return true end, run = rate_reply},
+    rate = {read = read_none, run = rate_reply},
     set_reserve = {
         read = function(a)
             if a[2] == '' and #a == 2 then return true, nil end
@@ -2002,7 +2021,7 @@ local OPS = {
         end,
         run = op_set_reserve,
     },
-    reserve = {read = function() return true end, run = reserve_reply},
+    reserve = {read = read_none, run = reserve_reply},
     set_weight = {
         read = function(a)
             local t, w = tenant_arg(a[2]), weight_arg(a[3])
@@ -2011,7 +2030,7 @@ local OPS = {
         end,
         run = op_set_weight,
     },
-    tenants = {read = function() return true end, run = op_tenants},
+    tenants = {read = read_none, run = op_tenants},
 }
 
 -- Read the state: the stored limit, the limit in effect, the excesses,

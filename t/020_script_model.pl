@@ -1303,6 +1303,28 @@ is_deeply({ @{ $r->cmd('HGETALL', 'm:{xs}:state') } }, { limit => 5 },
 	'x went with xh: the state stores the limit alone, so a call reads it in one command');
 ev('xs', 'set_limit', '');
 
+note 'a refresh of holders with nobody due writes their deadlines alone (its fast path)';
+
+model_limit('rf', 3);
+ev('rf', 'acquire', $_, 3, 1, 60000, 0, 30000, 'model') foreach qw(a b);
+my $rf_ttl = $r->cmd('PTTL', 'm:{rf}:owner');
+is_deeply(ev('rf', 'refresh_many', 'a', 1000, 'b', 2000), [ 1000, 2000 ],
+	'two holders refreshed by leases the keys\' TTL covers');
+my $rf_now = redis_now_ms();
+ok(abs($r->cmd('ZSCORE', 'm:{rf}:timeout', 'b') - ($rf_now + 2000)) < 500, "b's deadline is now + 2000 ms");
+ok($r->cmd('PTTL', 'm:{rf}:owner') <= $rf_ttl, 'the keys keep the TTL they had');
+check_all('a refresh of holders within the keys\' TTL');
+is(ev('rf', 'refresh', 'a', 600000), '600000', 'a refresh by a lease past the keys\' TTL');
+ok($r->cmd('PTTL', "m:{rf}:$_") > 600000, "renews $_") foreach qw(owner timeout ticket info state);
+check_all('a refresh past the keys\' TTL');
+ev('rf', 'acquire', 'c', 3, 1, 100, 0, 30000, 'model');
+usleep(300_000);
+is_deeply(ev('rf', 'refresh_many', 'a', 60000), [ 60000 ], 'a refresh with a member due');
+ok(!defined $r->cmd('ZSCORE', 'm:{rf}:owner', 'c'), 'c, due, left with it (housekeeping ran)');
+check_all('a refresh with a member due');
+ev('rf', 'release', $_) foreach qw(a b);
+check_all('every member of "rf" gone');
+
 note 'malformed arguments are refused before anything is touched';
 
 foreach my $bad (
