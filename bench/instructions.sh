@@ -105,40 +105,39 @@ feed() {
     cli --pipe <"$1" >"$W/pipe.out" 2>&1 || { cat "$W/pipe.out" >&2; redsem_die "redis-cli --pipe failed"; }
     grep -q 'errors: 0' "$W/pipe.out" || { cat "$W/pipe.out" >&2; redsem_die "errors in $1"; }
 }
+# inside_fcall FILE N: send the operations in FILE, N calls; print the
+# thousands of instructions Redis ran inside FCALL (fcallCommand and all it
+# calls) per call
+inside_fcall() {
+    local f ir
+    cg_zero
+    feed "$1"
+    f=$(cg_dump)
+    ir=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+        awk '$0 ~ /:fcallCommand / { gsub(",", "", $1); print $1; exit }')
+    rm -f "$W"/cg.out.*
+    awk -v ir="${ir:-0}" -v n="$2" 'BEGIN { if (ir > 0) printf "%.1f", ir / n / 1000; else print "n/a" }'
+}
 # per_call FN SEM HOLDERS: thousands of instructions Redis runs inside
 # FCALL (fcallCommand and all it calls) per call, for acquire + release
 # pairs of new ids sent from a client (bench/ops.pl, as src/script.c sends
 # them) beside HOLDERS holders
 per_call() {
-    local f ir
     if [[ $3 -gt 0 ]]; then
         perl "$BENCH_DIR/ops.pl" "FCALL $1" - "$2" 1 "$3" fill >"$W/fill.resp"
         feed "$W/fill.resp"
     fi
     perl "$BENCH_DIR/ops.pl" "FCALL $1" "FCALL $1" "$2" 1000 "$CALLS" pairs >"$W/ops.resp"
-    cg_zero
-    feed "$W/ops.resp"
-    f=$(cg_dump)
-    ir=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        awk '$0 ~ /:fcallCommand / { gsub(",", "", $1); print $1; exit }')
-    rm -f "$W"/cg.out.*
-    awk -v ir="${ir:-0}" -v n="$CALLS" 'BEGIN { if (ir > 0) printf "%.1f", ir / (2 * n) / 1000; else print "n/a" }'
+    inside_fcall "$W/ops.resp" $((2 * CALLS))
 }
 # per_refresh FN SEM: thousands of instructions inside FCALL per refresh
 # of one hold (refresh_many, as a keeper sends it for a semaphore of one
 # hold of this server: the worst case), CALLS holders refreshed once each
 per_refresh() {
-    local f ir
     perl "$BENCH_DIR/ops.pl" "FCALL $1" - "$2" 1 "$CALLS" fill >"$W/fill.resp"
     feed "$W/fill.resp"
     perl "$BENCH_DIR/ops.pl" "FCALL $1" - "$2" 1 "$CALLS" refresh >"$W/ops.resp"
-    cg_zero
-    feed "$W/ops.resp"
-    f=$(cg_dump)
-    ir=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
-        awk '$0 ~ /:fcallCommand / { gsub(",", "", $1); print $1; exit }')
-    rm -f "$W"/cg.out.*
-    awk -v ir="${ir:-0}" -v n="$CALLS" 'BEGIN { if (ir > 0) printf "%.1f", ir / n / 1000; else print "n/a" }'
+    inside_fcall "$W/ops.resp" "$CALLS"
 }
 { printf '#!lua name=icall\n'; grep -v -e '^#!lua' -e '^redis.register_function' "$BENCH_DIR/../src/redsem.lua"
   printf "redis.register_function('icall', dispatch)\n"; } >"$W/icall.lua"
