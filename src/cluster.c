@@ -145,6 +145,14 @@ cluster_node_for(int argc, const char **argv, int current)
 	return slot_node[slot] >= 0 ? slot_node[slot] : fallback_node;
 }
 
+/* The node known to serve key's slot (learnt from a redirection), or -1 */
+int
+cluster_known_node(const char *key)
+{
+	reset_if_stale();
+	return slot_node[cluster_key_slot(key, strlen(key))];
+}
+
 /* The index of node host:port, added if new; -1 if the table is full */
 static int
 node_index(const char *host, int port)

@@ -7,7 +7,9 @@
  *		every server's keeper notes for the holds and places in line of its
  *		sessions (fleet_touch_index), and those with a stored limit.  The
  *		view reads the index, then asks each semaphore: one round trip per
- *		semaphore, at most max_semaphores of them.
+ *		semaphore, at most max_semaphores of them.  Both also say whether
+ *		Redis may evict keys: in a Cluster, every node that serves one of
+ *		their semaphores is asked, not only the index's (nodes_evicting).
  */
 #include "postgres.h"
 
@@ -17,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "cluster.h"
 #include "conn.h"
 #include "fleet.h"
 #include "script.h"
@@ -108,23 +111,65 @@ keeper_note_eviction(const char *policy)
 	report_eviction(WARNING, policy);
 }
 
-/* Send the entries of one prefix, in calls of at most FLEET_TOUCH_MAX_NAMES */
+/*
+ * Unless *evicting says so already: in a Redis Cluster, ask each node that
+ * serves one of the n names of prefix (NULL: redsem.key_prefix) and not the
+ * index (whose index operation answered for it) whether it may evict keys:
+ * once per node known to serve a name, and once per name whose node is not
+ * known yet (the call learns it); *evicting: the first policy that may.
+ * False if a node could not be asked (call->outcome says why).
+ */
 static bool
-touch_prefix(RedisCall *call, const IndexEntry *e, int n)
+nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
+			   char **evicting)
 {
-	const char **names = palloc(sizeof(char *) * FLEET_TOUCH_MAX_NAMES);
-	char	   *evicting = NULL;
+	bool		asked[CLUSTER_MAX_NODES] = {0};
+	int			node;
 
-	for (int first = 0; first < n; first += FLEET_TOUCH_MAX_NAMES)
+	if (!cluster_enabled())
+		return true;
+	if ((node = sem_node_of(prefix, NULL)) >= 0 && node < CLUSTER_MAX_NODES)
+		asked[node] = true;
+	for (int i = 0; i < n && *evicting == NULL; i++)
 	{
-		int			count = Min(n - first, FLEET_TOUCH_MAX_NAMES);
-
-		for (int i = 0; i < count; i++)
-			names[i] = e[first + i].name;
-		if (!sem_index_touch(call, e[0].prefix, names, count, FLEET_TTL_MS, &evicting))
+		if ((node = sem_node_of(prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
+		{
+			if (asked[node])
+				continue;
+			asked[node] = true;
+		}
+		if (!sem_node_policy(call, prefix, names[i], evicting))
 			return false;
 	}
-	keeper_note_eviction(evicting);
+	return true;
+}
+
+/*
+ * Send the entries of one prefix, in calls of at most
+ * FLEET_TOUCH_MAX_NAMES; *evicting: set if Redis (any node of theirs) may
+ * evict keys; *unsure: set if a node could not be asked that (a node that
+ * fails so is not a failed touch: the index has the names)
+ */
+static bool
+touch_prefix(RedisCall *call, const IndexEntry *e, int n, char **evicting,
+			 bool *unsure)
+{
+	char	  **names = palloc(sizeof(char *) * n);
+
+	for (int i = 0; i < n; i++)
+		names[i] = unconstify(char *, e[i].name);
+	for (int first = 0; first < n; first += FLEET_TOUCH_MAX_NAMES)
+	{
+		char	   *policy = NULL;
+
+		if (!sem_index_touch(call, e[0].prefix, (const char **) names + first,
+							 Min(n - first, FLEET_TOUCH_MAX_NAMES), FLEET_TTL_MS, &policy))
+			return false;
+		if (*evicting == NULL)
+			*evicting = policy;
+	}
+	if (!nodes_evicting(call, e[0].prefix, names, n, evicting))
+		*unsure = true;
 	return true;
 }
 
@@ -162,6 +207,8 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
 	int			m;
 	RedisCall	call;
 	bool		ok = true;
+	bool		unsure = false;
+	char	   *evicting = NULL;
 
 	if (now < next_touch)
 		return;
@@ -175,10 +222,12 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
 		for (last = first + 1; last < m &&
 			 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
 			;
-		ok = touch_prefix(&call, &entries[first], last - first);
+		ok = touch_prefix(&call, &entries[first], last - first, &evicting, &unsure);
 	}
 	if (!ok)
 		fleet_touch_failed(redis_outcome_text(&call.outcome));
+	else if (evicting || !unsure)
+		keeper_note_eviction(evicting);
 }
 
 /* One row of redsem_semaphores() */
@@ -230,8 +279,6 @@ redsem_semaphores(PG_FUNCTION_ARGS)
 				 errmsg("max_semaphores must be between 1 and 100000, not %d", max)));
 	InitMaterializedSRF(fcinfo, 0);
 	(void) sem_index_list(&call, max, &names, &count, &total, &evicting);
-	if (evicting)
-		report_eviction(WARNING, evicting);
 	for (int i = 0; i < count; i++)
 	{
 		SemSummary	s;
@@ -243,6 +290,10 @@ redsem_semaphores(PG_FUNCTION_ARGS)
 			continue;
 		put_semaphore(rsinfo, names[i], &s, GetCurrentTimestamp());
 	}
+	/* (after the semaphores: their nodes are known by now) */
+	(void) nodes_evicting(&call, NULL, names, count, &evicting);
+	if (evicting)
+		report_eviction(WARNING, evicting);
 	if (total > count)
 		ereport(NOTICE,
 				(errmsg("redsem_semaphores shows " INT64_FORMAT " of the " INT64_FORMAT " semaphores in use", (int64) count, total),

@@ -266,9 +266,12 @@
 -- semaphore's state and no semaphore operation touches it: keepers note
 -- the names their servers hold or wait on (index_touch, every
 -- INDEX_TOUCH_MS, until = now + ttl) and a stored limit pins its name
--- (until = inf).
+-- (until = inf).  In a Cluster, keepers and redsem_semaphores() also ask
+-- each other node that serves their semaphores whether it may evict keys
+-- (index_policy, sent with a semaphore's key, which it does not read).
 --  X1 Bounded.  Entries whose until has passed are dropped at every
---     index operation, so the index holds the semaphores used within the
+--     index operation that reads the index (touch, pin, list), so the
+--     index holds the semaphores used within the
 --     last ttl plus the pinned ones; without a pin the key itself expires
 --     ttl after the last touch.
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
@@ -1729,7 +1732,6 @@ end
 -- (or is written first, or with its TTL), so that a key of another type
 -- (a key conflict, which stops the call) leaves nothing without a TTL.
 
-
 -- acquire of one permit on a semaphore with no member: granted (nobody
 -- to wait behind); it makes the keys, with the TTL finish() gives a FRESH
 -- call (I5), the ticket's set with it.  Each key gets its TTL as it is
@@ -2130,6 +2132,13 @@ local function op_index_list(key, max)
     return names
 end
 
+-- index_policy: {the eviction policy as index_touch gives it}.  It reads
+-- no key: in a Cluster, the key it is sent with (a semaphore's) only takes
+-- it to the node to ask, one that may not hold the index.
+local function op_index_policy()
+    return {evicting_policy()}
+end
+
 -- A semaphore name as the index keeps it: 1 to 200 bytes.
 local function name_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= 200 then return v end
@@ -2164,6 +2173,12 @@ local INDEX_OPS = {
             if max and max >= 1 and max <= 100000 then return true, max end
         end,
         run = op_index_list,
+    },
+    index_policy = {
+        read = function(a)
+            if #a == 1 then return true end
+        end,
+        run = op_index_policy,
     },
 }
 

@@ -983,11 +983,12 @@ index_key(const char *prefix)
 }
 
 /*
- * Run an index operation: "FCALL <library> 1 <index key> op args...".
+ * Run an index operation: "FCALL <library> 1 <key> op args...", key being
+ * the index's (or, for index_policy, a semaphore's: the node to ask).
  * Returns true with a (non-error) reply that the caller frees.
  */
 static bool
-run_index(RedisCall *call, const char *prefix, const char *op, int nargs,
+run_index(RedisCall *call, const char *key, const char *op, int nargs,
 		  const char **args, redisReply **reply)
 {
 	const char **argv = palloc(sizeof(char *) * (5 + nargs));
@@ -997,7 +998,7 @@ run_index(RedisCall *call, const char *prefix, const char *op, int nargs,
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
 	argv[argc++] = "1";
-	argv[argc++] = index_key(prefix);
+	argv[argc++] = key;
 	argv[argc++] = op;
 	for (int i = 0; i < nargs; i++)
 		argv[argc++] = args[i];
@@ -1033,7 +1034,7 @@ sem_index_touch(RedisCall *call, const char *prefix, const char **names,
 	Assert(n >= 1 && n <= FLEET_TOUCH_MAX_NAMES);
 	args[0] = psprintf("%d", ttl_ms);
 	memcpy(args + 1, names, sizeof(char *) * n);
-	if (!run_index(call, prefix, "index_touch", n + 1, args, &reply))
+	if (!run_index(call, index_key(prefix), "index_touch", n + 1, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
 		reply->element[1]->type != REDIS_REPLY_STRING)
@@ -1053,7 +1054,7 @@ sem_index_pin(RedisCall *call, const char *name, bool pin, int ttl_ms)
 	args[0] = psprintf("%d", ttl_ms);
 	args[1] = name;
 	args[2] = pin ? "1" : "0";
-	if (!run_index(call, NULL, "index_pin", 3, args, &reply))
+	if (!run_index(call, index_key(NULL), "index_pin", 3, args, &reply))
 		return false;
 	freeReplyObject(reply);
 	return true;
@@ -1070,7 +1071,7 @@ sem_index_list(RedisCall *call, int max, char ***names, int *count,
 	const char *args[1] = {psprintf("%d", max)};
 	redisReply *reply;
 
-	if (!run_index(call, NULL, "index_list", 1, args, &reply))
+	if (!run_index(call, index_key(NULL), "index_list", 1, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
 		!reply_int64(reply->element[0], total) ||
@@ -1082,6 +1083,36 @@ sem_index_list(RedisCall *call, int max, char ***names, int *count,
 	for (size_t i = 2; i < reply->elements; i++)
 		if (reply->element[i]->type == REDIS_REPLY_STRING)
 			(*names)[(*count)++] = pnstrdup(reply->element[i]->str, reply->element[i]->len);
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * In a Redis Cluster, the node known to serve semaphore name of prefix
+ * (name NULL: the index), or -1 while this process has not learnt it
+ */
+int
+sem_node_of(const char *prefix, const char *name)
+{
+	return cluster_known_node(name ? sem_key(prefix, name, "owner") : index_key(prefix));
+}
+
+/*
+ * The eviction policy of the node that serves semaphore name of prefix
+ * (*evicting as sem_index_touch's): in a Cluster, not always the index's.
+ */
+bool
+sem_node_policy(RedisCall *call, const char *prefix, const char *name,
+				char **evicting)
+{
+	redisReply *reply;
+
+	if (!run_index(call, sem_key(prefix, name, "owner"), "index_policy", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+		reply->element[0]->type != REDIS_REPLY_STRING)
+		return malformed(call, "(index)", reply, "index_policy did not answer a policy");
+	*evicting = evicting_policy(reply, 0);
 	freeReplyObject(reply);
 	return true;
 }

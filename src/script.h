@@ -132,6 +132,9 @@ extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
 						  int ttl_ms);
 extern bool sem_index_list(RedisCall *call, int max, char ***names,
 						   int *count, int64 *total, char **evicting);
+extern int	sem_node_of(const char *prefix, const char *name);
+extern bool sem_node_policy(RedisCall *call, const char *prefix,
+							const char *name, char **evicting);
 extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 							  bool *was_held);

@@ -81,7 +81,9 @@
  * once per touch, under a third of the shortest lease's refresh interval.
  * A touch also tells whether Redis may evict keys (a maxmemory and another
  * policy than noeviction); the keeper then logs a WARNING, again every
- * FLEET_EVICTION_LOG_MS while it lasts.
+ * FLEET_EVICTION_LOG_MS while it lasts.  In a Cluster the touch also asks
+ * the other nodes of its semaphores, within the same budget: a hung one
+ * costs no more than a hung index node.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS

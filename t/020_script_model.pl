@@ -1379,7 +1379,8 @@ is(scalar(@{ $r->cmd('KEYS', 'm:{args}*') }), 0, 'and no key was created');
 # The index operations (one key) are read the same way, and refuse the
 # semaphores' operations.
 foreach my $bad ([ 'index_touch', 0, 'a' ], [ 'index_touch', 1000 ], [ 'index_pin', 1000, 'a', 'yes' ],
-	[ 'index_pin', 1000, '', '1' ], [ 'index_list', 0 ], [ 'index_list', 100001 ], [ 'acquire', 'x' ], [])
+	[ 'index_pin', 1000, '', '1' ], [ 'index_list', 0 ], [ 'index_list', 100001 ], [ 'index_policy', 'x' ],
+	[ 'acquire', 'x' ], [])
 {
 	like(state_of($r->cmd('FCALL', $lib, 1, 'm:idx', @$bad)),
 		qr/^error: REDSEM (bad arguments|unknown operation)/, "index refused: @$bad");
@@ -1390,6 +1391,15 @@ $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_pin', 60000, 'two', '1');
 my $listed = $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_list', 10);
 is_deeply([ $listed->[0], sort @{$listed}[ 2 .. $#$listed ] ], [ 2, 'one', 'two' ],
 	'the index operations run as read: two names touched, both listed');
+is_deeply($r->cmd('FCALL', $lib, 1, 'm:{sem}:owner', 'index_policy'), [''],
+	'index_policy answers that this Redis does not evict keys, sent with a key it does not create');
+is($r->cmd('EXISTS', 'm:{sem}:owner'), 0, '... nor touch');
+$r->cmd('CONFIG', 'SET', 'maxmemory', '1gb');
+$r->cmd('CONFIG', 'SET', 'maxmemory-policy', 'volatile-lru');
+is_deeply($r->cmd('FCALL', $lib, 1, 'm:{sem}:owner', 'index_policy'), ['volatile-lru'],
+	'... and names the policy once this Redis may evict keys');
+$r->cmd('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+$r->cmd('CONFIG', 'SET', 'maxmemory', '0');
 $r->cmd('DEL', 'm:idx');
 
 # The counts the script keeps are bounded: past 256 it starts afresh, and

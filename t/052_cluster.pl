@@ -133,6 +133,26 @@ ok(defined wait_until(30, sub {
 				q{SELECT count(*) || '|' || sum(holders) FROM redsem_semaphores() WHERE name ~ '^[ck][0-9]+$'})) eq '130|130' }),
 	'redsem_semaphores() lists the 130 semaphores spread over the primaries, one holder each (the index on one node, each semaphore asked on its own)')
   or diag("got $listed");
+
+note 'a primary that may evict keys is reported, though it does not hold the index';
+my $index_at = owner_of_slot($nodes[0]->cli('CLUSTER', 'KEYSLOT', 'redsem:index'));
+my ($evictor) = grep { $_ != $index_at } @primaries;
+my ($on_it) = grep { owner_of_slot($nodes[0]->cli('CLUSTER', 'KEYSLOT', "redsem:{c$_}:owner")) == $evictor } 1 .. 100;
+ok(defined $on_it, 'a held semaphore on a primary that does not hold the index');
+$evictor->cli('CONFIG', 'SET', 'maxmemory', '1gb');
+$evictor->cli('CONFIG', 'SET', 'maxmemory-policy', 'allkeys-lru');
+my $log_at = -s $node->logfile;
+ok(defined wait_until(30, sub { slurp_file($node->logfile, $log_at) =~
+	  /WARNING:  redsem's Redis may evict its keys \(maxmemory-policy allkeys-lru\)/ }),
+	'the keeper warns in its log that a node of its semaphores may evict keys');
+my (undef, undef, $evict_err) = $node->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+like($evict_err, qr/WARNING:  redsem's Redis may evict its keys \(maxmemory-policy allkeys-lru\)/,
+	'redsem_semaphores() warns too');
+$evictor->cli('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+$evictor->cli('CONFIG', 'SET', 'maxmemory', '0');
+(undef, undef, $evict_err) = $node->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+is($evict_err, '', '... and says nothing once that node is back to noeviction');
+
 $s->query_ok(q{SELECT redsem_release_all();});
 ok(wait_until(10, sub { sum(map { scalar(() = ($_->cli('--scan', '--pattern', 'redsem:*') // '') =~ /owner/g) } @primaries) == 0 }),
 	'released everywhere: nothing left on any node');
