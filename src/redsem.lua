@@ -777,9 +777,10 @@ local function enqueue(id, place, t)
     local k = tline_key(t)
     redis.call('ZADD', k, place, id)
     -- (behind its tenant's first waiter, it changes nothing in tq: a
-    -- tenant's rank is its held permits, and its turn; its rank is looked
-    -- at first, as a reply with scores costs a number conversion each)
-    if redis.call('ZRANK', k, id) ~= 0 then return end
+    -- tenant's rank is its held permits, and its turn; its line's head is
+    -- looked at first, without scores, as a score costs a number
+    -- conversion: a constant cost, where ZRANK scans a short line)
+    if redis.call('ZRANGE', k, '0', '0')[1] ~= id then return end
     -- (a tenant has a record while it waits: without one, its line is new)
     if not tfield('g:' .. t) then made_line(k) end
     requeue(t, false, wide(place))
