@@ -752,13 +752,7 @@ end
 local function enqueue(id, place, t)
     if not S.tl then
         if t == '' then return end
-        -- (every key the lines need is read before the first is written:
-        -- another program's key of the wrong type stops the call here)
-        redis.call('ZCARD', tq_key())
-        redis.call('ZCARD', tline_key(''))
-        redis.call('ZCARD', tline_key(t))
-        weight_of(t)
-        tenant_held(t)
+        -- (probe() has read every key the lines need: I14)
         set('tl', 1)
         local line, add = redis.call('ZRANGE', K_WAITING, '0', '-1', 'WITHSCORES'), {}
         for i = 1, #line, 2 do
