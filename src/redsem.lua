@@ -271,9 +271,8 @@
 -- (index_policy, sent with a semaphore's key, which it does not read).
 --  X1 Bounded.  Entries whose until has passed are dropped at every
 --     index operation that reads the index (touch, pin, list), so the
---     index holds the semaphores used within the
---     last ttl plus the pinned ones; without a pin the key itself expires
---     ttl after the last touch.
+--     index holds the semaphores used within the last ttl plus the pinned
+--     ones; without a pin the key itself expires ttl after the last touch.
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
 --
 -- Every semaphore operation runs through dispatch(): arguments are checked, the
