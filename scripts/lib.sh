@@ -97,7 +97,7 @@ redsem_packages() {
         "postgresql-$REDSEM_PG_MAJOR" "postgresql-client-$REDSEM_PG_MAJOR" \
         "postgresql-server-dev-$REDSEM_PG_MAJOR" \
         libhiredis-dev libssl-dev openssl perl libipc-run-perl procps util-linux coreutils \
-        pgbouncer
+        pgbouncer locales
     case $REDSEM_REDIS in
     valkey) printf '%s\n' valkey-server valkey-tools ;;
     *) printf '%s\n' redis-server redis-tools ;;
@@ -338,7 +338,8 @@ redsem_start_redis() {
     local dir=$1
     local sock=$dir/redis.sock
     redsem_log "starting Redis on $sock"
-    redsem_as_postgres redis-server \
+    redsem_as_postgres env ${REDSEM_TEST_REDIS_LOCALE:+"LOCPATH=${REDSEM_TEST_REDIS_LOCALE%%:*}" "LC_ALL=${REDSEM_TEST_REDIS_LOCALE#*:}"} \
+        redis-server \
         --port 0 --unixsocket "$sock" --unixsocketperm 700 \
         --save '' --appendonly no --daemonize yes --enable-debug-command local \
         --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" --dir "$dir" ||
@@ -353,6 +354,20 @@ redsem_start_redis() {
     done
     tail -n 20 "$dir/redis.log" >&2 2>/dev/null || true
     redsem_die "Redis on $sock did not answer PING within 10 s"
+}
+
+# redsem_make_locale DIR : compile en_US.UTF-8 into DIR (LOCPATH; nothing
+# of the system's changes) and set REDSEM_TEST_REDIS_LOCALE to
+# "DIR:en_US.UTF-8", under which the tests' Redis servers then run: a
+# locale that collates unlike bytes ('a' before 'B'), as production's often
+# is.
+redsem_make_locale() {
+    local dir=$1
+    mkdir -p "$dir"
+    localedef -i en_US -f UTF-8 "$dir/en_US.UTF-8" ||
+        redsem_die "localedef could not make en_US.UTF-8 (package locales)"
+    chmod -R a+rX "$dir"
+    export REDSEM_TEST_REDIS_LOCALE=$dir:en_US.UTF-8
 }
 
 # redsem_stop_redis DIR : SHUTDOWN NOSAVE, falling back to killing the pid.

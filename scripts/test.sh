@@ -216,6 +216,7 @@ run_part() {
         redsem_as_postgres \
             REDSEM_TEST_REDIS_SOCKET="$dir/redis.sock" \
             REDSEM_TEST_REDIS_SERVER="$REDSEM_TMPDIR/bin/redis-server" \
+            REDSEM_TEST_REDIS_LOCALE="$REDSEM_TEST_REDIS_LOCALE" \
             make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
             PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer}" "${overrides[@]}"
     ) 2>&1 | tee -a "$log"
@@ -271,6 +272,7 @@ main() {
     redsem_log "copying the repository to $copy"
     copy_repo "$copy"
 
+    redsem_make_locale "$dir/locale"
     redsem_start_redis "$dir"
     write_test_conf "$copy" "$dir/redis.sock"
 

@@ -275,6 +275,13 @@
 --     ones; without a pin the key itself expires ttl after the last touch.
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
 --
+-- ORDER.  Lua's < on two strings collates them by Redis's locale (strcoll:
+-- Redis takes LC_COLLATE from its environment, en_US.UTF-8 under many a
+-- service manager), where a sorted set orders its members by bytes.  So the
+-- script compares with < only strings of digits of one width (turns, WIDE),
+-- which every locale orders as bytes, and anything else through
+-- bytes_before().  (Under en_US 'a' < 'B', though "B" sorts before "a".)
+--
 -- Every semaphore operation runs through dispatch(): arguments are checked, the
 -- state is read, then housekeeping() (I2, I4) runs, then the operation,
 -- then finish() writes the state back and restores lifetimes (I5).  No
@@ -649,6 +656,24 @@ local function tq_tenant(q)
     return string.sub(q, 66)
 end
 
+-- True if string a sorts before b in a sorted set: by bytes, whatever the
+-- locale (ORDER).
+local function bytes_before(a, b)
+    for i = 1, math.min(#a, #b) do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return x < y end
+    end
+    return #a < #b
+end
+
+-- I12: true if tq's entry of turn and tenant t sorts before entry q (of
+-- the same score): the earlier turn, then the name, by bytes (ORDER).
+local function tq_before(turn, t, q)
+    local other = string.sub(q, 1, 65)
+    if turn ~= other then return turn < other end
+    return bytes_before(t, tq_tenant(q))
+end
+
 -- I12: the place of the first of tenant t's line, as a turn (nil: none),
 -- and its id.
 local function tline_head(t)
@@ -858,7 +883,7 @@ local function would_be_first(place, t)
         turn = turn_of(place, last or nil)           -- (as requeue)
     end
     local s, hs = tonumber(tq_score(t)), tonumber(q[2])
-    return s < hs or (s == hs and tq_member(turn, t) < q[1])
+    return s < hs or (s == hs and tq_before(turn, t, q[1]))
 end
 
 -- Note a deadline this call set, for finish() (I5).
@@ -1678,7 +1703,7 @@ end
 
 -- tenants: each tenant that holds, waits or has a stored weight, as
 -- {tenant ('': the callers without one, first), weight, permits held,
--- waiters}, the others by name.
+-- waiters}, the others by name (bytes).
 local function op_tenants()
     local seen, names = {}, {}
     local function note(t)
@@ -1692,7 +1717,7 @@ local function op_tenants()
         for _, q in ipairs(redis.call('ZRANGE', tq_key(), '0', '-1')) do note(tq_tenant(q)) end
     end
     for _, t in ipairs(redis.call('HKEYS', weights_key())) do note(t) end
-    table.sort(names)
+    table.sort(names, bytes_before)     -- (ORDER)
     local out = {}
     local held = tenant_held('')
     local line = S.tl and redis.call('ZCARD', tline_key('')) or redis.call('ZCARD', K_WAITING)

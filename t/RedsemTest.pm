@@ -9,7 +9,10 @@
 # The Redis server comes from $ENV{REDSEM_TEST_REDIS_SERVER} (default
 # "redis-server" in PATH) and listens only on a unix socket in a temporary
 # directory (--port 0), without persistence.  Nothing here touches system
-# services or well-known ports.
+# services or well-known ports.  $ENV{REDSEM_TEST_REDIS_LOCALE}
+# ("<LOCPATH>:<locale>", made by scripts/test.sh) runs every server under
+# that locale, as a service manager often does: the script must not depend
+# on Redis collating by bytes.
 
 package RedsemTest;
 
@@ -30,6 +33,17 @@ our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
+
+# Start a Redis (or Sentinel) command under REDSEM_TEST_REDIS_LOCALE, if
+# set, with its output appended to $log; returns the harness.
+sub start_server
+{
+	my ($cmd, $log) = @_;
+	my ($locpath, $locale) = split /:/, $ENV{REDSEM_TEST_REDIS_LOCALE} // '', 2;
+	local %ENV = %ENV;
+	@ENV{qw(LOCPATH LC_ALL)} = ($locpath, $locale) if $locale;
+	return IPC::Run::start($cmd, '<', '/dev/null', '>>', $log, '2>>', $log);
+}
 
 =pod
 
@@ -278,8 +292,7 @@ sub start
 		'--dir', $self->{dir},
 		'--logfile', $log);
 	note "starting redis: @cmd";
-	$self->{harness} = IPC::Run::start(\@cmd, '<', '/dev/null', '>>', $log,
-		'2>>', $log);
+	$self->{harness} = RedsemTest::start_server(\@cmd, $log);
 	$self->{pid} = $self->{harness}->{KIDS}[0]{PID};
 
 	my $ok = RedsemTest::wait_until(
@@ -1032,7 +1045,7 @@ sub start
 	}
 	my @cmd = ($self->{server}, $conf, ($self->{sentinel} ? ('--sentinel') : ()),
 		($n > 1 ? ('--logfile', $log) : ()));
-	$self->{harness} = IPC::Run::start(\@cmd, '<', '/dev/null', '>>', $log, '2>>', $log);
+	$self->{harness} = RedsemTest::start_server(\@cmd, $log);
 	$self->{pid} = $self->{harness}->{KIDS}[0]{PID};
 	my $ok = RedsemTest::wait_until(30, sub { ($self->cli('PING') // '') eq 'PONG' });
 	BAIL_OUT("$self->{name} did not start; see $log") unless defined $ok;
