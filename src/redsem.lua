@@ -2163,7 +2163,8 @@ local function name_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= 200 then return v end
 end
 
--- The index operations, as OPS (run's first argument: the index key).
+-- The index operations, as OPS (run's first argument: the index key;
+-- timeless: run reads no clock, NOW_MS).
 local INDEX_OPS = {
     index_touch = {
         read = function(a)
@@ -2198,6 +2199,7 @@ local INDEX_OPS = {
             if #a == 1 then return true end
         end,
         run = op_index_policy,
+        timeless = true,            -- (reads no clock)
     },
 }
 
@@ -2211,8 +2213,10 @@ end
 -- An index operation, once read (ok and run's arguments).
 local function run_index(keys, a, op, ok, ...)
     if not ok then return refused(op, a) end
-    local t = redis.call('TIME')
-    NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    if not op.timeless then
+        local t = redis.call('TIME')
+        NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
     return op.run(keys[1], ...)
 end
 

@@ -1434,9 +1434,13 @@ $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_pin', 60000, 'two', '1');
 my $listed = $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_list', 10);
 is_deeply([ $listed->[0], sort @{$listed}[ 2 .. $#$listed ] ], [ 2, 'one', 'two' ],
 	'the index operations run as read: two names touched, both listed');
+# (commandstats counts the script's commands: index_policy runs INFO alone)
+sub time_calls { return ($r->cmd('INFO', 'commandstats') =~ /^cmdstat_time:calls=(\d+)/m)[0] // 0; }
+my $time_calls = time_calls();
 is_deeply($r->cmd('FCALL', $lib, 1, 'm:{sem}:owner', 'index_policy'), [''],
 	'index_policy answers that this Redis does not evict keys, sent with a key it does not create');
 is($r->cmd('EXISTS', 'm:{sem}:owner'), 0, '... nor touch');
+is(time_calls(), $time_calls, '... and reads no clock (TIME)');
 $r->cmd('CONFIG', 'SET', 'maxmemory', '1gb');
 $r->cmd('CONFIG', 'SET', 'maxmemory-policy', 'volatile-lru');
 is_deeply($r->cmd('FCALL', $lib, 1, 'm:{sem}:owner', 'index_policy'), ['volatile-lru'],
