@@ -145,7 +145,25 @@ cluster_node_for(int argc, const char **argv, int current)
 	return slot_node[slot] >= 0 ? slot_node[slot] : fallback_node;
 }
 
-/* The node known to serve key's slot (learnt from a redirection), or -1 */
+/*
+ * A command went to node without ASKING and was answered there (not
+ * redirected): node serves its key's slot.  (A slot is learnt so from the
+ * fallback node too, which never redirects its own slots.)
+ */
+void
+cluster_note_served(int argc, const char **argv, int node)
+{
+	const char *key = command_key(argc, argv);
+
+	reset_if_stale();
+	if (key != NULL && node >= 0 && node < node_count)
+		slot_node[cluster_key_slot(key, strlen(key))] = (int8) node;
+}
+
+/*
+ * The node known to serve key's slot (learnt from a redirection or a
+ * reply), or -1
+ */
 int
 cluster_known_node(const char *key)
 {

@@ -15,6 +15,7 @@ extern void cluster_define_gucs(void);
 extern bool cluster_enabled(void);
 extern int	cluster_node_for(int argc, const char **argv, int current);
 extern int	cluster_known_node(const char *key);
+extern void cluster_note_served(int argc, const char **argv, int node);
 extern int	cluster_redirect(const char *error, bool *ask);
 extern void cluster_node_failed(int node);
 extern const char *cluster_node_host(int node);

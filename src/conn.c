@@ -688,6 +688,8 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 		if (ok)
 		{
 			status = send_and_receive(call, argc, argv, argvlen, until, asking, reply);
+			if (cluster && !asking && status == RS_OK && (*reply)->type != REDIS_REPLY_ERROR)
+				cluster_note_served(argc, argv, node);
 			asking = false;
 			node_share_charge(node, began);
 			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)

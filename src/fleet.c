@@ -140,6 +140,9 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 		}
 		if (!sem_node_policy(call, prefix, names[i], evicting))
 			return false;
+		/* (the call taught the name's node, redirected or not) */
+		if ((node = sem_node_of(prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
+			asked[node] = true;
 	}
 	return true;
 }

@@ -152,6 +152,13 @@ $evictor->cli('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
 $evictor->cli('CONFIG', 'SET', 'maxmemory', '0');
 (undef, undef, $evict_err) = $node->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
 is($evict_err, '', '... and says nothing once that node is back to noeviction');
+# (each node is asked once, not once per semaphore: a session learns a
+# slot from any answer, the node it first talks to included, which never
+# redirects; the script's INFO memory counts as an INFO call there)
+$_->cli('CONFIG', 'RESETSTAT') foreach @primaries;
+$node->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+my $infos = sum(map { info_of($_, 'INFO', 'commandstats')->{cmdstat_info} =~ /calls=(\d+)/ ? $1 : 0 } @primaries);
+cmp_ok($infos, '<=', 8, 'redsem_semaphores() asks each node once whether it may evict, not each of its 130 semaphores');
 
 $s->query_ok(q{SELECT redsem_release_all();});
 ok(wait_until(10, sub { sum(map { scalar(() = ($_->cli('--scan', '--pattern', 'redsem:*') // '') =~ /owner/g) } @primaries) == 0 }),
