@@ -251,14 +251,13 @@
 --     writes anything: the general path reads every such key it may write
 --     first (probe: owner, timeout, waiting, info, ticket, and as they are
 --     in use rline, weights, tenant, tq, the line of tenant '' and, for an
---     acquire, its tenant's; <base>probe is never written); a fast path
---     reads each key before it writes it, or leaves only what the member's
---     give-back (a release) tidies; wake:, nudge: and forced: keys are
---     written over whatever is there.  Not covered: the line of any other
+--     acquire, its tenant's; a ZCARD for each sorted set, which refuses a
+--     set too); a fast path reads each key before it writes it, or leaves
+--     only what the member's give-back (a release) tidies; wake:, nudge:
+--     and forced: keys are written over whatever is there.  Not covered: the line of any other
 --     tenant, which a promotion, an expiry or a give-up may write after
 --     other writes (probing every tenant's line would cost a command per
---     tenant waiting), and a set (SADD) at a sorted set's key, which the
---     probe's ZINTERCARD takes for one.
+--     tenant waiting).
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -942,9 +941,9 @@ local function remove(id, tenant)
     return nil
 end
 
--- I2: drop every member whose deadline is due; how many there were.
-local function expire()
-    local dead = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_TEXT)
+-- I2: drop every member whose deadline is due (dead: their ids, as probe()
+-- read them); how many there were.
+local function expire(dead)
     for i = 1, #dead do
         remove(dead[i])
     end
@@ -1080,11 +1079,11 @@ local function any_due()
     return redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0
 end
 
--- I2, I4, I10: expire; promote if anybody left, or if the rate lets
+-- I2, I4, I10: expire (due: the members probe() read as due); promote if anybody left, or if the rate lets
 -- somebody in (otherwise the first waiter still does not fit: every other
 -- change promotes by itself).
-local function housekeeping()
-    local dropped = expire()
+local function housekeeping(due)
+    local dropped = expire(due)
     if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
 end
 
@@ -2227,29 +2226,31 @@ local function dispatch_index(keys, a)
     return run_index(keys, a, op, op.read(a))
 end
 
--- Small counts as text (the probe's key count: no conversion per call).
-local COUNT_TEXT = {'1', '2', '3', '4', '5', '6', '7', '8', '9'}
-
 -- I14: read, before the general path's first write, every key it may
 -- write whose type Redis checks, so that another program's key there stops
--- the call with nothing written.  One ZINTERCARD checks every sorted set
--- (it refuses a key of another type before it counts, and the probe key,
--- never written, makes the count stop at once); a hash or the ticket needs
--- a command each.  (a: the call's arguments.)
+-- the call with nothing written.  Each sorted set needs a ZCARD of its own:
+-- the commands that read several at once (ZINTERCARD, ZUNION, ...) take a
+-- set for a sorted set, and the first write would then stop half-way
+-- (t/020's conflicts put sets there).  owner's is member_count(), which a
+-- fast path has mostly made already, and timeout's is housekeeping's own
+-- read, the members due (returned).  A hash or the ticket needs a command
+-- each too.  (a: the call's arguments.)
 local function probe(a)
-    local z = {K_OWNER, K_TIMEOUT, K_WAITING}
-    if S.rk or a[1] == 'set_reserve' then z[#z + 1] = rline_key() end
+    member_count()
+    local due = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_TEXT)
+    redis.call('ZCARD', K_WAITING)
+    if S.rk or a[1] == 'set_reserve' then redis.call('ZCARD', rline_key()) end
     local t = a[1] == 'acquire' and a[11] or ''
     if S.tl or t ~= '' then         -- (the lines are kept, or may be made)
-        z[#z + 1], z[#z + 2] = tq_key(), tline_key('')
-        if t ~= '' then z[#z + 1] = tline_key(t) end
+        redis.call('ZCARD', tq_key())
+        redis.call('ZCARD', tline_key(''))
+        if t ~= '' then redis.call('ZCARD', tline_key(t)) end
     end
-    z[#z + 1] = BASE .. 'probe'
-    redis.call('ZINTERCARD', COUNT_TEXT[#z], unpack(z))
     redis.call('HLEN', K_INFO)
     redis.call('STRLEN', K_TICKET)
     if S.tl or S.tt > 0 or t ~= '' then redis.call('HLEN', tenant_key()) end
     if S.wt or a[1] == 'set_weight' then redis.call('HLEN', weights_key()) end
+    return due
 end
 
 -- An operation on a semaphore, once read (ok and run's arguments).
@@ -2260,9 +2261,9 @@ local function run_op(keys, a, op, ok, ...)
     local reply = op.fast and op.fast(...) or nil
     if reply ~= nil then return reply end
     begin_general()
-    probe(a)
+    local due = probe(a)
     note_counts()
-    housekeeping()
+    housekeeping(due)
     reply = op.run(...)
     finish()
     return reply

@@ -305,11 +305,16 @@ my ($acl_text) = $readme =~ /^ {4}ACL SETUSER redsem on (.*?)\n\n/ms;
 my @acl = grep { /^\+/ } split /\s+/, ($acl_text // '');
 my %granted = map { substr($_, 1) => 1 } @acl;
 my $lua = PostgreSQL::Test::Utils::slurp_file("$FindBin::RealBin/../src/redsem.lua");
-my %runs = map { lc($_) => 1 } $lua =~ /redis\.call\('([A-Za-z]+)'/g;
+my %runs = map { lc($_) => 1 }
+  $lua =~ /(?:redis\.call\(|pcall\(redis\.call, |call_chunked\()'([A-Za-z]+)'/g;
 my @missing = grep { !$granted{$_} } sort keys %runs;
 ok(@acl > 10 && !@missing,
 	'the README\'s ACL grants every command the library runs'
 	  . (@missing ? ' (missing: ' . join(' ', @missing) . ')' : ''));
+# and nothing more: besides the library's, only what a backend sends itself
+my @stale = grep { !$runs{$_} && !/^(fcall|function\|load|blpop)$/ } sort keys %granted;
+ok(!@stale, 'the README\'s ACL grants no command redsem does not use'
+	  . (@stale ? ' (unused: ' . join(' ', @stale) . ')' : ''));
 admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',
 	'resetchannels', '-@all', @acl);
 my $minpw = "$dir/min.password";
