@@ -254,10 +254,10 @@
 --     acquire, its tenant's; a ZCARD for each sorted set, which refuses a
 --     set too); a fast path reads each key before it writes it, or leaves
 --     only what the member's give-back (a release) tidies; wake:, nudge:
---     and forced: keys are written over whatever is there.  Not covered: the line of any other
---     tenant, which a promotion, an expiry or a give-up may write after
---     other writes (probing every tenant's line would cost a command per
---     tenant waiting).
+--     and forced: keys are written over whatever is there.  Not covered:
+--     the line of any other tenant, which a promotion, an expiry or a
+--     give-up may write after other writes (probing every tenant's line
+--     would cost a command per tenant waiting).
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -1079,9 +1079,9 @@ local function any_due()
     return redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0
 end
 
--- I2, I4, I10: expire (due: the members probe() read as due); promote if anybody left, or if the rate lets
--- somebody in (otherwise the first waiter still does not fit: every other
--- change promotes by itself).
+-- I2, I4, I10: expire (due: the members probe() read as due); promote if
+-- anybody left, or if the rate lets somebody in (otherwise the first
+-- waiter still does not fit: every other change promotes by itself).
 local function housekeeping(due)
     local dropped = expire(due)
     if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
