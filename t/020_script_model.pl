@@ -12,8 +12,8 @@
 # waiter or by a keeper refresh), give-ups, releases,
 # refreshes, duplicate ids, wrong limits, limit changes, reads and deaths,
 # and key conflicts (another program's string, or a set where a sorted set
-# belongs, at one of the semaphore's keys stops a call, before it writes anything: I14; the key goes and the
-# id is given back), with short leases and real time passing.  After every step, for every semaphore:
+# belongs, at one of the semaphore's keys stops a call, before it writes
+# anything: I14; the key goes and the id is given back), with short leases and real time passing.  After every step, for every semaphore:
 #
 #   - each member is whole (owner, timeout, info), waiters are members; the
 #     state's permit counts (xh, xw, p:<id>) match the members; the state
@@ -1776,8 +1776,8 @@ my %actions = (
 				: $lim->[1] == $limit{$sem}));
 	},
 	# A key conflict (another program's string where the script keeps a
-	# list, hash or sorted set, or a set where it keeps a sorted set) stops a call, and Redis would keep what it
-	# wrote before: I14 has it stop before its first write.  The key is one
+	# list, hash or sorted set, or a set where it keeps a sorted set) stops
+	# a call, and Redis would keep what it wrote before: I14 has it stop before its first write.  The key is one
 	# of the semaphore's that is not there now, so that deleting it
 	# afterwards loses nobody's data; then the id is given back, as a
 	# session gives back the hold of any call that failed.  From then on
@@ -1796,8 +1796,9 @@ my %actions = (
 			  (qw(owner timeout ticket info waiting state tenant tq rline weights tline:),
 				$kind eq 'acquire' ? "tline:$ten" : (),
 				"wake:$id", "nudge:$id", "forced:$id", map { ("wake:$_", "nudge:$_") } @others)) // return;
-		# (a set where a sorted set belongs passes the probe's ZINTERCARD,
-		# which reads both: the first zset-only command must stop it)
+		# (a set where a sorted set belongs: commands that read several
+		# sorted sets at once, such as ZINTERCARD, accept it; the probe's
+		# ZCARD of each must stop it)
 		my $set = $k =~ /:(owner|timeout|waiting|tq|rline|tline:.*)$/ && rand() < 0.5;
 		if ($set) { $r->cmd('SADD', $k, 'conflict'); $r->cmd('PEXPIRE', $k, 60000); }
 		else { $r->cmd('SET', $k, 'conflict', 'PX', 60000); }
