@@ -316,9 +316,10 @@ local READ = {}
 -- it may have created a key (which then has no TTL yet), whether it removed
 -- a member, whether it added the first member, a holder (FRESH: every key
 -- is new and every deadline is this call's).  MEMBERS: how many members owner has,
--- once counted (nil: not counted since the last change it did not follow).
+-- once counted (nil: not counted since the last change it did not follow);
+-- WAITERS: likewise, how many waiting has.
 -- NEW_KEYS: the lines (rline, tline:, tq) this call may have created.
-local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, NEW_KEYS
+local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS
 
 -- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
 local PAD = {'00000', '0000', '000', '00', '0', ''}
@@ -337,7 +338,7 @@ local function begin(keys)
     NOW_US = tonumber(NOW_US_TEXT)  -- (exact: below 2^53 until the year 2255)
     NOW_MS = math.floor(NOW_US / 1000)
     NOW_TEXT = string.sub(NOW_US_TEXT, 1, -4)
-    TF, MEMBERS = {}, nil           -- (S: read_state)
+    TF, MEMBERS, WAITERS = {}, nil, nil     -- (S: read_state)
     W, WEIGHTS, TW = nil, nil, nil
 end
 
@@ -353,6 +354,18 @@ local function member_count()
     return MEMBERS
 end
 
+-- How many members wait (counted once, then followed: remove, promote and
+-- op_acquire are the only writes to waiting).
+local function waiter_count()
+    if WAITERS == nil then WAITERS = redis.call('ZCARD', K_WAITING) end
+    return WAITERS
+end
+
+-- WAITERS follows a write to waiting that added (1) or took out (-1) n ids.
+local function follow_waiters(n)
+    if WAITERS then WAITERS = WAITERS + n end
+end
+
 -- True if the semaphore has no member left.
 local function is_empty()
     return member_count() == 0
@@ -360,7 +373,7 @@ end
 
 -- The permits the holders take (I1), and how many members wait.
 local function held_permits()
-    local waiters = redis.call('ZCARD', K_WAITING)
+    local waiters = waiter_count()
     return member_count() - waiters + S.xh, waiters
 end
 
@@ -910,6 +923,7 @@ local function remove(id, tenant)
     end
     local member = redis.call('ZREM', K_OWNER, id) == 1
     local waiting = redis.call('ZREM', K_WAITING, id) == 1
+    if waiting then follow_waiters(-1) end
     if member then
         REMOVED = true
         if MEMBERS then MEMBERS = math.max(MEMBERS - 1, 0) end
@@ -1018,7 +1032,7 @@ end
 -- waiter below a reserve's class does not fit, only the first of the
 -- class may still come in, into the reserve.
 local function promote()
-    local waiters = redis.call('ZCARD', K_WAITING)
+    local waiters = waiter_count()  -- (a bound: the loop's own count)
     local line = K_WAITING
     while waiters > 0 do
         local head, t, after, q, score
@@ -1054,7 +1068,7 @@ local function promote()
             if not last then CREATED = true end     -- the ticket key was gone
             rate_take()
             redis.call('ZADD', K_OWNER, 'XX', ticket, head)
-            redis.call('ZREM', K_WAITING, head)
+            follow_waiters(-redis.call('ZREM', K_WAITING, head))
             if S.rk then redis.call('ZREM', rline_key(), head) end
             waiters = waiters - 1
             count_permits(true, p, -1)
@@ -1251,7 +1265,7 @@ end
 -- with a reserve it is not of, the permits left to it (I11).
 local function waiting_reply(id, limit)
     local ahead = redis.call('ZRANK', K_WAITING, id)
-    local rank = member_count() - redis.call('ZCARD', K_WAITING) + ahead
+    local rank = member_count() - waiter_count() + ahead
     local p = permits_of(id)
     local pos = deadline_index(rank, p, limit)
     local look = next_deadline_ms(pos)
@@ -1388,10 +1402,10 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     end
     set_deadline(id, NOW_MS + keepalive, false)
     -- the line may have been empty (Redis deleted it: it has no TTL now)
-    if redis.call('EXISTS', K_WAITING) == 0 then CREATED = true end
+    if waiter_count() == 0 then CREATED = true end
     FRESH = false                   -- (a first member may wait for a rate)
     local place = int(tonumber(ticket) - priority * AGING_US)
-    redis.call('ZADD', K_WAITING, place, id)
+    follow_waiters(redis.call('ZADD', K_WAITING, place, id))
     if of_class(priority) then
         if redis.call('EXISTS', rline_key()) == 0 then NEW_KEYS[#NEW_KEYS + 1] = rline_key() end
         redis.call('ZADD', rline_key(), place, id)
@@ -1719,7 +1733,7 @@ local function op_tenants()
     table.sort(names, bytes_before)     -- (ORDER)
     local out = {}
     local held = tenant_held('')
-    local line = S.tl and redis.call('ZCARD', tline_key('')) or redis.call('ZCARD', K_WAITING)
+    local line = S.tl and redis.call('ZCARD', tline_key('')) or waiter_count()
     if held > 0 or line > 0 then out[1] = {'', '1', int(held), int(line)} end
     for _, t in ipairs(names) do
         line = S.tl and redis.call('ZCARD', tline_key(t)) or 0
@@ -1745,10 +1759,11 @@ end
 -- line kept per tenant).  The first acquire makes
 -- the keys and the last release drops them, as finish() would; the others
 -- create no key (but a ticket key found gone, given the others' TTL) and
--- need no renewal (I5).  The member count they read (MEMBERS) serves the
--- general path too.  Before any write, every key a fast path writes has been read
--- (or is written first, or with its TTL), so that a key of another type
--- (a key conflict, which stops the call) leaves nothing without a TTL.
+-- need no renewal (I5).  The member and waiter counts they read (MEMBERS,
+-- WAITERS) serve the general path too.  Before any write, every key a fast
+-- path writes has been read (or is written first, or with its TTL), so
+-- that a key of another type (a key conflict, which stops the call) leaves
+-- nothing without a TTL.
 
 -- acquire of one permit on a semaphore with no member: granted (nobody
 -- to wait behind); it makes the keys, with the TTL finish() gives a FRESH
@@ -1839,7 +1854,7 @@ end
 local function fast_last(id)
     if stored() or S.tl then return nil end
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
-    if not deadline or deadline <= NOW_MS or redis.call('EXISTS', K_WAITING) == 1 or
+    if not deadline or deadline <= NOW_MS or waiter_count() > 0 or
        redis.call('ZREM', K_OWNER, id) == 0 then
         return nil
     end
@@ -1856,8 +1871,7 @@ end
 local function fast_release(id)
     if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
     if member_count() == 1 then return fast_last(id) end
-    if MEMBERS == 0 or
-       redis.call('EXISTS', K_WAITING) == 1 or
+    if MEMBERS == 0 or waiter_count() > 0 or
        any_due() then
         return nil
     end
@@ -2231,14 +2245,15 @@ end
 -- the call with nothing written.  Each sorted set needs a ZCARD of its own:
 -- the commands that read several at once (ZINTERCARD, ZUNION, ...) take a
 -- set for a sorted set, and the first write would then stop half-way
--- (t/020's conflicts put sets there).  owner's is member_count(), which a
--- fast path has mostly made already, and timeout's is housekeeping's own
--- read, the members due (returned).  A hash or the ticket needs a command
+-- (t/020's conflicts put sets there).  owner's and waiting's are
+-- member_count() and waiter_count(), which a fast path may have made
+-- already and the call's counts then follow, and timeout's is
+-- housekeeping's own read, the members due (returned).  A hash or the ticket needs a command
 -- each too.  (a: the call's arguments.)
 local function probe(a)
     member_count()
     local due = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_TEXT)
-    redis.call('ZCARD', K_WAITING)
+    waiter_count()
     if S.rk or a[1] == 'set_reserve' then redis.call('ZCARD', rline_key()) end
     local t = a[1] == 'acquire' and a[11] or ''
     if S.tl or t ~= '' then         -- (the lines are kept, or may be made)
