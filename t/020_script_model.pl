@@ -13,7 +13,8 @@
 # refreshes, duplicate ids, wrong limits, limit changes, reads and deaths,
 # and key conflicts (another program's string, or a set where a sorted set
 # belongs, at one of the semaphore's keys stops a call, before it writes
-# anything: I14; the key goes and the id is given back), with short leases and real time passing.  After every step, for every semaphore:
+# anything: I14; the key goes and the id is given back), with short leases
+# and real time passing.  After every step, for every semaphore:
 #
 #   - each member is whole (owner, timeout, info), waiters are members; the
 #     state's permit counts (xh, xw, p:<id>) match the members; the state
@@ -1779,7 +1780,8 @@ my %actions = (
 	},
 	# A key conflict (another program's string where the script keeps a
 	# list, hash or sorted set, or a set where it keeps a sorted set) stops
-	# a call, and Redis would keep what it wrote before: I14 has it stop before its first write.  The key is one
+	# a call, and Redis would keep what it wrote before: I14 has it stop
+	# before its first write.  The key is one
 	# of the semaphore's that is not there now, so that deleting it
 	# afterwards loses nobody's data; then the id is given back, as a
 	# session gives back the hold of any call that failed.  From then on
