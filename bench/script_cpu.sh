@@ -66,14 +66,14 @@ cut_short() {
     local name=$1 stage=$2
     { printf '#!lua name=%s\n' "$name"; cat "$BODY"; printf "\nredis.register_function('%s', dispatch)\n" "$name"; } |
         STAGE=$stage TAIL=$(sed -n '/^-- solo tail begins/,/^-- solo tail ends/p' "$BENCH_DIR/solo.lua") perl -0pe '
-            my $fast = "    local reply = op.fast and op.fast\\(\\.\\.\\.\\) or nil\n    if reply ~= nil then return reply end\n";
-            my $rest = "    begin_general\\(\\)\n    probe\\(a\\)\n    note_counts\\(\\)\n    housekeeping\\(\\)\n    reply = op.run\\(\\.\\.\\.\\)\n    finish\\(\\)\n    return reply\n";
+            my $gen = "    begin_general()\n    local due = probe(a)\n    note_counts()\n    housekeeping(due)\n";
             my %keep = (parse => "    return 1\n",
                         read => "    begin(keys)\n    read_state()\n    return 1\n",
-                        frame => "    begin(keys)\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    finish()\n    return 1\n",
-                        general => "    begin(keys)\n    local reply\n    read_state()\n    begin_general()\n    probe(a)\n    note_counts()\n    housekeeping()\n    reply = op.run(...)\n    finish()\n    return reply\n",
+                        frame => "    begin(keys)\n    read_state()\n$gen    finish()\n    return 1\n",
+                        general => "    begin(keys)\n    read_state()\n$gen    local reply = op.run(...)\n    finish()\n    return reply\n",
                         solo => "    begin(keys)\n    read_state()\n    member_count()\n    return solo_tail(keys, a, NOW_US_TEXT, NOW_TEXT)\n");
-            s/    begin\(keys\)\n    read_state\(\)\n$fast$rest/$keep{$ENV{STAGE}}/ or die "run_op() has changed: update cut_short() in bench/script_cpu.sh\n";
+            s/(\nlocal function run_op\(keys, a, op, ok, \.\.\.\)\n    if not ok then return refused\(op, a\) end\n)    begin\(keys\)\n.*?\n    return reply\nend\n/$1$keep{$ENV{STAGE}}end\n/s
+              or die "run_op() has changed: update cut_short() in bench/script_cpu.sh\n";
             s/^(local function run_op\()/$ENV{TAIL}\n$1/m if $ENV{STAGE} eq "solo"' >"$W/cut_$stage.lua"
     [[ $(cli -x FUNCTION LOAD <"$W/cut_$stage.lua") == "$name" ]] || redsem_die "cannot load $name"
 }
