@@ -5,7 +5,7 @@
 # workloads and BENCH_BEFORE=HEAD, its figures ignored.  They read the
 # script's internals, so a change to the script can break them with no test
 # noticing (bench/script_cpu.sh once stopped at its start for several
-# commits).  Redis only, no PostgreSQL; about 30 s.  Run as root after
+# commits).  Redis only, no PostgreSQL; about 45 s.  Run as root after
 # scripts/test.sh (.ci/run does); instructions.sh only where valgrind is.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
