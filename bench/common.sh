@@ -6,13 +6,16 @@
 # socket, private PostgreSQL on a unix socket and a free port, cleanup) and
 # adds what the benchmarks need:
 #
-#   bench_init NAME        root check, build+install, temp dir, traps,
-#                          Redis + PostgreSQL started, CREATE EXTENSION redsem
+#   bench_begin NAME       root check, traps, temp dir (BENCH_TMP, also W)
+#   bench_start_redis      Redis started on BENCH_TMP/redis.sock (BENCH_SOCK)
+#   bench_init NAME        bench_begin, build+install, Redis + PostgreSQL
+#                          started, CREATE EXTENSION redsem
 #   bench_sql SQL          run SQL (psql -X -A -t -q) and print the result
 #   bench_psql ARGS...     psql against the private server, as postgres
 #   bench_pgbench ARGS...  pgbench against the private server, as postgres
 #   bench_redis ARGS...    redis-cli against the private Redis
-#   bench_init_redis NAME  the same for a script needing Redis only (in W)
+#   bench_init_redis NAME  bench_begin and Redis, for a script needing Redis
+#                          only (no PostgreSQL, no install)
 #   bench_before_library F the library "before" ($BENCH_BEFORE's script)
 #   bench_loop_sides       load src/redsem.lua (and BENCH_BEFORE's) with
 #                          bench/loop.lua, as after_* (and before_*); SIDES
@@ -55,6 +58,28 @@ bench_bg() {
     BENCH_BG_PIDS+=("$BENCH_PID")
 }
 
+# bench_begin NAME: what every benchmark does first: check that it runs as
+# root and that the Redis tools are there, stop what it started on any exit,
+# and make its temp dir (BENCH_TMP; W names the same dir).
+bench_begin() {
+    [[ ${EUID} -eq 0 ]] || redsem_die "run as root (the servers run as postgres, through runuser)"
+    command -v redis-server >/dev/null || redsem_die "redis-server not found"
+    command -v redis-cli >/dev/null || redsem_die "redis-cli not found"
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    redsem_make_tmpdir "redsem-bench-$1"
+    BENCH_TMP=$REDSEM_TMPDIR
+    W=$BENCH_TMP
+}
+
+# bench_start_redis: the benchmark's Redis on BENCH_TMP/redis.sock (BENCH_SOCK);
+# its start-up messages go to BENCH_TMP/start.log, shown if it fails.
+bench_start_redis() {
+    BENCH_SOCK=$BENCH_TMP/redis.sock
+    redsem_start_redis "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+}
+
 # Build and install, retrying while the source tree is being edited.
 bench_install() {
     [[ ${BENCH_NO_INSTALL:-} == 1 ]] && return 0
@@ -71,40 +96,25 @@ bench_install() {
 }
 
 bench_init() {
-    local name=$1
-    [[ ${EUID} -eq 0 ]] || redsem_die "run as root (PostgreSQL tools run as postgres via runuser)"
     command -v pgbench >/dev/null || redsem_die "pgbench not found (package postgresql-15 / postgresql-contrib)"
-    command -v redis-server >/dev/null || redsem_die "redis-server not found"
-    command -v redis-cli >/dev/null || redsem_die "redis-cli not found"
-    trap bench_cleanup EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    redsem_make_tmpdir "redsem-bench-$name"
-    BENCH_TMP=$REDSEM_TMPDIR
+    bench_begin "$1"
     bench_install
-    redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+    bench_start_redis
     # more connections than the default 100 are never needed; keep the
     # defaults otherwise (fsync off etc. come from lib.sh: a throwaway
     # server), but let the keeper track the O(log N) phase's 20,000 holders,
     # taken by one session
     REDSEM_PG_EXTRA_CONF=$'redsem.max_tracked_holds = 65536\nredsem.max_holds_per_session = 100000' \
         redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
-    BENCH_SOCK=$BENCH_TMP/redis.sock
     BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
     bench_sql "CREATE EXTENSION redsem" >/dev/null
 }
 
 # bench_init_redis NAME: for a script that needs Redis only (no PostgreSQL,
-# no install): root check, temp dir in W, traps, Redis started on W/redis.sock
+# no install): bench_begin, then Redis on BENCH_TMP/redis.sock (W is BENCH_TMP)
 bench_init_redis() {
-    [[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
-    command -v redis-server >/dev/null || redsem_die "redis-server not found"
-    trap redsem_cleanup EXIT
-    trap 'exit 130' INT
-    trap 'exit 143' TERM
-    redsem_make_tmpdir "redsem-bench-$1"
-    W=$REDSEM_TMPDIR
-    redsem_start_redis "$W" 2>"$W/start.log" || { cat "$W/start.log" >&2; exit 1; }
+    bench_begin "$1"
+    bench_start_redis
 }
 
 # bench_loop_library NAME FILE: load the library in FILE (its function's

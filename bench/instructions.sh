@@ -37,17 +37,11 @@ read -r P1 P2 <<<"${BENCH_PAIRS:-100 500}"
 read -r H1 H2 <<<"${BENCH_HANDOFFS:-100 400}"
 CALLS=${BENCH_CALLS:-500}
 
-[[ ${EUID} -eq 0 ]] || redsem_die "run as root (Redis runs as postgres via runuser)"
-command -v redis-server >/dev/null || redsem_die "redis-server not found"
+bench_begin instructions
 if ! command -v callgrind_control >/dev/null; then
     redsem_log "installing valgrind"
     DEBIAN_FRONTEND=noninteractive apt-get -q -y install --no-install-recommends valgrind >/dev/null
 fi
-trap redsem_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-redsem_make_tmpdir redsem-bench-instructions
-W=$REDSEM_TMPDIR
 cli() { redsem_as_postgres redis-cli -s "$W/redis.sock" "$@"; }
 
 # Redis in callgrind, counting nothing until told (callgrind_control -z

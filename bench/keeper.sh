@@ -43,16 +43,10 @@ PER_SESSION=256
 HOLDS=$((SESSIONS * PER_SESSION))
 BUDGET_MS=333
 
-[[ ${EUID} -eq 0 ]] || redsem_die "run as root (PostgreSQL tools run as postgres via runuser)"
 command -v perl >/dev/null || redsem_die "perl not found"
-trap bench_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-redsem_make_tmpdir "redsem-bench-keeper"
-BENCH_TMP=$REDSEM_TMPDIR
+bench_begin keeper
 bench_install
-redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
-BENCH_SOCK=$BENCH_TMP/redis.sock
+bench_start_redis
 PROXY_SOCK=$BENCH_TMP/delay.sock
 bench_bg perl "$BENCH_DIR/delay_proxy.pl" "$PROXY_SOCK" "$BENCH_SOCK" "$RTT_MS" >"$BENCH_TMP/proxy.log" 2>&1
 bench_wait_for "the delay proxy" 10 test -S "$PROXY_SOCK"

@@ -30,7 +30,6 @@ FLOOD=6
 
 bench_init priorities
 
-W=$BENCH_TMP
 cat >"$W/batch.sql" <<'EOF'
 BEGIN;
 SELECT redsem_acquire_xact('wh', 2, lease => '30 s', wait => '60 s') IS NOT NULL;

@@ -39,15 +39,9 @@ DURATION=${BENCH_DURATION:-10}
 CLIENTS=${BENCH_CLIENTS:-4}
 HALF=$(((DURATION + 1) / 2))
 
-[[ ${EUID} -eq 0 ]] || redsem_die "run as root (PostgreSQL tools run as postgres via runuser)"
-trap bench_cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-redsem_make_tmpdir "redsem-bench-queues"
-BENCH_TMP=$REDSEM_TMPDIR
+bench_begin queues
 bench_install
-redsem_start_redis "$BENCH_TMP" 2>"$BENCH_TMP/start.log" || { cat "$BENCH_TMP/start.log" >&2; exit 1; }
-BENCH_SOCK=$BENCH_TMP/redis.sock
+bench_start_redis
 HOOKS=$BENCH_TMP/hooks
 PLAIN=$BENCH_TMP/plain
 mkdir -p "$HOOKS" "$PLAIN"

@@ -37,7 +37,6 @@ RATES=("50/s 50 1" "50/s 50 2" "200/s 200 5" "20/s 20 10" "600/min 10 1")
 
 bench_init rates
 
-W=$BENCH_TMP
 cat >"$W/take.sql" <<'EOF'
 SELECT redsem_acquire_xact('r', 1000, wait => '10 s') IS NOT NULL;
 EOF

@@ -43,7 +43,6 @@ OPS=${BENCH_OPS:-20000}
 
 bench_init tenants
 
-W=$BENCH_TMP
 cat >"$W/job.sql" <<'EOF'
 BEGIN;
 SELECT redsem_acquire_xact('ts', lease => '30 s', wait => '60 s',

@@ -83,7 +83,6 @@ SELECT redsem_limit('$2');
 EOF
 }
 
-W=$BENCH_TMP
 write_floor_script "$W/floor.sql" b
 write_redsem_script "$W/redsem4.sql" b "$LIMIT"
 write_advisory_script "$W/advisory4.sql" b "$LIMIT"
