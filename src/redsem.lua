@@ -319,7 +319,9 @@ local READ = {}
 -- once counted (nil: not counted since the last change it did not follow);
 -- WAITERS: likewise, how many waiting has.
 -- NEW_KEYS: the lines (rline, tline:, tq) this call may have created.
-local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS
+-- GONE, GONE_TENANT: the id a release or give-up names and its tenant, as
+-- probe() read them with tenants in use (nil: not read), for remove().
+local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS, GONE, GONE_TENANT
 
 -- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
 local PAD = {'00000', '0000', '000', '00', '0', ''}
@@ -346,6 +348,7 @@ end
 local function begin_general()
     W, WEIGHTS, TW = {}, {}, {}
     NEW_DL, CREATED, REMOVED, FRESH, NEW_KEYS = nil, false, false, false, {}
+    GONE, GONE_TENANT = nil, nil
 end
 
 -- How many members the semaphore has (counted once, then followed).
@@ -918,7 +921,9 @@ end
 local function remove(id, tenant)
     local p = permits_of(id)
     local t = tenant or ''
-    if (S.tt > 0 or S.tl) and not tenant then   -- (it may have one)
+    if id == GONE and not tenant then           -- (probe() read it)
+        t = GONE_TENANT
+    elseif (S.tt > 0 or S.tl) and not tenant then   -- (it may have one)
         t = tenant_of_info(redis.call('HGET', K_INFO, id))
     end
     local member = redis.call('ZREM', K_OWNER, id) == 1
@@ -2261,9 +2266,18 @@ local function probe(a)
         redis.call('ZCARD', tline_key(''))
         if t ~= '' then redis.call('ZCARD', tline_key(t)) end
     end
-    redis.call('HLEN', K_INFO)
+    if (S.tt > 0 or S.tl) and (a[1] == 'release' or a[1] == 'give_up') then
+        -- (the reads remove() will make: the member's tenant, its fields)
+        GONE, GONE_TENANT = a[2], tenant_of_info(redis.call('HGET', K_INFO, a[2]))
+    else
+        redis.call('HLEN', K_INFO)
+    end
     redis.call('STRLEN', K_TICKET)
-    if S.tl or S.tt > 0 or t ~= '' then redis.call('HLEN', tenant_key()) end
+    if GONE_TENANT and GONE_TENANT ~= '' then
+        tfield('h:' .. GONE_TENANT)
+    elseif S.tl or S.tt > 0 or t ~= '' then
+        redis.call('HLEN', tenant_key())
+    end
     if S.wt or a[1] == 'set_weight' then redis.call('HLEN', weights_key()) end
     return due
 end
