@@ -49,5 +49,17 @@ RESET client_min_messages;
 CREATE ROLE regress_redsem_q;
 SET ROLE regress_redsem_q;
 SET redsem.queue = '';
+-- a queue's semaphore is "queue:<name>": an ordinary role may neither take
+-- its slots nor wait in its line, whichever function it calls, and leaves
+-- nothing in Redis; names that only look alike are ordinary semaphores
+SELECT redsem_acquire('queue:reports', 1);
+SELECT redsem_acquire_xact('queue:reports', 1, wait => '1s');
+SELECT redsem_guard('queue:', 5);
+SELECT redsem_acquire('queue:reports', 1, '10s', NULL, 1, 0, 'tenant');
+SELECT redsem_release(n, redsem_acquire(n, 1)) AS ordinary
+  FROM unnest(ARRAY['Queue:reports', 'queues', ' queue:reports', 'xqueue:']) AS n;
 RESET ROLE;
+SELECT permits_held, waiting FROM redsem_semaphore('queue:reports');
+-- a superuser may (an administrator pausing a queue by hand)
+SELECT redsem_release('queue:reports', redsem_acquire('queue:reports', 1)) AS admin_took;
 DROP ROLE regress_redsem_q;

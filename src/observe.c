@@ -20,6 +20,7 @@
 #include "guc.h"
 #include "hold.h"
 #include "queue.h"
+#include "redsem.h"
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"
@@ -342,7 +343,7 @@ redsem_queues(PG_FUNCTION_ARGS)
 	for (int i = 0; conf != NULL && i < conf->count; i++)
 	{
 		const QueueDef *q = &conf->queues[i];
-		char	   *sem = psprintf("queue:%s", q->name);
+		char	   *sem = psprintf(REDSEM_QUEUE_PREFIX "%s", q->name);
 		const SemStats *st = find_stats(stats, nstats, sem);
 		RedisCall	call = REDIS_SQL_CALL;
 		SemLimit	limit;

@@ -297,7 +297,7 @@ parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
 		GUC_check_errdetail("Queue \"%s\": active_statements is required.", q->name);
 		return false;
 	}
-	snprintf(q->semaphore, sizeof(q->semaphore), "queue:%s", q->name);
+	snprintf(q->semaphore, sizeof(q->semaphore), REDSEM_QUEUE_PREFIX "%s", q->name);
 	return true;
 }
 

@@ -23,4 +23,10 @@
 /* The role whose members may force-release slots and see every holder id */
 #define REDSEM_ADMIN_ROLE		"redsem_admin"
 
+/*
+ * A statement queue's semaphore is this prefix and the queue's name; only
+ * administrators may take its slots from SQL (refuse_queue_semaphore)
+ */
+#define REDSEM_QUEUE_PREFIX		"queue:"
+
 #endif							/* REDSEM_H */

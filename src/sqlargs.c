@@ -135,6 +135,25 @@ require_admin(const char *what)
 						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
 }
 
+/*
+ * Raise 42501 if name is a statement queue's semaphore and the user is no
+ * administrator: an ordinary role that took its slots, or waited in its
+ * line, would hold up the statements of every role in that queue.
+ */
+void
+refuse_queue_semaphore(const char *name)
+{
+	if (strncmp(name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0 ||
+		redsem_is_admin())
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to take a slot of semaphore \"%s\"", name),
+			 errdetail("Semaphores named \"%s...\" are the slots of statement queues (redsem.queues); only superusers and members of role %s may take them from SQL.",
+					   REDSEM_QUEUE_PREFIX, REDSEM_ADMIN_ROLE),
+			 errhint("Pick a name that does not begin with \"%s\".", REDSEM_QUEUE_PREFIX)));
+}
+
 /* A count argument between 1 and REDSEM_MAX_HOLDERS */
 int
 count_arg(FunctionCallInfo fcinfo, int argno, const char *argname)

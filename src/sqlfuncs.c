@@ -120,6 +120,7 @@ acquire_args(FunctionCallInfo fcinfo, AcquireArgs *args)
 	args->elevel = ERROR;
 	args->wait_event = redsem_slot_wait_event();
 	args->name = name_arg(fcinfo, 0);
+	refuse_queue_semaphore(args->name);
 	args->max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	args->permits = PG_NARGS() > 4 ? count_arg(fcinfo, 4, "permits") : 1;
 	if (args->max_holders > 0 && args->permits > args->max_holders)
