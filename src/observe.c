@@ -244,7 +244,9 @@ redsem_stats(PG_FUNCTION_ARGS)
 		Datum		values[lengthof(stats_columns) + 1];
 		bool		nulls[lengthof(stats_columns) + 1] = {0};
 
-		values[0] = CStringGetTextDatum(stats[i].name);
+		/* the semaphores the table had no room for: a NULL name */
+		nulls[0] = (stats[i].name[0] == '\0');
+		values[0] = nulls[0] ? (Datum) 0 : CStringGetTextDatum(stats[i].name);
 		for (int c = 0; c < lengthof(stats_columns); c++)
 		{
 			StatField	f = stats_columns[c];

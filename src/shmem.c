@@ -29,6 +29,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
+#include "queue.h"
 #include "redsem.h"
 #include "shmem.h"
 #include "timing.h"
@@ -51,6 +52,41 @@ int			redsem_max_tracked_holds = 4096;
 int			redsem_max_tracked_semaphores = 1000;
 int			redsem_reserved_holds = 128;
 
+/*
+ * The key of the statistics entry that counts every semaphore the table had
+ * no room for (no semaphore name is empty); redsem_stats shows it with a
+ * NULL name
+ */
+#define STATS_OTHERS_KEY	""
+
+/*
+ * Entries of the statistics hash: redsem.max_tracked_semaphores ordinary
+ * names, room beyond them for every statement queue (so that a role that
+ * fills the table with names of its own does not blank redsem_queues'
+ * counters), and the others' entry.
+ */
+static long
+stats_table_size(void)
+{
+	return (long) redsem_max_tracked_semaphores + QUEUE_MAX_QUEUES + 1;
+}
+
+/*
+ * Under stats_lock held exclusive (or alone, at startup): a new entry for
+ * key with its counters at zero, or NULL if the hash is full
+ */
+static SharedSemStats *
+stats_new_entry(const char *key)
+{
+	bool		found;
+	SharedSemStats *s = hash_search(stats_hash, key, HASH_ENTER_NULL, &found);
+
+	if (s != NULL && !found)
+		for (int f = 0; f < STAT_NFIELDS; f++)
+			pg_atomic_init_u64(&s->counters[f], 0);
+	return s;
+}
+
 /* Ask for our shared memory and locks */
 static void
 redsem_shmem_request(void)
@@ -58,7 +94,7 @@ redsem_shmem_request(void)
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
 	RequestAddinShmemSpace(add_size(sizeof(RedsemShared),
-									hash_estimate_size(redsem_max_tracked_semaphores,
+									hash_estimate_size(stats_table_size(),
 													   sizeof(SharedSemStats))));
 	RequestNamedLWLockTranche("redsem", 2);
 }
@@ -150,9 +186,10 @@ redsem_shmem_startup(void)
 	info.keysize = REDSEM_MAX_NAME_BYTES + 1;
 	info.entrysize = sizeof(SharedSemStats);
 	stats_hash = ShmemInitHash("redsem statistics",
-							   redsem_max_tracked_semaphores,
-							   redsem_max_tracked_semaphores,
+							   stats_table_size(), stats_table_size(),
 							   &info, HASH_ELEM | HASH_STRINGS);
+	if (!found)
+		(void) stats_new_entry(STATS_OTHERS_KEY);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -678,16 +715,52 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 	}
 }
 
+/* Whether key is a statement queue's semaphore */
+static bool
+stats_key_is_queue(const char *key)
+{
+	return strncmp(key, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) == 0;
+}
+
+/*
+ * Under stats_lock held exclusive: key's entry, made if there is room for
+ * it, else the others' entry (*first_overflow set the first time since the
+ * table last had room).  Ordinary names take redsem.max_tracked_semaphores
+ * entries at most; statement queues' have room beyond them.
+ */
+static SharedSemStats *
+stats_entry_for(const char *key, bool *first_overflow)
+{
+	SharedSemStats *s = hash_search(stats_hash, key, HASH_FIND, NULL);
+	bool		queue = stats_key_is_queue(key);
+
+	if (s != NULL)
+		return s;
+	if (queue || shared->stats_names < redsem_max_tracked_semaphores)
+	{
+		s = stats_new_entry(key);
+		if (s != NULL)
+		{
+			shared->stats_names += queue ? 0 : 1;
+			return s;
+		}
+	}
+	*first_overflow = !shared->stats_full_logged;
+	shared->stats_full_logged = true;
+	return hash_search(stats_hash, STATS_OTHERS_KEY, HASH_FIND, NULL);
+}
+
 /*
  * Count changes to the counters of semaphore name: an entry that exists is
  * counted into under the shared lock; a new one is made under the
- * exclusive lock (none when the table is full).
+ * exclusive lock (stats_entry_for: the others' entry when the table is
+ * full, with a LOG line the first time).
  */
 static void
 stats_count_deltas(const char *name, const StatDelta *d, int n)
 {
 	SharedSemStats *s;
-	bool		found;
+	bool		first_overflow = false;
 	char		key[REDSEM_MAX_NAME_BYTES + 1];
 
 	if (shared == NULL || stats_hash == NULL)
@@ -702,15 +775,16 @@ stats_count_deltas(const char *name, const StatDelta *d, int n)
 	if (s != NULL)
 		return;
 	LWLockAcquire(shared->stats_lock, LW_EXCLUSIVE);
-	s = hash_search(stats_hash, key, HASH_ENTER_NULL, &found);
+	s = stats_entry_for(key, &first_overflow);
 	if (s != NULL)
-	{
-		if (!found)
-			for (int f = 0; f < STAT_NFIELDS; f++)
-				pg_atomic_init_u64(&s->counters[f], 0);
 		apply_deltas(s, d, n);
-	}
 	LWLockRelease(shared->stats_lock);
+	if (first_overflow)
+		ereport(LOG,
+				(errmsg("redsem statistics table is full"),
+				 errdetail("%d semaphore names have statistics on this server (redsem.max_tracked_semaphores); the counters of any other name now add up in the row of redsem_stats whose name is NULL.",
+						   redsem_max_tracked_semaphores),
+				 errhint("Forget names with redsem_stats_reset(), or raise redsem.max_tracked_semaphores (server restart).")));
 }
 /* Add delta to one counter of semaphore name (no-op without preload) */
 void
@@ -769,18 +843,27 @@ stats_snapshot(SemStats **out)
 	{
 		if (n < cap)
 		{
-			SemStats   *o = &(*out)[n++];
+			SemStats   *o = &(*out)[n];
+			bool		any = false;
 
 			memcpy(o->name, s->name, sizeof(o->name));
 			for (int f = 0; f < STAT_NFIELDS; f++)
+			{
 				o->counters[f] = (int64) pg_atomic_read_u64(&s->counters[f]);
+				any |= (o->counters[f] != 0);
+			}
+			/* the others' entry shows once it counted something */
+			n += (any || o->name[0] != '\0') ? 1 : 0;
 		}
 	}
 	LWLockRelease(shared->stats_lock);
 	return n;
 }
 
-/* Forget all statistics (or those of one semaphore) */
+/*
+ * Forget all statistics (or those of one semaphore): their entries go, and
+ * with all, the others' entry starts again from zero
+ */
 void
 stats_reset(const char *name)
 {
@@ -792,9 +875,20 @@ stats_reset(const char *name)
 	hash_seq_init(&seq, stats_hash);
 	while ((s = hash_seq_search(&seq)) != NULL)
 	{
-		if (name == NULL || strcmp(s->name, name) == 0)
+		if (s->name[0] == '\0')
+		{
+			if (name == NULL)
+				for (int f = 0; f < STAT_NFIELDS; f++)
+					pg_atomic_write_u64(&s->counters[f], 0);
+		}
+		else if (name == NULL || strcmp(s->name, name) == 0)
+		{
+			shared->stats_names -= stats_key_is_queue(s->name) ? 0 : 1;
 			hash_search(stats_hash, s->name, HASH_REMOVE, NULL);
+		}
 	}
+	if (shared->stats_names < redsem_max_tracked_semaphores)
+		shared->stats_full_logged = false;
 	LWLockRelease(shared->stats_lock);
 }
 

@@ -9,8 +9,8 @@
  *   holds_lock   every field of every SharedHold, hold_hint, holds_in_use,
  *                keeper_trouble_since and keeper_trouble
  *   stats_lock   which semaphores the statistics hash holds (found and
- *                added under it); their counters are atomics, added with
- *                the lock held shared
+ *                added under it), stats_names and stats_full_logged; their
+ *                counters are atomics, added with the lock held shared
  *   none         incarnation (written by the postmaster before any backend
  *                starts); keeper_pid, keeper_latch and keeper_wakes_at
  *                (written by the keeper alone, read by backends unlocked: a
@@ -106,6 +106,8 @@ typedef struct RedsemShared
 	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
 										 * since, or 0 */
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
+	int			stats_names;	/* statistics entries of ordinary names */
+	bool		stats_full_logged;	/* said that they fill the table */
 } RedsemShared;
 
 typedef enum StatField

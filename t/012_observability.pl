@@ -246,6 +246,52 @@ is($rerr, '', 'a member of redsem_admin may');
 
 $s{$_}->quit foreach keys %s;
 $ctl->quit;
+
+note 'a full statistics table: later names add up in one row, queues keep theirs';
+$node->append_conf('postgresql.conf', <<'EOC');
+redsem.max_tracked_semaphores = 16
+redsem.queues = 'q1: active_statements=1'
+log_min_messages = log
+EOC
+$node->restart;
+sub full_logs
+{
+	my @lines = grep { /LOG:  redsem statistics table is full/ } split /\n/, slurp_file($node->logfile);
+	return scalar @lines;
+}
+sub others
+{
+	return $node->safe_psql('postgres',
+		'SELECT acquired, released FROM redsem_stats WHERE name IS NULL');
+}
+# An ordinary role uses 20 names: 16 get rows, 4 add up in the others' row.
+$node->safe_psql('postgres',
+	join(' ', map { "SELECT redsem_release('fill$_', redsem_acquire('fill$_', 1));" } 1 .. 20),
+	extra_params => [ '-U', 'plain' ]);
+is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats WHERE name LIKE 'fill%'}),
+	'16', 'redsem.max_tracked_semaphores names have rows');
+is(others(), '4|4', 'the others are counted together, in the row whose name is NULL');
+is(full_logs(), 1, 'the server log says once that the table is full');
+# A statement queue still has its counters.
+$node->safe_psql('postgres', q{SET redsem.queue = 'q1'; SELECT 1;});
+is($node->safe_psql('postgres', q{SELECT admitted FROM redsem_queues WHERE name = 'q1'}),
+	'1', 'a statement queue still counts: queues have room of their own');
+# Anybody's later name joins the others' row, until a name is forgotten.
+$node->safe_psql('postgres', q{SELECT redsem_release('late', redsem_acquire('late', 1));});
+is(others(), '5|5', 'a later name, whoever uses it, joins the others');
+is(stats('late'), '', 'and has no row of its own');
+$node->safe_psql('postgres', q{SELECT redsem_stats_reset('fill1');});
+$node->safe_psql('postgres', q{SELECT redsem_release('late', redsem_acquire('late', 1));});
+is(stats('late'), '1|0|0|0|1|0|0|0', 'forgetting one name makes room for the next');
+is(others(), '5|5', 'the others row keeps its counts');
+$node->safe_psql('postgres', q{SELECT redsem_release('later', redsem_acquire('later', 1));});
+is(others(), '6|6', 'full again: the next new name joins the others');
+is(full_logs(), 2, 'and the log says so again, once');
+$node->safe_psql('postgres', q{SELECT redsem_stats_reset();});
+is($node->safe_psql('postgres', 'SELECT count(*) FROM redsem_stats'), '0',
+	'redsem_stats_reset() forgets the others row too');
+$node->safe_psql('postgres', q{SELECT redsem_release('fresh', redsem_acquire('fresh', 1));});
+is(stats('fresh'), '1|0|0|0|1|0|0|0', 'and the table has room again');
 node_log_is_clean($node);
 $node->stop;
 $redis->stop;
