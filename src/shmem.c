@@ -76,14 +76,17 @@ stats_table_size(void)
  * key with its counters at zero, or NULL if the hash is full
  */
 static SharedSemStats *
-stats_new_entry(const char *key)
+stats_new_entry(const char *key, bool reserved)
 {
 	bool		found;
 	SharedSemStats *s = hash_search(stats_hash, key, HASH_ENTER_NULL, &found);
 
 	if (s != NULL && !found)
+	{
+		s->reserved = reserved;
 		for (int f = 0; f < STAT_NFIELDS; f++)
 			pg_atomic_init_u64(&s->counters[f], 0);
+	}
 	return s;
 }
 
@@ -189,7 +192,7 @@ redsem_shmem_startup(void)
 							   stats_table_size(), stats_table_size(),
 							   &info, HASH_ELEM | HASH_STRINGS);
 	if (!found)
-		(void) stats_new_entry(STATS_OTHERS_KEY);
+		(void) stats_new_entry(STATS_OTHERS_KEY, true);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -715,18 +718,28 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 	}
 }
 
-/* Whether key is a statement queue's semaphore */
+/*
+ * Whether key is the semaphore of a statement queue redsem.queues defines
+ * (not merely a name that looks like one: any role can make Redis errors be
+ * counted under a name it chooses)
+ */
 static bool
 stats_key_is_queue(const char *key)
 {
-	return strncmp(key, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) == 0;
+	const QueueConfig *qc = queue_config();
+
+	for (int i = 0; qc != NULL && i < qc->count; i++)
+		if (strcmp(qc->queues[i].semaphore, key) == 0)
+			return true;
+	return false;
 }
 
 /*
  * Under stats_lock held exclusive: key's entry, made if there is room for
  * it, else the others' entry (*first_overflow set the first time since the
  * table last had room).  Ordinary names take redsem.max_tracked_semaphores
- * entries at most; statement queues' have room beyond them.
+ * entries at most; defined statement queues' have room beyond them
+ * (reserved, so that they do not count).
  */
 static SharedSemStats *
 stats_entry_for(const char *key, bool *first_overflow)
@@ -738,7 +751,7 @@ stats_entry_for(const char *key, bool *first_overflow)
 		return s;
 	if (queue || shared->stats_names < redsem_max_tracked_semaphores)
 	{
-		s = stats_new_entry(key);
+		s = stats_new_entry(key, queue);
 		if (s != NULL)
 		{
 			shared->stats_names += queue ? 0 : 1;
@@ -883,7 +896,7 @@ stats_reset(const char *name)
 		}
 		else if (name == NULL || strcmp(s->name, name) == 0)
 		{
-			shared->stats_names -= stats_key_is_queue(s->name) ? 0 : 1;
+			shared->stats_names -= s->reserved ? 0 : 1;
 			hash_search(stats_hash, s->name, HASH_REMOVE, NULL);
 		}
 	}

@@ -149,6 +149,7 @@ typedef struct SemStats
 typedef struct SharedSemStats
 {
 	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	bool		reserved;		/* a statement queue's, beyond the cap */
 	pg_atomic_uint64 counters[STAT_NFIELDS];
 } SharedSemStats;
 

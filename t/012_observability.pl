@@ -264,28 +264,39 @@ sub others
 	return $node->safe_psql('postgres',
 		'SELECT acquired, released FROM redsem_stats WHERE name IS NULL');
 }
-# An ordinary role uses 20 names: 16 get rows, 4 add up in the others' row.
-$node->safe_psql('postgres',
-	join(' ', map { "SELECT redsem_release('fill$_', redsem_acquire('fill$_', 1));" } 1 .. 20),
-	extra_params => [ '-U', 'plain' ]);
-is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats WHERE name LIKE 'fill%'}),
-	'16', 'redsem.max_tracked_semaphores names have rows');
-is(others(), '4|4', 'the others are counted together, in the row whose name is NULL');
+# While Redis is down, an ordinary role makes errors be counted under 70
+# names that look like queues' semaphores: they are ordinary names, 16 get
+# rows and the rest add up in the others' row.
+$redis->stop;
+$node->safe_psql('postgres', q{DO $$ BEGIN
+	FOR i IN 1 .. 70 LOOP
+		BEGIN PERFORM redsem_limit('queue:j' || i); EXCEPTION WHEN OTHERS THEN NULL; END;
+	END LOOP; END $$;}, extra_params => [ '-U', 'plain' ]);
+$redis->start;
+is($node->safe_psql('postgres',
+		q{SELECT count(*), sum(redis_errors) FROM redsem_stats WHERE name LIKE 'queue:j%'}),
+	'16|16', 'redsem.max_tracked_semaphores names have rows');
+is($node->safe_psql('postgres', 'SELECT redis_errors FROM redsem_stats WHERE name IS NULL'),
+	'54', 'the others are counted together, in the row whose name is NULL');
 is(full_logs(), 1, 'the server log says once that the table is full');
-# A statement queue still has its counters.
+# A statement queue still gets its row.
 $node->safe_psql('postgres', q{SET redsem.queue = 'q1'; SELECT 1;});
 is($node->safe_psql('postgres', q{SELECT admitted FROM redsem_queues WHERE name = 'q1'}),
-	'1', 'a statement queue still counts: queues have room of their own');
+	'1', 'a statement queue still counts: the queues redsem.queues defines have room of their own');
 # Anybody's later name joins the others' row, until a name is forgotten.
+$node->safe_psql('postgres',
+	join(' ', map { "SELECT redsem_release('fill$_', redsem_acquire('fill$_', 1));" } 1 .. 3),
+	extra_params => [ '-U', 'plain' ]);
+is(others(), '3|3', 'later names join the others');
 $node->safe_psql('postgres', q{SELECT redsem_release('late', redsem_acquire('late', 1));});
-is(others(), '5|5', 'a later name, whoever uses it, joins the others');
-is(stats('late'), '', 'and has no row of its own');
-$node->safe_psql('postgres', q{SELECT redsem_stats_reset('fill1');});
+is(others(), '4|4', 'whoever uses them');
+is(stats('late'), '', 'and have no row of their own');
+$node->safe_psql('postgres', q{SELECT redsem_stats_reset('queue:j1');});
 $node->safe_psql('postgres', q{SELECT redsem_release('late', redsem_acquire('late', 1));});
 is(stats('late'), '1|0|0|0|1|0|0|0', 'forgetting one name makes room for the next');
-is(others(), '5|5', 'the others row keeps its counts');
+is(others(), '4|4', 'the others row keeps its counts');
 $node->safe_psql('postgres', q{SELECT redsem_release('later', redsem_acquire('later', 1));});
-is(others(), '6|6', 'full again: the next new name joins the others');
+is(others(), '5|5', 'full again: the next new name joins the others');
 is(full_logs(), 2, 'and the log says so again, once');
 $node->safe_psql('postgres', q{SELECT redsem_stats_reset();});
 is($node->safe_psql('postgres', 'SELECT count(*) FROM redsem_stats'), '0',
