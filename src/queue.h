@@ -40,6 +40,7 @@ typedef struct QueueConfig
 extern void queue_define_gucs(void);
 extern void queue_install_hooks(void);
 extern const QueueConfig *queue_config(void);
+extern bool queue_is_semaphore(const char *name);
 extern const char *queue_session_setting(void);
 extern int	queue_session_priority(void);
 extern char *queue_session_tenant(void);

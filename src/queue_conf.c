@@ -27,6 +27,7 @@
 #include "guc.h"
 #include "queue.h"
 #include "redsem.h"
+#include "shmem.h"
 #include "sqlargs.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
@@ -42,6 +43,23 @@ const QueueConfig *
 queue_config(void)
 {
 	return config;
+}
+
+StaticAssertDecl(QUEUE_MAX_QUEUES <= STATS_RESERVED_ROOM,
+				 "every queue has room in the statistics table");
+
+/*
+ * Whether name is the semaphore of a queue redsem.queues defines (not
+ * merely a name that looks like one: any role can make Redis errors be
+ * counted under a name it picks)
+ */
+bool
+queue_is_semaphore(const char *name)
+{
+	for (int i = 0; config != NULL && i < config->count; i++)
+		if (strcmp(config->queues[i].semaphore, name) == 0)
+			return true;
+	return false;
 }
 
 /* The queue the session belongs to by redsem.queue, or "" */

@@ -52,6 +52,7 @@ _PG_init(void)
 	{
 		shmem_define_gucs();	/* server-start settings: only while preloading */
 		shmem_init();
+		stats_reserve_room_for(queue_is_semaphore);
 		keeper_register();
 		queue_install_hooks();
 	}

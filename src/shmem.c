@@ -29,7 +29,6 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "queue.h"
 #include "redsem.h"
 #include "shmem.h"
 #include "timing.h"
@@ -59,16 +58,29 @@ int			redsem_reserved_holds = 128;
  */
 #define STATS_OTHERS_KEY	""
 
+/* Which names have room beyond redsem.max_tracked_semaphores, if any */
+static StatsReservedFn stats_reserved_fn = NULL;
+
 /*
  * Entries of the statistics hash: redsem.max_tracked_semaphores ordinary
- * names, room beyond them for every statement queue (so that a role that
- * fills the table with names of its own does not blank redsem_queues'
- * counters), and the others' entry.
+ * names, room beyond them for STATS_RESERVED_ROOM more (statement queues:
+ * so that a role that fills the table with names of its own does not
+ * blank redsem_queues' counters), and the others' entry.
  */
 static long
 stats_table_size(void)
 {
-	return (long) redsem_max_tracked_semaphores + QUEUE_MAX_QUEUES + 1;
+	return (long) redsem_max_tracked_semaphores + STATS_RESERVED_ROOM + 1;
+}
+
+/*
+ * From _PG_init: fn tells the names that have room of their own (the
+ * statement queues' semaphores; the module above says which they are)
+ */
+void
+stats_reserve_room_for(StatsReservedFn fn)
+{
+	stats_reserved_fn = fn;
 }
 
 /*
@@ -718,21 +730,6 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 	}
 }
 
-/*
- * Whether key is the semaphore of a statement queue redsem.queues defines
- * (not merely a name that looks like one: any role can make Redis errors be
- * counted under a name it chooses)
- */
-static bool
-stats_key_is_queue(const char *key)
-{
-	const QueueConfig *qc = queue_config();
-
-	for (int i = 0; qc != NULL && i < qc->count; i++)
-		if (strcmp(qc->queues[i].semaphore, key) == 0)
-			return true;
-	return false;
-}
 
 /*
  * Under stats_lock held exclusive: key's entry, made if there is room for
@@ -745,7 +742,7 @@ static SharedSemStats *
 stats_entry_for(const char *key, bool *first_overflow)
 {
 	SharedSemStats *s = hash_search(stats_hash, key, HASH_FIND, NULL);
-	bool		queue = stats_key_is_queue(key);
+	bool		queue = stats_reserved_fn != NULL && stats_reserved_fn(key);
 
 	if (s != NULL)
 		return s;

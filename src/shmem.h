@@ -209,6 +209,14 @@ extern void stats_count_wait(const char *name, int64 ms);
 extern int	stats_snapshot(SemStats **out);
 extern void stats_reset(const char *name);
 
+/*
+ * Names with statistics beyond redsem.max_tracked_semaphores: at most this
+ * many, those the function given to stats_reserve_room_for accepts
+ */
+#define STATS_RESERVED_ROOM		64
+typedef bool (*StatsReservedFn) (const char *name);
+extern void stats_reserve_room_for(StatsReservedFn fn);
+
 extern void shmem_define_gucs(void);
 
 #endif							/* REDSEM_SHMEM_H */

@@ -25,7 +25,9 @@ plan skip_all => 'prometheus-postgres-exporter is not installed (Debian package 
 my $queries = "$FindBin::RealBin/../monitoring/postgres_exporter.yml";
 
 my $redis = RedsemTest::Redis->new;
-my $node = create_node('exported', $redis, "redsem.queues = 'reports: active_statements=2'\n");
+# room for 16 names' statistics: those beyond add up in one row (name NULL)
+my $node = create_node('exported', $redis,
+	"redsem.queues = 'reports: active_statements=2'\nredsem.max_tracked_semaphores = 16\n");
 $node->safe_psql('postgres', q{CREATE ROLE metrics LOGIN IN ROLE pg_monitor;});
 
 ###########################################################################
@@ -40,6 +42,11 @@ ok(defined wait_until(20, sub { $redis->zcard('exp_a', 'waiting') == 1 }), 'a se
 my ($out, $err) = $node->psql('postgres', q{SELECT redsem_acquire('exp_a', 1, '60 s', '300 ms') IS NULL;});
 $node->safe_psql('postgres',
 	q{SELECT count(redsem_release('exp_b', redsem_acquire('exp_b', 3))) FROM generate_series(1, 5);});
+# 20 names more: 14 get rows, 6 add up in the row whose name is NULL
+$node->safe_psql('postgres',
+	q{SELECT count(redsem_release('fill' || i, redsem_acquire('fill' || i, 1))) FROM generate_series(1, 20) i;});
+is($node->safe_psql('postgres', 'SELECT acquired FROM redsem_stats WHERE name IS NULL'), '6',
+	'the statistics table is full: 6 names add up in one row');
 
 ###########################################################################
 note 'the exporter';
@@ -94,6 +101,9 @@ cmp_ok(series('redsem_longest_wait_seconds', { semaphore => 'exp_a' }) // 0, '>=
 is(series('redsem_server_holding', { semaphore => 'exp_a' }), 1, 'redsem_server_holding: 1 (redsem_activity)');
 is(series('redsem_server_waiting', { semaphore => 'exp_a' }), 1, 'redsem_server_waiting: 1');
 cmp_ok(series('redsem_server_oldest_wait_seconds', { semaphore => 'exp_a' }) // 0, '>', 0, 'redsem_server_oldest_wait_seconds');
+is(series('redsem_acquired_total', { semaphore => '' }), 6,
+	'the names beyond redsem.max_tracked_semaphores: one series, semaphore=""');
+is(series('redsem_wait_seconds_bucket', { semaphore => '', le => '+Inf' }), 0, '... in the histogram too');
 is(series('redsem_keeper_up', {}), 1, 'redsem_keeper_up: 1');
 is(series('redsem_queue_active_statements', { queue => 'reports' }), 2, 'redsem_queue_active_statements of "reports"');
 is(series('redsem_queue_running', { queue => 'reports' }), 0, 'redsem_queue_running (from Redis)');
