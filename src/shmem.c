@@ -916,8 +916,8 @@ shmem_define_gucs(void)
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
 	DefineCustomIntVariable("redsem.max_tracked_semaphores",
-							"Maximum number of semaphore names with statistics.",
-							"Only used when redsem is in shared_preload_libraries.",
+							"Maximum number of semaphore names with statistics of their own.",
+							"The names beyond it are counted together, in the row of redsem_stats whose name is NULL; statement queues have room of their own. Only used when redsem is in shared_preload_libraries.",
 							&redsem_max_tracked_semaphores, 1000, 16, 1000000,
 							PGC_POSTMASTER, 0,
 							NULL, NULL, NULL);
