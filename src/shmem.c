@@ -730,7 +730,6 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 	}
 }
 
-
 /*
  * Under stats_lock held exclusive: key's entry, made if there is room for
  * it, else the others' entry (*first_overflow set the first time since the
@@ -742,10 +741,11 @@ static SharedSemStats *
 stats_entry_for(const char *key, bool *first_overflow)
 {
 	SharedSemStats *s = hash_search(stats_hash, key, HASH_FIND, NULL);
-	bool		queue = stats_reserved_fn != NULL && stats_reserved_fn(key);
+	bool		queue;
 
 	if (s != NULL)
 		return s;
+	queue = stats_reserved_fn != NULL && stats_reserved_fn(key);
 	if (queue || shared->stats_names < redsem_max_tracked_semaphores)
 	{
 		s = stats_new_entry(key, queue);
@@ -796,6 +796,7 @@ stats_count_deltas(const char *name, const StatDelta *d, int n)
 						   redsem_max_tracked_semaphores),
 				 errhint("Forget names with redsem_stats_reset(), or raise redsem.max_tracked_semaphores (server restart).")));
 }
+
 /* Add delta to one counter of semaphore name (no-op without preload) */
 void
 stats_count(const char *name, StatField field, int64 delta)
