@@ -11,8 +11,8 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "bounds.h"
 #include "guc.h"
-#include "redsem.h"
 
 char	   *redsem_host = NULL;
 int			redsem_port = 6379;

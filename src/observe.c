@@ -17,10 +17,10 @@
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 
+#include "bounds.h"
 #include "guc.h"
 #include "hold.h"
 #include "queue.h"
-#include "redsem.h"
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"

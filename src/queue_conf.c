@@ -23,10 +23,10 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "bounds.h"
 #include "compat.h"
 #include "guc.h"
 #include "queue.h"
-#include "redsem.h"
 #include "shmem.h"
 #include "sqlargs.h"
 

@@ -29,7 +29,7 @@
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
 
-#include "redsem.h"
+#include "bounds.h"
 #include "shmem.h"
 #include "timing.h"
 

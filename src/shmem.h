@@ -26,7 +26,7 @@
 #include "storage/latch.h"
 #include "storage/lwlock.h"
 
-#include "redsem.h"
+#include "bounds.h"
 
 /* Where an acquire stands */
 typedef enum HoldPhase

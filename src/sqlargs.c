@@ -10,7 +10,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 
-#include "redsem.h"
+#include "bounds.h"
 #include "sqlargs.h"
 
 /* Raise the error for a NULL argument */

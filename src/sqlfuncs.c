@@ -13,10 +13,10 @@
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "bounds.h"
 #include "compat.h"
 #include "guc.h"
 #include "hold.h"
-#include "redsem.h"
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"

@@ -13,8 +13,8 @@
 #include "miscadmin.h"
 #include "utils/builtins.h"
 
+#include "bounds.h"
 #include "hold.h"
-#include "redsem.h"
 #include "script.h"
 #include "sqlargs.h"
 #include "timing.h"

@@ -18,7 +18,6 @@ opendir(my $dh, $src) or die "cannot list $src: $!";
 for my $file (sort grep { /\.[ch]$/ } readdir($dh))
 {
 	my ($module) = $file =~ /^(.*)\.[ch]$/;
-	$module = 'entry' if $file eq 'redsem.c';    # redsem.h is another thing
 	$deps{$module} //= {};
 	open(my $fh, '<', "$src/$file") or die "cannot read $file: $!";
 	while (my $line = <$fh>)

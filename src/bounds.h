@@ -1,13 +1,13 @@
 /*
- * redsem.h
+ * bounds.h
  *		What redsem promises at its SQL interface: the bounds on arguments
- *		and the administrators' role.  Settings are in guc.h, the SQL
- *		argument helpers in sqlfuncs.h, and each module has its own header;
- *		timing constants are in timing.h, PostgreSQL and hiredis version
- *		differences in compat.h.
+ *		and the names it reserves (the administrators' role, the statement
+ *		queues' prefix).  Settings are in guc.h, the SQL argument checks in
+ *		sqlargs.h, and each module has its own header; timing constants are
+ *		in timing.h, PostgreSQL and hiredis version differences in compat.h.
  */
-#ifndef REDSEM_H
-#define REDSEM_H
+#ifndef REDSEM_BOUNDS_H
+#define REDSEM_BOUNDS_H
 
 /* Bounds on arguments, documented in README.md */
 #define REDSEM_MAX_NAME_BYTES	200
@@ -29,4 +29,4 @@
  */
 #define REDSEM_QUEUE_PREFIX		"queue:"
 
-#endif							/* REDSEM_H */
+#endif							/* REDSEM_BOUNDS_H */
