@@ -20,7 +20,7 @@
 #include "bounds.h"
 #include "guc.h"
 #include "hold.h"
-#include "queue.h"
+#include "queue_conf.h"
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"

@@ -42,6 +42,7 @@
 #include "hold.h"
 #include "hooks.h"
 #include "queue.h"
+#include "queue_conf.h"
 #include "shmem.h"
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
@@ -74,42 +75,6 @@ static char *
 queue_semaphore(const QueueDef *q)
 {
 	return pstrdup(q->semaphore);
-}
-
-/*
- * True if name matches the glob pattern ('*' matches any run).  Greedy,
- * going back only to the last '*': O(pattern x name) at worst, so no
- * pattern (however many stars) makes a client's application_name costly.
- */
-bool
-queue_glob_match(const char *pattern, const char *name)
-{
-	const char *star = NULL;	/* the last '*' seen, and where it took over */
-	const char *resume = NULL;
-
-	while (*name)
-	{
-		if (*pattern == '*')
-		{
-			star = pattern++;
-			resume = name;
-		}
-		else if (*pattern == *name)
-		{
-			pattern++;
-			name++;
-		}
-		else if (star)
-		{
-			pattern = star + 1;		/* let the last '*' take one more byte */
-			name = ++resume;
-		}
-		else
-			return false;
-	}
-	while (*pattern == '*')
-		pattern++;
-	return *pattern == '\0';
 }
 
 /* True if application_name matches one of the '|'-separated patterns */

@@ -2,7 +2,8 @@
  * queue.h
  *		Statement queues: admission control for the top-level statements of
  *		chosen roles, databases and applications, with no change to their
- *		SQL.  A queue is a redsem semaphore ("queue:<name>").
+ *		SQL.  A queue is a redsem semaphore ("queue:<name>"); its definition
+ *		and a session's queue are settings (queue_conf.h).
  */
 #ifndef REDSEM_QUEUE_H
 #define REDSEM_QUEUE_H
@@ -10,42 +11,6 @@
 /* A statement's slot lives this long unless the keeper refreshes it */
 #define QUEUE_LEASE_MS			30000
 
-/* Bounds of a queue definition (redsem.queues) */
-#define QUEUE_MAX_QUEUES		64
-#define QUEUE_MAX_NAME_BYTES	63
-#define QUEUE_MAX_APPS_BYTES	255
-
-/* One queue, as redsem.queues defines it */
-typedef struct QueueDef
-{
-	char		name[QUEUE_MAX_NAME_BYTES + 1];
-	char		semaphore[QUEUE_MAX_NAME_BYTES + 7];	/* "queue:" name */
-	int			active;			/* statements running at once */
-	double		min_cost;		/* cheaper statements pass */
-	int			max_wait_ms;	/* -1: no limit */
-	bool		run_on_error;	/* Redis unusable: run (true) or fail */
-	bool		utility;		/* queue utility statements too */
-	char		apps[QUEUE_MAX_APPS_BYTES + 1]; /* application_name patterns,
-												 * '|'-separated, '*' wildcards */
-	char		app_priorities[QUEUE_MAX_APPS_BYTES + 1];	/* "PATTERN:N|..." */
-} QueueDef;
-
-/* Every queue, parsed from redsem.queues */
-typedef struct QueueConfig
-{
-	int			count;
-	QueueDef	queues[FLEXIBLE_ARRAY_MEMBER];
-} QueueConfig;
-
-extern void queue_define_gucs(void);
 extern void queue_install_hooks(void);
-extern const QueueConfig *queue_config(void);
-extern bool queue_is_semaphore(const char *name);
-extern const char *queue_session_setting(void);
-extern int	queue_session_priority(void);
-extern char *queue_session_tenant(void);
-extern uint64 queue_config_generation(void);
-extern bool queue_glob_match(const char *pattern, const char *name);
-extern int	queue_app_priority(const char *list, const char *app, int *priority);
 
 #endif							/* REDSEM_QUEUE_H */

@@ -26,7 +26,7 @@
 #include "bounds.h"
 #include "compat.h"
 #include "guc.h"
-#include "queue.h"
+#include "queue_conf.h"
 #include "shmem.h"
 #include "sqlargs.h"
 
@@ -67,6 +67,42 @@ const char *
 queue_session_setting(void)
 {
 	return queue_setting ? queue_setting : "";
+}
+
+/*
+ * True if name matches the glob pattern ('*' matches any run).  Greedy,
+ * going back only to the last '*': O(pattern x name) at worst, so no
+ * pattern (however many stars) makes a client's application_name costly.
+ */
+bool
+queue_glob_match(const char *pattern, const char *name)
+{
+	const char *star = NULL;	/* the last '*' seen, and where it took over */
+	const char *resume = NULL;
+
+	while (*name)
+	{
+		if (*pattern == '*')
+		{
+			star = pattern++;
+			resume = name;
+		}
+		else if (*pattern == *name)
+		{
+			pattern++;
+			name++;
+		}
+		else if (star)
+		{
+			pattern = star + 1;		/* let the last '*' take one more byte */
+			name = ++resume;
+		}
+		else
+			return false;
+	}
+	while (*pattern == '*')
+		pattern++;
+	return *pattern == '\0';
 }
 
 /* Skip blanks */

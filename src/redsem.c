@@ -16,6 +16,7 @@
 #include "hold.h"
 #include "keeper.h"
 #include "queue.h"
+#include "queue_conf.h"
 #include "secret.h"
 #include "sentinel.h"
 #include "shmem.h"
