@@ -327,7 +327,7 @@ notice_unkept_lease(int64 lease_ms)
 	/* the common case first: it needs no look at the keeper (a syscall) */
 	if (warned ||
 		(redsem_preloaded && lease_ms <= REDSEM_UNKEPT_LEASE_NOTICE_MS) ||
-		keeper_is_active())
+		shared_keeper_is_active())
 		return;
 	if (!redsem_preloaded)
 	{

@@ -156,10 +156,10 @@ keeper_has_it(Hold *hold)
 {
 	SharedHold	copy;
 
-	/* the kill(0) of keeper_is_active only for a hold handed over */
+	/* the kill(0) of shared_keeper_is_active only for a hold handed over */
 	return hold->shared_slot >= 0 &&
 		shared_hold_read(hold->shared_slot, hold->id, &copy) && copy.abandoned &&
-		keeper_reaches_target(hold->target);
+		shared_keeper_reaches_target(hold->target);
 }
 
 /*
@@ -704,7 +704,7 @@ hold_keeper_can_confirm(Hold *hold)
 
 	return hold->shared_slot >= 0 &&
 		shared_hold_read(hold->shared_slot, hold->id, &copy) &&
-		keeper_keeps_target(copy.target);
+		shared_keeper_keeps_target(copy.target);
 }
 
 /*
@@ -818,7 +818,7 @@ release_error_context(void *arg)
 
 	errcontext("giving back slot %s of redsem semaphore \"%s\": no longer this session's; %s",
 			   hold->id, hold->name,
-			   keeper_is_active() ? "the keeper gives it back once Redis answers" :
+			   shared_keeper_is_active() ? "the keeper gives it back once Redis answers" :
 			   "the session's next call tries again, and its lease is not kept alive");
 }
 
@@ -948,7 +948,7 @@ keeper_error(const SharedHold *tracked, bool tracked_ok)
 	char		trouble[KEEPER_TROUBLE_LEN];
 	TimestampTz since;
 
-	if (!tracked_ok || !keeper_is_active())
+	if (!tracked_ok || !shared_keeper_is_active())
 		return pstrdup("the keeper is not running");
 	if (tracked->unkept)
 		return pstrdup("taken under other Redis connection settings than the keeper's");
@@ -958,7 +958,7 @@ keeper_error(const SharedHold *tracked, bool tracked_ok)
 		return pstrdup("the slot was lost: Redis no longer had it when the keeper refreshed it (its lease had run out, or Redis lost its data)");
 	if (tracked->failures > 0)
 		return pstrdup(tracked->trouble);
-	since = keeper_trouble_copy(trouble, sizeof(trouble));
+	since = shared_keeper_trouble_copy(trouble, sizeof(trouble));
 	if (since != 0 && since >= tracked->refreshed_at)
 		return pstrdup(trouble);
 	return NULL;

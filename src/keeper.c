@@ -111,7 +111,7 @@ snapshot_holds(HoldCopy **out)
 		buffer = MemoryContextAlloc(TopMemoryContext,
 									sizeof(HoldCopy) * shared_hold_capacity());
 	*out = buffer;
-	return keeper_copy_holds(buffer);
+	return shared_hold_copy_for_keeper(buffer);
 }
 
 /* Milliseconds from now until when, at least 1 */
@@ -138,7 +138,7 @@ report_trouble(KeeperState *st, const char *text)
 {
 	TimestampTz now = GetCurrentTimestamp();
 
-	keeper_trouble_note(text, now);
+	shared_keeper_trouble_note(text, now);
 
 	if (st->trouble_logged_at != 0 &&
 		!TimestampDifferenceExceeds(st->trouble_logged_at, now, KEEPER_LOG_EVERY_MS))
@@ -159,8 +159,8 @@ report_trouble(KeeperState *st, const char *text)
 static void
 report_recovery(KeeperState *st)
 {
-	if (keeper_has_trouble())
-		keeper_trouble_clear();
+	if (shared_keeper_has_trouble())
+		shared_keeper_trouble_clear();
 	if (st->trouble_logged_at == 0)
 		return;
 	if (cluster_enabled())
@@ -595,7 +595,7 @@ keeper_cycle(KeeperState *st)
 	TimestampTz sent;
 	bool		redis_ok;
 
-	keeper_set_target(target);
+	shared_keeper_set_target(target);
 	st->released_after_crash = 0;
 	st->succeeded = false;
 	batch.items = palloc(sizeof(SemKeepItem) * Max(n, 1));
@@ -631,7 +631,7 @@ keeper_cycle(KeeperState *st)
 static void
 keeper_detach(int code, Datum arg)
 {
-	keeper_detach_shmem();
+	shared_keeper_detach();
 }
 
 /* The keeper's main loop */
@@ -647,7 +647,7 @@ redsem_keeper_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	memset(&st, 0, sizeof(st));
-	keeper_attach(MyLatch, MyProcPid);
+	shared_keeper_attach(MyLatch, MyProcPid);
 	on_shmem_exit(keeper_detach, (Datum) 0);
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "redsem keeper",
 										  ALLOCSET_DEFAULT_SIZES);
@@ -668,7 +668,8 @@ redsem_keeper_main(Datum main_arg)
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(cycle_context);
 
-		keeper_set_wake_time(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), sleep_ms));
+		shared_keeper_set_wake_time(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																sleep_ms));
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, redsem_wait_event());
 		ResetLatch(MyLatch);

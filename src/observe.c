@@ -216,7 +216,7 @@ redsem_token(PG_FUNCTION_ARGS)
 Datum
 redsem_keeper_active(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_BOOL(keeper_is_active());
+	PG_RETURN_BOOL(shared_keeper_is_active());
 }
 
 /* The counters of redsem_stats, in its column order after name */

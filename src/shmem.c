@@ -33,6 +33,40 @@
 #include "shmem.h"
 #include "timing.h"
 
+/* The part of shared memory that a crash-restart re-creates */
+typedef struct RedsemShared
+{
+	LWLock	   *holds_lock;
+	LWLock	   *stats_lock;
+	uint64		incarnation;	/* this server run, part of every holder id */
+	int			hold_hint;		/* where to look first for a free entry */
+	int			holds_in_use;	/* entries of the hold table in use */
+	int			keeper_pid;
+	Latch	   *keeper_latch;
+	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
+	pg_atomic_uint64 keeper_target; /* redis_target_signature() of the
+									 * keeper's last cycle: the holds it
+									 * refreshes */
+	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
+										 * since, or 0 */
+	char		keeper_trouble[KEEPER_TROUBLE_LEN];
+	int			stats_names;	/* statistics entries of ordinary names */
+	bool		stats_full_logged;	/* said that they fill the table */
+} RedsemShared;
+
+/*
+ * A semaphore's statistics in shared memory (SemStats is their copy):
+ * counters are atomics, so counting takes the statistics lock only shared
+ * (to find the entry), not exclusive — a statement queue counts every
+ * statement that passes by cost.
+ */
+typedef struct SharedSemStats
+{
+	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	bool		reserved;		/* a statement queue's, beyond the cap */
+	pg_atomic_uint64 counters[STAT_NFIELDS];
+} SharedSemStats;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -252,7 +286,7 @@ redsem_incarnation(void)
  * holds_lock, so a reader never sees half a message.
  */
 void
-keeper_trouble_note(const char *text, TimestampTz now)
+shared_keeper_trouble_note(const char *text, TimestampTz now)
 {
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if (shared->keeper_trouble_since == 0)
@@ -263,7 +297,7 @@ keeper_trouble_note(const char *text, TimestampTz now)
 
 /* Forget the keeper's trouble (Redis answers again) */
 void
-keeper_trouble_clear(void)
+shared_keeper_trouble_clear(void)
 {
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	shared->keeper_trouble_since = 0;
@@ -273,7 +307,7 @@ keeper_trouble_clear(void)
 
 /* Since when the keeper has had trouble (0: none), its words into buf */
 TimestampTz
-keeper_trouble_copy(char *buf, size_t len)
+shared_keeper_trouble_copy(char *buf, size_t len)
 {
 	TimestampTz since;
 
@@ -296,7 +330,7 @@ shmem_ready(void)
 
 /* The keeper starts: where to wake it, and who it is */
 void
-keeper_attach(Latch *latch, int pid)
+shared_keeper_attach(Latch *latch, int pid)
 {
 	shared->keeper_latch = latch;
 	shared->keeper_pid = pid;
@@ -304,7 +338,7 @@ keeper_attach(Latch *latch, int pid)
 
 /* The keeper exits (on_shmem_exit) */
 void
-keeper_detach_shmem(void)
+shared_keeper_detach(void)
 {
 	shared->keeper_latch = NULL;
 	shared->keeper_pid = 0;
@@ -312,14 +346,14 @@ keeper_detach_shmem(void)
 
 /* The keeper sleeps until when: a backend with an earlier need wakes it */
 void
-keeper_set_wake_time(TimestampTz when)
+shared_keeper_set_wake_time(TimestampTz when)
 {
 	shared->keeper_wakes_at = when;
 }
 
 /* The keeper refreshes the holds taken on target (only the keeper writes it) */
 void
-keeper_set_target(uint64 target)
+shared_keeper_set_target(uint64 target)
 {
 	pg_atomic_write_u64(&shared->keeper_target, target);
 }
@@ -329,22 +363,22 @@ keeper_set_target(uint64 target)
  * taken on target
  */
 bool
-keeper_keeps_target(uint64 target)
+shared_keeper_keeps_target(uint64 target)
 {
-	return keeper_reaches_target(target) && !keeper_has_trouble();
+	return shared_keeper_reaches_target(target) && !shared_keeper_has_trouble();
 }
 
 /* True if the keeper runs and works on the Redis of target (trouble or not) */
 bool
-keeper_reaches_target(uint64 target)
+shared_keeper_reaches_target(uint64 target)
 {
 	return shared != NULL && pg_atomic_read_u64(&shared->keeper_target) == target &&
-		keeper_is_active();
+		shared_keeper_is_active();
 }
 
 /* True while the keeper has trouble with Redis (only the keeper writes it) */
 bool
-keeper_has_trouble(void)
+shared_keeper_has_trouble(void)
 {
 	return shared->keeper_trouble_since != 0;
 }
@@ -355,7 +389,7 @@ keeper_has_trouble(void)
  * keeper_wakes_at at its end of time and wakes it again.  Returns how many.
  */
 int
-keeper_copy_holds(HoldCopy *buf)
+shared_hold_copy_for_keeper(HoldCopy *buf)
 {
 	int			n = 0;
 
@@ -445,7 +479,7 @@ shared_hold_set_unkept(int slot, const char *id, bool unkept)
 
 /* True if the keeper process is running */
 bool
-keeper_is_active(void)
+shared_keeper_is_active(void)
 {
 	pid_t		pid;
 

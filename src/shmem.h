@@ -89,27 +89,6 @@ typedef struct HoldCopy
 /* The longest keeper trouble text kept (with its terminator) */
 #define KEEPER_TROUBLE_LEN	160
 
-/* The part of shared memory that a crash-restart re-creates */
-typedef struct RedsemShared
-{
-	LWLock	   *holds_lock;
-	LWLock	   *stats_lock;
-	uint64		incarnation;	/* this server run, part of every holder id */
-	int			hold_hint;		/* where to look first for a free entry */
-	int			holds_in_use;	/* entries of the hold table in use */
-	int			keeper_pid;
-	Latch	   *keeper_latch;
-	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
-	pg_atomic_uint64 keeper_target; /* redis_target_signature() of the
-									 * keeper's last cycle: the holds it
-									 * refreshes */
-	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
-										 * since, or 0 */
-	char		keeper_trouble[KEEPER_TROUBLE_LEN];
-	int			stats_names;	/* statistics entries of ordinary names */
-	bool		stats_full_logged;	/* said that they fill the table */
-} RedsemShared;
-
 typedef enum StatField
 {
 	STAT_ACQUIRED,
@@ -141,18 +120,6 @@ typedef struct SemStats
 	int64		counters[STAT_NFIELDS];
 } SemStats;
 
-/*
- * The same in shared memory: counters are atomics, so counting takes the
- * statistics lock only shared (to find the entry), not exclusive — a
- * statement queue counts every statement that passes by cost.
- */
-typedef struct SharedSemStats
-{
-	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
-	bool		reserved;		/* a statement queue's, beyond the cap */
-	pg_atomic_uint64 counters[STAT_NFIELDS];
-} SharedSemStats;
-
 extern int	redsem_max_tracked_holds;
 extern int	redsem_max_tracked_semaphores;
 extern int	redsem_reserved_holds;
@@ -160,15 +127,18 @@ extern int	redsem_reserved_holds;
 extern void shmem_init(void);
 extern uint64 redsem_incarnation(void);
 extern bool shmem_ready(void);
-extern bool keeper_is_active(void);
-extern void keeper_set_target(uint64 target);
-extern bool keeper_keeps_target(uint64 target);
-extern bool keeper_reaches_target(uint64 target);
-extern void keeper_attach(Latch *latch, int pid);
-extern void keeper_detach_shmem(void);
-extern void keeper_set_wake_time(TimestampTz when);
-extern bool keeper_has_trouble(void);
-extern int	keeper_copy_holds(HoldCopy *buf);
+extern bool shared_keeper_is_active(void);
+extern void shared_keeper_set_target(uint64 target);
+extern bool shared_keeper_keeps_target(uint64 target);
+extern bool shared_keeper_reaches_target(uint64 target);
+extern void shared_keeper_attach(Latch *latch, int pid);
+extern void shared_keeper_detach(void);
+extern void shared_keeper_set_wake_time(TimestampTz when);
+extern bool shared_keeper_has_trouble(void);
+extern void shared_keeper_trouble_note(const char *text, TimestampTz now);
+extern void shared_keeper_trouble_clear(void);
+extern TimestampTz shared_keeper_trouble_copy(char *buf, size_t len);
+extern int	shared_hold_copy_for_keeper(HoldCopy *buf);
 extern int	shared_hold_capacity(void);
 extern void shared_hold_note_failure(int slot, const char *id, int failures,
 									 TimestampTz retry_at, const char *text,
@@ -176,9 +146,6 @@ extern void shared_hold_note_failure(int slot, const char *id, int failures,
 extern void shared_hold_note_refresh(int slot, const char *id, int64 lease,
 									 TimestampTz sent);
 extern void shared_hold_set_unkept(int slot, const char *id, bool unkept);
-extern void keeper_trouble_note(const char *text, TimestampTz now);
-extern void keeper_trouble_clear(void);
-extern TimestampTz keeper_trouble_copy(char *buf, size_t len);
 
 extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, uint64 target, bool xact,
