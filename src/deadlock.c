@@ -8,18 +8,21 @@
  * holder waits for that row, waits forever: the holder never releases, and
  * the waiter never gives up its lock.  Statement queues make this easy to
  * meet (the second statement of a transaction queues again while holding
- * the locks of the first).  So a waiter whose semaphore has a holder on
- * this server that waits for a lock looks, every deadlock_timeout (at
- * least a second), at those holders: a holder
- * that waits for a lock this backend holds (directly or through a chain of
- * lock waits, as pg_blocking_pids reports them) will not release.  If the permits left to everybody else cannot fit the
- * waiter's, the wait is a deadlock and ends with 40P01, as a lock deadlock
- * does; the abort then frees the waiter's locks.  Before that, Redis is
- * asked whether those holders really hold (the hold table may remember a
- * slot a failover lost).  Holders on other servers
- * cannot wait for this server's locks (a replica takes no row locks), so
- * the servers' own holders are all that matter.  Needs the hold table
- * (shared_preload_libraries); without it nothing is checked.
+ * the locks of the first).
+ *
+ * So a waiter whose semaphore has a holder on this server that waits for a
+ * lock looks at those holders every deadlock_timeout (at least a second).
+ * A holder that waits for a lock this backend holds (directly or through a
+ * chain of lock waits, as pg_blocking_pids reports them) will not release.
+ * If the permits left to everybody else cannot fit the waiter's, the wait
+ * is a deadlock and ends with 40P01, as a lock deadlock does; the abort
+ * then frees the waiter's locks.  Before that, Redis is asked whether those
+ * holders really hold (the hold table may remember a slot a failover lost).
+ *
+ * Holders on other servers cannot wait for this server's locks (a replica
+ * takes no row locks), so the server's own holders are all that matter.
+ * Needs the hold table (shared_preload_libraries); without it nothing is
+ * checked.
  */
 #include "postgres.h"
 
