@@ -82,9 +82,26 @@ typedef struct Link
 
 static Link links[CLUSTER_MAX_NODES];
 
-/* The link in use: every function below works on it */
-static int	cur_node = 0;
-#define cur (&links[cur_node])
+/* A link's node: its index in links[] (0: the server, outside a cluster) */
+static inline int
+link_node(const Link *link)
+{
+	return (int) (link - links);
+}
+
+/*
+ * The node a command last went to (in a call, the one being tried), which
+ * redis_target_description names in a cluster.  Routing writes it when it
+ * picks a node; nothing but that description reads it.
+ */
+static int	described_node = 0;
+
+/* The node an outcome names for link (plus one; 0 outside a cluster) */
+static int
+outcome_node(const Link *link)
+{
+	return cluster_enabled() ? link_node(link) + 1 : 0;
+}
 
 /*
  * A hash of every setting that decides which Redis data we reach (each of
@@ -125,8 +142,8 @@ redis_target_description(void)
 	if (sentinel_enabled())
 		return sentinel_target_description();
 	if (cluster_enabled())
-		return psprintf("%s:%d (Redis Cluster)", cluster_node_host(cur_node),
-						cluster_node_port(cur_node));
+		return psprintf("%s:%d (Redis Cluster)", cluster_node_host(described_node),
+						cluster_node_port(described_node));
 	if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
 		return psprintf("unix socket \"%s\"", redsem_unix_socket);
 	return psprintf("%s:%d", redsem_host ? redsem_host : "", redsem_port);
@@ -144,30 +161,30 @@ redis_call_init(RedisCall *call, TimestampTz deadline, bool interruptible,
 }
 
 /*
- * Hand the oldest owed reply of the current link to its handler: reply, or
- * NULL with why in outcome.
+ * Hand the oldest owed reply of link to its handler: reply, or NULL with
+ * why in outcome.
  */
 static void
-deliver_owed(redisReply *reply, const RedisOutcome *outcome)
+deliver_owed(Link *link, redisReply *reply, const RedisOutcome *outcome)
 {
-	OwedReply	owed = cur->owed[0];
+	OwedReply	owed = link->owed[0];
 
-	cur->n_owed--;
-	memmove(&cur->owed[0], &cur->owed[1], sizeof(OwedReply) * cur->n_owed);
+	link->n_owed--;
+	memmove(&link->owed[0], &link->owed[1], sizeof(OwedReply) * link->n_owed);
 	owed.handler(owed.arg, reply, outcome);
 	if (reply != NULL)
 		freeReplyObject(reply);
 }
 
-static void disconnect_current(void);
+static void disconnect_link(Link *link);
 
 /*
- * Hand a reply read for the oldest owed command to its handler: an error
- * reply as its outcome.  True if the link is no use any more (the caller
- * drops it).
+ * Hand a reply read on link for its oldest owed command to its handler: an
+ * error reply as its outcome.  True if the link is no use any more (the
+ * caller drops it).
  */
 static bool
-hand_over(redisReply *reply)
+hand_over(Link *link, redisReply *reply)
 {
 	RedisOutcome o = {RS_OK, 0, "", 0};
 	bool		drop = false;
@@ -178,43 +195,40 @@ hand_over(redisReply *reply)
 		freeReplyObject(reply);
 		reply = NULL;
 	}
-	deliver_owed(reply, &o);
+	deliver_owed(link, reply, &o);
 	return drop;
 }
 
 /* hand_over, dropping the link at once if it is no use any more */
 static void
-deliver_read(redisReply *reply)
+deliver_read(Link *link, redisReply *reply)
 {
-	if (hand_over(reply))
-		disconnect_current();
+	if (hand_over(link, reply))
+		disconnect_link(link);
 }
 
-/* Close the current link, if open, and give back its file descriptor */
+/* Close link, if open, and give back its file descriptor */
 static void
-disconnect_current(void)
+disconnect_link(Link *link)
 {
 	RedisOutcome lost = {RS_LOST, 0, "the connection closed before the reply was read", 0};
 
-	if (cur->ctx == NULL)
+	if (link->ctx == NULL)
 		return;
-	redis_close_context(cur->ctx);
-	cur->ctx = NULL;
-	cur->in_flight = false;
-	lost.node_plus1 = cluster_enabled() ? cur_node + 1 : 0;
-	while (cur->n_owed > 0)
-		deliver_owed(NULL, &lost);
+	redis_close_context(link->ctx);
+	link->ctx = NULL;
+	link->in_flight = false;
+	lost.node_plus1 = outcome_node(link);
+	while (link->n_owed > 0)
+		deliver_owed(link, NULL, &lost);
 }
 
 /* Close every connection */
 void
 redis_disconnect(void)
 {
-	int			was = cur_node;
-
-	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
-		disconnect_current();
-	cur_node = was;
+	for (int node = 0; node < CLUSTER_MAX_NODES; node++)
+		disconnect_link(&links[node]);
 }
 
 /* The configured Unix socket, or NULL for TCP */
@@ -225,16 +239,16 @@ unix_socket_path(void)
 }
 
 /*
- * Open a connection to the configured server (in a cluster: to the node of
- * the current link) and set up its session
+ * Open a connection to the configured server (in a cluster: to link's
+ * node) and set up its session
  */
 static redisContext *
-open_direct(RedisCall *call, TimestampTz deadline)
+open_direct(RedisCall *call, const Link *link, TimestampTz deadline)
 {
 	TimestampTz connect_deadline = redis_connect_deadline(deadline);
 	redisContext *c = cluster_enabled()
-		? redis_open_context(call, cluster_node_host(cur_node),
-							 cluster_node_port(cur_node), NULL, connect_deadline)
+		? redis_open_context(call, cluster_node_host(link_node(link)),
+							 cluster_node_port(link_node(link)), NULL, connect_deadline)
 		: redis_open_context(call, redsem_host, redsem_port,
 							 unix_socket_path(), connect_deadline);
 
@@ -244,14 +258,14 @@ open_direct(RedisCall *call, TimestampTz deadline)
 }
 
 /*
- * Open the connection: to the configured server, or to the primary the
- * sentinels name (see sentinel.c).  While a failover runs (the named primary
+ * Open link: to the configured server (or Cluster node), or to the primary
+ * the sentinels name (see sentinel.c).  While a failover runs (the named primary
  * is unreachable or still a replica), ask again every SENTINEL_RETRY_MS
  * until deadline.  On failure nothing is left open and the call's outcome
  * says why.
  */
 static bool
-open_connection(RedisCall *call, TimestampTz deadline)
+open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 {
 	redisContext *c;
 
@@ -263,34 +277,34 @@ open_connection(RedisCall *call, TimestampTz deadline)
 	for (;;)
 	{
 		c = sentinel_enabled() ? sentinel_connect_primary(call, deadline)
-			: open_direct(call, deadline);
+			: open_direct(call, link, deadline);
 		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || redis_past(deadline))
 			break;
 		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	}
 	if (c == NULL)
 		return false;
-	cur->ctx = c;
-	cur->generation = redsem_guc_generation;
-	cur->tls = redsem_tls;
+	link->ctx = c;
+	link->generation = redsem_guc_generation;
+	link->tls = redsem_tls;
 	return true;
 }
 
 /*
- * True if an idle connection can no longer be used: a setting changed, or
- * the server closed it (EOF or unexpected bytes waiting on the socket).
+ * True if an idle link can no longer be used: a setting changed, or the
+ * server closed it (EOF or unexpected bytes waiting on the socket).
  */
 static bool
-connection_is_stale(void)
+connection_is_stale(const Link *link)
 {
 	char		b;
 	ssize_t		n;
 
-	if (cur->in_flight || cur->generation != redsem_guc_generation || cur->ctx->err)
+	if (link->in_flight || link->generation != redsem_guc_generation || link->ctx->err)
 		return true;
-	n = recv(cur->ctx->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-	if (n > 0 && cur->tls)
-		return !tls_idle_input_ok(cur->ctx);
+	n = recv(link->ctx->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+	if (n > 0 && link->tls)
+		return !tls_idle_input_ok(link->ctx);
 	if (n >= 0)
 		return true;
 	return !(errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
@@ -302,10 +316,10 @@ connection_is_stale(void)
  * class and words from that line rather than the socket's failure.
  */
 static void
-salvage_error_line(RedisCall *call)
+salvage_error_line(RedisCall *call, const Link *link)
 {
 	char		buf[256];
-	ssize_t		n = recv(cur->ctx->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	ssize_t		n = recv(link->ctx->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
 	char	   *end;
 	bool		drop;
 	RedisStatus status;
@@ -321,7 +335,7 @@ salvage_error_line(RedisCall *call)
 }
 
 /*
- * Flush what was appended on the current link (if flush); if owed_first,
+ * Flush what was appended on link (if flush); if owed_first,
  * hand over the replies owed on it (sent earlier without waiting, so they
  * come first); then read n replies into replies[], in order.  A command
  * sent behind owed replies so waits for one round trip, not two.  The link
@@ -331,51 +345,51 @@ salvage_error_line(RedisCall *call)
  * caller's to judge: the same trouble, said again).
  */
 static RedisStatus
-exchange(RedisCall *call, TimestampTz deadline, bool flush, bool owed_first,
-		 int n, redisReply **replies)
+exchange(RedisCall *call, Link *link, TimestampTz deadline, bool flush,
+		 bool owed_first, int n, redisReply **replies)
 {
 	volatile RedisStatus status = RS_OK;
 	volatile bool drop = false;
 
-	cur->in_flight = true;
+	link->in_flight = true;
 	PG_TRY();
 	{
 		if (flush)
-			status = redis_context_flush(cur->ctx, deadline, call->interruptible);
-		while (owed_first && status == RS_OK && cur->n_owed > 0)
+			status = redis_context_flush(link->ctx, deadline, call->interruptible);
+		while (owed_first && status == RS_OK && link->n_owed > 0)
 		{
 			redisReply *owed = NULL;
 
-			status = redis_context_read(cur->ctx, deadline, call->interruptible, &owed);
+			status = redis_context_read(link->ctx, deadline, call->interruptible, &owed);
 			if (status == RS_OK)
-				drop |= hand_over(owed);
+				drop |= hand_over(link, owed);
 		}
 		for (int i = 0; i < n && status == RS_OK; i++)
-			status = redis_context_read(cur->ctx, deadline, call->interruptible,
+			status = redis_context_read(link->ctx, deadline, call->interruptible,
 										&replies[i]);
 	}
 	PG_CATCH();
 	{
-		disconnect_current();
+		disconnect_link(link);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	if (status == RS_OK)
 	{
-		cur->in_flight = false;
+		link->in_flight = false;
 		if (drop)
-			disconnect_current();
+			disconnect_link(link);
 	}
 	return status;
 }
 
 /*
- * Send one command on the open connection, preceded by ASKING if asking (a
- * cluster slot being migrated: the ASKING reply is read and dropped), and
- * read its reply
+ * Send one command on link (open), preceded by ASKING if asking (a cluster
+ * slot being migrated: the ASKING reply is read and dropped), and read its
+ * reply
  */
 static RedisStatus
-send_and_receive(RedisCall *call, int argc, const char **argv,
+send_and_receive(RedisCall *call, Link *link, int argc, const char **argv,
 				 const size_t *argvlen, TimestampTz deadline, bool asking,
 				 redisReply **reply)
 {
@@ -384,10 +398,10 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 	RedisStatus status;
 
 	*reply = NULL;
-	if ((asking && redisAppendCommandArgv(cur->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
-		redisAppendCommandArgv(cur->ctx, argc, argv, argvlen) != REDIS_OK)
+	if ((asking && redisAppendCommandArgv(link->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
+		redisAppendCommandArgv(link->ctx, argc, argv, argvlen) != REDIS_OK)
 		return RS_LOST;
-	status = exchange(call, deadline, true, true, asking ? 2 : 1, got);
+	status = exchange(call, link, deadline, true, true, asking ? 2 : 1, got);
 	if (asking && got[0] != NULL)
 		freeReplyObject(got[0]);
 	*reply = got[asking ? 1 : 0];
@@ -395,36 +409,36 @@ send_and_receive(RedisCall *call, int argc, const char **argv,
 }
 
 /*
- * Fill the call's outcome from the connection's failure (status), and drop
- * the connection: a reply may still be owed on it.
+ * Fill the call's outcome from link's failure (status), and drop the link:
+ * a reply may still be owed on it.
  */
 static void
-connection_failed(RedisCall *call, RedisStatus status, int timeout_ms)
+connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_ms)
 {
 	(void) redis_note(&call->outcome, status, "%s",
-					  cur->ctx->err ? cur->ctx->errstr : "");
+					  link->ctx->err ? link->ctx->errstr : "");
 	call->outcome.timeout_ms = timeout_ms;
 	if (status == RS_LOST)
-		salvage_error_line(call);
-	disconnect_current();
+		salvage_error_line(call, link);
+	disconnect_link(link);
 }
 
 /*
- * Read the replies owed on the current link, by deadline, and hand each to
- * its handler.  A failure to read closes the link (which fails the rest);
- * the caller's call is not charged with it.
+ * Read the replies owed on link, by deadline, and hand each to its
+ * handler.  A failure to read closes the link (which fails the rest); the
+ * caller's call is not charged with it.
  */
 static void
-settle_owed(const RedisCall *call, TimestampTz deadline)
+settle_owed(const RedisCall *call, Link *link, TimestampTz deadline)
 {
 	RedisCall	mine = *call;
 	RedisStatus status;
 
-	if (cur->ctx == NULL || cur->n_owed == 0)
+	if (link->ctx == NULL || link->n_owed == 0)
 		return;
-	status = exchange(&mine, deadline, false, true, 0, NULL);
+	status = exchange(&mine, link, deadline, false, true, 0, NULL);
 	if (status != RS_OK)
-		connection_failed(&mine, status, 0);
+		connection_failed(&mine, link, status, 0);
 }
 
 /* True if the socket has input (or EOF, or an error) to read now */
@@ -438,24 +452,24 @@ input_waiting(int fd)
 }
 
 /*
- * Hand over the owed replies that have come on the current link, without
- * waiting for the others (a link found broken fails its replies)
+ * Hand over the owed replies that have come on link, without waiting for
+ * the others (a link found broken fails its replies)
  */
 static void
-poll_owed(void)
+poll_owed(Link *link)
 {
-	while (cur->ctx != NULL && cur->n_owed > 0)
+	while (link->ctx != NULL && link->n_owed > 0)
 	{
 		void	   *r = NULL;
 
-		if (redisGetReplyFromReader(cur->ctx, &r) != REDIS_OK)
-			disconnect_current();
+		if (redisGetReplyFromReader(link->ctx, &r) != REDIS_OK)
+			disconnect_link(link);
 		else if (r != NULL)
-			deliver_read((redisReply *) r);
-		else if (!input_waiting(cur->ctx->fd))
+			deliver_read(link, (redisReply *) r);
+		else if (!input_waiting(link->ctx->fd))
 			break;
-		else if (redisBufferRead(cur->ctx) != REDIS_OK)
-			disconnect_current();
+		else if (redisBufferRead(link->ctx) != REDIS_OK)
+			disconnect_link(link);
 	}
 }
 
@@ -463,54 +477,51 @@ poll_owed(void)
 void
 redis_poll_deferred(void)
 {
-	int			was = cur_node;
-
 	HOLD_INTERRUPTS();
-	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
-		poll_owed();
-	cur_node = was;
+	for (int node = 0; node < CLUSTER_MAX_NODES; node++)
+		poll_owed(&links[node]);
 	RESUME_INTERRUPTS();
 }
 
 /*
- * True if a command may go out on the current link behind the replies it
- * still owes, without the idle look of connection_is_stale (the bytes
- * waiting are those replies): it carried a command moments ago, under the
- * settings in force, and has not broken.
+ * True if a command may go out on link behind the replies it still owes,
+ * without the idle look of connection_is_stale (the bytes waiting are
+ * those replies): it carried a command moments ago, under the settings in
+ * force, and has not broken.
  */
 static bool
-usable_behind_owed(void)
+usable_behind_owed(const Link *link)
 {
-	return cur->ctx != NULL && cur->n_owed > 0 && !cur->in_flight &&
-		!cur->ctx->err && cur->generation == redsem_guc_generation;
+	return link->ctx != NULL && link->n_owed > 0 && !link->in_flight &&
+		!link->ctx->err && link->generation == redsem_guc_generation;
 }
 
 /*
- * Make sure the current link is usable, opening it if need be.  A link
- * that still owes replies once those that came are handed over is used as
- * it is (usable_behind_owed), and exchange() reads the owed replies before
- * the new command's.  If its settings changed or it broke, the owed
- * replies are read first, and the link is replaced.
+ * Make sure link is usable, opening it if need be.  A link that still owes
+ * replies once those that came are handed over is used as it is
+ * (usable_behind_owed), and exchange() reads the owed replies before the
+ * new command's.  If its settings changed or it broke, the owed replies
+ * are read first, and the link is replaced.
  */
 static bool
-ensure_connection(RedisCall *call, TimestampTz deadline)
+ensure_connection(RedisCall *call, Link *link, TimestampTz deadline)
 {
-	if (cur->ctx != NULL && cur->n_owed > 0)
+	if (link->ctx != NULL && link->n_owed > 0)
 	{
-		poll_owed();
-		if (usable_behind_owed())
+		poll_owed(link);
+		if (usable_behind_owed(link))
 		{
 			elog(DEBUG2, "redsem: a command goes out behind %d replies still owed",
-				 cur->n_owed);
+				 link->n_owed);
 			return true;
 		}
-		settle_owed(call, deadline);
+		settle_owed(call, link, deadline);
 	}
-	if (cur->ctx != NULL && connection_is_stale())
-		disconnect_current();
-	if (cur->ctx != NULL)
+	if (link->ctx != NULL && connection_is_stale(link))
+		disconnect_link(link);
+	if (link->ctx != NULL)
 		return true;
-	return open_connection(call, deadline);
+	return open_connection(call, link, deadline);
 }
 
 /*
@@ -536,12 +547,13 @@ follow_failover(RedisCall *call, TimestampTz deadline)
 static int	last_node = -1;
 
 /*
- * For exec_routed's keep_errors: true if an error reply goes back to the
- * caller as it is (dropping the connection if it is no use any more);
- * false if it is a failover to follow (through sentinels or in a cluster).
+ * For exec_routed's keep_errors: true if an error reply read on link goes
+ * back to the caller as it is (dropping the link if it is no use any
+ * more); false if it is a failover to follow (through sentinels or in a
+ * cluster).
  */
 static bool
-keep_error_reply(const redisReply *reply)
+keep_error_reply(Link *link, const redisReply *reply)
 {
 	RedisOutcome o;
 	bool		drop = redis_reply_outcome(reply, &o);
@@ -549,7 +561,7 @@ keep_error_reply(const redisReply *reply)
 	if (o.status == RS_UNAVAILABLE && (cluster_enabled() || sentinel_enabled()))
 		return false;
 	if (drop)
-		disconnect_current();
+		disconnect_link(link);
 	return true;
 }
 
@@ -673,21 +685,22 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 
 	for (;;)
 	{
+		Link	   *link = &links[node];
 		RedisStatus status;
 		bool		drop = false;
 		TimestampTz until = deadline;
 		TimestampTz began = 0;
 
-		cur_node = node;
+		described_node = node;
 		*reply = NULL;
 		if (shares != NULL && !node_share(call, node, deadline, &until, &timeout_ms, &began))
 			return false;
-		ok = ensure_connection(call, until);
+		ok = ensure_connection(call, link, until);
 		if (!ok && cluster)
 			cluster_node_failed(node);
 		if (ok)
 		{
-			status = send_and_receive(call, argc, argv, argvlen, until, asking, reply);
+			status = send_and_receive(call, link, argc, argv, argvlen, until, asking, reply);
 			if (cluster && !asking && status == RS_OK && (*reply)->type != REDIS_REPLY_ERROR)
 				cluster_note_served(argc, argv, node);
 			asking = false;
@@ -714,9 +727,9 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 					*reply = NULL;
 					status = RS_UNAVAILABLE;
 				}
-				else if (keep_errors && keep_error_reply(*reply))
+				else if (keep_errors && keep_error_reply(link, *reply))
 				{
-					last_node = cur_node;
+					last_node = node;
 					return true;
 				}
 				else
@@ -726,17 +739,17 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 				}
 			}
 			else if (status != RS_OK)
-				connection_failed(call, status, timeout_ms);
+				connection_failed(call, link, status, timeout_ms);
 			if (drop)
-				disconnect_current();
+				disconnect_link(link);
 			ok = (status == RS_OK);
 		}
 		if (!ok && cluster)
-			call->outcome.node_plus1 = cur_node + 1;	/* named as it failed */
+			call->outcome.node_plus1 = node + 1;	/* named as it failed */
 		if (!ok && shares != NULL)
 		{
-			node_share_charge(cur_node, began);
-			node_share_failed(call, cur_node);
+			node_share_charge(node, began);
+			node_share_failed(call, node);
 		}
 		if (ok || !follow_failover(call, until))
 			break;
@@ -744,7 +757,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 			node = cluster_node_for(argc, argv, node);
 		redirects = 0;			/* a limit per attempt */
 	}
-	last_node = cur_node;
+	last_node = node;
 	return ok;
 }
 
@@ -812,30 +825,34 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 	int			timeout_ms;
 	TimestampTz deadline = begin_call(call, &timeout_ms);
 	RedisStatus status = RS_OK;
+	int			node;
+	Link	   *link;
 	bool		ok;
 
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	cur_node = cluster_enabled() ? cluster_node_for(argc, argv, last_node) : 0;
-	if (cur->ctx != NULL && cur->n_owed == LINK_MAX_OWED)
-		settle_owed(call, deadline);
+	node = cluster_enabled() ? cluster_node_for(argc, argv, last_node) : 0;
+	link = &links[node];
+	described_node = node;
+	if (link->ctx != NULL && link->n_owed == LINK_MAX_OWED)
+		settle_owed(call, link, deadline);
 	/* behind replies still owed, the command goes out without a poll */
-	ok = usable_behind_owed() || ensure_connection(call, deadline);
-	if (ok && redisAppendCommandArgv(cur->ctx, argc, argv, NULL) != REDIS_OK)
+	ok = usable_behind_owed(link) || ensure_connection(call, link, deadline);
+	if (ok && redisAppendCommandArgv(link->ctx, argc, argv, NULL) != REDIS_OK)
 		status = RS_LOST;
 	else if (ok)
-		status = exchange(call, deadline, true, false, 0, NULL);
+		status = exchange(call, link, deadline, true, false, 0, NULL);
 	if (ok && status != RS_OK)
-		connection_failed(call, status, timeout_ms);
+		connection_failed(call, link, status, timeout_ms);
 	else if (ok)
 	{
-		cur->owed[cur->n_owed].handler = handler;
-		cur->owed[cur->n_owed].arg = arg;
-		cur->n_owed++;
+		link->owed[link->n_owed].handler = handler;
+		link->owed[link->n_owed].arg = arg;
+		link->n_owed++;
 	}
-	if (!ok && cluster_enabled())
-		call->outcome.node_plus1 = cur_node + 1;
-	last_node = cur_node;
+	if (!ok)
+		call->outcome.node_plus1 = outcome_node(link);
+	last_node = node;
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
 	return ok && status == RS_OK;
@@ -848,29 +865,27 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 void
 redis_settle_deferred(TimestampTz deadline, bool interruptible)
 {
-	int			was = cur_node;
 	RedisCall	call;
 
 	redis_call_init(&call, deadline, interruptible, 0);
 	if (!interruptible)
 		HOLD_INTERRUPTS();
-	for (cur_node = 0; cur_node < CLUSTER_MAX_NODES; cur_node++)
-		if (cur->ctx != NULL && cur->n_owed > 0 && !redis_past(deadline))
-			settle_owed(&call, deadline);
-	cur_node = was;
+	for (int node = 0; node < CLUSTER_MAX_NODES; node++)
+		if (links[node].ctx != NULL && links[node].n_owed > 0 && !redis_past(deadline))
+			settle_owed(&call, &links[node], deadline);
 	if (!interruptible)
 		RESUME_INTERRUPTS();
 }
 
-/* Send n commands at once and read the replies that come back, in order */
+/* Send n commands at once on link and read their replies, in order */
 static RedisStatus
-pipeline_exchange(RedisCall *call, int n, const RedisCommand *cmds,
+pipeline_exchange(RedisCall *call, Link *link, int n, const RedisCommand *cmds,
 				  TimestampTz deadline, redisReply **replies)
 {
 	for (int i = 0; i < n; i++)
-		if (redisAppendCommandArgv(cur->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
+		if (redisAppendCommandArgv(link->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
 			return RS_LOST;
-	return exchange(call, deadline, true, true, n, replies);
+	return exchange(call, link, deadline, true, true, n, replies);
 }
 
 /*
@@ -955,6 +970,7 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 {
 	int			timeout_ms;
 	TimestampTz deadline = begin_call(call, &timeout_ms);
+	Link	   *link = &links[0];
 	RedisStatus status = RS_OK;
 	bool		ok;
 
@@ -963,21 +979,21 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 		return pipeline_by_node(call, n, cmds, deadline, timeout_ms, replies);
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	cur_node = 0;
-	ok = ensure_connection(call, deadline);
+	described_node = 0;
+	ok = ensure_connection(call, link, deadline);
 	if (ok)
 	{
-		status = pipeline_exchange(call, n, cmds, deadline, replies);
+		status = pipeline_exchange(call, link, n, cmds, deadline, replies);
 		if (status != RS_OK)
-			connection_failed(call, status, timeout_ms);
+			connection_failed(call, link, status, timeout_ms);
 		else
 		{
-			for (int i = 0; i < n && cur->ctx != NULL; i++)
+			for (int i = 0; i < n && link->ctx != NULL; i++)
 			{
 				RedisOutcome o;
 
 				if (redis_reply_outcome(replies[i], &o))
-					disconnect_current();
+					disconnect_link(link);
 			}
 		}
 		ok = (status == RS_OK);
