@@ -612,8 +612,8 @@ redirect_loop(RedisCall *call, redisReply *reply, int redirects)
  * and the nodes that failed, which get no more of its commands.  A share
  * is charged only for time spent on its own node: a command redirected to
  * a node that hangs uses up that node's share, never the share of the node
- * that redirected it (whose other commands then still have theirs).  NULL
- * outside such a pipeline.
+ * that redirected it (whose other commands then still have theirs).
+ * pipeline_by_node hands them to exec_routed; NULL for any other command.
  */
 typedef struct NodeShares
 {
@@ -622,16 +622,14 @@ typedef struct NodeShares
 	bool		failed[CLUSTER_MAX_NODES];
 } NodeShares;
 
-static NodeShares *shares = NULL;
-
 /*
  * The deadline of an attempt on node, starting now (*began): what is left
- * of its share (*until, with *timeout_ms for messages); false, with the
- * outcome filled, if the node already failed.
+ * of its share in shares (*until, with *timeout_ms for messages); false,
+ * with the outcome filled, if the node already failed.
  */
 static bool
-node_share(RedisCall *call, int node, TimestampTz deadline, TimestampTz *until,
-		   int *timeout_ms, TimestampTz *began)
+node_share(NodeShares *shares, RedisCall *call, int node, TimestampTz deadline,
+		   TimestampTz *until, int *timeout_ms, TimestampTz *began)
 {
 	if (shares->failed[node])
 	{
@@ -649,17 +647,20 @@ node_share(RedisCall *call, int node, TimestampTz deadline, TimestampTz *until,
 	return true;
 }
 
-/* Charge node's share with the time since began (an attempt on it) */
+/*
+ * Charge node's share in shares (if any: NULL outside a Cluster pipeline)
+ * with the time since began (an attempt on it)
+ */
 static void
-node_share_charge(int node, TimestampTz began)
+node_share_charge(NodeShares *shares, int node, TimestampTz began)
 {
 	if (shares != NULL)
 		shares->spent_us[node] += Max(GetCurrentTimestamp() - began, 0);
 }
 
-/* Node failed within its share: send it nothing more */
+/* Node failed within its share in shares: send it nothing more */
 static void
-node_share_failed(RedisCall *call, int node)
+node_share_failed(NodeShares *shares, int node)
 {
 	shares->failed[node] = true;
 	node_failed_at[node] = GetCurrentTimestamp();
@@ -667,7 +668,8 @@ node_share_failed(RedisCall *call, int node)
 
 /*
  * Send one command to where it belongs, following cluster redirections
- * (MOVED, ASK) and failovers (see follow_failover), until deadline.
+ * (MOVED, ASK) and failovers (see follow_failover), until deadline, and
+ * within its node's share of shares (a Cluster pipeline's; else NULL).
  * Returns true with its reply; an error reply is returned as such when
  * keep_errors, else absorbed into the call's outcome (false).  False with
  * the outcome on connection trouble.  Never raises but on interrupts.
@@ -675,7 +677,7 @@ node_share_failed(RedisCall *call, int node)
 static bool
 exec_routed(RedisCall *call, int argc, const char **argv,
 			const size_t *argvlen, TimestampTz deadline, int timeout_ms,
-			bool keep_errors, redisReply **reply)
+			bool keep_errors, NodeShares *shares, redisReply **reply)
 {
 	bool		cluster = cluster_enabled();
 	int			node = cluster ? cluster_node_for(argc, argv, last_node) : 0;
@@ -693,7 +695,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 
 		described_node = node;
 		*reply = NULL;
-		if (shares != NULL && !node_share(call, node, deadline, &until, &timeout_ms, &began))
+		if (shares != NULL && !node_share(shares, call, node, deadline, &until, &timeout_ms, &began))
 			return false;
 		ok = ensure_connection(call, link, until);
 		if (!ok && cluster)
@@ -704,7 +706,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 			if (cluster && !asking && status == RS_OK && (*reply)->type != REDIS_REPLY_ERROR)
 				cluster_note_served(argc, argv, node);
 			asking = false;
-			node_share_charge(node, began);
+			node_share_charge(shares, node, began);
 			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
 			{
 				int			next = (cluster && redirects < CLUSTER_MAX_REDIRECTS)
@@ -748,8 +750,8 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 			call->outcome.node_plus1 = node + 1;	/* named as it failed */
 		if (!ok && shares != NULL)
 		{
-			node_share_charge(node, began);
-			node_share_failed(call, node);
+			node_share_charge(shares, node, began);
+			node_share_failed(shares, node);
 		}
 		if (ok || !follow_failover(call, until))
 			break;
@@ -802,7 +804,8 @@ redis_exec(RedisCall *call, int argc, const char **argv,
 	*reply = NULL;
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	ok = exec_routed(call, argc, argv, argvlen, deadline, timeout_ms, false, reply);
+	ok = exec_routed(call, argc, argv, argvlen, deadline, timeout_ms, false,
+					 NULL, reply);
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
 	return ok;
@@ -925,29 +928,20 @@ pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
 	order_nodes_by_health(nodes, count);
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	shares = &mine;
-	PG_TRY();
-	{
-		for (int k = 0; k < count; k++)
-			for (int i = 0; i < n; i++)
+	for (int k = 0; k < count; k++)
+		for (int i = 0; i < n; i++)
+		{
+			if (node_of[i] != nodes[k])
+				continue;
+			if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
+							 timeout_ms, true, &mine, &replies[i]))
 			{
-				if (node_of[i] != nodes[k])
-					continue;
-				if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
-								 timeout_ms, true, &replies[i]))
-				{
-					/* the first failure says why; the later ones say "not sent" */
-					if (all)
-						failure = call->outcome;
-					all = false;
-				}
+				/* the first failure says why; the later ones say "not sent" */
+				if (all)
+					failure = call->outcome;
+				all = false;
 			}
-	}
-	PG_FINALLY();
-	{
-		shares = NULL;
-	}
-	PG_END_TRY();
+		}
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
 	pfree(node_of);
