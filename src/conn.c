@@ -623,33 +623,8 @@ typedef struct NodeShares
 } NodeShares;
 
 /*
- * The deadline of an attempt on node, starting now (*began): what is left
- * of its share in shares (*until, with *timeout_ms for messages); false,
- * with the outcome filled, if the node already failed.
- */
-static bool
-node_share(NodeShares *shares, RedisCall *call, int node, TimestampTz deadline,
-		   TimestampTz *until, int *timeout_ms, TimestampTz *began)
-{
-	if (shares->failed[node])
-	{
-		call->outcome.timeout_ms = 0;
-		call->outcome.node_plus1 = node + 1;
-		return redis_note(&call->outcome, RS_LOST,
-						  "not sent: the node failed earlier in the batch");
-	}
-	*began = GetCurrentTimestamp();
-	if (shares->budget_ms <= 0)
-		return true;
-	*until = Min(deadline, *began + Max((int64) shares->budget_ms * 1000 -
-										shares->spent_us[node], 0));
-	*timeout_ms = Min(*timeout_ms, shares->budget_ms);
-	return true;
-}
-
-/*
  * Charge node's share in shares (if any: NULL outside a Cluster pipeline)
- * with the time since began (an attempt on it)
+ * with the time since began (a try on it)
  */
 static void
 node_share_charge(NodeShares *shares, int node, TimestampTz began)
@@ -667,6 +642,216 @@ node_share_failed(NodeShares *shares, int node)
 }
 
 /*
+ * The node a command goes to: in a cluster, the one serving its key (or
+ * current, for a command without one); the server, node 0, otherwise
+ */
+static int
+command_node(int argc, const char **argv, int current)
+{
+	return cluster_enabled() ? cluster_node_for(argc, argv, current) : 0;
+}
+
+/*
+ * One command on its way to where it belongs (exec_routed): what it is and
+ * its bounds, fixed; then where it is, which each try moves on.  A single
+ * Redis server is node 0, which never redirects.
+ */
+typedef struct Route
+{
+	RedisCall  *call;
+	int			argc;
+	const char **argv;
+	const size_t *argvlen;
+	TimestampTz deadline;		/* the whole command's */
+	int			timeout_ms;		/* the wait it allows, for messages */
+	bool		keep_errors;	/* error replies go back as they are */
+	NodeShares *shares;			/* a Cluster pipeline's, or NULL */
+
+	int			node;			/* the node it goes to next */
+	int			redirects;		/* followed since the last failover */
+	bool		asking;			/* ASKING goes first (an ASK redirection) */
+	TimestampTz until;			/* the end of this try */
+	TimestampTz began;			/* when this try began (a share's charge) */
+} Route;
+
+/* What became of one try of a command on one node */
+typedef enum RouteResult
+{
+	ROUTE_SERVED,				/* a reply: not an error, or an error kept */
+	ROUTE_REDIRECTED,			/* MOVED or ASK: the route moved on */
+	ROUTE_FAILED,				/* the call's outcome says why */
+	ROUTE_SKIPPED				/* not sent: the node failed earlier in the
+								 * pipeline */
+} RouteResult;
+
+/*
+ * Start a try on the route's node, now: its deadline is the command's, or
+ * in a Cluster pipeline what is left of the node's share (and timeout_ms
+ * at most the share, for messages).  False, with the outcome filled, if
+ * the node failed earlier in the pipeline.
+ */
+static bool
+route_take_share(Route *r)
+{
+	NodeShares *shares = r->shares;
+
+	r->until = r->deadline;
+	r->began = 0;
+	if (shares == NULL)
+		return true;
+	if (shares->failed[r->node])
+	{
+		r->call->outcome.timeout_ms = 0;
+		r->call->outcome.node_plus1 = r->node + 1;
+		return redis_note(&r->call->outcome, RS_LOST,
+						  "not sent: the node failed earlier in the batch");
+	}
+	r->began = GetCurrentTimestamp();
+	if (shares->budget_ms <= 0)
+		return true;
+	r->until = Min(r->deadline, r->began + Max((int64) shares->budget_ms * 1000 -
+											   shares->spent_us[r->node], 0));
+	r->timeout_ms = Min(r->timeout_ms, shares->budget_ms);
+	return true;
+}
+
+/* Make link usable for the try (a Cluster node out of reach is noted) */
+static bool
+route_connect(Route *r, Link *link)
+{
+	if (ensure_connection(r->call, link, r->until))
+		return true;
+	if (cluster_enabled())
+		cluster_node_failed(r->node);
+	return false;
+}
+
+/*
+ * Follow a redirection (MOVED, ASK; in a cluster, within the limit): the
+ * route moves to the node it names, and the reply is freed.  False if the
+ * error reply is not one to follow.
+ */
+static bool
+route_redirect(Route *r, redisReply **reply)
+{
+	int			next = (cluster_enabled() && r->redirects < CLUSTER_MAX_REDIRECTS)
+		? cluster_redirect((*reply)->str ? (*reply)->str : "", &r->asking) : -1;
+
+	if (next < 0)
+	{
+		r->asking = false;
+		return false;
+	}
+	elog(DEBUG2, "redsem: %s: %s", r->argv[0], (*reply)->str);
+	freeReplyObject(*reply);
+	*reply = NULL;
+	r->node = next;
+	r->redirects++;
+	return true;
+}
+
+/*
+ * Judge an error reply read on link: a redirection followed, a loop of
+ * them (nodes that disagree for a moment: waited out like a failover), an
+ * error kept for the caller, or the try's failure (the link dropped if it
+ * is no use any more)
+ */
+static RouteResult
+route_error_reply(Route *r, Link *link, redisReply **reply)
+{
+	bool		drop = false;
+
+	if (route_redirect(r, reply))
+		return ROUTE_REDIRECTED;
+	if (r->redirects >= CLUSTER_MAX_REDIRECTS && is_redirect(*reply))
+	{
+		redirect_loop(r->call, *reply, r->redirects);
+		*reply = NULL;
+		return ROUTE_FAILED;
+	}
+	if (r->keep_errors && keep_error_reply(link, *reply))
+		return ROUTE_SERVED;
+	/* an error reply is never of class RS_OK */
+	(void) redis_absorb_error_reply(r->call, *reply, NULL, &drop);
+	*reply = NULL;
+	if (drop)
+		disconnect_link(link);
+	return ROUTE_FAILED;
+}
+
+/*
+ * Send the command on link and read its reply, charging the node's share:
+ * a reply that is not an error (which tells a cluster who serves its key),
+ * an error reply judged, or connection trouble (the link dropped)
+ */
+static RouteResult
+route_exchange(Route *r, Link *link, redisReply **reply)
+{
+	RedisStatus status = send_and_receive(r->call, link, r->argc, r->argv,
+										  r->argvlen, r->until, r->asking, reply);
+
+	if (cluster_enabled() && !r->asking && status == RS_OK &&
+		(*reply)->type != REDIS_REPLY_ERROR)
+		cluster_note_served(r->argc, r->argv, r->node);
+	r->asking = false;
+	node_share_charge(r->shares, r->node, r->began);
+	if (status != RS_OK)
+	{
+		connection_failed(r->call, link, status, r->timeout_ms);
+		return ROUTE_FAILED;
+	}
+	if ((*reply)->type == REDIS_REPLY_ERROR)
+		return route_error_reply(r, link, reply);
+	return ROUTE_SERVED;
+}
+
+/* A failed try on link: the outcome names its node, its share is closed */
+static void
+route_failed(Route *r, Link *link)
+{
+	r->call->outcome.node_plus1 = outcome_node(link);
+	if (r->shares != NULL)
+	{
+		node_share_charge(r->shares, link_node(link), r->began);
+		node_share_failed(r->shares, link_node(link));
+	}
+}
+
+/* One try of the command on the route's node: share, link, exchange */
+static RouteResult
+route_try(Route *r, redisReply **reply)
+{
+	Link	   *link = &links[r->node];
+	RouteResult result;
+
+	described_node = r->node;
+	*reply = NULL;
+	if (!route_take_share(r))
+		return ROUTE_SKIPPED;
+	if (!route_connect(r, link))
+		result = ROUTE_FAILED;
+	else
+		result = route_exchange(r, link, reply);
+	if (result == ROUTE_FAILED)
+		route_failed(r, link);
+	return result;
+}
+
+/*
+ * After a failed try: true if the command goes again, after a pause (a
+ * failover followed, see follow_failover), to the node that serves it now
+ */
+static bool
+route_again(Route *r)
+{
+	if (!follow_failover(r->call, r->until))
+		return false;
+	r->node = command_node(r->argc, r->argv, r->node);
+	r->redirects = 0;			/* a limit per attempt */
+	return true;
+}
+
+/*
  * Send one command to where it belongs, following cluster redirections
  * (MOVED, ASK) and failovers (see follow_failover), until deadline, and
  * within its node's share of shares (a Cluster pipeline's; else NULL).
@@ -679,88 +864,27 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 			const size_t *argvlen, TimestampTz deadline, int timeout_ms,
 			bool keep_errors, NodeShares *shares, redisReply **reply)
 {
-	bool		cluster = cluster_enabled();
-	int			node = cluster ? cluster_node_for(argc, argv, last_node) : 0;
-	int			redirects = 0;
-	bool		asking = false;
-	bool		ok;
+	Route		r = {
+		.call = call,
+		.argc = argc,
+		.argv = argv,
+		.argvlen = argvlen,
+		.deadline = deadline,
+		.timeout_ms = timeout_ms,
+		.keep_errors = keep_errors,
+		.shares = shares,
+	};
+	RouteResult result;
 
-	for (;;)
-	{
-		Link	   *link = &links[node];
-		RedisStatus status;
-		bool		drop = false;
-		TimestampTz until = deadline;
-		TimestampTz began = 0;
-
-		described_node = node;
-		*reply = NULL;
-		if (shares != NULL && !node_share(shares, call, node, deadline, &until, &timeout_ms, &began))
-			return false;
-		ok = ensure_connection(call, link, until);
-		if (!ok && cluster)
-			cluster_node_failed(node);
-		if (ok)
-		{
-			status = send_and_receive(call, link, argc, argv, argvlen, until, asking, reply);
-			if (cluster && !asking && status == RS_OK && (*reply)->type != REDIS_REPLY_ERROR)
-				cluster_note_served(argc, argv, node);
-			asking = false;
-			node_share_charge(shares, node, began);
-			if (status == RS_OK && (*reply)->type == REDIS_REPLY_ERROR)
-			{
-				int			next = (cluster && redirects < CLUSTER_MAX_REDIRECTS)
-					? cluster_redirect((*reply)->str ? (*reply)->str : "", &asking) : -1;
-
-				if (next < 0)
-					asking = false;
-				else
-				{
-					elog(DEBUG2, "redsem: %s: %s", argv[0], (*reply)->str);
-					freeReplyObject(*reply);
-					node = next;
-					redirects++;
-					continue;
-				}
-				if (cluster && redirects >= CLUSTER_MAX_REDIRECTS && is_redirect(*reply))
-				{
-					/* nodes that disagree for a moment: wait like a failover */
-					redirect_loop(call, *reply, redirects);
-					*reply = NULL;
-					status = RS_UNAVAILABLE;
-				}
-				else if (keep_errors && keep_error_reply(link, *reply))
-				{
-					last_node = node;
-					return true;
-				}
-				else
-				{
-					status = redis_absorb_error_reply(call, *reply, NULL, &drop);
-					*reply = NULL;
-				}
-			}
-			else if (status != RS_OK)
-				connection_failed(call, link, status, timeout_ms);
-			if (drop)
-				disconnect_link(link);
-			ok = (status == RS_OK);
-		}
-		if (!ok && cluster)
-			call->outcome.node_plus1 = node + 1;	/* named as it failed */
-		if (!ok && shares != NULL)
-		{
-			node_share_charge(shares, node, began);
-			node_share_failed(shares, node);
-		}
-		if (ok || !follow_failover(call, until))
-			break;
-		if (cluster)
-			node = cluster_node_for(argc, argv, node);
-		redirects = 0;			/* a limit per attempt */
-	}
-	last_node = node;
-	return ok;
+	r.node = command_node(argc, argv, last_node);
+	do
+		result = route_try(&r, reply);
+	while (result == ROUTE_REDIRECTED ||
+		   (result == ROUTE_FAILED && route_again(&r)));
+	if (result == ROUTE_SKIPPED)
+		return false;
+	last_node = r.node;
+	return result == ROUTE_SERVED;
 }
 
 /*
@@ -834,7 +958,7 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	node = cluster_enabled() ? cluster_node_for(argc, argv, last_node) : 0;
+	node = command_node(argc, argv, last_node);
 	link = &links[node];
 	described_node = node;
 	if (link->ctx != NULL && link->n_owed == LINK_MAX_OWED)
