@@ -14,6 +14,13 @@
  * it cannot serve us here (READONLY, LOADING, MASTERDOWN: a failover behind
  * the same address is then followed).  A request interrupted half way
  * leaves a reply in flight, so the link is dropped rather than reused.
+ * Every function that works on a link is handed it (Link *); a single
+ * Redis server is node 0, a Cluster's nodes are numbered by cluster.c.
+ *
+ * A command goes where it belongs in tries (exec_routed, over a Route: the
+ * command, its bounds, a Cluster pipeline's time shares, the node it is
+ * at): take the node's share, make its link usable, exchange, follow a
+ * redirection or record a failure, and go again after a failover.
  *
  * redis_exec() and redis_exec_pipeline() serve every caller.  They return a
  * status and never raise, except that on SQL paths (call->interruptible) a
