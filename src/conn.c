@@ -430,6 +430,36 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 	disconnect_link(link);
 }
 
+/* The handler of a reply that came too late for its call: dropped */
+static void
+drop_late_reply(void *arg, redisReply *reply, const RedisOutcome *outcome)
+{
+}
+
+/*
+ * For a call that asked for it (owe_late_reply): its one command timed out
+ * on a link that owed nothing before it, so its reply is still to come and
+ * nothing else is wrong with the link.  Leave that reply owed (read and
+ * dropped before the link's next use, like a deferred command's) rather
+ * than drop a good connection; the call's outcome says it timed out.
+ * False if the link cannot owe it (the caller then drops the link).
+ */
+static bool
+owe_late_reply(RedisCall *call, Link *link, int timeout_ms)
+{
+	if (!call->owe_late_reply || link->ctx == NULL || link->ctx->err ||
+		link->n_owed != 0)
+		return false;
+	link->in_flight = false;
+	link->owed[0].handler = drop_late_reply;
+	link->owed[0].arg = NULL;
+	link->n_owed = 1;
+	(void) redis_note(&call->outcome, RS_TIMED_OUT,
+					  "the reply is read later, the connection kept");
+	call->outcome.timeout_ms = timeout_ms;
+	return true;
+}
+
 /*
  * Read the replies owed on link, by deadline, and hand each to its
  * handler.  A failure to read closes the link (which fails the rest); the
@@ -794,6 +824,8 @@ route_error_reply(Route *r, Link *link, redisReply **reply)
 static RouteResult
 route_exchange(Route *r, Link *link, redisReply **reply)
 {
+	/* a late reply can be left owed only for one command on its own */
+	bool		alone = !r->asking && link->n_owed == 0;
 	RedisStatus status = send_and_receive(r->call, link, r->argc, r->argv,
 										  r->argvlen, r->until, r->asking, reply);
 
@@ -802,6 +834,9 @@ route_exchange(Route *r, Link *link, redisReply **reply)
 		cluster_note_served(r->argc, r->argv, r->node);
 	r->asking = false;
 	node_share_charge(r->shares, r->node, r->began);
+	if (status == RS_TIMED_OUT && alone &&
+		owe_late_reply(r->call, link, r->timeout_ms))
+		return ROUTE_FAILED;	/* the link kept, its reply owed */
 	if (status != RS_OK)
 	{
 		connection_failed(r->call, link, status, r->timeout_ms);

@@ -194,17 +194,28 @@ fleet_touch_failed(const char *why)
 			 errdetail("Leases are not affected; the view may miss this server's semaphores until a later try succeeds.")));
 }
 
+/* When the keeper's next touch of the index is due */
+static TimestampTz next_touch = 0;
+
+/* True if the keeper's touch of the index is due (fleet_touch_index) */
+bool
+fleet_touch_due(void)
+{
+	return GetCurrentTimestamp() >= next_touch;
+}
+
 /*
  * The keeper's part, after each round's refreshes: every FLEET_TOUCH_MS,
  * note in the index the semaphores this server's sessions hold or wait on,
  * and say in the log if Redis may evict keys (keeper_note_eviction).
- * Best effort within FLEET_TOUCH_BUDGET_MS; a Redis failure goes to
- * fleet_touch_failed.  (The keeper catches an ERROR raised here.)
+ * Best effort within budget_ms (the keeper's reckoning, src/timing.h); a
+ * Redis failure goes to fleet_touch_failed, and a reply that comes too
+ * late is read before the connection's next use, which keeps the
+ * connection.  (The keeper catches an ERROR raised here.)
  */
 void
-fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
+fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 {
-	static TimestampTz next_touch = 0;
 	TimestampTz now = GetCurrentTimestamp();
 	IndexEntry *entries;
 	int			m;
@@ -219,7 +230,8 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target)
 	entries = palloc(sizeof(IndexEntry) * Max(n, 1));
 	if ((m = collect_entries(holds, n, target, entries)) == 0)
 		return;
-	redis_call_init(&call, TimestampTzPlusMilliseconds(now, FLEET_TOUCH_BUDGET_MS), true, 0);
+	redis_call_init(&call, TimestampTzPlusMilliseconds(now, budget_ms), true, 0);
+	call.owe_late_reply = true;
 	for (int first = 0, last; ok && first < m; first = last)
 	{
 		for (last = first + 1; last < m &&

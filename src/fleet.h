@@ -8,7 +8,9 @@
 
 #include "shmem.h"
 
-extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target);
+extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target,
+							  int budget_ms);
 extern void fleet_touch_failed(const char *why);
+extern bool fleet_touch_due(void);
 
 #endif							/* REDSEM_FLEET_H */

@@ -560,18 +560,60 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 }
 
 /*
- * Note this server's semaphores in the fleet index (fleet.c); an ERROR
- * there is caught and logged like a Redis failure, never the keeper's end
+ * The fleet touch's budget (src/timing.h): a third of the shortest lease
+ * time left among the holds the keeper keeps, as this round's refreshes
+ * left them (sent: when the batch went out), at least
+ * FLEET_TOUCH_MIN_BUDGET_MS, at most redsem.command_timeout
+ */
+static int
+touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
+				uint64 target, TimestampTz sent)
+{
+	TimestampTz *ends = palloc0(sizeof(TimestampTz) * Max(n, 1));
+	TimestampTz now = GetCurrentTimestamp();
+	int64		shortest = (int64) redsem_command_timeout_ms * KEEPER_REFRESH_FRACTION;
+
+	for (int i = 0; i < n; i++)
+	{
+		const SharedHold *h = &holds[i].hold;
+
+		if (h->phase == PHASE_HELD && !h->lost && h->target == target &&
+			!is_orphan(h))
+			ends[i] = TimestampTzPlusMilliseconds(h->refreshed_at,
+												  shared_hold_kept_ms(h));
+	}
+	for (int i = 0; i < batch->n; i++)
+	{
+		const SemKeepItem *it = &batch->items[i];
+		int			k = batch->owners[i] - holds;
+
+		if (it->release || it->outcome.status != RS_OK || ends[k] == 0)
+			continue;
+		/* a new lease from when the batch went out, or none (lost) */
+		ends[k] = it->value > 0 ? TimestampTzPlusMilliseconds(sent, it->value) : 0;
+	}
+	for (int i = 0; i < n; i++)
+		if (ends[i] != 0)
+			shortest = Min(shortest, TimestampDifferenceMilliseconds(now, ends[i]));
+	pfree(ends);
+	return (int) Max(Min(shortest / KEEPER_REFRESH_FRACTION, redsem_command_timeout_ms),
+					 FLEET_TOUCH_MIN_BUDGET_MS);
+}
+
+/*
+ * Note this server's semaphores in the fleet index (fleet.c), within
+ * budget_ms; an ERROR there is caught and logged like a Redis failure,
+ * never the keeper's end
  */
 static void
-touch_fleet_index(const HoldCopy *holds, int n, uint64 target)
+touch_fleet_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 
 	PG_TRY();
 	{
-		fleet_touch_index(holds, n, target);
+		fleet_touch_index(holds, n, target, budget_ms);
 	}
 	PG_CATCH();
 	{
@@ -619,7 +661,9 @@ keeper_cycle(KeeperState *st)
 	}
 	if (st->succeeded && redis_ok)
 		report_recovery(st);
-	touch_fleet_index(holds, n, target);
+	if (fleet_touch_due())
+		touch_fleet_index(holds, n, target,
+						  touch_budget_ms(holds, n, &batch, target, sent));
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",

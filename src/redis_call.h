@@ -67,6 +67,10 @@ typedef struct RedisCall
 	RedisOutcome outcome;
 	int			node_budget_ms; /* a Cluster pipeline: the longest any one
 								 * node may take; 0: the whole deadline */
+	bool		owe_late_reply; /* one command that times out leaves its
+								 * reply owed on the link (read and dropped
+								 * before its next use) instead of dropping
+								 * the link */
 } RedisCall;
 
 /* One command of a pipeline */
@@ -86,6 +90,6 @@ typedef void (*RedisReplyHandler) (void *arg, struct redisReply *reply,
 								   const RedisOutcome *outcome);
 
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0}
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0, false}
 
 #endif							/* REDSEM_REDIS_CALL_H */

@@ -76,14 +76,26 @@
  * dropped.  FLEET_TTL_MS is six touches: a keeper whose touches fail (the
  * index's node down, a failover) for most of a minute does not make its
  * semaphores vanish from the view.  A touch comes after the round's
- * refreshes and is given FLEET_TOUCH_BUDGET_MS (the least share a Cluster
- * node gets), so a hung index node delays the next round by at most that,
- * once per touch, under a third of the shortest lease's refresh interval.
- * A touch also tells whether Redis may evict keys (a maxmemory and another
- * policy than noeviction); the keeper then logs a WARNING, again every
- * FLEET_EVICTION_LOG_MS while it lasts.  In a Cluster the touch also asks
- * the other nodes of its semaphores, within the same budget: a hung one
- * costs no more than a hung index node.
+ * refreshes, and its budget is reckoned like a batch's share: a third of
+ * the shortest lease time left among the holds the keeper keeps, as the
+ * round's refreshes left them (FLEET_TOUCH_MIN_BUDGET_MS at least,
+ * redsem.command_timeout at most).  A touch then fits wherever a refresh
+ * does: a Redis 150 ms away gets some 300 ms or more for a touch of a
+ * server whose shortest lease is the least allowed (1 s, just refreshed),
+ * and a touch of long leases gets redsem.command_timeout.  A hung index
+ * node delays the next round by at most that budget, once per touch: the
+ * refreshes due meanwhile come that much late, with two thirds of the time
+ * they had left still to run (a hold whose refresh failed and waits for
+ * its retry makes the budget small).  A touch that runs out of its budget
+ * does not drop the keeper's connection: its reply is left owed, read and
+ * dropped before the connection's next use (the next round's refreshes
+ * wait for it first, within their own budget, which drops the connection
+ * only if Redis really stopped answering).  A touch also tells whether
+ * Redis may evict keys (a maxmemory and another policy than noeviction);
+ * the keeper then logs a WARNING, again every FLEET_EVICTION_LOG_MS while
+ * it lasts.  In a Cluster the touch also asks the other nodes of its
+ * semaphores, within the same budget: a hung one costs no more than a hung
+ * index node.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
@@ -121,7 +133,7 @@
 
 #define FLEET_TOUCH_MS				10000
 #define FLEET_TTL_MS				60000
-#define FLEET_TOUCH_BUDGET_MS		KEEPER_NODE_MIN_BUDGET_MS
+#define FLEET_TOUCH_MIN_BUDGET_MS	KEEPER_NODE_MIN_BUDGET_MS
 #define FLEET_EVICTION_LOG_MS		(10 * 60 * 1000)
 
 /* Leases longer than this get a NOTICE when no keeper runs */
