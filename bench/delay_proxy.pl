@@ -4,12 +4,14 @@
 # every reply by a fixed time, so that a round trip costs that much more:
 # "Redis 1 ms away" on one machine.
 #
-#   perl bench/delay_proxy.pl LISTEN_SOCKET REDIS_SOCKET DELAY_MS
+#   perl bench/delay_proxy.pl LISTEN_SOCKET REDIS_SOCKET DELAY_MS [REQUEST_DELAY_MS]
 #
-# Requests go through at once; each chunk Redis answers is held DELAY_MS
-# before it is passed on, in order.  Pipelined requests stay pipelined: n
-# requests sent together cost one delay, not n.  One process, one event
-# loop, any number of clients.  Stops on SIGTERM/SIGINT.
+# Requests go through at once (or REQUEST_DELAY_MS later); each chunk Redis
+# answers is held DELAY_MS before it is passed on, in order.  Pipelined
+# requests stay pipelined: n requests sent together cost one delay, not n.
+# A request still held back when its client goes away never reaches Redis,
+# as over a network whose client gave up before the request arrived.  One
+# process, one event loop, any number of clients.  Stops on SIGTERM/SIGINT.
 
 use strict;
 use warnings;
@@ -19,9 +21,10 @@ use IO::Socket::UNIX;
 use Socket qw(SOCK_STREAM);
 use Time::HiRes qw(time);
 
-my ($listen_path, $redis_path, $delay_ms) = @ARGV;
-die "usage: $0 LISTEN_SOCKET REDIS_SOCKET DELAY_MS\n" unless defined $delay_ms;
+my ($listen_path, $redis_path, $delay_ms, $request_delay_ms) = @ARGV;
+die "usage: $0 LISTEN_SOCKET REDIS_SOCKET DELAY_MS [REQUEST_DELAY_MS]\n" unless defined $delay_ms;
 my $delay = $delay_ms / 1000;
+my $request_delay = ($request_delay_ms // 0) / 1000;
 
 unlink $listen_path;
 my $listener = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $listen_path, Listen => 128)
@@ -34,6 +37,8 @@ my %peer;     # fileno => the other socket
 my %client;   # fileno of an upstream socket => its client socket
 my %queue;    # fileno of a client => [ [due, bytes], ... ] replies waiting
 my %sock;     # fileno of a client => the client socket
+my %pending;  # fileno of an upstream => [ [due, bytes], ... ] requests waiting
+my %usock;    # fileno of an upstream => the upstream socket
 
 # Close both ends of a connection
 sub drop
@@ -47,6 +52,8 @@ sub drop
 		delete $client{ fileno $s };
 		delete $queue{ fileno $s };
 		delete $sock{ fileno $s };
+		delete $pending{ fileno $s };
+		delete $usock{ fileno $s };
 		close $s;
 	}
 }
@@ -56,7 +63,7 @@ while (1)
 	# sleep until the next reply is due, or something arrives
 	my $now = time;
 	my $next;
-	for my $q (values %queue)
+	for my $q (values %queue, values %pending)
 	{
 		$next = $q->[0][0] if @$q && (!defined $next || $q->[0][0] < $next);
 	}
@@ -73,6 +80,8 @@ while (1)
 			$client{ fileno $u } = $c;
 			$queue{ fileno $c } = [];
 			$sock{ fileno $c } = $c;
+			$pending{ fileno $u } = [];
+			$usock{ fileno $u } = $u;
 			$sel->add($c, $u);
 			next;
 		}
@@ -89,33 +98,36 @@ while (1)
 		}
 		else
 		{
-			# a request: straight on to Redis
+			# a request: on to Redis (held back first, if asked to)
 			my $u = $peer{ fileno $fh } or next;
-			my $off = 0;
-			while ($off < length $buf)
-			{
-				my $w = syswrite($u, $buf, length($buf) - $off, $off);
-				last unless defined $w;
-				$off += $w;
-			}
+			push @{ $pending{ fileno $u } }, [ time + $request_delay, $buf ];
 		}
 	}
-	# pass on the replies that are due
+	# pass on the requests and replies that are due
 	$now = time;
-	for my $fd (keys %queue)
+	pass_on(\%pending, \%usock, $now);
+	pass_on(\%queue, \%sock, $now);
+}
+
+# Write the chunks of each queue in %$queues that are due by $now to its socket
+sub pass_on
+{
+	my ($queues, $socks, $now) = @_;
+	for my $fd (keys %$queues)
 	{
-		my $q = $queue{$fd};
-		my $c = $sock{$fd} or next;
+		my $q = $queues->{$fd};
+		my $s = $socks->{$fd} or next;
 		while (@$q && $q->[0][0] <= $now)
 		{
 			my (undef, $bytes) = @{ shift @$q };
 			my $off = 0;
 			while ($off < length $bytes)
 			{
-				my $w = syswrite($c, $bytes, length($bytes) - $off, $off);
+				my $w = syswrite($s, $bytes, length($bytes) - $off, $off);
 				last unless defined $w;
 				$off += $w;
 			}
 		}
 	}
+	return;
 }
