@@ -10,6 +10,7 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
+#include "portability/instr_time.h"
 #include "utils/timestamp.h"
 
 #include "acquire.h"
@@ -48,6 +49,17 @@ static int64
 ms_since(TimestampTz when)
 {
 	return TimestampDifferenceMilliseconds(when, GetCurrentTimestamp());
+}
+
+/* Milliseconds since since, on the local monotonic clock */
+static int64
+mono_ms_since(const instr_time *since)
+{
+	instr_time	now;
+
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, *since);
+	return (int64) INSTR_TIME_GET_MILLISEC(now);
 }
 
 /* Milliseconds left until deadline (or a long nap when there is none) */
@@ -297,6 +309,96 @@ grant_replicated(AcquireArgs *args)
 	return call_failed(args, &call);
 }
 
+/*
+ * The least lease a grant that waited for replicas must have left when
+ * acquire returns it: what the keeper counts on when it refreshes a hold
+ * on time, with two tries left (src/timing.h)
+ */
+static int64
+grant_lease_needed_ms(int64 lease_ms)
+{
+	return lease_ms - lease_ms / KEEPER_REFRESH_FRACTION;
+}
+
+/*
+ * A grant back from its WAIT with less lease left than the keeper counts
+ * on (grant_lease_needed_ms): refresh it here, one round trip, so that the
+ * keeper takes it over like a hold it refreshed on time.  *sent and r->ms
+ * become the refresh's, *left what is left of its lease now (on the
+ * monotonic clock); r->state is SEM_LOST if the slot was gone by then.
+ * False if Redis failed.
+ */
+static bool
+refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
+				   TimestampTz *sent, int64 *left)
+{
+	RedisCall	call;
+	instr_time	asked;
+	int64		lease = 0;
+
+	acquire_call(args, &call);
+	INSTR_TIME_SET_CURRENT(asked);
+	*sent = GetCurrentTimestamp();
+	if (!sem_refresh(&call, NULL, args->name, id, args->lease_ms, &lease))
+		return call_failed(args, &call);
+	*left = lease - mono_ms_since(&asked);
+	if (lease <= 0)
+	{
+		r->state = SEM_LOST;
+		return true;
+	}
+	r->ms = lease;
+	ereport(DEBUG1,
+			(errmsg("redsem: a slot of semaphore \"%s\" came back from WAIT with too little lease left for the keeper; refreshed (" INT64_FORMAT " ms left)",
+					args->name, *left)));
+	return true;
+}
+
+/* What becomes of a grant (settle_grant) */
+typedef enum GrantFate
+{
+	GRANT_USABLE,				/* return it */
+	GRANT_FAILED,				/* Redis failed: the failure kept */
+	GRANT_STALE					/* give it back, queue again */
+} GrantFate;
+
+/*
+ * With redsem.grant_replicas, a grant goes to its WAIT (grant_replicated)
+ * and is used only with enough lease left for the keeper to keep it
+ * (grant_lease_needed_ms): nobody refreshes it while the WAIT runs, so one
+ * back late is refreshed here first.  The time is counted from when the
+ * granting request was sent (*sent), the WAIT's part on the monotonic
+ * clock.  Stale: it ran out, or the refresh found it gone or itself took
+ * more than the keeper's margin.
+ */
+static GrantFate
+settle_grant(AcquireArgs *args, const char *id, SemResult *r,
+			 TimestampTz *sent)
+{
+	instr_time	granted;
+	int64		left;
+
+	if (!grant_is_live(r, *sent))
+		return GRANT_STALE;
+	if (redsem_grant_replicas == 0)
+		return GRANT_USABLE;
+	INSTR_TIME_SET_CURRENT(granted);
+	left = r->ms - TimestampDifferenceMilliseconds(*sent, GetCurrentTimestamp());
+	if (!grant_replicated(args))
+		return GRANT_FAILED;
+	left -= mono_ms_since(&granted);
+	if (left >= grant_lease_needed_ms(args->lease_ms))
+		return GRANT_USABLE;
+	/* a grant whose lease ran out during the WAIT is not refreshed */
+	if (left <= 0)
+		return GRANT_STALE;
+	if (!refresh_late_grant(args, id, r, sent, &left))
+		return GRANT_FAILED;
+	if (r->state == SEM_HELD && left >= grant_lease_needed_ms(args->lease_ms))
+		return GRANT_USABLE;
+	return GRANT_STALE;
+}
+
 /* Give back a grant that came too late to be used */
 static bool
 drop_stale_grant(AcquireArgs *args, const char *id)
@@ -400,13 +502,14 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		if (r->state != SEM_HELD)
 			return ACQUIRE_NOT_GRANTED;
-		if (grant_is_live(r, *sent))
+		switch (settle_grant(args, id, r, sent))
 		{
-			if (!grant_replicated(args))
-				return ACQUIRE_FAILED;
-			/* nobody refreshes a pending hold: the WAIT may outlast it */
-			if (grant_is_live(r, *sent))
+			case GRANT_USABLE:
 				return ACQUIRE_GRANTED;
+			case GRANT_FAILED:
+				return ACQUIRE_FAILED;
+			case GRANT_STALE:
+				break;
 		}
 		if (!drop_stale_grant(args, id))
 			return ACQUIRE_FAILED;
