@@ -44,6 +44,20 @@
  *                                  TTL covers up to this much more, so most
  *                                  calls need none)
  *
+ * With redsem.grant_replicas, a grant waits for its replicas (WAIT, up to
+ * redsem.grant_replica_timeout) before acquire returns it, and nobody
+ * refreshes it meanwhile.  It is returned only with as much of its lease
+ * left as the keeper counts on when it refreshes a hold on time: two
+ * thirds (lease - lease / KEEPER_REFRESH_FRACTION), time counted from when
+ * the granting request was sent, the WAIT's part on the monotonic clock.
+ * The keeper, woken at once, finds it due and refreshes it with two tries'
+ * room left, as any hold.  A grant back with less is refreshed by the
+ * acquire itself first (one round trip, not waited for by replicas: like
+ * the keeper's refreshes; the grant itself was), so that a slow replica
+ * costs the caller a round trip, not its place in line; if that finds the
+ * slot gone, or itself took more than a third of the lease, the grant is
+ * given back and the caller queues again within its wait.
+ *
  * Callbacks at commit, abort and session exit never wait long for Redis:
  * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not
  * release is handed to the keeper, which retries (per hold, with
