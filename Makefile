@@ -5,17 +5,20 @@
 EXTENSION = redsem
 EXTVERSION = 0.2.0
 MODULE_big = redsem
-OBJS = src/redsem.o src/guc.o src/sockwait.o src/report.o src/link.o src/conn.o src/secret.o src/script.o src/batch.o src/hold.o src/acquire.o \
+# the Redis client (src/redis/, bottom up), then the semaphore above it
+OBJS = src/redis/sockwait.o src/redis/report.o src/redis/tls.o src/redis/resolve.o \
+       src/redis/secret.o src/redis/link.o src/redis/sentinel.o src/redis/cluster.o \
+       src/redis/conn.o \
+       src/redsem.o src/guc.o src/script.o src/batch.o src/hold.o src/acquire.o \
        src/sqlargs.o src/sqlfuncs.o src/shmem.o src/keeper.o src/observe.o \
-       src/queue.o src/queue_conf.o src/tls.o src/sentinel.o src/cluster.o \
-       src/resolve.o src/deadlock.o src/fleet.o src/stored.o
+       src/queue.o src/queue_conf.o src/deadlock.o src/fleet.o src/stored.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'
 # must keep working) and every upgrade script; paths are relative to
 # $(srcdir), so that VPATH builds (pg_buildext) work
 DATA = $(notdir $(wildcard $(srcdir)/redsem--*.sql))
 PGFILEDESC = "redsem - distributed fair counting semaphores kept in Redis"
 
-PG_CPPFLAGS = -Isrc -I$(srcdir)/src $(shell pkg-config --cflags hiredis)
+PG_CPPFLAGS = -Isrc -I$(srcdir)/src -I$(srcdir)/src/redis $(shell pkg-config --cflags hiredis)
 SHLIB_LINK = $(shell pkg-config --libs hiredis) -pthread
 
 # TLS when hiredis_ssl is there (hiredis >= 1.0, e.g. Debian 13); REDSEM_TLS=no
@@ -45,11 +48,11 @@ src/redsem_lua.h: src/redsem.lua
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 
 src/script.o: src/redsem_lua.h
-$(OBJS): $(wildcard $(srcdir)/src/*.h)
+$(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/redis/*.h)
 
 # A VPATH build compiles into src/ of the build directory
 ifneq ($(srcdir),.)
-$(shell mkdir -p src)
+$(shell mkdir -p src/redis)
 endif
 
 # A release tarball of the committed tree, for machines without git:

@@ -181,6 +181,18 @@ is($found->{cycle}, '', 'the graph of includes and calls in src/ has no cycle');
 is($found->{$_}, '', "$_ reaches none of the layers above it") for @client_low;
 is($found->{conn}, '', 'conn reaches nothing of the semaphore layers');
 
+# The Redis client's wing, src/redis/, reaches outside it only the settings
+# and constants at the bottom of the tree
+my %wing = map { module_of($_) => 1 } grep { m{^redis/} } keys %$files;
+my %bottom = map { $_ => 1 } qw(guc compat timing bounds);
+cmp_ok(scalar(keys %wing), '>=', 10, scalar(keys %wing) . ' modules in src/redis/');
+for my $m (sort keys %wing)
+{
+	my $r = reach($deps, $m);
+	my @out = grep { !$wing{$_} && !$bottom{$_} } sort keys %$r;
+	is("@out", '', "src/redis/$m reaches nothing outside the wing but the bottom");
+}
+
 # The checker on planted faults: each must be found
 my %plants = (
 	'an include back up' => [ 'sockwait.c', qq{#include "script.h"\n} ],
