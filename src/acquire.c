@@ -205,7 +205,10 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 		if (ticket == 0 && nudge_ms < 0 && look)
 		{
 			/* our own look for a deadlock, nothing from Redis */
-			deadlock_check(args->name, args->permits, args->limit_seen);
+			DeadlockWait dw = {args->name, id, args->permits, args->priority,
+			args->tenant, args->limit_seen};
+
+			deadlock_check(&dw);
 			if (r->ms >= 0)
 				r->ms = Max(r->ms - ms_since(napped_at), 0);
 			if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)

@@ -14,10 +14,22 @@
  * lock looks at those holders every deadlock_timeout (at least a second).
  * A holder that waits for a lock this backend holds (directly or through a
  * chain of lock waits, as pg_blocking_pids reports them) will not release.
- * If the permits left to everybody else cannot fit the waiter's, the wait
- * is a deadlock and ends with 40P01, as a lock deadlock does; the abort
- * then frees the waiter's locks.  Before that, Redis is asked whether those
- * holders really hold (the hold table may remember a slot a failover lost).
+ * Each look takes one snapshot of the lock table (GetLockStatusData: every
+ * lock-manager partition lock once), not one pg_blocking_pids per process
+ * of each chain; pg_blocking_pids is asked only about a process that may
+ * be queued behind another waiter (a soft block, whose queue order the
+ * snapshot lacks).  A look allocates in a context emptied after it.
+ *
+ * If, with those holders' permits held for good, the waiter's permits can
+ * never fit, or those of a waiter ahead that it cannot pass, the wait is a
+ * deadlock and ends with 40P01, as a lock deadlock does; the abort then
+ * frees the waiter's locks.  "Fit" follows I11 of src/redsem.lua: a waiter
+ * below a reserve's class never gets the reserved permits, and the stuck
+ * permits count against what the reserve leaves it except those the class
+ * may hold inside the reserve.  Before that, Redis is asked (list, reserve,
+ * limit) whether those holders really hold (the hold table may remember a
+ * slot a failover lost), who is ahead, and what the reserve is; any doubt
+ * is no deadlock.
  *
  * Holders on other servers cannot wait for this server's locks (a replica
  * takes no row locks), so the server's own holders are all that matter.
@@ -28,10 +40,12 @@
 
 #include "catalog/pg_type.h"
 #include "miscadmin.h"
+#include "storage/lock.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "utils/array.h"
 #include "utils/fmgrprotos.h"
+#include "utils/memutils.h"
 
 #include "deadlock.h"
 #include "guc.h"
@@ -58,20 +72,84 @@ waits_for_lock(int pid)
 	return proc != NULL && proc->waitLock != NULL;
 }
 
-/* The processes that block pid's lock wait, as pg_blocking_pids has them */
-static ArrayType *
-blockers_of(int pid)
+/* True if the two lock instances are of the same locked object */
+static bool
+same_object(const LockInstanceData *a, const LockInstanceData *b)
 {
-	return DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
-												  Int32GetDatum(pid)));
+	return memcmp(&a->locktag, &b->locktag, sizeof(LOCKTAG)) == 0;
+}
+
+/* Add pid to the list of count pids in out (max entries), unless there */
+static void
+add_pid(int *out, int *count, int max, int pid)
+{
+	for (int i = 0; i < *count; i++)
+		if (out[i] == pid)
+			return;
+	if (*count < max)
+		out[(*count)++] = pid;
+}
+
+/*
+ * The processes that block pid's lock wait, as pg_blocking_pids has them,
+ * into out (at most max); how many.  The hard blockers (holders of a
+ * conflicting mode) come from the look's one snapshot of the lock table;
+ * only when another waiter for the same object wants a conflicting mode
+ * (it may be ahead in the queue: a soft block, whose order the snapshot
+ * does not tell) is pg_blocking_pids asked, which sweeps the lock table
+ * again.  Fast-path entries never conflict with a lock waited for (the
+ * waiter moved them into the table first), as pg_blocking_pids assumes.
+ */
+static int
+blockers_of(const LockData *locks, int pid, int *out, int max)
+{
+	int			count = 0;
+	bool		soft = false;
+
+	for (int i = 0; i < locks->nelements; i++)
+	{
+		const LockInstanceData *w = &locks->locks[i];
+		LOCKMASK	conflicts;
+
+		if (w->waitLockMode == NoLock || (w->pid != pid && w->leaderPid != pid))
+			continue;
+		conflicts = GetLockTagsMethodTable(&w->locktag)->conflictTab[w->waitLockMode];
+		for (int j = 0; j < locks->nelements; j++)
+		{
+			const LockInstanceData *o = &locks->locks[j];
+
+			if (o->fastpath || o->leaderPid == w->leaderPid || !same_object(w, o))
+				continue;
+			if (conflicts & o->holdMask)
+				add_pid(out, &count, max, o->pid);
+			else if (o->waitLockMode != NoLock &&
+					 (conflicts & LOCKBIT_ON(o->waitLockMode)))
+				soft = true;
+		}
+	}
+	if (soft)
+	{
+		ArrayType  *arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids,
+																 Int32GetDatum(pid)));
+		Datum	   *elems;
+		bool	   *nulls;
+		int			n;
+
+		deconstruct_array(arr, INT4OID, sizeof(int32), true, TYPALIGN_INT,
+						  &elems, &nulls, &n);
+		for (int i = 0; i < n; i++)
+			add_pid(out, &count, max, DatumGetInt32(elems[i]));
+	}
+	return count;
 }
 
 /*
  * True if process pid waits, directly or along a chain of lock waits, for
- * a lock this backend holds.
+ * a lock this backend holds, as the snapshot locks (and pg_blocking_pids,
+ * for soft blocks) tell.
  */
 static bool
-blocked_by_me(int pid)
+blocked_by_me(const LockData *locks, int pid)
 {
 	int			chain[DEADLOCK_MAX_CHAIN];
 	int			n = 0;
@@ -81,24 +159,16 @@ blocked_by_me(int pid)
 	chain[n++] = pid;
 	for (int k = 0; k < n; k++)
 	{
-		ArrayType  *arr = blockers_of(chain[k]);
-		Datum	   *elems;
-		bool	   *nulls;
-		int			count;
+		int			blockers[DEADLOCK_MAX_CHAIN];
+		int			count = blockers_of(locks, chain[k], blockers,
+										DEADLOCK_MAX_CHAIN);
 
-		deconstruct_array(arr, INT4OID, sizeof(int32), true, TYPALIGN_INT,
-						  &elems, &nulls, &count);
 		for (int i = 0; i < count; i++)
 		{
-			int			blocker = DatumGetInt32(elems[i]);
-			bool		seen = false;
-
-			if (blocker == MyProcPid)
+			if (blockers[i] == MyProcPid)
 				return true;
-			for (int j = 0; j < n && !seen; j++)
-				seen = (chain[j] == blocker);
-			if (!seen && n < DEADLOCK_MAX_CHAIN && waits_for_lock(blocker))
-				chain[n++] = blocker;
+			if (waits_for_lock(blockers[i]))
+				add_pid(chain, &n, DEADLOCK_MAX_CHAIN, blockers[i]);
 		}
 	}
 	return false;
@@ -132,58 +202,224 @@ deadlock_possible(const char *name)
 }
 
 /*
- * True if Redis confirms that id holds a slot of name: the hold table may
- * remember a slot that Redis lost (a failover, a restart), and only a real
- * one can block us.  Any doubt (Redis failing) is a no.
+ * The holders in h (n of them) that wait, directly or not, for this
+ * backend's locks: blocked[i] set for each, from one snapshot of the lock
+ * table.  Their permits.
  */
-static bool
-really_holds(const char *name, const char *id)
+static int64
+mark_blocked(const LocalHolder *h, int n, bool *blocked)
 {
-	RedisCall	call = REDIS_SQL_CALL;
-	int64		token = 0;
+	LockData   *locks = NULL;
+	int64		stuck = 0;
 
-	call.elevel = LOG;
-	return sem_token(&call, name, id, &token) && token > 0;
+	for (int i = 0; i < n; i++)
+	{
+		blocked[i] = false;
+		if (h[i].pid == MyProcPid || !waits_for_lock(h[i].pid))
+			continue;
+		if (locks == NULL)
+			locks = GetLockStatusData();
+		blocked[i] = blocked_by_me(locks, h[i].pid);
+		stuck += blocked[i] ? h[i].permits : 0;
+	}
+	return stuck;
+}
+
+/* A waiter's priority and tenant ("": none), from its info (src/redsem.lua) */
+static void
+member_class(const SemMember *m, int *priority, const char **tenant)
+{
+	const char *p = m->info;
+
+	*priority = 0;
+	*tenant = "";
+	for (int field = 0; p != NULL && field < 3; field++)
+		p = (p = strchr(p, '|')) ? p + 1 : NULL;
+	if (p == NULL)
+		return;
+	*priority = atoi(p);
+	p = strchr(p, '|');
+	if (p == NULL)
+		return;
+	*tenant = pnstrdup(p + 1, strcspn(p + 1, "|"));
 }
 
 /*
- * Raise 40P01 if waiting for permits of semaphore name (limit in effect:
- * limit) cannot end: the permits that this server's holders hold while
- * waiting, directly or not, for this backend's locks (and that Redis
- * confirms) leave too few for ours.
+ * The permits that a member of priority prio can ever be granted while the
+ * stuck permits stay held (I11 of src/redsem.lua): all but them for the
+ * reserve's class (or without a reserve); for a caller below it, what the
+ * reserve leaves (limit - k), less the stuck permits that count against
+ * that: the class's count only beyond the reserve, and since the class of a
+ * holder is not known here, as many of the stuck permits as the class
+ * holds (up to k) are taken to be the class's, which errs towards room.
  */
-void
-deadlock_check(const char *name, int permits, int64 limit)
+static int64
+room_for(const SemReserve *res, int64 limit, int64 stuck, int prio)
 {
-	LocalHolder h[DEADLOCK_MAX_HOLDERS];
-	int			n = local_holders(name, h);
-	bool		blocked[DEADLOCK_MAX_HOLDERS];
+	int64		k;
+
+	if (res->permits <= 0 || prio >= res->min_priority)
+		return limit - stuck;
+	k = Min(res->permits, Max(limit - 1, 0));
+	return (limit - k) - (stuck - Min(Min(stuck, res->held), k));
+}
+
+/* What a look found: why the wait cannot end */
+typedef struct DeadlockFound
+{
+	int			pid;			/* a stuck holder */
+	int64		stuck;			/* the permits held that way */
+	int64		limit;			/* the limit in effect */
+	int64		reserve_for;	/* the reserve left the waiter too little: its
+								 * priority; or -1 */
+	int64		ahead;			/* a waiter ahead never fits: its permits; or 0 */
+} DeadlockFound;
+
+/*
+ * The permits of the holders in h (n) marked in blocked that Redis lists
+ * among the members m (nm) as holders: only a real slot can block us.  *pid:
+ * one of them.
+ */
+static int64
+confirmed_stuck(const LocalHolder *h, const bool *blocked, int n,
+				const SemMember *m, int nm, int *pid)
+{
 	int64		stuck = 0;
-	int			example = 0;
 
 	for (int i = 0; i < n; i++)
+		for (int j = 0; blocked[i] && j < nm; j++)
+			if (!m[j].waiting && strcmp(m[j].id, h[i].id) == 0)
+			{
+				stuck += m[j].permits;
+				*pid = h[i].pid;
+				break;
+			}
+	return stuck;
+}
+
+/*
+ * True if waiter w's wait cannot end (*found says why): the holders that
+ * wait for our locks leave too little room for its permits, or for those
+ * of a waiter ahead of it that it cannot pass (of its tenant; when it is
+ * of the reserve's class, of that class too).  Any doubt is a no: Redis
+ * failing, the waiter no longer in line, a stuck holder no longer stuck
+ * on a second look at the lock table.  Allocates in the current context.
+ */
+static bool
+find_deadlock(const DeadlockWait *w, DeadlockFound *found)
+{
+	LocalHolder *h = palloc(sizeof(LocalHolder) * DEADLOCK_MAX_HOLDERS);
+	bool	   *blocked = palloc(sizeof(bool) * DEADLOCK_MAX_HOLDERS);
+	int			n = local_holders(w->name, h);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemMember  *m;
+	int			nm;
+	SemReserve	res;
+	SemLimit	lim;
+	int64		room;
+	int			me = -1;
+	bool		class_member;
+
+	memset(found, 0, sizeof(*found));
+	found->reserve_for = -1;
+	if (mark_blocked(h, n, blocked) == 0)
+		return false;
+	call.elevel = LOG;
+	if (!sem_list(&call, w->name, &m, &nm) ||
+		!sem_reserve(&call, w->name, &res) ||
+		!sem_limit(&call, w->name, &lim) || lim.in_effect <= 0)
+		return false;
+	found->limit = lim.in_effect;
+	found->stuck = confirmed_stuck(h, blocked, n, m, nm, &found->pid);
+	for (int j = 0; j < nm && me < 0; j++)
+		if (m[j].waiting && strcmp(m[j].id, w->id) == 0)
+			me = j;
+	if (found->stuck == 0 || me < 0)
+		return false;
+	room = room_for(&res, found->limit, found->stuck, w->priority);
+	class_member = res.permits > 0 && w->priority >= res.min_priority;
+	if (w->permits > room)
+		found->reserve_for = room < found->limit - found->stuck ? res.min_priority : -1;
+	for (int j = 0; j < me && w->permits <= room; j++)
 	{
-		blocked[i] = h[i].pid != MyProcPid && blocked_by_me(h[i].pid);
-		stuck += blocked[i] ? h[i].permits : 0;
-	}
-	if (stuck == 0 || limit <= 0 || limit - stuck >= permits)
-		return;
-	/* the few that matter, confirmed one by one */
-	stuck = 0;
-	for (int i = 0; i < n; i++)
-	{
-		if (!blocked[i] || !really_holds(name, h[i].id))
+		int			prio;
+		const char *tenant;
+
+		if (!m[j].waiting)
 			continue;
-		stuck += h[i].permits;
-		example = h[i].pid;
+		member_class(&m[j], &prio, &tenant);
+		if (strcmp(tenant, w->tenant ? w->tenant : "") != 0 ||
+			(class_member && prio < res.min_priority))
+			continue;
+		if (m[j].permits > room_for(&res, found->limit, found->stuck, prio))
+		{
+			found->ahead = m[j].permits;
+			break;
+		}
 	}
-	if (stuck == 0 || limit - stuck >= permits)
+	if (w->permits <= room && found->ahead == 0)
+		return false;
+	/* a second look at the lock table: still stuck, all of them? */
+	(void) mark_blocked(h, n, blocked);
+	return confirmed_stuck(h, blocked, n, m, nm, &found->pid) == found->stuck;
+}
+
+/*
+ * Raise 40P01 if waiter w's wait cannot end: the permits that this
+ * server's holders hold while waiting, directly or not, for this backend's
+ * locks (and that Redis confirms) leave too few for its permits, or for a
+ * waiter ahead that it cannot pass.  Each look allocates in a context of
+ * its own, emptied after it (and before the next, after an error).  Any
+ * wait that it cannot tell ends as a deadlock goes on.
+ */
+void
+deadlock_check(const DeadlockWait *w)
+{
+	static MemoryContext look_context = NULL;
+	MemoryContext old;
+	DeadlockFound f;
+	volatile bool deadlock = false;
+
+	if (w->limit <= 0)
 		return;
+	if (look_context == NULL)
+		look_context = AllocSetContextCreate(TopMemoryContext,
+											 "redsem deadlock look",
+											 ALLOCSET_DEFAULT_SIZES);
+	MemoryContextReset(look_context);
+	old = MemoryContextSwitchTo(look_context);
+	PG_TRY();
+	{
+		deadlock = find_deadlock(w, &f);
+	}
+	PG_FINALLY();
+	{
+		/* (a caller that catches an error must not go on in this context) */
+		MemoryContextSwitchTo(old);
+	}
+	PG_END_TRY();
+	MemoryContextReset(look_context);
+	if (!deadlock)
+		return;
+	if (f.ahead > 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", w->name),
+				 errdetail("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way, too many for the " INT64_FORMAT " that a waiter ahead of this one asks for.",
+						   f.pid, f.stuck, f.limit, f.ahead),
+				 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
+	if (f.reserve_for >= 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
+				 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", w->name),
+				 errdetail("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way, and a reserve (redsem_set_reserve) keeps others for priority " INT64_FORMAT " and up.",
+						   f.pid, f.stuck, f.limit, f.reserve_for),
+				 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-			 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", name),
+			 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", w->name),
 			 errdetail_plural("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permit is held that way.",
 							  "Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way.",
-							  (unsigned long) limit, example, stuck, limit),
+							  (unsigned long) f.limit, f.pid, f.stuck, f.limit),
 			 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
 }
