@@ -11,6 +11,7 @@
 
 #include "miscadmin.h"
 #include "portability/instr_time.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "acquire.h"
@@ -167,21 +168,25 @@ nap_for_wake(AcquireArgs *args, RedisCall *call, const char *id, int64 nap,
  * before it).  False if Redis failed (below ERROR).
  */
 static bool
-wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
-			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
+wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
+		   TimestampTz *sent, TimestampTz deadline, MemoryContext turn)
 {
 	TimestampTz checked = *sent;
 
 	for (;;)
 	{
 		RedisCall	call;
-		int64		left = ms_left(deadline);
-		int64		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
+		int64		left;
+		int64		nap;
 		bool		look;
 		int64		ticket;
 		int64		nudge_ms;
 		TimestampTz napped_at;
 
+		/* what the last turn allocated (key names, replies' copies) goes */
+		MemoryContextReset(turn);
+		left = ms_left(deadline);
+		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
 		acquire_call(args, &call);
 		if (left <= 0)
 		{
@@ -248,6 +253,34 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		hold_mark_waiting(hold, *sent);
 	}
+}
+
+/*
+ * wait_turns in a memory context of its own, emptied at each turn: a wait
+ * of hours (a turn every second while the deadlock check looks) must not
+ * grow its caller's context.  What the last turn left (a failure's text)
+ * lives on in it, a child of the caller's context.
+ */
+static bool
+wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
+			 SemResult *r, TimestampTz *sent, TimestampTz deadline)
+{
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext turn = AllocSetContextCreate(caller, "redsem wait in line",
+											   ALLOCSET_SMALL_SIZES);
+	volatile bool ok = false;
+
+	MemoryContextSwitchTo(turn);
+	PG_TRY();
+	{
+		ok = wait_turns(args, hold, id, r, sent, deadline, turn);
+	}
+	PG_FINALLY();
+	{
+		MemoryContextSwitchTo(caller);
+	}
+	PG_END_TRY();
+	return ok;
 }
 
 /* wait_in_line, showing args->wait_event (if any) meanwhile */
