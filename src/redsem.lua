@@ -298,6 +298,8 @@ local RENEW_SLACK_MS = 60000
 -- A waiter's head start per level of priority (I4), and the levels allowed
 local AGING_US = 1000000
 local PRIORITY_MAX = 100
+-- The most arguments one command is given from a long list (call_chunked).
+local CHUNK = 1000
 
 -- Per call, set by begin(): the keys, Redis's clock (NOW_TEXT: its ms as
 -- a string), the state as read (S)
@@ -307,10 +309,6 @@ local PRIORITY_MAX = 100
 local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
 local NOW_MS, NOW_US, NOW_TEXT, NOW_US_TEXT, NOW_WIDE
 local S, W, WEIGHTS, TF, TW
--- The state's counts as read (a call may move one and back: a release
--- that promotes a waiter of another tenant leaves tt as it was).
-local COUNTS = {'xh', 'xw', 'hh', 'tt'}
-local READ = {}
 
 -- What this call did, for finish() (I5): the latest deadline it set, whether
 -- it may have created a key (which then has no TTL yet), whether it removed
@@ -452,23 +450,6 @@ local function limit_in_effect(members)
     return nil
 end
 
--- The state's configuration (I5): kept without a TTL while any is stored.
-local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
--- The state's fields a call reads only when x says that one may be there
--- (EXTRA: read_state), and, of those, the configuration's.
-local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt'}
-local CONFIG_EXTRA = {'rt', 'rk', 'wt'}
-
--- True if the state stores a limit, a rate, a reserve or weights (I5).
-local function stored()
-    return not not (S.limit or S.rt or S.rk or S.wt)
-end
-
--- True if this call stored configuration, to be kept without a TTL (I5).
-local function stored_now()
-    return not not (W.limit or W.rt or W.rk or W.wt)
-end
-
 -- I10: the earliest time (us) the rate lets the next caller in (or the
 -- past, if it lets one in now).
 local function rate_opens()
@@ -546,7 +527,6 @@ end
 -- command (a multiple of step): unpack() fails past Lua's C stack (about
 -- 8,000 values), and an expiry of that many members taking several
 -- permits each would then stop the call half-way, breaking I1.
-local CHUNK = 1000
 local function call_chunked(cmd, key, list, step)
     local n = #list
     for first = 1, n, CHUNK do
@@ -1106,6 +1086,23 @@ local function housekeeping(due)
     if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
 end
 
+-- The state's configuration (I5): kept without a TTL while any is stored.
+local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
+-- The state's fields a call reads only when x says that one may be there
+-- (EXTRA: read_state), and, of those, the configuration's.
+local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt'}
+local CONFIG_EXTRA = {'rt', 'rk', 'wt'}
+
+-- True if the state stores a limit, a rate, a reserve or weights (I5).
+local function stored()
+    return not not (S.limit or S.rt or S.rk or S.wt)
+end
+
+-- True if this call stored configuration, to be kept without a TTL (I5).
+local function stored_now()
+    return not not (W.limit or W.rt or W.rk or W.wt)
+end
+
 -- The configuration fields the state has (I5), and how many.
 local function config()
     local c, n = {}, 0
@@ -1152,6 +1149,37 @@ local function write_fields(key, fields)
     call_chunked('HSET', key, hset, 2)
     call_chunked('HDEL', key, hdel, 1)
     return #hset / 2
+end
+
+-- Read the state: the stored limit, the limit in effect, the excesses,
+-- the rate, the reserve.  A state without a TTL (it stores a limit, rate
+-- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
+-- then only the configuration is kept.
+local function read_state()
+    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
+    S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
+         tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
+    if S.x then                     -- (I13: EXTRA fields only if x says so)
+        v = redis.call('HMGET', K_STATE, unpack(EXTRA))     -- (in EXTRA's order)
+        S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+        S.era = v[3] or nil
+        S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
+    end
+    if S.rt then                    -- the rest of a rate, only if there is one
+        v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
+        S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
+    end
+    if S.rk then                    -- the rest of a reserve (I11)
+        v = redis.call('HMGET', K_STATE, 'rp', 'hh')
+        S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+    end
+    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt > 0 or S.tl) and
+       redis.call('EXISTS', K_OWNER) == 0 then
+        redis.call('DEL', K_STATE, tenant_key())
+        local c = config()
+        write_fields(K_STATE, c)
+        keep_config(c)
+    end
 end
 
 -- Write the changed state fields back.  With no member left, only the
@@ -1201,6 +1229,15 @@ local function ttl_needed()
     if not FRESH then last = redis.call('ZRANGE', K_TIMEOUT, '-1', '-1', 'WITHSCORES') end
     local away = math.max(math.max(tonumber(last[2] or 0), NEW_DL or 0) - NOW_MS, 0)
     return lifetime(away), pttl
+end
+
+-- The state's counts as read (a call may move one and back: a release
+-- that promotes a waiter of another tenant leaves tt as it was).
+local COUNTS = {'xh', 'xw', 'hh', 'tt'}
+local READ = {}
+-- The state's counts as read, for finish() (not needed by a fast path).
+local function note_counts()
+    for _, f in ipairs(COUNTS) do READ[f] = S[f] end
 end
 
 -- I5: write the state back and see to the keys' lifetimes: renewed when
@@ -2072,44 +2109,6 @@ local OPS = {
     tenants = {read = read_none, run = op_tenants},
 }
 
--- Read the state: the stored limit, the limit in effect, the excesses,
--- the rate, the reserve.  A state without a TTL (it stores a limit, rate
--- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
--- then only the configuration is kept.
-local function read_state()
-    local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
-    S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
-         tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
-    if S.x then                     -- (I13: EXTRA fields only if x says so)
-        v = redis.call('HMGET', K_STATE, unpack(EXTRA))     -- (in EXTRA's order)
-        S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-        S.era = v[3] or nil
-        S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
-    end
-    if S.rt then                    -- the rest of a rate, only if there is one
-        v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
-        S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
-    end
-    if S.rk then                    -- the rest of a reserve (I11)
-        v = redis.call('HMGET', K_STATE, 'rp', 'hh')
-        S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
-    end
-    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt > 0 or S.tl) and
-       redis.call('EXISTS', K_OWNER) == 0 then
-        redis.call('DEL', K_STATE, tenant_key())
-        local c = config()
-        write_fields(K_STATE, c)
-        keep_config(c)
-    end
-end
-
--- The state's counts as read, for finish() (not needed by a fast path).
-local function note_counts()
-    for _, f in ipairs(COUNTS) do READ[f] = S[f] end
-end
-
--- The only way in (the library's function): check, read the state,
--- housekeeping, the operation, write the state back and restore lifetimes.
 -- X1: drop the entries whose until has passed; keep the key's lifetime.
 local function index_tidy(key, ttl)
     redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(NOW_MS))
@@ -2298,6 +2297,8 @@ local function run_op(keys, a, op, ok, ...)
     return reply
 end
 
+-- The only way in (the library's function): check, read the state,
+-- housekeeping, the operation, write the state back and restore lifetimes.
 local function dispatch(keys, a)
     if #keys == 1 then return dispatch_index(keys, a) end
     if #keys ~= 6 then
