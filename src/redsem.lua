@@ -284,8 +284,8 @@
 -- Every semaphore operation runs through dispatch(): arguments are checked, the
 -- state is read, then housekeeping() (I2, I4) runs, then the operation,
 -- then finish() writes the state back and restores lifetimes (I5).  No
--- operation can return around it, except through a fast path (below, before
--- the argument checkers) that takes only calls needing none of those steps.
+-- operation can return around it, except through a fast path (FAST PATHS,
+-- below) that takes only calls needing none of those steps.
 -- Index operations (one key) run through dispatch_index().
 --
 -- The timing constants are explained together with the C side's in
@@ -321,91 +321,135 @@ local S, W, WEIGHTS, TF, TW
 -- probe() read them with tenants in use (nil: not read), for remove().
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS, GONE, GONE_TENANT
 
--- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
-local PAD = {'00000', '0000', '000', '00', '0', ''}
+-- CONTENTS.  After the constants and the per-call state above, the script
+-- is in sections, each one do ... end block (its body not indented), in
+-- this order.  Lua 5.1 allows a function, the main chunk too, at most 200
+-- locals active at once, and FUNCTION LOAD fails past that: so a
+-- section's own helpers are locals of its block, gone at its end, and
+-- only the names other sections use are declared here, each assigned by
+-- its section's function name(...).  Calls stay calls of upvalues, as
+-- cheap as those of a local function (no table lookup).  A new name goes
+-- into its section, and here only if another section uses it:
+-- t/005_lua_locals.pl counts the locals.  (A function may call a name of
+-- any section; a table made at load, such as an entry of OPS, takes the
+-- value a name has then: only a name of a section above it.)
+--  1 BASICS: counts of members and waiters, texts, writes, keys
+local member_count, waiter_count, follow_waiters, is_empty, held_permits, int,
+    now_us_text, set, wake_key, nudge_key, call_chunked
+--  2 MEMBERS: a member's info and permits (I1), the limit in effect (I8)
+local parse_info, tenant_of_info, make_info, is_member, is_waiting,
+    permits_of, count_permits, limit_in_effect
+--  3 RATE (I10)
+local rate_open, rate_take, rate_wait_ms
+--  4 RESERVE (I11)
+local rline_key, of_class, fits_class, fits_reserve, class_max, note_class
+--  5 TENANTS (I12): the tenant hash, tq, the lines per tenant
+local tline_key, tq_key, weights_key, tenant_key, tfield, weight_of,
+    tenant_held, tq_tenant, bytes_before, rescore, note_tenant, enqueue,
+    dequeue, first_waiter, from_tq, would_be_first
+--  6 DEADLINES, TICKETS, DEPARTURES: deadlines (I5), tickets (I7), remove()
+local note_deadline, set_deadline, remove, next_ticket, turn_away
+--  7 PROMOTION: I3, I4, I6, and the housekeeping every call does first (I2)
+local promote, any_due, housekeeping
+--  8 THE STATE: read first (I13), written back last by finish() (I5)
+local stored, read_state, lifetime, note_counts, finish
+--  9 ARGUMENTS: the checkers of the operations' arguments
+local id_arg, count_arg, priority_arg, tenant_arg, weight_arg, limit_arg,
+    read_id, read_none
+-- (10 to 13) The operations, each put into OPS after its function: read,
+-- which checks ARGV (a) and returns true and run's arguments (nil if they
+-- are malformed); run; and, for some, a fast path (fast: given the same
+-- arguments, the reply, or nil to leave the call to run).  The arguments
+-- travel as values, never in a closure made per call: that cost 5,000
+-- instructions a call (bench/README.md).
+local OPS = {}
+-- 10 ACQUIRE AND WAIT: acquire, wait_check, give_up; what a waiter is told
+-- 11 RELEASE AND REFRESH: release, refresh, refresh_many, token
+-- 12 LIST, LIMIT, SUMMARY: list, limit, summary, set_limit
+-- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight, tenants
+-- 14 FAST PATHS: the commonest calls, tried before the general path
+local fast_acquire, fast_release
+-- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS
+local INDEX_OPS
+-- 16 A CALL: begin(), probe() (I14), run_op(), dispatch(): the only way in
+local dispatch
 
--- Start a call on these keys: nothing carries over from an earlier call.
--- (A fast path needs TF besides the state, S, which read_state makes;
--- begin_general makes the rest, and until then they are nil, so that a
--- fast path cannot use one by mistake.  The clock's texts are cut from
--- TIME's own: printing a number costs half a command; bench/README.md.)
-local function begin(keys)
-    K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
-        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
-    BASE = string.sub(K_OWNER, 1, -6)
-    local t = redis.call('TIME')
-    NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
-    NOW_US = tonumber(NOW_US_TEXT)  -- (exact: below 2^53 until the year 2255)
-    NOW_MS = math.floor(NOW_US / 1000)
-    NOW_TEXT = string.sub(NOW_US_TEXT, 1, -4)
-    TF, MEMBERS, WAITERS = {}, nil, nil     -- (S: read_state)
-    W, WEIGHTS, TW = nil, nil, nil
-end
-
--- What only the general path needs, made once a fast path has declined.
-local function begin_general()
-    W, WEIGHTS, TW = {}, {}, {}
-    NEW_DL, CREATED, REMOVED, FRESH, NEW_KEYS = nil, false, false, false, {}
-    GONE, GONE_TENANT = nil, nil
-end
+do -- 1 BASICS -------------------------------------------------------------
 
 -- How many members the semaphore has (counted once, then followed).
-local function member_count()
+function member_count()
     if MEMBERS == nil then MEMBERS = redis.call('ZCARD', K_OWNER) end
     return MEMBERS
 end
 
 -- How many members wait (counted once, then followed: remove, promote and
 -- op_acquire are the only writes to waiting).
-local function waiter_count()
+function waiter_count()
     if WAITERS == nil then WAITERS = redis.call('ZCARD', K_WAITING) end
     return WAITERS
 end
 
 -- WAITERS follows a write to waiting that added (1) or took out (-1) n ids.
-local function follow_waiters(n)
+function follow_waiters(n)
     if WAITERS then WAITERS = WAITERS + n end
 end
 
 -- True if the semaphore has no member left.
-local function is_empty()
+function is_empty()
     return member_count() == 0
 end
 
 -- The permits the holders take (I1), and how many members wait.
-local function held_permits()
+function held_permits()
     local waiters = waiter_count()
     return member_count() - waiters + S.xh, waiters
 end
 
 -- Integers as exact decimal strings: tostring() would print 1e+15, and
 -- '%d' (a C long) is four times cheaper than '%.0f'.
-local function int(n)
+function int(n)
     return string.format('%d', n)
 end
 
 -- Redis's clock in microseconds as text (made once per call).
-local function now_us_text()
+function now_us_text()
     NOW_US_TEXT = NOW_US_TEXT or int(NOW_US)
     return NOW_US_TEXT
 end
 
-local function set(field, value)
+function set(field, value)
     S[field] = value
     W[field] = value
 end
 
-local function wake_key(id)
+function wake_key(id)
     return BASE .. 'wake:' .. id
 end
 
-local function nudge_key(id)
+function nudge_key(id)
     return BASE .. 'nudge:' .. id
 end
 
+-- Run cmd on key with the arguments in list, at most CHUNK of them per
+-- command (a multiple of step): unpack() fails past Lua's C stack (about
+-- 8,000 values), and an expiry of that many members taking several
+-- permits each would then stop the call half-way, breaking I1.
+function call_chunked(cmd, key, list, step)
+    local n = #list
+    for first = 1, n, CHUNK do
+        local last = math.min(first + CHUNK - 1, n)
+        last = last - (last - first + 1) % step
+        redis.call(cmd, key, unpack(list, first, last))
+    end
+end
+
+end -- 1 BASICS
+
+do -- 2 MEMBERS ------------------------------------------------------------
+
 -- Split an info value into its fields: lease, limit, since, origin,
 -- priority, tenant ('': none).
-local function parse_info(v)
+function parse_info(v)
     if not v then return nil end
     local lease, maxh, since, prio, tenant, origin =
         string.match(v, '^(%d+)|(%d+)|(%d+)|(%-?%d+)|([^|]*)|(.*)$')
@@ -414,41 +458,45 @@ end
 
 -- The tenant field of an info value alone ('': none), without the others'
 -- conversions.
-local function tenant_of_info(v)
+function tenant_of_info(v)
     return v and string.match(v, '^[^|]*|[^|]*|[^|]*|[^|]*|([^|]*)|') or ''
 end
 
-local function make_info(lease, maxh, since, origin, prio, tenant)
+function make_info(lease, maxh, since, origin, prio, tenant)
     return string.format('%d|%d|%d|%d|%s|%s', lease, maxh, since, prio, tenant, origin)
 end
 
-local function is_member(id)
+function is_member(id)
     return redis.call('ZSCORE', K_OWNER, id) ~= false
 end
 
-local function is_waiting(id)
+function is_waiting(id)
     return redis.call('ZSCORE', K_WAITING, id) ~= false
 end
 
 -- A member's permits (I1): one unless the state says more.
-local function permits_of(id)
+function permits_of(id)
     if S.xh + S.xw == 0 then return 1 end
     if W['p:' .. id] ~= nil then return tonumber(W['p:' .. id]) or 1 end
     return tonumber(redis.call('HGET', K_STATE, 'p:' .. id)) or 1
 end
 
 -- Count p permits in (+1) or out (-1) of the holders' or waiters' excess.
-local function count_permits(waiting, p, sign)
+function count_permits(waiting, p, sign)
     local field = waiting and 'xw' or 'xh'
     if p > 1 then set(field, math.max(S[field] + sign * (p - 1), 0)) end
 end
 
 -- The limit in effect (I8), or nil; members: whether there are any.
-local function limit_in_effect(members)
+function limit_in_effect(members)
     if S.limit then return S.limit end
     if members then return S.cur end
     return nil
 end
+
+end -- 2 MEMBERS
+
+do -- 3 RATE ---------------------------------------------------------------
 
 -- I10: the earliest time (us) the rate lets the next caller in (or the
 -- past, if it lets one in now).
@@ -457,22 +505,26 @@ local function rate_opens()
 end
 
 -- I10: true if the rate, if any, lets one more caller in now.
-local function rate_open()
+function rate_open()
     return not S.rt or NOW_US >= rate_opens()
 end
 
 -- I10: a caller is let in: the next comes T later (a burst less one).
-local function rate_take()
+function rate_take()
     if S.rt then set('tat', math.max(S.tat or 0, NOW_US) + S.rt) end
 end
 
 -- I10: ms until the rate lets the next caller in (0: it does now).
-local function rate_wait_ms()
+function rate_wait_ms()
     return math.max(math.ceil((rate_opens() - NOW_US) / 1000), 0)
 end
 
+end -- 3 RATE
+
+do -- 4 RESERVE ------------------------------------------------------------
+
 -- I11: the line of the reserve's class.
-local function rline_key()
+function rline_key()
     return BASE .. 'rline'
 end
 
@@ -482,22 +534,16 @@ local function reserved(limit)
 end
 
 -- I11: true if a caller of priority prio is of the reserve's class.
-local function of_class(prio)
+function of_class(prio)
     if not S.rk then return false end
     return prio >= S.rp
-end
-
--- A member's priority (I4, I11), from its info.
-local function priority_of(id)
-    local _, _, _, _, prio = parse_info(redis.call('HGET', K_INFO, id))
-    return prio or 0
 end
 
 -- I3, I11: true if p more permits of a caller of priority prio fit beside
 -- the held permits under limit: all of it for the reserve's class; for
 -- anybody else what the reserve leaves, where the class counts only with
 -- its permits beyond the reserve.
-local function fits_class(held, p, prio, limit)
+function fits_class(held, p, prio, limit)
     if held + p > limit then return false end
     if not S.rk or of_class(prio) then return true end
     local k = reserved(limit)
@@ -505,58 +551,49 @@ local function fits_class(held, p, prio, limit)
 end
 
 -- I11: true if p more permits of the reserve's class fit in the reserve.
-local function fits_reserve(held, p, limit)
+function fits_reserve(held, p, limit)
     return held + p <= limit and S.hh + p <= reserved(limit)
 end
 
 -- I11: the most permits a caller of priority prio can ever be granted.
-local function class_max(prio, limit)
+function class_max(prio, limit)
     if not S.rk or of_class(prio) then return limit end
     return limit - reserved(limit)
 end
 
 -- I11: id, of priority prio, became a holder of p permits: note its class.
-local function note_class(id, p, prio)
+function note_class(id, p, prio)
     if of_class(prio) then
         set('h:' .. id, 1)
         set('hh', S.hh + p)
     end
 end
 
--- Run cmd on key with the arguments in list, at most CHUNK of them per
--- command (a multiple of step): unpack() fails past Lua's C stack (about
--- 8,000 values), and an expiry of that many members taking several
--- permits each would then stop the call half-way, breaking I1.
-local function call_chunked(cmd, key, list, step)
-    local n = #list
-    for first = 1, n, CHUNK do
-        local last = math.min(first + CHUNK - 1, n)
-        last = last - (last - first + 1) % step
-        redis.call(cmd, key, unpack(list, first, last))
-    end
-end
+end -- 4 RESERVE
+
+do -- 5 TENANTS ------------------------------------------------------------
 
 -- I12: the line of tenant t ('': the callers without one), and the
 -- tenants with waiters.
-local function tline_key(t)
+function tline_key(t)
     return BASE .. 'tline:' .. t
 end
 
-local function tq_key()
+function tq_key()
     return BASE .. 'tq'
 end
 
-local function weights_key()
+function weights_key()
     return BASE .. 'weights'
 end
 
-local function tenant_key()
+function tenant_key()
     return BASE .. 'tenant'
 end
 
 -- I12: a field of the tenant hash as this call sees it (nil: none).  A
 -- tenant's two fields are read together, once.
-local function tfield(f)
+function tfield(f)
     if TF[f] == nil then
         local t = string.sub(f, 3)
         local h, g = 'h:' .. t, 'g:' .. t
@@ -577,7 +614,7 @@ end
 
 -- I12: a tenant's weight: 1 unless one is stored (read once per call,
 -- and only if any is: wt).
-local function weight_of(t)
+function weight_of(t)
     if t == '' or not S.wt then return 1 end
     local w = WEIGHTS[t]
     if not w then
@@ -588,7 +625,7 @@ local function weight_of(t)
 end
 
 -- I12: the permits tenant t holds ('': the holders without a tenant).
-local function tenant_held(t)
+function tenant_held(t)
     if t == '' then return held_permits() - S.tt end
     return tfield('h:' .. t) or 0
 end
@@ -647,13 +684,13 @@ local function tq_member(turn, t)
 end
 
 -- I12: the tenant of an entry in tq.
-local function tq_tenant(q)
+function tq_tenant(q)
     return string.sub(q, 66)
 end
 
 -- True if string a sorts before b in a sorted set: by bytes, whatever the
 -- locale (ORDER).
-local function bytes_before(a, b)
+function bytes_before(a, b)
     for i = 1, math.min(#a, #b) do
         local x, y = string.byte(a, i), string.byte(b, i)
         if x ~= y then return x < y end
@@ -744,12 +781,12 @@ end
 
 -- I12: tenant t's held permits changed (granted: it was granted one): so
 -- does its rank, if it waits.  True if it does.
-local function rescore(t, granted)
+function rescore(t, granted)
     return S.tl and requeue(t, granted, true)
 end
 
 -- I12: tenant t ('': none) holds dp permits more (or fewer).
-local function note_tenant(t, dp)
+function note_tenant(t, dp)
     if t == '' then return end
     tset('h:' .. t, math.max(tenant_held(t) + dp, 0))
     set('tt', math.max(S.tt + dp, 0))
@@ -768,7 +805,7 @@ end
 -- I12: id, of tenant t, joined waiting at place (text): into its tenant's line,
 -- if lines are kept per tenant; the first waiter with a tenant starts
 -- them, the line so far becoming tenant ''s.
-local function enqueue(id, place, t)
+function enqueue(id, place, t)
     if not S.tl then
         if t == '' then return end
         -- (probe() has read every key the lines need: I14)
@@ -816,7 +853,7 @@ end
 -- its tenant's turn.)  was: its tenant's turn in tq, if the caller knows
 -- that id is the first of its tenant's line; after: then, the place of
 -- the waiter behind it, as a turn (false: none).
-local function dequeue(id, t, granted, was, after)
+function dequeue(id, t, granted, was, after)
     if not S.tl then return end
     local k = tline_key(t)
     local first = was ~= nil or redis.call('ZRANGE', k, '0', '0')[1] == id
@@ -831,7 +868,7 @@ end
 -- I4, I12: the first waiter's id (nil if none); with lines kept per
 -- tenant, also its tenant, the place of the waiter behind it there, as a
 -- turn (false: none), and its tenant's entry in tq and score.
-local function first_waiter()
+function first_waiter()
     if not S.tl then
         return redis.call('ZRANGE', K_WAITING, '0', '0')[1], nil
     end
@@ -847,7 +884,7 @@ end
 -- read of the tenant hash when its first waiter is promoted (I12 keeps
 -- them equal; the hash exists: it keeps t's record).  '' has no count of
 -- its own (tenant_held), so none is noted for it.
-local function from_tq(t, q, score)
+function from_tq(t, q, score)
     local h = 'h:' .. t
     if TF[h] == nil and t ~= '' then TF[h] = math.floor(score * weight_of(t) + 0.5) end
     TF[true] = true
@@ -858,7 +895,7 @@ end
 -- waiter: first of its tenant's line, and its tenant first of those that
 -- wait (fewest held permits per weight, then the earliest turn: for a
 -- tenant without waiters, the newcomer's place).
-local function would_be_first(place, t)
+function would_be_first(place, t)
     if not S.tl then
         local h = redis.call('ZRANGE', K_WAITING, '0', '0', 'WITHSCORES')
         if not h[2] then return false end
@@ -881,13 +918,17 @@ local function would_be_first(place, t)
     return s < hs or (s == hs and tq_before(turn, t, q[1]))
 end
 
+end -- 5 TENANTS
+
+do -- 6 DEADLINES, TICKETS, DEPARTURES -------------------------------------
+
 -- Note a deadline this call set, for finish() (I5).
-local function note_deadline(deadline)
+function note_deadline(deadline)
     if not NEW_DL or deadline > NEW_DL then NEW_DL = deadline end
 end
 
 -- Set a member's deadline (xx: only if it is one), noting it for finish().
-local function set_deadline(id, deadline, xx)
+function set_deadline(id, deadline, xx)
     if xx then
         redis.call('ZADD', K_TIMEOUT, 'XX', int(deadline), id)
     else
@@ -898,7 +939,7 @@ end
 
 -- Forget everything about id: true if it was a waiter, false if a holder,
 -- nil if it was no member (whatever was left of it goes all the same).
-local function remove(id, tenant)
+function remove(id, tenant)
     local p = permits_of(id)
     local t = tenant or ''
     if id == GONE and not tenant then           -- (probe() read it)
@@ -940,49 +981,12 @@ local function remove(id, tenant)
     return nil
 end
 
--- I2: drop every member whose deadline is due (dead: their ids, as probe()
--- read them); how many there were.
-local function expire(dead)
-    for i = 1, #dead do
-        remove(dead[i])
-    end
-    return #dead
-end
-
--- Milliseconds until the (pos+1)-th earliest deadline: a waiter at line
--- position pos cannot move into the window before that many members leave.
-local function next_deadline_ms(pos)
-    local at = int(pos)
-    local r = redis.call('ZRANGE', K_TIMEOUT, at, at, 'WITHSCORES')
-    if not r[2] then return -1 end
-    return math.max(tonumber(r[2]) - NOW_MS, 0)
-end
-
--- How many members must leave, less one, before a member at rank in owner
--- taking p permits fits under limit: the index of the deadline to look
--- again at.  With members taking several permits, one leaving may be
--- enough: the earliest deadline.
-local function deadline_index(rank, p, limit)
-    if S.xh + S.xw > 0 then return 0 end
-    return math.max(rank + p - limit - 1, 0)
-end
-
--- Replace the message on one of a waiter's lists, living as long as its
--- place (or its promotion window): its deadline, if the caller just set
--- it, or as it stands.
-local function post(wk, id, message, deadline)
-    deadline = deadline or tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
-    redis.call('DEL', wk)
-    redis.call('RPUSH', wk, message)
-    redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
-end
-
 -- I7: the next ticket, and the last one (false if none): Redis's clock in
 -- microseconds, written in the same command that reads the last ticket;
 -- written again, as the last plus one, in the rare case that is not larger
 -- (the clock stepped back, or two calls in one microsecond).  ttl: the
 -- key's new TTL (ms, a string), or nil to keep the one it has.
-local function next_ticket(ttl)
+function next_ticket(ttl)
     local ticket = now_us_text()
     local last
     if ttl then
@@ -1004,11 +1008,25 @@ end
 -- A waiter that takes more permits than the limit now is (it was lowered)
 -- would block the line for good: it leaves it, and is told to look again
 -- at once (it finds itself lost, asks again and is refused).
-local function turn_away(id)
+function turn_away(id)
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id)) or NOW_MS
     remove(id)
     redis.call('RPUSH', nudge_key(id), 'n0')
     redis.call('PEXPIRE', nudge_key(id), int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
+end
+
+end -- 6 DEADLINES, TICKETS, DEPARTURES
+
+do -- 7 PROMOTION ----------------------------------------------------------
+
+-- Replace the message on one of a waiter's lists, living as long as its
+-- place (or its promotion window): its deadline, if the caller just set
+-- it, or as it stands.
+local function post(wk, id, message, deadline)
+    deadline = deadline or tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
+    redis.call('DEL', wk)
+    redis.call('RPUSH', wk, message)
+    redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
 -- I3, I4, I6, I7, I11, I12: turn first waiters into holders while their
@@ -1016,7 +1034,7 @@ end
 -- promotion window and a wake-up carrying the ticket.  Once a first
 -- waiter below a reserve's class does not fit, only the first of the
 -- class may still come in, into the reserve.
-local function promote()
+function promote()
     local waiters = waiter_count()  -- (a bound: the loop's own count)
     local line = K_WAITING
     while waiters > 0 do
@@ -1074,17 +1092,30 @@ end
 
 -- True if a member's deadline is due (I2): then a fast path leaves the
 -- call to the general one, whose housekeeping drops it.
-local function any_due()
+function any_due()
     return redis.call('ZCOUNT', K_TIMEOUT, '-inf', NOW_TEXT) > 0
+end
+
+-- I2: drop every member whose deadline is due (dead: their ids, as probe()
+-- read them); how many there were.
+local function expire(dead)
+    for i = 1, #dead do
+        remove(dead[i])
+    end
+    return #dead
 end
 
 -- I2, I4, I10: expire (due: the members probe() read as due); promote if
 -- anybody left, or if the rate lets somebody in (otherwise the first
 -- waiter still does not fit: every other change promotes by itself).
-local function housekeeping(due)
+function housekeeping(due)
     local dropped = expire(due)
     if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
 end
+
+end -- 7 PROMOTION
+
+do -- 8 THE STATE ----------------------------------------------------------
 
 -- The state's configuration (I5): kept without a TTL while any is stored.
 local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
@@ -1094,7 +1125,7 @@ local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt'}
 local CONFIG_EXTRA = {'rt', 'rk', 'wt'}
 
 -- True if the state stores a limit, a rate, a reserve or weights (I5).
-local function stored()
+function stored()
     return not not (S.limit or S.rt or S.rk or S.wt)
 end
 
@@ -1155,7 +1186,7 @@ end
 -- the rate, the reserve.  A state without a TTL (it stores a limit, rate
 -- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
 -- then only the configuration is kept.
-local function read_state()
+function read_state()
     local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
     S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
          tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
@@ -1211,7 +1242,7 @@ end
 -- The TTL a renewal gives the keys when the latest deadline is away ms
 -- from now: GRACE_MS past it, plus as much again as it is away (at most
 -- RENEW_SLACK_MS), so that most calls need none.
-local function lifetime(away)
+function lifetime(away)
     return away + GRACE_MS + math.min(away, RENEW_SLACK_MS)
 end
 
@@ -1235,8 +1266,9 @@ end
 -- that promotes a waiter of another tenant leaves tt as it was).
 local COUNTS = {'xh', 'xw', 'hh', 'tt'}
 local READ = {}
+
 -- The state's counts as read, for finish() (not needed by a fast path).
-local function note_counts()
+function note_counts()
     for _, f in ipairs(COUNTS) do READ[f] = S[f] end
 end
 
@@ -1247,7 +1279,7 @@ end
 -- stores a limit.  The state goes with the other keys, or has no TTL while
 -- it stores a limit.  A FRESH call made every key but waiting (its first
 -- member holds: one that waits, kept out by a rate, clears FRESH).
-local function finish()
+function finish()
     for _, f in ipairs(COUNTS) do   -- (a count back where it was: no write)
         if W[f] ~= nil and (W[f] or 0) == READ[f] then W[f] = nil end
     end
@@ -1288,6 +1320,104 @@ local function finish()
     elseif ttl or touched then
         redis.call('PEXPIRE', K_STATE, int(math.max(ttl or have, GRACE_MS)))
     end
+end
+
+end -- 8 THE STATE
+
+do -- 9 ARGUMENTS ----------------------------------------------------------
+
+-- Argument checkers: each returns the value, or nil if malformed.
+function id_arg(v)
+    if type(v) == 'string' and #v <= 100 and string.find(v, '^[%w%.%-_:]+$') then
+        return v
+    end
+end
+
+-- Counts as read so far, text -> number (false: not a count), so that a
+-- call's usual arguments (the same lease, wait and limit, call after call)
+-- are not converted anew: tonumber() of a text costs as much as a command
+-- (bench/README.md).  Emptied when it holds COUNTS_KEPT, so that varied
+-- arguments cannot grow it; a text longer than COUNT_TEXT_MAX (a count
+-- needs 13 digits) is converted each time, never kept.
+local COUNTS_KEPT, COUNT_TEXT_MAX = 256, 16
+local COUNT_OF, COUNTS_HELD = {}, 0
+
+-- A count: an integer from 0 to 1e12 (nil if v is none).
+function count_arg(v)
+    local n = COUNT_OF[v or false]
+    if n == nil then
+        n = tonumber(v)
+        if not (n and n >= 0 and n <= 1e12 and n % 1 == 0) then n = false end
+        if type(v) == 'string' and #v <= COUNT_TEXT_MAX then
+            if COUNTS_HELD >= COUNTS_KEPT then COUNT_OF, COUNTS_HELD = {}, 0 end
+            COUNT_OF[v], COUNTS_HELD = n, COUNTS_HELD + 1
+        end
+    end
+    return n or nil
+end
+
+-- A priority: an integer from -PRIORITY_MAX to PRIORITY_MAX.
+function priority_arg(v)
+    local n = tonumber(v)
+    if n and n == math.floor(n) and math.abs(n) <= PRIORITY_MAX then return n end
+end
+
+-- A tenant: up to 64 bytes, no control character nor '|' ('': none).
+function tenant_arg(v)
+    if type(v) == 'string' and #v <= 64 and not string.find(v, '[%c|]') then return v end
+end
+
+-- A weight: 1 to 10000, or '' for none (false).
+function weight_arg(v)
+    if v == '' then return false end
+    local n = count_arg(v)
+    if n and n >= 1 and n <= 10000 then return n end
+end
+
+-- A limit: 1 or more, or '' for none (false).
+function limit_arg(v)
+    if v == '' then return false end
+    local n = count_arg(v)
+    if n and n >= 1 then return n end
+end
+
+-- The reader of the operations that take one id.
+function read_id(a)
+    local id = id_arg(a[2])
+    if id then return true, id end
+end
+
+-- The reader of the operations that take nothing.
+function read_none()
+    return true
+end
+
+end -- 9 ARGUMENTS
+
+do -- 10 ACQUIRE AND WAIT --------------------------------------------------
+
+-- Milliseconds until the (pos+1)-th earliest deadline: a waiter at line
+-- position pos cannot move into the window before that many members leave.
+local function next_deadline_ms(pos)
+    local at = int(pos)
+    local r = redis.call('ZRANGE', K_TIMEOUT, at, at, 'WITHSCORES')
+    if not r[2] then return -1 end
+    return math.max(tonumber(r[2]) - NOW_MS, 0)
+end
+
+-- How many members must leave, less one, before a member at rank in owner
+-- taking p permits fits under limit: the index of the deadline to look
+-- again at.  With members taking several permits, one leaving may be
+-- enough: the earliest deadline.
+local function deadline_index(rank, p, limit)
+    if S.xh + S.xw > 0 then return 0 end
+    return math.max(rank + p - limit - 1, 0)
+end
+
+-- A member's priority (I4, I11), from its info.
+local function priority_of(id)
+    local _, _, _, _, prio = parse_info(redis.call('HGET', K_INFO, id))
+    return prio or 0
 end
 
 -- I11: add to a busy or waiting reply what a reserve leaves a caller of
@@ -1456,6 +1586,24 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin, priority, tenant))
     return waiting_reply(id, limit)
 end
+OPS.acquire = {
+    read = function(a)
+        local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
+        local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
+        local priority, tenant = 0, ''
+        if a[10] then priority = priority_arg(a[10]) end
+        if a[11] then tenant = tenant_arg(a[11]) end
+        if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
+                priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
+           p < 1 or lease < 1 or keepalive < 1 then return nil end
+        return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
+               priority, tenant
+    end,
+    run = op_acquire,
+    fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant)
+        if p == 1 then return fast_acquire(id, maxh, lease, origin, priority, tenant) end
+    end,
+}
 
 -- wait_check id keepalive_ms [settle]: keep a place in line alive, or
 -- confirm the slot it was promoted to.
@@ -1471,6 +1619,14 @@ local function op_wait_check(id, keepalive, settle)
     redis.call('DEL', nudge_key(id))    -- this look's answer supersedes it
     return waiting_reply(id, limit_in_effect(true) or maxh)
 end
+OPS.wait_check = {
+    read = function(a)
+        local id, keepalive = id_arg(a[2]), count_arg(a[3])
+        if not (id and keepalive) or keepalive < 1 then return nil end
+        return true, id, keepalive, a[4] == 'settle'
+    end,
+    run = op_wait_check,
+}
 
 -- give_up id: leave the line, unless promotion came just in time.
 local function op_give_up(id)
@@ -1480,6 +1636,11 @@ local function op_give_up(id)
     if not is_empty() then promote() end
     return {'gone'}
 end
+OPS.give_up = {read = read_id, run = op_give_up}
+
+end -- 10 ACQUIRE AND WAIT
+
+do -- 11 RELEASE AND REFRESH -----------------------------------------------
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 -- release id [forced]: 1 if the caller held a slot.  "forced" (an
@@ -1496,6 +1657,16 @@ local function op_release(id, forced)
     if waited then return 0 end
     return 1
 end
+OPS.release = {
+    read = function(a)
+        local id = id_arg(a[2])
+        if id and (a[3] == nil or a[3] == 'forced') then return true, id, a[3] == 'forced' end
+    end,
+    run = op_release,
+    fast = function(id, forced)
+        if not forced then return fast_release(id) end
+    end,
+}
 
 -- refresh id lease_ms(0 = as acquired): the new lease in ms, or 0 if the
 -- caller holds no slot (then nothing of it remains, unless it waits), -1
@@ -1562,12 +1733,43 @@ local function op_refresh_many(pairs, fast)
     end
     return out
 end
+OPS.refresh = {
+    read = function(a)
+        local id, lease = id_arg(a[2]), count_arg(a[3])
+        if id and lease then return true, id, lease end
+    end,
+    run = op_refresh,
+    fast = function(id, lease)
+        local out = op_refresh_many({id, lease}, true)
+        return out and out[1]
+    end,
+}
+OPS.refresh_many = {
+    read = function(a)
+        local pairs = {}
+        if #a < 3 or #a % 2 ~= 1 or #a > 2001 then return nil end
+        for i = 2, #a, 2 do
+            local id, lease = id_arg(a[i]), count_arg(a[i + 1])
+            if not (id and lease) then return nil end
+            pairs[#pairs + 1] = id
+            pairs[#pairs + 1] = lease
+        end
+        return true, pairs
+    end,
+    run = op_refresh_many,
+    fast = function(pairs) return op_refresh_many(pairs, true) end,
+}
 
 -- token id: the holder's ticket, or nil.
 local function op_token(id)
     if is_waiting(id) then return false end
     return redis.call('ZSCORE', K_OWNER, id)
 end
+OPS.token = {read = read_id, run = op_token}
+
+end -- 11 RELEASE AND REFRESH
+
+do -- 12 LIST, LIMIT, SUMMARY ----------------------------------------------
 
 -- One member as list shows it.
 local function list_entry(id, ticket, waiting)
@@ -1605,6 +1807,7 @@ local function op_list()
     end
     return out
 end
+OPS.list = {read = read_none, run = op_list}
 
 -- The limits and the permits held: {stored limit or '', limit in effect
 -- or '', permits held, waiters}.
@@ -1614,6 +1817,7 @@ local function limit_reply()
     return {S.limit and int(S.limit) or '', limit and int(limit) or '',
             int(held), int(waiters)}
 end
+OPS.limit = {read = read_none, run = limit_reply}
 
 -- The ticket of the waiter that asked first, or nil.  Not the first in
 -- line (priorities and tenants reorder it): a member's ticket in owner is
@@ -1664,6 +1868,7 @@ local function op_summary()
     r[10] = int(S.tl and redis.call('ZCARD', tq_key()) or math.min(waiters, 1))
     return r
 end
+OPS.summary = {read = read_none, run = op_summary}
 
 -- set_limit max_holders|'': store a limit, or remove it (the members keep
 -- it as the limit in effect).  Raising it admits waiters at once (I3, I4).
@@ -1674,6 +1879,17 @@ local function op_set_limit(maxh)
     promote()
     return limit_reply()
 end
+OPS.set_limit = {
+    read = function(a)
+        local maxh = limit_arg(a[2])
+        if maxh ~= nil then return true, maxh or nil end
+    end,
+    run = op_set_limit,
+}
+
+end -- 12 LIST, LIMIT, SUMMARY
+
+do -- 13 CONFIGURATION -----------------------------------------------------
 
 -- The rate: {rate as given or '', us per admission or '', burst or '',
 -- ms until the rate lets the next caller in}.
@@ -1698,6 +1914,17 @@ local function op_set_rate(rt, rb, rs)
     if not is_empty() then promote() end
     return rate_reply()
 end
+OPS.set_rate = {
+    read = function(a)
+        if a[2] == '' and #a == 2 then return true, nil end
+        local rt, rb = count_arg(a[2]), count_arg(a[3])
+        if not (rt and rb and rt >= 1 and rb >= 1 and rb <= 1e6 and
+                type(a[4]) == 'string' and #a[4] <= 64) then return nil end
+        return true, rt, rb, a[4]
+    end,
+    run = op_set_rate,
+}
+OPS.rate = {read = read_none, run = rate_reply}
 
 -- The reserve: {permits or '', priority or '', permits its class holds}.
 local function reserve_reply()
@@ -1739,6 +1966,16 @@ local function op_set_reserve(rk, rp)
     if not is_empty() then promote() end
     return reserve_reply()
 end
+OPS.set_reserve = {
+    read = function(a)
+        if a[2] == '' and #a == 2 then return true, nil end
+        local rk, rp = count_arg(a[2]), priority_arg(a[3])
+        if not (rk and rp and rk >= 1 and rk <= 1e6) then return nil end
+        return true, rk, rp
+    end,
+    run = op_set_reserve,
+}
+OPS.reserve = {read = read_none, run = reserve_reply}
 
 -- set_weight tenant weight|'': store a tenant's weight, or remove it (1
 -- then).  Its rank among the tenants that wait changes at once, and may
@@ -1755,6 +1992,14 @@ local function op_set_weight(t, w)
     if not is_empty() then promote() end
     return {int(weight_of(t))}
 end
+OPS.set_weight = {
+    read = function(a)
+        local t, w = tenant_arg(a[2]), weight_arg(a[3])
+        if not (t and t ~= '' and w ~= nil and #a == 3) then return nil end
+        return true, t, w or nil
+    end,
+    run = op_set_weight,
+}
 
 -- tenants: each tenant that holds, waits or has a stored weight, as
 -- {tenant ('': the callers without one, first), weight, permits held,
@@ -1783,6 +2028,11 @@ local function op_tenants()
     end
     return out
 end
+OPS.tenants = {read = read_none, run = op_tenants}
+
+end -- 13 CONFIGURATION
+
+do -- 14 FAST PATHS --------------------------------------------------------
 
 -- FAST PATHS.  The commonest calls run as straight-line code: an acquire
 -- of one permit granted at once (on a semaphore with no member, or beside
@@ -1860,7 +2110,7 @@ end
 -- agrees, everybody's permits and the caller's fit (I4, I8), the keys
 -- outlive the new deadline.  Its first write takes the ticket (I7, as
 -- next_ticket), its second refuses an id that is a member already.
-local function fast_acquire(id, maxh, lease, origin, prio, tenant)
+function fast_acquire(id, maxh, lease, origin, prio, tenant)
     if S.xh + S.xw > 0 or S.tl or S.rt or S.rk or not (maxh or S.limit) or
        (S.limit and maxh and maxh ~= S.limit) then
         return nil
@@ -1910,7 +2160,7 @@ end
 -- nobody to promote), another member left (so no key goes).  Its first
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
-local function fast_release(id)
+function fast_release(id)
     if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or waiter_count() > 0 or
@@ -1931,183 +2181,9 @@ local function fast_release(id)
     return 1
 end
 
--- Argument checkers: each returns the value, or nil if malformed.
-local function id_arg(v)
-    if type(v) == 'string' and #v <= 100 and string.find(v, '^[%w%.%-_:]+$') then
-        return v
-    end
-end
+end -- 14 FAST PATHS
 
--- Counts as read so far, text -> number (false: not a count), so that a
--- call's usual arguments (the same lease, wait and limit, call after call)
--- are not converted anew: tonumber() of a text costs as much as a command
--- (bench/README.md).  Emptied when it holds COUNTS_KEPT, so that varied
--- arguments cannot grow it; a text longer than COUNT_TEXT_MAX (a count
--- needs 13 digits) is converted each time, never kept.
-local COUNTS_KEPT, COUNT_TEXT_MAX = 256, 16
-local COUNT_OF, COUNTS_HELD = {}, 0
-
--- A count: an integer from 0 to 1e12 (nil if v is none).
-local function count_arg(v)
-    local n = COUNT_OF[v or false]
-    if n == nil then
-        n = tonumber(v)
-        if not (n and n >= 0 and n <= 1e12 and n % 1 == 0) then n = false end
-        if type(v) == 'string' and #v <= COUNT_TEXT_MAX then
-            if COUNTS_HELD >= COUNTS_KEPT then COUNT_OF, COUNTS_HELD = {}, 0 end
-            COUNT_OF[v], COUNTS_HELD = n, COUNTS_HELD + 1
-        end
-    end
-    return n or nil
-end
-
--- A priority: an integer from -PRIORITY_MAX to PRIORITY_MAX.
-local function priority_arg(v)
-    local n = tonumber(v)
-    if n and n == math.floor(n) and math.abs(n) <= PRIORITY_MAX then return n end
-end
-
--- A tenant: up to 64 bytes, no control character nor '|' ('': none).
-local function tenant_arg(v)
-    if type(v) == 'string' and #v <= 64 and not string.find(v, '[%c|]') then return v end
-end
-
--- A weight: 1 to 10000, or '' for none (false).
-local function weight_arg(v)
-    if v == '' then return false end
-    local n = count_arg(v)
-    if n and n >= 1 and n <= 10000 then return n end
-end
-
--- A limit: 1 or more, or '' for none (false).
-local function limit_arg(v)
-    if v == '' then return false end
-    local n = count_arg(v)
-    if n and n >= 1 then return n end
-end
-
--- The reader of the operations that take one id.
-local function read_id(a)
-    local id = id_arg(a[2])
-    if id then return true, id end
-end
-
--- The reader of the operations that take nothing.
-local function read_none()
-    return true
-end
-
--- Each operation: read, which checks ARGV (a) and returns true and run's
--- arguments (nil if they are malformed); run; and, for some, a fast path
--- (fast: given the same arguments, the reply, or nil to leave the call to
--- run).  The arguments travel as values, never in a closure made per call:
--- that cost 5,000 instructions a call (bench/README.md).
-local OPS = {
-    acquire = {
-        read = function(a)
-            local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
-            local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
-            local priority, tenant = 0, ''
-            if a[10] then priority = priority_arg(a[10]) end
-            if a[11] then tenant = tenant_arg(a[11]) end
-            if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
-                    priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
-               p < 1 or lease < 1 or keepalive < 1 then return nil end
-            return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
-                   priority, tenant
-        end,
-        run = op_acquire,
-        fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant)
-            if p == 1 then return fast_acquire(id, maxh, lease, origin, priority, tenant) end
-        end,
-    },
-    wait_check = {
-        read = function(a)
-            local id, keepalive = id_arg(a[2]), count_arg(a[3])
-            if not (id and keepalive) or keepalive < 1 then return nil end
-            return true, id, keepalive, a[4] == 'settle'
-        end,
-        run = op_wait_check,
-    },
-    give_up = {read = read_id, run = op_give_up},
-    release = {
-        read = function(a)
-            local id = id_arg(a[2])
-            if id and (a[3] == nil or a[3] == 'forced') then return true, id, a[3] == 'forced' end
-        end,
-        run = op_release,
-        fast = function(id, forced)
-            if not forced then return fast_release(id) end
-        end,
-    },
-    refresh = {
-        read = function(a)
-            local id, lease = id_arg(a[2]), count_arg(a[3])
-            if id and lease then return true, id, lease end
-        end,
-        run = op_refresh,
-        fast = function(id, lease)
-            local out = op_refresh_many({id, lease}, true)
-            return out and out[1]
-        end,
-    },
-    refresh_many = {
-        read = function(a)
-            local pairs = {}
-            if #a < 3 or #a % 2 ~= 1 or #a > 2001 then return nil end
-            for i = 2, #a, 2 do
-                local id, lease = id_arg(a[i]), count_arg(a[i + 1])
-                if not (id and lease) then return nil end
-                pairs[#pairs + 1] = id
-                pairs[#pairs + 1] = lease
-            end
-            return true, pairs
-        end,
-        run = op_refresh_many,
-        fast = function(pairs) return op_refresh_many(pairs, true) end,
-    },
-    token = {read = read_id, run = op_token},
-    list = {read = read_none, run = op_list},
-    limit = {read = read_none, run = limit_reply},
-    summary = {read = read_none, run = op_summary},
-    set_limit = {
-        read = function(a)
-            local maxh = limit_arg(a[2])
-            if maxh ~= nil then return true, maxh or nil end
-        end,
-        run = op_set_limit,
-    },
-    set_rate = {
-        read = function(a)
-            if a[2] == '' and #a == 2 then return true, nil end
-            local rt, rb = count_arg(a[2]), count_arg(a[3])
-            if not (rt and rb and rt >= 1 and rb >= 1 and rb <= 1e6 and
-                    type(a[4]) == 'string' and #a[4] <= 64) then return nil end
-            return true, rt, rb, a[4]
-        end,
-        run = op_set_rate,
-    },
-    rate = {read = read_none, run = rate_reply},
-    set_reserve = {
-        read = function(a)
-            if a[2] == '' and #a == 2 then return true, nil end
-            local rk, rp = count_arg(a[2]), priority_arg(a[3])
-            if not (rk and rp and rk >= 1 and rk <= 1e6) then return nil end
-            return true, rk, rp
-        end,
-        run = op_set_reserve,
-    },
-    reserve = {read = read_none, run = reserve_reply},
-    set_weight = {
-        read = function(a)
-            local t, w = tenant_arg(a[2]), weight_arg(a[3])
-            if not (t and t ~= '' and w ~= nil and #a == 3) then return nil end
-            return true, t, w or nil
-        end,
-        run = op_set_weight,
-    },
-    tenants = {read = read_none, run = op_tenants},
-}
+do -- 15 THE INDEX ---------------------------------------------------------
 
 -- X1: drop the entries whose until has passed; keep the key's lifetime.
 local function index_tidy(key, ttl)
@@ -2182,7 +2258,7 @@ end
 
 -- The index operations, as OPS (run's first argument: the index key;
 -- timeless: run reads no clock, NOW_MS).
-local INDEX_OPS = {
+INDEX_OPS = {
     index_touch = {
         read = function(a)
             local ttl, names = count_arg(a[2]), {}
@@ -2219,6 +2295,38 @@ local INDEX_OPS = {
         timeless = true,            -- (reads no clock)
     },
 }
+
+end -- 15 THE INDEX
+
+do -- 16 A CALL ------------------------------------------------------------
+
+-- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
+local PAD = {'00000', '0000', '000', '00', '0', ''}
+
+-- Start a call on these keys: nothing carries over from an earlier call.
+-- (A fast path needs TF besides the state, S, which read_state makes;
+-- begin_general makes the rest, and until then they are nil, so that a
+-- fast path cannot use one by mistake.  The clock's texts are cut from
+-- TIME's own: printing a number costs half a command; bench/README.md.)
+local function begin(keys)
+    K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
+        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+    BASE = string.sub(K_OWNER, 1, -6)
+    local t = redis.call('TIME')
+    NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
+    NOW_US = tonumber(NOW_US_TEXT)  -- (exact: below 2^53 until the year 2255)
+    NOW_MS = math.floor(NOW_US / 1000)
+    NOW_TEXT = string.sub(NOW_US_TEXT, 1, -4)
+    TF, MEMBERS, WAITERS = {}, nil, nil     -- (S: read_state)
+    W, WEIGHTS, TW = nil, nil, nil
+end
+
+-- What only the general path needs, made once a fast path has declined.
+local function begin_general()
+    W, WEIGHTS, TW = {}, {}, {}
+    NEW_DL, CREATED, REMOVED, FRESH, NEW_KEYS = nil, false, false, false, {}
+    GONE, GONE_TENANT = nil, nil
+end
 
 -- The error reply to a call of an unknown operation (op nil), or of op
 -- with malformed arguments.
@@ -2299,7 +2407,7 @@ end
 
 -- The only way in (the library's function): check, read the state,
 -- housekeeping, the operation, write the state back and restore lifetimes.
-local function dispatch(keys, a)
+function dispatch(keys, a)
     if #keys == 1 then return dispatch_index(keys, a) end
     if #keys ~= 6 then
         return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
@@ -2308,3 +2416,5 @@ local function dispatch(keys, a)
     if not op then return refused(op, a) end
     return run_op(keys, a, op, op.read(a))
 end
+
+end -- 16 A CALL
