@@ -121,32 +121,31 @@
 --     holders never take more permits than the limit was when the latest
 --     of them came in: lowering the limit evicts nobody and admits nobody
 --     until the holders fit under it.
---  I4 First come, first served, by priority.  Nobody comes in past
---     anybody waiting: a newcomer is admitted only if all members' permits
---     plus its own fit, or if its place would be first in line and its
---     permits fit beside the holders' (or into a reserve: I11).  A waiter's place in line is its
---     ticket less its
---     priority times AGING_US: it stands as if it had come AGING_US
---     earlier per level, so a later caller of higher priority q passes a
---     waiter of priority p only if it came less than (q - p) x AGING_US
---     after it (aging: nobody is passed for ever).  Promotion takes
---     waiters in line order and stops at the first that does not fit,
---     even if smaller requests behind it would (a waiter that could never
---     fit, the limit having been lowered below its permits, is dropped and
---     told to look again).  So the first waiter does not fit.
+--  I4 First come, first served, by priority.  Nobody comes in past anybody
+--     waiting: a newcomer is admitted only if all members' permits plus its
+--     own fit, or if its place would be first in line and its permits fit
+--     beside the holders' (or into a reserve: I11).  A waiter's place in
+--     line is its ticket less its priority times AGING_US: it stands as if
+--     it had come AGING_US earlier per level, so a later caller of higher
+--     priority q passes a waiter of priority p only if it came less than
+--     (q - p) x AGING_US after it (aging: nobody is passed for ever).
+--     Promotion takes waiters in line order and stops at the first that
+--     does not fit, even if smaller requests behind it would (a waiter that
+--     could never fit, the limit having been lowered below its permits, is
+--     dropped and told to look again).  So the first waiter does not fit.
 --  I5 Key lifetime.  Every key above carries a TTL of at least the latest
 --     deadline from now plus GRACE_MS, so Redis never drops the data of a
 --     live member.  Once its last member is gone, a semaphore leaves
 --     nothing behind but its ticket, and that only for GRACE_MS (owner,
 --     timeout, info and waiting are empty then, so Redis has deleted them;
---     the state goes at once); if its last deadline passes with
---     nobody calling, at most GRACE_MS plus one lease (a minute at most)
---     later.  The one exception is a state holding a stored limit, rate,
---     reserve or wt: that is configuration, kept without a TTL, and emptied of
+--     the state goes at once); if its last deadline passes with nobody
+--     calling, at most GRACE_MS plus one lease (a minute at most) later.
+--     The one exception is a state holding a stored limit, rate, reserve or
+--     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.  A forced: marker lives until the deadline its member had
---     (GRACE_MS at least), or until the
---     holder's next refresh reads it: no longer than the slot would have.
+--     (GRACE_MS at least), or until the holder's next refresh reads it: no
+--     longer than the slot would have.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check, give_up, or a
 --     refresh: its server's keeper sends one for a waiter that took its
@@ -166,6 +165,12 @@
 --     asks and, if it waits, a new one when it is promoted: a holder's
 --     ticket is from its grant, so holders' tickets rise in grant order
 --     whatever the line's order, and are fencing tokens.
+--  I8 One limit.  While a semaphore has members, the limit in effect is
+--     the stored limit, or else the one its first member passed (cur).  A
+--     caller that passes another limit is refused, and one that passes
+--     none needs a stored limit: callers cannot mix limits and break each
+--     other's bound.  Changing the stored limit changes the limit in
+--     effect at once.
 --  I9 One era.  Waiting belongs to the primary it was queued on.  A
 --     failover (or a restart) gives the primary a new replication id; the
 --     first caller that would wait, or is waiting, on a semaphore whose
@@ -181,12 +186,6 @@
 --     old primary, which lost its replica, grants nothing more.  Without
 --     that, the old primary may grant for a while after the promotion, and
 --     the inherited line is what keeps the new one from granting beside it.
---  I8 One limit.  While a semaphore has members, the limit in effect is
---     the stored limit, or else the one its first member passed (cur).  A
---     caller that passes another limit is refused, and one that passes
---     none needs a stored limit: callers cannot mix limits and break each
---     other's bound.  Changing the stored limit changes the limit in
---     effect at once.
 -- I10 Rate.  With a stored rate (one admission every T = rt us, a burst
 --     of B = rb), a caller becomes a holder (admitted or promoted) only
 --     if the rate lets it in as well as the limit: now >= tat - (B - 1) T,
