@@ -562,8 +562,9 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 /*
  * The fleet touch's budget (src/timing.h): a third of the shortest lease
  * time left among the holds the keeper keeps, as this round's refreshes
- * left them (sent: when the batch went out), at least
- * FLEET_TOUCH_MIN_BUDGET_MS, at most redsem.command_timeout
+ * left them (sent: when the batch went out), and of the least lease a hold
+ * taken during the touch may have; at least FLEET_TOUCH_MIN_BUDGET_MS, at
+ * most redsem.command_timeout
  */
 static int
 touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
@@ -596,6 +597,8 @@ touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
 		if (ends[i] != 0)
 			shortest = Min(shortest, TimestampDifferenceMilliseconds(now, ends[i]));
 	pfree(ends);
+	/* a hold taken meanwhile, of the least lease, is seen after the touch */
+	shortest = Min(shortest, REDSEM_MIN_LEASE_MS);
 	return (int) Max(Min(shortest / KEEPER_REFRESH_FRACTION, redsem_command_timeout_ms),
 					 FLEET_TOUCH_MIN_BUDGET_MS);
 }
@@ -712,8 +715,10 @@ redsem_keeper_main(Datum main_arg)
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(cycle_context);
 
-		shared_keeper_set_wake_time(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-																sleep_ms));
+		/* a wake-up our own Redis waits swallowed: look again at once */
+		if (shared_keeper_set_wake_time(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																	sleep_ms)))
+			SetLatch(MyLatch);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 sleep_ms, redsem_wait_event());
 		ResetLatch(MyLatch);

@@ -44,6 +44,9 @@ typedef struct RedsemShared
 	int			keeper_pid;
 	Latch	   *keeper_latch;
 	TimestampTz keeper_wakes_at;	/* when the sleeping keeper looks next */
+	pg_atomic_uint64 keeper_wakes;	/* wake-ups asked of the keeper: one its
+									 * own Redis waits swallowed (they reset
+									 * its latch) is seen here */
 	pg_atomic_uint64 keeper_target; /* redis_target_signature() of the
 									 * keeper's last cycle: the holds it
 									 * refreshes */
@@ -222,6 +225,7 @@ redsem_shmem_startup(void)
 		shared->stats_lock = &locks[1].lock;
 		shared->incarnation = random_tag();
 		pg_atomic_init_u64(&shared->keeper_target, 0);
+		pg_atomic_init_u64(&shared->keeper_wakes, 0);
 		if (!IsUnderPostmaster)
 		{
 			if (postmaster_started_once)
@@ -344,11 +348,23 @@ shared_keeper_detach(void)
 	shared->keeper_pid = 0;
 }
 
-/* The keeper sleeps until when: a backend with an earlier need wakes it */
-void
+/* keeper_wakes as the keeper's last copy of the holds found it (the keeper's) */
+static uint64 wakes_at_copy = 0;
+
+/*
+ * The keeper sleeps until when: a backend with an earlier need wakes it.
+ * True if a backend asked for a wake-up since the keeper copied the holds:
+ * the keeper's latch may have been reset by its own Redis waits since, so
+ * it must look again instead of sleeping.  (A backend that reads the old
+ * keeper_wakes_at after this adds its wake-up after our read, and sets the
+ * latch after our last reset of it.)
+ */
+bool
 shared_keeper_set_wake_time(TimestampTz when)
 {
 	shared->keeper_wakes_at = when;
+	pg_memory_barrier();
+	return pg_atomic_read_u64(&shared->keeper_wakes) != wakes_at_copy;
 }
 
 /* The keeper refreshes the holds taken on target (only the keeper writes it) */
@@ -395,6 +411,7 @@ shared_hold_copy_for_keeper(HoldCopy *buf)
 
 	shared->keeper_wakes_at = DT_NOEND;
 	pg_memory_barrier();
+	wakes_at_copy = pg_atomic_read_u64(&shared->keeper_wakes);
 	LWLockAcquire(shared->holds_lock, LW_SHARED);
 	for (int i = 0; i < hold_table_size; i++)
 	{
@@ -511,7 +528,10 @@ wake_keeper_by(TimestampTz when)
 	Latch	   *latch = shared->keeper_latch;
 
 	if (latch != NULL && when < shared->keeper_wakes_at)
+	{
+		pg_atomic_fetch_add_u64(&shared->keeper_wakes, 1);
 		SetLatch(latch);
+	}
 }
 
 /*

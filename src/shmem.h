@@ -133,7 +133,7 @@ extern bool shared_keeper_keeps_target(uint64 target);
 extern bool shared_keeper_reaches_target(uint64 target);
 extern void shared_keeper_attach(Latch *latch, int pid);
 extern void shared_keeper_detach(void);
-extern void shared_keeper_set_wake_time(TimestampTz when);
+extern bool shared_keeper_set_wake_time(TimestampTz when);
 extern bool shared_keeper_has_trouble(void);
 extern void shared_keeper_trouble_note(const char *text, TimestampTz now);
 extern void shared_keeper_trouble_clear(void);
