@@ -440,9 +440,10 @@ drop_late_reply(void *arg, redisReply *reply, const RedisOutcome *outcome)
  * For a call that asked for it (owe_late_reply): its one command timed out
  * on a link that owed nothing before it, so its reply is still to come and
  * nothing else is wrong with the link.  Leave that reply owed (read and
- * dropped before the link's next use, like a deferred command's) rather
- * than drop a good connection; the call's outcome says it timed out.
- * False if the link cannot owe it (the caller then drops the link).
+ * dropped if it has come by the link's next use; if not, the link is
+ * dropped then: owes_late_reply) rather than drop a connection to a Redis
+ * that is merely far; the call's outcome says it timed out.  False if the
+ * link cannot owe it (the caller then drops the link).
  */
 static bool
 owe_late_reply(RedisCall *call, Link *link, int timeout_ms)
@@ -458,6 +459,21 @@ owe_late_reply(RedisCall *call, Link *link, int timeout_ms)
 					  "the reply is read later, the connection kept");
 	call->outcome.timeout_ms = timeout_ms;
 	return true;
+}
+
+/*
+ * True if link still owes a late reply (owe_late_reply) that has not come
+ * by its next use: Redis is slow to answer, and a command sent behind it
+ * would wait as long (the keeper's refreshes), so the link is dropped
+ * instead, as if the late call had dropped it
+ */
+static bool
+owes_late_reply(const Link *link)
+{
+	for (int i = 0; i < link->n_owed; i++)
+		if (link->owed[i].handler == drop_late_reply)
+			return true;
+	return false;
 }
 
 /*
@@ -546,13 +562,16 @@ ensure_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	if (link->ctx != NULL && link->n_owed > 0)
 	{
 		poll_owed(link);
-		if (usable_behind_owed(link))
+		if (owes_late_reply(link))
+			disconnect_link(link);
+		else if (usable_behind_owed(link))
 		{
 			elog(DEBUG2, "redsem: a command goes out behind %d replies still owed",
 				 link->n_owed);
 			return true;
 		}
-		settle_owed(call, link, deadline);
+		else
+			settle_owed(call, link, deadline);
 	}
 	if (link->ctx != NULL && connection_is_stale(link))
 		disconnect_link(link);
