@@ -404,7 +404,8 @@ typedef enum GrantFate
  * (grant_lease_needed_ms): nobody refreshes it while the WAIT runs, so one
  * back late is refreshed here first.  The time is counted from when the
  * granting request was sent (*sent), the WAIT's part on the monotonic
- * clock.  Stale: it ran out, or the refresh found it gone or itself took
+ * clock.  The refresh waits for the replicas as the grant did.  Stale: it
+ * ran out, or the refresh found it gone, or the refresh and its wait took
  * more than the keeper's margin.
  */
 static GrantFate
@@ -430,7 +431,14 @@ settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 		return GRANT_STALE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;
-	if (r->state == SEM_HELD && left >= grant_lease_needed_ms(args->lease_ms))
+	if (r->state != SEM_HELD)
+		return GRANT_STALE;
+	/* the replicas learn the refresh too: a failover must not undo it */
+	INSTR_TIME_SET_CURRENT(granted);
+	if (!grant_replicated(args))
+		return GRANT_FAILED;
+	left -= mono_ms_since(&granted);
+	if (left >= grant_lease_needed_ms(args->lease_ms))
 		return GRANT_USABLE;
 	return GRANT_STALE;
 }
