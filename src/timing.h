@@ -52,11 +52,14 @@
  * the granting request was sent, the WAIT's part on the monotonic clock.
  * The keeper, woken at once, finds it due and refreshes it with two tries'
  * room left, as any hold.  A grant back with less is refreshed by the
- * acquire itself first (one round trip, not waited for by replicas: like
- * the keeper's refreshes; the grant itself was), so that a slow replica
- * costs the caller a round trip, not its place in line; if that finds the
- * slot gone, or itself took more than a third of the lease, the grant is
- * given back and the caller queues again within its wait.
+ * acquire itself first, and that refresh waits for the replicas too (the
+ * replicas' copy of the grant may have less than a third of its lease
+ * left: a failover before the refresh reached them would end it early), so
+ * that a slow replica costs the caller a round trip and a wait, not its
+ * place in line; if the refresh finds the slot gone, or it and its wait
+ * took more than a third of the lease, the grant is given back and the
+ * caller queues again within its wait.  Only this gate reads the monotonic
+ * clock: the keeper reckons the hold from the refresh's wall-clock time.
  *
  * Callbacks at commit, abort and session exit never wait long for Redis:
  * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not
@@ -92,11 +95,14 @@
  * semaphores vanish from the view.  A touch comes after the round's
  * refreshes, and its budget is reckoned like a batch's share: a third of
  * the shortest lease time left among the holds the keeper keeps, as the
- * round's refreshes left them (FLEET_TOUCH_MIN_BUDGET_MS at least,
- * redsem.command_timeout at most).  A touch then fits wherever a refresh
- * does: a Redis 150 ms away gets some 300 ms or more for a touch of a
- * server whose shortest lease is the least allowed (1 s, just refreshed),
- * and a touch of long leases gets redsem.command_timeout.  A hung index
+ * round's refreshes left them, and of REDSEM_MIN_LEASE_MS (a hold taken
+ * during the touch, of the least lease, is refreshed only after it:
+ * FLEET_TOUCH_MIN_BUDGET_MS at least, redsem.command_timeout at most).  A
+ * touch then fits wherever a refresh does: a Redis 150 ms away gets some
+ * 300 ms.  A backend that asks the keeper to wake while it works (a new
+ * hold) counts its request in shared memory as well as setting the latch,
+ * since the keeper's own Redis waits reset its latch: the keeper looks
+ * again at once instead of sleeping when a request came.  A hung index
  * node delays the next round by at most that budget, once per touch: the
  * refreshes due meanwhile come that much late, with two thirds of the time
  * they had left still to run (a hold whose refresh failed and waits for
