@@ -364,6 +364,25 @@ find_deadlock(const DeadlockWait *w, DeadlockFound *found)
 	return confirmed_stuck(h, blocked, n, m, nm, &found->pid) == found->stuck;
 }
 
+/* How every DETAIL of a deadlock begins: pid, stuck permits, limit */
+#define STUCK_HOLDER	"Process %d holds a slot of it and waits for a lock held by this transaction; " \
+	INT64_FORMAT " of its " INT64_FORMAT
+
+/* The DETAIL of a deadlock found: who is stuck, and what keeps us out */
+static char *
+deadlock_detail(const DeadlockFound *f)
+{
+	if (f->ahead > 0)
+		return psprintf(STUCK_HOLDER " permits are held that way, too many for the " INT64_FORMAT " that a waiter ahead of this one asks for.",
+						f->pid, f->stuck, f->limit, f->ahead);
+	if (f->reserve_for >= 0)
+		return psprintf(STUCK_HOLDER " permits are held that way, and a reserve (redsem_set_reserve) keeps others for priority " INT64_FORMAT " and up.",
+						f->pid, f->stuck, f->limit, f->reserve_for);
+	if (f->limit == 1)
+		return psprintf(STUCK_HOLDER " permit is held that way.", f->pid, f->stuck, f->limit);
+	return psprintf(STUCK_HOLDER " permits are held that way.", f->pid, f->stuck, f->limit);
+}
+
 /*
  * Raise 40P01 if waiter w's wait cannot end: the permits that this
  * server's holders hold while waiting, directly or not, for this backend's
@@ -401,25 +420,9 @@ deadlock_check(const DeadlockWait *w)
 	MemoryContextReset(look_context);
 	if (!deadlock)
 		return;
-	if (f.ahead > 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-				 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", w->name),
-				 errdetail("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way, too many for the " INT64_FORMAT " that a waiter ahead of this one asks for.",
-						   f.pid, f.stuck, f.limit, f.ahead),
-				 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
-	if (f.reserve_for >= 0)
-		ereport(ERROR,
-				(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
-				 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", w->name),
-				 errdetail("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way, and a reserve (redsem_set_reserve) keeps others for priority " INT64_FORMAT " and up.",
-						   f.pid, f.stuck, f.limit, f.reserve_for),
-				 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_T_R_DEADLOCK_DETECTED),
 			 errmsg("deadlock detected while waiting for a slot of redsem semaphore \"%s\"", w->name),
-			 errdetail_plural("Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permit is held that way.",
-							  "Process %d holds a slot of it and waits for a lock held by this transaction; " INT64_FORMAT " of its " INT64_FORMAT " permits are held that way.",
-							  (unsigned long) f.limit, f.pid, f.stuck, f.limit),
+			 errdetail_internal("%s", deadlock_detail(&f)),
 			 errhint("Take redsem slots before the locks their holders need, or give the wait a limit.")));
 }
