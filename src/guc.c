@@ -30,6 +30,15 @@ static char *redsem_inject_fault = NULL;
 /* Bumped when a connection setting changes, so the next call reconnects */
 uint64		redsem_guc_generation = 0;
 
+/*
+ * How the module was loaded, set by _PG_init (redsem.c) and read by the
+ * settings' check hooks and the modules below it.  True in a server that
+ * loaded redsem from shared_preload_libraries:
+ */
+bool		redsem_preloaded = false;
+/* ... and while _PG_init defines the settings (their check hooks run) */
+bool		redsem_loading = false;
+
 /* Any connection setting changed: reconnect at the next call */
 void
 redsem_assign_connection_string(const char *newval, void *extra)

@@ -24,11 +24,6 @@
 
 REDSEM_MODULE_MAGIC;
 
-/* true in a server that loaded redsem from shared_preload_libraries */
-bool		redsem_preloaded = false;
-/* true while _PG_init defines the settings (their check hooks run) */
-bool		redsem_loading = false;
-
 void		_PG_init(void);
 
 /*
