@@ -4,18 +4,22 @@
  *		shared_preload_libraries): the table of holds the keeper keeps
  *		alive, the server's identity, and per-semaphore statistics.
  *
- * shmem.c alone touches this memory; everybody else goes through the
- * functions below.  Which lock guards what:
+ * shmem.c alone touches this memory (RedsemShared, the hold table, the
+ * statistics hash); everybody else goes through the functions below.
+ * Which lock guards what:
  *   holds_lock   every field of every SharedHold, hold_hint, holds_in_use,
  *                keeper_trouble_since and keeper_trouble
  *   stats_lock   which semaphores the statistics hash holds (found and
  *                added under it), stats_names and stats_full_logged; their
  *                counters are atomics, added with the lock held shared
+ *   atomics      keeper_target (written by the keeper alone), keeper_wakes
+ *                (wake-ups asked of the keeper), statistics counters
  *   none         incarnation (written by the postmaster before any backend
  *                starts); keeper_pid, keeper_latch and keeper_wakes_at
  *                (written by the keeper alone, read by backends unlocked: a
- *                stale value costs one needless or one missed wake-up, and
- *                the keeper never sleeps longer than KEEPER_MAX_SLEEP_MS)
+ *                stale value costs one needless wake-up, or one the keeper
+ *                finds counted in keeper_wakes; and the keeper never sleeps
+ *                longer than KEEPER_MAX_SLEEP_MS)
  */
 #ifndef REDSEM_SHMEM_H
 #define REDSEM_SHMEM_H

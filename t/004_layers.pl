@@ -1,11 +1,15 @@
 
 # 004_layers.pl - the layering rule of docs/layout.md, checked: in src/, a
-# module (x.c with x.h) includes and calls only modules below it, so the
-# graph of includes and calls together has no cycle; and the Redis
-# client's lower layers never reach the ones above them.  A call or an
-# include added by a change that runs back up, or closes a loop, fails
-# here, naming the modules.  The checker is shown catching planted ones
-# too, so that a change to it cannot quietly blind it.
+# module (x.c with x.h) includes, calls and reads only modules below it, so
+# the graph of includes, calls and reads of another module's variables has
+# no cycle; and the Redis client's lower layers never reach the ones above
+# them.  Calls are read in .c files and in headers' inline functions and
+# macros; a function is another module's where it is defined with a body.
+# A call, read or include added by a change that runs back up, or closes a
+# loop, fails here, naming the modules; so does a function defined in two
+# modules.  The checker is shown catching planted ones too, so that a
+# change to it cannot quietly blind it.  (It reads text, not symbols: a
+# function reached only through a pointer is no edge.)
 
 use strict;
 use warnings FATAL => 'all';
@@ -52,26 +56,64 @@ sub code_only
 	return $text;
 }
 
-# The graph: module => { module it includes or calls => 'include' | 'call' }
+# The definitions in C code (comments and strings gone): { name => static? }
+# for functions with a body, PostgreSQL style (the name at the start of a
+# line, its type on the line before) or on one line; a declaration ends in
+# ';' and is none
+sub functions_defined
+{
+	my ($code) = @_;
+	my %fn;
+	for my $re (qr/^([^\n;{}#]*)\n([a-z_][a-z0-9_]*)\([^;{}]*?\)\s*\{/m,
+		qr/^([A-Za-z_][^\n;{}#(=]*?[\s*])([a-z_][a-z0-9_]*)\([^;{}]*?\)\s*\{/m)
+	{
+		while ($code =~ /$re/g)
+		{
+			my ($type, $name) = ($1, $2);
+			$fn{$name} = ($type =~ /\bstatic\b/) ? 1 : 0;
+		}
+	}
+	return \%fn;
+}
+
+# The variables a header declares extern (no parameter list): names
+sub variables_declared
+{
+	my ($code) = @_;
+	return ($code =~ /^extern\s[^;()]*?\b([a-z_][a-z0-9_]*)\s*(?:\[[^\]]*\])?\s*;/gm);
+}
+
+# The graph: module => { module it includes, calls or reads => 'include' |
+# 'call f' | 'reads v' }, and how many (module, function) calls were read,
+# and the names defined in two modules (a checker that took one for the
+# other could miss an edge)
 sub build_graph
 {
 	my ($files) = @_;
-	my (%deps, %headers, %defined_in, %static_in, %called);
+	my (%deps, %headers, %defined_in, %static_in, %called, %dups, %var_in);
+	my %code = map { $_ => code_only($files->{$_}) } keys %$files;
 
 	$headers{ module_of($_) } = 1 for grep { /\.h$/ } keys %$files;
-	for my $f (keys %$files)
+	my %extern_vars = map { $_ => 1 }
+	  map { variables_declared($code{$_}) } grep { /\.h$/ } keys %$files;
+	for my $f (sort keys %$files)
 	{
 		my $m = module_of($f);
 		$deps{$m} //= {};
-		next unless $f =~ /\.c$/;
-		my $code = code_only($files->{$f});
-		# Functions defined here, PostgreSQL style: the name at the start
-		# of a line, its type on the line before (static if so)
-		while ($code =~ /^(static\s+)?[^\n;{}#]*\n([a-z_][a-z0-9_]*)\(/gm)
+		my $fn = functions_defined($code{$f});
+		for my $name (sort keys %$fn)
 		{
-			my ($static, $name) = ($1, $2);
-			if ($static) { $static_in{$m}{$name} = 1; }
-			else { $defined_in{$name} = $m; }
+			if ($fn->{$name}) { $static_in{$m}{$name} = 1; next; }
+			$dups{$name} = "$defined_in{$name} and $m"
+			  if defined $defined_in{$name} && $defined_in{$name} ne $m;
+			$defined_in{$name} = $m;
+		}
+		next unless $f =~ /\.c$/;
+		# a variable defined here: at the start of a line, not extern
+		for my $v (sort keys %extern_vars)
+		{
+			$var_in{$v} = $m
+			  if $code{$f} =~ /^(?!static\b|extern\b)[A-Za-z_][^\n;{}#()]*?\b\Q$v\E\s*(?:\[[^\]]*\])?\s*(?:=[^;]*)?;/m;
 		}
 	}
 	for my $f (sort keys %$files)
@@ -83,19 +125,21 @@ sub build_graph
 			next if $1 eq $m || !$headers{$1};
 			$deps{$m}{$1} = 'include';
 		}
-		next unless $f =~ /\.c$/;
-		my $code = code_only($files->{$f});
-		while ($code =~ /(->|\.)?\s*\b([a-z_][a-z0-9_]*)\s*\(/g)
+		# calls and reads, in a .c file or a header's inline functions and
+		# macros (declarations are neither)
+		(my $code = $code{$f}) =~ s/^extern\b[^;]*;//gm;
+		while ($code =~ /(->|\.)?\s*\b([a-z_][a-z0-9_]*)\b(\s*\()?/g)
 		{
-			my ($member, $name) = ($1, $2);
+			my ($member, $name, $call) = ($1, $2, $3);
 			next if $member || $static_in{$m}{$name};
-			my $to = $defined_in{$name};
+			my $to = $call ? $defined_in{$name} : $var_in{$name};
+			$to //= $defined_in{$name} if !$call && $code =~ /&\s*\Q$name\E\b/;
 			next if !defined $to || $to eq $m;
-			$deps{$m}{$to} //= "call $name";
-			$called{"$m $name"} = 1;
+			$deps{$m}{$to} //= ($call ? "call $name" : "reads $name");
+			$called{"$m $name"} = 1 if $call;
 		}
 	}
-	return (\%deps, scalar(keys %called));
+	return (\%deps, scalar(keys %called), \%dups);
 }
 
 # Depth-first search; the first cycle found, as a list of steps (each module
@@ -162,8 +206,9 @@ my @above_client = qw(conn script batch hold acquire keeper queue queue_conf
 sub complaints
 {
 	my ($files) = @_;
-	my ($deps, $calls) = build_graph($files);
-	my %c = (cycle => join(' -> ', find_cycle($deps)));
+	my ($deps, $calls, $dups) = build_graph($files);
+	my %c = (cycle => join(' -> ', find_cycle($deps)),
+		twice => join(', ', map { "$_ ($dups->{$_})" } sort keys %$dups));
 	for my $low (@client_low, 'conn')
 	{
 		my $r = reach($deps, $low);
@@ -177,7 +222,8 @@ my $files = read_tree($src);
 my ($found, $deps, $calls) = complaints($files);
 cmp_ok(scalar(keys %$deps), '>=', 25, scalar(keys %$deps) . ' modules read');
 cmp_ok($calls, '>=', 200, "$calls functions called from other modules read");
-is($found->{cycle}, '', 'the graph of includes and calls in src/ has no cycle');
+is($found->{cycle}, '', 'the graph of includes, calls and reads in src/ has no cycle');
+is($found->{twice}, '', 'no function is defined in two modules');
 is($found->{$_}, '', "$_ reaches none of the layers above it") for @client_low;
 is($found->{conn}, '', 'conn reaches nothing of the semaphore layers');
 
@@ -194,20 +240,39 @@ for my $m (sort keys %wing)
 }
 
 # The checker on planted faults: each must be found
+my $call_up = "\tsem_call_failed(NULL, NULL);\n";
 my %plants = (
 	'an include back up' => [ 'sockwait.c', qq{#include "script.h"\n} ],
-	'a call back up' => [
-		'link.c', "\nstatic void\nplanted(void)\n{\n\tsem_call_failed(NULL, 0, NULL);\n}\n"
+	'a call back up' =>
+	  [ 'link.c', "\nstatic void\nplanted(void)\n{\n$call_up}\n" ],
+	'a call back up through a declaration of its own' => [
+		'sockwait.c',
+		"\nextern bool\nsem_call_failed(void *call, const char *name);\n"
+		  . "\nstatic void\nplanted(void)\n{\n$call_up}\n"
+	],
+	'a call back up from a header\'s inline function' =>
+	  [ 'link.h', "\nstatic inline void\nplanted(void)\n{\n$call_up}\n" ],
+	'a call back up from a header\'s macro' =>
+	  [ 'sockwait.h', "\n#define PLANTED() sem_call_failed(NULL, NULL)\n" ],
+	'a call back up of a function defined on one line' => [
+		'link.c', "\nstatic void planted(void) { hold_planted(); }\n",
+		'hold.c', "\nvoid hold_planted(void) { }\n"
+	],
+	'a read back up of a variable' => [
+		'guc.c', "\nstatic bool\nplanted(void)\n{\n\treturn redsem_max_holds_per_session > 0;\n}\n"
 	],
 	'a loop between two modules' => [
 		'queue_conf.c', "\nstatic void\nplanted(void)\n{\n\tqueue_install_hooks();\n}\n"
 	],);
 for my $what (sort keys %plants)
 {
-	my ($file, $text) = @{ $plants{$what} };
-	my ($path) = grep { basename($_) eq $file } keys %$files;
 	my %copy = %$files;
-	$copy{$path} .= $text;
+	my @edits = @{ $plants{$what} };
+	while (my ($file, $text) = splice(@edits, 0, 2))
+	{
+		my ($path) = grep { basename($_) eq $file } keys %$files;
+		$copy{$path} .= $text;
+	}
 	my ($c) = complaints(\%copy);
 	my $all = join(' | ', map { "$_: $c->{$_}" } grep { $c->{$_} ne '' } sort keys %$c);
 	isnt($c->{cycle}, '', "a planted fault is caught: $what ($all)");

@@ -3,7 +3,7 @@
 #
 # getaddrinfo() can block for as long as the resolver's timeouts (tens of
 # seconds with a dead name server) and ignores signals.  redsem looks names
-# up on a helper thread and waits on its latch meanwhile (src/resolve.c).
+# up on a helper thread and waits on its latch meanwhile (src/redis/resolve.c).
 # The server here loads t/fault/dns_fault.c, a resolver that hangs on
 # *.slow.redsem.test, fails on *.none.redsem.test and answers 127.0.0.1 for
 # *.here.redsem.test: the lookup must end at redsem.connect_timeout, on
