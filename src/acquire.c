@@ -258,8 +258,9 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 /*
  * wait_turns in a memory context of its own, emptied at each turn: a wait
  * of hours (a turn every second while the deadlock check looks) must not
- * grow its caller's context.  What the last turn left (a failure's text)
- * lives on in it, a child of the caller's context.
+ * grow its caller's context.  Nothing a turn allocates outlives the wait
+ * (the result and a failure's text are kept inline), so the context goes
+ * with it; after an ERROR, with the caller's context.
  */
 static bool
 wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
@@ -280,6 +281,7 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 		MemoryContextSwitchTo(caller);
 	}
 	PG_END_TRY();
+	MemoryContextDelete(turn);
 	return ok;
 }
 

@@ -21,15 +21,17 @@
  * snapshot lacks).  A look allocates in a context emptied after it.
  *
  * If, with those holders' permits held for good, the waiter's permits can
- * never fit, or those of a waiter ahead that it cannot pass, the wait is a
- * deadlock and ends with 40P01, as a lock deadlock does; the abort then
- * frees the waiter's locks.  "Fit" follows I11 of src/redsem.lua: a waiter
- * below a reserve's class never gets the reserved permits, and the stuck
- * permits count against what the reserve leaves it except those the class
- * may hold inside the reserve.  Before that, Redis is asked (list, reserve,
- * limit) whether those holders really hold (the hold table may remember a
- * slot a failover lost), who is ahead, and what the reserve is; any doubt
- * is no deadlock.
+ * never fit, the wait is a deadlock and ends with 40P01, as a lock
+ * deadlock does; the abort then frees the waiter's locks.  "Fit" follows
+ * I11 of src/redsem.lua: a waiter below a reserve's class never gets the
+ * reserved permits, and the stuck permits count against what the reserve
+ * leaves it except those the class may hold inside the reserve.  Before
+ * that, Redis is asked (reserve, then list and limit) whether those
+ * holders really hold (the hold table may remember a slot a failover
+ * lost) and what the reserve is; any doubt is no deadlock.  A waiter kept
+ * out only by a waiter ahead that can never fit is not told: that one may
+ * give up (its wait limit is its own), and whether it will is not known
+ * here; such a wait ends at its own limit.
  *
  * Holders on other servers cannot wait for this server's locks (a replica
  * takes no row locks), so the server's own holders are all that matter.
@@ -225,25 +227,6 @@ mark_blocked(const LocalHolder *h, int n, bool *blocked)
 	return stuck;
 }
 
-/* A waiter's priority and tenant ("": none), from its info (src/redsem.lua) */
-static void
-member_class(const SemMember *m, int *priority, const char **tenant)
-{
-	const char *p = m->info;
-
-	*priority = 0;
-	*tenant = "";
-	for (int field = 0; p != NULL && field < 3; field++)
-		p = (p = strchr(p, '|')) ? p + 1 : NULL;
-	if (p == NULL)
-		return;
-	*priority = atoi(p);
-	p = strchr(p, '|');
-	if (p == NULL)
-		return;
-	*tenant = pnstrdup(p + 1, strcspn(p + 1, "|"));
-}
-
 /*
  * The permits that a member of priority prio can ever be granted while the
  * stuck permits stay held (I11 of src/redsem.lua): all but them for the
@@ -272,7 +255,6 @@ typedef struct DeadlockFound
 	int64		limit;			/* the limit in effect */
 	int64		reserve_for;	/* the reserve left the waiter too little: its
 								 * priority; or -1 */
-	int64		ahead;			/* a waiter ahead never fits: its permits; or 0 */
 } DeadlockFound;
 
 /*
@@ -299,11 +281,15 @@ confirmed_stuck(const LocalHolder *h, const bool *blocked, int n,
 
 /*
  * True if waiter w's wait cannot end (*found says why): the holders that
- * wait for our locks leave too little room for its permits, or for those
- * of a waiter ahead of it that it cannot pass (of its tenant; when it is
- * of the reserve's class, of that class too).  Any doubt is a no: Redis
- * failing, the waiter no longer in line, a stuck holder no longer stuck
- * on a second look at the lock table.  Allocates in the current context.
+ * wait for our locks leave too little room for its permits, a reserve
+ * counted.  Any doubt is a no: Redis failing, the waiter no longer in
+ * line, a stuck holder no longer stuck on a second look at the lock table.
+ * A waiter ahead that can never fit beside the stuck holders is no proof:
+ * it may give up (its wait limit is its own), and then this one fits; nor
+ * is one on this server whose own look will end its wait.  Redis is asked
+ * the reserve first (one cheap call), and the members and limit only when
+ * the room it leaves, by the limit last seen, is too small.  Allocates in
+ * the current context.
  */
 static bool
 find_deadlock(const DeadlockWait *w, DeadlockFound *found)
@@ -316,49 +302,33 @@ find_deadlock(const DeadlockWait *w, DeadlockFound *found)
 	int			nm;
 	SemReserve	res;
 	SemLimit	lim;
+	int64		local_stuck;
 	int64		room;
-	int			me = -1;
-	bool		class_member;
+	bool		in_line = false;
 
 	memset(found, 0, sizeof(*found));
 	found->reserve_for = -1;
-	if (mark_blocked(h, n, blocked) == 0)
+	if ((local_stuck = mark_blocked(h, n, blocked)) == 0)
 		return false;
 	call.elevel = LOG;
+	if (!sem_reserve(&call, w->name, &res))
+		return false;
+	/* room left however many of them Redis confirms: nothing to ask more */
+	if (w->limit > 0 && w->permits <= room_for(&res, w->limit, local_stuck, w->priority))
+		return false;
 	if (!sem_list(&call, w->name, &m, &nm) ||
-		!sem_reserve(&call, w->name, &res) ||
 		!sem_limit(&call, w->name, &lim) || lim.in_effect <= 0)
 		return false;
 	found->limit = lim.in_effect;
 	found->stuck = confirmed_stuck(h, blocked, n, m, nm, &found->pid);
-	for (int j = 0; j < nm && me < 0; j++)
-		if (m[j].waiting && strcmp(m[j].id, w->id) == 0)
-			me = j;
-	if (found->stuck == 0 || me < 0)
+	for (int j = 0; j < nm && !in_line; j++)
+		in_line = m[j].waiting && strcmp(m[j].id, w->id) == 0;
+	if (found->stuck == 0 || !in_line)
 		return false;
 	room = room_for(&res, found->limit, found->stuck, w->priority);
-	class_member = res.permits > 0 && w->priority >= res.min_priority;
-	if (w->permits > room)
-		found->reserve_for = room < found->limit - found->stuck ? res.min_priority : -1;
-	for (int j = 0; j < me && w->permits <= room; j++)
-	{
-		int			prio;
-		const char *tenant;
-
-		if (!m[j].waiting)
-			continue;
-		member_class(&m[j], &prio, &tenant);
-		if (strcmp(tenant, w->tenant ? w->tenant : "") != 0 ||
-			(class_member && prio < res.min_priority))
-			continue;
-		if (m[j].permits > room_for(&res, found->limit, found->stuck, prio))
-		{
-			found->ahead = m[j].permits;
-			break;
-		}
-	}
-	if (w->permits <= room && found->ahead == 0)
+	if (w->permits <= room)
 		return false;
+	found->reserve_for = room < found->limit - found->stuck ? res.min_priority : -1;
 	/* a second look at the lock table: still stuck, all of them? */
 	(void) mark_blocked(h, n, blocked);
 	return confirmed_stuck(h, blocked, n, m, nm, &found->pid) == found->stuck;
@@ -372,9 +342,6 @@ find_deadlock(const DeadlockWait *w, DeadlockFound *found)
 static char *
 deadlock_detail(const DeadlockFound *f)
 {
-	if (f->ahead > 0)
-		return psprintf(STUCK_HOLDER " permits are held that way, too many for the " INT64_FORMAT " that a waiter ahead of this one asks for.",
-						f->pid, f->stuck, f->limit, f->ahead);
 	if (f->reserve_for >= 0)
 		return psprintf(STUCK_HOLDER " permits are held that way, and a reserve (redsem_set_reserve) keeps others for priority " INT64_FORMAT " and up.",
 						f->pid, f->stuck, f->limit, f->reserve_for);
@@ -386,8 +353,8 @@ deadlock_detail(const DeadlockFound *f)
 /*
  * Raise 40P01 if waiter w's wait cannot end: the permits that this
  * server's holders hold while waiting, directly or not, for this backend's
- * locks (and that Redis confirms) leave too few for its permits, or for a
- * waiter ahead that it cannot pass.  Each look allocates in a context of
+ * locks (and that Redis confirms) leave too few for its permits, a reserve
+ * counted.  Each look allocates in a context of
  * its own, emptied after it (and before the next, after an error).  Any
  * wait that it cannot tell ends as a deadlock goes on.
  */
