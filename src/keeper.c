@@ -408,6 +408,24 @@ hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 }
 
 /*
+ * A release that connection trouble kept from Redis (reported once for the
+ * cycle, not logged per hold): tried again after the hold's back-off, so an
+ * orphan whose release cannot get through is not resent at every round;
+ * ms until its retry.
+ */
+static int64
+release_put_off(const HoldCopy *c, const RedisOutcome *o)
+{
+	int			failures = c->hold.failures + 1;
+	int64		retry = backoff_ms(failures);
+
+	shared_hold_note_failure(c->slot, c->hold.id, failures,
+							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), retry),
+							 redis_outcome_text(o), 0);
+	return retry;
+}
+
+/*
  * What Redis said about one queued hold; ms until it needs a look again.
  * Connection trouble (the item was not answered, or the server cannot
  * serve us) is reported once for the cycle, not held against the hold.
@@ -420,7 +438,7 @@ apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 
 	if (o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
 		o->status == RS_OUT_OF_MEMORY)
-		return KEEPER_MAX_SLEEP_MS;
+		return it->release ? release_put_off(c, o) : KEEPER_MAX_SLEEP_MS;
 	if (o->status != RS_OK)
 		return hold_failed(st, c, it->release ? "release" : "refresh",
 						   redis_outcome_text(o));
@@ -466,29 +484,62 @@ guarded(KeeperState *st, KeeperBatch *batch, const HoldCopy *c, uint64 target,
 }
 
 /*
+ * The lease time a hold has left that a refresh can still save, in ms: a
+ * live hold of ours (held, not lost, under our Redis target, its backend
+ * alive) whose lease has not run out; -1 for any other (a release, an
+ * orphan, a hold already gone), which needs no time of a batch.
+ */
+static int64
+savable_left_ms(const SharedHold *h, uint64 target, TimestampTz now)
+{
+	TimestampTz end;
+
+	if (h->phase != PHASE_HELD || h->lost || h->target != target ||
+		is_orphan(h))
+		return -1;
+	end = TimestampTzPlusMilliseconds(h->refreshed_at, shared_hold_kept_ms(h));
+	return end > now ? TimestampDifferenceMilliseconds(now, end) : -1;
+}
+
+/*
  * How long one Redis node may take of a batch: a third of the shortest
- * lease time left among the batch's holds (at least
- * KEEPER_NODE_MIN_BUDGET_MS, at most redsem.command_timeout), so a Cluster
- * node that hangs delays the others' refreshes by far less than their
- * leases have left (nodes that failed go last in the next batches,
- * conn.c), and a Sentinel primary that hangs is given up in time to reach
- * the new one.
+ * lease time left among the holds whose refresh it carries and can still
+ * save (at least KEEPER_NODE_MIN_BUDGET_MS, at most
+ * redsem.command_timeout), so a Cluster node that hangs delays the others'
+ * refreshes by far less than their leases have left (nodes that failed go
+ * last in the next batches, conn.c), and a Sentinel primary that hangs is
+ * given up in time to reach the new one.  Releases and holds that can no
+ * longer be saved never shorten it (src/timing.h): a batch of only those
+ * gets a third of the shortest lease time left among the live holds the
+ * keeper keeps (due later), or redsem.command_timeout if it keeps none.
  */
 static int
-node_budget_ms(const KeeperBatch *batch, TimestampTz now)
+node_budget_ms(const KeeperBatch *batch, const HoldCopy *holds, int n,
+			   uint64 target, TimestampTz now)
 {
-	int64		shortest = redsem_command_timeout_ms * INT64CONST(3);
+	int64		shortest = -1;
 
 	for (int i = 0; i < batch->n; i++)
 	{
-		const SharedHold *h = &batch->owners[i]->hold;
-		int64		left = TimestampDifferenceMilliseconds(now,
-														   TimestampTzPlusMilliseconds(h->refreshed_at,
-																					   shared_hold_kept_ms(h)));
+		int64		left;
 
-		shortest = Min(shortest, left);
+		if (batch->items[i].release)
+			continue;
+		left = savable_left_ms(&batch->owners[i]->hold, target, now);
+		if (left >= 0 && (shortest < 0 || left < shortest))
+			shortest = left;
 	}
-	return (int) Max(Min(shortest / 3, redsem_command_timeout_ms),
+	if (shortest < 0)
+		for (int i = 0; i < n; i++)
+		{
+			int64		left = savable_left_ms(&holds[i].hold, target, now);
+
+			if (left >= 0 && (shortest < 0 || left < shortest))
+				shortest = left;
+		}
+	if (shortest < 0)
+		return redsem_command_timeout_ms;
+	return (int) Max(Min(shortest / KEEPER_REFRESH_FRACTION, redsem_command_timeout_ms),
 					 KEEPER_NODE_MIN_BUDGET_MS);
 }
 
@@ -517,7 +568,8 @@ keeper_swallow_error(MemoryContext cxt, uint32 holdoff, char *buf, size_t len)
  * is caught: the items then count as not answered.
  */
 static bool
-send_batch(KeeperState *st, KeeperBatch *batch)
+send_batch(KeeperState *st, KeeperBatch *batch, const HoldCopy *holds, int n,
+		   uint64 target)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
@@ -529,7 +581,7 @@ send_batch(KeeperState *st, KeeperBatch *batch)
 	if (batch->n == 0)
 		return true;
 	keeper_call(&call);
-	call.node_budget_ms = node_budget_ms(batch, start);
+	call.node_budget_ms = node_budget_ms(batch, holds, n, target, start);
 	/*
 	 * One Redis (or a Sentinel primary): a primary that hangs must not hold
 	 * the keeper past the holds' leases either; the next round (a second
@@ -654,7 +706,7 @@ keeper_cycle(KeeperState *st)
 		sleep_ms = Min(sleep_ms, next);
 	}
 	sent = GetCurrentTimestamp();
-	redis_ok = send_batch(st, &batch);
+	redis_ok = send_batch(st, &batch, holds, n, target);
 	for (int i = 0; i < batch.n; i++)
 	{
 		int64		next = guarded(st, &batch, batch.owners[i], target,
