@@ -64,7 +64,8 @@
  * Callbacks at commit, abort and session exit never wait long for Redis:
  * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not
  * release is handed to the keeper, which retries (per hold, with
- * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS) and
+ * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS,
+ * whether Redis refused the release or the connection failed under it) and
  * gives up once the hold would have ended by itself anyway.
  *
  * Releases at the end of a statement or transaction are sent without
@@ -78,14 +79,23 @@
  * the second time.
  *
  * In a Redis Cluster, the keeper gives each node a share of a batch's time:
- * a third of the shortest lease time left among the batch's holds
- * (KEEPER_NODE_MIN_BUDGET_MS at least, redsem.command_timeout at most),
- * and sends to the nodes that failed last.  A hung node then delays the
- * refreshes of the other nodes' holds by at most that share once, and not
- * at all afterwards, while they still have two thirds of it left.  With
+ * a third of the shortest lease time left among the live holds the batch
+ * refreshes (KEEPER_NODE_MIN_BUDGET_MS at least, redsem.command_timeout at
+ * most), and sends to the nodes that failed last.  A hung node then delays
+ * the refreshes of the other nodes' holds by at most that share once, and
+ * not at all afterwards, while they still have two thirds of it left.  With
  * one Redis (or a Sentinel primary) the whole batch gets that share: a
  * primary that hangs is given up in time for the next round, a second
- * later, to reach the primary the sentinels name next.
+ * later, to reach the primary the sentinels name next.  The share comes
+ * only from holds a refresh can still save: releases (of orphans, or sent
+ * again after a session's unread release) and holds whose lease has
+ * already run out never shorten it, since with
+ * KEEPER_NODE_MIN_BUDGET_MS for all a Redis one round trip away that took
+ * longer (or needed a reconnection, with AUTH) would fail the live holds'
+ * refreshes beside them round after round.  A batch of only such items
+ * gets a third of the shortest lease time left among the live holds the
+ * keeper keeps (their refreshes come later), or redsem.command_timeout if
+ * there are none.
  *
  * The fleet index (redsem_semaphores, src/fleet.c): the keeper notes the
  * semaphores its server's sessions hold or wait on every FLEET_TOUCH_MS,
