@@ -613,7 +613,8 @@ send_batch(KeeperState *st, KeeperBatch *batch, const HoldCopy *holds, int n,
 
 /*
  * The fleet touch's budget (src/timing.h): a third of the shortest lease
- * time left among the holds the keeper keeps, as this round's refreshes
+ * time left among the holds the keeper keeps and can still save (their
+ * lease not run out), as this round's refreshes
  * left them (sent: when the batch went out), and of the least lease a hold
  * taken during the touch may have; at least FLEET_TOUCH_MIN_BUDGET_MS, at
  * most redsem.command_timeout
@@ -645,8 +646,9 @@ touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
 		/* a new lease from when the batch went out, or none (lost) */
 		ends[k] = it->value > 0 ? TimestampTzPlusMilliseconds(sent, it->value) : 0;
 	}
+	/* a hold whose lease has run out can no longer be saved: no bound */
 	for (int i = 0; i < n; i++)
-		if (ends[i] != 0)
+		if (ends[i] > now)
 			shortest = Min(shortest, TimestampDifferenceMilliseconds(now, ends[i]));
 	pfree(ends);
 	/* a hold taken meanwhile, of the least lease, is seen after the touch */

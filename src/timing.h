@@ -105,7 +105,8 @@
  * semaphores vanish from the view.  A touch comes after the round's
  * refreshes, and its budget is reckoned like a batch's share: a third of
  * the shortest lease time left among the holds the keeper keeps, as the
- * round's refreshes left them, and of REDSEM_MIN_LEASE_MS (a hold taken
+ * round's refreshes left them (one whose lease has run out, not yet known
+ * lost, does not count), and of REDSEM_MIN_LEASE_MS (a hold taken
  * during the touch, of the least lease, is refreshed only after it:
  * FLEET_TOUCH_MIN_BUDGET_MS at least, redsem.command_timeout at most).  A
  * touch then fits wherever a refresh does: a Redis 150 ms away gets some
