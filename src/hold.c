@@ -647,9 +647,10 @@ check_session_limit(HoldScope scope)
 
 /*
  * Record an acquire about to be sent to Redis, here and in the keeper's
- * table (which raises if the table is full: nothing was asked yet).
- * Superusers, members of redsem_admin and statement queues may take the
- * table's reserved entries.
+ * table (which raises if the table is full, or if the session's login role
+ * has its redsem.max_holds_per_role: nothing was asked yet).  Superusers,
+ * members of redsem_admin and statement queues may take the table's
+ * reserved entries, and are not bounded per role.
  */
 Hold *
 hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
@@ -658,14 +659,16 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
 	uint64		target;
 	int			slot;
+	bool		privileged;
 	MemoryContext old;
 	Hold	   *hold;
 
 	check_session_limit(scope);
 	target = redis_target_signature();
+	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
 	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,
-								lease_ms, permits,
-								scope == HOLD_STATEMENT || redsem_is_admin());
+								lease_ms, permits, privileged,
+								GetSessionUserId(), !privileged);
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	hold = palloc0(sizeof(Hold));
 	hold->prefix = pstrdup(prefix);

@@ -11,7 +11,9 @@
  * abandoned (a loop over plain data, no pointers followed) and the new
  * keeper releases them like any orphan.  Every acquire is registered here
  * before Redis is asked, so no slot Redis granted can be missed, however
- * soon after the grant the crash came.
+ * soon after the grant the crash came.  The count of entries per role
+ * (redsem.max_holds_per_role) lives in PostgreSQL's shared memory and is
+ * counted again from the table at each (re)initialization.
  *
  * Without preloading, shared is NULL and every function here degrades to a
  * no-op (statistics functions raise 55000 instead).
@@ -70,6 +72,18 @@ typedef struct SharedSemStats
 	pg_atomic_uint64 counters[STAT_NFIELDS];
 } SharedSemStats;
 
+/*
+ * How many entries of the hold table count toward one role's bound
+ * (redsem.max_holds_per_role), under holds_lock; a role with none has no
+ * entry.  Each counted hold names one role, so the hash never needs more
+ * entries than the hold table has.
+ */
+typedef struct RoleHolds
+{
+	Oid			role;			/* hash key */
+	int			holds;
+} RoleHolds;
+
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
@@ -77,6 +91,7 @@ static RedsemShared *shared = NULL;
 static SharedHold *hold_table = NULL;	/* survives crash-restarts */
 static int	hold_table_size = 0;
 static HTAB *stats_hash = NULL;
+static HTAB *role_holds = NULL;
 
 static SharedHold *tracked_hold(int slot, const char *id);
 static uint64 local_incarnation = 0;
@@ -87,6 +102,7 @@ static bool postmaster_started_once = false;
 int			redsem_max_tracked_holds = 4096;
 int			redsem_max_tracked_semaphores = 1000;
 int			redsem_reserved_holds = 128;
+int			redsem_max_holds_per_role = -1;
 
 /*
  * The key of the statistics entry that counts every semaphore the table had
@@ -145,9 +161,11 @@ redsem_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(sizeof(RedsemShared),
-									hash_estimate_size(stats_table_size(),
-													   sizeof(SharedSemStats))));
+	RequestAddinShmemSpace(add_size(add_size(sizeof(RedsemShared),
+											 hash_estimate_size(stats_table_size(),
+																sizeof(SharedSemStats))),
+									hash_estimate_size(hold_table_size,
+													   sizeof(RoleHolds))));
 	RequestNamedLWLockTranche("redsem", 2);
 }
 
@@ -202,8 +220,31 @@ shared_hold_reserve(void)
 }
 
 /*
+ * Under holds_lock held exclusive (or alone, at startup): add delta to the
+ * count of role's entries, its hash entry made or removed as needed.
+ * False if there was no room for a new one (never: see RoleHolds).
+ */
+static bool
+role_holds_add(Oid role, int delta)
+{
+	bool		found;
+	RoleHolds  *r = hash_search(role_holds, &role,
+								delta > 0 ? HASH_ENTER_NULL : HASH_FIND, &found);
+
+	if (r == NULL)
+		return false;
+	if (delta > 0 && !found)
+		r->holds = 0;
+	r->holds += delta;
+	if (r->holds <= 0)
+		hash_search(role_holds, &role, HASH_REMOVE, NULL);
+	return true;
+}
+
+/*
  * Attach to (or create) our part of PostgreSQL's shared memory.  In the
- * postmaster this runs at every (re)initialization.
+ * postmaster this runs at every (re)initialization: the counts of the hold
+ * table (which outlives it) are made again from its entries.
  */
 static void
 redsem_shmem_startup(void)
@@ -216,6 +257,12 @@ redsem_shmem_startup(void)
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	shared = ShmemInitStruct("redsem", sizeof(RedsemShared), &found);
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(Oid);
+	info.entrysize = sizeof(RoleHolds);
+	role_holds = ShmemInitHash("redsem holds per role",
+							   hold_table_size, hold_table_size,
+							   &info, HASH_ELEM | HASH_BLOBS);
 	if (!found)
 	{
 		LWLockPadded *locks = GetNamedLWLockTranche("redsem");
@@ -233,7 +280,15 @@ redsem_shmem_startup(void)
 			postmaster_started_once = true;
 		}
 		for (int i = 0; i < hold_table_size; i++)
-			shared->holds_in_use += hold_table[i].in_use;
+		{
+			SharedHold *h = &hold_table[i];
+
+			if (!h->in_use)
+				continue;
+			shared->holds_in_use++;
+			if (h->role_counted && !role_holds_add(h->role, 1))
+				h->role_counted = false;
+		}
 	}
 	memset(&info, 0, sizeof(info));
 	info.keysize = REDSEM_MAX_NAME_BYTES + 1;
@@ -535,27 +590,51 @@ wake_keeper_by(TimestampTz when)
 }
 
 /*
+ * How many entries of the hold table one role may take: the setting, or a
+ * quarter of the table when it is -1; 0 for no bound
+ */
+static int
+role_bound(void)
+{
+	if (redsem_max_holds_per_role < 0)
+		return Max(hold_table_size / 4, 1);
+	return redsem_max_holds_per_role;
+}
+
+/*
  * Register an acquire before Redis is asked, so that the keeper can release
  * whatever Redis grants if this backend dies.  Returns its slot, or -1 when
  * not preloaded.  A full table is an error: a hold nobody could keep alive
- * or clean up would break the promise of the limit.
+ * or clean up would break the promise of the limit.  So is one more entry
+ * for role (the session's login role) when role_bounded and the role has
+ * redsem.max_holds_per_role already: one role does not fill the table for
+ * the others.
  */
 int
 shared_hold_register(const char *prefix, const char *name, const char *id,
 					 uint64 target, bool xact, int64 lease_ms, int permits,
-					 bool may_use_reserve)
+					 bool may_use_reserve, Oid role, bool role_bounded)
 {
 	int			slot = -1;
 	TimestampTz now = GetCurrentTimestamp();
 	int			reserve = shared_hold_reserve();
+	int			bound = role_bounded ? role_bound() : 0;
+	int			role_has = 0;
 	bool		reserved = false;
 
 	if (shared == NULL)
 		return -1;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if (bound > 0)
+	{
+		RoleHolds  *r = hash_search(role_holds, &role, HASH_FIND, NULL);
+
+		role_has = r != NULL ? r->holds : 0;
+	}
 	if (!may_use_reserve && shared->holds_in_use >= hold_table_size - reserve)
 		reserved = true;
-	for (int k = 0; k < hold_table_size && !reserved; k++)
+	for (int k = 0; k < hold_table_size && !reserved &&
+		 (bound == 0 || role_has < bound); k++)
 	{
 		/* round-robin from the last entry taken: O(1) unless nearly full */
 		int			i = (shared->hold_hint + k) % hold_table_size;
@@ -563,8 +642,12 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 
 		if (h->in_use)
 			continue;
+		if (role_bounded && !role_holds_add(role, 1))
+			break;				/* no room to count it: never, see RoleHolds */
 		shared->hold_hint = (i + 1) % hold_table_size;
 		memset(h, 0, sizeof(*h));
+		h->role = role;
+		h->role_counted = role_bounded;
 		h->pid = MyProcPid;
 		h->xact = xact;
 		h->phase = PHASE_PENDING;
@@ -582,13 +665,25 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		break;
 	}
 	LWLockRelease(shared->holds_lock);
+	if (bound > 0 && role_has >= bound)
+	{
+		char	   *rolename = GetUserNameFromId(role, true);
+
+		ereport(ERROR,
+				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
+				 errmsg("role \"%s\" already holds or waits for %d redsem slots on this server",
+						rolename ? rolename : "?", role_has),
+				 errdetail("redsem.max_holds_per_role allows %d per role on this server.",
+						   bound),
+				 errhint("Release slots in the role's sessions with redsem_release or redsem_release_all; a superuser can change the bound for a role with ALTER ROLE ... SET redsem.max_holds_per_role.")));
+	}
 	if (reserved)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("too many redsem holds on this server"),
 				 errdetail("The last %d of the %d holds the keeper can track (redsem.reserved_holds) are kept for superusers, members of redsem_admin and statement queues.",
 						   reserve, hold_table_size),
-				 errhint("Release slots, lower redsem.max_holds_per_session for the roles that take many, or raise redsem.max_tracked_holds.")));
+				 errhint("Release slots, lower redsem.max_holds_per_role or redsem.max_holds_per_session for the roles that take many, or raise redsem.max_tracked_holds.")));
 	if (slot < 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
@@ -717,6 +812,8 @@ shared_hold_remove(int slot, const char *id)
 	{
 		h->in_use = false;
 		shared->holds_in_use--;
+		if (h->role_counted)
+			(void) role_holds_add(h->role, -1);
 	}
 	LWLockRelease(shared->holds_lock);
 }
@@ -958,8 +1055,9 @@ stats_reset(const char *name)
 }
 
 /*
- * Define the settings of the shared table.  Fixed at server start, so they
- * can only be defined while preloading.
+ * Define the settings of the shared table.  Its size is fixed at server
+ * start, and none of them means anything without it, so they are only
+ * defined while preloading.
  */
 void
 shmem_define_gucs(void)
@@ -981,5 +1079,11 @@ shmem_define_gucs(void)
 							"At most half of redsem.max_tracked_holds is reserved, whatever this says.",
 							&redsem_reserved_holds, 128, 0, 1000000,
 							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.max_holds_per_role",
+							"Maximum number of holds (and places in line) of this server's table one role may take, over all its sessions.",
+							"-1: a quarter of redsem.max_tracked_holds; 0: no bound.  Counted per login role; superusers, members of redsem_admin and statement queues are not bounded.  Set per role or database with ALTER ROLE/DATABASE ... SET.",
+							&redsem_max_holds_per_role, -1, -1, 1000000,
+							PGC_SUSET, 0,
 							NULL, NULL, NULL);
 }

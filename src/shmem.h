@@ -8,7 +8,8 @@
  * statistics hash); everybody else goes through the functions below.
  * Which lock guards what:
  *   holds_lock   every field of every SharedHold, hold_hint, holds_in_use,
- *                keeper_trouble_since and keeper_trouble
+ *                the role counts (role_holds), keeper_trouble_since and
+ *                keeper_trouble
  *   stats_lock   which semaphores the statistics hash holds (found and
  *                added under it), stats_names and stats_full_logged; their
  *                counters are atomics, added with the lock held shared
@@ -55,8 +56,11 @@ typedef struct SharedHold
 	bool		lost;			/* the keeper found the slot gone */
 	bool		forced;			/* ... released by an administrator */
 	bool		unkept;			/* taken under another Redis target */
+	bool		role_counted;	/* counts toward its role's
+								 * redsem.max_holds_per_role */
 	uint8		phase;			/* HoldPhase */
 	int			pid;
+	Oid			role;			/* the session's login role */
 	int			permits;
 	int64		lease_ms;
 	int64		confirm_ms;		/* promoted, not yet confirmed: Redis keeps
@@ -127,6 +131,7 @@ typedef struct SemStats
 extern int	redsem_max_tracked_holds;
 extern int	redsem_max_tracked_semaphores;
 extern int	redsem_reserved_holds;
+extern int	redsem_max_holds_per_role;
 
 extern void shmem_init(void);
 extern uint64 redsem_incarnation(void);
@@ -154,7 +159,8 @@ extern void shared_hold_set_unkept(int slot, const char *id, bool unkept);
 extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, uint64 target, bool xact,
 								 int64 lease_ms, int permits,
-								 bool may_use_reserve);
+								 bool may_use_reserve, Oid role,
+								 bool role_bounded);
 /* A holder of a semaphore on this server (shared_hold_holders) */
 typedef struct LocalHolder
 {
