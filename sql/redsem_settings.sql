@@ -115,6 +115,8 @@ SELECT pg_temp.try($$SET redsem.database = 5$$) AS database;
 SELECT pg_temp.try($$SET redsem."user" = 'x'$$) AS "user";
 SELECT pg_temp.try($$SET redsem.password = 'x'$$) AS password;
 SELECT pg_temp.try($$SET redsem.key_prefix = 'mine:'$$) AS key_prefix;
+-- nor raise (or turn off) its role's bound on the server's hold table
+SELECT pg_temp.try($$SET redsem.max_holds_per_role = 0$$) AS max_holds_per_role;
 SELECT pg_temp.sqlstate($$SHOW redsem.password$$) AS show_password;
 SELECT pg_temp.sqlstate($$SELECT current_setting('redsem.password')$$) AS read_password;
 SELECT count(*) AS password_rows FROM pg_settings WHERE name = 'redsem.password';
