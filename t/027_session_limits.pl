@@ -68,7 +68,7 @@ $g->query_ok(q{SELECT redsem_release_all();});
 note 'redsem.reserved_holds: one role fills the table, others still get in';
 
 # 64 entries, 8 reserved: ordinary roles together may take 56 (greedy2
-# has no per-role bound: t/071 covers redsem.max_holds_per_role)
+# has no per-role bound: t/074 covers redsem.max_holds_per_role)
 my $g2 = RedsemTest::Session->new($node, name => 'greedy2', user => 'greedy2');
 is($g2->query_ok(q{SELECT count(redsem_acquire('r' || i, 1, '60 s')) FROM generate_series(1, 56) i;}), '56',
 	'a role allowed 100 per session takes 56 slots');

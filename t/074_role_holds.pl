@@ -1,5 +1,5 @@
 
-# 071_role_holds.pl - one role cannot fill the hold table for the other
+# 074_role_holds.pl - one role cannot fill the hold table for the other
 # ordinary roles (issue 48, E4): redsem.max_holds_per_role bounds the
 # entries of the server's hold table one login role takes, over all its
 # sessions (53400, its own message, nothing left in Redis or in the
