@@ -142,7 +142,8 @@ $_->quit foreach (@a[1 .. 4], $b, $adm);
 ok(wait_until(60, sub {
 	my ($ok) = eval { $node->safe_psql('postgres', q{SELECT 1;}) };
 	defined $ok && $ok eq '1' }), 'the server restarted after a backend crash');
-ok(wait_until(30, sub { entries() == 0 }), 'the keeper released the holds of the dead sessions');
+ok(wait_until(30, sub { my $n = eval { entries() }; defined $n && $n == 0 }),
+	'the keeper released the holds of the dead sessions');
 my $a7 = RedsemTest::Session->new($node, name => 'a7', user => 'rolea');
 is($a7->query_ok(q{SELECT count(redsem_acquire('a7_' || i, 1, '60 s')) FROM generate_series(1, 16) i;}), '16',
 	'the role takes 16 again');
