@@ -25,6 +25,7 @@ my $redis = RedsemTest::Redis->new;
 my $node = create_node('role_holds', $redis, <<'EOC');
 redsem.max_tracked_holds = 64
 redsem.reserved_holds = 8
+restart_after_crash = on
 EOC
 $node->safe_psql('postgres', q{
 CREATE ROLE rolea LOGIN;
