@@ -138,6 +138,7 @@ like($err, $bound_error, 'and is at the bound again');
 ###########################################################################
 note 'after a crash-restart the counts are those of the table';
 
+$node->safe_psql('postgres', q{ALTER ROLE rolea RESET redsem.max_holds_per_role;});
 kill 'KILL', $a[1]->backend_pid;
 $_->quit foreach (@a[1 .. 4], $b, $adm);
 ok(wait_until(60, sub {
