@@ -6,6 +6,9 @@
 #
 #   perl bench/delay_proxy.pl LISTEN_SOCKET REDIS_SOCKET DELAY_MS [REQUEST_DELAY_MS]
 #
+# Either end may be a TCP address on loopback instead (127.0.0.1:PORT), as
+# in front of a Redis Cluster node that announces the proxy's port.
+#
 # Requests go through at once (or REQUEST_DELAY_MS later); each chunk Redis
 # answers is held DELAY_MS before it is passed on, in order.  Pipelined
 # requests stay pipelined: n requests sent together cost one delay, not n.
@@ -17,6 +20,7 @@ use strict;
 use warnings;
 
 use IO::Select;
+use IO::Socket::INET;
 use IO::Socket::UNIX;
 use Socket qw(SOCK_STREAM);
 use Time::HiRes qw(time);
@@ -26,11 +30,23 @@ die "usage: $0 LISTEN_SOCKET REDIS_SOCKET DELAY_MS [REQUEST_DELAY_MS]\n" unless 
 my $delay = $delay_ms / 1000;
 my $request_delay = ($request_delay_ms // 0) / 1000;
 
-unlink $listen_path;
-my $listener = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $listen_path, Listen => 128)
-  or die "cannot listen on $listen_path: $!\n";
-chmod 0777, $listen_path;
-$SIG{TERM} = $SIG{INT} = sub { unlink $listen_path; exit 0; };
+# True if an address is TCP (host:port), not a unix socket's path
+sub is_tcp { return $_[0] =~ /^[\w.]+:\d+$/; }
+
+my $listener;
+if (is_tcp($listen_path))
+{
+	$listener = IO::Socket::INET->new(LocalAddr => $listen_path, Listen => 128, ReuseAddr => 1)
+	  or die "cannot listen on $listen_path: $!\n";
+}
+else
+{
+	unlink $listen_path;
+	$listener = IO::Socket::UNIX->new(Type => SOCK_STREAM, Local => $listen_path, Listen => 128)
+	  or die "cannot listen on $listen_path: $!\n";
+	chmod 0777, $listen_path;
+}
+$SIG{TERM} = $SIG{INT} = sub { unlink $listen_path unless is_tcp($listen_path); exit 0; };
 
 my $sel = IO::Select->new($listener);
 my %peer;     # fileno => the other socket
@@ -73,7 +89,9 @@ while (1)
 		if ($fh == $listener)
 		{
 			my $c = $listener->accept or next;
-			my $u = IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $redis_path);
+			my $u = is_tcp($redis_path)
+			  ? IO::Socket::INET->new(PeerAddr => $redis_path)
+			  : IO::Socket::UNIX->new(Type => SOCK_STREAM, Peer => $redis_path);
 			unless ($u) { close $c; next; }
 			$peer{ fileno $c } = $u;
 			$peer{ fileno $u } = $c;
