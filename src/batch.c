@@ -4,8 +4,11 @@
  *		trips.  Refreshes of one semaphore go together into one refresh_many
  *		call (housekeeping and key lifetimes once for all of them), releases
  *		one call each, and the calls are pipelined: up to
- *		KEEP_PIPELINE_DEPTH commands per round trip.  Never raises for a
- *		Redis failure: each item keeps its own outcome.
+ *		KEEP_PIPELINE_DEPTH commands per round trip; in a Redis Cluster,
+ *		the whole batch in one pipeline, which conn.c sends to each node in
+ *		one write (one round trip per node, within the node's share of the
+ *		batch).  Never raises for a Redis failure: each item keeps its own
+ *		outcome.
  */
 #include "postgres.h"
 
@@ -209,7 +212,7 @@ send_keep_pipeline(RedisCall *call, SemKeepItem *items, const int *order,
 	}
 	ok = redis_exec_pipeline(call, n, rc, replies);
 	cost->commands += n;
-	cost->round_trips++;
+	cost->round_trips += call->round_trips;
 	for (int i = 0; i < n; i++)
 	{
 		if (replies[i] == NULL)
@@ -235,9 +238,10 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 {
 	int		   *order = palloc(sizeof(int) * Max(n, 1));
 	KeepCommand *cmds = palloc(sizeof(KeepCommand) * Max(n, 1));
-	KeepCommand *retry = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
-	KeepCommand *again = palloc(sizeof(KeepCommand) * KEEP_PIPELINE_DEPTH);
+	KeepCommand *retry;
+	KeepCommand *again;
 	int			ncmds;
+	int			depth;
 	RedisOutcome failed = {RS_OK, 0, "", 0};
 
 	memset(cost, 0, sizeof(*cost));
@@ -252,10 +256,14 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 	qsort(order, n, sizeof(int), keep_item_cmp);
 	sort_items = NULL;
 	ncmds = plan_keep_commands(items, order, n, cmds);
+	/* a Cluster node's commands of the batch go in one write (conn.c) */
+	depth = cluster_enabled() ? Max(ncmds, 1) : KEEP_PIPELINE_DEPTH;
+	retry = palloc(sizeof(KeepCommand) * depth);
+	again = palloc(sizeof(KeepCommand) * depth);
 
-	for (int from = 0; from < ncmds; from += KEEP_PIPELINE_DEPTH)
+	for (int from = 0; from < ncmds; from += depth)
 	{
-		int			to = Min(from + KEEP_PIPELINE_DEPTH, ncmds);
+		int			to = Min(from + depth, ncmds);
 		int			nretry = 0;
 		int			nagain = 0;
 

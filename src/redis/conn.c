@@ -20,7 +20,11 @@
  * A command goes where it belongs in tries (exec_routed, over a Route: the
  * command, its bounds, a Cluster pipeline's time shares, the node it is
  * at): take the node's share, make its link usable, exchange, follow a
- * redirection or record a failure, and go again after a failover.
+ * redirection or record a failure, and go again after a failover.  A
+ * Cluster pipeline (pipeline_by_node) goes in passes instead: each node's
+ * commands in one write, within the node's share, the redirected ones to
+ * their node in the next pass, and only what must be waited out on its
+ * own, over a Route.
  *
  * redis_exec() and redis_exec_pipeline() serve every caller.  They return a
  * status and never raise, except that on SQL paths (call->interruptible) a
@@ -1077,61 +1081,255 @@ pipeline_exchange(RedisCall *call, Link *link, int n, const RedisCommand *cmds,
 }
 
 /*
+ * One command of a Cluster pipeline (pipeline_by_node): the node it goes to
+ * in the next pass, and whether it still waits for one, or for a try on its
+ * own after the passes (exec_routed).
+ */
+typedef struct PipedCommand
+{
+	int			node;
+	bool		asking;			/* ASKING goes first (an ASK redirection) */
+	int			redirects;		/* followed so far */
+	bool		pending;		/* goes in the next pass */
+	bool		alone;			/* goes on its own after the passes */
+} PipedCommand;
+
+/* A Cluster pipeline under way: its bounds, shares and first failure */
+typedef struct Pipeline
+{
+	RedisCall  *call;
+	int			n;
+	const RedisCommand *cmds;
+	PipedCommand *pc;
+	redisReply **replies;
+	TimestampTz deadline;
+	int			timeout_ms;
+	NodeShares	shares;
+	RedisOutcome failure;		/* the first failure */
+	bool		all;			/* no failure so far */
+} Pipeline;
+
+/* Keep the call's outcome as the pipeline's failure, if it is the first */
+static void
+pipeline_failed(Pipeline *p)
+{
+	if (p->all)
+		p->failure = p->call->outcome;
+	p->all = false;
+}
+
+/*
+ * Judge reply j of a node's pass, for command i, which went to node: a
+ * reply for the caller (an error kept as it is), a redirection to follow
+ * in the next pass (MOVED, ASK; the reply freed), or, for an error to wait
+ * out (CLUSTERDOWN, TRYAGAIN...) or a loop of redirections, a try on its
+ * own after the passes, as any single command (exec_routed).
+ */
+static void
+pipeline_reply(Pipeline *p, Link *link, int i, redisReply *reply)
+{
+	PipedCommand *pc = &p->pc[i];
+	bool		asked = pc->asking;
+	bool		ask;
+	int			next;
+
+	pc->asking = false;
+	if (reply->type != REDIS_REPLY_ERROR)
+	{
+		if (!asked)
+			cluster_note_served(p->cmds[i].argc, p->cmds[i].argv, pc->node);
+		p->replies[i] = reply;
+		pc->pending = false;
+		return;
+	}
+	if (is_redirect(reply) && pc->redirects < CLUSTER_MAX_REDIRECTS &&
+		(next = cluster_redirect(reply->str, &ask)) >= 0)
+	{
+		elog(DEBUG2, "redsem: %s: %s", p->cmds[i].argv[0], reply->str);
+		freeReplyObject(reply);
+		pc->node = next;
+		pc->asking = ask;
+		pc->redirects++;
+		return;
+	}
+	if (!is_redirect(reply) && keep_error_reply(link, reply))
+	{
+		p->replies[i] = reply;
+		pc->pending = false;
+		return;
+	}
+	freeReplyObject(reply);
+	pc->pending = false;
+	pc->alone = true;
+}
+
+/*
+ * One pass of the pipeline on node: every command still pending for it
+ * (each behind ASKING if redirected so) in one write, and their replies
+ * read in one round trip, within the node's share.  A node that failed
+ * earlier gets nothing (its commands say "not sent"); one that fails now
+ * fails its share, and the commands it did not answer go where the slot
+ * map says next (nowhere, if it is still that node: "not sent").
+ */
+static void
+pipeline_node_pass(Pipeline *p, int node)
+{
+	Link	   *link = &links[node];
+	Route		r = {
+		.call = p->call,
+		.deadline = p->deadline,
+		.timeout_ms = p->timeout_ms,
+		.shares = &p->shares,
+		.node = node,
+	};
+	int		   *which = palloc(sizeof(int) * 2 * p->n);
+	redisReply **got = palloc0(sizeof(redisReply *) * 2 * p->n);
+	const char *asking_argv[] = {"ASKING"};
+	int			count = 0;
+	RedisStatus status = RS_OK;
+
+	described_node = node;
+	last_node = node;
+	if (!route_take_share(&r))
+	{
+		pipeline_failed(p);
+		for (int i = 0; i < p->n; i++)
+			if (p->pc[i].pending && p->pc[i].node == node)
+				p->pc[i].pending = false;
+		pfree(which);
+		pfree(got);
+		return;
+	}
+	if (!route_connect(&r, link))
+		status = RS_CONNECT_FAILED;
+	for (int i = 0; i < p->n && status == RS_OK; i++)
+	{
+		if (!p->pc[i].pending || p->pc[i].node != node)
+			continue;
+		if (p->pc[i].asking)
+		{
+			which[count++] = -1;
+			if (redisAppendCommandArgv(link->ctx, 1, asking_argv, NULL) != REDIS_OK)
+				status = RS_LOST;
+		}
+		which[count++] = i;
+		if (status == RS_OK &&
+			redisAppendCommandArgv(link->ctx, p->cmds[i].argc, p->cmds[i].argv,
+								   NULL) != REDIS_OK)
+			status = RS_LOST;
+	}
+	if (status == RS_OK)
+	{
+		p->call->round_trips++;
+		status = exchange(p->call, link, r.until, true, true, count, got);
+		node_share_charge(&p->shares, node, r.began);
+		if (status != RS_OK)
+			connection_failed(p->call, link, status, r.timeout_ms);
+	}
+	else if (status == RS_LOST)
+		connection_failed(p->call, link, status, r.timeout_ms);
+	if (status != RS_OK)
+	{
+		route_failed(&r, link);
+		pipeline_failed(p);
+	}
+	/* the replies read (all of them, or those before a failure) */
+	for (int j = 0; j < count; j++)
+	{
+		if (got[j] == NULL)
+			continue;
+		if (which[j] < 0)
+			freeReplyObject(got[j]);
+		else
+			pipeline_reply(p, link, which[j], got[j]);
+	}
+	/* those the node did not answer go where the slot map says now */
+	for (int i = 0; i < p->n && status != RS_OK; i++)
+		if (p->pc[i].pending && p->pc[i].node == node)
+		{
+			p->pc[i].node = command_node(p->cmds[i].argc, p->cmds[i].argv, node);
+			p->pc[i].asking = false;
+		}
+	pfree(which);
+	pfree(got);
+}
+
+/*
  * A pipeline in a Redis Cluster, whose commands may belong to different
- * nodes: each node's commands in turn (as far as the slot map knows them),
- * nodes that failed recently last, and each node within its own share of
- * the time (call->node_budget_ms, from the moment the pipeline first turns
- * to it, redirections included), so that a hung node costs the others at
- * most that share, and nothing once it has failed.  A command whose node
+ * nodes: in passes, each node's pending commands in one write and their
+ * replies in one round trip (as far as the slot map knows them; nodes
+ * that failed recently last), and each node within its own share of the
+ * time (call->node_budget_ms, from the moment the pipeline first turns to
+ * it, redirections included), so that a hung node costs the others at
+ * most that share, and nothing once it has failed.  A redirected command
+ * (MOVED, ASK) goes to the node named in the next pass, with that node's
+ * others; a command refused for a while (CLUSTERDOWN, TRYAGAIN) or
+ * redirected in a loop goes on its own after the passes (exec_routed,
+ * which waits it out within its node's share).  A command whose node
  * fails keeps a NULL reply, and so do the later ones for that node (not
- * sent); the others go on.  Returns false if any failed (the first failure
- * in call->outcome, naming its node).
+ * sent); the others go on.  Returns false if any failed (the first
+ * failure in call->outcome, naming its node).
  */
 static bool
 pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
 				 TimestampTz deadline, int timeout_ms, redisReply **replies)
 {
-	int		   *node_of = palloc(sizeof(int) * Max(n, 1));
-	int			nodes[CLUSTER_MAX_NODES];
-	int			count = 0;
-	NodeShares	mine;
-	RedisOutcome failure = {RS_OK, 0, "", 0};
-	bool		all = true;
+	Pipeline	p;
 
-	memset(&mine, 0, sizeof(mine));
-	mine.budget_ms = call->node_budget_ms;
+	memset(&p, 0, sizeof(p));
+	p.call = call;
+	p.n = n;
+	p.cmds = cmds;
+	p.pc = palloc0(sizeof(PipedCommand) * Max(n, 1));
+	p.replies = replies;
+	p.deadline = deadline;
+	p.timeout_ms = timeout_ms;
+	p.shares.budget_ms = call->node_budget_ms;
+	p.failure.status = RS_OK;
+	p.all = true;
 	for (int i = 0; i < n; i++)
 	{
-		bool		seen = false;
-
-		node_of[i] = cluster_node_for(cmds[i].argc, cmds[i].argv, last_node);
-		for (int k = 0; k < count && !seen; k++)
-			seen = (nodes[k] == node_of[i]);
-		if (!seen)
-			nodes[count++] = node_of[i];
+		p.pc[i].node = cluster_node_for(cmds[i].argc, cmds[i].argv, last_node);
+		p.pc[i].pending = true;
 	}
-	order_nodes_by_health(nodes, count);
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	for (int k = 0; k < count; k++)
+	for (int pass = 0; pass <= CLUSTER_MAX_REDIRECTS; pass++)
+	{
+		int			nodes[CLUSTER_MAX_NODES];
+		int			count = 0;
+
 		for (int i = 0; i < n; i++)
 		{
-			if (node_of[i] != nodes[k])
+			bool		seen = false;
+
+			if (!p.pc[i].pending)
 				continue;
-			if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
-							 timeout_ms, true, &mine, &replies[i]))
-			{
-				/* the first failure says why; the later ones say "not sent" */
-				if (all)
-					failure = call->outcome;
-				all = false;
-			}
+			for (int k = 0; k < count && !seen; k++)
+				seen = (nodes[k] == p.pc[i].node);
+			if (!seen)
+				nodes[count++] = p.pc[i].node;
 		}
+		if (count == 0)
+			break;
+		order_nodes_by_health(nodes, count);
+		for (int k = 0; k < count; k++)
+			pipeline_node_pass(&p, nodes[k]);
+	}
+	for (int i = 0; i < n; i++)
+	{
+		if (!p.pc[i].alone && !p.pc[i].pending)
+			continue;
+		call->round_trips++;
+		if (!exec_routed(call, cmds[i].argc, cmds[i].argv, NULL, deadline,
+						 timeout_ms, true, &p.shares, &replies[i]))
+			pipeline_failed(&p);
+	}
 	if (!call->interruptible)
 		RESUME_INTERRUPTS();
-	pfree(node_of);
-	call->outcome = failure;
-	return all;
+	pfree(p.pc);
+	call->outcome = p.failure;
+	return p.all;
 }
 
 /*
@@ -1154,6 +1352,7 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 	bool		ok;
 
 	memset(replies, 0, sizeof(redisReply *) * n);
+	call->round_trips = 0;
 	if (cluster_enabled())
 		return pipeline_by_node(call, n, cmds, deadline, timeout_ms, replies);
 	if (!call->interruptible)
@@ -1162,6 +1361,7 @@ redis_exec_pipeline(RedisCall *call, int n, const RedisCommand *cmds,
 	ok = ensure_connection(call, link, deadline);
 	if (ok)
 	{
+		call->round_trips = 1;
 		status = pipeline_exchange(call, link, n, cmds, deadline, replies);
 		if (status != RS_OK)
 			connection_failed(call, link, status, timeout_ms);

@@ -71,6 +71,9 @@ typedef struct RedisCall
 								 * reply owed on the link (read and dropped
 								 * before its next use) instead of dropping
 								 * the link */
+	int			round_trips;	/* out: the round trips the last pipeline
+								 * took (in a Cluster, one per node and pass,
+								 * and one per command sent on its own) */
 } RedisCall;
 
 /* One command of a pipeline */
