@@ -51,7 +51,8 @@ VALKEY_SKIP='t/011_many_servers.pl t/015_host_names.pl t/030_upgrade.pl t/040_qu
 t/041_queue_edges.pl t/042_deferred_release.pl t/045_deadlock_reserve.pl
 t/046_deadlock_look_memory.pl t/060_pgbouncer.pl t/061_prometheus_exporter.pl
 t/062_readme_examples.pl t/063_fleet_view.pl t/069_fleet_far_redis.pl
-t/070_keeper_wake_during_touch.pl t/071_keeper_hopeless_item.pl t/074_role_holds.pl'
+t/070_keeper_wake_during_touch.pl t/071_keeper_hopeless_item.pl t/072_cluster_keeper_pipeline.pl
+t/074_role_holds.pl'
 VALKEY_SKIP=${VALKEY_SKIP//$'\n'/ }
 
 MOUNTED=()
