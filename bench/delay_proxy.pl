@@ -74,16 +74,24 @@ sub drop
 	}
 }
 
+# a peer that went away makes a write fail, not the proxy die; and the
+# proxy goes when whoever started it goes (a test killed before its END)
+$SIG{PIPE} = 'IGNORE';
+my $parent = getppid();
+
 while (1)
 {
-	# sleep until the next reply is due, or something arrives
+	# sleep until the next reply is due, or something arrives (a second
+	# at most: then look whether the parent is still there)
+	exit 0 if getppid() != $parent;
 	my $now = time;
 	my $next;
 	for my $q (values %queue, values %pending)
 	{
 		$next = $q->[0][0] if @$q && (!defined $next || $q->[0][0] < $next);
 	}
-	my $timeout = defined $next ? ($next > $now ? $next - $now : 0) : undef;
+	my $timeout = defined $next ? ($next > $now ? $next - $now : 0) : 1;
+	$timeout = 1 if $timeout > 1;
 	for my $fh ($sel->can_read($timeout))
 	{
 		if ($fh == $listener)

@@ -270,12 +270,15 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 		if (!send_keep_pipeline(call, items, order, cmds, from, to, retry,
 								&nretry, cost))
 		{
-			/* in a Cluster, one node failing stops only its own commands */
+			/*
+			 * In a Cluster, one node failing stops only its own commands:
+			 * the others' are answered, and those that found the library
+			 * missing on their node still get it loaded below
+			 */
 			if (!cluster_enabled())
 				return false;
 			if (failed.status == RS_OK)
 				failed = call->outcome;
-			continue;
 		}
 		if (nretry == 0)
 			continue;

@@ -84,9 +84,11 @@
  * most), and sends to the nodes that failed last.  A node's commands of the
  * whole batch go in one write, their replies read in one round trip (and a
  * redirected command in one more, with the others sent to the same node),
- * so the share holds a node's round trip and its script time, however many
- * semaphores the node serves: with one command per round trip, a share of
- * some 600 ms covered 60 semaphores on a node 10 ms away.  A hung node then delays
+ * so the share holds a node's round trip and the time its scripts run,
+ * which grows with the semaphores it serves (2000 of them took some 75 ms
+ * a round here) rather than a round trip each: with one command per round
+ * trip, a share of some 600 ms covered 60 semaphores on a node 10 ms away.
+ * A hung node then delays
  * the refreshes of the other nodes' holds by at most that share once, and
  * not at all afterwards, while they still have two thirds of it left.  With
  * one Redis (or a Sentinel primary) the whole batch gets that share: a

@@ -21,6 +21,7 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 
+use IO::Socket::INET;
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -56,7 +57,9 @@ my $proxy = IPC::Run::start(
 	[ 'perl', "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $far->address, $DELAY_MS ],
 	'<', '/dev/null', '>', "$PostgreSQL::Test::Utils::log_path/072_proxy.log", '2>&1');
 # the proxy goes however the test ends (it holds the test's files open)
-END { $proxy->kill_kill if $proxy; }
+END { local $?; $proxy->kill_kill if $proxy; }
+ok(defined wait_until(10, sub { IO::Socket::INET->new(PeerAddr => "127.0.0.1:$proxy_port") }),
+	'the delay proxy listens');
 $far->cli('CONFIG', 'SET', 'cluster-announce-port', $proxy_port);
 ok(defined wait_until(30, sub { ($nodes[0]->cli('CLUSTER', 'NODES') // '') =~ /127\.0\.0\.1:$proxy_port\@/ }),
 	"the far node is known at the proxy's port ($proxy_port) across the cluster");

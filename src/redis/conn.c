@@ -1264,8 +1264,9 @@ pipeline_node_pass(Pipeline *p, int node)
  * most that share, and nothing once it has failed.  A redirected command
  * (MOVED, ASK) goes to the node named in the next pass, with that node's
  * others; a command refused for a while (CLUSTERDOWN, TRYAGAIN) or
- * redirected in a loop goes on its own after the passes (exec_routed,
- * which waits it out within its node's share).  A command whose node
+ * redirected in a loop goes on its own after the passes (exec_routed; its
+ * first refusal closes its node's share for the batch, so it is not waited
+ * out: the keeper's next round tries it again).  A command whose node
  * fails keeps a NULL reply, and so do the later ones for that node (not
  * sent); the others go on.  Returns false if any failed (the first
  * failure in call->outcome, naming its node).
