@@ -45,13 +45,7 @@ GRANT pg_monitor TO queued;
 sub holders { return $redis->zcard($_[0], 'owner'); }
 
 # This server's table entries of process $pid, as "name:state" lines
-sub table_of
-{
-	my ($pid) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT string_agg(name || ':' || state, ',' ORDER BY name)
-		   FROM redsem_server_holds() WHERE pid = $pid") // '';
-}
+sub table_of { return server_holds_of($node, $_[0]); }
 
 # released count of a semaphore in redsem_stats
 sub released

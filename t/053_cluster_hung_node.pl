@@ -27,23 +27,7 @@ use IO::Socket::INET;
 
 my $HANG_S = 9;
 
-my @nodes = map {
-	RedsemTest::TcpServer->new(
-		name => "hnode$_",
-		conf => [
-			'cluster-enabled yes',
-			'cluster-port ' . PostgreSQL::Test::Cluster::get_free_port(),
-			'cluster-config-file nodes.conf',
-			'cluster-node-timeout 20000',    # no failover: the node comes back
-			'cluster-require-full-coverage no',
-		])
-} 1 .. 3;
-my $created = $nodes[0]->cli('--cluster', 'create', (map { $_->address } @nodes),
-	'--cluster-replicas', '0', '--cluster-yes');
-ok(defined $created, 'a cluster of three primaries');
-ok(wait_until(60, sub {
-			!grep { (($_->cli('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/) } @nodes
-		}), 'the cluster is up');
+my @nodes = cluster_of_primaries('hnode');    # no failover: a node comes back
 
 sub make_node
 {

@@ -47,13 +47,7 @@ EOC
 my $log_from = -s $node->logfile;
 
 # This server's table entries of process $pid, as "name:state" lines
-sub table_of
-{
-	my ($pid) = @_;
-	return $node->safe_psql('postgres',
-		"SELECT string_agg(name || ':' || state, ',' ORDER BY name)
-		   FROM redsem_server_holds() WHERE pid = $pid") // '';
-}
+sub table_of { return server_holds_of($node, $_[0]); }
 
 my $b = RedsemTest::Session->new($node, name => 'b');
 is($b->query_ok(q{SELECT redsem_acquire('e2_live', 1, '6 s') IS NOT NULL;}), 't',

@@ -32,23 +32,7 @@ use Time::HiRes qw(time);
 my $HOLDS = 300;
 my $DELAY_MS = 10;
 
-my @nodes = map {
-	RedsemTest::TcpServer->new(
-		name => "pnode$_",
-		conf => [
-			'cluster-enabled yes',
-			'cluster-port ' . PostgreSQL::Test::Cluster::get_free_port(),
-			'cluster-config-file nodes.conf',
-			'cluster-node-timeout 20000',
-			'cluster-require-full-coverage no',
-		])
-} 1 .. 3;
-my $created = $nodes[0]->cli('--cluster', 'create', (map { $_->address } @nodes),
-	'--cluster-replicas', '0', '--cluster-yes');
-ok(defined $created, 'a cluster of three primaries');
-ok(wait_until(60, sub {
-			!grep { (($_->cli('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/) } @nodes
-		}), 'the cluster is up');
+my @nodes = cluster_of_primaries('pnode');
 
 # the far node: the second one, behind the delay proxy, announced there
 my $far = $nodes[1];

@@ -29,7 +29,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica);
+our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
+  cluster_of_primaries server_holds_of);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -183,6 +184,55 @@ sub primary_and_replica
 				  && ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/
 			}), 'a replica follows the primary');
 	return ($primary, $replica);
+}
+
+=item cluster_of_primaries($prefix, %conf)
+
+Start a Redis Cluster of three primaries on loopback (RedsemTest::TcpServer
+nodes named "$prefix1".."$prefix3"), each with a bus port of its own, no
+replicas and no failover (cluster-node-timeout 20 s unless given as
+node_timeout), and wait until every node sees it up.  Returns the nodes.
+
+=cut
+
+sub cluster_of_primaries
+{
+	my ($prefix, %conf) = @_;
+	my $timeout = $conf{node_timeout} // 20000;
+	my @nodes = map {
+		RedsemTest::TcpServer->new(
+			name => "$prefix$_",
+			conf => [
+				'cluster-enabled yes',
+				'cluster-port ' . PostgreSQL::Test::Cluster::get_free_port(),
+				'cluster-config-file nodes.conf',
+				"cluster-node-timeout $timeout",
+				'cluster-require-full-coverage no',
+			])
+	} 1 .. 3;
+	my $created = $nodes[0]->cli('--cluster', 'create', (map { $_->address } @nodes),
+		'--cluster-replicas', '0', '--cluster-yes');
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(defined $created, 'a cluster of three primaries');
+	ok(wait_until(60, sub {
+				!grep { (($_->cli('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/) } @nodes
+			}), 'the cluster is up');
+	return @nodes;
+}
+
+=item server_holds_of($node, $pid)
+
+The entries of $node's hold table that process $pid has, as
+"name:state" lines joined by commas, in name order ('' for none).
+
+=cut
+
+sub server_holds_of
+{
+	my ($node, $pid) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT string_agg(name || ':' || state, ',' ORDER BY name)
+		   FROM redsem_server_holds() WHERE pid = $pid") // '';
 }
 
 sub node_log_is_clean
