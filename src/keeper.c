@@ -484,21 +484,37 @@ guarded(KeeperState *st, KeeperBatch *batch, const HoldCopy *c, uint64 target,
 }
 
 /*
- * The lease time a hold has left that a refresh can still save, in ms: a
- * live hold of ours (held, not lost, under our Redis target, its backend
- * alive) whose lease has not run out; -1 for any other (a release, an
- * orphan, a hold already gone), which needs no time of a batch.
+ * When a hold the keeper can still save ends (its lease, as last
+ * refreshed): held, not lost, taken on target, its backend alive; else 0
  */
+static TimestampTz
+savable_end(const SharedHold *h, uint64 target)
+{
+	if (h->phase != PHASE_HELD || h->lost || h->target != target ||
+		is_orphan(h))
+		return 0;
+	return TimestampTzPlusMilliseconds(h->refreshed_at, shared_hold_kept_ms(h));
+}
+
+/* The lease time a hold the keeper can still save has left by now, or -1 */
 static int64
 savable_left_ms(const SharedHold *h, uint64 target, TimestampTz now)
 {
-	TimestampTz end;
+	TimestampTz end = savable_end(h, target);
 
-	if (h->phase != PHASE_HELD || h->lost || h->target != target ||
-		is_orphan(h))
-		return -1;
-	end = TimestampTzPlusMilliseconds(h->refreshed_at, shared_hold_kept_ms(h));
 	return end > now ? TimestampDifferenceMilliseconds(now, end) : -1;
+}
+
+/*
+ * A share of the keeper's time: a third of shortest (the least lease time
+ * left that it must fit in), at least floor_ms, at most
+ * redsem.command_timeout
+ */
+static int
+share_of(int64 shortest, int floor_ms)
+{
+	return (int) Max(Min(shortest / KEEPER_REFRESH_FRACTION, redsem_command_timeout_ms),
+					 floor_ms);
 }
 
 /*
@@ -539,8 +555,7 @@ node_budget_ms(const KeeperBatch *batch, const HoldCopy *holds, int n,
 		}
 	if (shortest < 0)
 		return redsem_command_timeout_ms;
-	return (int) Max(Min(shortest / KEEPER_REFRESH_FRACTION, redsem_command_timeout_ms),
-					 KEEPER_NODE_MIN_BUDGET_MS);
+	return share_of(shortest, KEEPER_NODE_MIN_BUDGET_MS);
 }
 
 /*
@@ -628,14 +643,7 @@ touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
 	int64		shortest = (int64) redsem_command_timeout_ms * KEEPER_REFRESH_FRACTION;
 
 	for (int i = 0; i < n; i++)
-	{
-		const SharedHold *h = &holds[i].hold;
-
-		if (h->phase == PHASE_HELD && !h->lost && h->target == target &&
-			!is_orphan(h))
-			ends[i] = TimestampTzPlusMilliseconds(h->refreshed_at,
-												  shared_hold_kept_ms(h));
-	}
+		ends[i] = savable_end(&holds[i].hold, target);
 	for (int i = 0; i < batch->n; i++)
 	{
 		const SemKeepItem *it = &batch->items[i];
@@ -653,8 +661,7 @@ touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
 	pfree(ends);
 	/* a hold taken meanwhile, of the least lease, is seen after the touch */
 	shortest = Min(shortest, REDSEM_MIN_LEASE_MS);
-	return (int) Max(Min(shortest / KEEPER_REFRESH_FRACTION, redsem_command_timeout_ms),
-					 FLEET_TOUCH_MIN_BUDGET_MS);
+	return share_of(shortest, FLEET_TOUCH_MIN_BUDGET_MS);
 }
 
 /*
