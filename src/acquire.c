@@ -15,6 +15,7 @@
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "clock.h"
 #include "deadlock.h"
 #include "guc.h"
 #include "shmem.h"
@@ -49,7 +50,7 @@ make_id(char *buf, size_t len)
 static int64
 ms_since(TimestampTz when)
 {
-	return TimestampDifferenceMilliseconds(when, GetCurrentTimestamp());
+	return TimestampDifferenceMilliseconds(when, redsem_now());
 }
 
 /* Milliseconds since since, on the local monotonic clock */
@@ -69,7 +70,7 @@ ms_left(TimestampTz deadline)
 {
 	if (deadline == DT_NOEND)
 		return PG_INT32_MAX;
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+	return TimestampDifferenceMilliseconds(redsem_now(), deadline);
 }
 
 /* A Redis call of this acquire: interruptible, raising at args->elevel */
@@ -145,7 +146,7 @@ static bool
 nap_for_wake(AcquireArgs *args, RedisCall *call, const char *id, int64 nap,
 			 int64 *ticket, int64 *nudge_ms)
 {
-	TimestampTz until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), nap);
+	TimestampTz until = TimestampTzPlusMilliseconds(redsem_now(), nap);
 	int64		on_redis = args->rate_seen ? nap - REDIS_TICK_SLACK_MS : nap;
 
 	*ticket = 0;
@@ -190,7 +191,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		acquire_call(args, &call);
 		if (left <= 0)
 		{
-			*sent = GetCurrentTimestamp();
+			*sent = redsem_now();
 			return sem_give_up(&call, args->name, id, r) || call_failed(args, &call);
 		}
 		if (r->ms >= 0)
@@ -204,7 +205,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		if (look)
 			nap = Min(nap, deadlock_check_interval_ms());
 		nap = Max(nap, 1);
-		napped_at = GetCurrentTimestamp();
+		napped_at = redsem_now();
 		if (!nap_for_wake(args, &call, id, nap, &ticket, &nudge_ms))
 			return call_failed(args, &call);
 		if (ticket == 0 && nudge_ms < 0 && look)
@@ -230,7 +231,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 			r->ms = nudge_ms;
 			continue;
 		}
-		*sent = checked = GetCurrentTimestamp();
+		*sent = checked = redsem_now();
 		if (!sem_wait_check(&call, args->name, id, r))
 			return call_failed(args, &call);
 		note_limit(args, r);
@@ -242,7 +243,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 			 * our place expired, our promotion window passed, or the limit
 			 * fell below our permits: queue again
 			 */
-			*sent = GetCurrentTimestamp();
+			*sent = redsem_now();
 			if (!sem_acquire(&call, args->name, id, args->max_holders,
 							 args->permits, args->lease_ms, true,
 							 args->priority, args->tenant, r))
@@ -316,7 +317,7 @@ static bool
 grant_is_live(const SemResult *r, TimestampTz sent)
 {
 	return r->state == SEM_HELD &&
-		TimestampDifferenceMilliseconds(sent, GetCurrentTimestamp()) < r->ms;
+		TimestampDifferenceMilliseconds(sent, redsem_now()) < r->ms;
 }
 
 /*
@@ -376,7 +377,7 @@ refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 
 	acquire_call(args, &call);
 	INSTR_TIME_SET_CURRENT(asked);
-	*sent = GetCurrentTimestamp();
+	*sent = redsem_now();
 	if (!sem_refresh(&call, NULL, args->name, id, args->lease_ms, &lease))
 		return call_failed(args, &call);
 	*left = lease - mono_ms_since(&asked);
@@ -422,7 +423,7 @@ settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 	if (redsem_grant_replicas == 0)
 		return GRANT_USABLE;
 	INSTR_TIME_SET_CURRENT(granted);
-	left = r->ms - TimestampDifferenceMilliseconds(*sent, GetCurrentTimestamp());
+	left = r->ms - TimestampDifferenceMilliseconds(*sent, redsem_now());
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
 	left -= mono_ms_since(&granted);
@@ -513,7 +514,7 @@ count_acquire(const AcquireArgs *args, AcquireResult result,
 		stats_count(args->name, STAT_REFUSED, 1);
 	if (args->waited)
 		stats_count_wait(args->name,
-						 TimestampDifferenceMilliseconds(started, GetCurrentTimestamp()));
+						 TimestampDifferenceMilliseconds(started, redsem_now()));
 }
 
 /*
@@ -530,7 +531,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		RedisCall	call;
 
 		acquire_call(args, &call);
-		*sent = GetCurrentTimestamp();
+		*sent = redsem_now();
 		if (!sem_acquire(&call, args->name, id, args->max_holders,
 						 args->permits, args->lease_ms, args->wait_ms != 0,
 						 args->priority, args->tenant, r))
@@ -631,7 +632,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 
 	make_id(buf, sizeof(buf));
 	*hold = hold_begin(args->name, buf, scope, args->lease_ms, args->permits);
-	started = GetCurrentTimestamp();
+	started = redsem_now();
 	result = take_slot(args, *hold, buf,
 					   args->wait_ms < 0 ? DT_NOEND :
 					   TimestampTzPlusMilliseconds(started, args->wait_ms),

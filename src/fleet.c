@@ -19,6 +19,7 @@
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "cluster.h"
 #include "conn.h"
 #include "fleet.h"
@@ -201,7 +202,7 @@ static TimestampTz next_touch = 0;
 bool
 fleet_touch_due(void)
 {
-	return GetCurrentTimestamp() >= next_touch;
+	return redsem_now() >= next_touch;
 }
 
 /*
@@ -216,7 +217,7 @@ fleet_touch_due(void)
 void
 fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 	IndexEntry *entries;
 	int			m;
 	RedisCall	call;

@@ -34,6 +34,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "conn.h"
 #include "guc.h"
 #include "hold.h"
@@ -42,6 +43,7 @@
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"
+#include "stop.h"
 #include "timing.h"
 
 /* redsem.max_holds_per_session */
@@ -63,6 +65,7 @@ struct Hold
 	HoldScope	scope;
 	HoldState	state;
 	bool		was_held;		/* ENDING: it had been granted */
+	bool		stop_reported;	/* its loss was told (hold_check_stopped) */
 	bool		spans_xacts;	/* a statement's slot kept across the
 								 * commits and rollbacks of a procedure */
 	SubTransactionId subxid;	/* subtransaction that took it */
@@ -247,7 +250,7 @@ send_release(Hold *hold, TimestampTz deadline, bool interruptible)
 	redis_call_init(&call, deadline, interruptible, 0);
 	call.uncounted = !hold->was_held;	/* its acquire's error counted */
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_RELEASING,
-						  hold->ticket, GetCurrentTimestamp(), 0);
+						  hold->ticket, redsem_now(), 0);
 	hold->reply_in = false;
 	/* on the list before the handler may be called; off it if not sent */
 	list_keep(&sent, hold);
@@ -399,7 +402,7 @@ release_ending_guarded(int ms, bool defer, const char *when)
 	PG_TRY();
 	{
 		redsem_fault("callback");
-		release_ending(TimestampTzPlusMilliseconds(GetCurrentTimestamp(), ms), false,
+		release_ending(TimestampTzPlusMilliseconds(redsem_now(), ms), false,
 					   defer);
 	}
 	PG_CATCH();
@@ -484,6 +487,10 @@ xact_callback(XactEvent event, void *arg)
 							 errdetail("The transaction holds a slot of semaphore \"%s\".", hold->name),
 							 errhint("Release it with redsem_release before PREPARE TRANSACTION, or use redsem_acquire.")));
 			}
+			break;
+		case XACT_EVENT_PRE_COMMIT:
+			/* still in time to abort: work done under a lost slot */
+			hold_check_stopped(true);
 			break;
 		case XACT_EVENT_COMMIT:
 		case XACT_EVENT_PARALLEL_COMMIT:
@@ -578,7 +585,7 @@ discard_all(void)
 
 	if (!mark_matching(any_hold, InvalidSubTransactionId))
 		return;
-	release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+	release_ending_interruptible(TimestampTzPlusMilliseconds(redsem_now(),
 															 redsem_command_timeout_ms),
 								 false);
 	left = count_ending();
@@ -668,7 +675,8 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
 	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,
 								lease_ms, permits, privileged,
-								GetSessionUserId(), !privileged);
+								GetSessionUserId(), !privileged,
+								(SlotLostPolicy) redsem_on_slot_lost);
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	hold = palloc0(sizeof(Hold));
 	hold->prefix = pstrdup(prefix);
@@ -737,6 +745,122 @@ hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 	hold->acquired_at = hold->refreshed_at = confirmed_at;
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
 						  confirmed_at, confirm_ms);
+}
+
+/* The stops counter as this session last looked at its holds */
+static uint64 stops_seen = 0;
+
+/* When this session's first hold still good runs past its valid_until */
+static TimestampTz next_look = 0;
+
+/*
+ * Whether hold has been stopped, as of now (by redsem's clock): by the
+ * keeper, or now past its valid_until (which this marks, should the keeper
+ * be gone).  Fills what the report needs.
+ */
+static bool
+hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
+{
+	SharedHold	copy;
+	TimestampTz valid_until;
+
+	out->name = hold->name;
+	if (hold->shared_slot < 0)
+	{
+		/* not preloaded: nobody refreshed it since it was granted */
+		out->policy = (SlotLostPolicy) redsem_on_slot_lost;
+		out->kept_ms = hold->lease_ms;
+		out->unconfirmed_ms = TimestampDifferenceMilliseconds(hold->refreshed_at, now);
+		valid_until = redsem_valid_until(hold->refreshed_at, hold->lease_ms);
+		out->reason = now >= valid_until && out->policy != SLOT_LOST_WARN ?
+			STOP_UNCONFIRMED : STOP_NONE;
+	}
+	else
+	{
+		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
+			return false;
+		out->policy = (SlotLostPolicy) copy.on_lost;
+		out->kept_ms = shared_hold_kept_ms(&copy);
+		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at, now);
+		valid_until = shared_hold_valid_until(&copy);
+		out->reason = (StopReason) copy.stop;
+		if (out->reason == STOP_NONE && now >= valid_until &&
+			out->policy != SLOT_LOST_WARN)
+		{
+			(void) shared_hold_stop(hold->shared_slot, hold->id, STOP_UNCONFIRMED, now);
+			out->reason = STOP_UNCONFIRMED;
+		}
+	}
+	if (out->reason == STOP_NONE)
+		next_look = Min(next_look, valid_until);
+	return out->reason != STOP_NONE;
+}
+
+/*
+ * A stopped hold is told once; one of the session's own scope is then given
+ * up (the keeper releases it, if Redis still has it), so the session goes
+ * on without it; a transaction's or statement's goes with the abort.  With
+ * policy warn it stays, as it was.
+ */
+static void
+hold_stop_told(Hold *hold, SlotLostPolicy policy)
+{
+	hold->stop_reported = true;
+	if (hold->scope != HOLD_SESSION || policy == SLOT_LOST_WARN)
+		return;
+	mark_ending(hold);
+	shared_hold_abandon(hold->shared_slot, hold->id);
+}
+
+/*
+ * True if a look at this session's holds is due: a holder was stopped on
+ * this server since the last look, or one of ours may have run past its
+ * valid_until (always, with full)
+ */
+bool
+hold_stop_look_due(bool full)
+{
+	return holds != NIL &&
+		(full || shared_stops_made() != stops_seen || redsem_now() >= next_look);
+}
+
+/*
+ * Tell this session of the slots it lost (stop.c: an ERROR, FATAL or
+ * WARNING, as redsem.on_slot_lost said when each was taken), once each.
+ * Called when a statement starts (full: before a commit), and when a
+ * statement was cancelled, to say why.
+ */
+void
+hold_check_stopped(bool full)
+{
+	TimestampTz now;
+	StoppedHold *stopped;
+	Hold	  **which;
+	ListCell   *lc;
+	int			n = 0;
+
+	if (!hold_stop_look_due(full))
+		return;
+	stops_seen = shared_stops_made();
+	now = redsem_now();
+	next_look = DT_NOEND;
+	stopped = palloc(sizeof(StoppedHold) * list_length(holds));
+	which = palloc(sizeof(Hold *) * list_length(holds));
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+
+		if (hold->state != HOLD_HELD || hold->stop_reported)
+			continue;
+		if (hold_stopped(hold, now, &stopped[n]))
+			which[n++] = hold;
+	}
+	/* told (and given up) before the report raises */
+	for (int i = 0; i < n; i++)
+		hold_stop_told(which[i], stopped[i].policy);
+	stop_report(stopped, n);
+	pfree(stopped);
+	pfree(which);
 }
 
 /* Drop an entry that Redis no longer knows about */
@@ -808,7 +932,7 @@ hold_release_quietly(const char *name, const char *id)
 	if (!IsTransactionState())
 		return;
 	mark_ending(hold);
-	release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+	release_ending_interruptible(TimestampTzPlusMilliseconds(redsem_now(),
 															 redsem_command_timeout_ms),
 								 !redsem_await_release);
 }
@@ -914,7 +1038,7 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 	if (hold == NULL || hold->state != HOLD_HELD)
 		return false;
 	refuse_other_target(hold, "refresh");
-	sent = GetCurrentTimestamp();
+	sent = redsem_now();
 	(void) sem_refresh(&call, hold->prefix, name, id, lease_ms, new_lease_ms);
 	if (*new_lease_ms < 0)
 		ereport(NOTICE,
@@ -990,7 +1114,7 @@ hold_snapshot(HeldInfo **out)
 		info->id = pstrdup(hold->id);
 		info->scope = hold->scope == HOLD_XACT ? "transaction" :
 			hold->scope == HOLD_STATEMENT ? "statement" : "session";
-		info->acquired_at = hold->acquired_at;
+		info->acquired_at = redsem_wall_time(hold->acquired_at);
 		info->lease_ms = hold->lease_ms;
 		info->ticket = hold->ticket;
 		info->permits = hold->permits;
@@ -999,9 +1123,9 @@ hold_snapshot(HeldInfo **out)
 		info->keeper_error = keeper_error(&tracked, tracked_ok);
 		info->kept_alive = (info->keeper_error == NULL);
 		/* a promotion the keeper has not confirmed yet lives its window */
-		info->expires_at = TimestampTzPlusMilliseconds(refreshed,
-													   tracked_ok ? shared_hold_kept_ms(&tracked) :
-													   hold->lease_ms);
+		info->expires_at = redsem_wall_time(TimestampTzPlusMilliseconds(refreshed,
+																		tracked_ok ? shared_hold_kept_ms(&tracked) :
+																		hold->lease_ms));
 		n++;
 	}
 	return n;
@@ -1068,7 +1192,7 @@ hold_flush_deferred(void)
 		redis_poll_deferred();
 	settle_sent();
 	if (count_ending() > 0)
-		release_ending_interruptible(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+		release_ending_interruptible(TimestampTzPlusMilliseconds(redsem_now(),
 																 redsem_command_timeout_ms),
 									 false);
 }

@@ -39,6 +39,7 @@
 #include "utils/resowner.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "cluster.h"
 #include "compat.h"
 #include "batch.h"
@@ -48,6 +49,7 @@
 #include "keeper.h"
 #include "script.h"
 #include "shmem.h"
+#include "stop.h"
 #include "timing.h"
 
 PGDLLEXPORT void redsem_keeper_main(Datum main_arg);
@@ -136,7 +138,7 @@ backoff_ms(int failures)
 static void
 report_trouble(KeeperState *st, const char *text)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 
 	shared_keeper_trouble_note(text, now);
 
@@ -199,7 +201,7 @@ static int64
 hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 			const char *text)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 	int			failures = c->hold.failures + 1;
 	int64		retry = backoff_ms(failures);
 	bool		log_it;
@@ -349,7 +351,7 @@ refresh_if_due(KeeperBatch *batch, const HoldCopy *c, TimestampTz now)
 static int64
 keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 	bool		reachable = (c->hold.target == target);
 
 	if (is_orphan(&c->hold))
@@ -420,7 +422,7 @@ release_put_off(const HoldCopy *c, const RedisOutcome *o)
 	int64		retry = backoff_ms(failures);
 
 	shared_hold_note_failure(c->slot, c->hold.id, failures,
-							 TimestampTzPlusMilliseconds(GetCurrentTimestamp(), retry),
+							 TimestampTzPlusMilliseconds(redsem_now(), retry),
 							 redis_outcome_text(o), 0);
 	return retry;
 }
@@ -584,14 +586,14 @@ keeper_swallow_error(MemoryContext cxt, uint32 holdoff, char *buf, size_t len)
  */
 static bool
 send_batch(KeeperState *st, KeeperBatch *batch, const HoldCopy *holds, int n,
-		   uint64 target)
+		   uint64 target, TimestampTz valid_until)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 	RedisCall	call;
 	SemBatchCost cost = {0, 0};
-	TimestampTz start = GetCurrentTimestamp();
-	bool		ok = false;
+	TimestampTz start = redsem_now();
+	volatile bool ok = false;
 
 	if (batch->n == 0)
 		return true;
@@ -604,6 +606,11 @@ send_batch(KeeperState *st, KeeperBatch *batch, const HoldCopy *holds, int n,
 	 */
 	if (!cluster_enabled())
 		call.deadline = TimestampTzPlusMilliseconds(start, call.node_budget_ms);
+	/* and never past the moment a holder must be stopped (src/timing.h) */
+	if (valid_until != DT_NOEND)
+		call.deadline = Min(call.deadline == DT_NOEND ?
+							TimestampTzPlusMilliseconds(start, redsem_command_timeout_ms) :
+							call.deadline, valid_until);
 	PG_TRY();
 	{
 		ok = sem_keep_batch(&call, batch->items, batch->n, &cost);
@@ -622,7 +629,7 @@ send_batch(KeeperState *st, KeeperBatch *batch, const HoldCopy *holds, int n,
 	PG_END_TRY();
 	elog(DEBUG1, "redsem keeper: %d hold(s) refreshed or released with %d command(s) in %d round trip(s), %ld ms",
 		 batch->n, cost.commands, cost.round_trips,
-		 TimestampDifferenceMilliseconds(start, GetCurrentTimestamp()));
+		 TimestampDifferenceMilliseconds(start, redsem_now()));
 	return ok;
 }
 
@@ -639,7 +646,7 @@ touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
 				uint64 target, TimestampTz sent)
 {
 	TimestampTz *ends = palloc0(sizeof(TimestampTz) * Max(n, 1));
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 	int64		shortest = (int64) redsem_command_timeout_ms * KEEPER_REFRESH_FRACTION;
 
 	for (int i = 0; i < n; i++)
@@ -689,6 +696,72 @@ touch_fleet_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 	PG_END_TRY();
 }
 
+/* Log that the keeper stopped a holder (within the per-hold line budget) */
+static void
+log_stop(KeeperState *st, const StopNotice *sn, const char *done)
+{
+	if (!hold_line_allowed(st, redsem_now()))
+		return;
+	ereport(LOG,
+			(errmsg("redsem keeper %s process %d: the slot of semaphore \"%s\" was lost",
+					done, sn->pid, sn->name),
+			 errdetail("%s%s", stop_reason_detail((StopReason) sn->reason, sn->kept_ms,
+												  sn->unconfirmed_ms),
+					   sn->late_ms > 0 ?
+					   psprintf(" The stop came " INT64_FORMAT " ms after the slot could no longer be counted on.",
+								sn->late_ms) : "")));
+}
+
+/*
+ * Stop a holder as its policy says: cancel its statement (its session is
+ * told why, src/guard.c) or end its session.  A backend gone meanwhile is
+ * left alone: its exit releases what it held.
+ */
+static void
+stop_holder(KeeperState *st, const StopNotice *sn)
+{
+	if (BackendPidGetProc(sn->pid) == NULL)
+		return;
+	if (sn->policy == SLOT_LOST_TERMINATE)
+	{
+		if (kill(sn->pid, SIGTERM) == 0)
+			log_stop(st, sn, "terminated");
+	}
+	else if (kill(sn->pid, SIGINT) == 0)
+		log_stop(st, sn, "cancelled the statement of");
+}
+
+/*
+ * Stop the holders whose slots are lost or past their valid_until
+ * (src/timing.h); returns the next valid_until of those still good
+ * (DT_NOEND if none), by which the keeper must look again
+ */
+static TimestampTz
+stop_lost_holders(KeeperState *st)
+{
+	StopNotice	notices[64];
+	TimestampTz earliest;
+	int			n;
+
+	do
+	{
+		n = shared_hold_stops_due(redsem_now(), notices, lengthof(notices),
+								  &earliest);
+		for (int i = 0; i < n; i++)
+			stop_holder(st, &notices[i]);
+	} while (n == lengthof(notices));
+	return earliest;
+}
+
+/* ms from now until when (DT_NOEND: max), at least 1 and at most max */
+static int64
+ms_until_capped(TimestampTz when, int64 max)
+{
+	if (when == DT_NOEND)
+		return max;
+	return Min(ms_until(redsem_now(), when), max);
+}
+
 /* One pass over the holds; returns how long to sleep */
 static long
 keeper_cycle(KeeperState *st)
@@ -699,9 +772,11 @@ keeper_cycle(KeeperState *st)
 	int64		sleep_ms = KEEPER_MAX_SLEEP_MS;
 	KeeperBatch batch;
 	TimestampTz sent;
+	TimestampTz valid_until;
 	bool		redis_ok;
 
 	shared_keeper_set_target(target);
+	valid_until = stop_lost_holders(st);
 	st->released_after_crash = 0;
 	st->succeeded = false;
 	batch.items = palloc(sizeof(SemKeepItem) * Max(n, 1));
@@ -714,8 +789,8 @@ keeper_cycle(KeeperState *st)
 
 		sleep_ms = Min(sleep_ms, next);
 	}
-	sent = GetCurrentTimestamp();
-	redis_ok = send_batch(st, &batch, holds, n, target);
+	sent = redsem_now();
+	redis_ok = send_batch(st, &batch, holds, n, target, valid_until);
 	for (int i = 0; i < batch.n; i++)
 	{
 		int64		next = guarded(st, &batch, batch.owners[i], target,
@@ -725,9 +800,15 @@ keeper_cycle(KeeperState *st)
 	}
 	if (st->succeeded && redis_ok)
 		report_recovery(st);
+	valid_until = stop_lost_holders(st);
 	if (fleet_touch_due())
+	{
 		touch_fleet_index(holds, n, target,
-						  touch_budget_ms(holds, n, &batch, target, sent));
+						  (int) ms_until_capped(valid_until,
+												touch_budget_ms(holds, n, &batch, target, sent)));
+		valid_until = stop_lost_holders(st);
+	}
+	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",
@@ -777,7 +858,7 @@ redsem_keeper_main(Datum main_arg)
 		MemoryContextReset(cycle_context);
 
 		/* a wake-up our own Redis waits swallowed: look again at once */
-		if (shared_keeper_set_wake_time(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+		if (shared_keeper_set_wake_time(TimestampTzPlusMilliseconds(redsem_now(),
 																	sleep_ms)))
 			SetLatch(MyLatch);
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

@@ -18,6 +18,7 @@
 #include "utils/tuplestore.h"
 
 #include "bounds.h"
+#include "clock.h"
 #include "guc.h"
 #include "hold.h"
 #include "queue_conf.h"
@@ -457,11 +458,11 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		values[5] = Int32GetDatum(h->permits);
 		values[6] = interval_from_ms(h->lease_ms);
 		nulls[7] = in_line;
-		values[7] = TimestampTzGetDatum(h->acquired_at);
+		values[7] = TimestampTzGetDatum(redsem_wall_time(h->acquired_at));
 		nulls[8] = !in_line;
-		values[8] = TimestampTzGetDatum(h->acquired_at);
+		values[8] = TimestampTzGetDatum(redsem_wall_time(h->acquired_at));
 		nulls[9] = !holding || h->abandoned || h->lost;
-		values[9] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms));
+		values[9] = TimestampTzGetDatum(redsem_wall_time(TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms)));
 		nulls[10] = (trouble == NULL);
 		values[10] = nulls[10] ? (Datum) 0 : CStringGetTextDatum(trouble);
 		put_row(rsinfo, values, nulls, SERVER_HOLDS_COLUMNS);

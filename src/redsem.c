@@ -12,6 +12,7 @@
 
 #include "cluster.h"
 #include "compat.h"
+#include "guard.h"
 #include "guc.h"
 #include "hold.h"
 #include "keeper.h"
@@ -20,6 +21,7 @@
 #include "secret.h"
 #include "sentinel.h"
 #include "shmem.h"
+#include "stop.h"
 #include "tls.h"
 
 REDSEM_MODULE_MAGIC;
@@ -39,11 +41,13 @@ _PG_init(void)
 	guc_define();
 	secret_define_gucs();
 	hold_define_gucs();
+	stop_define_gucs();
 	tls_define_gucs();
 	sentinel_define_gucs();
 	cluster_define_gucs();
 	queue_define_gucs();
 	hold_install_hooks();
+	guard_install_hooks();
 	if (redsem_preloaded)
 	{
 		shmem_define_gucs();	/* server-start settings: only while preloading */

@@ -32,6 +32,7 @@
 #include "utils/timestamp.h"
 
 #include "bounds.h"
+#include "clock.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -52,6 +53,8 @@ typedef struct RedsemShared
 	pg_atomic_uint64 keeper_target; /* redis_target_signature() of the
 									 * keeper's last cycle: the holds it
 									 * refreshes */
+	pg_atomic_uint64 stops; /* holders stopped so far: a backend looks at
+							 * its holds again when this moved */
 	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
 										 * since, or 0 */
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
@@ -94,6 +97,7 @@ static HTAB *stats_hash = NULL;
 static HTAB *role_holds = NULL;
 
 static SharedHold *tracked_hold(int slot, const char *id);
+static bool mark_stopped(SharedHold *h, StopReason why, TimestampTz now);
 static uint64 local_incarnation = 0;
 
 /* Set by the postmaster once it has initialised shared memory once */
@@ -273,6 +277,7 @@ redsem_shmem_startup(void)
 		shared->incarnation = random_tag();
 		pg_atomic_init_u64(&shared->keeper_target, 0);
 		pg_atomic_init_u64(&shared->keeper_wakes, 0);
+		pg_atomic_init_u64(&shared->stops, 0);
 		if (!IsUnderPostmaster)
 		{
 			if (postmaster_started_once)
@@ -529,6 +534,7 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 		{
 			h->lost = true;
 			h->forced = (lease < 0);
+			mark_stopped(h, lease < 0 ? STOP_FORCED : STOP_GONE, redsem_now());
 		}
 		h->failures = 0;
 		h->retry_at = 0;
@@ -613,10 +619,11 @@ role_bound(void)
 int
 shared_hold_register(const char *prefix, const char *name, const char *id,
 					 uint64 target, bool xact, int64 lease_ms, int permits,
-					 bool may_use_reserve, Oid role, bool role_bounded)
+					 bool may_use_reserve, Oid role, bool role_bounded,
+					 SlotLostPolicy on_lost)
 {
 	int			slot = -1;
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 	int			reserve = shared_hold_reserve();
 	int			bound = role_bounded ? role_bound() : 0;
 	int			role_has = 0;
@@ -650,6 +657,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		h->role_counted = role_bounded;
 		h->pid = MyProcPid;
 		h->xact = xact;
+		h->on_lost = (uint8) on_lost;
 		h->phase = PHASE_PENDING;
 		h->lease_ms = lease_ms;
 		h->permits = permits;
@@ -741,8 +749,12 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 			h->lease_ms = lease_ms;
 		h->refreshed_at = confirmed_at;
 		h->confirm_ms = 0;
-		h->lost = false;
-		h->forced = false;
+		if (h->stop == STOP_NONE)
+		{
+			/* a holder once stopped stays stopped */
+			h->lost = false;
+			h->forced = false;
+		}
 	}
 	LWLockRelease(shared->holds_lock);
 	wake_keeper_by(TimestampTzPlusMilliseconds(confirmed_at,
@@ -850,6 +862,103 @@ shared_hold_read(int slot, const char *id, SharedHold *copy)
 	}
 	LWLockRelease(shared->holds_lock);
 	return found;
+}
+
+/* How many holders were stopped so far (a backend's cue to look) */
+uint64
+shared_stops_made(void)
+{
+	return shared ? pg_atomic_read_u64(&shared->stops) : 0;
+}
+
+/*
+ * Mark a hold stopped for why, under holds_lock held exclusive: its slot is
+ * no longer the holder's, the keeper refreshes it no more.  True if it was
+ * not stopped before.
+ */
+static bool
+mark_stopped(SharedHold *h, StopReason why, TimestampTz now)
+{
+	if (h->stop != STOP_NONE)
+		return false;
+	h->stop = (uint8) why;
+	h->lost = true;
+	h->stopped_at = now;
+	pg_atomic_fetch_add_u64(&shared->stops, 1);
+	return true;
+}
+
+/* A backend stops one of its own holds (found past its valid_until) */
+bool
+shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
+{
+	SharedHold *h;
+	bool		newly = false;
+
+	if (shared == NULL)
+		return false;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		newly = mark_stopped(h, why, now);
+	LWLockRelease(shared->holds_lock);
+	return newly;
+}
+
+/* True if h is a live holder's slot that its policy lets be stopped */
+static bool
+stoppable(const SharedHold *h)
+{
+	return h->in_use && h->phase == PHASE_HELD && !h->abandoned &&
+		h->pid != 0 && h->on_lost != SLOT_LOST_WARN;
+}
+
+/*
+ * The keeper's look (src/timing.h): stop every held slot past its
+ * valid_until, and hand back (up to max into out) the stopped holders it
+ * has not signalled yet, now marked signalled.  *earliest: the next
+ * valid_until among the slots still good (DT_NOEND if none).
+ */
+int
+shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
+					  TimestampTz *earliest)
+{
+	int			n = 0;
+
+	*earliest = DT_NOEND;
+	if (shared == NULL)
+		return 0;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < hold_table_size; i++)
+	{
+		SharedHold *h = &hold_table[i];
+		TimestampTz valid_until;
+
+		if (!stoppable(h))
+			continue;
+		valid_until = shared_hold_valid_until(h);
+		if (h->stop == STOP_NONE && now < valid_until)
+		{
+			*earliest = Min(*earliest, valid_until);
+			continue;
+		}
+		(void) mark_stopped(h, STOP_UNCONFIRMED, now);
+		if (h->stop_signalled || n >= max)
+			continue;
+		h->stop_signalled = true;
+		out[n].slot = i;
+		out[n].pid = h->pid;
+		out[n].policy = h->on_lost;
+		out[n].reason = h->stop;
+		out[n].kept_ms = shared_hold_kept_ms(h);
+		out[n].unconfirmed_ms = TimestampDifferenceMilliseconds(h->refreshed_at,
+																h->stopped_at);
+		out[n].late_ms = h->stopped_at > valid_until ?
+			TimestampDifferenceMilliseconds(valid_until, h->stopped_at) : 0;
+		strlcpy(out[n].name, h->name, sizeof(out[n].name));
+		n++;
+	}
+	LWLockRelease(shared->holds_lock);
+	return n;
 }
 
 

@@ -32,6 +32,7 @@
 #include "storage/lwlock.h"
 
 #include "bounds.h"
+#include "clock.h"
 
 /* Where an acquire stands */
 typedef enum HoldPhase
@@ -42,6 +43,24 @@ typedef enum HoldPhase
 	PHASE_RELEASING				/* its release was sent; the backend reads
 								 * the reply on its next call */
 } HoldPhase;
+
+/* Why a holder's slot is no longer surely its own (SharedHold.stop) */
+typedef enum StopReason
+{
+	STOP_NONE,
+	STOP_GONE,					/* a refresh found the slot gone */
+	STOP_FORCED,				/* ... released by an administrator */
+	STOP_UNCONFIRMED			/* its lease went unconfirmed too long
+								 * (shared_hold_valid_until) */
+} StopReason;
+
+/* What becomes of a holder whose slot is lost (redsem.on_slot_lost) */
+typedef enum SlotLostPolicy
+{
+	SLOT_LOST_CANCEL,
+	SLOT_LOST_TERMINATE,
+	SLOT_LOST_WARN
+} SlotLostPolicy;
 
 /*
  * One entry of the hold table.  Plain data only: the table outlives a
@@ -59,6 +78,9 @@ typedef struct SharedHold
 	bool		role_counted;	/* counts toward its role's
 								 * redsem.max_holds_per_role */
 	uint8		phase;			/* HoldPhase */
+	uint8		on_lost;		/* SlotLostPolicy, when it was taken */
+	uint8		stop;			/* StopReason */
+	bool		stop_signalled; /* the keeper stopped its backend */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			permits;
@@ -68,8 +90,10 @@ typedef struct SharedHold
 								 * (0: confirmed, the lease applies) */
 	int64		ticket;
 	TimestampTz acquired_at;
-	TimestampTz refreshed_at;	/* last time Redis confirmed the lease (or
-								 * the place in line) */
+	TimestampTz refreshed_at;	/* when the last request that Redis
+								 * confirmed the lease (or the place in
+								 * line) with was sent, by redsem's clock */
+	TimestampTz stopped_at;		/* when stop was decided */
 	uint64		target;			/* redis_target_signature() at acquire */
 	int			failures;		/* keeper's failed tries in a row */
 	TimestampTz retry_at;		/* keeper's next try after a failure */
@@ -86,6 +110,31 @@ shared_hold_kept_ms(const SharedHold *h)
 {
 	return h->confirm_ms > 0 ? h->confirm_ms : h->lease_ms;
 }
+
+/*
+ * Until when a held slot is surely this holder's, by redsem's clock
+ * (src/timing.h): what Redis last confirmed, counted from when that request
+ * was sent, less the margin for clock rates and for a stop to act
+ */
+static inline TimestampTz
+shared_hold_valid_until(const SharedHold *h)
+{
+	return redsem_valid_until(h->refreshed_at, shared_hold_kept_ms(h));
+}
+
+/* A holder the keeper is to stop (shared_hold_stops_due) */
+typedef struct StopNotice
+{
+	int			slot;
+	int			pid;
+	uint8		policy;			/* SlotLostPolicy */
+	uint8		reason;			/* StopReason */
+	int64		kept_ms;		/* the lease (or window) it had */
+	int64		unconfirmed_ms; /* from its last confirmed request to the
+								 * stop */
+	int64		late_ms;		/* past its valid_until at the stop */
+	char		name[REDSEM_MAX_NAME_BYTES + 1];
+} StopNotice;
 
 /* A copy of one entry of the hold table, with its slot (the keeper's view) */
 typedef struct HoldCopy
@@ -160,7 +209,7 @@ extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, uint64 target, bool xact,
 								 int64 lease_ms, int permits,
 								 bool may_use_reserve, Oid role,
-								 bool role_bounded);
+								 bool role_bounded, SlotLostPolicy on_lost);
 /* A holder of a semaphore on this server (shared_hold_holders) */
 typedef struct LocalHolder
 {
@@ -180,6 +229,11 @@ extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);
 extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
+extern uint64 shared_stops_made(void);
+extern bool shared_hold_stop(int slot, const char *id, StopReason why,
+							 TimestampTz now);
+extern int	shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
+								  TimestampTz *earliest);
 
 extern void stats_count(const char *name, StatField field, int64 delta);
 extern void stats_count_wait(const char *name, int64 ms);

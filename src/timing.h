@@ -135,6 +135,29 @@
  * semaphores, within the same budget: a hung one costs no more than a hung
  * index node.
  *
+ * A holder runs only while its slot is surely its own (src/stop.c).  Every
+ * time is read on redsem's clock (src/clock.h), which no change of the
+ * wall clock moves.  A slot Redis granted or refreshed for a lease L by a
+ * request sent at t (by this server's clock) ends in Redis no earlier than
+ * t + L by Redis's clock: Redis counted from when the request came, later
+ * than t.  Two things can make that end come sooner as this server sees
+ * it: Redis's clock running faster than ours, which
+ * REDSEM_CLOCK_RATE_DIVISOR bounds at 1% (hardware clocks differ by a few
+ * parts in 100,000, and NTP slews by at most 500 ppm: a bound twenty times
+ * that), and the time a stop takes to act once decided (the keeper's
+ * wake-up, a signal, the backend's next CHECK_FOR_INTERRUPTS, the abort),
+ * REDSEM_STOP_ACT_MS.  So the hold is valid until
+ * t + L - L / REDSEM_CLOCK_RATE_DIVISOR - REDSEM_STOP_ACT_MS
+ * (redsem_valid_until): for the least lease, 1000 ms, that is 790 ms, well
+ * after the keeper's refresh at 333 ms and its retry 250 ms later.  At that
+ * moment, unless a later refresh was confirmed, the keeper stops the holder
+ * (redsem.on_slot_lost), and it wakes for it: its Redis calls end by then
+ * (a batch's and a touch's deadline is at most the earliest such moment).
+ * A backend also looks at its own holds when it starts a statement and
+ * before it commits, so a keeper that died does not leave a holder running
+ * past that moment beyond its next statement.  A refresh that finds the
+ * slot gone stops the holder at once.
+ *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
  * until its deadline (redsem.command_timeout), so a failover shorter than
@@ -166,6 +189,9 @@
 #define KEEPER_LOG_EVERY_MS			30000
 #define KEEPER_NODE_MIN_BUDGET_MS	100
 #define KEEPER_SENT_RELEASE_SETTLE_MS	1000
+
+#define REDSEM_CLOCK_RATE_DIVISOR	100
+#define REDSEM_STOP_ACT_MS			200
 
 #define SENTINEL_RETRY_MS			100
 

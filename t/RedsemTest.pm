@@ -30,7 +30,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
-  cluster_of_primaries server_holds_of);
+  cluster_of_primaries server_holds_of keeper_pid_of);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -218,6 +218,34 @@ sub cluster_of_primaries
 				!grep { (($_->cli('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/) } @nodes
 			}), 'the cluster is up');
 	return @nodes;
+}
+
+=item keeper_pid_of($node)
+
+The pid of $node's keeper: the postmaster's child whose process title
+names it (undef if there is none).
+
+=cut
+
+sub keeper_pid_of
+{
+	my ($node) = @_;
+	my ($pm) = split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid');
+	foreach my $stat (glob '/proc/[0-9]*/stat')
+	{
+		open(my $fh, '<', $stat) or next;
+		my $line = <$fh>;
+		close $fh;
+		next unless defined $line && $line =~ /^(\d+) \(.*\) (\S) (\d+) /;
+		my ($pid, $state, $ppid) = ($1, $2, $3);
+		next unless $ppid == $pm && $state ne 'Z';
+		(my $cmdfile = $stat) =~ s/stat$/cmdline/;
+		open($fh, '<', $cmdfile) or next;
+		my $cmd = <$fh> // '';
+		close $fh;
+		return $pid if $cmd =~ /redsem keeper/;
+	}
+	return undef;
 }
 
 =item server_holds_of($node, $pid)

@@ -43,6 +43,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "compat.h"
 #include "cluster.h"
 #include "conn.h"
@@ -690,7 +691,7 @@ static void
 node_share_charge(NodeShares *shares, int node, TimestampTz began)
 {
 	if (shares != NULL)
-		shares->spent_us[node] += Max(GetCurrentTimestamp() - began, 0);
+		shares->spent_us[node] += Max(redsem_now() - began, 0);
 }
 
 /* Node failed within its share in shares: send it nothing more */
@@ -698,7 +699,7 @@ static void
 node_share_failed(NodeShares *shares, int node)
 {
 	shares->failed[node] = true;
-	node_failed_at[node] = GetCurrentTimestamp();
+	node_failed_at[node] = redsem_now();
 }
 
 /*
@@ -766,7 +767,7 @@ route_take_share(Route *r)
 		return redis_note(&r->call->outcome, RS_LOST,
 						  "not sent: the node failed earlier in the batch");
 	}
-	r->began = GetCurrentTimestamp();
+	r->began = redsem_now();
 	if (shares->budget_ms <= 0)
 		return true;
 	r->until = Min(r->deadline, r->began + Max((int64) shares->budget_ms * 1000 -
@@ -967,7 +968,7 @@ begin_call(RedisCall *call, int *timeout_ms)
 	if (call->deadline == DT_NOEND)
 	{
 		*timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
-		return TimestampTzPlusMilliseconds(GetCurrentTimestamp(), *timeout_ms);
+		return TimestampTzPlusMilliseconds(redsem_now(), *timeout_ms);
 	}
 	*timeout_ms = (int) Min(redis_ms_until(call->deadline), PG_INT32_MAX);
 	return call->deadline;

@@ -20,6 +20,7 @@
 #include "storage/fd.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "compat.h"
 #include "guc.h"
 #include "link.h"
@@ -459,7 +460,7 @@ redis_setup_context(RedisCall *call, redisContext *c, TimestampTz deadline)
 TimestampTz
 redis_connect_deadline(TimestampTz deadline)
 {
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = redsem_now();
 	TimestampTz d = TimestampTzPlusMilliseconds(now, redsem_connect_timeout_ms);
 
 	connect_cut_short = deadline < d;

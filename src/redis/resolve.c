@@ -36,6 +36,7 @@
 #include "storage/latch.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "guc.h"
 #include "redis_call.h"
 #include "report.h"
@@ -254,7 +255,7 @@ is_numeric(const char *host)
 static bool
 lookup_wait(RedisCall *call, Lookup *l, TimestampTz deadline)
 {
-	TimestampTz start = GetCurrentTimestamp();
+	TimestampTz start = redsem_now();
 
 	while (pg_atomic_read_u32(&l->state) == LOOKUP_RUNNING)
 	{
@@ -265,7 +266,7 @@ lookup_wait(RedisCall *call, Lookup *l, TimestampTz deadline)
 			return redis_note(&call->outcome, RS_CONNECT_FAILED,
 							   "no address for host name \"%s\" within %ld ms (redsem.connect_timeout is %d ms)",
 							   l->host,
-							   (long) ((GetCurrentTimestamp() - start) / 1000),
+							   (long) ((redsem_now() - start) / 1000),
 							   redsem_connect_timeout_ms);
 	}
 	pg_memory_barrier();

@@ -15,6 +15,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "compat.h"
 #include "guc.h"
 #include "sockwait.h"
@@ -43,7 +44,7 @@ redis_set_wait_event(uint32 event)
 long
 redis_ms_until(TimestampTz deadline)
 {
-	return TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+	return TimestampDifferenceMilliseconds(redsem_now(), deadline);
 }
 
 /* Drop the cached wait set; call before closing its socket */
@@ -141,7 +142,7 @@ redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptibl
 bool
 redis_past(TimestampTz deadline)
 {
-	return postmaster_gone || GetCurrentTimestamp() >= deadline;
+	return postmaster_gone || redsem_now() >= deadline;
 }
 
 /*

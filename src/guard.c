@@ -1,0 +1,153 @@
+/*
+ * guard.c
+ *		Statements of a holder whose slot is lost are stopped: the executor
+ *		and utility hooks that look at the session's holds.
+ *
+ * When a statement starts, the session's holds are looked at if a holder
+ * was stopped on this server since the last look or one of ours may have
+ * run past its valid_until (hold_check_stopped: one atomic read and a clock
+ * reading otherwise), so a lost slot fails the next statement, once.  While
+ * a statement runs, the keeper's cancel (src/keeper.c) unwinds through
+ * ExecutorRun, ExecutorFinish or ProcessUtility here, and the bare "canceling
+ * statement due to user request" is replaced with the error that names the
+ * semaphore and why (src/stop.c); a cancel with nothing of ours behind it
+ * goes on unchanged.  Transaction control (COMMIT is looked at before it
+ * commits, src/hold.c) and DISCARD are let through, so that a session can
+ * always roll back and be reset.
+ */
+#include "postgres.h"
+
+#include "executor/executor.h"
+#include "nodes/parsenodes.h"
+#include "tcop/utility.h"
+#include "utils/elog.h"
+#include "utils/errcodes.h"
+#include "utils/memutils.h"
+
+#include "compat.h"
+#include "guard.h"
+#include "hold.h"
+#include "hooks.h"
+
+static ExecutorStart_hook_type prev_executor_start = NULL;
+static ExecutorRun_hook_type prev_executor_run = NULL;
+static ExecutorFinish_hook_type prev_executor_finish = NULL;
+static ProcessUtility_hook_type prev_process_utility = NULL;
+
+/*
+ * In a PG_CATCH: if the error is a cancel and one of this session's holds
+ * was stopped, raise the error that says so instead; else re-throw it.
+ */
+static void
+rethrow_as_stop(MemoryContext cxt)
+{
+	ErrorData  *edata;
+
+	MemoryContextSwitchTo(cxt);
+	edata = CopyErrorData();
+	if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED || !hold_stop_look_due(false))
+	{
+		FreeErrorData(edata);
+		PG_RE_THROW();
+	}
+	FlushErrorState();
+	hold_check_stopped(false);
+	ReThrowError(edata);		/* nothing of ours: the cancel as it was */
+}
+
+/* ExecutorStart: a statement of a session that lost a slot fails */
+static void
+guard_executor_start(QueryDesc *query, int eflags)
+{
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0)
+		hold_check_stopped(false);
+	if (prev_executor_start)
+		prev_executor_start(query, eflags);
+	else
+		standard_ExecutorStart(query, eflags);
+}
+
+/* ExecutorRun: a cancel for a lost slot says so */
+static void
+guard_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
+				   REDSEM_EXECUTE_ONCE_PARAM)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		if (prev_executor_run)
+			prev_executor_run(query, direction, count REDSEM_EXECUTE_ONCE_ARG);
+		else
+			standard_ExecutorRun(query, direction, count REDSEM_EXECUTE_ONCE_ARG);
+	}
+	PG_CATCH();
+	{
+		rethrow_as_stop(cxt);
+	}
+	PG_END_TRY();
+}
+
+/* ExecutorFinish (AFTER triggers): a cancel for a lost slot says so */
+static void
+guard_executor_finish(QueryDesc *query)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	PG_TRY();
+	{
+		if (prev_executor_finish)
+			prev_executor_finish(query);
+		else
+			standard_ExecutorFinish(query);
+	}
+	PG_CATCH();
+	{
+		rethrow_as_stop(cxt);
+	}
+	PG_END_TRY();
+}
+
+/* True for statements that must always run: transaction control, DISCARD */
+static bool
+always_runs(const Node *stmt)
+{
+	return IsA(stmt, TransactionStmt) || IsA(stmt, DiscardStmt);
+}
+
+/* ProcessUtility: as ExecutorStart and ExecutorRun, for utility statements */
+static void
+guard_process_utility(PlannedStmt *pstmt, const char *queryString,
+					  bool readOnlyTree, ProcessUtilityContext context,
+					  ParamListInfo params, QueryEnvironment *queryEnv,
+					  DestReceiver *dest, QueryCompletion *qc)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	if (!always_runs(pstmt->utilityStmt))
+		hold_check_stopped(false);
+	PG_TRY();
+	{
+		redsem_next_utility(prev_process_utility, pstmt, queryString,
+							readOnlyTree, context, params, queryEnv, dest, qc);
+	}
+	PG_CATCH();
+	{
+		rethrow_as_stop(cxt);
+	}
+	PG_END_TRY();
+}
+
+/* Install the hooks (from _PG_init, preloaded or not) */
+void
+guard_install_hooks(void)
+{
+	prev_executor_start = ExecutorStart_hook;
+	ExecutorStart_hook = guard_executor_start;
+	prev_executor_run = ExecutorRun_hook;
+	ExecutorRun_hook = guard_executor_run;
+	prev_executor_finish = ExecutorFinish_hook;
+	ExecutorFinish_hook = guard_executor_finish;
+	prev_process_utility = ProcessUtility_hook;
+	ProcessUtility_hook = guard_process_utility;
+}

@@ -1,0 +1,105 @@
+/*
+ * stop.c
+ *		A holder whose slot is lost is stopped: the policy
+ *		(redsem.on_slot_lost) and the words that tell the holder why.
+ *
+ * A slot is lost when a refresh finds it gone (Redis forgot it, or its
+ * lease ran out), when an administrator force-released it, or when Redis
+ * has not confirmed its lease for so long that it may already be another
+ * holder's (src/timing.h says how long that is, and why it comes before
+ * Redis can give the slot away).  The keeper then cancels the holder's
+ * statement (src/keeper.c), and the holder's session is told why at once,
+ * or at its next statement, or at its COMMIT, whichever comes first
+ * (src/hold.c, src/guard.c).  The error keeps the SQLSTATE of a cancel,
+ * 57014, so that code which catches its own errors (a PL/pgSQL WHEN OTHERS)
+ * cannot swallow it and run on without the slot.
+ */
+#include "postgres.h"
+
+#include "utils/elog.h"
+#include "utils/guc.h"
+
+#include "stop.h"
+
+/* redsem.on_slot_lost */
+int			redsem_on_slot_lost = SLOT_LOST_CANCEL;
+
+static const struct config_enum_entry slot_lost_options[] = {
+	{"cancel", SLOT_LOST_CANCEL, false},
+	{"terminate", SLOT_LOST_TERMINATE, false},
+	{"warn", SLOT_LOST_WARN, false},
+	{NULL, 0, false}
+};
+
+/* Define redsem.on_slot_lost */
+void
+stop_define_gucs(void)
+{
+	DefineCustomEnumVariable("redsem.on_slot_lost",
+							 "What becomes of a holder whose slot is lost.",
+							 "cancel: its statement is cancelled, or its next statement fails; "
+							 "terminate: its session ends; warn: it runs on, with a WARNING.",
+							 &redsem_on_slot_lost, SLOT_LOST_CANCEL,
+							 slot_lost_options, PGC_SUSET, 0,
+							 NULL, NULL, NULL);
+}
+
+/* Why a slot was lost, as the sentences of an errdetail */
+char *
+stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms)
+{
+	switch (why)
+	{
+		case STOP_GONE:
+			return psprintf("Redis no longer had the slot when it was refreshed: Redis lost it, or its lease of " INT64_FORMAT " ms ran out first.",
+							kept_ms);
+		case STOP_FORCED:
+			return pstrdup("An administrator force-released it (redsem_force_release).");
+		case STOP_UNCONFIRMED:
+			return psprintf("Redis had not confirmed its lease of " INT64_FORMAT " ms for " INT64_FORMAT " ms, so the slot could soon be another holder's.",
+							kept_ms, unconfirmed_ms);
+		case STOP_NONE:
+			break;
+	}
+	return pstrdup("");
+}
+
+/* The error (or, for policy warn, the WARNING) that tells of one lost slot */
+static void
+report_one(const StoppedHold *s, int others, int elevel)
+{
+	ereport(elevel,
+			(errcode(elevel == WARNING ? ERRCODE_WARNING :
+					 elevel == FATAL ? ERRCODE_ADMIN_SHUTDOWN : ERRCODE_QUERY_CANCELED),
+			 errmsg("the slot of semaphore \"%s\" was lost", s->name),
+			 errdetail("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms),
+					   others > 0 ?
+					   psprintf(" %d other slot(s) of this session were lost as well.", others) : ""),
+			 elevel == WARNING ?
+			 errhint("The work goes on without the slot (redsem.on_slot_lost is warn): more holders than the limit may run at once.") :
+			 errhint("Take the slot again to go on; redsem.on_slot_lost chooses what becomes of a holder whose slot is lost.")));
+}
+
+/*
+ * Tell this session of the slots it lost: a WARNING for each one whose
+ * policy was warn, then one ERROR (FATAL for terminate) for the others.
+ */
+void
+stop_report(const StoppedHold *stopped, int n)
+{
+	const StoppedHold *first = NULL;
+	int			others = 0;
+
+	for (int i = 0; i < n; i++)
+	{
+		if (stopped[i].policy == SLOT_LOST_WARN)
+			report_one(&stopped[i], 0, WARNING);
+		else if (first == NULL)
+			first = &stopped[i];
+		else
+			others++;
+	}
+	if (first != NULL)
+		report_one(first, others,
+				   first->policy == SLOT_LOST_TERMINATE ? FATAL : ERROR);
+}

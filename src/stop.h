@@ -1,0 +1,28 @@
+/*
+ * stop.h
+ *		A holder whose slot is lost is stopped: the policy
+ *		(redsem.on_slot_lost) and the words that tell the holder why.
+ */
+#ifndef REDSEM_STOP_H
+#define REDSEM_STOP_H
+
+#include "shmem.h"
+
+/* One of this session's holds found stopped (hold_check_stopped) */
+typedef struct StoppedHold
+{
+	const char *name;
+	StopReason	reason;
+	SlotLostPolicy policy;
+	int64		kept_ms;		/* the lease (or window) it had */
+	int64		unconfirmed_ms; /* from its last confirmed request to now */
+} StoppedHold;
+
+extern int	redsem_on_slot_lost;
+
+extern void stop_define_gucs(void);
+extern char *stop_reason_detail(StopReason why, int64 kept_ms,
+								int64 unconfirmed_ms);
+extern void stop_report(const StoppedHold *stopped, int n);
+
+#endif							/* REDSEM_STOP_H */

@@ -1,0 +1,226 @@
+
+# 080_slot_lost.pl - a holder whose slot is lost is stopped (issue 48, A).
+#
+# A slot is lost when the keeper's refresh finds it gone (its keys deleted
+# here, as a Redis that forgot would), when an administrator force-releases
+# it, or when Redis has not confirmed its lease for so long that it may be
+# another holder's (this server cut off from Redis: a proxy in between that
+# stops forwarding).  redsem.on_slot_lost says what becomes of the holder:
+# cancel (the default: its statement is cancelled with an error naming the
+# semaphore, or its next statement fails, once), terminate, or warn.
+#
+# Timing rule: leases are 3 s; every bound checked is one the design gives
+# (a stop comes at the keeper's next refresh, a third of the lease, or
+# before the lease ends in Redis), with slack for a slow machine, and a
+# statement the stop must cut short sleeps far longer (30 s).
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use File::Basename ();
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+
+# A proxy between the server and Redis that a test can freeze (SIGSTOP):
+# connections stay open, nothing is forwarded, as a network path that hangs
+my $dir = PostgreSQL::Test::Utils::tempdir_short();
+my $proxy_sock = "$dir/cut.sock";
+my $proxy_pid = fork;
+die "fork: $!" unless defined $proxy_pid;
+if ($proxy_pid == 0)
+{
+	exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $proxy_sock,
+		$redis->socket, 0) or die "exec: $!";
+}
+wait_until(10, sub { -S $proxy_sock }) or die 'the proxy did not start';
+END { if ($proxy_pid) { kill 'CONT', $proxy_pid; kill 'TERM', $proxy_pid; } }
+
+my $node = create_node('slot_lost', $redis,
+	"redsem.unix_socket = '$proxy_sock'\nredsem.command_timeout = 1000\n");
+$node->safe_psql('postgres', 'CREATE ROLE app LOGIN; CREATE TABLE done(t text); GRANT ALL ON done TO app');
+
+sub session { return RedsemTest::Session->new($node, name => $_[0], @_[ 1 .. $#_ ]); }
+
+# Delete every key of semaphore $sem, as a Redis that lost them
+sub forget
+{
+	my ($sem) = @_;
+	$redis->cli('DEL', $_) foreach $redis->scan_keys("redsem:{$sem}:*");
+	return;
+}
+
+# The lost-slot error, with its SQLSTATE (psql runs with VERBOSITY verbose)
+sub lost_error { my ($sem) = @_; return qr/ERROR:  57014: the slot of semaphore "\Q$sem\E" was lost/; }
+
+###########################################################################
+note 'a slot whose keys are deleted: the running statement is cancelled at the next refresh';
+{
+	my $s = session('holder');
+	$s->send("BEGIN; SELECT redsem_acquire_xact('gone', 1, '3 s') IS NOT NULL; INSERT INTO done VALUES ('gone'); SELECT pg_sleep(30); COMMIT;");
+	usleep(300_000);
+	forget('gone');
+	my $deleted = time;
+	my ($out, $err, $elapsed) = $s->wait_done(20);
+	ok(defined $err, 'the statement ended');
+	like($err, lost_error('gone'), 'with the error that names the semaphore (57014)');
+	like($err, qr/DETAIL:  Redis no longer had the slot/, 'and says why');
+	cmp_ok(time - $deleted, '<', 3, 'at the next refresh, within the lease');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM done WHERE t = 'gone'"), '0',
+		'the transaction did not commit');
+	is($s->query_ok('SELECT 1;'), '1', 'the session goes on');
+	$s->quit;
+}
+
+###########################################################################
+note 'a statement queue slot and a plain cancel';
+{
+	my $s = session('canceller');
+	$s->send("SELECT pg_sleep(30);");
+	usleep(300_000);
+	$node->safe_psql('postgres', "SELECT pg_cancel_backend(" . $s->backend_pid . ")");
+	my ($out, $err) = $s->wait_done(10);
+	like($err, qr/canceling statement due to user request/, 'a cancel of ours is not a lost slot');
+	$s->quit;
+}
+
+###########################################################################
+note 'an idle session: its next statement fails once, then it goes on without the slot';
+{
+	my $s = session('idle');
+	$s->query_ok("SELECT redsem_acquire('idle', 1, '3 s') IS NOT NULL;");
+	forget('idle');
+	ok(wait_until(10, sub {
+		$node->safe_psql('postgres', "SELECT count(*) FROM redsem_server_holds() WHERE name = 'idle' AND state = 'lost'") eq '1' }),
+		'the keeper finds the slot gone');
+	my ($out, $err) = $s->query('SELECT 1;');
+	like($err, lost_error('idle'), 'the next statement fails with the error');
+	($out, $err) = $s->query('SELECT 2;');
+	is($err, '', 'once');
+	is($out, '2', 'then the session goes on');
+	is($s->query_ok("SELECT count(*) FROM redsem_held() WHERE name = 'idle';"), '0',
+		'without the slot');
+	is($node->safe_psql('postgres', "SELECT redsem_acquire('idle', 1, '3 s') IS NOT NULL"), 't',
+		'which another session can take');
+	$s->quit;
+}
+
+###########################################################################
+note 'idle in a transaction: COMMIT fails, the work is rolled back';
+{
+	my $s = session('in_xact');
+	$s->query_ok("BEGIN; SELECT redsem_acquire_xact('tx', 1, '3 s') IS NOT NULL; INSERT INTO done VALUES ('tx');");
+	forget('tx');
+	ok(wait_until(10, sub {
+		$node->safe_psql('postgres', "SELECT count(*) FROM redsem_server_holds() WHERE name = 'tx' AND state = 'lost'") eq '1' }),
+		'the keeper finds the slot gone');
+	my ($out, $err) = $s->query('COMMIT;');
+	like($err, lost_error('tx'), 'COMMIT fails with the error');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM done WHERE t = 'tx'"), '0',
+		'nothing was committed');
+	is($s->query_ok('SELECT 3;'), '3', 'the session goes on');
+	$s->quit;
+}
+
+###########################################################################
+note 'an administrator force-releases a slot';
+{
+	my $s = session('forced');
+	$s->send("SELECT redsem_acquire('forced', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
+	usleep(500_000);
+	my $id = $node->safe_psql('postgres', "SELECT id FROM redsem_holders('forced')");
+	$node->safe_psql('postgres', "SELECT redsem_force_release('forced', '$id')");
+	my ($out, $err) = $s->wait_done(10);
+	like($err, lost_error('forced'), 'the holder is cancelled');
+	like($err, qr/force-released/, 'and told an administrator did it');
+	$s->quit;
+}
+
+###########################################################################
+note 'cut off from Redis: every holder is stopped before its lease ends in Redis';
+{
+	my @s = map { session("cut$_") } 1 .. 3;
+	my @sems = map { "cut$_" } 1 .. 3;
+	for my $i (0 .. 2)
+	{
+		$s[$i]->query_ok("SELECT redsem_acquire('$sems[$i]', 1, '3 s') IS NOT NULL;");
+	}
+	$_->send('SELECT pg_sleep(30);') foreach @s;
+	usleep(1_200_000);
+	kill 'STOP', $proxy_pid;
+	my $frozen = time;
+	# Redis's deadlines, read around the proxy (ms of Redis's clock)
+	my @deadline = map {
+		my $id = $redis->cli('ZRANGE', "redsem:{$_}:timeout", 0, 0);
+		$redis->cli('ZSCORE', "redsem:{$_}:timeout", $id) / 1000.0
+	} @sems;
+	for my $i (0 .. 2)
+	{
+		my ($out, $err) = $s[$i]->wait_done(20);
+		my $ended = time;
+		like($err, lost_error($sems[$i]), "holder $i is stopped");
+		like($err, qr/had not confirmed its lease of 3000 ms/, 'because its lease went unconfirmed');
+		cmp_ok($ended, '<', $deadline[$i], sprintf('%.0f ms before Redis would give its slot away', 1000 * ($deadline[$i] - $ended)));
+	}
+	kill 'CONT', $proxy_pid;
+	my $free = $node->safe_psql('postgres', 'SELECT ' . join(', ', map { "redsem_acquire('$_', 1, '3 s', wait => '5 s') IS NOT NULL" } @sems));
+	is($free, 't|t|t', 'when the cut heals, each slot goes to one newcomer');
+	$_->quit foreach @s;
+}
+
+###########################################################################
+note 'the keeper stopped: a backend finds its own hold past its valid time';
+{
+	my $keeper = keeper_pid_of($node);
+	my $s = session('unkept');
+	$s->query_ok("SELECT redsem_acquire('unkept', 1, '3 s') IS NOT NULL;");
+	kill 'STOP', $keeper;
+	sleep 3;
+	my ($out, $err) = $s->query('SELECT 1;');
+	kill 'CONT', $keeper;
+	like($err, lost_error('unkept'), 'its next statement fails');
+	like($err, qr/had not confirmed its lease/, 'as unconfirmed');
+	$s->quit;
+}
+
+###########################################################################
+note 'policies: terminate and warn, set by a superuser only';
+{
+	my ($ret, $out, $err) = $node->psql('postgres', 'SET redsem.on_slot_lost = warn', extra_params => [ '-U', 'app' ]);
+	like($err, qr/permission denied to set parameter "redsem.on_slot_lost"/, 'an ordinary role cannot choose its own policy');
+
+	$node->safe_psql('postgres', 'ALTER ROLE app SET redsem.on_slot_lost = terminate');
+	my $s = session('terminated', user => 'app');
+	$s->send("SELECT redsem_acquire('term', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
+	usleep(500_000);
+	forget('term');
+	ok($s->wait_exit(10), 'terminate: the session ends');
+	like($s->stderr_so_far, qr/terminating connection/, 'as an administrator ends it');
+	ok(wait_until(5, sub { slurp_file($node->logfile) =~ /redsem keeper terminated process \d+: the slot of semaphore "term" was lost/ }),
+		'and the log says why');
+
+	$node->safe_psql('postgres', 'ALTER ROLE app SET redsem.on_slot_lost = warn');
+	$s = session('warned', user => 'app');
+	$s->send("SELECT redsem_acquire('warn', 1, '3 s') IS NOT NULL; SELECT pg_sleep(2); SELECT 'ran';");
+	usleep(300_000);
+	forget('warn');
+	my ($o, $e) = $s->wait_done(10);
+	like($o, qr/^t\n\nran$/, 'warn: the statement runs on, and so does the next');
+	like($e, qr/WARNING:  01000: the slot of semaphore "warn" was lost/, 'which gets a WARNING');
+	($o, $e) = $s->query('SELECT 4;');
+	is($e, '', 'once');
+	$s->quit;
+	$node->safe_psql('postgres', 'ALTER ROLE app RESET redsem.on_slot_lost');
+}
+
+node_log_is_clean($node, 'no crash, no assertion failure');
+$node->stop;
+$redis->stop;
+done_testing();
