@@ -250,7 +250,7 @@ send_release(Hold *hold, TimestampTz deadline, bool interruptible)
 	redis_call_init(&call, deadline, interruptible, 0);
 	call.uncounted = !hold->was_held;	/* its acquire's error counted */
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_RELEASING,
-						  hold->ticket, redsem_now(), 0);
+						  hold->ticket, redsem_now(), 0, false);
 	hold->reply_in = false;
 	/* on the list before the handler may be called; off it if not sent */
 	list_keep(&sent, hold);
@@ -700,7 +700,7 @@ void
 hold_mark_waiting(Hold *hold, TimestampTz checked_at)
 {
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_WAITING, 0,
-						  checked_at, 0);
+						  checked_at, 0, false);
 }
 
 /*
@@ -727,7 +727,7 @@ void
 hold_mark_promoted(Hold *hold, int64 ticket, int64 window_ms, TimestampTz at)
 {
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
-						  at, window_ms);
+						  at, window_ms, false);
 }
 
 /*
@@ -744,7 +744,7 @@ hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 	hold->lease_ms = lease_ms;
 	hold->acquired_at = hold->refreshed_at = confirmed_at;
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
-						  confirmed_at, confirm_ms);
+						  confirmed_at, confirm_ms, true);
 }
 
 /* The stops counter as this session last looked at its holds */

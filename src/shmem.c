@@ -710,7 +710,8 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
  */
 void
 shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
-					  TimestampTz confirmed_at, int64 confirm_ms)
+					  TimestampTz confirmed_at, int64 confirm_ms,
+					  bool returned)
 {
 	SharedHold *h;
 	int64		due_ms = 0;
@@ -724,6 +725,15 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 		h->ticket = ticket;
 		h->refreshed_at = confirmed_at;
 		h->confirm_ms = confirm_ms;
+		h->returned = returned;
+		if (!returned)
+		{
+			/* a new try of the acquire: what stopped the last is over */
+			h->stop = STOP_NONE;
+			h->stop_signalled = false;
+			h->lost = false;
+			h->forced = false;
+		}
 		if (phase == PHASE_HELD)
 			h->acquired_at = confirmed_at;
 		due_ms = shared_hold_kept_ms(h) / KEEPER_REFRESH_FRACTION;
@@ -904,12 +914,15 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 	return newly;
 }
 
-/* True if h is a live holder's slot that its policy lets be stopped */
+/*
+ * True if h is a live holder's slot, returned to its caller, that its
+ * policy lets be stopped (an acquire still running checks its grant itself)
+ */
 static bool
 stoppable(const SharedHold *h)
 {
-	return h->in_use && h->phase == PHASE_HELD && !h->abandoned &&
-		h->pid != 0 && h->on_lost != SLOT_LOST_WARN;
+	return h->in_use && h->phase == PHASE_HELD && h->returned &&
+		!h->abandoned && h->pid != 0 && h->on_lost != SLOT_LOST_WARN;
 }
 
 /*

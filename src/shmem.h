@@ -81,6 +81,8 @@ typedef struct SharedHold
 	uint8		on_lost;		/* SlotLostPolicy, when it was taken */
 	uint8		stop;			/* StopReason */
 	bool		stop_signalled; /* the keeper stopped its backend */
+	bool		returned;		/* the acquire returned the slot: work may
+								 * run under it (only then is it stopped) */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			permits;
@@ -223,7 +225,7 @@ extern int	shared_hold_holders(const char *prefix, const char *name,
 								LocalHolder *out, int max);
 extern void shared_hold_set_phase(int slot, const char *id, HoldPhase phase,
 								  int64 ticket, TimestampTz confirmed_at,
-								  int64 confirm_ms);
+								  int64 confirm_ms, bool returned);
 extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 								  TimestampTz confirmed_at);
 extern void shared_hold_remove(int slot, const char *id);

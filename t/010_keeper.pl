@@ -221,11 +221,12 @@ like($trouble[0] // '', qr/could not connect to Redis|lost connection to Redis/,
 	'... saying it lost Redis');
 $redis->start;
 
-# Redis came back empty (no persistence): O's slot is gone.  The keeper
-# notices at its next refresh and flags the hold.
-ok(wait_until(30, sub {
-	$o->query_ok(q{SELECT NOT kept_alive FROM redsem_held();}) eq 't' }),
-	"the keeper notices O's slot vanished with Redis' data: kept_alive turns false");
+# Redis was gone for longer than O's lease could be counted on: O's slot
+# was stopped (redsem.on_slot_lost), and its next statement says so, once.
+my ($o_out, $o_err) = $o->query(q{SELECT count(*) FROM redsem_held();});
+like($o_err, qr/the slot of semaphore "outage" was lost.*\n.*had not confirmed its lease of 3000 ms/,
+	"O's next statement is told its slot could not be counted on any more");
+is($o->query_ok(q{SELECT count(*) FROM redsem_held();}), '0', 'once; the session goes on without it');
 is($o->query_ok(qq{SELECT redsem_release('outage', '$o_id');}),
 	'f', 'and releasing it returns false');
 
@@ -395,8 +396,11 @@ my $ran_out = wait_until(30, sub {
 		q{SELECT redsem_acquire('plain_short', 1, '60 s') IS NOT NULL}) eq 't' });
 ok(defined $ran_out, 'the unrefreshed lease runs out and another session gets the slot ('
 	  . (defined $ran_out ? sprintf('%.2f s', $ran_out) : 'never') . ')');
-is($p->query_ok(qq{SELECT redsem_refresh('plain_short', '$short');}),
-	'f', 'refreshing it afterwards returns false');
+($out, $err) = $p->query(qq{SELECT redsem_refresh('plain_short', '$short');});
+like($err, qr/ERROR:  57014: the slot of semaphore "plain_short" was lost\n.*had not confirmed its lease of 1000 ms/,
+	'the session\'s next statement is told its slot is lost (without a keeper, at the next statement)');
+($out, $err) = $p->query(qq{SELECT redsem_refresh('plain_short', '$short');});
+is($out, 'f', 'refreshing it afterwards returns false');
 
 ($out, $err) = $p->query('SELECT * FROM redsem_stats;');
 like($err, qr/ERROR:  55000: redsem statistics require redsem in shared_preload_libraries/,

@@ -96,11 +96,11 @@ is($dba->query_ok(qq{SELECT redsem_force_release('own', '$id');}), 'f',
 my $m = $mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s');});
 like($m, qr/^[0-9a-f]{16}\./, 'now mallory gets the slot');
 ok(defined wait_until(30, sub {
-	$alice->query_ok(q{SELECT keeper_error FROM redsem_held();}) =~ /lost/ }),
-	'alice\'s redsem_held() shows her slot lost (the keeper found it gone)');
-like($alice->query_ok(q{SELECT keeper_error FROM redsem_held();}),
-	qr/^the slot was lost: an administrator force-released it/,
-	'... saying an administrator force-released it (not that its lease ran out)');
+	slurp_file($node->logfile, $off) =~ /redsem keeper found the slot of semaphore "own" held by process \d+ force-released/ }),
+	'the keeper finds alice\'s slot force-released');
+($out, $err) = $alice->query(q{SELECT count(*) FROM redsem_held();});
+like($err, qr/ERROR:  57014: the slot of semaphore "own" was lost\nDETAIL:  An administrator force-released it/,
+	'alice\'s next statement is told, saying an administrator force-released it (not that its lease ran out)');
 like(slurp_file($node->logfile, $off), qr/redsem keeper found the slot of semaphore "own" held by process \d+ force-released by an administrator/,
 	'and so does the keeper\'s log line');
 is($redis->cli('EXISTS', "redsem:{own}:forced:$id"), '0', 'the marker that told it is gone');

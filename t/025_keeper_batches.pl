@@ -30,6 +30,9 @@ my %s = map { $_ => RedsemTest::Session->new($node, name => $_) } qw(s1 s2 s3);
 # s1: 300 slots of kb_a; s2: 300 of kb_b; s3: 150 of kb_c and 150 of kb_d
 $s{s1}->query_ok(q{SELECT count(redsem_acquire('kb_a', 1000, '1 s')) FROM generate_series(1, 300);});
 $s{s2}->query_ok(q{SELECT count(redsem_acquire('kb_b', 1000, '1 s')) FROM generate_series(1, 300);});
+# (kb_d's holds go bad below: watched, not stopped, so that its session
+# can show them; t/080 tests the stops)
+$s{s3}->query_ok('SET redsem.on_slot_lost = warn;');
 $s{s3}->query_ok(q{SELECT count(redsem_acquire('kb_' || (CASE WHEN g % 2 = 0 THEN 'c' ELSE 'd' END), 1000, '1 s')) FROM generate_series(1, 300) g;});
 
 sub held_of

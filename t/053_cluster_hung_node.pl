@@ -106,6 +106,11 @@ close $_ foreach @filler;
 kill 'CONT', $victim->pid;
 cmp_ok($answered, '>', 5, "another server asked for the healthy nodes' semaphores $answered times meanwhile (of $probes)");
 is($stolen, 0, 'and never got a slot: the holds on the healthy nodes were kept alive throughout');
+# the hung node's slots could not be confirmed for longer than their lease
+# allows: they were stopped, and the holder's next statement is told, once
+my (undef, $herr) = $h->query('SELECT 1;');
+like($herr, qr/ERROR:  57014: the slot of semaphore "hung\d+" was lost/,
+	'the slots on the hung node were stopped: the holder\'s next statement is told');
 ok(defined wait_until(10, sub { $h->query_ok(qq{SELECT count(*) FROM redsem_held() WHERE name IN ($list) AND keeper_error IS NULL;}) == @healthy }),
 	'redsem_held shows them all kept alive')
   or diag($h->query_ok(qq{SELECT name, keeper_error FROM redsem_held() WHERE name IN ($list);}));
