@@ -91,13 +91,14 @@ fi
 # Debian packages needed to build and test (for the PostgreSQL major and
 # server chosen): build tools, the server and its headers, hiredis, the
 # Redis or Valkey server and client, perl/IPC::Run for the TAP tests, and
-# OpenSSL (TLS with hiredis >= 1.0, and the throwaway CA of the TLS test).
+# OpenSSL (TLS with hiredis >= 1.0, and the throwaway CA of the TLS test),
+# libfaketime (a server whose wall clock steps, t/081).
 redsem_packages() {
     printf '%s\n' build-essential pkg-config \
         "postgresql-$REDSEM_PG_MAJOR" "postgresql-client-$REDSEM_PG_MAJOR" \
         "postgresql-server-dev-$REDSEM_PG_MAJOR" \
         libhiredis-dev libssl-dev openssl perl libipc-run-perl procps util-linux coreutils \
-        pgbouncer locales
+        pgbouncer locales libfaketime
     case $REDSEM_REDIS in
     valkey) printf '%s\n' valkey-server valkey-tools ;;
     *) printf '%s\n' redis-server redis-tools ;;

@@ -1,0 +1,182 @@
+
+# 081_history_faults.pl - never more than N running, checked on a history
+# (issue 48, D), under faults.
+#
+# Two servers share one semaphore (limit 2); four sessions on each loop:
+# take a slot, log "start" from inside PostgreSQL, work 0.3 s, log "end",
+# give it back (t/RedsemHistory.pm).  A stopped work logs where it really
+# ended.  Each case injects one fault while they run, and the checker
+# asserts that at no instant more than 2 works overlapped.  The faults here
+# are the short cases; bench/history.sh runs them longer, with and without
+# the stop, and prints the README's table.
+#
+#   cut       server A's path to Redis hangs (a proxy that stops
+#             forwarding) for longer than the lease (1 s; works run 0.8 s)
+#   hang      Redis itself hangs (SIGSTOP) for longer than the lease
+#   pause     one holder's backend is paused (SIGSTOP) longer than its lease
+#   clock     server A's wall clock steps back 30 s and forward again
+#             (libfaketime): nothing redsem reckons moves
+#   control   the cut again, with redsem.on_slot_lost = warn: the checker
+#             must see the overlaps the stop prevents
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use RedsemHistory;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $LIMIT = 2;
+my $RUN_S = 7;
+my $FAULT_AT_S = 2;
+my $FAULT_S = 2.5;    # longer than the 1 s lease
+my $HOLD_S = 0.8;     # most of the lease: a cut always finds works running
+
+my $redis = RedsemTest::Redis->new;
+
+# server A reaches Redis through a proxy a case can freeze
+my $dir = PostgreSQL::Test::Utils::tempdir_short();
+my $proxy_sock = "$dir/cut.sock";
+my $proxy_pid = fork;
+die "fork: $!" unless defined $proxy_pid;
+if ($proxy_pid == 0)
+{
+	exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $proxy_sock,
+		$redis->socket, 0) or die "exec: $!";
+}
+wait_until(10, sub { -S $proxy_sock }) or die 'the proxy did not start';
+END { if ($proxy_pid) { kill 'CONT', $proxy_pid; kill 'TERM', $proxy_pid; } }
+
+# server A's wall clock is libfaketime's, stepped through a file
+my $faketime = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
+($faketime) = glob('/usr/lib/*/faketime/libfaketime.so.1') unless -e $faketime;
+my $offset_file = "$dir/faketime";
+PostgreSQL::Test::Utils::append_to_file($offset_file, "+0\n");
+my %saved = %ENV;
+if (defined $faketime && -e $faketime)
+{
+	$ENV{LD_PRELOAD} = $faketime;
+	$ENV{FAKETIME_TIMESTAMP_FILE} = $offset_file;
+	$ENV{FAKETIME_NO_CACHE} = '1';
+	$ENV{FAKETIME_DONT_FAKE_MONOTONIC} = '1';
+}
+my $conf = "redsem.command_timeout = 1000\nlog_min_messages = warning\n";
+my $a = create_node('hist_a', $redis, "redsem.unix_socket = '$proxy_sock'\n$conf");
+%ENV = %saved;
+my $b = create_node('hist_b', $redis, $conf);
+RedsemHistory::install($_) foreach ($a, $b);
+
+# Run the loops on both servers, inject $fault (a sub) $FAULT_AT_S in,
+# check the history of semaphore $sem
+sub run_case
+{
+	my ($sem, $fault, %o) = @_;
+	my @n = @{ $o{sessions} // [ 4, 4 ] };
+	my @w = map { RedsemHistory::start(($a, $b)[$_], $sem, $n[$_], limit => $LIMIT, lease => '1 s',
+			hold => $o{hold} // $HOLD_S, wait => '20 s', run => $RUN_S, setup => $o{setup}) } (0, 1);
+	usleep($FAULT_AT_S * 1e6);
+	# a fault of server A's comes while A runs works
+	wait_until(3, sub { holding($a, $sem) }) if $o{while_a_holds};
+	my $at = RedsemHistory::uptime();
+	$fault->(\@w);
+	RedsemHistory::finish(@w);
+	my $r = RedsemHistory::check([ $a, $b ], $sem, $LIMIT, fault_at => $at);
+	note(RedsemHistory::line($sem, $r) . " max_inside=$r->{max_inside} over_s=$r->{over_s} errors=$r->{errors}");
+	return $r;
+}
+
+# The pid of a session of $node that holds a slot of $sem now ('' if none)
+sub holding
+{
+	my ($node, $sem) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT pid FROM redsem_server_holds() WHERE name = '$sem' AND state = 'holding' LIMIT 1");
+}
+
+# Freeze process $pid for $FAULT_S seconds
+sub freeze
+{
+	my ($pid) = @_;
+	kill 'STOP', $pid;
+	usleep($FAULT_S * 1e6);
+	kill 'CONT', $pid;
+	return;
+}
+
+# Step server A's wall clock back 30 s, and forward again halfway through
+sub step_clock
+{
+	for my $offset ('-30', '+0')
+	{
+		open(my $fh, '>', $offset_file) or die $!;
+		print $fh "$offset\n";
+		close $fh;
+		usleep($FAULT_S * 1e6 / 2);
+	}
+	return;
+}
+
+# Pause a backend of server B that holds a slot now
+sub pause_holder
+{
+	my $pid;
+	wait_until(3, sub { ($pid = holding($b, 'pause')) ne '' });
+	freeze($pid) if $pid;
+	return;
+}
+
+# The faults: name, injection, options of run_case.  The cut runs works of
+# 4 s on server A's two sessions (none of A's then waits in line ahead of
+# B's), so that without the stop they would run on past their lease.
+my @faults = (
+	[ 'cut', sub { freeze($proxy_pid) }, while_a_holds => 1, sessions => [ 2, 4 ], hold => 4 ],
+	[ 'hang', sub { freeze($redis->pid) }, while_a_holds => 1 ],
+	[ 'pause', \&pause_holder ],
+	[ 'clock', \&step_clock ]);
+
+# bench/history.sh: every fault longer, with and without the stop
+my $bench = $ENV{REDSEM_HISTORY_BENCH};
+$RUN_S = $ENV{REDSEM_HISTORY_RUN_S} if $ENV{REDSEM_HISTORY_RUN_S};
+my @table;
+for my $f (@faults)
+{
+	my ($name, $inject, %o) = @$f;
+	if ($name eq 'clock' && !(defined $faketime && -e $faketime))
+	{
+		SKIP: { skip 'libfaketime is not installed', 1; }
+		next;
+	}
+	for my $policy ($bench ? ('cancel', 'warn') : ('cancel'))
+	{
+		my $sem = $policy eq 'cancel' ? $name : "$name-warn";
+		my $r = run_case($sem, $inject, %o, setup => "SET redsem.on_slot_lost = $policy;");
+		push @table, RedsemHistory::line("$name ($policy)", $r);
+		next if $policy ne 'cancel';
+		is($r->{over}, 0, "$name: never more than 2 at once ($r->{grants} works, $r->{lost} stopped)");
+		cmp_ok($r->{lost}, '>=', 1, "$name: the holders cut off were stopped")
+		  if $name eq 'cut' || $name eq 'hang';
+	}
+}
+
+# the control: without the stop, the cut lets more than 2 run at once, and
+# the checker sees it
+unless ($bench)
+{
+	my ($name, $inject, %o) = @{ $faults[0] };
+	my $r = run_case('control', $inject, %o, setup => 'SET redsem.on_slot_lost = warn;');
+	push @table, RedsemHistory::line('cut (warn)', $r);
+	cmp_ok($r->{over}, '>', 0, "control (warn): the checker sees $r->{over} start(s) above the limit");
+}
+diag(join("\n", '| fault | works | starts above the limit | works stopped | longest run after the fault, of a stopped work |',
+	'|---|---|---|---|---|', @table)) if $bench;
+
+node_log_is_clean($_, 'no crash, no assertion failure') foreach ($a, $b);
+$_->stop foreach ($a, $b);
+$redis->stop;
+done_testing();
