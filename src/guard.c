@@ -13,7 +13,11 @@
  * semaphore and why (src/stop.c); a cancel with nothing of ours behind it
  * goes on unchanged.  Transaction control (COMMIT is looked at before it
  * commits, src/hold.c) and DISCARD are let through, so that a session can
- * always roll back and be reset.
+ * always roll back and be reset, and a COMMIT PREPARED is never told of a
+ * failure after it committed.  These hooks are installed last, outermost,
+ * so that a statement queue's wait (src/queue.c) is inside them.  A cancel
+ * that lands while a statement is parsed (waiting for a lock its parse
+ * takes) is PostgreSQL's own; the next statement is then told why.
  */
 #include "postgres.h"
 
@@ -55,25 +59,43 @@ rethrow_as_stop(MemoryContext cxt)
 	ReThrowError(edata);		/* nothing of ours: the cancel as it was */
 }
 
-/* ExecutorStart: a statement of a session that lost a slot fails */
+/*
+ * ExecutorStart: a statement of a session that lost a slot fails; a cancel
+ * for a lost slot (while it waits in a statement queue, say) says so
+ */
 static void
 guard_executor_start(QueryDesc *query, int eflags)
 {
+	MemoryContext cxt = CurrentMemoryContext;
+
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0)
 		hold_check_stopped(false);
-	if (prev_executor_start)
-		prev_executor_start(query, eflags);
-	else
-		standard_ExecutorStart(query, eflags);
+	PG_TRY();
+	{
+		if (prev_executor_start)
+			prev_executor_start(query, eflags);
+		else
+			standard_ExecutorStart(query, eflags);
+	}
+	PG_CATCH();
+	{
+		rethrow_as_stop(cxt);
+	}
+	PG_END_TRY();
 }
 
-/* ExecutorRun: a cancel for a lost slot says so */
+/*
+ * ExecutorRun: a portal run again (a protocol-level Execute, which the
+ * keeper's cancel cannot reach while the session waits for it) looks
+ * first; a cancel for a lost slot says so
+ */
 static void
 guard_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 				   REDSEM_EXECUTE_ONCE_PARAM)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
+	hold_check_stopped(false);
 	PG_TRY();
 	{
 		if (prev_executor_run)

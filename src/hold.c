@@ -66,6 +66,11 @@ struct Hold
 	HoldState	state;
 	bool		was_held;		/* ENDING: it had been granted */
 	bool		stop_reported;	/* its loss was told (hold_check_stopped) */
+	bool		warned_unconfirmed; /* policy warn: told its lease went
+									 * unconfirmed */
+	SlotLostPolicy on_lost;		/* redsem.on_slot_lost when it was taken */
+	StoppedHold stopped;		/* what was told, to tell it again at
+								 * COMMIT (a transaction's hold) */
 	bool		spans_xacts;	/* a statement's slot kept across the
 								 * commits and rollbacks of a procedure */
 	SubTransactionId subxid;	/* subtransaction that took it */
@@ -96,6 +101,12 @@ static List *holds = NIL;		/* Hold *, in TopMemoryContext */
  */
 static List *sent = NIL;
 static bool callbacks_registered = false;
+
+/* The stops counter as this session last looked at its holds */
+static uint64 stops_seen = 0;
+
+/* When this session's first hold still good runs past its valid_until */
+static TimestampTz next_look = 0;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /* Free one entry, and stop the keeper tracking it */
@@ -677,6 +688,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 								lease_ms, permits, privileged,
 								GetSessionUserId(), !privileged,
 								(SlotLostPolicy) redsem_on_slot_lost);
+	/* (a hold taken from now on is looked at in time: see hold_mark_held) */
 	old = MemoryContextSwitchTo(TopMemoryContext);
 	hold = palloc0(sizeof(Hold));
 	hold->prefix = pstrdup(prefix);
@@ -690,6 +702,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	hold->shared_slot = slot;
 	hold->target = target;
 	hold->writes_at_begin = redis_writes_started();
+	hold->on_lost = (SlotLostPolicy) redsem_on_slot_lost;
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);
 	return hold;
@@ -743,53 +756,55 @@ hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 	hold->ticket = ticket;
 	hold->lease_ms = lease_ms;
 	hold->acquired_at = hold->refreshed_at = confirmed_at;
+	/* the session's next look at its holds comes in time for this one */
+	next_look = Min(next_look,
+					redsem_valid_until(confirmed_at, confirm_ms > 0 ? confirm_ms : lease_ms));
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
 						  confirmed_at, confirm_ms, true);
 }
 
-/* The stops counter as this session last looked at its holds */
-static uint64 stops_seen = 0;
-
-/* When this session's first hold still good runs past its valid_until */
-static TimestampTz next_look = 0;
 
 /*
  * Whether hold has been stopped, as of now (by redsem's clock): by the
  * keeper, or now past its valid_until (which this marks, should the keeper
- * be gone).  Fills what the report needs.
+ * be gone; with policy warn it is only told, once, and kept).  Fills what
+ * the report needs.
  */
 static bool
 hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 {
 	SharedHold	copy;
 	TimestampTz valid_until;
+	TimestampTz refreshed = hold->refreshed_at;
+	int64		kept = hold->lease_ms;
 
 	out->name = hold->name;
-	if (hold->shared_slot < 0)
-	{
-		/* not preloaded: nobody refreshed it since it was granted */
-		out->policy = (SlotLostPolicy) redsem_on_slot_lost;
-		out->kept_ms = hold->lease_ms;
-		out->unconfirmed_ms = TimestampDifferenceMilliseconds(hold->refreshed_at, now);
-		valid_until = redsem_valid_until(hold->refreshed_at, hold->lease_ms);
-		out->reason = now >= valid_until && out->policy != SLOT_LOST_WARN ?
-			STOP_UNCONFIRMED : STOP_NONE;
-	}
-	else
+	out->policy = hold->on_lost;
+	out->reason = STOP_NONE;
+	if (hold->shared_slot >= 0)
 	{
 		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
 			return false;
-		out->policy = (SlotLostPolicy) copy.on_lost;
-		out->kept_ms = shared_hold_kept_ms(&copy);
-		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at, now);
-		valid_until = shared_hold_valid_until(&copy);
+		refreshed = copy.refreshed_at;
+		kept = shared_hold_kept_ms(&copy);
 		out->reason = (StopReason) copy.stop;
-		if (out->reason == STOP_NONE && now >= valid_until &&
-			out->policy != SLOT_LOST_WARN)
+	}
+	/* (not preloaded: nobody refreshed it since it was granted) */
+	valid_until = redsem_valid_until(refreshed, kept);
+	out->kept_ms = kept;
+	out->unconfirmed_ms = TimestampDifferenceMilliseconds(refreshed, now);
+	if (out->reason == STOP_NONE && now >= valid_until)
+	{
+		if (out->policy == SLOT_LOST_WARN)
 		{
-			(void) shared_hold_stop(hold->shared_slot, hold->id, STOP_UNCONFIRMED, now);
+			if (hold->warned_unconfirmed)
+				return false;
+			hold->warned_unconfirmed = true;
 			out->reason = STOP_UNCONFIRMED;
+			return true;
 		}
+		(void) shared_hold_stop(hold->shared_slot, hold->id, STOP_UNCONFIRMED, now);
+		out->reason = STOP_UNCONFIRMED;
 	}
 	if (out->reason == STOP_NONE)
 		next_look = Min(next_look, valid_until);
@@ -799,14 +814,19 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 /*
  * A stopped hold is told once; one of the session's own scope is then given
  * up (the keeper releases it, if Redis still has it), so the session goes
- * on without it; a transaction's or statement's goes with the abort.  With
- * policy warn it stays, as it was.
+ * on without it; a transaction's or statement's goes with the abort, and
+ * its transaction cannot commit (hold_check_stopped at COMMIT).  With
+ * policy warn it stays, as it was (an unconfirmed lease may yet be
+ * confirmed: only a lost slot is told, once).
  */
 static void
-hold_stop_told(Hold *hold, SlotLostPolicy policy)
+hold_stop_told(Hold *hold, const StoppedHold *told)
 {
+	if (told->policy == SLOT_LOST_WARN && told->reason == STOP_UNCONFIRMED)
+		return;
 	hold->stop_reported = true;
-	if (hold->scope != HOLD_SESSION || policy == SLOT_LOST_WARN)
+	hold->stopped = *told;
+	if (hold->scope != HOLD_SESSION || told->policy == SLOT_LOST_WARN)
 		return;
 	mark_ending(hold);
 	shared_hold_abandon(hold->shared_slot, hold->id);
@@ -815,23 +835,38 @@ hold_stop_told(Hold *hold, SlotLostPolicy policy)
 /*
  * True if a look at this session's holds is due: a holder was stopped on
  * this server since the last look, or one of ours may have run past its
- * valid_until (always, with full)
+ * valid_until (always, at COMMIT)
  */
 bool
-hold_stop_look_due(bool full)
+hold_stop_look_due(bool at_commit)
 {
 	return holds != NIL &&
-		(full || shared_stops_made() != stops_seen || redsem_now() >= next_look);
+		(at_commit || shared_stops_made() != stops_seen || redsem_now() >= next_look);
+}
+
+/*
+ * True if a transaction holding hold must not commit: a slot of its own
+ * (or of one of its statements) that was lost, even if the error that
+ * told it was caught (a savepoint, an EXCEPTION block)
+ */
+static bool
+blocks_commit(const Hold *hold)
+{
+	return hold->scope != HOLD_SESSION && hold->state == HOLD_HELD &&
+		hold->stop_reported && hold->stopped.policy != SLOT_LOST_WARN;
 }
 
 /*
  * Tell this session of the slots it lost (stop.c: an ERROR, FATAL or
  * WARNING, as redsem.on_slot_lost said when each was taken), once each.
- * Called when a statement starts (full: before a commit), and when a
- * statement was cancelled, to say why.
+ * Called when a statement starts, when one was cancelled (to say why), and
+ * before a commit (at_commit: only the transaction's and statements' own
+ * slots, whose loss is told again, so that work done under a lost slot
+ * never commits; a session's slot lost while the session was idle is told
+ * at its next statement: the work before was done under it).
  */
 void
-hold_check_stopped(bool full)
+hold_check_stopped(bool at_commit)
 {
 	TimestampTz now;
 	StoppedHold *stopped;
@@ -839,25 +874,37 @@ hold_check_stopped(bool full)
 	ListCell   *lc;
 	int			n = 0;
 
-	if (!hold_stop_look_due(full))
+	if (!hold_stop_look_due(at_commit))
 		return;
-	stops_seen = shared_stops_made();
 	now = redsem_now();
-	next_look = DT_NOEND;
+	if (!at_commit)
+	{
+		/* (a look at commit skips the session's slots: it moves neither) */
+		stops_seen = shared_stops_made();
+		next_look = DT_NOEND;
+	}
 	stopped = palloc(sizeof(StoppedHold) * list_length(holds));
 	which = palloc(sizeof(Hold *) * list_length(holds));
 	foreach(lc, holds)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (hold->state != HOLD_HELD || hold->stop_reported)
+		if (at_commit && blocks_commit(hold))
+		{
+			stopped[n] = hold->stopped;
+			which[n++] = NULL;
+			continue;
+		}
+		if (hold->state != HOLD_HELD || hold->stop_reported ||
+			(at_commit && hold->scope == HOLD_SESSION))
 			continue;
 		if (hold_stopped(hold, now, &stopped[n]))
 			which[n++] = hold;
 	}
 	/* told (and given up) before the report raises */
 	for (int i = 0; i < n; i++)
-		hold_stop_told(which[i], stopped[i].policy);
+		if (which[i] != NULL)
+			hold_stop_told(which[i], &stopped[i]);
 	stop_report(stopped, n);
 	pfree(stopped);
 	pfree(which);

@@ -52,8 +52,8 @@ extern void hold_span_xacts(const char *name, const char *id, bool on);
 extern int	hold_snapshot(HeldInfo **out);
 extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);
-extern bool hold_stop_look_due(bool full);
-extern void hold_check_stopped(bool full);
+extern bool hold_stop_look_due(bool at_commit);
+extern void hold_check_stopped(bool at_commit);
 
 extern int	redsem_max_holds_per_session;
 extern bool redsem_await_release;

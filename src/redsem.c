@@ -47,7 +47,6 @@ _PG_init(void)
 	cluster_define_gucs();
 	queue_define_gucs();
 	hold_install_hooks();
-	guard_install_hooks();
 	if (redsem_preloaded)
 	{
 		shmem_define_gucs();	/* server-start settings: only while preloading */
@@ -56,6 +55,7 @@ _PG_init(void)
 		keeper_register();
 		queue_install_hooks();
 	}
+	guard_install_hooks();		/* last: outermost, around the queues' */
 	MarkGUCPrefixReserved("redsem");
 	redsem_loading = false;
 }

@@ -25,6 +25,7 @@ use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
 use File::Basename ();
+use IO::Socket::UNIX;
 use Time::HiRes qw(time usleep);
 
 my $redis = RedsemTest::Redis->new;
@@ -218,6 +219,109 @@ note 'policies: terminate and warn, set by a superuser only';
 	is($e, '', 'once');
 	$s->quit;
 	$node->safe_psql('postgres', 'ALTER ROLE app RESET redsem.on_slot_lost');
+}
+
+###########################################################################
+note 'a lost transaction slot whose error was caught (a savepoint): the transaction still cannot commit';
+{
+	my $s = session('sp');
+	$s->query_ok("\\set ON_ERROR_ROLLBACK on\nBEGIN; SELECT redsem_acquire_xact('sp', 1, '3 s') IS NOT NULL;");
+	$s->send('SELECT pg_sleep(30);');
+	usleep(300_000);
+	forget('sp');
+	my ($o, $e) = $s->wait_done(20);
+	like($e, lost_error('sp'), 'the statement is stopped');
+	($o, $e) = $s->query("INSERT INTO done VALUES ('sp-after-loss');");
+	is($e, '', 'psql rolled back to its savepoint, and the transaction went on');
+	($o, $e) = $s->query('COMMIT;');
+	like($e, lost_error('sp'), 'but COMMIT fails, telling the loss again');
+	is($node->safe_psql('postgres', "SELECT count(*) FROM done WHERE t = 'sp-after-loss'"), '0',
+		'and nothing done after the loss is committed');
+	$s->quit;
+}
+
+###########################################################################
+note 'the keeper stopped: a short slot taken after a long one is looked at in time';
+{
+	my $keeper = keeper_pid_of($node);
+	my $s = session('stale');
+	$s->query_ok("SELECT redsem_acquire('long', 1, '1 h') IS NOT NULL;");
+	$s->query_ok("BEGIN; SELECT redsem_acquire_xact('short', 1, '3 s') IS NOT NULL;");
+	kill 'STOP', $keeper;
+	sleep 3;
+	my ($o, $e) = $s->query("INSERT INTO done VALUES ('stale'); SELECT 'ran';");
+	kill 'CONT', $keeper;
+	like($e, lost_error('short'), 'the next statement fails (the backend\'s own look)');
+	$s->query('ROLLBACK;');
+	$s->quit;
+}
+
+###########################################################################
+note 'a portal run again by a protocol-level Execute after the loss';
+{
+	my $sock = $node->host . '/.s.PGSQL.' . $node->port;
+	my $c = IO::Socket::UNIX->new(Peer => $sock) or die "connect $sock: $!";
+	$c->autoflush(1);
+	my $params = "user\0postgres\0database\0postgres\0\0";
+	print $c pack('NN', 8 + length($params), 196608) . $params;
+	my $read = sub {
+		my ($t, $len, $body);
+		read($c, $t, 1) == 1 or return;
+		read($c, $len, 4);
+		$len = unpack('N', $len) - 4;
+		$body = '';
+		read($c, $body, $len) if $len > 0;
+		return ($t, $body);
+	};
+	my $until = sub {
+		my ($want) = @_;
+		my @msgs;
+		while (my ($t, $b) = $read->()) { push @msgs, [ $t, $b ]; last if index($want, $t) >= 0; }
+		return @msgs;
+	};
+	my $msg = sub { my ($t, $b) = @_; print $c $t . pack('N', 4 + length($b)) . $b; };
+	my $simple = sub { $msg->('Q', "$_[0]\0"); return $until->('Z'); };
+	$until->('Z');
+	$simple->('BEGIN');
+	$simple->("SELECT redsem_acquire_xact('portal', 1, '3 s')");
+	$msg->('P', "\0SELECT g FROM generate_series(1, 100000) g\0\0\0");
+	$msg->('B', "cur\0\0\0\0\0\0\0\0");
+	$msg->('E', "cur\0" . pack('N', 10));
+	$msg->('H', '');
+	my @r = $until->('s');
+	is(scalar(grep { $_->[0] eq 'D' } @r), 10, 'a portal gives its first 10 rows');
+	forget('portal');
+	ok(wait_until(10, sub {
+		$node->safe_psql('postgres', "SELECT count(*) FROM redsem_server_holds() WHERE name = 'portal' AND state = 'lost'") eq '1' }),
+		'the keeper finds the slot gone');
+	$msg->('E', "cur\0" . pack('N', 10));
+	$msg->('H', '');
+	@r = $until->('sCE');
+	my ($err) = map { $_->[1] } grep { $_->[0] eq 'E' } @r;
+	is(scalar(grep { $_->[0] eq 'D' } @r), 0, 'the next Execute gives no row');
+	like($err // '', qr/the slot of semaphore "portal" was lost/, 'but the error');
+	$msg->('S', '');
+	$until->('Z');
+	$simple->('ROLLBACK');
+	$msg->('X', '');
+	close $c;
+}
+
+###########################################################################
+note 'policy warn: a lease that went unconfirmed is told, once, and the slot kept';
+{
+	my $s = session('warn_cut');
+	$s->query_ok("SET redsem.on_slot_lost = warn; SELECT redsem_acquire('warn_cut', 1, '3 s') IS NOT NULL;");
+	kill 'STOP', $proxy_pid;
+	sleep 4;
+	my ($o, $e) = $s->query('SELECT 5;');
+	kill 'CONT', $proxy_pid;
+	like($e, qr/WARNING:  01000: the slot of semaphore "warn_cut" was lost\nDETAIL:  Redis had not confirmed its lease/,
+		'the next statement gets a WARNING');
+	is($o, '5', 'and runs');
+	($o, $e) = $s->query('SELECT 6;');
+	unlike($e, qr/had not confirmed/, 'once');
+	$s->quit;
 }
 
 node_log_is_clean($node, 'no crash, no assertion failure');
