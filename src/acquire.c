@@ -16,8 +16,10 @@
 
 #include "acquire.h"
 #include "clock.h"
+#include "cluster.h"
 #include "deadlock.h"
 #include "guc.h"
+#include "sentinel.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -73,14 +75,64 @@ ms_left(TimestampTz deadline)
 	return TimestampDifferenceMilliseconds(redsem_now(), deadline);
 }
 
-/* A Redis call of this acquire: interruptible, raising at args->elevel */
+/*
+ * A Redis call of this acquire: interruptible; a failure is returned, not
+ * raised, so that a failover can be ridden through (ride_on), and raised
+ * at args->elevel only when the acquire ends in it (acquire_slot)
+ */
 static void
 acquire_call(const AcquireArgs *args, RedisCall *call)
 {
 	RedisCall	sql = REDIS_SQL_CALL;
 
 	*call = sql;
-	call->elevel = args->elevel;
+	call->elevel = DEBUG1;
+}
+
+/*
+ * True if a failure is one a failover causes: a connection that broke, a
+ * server that cannot serve (a replica now, loading, no primary), too few
+ * replicas for a grant; and, where Redis can fail over (Sentinel, a
+ * Cluster), no connection or one that went silent.  A single Redis that
+ * is down fails its callers at once, as it did.
+ */
+static bool
+failover_class(const RedisOutcome *o)
+{
+	switch (o->status)
+	{
+		case RS_LOST:
+		case RS_UNAVAILABLE:
+		case RS_NOT_REPLICATED:
+			return true;
+		case RS_CONNECT_FAILED:
+		case RS_TIMED_OUT:
+			return sentinel_enabled() || cluster_enabled();
+		default:
+			return false;
+	}
+}
+
+/*
+ * A call failed with outcome o: if a failover may be the cause and the
+ * acquire has time left (args->ride_until), pause ACQUIRE_RIDE_PAUSE_MS
+ * and say to try again (the caller then looks at its place first: the
+ * request may have reached Redis); else keep the failure and say no.
+ */
+static bool
+ride_on(AcquireArgs *args, const RedisOutcome *o)
+{
+	args->failure = *o;
+	if (!failover_class(o) ||
+		ms_left(args->ride_until) <= ACQUIRE_RIDE_PAUSE_MS)
+		return false;
+	args->rides++;
+	ereport(DEBUG1,
+			(errmsg_internal("redsem: a call for semaphore \"%s\" failed (%s); trying again within the wait",
+							 args->name, o->detail)));
+	redis_pause(ACQUIRE_RIDE_PAUSE_MS,
+				TimestampTzPlusMilliseconds(redsem_now(), ACQUIRE_RIDE_PAUSE_MS), true);
+	return true;
 }
 
 /* Keep why a call failed (it was not raised); false */
@@ -166,13 +218,16 @@ nap_for_wake(AcquireArgs *args, RedisCall *call, const char *id, int64 nap,
  * when a lease ahead of it is due to run out; then it looks with
  * wait_check, which also confirms a promotion.  *sent is when the request
  * that answered was sent (for a promotion the keeper confirms, the look
- * before it).  False if Redis failed (below ERROR).
+ * before it).  A call that fails as a failover would is tried again within
+ * the wait (ride_on), looking at its place first.  False if Redis failed
+ * (args->failure).
  */
 static bool
 wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		   TimestampTz *sent, TimestampTz deadline, MemoryContext turn)
 {
 	TimestampTz checked = *sent;
+	bool		look_now = false;	/* a call failed: look before napping */
 
 	for (;;)
 	{
@@ -187,67 +242,87 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		/* what the last turn allocated (key names, replies' copies) goes */
 		MemoryContextReset(turn);
 		left = ms_left(deadline);
-		nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
 		acquire_call(args, &call);
 		if (left <= 0)
 		{
 			*sent = redsem_now();
 			return sem_give_up(&call, args->name, id, r) || call_failed(args, &call);
 		}
-		if (r->ms >= 0)
-			nap = Min(nap, r->ms + 1);
-		/*
-		 * look for a deadlock after the nap, if one is possible (a wait that
-		 * ends by itself before the look would come needs none)
-		 */
-		look = left > deadlock_check_interval_ms() + DEADLOCK_CHECK_MARGIN_MS &&
-			deadlock_possible(args->name);
-		if (look)
-			nap = Min(nap, deadlock_check_interval_ms());
-		nap = Max(nap, 1);
-		napped_at = redsem_now();
-		if (!nap_for_wake(args, &call, id, nap, &ticket, &nudge_ms))
-			return call_failed(args, &call);
-		if (ticket == 0 && nudge_ms < 0 && look)
+		if (!look_now)
 		{
-			/* our own look for a deadlock, nothing from Redis */
-			DeadlockWait dw = {args->name, id, args->permits, args->priority,
-			args->tenant, args->limit_seen};
-
-			deadlock_check(&dw);
+			nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
 			if (r->ms >= 0)
-				r->ms = Max(r->ms - ms_since(napped_at), 0);
-			if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)
+				nap = Min(nap, r->ms + 1);
+			/*
+			 * look for a deadlock after the nap, if one is possible (a wait
+			 * that ends by itself before the look would come needs none)
+			 */
+			look = left > deadlock_check_interval_ms() + DEADLOCK_CHECK_MARGIN_MS &&
+				deadlock_possible(args->name);
+			if (look)
+				nap = Min(nap, deadlock_check_interval_ms());
+			nap = Max(nap, 1);
+			napped_at = redsem_now();
+			if (!nap_for_wake(args, &call, id, nap, &ticket, &nudge_ms))
+			{
+				if (!ride_on(args, &call.outcome))
+					return false;
+				look_now = true;
 				continue;
+			}
+			if (ticket == 0 && nudge_ms < 0 && look)
+			{
+				/* our own look for a deadlock, nothing from Redis */
+				DeadlockWait dw = {args->name, id, args->permits, args->priority,
+				args->tenant, args->limit_seen};
+
+				deadlock_check(&dw);
+				if (r->ms >= 0)
+					r->ms = Max(r->ms - ms_since(napped_at), 0);
+				if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)
+					continue;
+			}
+			if (ticket > 0 && promoted_in_time(args, hold, ticket, checked, r))
+			{
+				*sent = checked;
+				return true;
+			}
+			if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
+			{
+				/* a promotion ahead of us: sleep until its window ends */
+				r->ms = nudge_ms;
+				continue;
+			}
 		}
-		if (ticket > 0 && promoted_in_time(args, hold, ticket, checked, r))
-		{
-			*sent = checked;
-			return true;
-		}
-		if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
-		{
-			/* a promotion ahead of us: sleep until its window ends */
-			r->ms = nudge_ms;
-			continue;
-		}
+		look_now = false;
 		*sent = checked = redsem_now();
 		if (!sem_wait_check(&call, args->name, id, r))
-			return call_failed(args, &call);
+		{
+			if (!ride_on(args, &call.outcome))
+				return false;
+			look_now = true;
+			continue;
+		}
 		note_limit(args, r);
 		if (r->state == SEM_HELD)
 			return true;
 		if (r->state == SEM_LOST)
 		{
 			/*
-			 * our place expired, our promotion window passed, or the limit
-			 * fell below our permits: queue again
+			 * our place expired, our promotion window passed, the limit
+			 * fell below our permits, or a failover lost the line: queue
+			 * again
 			 */
 			*sent = redsem_now();
 			if (!sem_acquire(&call, args->name, id, args->max_holders,
 							 args->permits, args->lease_ms, true,
 							 args->priority, args->tenant, r))
-				return call_failed(args, &call);
+			{
+				if (!ride_on(args, &call.outcome))
+					return false;
+				look_now = true;
+				continue;
+			}
 			note_limit(args, r);
 			if (r->state != SEM_WAITING)
 				return true;
@@ -518,27 +593,52 @@ count_acquire(const AcquireArgs *args, AcquireResult result,
 }
 
 /*
+ * Ask Redis for a slot or a place in line; after a failed call (asked: the
+ * request may have reached Redis), look at our place first and ask anew
+ * only if Redis has none.  False if the call failed (the call's outcome).
+ */
+static bool
+ask(AcquireArgs *args, RedisCall *call, const char *id, bool asked,
+	SemResult *r)
+{
+	if (asked)
+	{
+		if (!sem_wait_check(call, args->name, id, r))
+			return false;
+		if (r->state != SEM_LOST)
+			return true;
+	}
+	return sem_acquire(call, args->name, id, args->max_holders,
+					   args->permits, args->lease_ms, args->wait_ms != 0,
+					   args->priority, args->tenant, r);
+}
+
+/*
  * Ask for a slot (or a place in line) until one is granted in time, no
  * slot comes within the wait, or the wait is over.  *sent is when the
- * granting request was sent.
+ * granting request was sent.  A call that fails as a failover would is
+ * tried again while args->ride_until allows (ride_on).
  */
 static AcquireResult
 take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		  TimestampTz deadline, SemResult *r, TimestampTz *sent)
 {
+	bool		asked = false;
+
 	for (;;)
 	{
 		RedisCall	call;
 
 		acquire_call(args, &call);
 		*sent = redsem_now();
-		if (!sem_acquire(&call, args->name, id, args->max_holders,
-						 args->permits, args->lease_ms, args->wait_ms != 0,
-						 args->priority, args->tenant, r))
+		if (!ask(args, &call, id, asked, r))
 		{
-			(void) call_failed(args, &call);
+			asked = true;
+			if (ride_on(args, &call.outcome))
+				continue;
 			return ACQUIRE_FAILED;
 		}
+		asked = true;
 		note_limit(args, r);
 		if (r->state == SEM_WAITING)
 		{
@@ -554,17 +654,25 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 			case GRANT_USABLE:
 				return ACQUIRE_GRANTED;
 			case GRANT_FAILED:
+				/* its replicas, or the primary, failed: look, and again */
+				if (ride_on(args, &args->failure))
+					continue;
 				return ACQUIRE_FAILED;
 			case GRANT_STALE:
 				break;
 		}
 		if (!drop_stale_grant(args, id))
+		{
+			if (ride_on(args, &args->failure))
+				continue;
 			return ACQUIRE_FAILED;
+		}
 		if (args->wait_ms == 0 || ms_left(deadline) <= 0)
 		{
 			r->state = SEM_LOST;
 			return ACQUIRE_NOT_GRANTED;
 		}
+		asked = false;
 	}
 }
 
@@ -617,6 +725,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	char		buf[64];
 	SemResult	r;
 	TimestampTz started;
+	TimestampTz deadline;
 	TimestampTz sent;
 	AcquireResult result;
 
@@ -633,10 +742,13 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	make_id(buf, sizeof(buf));
 	*hold = hold_begin(args->name, buf, scope, args->lease_ms, args->permits);
 	started = redsem_now();
-	result = take_slot(args, *hold, buf,
-					   args->wait_ms < 0 ? DT_NOEND :
-					   TimestampTzPlusMilliseconds(started, args->wait_ms),
-					   &r, &sent);
+	deadline = args->wait_ms < 0 ? DT_NOEND :
+		TimestampTzPlusMilliseconds(started, args->wait_ms);
+	/* a failover is ridden through within the wait, or one command's time */
+	args->ride_until = args->wait_ms != 0 ? deadline :
+		TimestampTzPlusMilliseconds(started, redsem_command_timeout_ms);
+	args->rides = 0;
+	result = take_slot(args, *hold, buf, deadline, &r, &sent);
 	if (result != ACQUIRE_FAILED &&
 		(r.state == SEM_OTHER_LIMIT || r.state == SEM_NO_LIMIT ||
 		 r.state == SEM_TOO_LARGE))
@@ -645,6 +757,8 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		refuse_limit(args, &r);
 	}
 	count_acquire(args, result, started);
+	if (result == ACQUIRE_FAILED && args->elevel >= ERROR)
+		redis_report(args->elevel, &args->failure);
 	if (result != ACQUIRE_GRANTED)
 	{
 		/*

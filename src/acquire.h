@@ -34,6 +34,10 @@ typedef struct AcquireArgs
 								 * caller's priority (-1: no reserve) */
 	bool		waited;			/* it had to queue */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
+	TimestampTz ride_until;		/* a failover is ridden through until then
+								 * (the end of the wait; a command's time
+								 * for a caller that does not wait) */
+	int			rides;			/* calls that failed and were tried again */
 } AcquireArgs;
 
 /* How an acquire ended */
