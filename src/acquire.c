@@ -90,24 +90,28 @@ acquire_call(const AcquireArgs *args, RedisCall *call)
 }
 
 /*
- * True if a failure is one a failover causes: a connection that broke, a
- * server that cannot serve (a replica now, loading, no primary), too few
- * replicas for a grant; and, where Redis can fail over (Sentinel, a
- * Cluster), no connection or one that went silent.  A single Redis that
- * is down fails its callers at once, as it did.
+ * True if a failure is one a failover causes: a connection that broke (a
+ * stale one, to the old primary), a server that cannot serve (a replica
+ * now, loading, no primary); and, for a caller that waits, too few
+ * replicas for a grant and, where Redis can fail over (Sentinel, a
+ * Cluster), no connection or one that went silent (the call itself asked
+ * the sentinels for a command's time).  A single Redis that is down fails
+ * its callers at once, as it did, and so does anything for a caller that
+ * does not wait but a stale connection.
  */
 static bool
-failover_class(const RedisOutcome *o)
+failover_class(const AcquireArgs *args, const RedisOutcome *o)
 {
 	switch (o->status)
 	{
 		case RS_LOST:
 		case RS_UNAVAILABLE:
-		case RS_NOT_REPLICATED:
 			return true;
+		case RS_NOT_REPLICATED:
+			return args->wait_ms != 0;
 		case RS_CONNECT_FAILED:
 		case RS_TIMED_OUT:
-			return sentinel_enabled() || cluster_enabled();
+			return args->wait_ms != 0 && (sentinel_enabled() || cluster_enabled());
 		default:
 			return false;
 	}
@@ -123,7 +127,7 @@ static bool
 ride_on(AcquireArgs *args, const RedisOutcome *o)
 {
 	args->failure = *o;
-	if (!failover_class(o) ||
+	if (!failover_class(args, o) ||
 		ms_left(args->ride_until) <= ACQUIRE_RIDE_PAUSE_MS)
 		return false;
 	args->rides++;

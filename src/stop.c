@@ -81,24 +81,34 @@ report_one(const StoppedHold *s, int others, int elevel)
 }
 
 /*
- * Tell this session of the slots it lost: a WARNING for each one whose
- * policy was warn, then one ERROR (FATAL for terminate) for the others.
+ * Tell this session of the slots it lost: one WARNING for those whose
+ * policy was warn (naming the first), then one ERROR (FATAL for
+ * terminate) for the others.
  */
 void
 stop_report(const StoppedHold *stopped, int n)
 {
 	const StoppedHold *first = NULL;
+	const StoppedHold *first_warned = NULL;
 	int			others = 0;
+	int			others_warned = 0;
 
 	for (int i = 0; i < n; i++)
 	{
 		if (stopped[i].policy == SLOT_LOST_WARN)
-			report_one(&stopped[i], 0, WARNING);
+		{
+			if (first_warned == NULL)
+				first_warned = &stopped[i];
+			else
+				others_warned++;
+		}
 		else if (first == NULL)
 			first = &stopped[i];
 		else
 			others++;
 	}
+	if (first_warned != NULL)
+		report_one(first_warned, others_warned, WARNING);
 	if (first != NULL)
 		report_one(first, others,
 				   first->policy == SLOT_LOST_TERMINATE ? FATAL : ERROR);

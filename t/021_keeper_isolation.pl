@@ -114,6 +114,10 @@ my %why = (
 	garbled => qr/unexpected reply|refused a redsem command/);
 foreach my $name (sort keys %why)
 {
+	# (watched under policy warn: told once that its lease went unconfirmed)
+	my (undef, $warned) = $s{$name}->query('SELECT 1;');
+	like($warned, qr/WARNING:  01000: the slot of semaphore "$name" was lost\nDETAIL:  Redis had not confirmed its lease/,
+		"$name: its session is warned, once, that its lease went unconfirmed");
 	my $row = $s{$name}->query_ok(q{SELECT kept_alive, keeper_error FROM redsem_held();});
 	like($row, qr/^f\|/, "$name: redsem_held() says it is not kept alive");
 	like($row, $why{$name}, "$name: keeper_error says why");

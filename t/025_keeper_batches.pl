@@ -76,6 +76,10 @@ my $errors = $node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats WH
 is($errors, '1', 'kb_d counts Redis errors');
 like(slurp_file($node->logfile, $log_from), qr/could not refresh the slot of semaphore "kb_d"/,
 	'and the log names kb_d');
+# (watched under policy warn: told once that their leases went unconfirmed)
+my (undef, $warned) = $s{s3}->query('SELECT 1;');
+like($warned, qr/WARNING:  01000: the slot of semaphore "kb_d" was lost\nDETAIL:  Redis had not confirmed .*\n?.* 149 other slot\(s\) of this session were lost as well/,
+	'its session is warned once, for all 150 kb_d slots');
 is($s{s3}->query_ok(q{SELECT count(*) FROM redsem_held() WHERE name = 'kb_d' AND NOT kept_alive AND keeper_error LIKE '%WRONGTYPE%';}),
 	'150', 'redsem_held() shows all 150 kb_d holds as not kept alive, and why');
 is($s{s3}->query_ok(q{SELECT count(*) FROM redsem_held() WHERE name = 'kb_c' AND kept_alive;}),

@@ -138,7 +138,12 @@ my @faults = (
 	[ 'cut', sub { freeze($proxy_pid) }, while_a_holds => 1, sessions => [ 2, 4 ], hold => 4 ],
 	[ 'hang', sub { freeze($redis->pid) }, while_a_holds => 1 ],
 	[ 'pause', \&pause_holder ],
-	[ 'clock', \&step_clock ]);
+	[ 'clock', \&step_clock ],
+	# Redis forgets: the holders are stopped at their keeper's next
+	# refresh, but a newcomer may get in before that (until the grace
+	# period of issue 48 B): reported by bench/history.sh, not asserted
+	[ 'flushall', sub { $redis->cli('FLUSHALL') }, while_a_holds => 1, forgets => 1 ],
+	[ 'restart', sub { $redis->stop; $redis->start }, while_a_holds => 1, forgets => 1 ]);
 
 # bench/history.sh: every fault longer, with and without the stop
 my $bench = $ENV{REDSEM_HISTORY_BENCH};
@@ -147,6 +152,7 @@ my @table;
 for my $f (@faults)
 {
 	my ($name, $inject, %o) = @$f;
+	next if $o{forgets} && !$bench;
 	if ($name eq 'clock' && !(defined $faketime && -e $faketime))
 	{
 		SKIP: { skip 'libfaketime is not installed', 1; }
@@ -157,7 +163,7 @@ for my $f (@faults)
 		my $sem = $policy eq 'cancel' ? $name : "$name-warn";
 		my $r = run_case($sem, $inject, %o, setup => "SET redsem.on_slot_lost = $policy;");
 		push @table, RedsemHistory::line("$name ($policy)", $r);
-		next if $policy ne 'cancel';
+		next if $policy ne 'cancel' || $o{forgets};
 		is($r->{over}, 0, "$name: never more than 2 at once ($r->{grants} works, $r->{lost} stopped)");
 		cmp_ok($r->{lost}, '>=', 1, "$name: the holders cut off were stopped")
 		  if $name eq 'cut' || $name eq 'hang';
