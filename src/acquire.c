@@ -87,31 +87,37 @@ acquire_call(const AcquireArgs *args, RedisCall *call)
 
 	*call = sql;
 	call->elevel = DEBUG1;
+	/* a ride counts one Redis error in redsem_stats, not one per try */
+	call->uncounted = args->rides > 0;
 }
 
 /*
- * True if a failure is one a failover causes: a connection that broke (a
- * stale one, to the old primary), a server that cannot serve (a replica
- * now, loading, no primary); and, for a caller that waits, too few
- * replicas for a grant and, where Redis can fail over (Sentinel, a
- * Cluster), no connection or one that went silent (the call itself asked
- * the sentinels for a command's time).  A single Redis that is down fails
- * its callers at once, as it did, and so does anything for a caller that
- * does not wait but a stale connection.
+ * True if a failure is one a failover causes, for this acquire.  For one
+ * that waits: a connection that broke, a server that cannot serve (a
+ * replica now, loading, no primary), too few replicas for a grant, and,
+ * where Redis can fail over (Sentinel, a Cluster), no connection or one
+ * that went silent.  For one that does not wait: only a connection that
+ * broke (a stale one, to the old primary: each call already follows the
+ * sentinels for a command's time).  A single Redis that is down fails its
+ * callers at once, as it did; so does a statement queue whose failures
+ * run the statement unqueued (elevel below ERROR: on_redis_error=run).
  */
 static bool
 failover_class(const AcquireArgs *args, const RedisOutcome *o)
 {
+	if (args->elevel < ERROR)
+		return false;
+	if (args->wait_ms == 0)
+		return o->status == RS_LOST;
 	switch (o->status)
 	{
 		case RS_LOST:
 		case RS_UNAVAILABLE:
-			return true;
 		case RS_NOT_REPLICATED:
-			return args->wait_ms != 0;
+			return true;
 		case RS_CONNECT_FAILED:
 		case RS_TIMED_OUT:
-			return args->wait_ms != 0 && (sentinel_enabled() || cluster_enabled());
+			return sentinel_enabled() || cluster_enabled();
 		default:
 			return false;
 	}
@@ -121,19 +127,29 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
  * A call failed with outcome o: if a failover may be the cause and the
  * acquire has time left (args->ride_until), pause ACQUIRE_RIDE_PAUSE_MS
  * and say to try again (the caller then looks at its place first: the
- * request may have reached Redis); else keep the failure and say no.
+ * request may have reached Redis); else keep the failure and say no.  The
+ * failure kept is the first of a ride (its cause: a later try may only
+ * find the time left too short), unless a later one is of another kind.
  */
 static bool
 ride_on(AcquireArgs *args, const RedisOutcome *o)
 {
-	args->failure = *o;
-	if (!failover_class(args, o) ||
-		ms_left(args->ride_until) <= ACQUIRE_RIDE_PAUSE_MS)
+	static TimestampTz logged_at = 0;
+	bool		rides = failover_class(args, o);
+
+	if (args->rides == 0 || !rides)
+		args->failure = *o;
+	if (!rides || ms_left(args->ride_until) <= ACQUIRE_RIDE_PAUSE_MS)
 		return false;
-	args->rides++;
-	ereport(DEBUG1,
-			(errmsg_internal("redsem: a call for semaphore \"%s\" failed (%s); trying again within the wait",
-							 args->name, o->detail)));
+	if (args->rides++ == 0 &&
+		TimestampDifferenceExceeds(logged_at, redsem_now(), ACQUIRE_RIDE_LOG_EVERY_MS))
+	{
+		logged_at = redsem_now();
+		ereport(LOG,
+				(errmsg("redsem: a call for semaphore \"%s\" failed as a failover would make it fail; trying again within the wait",
+						args->name),
+				 errdetail_internal("%s", o->detail)));
+	}
 	redis_pause(ACQUIRE_RIDE_PAUSE_MS,
 				TimestampTzPlusMilliseconds(redsem_now(), ACQUIRE_RIDE_PAUSE_MS), true);
 	return true;
@@ -748,9 +764,13 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	started = redsem_now();
 	deadline = args->wait_ms < 0 ? DT_NOEND :
 		TimestampTzPlusMilliseconds(started, args->wait_ms);
-	/* a failover is ridden through within the wait, or one command's time */
-	args->ride_until = args->wait_ms != 0 ? deadline :
-		TimestampTzPlusMilliseconds(started, redsem_command_timeout_ms);
+	/*
+	 * a failover is ridden through within the wait (at most
+	 * ACQUIRE_RIDE_MAX_MS of a wait without end), or one command's time
+	 */
+	args->ride_until = args->wait_ms == 0 ?
+		TimestampTzPlusMilliseconds(started, redsem_command_timeout_ms) :
+		Min(deadline, TimestampTzPlusMilliseconds(started, ACQUIRE_RIDE_MAX_MS));
 	args->rides = 0;
 	result = take_slot(args, *hold, buf, deadline, &r, &sent);
 	if (result != ACQUIRE_FAILED &&

@@ -161,16 +161,18 @@
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
  * until its deadline (redsem.command_timeout), so a failover shorter than
- * that is waited out rather than failed.  An acquire rides through what is
- * left: a call that failed as a failover makes it fail (a connection that
- * broke, a replica now, too few replicas for a grant; through Sentinel or
- * in a Cluster also no connection, or one that went silent) is tried again
- * after ACQUIRE_RIDE_PAUSE_MS, a look at its place first
- * (the request may have reached Redis: a line that survived keeps its
- * order), for as long as its wait lasts (a caller that does not wait: one
- * redsem.command_timeout); each try finds the primary anew.  The keeper's
- * refreshes fail while
- * a failover runs and are retried with the back-off above: holds survive a
+ * that is waited out rather than failed.  An acquire that waits rides
+ * through what is left: a call that failed as a failover makes it fail (a
+ * connection that broke, a replica now, too few replicas for a grant;
+ * through Sentinel or in a Cluster also no connection, or one that went
+ * silent) is tried again after ACQUIRE_RIDE_PAUSE_MS, a look at its place
+ * first (the request may have reached Redis: a line that survived keeps
+ * its order), for as long as its wait lasts, at most ACQUIRE_RIDE_MAX_MS
+ * of a wait without end (a statement queue's); each try finds the primary
+ * anew.  One that does not wait rides only a connection that broke, within
+ * one redsem.command_timeout.  A backend logs that it rides at most every
+ * ACQUIRE_RIDE_LOG_EVERY_MS.  The keeper's refreshes fail while a failover
+ * runs and are retried with the back-off above: holds survive a
  * failover that ends within two thirds of their lease.
  */
 #ifndef REDSEM_TIMING_H
@@ -203,6 +205,8 @@
 
 #define SENTINEL_RETRY_MS			100
 #define ACQUIRE_RIDE_PAUSE_MS		100
+#define ACQUIRE_RIDE_MAX_MS			60000
+#define ACQUIRE_RIDE_LOG_EVERY_MS	10000
 
 #define FLEET_TOUCH_MS				10000
 #define FLEET_TTL_MS				60000

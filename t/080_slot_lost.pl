@@ -45,8 +45,9 @@ wait_until(10, sub { -S $proxy_sock }) or die 'the proxy did not start';
 END { if ($proxy_pid) { kill 'CONT', $proxy_pid; kill 'TERM', $proxy_pid; } }
 
 my $node = create_node('slot_lost', $redis,
-	"redsem.unix_socket = '$proxy_sock'\nredsem.command_timeout = 1000\n");
+	"redsem.unix_socket = '$proxy_sock'\nredsem.command_timeout = 1000\nredsem.queues = 'q80: active_statements=1'\n");
 $node->safe_psql('postgres', 'CREATE ROLE app LOGIN; CREATE TABLE done(t text); GRANT ALL ON done TO app');
+$node->safe_psql('postgres', "CREATE ROLE queued LOGIN; ALTER ROLE queued SET redsem.queue = 'q80'");
 
 sub session { return RedsemTest::Session->new($node, name => $_[0], @_[ 1 .. $#_ ]); }
 
@@ -83,6 +84,15 @@ note 'a slot whose keys are deleted: the running statement is cancelled at the n
 ###########################################################################
 note 'a statement queue slot and a plain cancel';
 {
+	my $q = session('queued', user => 'queued');
+	$q->send('SELECT pg_sleep(40);');
+	ok(wait_until(10, sub { $redis->zcard('queue:q80', 'owner') == 1 }), 'a queued statement runs under its slot');
+	forget('queue:q80');
+	my ($qo, $qe) = $q->wait_done(20);
+	like($qe, lost_error('queue:q80'), 'the statement is cancelled when the keeper finds the queue\'s slot gone (30 s lease: within 10 s)');
+	is($q->query_ok('SELECT 7;'), '7', 'and the next statement of the queue runs');
+	$q->quit;
+
 	my $s = session('canceller');
 	$s->send("SELECT pg_sleep(30);");
 	usleep(300_000);
