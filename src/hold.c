@@ -69,8 +69,6 @@ struct Hold
 	bool		warned_unconfirmed; /* policy warn: told its lease went
 									 * unconfirmed */
 	SlotLostPolicy on_lost;		/* redsem.on_slot_lost when it was taken */
-	StoppedHold stopped;		/* what was told, to tell it again at
-								 * COMMIT (a transaction's hold) */
 	bool		spans_xacts;	/* a statement's slot kept across the
 								 * commits and rollbacks of a procedure */
 	SubTransactionId subxid;	/* subtransaction that took it */
@@ -101,6 +99,21 @@ static List *holds = NIL;		/* Hold *, in TopMemoryContext */
  */
 static List *sent = NIL;
 static bool callbacks_registered = false;
+
+/*
+ * The losses of the current transaction's own slots (and its statements'),
+ * each with the subtransaction that took the slot: such a transaction must
+ * not commit, even once the error that told of it was caught and the hold
+ * itself released.  A rollback of that subtransaction takes the work done
+ * under the slot with it, and its doom too.  (Doom *, in TopMemoryContext.)
+ */
+typedef struct Doom
+{
+	SubTransactionId subxid;
+	StoppedHold told;			/* told.name: its own copy */
+} Doom;
+
+static List *dooms = NIL;
 
 /* The stops counter as this session last looked at its holds */
 static uint64 stops_seen = 0;
@@ -478,6 +491,40 @@ mark_matching(bool (*match) (Hold *, SubTransactionId), SubTransactionId subxid)
 	return any;
 }
 
+/* Forget the dooms of subtransaction subxid (every one: Invalid) */
+static void
+dooms_forget(SubTransactionId subxid)
+{
+	ListCell   *lc;
+
+	foreach(lc, dooms)
+	{
+		Doom	   *d = (Doom *) lfirst(lc);
+
+		if (subxid != InvalidSubTransactionId && d->subxid != subxid)
+			continue;
+		dooms = foreach_delete_current(dooms, lc);
+		pfree((char *) d->told.name);
+		pfree(d);
+	}
+}
+
+/* Refuse to end the transaction well if one of its own slots was lost */
+static void
+dooms_refuse(void)
+{
+	StoppedHold *told;
+	ListCell   *lc;
+	int			n = 0;
+
+	if (dooms == NIL)
+		return;
+	told = palloc(sizeof(StoppedHold) * list_length(dooms));
+	foreach(lc, dooms)
+		told[n++] = ((Doom *) lfirst(lc))->told;
+	stop_report(told, n);
+}
+
 /* End transaction-scoped holds with the transaction; refuse PREPARE */
 static void
 xact_callback(XactEvent event, void *arg)
@@ -487,6 +534,7 @@ xact_callback(XactEvent event, void *arg)
 	switch (event)
 	{
 		case XACT_EVENT_PRE_PREPARE:
+			dooms_refuse();
 			foreach(lc, holds)
 			{
 				Hold	   *hold = (Hold *) lfirst(lc);
@@ -508,6 +556,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_ABORT:
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
+			dooms_forget(InvalidSubTransactionId);
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
 				release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 									   "at the end of the transaction");
@@ -533,9 +582,17 @@ subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 			if (hold->subxid == mySubid)
 				hold->subxid = parentSubid;
 		}
+		foreach(lc, dooms)
+		{
+			Doom	   *d = (Doom *) lfirst(lc);
+
+			if (d->subxid == mySubid)
+				d->subxid = parentSubid;
+		}
 	}
 	else if (event == SUBXACT_EVENT_ABORT_SUB)
 	{
+		dooms_forget(mySubid);
 		if (mark_matching(ends_with_subxact, mySubid))
 			release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 								   "at the rollback of a subtransaction");
@@ -780,6 +837,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 
 	out->name = hold->name;
 	out->policy = hold->on_lost;
+	out->in_xact = (hold->scope != HOLD_SESSION);
 	out->reason = STOP_NONE;
 	if (hold->shared_slot >= 0)
 	{
@@ -825,9 +883,20 @@ hold_stop_told(Hold *hold, const StoppedHold *told)
 	if (told->policy == SLOT_LOST_WARN && told->reason == STOP_UNCONFIRMED)
 		return;
 	hold->stop_reported = true;
-	hold->stopped = *told;
-	if (hold->scope != HOLD_SESSION || told->policy == SLOT_LOST_WARN)
+	if (told->policy == SLOT_LOST_WARN)
 		return;
+	if (hold->scope != HOLD_SESSION)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+		Doom	   *d = palloc(sizeof(Doom));
+
+		d->subxid = hold->subxid;
+		d->told = *told;
+		d->told.name = pstrdup(told->name);
+		dooms = lappend(dooms, d);
+		MemoryContextSwitchTo(old);
+		return;
+	}
 	mark_ending(hold);
 	shared_hold_abandon(hold->shared_slot, hold->id);
 }
@@ -842,18 +911,6 @@ hold_stop_look_due(bool at_commit)
 {
 	return holds != NIL &&
 		(at_commit || shared_stops_made() != stops_seen || redsem_now() >= next_look);
-}
-
-/*
- * True if a transaction holding hold must not commit: a slot of its own
- * (or of one of its statements) that was lost, even if the error that
- * told it was caught (a savepoint, an EXCEPTION block)
- */
-static bool
-blocks_commit(const Hold *hold)
-{
-	return hold->scope != HOLD_SESSION && hold->state == HOLD_HELD &&
-		hold->stop_reported && hold->stopped.policy != SLOT_LOST_WARN;
 }
 
 /*
@@ -874,6 +931,8 @@ hold_check_stopped(bool at_commit)
 	ListCell   *lc;
 	int			n = 0;
 
+	if (at_commit)
+		dooms_refuse();
 	if (!hold_stop_look_due(at_commit))
 		return;
 	now = redsem_now();
@@ -889,12 +948,6 @@ hold_check_stopped(bool at_commit)
 	{
 		Hold	   *hold = (Hold *) lfirst(lc);
 
-		if (at_commit && blocks_commit(hold))
-		{
-			stopped[n] = hold->stopped;
-			which[n++] = NULL;
-			continue;
-		}
 		if (hold->state != HOLD_HELD || hold->stop_reported ||
 			(at_commit && hold->scope == HOLD_SESSION))
 			continue;
@@ -903,8 +956,7 @@ hold_check_stopped(bool at_commit)
 	}
 	/* told (and given up) before the report raises */
 	for (int i = 0; i < n; i++)
-		if (which[i] != NULL)
-			hold_stop_told(which[i], &stopped[i]);
+		hold_stop_told(which[i], &stopped[i]);
 	stop_report(stopped, n);
 	pfree(stopped);
 	pfree(which);

@@ -909,7 +909,11 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
+	{
 		newly = mark_stopped(h, why, now);
+		/* its own backend found it: nobody is to be signalled */
+		h->stop_signalled = true;
+	}
 	LWLockRelease(shared->holds_lock);
 	return newly;
 }

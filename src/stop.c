@@ -77,6 +77,8 @@ report_one(const StoppedHold *s, int others, int elevel)
 					   psprintf(" %d other slot(s) of this session were lost as well.", others) : ""),
 			 elevel == WARNING ?
 			 errhint("The work goes on without the slot (redsem.on_slot_lost is warn): more holders than the limit may run at once.") :
+			 s->in_xact ?
+			 errhint("The transaction cannot commit: roll it back, and take the slot again in a new one.") :
 			 errhint("Take the slot again to go on; redsem.on_slot_lost chooses what becomes of a holder whose slot is lost.")));
 }
 

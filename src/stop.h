@@ -14,6 +14,8 @@ typedef struct StoppedHold
 	const char *name;
 	StopReason	reason;
 	SlotLostPolicy policy;
+	bool		in_xact;		/* a transaction's (or statement's) own slot:
+								 * the transaction cannot commit */
 	int64		kept_ms;		/* the lease (or window) it had */
 	int64		unconfirmed_ms; /* from its last confirmed request to now */
 } StoppedHold;

@@ -247,6 +247,23 @@ note 'a lost transaction slot whose error was caught (a savepoint): the transact
 	like($e, lost_error('sp'), 'but COMMIT fails, telling the loss again');
 	is($node->safe_psql('postgres', "SELECT count(*) FROM done WHERE t = 'sp-after-loss'"), '0',
 		'and nothing done after the loss is committed');
+
+	# nor once the lost slot was given back or refreshed in the transaction
+	for my $how ('release', 'refresh')
+	{
+		$s->query_ok("BEGIN; SELECT redsem_acquire_xact('sp2', 1, '3 s') AS id \\gset");
+		$s->send('SELECT pg_sleep(30);');
+		usleep(300_000);
+		forget('sp2');
+		($o, $e) = $s->wait_done(20);
+		like($e, lost_error('sp2'), "$how: the statement is stopped");
+		$s->query("INSERT INTO done VALUES ('sp2-$how'); SELECT redsem_$how('sp2', :'id');");
+		($o, $e) = $s->query('COMMIT;');
+		like($e, lost_error('sp2'), "$how: COMMIT still fails");
+		like($e, qr/HINT:  The transaction cannot commit: roll it back/, "$how: saying the transaction must roll back");
+		is($node->safe_psql('postgres', "SELECT count(*) FROM done WHERE t = 'sp2-$how'"), '0',
+			"$how: nothing done after the loss is committed");
+	}
 	$s->quit;
 }
 
