@@ -248,7 +248,7 @@ redsem_stats(PG_FUNCTION_ARGS)
 		/* the semaphores the table had no room for: a NULL name */
 		nulls[0] = (stats[i].name[0] == '\0');
 		values[0] = nulls[0] ? (Datum) 0 : CStringGetTextDatum(stats[i].name);
-		for (int c = 0; c < lengthof(stats_columns); c++)
+		for (int c = 0; c < (int) lengthof(stats_columns); c++)
 		{
 			StatField	f = stats_columns[c];
 

@@ -52,7 +52,7 @@ rate_unit(const char *s)
 {
 	size_t		len = strlen(s);
 
-	for (int i = 0; i < lengthof(rate_units); i++)
+	for (int i = 0; i < (int) lengthof(rate_units); i++)
 	{
 		size_t		n = strlen(rate_units[i].name);
 

@@ -164,7 +164,7 @@ redis_error_class(const char *msg, bool *drop)
 		{"ERR Error compiling script", RS_CONFLICT, false},
 	};
 
-	for (int i = 0; i < lengthof(classes); i++)
+	for (int i = 0; i < (int) lengthof(classes); i++)
 	{
 		size_t		len = strlen(classes[i].prefix);
 
