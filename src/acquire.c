@@ -150,6 +150,13 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
 						args->name),
 				 errdetail_internal("%s", o->detail)));
 	}
+	/*
+	 * a primary whose grants no replica takes may have been replaced (the
+	 * old one of a SENTINEL FAILOVER keeps taking writes, replica-less,
+	 * until the sentinels turn it into a replica): ask them anew
+	 */
+	if (o->status == RS_NOT_REPLICATED && sentinel_enabled())
+		redis_disconnect();
 	redis_pause(ACQUIRE_RIDE_PAUSE_MS,
 				TimestampTzPlusMilliseconds(redsem_now(), ACQUIRE_RIDE_PAUSE_MS), true);
 	return true;

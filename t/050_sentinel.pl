@@ -320,7 +320,8 @@ foreach my $round (RedsemTest::Failover::rounds())
 		is($over, 0, "$label: never more than $LIMIT inside at once (with redsem.grant_replicas = 1)");
 	}
 	note $node->safe_psql('postgres',
-		qq{SELECT state, left(msg, 200), count(*) FROM failures WHERE round = '$label' GROUP BY 1, 2;});
+		qq{SELECT state, left(msg, 200), count(*), round(min(at - $trigger)::numeric, 2), round(max(at - $trigger)::numeric, 2)
+		   FROM failures WHERE round = '$label' GROUP BY 1, 2;});
 	push @report, RedsemTest::Failover::report_line($how . ($NREPLICAS > 1 ? "/$NREPLICAS" : ''), $replicas,
 		scalar(@periods), $max, $over, $gap, $window, $nfail, $fresh);
 	note $report[-1];
