@@ -32,26 +32,8 @@ my $sockdir = File::Basename::dirname($redis->socket);
 
 sub session { return RedsemTest::Session->new($node, name => $_[0]); }
 
-# The keeper's pid: the postmaster's child whose process title names it.
-sub keeper_pid
-{
-	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
-	foreach my $stat (glob '/proc/[0-9]*/stat')
-	{
-		open(my $fh, '<', $stat) or next;
-		my $line = <$fh>;
-		close $fh;
-		next unless defined $line && $line =~ /^(\d+) \(.*\) (\S) (\d+) /;
-		my ($pid, $state, $ppid) = ($1, $2, $3);
-		next unless $ppid == $pm && $state ne 'Z';
-		(my $cmdfile = $stat) =~ s/stat$/cmdline/;
-		open($fh, '<', $cmdfile) or next;
-		my $cmd = <$fh> // '';
-		close $fh;
-		return $pid if $cmd =~ /redsem keeper/;
-	}
-	return undef;
-}
+# The keeper's pid
+sub keeper_pid { return keeper_pid_of($node); }
 
 # True while process $pid exists and is not a zombie.
 sub alive

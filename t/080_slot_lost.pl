@@ -32,17 +32,7 @@ my $redis = RedsemTest::Redis->new;
 
 # A proxy between the server and Redis that a test can freeze (SIGSTOP):
 # connections stay open, nothing is forwarded, as a network path that hangs
-my $dir = PostgreSQL::Test::Utils::tempdir_short();
-my $proxy_sock = "$dir/cut.sock";
-my $proxy_pid = fork;
-die "fork: $!" unless defined $proxy_pid;
-if ($proxy_pid == 0)
-{
-	exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $proxy_sock,
-		$redis->socket, 0) or die "exec: $!";
-}
-wait_until(10, sub { -S $proxy_sock }) or die 'the proxy did not start';
-END { if ($proxy_pid) { kill 'CONT', $proxy_pid; kill 'TERM', $proxy_pid; } }
+my ($proxy_sock, $proxy_pid) = cut_proxy($redis);
 
 my $node = create_node('slot_lost', $redis,
 	"redsem.unix_socket = '$proxy_sock'\nredsem.command_timeout = 1000\nredsem.queues = 'q80: active_statements=1'\n");

@@ -41,22 +41,12 @@ my $HOLD_S = 0.8;     # most of the lease: a cut always finds works running
 my $redis = RedsemTest::Redis->new;
 
 # server A reaches Redis through a proxy a case can freeze
-my $dir = PostgreSQL::Test::Utils::tempdir_short();
-my $proxy_sock = "$dir/cut.sock";
-my $proxy_pid = fork;
-die "fork: $!" unless defined $proxy_pid;
-if ($proxy_pid == 0)
-{
-	exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $proxy_sock,
-		$redis->socket, 0) or die "exec: $!";
-}
-wait_until(10, sub { -S $proxy_sock }) or die 'the proxy did not start';
-END { if ($proxy_pid) { kill 'CONT', $proxy_pid; kill 'TERM', $proxy_pid; } }
+my ($proxy_sock, $proxy_pid) = cut_proxy($redis);
 
 # server A's wall clock is libfaketime's, stepped through a file
 my $faketime = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 ($faketime) = glob('/usr/lib/*/faketime/libfaketime.so.1') unless -e $faketime;
-my $offset_file = "$dir/faketime";
+my $offset_file = PostgreSQL::Test::Utils::tempdir_short() . '/faketime';
 PostgreSQL::Test::Utils::append_to_file($offset_file, "+0\n");
 my %saved = %ENV;
 if (defined $faketime && -e $faketime)

@@ -30,7 +30,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
-  cluster_of_primaries server_holds_of keeper_pid_of);
+  cluster_of_primaries server_holds_of keeper_pid_of cut_proxy);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -218,6 +218,41 @@ sub cluster_of_primaries
 				!grep { (($_->cli('CLUSTER', 'INFO') // '') !~ /cluster_state:ok/) } @nodes
 			}), 'the cluster is up');
 	return @nodes;
+}
+
+=item cut_proxy($redis)
+
+Start a proxy between servers and $redis (bench/delay_proxy.pl, no delay)
+that a test can freeze with SIGSTOP: connections stay open and nothing is
+forwarded, as over a network path that hangs; SIGCONT heals it.  Returns
+(its socket, its pid); it is stopped (thawed first) when the test ends.
+
+=cut
+
+my @cut_proxies;
+my $cut_parent = $$;
+
+sub cut_proxy
+{
+	my ($redis) = @_;
+	my $dir = PostgreSQL::Test::Utils::tempdir_short();
+	my $sock = "$dir/cut.sock";
+	my $pid = fork;
+	croak "fork failed: $!" unless defined $pid;
+	if ($pid == 0)
+	{
+		exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $sock, $redis->socket, 0)
+		  or die "exec: $!";
+	}
+	push @cut_proxies, $pid;
+	wait_until(10, sub { -S $sock }) or croak 'the proxy did not start';
+	return ($sock, $pid);
+}
+
+# (only in the test's own process, not in a fork of it that exits)
+END
+{
+	if ($$ == $cut_parent) { foreach my $pid (@cut_proxies) { kill 'CONT', $pid; kill 'TERM', $pid; } }
 }
 
 =item keeper_pid_of($node)
