@@ -10,7 +10,6 @@
 #include "postgres.h"
 
 #include "miscadmin.h"
-#include "portability/instr_time.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -53,17 +52,6 @@ static int64
 ms_since(TimestampTz when)
 {
 	return TimestampDifferenceMilliseconds(when, redsem_now());
-}
-
-/* Milliseconds since since, on the local monotonic clock */
-static int64
-mono_ms_since(const instr_time *since)
-{
-	instr_time	now;
-
-	INSTR_TIME_SET_CURRENT(now);
-	INSTR_TIME_SUBTRACT(now, *since);
-	return (int64) INSTR_TIME_GET_MILLISEC(now);
 }
 
 /* Milliseconds left until deadline (or a long nap when there is none) */
@@ -465,24 +453,21 @@ grant_lease_needed_ms(int64 lease_ms)
  * A grant back from its WAIT with less lease left than the keeper counts
  * on (grant_lease_needed_ms): refresh it here, one round trip, so that the
  * keeper takes it over like a hold it refreshed on time.  *sent and r->ms
- * become the refresh's, *left what is left of its lease now (on the
- * monotonic clock); r->state is SEM_LOST if the slot was gone by then.
- * False if Redis failed.
+ * become the refresh's, *left what is left of its lease now; r->state is
+ * SEM_LOST if the slot was gone by then.  False if Redis failed.
  */
 static bool
 refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 				   TimestampTz *sent, int64 *left)
 {
 	RedisCall	call;
-	instr_time	asked;
 	int64		lease = 0;
 
 	acquire_call(args, &call);
-	INSTR_TIME_SET_CURRENT(asked);
 	*sent = redsem_now();
 	if (!sem_refresh(&call, NULL, args->name, id, args->lease_ms, &lease))
 		return call_failed(args, &call);
-	*left = lease - mono_ms_since(&asked);
+	*left = lease - ms_since(*sent);
 	if (lease <= 0)
 	{
 		r->state = SEM_LOST;
@@ -508,8 +493,7 @@ typedef enum GrantFate
  * and is used only with enough lease left for the keeper to keep it
  * (grant_lease_needed_ms): nobody refreshes it while the WAIT runs, so one
  * back late is refreshed here first.  The time is counted from when the
- * granting request was sent (*sent), the WAIT's part on the monotonic
- * clock.  The refresh waits for the replicas as the grant did.  Stale: it
+ * granting request was sent (*sent), on redsem's clock.  The refresh waits for the replicas as the grant did.  Stale: it
  * ran out, or the refresh found it gone, or the refresh and its wait took
  * more than the keeper's margin.
  */
@@ -517,18 +501,15 @@ static GrantFate
 settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 			 TimestampTz *sent)
 {
-	instr_time	granted;
 	int64		left;
 
 	if (!grant_is_live(r, *sent))
 		return GRANT_STALE;
 	if (redsem_grant_replicas == 0)
 		return GRANT_USABLE;
-	INSTR_TIME_SET_CURRENT(granted);
-	left = r->ms - TimestampDifferenceMilliseconds(*sent, redsem_now());
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
-	left -= mono_ms_since(&granted);
+	left = r->ms - ms_since(*sent);
 	if (left >= grant_lease_needed_ms(args->lease_ms))
 		return GRANT_USABLE;
 	/* a grant whose lease ran out during the WAIT is not refreshed */
@@ -539,11 +520,9 @@ settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 	if (r->state != SEM_HELD)
 		return GRANT_STALE;
 	/* the replicas learn the refresh too: a failover must not undo it */
-	INSTR_TIME_SET_CURRENT(granted);
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
-	left -= mono_ms_since(&granted);
-	if (left >= grant_lease_needed_ms(args->lease_ms))
+	if (r->ms - ms_since(*sent) >= grant_lease_needed_ms(args->lease_ms))
 		return GRANT_USABLE;
 	return GRANT_STALE;
 }

@@ -49,7 +49,7 @@
  * refreshes it meanwhile.  It is returned only with as much of its lease
  * left as the keeper counts on when it refreshes a hold on time: two
  * thirds (lease - lease / KEEPER_REFRESH_FRACTION), time counted from when
- * the granting request was sent, the WAIT's part on the monotonic clock.
+ * the granting request was sent (on redsem's clock, as every time here).
  * The keeper, woken at once, finds it due and refreshes it with two tries'
  * room left, as any hold.  A grant back with less is refreshed by the
  * acquire itself first, and that refresh waits for the replicas too (the
@@ -58,8 +58,7 @@
  * that a slow replica costs the caller a round trip and a wait, not its
  * place in line; if the refresh finds the slot gone, or it and its wait
  * took more than a third of the lease, the grant is given back and the
- * caller queues again within its wait.  Only this gate reads the monotonic
- * clock: the keeper reckons the hold from the refresh's wall-clock time.
+ * caller queues again within its wait.
  *
  * Callbacks at commit, abort and session exit never wait long for Redis:
  * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not
