@@ -296,10 +296,10 @@ sub cpu_ticks
 	my $pid = $h->backend_pid;
 	$redis->freeze;
 	$h->quit;
-	usleep(100_000);
+	sleep_full(0.1);
 	$node->kill9;
 	my $before = cpu_ticks($pid);
-	usleep(400_000);
+	sleep_full(0.4);
 	my $after = cpu_ticks($pid);
 	my $used = (defined $before && defined $after) ? $after - $before : 0;
 	note sprintf('backend %d after the postmaster died: %s, %d ticks in 0.4 s',

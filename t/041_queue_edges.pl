@@ -163,7 +163,7 @@ $p->send(q{SELECT pg_sleep(0.5);});
 usleep(200_000);
 $redis->freeze;
 my $t0 = time;
-usleep(1_000_000);    # the statement ended meanwhile: its release waits
+sleep_full(1);    # the statement ended meanwhile: its release waits
 $node->safe_psql('postgres', 'SELECT pg_cancel_backend(' . $p->backend_pid . ')');
 ($out, $err, $secs) = $p->wait_done(30);
 like($err, qr/57014/, 'a cancel ends the release at ExecutorEnd');

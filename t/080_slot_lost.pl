@@ -183,7 +183,7 @@ note 'the keeper stopped: a backend finds its own hold past its valid time';
 	my $s = session('unkept');
 	$s->query_ok("SELECT redsem_acquire('unkept', 1, '3 s') IS NOT NULL;");
 	kill 'STOP', $keeper;
-	sleep 3;
+	sleep_full(3);
 	my ($out, $err) = $s->query('SELECT 1;');
 	kill 'CONT', $keeper;
 	like($err, lost_error('unkept'), 'its next statement fails');
@@ -265,7 +265,7 @@ note 'the keeper stopped: a short slot taken after a long one is looked at in ti
 	$s->query_ok("SELECT redsem_acquire('long', 1, '1 h') IS NOT NULL;");
 	$s->query_ok("BEGIN; SELECT redsem_acquire_xact('short', 1, '3 s') IS NOT NULL;");
 	kill 'STOP', $keeper;
-	sleep 3;
+	sleep_full(3);
 	my ($o, $e) = $s->query("INSERT INTO done VALUES ('stale'); SELECT 'ran';");
 	kill 'CONT', $keeper;
 	like($e, lost_error('short'), 'the next statement fails (the backend\'s own look)');
@@ -330,7 +330,7 @@ note 'policy warn: a lease that went unconfirmed is told, once, and the slot kep
 	my $s = session('warn_cut');
 	$s->query_ok("SET redsem.on_slot_lost = warn; SELECT redsem_acquire('warn_cut', 1, '3 s') IS NOT NULL;");
 	kill 'STOP', $proxy_pid;
-	sleep 4;
+	sleep_full(4);
 	my ($o, $e) = $s->query('SELECT 5;');
 	kill 'CONT', $proxy_pid;
 	like($e, qr/WARNING:  01000: the slot of semaphore "warn_cut" was lost\nDETAIL:  Redis had not confirmed its lease/,

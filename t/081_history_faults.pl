@@ -70,11 +70,13 @@ sub run_case
 	my @n = @{ $o{sessions} // [ 4, 4 ] };
 	my @w = map { RedsemHistory::start(($a, $b)[$_], $sem, $n[$_], limit => $LIMIT, lease => '1 s',
 			hold => $o{hold} // $HOLD_S, wait => '20 s', run => $RUN_S, setup => $o{setup}) } (0, 1);
-	usleep($FAULT_AT_S * 1e6);
+	sleep_full($FAULT_AT_S);
 	# a fault of server A's comes while A runs works
-	wait_until(3, sub { holding($a, $sem) }) if $o{while_a_holds};
+	my $held = !$o{while_a_holds} || defined wait_until(8, sub { holding($a, $sem) });
 	my $at = RedsemHistory::uptime();
+	note("$sem: fault at uptime $at" . ($held ? '' : ' (no session of server A held a slot)'));
 	$fault->(\@w);
+	note("$sem: fault over at uptime " . RedsemHistory::uptime());
 	RedsemHistory::finish(@w);
 	my $r = RedsemHistory::check([ $a, $b ], $sem, $LIMIT, fault_at => $at);
 	note(RedsemHistory::line($sem, $r) . " max_inside=$r->{max_inside} over_s=$r->{over_s} errors=$r->{errors}");
@@ -94,7 +96,7 @@ sub freeze
 {
 	my ($pid) = @_;
 	kill 'STOP', $pid;
-	usleep($FAULT_S * 1e6);
+	sleep_full($FAULT_S);
 	kill 'CONT', $pid;
 	return;
 }
@@ -107,7 +109,7 @@ sub step_clock
 		open(my $fh, '>', $offset_file) or die $!;
 		print $fh "$offset\n";
 		close $fh;
-		usleep($FAULT_S * 1e6 / 2);
+		sleep_full($FAULT_S / 2);
 	}
 	return;
 }

@@ -30,7 +30,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
-  cluster_of_primaries server_holds_of keeper_pid_of cut_proxy);
+  cluster_of_primaries server_holds_of keeper_pid_of cut_proxy sleep_full);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -128,6 +128,25 @@ EOC
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
 	return $node;
+}
+
+=pod
+
+=item sleep_full($seconds)
+
+Sleep $seconds in full.  Perl's sleep and usleep return early when a
+signal comes, and stopping a child with SIGSTOP sends its parent SIGCHLD:
+a test that freezes a process it started and then sleeps would thaw it
+at once.
+
+=cut
+
+sub sleep_full
+{
+	my ($s) = @_;
+	my $end = time + $s;
+	while ((my $left = $end - time) > 0) { usleep($left * 1e6); }
+	return;
 }
 
 =pod
