@@ -4,17 +4,24 @@
 # (acquire + release), fill (acquires that hold for 10 minutes) or refresh
 # (a keeper's refresh_many of each one hold, sent as ACQ: ids filled before).  Used by
 # bench/script_cpu.sh and bench/instructions.sh with redis-cli --pipe.
+# With OPS_KEYS=6, as a library before the generation key (I15) wants
+# them; else with the seventh key and an acquire's generation arguments,
+# the generation known being OPS_GEN ('' if unset: what the first call on
+# a fresh Redis sends).
 use strict;
 my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
+my $nkeys = ($ENV{OPS_KEYS} // 7) == 6 ? 6 : 7;
 my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
+push @keys, 'redsem:gen{0}' if $nkeys == 7;
+my @gen = $nkeys == 7 ? ('', '0', '', $ENV{OPS_GEN} // '', '') : ();
 sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
-sub op { my ($call, @args) = @_; return cmd(split(/ /, $call), 6, @keys, @args); }
+sub op { my ($call, @args) = @_; return cmd(split(/ /, $call), $nkeys, @keys, @args); }
 my $origin = 'bench.example:5432|4242|db|user|bench';
 binmode STDOUT;
 for my $i ($from .. $from + $count - 1) {
     my $id = sprintf('%016x.%d', 0xfeed0000 + $i, $i);
     my $lease = $what eq 'fill' ? 600000 : 30000;
     if ($what eq 'refresh') { print op($acq, 'refresh_many', $id, $lease); next; }
-    print op($acq, 'acquire', $id, 1000000, 1, $lease, 0, 60000, $origin);
+    print op($acq, 'acquire', $id, 1000000, 1, $lease, 0, 60000, $origin, @gen);
     print op($rel, 'release', $id) if $what eq 'pairs';
 }

@@ -14,12 +14,13 @@
 struct redisReply;
 
 /*
- * Keys of a semaphore, and the most arguments an operation takes after its
- * name (acquire: id, limit, permits, lease, wait, keepalive, origin,
- * settle, priority, tenant)
+ * Keys of a semaphore (its six and its slot's generation key, gen.c), and
+ * the most arguments an operation takes after its name (acquire: id,
+ * limit, permits, lease, wait, keepalive, origin, settle, priority,
+ * tenant, the generation known, grow)
  */
-#define SCRIPT_NKEYS 6
-#define SCRIPT_MAX_ARGS 10
+#define SCRIPT_NKEYS 7
+#define SCRIPT_MAX_ARGS 12
 
 extern const char *library_name(void);
 extern int	fcall_head(const char **argv, const char *prefix, const char *name,

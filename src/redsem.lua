@@ -43,8 +43,24 @@
 --                                line is then kept per tenant too (I12)
 --                        tt      permits held by holders with a tenant
 --                        wt      "1" while weights stores a weight
---                        x       "1": xh, xw, era, rt, rk or wt is
---                                there (I13)
+--                        gu      while waiters came in a grace
+--                                period (I15): when it ends (ms)
+--                        x       "1": xh, xw, era, rt, rk, wt or gu
+--                                is there (I13)
+-- KEYS[7] gen     STRING                   (optional) the generation of
+--                                           this Redis's semaphores in
+--                                           KEYS[1]'s Cluster slot:
+--                                           "<f><us>:<lmax>:<until>", f
+--                                           'g' while a grace period (I15)
+--                                           lasts until ms <until>, else
+--                                           'n' (until 0); us: when it was
+--                                           made; lmax: the longest lease
+--                                           an acquire asked for since.
+--                                           No TTL: it must outlive every
+--                                           lease, and is gone only when
+--                                           Redis forgets (restart without
+--                                           persistence, FLUSHALL).  One
+--                                           per slot in use, not per name.
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -237,7 +253,7 @@
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
 -- I13 One read.  The state has its field x ("1") exactly while it has
---     any of xh, xw, era, rt, rk or wt (EXTRA), so that a call reads
+--     any of xh, xw, era, rt, rk, wt or gu (EXTRA), so that a call reads
 --     limit, cur, tl, tt and x alone unless x is there: the write that
 --     sets the first EXTRA field sets x, the one that deletes the last
 --     deletes x (or the whole state goes).  (A
@@ -256,7 +272,24 @@
 --     and forced: keys are written over whatever is there.  Not covered:
 --     the line of any other tenant, which a promotion, an expiry or a
 --     give-up may write after other writes (probing every tenant's line
---     would cost a command per tenant waiting).
+--     would cost a command per tenant waiting); and KEYS[7], which an
+--     acquire reads and may write first of all (I15): a conflict after it
+--     leaves a generation, which is the semaphores' as much as before (a
+--     string there that is not one is left alone, and there is then none).
+-- I15 Grace.  When Redis forgets (a restart without persistence,
+--     FLUSHALL), holders elsewhere still run under slots it no longer
+--     knows, until their keepers find them gone and stop them (src/stop.c),
+--     at the latest when their leases would have ended.  So a caller that
+--     knew the generation before (its server saw one: KEYS[7]'s text, an
+--     argument of acquire) and finds none makes a new one with a grace
+--     period of the longest lease asked for under the old (lmax, as that
+--     caller knew it): until it ends nobody is admitted to a semaphore of
+--     that slot (an acquire waits in line, or is told busy; promotion
+--     stops, the state's gu saying until when), and then the line moves
+--     in its order.  A caller that knew none (a server new to this Redis)
+--     makes one without grace: a fresh Redis admits at once.  Only
+--     acquire reads or writes KEYS[7], and its replies carry the text, so
+--     that servers learn it; without KEYS[7] (6 keys) nothing of this runs.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -293,6 +326,11 @@
 local GRACE_MS = 1000
 local GRACE_TEXT = '1000'           -- (GRACE_MS as text: no conversion per call)
 local PROMOTION_WINDOW_MS = 5000
+-- How long a generation lives (I15), and after how long an acquire makes
+-- it anew (us): a day, and half of it
+local GEN_KEEP_MS = 86400000
+local GEN_KEEP_TEXT = '86400000'
+local GEN_RENEW_US = 43200000000
 local RENEW_SLACK_MS = 60000
 -- A waiter's head start per level of priority (I4), and the levels allowed
 local AGING_US = 1000000
@@ -305,7 +343,7 @@ local CHUNK = 1000
 -- and the fields to write back (W; false: delete); the tenants' weights
 -- read so far (with S.wt); the fields of the tenant hash as this call sees them (TF,
 -- false: none) and those to write back (TW).
-local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, BASE
+local K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN, BASE
 local NOW_MS, NOW_US, NOW_TEXT, NOW_US_TEXT, NOW_WIDE
 local S, W, WEIGHTS, TF, TW
 
@@ -319,6 +357,10 @@ local S, W, WEIGHTS, TF, TW
 -- GONE, GONE_TENANT: the id a release or give-up names and its tenant, as
 -- probe() read them with tenants in use (nil: not read), for remove().
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS, GONE, GONE_TENANT
+-- An acquire's generation (I15): KEYS[7]'s text as the call leaves it
+-- (nil: no KEYS[7]), whether that is still to be written, and until when
+-- its grace period lasts (nil: none).
+local GEN, GEN_WRITE, GRACE
 
 -- CONTENTS.  After the constants and the per-call state above, the script
 -- is in sections, each one do ... end block (its body not indented), in
@@ -1034,6 +1076,10 @@ end
 -- waiter below a reserve's class does not fit, only the first of the
 -- class may still come in, into the reserve.
 function promote()
+    if S.gu then                    -- I15: nobody comes in before it ends
+        if NOW_MS < S.gu then return end
+        set('gu', false)
+    end
     local waiters = waiter_count()  -- (a bound: the loop's own count)
     local line = K_WAITING
     while waiters > 0 do
@@ -1104,12 +1150,16 @@ local function expire(dead)
     return #dead
 end
 
--- I2, I4, I10: expire (due: the members probe() read as due); promote if
--- anybody left, or if the rate lets somebody in (otherwise the first
--- waiter still does not fit: every other change promotes by itself).
+-- I2, I4, I10, I15: expire (due: the members probe() read as due);
+-- promote if anybody left, if the rate lets somebody in, or if a grace
+-- period ended (otherwise the first waiter still does not fit: every
+-- other change promotes by itself).
 function housekeeping(due)
     local dropped = expire(due)
-    if (dropped > 0 or (S.rt and rate_open())) and not is_empty() then promote() end
+    if (dropped > 0 or (S.rt and rate_open()) or (S.gu and NOW_MS >= S.gu)) and
+       not is_empty() then
+        promote()
+    end
 end
 
 end -- 7 PROMOTION
@@ -1120,7 +1170,7 @@ do -- 8 THE STATE ----------------------------------------------------------
 local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
 -- The state's fields a call reads only when x says that one may be there
 -- (EXTRA: read_state), and, of those, the configuration's.
-local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt'}
+local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu'}
 local CONFIG_EXTRA = {'rt', 'rk', 'wt'}
 
 -- True if the state stores a limit, a rate, a reserve or weights (I5).
@@ -1148,7 +1198,7 @@ end
 -- The state rebuilt from its configuration c alone: S forgets what went
 -- with the members (their counts, the limit in effect, the era, the lines).
 local function keep_config(c)
-    S.cur, S.xh, S.xw, S.era, S.hh, S.tl, S.tt = nil, 0, 0, nil, 0, false, 0
+    S.cur, S.xh, S.xw, S.era, S.hh, S.tl, S.tt, S.gu = nil, 0, 0, nil, 0, false, 0, nil
     S.x = c.x ~= nil
 end
 
@@ -1194,6 +1244,7 @@ function read_state()
         S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
+        S.gu = tonumber(v[7])
     end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
@@ -1454,6 +1505,7 @@ local function waiting_reply(id, limit)
         end
         reply[6] = int(by_rate)
     end
+    if S.gu and NOW_MS < S.gu then look = S.gu - NOW_MS end    -- I15
     reply[4] = int(look)
     return reply_share(reply, 6, prio, limit)
 end
@@ -1496,8 +1548,69 @@ local function settle_era()
     return dropped
 end
 
+-- I15: an acquire asking for lease ms, whose server knew the generation
+-- as known ('': none) and, if grow, knew a lmax below lease: sets GEN
+-- (the text the call leaves), GRACE (when its grace ends, or nil) and
+-- GEN_WRITE (GEN is to be written: gen_commit).  Reads KEYS[7] only.
+-- A generation lives GEN_KEEP_MS from when it was made, and an acquire
+-- makes it anew (same lmax, no grace) once half of that has passed: a
+-- slot nobody uses for that long leaves nothing, and a generation a
+-- caller knew that would have expired by itself starts no grace.
+local function gen_look(known, lease, grow)
+    GEN, GRACE, GEN_WRITE = nil, nil, false
+    if not K_GEN then return end
+    local cur = redis.call('GET', K_GEN)
+    -- (the common case: as the caller knew it, no grace, no new lmax, young)
+    if cur == known and not grow and string.byte(cur, 1) == 110 and
+       NOW_US - tonumber(string.sub(cur, 2, 17)) < GEN_RENEW_US then
+        GEN = cur
+        return
+    end
+    local f, us, lmax, untl
+    if cur then
+        f, us, lmax, untl = string.match(cur, '^([gn])(%d+):(%d+):(%d+)$')
+        if not f then return end    -- another program's string: left alone
+        lmax, untl = tonumber(lmax), tonumber(untl)
+        if f == 'g' and NOW_MS >= untl then f, untl = 'n', 0 end
+        if f == 'n' and NOW_US - tonumber(us) >= GEN_RENEW_US then us = now_us_text() end
+    else                            -- forgotten (or new, or expired)
+        local kus, knew = string.match(known, '^[gn](%d+):(%d+):%d+$')
+        us, lmax, f, untl = now_us_text(), 0, 'n', 0
+        if knew and tonumber(knew) > 0 and
+           NOW_US - tonumber(kus) < GEN_KEEP_MS * 1000 then
+            f, untl, lmax = 'g', NOW_MS + tonumber(knew), tonumber(knew)
+        end
+    end
+    if lease > lmax then lmax = lease end
+    GEN = f .. us .. ':' .. int(lmax) .. ':' .. int(untl)
+    GEN_WRITE = GEN ~= cur
+    if f == 'g' then GRACE = untl end
+end
+
+-- I15: write the generation gen_look decided, if it changed.
+local function gen_commit()
+    if GEN_WRITE then
+        redis.call('SET', K_GEN, GEN, 'PX', GEN_KEEP_TEXT)
+        GEN_WRITE = false
+    end
+end
+
+-- I15: reply, told the generation at index n (the fields before it that
+-- are not there: ''), when the call has KEYS[7]; the generation is
+-- written then (so a call refused for its arguments leaves no key).  A
+-- busy reply writes only a grace period (which later callers must find)
+-- and tells no generation it did not write.
+local function with_gen(reply, n)
+    if not GEN then return reply end
+    if reply[1] == 'busy' and GEN_WRITE and not GRACE then return reply end
+    gen_commit()
+    for i = 2, n - 1 do reply[i] = reply[i] or '' end
+    reply[n] = GEN
+    return reply
+end
+
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
--- [settle|'' [priority [tenant]]]
+-- [settle|'' [priority [tenant [known_generation [grow]]]]]
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority, tenant)
     local members = member_count()
     -- I8: one limit
@@ -1541,12 +1654,12 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
             end
         end
     end
-    -- I10: and the rate lets it in
-    local grant = fits and rate_open()
+    -- I10: and the rate lets it in; I15: and no grace period lasts
+    local grant = fits and not GRACE and rate_open()
     if not grant and wait ~= 1 then
         local busy = {'busy', int(limit)}
-        if S.rt then busy[3] = int(fits and rate_wait_ms() or -1) end
-        return reply_share(busy, 3, priority, limit)
+        if S.rt then busy[3] = int(fits and not GRACE and rate_wait_ms() or -1) end
+        return with_gen(reply_share(busy, 3, priority, limit), 5)
     end
     if not current then set('cur', limit) end
     local ticket, last = next_ticket()
@@ -1569,8 +1682,9 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         -- I12: its tenant, still waiting, now holds more: another tenant's
         -- first waiter may be the first waiter now, and fit
         if ranked then promote() end
-        return {'held', ticket, int(lease)}
+        return with_gen({'held', ticket, int(lease)}, 4)
     end
+    if GRACE and (S.gu or 0) < GRACE then set('gu', GRACE) end
     set_deadline(id, NOW_MS + keepalive, false)
     -- the line may have been empty (Redis deleted it: it has no TTL now)
     if waiter_count() == 0 then CREATED = true end
@@ -1583,7 +1697,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     end
     enqueue(id, place, tenant)
     redis.call('HSET', K_INFO, id, make_info(lease, limit, 0, origin, priority, tenant))
-    return waiting_reply(id, limit)
+    return with_gen(waiting_reply(id, limit), 8)
 end
 OPS.acquire = {
     read = function(a)
@@ -1593,14 +1707,20 @@ OPS.acquire = {
         if a[10] then priority = priority_arg(a[10]) end
         if a[11] then tenant = tenant_arg(a[11]) end
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
-                priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle')) or
+                priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle') and
+                (a[12] == nil or #a[12] <= 64) and (a[13] == nil or a[13] == '' or a[13] == '1')) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
         return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
-               priority, tenant
+               priority, tenant, a[12] or '', a[13] == '1'
     end,
     run = op_acquire,
-    fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant)
-        if p == 1 then return fast_acquire(id, maxh, lease, origin, priority, tenant) end
+    fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant, known, grow)
+        gen_look(known, lease, grow)
+        if p == 1 and not GRACE then
+            local reply = fast_acquire(id, maxh, lease, origin, priority, tenant)
+            if reply and reply[1] == 'held' then return with_gen(reply, 4) end
+            return reply
+        end
     end,
 }
 
@@ -2308,8 +2428,9 @@ local PAD = {'00000', '0000', '000', '00', '0', ''}
 -- fast path cannot use one by mistake.  The clock's texts are cut from
 -- TIME's own: printing a number costs half a command; bench/README.md.)
 local function begin(keys)
-    K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
-        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6]
+    K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
+        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+    GEN, GEN_WRITE, GRACE = nil, false, nil
     BASE = string.sub(K_OWNER, 1, -6)
     local t = redis.call('TIME')
     NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
@@ -2408,8 +2529,8 @@ end
 -- housekeeping, the operation, write the state back and restore lifetimes.
 function dispatch(keys, a)
     if #keys == 1 then return dispatch_index(keys, a) end
-    if #keys ~= 6 then
-        return redis.error_reply('REDSEM expects 6 keys, not ' .. #keys)
+    if #keys ~= 6 and #keys ~= 7 then
+        return redis.error_reply('REDSEM expects 6 or 7 keys, not ' .. #keys)
     end
     local op = OPS[a[1]]
     if not op then return refused(op, a) end

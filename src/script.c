@@ -32,6 +32,7 @@
 
 #include "cluster.h"
 #include "fcall.h"
+#include "gen.h"
 #include "guc.h"
 #include "link.h"
 #include "report.h"
@@ -48,7 +49,8 @@ static const char lua_text[] =
 static char lib_name[sizeof("redsem_") + LIB_HASH_CHARS];
 static char *lib_text;
 
-static const char *const key_suffixes[SCRIPT_NKEYS] =
+/* The semaphore's own keys; the seventh is its slot's generation key */
+static const char *const key_suffixes[SCRIPT_NKEYS - 1] =
 {"owner", "timeout", "ticket", "info", "waiting", "state"};
 
 /* The library's (and its function's) name, computed once */
@@ -168,9 +170,28 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 	return buf.data;
 }
 
+/* The Cluster slot of a semaphore's key (any of them: one hash tag) */
+static int
+sem_slot_of_key(const char *key)
+{
+	return cluster_key_slot(key, strlen(key));
+}
+
+/* The Cluster slot of semaphore name under prefix (NULL: the setting's) */
+static int
+sem_slot(const char *prefix, const char *name)
+{
+	char	   *key = sem_key(prefix, name, key_suffixes[0]);
+	int			slot = sem_slot_of_key(key);
+
+	pfree(key);
+	return slot;
+}
+
 /*
- * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore;
- * returns how many entries that is (3 + SCRIPT_NKEYS + 1).
+ * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
+ * (its keys, then its slot's generation key); returns how many entries
+ * that is (3 + SCRIPT_NKEYS + 1).
  */
 int
 fcall_head(const char **argv, const char *prefix, const char *name,
@@ -181,11 +202,13 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
 	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
-	for (int i = 0; i < SCRIPT_NKEYS; i++)
+	for (int i = 0; i < SCRIPT_NKEYS - 1; i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
+	argv[argc++] = gen_key(prefix, sem_slot_of_key(argv[3]));
 	argv[argc++] = op;
 	return argc;
 }
+
 
 /*
  * The one place a failed operation is counted and reported: in the
@@ -309,9 +332,21 @@ decode_rate_ms(const redisReply *reply, size_t i, SemResult *result)
 static bool
 decode_share(const redisReply *reply, size_t i, SemResult *result)
 {
+	const redisReply *e = reply_element(reply, i);
+
 	result->share = -1;
-	return reply_element(reply, i) == NULL ||
-		(reply_int64(reply_element(reply, i), &result->share) && result->share >= 1);
+	return e == NULL || (e->type == REDIS_REPLY_STRING && e->len == 0) ||
+		(reply_int64(e, &result->share) && result->share >= 1);
+}
+
+/* An acquire's reply: its generation text at i (I15), if it has one */
+static void
+copy_gen(const redisReply *reply, size_t i, SemResult *result)
+{
+	const redisReply *e = reply_element(reply, i);
+
+	if (e != NULL && e->type == REDIS_REPLY_STRING && e->len < GEN_TEXT_LEN)
+		memcpy(result->gen, e->str, e->len + 1);
 }
 
 /* Decode a {state, ticket, ms, position, limit} reply into result, then free it */
@@ -327,6 +362,7 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 		result->state = SEM_HELD;
 		ok = reply_int64(reply_element(reply, 1), &result->ticket) &&
 			reply_int64(reply_element(reply, 2), &result->ms);
+		copy_gen(reply, 3, result);
 	}
 	else if (element_is(reply, 0, "waiting"))
 	{
@@ -336,12 +372,14 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 			reply_int64(reply_element(reply, 3), &result->ms) &&
 			reply_int64(reply_element(reply, 4), &result->limit) &&
 			decode_rate_ms(reply, 5, result) && decode_share(reply, 6, result);
+		copy_gen(reply, 7, result);
 	}
 	else if (element_is(reply, 0, "busy"))
 	{
 		result->state = SEM_BUSY;
 		ok = reply_int64(reply_element(reply, 1), &result->limit) &&
 			decode_rate_ms(reply, 2, result) && decode_share(reply, 3, result);
+		copy_gen(reply, 4, result);
 	}
 	else if (element_is(reply, 0, "limit"))
 	{
@@ -445,10 +483,13 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 			int max_holders, int permits, int64 lease_ms, bool wait,
 			int priority, const char *tenant, SemResult *result)
 {
-	const char *args[10];
-	int			nargs = settle_eras() ? 8 : 7;
+	const char *args[12];
+	char		known[GEN_TEXT_LEN];
+	bool		grow;
+	int			slot = sem_slot(NULL, name);
 	redisReply *reply;
 
+	gen_known(NULL, slot, lease_ms, known, &grow);
 	args[0] = id;
 	args[1] = max_holders > 0 ? psprintf("%d", max_holders) : "";
 	args[2] = psprintf("%d", permits);
@@ -457,15 +498,15 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[6] = origin_text();
 	args[7] = settle_eras() ? "settle" : "";
-	if (priority != 0 || tenant != NULL)
-	{
-		args[8] = psprintf("%d", priority);
-		nargs = 9;
-	}
-	if (tenant != NULL)
-		args[nargs++] = tenant;
-	return run_script(call, NULL, name, "acquire", nargs, args, &reply) &&
-		decode_state(call, name, reply, result);
+	args[8] = psprintf("%d", priority);
+	args[9] = tenant != NULL ? tenant : "";
+	args[10] = known;
+	args[11] = grow ? "1" : "";
+	if (!run_script(call, NULL, name, "acquire", 12, args, &reply) ||
+		!decode_state(call, name, reply, result))
+		return false;
+	gen_note(NULL, slot, result->gen);
+	return true;
 }
 
 /*

@@ -33,8 +33,21 @@
 
 #include "bounds.h"
 #include "clock.h"
+#include "redis/cluster.h"
 #include "shmem.h"
 #include "timing.h"
+
+/*
+ * A slot's generation as this server last saw it (gen.c): sig 0 is none.
+ * Read without a lock: a read torn by a write gives a text the script
+ * does not recognise, which costs it a parse, never a wrong grace.
+ */
+typedef struct SharedGen
+{
+	pg_atomic_uint64 sig;		/* the Redis target and prefix */
+	pg_atomic_uint64 us;		/* when it was made */
+	pg_atomic_uint64 lmax;		/* the longest lease asked for under it */
+} SharedGen;
 
 /* The part of shared memory that a crash-restart re-creates */
 typedef struct RedsemShared
@@ -60,6 +73,8 @@ typedef struct RedsemShared
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
 	int			stats_names;	/* statistics entries of ordinary names */
 	bool		stats_full_logged;	/* said that they fill the table */
+	SharedGen	gens[CLUSTER_SLOTS];	/* per slot: its generation, as this
+										 * server last saw it (gen.c) */
 } RedsemShared;
 
 /*
@@ -278,6 +293,12 @@ redsem_shmem_startup(void)
 		pg_atomic_init_u64(&shared->keeper_target, 0);
 		pg_atomic_init_u64(&shared->keeper_wakes, 0);
 		pg_atomic_init_u64(&shared->stops, 0);
+		for (int i = 0; i < CLUSTER_SLOTS; i++)
+		{
+			pg_atomic_init_u64(&shared->gens[i].sig, 0);
+			pg_atomic_init_u64(&shared->gens[i].us, 0);
+			pg_atomic_init_u64(&shared->gens[i].lmax, 0);
+		}
 		if (!IsUnderPostmaster)
 		{
 			if (postmaster_started_once)
@@ -1212,4 +1233,38 @@ shmem_define_gucs(void)
 							&redsem_max_holds_per_role, -1, -1, 1000000,
 							PGC_SUSET, 0,
 							NULL, NULL, NULL);
+}
+
+/* What this server saw of slot's generation under sig; false if nothing */
+bool
+shared_gen_read(int slot, uint64 sig, int64 *us, int64 *lmax)
+{
+	SharedGen  *g;
+
+	if (shared == NULL || slot < 0 || slot >= CLUSTER_SLOTS || sig == 0)
+		return false;
+	g = &shared->gens[slot];
+	if (pg_atomic_read_u64(&g->sig) != sig)
+		return false;
+	*us = (int64) pg_atomic_read_u64(&g->us);
+	*lmax = (int64) pg_atomic_read_u64(&g->lmax);
+	return *us > 0;
+}
+
+/* Note slot's generation under sig, as a reply told it */
+void
+shared_gen_write(int slot, uint64 sig, int64 us, int64 lmax)
+{
+	SharedGen  *g;
+
+	if (shared == NULL || slot < 0 || slot >= CLUSTER_SLOTS || sig == 0)
+		return;
+	g = &shared->gens[slot];
+	if (pg_atomic_read_u64(&g->sig) == sig &&
+		pg_atomic_read_u64(&g->us) == (uint64) us &&
+		pg_atomic_read_u64(&g->lmax) == (uint64) lmax)
+		return;					/* (the common case: no write) */
+	pg_atomic_write_u64(&g->us, (uint64) us);
+	pg_atomic_write_u64(&g->lmax, (uint64) lmax);
+	pg_atomic_write_u64(&g->sig, sig);
 }

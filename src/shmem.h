@@ -251,5 +251,8 @@ typedef bool (*StatsReservedFn) (const char *name);
 extern void stats_reserve_room_for(StatsReservedFn fn);
 
 extern void shmem_define_gucs(void);
+/* What this server saw of a slot's generation (gen.c), under signature sig */
+extern bool shared_gen_read(int slot, uint64 sig, int64 *us, int64 *lmax);
+extern void shared_gen_write(int slot, uint64 sig, int64 us, int64 lmax);
 
 #endif							/* REDSEM_SHMEM_H */

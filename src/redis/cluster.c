@@ -24,7 +24,6 @@
 #include "cluster.h"
 #include "guc.h"
 
-#define CLUSTER_SLOTS	16384
 
 bool		redsem_cluster = false;
 

@@ -6,6 +6,7 @@
 #ifndef REDSEM_CLUSTER_H
 #define REDSEM_CLUSTER_H
 
+#define CLUSTER_SLOTS		16384	/* Redis Cluster's hash slots */
 #define CLUSTER_MAX_NODES	64
 #define CLUSTER_MAX_REDIRECTS	16	/* per attempt, MOVED and ASK together */
 

@@ -1,0 +1,106 @@
+/*
+ * gen.c
+ *		Generations of Redis's semaphores (I15 in src/redsem.lua).
+ *
+ * Every semaphore operation names, as its seventh key, the generation key
+ * of its Cluster slot: "<prefix>gen{<tag>}", where tag is a short number
+ * that hashes to that slot, so the key lives on the same node as the
+ * semaphore (one per slot in use, in Cluster or not).  Acquires pass the
+ * generation this server last saw for that slot and prefix; the script
+ * starts a grace period when it finds none although the caller saw one
+ * (Redis forgot), as long as the longest lease taken before.  What this
+ * server saw is kept in shared memory (shmem.c), per slot, with the Redis
+ * target and prefix it was seen under: a server that moves to another
+ * Redis, or uses another prefix, has seen nothing there.
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "utils/memutils.h"
+
+#include "gen.h"
+#include "guc.h"
+#include "redis/cluster.h"
+#include "redis/conn.h"
+#include "shmem.h"
+
+/* Per backend: the tag of each slot's key, once found (0: not yet; tags
+ * are stored plus one) */
+static uint32 *slot_tags;
+/* The next number to hash when a slot's tag is still missing */
+static uint32 next_candidate;
+
+/* A number whose decimal text hashes to slot (found once per backend) */
+static uint32
+slot_tag(int slot)
+{
+	char		text[16];
+
+	if (slot_tags == NULL)
+		slot_tags = MemoryContextAllocZero(TopMemoryContext,
+										   sizeof(uint32) * CLUSTER_SLOTS);
+	/* each number hashed fills the slot it falls in, so this is done once */
+	while (slot_tags[slot] == 0)
+	{
+		int			len = snprintf(text, sizeof(text), "%u", next_candidate);
+		int			s = cluster_key_slot(text, len);
+
+		if (slot_tags[s] == 0)
+			slot_tags[s] = next_candidate + 1;
+		next_candidate++;
+	}
+	return slot_tags[slot] - 1;
+}
+
+/* The generation key of slot under prefix (NULL: redsem.key_prefix) */
+char *
+gen_key(const char *prefix, int slot)
+{
+	if (prefix == NULL)
+		prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	return psprintf("%sgen{%u}", prefix, slot_tag(slot));
+}
+
+/* Which Redis and prefix a generation was seen under */
+static uint64
+gen_signature(const char *prefix)
+{
+	if (prefix == NULL)
+		prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	return redis_target_signature() ^
+		hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), 0x9e37);
+}
+
+/*
+ * What this server saw of slot's generation, as the script writes it
+ * ("" if nothing), and whether lease_ms is longer than its lmax
+ */
+void
+gen_known(const char *prefix, int slot, int64 lease_ms, char *text, bool *grow)
+{
+	int64		us;
+	int64		lmax;
+
+	text[0] = '\0';
+	*grow = false;
+	if (!shared_gen_read(slot, gen_signature(prefix), &us, &lmax))
+		return;
+	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0", us, lmax);
+	*grow = lease_ms > lmax;
+}
+
+/* Note slot's generation as a reply told it (text "" or malformed: nothing) */
+void
+gen_note(const char *prefix, int slot, const char *text)
+{
+	long long	us;
+	long long	lmax;
+	long long	until;
+	char		flag;
+
+	if (text == NULL ||
+		sscanf(text, "%c%lld:%lld:%lld", &flag, &us, &lmax, &until) != 4 ||
+		(flag != 'n' && flag != 'g') || us <= 0 || lmax < 0)
+		return;
+	shared_gen_write(slot, gen_signature(prefix), us, lmax);
+}

@@ -1,0 +1,19 @@
+/*
+ * gen.h
+ *		Generations of Redis's semaphores (gen.c; I15 in src/redsem.lua):
+ *		the key each Cluster slot keeps its generation in, and what this
+ *		server last saw of it, which acquires pass on so that a Redis that
+ *		forgot starts a grace period.
+ */
+#ifndef REDSEM_GEN_H
+#define REDSEM_GEN_H
+
+/* The longest generation text: "g" and three int64 with their colons */
+#define GEN_TEXT_LEN 64
+
+extern char *gen_key(const char *prefix, int slot);
+extern void gen_known(const char *prefix, int slot, int64 lease_ms,
+					  char *text, bool *grow);
+extern void gen_note(const char *prefix, int slot, const char *text);
+
+#endif							/* REDSEM_GEN_H */

@@ -1,0 +1,176 @@
+
+# 082_forget_grace.pl - when Redis forgets (FLUSHALL, a restart without
+# persistence), nobody is admitted until the holders it forgot are stopped:
+# the grace period of I15 (issue 48, B).
+#
+# A fresh Redis admits at once; after it forgets, a try-acquire gets NULL
+# and a waiter waits until the longest lease taken before would have ended,
+# while the holders are stopped at their keeper's next refresh; then the
+# line moves.  Refused calls leave no generation key, and a server that
+# never saw this Redis starts no grace.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('forget', $redis, "redsem.command_timeout = 1000\n");
+
+sub session { return RedsemTest::Session->new($node, name => $_[0]); }
+
+# The generation keys Redis has, and the text of the one of $sem's slot
+sub gen_keys { return grep { /^redsem:gen\{\d+\}$/ } $redis->scan_keys('redsem:gen{*'); }
+
+# The lost-slot error (psql runs with VERBOSITY verbose)
+sub lost_error { my ($sem) = @_; return qr/ERROR:  57014: the slot of semaphore "\Q$sem\E" was lost/; }
+
+# One try of $sem (limit 1) by a new session: 't' if it got the slot
+sub try_once
+{
+	my ($sem, $lease) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT redsem_acquire('$sem', 1, '$lease', wait => '0') IS NOT NULL");
+}
+
+###########################################################################
+note 'a fresh Redis admits at once; a refused call leaves no key';
+{
+	is(try_once('fresh', '3 s'), 't', 'the first acquire on a fresh Redis gets its slot');
+	is(scalar(gen_keys()), 1, 'and made the generation key of its slot');
+	my $g = $redis->cli('GET', (gen_keys())[0]);
+	like($g, qr/^n\d{16}:3000:0$/, "no grace, lmax its lease ($g)");
+	cmp_ok($redis->cli('PTTL', (gen_keys())[0]), '>', 86_000_000, 'the key lives a day');
+	$redis->cli('FLUSHALL');
+	my ($ret, $out, $err) = $node->psql('postgres', "SELECT redsem_acquire('refused', 2, '3 s', wait => '0', permits => 3)");
+	like($err, qr/permits/, 'a call refused for its arguments');
+	is(scalar($redis->scan_keys('*')), 0, '... leaves no key at all');
+}
+
+###########################################################################
+note 'FLUSHALL under a running holder: newcomers wait out the grace';
+{
+	# (generations are per Cluster slot: this server has not seen g1's yet)
+	is(try_once('g1', '4 s'), 't', 'a semaphore of a slot this server never used admits at once');
+	my $h = session('holder');
+	$h->send("SELECT redsem_acquire('g1', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
+	ok(wait_until(10, sub { $redis->zcard('g1', 'owner') == 1 }), 'a holder runs');
+	usleep(200_000);
+	$redis->cli('FLUSHALL');
+	my $flushed = time;
+	my $w = session('waiter');
+	$w->send("SELECT redsem_acquire('g1', 1, '3 s', wait => '20 s') IS NOT NULL;");
+	usleep(300_000);
+	is(try_once('g1', '3 s'), 'f', 'a try-acquire during the grace gets NULL');
+	my $g = $redis->cli('GET', (gen_keys())[0]);
+	like($g, qr/^g\d{16}:4000:\d+$/, "the new generation has a grace of the longest lease, 4 s ($g)");
+	my (undef, $herr) = $h->wait_done(20);
+	my $stopped = time;
+	like($herr, lost_error('g1'), 'the holder is stopped (its slot is gone)');
+	cmp_ok($stopped - $flushed, '<', 3, 'at its keeper next refresh');
+	my ($wout, $werr) = $w->wait_done(20);
+	my $admitted = time;
+	is($wout, 't', 'the waiter gets the slot');
+	cmp_ok($admitted, '>', $stopped, 'after the holder was stopped');
+	cmp_ok($admitted - $flushed, '>=', 3.5, 'once the grace is over (4 s after the first call)');
+	cmp_ok($admitted - $flushed, '<', 7, 'and not much later');
+	my ($until) = map { $redis->cli('GET', $_) =~ /^g\d+:4000:(\d+)$/ } gen_keys();
+	my ($sec, $us) = split /\n/, scalar $redis->cli('TIME');
+	cmp_ok($until // 0, '<=', $sec * 1000 + $us / 1000, 'its grace is over');
+	$w->query_ok('SELECT redsem_release_all();');
+	is(try_once('g1', '3 s'), 't', 'admission is as before');
+	like($redis->cli('GET', (gen_keys())[0]), qr/^n\d{16}:4000:0$/, '... and the next acquire wrote the generation without grace');
+	$w->quit;
+	$h->quit;
+}
+
+###########################################################################
+note 'a restart without persistence: the same';
+{
+	my $h = session('holder2');
+	$h->send("SELECT redsem_acquire('g2', 1, '2 s') IS NOT NULL; SELECT pg_sleep(30);");
+	ok(wait_until(10, sub { $redis->zcard('g2', 'owner') == 1 }), 'a holder runs');
+	$redis->stop;
+	$redis->start;
+	my $restarted = time;
+	my $got;
+	ok(defined wait_until(10, sub { ($got = eval { try_once('g2', '2 s') } // '') ne '' }),
+		'the server reaches the restarted Redis');
+	is($got, 'f', 'its first try-acquire gets NULL: the grace');
+	my (undef, $herr) = $h->wait_done(20);
+	like($herr, lost_error('g2'), 'the holder is stopped');
+	ok(defined wait_until(10, sub { try_once('g2', '2 s') eq 't' }), 'then the slot is free again');
+	cmp_ok(time - $restarted, '>=', 1.8, 'not before the grace (of the 2 s lease of its slot) ended');
+	$h->quit;
+}
+
+###########################################################################
+note 'a server that never saw this Redis starts no grace';
+{
+	my $other = create_node('forget_new', $redis, '');
+	$redis->cli('FLUSHALL');
+	my $t0 = time;
+	is($other->safe_psql('postgres', "SELECT redsem_acquire('g3', 1, '2 s', wait => '0') IS NOT NULL"),
+		't', 'its first acquire after FLUSHALL gets the slot at once');
+	my $g = $redis->cli('GET', (gen_keys())[0]);
+	like($g, qr/^n/, 'and its generation has no grace');
+	$other->stop;
+}
+
+node_log_is_clean($node, 'no crash, no assertion failure');
+$node->stop;
+$redis->stop;
+
+###########################################################################
+note 'Redis Cluster: each node forgets on its own';
+{
+	my @nodes = cluster_of_primaries('gnode');
+	my $pg = PostgreSQL::Test::Cluster->new('forget_cluster');
+	$pg->init;
+	my $seed = $nodes[0]->port;
+	$pg->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.cluster = on
+redsem.host = '127.0.0.1'
+redsem.port = $seed
+redsem.command_timeout = '2s'
+log_min_messages = warning
+EOC
+	$pg->start;
+	$pg->safe_psql('postgres', 'CREATE EXTENSION redsem');
+	my $try = sub {
+		my ($sem) = @_;
+		return $pg->safe_psql('postgres', "SELECT redsem_acquire('$sem', 1, '3 s', wait => '0') IS NOT NULL");
+	};
+	my @names = map { "cg$_" } 1 .. 12;
+	is(join('', map { $try->($_) } @names), 't' x 12, 'twelve semaphores, each taken once (3 s leases)');
+	# which node serves each: the one whose keys in its slot are there
+	# (its generation key stays)
+	my %node_of;
+	foreach my $sem (@names)
+	{
+		my $slot = $nodes[0]->cli('CLUSTER', 'KEYSLOT', "redsem:{$sem}:owner");
+		my ($n) = grep { ($_->cli('CLUSTER', 'COUNTKEYSINSLOT', $slot) // '') =~ /^[1-9]/ } @nodes;
+		$node_of{$sem} = $n;
+	}
+	is(scalar(grep { defined $node_of{$_} } @names), 12, 'each semaphore\'s slot has its generation key on its node');
+	my $victim = $node_of{ $names[0] };
+	my @forgot = grep { $node_of{$_} == $victim } @names;
+	my @kept = grep { defined $node_of{$_} && $node_of{$_} != $victim } @names;
+	cmp_ok(scalar(@kept), '>', 0, scalar(@forgot) . ' semaphores on one node, ' . scalar(@kept) . ' on the others');
+	$victim->cli('FLUSHALL');
+	is(join('', map { $try->($_) } @forgot), 'f' x @forgot, 'the semaphores of the node that forgot are in their grace');
+	is(join('', map { $try->($_) } @kept), 't' x @kept, 'those of the other nodes admit at once');
+	ok(defined wait_until(10, sub { $try->($forgot[0]) eq 't' }), 'after the grace, admission resumes there');
+	node_log_is_clean($pg, 'no crash, no assertion failure (Cluster)');
+	$pg->stop;
+	$_->stop foreach @nodes;
+}
+done_testing();
