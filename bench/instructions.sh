@@ -139,7 +139,7 @@ cli -x FUNCTION LOAD <"$W/icall.lua" >/dev/null
 cli -x FUNCTION LOAD <"$BENCH_DIR/floor.lua" >/dev/null
 # the generation key (I15) as a server that has used this Redis knows it
 perl "$BENCH_DIR/ops.pl" "FCALL icall" "FCALL icall" gen_warm 1 1 pairs | cli --pipe >/dev/null
-OPS_GEN=$(cli GET 'redsem:gen{0}')
+OPS_GEN=$(cli GET 'redsem:gen')
 export OPS_GEN
 declare -A C
 for holders in 0 10; do

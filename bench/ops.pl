@@ -5,17 +5,22 @@
 # (a keeper's refresh_many of each one hold, sent as ACQ: ids filled before).  Used by
 # bench/script_cpu.sh and bench/instructions.sh with redis-cli --pipe.
 # With OPS_KEYS=6, as a library before the generation key (I15) wants
-# them; else with the seventh key and an acquire's generation arguments,
+# them; else acquires with the seventh key and their generation arguments,
 # the generation known being OPS_GEN ('' if unset: what the first call on
 # a fresh Redis sends).
 use strict;
 my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
-my $nkeys = ($ENV{OPS_KEYS} // 7) == 6 ? 6 : 7;
+my $with_gen = ($ENV{OPS_KEYS} // 7) != 6;
 my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
-push @keys, 'redsem:gen{0}' if $nkeys == 7;
-my @gen = $nkeys == 7 ? ('', '0', '', $ENV{OPS_GEN} // '', '') : ();
+my @gen = $with_gen ? ('', '0', '', $ENV{OPS_GEN} // '', '') : ();
 sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
-sub op { my ($call, @args) = @_; return cmd(split(/ /, $call), $nkeys, @keys, @args); }
+# (only an acquire names the generation key)
+sub op
+{
+    my ($call, @args) = @_;
+    my @k = ($with_gen && $args[0] eq 'acquire') ? (@keys, 'redsem:gen') : @keys;
+    return cmd(split(/ /, $call), scalar(@k), @k, @args);
+}
 my $origin = 'bench.example:5432|4242|db|user|bench';
 binmode STDOUT;
 for my $i ($from .. $from + $count - 1) {

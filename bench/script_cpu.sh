@@ -92,7 +92,7 @@ SHA=$(cli -x SCRIPT LOAD <"$W/script.lua")
 # the generation key (I15) as a server that has used this Redis knows it:
 # one acquire makes it, and every operation then passes it on
 perl "$BENCH_DIR/ops.pl" "FCALL $LIB" "FCALL $LIB" gen_warm 1 1 pairs | cli --pipe >/dev/null
-OPS_GEN=$(cli GET 'redsem:gen{0}')
+OPS_GEN=$(cli GET 'redsem:gen')
 [[ $OPS_GEN == n* ]] || redsem_die "no generation key after the first acquire"
 export OPS_GEN
 

@@ -14,12 +14,13 @@
 struct redisReply;
 
 /*
- * Keys of a semaphore (its six and its slot's generation key, gen.c), and
- * the most arguments an operation takes after its name (acquire: id,
- * limit, permits, lease, wait, keepalive, origin, settle, priority,
- * tenant, the generation known, grow)
+ * Keys of a semaphore (its six and its generation key, gen.c), and the
+ * most arguments an operation takes after its name (acquire: id, limit,
+ * permits, lease, wait, keepalive, origin, settle, priority, tenant, the
+ * generation known, grow)
  */
 #define SCRIPT_NKEYS 7
+#define SCRIPT_NKEYS_PLAIN 6	/* (the operations but acquire: no generation) */
 #define SCRIPT_MAX_ARGS 12
 
 extern const char *library_name(void);

@@ -2,11 +2,12 @@
  * gen.c
  *		Generations of Redis's semaphores (I15 in src/redsem.lua).
  *
- * Every semaphore operation names, as its seventh key, the generation key
- * of its Cluster slot: "<prefix>gen{<tag>}", where tag is a short number
- * that hashes to that slot, so the key lives on the same node as the
- * semaphore (one per slot in use, in Cluster or not).  Acquires pass the
- * generation this server last saw for that slot and prefix; the script
+ * An acquire names, as its seventh key, its generation key: "<prefix>gen"
+ * outside a Cluster, and in a Cluster that of its slot, "<prefix>gen{<tag>}",
+ * where tag is a short number that hashes to that slot, so the key lives
+ * on the same node as the semaphore (one per slot in use).  Acquires pass
+ * the generation this server last saw for that slot (outside a Cluster,
+ * slot 0) and prefix; the script
  * starts a grace period when it finds none although the caller saw one
  * (Redis forgot), as long as the longest lease taken before.  What this
  * server saw is kept in shared memory (shmem.c), per slot, with the Redis
@@ -17,12 +18,15 @@
 
 #include "common/hashfn.h"
 #include "utils/memutils.h"
+#include "utils/timestamp.h"
 
 #include "gen.h"
 #include "guc.h"
 #include "redis/cluster.h"
 #include "redis/conn.h"
 #include "shmem.h"
+
+static uint64 gen_signature(const char *prefix);
 
 /* Per backend: the tag of each slot's key, once found (0: not yet; tags
  * are stored plus one) */
@@ -52,13 +56,41 @@ slot_tag(int slot)
 	return slot_tags[slot] - 1;
 }
 
+/*
+ * Which entry of the shared table a semaphore's generation is noted in,
+ * from any of its keys: its Cluster slot, or outside a Cluster (one
+ * generation per Redis target and prefix) an entry of its own for the
+ * target and prefix, so that sessions using other databases, users or
+ * prefixes do not overwrite each other's
+ */
+int
+gen_slot(const char *prefix, const char *sem_key)
+{
+	if (cluster_enabled())
+		return cluster_key_slot(sem_key, strlen(sem_key));
+	return (int) (gen_signature(prefix) % CLUSTER_SLOTS);
+}
+
 /* The generation key of slot under prefix (NULL: redsem.key_prefix) */
 char *
 gen_key(const char *prefix, int slot)
 {
 	if (prefix == NULL)
 		prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	if (!cluster_enabled())
+		return psprintf("%sgen", prefix);
 	return psprintf("%sgen{%u}", prefix, slot_tag(slot));
+}
+
+/* True if this server saw slot's generation with a lmax below lease_ms */
+bool
+gen_lmax_below(const char *prefix, int slot, int64 lease_ms)
+{
+	int64		us;
+	int64		lmax;
+
+	return shared_gen_read(slot, gen_signature(prefix), &us, &lmax) &&
+		lmax < lease_ms;
 }
 
 /* Which Redis and prefix a generation was seen under */
@@ -71,9 +103,20 @@ gen_signature(const char *prefix)
 		hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), 0x9e37);
 }
 
+/* Microseconds since 1970 by the wall clock, as Redis's TIME counts */
+static int64
+unix_us(void)
+{
+	return (int64) GetCurrentTimestamp() +
+		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+}
+
 /*
  * What this server saw of slot's generation, as the script writes it
- * ("" if nothing), and whether lease_ms is longer than its lmax
+ * ("" if nothing), and whether the script must look closer (grow):
+ * lease_ms is longer than its lmax, or it is due to be made anew (the
+ * wall clock here says so; a clock off by minutes only moves that by as
+ * much, within the day the generation lives)
  */
 void
 gen_known(const char *prefix, int slot, int64 lease_ms, char *text, bool *grow)
@@ -86,7 +129,7 @@ gen_known(const char *prefix, int slot, int64 lease_ms, char *text, bool *grow)
 	if (!shared_gen_read(slot, gen_signature(prefix), &us, &lmax))
 		return;
 	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0", us, lmax);
-	*grow = lease_ms > lmax;
+	*grow = lease_ms > lmax || unix_us() - us >= GEN_RENEW_US;
 }
 
 /* Note slot's generation as a reply told it (text "" or malformed: nothing) */

@@ -10,8 +10,13 @@
 
 /* The longest generation text: "g" and three int64 with their colons */
 #define GEN_TEXT_LEN 64
+/* After how long an acquire makes a generation anew: GEN_RENEW_US in
+ * src/redsem.lua, half of the day a generation lives */
+#define GEN_RENEW_US (INT64CONST(43200000000))
 
+extern int	gen_slot(const char *prefix, const char *sem_key);
 extern char *gen_key(const char *prefix, int slot);
+extern bool gen_lmax_below(const char *prefix, int slot, int64 lease_ms);
 extern void gen_known(const char *prefix, int slot, int64 lease_ms,
 					  char *text, bool *grow);
 extern void gen_note(const char *prefix, int slot, const char *text);

@@ -48,19 +48,24 @@
 --                        x       "1": xh, xw, era, rt, rk, wt or gu
 --                                is there (I13)
 -- KEYS[7] gen     STRING                   (optional) the generation of
---                                           this Redis's semaphores in
---                                           KEYS[1]'s Cluster slot:
+--                                           this Redis's semaphores (in
+--                                           a Cluster: of KEYS[1]'s slot):
 --                                           "<f><us>:<lmax>:<until>", f
 --                                           'g' while a grace period (I15)
 --                                           lasts until ms <until>, else
 --                                           'n' (until 0); us: when it was
 --                                           made; lmax: the longest lease
 --                                           an acquire asked for since.
---                                           No TTL: it must outlive every
---                                           lease, and is gone only when
---                                           Redis forgets (restart without
+--                                           It lives a day from its last
+--                                           write (made anew by acquires
+--                                           twice a day): it outlives every
+--                                           lease (24 h at most) and is
+--                                           gone early only when Redis
+--                                           forgets (restart without
 --                                           persistence, FLUSHALL).  One
---                                           per slot in use, not per name.
+--                                           per prefix, or in a Cluster
+--                                           per slot in use.  Only acquire
+--                                           and gen_raise name it.
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -156,7 +161,8 @@
 --     timeout, info and waiting are empty then, so Redis has deleted them;
 --     the state goes at once); if its last deadline passes with nobody
 --     calling, at most GRACE_MS plus one lease (a minute at most) later.
---     The one exception is a state holding a stored limit, rate, reserve or
+--     The generation key (KEYS[7], I15) is not a semaphore's: it lives a
+--     day.  The one exception is a state holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.  A forced: marker lives until the deadline its member had
@@ -284,12 +290,17 @@
 --     argument of acquire) and finds none makes a new one with a grace
 --     period of the longest lease asked for under the old (lmax, as that
 --     caller knew it): until it ends nobody is admitted to a semaphore of
---     that slot (an acquire waits in line, or is told busy; promotion
---     stops, the state's gu saying until when), and then the line moves
---     in its order.  A caller that knew none (a server new to this Redis)
---     makes one without grace: a fresh Redis admits at once.  Only
---     acquire reads or writes KEYS[7], and its replies carry the text, so
---     that servers learn it; without KEYS[7] (6 keys) nothing of this runs.
+--     that generation (an acquire waits in line, or is told busy; no fast
+--     path; promotion stops, the state's gu saying until when), and then
+--     the line moves in its order.  A caller that knew none (a server new
+--     to this Redis, or in a Cluster to that slot) makes one without
+--     grace: a fresh Redis admits at once.  The new generation's lmax
+--     counts only the leases asked for since (by callers that hold or
+--     wait), and a refresh that lengthens a lease raises it first
+--     (gen_raise).  Only acquire and gen_raise read or write KEYS[7], and
+--     acquire's replies carry the text when the caller did not know it,
+--     so that servers learn it; without KEYS[7] (6 keys) nothing of this
+--     runs.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -357,10 +368,10 @@ local S, W, WEIGHTS, TF, TW
 -- GONE, GONE_TENANT: the id a release or give-up names and its tenant, as
 -- probe() read them with tenants in use (nil: not read), for remove().
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS, GONE, GONE_TENANT
--- An acquire's generation (I15): KEYS[7]'s text as the call leaves it
--- (nil: no KEYS[7]), whether that is still to be written, and until when
--- its grace period lasts (nil: none).
-local GEN, GEN_WRITE, GRACE
+-- An acquire's generation (I15): whether its reply must tell it (nil: no
+-- KEYS[7], or the caller knows it), and until when its grace period lasts
+-- (nil: none).
+local GEN, GRACE
 
 -- CONTENTS.  After the constants and the per-call state above, the script
 -- is in sections, each one do ... end block (its body not indented), in
@@ -1548,69 +1559,101 @@ local function settle_era()
     return dropped
 end
 
+-- I15, per call: KEYS[7]'s text as read (false: none), and the parts of
+-- the generation the call leaves, but for the caller's own lease.
+local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LEASE
+
+-- I15: a generation's parts from its text (nil if it is not one of ours:
+-- another program's string, or numbers out of bounds).
+local function gen_parts(text)
+    local f, us, lmax, untl = string.match(text or '', '^([gn])(%d+):(%d+):(%d+)$')
+    if not f or #us ~= 16 then return nil end
+    lmax, untl = tonumber(lmax), tonumber(untl)
+    if lmax > GEN_KEEP_MS or untl > NOW_MS + GEN_KEEP_MS then return nil end
+    return f, us, lmax, untl
+end
+
 -- I15: an acquire asking for lease ms, whose server knew the generation
--- as known ('': none) and, if grow, knew a lmax below lease: sets GEN
--- (the text the call leaves), GRACE (when its grace ends, or nil) and
--- GEN_WRITE (GEN is to be written: gen_commit).  Reads KEYS[7] only.
--- A generation lives GEN_KEEP_MS from when it was made, and an acquire
--- makes it anew (same lmax, no grace) once half of that has passed: a
--- slot nobody uses for that long leaves nothing, and a generation a
--- caller knew that would have expired by itself starts no grace.
+-- as known ('': none) and, if grow, knew a lmax below lease or one that
+-- is due to be made anew: sets GEN (true if the reply must tell the
+-- generation: with_gen), the parts (G_*) and GRACE (when the grace ends,
+-- or nil).  Reads KEYS[7] only.  A generation lives GEN_KEEP_MS from when
+-- it was last written, and an acquire makes it anew (same lmax, no
+-- grace) once half of that has passed since it was made: a slot nobody
+-- uses for that long leaves nothing, and a generation a caller knew that
+-- would have expired by itself starts no grace.  A new generation's lmax
+-- starts from nothing: its grace is the old one's.
 local function gen_look(known, lease, grow)
-    GEN, GRACE, GEN_WRITE = nil, nil, false
+    GEN, GRACE = nil, nil
     if not K_GEN then return end
     local cur = redis.call('GET', K_GEN)
-    -- (the common case: as the caller knew it, no grace, no new lmax, young)
-    if cur == known and not grow and string.byte(cur, 1) == 110 and
-       NOW_US - tonumber(string.sub(cur, 2, 17)) < GEN_RENEW_US then
-        GEN = cur
-        return
-    end
+    -- (the common case: as the caller knew it, so without grace (a caller
+    -- passes only texts without), and neither a new lmax nor due to be
+    -- made anew, as the caller reckoned (grow): the reply need not tell it)
+    if cur == known and not grow then return end
     local f, us, lmax, untl
     if cur then
-        f, us, lmax, untl = string.match(cur, '^([gn])(%d+):(%d+):(%d+)$')
-        if not f then return end    -- another program's string: left alone
-        lmax, untl = tonumber(lmax), tonumber(untl)
+        f, us, lmax, untl = gen_parts(cur)
+        if not f then return end    -- not ours: left alone, no generation
         if f == 'g' and NOW_MS >= untl then f, untl = 'n', 0 end
         if f == 'n' and NOW_US - tonumber(us) >= GEN_RENEW_US then us = now_us_text() end
     else                            -- forgotten (or new, or expired)
-        local kus, knew = string.match(known, '^[gn](%d+):(%d+):%d+$')
-        us, lmax, f, untl = now_us_text(), 0, 'n', 0
-        if knew and tonumber(knew) > 0 and
-           NOW_US - tonumber(kus) < GEN_KEEP_MS * 1000 then
-            f, untl, lmax = 'g', NOW_MS + tonumber(knew), tonumber(knew)
+        local kf, kus, knew = gen_parts(known)
+        f, us, lmax, untl = 'n', now_us_text(), 0, 0
+        if kf and knew > 0 and NOW_US - tonumber(kus) < GEN_KEEP_MS * 1000 then
+            f, untl = 'g', NOW_MS + knew
         end
     end
-    if lease > lmax then lmax = lease end
-    GEN = f .. us .. ':' .. int(lmax) .. ':' .. int(untl)
-    GEN_WRITE = GEN ~= cur
+    G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LEASE = cur, f, us, lmax, untl, lease
+    GEN = true
     if f == 'g' then GRACE = untl end
 end
 
--- I15: write the generation gen_look decided, if it changed.
-local function gen_commit()
-    if GEN_WRITE then
-        redis.call('SET', K_GEN, GEN, 'PX', GEN_KEEP_TEXT)
-        GEN_WRITE = false
-    end
-end
-
 -- I15: reply, told the generation at index n (the fields before it that
--- are not there: ''), when the call has KEYS[7]; the generation is
--- written then (so a call refused for its arguments leaves no key).  A
--- busy reply writes only a grace period (which later callers must find)
--- and tells no generation it did not write.
+-- are not there: ''), once gen_look found it must be; the generation is
+-- written then, so a call refused for its arguments leaves no key.  Its
+-- lmax counts the caller's lease if it holds or waits now.  A busy reply
+-- writes only a grace period (which later callers must find) and tells no
+-- generation it did not write.
 local function with_gen(reply, n)
     if not GEN then return reply end
-    if reply[1] == 'busy' and GEN_WRITE and not GRACE then return reply end
-    gen_commit()
+    local busy = reply[1] == 'busy'
+    local lmax = G_LMAX
+    if not busy and G_LEASE > lmax then lmax = G_LEASE end
+    local text = G_F .. G_US .. ':' .. int(lmax) .. ':' .. int(G_UNTL)
+    if text ~= G_CUR then
+        if busy and not GRACE then return reply end
+        redis.call('SET', K_GEN, text, 'PX', GEN_KEEP_TEXT)
+    end
     for i = 2, n - 1 do reply[i] = reply[i] or '' end
-    reply[n] = GEN
+    reply[n] = text
     return reply
 end
 
+-- gen_raise lease_ms: a refresh is to lengthen a lease to lease_ms: the
+-- lmax of its slot's generation follows first (I15).  The generation's
+-- text, or '' if there is none.
+local function op_gen_raise(lease)
+    if not K_GEN then return '' end
+    local cur = redis.call('GET', K_GEN)
+    local f, us, lmax, untl = gen_parts(cur)
+    if not f then return '' end
+    if lease <= lmax then return cur end
+    cur = f .. us .. ':' .. int(lease) .. ':' .. int(untl)
+    redis.call('SET', K_GEN, cur, 'KEEPTTL')
+    return cur
+end
+OPS.gen_raise = {
+    read = function(a)
+        local lease = count_arg(a[2])
+        if lease and lease >= 1 then return true, lease end
+    end,
+    run = op_gen_raise,
+    fast = op_gen_raise,
+}
+
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
--- [settle|'' [priority [tenant [known_generation [grow]]]]]
+-- [settle|'' [priority [tenant [known_generation|'' [grow(1)|'']]]]]
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority, tenant)
     local members = member_count()
     -- I8: one limit
@@ -1704,8 +1747,9 @@ OPS.acquire = {
         local id, maxh, p = id_arg(a[2]), limit_arg(a[3]), count_arg(a[4])
         local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
         local priority, tenant = 0, ''
-        if a[10] then priority = priority_arg(a[10]) end
-        if a[11] then tenant = tenant_arg(a[11]) end
+        -- (the commonest: no priority, no tenant, as src/script.c sends them)
+        if a[10] and a[10] ~= '0' then priority = priority_arg(a[10]) end
+        if a[11] and a[11] ~= '' then tenant = tenant_arg(a[11]) end
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
                 priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle') and
                 (a[12] == nil or #a[12] <= 64) and (a[13] == nil or a[13] == '' or a[13] == '1')) or
@@ -2230,7 +2274,7 @@ end
 -- outlive the new deadline.  Its first write takes the ticket (I7, as
 -- next_ticket), its second refuses an id that is a member already.
 function fast_acquire(id, maxh, lease, origin, prio, tenant)
-    if S.xh + S.xw > 0 or S.tl or S.rt or S.rk or not (maxh or S.limit) or
+    if S.xh + S.xw > 0 or S.tl or S.rt or S.rk or S.gu or not (maxh or S.limit) or
        (S.limit and maxh and maxh ~= S.limit) then
         return nil
     end
@@ -2430,7 +2474,7 @@ local PAD = {'00000', '0000', '000', '00', '0', ''}
 local function begin(keys)
     K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
-    GEN, GEN_WRITE, GRACE = nil, false, nil
+    GEN, GRACE = nil, nil
     BASE = string.sub(K_OWNER, 1, -6)
     local t = redis.call('TIME')
     NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil

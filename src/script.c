@@ -50,7 +50,7 @@ static char lib_name[sizeof("redsem_") + LIB_HASH_CHARS];
 static char *lib_text;
 
 /* The semaphore's own keys; the seventh is its slot's generation key */
-static const char *const key_suffixes[SCRIPT_NKEYS - 1] =
+static const char *const key_suffixes[SCRIPT_NKEYS_PLAIN] =
 {"owner", "timeout", "ticket", "info", "waiting", "state"};
 
 /* The library's (and its function's) name, computed once */
@@ -170,19 +170,12 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 	return buf.data;
 }
 
-/* The Cluster slot of a semaphore's key (any of them: one hash tag) */
-static int
-sem_slot_of_key(const char *key)
-{
-	return cluster_key_slot(key, strlen(key));
-}
-
-/* The Cluster slot of semaphore name under prefix (NULL: the setting's) */
+/* Where semaphore name's generation is (gen_slot), under prefix (NULL: the setting's) */
 static int
 sem_slot(const char *prefix, const char *name)
 {
 	char	   *key = sem_key(prefix, name, key_suffixes[0]);
-	int			slot = sem_slot_of_key(key);
+	int			slot = gen_slot(prefix, key);
 
 	pfree(key);
 	return slot;
@@ -190,21 +183,24 @@ sem_slot(const char *prefix, const char *name)
 
 /*
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
- * (its keys, then its slot's generation key); returns how many entries
- * that is (3 + SCRIPT_NKEYS + 1).
+ * (its keys, then, for an acquire or gen_raise, the only operations that
+ * read it, its generation key); returns how many entries that is (at most
+ * 3 + SCRIPT_NKEYS + 1).
  */
 int
 fcall_head(const char **argv, const char *prefix, const char *name,
 		   const char *op)
 {
 	int			argc = 0;
+	bool		with_gen = strcmp(op, "acquire") == 0 || strcmp(op, "gen_raise") == 0;
 
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
-	argv[argc++] = CppAsString2(SCRIPT_NKEYS);
-	for (int i = 0; i < SCRIPT_NKEYS - 1; i++)
+	argv[argc++] = with_gen ? CppAsString2(SCRIPT_NKEYS) : CppAsString2(SCRIPT_NKEYS_PLAIN);
+	for (int i = 0; i < SCRIPT_NKEYS_PLAIN; i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
-	argv[argc++] = gen_key(prefix, sem_slot_of_key(argv[3]));
+	if (with_gen)
+		argv[argc++] = gen_key(prefix, gen_slot(prefix, argv[3]));
 	argv[argc++] = op;
 	return argc;
 }
@@ -498,7 +494,7 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[6] = origin_text();
 	args[7] = settle_eras() ? "settle" : "";
-	args[8] = psprintf("%d", priority);
+	args[8] = priority != 0 ? psprintf("%d", priority) : "0";
 	args[9] = tenant != NULL ? tenant : "";
 	args[10] = known;
 	args[11] = grow ? "1" : "";
@@ -646,7 +642,18 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 {
 	const char *args[2];
 	redisReply *reply;
+	int			slot = sem_slot(prefix, name);
 
+	/* a lease made longer than any asked for: its generation counts it first (I15) */
+	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms))
+	{
+		args[0] = psprintf(INT64_FORMAT, lease_ms);
+		if (!run_script(call, prefix, name, "gen_raise", 1, args, &reply))
+			return false;
+		if (reply->type == REDIS_REPLY_STRING)
+			gen_note(prefix, slot, reply->str);
+		freeReplyObject(reply);
+	}
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
 	if (!run_script(call, prefix, name, "refresh", 2, args, &reply))

@@ -40,7 +40,8 @@
 /*
  * A slot's generation as this server last saw it (gen.c): sig 0 is none.
  * Read without a lock: a read torn by a write gives a text the script
- * does not recognise, which costs it a parse, never a wrong grace.
+ * does not recognise, which costs it a parse; should Redis have forgotten
+ * at that moment, the grace takes the lmax of the one or the other.
  */
 typedef struct SharedGen
 {
@@ -1260,10 +1261,11 @@ shared_gen_write(int slot, uint64 sig, int64 us, int64 lmax)
 	if (shared == NULL || slot < 0 || slot >= CLUSTER_SLOTS || sig == 0)
 		return;
 	g = &shared->gens[slot];
+	/* (a reply older than the one noted may tell a smaller lmax: kept) */
 	if (pg_atomic_read_u64(&g->sig) == sig &&
 		pg_atomic_read_u64(&g->us) == (uint64) us &&
-		pg_atomic_read_u64(&g->lmax) == (uint64) lmax)
-		return;					/* (the common case: no write) */
+		pg_atomic_read_u64(&g->lmax) >= (uint64) lmax)
+		return;
 	pg_atomic_write_u64(&g->us, (uint64) us);
 	pg_atomic_write_u64(&g->lmax, (uint64) lmax);
 	pg_atomic_write_u64(&g->sig, sig);

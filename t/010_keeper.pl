@@ -202,6 +202,7 @@ cmp_ok(scalar(@trouble), '<=', 2,
 like($trouble[0] // '', qr/could not connect to Redis|lost connection to Redis/,
 	'... saying it lost Redis');
 $redis->start;
+$redis->end_grace;    # (the grace after it forgot: t/082)
 
 # Redis was gone for longer than O's lease could be counted on: O's slot
 # was stopped (redsem.on_slot_lost), and its next statement says so, once.

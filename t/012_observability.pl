@@ -203,6 +203,7 @@ like($err, qr/ERROR:  08001: could not connect to Redis/, 'with Redis down, refr
 ($out, $err) = $s{A}->query(q{SELECT redsem_acquire('obs_down', 1, '60 s');});
 like($err, qr/ERROR:  08001: could not connect to Redis/, 'and so does acquire');
 $redis->start;
+$redis->end_grace;    # (the grace after it forgot: t/082)
 
 ###########################################################################
 note 'the statistics';
@@ -273,6 +274,7 @@ $node->safe_psql('postgres', q{DO $$ BEGIN
 		BEGIN PERFORM redsem_limit('queue:j' || i); EXCEPTION WHEN OTHERS THEN NULL; END;
 	END LOOP; END $$;}, extra_params => [ '-U', 'plain' ]);
 $redis->start;
+$redis->end_grace;    # (the grace after it forgot: t/082)
 is($node->safe_psql('postgres',
 		q{SELECT count(*), sum(redis_errors) FROM redsem_stats WHERE name LIKE 'queue:j%'}),
 	'16|16', 'redsem.max_tracked_semaphores names have rows');

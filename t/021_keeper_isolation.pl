@@ -95,7 +95,7 @@ my $off = -s $node->logfile;
 
 $redis->cli('DEL', 'redsem:{wrongtype}:timeout');
 $redis->cli('SET', 'redsem:{wrongtype}:timeout', 'not a zset');
-$redis->cli('ACL', 'SETUSER', 'rs', 'resetkeys', '~redsem:gen{*', '~redsem:{good*', '~redsem:{wrongtype}*',
+$redis->cli('ACL', 'SETUSER', 'rs', 'resetkeys', '~redsem:gen*', '~redsem:{good*', '~redsem:{wrongtype}*',
 	'~redsem:{garbled}*', '~redsem:{evil}*', '~redsem:{after*');
 
 my $t0 = time;

@@ -26,8 +26,8 @@ my $node = create_node('forget', $redis, "redsem.command_timeout = 1000\n");
 
 sub session { return RedsemTest::Session->new($node, name => $_[0]); }
 
-# The generation keys Redis has, and the text of the one of $sem's slot
-sub gen_keys { return grep { /^redsem:gen\{\d+\}$/ } $redis->scan_keys('redsem:gen{*'); }
+# The generation keys Redis has (outside a Cluster: one, redsem:gen)
+sub gen_keys { return grep { /^redsem:gen(\{\d+\})?$/ } $redis->scan_keys('redsem:gen*'); }
 
 # The lost-slot error (psql runs with VERBOSITY verbose)
 sub lost_error { my ($sem) = @_; return qr/ERROR:  57014: the slot of semaphore "\Q$sem\E" was lost/; }
@@ -44,7 +44,7 @@ sub try_once
 note 'a fresh Redis admits at once; a refused call leaves no key';
 {
 	is(try_once('fresh', '3 s'), 't', 'the first acquire on a fresh Redis gets its slot');
-	is(scalar(gen_keys()), 1, 'and made the generation key of its slot');
+	is(join(',', gen_keys()), 'redsem:gen', 'and made the generation key');
 	my $g = $redis->cli('GET', (gen_keys())[0]);
 	like($g, qr/^n\d{16}:3000:0$/, "no grace, lmax its lease ($g)");
 	cmp_ok($redis->cli('PTTL', (gen_keys())[0]), '>', 86_000_000, 'the key lives a day');
@@ -57,8 +57,12 @@ note 'a fresh Redis admits at once; a refused call leaves no key';
 ###########################################################################
 note 'FLUSHALL under a running holder: newcomers wait out the grace';
 {
-	# (generations are per Cluster slot: this server has not seen g1's yet)
-	is(try_once('g1', '4 s'), 't', 'a semaphore of a slot this server never used admits at once');
+	# the FLUSHALL above: this server had seen the generation (lmax 3 s)
+	is(try_once('g1', '4 s'), 'f', 'the first acquire after it gets NULL: the grace');
+	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+$/,
+		'the new generation counts no lease of a call told busy');
+	ok(defined wait_until(10, sub { try_once('g1', '4 s') eq 't' }), 'a slot, once the grace is over');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:4000:0$/, 'its lmax is the 4 s lease now');
 	my $h = session('holder');
 	$h->send("SELECT redsem_acquire('g1', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
 	ok(wait_until(10, sub { $redis->zcard('g1', 'owner') == 1 }), 'a holder runs');
@@ -69,8 +73,11 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	$w->send("SELECT redsem_acquire('g1', 1, '3 s', wait => '20 s') IS NOT NULL;");
 	usleep(300_000);
 	is(try_once('g1', '3 s'), 'f', 'a try-acquire during the grace gets NULL');
-	my $g = $redis->cli('GET', (gen_keys())[0]);
-	like($g, qr/^g\d{16}:4000:\d+$/, "the new generation has a grace of the longest lease, 4 s ($g)");
+	my $g = $redis->cli('GET', 'redsem:gen');
+	my ($sec, $us) = split /\n/, scalar $redis->cli('TIME');
+	my ($left) = map { $_ - ($sec * 1000 + $us / 1000) } $g =~ /^g\d{16}:3000:(\d+)$/;
+	ok(defined $left && $left > 3000 && $left <= 4000,
+		"the new generation has a grace of the longest lease, 4 s, and counts the waiter's 3 s ($g)");
 	my (undef, $herr) = $h->wait_done(20);
 	my $stopped = time;
 	like($herr, lost_error('g1'), 'the holder is stopped (its slot is gone)');
@@ -81,12 +88,12 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	cmp_ok($admitted, '>', $stopped, 'after the holder was stopped');
 	cmp_ok($admitted - $flushed, '>=', 3.5, 'once the grace is over (4 s after the first call)');
 	cmp_ok($admitted - $flushed, '<', 7, 'and not much later');
-	my ($until) = map { $redis->cli('GET', $_) =~ /^g\d+:4000:(\d+)$/ } gen_keys();
-	my ($sec, $us) = split /\n/, scalar $redis->cli('TIME');
+	my ($until) = $redis->cli('GET', 'redsem:gen') =~ /^g\d+:3000:(\d+)$/;
+	($sec, $us) = split /\n/, scalar $redis->cli('TIME');
 	cmp_ok($until // 0, '<=', $sec * 1000 + $us / 1000, 'its grace is over');
 	$w->query_ok('SELECT redsem_release_all();');
 	is(try_once('g1', '3 s'), 't', 'admission is as before');
-	like($redis->cli('GET', (gen_keys())[0]), qr/^n\d{16}:4000:0$/, '... and the next acquire wrote the generation without grace');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:3000:0$/, '... and the next acquire wrote the generation without grace');
 	$w->quit;
 	$h->quit;
 }
@@ -107,8 +114,40 @@ note 'a restart without persistence: the same';
 	my (undef, $herr) = $h->wait_done(20);
 	like($herr, lost_error('g2'), 'the holder is stopped');
 	ok(defined wait_until(10, sub { try_once('g2', '2 s') eq 't' }), 'then the slot is free again');
-	cmp_ok(time - $restarted, '>=', 1.8, 'not before the grace (of the 2 s lease of its slot) ended');
+	cmp_ok(time - $restarted, '>=', 2.8, 'not before the grace (of the longest lease, 3 s) ended');
 	$h->quit;
+}
+
+###########################################################################
+note 'a refresh that lengthens a lease counts in the grace';
+{
+	my $r = session('refresher');
+	my $id = $r->query_ok("SELECT redsem_acquire('r1', 1, '1 s');");
+	$r->query_ok("SELECT redsem_refresh('r1', '$id', '6 s');");
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:6000:0$/, 'the generation counts the 6 s lease');
+	$r->query_ok('SELECT redsem_release_all();');
+	$r->quit;
+}
+
+###########################################################################
+note 'another server that used this Redis, not that semaphore: the grace holds there too';
+{
+	my $b = create_node('forget_b', $redis, '');
+	is($b->safe_psql('postgres', "SELECT redsem_acquire('warm', 1, '2 s', wait => '0') IS NOT NULL"),
+		't', 'server B takes a slot of another semaphore');
+	my $h = session('holder3');
+	$h->send("SELECT redsem_acquire('m1', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
+	ok(wait_until(10, sub { $redis->zcard('m1', 'owner') == 1 }), 'server A holds m1 (limit 1)');
+	$redis->cli('FLUSHALL');
+	is($b->safe_psql('postgres', "SELECT redsem_acquire('m1', 1, '3 s', wait => '0') IS NOT NULL"),
+		'f', 'server B does not get m1 beside the holder Redis forgot');
+	my (undef, $herr) = $h->wait_done(20);
+	like($herr, lost_error('m1'), 'the holder is stopped');
+	ok(defined wait_until(15, sub {
+		$b->safe_psql('postgres', "SELECT redsem_acquire('m1', 1, '3 s', wait => '0') IS NOT NULL") eq 't' }),
+		'then server B gets it');
+	$h->quit;
+	$b->stop;
 }
 
 ###########################################################################

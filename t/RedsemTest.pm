@@ -479,6 +479,22 @@ but nothing is answered until thaw (SIGCONT).
 =cut
 
 sub freeze { kill 'STOP', $_[0]->{pid}; return; }
+
+=item $redis->end_grace
+
+Give this Redis a generation (redsem:gen, I15 in src/redsem.lua) without
+a grace period, as if the grace after it forgot (a restart without
+persistence) were over: for tests of something else after a restart.
+
+=cut
+
+sub end_grace
+{
+	my ($self) = @_;
+	my ($sec, $usec) = split /\n/, scalar $self->cli('TIME');
+	$self->cli('SET', 'redsem:gen', sprintf('n%d%06d:0:0', $sec, $usec), 'PX', 86400000);
+	return;
+}
 sub thaw { kill 'CONT', $_[0]->{pid}; return; }
 
 =pod
