@@ -163,6 +163,38 @@ note 'a server that never saw this Redis starts no grace';
 	$other->stop;
 }
 
+###########################################################################
+note 'the script alone: a newcomer after the grace does not pass its waiters';
+{
+	my ($lib, $text) = RedsemTest::redsem_library();
+	$redis->cli('FUNCTION', 'LOAD', $text);
+	my $call = sub {
+		my ($sem, @args) = @_;
+		return scalar $redis->cli('FCALL', $lib, 7,
+			(map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state)), 'redsem:gen', @args);
+	};
+	$redis->cli('FLUSHALL');
+	my $r = $call->('fp', 'acquire', 'h1', 3, 1, 2000, 0, 60000, 'test', '', '0', '', '', '');
+	like($r, qr/^held\n\d+\n2000\nn\d{16}:2000:0$/, 'a fresh Redis: held, and told the generation');
+	my ($known) = $r =~ /\n(n\d{16}:2000:0)$/;
+	$call->('fp', 'release', 'h1');
+	$redis->cli('FLUSHALL');
+	like($call->('fp', 'acquire', 'w1', 3, 1, 2000, 1, 60000, 'test', '', '0', '', $known, ''),
+		qr/^waiting\n/, 'Redis forgot: a caller that knew the generation waits, though 3 fit');
+	like($call->('fp', 'acquire', 'n0', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
+		qr/^busy\n/, 'a try-acquire is told busy');
+	sleep_full(2.2);
+	like($call->('fp', 'acquire', 'n1', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
+		qr/^held\n/, 'after the grace a newcomer gets in');
+	is(scalar $redis->cli('ZSCORE', 'redsem:{fp}:waiting', 'w1'), '', '... and the waiter before it was promoted first');
+	cmp_ok(scalar $redis->cli('ZSCORE', 'redsem:{fp}:owner', 'w1'), '<',
+		scalar $redis->cli('ZSCORE', 'redsem:{fp}:owner', 'n1'), '... with the earlier ticket');
+	$redis->cli('SET', 'redsem:gen', 'not ours');
+	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
+		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
+	is(scalar $redis->cli('GET', 'redsem:gen'), 'not ours', '... and it is left alone');
+}
+
 node_log_is_clean($node, 'no crash, no assertion failure');
 $node->stop;
 $redis->stop;
