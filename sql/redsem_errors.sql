@@ -186,7 +186,7 @@ SELECT n, call, pg_temp.try('SELECT ' || call) AS result FROM good_calls ORDER B
 SELECT redsem_release_all() AS released_all;
 
 -- After the last lease (and its 1 s grace) nothing is left but the
--- generation key (I15), living a day at most
+-- generation key (I15: one per prefix, without a TTL)
 SELECT pg_sleep(1.2);
 \! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" -n 1 --scan | grep -Evc '^redsem:gen(\{[0-9]+\})?$'
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" -n 1 --scan --pattern 'redsem:gen*' | while IFS= read -r k; do redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" -n 1 pttl "$k"; done | awk '$1 <= 0 || $1 > 86400000 { bad++ } END { print "generation keys without a TTL of a day at most: " bad + 0 }'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" -n 1 --scan --pattern 'redsem:gen*'

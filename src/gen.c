@@ -86,11 +86,9 @@ gen_key(const char *prefix, int slot)
 bool
 gen_lmax_below(const char *prefix, int slot, int64 lease_ms)
 {
-	int64		us;
-	int64		lmax;
+	SharedGenSeen g;
 
-	return shared_gen_read(slot, gen_signature(prefix), &us, &lmax) &&
-		lmax < lease_ms;
+	return shared_gen_read(slot, gen_signature(prefix), &g) && g.lmax < lease_ms;
 }
 
 /* Which Redis and prefix a generation was seen under */
@@ -103,33 +101,34 @@ gen_signature(const char *prefix)
 		hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), 0x9e37);
 }
 
-/* Microseconds since 1970 by the wall clock, as Redis's TIME counts */
+/* Milliseconds since 1970 by the wall clock, as Redis's TIME counts */
 static int64
-unix_us(void)
+unix_ms(void)
 {
-	return (int64) GetCurrentTimestamp() +
-		(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC;
+	return ((int64) GetCurrentTimestamp() +
+			(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC) / 1000;
 }
 
 /*
  * What this server saw of slot's generation, as the script writes it
- * ("" if nothing), and whether the script must look closer (grow):
- * lease_ms is longer than its lmax, or it is due to be made anew (the
- * wall clock here says so; a clock off by minutes only moves that by as
- * much, within the day the generation lives)
+ * ("" if nothing; never in a grace, so that the script's look at a text
+ * it knows cannot skip one), and whether the script must look closer
+ * (grow): lease_ms is longer than its lmax, or its window is due to end
+ * (by the wall clock here: a clock off by minutes moves that by as much,
+ * within the half day a window lasts)
  */
 void
 gen_known(const char *prefix, int slot, int64 lease_ms, char *text, bool *grow)
 {
-	int64		us;
-	int64		lmax;
+	SharedGenSeen g;
 
 	text[0] = '\0';
 	*grow = false;
-	if (!shared_gen_read(slot, gen_signature(prefix), &us, &lmax))
+	if (!shared_gen_read(slot, gen_signature(prefix), &g))
 		return;
-	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0", us, lmax);
-	*grow = lease_ms > lmax || unix_us() - us >= GEN_RENEW_US;
+	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":" INT64_FORMAT,
+			 g.us, g.lmax, g.lprev, g.rot);
+	*grow = lease_ms > g.lmax || unix_ms() - g.rot >= GEN_WINDOW_MS;
 }
 
 /* Note slot's generation as a reply told it (text "" or malformed: nothing) */
@@ -139,11 +138,18 @@ gen_note(const char *prefix, int slot, const char *text)
 	long long	us;
 	long long	lmax;
 	long long	until;
+	long long	lprev;
+	long long	rot;
 	char		flag;
+	SharedGenSeen g;
 
 	if (text == NULL ||
-		sscanf(text, "%c%lld:%lld:%lld", &flag, &us, &lmax, &until) != 4 ||
-		(flag != 'n' && flag != 'g') || us <= 0 || lmax < 0)
+		sscanf(text, "%c%lld:%lld:%lld:%lld:%lld", &flag, &us, &lmax, &until, &lprev, &rot) != 6 ||
+		(flag != 'n' && flag != 'g') || us <= 0 || lmax < 0 || lprev < 0 || rot < 0)
 		return;
-	shared_gen_write(slot, gen_signature(prefix), us, lmax);
+	g.us = us;
+	g.lmax = lmax;
+	g.lprev = lprev;
+	g.rot = rot;
+	shared_gen_write(slot, gen_signature(prefix), &g);
 }

@@ -8,11 +8,11 @@
 #ifndef REDSEM_GEN_H
 #define REDSEM_GEN_H
 
-/* The longest generation text: "g" and three int64 with their colons */
-#define GEN_TEXT_LEN 64
-/* After how long an acquire makes a generation anew: GEN_RENEW_US in
- * src/redsem.lua, half of the day a generation lives */
-#define GEN_RENEW_US (INT64CONST(43200000000))
+/* The longest generation text: "g" and five int64 with their colons */
+#define GEN_TEXT_LEN 112
+/* After how long a generation's lmax starts anew: GEN_WINDOW_MS in
+ * src/redsem.lua */
+#define GEN_WINDOW_MS (INT64CONST(43200000))
 
 extern int	gen_slot(const char *prefix, const char *sem_key);
 extern char *gen_key(const char *prefix, int slot);

@@ -50,21 +50,15 @@
 -- KEYS[7] gen     STRING                   (optional) the generation of
 --                                           this Redis's semaphores (in
 --                                           a Cluster: of KEYS[1]'s slot):
---                                           "<f><us>:<lmax>:<until>", f
---                                           'g' while a grace period (I15)
---                                           lasts until ms <until>, else
---                                           'n' (until 0); us: when it was
---                                           made; lmax: the longest lease
---                                           an acquire asked for since.
---                                           It lives a day from its last
---                                           write (made anew by acquires
---                                           twice a day): it outlives every
---                                           lease (24 h at most) and is
---                                           gone early only when Redis
---                                           forgets (restart without
---                                           persistence, FLUSHALL).  One
---                                           per prefix, or in a Cluster
---                                           per slot in use.  Only acquire
+--                                           "<f><us>:<lmax>:<until>:
+--                                           <lprev>:<rot>" (gen_parts):
+--                                           f 'g' while a grace period
+--                                           (I15) lasts until ms <until>;
+--                                           us: when it was made, its
+--                                           identity.  No TTL: one key
+--                                           per prefix, or per Cluster
+--                                           slot in use, gone only when
+--                                           Redis forgets.  Only acquire
 --                                           and gen_raise name it.
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
@@ -161,8 +155,8 @@
 --     timeout, info and waiting are empty then, so Redis has deleted them;
 --     the state goes at once); if its last deadline passes with nobody
 --     calling, at most GRACE_MS plus one lease (a minute at most) later.
---     The generation key (KEYS[7], I15) is not a semaphore's: it lives a
---     day.  The one exception is a state holding a stored limit, rate, reserve or
+--     The generation key (KEYS[7], I15) is not a semaphore's: it has no
+--     TTL (one per prefix, or per Cluster slot in use).  The one exception is a state holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.  A forced: marker lives until the deadline its member had
@@ -285,22 +279,25 @@
 -- I15 Grace.  When Redis forgets (a restart without persistence,
 --     FLUSHALL), holders elsewhere still run under slots it no longer
 --     knows, until their keepers find them gone and stop them (src/stop.c),
---     at the latest when their leases would have ended.  So a caller that
---     knew the generation before (its server saw one: KEYS[7]'s text, an
---     argument of acquire) and finds none makes a new one with a grace
---     period of the longest lease asked for under the old (lmax, as that
---     caller knew it): until it ends nobody is admitted to a semaphore of
---     that generation (an acquire waits in line, or is told busy; no fast
---     path; promotion stops, the state's gu saying until when), and then
---     the line moves in its order.  A caller that knew none (a server new
---     to this Redis, or in a Cluster to that slot) makes one without
---     grace: a fresh Redis admits at once.  The new generation's lmax
---     counts only the leases asked for since (by callers that hold or
---     wait), and a refresh that lengthens a lease raises it first
---     (gen_raise).  Only acquire and gen_raise read or write KEYS[7], and
---     acquire's replies carry the text when the caller did not know it,
---     so that servers learn it; without KEYS[7] (6 keys) nothing of this
---     runs.
+--     at the latest when their leases would have ended.  So no caller is
+--     admitted to a semaphore of a generation before every lease that a
+--     caller who knew an earlier generation knew of (the longer of its
+--     lmax and lprev), counted from when the new generation was made, is
+--     over: a caller whose known generation is not the one there (another
+--     us, or none there) sets that grace (until), and keeps it at least
+--     as long as the one it knew of; until it ends an acquire waits in
+--     line or is told busy, no fast path runs, and promotion stops (the
+--     state's gu says until when); then the line moves in its order.  A
+--     caller that knew none (a server new to this Redis, or in a Cluster
+--     to that slot) starts no grace: a fresh Redis admits at once.  A new
+--     generation carries the lease it was made for over in lprev (so a
+--     second forgetting during a grace gets as long a one), lmax counts
+--     the leases asked for by callers that hold or wait (a refresh that
+--     lengthens a lease raises it first: gen_raise), and every
+--     GEN_WINDOW_MS lprev takes lmax and lmax starts anew.  Only acquire
+--     and gen_raise read or write KEYS[7], and acquire's replies carry
+--     the text when the caller did not know it, so that servers learn it;
+--     without KEYS[7] (6 keys) nothing of this runs.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -337,11 +334,11 @@
 local GRACE_MS = 1000
 local GRACE_TEXT = '1000'           -- (GRACE_MS as text: no conversion per call)
 local PROMOTION_WINDOW_MS = 5000
--- How long a generation lives (I15), and after how long an acquire makes
--- it anew (us): a day, and half of it
+-- I15: the longest lease (a day: REDSEM_MAX_LEASE_MS), the bound of a
+-- generation's numbers; and the window after which a generation's lmax
+-- starts anew (half a day: GEN_WINDOW_MS in src/gen.h)
 local GEN_KEEP_MS = 86400000
-local GEN_KEEP_TEXT = '86400000'
-local GEN_RENEW_US = 43200000000
+local GEN_WINDOW_MS = 43200000
 local RENEW_SLACK_MS = 60000
 -- A waiter's head start per level of priority (I4), and the levels allowed
 local AGING_US = 1000000
@@ -1560,70 +1557,91 @@ local function settle_era()
 end
 
 -- I15, per call: KEYS[7]'s text as read (false: none), and the parts of
--- the generation the call leaves, but for the caller's own lease.
-local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LEASE
+-- the generation the call leaves (as gen_parts names them), but for the
+-- caller's own lease.
+local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_LEASE
 
--- I15: a generation's parts from its text (nil if it is not one of ours:
--- another program's string, or numbers out of bounds).
+-- I15: a generation's parts from its text: f ('g' in a grace, else 'n'),
+-- us (when it was made: its identity), lmax (the longest lease asked for
+-- since rot), until (ms: the grace's end, 0 if none), lprev (the longest
+-- of the window before, or carried over from a generation Redis forgot),
+-- rot (ms: when this window began); nil if it is not one of ours (another
+-- program's string, or numbers out of bounds).
 local function gen_parts(text)
-    local f, us, lmax, untl = string.match(text or '', '^([gn])(%d+):(%d+):(%d+)$')
+    local f, us, lmax, untl, lprev, rot =
+        string.match(text or '', '^([gn])(%d+):(%d+):(%d+):(%d+):(%d+)$')
     if not f or #us ~= 16 then return nil end
-    lmax, untl = tonumber(lmax), tonumber(untl)
-    if lmax > GEN_KEEP_MS or untl > NOW_MS + GEN_KEEP_MS then return nil end
-    return f, us, lmax, untl
+    lmax, untl, lprev, rot = tonumber(lmax), tonumber(untl), tonumber(lprev), tonumber(rot)
+    if lmax > GEN_KEEP_MS or lprev > GEN_KEEP_MS or untl > NOW_MS + 2 * GEN_KEEP_MS or
+       rot > NOW_MS + GEN_KEEP_MS then
+        return nil
+    end
+    return f, us, lmax, untl, lprev, rot
 end
 
 -- I15: an acquire asking for lease ms, whose server knew the generation
--- as known ('': none) and, if grow, knew a lmax below lease or one that
--- is due to be made anew: sets GEN (true if the reply must tell the
--- generation: with_gen), the parts (G_*) and GRACE (when the grace ends,
--- or nil).  Reads KEYS[7] only.  A generation lives GEN_KEEP_MS from when
--- it was last written, and an acquire makes it anew (same lmax, no
--- grace) once half of that has passed since it was made: a slot nobody
--- uses for that long leaves nothing, and a generation a caller knew that
--- would have expired by itself starts no grace.  A new generation's lmax
--- starts from nothing: its grace is the old one's.
+-- as known ('': none) and, if grow, knew a lmax below lease or a window
+-- due to end: sets GEN (true if the reply must tell the generation:
+-- with_gen), the parts (G_*) and GRACE (when the grace ends, or nil).
+-- Reads KEYS[7] only.  A generation keeps its us for as long as Redis
+-- keeps it (no TTL), so a known us that is not the one there means Redis
+-- forgot since that caller looked: it must not be admitted before the
+-- longest lease it knew of, counted from when the new generation was
+-- made, is over, whoever made that one (a caller that knew nothing makes
+-- one without grace; a later caller that knew adds the grace).  Windows
+-- of GEN_WINDOW_MS: at each, lprev takes lmax and lmax starts anew, so a
+-- long lease counts for two windows at most.
 local function gen_look(known, lease, grow)
     GEN, GRACE = nil, nil
     if not K_GEN then return end
     local cur = redis.call('GET', K_GEN)
     -- (the common case: as the caller knew it, so without grace (a caller
-    -- passes only texts without), and neither a new lmax nor due to be
-    -- made anew, as the caller reckoned (grow): the reply need not tell it)
+    -- passes only texts without), and neither a new lmax nor a window due
+    -- to end, as the caller reckoned (grow): the reply need not tell it)
     if cur == known and not grow then return end
-    local f, us, lmax, untl
+    local f, us, lmax, untl, lprev, rot
     if cur then
-        f, us, lmax, untl = gen_parts(cur)
+        f, us, lmax, untl, lprev, rot = gen_parts(cur)
         if not f then return end    -- not ours: left alone, no generation
-        if f == 'g' and NOW_MS >= untl then f, untl = 'n', 0 end
-        if f == 'n' and NOW_US - tonumber(us) >= GEN_RENEW_US then us = now_us_text() end
-    else                            -- forgotten (or new, or expired)
-        local kf, kus, knew = gen_parts(known)
-        f, us, lmax, untl = 'n', now_us_text(), 0, 0
-        if kf and knew > 0 and NOW_US - tonumber(kus) < GEN_KEEP_MS * 1000 then
-            f, untl = 'g', NOW_MS + knew
-        end
+    else                            -- forgotten (or new)
+        f, us, lmax, untl, lprev, rot = 'n', now_us_text(), 0, 0, 0, NOW_MS
     end
-    G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LEASE = cur, f, us, lmax, untl, lease
+    local kf, kus, klmax, kuntl, klprev = gen_parts(known)
+    if kf and kus ~= us then        -- Redis forgot since the caller looked
+        local knew = math.max(klmax, klprev)
+        local made = math.floor(tonumber(us) / 1000)
+        untl = math.max(untl, made + knew, kuntl)
+        lprev = math.max(lprev, knew)
+    end
+    if untl > NOW_MS then f = 'g' else f, untl = 'n', 0 end
+    if NOW_MS - rot >= GEN_WINDOW_MS then lprev, lmax, rot = lmax, 0, NOW_MS end
+    G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_LEASE =
+        cur, f, us, lmax, untl, lprev, rot, lease
     GEN = true
     if f == 'g' then GRACE = untl end
 end
 
+-- I15: a generation's text from its parts.
+local function gen_text(f, us, lmax, untl, lprev, rot)
+    return f .. us .. ':' .. int(lmax) .. ':' .. int(untl) .. ':' .. int(lprev) .. ':' .. int(rot)
+end
+
 -- I15: reply, told the generation at index n (the fields before it that
 -- are not there: ''), once gen_look found it must be; the generation is
--- written then, so a call refused for its arguments leaves no key.  Its
--- lmax counts the caller's lease if it holds or waits now.  A busy reply
--- writes only a grace period (which later callers must find) and tells no
--- generation it did not write.
+-- written then, without a TTL (one key per prefix, or per Cluster slot in
+-- use), so a call refused for its arguments leaves no key.  Its lmax
+-- counts the caller's lease if it holds or waits now.  A busy reply on a
+-- Redis without a generation writes one only for a grace (which later
+-- callers must find), and tells none it did not write.
 local function with_gen(reply, n)
     if not GEN then return reply end
     local busy = reply[1] == 'busy'
     local lmax = G_LMAX
     if not busy and G_LEASE > lmax then lmax = G_LEASE end
-    local text = G_F .. G_US .. ':' .. int(lmax) .. ':' .. int(G_UNTL)
+    local text = gen_text(G_F, G_US, lmax, G_UNTL, G_LPREV, G_ROT)
     if text ~= G_CUR then
-        if busy and not GRACE then return reply end
-        redis.call('SET', K_GEN, text, 'PX', GEN_KEEP_TEXT)
+        if busy and not G_CUR and not GRACE then return reply end
+        redis.call('SET', K_GEN, text)
     end
     for i = 2, n - 1 do reply[i] = reply[i] or '' end
     reply[n] = text
@@ -1631,16 +1649,16 @@ local function with_gen(reply, n)
 end
 
 -- gen_raise lease_ms: a refresh is to lengthen a lease to lease_ms: the
--- lmax of its slot's generation follows first (I15).  The generation's
--- text, or '' if there is none.
+-- lmax of its generation follows first (I15).  The generation's text, or
+-- '' if there is none.
 local function op_gen_raise(lease)
     if not K_GEN then return '' end
     local cur = redis.call('GET', K_GEN)
-    local f, us, lmax, untl = gen_parts(cur)
+    local f, us, lmax, untl, lprev, rot = gen_parts(cur)
     if not f then return '' end
     if lease <= lmax then return cur end
-    cur = f .. us .. ':' .. int(lease) .. ':' .. int(untl)
-    redis.call('SET', K_GEN, cur, 'KEEPTTL')
+    cur = gen_text(f, us, lease, untl, lprev, rot)
+    redis.call('SET', K_GEN, cur)
     return cur
 end
 OPS.gen_raise = {

@@ -40,7 +40,7 @@ typedef struct SemResult
 								 * in, if that is all that keeps it out; or -1 */
 	int64		share;			/* BUSY, WAITING: the permits a reserve leaves
 								 * to the caller's priority, or -1: all */
-	char		gen[64];		/* an acquire's: the generation of the
+	char		gen[112];		/* an acquire's: the generation of the
 								 * semaphore's slot (I15), or "" */
 } SemResult;
 

@@ -46,8 +46,10 @@
 typedef struct SharedGen
 {
 	pg_atomic_uint64 sig;		/* the Redis target and prefix */
-	pg_atomic_uint64 us;		/* when it was made */
-	pg_atomic_uint64 lmax;		/* the longest lease asked for under it */
+	pg_atomic_uint64 us;		/* SharedGenSeen's fields */
+	pg_atomic_uint64 lmax;
+	pg_atomic_uint64 lprev;
+	pg_atomic_uint64 rot;
 } SharedGen;
 
 /* The part of shared memory that a crash-restart re-creates */
@@ -299,6 +301,8 @@ redsem_shmem_startup(void)
 			pg_atomic_init_u64(&shared->gens[i].sig, 0);
 			pg_atomic_init_u64(&shared->gens[i].us, 0);
 			pg_atomic_init_u64(&shared->gens[i].lmax, 0);
+			pg_atomic_init_u64(&shared->gens[i].lprev, 0);
+			pg_atomic_init_u64(&shared->gens[i].rot, 0);
 		}
 		if (!IsUnderPostmaster)
 		{
@@ -1238,7 +1242,7 @@ shmem_define_gucs(void)
 
 /* What this server saw of slot's generation under sig; false if nothing */
 bool
-shared_gen_read(int slot, uint64 sig, int64 *us, int64 *lmax)
+shared_gen_read(int slot, uint64 sig, SharedGenSeen *out)
 {
 	SharedGen  *g;
 
@@ -1247,26 +1251,34 @@ shared_gen_read(int slot, uint64 sig, int64 *us, int64 *lmax)
 	g = &shared->gens[slot];
 	if (pg_atomic_read_u64(&g->sig) != sig)
 		return false;
-	*us = (int64) pg_atomic_read_u64(&g->us);
-	*lmax = (int64) pg_atomic_read_u64(&g->lmax);
-	return *us > 0;
+	out->us = (int64) pg_atomic_read_u64(&g->us);
+	out->lmax = (int64) pg_atomic_read_u64(&g->lmax);
+	out->lprev = (int64) pg_atomic_read_u64(&g->lprev);
+	out->rot = (int64) pg_atomic_read_u64(&g->rot);
+	return out->us > 0;
 }
 
-/* Note slot's generation under sig, as a reply told it */
+/*
+ * Note slot's generation under sig, as a reply told it; a reply older than
+ * the one noted (the same generation and window, a smaller lmax) is not
+ */
 void
-shared_gen_write(int slot, uint64 sig, int64 us, int64 lmax)
+shared_gen_write(int slot, uint64 sig, const SharedGenSeen *in)
 {
 	SharedGen  *g;
 
 	if (shared == NULL || slot < 0 || slot >= CLUSTER_SLOTS || sig == 0)
 		return;
 	g = &shared->gens[slot];
-	/* (a reply older than the one noted may tell a smaller lmax: kept) */
 	if (pg_atomic_read_u64(&g->sig) == sig &&
-		pg_atomic_read_u64(&g->us) == (uint64) us &&
-		pg_atomic_read_u64(&g->lmax) >= (uint64) lmax)
+		pg_atomic_read_u64(&g->us) == (uint64) in->us &&
+		pg_atomic_read_u64(&g->rot) == (uint64) in->rot &&
+		pg_atomic_read_u64(&g->lprev) == (uint64) in->lprev &&
+		pg_atomic_read_u64(&g->lmax) >= (uint64) in->lmax)
 		return;
-	pg_atomic_write_u64(&g->us, (uint64) us);
-	pg_atomic_write_u64(&g->lmax, (uint64) lmax);
+	pg_atomic_write_u64(&g->us, (uint64) in->us);
+	pg_atomic_write_u64(&g->lmax, (uint64) in->lmax);
+	pg_atomic_write_u64(&g->lprev, (uint64) in->lprev);
+	pg_atomic_write_u64(&g->rot, (uint64) in->rot);
 	pg_atomic_write_u64(&g->sig, sig);
 }

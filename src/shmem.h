@@ -251,8 +251,17 @@ typedef bool (*StatsReservedFn) (const char *name);
 extern void stats_reserve_room_for(StatsReservedFn fn);
 
 extern void shmem_define_gucs(void);
+/* A generation as this server saw it (gen.c) */
+typedef struct SharedGenSeen
+{
+	int64		us;				/* when it was made: its identity */
+	int64		lmax;			/* the longest lease of its window */
+	int64		lprev;			/* ... of the window before */
+	int64		rot;			/* when its window began (ms) */
+} SharedGenSeen;
+
 /* What this server saw of a slot's generation (gen.c), under signature sig */
-extern bool shared_gen_read(int slot, uint64 sig, int64 *us, int64 *lmax);
-extern void shared_gen_write(int slot, uint64 sig, int64 us, int64 lmax);
+extern bool shared_gen_read(int slot, uint64 sig, SharedGenSeen *g);
+extern void shared_gen_write(int slot, uint64 sig, const SharedGenSeen *g);
 
 #endif							/* REDSEM_SHMEM_H */

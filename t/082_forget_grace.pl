@@ -46,8 +46,8 @@ note 'a fresh Redis admits at once; a refused call leaves no key';
 	is(try_once('fresh', '3 s'), 't', 'the first acquire on a fresh Redis gets its slot');
 	is(join(',', gen_keys()), 'redsem:gen', 'and made the generation key');
 	my $g = $redis->cli('GET', (gen_keys())[0]);
-	like($g, qr/^n\d{16}:3000:0$/, "no grace, lmax its lease ($g)");
-	cmp_ok($redis->cli('PTTL', (gen_keys())[0]), '>', 86_000_000, 'the key lives a day');
+	like($g, qr/^n\d{16}:3000:0:0:\d+$/, "no grace, lmax its lease ($g)");
+	is($redis->cli('PTTL', (gen_keys())[0]), '-1', 'the key has no TTL (one per prefix)');
 	$redis->cli('FLUSHALL');
 	my ($ret, $out, $err) = $node->psql('postgres', "SELECT redsem_acquire('refused', 2, '3 s', wait => '0', permits => 3)");
 	like($err, qr/permits/, 'a call refused for its arguments');
@@ -59,10 +59,10 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 {
 	# the FLUSHALL above: this server had seen the generation (lmax 3 s)
 	is(try_once('g1', '4 s'), 'f', 'the first acquire after it gets NULL: the grace');
-	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+$/,
+	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+:3000:\d+$/,
 		'the new generation counts no lease of a call told busy');
 	ok(defined wait_until(10, sub { try_once('g1', '4 s') eq 't' }), 'a slot, once the grace is over');
-	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:4000:0$/, 'its lmax is the 4 s lease now');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:4000:0:3000:\d+$/, 'its lmax is the 4 s lease now');
 	my $h = session('holder');
 	$h->send("SELECT redsem_acquire('g1', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
 	ok(wait_until(10, sub { $redis->zcard('g1', 'owner') == 1 }), 'a holder runs');
@@ -75,7 +75,7 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	is(try_once('g1', '3 s'), 'f', 'a try-acquire during the grace gets NULL');
 	my $g = $redis->cli('GET', 'redsem:gen');
 	my ($sec, $us) = split /\n/, scalar $redis->cli('TIME');
-	my ($left) = map { $_ - ($sec * 1000 + $us / 1000) } $g =~ /^g\d{16}:3000:(\d+)$/;
+	my ($left) = map { $_ - ($sec * 1000 + $us / 1000) } $g =~ /^g\d{16}:3000:(\d+):4000:\d+$/;
 	ok(defined $left && $left > 3000 && $left <= 4000,
 		"the new generation has a grace of the longest lease, 4 s, and counts the waiter's 3 s ($g)");
 	my (undef, $herr) = $h->wait_done(20);
@@ -88,12 +88,12 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	cmp_ok($admitted, '>', $stopped, 'after the holder was stopped');
 	cmp_ok($admitted - $flushed, '>=', 3.5, 'once the grace is over (4 s after the first call)');
 	cmp_ok($admitted - $flushed, '<', 7, 'and not much later');
-	my ($until) = $redis->cli('GET', 'redsem:gen') =~ /^g\d+:3000:(\d+)$/;
+	my ($until) = $redis->cli('GET', 'redsem:gen') =~ /^g\d+:3000:(\d+):/;
 	($sec, $us) = split /\n/, scalar $redis->cli('TIME');
 	cmp_ok($until // 0, '<=', $sec * 1000 + $us / 1000, 'its grace is over');
 	$w->query_ok('SELECT redsem_release_all();');
 	is(try_once('g1', '3 s'), 't', 'admission is as before');
-	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:3000:0$/, '... and the next acquire wrote the generation without grace');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:3000:0:4000:\d+$/, '... and the next acquire wrote the generation without grace');
 	$w->quit;
 	$h->quit;
 }
@@ -124,7 +124,7 @@ note 'a refresh that lengthens a lease counts in the grace';
 	my $r = session('refresher');
 	my $id = $r->query_ok("SELECT redsem_acquire('r1', 1, '1 s');");
 	$r->query_ok("SELECT redsem_refresh('r1', '$id', '6 s');");
-	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:6000:0$/, 'the generation counts the 6 s lease');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:6000:0:/, 'the generation counts the 6 s lease');
 	$r->query_ok('SELECT redsem_release_all();');
 	$r->quit;
 }
@@ -160,6 +160,8 @@ note 'a server that never saw this Redis starts no grace';
 		't', 'its first acquire after FLUSHALL gets the slot at once');
 	my $g = $redis->cli('GET', (gen_keys())[0]);
 	like($g, qr/^n/, 'and its generation has no grace');
+	is(try_once('g3b', '2 s'), 'f', 'but a server that knew the one Redis forgot still waits out its grace');
+	like($redis->cli('GET', 'redsem:gen'), qr/^g/, '... and made it a grace for everybody');
 	$other->stop;
 }
 
@@ -175,8 +177,8 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	};
 	$redis->cli('FLUSHALL');
 	my $r = $call->('fp', 'acquire', 'h1', 3, 1, 2000, 0, 60000, 'test', '', '0', '', '', '');
-	like($r, qr/^held\n\d+\n2000\nn\d{16}:2000:0$/, 'a fresh Redis: held, and told the generation');
-	my ($known) = $r =~ /\n(n\d{16}:2000:0)$/;
+	like($r, qr/^held\n\d+\n2000\nn\d{16}:2000:0:0:\d+$/, 'a fresh Redis: held, and told the generation');
+	my ($known) = $r =~ /\n(n\d{16}:2000:0:0:\d+)$/;
 	$call->('fp', 'release', 'h1');
 	$redis->cli('FLUSHALL');
 	like($call->('fp', 'acquire', 'w1', 3, 1, 2000, 1, 60000, 'test', '', '0', '', $known, ''),
@@ -189,6 +191,29 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	is(scalar $redis->cli('ZSCORE', 'redsem:{fp}:waiting', 'w1'), '', '... and the waiter before it was promoted first');
 	cmp_ok(scalar $redis->cli('ZSCORE', 'redsem:{fp}:owner', 'w1'), '<',
 		scalar $redis->cli('ZSCORE', 'redsem:{fp}:owner', 'n1'), '... with the earlier ticket');
+	# a caller that knew a longer lease lengthens a grace another started
+	$redis->cli('FLUSHALL');
+	my $r2 = $call->('fq', 'acquire', 'a', 3, 1, 2000, 0, 60000, 'test', '', '0', '', '', '');
+	my ($k2) = $r2 =~ /\n(n\S+)$/;
+	my $r6 = $call->('fq', 'acquire', 'b', 3, 1, 6000, 0, 60000, 'test', '', '0', '', $k2, '1');
+	my ($k6) = $r6 =~ /\n(n\d{16}:6000:\S+)$/;
+	ok(defined $k6, 'a 6 s lease raises lmax');
+	$redis->cli('FLUSHALL');
+	like($call->('fq', 'acquire', 'c', 3, 1, 1000, 0, 60000, 'test', '', '0', '', $k2, ''), qr/^busy/,
+		'forgotten: a caller that knew only the 2 s lease starts a grace');
+	like($call->('fq', 'acquire', 'd', 3, 1, 1000, 0, 60000, 'test', '', '0', '', $k6, ''), qr/^busy/,
+		'one that knew the 6 s lease is busy too');
+	my ($gus, $guntl) = $redis->cli('GET', 'redsem:gen') =~ /^g(\d{16}):\d+:(\d+):/;
+	my $len = $guntl - int($gus / 1000);
+	ok($len >= 6000 && $len < 6100, "... and made the grace 6 s long ($len ms)");
+	# forgotten again during the grace: as long a grace again
+	my ($kg) = $redis->cli('GET', 'redsem:gen');
+	$redis->cli('FLUSHALL');
+	like($call->('fq', 'acquire', 'e', 3, 1, 1000, 0, 60000, 'test', '', '0', '', $kg, ''), qr/^busy/,
+		'forgotten again during the grace: still busy (the grace carried over)');
+	($gus, $guntl) = $redis->cli('GET', 'redsem:gen') =~ /^g(\d{16}):\d+:(\d+):/;
+	$len = $guntl - int($gus / 1000);
+	ok($len >= 6000 && $len < 6100, "... a new grace as long ($len ms)");
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');

@@ -482,9 +482,10 @@ sub freeze { kill 'STOP', $_[0]->{pid}; return; }
 
 =item $redis->end_grace
 
-Give this Redis a generation (redsem:gen, I15 in src/redsem.lua) without
-a grace period, as if the grace after it forgot (a restart without
-persistence) were over: for tests of something else after a restart.
+Give this Redis a generation (redsem:gen, I15 in src/redsem.lua) made two
+days ago, when every lease anybody knew of has ended: as if the grace
+after it forgot (a restart without persistence) were over, for tests of
+something else after a restart.
 
 =cut
 
@@ -492,7 +493,8 @@ sub end_grace
 {
 	my ($self) = @_;
 	my ($sec, $usec) = split /\n/, scalar $self->cli('TIME');
-	$self->cli('SET', 'redsem:gen', sprintf('n%d%06d:0:0', $sec, $usec), 'PX', 86400000);
+	my $now_ms = $sec * 1000 + int($usec / 1000);
+	$self->cli('SET', 'redsem:gen', sprintf('n%d%06d:0:0:0:%d', $sec - 2 * 86400, $usec, $now_ms));
 	return;
 }
 sub thaw { kill 'CONT', $_[0]->{pid}; return; }
