@@ -6,13 +6,13 @@
  * outside a Cluster, and in a Cluster that of its slot, "<prefix>gen{<tag>}",
  * where tag is a short number that hashes to that slot, so the key lives
  * on the same node as the semaphore (one per slot in use).  Acquires pass
- * the generation this server last saw for that slot (outside a Cluster,
- * slot 0) and prefix; the script
- * starts a grace period when it finds none although the caller saw one
- * (Redis forgot), as long as the longest lease taken before.  What this
- * server saw is kept in shared memory (shmem.c), per slot, with the Redis
- * target and prefix it was seen under: a server that moves to another
- * Redis, or uses another prefix, has seen nothing there.
+ * the generation this server last saw there; the script makes everybody
+ * wait out a grace period when the one it finds is another, or there is
+ * none (Redis forgot), as long as the longest lease the caller knew of.
+ * What this server saw is kept in shared memory (shmem.c), in an entry per
+ * Cluster slot (outside a Cluster, one chosen by the signature), with the
+ * Redis target, database, user and prefix it was seen under: a server that
+ * moves to another Redis, or uses another prefix, has seen nothing there.
  */
 #include "postgres.h"
 
