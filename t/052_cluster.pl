@@ -93,19 +93,7 @@ sub cluster_settled
 }
 ok(wait_until(60, \&cluster_settled), 'the cluster is up, each primary with a replica in sync');
 
-my $node = PostgreSQL::Test::Cluster->new('main');
-$node->init;
-my $seed = $nodes[0]->port;
-$node->append_conf('postgresql.conf', <<"EOC");
-shared_preload_libraries = 'redsem'
-redsem.cluster = on
-redsem.host = '127.0.0.1'
-redsem.port = $seed
-max_connections = 40
-log_min_messages = warning
-EOC
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+my $node = create_cluster_node('main', $nodes[0], "max_connections = 40\n");
 
 ###########################################################################
 note 'semaphores over every primary';

@@ -29,24 +29,7 @@ my $HANG_S = 9;
 
 my @nodes = cluster_of_primaries('hnode');    # no failover: a node comes back
 
-sub make_node
-{
-	my ($name) = @_;
-	my $n = PostgreSQL::Test::Cluster->new($name);
-	$n->init;
-	my $seed = $nodes[0]->port;
-	$n->append_conf('postgresql.conf', <<"EOC");
-shared_preload_libraries = 'redsem'
-redsem.cluster = on
-redsem.host = '127.0.0.1'
-redsem.port = $seed
-redsem.command_timeout = '5s'
-log_min_messages = warning
-EOC
-	$n->start;
-	$n->safe_psql('postgres', 'CREATE EXTENSION redsem');
-	return $n;
-}
+sub make_node { return create_cluster_node($_[0], $nodes[0], "redsem.command_timeout = '5s'\n"); }
 my $pg = make_node('holds');
 my $other = make_node('others');
 

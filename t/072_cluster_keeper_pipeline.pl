@@ -72,18 +72,7 @@ for (my $i = 0; @names < $HOLDS; $i++)
 	push @names, "e1_$i" if grep { $s >= $_->[0] && $s <= $_->[1] } @ranges;
 }
 
-my $pg = PostgreSQL::Test::Cluster->new('pipeline');
-$pg->init;
-my $seed = $nodes[0]->port;
-$pg->append_conf('postgresql.conf', <<"EOC");
-shared_preload_libraries = 'redsem'
-redsem.cluster = on
-redsem.host = '127.0.0.1'
-redsem.port = $seed
-log_min_messages = warning
-EOC
-$pg->start;
-$pg->safe_psql('postgres', 'CREATE EXTENSION redsem');
+my $pg = create_cluster_node('pipeline', $nodes[0]);
 
 my $list = join(',', map { "'$_'" } @names);
 my $h = RedsemTest::Session->new($pg, name => 'holder');

@@ -228,19 +228,7 @@ $redis->stop;
 note 'Redis Cluster: each node forgets on its own';
 {
 	my @nodes = cluster_of_primaries('gnode');
-	my $pg = PostgreSQL::Test::Cluster->new('forget_cluster');
-	$pg->init;
-	my $seed = $nodes[0]->port;
-	$pg->append_conf('postgresql.conf', <<"EOC");
-shared_preload_libraries = 'redsem'
-redsem.cluster = on
-redsem.host = '127.0.0.1'
-redsem.port = $seed
-redsem.command_timeout = '2s'
-log_min_messages = warning
-EOC
-	$pg->start;
-	$pg->safe_psql('postgres', 'CREATE EXTENSION redsem');
+	my $pg = create_cluster_node('forget_cluster', $nodes[0], "redsem.command_timeout = '2s'\n");
 	my $try = sub {
 		my ($sem) = @_;
 		return $pg->safe_psql('postgres', "SELECT redsem_acquire('$sem', 1, '3 s', wait => '0') IS NOT NULL");

@@ -30,7 +30,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
-  cluster_of_primaries server_holds_of keeper_pid_of cut_proxy sleep_full);
+  cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -238,6 +238,35 @@ sub cluster_of_primaries
 			}), 'the cluster is up');
 	return @nodes;
 }
+
+=item create_cluster_node($name, $seed, $extra_conf)
+
+A PostgreSQL server with redsem preloaded in Cluster mode, started from
+node $seed (a RedsemTest::TcpServer, such as cluster_of_primaries
+returns), with $extra_conf appended, running, with the extension created.
+
+=cut
+
+sub create_cluster_node
+{
+	my ($name, $seed, $extra_conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	my $port = $seed->port;
+	$node->append_conf('postgresql.conf', <<"EOC");
+shared_preload_libraries = 'redsem'
+redsem.cluster = on
+redsem.host = '127.0.0.1'
+redsem.port = $port
+log_min_messages = warning
+EOC
+	$node->append_conf('postgresql.conf', $extra_conf) if defined $extra_conf;
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+	return $node;
+}
+
+=pod
 
 =item cut_proxy($redis)
 
