@@ -157,6 +157,11 @@ SELECT redsem_release('err', repeat('a', 101));
 --
 -- The bounds themselves are accepted
 --
+-- A lease above redsem.max_lease (1 hour by default: it bounds the grace
+-- after Redis forgets, I15) is refused; a superuser may raise it
+SELECT redsem_acquire('err_lease_cap', 1, '1 hour 1 ms');
+SET redsem.max_lease = '24h';
+
 CREATE TEMP TABLE good_calls (n serial, call text);
 INSERT INTO good_calls (call) VALUES
     ($$redsem_acquire(repeat('n', 200), 1)$$),

@@ -13,6 +13,7 @@
 
 #include "bounds.h"
 #include "guc.h"
+#include "timing.h"
 
 char	   *redsem_host = NULL;
 int			redsem_port = 6379;
@@ -20,6 +21,7 @@ char	   *redsem_unix_socket = NULL;
 int			redsem_database = 0;
 char	   *redsem_user = NULL;
 char	   *redsem_key_prefix = NULL;
+int			redsem_max_lease_ms = 3600 * 1000;
 int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
 int			redsem_grant_replicas = 0;
@@ -136,6 +138,13 @@ define_connection_gucs(void)
 static void
 define_timeout_gucs(void)
 {
+	DefineCustomIntVariable("redsem.max_lease",
+							"Longest lease a caller may ask for (acquire or refresh).",
+							"After Redis forgets, newcomers wait as long as the longest lease asked for (I15): "
+							"this bounds that wait. Set by superusers, per role or database.",
+							&redsem_max_lease_ms, 3600 * 1000, REDSEM_MIN_LEASE_MS, (int) REDSEM_MAX_LEASE_MS,
+							PGC_SUSET, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomIntVariable("redsem.connect_timeout",
 							"Maximum time to wait while connecting to Redis.",
 							NULL,

@@ -14,6 +14,7 @@ extern int	redsem_database;
 extern char *redsem_user;
 extern char *redsem_key_prefix;
 extern int	redsem_connect_timeout_ms;
+extern int	redsem_max_lease_ms;
 extern int	redsem_command_timeout_ms;
 extern int	redsem_grant_replicas;
 extern int	redsem_max_priority;

@@ -78,13 +78,26 @@ duration_arg(FunctionCallInfo fcinfo, int argno, const char *argname,
 	return us / 1000;
 }
 
-/* The lease argument: from REDSEM_MIN_LEASE_MS, the shortest the keeper keeps */
+/*
+ * The lease argument: from REDSEM_MIN_LEASE_MS, the shortest the keeper
+ * keeps, to redsem.max_lease (which bounds the grace after Redis forgets)
+ */
 static int64
 lease_arg(FunctionCallInfo fcinfo, int argno)
 {
+	int64		ms;
+
 	StaticAssertStmt(REDSEM_MIN_LEASE_MS == 1000, "the error detail says 1 second");
-	return duration_arg(fcinfo, argno, "lease", REDSEM_MIN_LEASE_MS,
-						REDSEM_MAX_LEASE_MS);
+	ms = duration_arg(fcinfo, argno, "lease", REDSEM_MIN_LEASE_MS,
+					  REDSEM_MAX_LEASE_MS);
+	if (ms > redsem_max_lease_ms)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("argument \"lease\" is longer than redsem.max_lease"),
+				 errdetail("The lease is " INT64_FORMAT " ms; redsem.max_lease is %d ms.",
+						   ms, redsem_max_lease_ms),
+				 errhint("After Redis forgets, everybody waits as long as the longest lease asked for. A superuser can raise redsem.max_lease, for a role or database too.")));
+	return ms;
 }
 
 /* The priority argument: NULL is 0; -100 to 100 */
