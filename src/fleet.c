@@ -197,6 +197,61 @@ fleet_touch_failed(const char *why)
 
 /* When the keeper's next touch of the index is due */
 static TimestampTz next_touch = 0;
+/* When the keeper next raises its holds' generations (keep_generations) */
+static TimestampTz next_gen_keep = 0;
+
+/* One generation the keeper keeps: where, and the longest lease held there */
+typedef struct GenKeep
+{
+	const char *prefix;
+	const char *name;			/* a semaphore of it, to route the call */
+	int			slot;
+	int64		lease_ms;
+} GenKeep;
+
+/*
+ * Every KEEPER_GEN_KEEP_MS: make each generation this server holds slots of
+ * count the longest of those leases (gen_raise, I15), so that a slot kept
+ * alive for days still sets the grace after Redis forgets.  False if a
+ * call failed (then it is tried again at the next touch).
+ */
+static bool
+keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
+{
+	GenKeep    *g;
+	int			m = 0;
+
+	if (redsem_now() < next_gen_keep)
+		return true;
+	g = palloc(sizeof(GenKeep) * Max(n, 1));
+	for (int i = 0; i < n; i++)
+	{
+		const SharedHold *h = &holds[i].hold;
+		int			slot;
+		int			k;
+
+		if (h->abandoned || h->lost || h->target != target || h->phase != PHASE_HELD)
+			continue;
+		slot = sem_gen_slot(h->prefix, h->name);
+		for (k = 0; k < m; k++)
+			if (g[k].slot == slot && strcmp(g[k].prefix, h->prefix) == 0)
+				break;
+		if (k == m)
+		{
+			g[m].prefix = h->prefix;
+			g[m].name = h->name;
+			g[m].slot = slot;
+			g[m].lease_ms = 0;
+			m++;
+		}
+		g[k].lease_ms = Max(g[k].lease_ms, h->lease_ms);
+	}
+	for (int k = 0; k < m; k++)
+		if (!sem_gen_raise(call, g[k].prefix, g[k].name, g[k].lease_ms))
+			return false;
+	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
+	return true;
+}
 
 /* True if the keeper's touch of the index is due (fleet_touch_index) */
 bool
@@ -240,6 +295,8 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 			;
 		ok = touch_prefix(&call, &entries[first], last - first, &evicting, &unsure);
 	}
+	if (ok)
+		ok = keep_generations(&call, holds, n, target);
 	if (!ok)
 		fleet_touch_failed(redis_outcome_text(&call.outcome));
 	else if (evicting || !unsure)

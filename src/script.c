@@ -645,21 +645,42 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 	int			slot = sem_slot(prefix, name);
 
 	/* a lease made longer than any asked for: its generation counts it first (I15) */
-	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms))
-	{
-		args[0] = psprintf(INT64_FORMAT, lease_ms);
-		if (!run_script(call, prefix, name, "gen_raise", 1, args, &reply))
-			return false;
-		if (reply->type == REDIS_REPLY_STRING)
-			gen_note(prefix, slot, reply->str);
-		freeReplyObject(reply);
-	}
+	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms) &&
+		!sem_gen_raise(call, prefix, name, lease_ms))
+		return false;
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
 	if (!run_script(call, prefix, name, "refresh", 2, args, &reply))
 		return false;
 	if (!reply_int64(reply, new_lease_ms) || *new_lease_ms < -1)
 		return malformed(call, name, reply, "refresh did not answer a lease");
+	freeReplyObject(reply);
+	return true;
+}
+
+/* Where semaphore name's generation is noted (gen_slot), under prefix */
+int
+sem_gen_slot(const char *prefix, const char *name)
+{
+	return sem_slot(prefix, name);
+}
+
+/*
+ * Make the lmax of semaphore name's generation at least lease_ms
+ * (gen_raise, I15), and note the generation Redis answered with
+ */
+bool
+sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
+			  int64 lease_ms)
+{
+	const char *args[1];
+	redisReply *reply;
+
+	args[0] = psprintf(INT64_FORMAT, lease_ms);
+	if (!run_script(call, prefix, name, "gen_raise", 1, args, &reply))
+		return false;
+	if (reply->type == REDIS_REPLY_STRING)
+		gen_note(prefix, sem_slot(prefix, name), reply->str);
 	freeReplyObject(reply);
 	return true;
 }

@@ -140,6 +140,9 @@ extern bool sem_node_policy(RedisCall *call, const char *prefix,
 extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 							  bool *was_held);
+extern int	sem_gen_slot(const char *prefix, const char *name);
+extern bool sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
+						  int64 lease_ms);
 extern bool sem_refresh(RedisCall *call, const char *prefix, const char *name,
 						const char *id, int64 lease_ms, int64 *new_lease_ms);
 extern bool sem_wait_for_wake(RedisCall *call, const char *name,

@@ -208,6 +208,15 @@
 #define ACQUIRE_RIDE_LOG_EVERY_MS	10000
 
 #define FLEET_TOUCH_MS				10000
+
+/*
+ * How often the keeper makes sure that the generation of each semaphore it
+ * keeps a hold of counts that hold's lease (I15 in src/redsem.lua): an
+ * acquire counts its lease, but a slot its keeper refreshes for longer
+ * than a window (half a day: GEN_WINDOW_MS) would otherwise drop out of
+ * the grace after a window or two.  Far less than a window.
+ */
+#define KEEPER_GEN_KEEP_MS			(3600 * 1000)
 #define FLEET_TTL_MS				60000
 #define FLEET_TOUCH_MIN_BUDGET_MS	KEEPER_NODE_MIN_BUDGET_MS
 #define FLEET_EVICTION_LOG_MS		(10 * 60 * 1000)

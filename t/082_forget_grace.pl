@@ -130,6 +130,22 @@ note 'a refresh that lengthens a lease counts in the grace';
 }
 
 ###########################################################################
+note 'the keeper keeps its holds\' leases counted (a window may have started anew)';
+{
+	my $k = create_node('forget_keeper', $redis, '');
+	my $s = RedsemTest::Session->new($k, name => 'kept');
+	$s->query_ok("SELECT redsem_acquire('kg', 1, '7 s') IS NOT NULL;");
+	my ($us, $rot) = $redis->cli('GET', 'redsem:gen') =~ /^n(\d{16}):\d+:0:\d+:(\d+)$/;
+	ok(defined $us, 'a generation');
+	# as if a new window had started: lmax and lprev forget the 7 s lease
+	$redis->cli('SET', 'redsem:gen', "n$us:1000:0:0:$rot");
+	ok(defined wait_until(25, sub { ($redis->cli('GET', 'redsem:gen') // '') =~ /^n$us:7000:/ }),
+		'the keeper counts its hold\'s 7 s lease again');
+	$s->quit;
+	$k->stop;
+}
+
+###########################################################################
 note 'another server that used this Redis, not that semaphore: the grace holds there too';
 {
 	my $b = create_node('forget_b', $redis, '');
