@@ -57,18 +57,25 @@ slot_tag(int slot)
 }
 
 /*
- * Which entry of the shared table a semaphore's generation is noted in,
- * from any of its keys: its Cluster slot, or outside a Cluster (one
- * generation per Redis target and prefix) an entry of its own for the
- * target and prefix, so that sessions using other databases, users or
- * prefixes do not overwrite each other's
+ * Where a semaphore's generation is, from any of its keys: its Cluster
+ * slot, or 0 outside a Cluster (one generation per prefix)
  */
 int
 gen_slot(const char *prefix, const char *sem_key)
 {
-	if (cluster_enabled())
-		return cluster_key_slot(sem_key, strlen(sem_key));
-	return (int) (gen_signature(prefix) % CLUSTER_SLOTS);
+	return cluster_enabled() ? cluster_key_slot(sem_key, strlen(sem_key)) : 0;
+}
+
+/*
+ * The entry of the shared table that slot's generation under sig is noted
+ * in: spread by the signature too, so that sessions using other
+ * databases, users or prefixes do not overwrite each other's (but for the
+ * rare two that fall on one entry)
+ */
+static int
+gen_entry(int slot, uint64 sig)
+{
+	return (int) ((slot + sig) % CLUSTER_SLOTS);
 }
 
 /* The generation key of slot under prefix (NULL: redsem.key_prefix) */
@@ -88,7 +95,9 @@ gen_lmax_below(const char *prefix, int slot, int64 lease_ms)
 {
 	SharedGenSeen g;
 
-	return shared_gen_read(slot, gen_signature(prefix), &g) && g.lmax < lease_ms;
+	uint64		sig = gen_signature(prefix);
+
+	return shared_gen_read(gen_entry(slot, sig), sig, &g) && g.lmax < lease_ms;
 }
 
 /* Which Redis and prefix a generation was seen under */
@@ -121,10 +130,11 @@ void
 gen_known(const char *prefix, int slot, int64 lease_ms, char *text, bool *grow)
 {
 	SharedGenSeen g;
+	uint64		sig = gen_signature(prefix);
 
 	text[0] = '\0';
 	*grow = false;
-	if (!shared_gen_read(slot, gen_signature(prefix), &g))
+	if (!shared_gen_read(gen_entry(slot, sig), sig, &g))
 		return;
 	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":" INT64_FORMAT,
 			 g.us, g.lmax, g.lprev, g.rot);
@@ -151,5 +161,5 @@ gen_note(const char *prefix, int slot, const char *text)
 	g.lmax = lmax;
 	g.lprev = lprev;
 	g.rot = rot;
-	shared_gen_write(slot, gen_signature(prefix), &g);
+	shared_gen_write(gen_entry(slot, gen_signature(prefix)), gen_signature(prefix), &g);
 }

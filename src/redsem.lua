@@ -58,8 +58,9 @@
 --                                           identity.  No TTL: one key
 --                                           per prefix, or per Cluster
 --                                           slot in use, gone only when
---                                           Redis forgets.  Only acquire
---                                           and gen_raise name it.
+--                                           Redis forgets.  Only acquire,
+--                                           wait_check and gen_raise
+--                                           name it.
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>forced:<id> STRING                 "1": the member was released
@@ -287,15 +288,19 @@
 --     us, or none there) sets that grace (until), and keeps it at least
 --     as long as the one it knew of; until it ends an acquire waits in
 --     line or is told busy, no fast path runs, and promotion stops (the
---     state's gu says until when); then the line moves in its order.  A
+--     state's gu says until when; only a call that names KEYS[7], an
+--     acquire or a wait_check, may pass it, once it has made gu agree
+--     with the generation's: gen_sync); then the line moves in its order.  A
 --     caller that knew none (a server new to this Redis, or in a Cluster
 --     to that slot) starts no grace: a fresh Redis admits at once.  A new
 --     generation carries the lease it was made for over in lprev (so a
 --     second forgetting during a grace gets as long a one), lmax counts
 --     the leases asked for by callers that hold or wait (a refresh that
 --     lengthens a lease raises it first: gen_raise), and every
---     GEN_WINDOW_MS lprev takes lmax and lmax starts anew.  Only acquire
---     and gen_raise read or write KEYS[7], and acquire's replies carry
+--     GEN_WINDOW_MS lprev takes lmax and lmax starts anew (each keeper
+--     raises lmax to its holds' leases every hour: a slot kept for days
+--     still counts).  Only acquire, wait_check and gen_raise read or
+--     write KEYS[7], and acquire's replies carry
 --     the text when the caller did not know it, so that servers learn it;
 --     without KEYS[7] (6 keys) nothing of this runs.
 --
@@ -367,8 +372,9 @@ local S, W, WEIGHTS, TF, TW
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS, GONE, GONE_TENANT
 -- An acquire's generation (I15): whether its reply must tell it (nil: no
 -- KEYS[7], or the caller knows it), and until when its grace period lasts
--- (nil: none).
-local GEN, GRACE
+-- (nil: none); GEN_SYNC: the state's gu was made to agree with KEYS[7] in
+-- this call (only then may promotion pass a gu: gen_sync).
+local GEN, GRACE, GEN_SYNC
 
 -- CONTENTS.  After the constants and the per-call state above, the script
 -- is in sections, each one do ... end block (its body not indented), in
@@ -412,7 +418,9 @@ local id_arg, count_arg, priority_arg, tenant_arg, weight_arg, limit_arg,
 -- travel as values, never in a closure made per call: that cost 5,000
 -- instructions a call (bench/README.md).
 local OPS = {}
--- 10 ACQUIRE AND WAIT: acquire, wait_check, give_up; what a waiter is told
+-- 10 ACQUIRE AND WAIT: acquire, wait_check, give_up; what a waiter is told;
+-- the generation (I15)
+local gen_sync
 -- 11 RELEASE AND REFRESH: release, refresh, refresh_many, token
 -- 12 LIST, LIMIT, SUMMARY: list, limit, summary, set_limit
 -- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight, tenants
@@ -1085,7 +1093,7 @@ end
 -- class may still come in, into the reserve.
 function promote()
     if S.gu then                    -- I15: nobody comes in before it ends
-        if NOW_MS < S.gu then return end
+        if NOW_MS < S.gu or not GEN_SYNC then return end
         set('gu', false)
     end
     local waiters = waiter_count()  -- (a bound: the loop's own count)
@@ -1164,7 +1172,7 @@ end
 -- other change promotes by itself).
 function housekeeping(due)
     local dropped = expire(due)
-    if (dropped > 0 or (S.rt and rate_open()) or (S.gu and NOW_MS >= S.gu)) and
+    if (dropped > 0 or (S.rt and rate_open()) or (S.gu and GEN_SYNC and NOW_MS >= S.gu)) and
        not is_empty() then
         promote()
     end
@@ -1570,13 +1578,27 @@ local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_LEASE
 local function gen_parts(text)
     local f, us, lmax, untl, lprev, rot =
         string.match(text or '', '^([gn])(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if not f or #us ~= 16 then return nil end
+    if not f or #us > 18 or #untl > 18 or #rot > 18 then return nil end
     lmax, untl, lprev, rot = tonumber(lmax), tonumber(untl), tonumber(lprev), tonumber(rot)
-    if lmax > GEN_KEEP_MS or lprev > GEN_KEEP_MS or untl > NOW_MS + 2 * GEN_KEEP_MS or
-       rot > NOW_MS + GEN_KEEP_MS then
-        return nil
-    end
+    if lmax > GEN_KEEP_MS or lprev > GEN_KEEP_MS then return nil end
     return f, us, lmax, untl, lprev, rot
+end
+
+-- I15: make the state's gu (a grace its waiters came in) agree with the
+-- generation's, which a caller that knew a longer lease may have made
+-- longer since: then promotion may pass it (GEN_SYNC).  Only calls that
+-- name KEYS[7] do; the others leave the line to them (its waiters look
+-- again when gu ends, with wait_check, which names it).
+function gen_sync()
+    local untl
+    if GEN then
+        untl = GRACE
+    else
+        local f, _, _, u = gen_parts(redis.call('GET', K_GEN))
+        if f == 'g' then untl = u end
+    end
+    if untl and untl > S.gu then set('gu', untl) end
+    GEN_SYNC = true
 end
 
 -- I15: an acquire asking for lease ms, whose server knew the generation
@@ -1603,14 +1625,18 @@ local function gen_look(known, lease, grow)
     if cur then
         f, us, lmax, untl, lprev, rot = gen_parts(cur)
         if not f then return end    -- not ours: left alone, no generation
+        -- (Redis's clock went back: the window starts now, a grace lasts
+        -- a day at most)
+        if rot > NOW_MS then rot = NOW_MS - GEN_WINDOW_MS end
+        untl = math.min(untl, NOW_MS + GEN_KEEP_MS)
     else                            -- forgotten (or new)
         f, us, lmax, untl, lprev, rot = 'n', now_us_text(), 0, 0, 0, NOW_MS
     end
     local kf, kus, klmax, kuntl, klprev = gen_parts(known)
     if kf and kus ~= us then        -- Redis forgot since the caller looked
         local knew = math.max(klmax, klprev)
-        local made = math.floor(tonumber(us) / 1000)
-        untl = math.max(untl, made + knew, kuntl)
+        local made = math.min(math.floor(tonumber(us) / 1000), NOW_MS)
+        untl = math.max(untl, made + knew, math.min(kuntl, NOW_MS + GEN_KEEP_MS))
         lprev = math.max(lprev, knew)
     end
     if untl > NOW_MS then f = 'g' else f, untl = 'n', 0 end
@@ -1637,7 +1663,7 @@ local function with_gen(reply, n)
     if not GEN then return reply end
     local busy = reply[1] == 'busy'
     local lmax = G_LMAX
-    if not busy and G_LEASE > lmax then lmax = G_LEASE end
+    if not busy and G_LEASE > lmax then lmax = math.min(G_LEASE, GEN_KEEP_MS) end
     local text = gen_text(G_F, G_US, lmax, G_UNTL, G_LPREV, G_ROT)
     if text ~= G_CUR then
         if busy and not G_CUR and not GRACE then return reply end
@@ -1664,7 +1690,7 @@ end
 OPS.gen_raise = {
     read = function(a)
         local lease = count_arg(a[2])
-        if lease and lease >= 1 then return true, lease end
+        if lease and lease >= 1 and lease <= GEN_KEEP_MS then return true, lease end
     end,
     run = op_gen_raise,
     fast = op_gen_raise,
@@ -2492,7 +2518,7 @@ local PAD = {'00000', '0000', '000', '00', '0', ''}
 local function begin(keys)
     K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
         keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
-    GEN, GRACE = nil, nil
+    GEN, GRACE, GEN_SYNC = nil, nil, false
     BASE = string.sub(K_OWNER, 1, -6)
     local t = redis.call('TIME')
     NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
@@ -2579,6 +2605,7 @@ local function run_op(keys, a, op, ok, ...)
     local reply = op.fast and op.fast(...) or nil
     if reply ~= nil then return reply end
     begin_general()
+    if S.gu and K_GEN then gen_sync() end
     local due = probe(a)
     note_counts()
     housekeeping(due)

@@ -183,8 +183,8 @@ sem_slot(const char *prefix, const char *name)
 
 /*
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
- * (its keys, then, for an acquire or gen_raise, the only operations that
- * read it, its generation key); returns how many entries that is (at most
+ * (its keys, then, for the operations that read it: acquire, wait_check
+ * and gen_raise, its generation key); returns how many entries that is (at most
  * 3 + SCRIPT_NKEYS + 1).
  */
 int
@@ -192,7 +192,8 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 		   const char *op)
 {
 	int			argc = 0;
-	bool		with_gen = strcmp(op, "acquire") == 0 || strcmp(op, "gen_raise") == 0;
+	bool		with_gen = strcmp(op, "acquire") == 0 || strcmp(op, "wait_check") == 0 ||
+		strcmp(op, "gen_raise") == 0;
 
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();

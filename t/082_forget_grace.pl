@@ -230,6 +230,27 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	($gus, $guntl) = $redis->cli('GET', 'redsem:gen') =~ /^g(\d{16}):\d+:(\d+):/;
 	$len = $guntl - int($gus / 1000);
 	ok($len >= 6000 && $len < 6100, "... a new grace as long ($len ms)");
+	# a grace made longer after a semaphore's waiters came: they wait for
+	# the longer one (wait_check names the generation key)
+	$redis->cli('FLUSHALL');
+	my $ra = $call->('fx', 'acquire', 'a', 1, 1, 1000, 0, 60000, 'test', '', '0', '', '', '');
+	my ($k1) = $ra =~ /\n(n\S+)$/;
+	$call->('fx', 'release', 'a');
+	my $rb = $call->('fy', 'acquire', 'b', 1, 1, 8000, 0, 60000, 'test', '', '0', '', $k1, '1');
+	my ($k8) = $rb =~ /\n(n\d{16}:8000:\S+)$/;
+	ok(defined $k8, 'a server that knew the 8 s lease');
+	$redis->cli('FLUSHALL');
+	like($call->('fx', 'acquire', 'w', 1, 1, 1000, 1, 60000, 'test', '', '0', '', $k1, ''), qr/^waiting/,
+		'forgotten: a waiter comes in the grace of the 1 s lease its server knew');
+	like($call->('fy', 'acquire', 'c', 1, 1, 1000, 0, 60000, 'test', '', '0', '', $k8, ''), qr/^busy/,
+		'a server that knew the 8 s lease makes the grace 8 s long');
+	sleep_full(1.5);
+	like(scalar $redis->cli('FCALL', $lib, 7, (map { "redsem:{fx}:$_" } qw(owner timeout ticket info waiting state)),
+			'redsem:gen', 'wait_check', 'w', 60000), qr/^waiting/,
+		'after 1.5 s the waiter still waits (its semaphore had noted 1 s)');
+	like(scalar $redis->cli('FCALL', $lib, 6, (map { "redsem:{fx}:$_" } qw(owner timeout ticket info waiting state)),
+			'give_up', 'nobody'), qr/^lost/, 'a call without the key (give_up) promotes nobody either');
+	ok($redis->cli('ZSCORE', 'redsem:{fx}:waiting', 'w') ne '', 'the waiter is still in line');
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
