@@ -27,6 +27,7 @@
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "storage/spin.h"
 #include "utils/guc.h"
 #include "utils/hsearch.h"
 #include "utils/timestamp.h"
@@ -39,17 +40,14 @@
 
 /*
  * A slot's generation as this server last saw it (gen.c): sig 0 is none.
- * Read without a lock: a read torn by a write gives a text the script
- * does not recognise, which costs it a parse; should Redis have forgotten
- * at that moment, the grace takes the lmax of the one or the other.
+ * Its spinlock keeps a read from mixing two writes (an acquire reads it
+ * once; writes come when Redis tells a generation the caller did not know).
  */
 typedef struct SharedGen
 {
-	pg_atomic_uint64 sig;		/* the Redis target and prefix */
-	pg_atomic_uint64 us;		/* SharedGenSeen's fields */
-	pg_atomic_uint64 lmax;
-	pg_atomic_uint64 lprev;
-	pg_atomic_uint64 rot;
+	slock_t		mutex;
+	uint64		sig;			/* the Redis target and prefix */
+	SharedGenSeen seen;
 } SharedGen;
 
 /* The part of shared memory that a crash-restart re-creates */
@@ -297,13 +295,7 @@ redsem_shmem_startup(void)
 		pg_atomic_init_u64(&shared->keeper_wakes, 0);
 		pg_atomic_init_u64(&shared->stops, 0);
 		for (int i = 0; i < CLUSTER_SLOTS; i++)
-		{
-			pg_atomic_init_u64(&shared->gens[i].sig, 0);
-			pg_atomic_init_u64(&shared->gens[i].us, 0);
-			pg_atomic_init_u64(&shared->gens[i].lmax, 0);
-			pg_atomic_init_u64(&shared->gens[i].lprev, 0);
-			pg_atomic_init_u64(&shared->gens[i].rot, 0);
-		}
+			SpinLockInit(&shared->gens[i].mutex);
 		if (!IsUnderPostmaster)
 		{
 			if (postmaster_started_once)
@@ -1245,17 +1237,17 @@ bool
 shared_gen_read(int slot, uint64 sig, SharedGenSeen *out)
 {
 	SharedGen  *g;
+	bool		found;
 
 	if (shared == NULL || slot < 0 || slot >= CLUSTER_SLOTS || sig == 0)
 		return false;
 	g = &shared->gens[slot];
-	if (pg_atomic_read_u64(&g->sig) != sig)
-		return false;
-	out->us = (int64) pg_atomic_read_u64(&g->us);
-	out->lmax = (int64) pg_atomic_read_u64(&g->lmax);
-	out->lprev = (int64) pg_atomic_read_u64(&g->lprev);
-	out->rot = (int64) pg_atomic_read_u64(&g->rot);
-	return out->us > 0;
+	SpinLockAcquire(&g->mutex);
+	found = g->sig == sig && g->seen.us > 0;
+	if (found)
+		*out = g->seen;
+	SpinLockRelease(&g->mutex);
+	return found;
 }
 
 /*
@@ -1270,15 +1262,12 @@ shared_gen_write(int slot, uint64 sig, const SharedGenSeen *in)
 	if (shared == NULL || slot < 0 || slot >= CLUSTER_SLOTS || sig == 0)
 		return;
 	g = &shared->gens[slot];
-	if (pg_atomic_read_u64(&g->sig) == sig &&
-		pg_atomic_read_u64(&g->us) == (uint64) in->us &&
-		pg_atomic_read_u64(&g->rot) == (uint64) in->rot &&
-		pg_atomic_read_u64(&g->lprev) == (uint64) in->lprev &&
-		pg_atomic_read_u64(&g->lmax) >= (uint64) in->lmax)
-		return;
-	pg_atomic_write_u64(&g->us, (uint64) in->us);
-	pg_atomic_write_u64(&g->lmax, (uint64) in->lmax);
-	pg_atomic_write_u64(&g->lprev, (uint64) in->lprev);
-	pg_atomic_write_u64(&g->rot, (uint64) in->rot);
-	pg_atomic_write_u64(&g->sig, sig);
+	SpinLockAcquire(&g->mutex);
+	if (!(g->sig == sig && g->seen.us == in->us && g->seen.rot == in->rot &&
+		  g->seen.lprev == in->lprev && g->seen.lmax >= in->lmax))
+	{
+		g->sig = sig;
+		g->seen = *in;
+	}
+	SpinLockRelease(&g->mutex);
 }
