@@ -288,6 +288,9 @@ foreach my $round (RedsemTest::Failover::rounds())
 	like($states, qr/^(08006)?(,?lost)?(,?wait)?$/, "$label: calls during the switch fail with 08006 only, lose a slot, or wait ($nfail failures)");
 	is($over, 0, "$label: never more than $LIMIT inside one semaphore at once (with redsem.grant_replicas = 1)")
 	  if $replicas;
+	# issue 48 C: a planned failover is ridden through within a caller's wait
+	unlike($states, qr/08006/, "$label: no caller with 10 s of wait gets an error from CLUSTER FAILOVER")
+	  if $how eq 'failover' && $replicas;
 	push @report, RedsemTest::Failover::report_line("c$how", $replicas, scalar(@periods),
 		$max, $over, $gap, $window, $nfail);
 	note $report[-1];
