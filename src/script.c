@@ -171,8 +171,8 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 }
 
 /* Where semaphore name's generation is (gen_slot), under prefix (NULL: the setting's) */
-static int
-sem_slot(const char *prefix, const char *name)
+int
+sem_gen_slot(const char *prefix, const char *name)
 {
 	char	   *key = sem_key(prefix, name, key_suffixes[0]);
 	int			slot = gen_slot(prefix, key);
@@ -483,7 +483,7 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	const char *args[12];
 	char		known[GEN_TEXT_LEN];
 	bool		grow;
-	int			slot = sem_slot(NULL, name);
+	int			slot = sem_gen_slot(NULL, name);
 	redisReply *reply;
 
 	gen_known(NULL, slot, lease_ms, known, &grow);
@@ -643,7 +643,7 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 {
 	const char *args[2];
 	redisReply *reply;
-	int			slot = sem_slot(prefix, name);
+	int			slot = sem_gen_slot(prefix, name);
 
 	/* a lease made longer than any asked for: its generation counts it first (I15) */
 	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms) &&
@@ -657,13 +657,6 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 		return malformed(call, name, reply, "refresh did not answer a lease");
 	freeReplyObject(reply);
 	return true;
-}
-
-/* Where semaphore name's generation is noted (gen_slot), under prefix */
-int
-sem_gen_slot(const char *prefix, const char *name)
-{
-	return sem_slot(prefix, name);
 }
 
 /*
@@ -681,7 +674,7 @@ sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 	if (!run_script(call, prefix, name, "gen_raise", 1, args, &reply))
 		return false;
 	if (reply->type == REDIS_REPLY_STRING)
-		gen_note(prefix, sem_slot(prefix, name), reply->str);
+		gen_note(prefix, sem_gen_slot(prefix, name), reply->str);
 	freeReplyObject(reply);
 	return true;
 }

@@ -113,17 +113,26 @@ $extra_conf (optional) is appended to postgresql.conf.
 sub create_node
 {
 	my ($name, $redis, $extra_conf) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
 	my $sock = $redis->socket;
 
-	$node->init;
-	$node->append_conf('postgresql.conf', <<"EOC");
+	return start_node($name, <<"EOC", $extra_conf);
 shared_preload_libraries = 'redsem'
 redsem.unix_socket = '$sock'
 max_connections = 50
 log_statement = none
 log_min_messages = warning
 EOC
+}
+
+# A new server with $conf and then $extra_conf (optional) in its
+# postgresql.conf, started, with the extension created
+sub start_node
+{
+	my ($name, $conf, $extra_conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+
+	$node->init;
+	$node->append_conf('postgresql.conf', $conf);
 	$node->append_conf('postgresql.conf', $extra_conf) if defined $extra_conf;
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
@@ -250,20 +259,15 @@ returns), with $extra_conf appended, running, with the extension created.
 sub create_cluster_node
 {
 	my ($name, $seed, $extra_conf) = @_;
-	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init;
 	my $port = $seed->port;
-	$node->append_conf('postgresql.conf', <<"EOC");
+
+	return start_node($name, <<"EOC", $extra_conf);
 shared_preload_libraries = 'redsem'
 redsem.cluster = on
 redsem.host = '127.0.0.1'
 redsem.port = $port
 log_min_messages = warning
 EOC
-	$node->append_conf('postgresql.conf', $extra_conf) if defined $extra_conf;
-	$node->start;
-	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
-	return $node;
 }
 
 =pod
