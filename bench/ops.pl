@@ -12,7 +12,7 @@ use strict;
 my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
 my $with_gen = ($ENV{OPS_KEYS} // 7) != 6;
 my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
-my @gen = $with_gen ? ('', '0', '', $ENV{OPS_GEN} // '', '') : ();
+my @gen = $with_gen ? ('', '0', '', $ENV{OPS_GEN} // '', 'u') : ();
 sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
 # (only an acquire names the generation key)
 sub op

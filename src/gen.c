@@ -33,6 +33,11 @@ static uint64 gen_signature(const char *prefix);
 static uint32 *slot_tags;
 /* The next number to hash when a slot's tag is still missing */
 static uint32 next_candidate;
+/* Per backend and slot: redis_route_changes() plus one when an acquire of
+ * this backend last checked the slot's era (0: never); outside a Cluster
+ * only slot 0, in era_checked_one */
+static uint64 *era_checked;
+static uint64 era_checked_one;
 
 /* A number whose decimal text hashes to slot (found once per backend) */
 static uint32
@@ -89,7 +94,10 @@ gen_key(const char *prefix, int slot)
 	return psprintf("%sgen{%u}", prefix, slot_tag(slot));
 }
 
-/* True if this server saw slot's generation with a lmax below lease_ms */
+/*
+ * True if this server saw slot's generation with a lmax or an ul below
+ * lease_ms (a refresh that lengthens a lease raises both: gen_raise)
+ */
 bool
 gen_lmax_below(const char *prefix, int slot, int64 lease_ms)
 {
@@ -97,7 +105,8 @@ gen_lmax_below(const char *prefix, int slot, int64 lease_ms)
 
 	uint64		sig = gen_signature(prefix);
 
-	return shared_gen_read(gen_entry(slot, sig), sig, &g) && g.lmax < lease_ms;
+	return shared_gen_read(gen_entry(slot, sig), sig, &g) &&
+		(g.lmax < lease_ms || g.ul < lease_ms);
 }
 
 /* Which Redis and prefix a generation was seen under */
@@ -118,27 +127,65 @@ unix_ms(void)
 			(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC) / 1000;
 }
 
+/* Where this backend notes when it last checked slot's era */
+static uint64 *
+era_checked_of(int slot)
+{
+	if (!cluster_enabled())
+		return &era_checked_one;
+	if (era_checked == NULL)
+		era_checked = MemoryContextAllocZero(TopMemoryContext,
+											 sizeof(uint64) * CLUSTER_SLOTS);
+	return &era_checked[slot];
+}
+
 /*
  * What this server saw of slot's generation, as the script writes it
  * ("" if nothing; never in a grace, so that the script's look at a text
- * it knows cannot skip one), and whether the script must look closer
- * (grow): lease_ms is longer than its lmax, or its window is due to end
- * (by the wall clock here: a clock off by minutes moves that by as much,
- * within the half day a window lasts)
+ * it knows cannot skip one), and the flags that make the script look
+ * closer: 'g' if lease_ms is longer than its lmax, its window is due to
+ * end, or, unacked, lease_ms is longer than its ul or half of it would
+ * outlast its ue (by the wall clock here: a clock off by minutes moves
+ * the window's end by as much, within the half day a window lasts; one
+ * ahead of Redis's by half a lease has every such acquire look closer,
+ * one behind moves ue on later); 'e'
+ * if this backend has not checked the slot's era since it last opened a
+ * link or followed a redirection (the primary may be another); 'u' if the
+ * grant waits for no replica (unacked).  flags has room for 4 bytes.
  */
 void
-gen_known(const char *prefix, int slot, int64 lease_ms, char *text, bool *grow)
+gen_known(const char *prefix, int slot, int64 lease_ms, bool unacked,
+		  char *text, char *flags)
 {
 	SharedGenSeen g;
 	uint64		sig = gen_signature(prefix);
+	char	   *f = flags;
 
 	text[0] = '\0';
-	*grow = false;
-	if (!shared_gen_read(gen_entry(slot, sig), sig, &g))
-		return;
-	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":" INT64_FORMAT,
-			 g.us, g.lmax, g.lprev, g.rot);
-	*grow = lease_ms > g.lmax || unix_ms() - g.rot >= GEN_WINDOW_MS;
+	if (*era_checked_of(slot) != redis_route_changes() + 1)
+		*f++ = 'e';
+	if (unacked)
+		*f++ = 'u';
+	if (shared_gen_read(gen_entry(slot, sig), sig, &g))
+	{
+		snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":"
+				 INT64_FORMAT ":" INT64_FORMAT ":" INT64_FORMAT ":%s",
+				 g.us, g.lmax, g.lprev, g.rot, g.ul, g.ue, g.era);
+		if (lease_ms > g.lmax || unix_ms() - g.rot >= GEN_WINDOW_MS ||
+			(unacked && (lease_ms > g.ul || g.ue < unix_ms() + lease_ms / 2)))
+			*f++ = 'g';
+	}
+	*f = '\0';
+}
+
+/*
+ * An acquire sent with the flag 'e' for slot was answered: its era was
+ * checked on the route as it was after the call (route_changes)
+ */
+void
+gen_checked(int slot, uint64 route_changes)
+{
+	*era_checked_of(slot) = route_changes + 1;
 }
 
 /* Note slot's generation as a reply told it (text "" or malformed: nothing) */
@@ -150,16 +197,25 @@ gen_note(const char *prefix, int slot, const char *text)
 	long long	until;
 	long long	lprev;
 	long long	rot;
+	long long	ul;
+	long long	ue;
 	char		flag;
+	int			era_at = 0;
 	SharedGenSeen g;
 
 	if (text == NULL ||
-		sscanf(text, "%c%lld:%lld:%lld:%lld:%lld", &flag, &us, &lmax, &until, &lprev, &rot) != 6 ||
-		(flag != 'n' && flag != 'g') || us <= 0 || lmax < 0 || lprev < 0 || rot < 0)
+		sscanf(text, "%c%lld:%lld:%lld:%lld:%lld:%lld:%lld:%n", &flag, &us, &lmax, &until,
+			   &lprev, &rot, &ul, &ue, &era_at) != 8 || era_at == 0 ||
+		(flag != 'n' && flag != 'g') || us <= 0 || lmax < 0 || lprev < 0 || rot < 0 ||
+		ul < 0 || ue < 0 || strlen(text + era_at) >= sizeof(g.era) ||
+		strspn(text + era_at, "0123456789abcdefABCDEF") != strlen(text + era_at))
 		return;
 	g.us = us;
 	g.lmax = lmax;
 	g.lprev = lprev;
 	g.rot = rot;
+	g.ul = ul;
+	g.ue = ue;
+	strlcpy(g.era, text + era_at, sizeof(g.era));
 	shared_gen_write(gen_entry(slot, gen_signature(prefix)), gen_signature(prefix), &g);
 }

@@ -8,8 +8,9 @@
 #ifndef REDSEM_GEN_H
 #define REDSEM_GEN_H
 
-/* The longest generation text: "g" and five int64 with their colons */
-#define GEN_TEXT_LEN 112
+/* The longest generation text: "g", seven int64 with their colons, and a
+ * replication id of 40 characters (gen_parts in src/redsem.lua) */
+#define GEN_TEXT_LEN 200
 /* After how long a generation's lmax starts anew: GEN_WINDOW_MS in
  * src/redsem.lua */
 #define GEN_WINDOW_MS (INT64CONST(43200000))
@@ -18,7 +19,8 @@ extern int	gen_slot(const char *prefix, const char *sem_key);
 extern char *gen_key(const char *prefix, int slot);
 extern bool gen_lmax_below(const char *prefix, int slot, int64 lease_ms);
 extern void gen_known(const char *prefix, int slot, int64 lease_ms,
-					  char *text, bool *grow);
+					  bool unacked, char *text, char *flags);
 extern void gen_note(const char *prefix, int slot, const char *text);
+extern void gen_checked(int slot, uint64 route_changes);
 
 #endif							/* REDSEM_GEN_H */

@@ -51,11 +51,15 @@
 --                                           this Redis's semaphores (in
 --                                           a Cluster: of KEYS[1]'s slot):
 --                                           "<f><us>:<lmax>:<until>:
---                                           <lprev>:<rot>" (gen_parts):
---                                           f 'g' while a grace period
---                                           (I15) lasts until ms <until>;
---                                           us: when it was made, its
---                                           identity.  No TTL: one key
+--                                           <lprev>:<rot>:<ul>:<ue>:
+--                                           <era>" (gen_parts): f 'g'
+--                                           while a grace period (I15)
+--                                           lasts until ms <until>; us:
+--                                           when it was made, its
+--                                           identity; era: the
+--                                           replication id of the
+--                                           primary it was last checked
+--                                           on.  No TTL: one key
 --                                           per prefix, or per Cluster
 --                                           slot in use, gone only when
 --                                           Redis forgets.  Only acquire,
@@ -299,7 +303,20 @@
 --     lengthens a lease raises it first: gen_raise), and every
 --     GEN_WINDOW_MS lprev takes lmax and lmax starts anew (each keeper
 --     raises lmax to its holds' leases every hour: a slot kept for days
---     still counts).  Only acquire, wait_check and gen_raise read or
+--     still counts).  A failover can forget too: a promoted replica
+--     lacks the grants its primary had not yet sent it.  So the
+--     generation also notes, in ue, until when the lease of the latest
+--     grant that waited for no replica (redsem.grant_replicas 0), or of a
+--     refresh that lengthened one, may run (servers pass 'g' to move it
+--     on once half of it is over: at most two writes a lease), in ul the
+--     longest such lease since ue last passed, and in era the primary it
+--     was last checked on.  Each connection has the first acquire it
+--     sends to a slot check it (INFO replication): on another primary
+--     than era (promoted, a slot moved, a restart from a snapshot), if
+--     such a grant may have come less than ul before ue, a grace as long
+--     as ul starts now, for the grants the primary before may have had
+--     alone.  Grants that waited for a replica need none: Sentinel and
+--     Cluster promote a replica that is at least as far along.  Only acquire, wait_check and gen_raise read or
 --     write KEYS[7], and acquire's replies carry
 --     the text when the caller did not know it, so that servers learn it;
 --     without KEYS[7] (6 keys) nothing of this runs.
@@ -1566,22 +1583,26 @@ end
 
 -- I15, per call: KEYS[7]'s text as read (false: none), and the parts of
 -- the generation the call leaves (as gen_parts names them), but for the
--- caller's own lease.
-local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_LEASE
+-- caller's own lease (and whether its grant waits for no replica).
+local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_UL, G_UE, G_ERA, G_LEASE, G_UNACKED
 
 -- I15: a generation's parts from its text: f ('g' in a grace, else 'n'),
 -- us (when it was made: its identity), lmax (the longest lease asked for
 -- since rot), until (ms: the grace's end, 0 if none), lprev (the longest
 -- of the window before, or carried over from a generation Redis forgot),
--- rot (ms: when this window began); nil if it is not one of ours (another
--- program's string, or numbers out of bounds).
+-- rot (ms: when this window began), ul and ue (ms: the longest lease of
+-- grants that waited for no replica, and until when the latest may run),
+-- era (the replication id it was last checked on, '' if none); nil if it
+-- is not one of ours
+-- (another program's string, or numbers out of bounds).
 local function gen_parts(text)
-    local f, us, lmax, untl, lprev, rot =
-        string.match(text or '', '^([gn])(%d+):(%d+):(%d+):(%d+):(%d+)$')
-    if not f or #us > 18 or #untl > 18 or #rot > 18 then return nil end
+    local f, us, lmax, untl, lprev, rot, ul, ue, era = string.match(text or '',
+        '^([gn])(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%d+):(%x*)$')
+    if not f or #us > 18 or #untl > 18 or #rot > 18 or #ue > 18 or #era > 40 then return nil end
     lmax, untl, lprev, rot = tonumber(lmax), tonumber(untl), tonumber(lprev), tonumber(rot)
-    if lmax > GEN_KEEP_MS or lprev > GEN_KEEP_MS then return nil end
-    return f, us, lmax, untl, lprev, rot
+    ul, ue = tonumber(ul), tonumber(ue)
+    if math.max(lmax, lprev, ul) > GEN_KEEP_MS then return nil end
+    return f, us, lmax, untl, lprev, rot, ul, ue, era
 end
 
 -- I15: make the state's gu (a grace its waiters came in) agree with the
@@ -1602,8 +1623,11 @@ function gen_sync()
 end
 
 -- I15: an acquire asking for lease ms, whose server knew the generation
--- as known ('': none) and, if grow, knew a lmax below lease or a window
--- due to end: sets GEN (true if the reply must tell the generation:
+-- as known ('': none); flags: 'g' if it knew a lmax below lease, a window
+-- due to end, or (with 'u') an ul below lease or an ue half over, 'e' if
+-- its connection has not
+-- checked this generation's era yet, 'u' if its grant waits for no
+-- replica.  Sets GEN (true if the reply must tell the generation:
 -- with_gen), the parts (G_*) and GRACE (when the grace ends, or nil).
 -- Reads KEYS[7] only.  A generation keeps its us for as long as Redis
 -- keeps it (no TTL), so a known us that is not the one there means Redis
@@ -1613,58 +1637,80 @@ end
 -- one without grace; a later caller that knew adds the grace).  Windows
 -- of GEN_WINDOW_MS: at each, lprev takes lmax and lmax starts anew, so a
 -- long lease counts for two windows at most.
-local function gen_look(known, lease, grow)
+local function gen_look(known, lease, flags)
     GEN, GRACE = nil, nil
     if not K_GEN then return end
     local cur = redis.call('GET', K_GEN)
     -- (the common case: as the caller knew it, so without grace (a caller
-    -- passes only texts without), and neither a new lmax nor a window due
-    -- to end, as the caller reckoned (grow): the reply need not tell it)
-    if cur == known and not grow then return end
-    local f, us, lmax, untl, lprev, rot
+    -- passes only texts without), nothing to check or raise, as the caller
+    -- reckoned (no 'g', no 'e'): the reply need not tell it)
+    if cur == known and (flags == 'u' or flags == '') then return end
+    local f, us, lmax, untl, lprev, rot, ul, ue, era
     if cur then
-        f, us, lmax, untl, lprev, rot = gen_parts(cur)
+        f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
         if not f then return end    -- not ours: left alone, no generation
         -- (Redis's clock went back: the window starts now, a grace lasts
         -- a day at most)
         if rot > NOW_MS then rot = NOW_MS - GEN_WINDOW_MS end
         untl = math.min(untl, NOW_MS + GEN_KEEP_MS)
     else                            -- forgotten (or new)
-        f, us, lmax, untl, lprev, rot = 'n', now_us_text(), 0, 0, 0, NOW_MS
+        f, us, lmax, untl, lprev, rot, ul, ue, era = 'n', now_us_text(), 0, 0, 0, NOW_MS, 0, 0, ''
     end
-    local kf, kus, klmax, kuntl, klprev = gen_parts(known)
+    local kf, kus, klmax, kuntl, klprev, _, kul, kue = gen_parts(known)
     if kf and kus ~= us then        -- Redis forgot since the caller looked
         local knew = math.max(klmax, klprev)
         local made = math.min(math.floor(tonumber(us) / 1000), NOW_MS)
         untl = math.max(untl, made + knew, math.min(kuntl, NOW_MS + GEN_KEEP_MS))
-        lprev = math.max(lprev, knew)
+        lprev, ul, ue = math.max(lprev, knew), math.max(ul, kul), math.max(ue, kue)
+    end
+    -- another primary than the one it was checked on may lack grants that
+    -- waited for no replica: none is admitted before their leases are over
+    if era == '' or string.find(flags, 'e', 1, true) then
+        local now_era = current_era()
+        if now_era and now_era ~= era then
+            if era ~= '' and NOW_MS < ue + ul then untl = math.max(untl, NOW_MS + ul) end
+            era = now_era
+        end
     end
     if untl > NOW_MS then f = 'g' else f, untl = 'n', 0 end
-    if NOW_MS - rot >= GEN_WINDOW_MS then lprev, lmax, rot = lmax, 0, NOW_MS end
-    G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_LEASE =
-        cur, f, us, lmax, untl, lprev, rot, lease
+    if NOW_MS - rot >= GEN_WINDOW_MS then
+        lprev, lmax, rot = lmax, 0, NOW_MS
+    end
+    G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_UL, G_UE, G_ERA =
+        cur, f, us, lmax, untl, lprev, rot, ul, ue, era
+    G_LEASE, G_UNACKED = lease, string.find(flags, 'u', 1, true) ~= nil
     GEN = true
     if f == 'g' then GRACE = untl end
 end
 
+-- I15: ul and ue once a grant (or a lengthened lease) of lease ms that
+-- waits for no replica is made now: ul starts anew once ue has passed.
+local function unacked(ul, ue, lease)
+    if ue < NOW_MS then ul = 0 end
+    return math.max(ul, lease), math.max(ue, NOW_MS + lease)
+end
+
 -- I15: a generation's text from its parts.
-local function gen_text(f, us, lmax, untl, lprev, rot)
-    return f .. us .. ':' .. int(lmax) .. ':' .. int(untl) .. ':' .. int(lprev) .. ':' .. int(rot)
+local function gen_text(f, us, lmax, untl, lprev, rot, ul, ue, era)
+    return f .. us .. ':' .. int(lmax) .. ':' .. int(untl) .. ':' .. int(lprev) .. ':' ..
+        int(rot) .. ':' .. int(ul) .. ':' .. int(ue) .. ':' .. era
 end
 
 -- I15: reply, told the generation at index n (the fields before it that
 -- are not there: ''), once gen_look found it must be; the generation is
 -- written then, without a TTL (one key per prefix, or per Cluster slot in
 -- use), so a call refused for its arguments leaves no key.  Its lmax
--- counts the caller's lease if it holds or waits now.  A busy reply on a
--- Redis without a generation writes one only for a grace (which later
--- callers must find), and tells none it did not write.
+-- (and ul and ue, for a grant that waits for no replica: unacked) counts
+-- the caller's lease if it holds or waits now.  A busy reply on a Redis without a
+-- generation writes one only for a grace (which later callers must
+-- find), and tells none it did not write.
 local function with_gen(reply, n)
     if not GEN then return reply end
     local busy = reply[1] == 'busy'
-    local lmax = G_LMAX
-    if not busy and G_LEASE > lmax then lmax = math.min(G_LEASE, GEN_KEEP_MS) end
-    local text = gen_text(G_F, G_US, lmax, G_UNTL, G_LPREV, G_ROT)
+    local lmax, ul, ue, lease = G_LMAX, G_UL, G_UE, math.min(G_LEASE, GEN_KEEP_MS)
+    if not busy and lease > lmax then lmax = lease end
+    if not busy and G_UNACKED then ul, ue = unacked(ul, ue, lease) end
+    local text = gen_text(G_F, G_US, lmax, G_UNTL, G_LPREV, G_ROT, ul, ue, G_ERA)
     if text ~= G_CUR then
         if busy and not G_CUR and not GRACE then return reply end
         redis.call('SET', K_GEN, text)
@@ -1674,30 +1720,35 @@ local function with_gen(reply, n)
     return reply
 end
 
--- gen_raise lease_ms: a refresh is to lengthen a lease to lease_ms: the
--- lmax of its generation follows first (I15).  The generation's text, or
--- '' if there is none.
-local function op_gen_raise(lease)
+-- gen_raise lease_ms ['k']: a refresh is to lengthen a lease to lease_ms:
+-- the lmax of its generation follows first, and its ul and ue (the longer
+-- lease reaches no replica first); with 'k', a keeper's hourly count of
+-- the leases it keeps: lmax only (I15).  The generation's text, or '' if
+-- there is none.
+local function op_gen_raise(lease, keeper)
     if not K_GEN then return '' end
     local cur = redis.call('GET', K_GEN)
-    local f, us, lmax, untl, lprev, rot = gen_parts(cur)
+    local f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
     if not f then return '' end
-    if lease <= lmax then return cur end
-    cur = gen_text(f, us, lease, untl, lprev, rot)
+    if keeper and lease <= lmax then return cur end
+    if not keeper then ul, ue = unacked(ul, ue, lease) end
+    cur = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
     redis.call('SET', K_GEN, cur)
     return cur
 end
 OPS.gen_raise = {
     read = function(a)
         local lease = count_arg(a[2])
-        if lease and lease >= 1 and lease <= GEN_KEEP_MS then return true, lease end
+        if lease and lease >= 1 and lease <= GEN_KEEP_MS and (a[3] == nil or a[3] == 'k') then
+            return true, lease, a[3] == 'k'
+        end
     end,
     run = op_gen_raise,
     fast = op_gen_raise,
 }
 
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
--- [settle|'' [priority [tenant [known_generation|'' [grow(1)|'']]]]]
+-- [settle|'' [priority [tenant [known_generation|'' [flags: g e u]]]]]
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority, tenant)
     local members = member_count()
     -- I8: one limit
@@ -1796,14 +1847,14 @@ OPS.acquire = {
         if a[11] and a[11] ~= '' then tenant = tenant_arg(a[11]) end
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
                 priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle') and
-                (a[12] == nil or #a[12] <= 64) and (a[13] == nil or a[13] == '' or a[13] == '1')) or
+                (a[12] == nil or #a[12] <= 160) and (a[13] == nil or (#a[13] <= 3 and string.find(a[13], '^[geu]*$')))) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
         return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
-               priority, tenant, a[12] or '', a[13] == '1'
+               priority, tenant, a[12] or '', a[13] or ''
     end,
     run = op_acquire,
-    fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant, known, grow)
-        gen_look(known, lease, grow)
+    fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant, known, flags)
+        gen_look(known, lease, flags)
         if p == 1 and not GRACE then
             local reply = fast_acquire(id, maxh, lease, origin, priority, tenant)
             if reply and reply[1] == 'held' then return with_gen(reply, 4) end

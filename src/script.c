@@ -482,11 +482,11 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 {
 	const char *args[12];
 	char		known[GEN_TEXT_LEN];
-	bool		grow;
+	char		flags[4];
 	int			slot = sem_gen_slot(NULL, name);
 	redisReply *reply;
 
-	gen_known(NULL, slot, lease_ms, known, &grow);
+	gen_known(NULL, slot, lease_ms, !settle_eras(), known, flags);
 	args[0] = id;
 	args[1] = max_holders > 0 ? psprintf("%d", max_holders) : "";
 	args[2] = psprintf("%d", permits);
@@ -498,11 +498,13 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[8] = priority != 0 ? psprintf("%d", priority) : "0";
 	args[9] = tenant != NULL ? tenant : "";
 	args[10] = known;
-	args[11] = grow ? "1" : "";
+	args[11] = flags;
 	if (!run_script(call, NULL, name, "acquire", 12, args, &reply) ||
 		!decode_state(call, name, reply, result))
 		return false;
 	gen_note(NULL, slot, result->gen);
+	if (strchr(flags, 'e') != NULL)
+		gen_checked(slot, redis_route_changes());
 	return true;
 }
 
@@ -647,7 +649,7 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 
 	/* a lease made longer than any asked for: its generation counts it first (I15) */
 	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms) &&
-		!sem_gen_raise(call, prefix, name, lease_ms))
+		!sem_gen_raise(call, prefix, name, lease_ms, false))
 		return false;
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
@@ -660,18 +662,21 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 }
 
 /*
- * Make the lmax of semaphore name's generation at least lease_ms
- * (gen_raise, I15), and note the generation Redis answered with
+ * Make the lmax of semaphore name's generation at least lease_ms, and its
+ * ul too unless keeper (the keeper's hourly count of the leases it keeps,
+ * not a lengthened one) (gen_raise, I15); note the generation Redis
+ * answered with
  */
 bool
 sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
-			  int64 lease_ms)
+			  int64 lease_ms, bool keeper)
 {
-	const char *args[1];
+	const char *args[2];
 	redisReply *reply;
 
 	args[0] = psprintf(INT64_FORMAT, lease_ms);
-	if (!run_script(call, prefix, name, "gen_raise", 1, args, &reply))
+	args[1] = "k";
+	if (!run_script(call, prefix, name, "gen_raise", keeper ? 2 : 1, args, &reply))
 		return false;
 	if (reply->type == REDIS_REPLY_STRING)
 		gen_note(prefix, sem_gen_slot(prefix, name), reply->str);

@@ -258,6 +258,10 @@ typedef struct SharedGenSeen
 	int64		lmax;			/* the longest lease of its window */
 	int64		lprev;			/* ... of the window before */
 	int64		rot;			/* when its window began (ms) */
+	int64		ul;				/* the longest lease of grants that waited
+								 * for no replica, since ue last passed */
+	int64		ue;				/* until when the latest of them may run (ms) */
+	char		era[41];		/* the primary it was last checked on */
 } SharedGenSeen;
 
 /* What this server saw of a slot's generation (gen.c), under signature sig */

@@ -176,8 +176,11 @@ like($err, qr/ERROR:  08006: .*\n.*DETAIL:  (MASTERDOWN|READONLY)/,
 	'a replica cut off from its primary, serving no stale data: 08006');
 admin('CONFIG', 'SET', 'replica-serve-stale-data', 'yes');
 
-# "failover": the same address becomes a primary again
+# "failover": the same address becomes a primary again (another primary
+# to redsem, which may lack grants made just before: the grace of I15,
+# t/083, ended here)
 admin('REPLICAOF', 'NO', 'ONE');
+$redis->end_grace;
 is($s->query_ok(q{SELECT redsem_release('e_ro', redsem_acquire('e_ro', 1));}), 't',
 	'once it is a primary again, the next call reconnects and works');
 $s->query_ok(q{RESET redsem.await_release;});

@@ -46,7 +46,7 @@ note 'a fresh Redis admits at once; a refused call leaves no key';
 	is(try_once('fresh', '3 s'), 't', 'the first acquire on a fresh Redis gets its slot');
 	is(join(',', gen_keys()), 'redsem:gen', 'and made the generation key');
 	my $g = $redis->cli('GET', (gen_keys())[0]);
-	like($g, qr/^n\d{16}:3000:0:0:\d+$/, "no grace, lmax its lease ($g)");
+	like($g, qr/^n\d{16}:3000:0:0:\d+:\d+:\d+:[0-9a-f]*$/, "no grace, lmax its lease ($g)");
 	is($redis->cli('PTTL', (gen_keys())[0]), '-1', 'the key has no TTL (one per prefix)');
 	$redis->cli('FLUSHALL');
 	my ($ret, $out, $err) = $node->psql('postgres', "SELECT redsem_acquire('refused', 2, '3 s', wait => '0', permits => 3)");
@@ -59,10 +59,10 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 {
 	# the FLUSHALL above: this server had seen the generation (lmax 3 s)
 	is(try_once('g1', '4 s'), 'f', 'the first acquire after it gets NULL: the grace');
-	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+:3000:\d+$/,
+	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+:3000:\d+:\d+:\d+:[0-9a-f]*$/,
 		'the new generation counts no lease of a call told busy');
 	ok(defined wait_until(10, sub { try_once('g1', '4 s') eq 't' }), 'a slot, once the grace is over');
-	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:4000:0:3000:\d+$/, 'its lmax is the 4 s lease now');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:4000:0:3000:\d+:\d+:\d+:[0-9a-f]*$/, 'its lmax is the 4 s lease now');
 	my $h = session('holder');
 	$h->send("SELECT redsem_acquire('g1', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
 	ok(wait_until(10, sub { $redis->zcard('g1', 'owner') == 1 }), 'a holder runs');
@@ -75,7 +75,7 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	is(try_once('g1', '3 s'), 'f', 'a try-acquire during the grace gets NULL');
 	my $g = $redis->cli('GET', 'redsem:gen');
 	my ($sec, $us) = split /\n/, scalar $redis->cli('TIME');
-	my ($left) = map { $_ - ($sec * 1000 + $us / 1000) } $g =~ /^g\d{16}:3000:(\d+):4000:\d+$/;
+	my ($left) = map { $_ - ($sec * 1000 + $us / 1000) } $g =~ /^g\d{16}:3000:(\d+):4000:\d+:\d+:\d+:[0-9a-f]*$/;
 	ok(defined $left && $left > 3000 && $left <= 4000,
 		"the new generation has a grace of the longest lease, 4 s, and counts the waiter's 3 s ($g)");
 	my (undef, $herr) = $h->wait_done(20);
@@ -93,7 +93,7 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	cmp_ok($until // 0, '<=', $sec * 1000 + $us / 1000, 'its grace is over');
 	$w->query_ok('SELECT redsem_release_all();');
 	is(try_once('g1', '3 s'), 't', 'admission is as before');
-	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:3000:0:4000:\d+$/, '... and the next acquire wrote the generation without grace');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:3000:0:4000:\d+:\d+:\d+:[0-9a-f]*$/, '... and the next acquire wrote the generation without grace');
 	$w->quit;
 	$h->quit;
 }
@@ -135,10 +135,10 @@ note 'the keeper keeps its holds\' leases counted (a window may have started ane
 	my $k = create_node('forget_keeper', $redis, '');
 	my $s = RedsemTest::Session->new($k, name => 'kept');
 	$s->query_ok("SELECT redsem_acquire('kg', 1, '7 s') IS NOT NULL;");
-	my ($us, $rot) = $redis->cli('GET', 'redsem:gen') =~ /^n(\d{16}):\d+:0:\d+:(\d+)$/;
+	my ($us, $rot) = $redis->cli('GET', 'redsem:gen') =~ /^n(\d{16}):\d+:0:\d+:(\d+):\d+:\d+:[0-9a-f]*$/;
 	ok(defined $us, 'a generation');
 	# as if a new window had started: lmax and lprev forget the 7 s lease
-	$redis->cli('SET', 'redsem:gen', "n$us:1000:0:0:$rot");
+	$redis->cli('SET', 'redsem:gen', "n$us:1000:0:0:$rot:0:0:");
 	ok(defined wait_until(25, sub { ($redis->cli('GET', 'redsem:gen') // '') =~ /^n$us:7000:/ }),
 		'the keeper counts its hold\'s 7 s lease again');
 	$s->quit;
@@ -193,8 +193,8 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	};
 	$redis->cli('FLUSHALL');
 	my $r = $call->('fp', 'acquire', 'h1', 3, 1, 2000, 0, 60000, 'test', '', '0', '', '', '');
-	like($r, qr/^held\n\d+\n2000\nn\d{16}:2000:0:0:\d+$/, 'a fresh Redis: held, and told the generation');
-	my ($known) = $r =~ /\n(n\d{16}:2000:0:0:\d+)$/;
+	like($r, qr/^held\n\d+\n2000\nn\d{16}:2000:0:0:\d+:\d+:\d+:[0-9a-f]*$/, 'a fresh Redis: held, and told the generation');
+	my ($known) = $r =~ /\n(n\d{16}:2000:0:0:\d+:\d+:\d+:[0-9a-f]*)$/;
 	$call->('fp', 'release', 'h1');
 	$redis->cli('FLUSHALL');
 	like($call->('fp', 'acquire', 'w1', 3, 1, 2000, 1, 60000, 'test', '', '0', '', $known, ''),
@@ -211,7 +211,7 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	$redis->cli('FLUSHALL');
 	my $r2 = $call->('fq', 'acquire', 'a', 3, 1, 2000, 0, 60000, 'test', '', '0', '', '', '');
 	my ($k2) = $r2 =~ /\n(n\S+)$/;
-	my $r6 = $call->('fq', 'acquire', 'b', 3, 1, 6000, 0, 60000, 'test', '', '0', '', $k2, '1');
+	my $r6 = $call->('fq', 'acquire', 'b', 3, 1, 6000, 0, 60000, 'test', '', '0', '', $k2, 'g');
 	my ($k6) = $r6 =~ /\n(n\d{16}:6000:\S+)$/;
 	ok(defined $k6, 'a 6 s lease raises lmax');
 	$redis->cli('FLUSHALL');
@@ -236,7 +236,7 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	my $ra = $call->('fx', 'acquire', 'a', 1, 1, 1000, 0, 60000, 'test', '', '0', '', '', '');
 	my ($k1) = $ra =~ /\n(n\S+)$/;
 	$call->('fx', 'release', 'a');
-	my $rb = $call->('fy', 'acquire', 'b', 1, 1, 8000, 0, 60000, 'test', '', '0', '', $k1, '1');
+	my $rb = $call->('fy', 'acquire', 'b', 1, 1, 8000, 0, 60000, 'test', '', '0', '', $k1, 'g');
 	my ($k8) = $rb =~ /\n(n\d{16}:8000:\S+)$/;
 	ok(defined $k8, 'a server that knew the 8 s lease');
 	$redis->cli('FLUSHALL');

@@ -527,7 +527,7 @@ sub end_grace
 	my ($self) = @_;
 	my ($sec, $usec) = split /\n/, scalar $self->cli('TIME');
 	my $now_ms = $sec * 1000 + int($usec / 1000);
-	$self->cli('SET', 'redsem:gen', sprintf('n%d%06d:0:0:0:%d', $sec - 2 * 86400, $usec, $now_ms));
+	$self->cli('SET', 'redsem:gen', sprintf('n%d%06d:0:0:0:%d:0:0:', $sec - 2 * 86400, $usec, $now_ms));
 	return;
 }
 sub thaw { kill 'CONT', $_[0]->{pid}; return; }

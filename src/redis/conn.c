@@ -94,6 +94,13 @@ typedef struct Link
 
 static Link links[CLUSTER_MAX_NODES];
 
+/*
+ * How many times this backend opened a link or followed a redirection: a
+ * primary it talks to may be another since (gen.c has each slot's first
+ * acquire after a change check which primary it is on)
+ */
+static uint64 route_changes = 0;
+
 /* A link's node: its index in links[] (0: the server, outside a cluster) */
 static inline int
 link_node(const Link *link)
@@ -299,7 +306,15 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	link->ctx = c;
 	link->generation = redsem_guc_generation;
 	link->tls = redsem_tls;
+	route_changes++;
 	return true;
+}
+
+/* See route_changes */
+uint64
+redis_route_changes(void)
+{
+	return route_changes;
 }
 
 /*
@@ -808,6 +823,7 @@ route_redirect(Route *r, redisReply **reply)
 	*reply = NULL;
 	r->node = next;
 	r->redirects++;
+	route_changes++;
 	return true;
 }
 

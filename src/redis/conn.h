@@ -31,5 +31,6 @@ extern char *redis_outcome_text(const RedisOutcome *outcome);
 extern void redis_disconnect(void);
 extern char *redis_target_description(void);
 extern uint64 redis_target_signature(void);
+extern uint64 redis_route_changes(void);
 
 #endif							/* REDSEM_CONN_H */
