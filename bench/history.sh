@@ -14,7 +14,10 @@
 # (SIGSTOP), a paused holder (SIGSTOP of its backend), a wall-clock step on
 # one server (libfaketime), FLUSHALL, and a Redis restart without
 # persistence.  The checker (t/RedsemHistory.pm) counts the starts that made
-# more than 2 run at once.
+# more than 2 run at once.  Then t/083_failover_lost_writes.pl in its bench
+# mode: a Sentinel failover to a replica cut off first (a limit of 1; server
+# A's session holds on the primary alone and works 20 s, server B's two
+# loop), with cancel and warn.
 #
 # Environment: BENCH_RUN_S (seconds of load per case, default 20),
 # BENCH_NO_INSTALL=1.
@@ -29,7 +32,7 @@ trap 'rm -f "$log"' EXIT
 
 status=0
 REDSEM_HISTORY_BENCH=1 REDSEM_HISTORY_RUN_S="${BENCH_RUN_S:-20}" "${install[@]}" \
-    bash "$REPO/scripts/test.sh" tap t/081_history_faults.pl >"$log" 2>&1 || status=$?
+    bash "$REPO/scripts/test.sh" tap t/081_history_faults.pl t/083_failover_lost_writes.pl >"$log" 2>&1 || status=$?
 echo "history under faults (limit 2, two servers, four sessions each, works of 0.8 s, leases of 1 s; $(date -u +%F)):"
 sed -n 's/^.*# \(|.*|\)$/\1/p' "$log"
 if [[ $status -ne 0 ]]; then

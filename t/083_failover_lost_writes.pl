@@ -28,47 +28,54 @@ use Test::More;
 use Time::HiRes qw(time);
 
 my $LEASE = '6 s';
-
 my @fast = ('repl-diskless-sync-delay 0');
-my $primary = RedsemTest::TcpServer->new(name => 'lw_a', conf => [@fast]);
-
-# the replica replicates through a proxy the test can freeze
-my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-my $proxy_pid = fork;
-die "fork: $!" unless defined $proxy_pid;
-if ($proxy_pid == 0)
-{
-	exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $primary->address, 0)
-	  or die "exec: $!";
-}
-END { if ($proxy_pid) { kill 'CONT', $proxy_pid; kill 'TERM', $proxy_pid; } }
-my $replica = RedsemTest::TcpServer->new(name => 'lw_b', conf => [ @fast, "replicaof 127.0.0.1 $proxy_port" ]);
 
 sub role
 {
 	my ($srv) = @_;
 	return (($srv->cli('INFO', 'replication') // '') =~ /^role:(\w+)/m)[0] // '';
 }
-ok(wait_until(30, sub { ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/ }),
-	'the replica is in sync, through the proxy');
 
-my $sentinel = RedsemTest::TcpServer->new(
-	name => 'lw_sentinel',
-	sentinel => 1,
-	conf => [
-		'sentinel monitor mymaster 127.0.0.1 ' . $primary->port . ' 1',
-		'sentinel down-after-milliseconds mymaster 1000',
-		'sentinel failover-timeout mymaster 4000',
-	]);
-ok(wait_until(30, sub { ($sentinel->cli('SENTINEL', 'replicas', 'mymaster') // '') =~ /\b${\ $replica->port }\b/ }),
-	'the sentinel knows the replica');
+# A primary, a replica that replicates through a proxy the test can
+# freeze, and a sentinel: (primary, replica, sentinel, proxy pid)
+my @proxies;
+END { foreach my $pid (@proxies) { kill 'CONT', $pid; kill 'TERM', $pid; } }
 
-my $conf = "redsem.sentinels = '" . $sentinel->address . "'\nredsem.connect_timeout = '1s'\n"
-  . "redsem.command_timeout = '2s'\nlog_min_messages = warning\n";
+sub sentinel_set
+{
+	my ($tag) = @_;
+	my $primary = RedsemTest::TcpServer->new(name => "lw_${tag}_a", conf => [@fast]);
+	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
+	my $proxy_pid = fork;
+	die "fork: $!" unless defined $proxy_pid;
+	if ($proxy_pid == 0)
+	{
+		exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $primary->address, 0)
+		  or die "exec: $!";
+	}
+	push @proxies, $proxy_pid;
+	my $replica = RedsemTest::TcpServer->new(name => "lw_${tag}_b", conf => [ @fast, "replicaof 127.0.0.1 $proxy_port" ]);
+	ok(wait_until(30, sub { ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/ }),
+		"$tag: the replica is in sync, through the proxy");
+	my $sentinel = RedsemTest::TcpServer->new(
+		name => "lw_${tag}_sentinel",
+		sentinel => 1,
+		conf => [
+			'sentinel monitor mymaster 127.0.0.1 ' . $primary->port . ' 1',
+			'sentinel down-after-milliseconds mymaster 1000',
+			'sentinel failover-timeout mymaster 4000',
+		]);
+	my $rport = $replica->port;
+	ok(wait_until(30, sub { ($sentinel->cli('SENTINEL', 'replicas', 'mymaster') // '') =~ /\b$rport\b/ }),
+		"$tag: the sentinel knows the replica");
+	return ($primary, $replica, $sentinel, $proxy_pid);
+}
+
 my @nodes = map {
 	my $n = PostgreSQL::Test::Cluster->new("lw_$_");
 	$n->init;
-	$n->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\n$conf");
+	$n->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\nredsem.connect_timeout = '1s'\n"
+		  . "redsem.command_timeout = '2s'\nlog_min_messages = warning\n");
 	$n->start;
 	$n->safe_psql('postgres', 'CREATE EXTENSION redsem');
 	RedsemHistory::install($n);
@@ -76,44 +83,69 @@ my @nodes = map {
 } qw(a b);
 my ($a, $b) = @nodes;
 
-# a first grant and its release reach the replica: the generation there
-# counts the lease of grants that wait for no replica, and the primary it
-# was checked on
-$a->safe_psql('postgres', "SELECT redsem_release('lw', redsem_acquire('lw', 1, '$LEASE'));");
-my $gen = '';
-ok(defined wait_until(10, sub { ($gen = $replica->cli('GET', 'redsem:gen') // '') ne '' }),
-	'the replica has the generation');
-like($gen, qr/^n\d+:6000:0:\d+:\d+:6000:\d+:[0-9a-f]{40}$/,
-	"... with the 6 s lease of a grant that waited for no replica, and its era ($gen)");
+# One case: the servers use a new sentinel set; server A's session takes
+# the slot of $sem on the primary alone and works 20 s; server B's two
+# loop on it; the primary dies.  Returns the checker's result.
+sub run_case
+{
+	my ($sem, $policy) = @_;
+	my ($primary, $replica, $sentinel, $proxy_pid) = sentinel_set($sem);
+	foreach my $n (@nodes)
+	{
+		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $sentinel->address . "'\n");
+		$n->reload;
+	}
+	sleep_full(0.5);
 
-# the replica is cut off: what the primary grants now, it keeps alone
-kill 'STOP', $proxy_pid;
+	# a first grant and its release reach the replica: the generation
+	# there counts the lease of grants that wait for no replica, and the
+	# primary it was checked on
+	$a->safe_psql('postgres', "SELECT redsem_release('$sem', redsem_acquire('$sem', 1, '$LEASE'));");
+	my $gen = '';
+	ok(defined wait_until(10, sub { ($gen = $replica->cli('GET', 'redsem:gen') // '') =~ /:6000:\d+:[0-9a-f]{40}$/ }),
+		"$sem: the replica has the generation, with the 6 s lease of a grant that waited for no replica and its era ($gen)");
 
-# server A's session takes the slot and works long; server B's wait for it
-my @wa = RedsemHistory::start($a, 'lw', 1, limit => 1, lease => $LEASE, hold => 20,
-	wait => '40 s', run => 1);
-ok(defined wait_until(10, sub {
-			$a->safe_psql('postgres', "SELECT count(*) FROM redsem_server_holds() WHERE name = 'lw' AND state = 'holding'") eq '1'
-		}), 'server A holds the slot, on the primary alone');
-my @wb = RedsemHistory::start($b, 'lw', 2, limit => 1, lease => $LEASE, hold => 0.3,
-	wait => '40 s', run => 22);
-sleep_full(1);
+	# the replica is cut off: what the primary grants now, it keeps alone
+	kill 'STOP', $proxy_pid;
+	my $setup = "SET redsem.on_slot_lost = $policy;";
+	my @wa = RedsemHistory::start($a, $sem, 1, limit => 1, lease => $LEASE, hold => 20,
+		wait => '40 s', run => 1, setup => $setup);
+	ok(defined wait_until(10, sub {
+				$a->safe_psql('postgres', "SELECT count(*) FROM redsem_server_holds() WHERE name = '$sem' AND state = 'holding'") eq '1'
+			}), "$sem: server A holds the slot, on the primary alone");
+	my @wb = RedsemHistory::start($b, $sem, 2, limit => 1, lease => $LEASE, hold => 0.3,
+		wait => '40 s', run => 22, setup => $setup);
+	sleep_full(1);
 
-# the primary dies; the sentinel promotes the replica that missed the grant
-my $at = RedsemHistory::uptime();
-$primary->kill9;
-my $t0 = time;
-ok(defined wait_until(30, sub { role($replica) eq 'master' }), 'the sentinel promotes the replica');
-note sprintf('promoted %.1f s after the primary died', time - $t0);
-kill 'CONT', $proxy_pid;
+	# the primary dies; the sentinel promotes the replica that missed the grant
+	my $at = RedsemHistory::uptime();
+	$primary->kill9;
+	my $t0 = time;
+	ok(defined wait_until(30, sub { role($replica) eq 'master' }), "$sem: the sentinel promotes the replica");
+	note sprintf('%s: promoted %.1f s after the primary died', $sem, time - $t0);
+	kill 'CONT', $proxy_pid;
 
-RedsemHistory::finish(@wa, @wb);
-my $r = RedsemHistory::check(\@nodes, 'lw', 1, fault_at => $at);
-note(RedsemHistory::line('failover, writes lost', $r) . " max_inside=$r->{max_inside} errors=$r->{errors}");
+	RedsemHistory::finish(@wa, @wb);
+	my $r = RedsemHistory::check(\@nodes, $sem, 1, fault_at => $at);
+	note(RedsemHistory::line($sem, $r) . " max_inside=$r->{max_inside} errors=$r->{errors}");
+	$_->stop foreach ($sentinel, $replica);
+	return $r;
+}
+
+my $r = run_case('lw', 'cancel');
 is($r->{over}, 0, "never two at once ($r->{grants} works, $r->{lost} stopped)");
 is($r->{lost}, 1, 'the holder whose grant the failover lost was stopped');
 cmp_ok($r->{grants}, '>=', 3, 'the waiters got in after it');
 is($r->{errors}, 0, 'no caller saw an error: the failover and the grace fit in their wait');
+
+# bench/history.sh: the same without the stop (warn), whose holder works on
+# past the grace: the overlaps the stop prevents
+if ($ENV{REDSEM_HISTORY_BENCH})
+{
+	my $w = run_case('lw-warn', 'warn');
+	diag(join("\n", RedsemHistory::line('Sentinel failover to a replica cut off first (cancel)', $r),
+		RedsemHistory::line('the same (warn)', $w)));
+}
 
 $_->stop foreach @nodes;
 done_testing();
