@@ -10,6 +10,7 @@
 #define REDSEM_SCRIPT_H
 
 #include "conn.h"
+#include "gen.h"
 
 typedef enum SemState
 {
@@ -40,7 +41,7 @@ typedef struct SemResult
 								 * in, if that is all that keeps it out; or -1 */
 	int64		share;			/* BUSY, WAITING: the permits a reserve leaves
 								 * to the caller's priority, or -1: all */
-	char		gen[112];		/* an acquire's: the generation of the
+	char		gen[GEN_TEXT_LEN];	/* an acquire's: the generation of the
 								 * semaphore's slot (I15), or "" */
 } SemResult;
 
