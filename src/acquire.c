@@ -158,12 +158,17 @@ call_failed(AcquireArgs *args, const RedisCall *call)
 	return false;
 }
 
-/* Remember the limit in effect, and the rate's verdict, that a reply told */
+/*
+ * Remember the limit in effect, the rate's verdict and a grace period (I15)
+ * that a reply told
+ */
 static void
 note_limit(AcquireArgs *args, const SemResult *r)
 {
 	if (r->limit > 0)
 		args->limit_seen = r->limit;
+	if (r->gen[0] == 'g')
+		args->grace_seen = true;
 	if (r->state == SEM_BUSY || r->state == SEM_WAITING)
 	{
 		args->rate_seen = r->has_rate;
@@ -742,6 +747,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->rate_seen = false;
 	args->rate_ms = -1;
 	args->share_seen = -1;
+	args->grace_seen = false;
 	args->waited = false;
 	memset(&r, 0, sizeof(r));
 

@@ -32,6 +32,8 @@ typedef struct AcquireArgs
 								 * caller out this many ms more (-1: not so) */
 	int64		share_seen;		/* the permits a reserve leaves to the
 								 * caller's priority (-1: no reserve) */
+	bool		grace_seen;		/* a reply told of a grace period after Redis
+								 * forgot (I15) */
 	bool		waited;			/* it had to queue */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
 	TimestampTz ride_until;		/* a failover is ridden through until then
@@ -39,6 +41,10 @@ typedef struct AcquireArgs
 								 * for a caller that does not wait) */
 	int			rides;			/* calls that failed and were tried again */
 } AcquireArgs;
+
+/* The DETAIL of a wait that ran out in a grace period (I15) */
+#define ACQUIRE_GRACE_DETAIL \
+	"Redis lost slots it had granted (a restart without persistence, FLUSHALL, or a failover), and nobody is admitted until their leases could have ended, so that their holders are stopped first."
 
 /* How an acquire ended */
 typedef enum AcquireResult

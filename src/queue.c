@@ -268,6 +268,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("statement could not enter redsem queue \"%s\" within %d ms",
 						q->name, q->max_wait_ms),
+				 args.grace_seen ? errdetail("%s", ACQUIRE_GRACE_DETAIL) :
 				 errdetail_plural("%d statement of the queue was running for the whole wait.",
 								  "%d statements of the queue were running for the whole wait.",
 								  q->active, q->active),

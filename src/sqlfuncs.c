@@ -221,6 +221,8 @@ redsem_guard(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
 				 errmsg("could not obtain a slot of semaphore \"%s\" (limit " INT64_FORMAT ") after waiting %s",
 						args.name, args.limit_seen, describe_wait(args.wait_ms)),
+				 args.grace_seen ?
+				 errdetail("%s", ACQUIRE_GRACE_DETAIL) :
 				 args.rate_ms >= 0 && args.wait_ms == 0 ?
 				 errdetail("A slot was free, but the semaphore's rate (redsem_set_rate) lets the next caller in only " INT64_FORMAT " ms from now.",
 						   args.rate_ms) :

@@ -73,6 +73,10 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	$w->send("SELECT redsem_acquire('g1', 1, '3 s', wait => '20 s') IS NOT NULL;");
 	usleep(300_000);
 	is(try_once('g1', '3 s'), 'f', 'a try-acquire during the grace gets NULL');
+	my ($gret, $gout, $gerr) = $node->psql('postgres',
+		"BEGIN; SELECT redsem_guard('g1', 1, '3 s', '200 ms'); COMMIT;");
+	like($gerr, qr/DETAIL:  Redis lost slots it had granted .* nobody is admitted until their leases could have ended/,
+		'a guard whose wait runs out during the grace says why, not that the slots stayed taken');
 	my $g = $redis->cli('GET', 'redsem:gen');
 	my ($sec, $us) = split /\n/, scalar $redis->cli('TIME');
 	my ($left) = map { $_ - ($sec * 1000 + $us / 1000) } $g =~ /^g\d{16}:3000:(\d+):4000:\d+:\d+:\d+:[0-9a-f]*$/;
