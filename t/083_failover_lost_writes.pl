@@ -138,6 +138,46 @@ is($r->{lost}, 1, 'the holder whose grant the failover lost was stopped');
 cmp_ok($r->{grants}, '>=', 3, 'the waiters got in after it');
 is($r->{errors}, 0, 'no caller saw an error: the failover and the grace fit in their wait');
 
+# A planned failover (SENTINEL FAILOVER, nothing cut): the line survives on
+# the promoted replica, and its waiters, who ride the failover out within
+# their wait, get the slot in the order they came (after the grace, since
+# they waited for no replica)
+{
+	my ($primary, $replica, $sentinel, $proxy_pid) = sentinel_set('ord');
+	foreach my $n (@nodes)
+	{
+		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $sentinel->address . "'\n");
+		$n->reload;
+	}
+	sleep_full(0.5);
+	my $h = RedsemTest::Session->new($a, name => 'ord-holder');
+	is($h->query_ok("SELECT redsem_acquire('ord', 1, '$LEASE') IS NOT NULL;"), 't', 'ord: a holder');
+	my @w;
+	for my $i (1 .. 3)
+	{
+		my $w = RedsemTest::Session->new($b, name => "ord-w$i");
+		$w->send("SELECT redsem_acquire('ord', 1, '$LEASE', wait => '40 s') IS NOT NULL, hist_uptime();"
+			  . " SELECT pg_sleep(0.3); SELECT redsem_release_all();");
+		ok(defined wait_until(10, sub { $replica->cli('ZCARD', 'redsem:{ord}:waiting') == $i }),
+			"ord: waiter $i is in line, on the replica too");
+		push @w, $w;
+	}
+	$sentinel->cli('SENTINEL', 'FAILOVER', 'mymaster');
+	ok(defined wait_until(30, sub { role($replica) eq 'master' }), 'ord: SENTINEL FAILOVER promotes the replica');
+	$h->query_ok('SELECT redsem_release_all();');
+	my @at;
+	for my $i (0 .. 2)
+	{
+		my ($out, $err) = $w[$i]->wait_done(60);
+		my ($got, $when) = split /\|/, ($out // '') =~ s/\n.*//sr;
+		is($got, 't', 'ord: waiter ' . ($i + 1) . ' got the slot, no error' . ($err ? " ($err)" : ''));
+		push @at, $when // 0;
+	}
+	ok($at[0] < $at[1] && $at[1] < $at[2], "ord: in the order they came (@at)");
+	$_->quit foreach ($h, @w);
+	$_->stop foreach ($sentinel, $replica, $primary);
+}
+
 # bench/history.sh: the same without the stop (warn), whose holder works on
 # past the grace: the overlaps the stop prevents
 if ($ENV{REDSEM_HISTORY_BENCH})
