@@ -47,6 +47,14 @@ SET client_min_messages = warning;
 DROP ROLE IF EXISTS regress_redsem_q;
 RESET client_min_messages;
 CREATE ROLE regress_redsem_q;
+-- a queue named where none is defined is not applied, and says so: when
+-- it is set for a role (to the administrator), and to the session
+ALTER ROLE regress_redsem_q SET redsem.queue = 'no_such_queue';
+ALTER ROLE regress_redsem_q RESET redsem.queue;
+SET redsem.queue = 'no_such_queue';
+SELECT 1 AS runs_unqueued;
+SELECT 2 AS warned_once;
+RESET redsem.queue;
 SET ROLE regress_redsem_q;
 SET redsem.queue = '';
 -- a queue's semaphore is "queue:<name>": an ordinary role may neither take

@@ -6,10 +6,14 @@
 #ifndef REDSEM_COMPAT_H
 #define REDSEM_COMPAT_H
 
+#include "catalog/pg_database.h"
+#include "miscadmin.h"
 #include "storage/latch.h"
 #if PG_VERSION_NUM >= 180000
 #include "storage/waiteventset.h"
 #endif
+#include "utils/acl.h"
+#include "utils/guc_tables.h"
 #include "utils/wait_event.h"
 
 #if PG_VERSION_NUM < 150000
@@ -101,6 +105,35 @@ redsem_queue_wait_event(void)
 #define REDSEM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "redsem", .version = "0.2.0")
 #else
 #define REDSEM_MODULE_MAGIC PG_MODULE_MAGIC
+#endif
+
+/*
+ * The record of a built-in setting (NULL if there is none): looked up by
+ * find_option since PostgreSQL 16, by a scan of the table before.
+ */
+static inline struct config_generic *
+redsem_find_setting(const char *name)
+{
+#if PG_VERSION_NUM >= 160000
+	return find_option(name, false, true, ERROR);
+#else
+	struct config_generic **vars = get_guc_variables();
+	int			n = GetNumConfigOptions();
+
+	for (int i = 0; i < n; i++)
+		if (strcmp(vars[i]->name, name) == 0)
+			return vars[i];
+	return NULL;
+#endif
+}
+
+/* True if the current user owns the current database */
+#if PG_VERSION_NUM >= 160000
+#define redsem_owns_database() \
+	object_ownercheck(DatabaseRelationId, MyDatabaseId, GetUserId())
+#else
+#define redsem_owns_database() \
+	pg_database_ownercheck(MyDatabaseId, GetUserId())
 #endif
 
 #endif							/* REDSEM_COMPAT_H */

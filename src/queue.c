@@ -43,6 +43,7 @@
 #include "hooks.h"
 #include "queue.h"
 #include "queue_conf.h"
+#include "queue_cost.h"
 #include "shmem.h"
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
@@ -162,8 +163,15 @@ queue_to_use(void)
 	const QueueConfig *conf = queue_config();
 	const char *app = application_name ? application_name : "";
 
-	if (conf == NULL || conf->count == 0 || nesting > 0 || IsParallelWorker())
+	if (nesting > 0 || IsParallelWorker())
 		return NULL;
+	if (conf == NULL || conf->count == 0)
+	{
+		/* (a queue named while none is defined is not applied either) */
+		if (queue_session_setting()[0] != '\0')
+			warn_undefined_queue(queue_session_setting());
+		return NULL;
+	}
 	if (cached_generation != queue_config_generation() ||
 		strcmp(cached_queue, queue_session_setting()) != 0 ||
 		strcmp(cached_app, app) != 0)
@@ -329,13 +337,16 @@ leave_queue(QueryDesc *query)
 	}
 }
 
-/* True if the plan's cost is below the queue's threshold: it passes */
+/*
+ * True if the plan's cost is below the queue's threshold, estimated with
+ * cost settings the role could not lower (queue_cost.c): it passes
+ */
 static bool
 passes_by_cost(const QueueDef *q, const QueryDesc *query)
 {
 	Plan	   *plan = query->plannedstmt ? query->plannedstmt->planTree : NULL;
 
-	if (plan == NULL || plan->total_cost >= q->min_cost)
+	if (plan == NULL || plan->total_cost >= q->min_cost || !queue_costs_trusted())
 		return false;
 	stats_count(q->semaphore, STAT_BYPASSED, 1);
 	return true;

@@ -443,7 +443,22 @@ queue_config_generation(void)
 	return config_generation;
 }
 
-/* Check hook of redsem.queue: a name, or empty */
+/* True if the definitions in effect here name queue name */
+static bool
+queue_defined(const char *name)
+{
+	for (int i = 0; config != NULL && i < config->count; i++)
+		if (strcmp(config->queues[i].name, name) == 0)
+			return true;
+	return false;
+}
+
+/*
+ * Check hook of redsem.queue: a name, or empty.  Checked when it is set
+ * for a role or database (ALTER ROLE/DATABASE ... SET: PGC_S_TEST), a name
+ * the definitions here lack gets a WARNING then, where the administrator
+ * sees it, not only in the sessions it applies to.
+ */
 static bool
 check_queue(char **newval, void **extra, GucSource source)
 {
@@ -455,6 +470,12 @@ check_queue(char **newval, void **extra, GucSource source)
 		return false;
 	}
 	warn_not_applied("redsem.queue", *newval, source, &queue_warned);
+	if (source == PGC_S_TEST && *newval && (*newval)[0] != '\0' && !queue_defined(*newval))
+		ereport(WARNING,
+				(errcode(ERRCODE_UNDEFINED_OBJECT),
+				 errmsg("redsem.queues does not define queue \"%s\"", *newval),
+				 errdetail("Until it does, statements of the sessions it applies to run without queueing."),
+				 errhint("Define the queue in redsem.queues on every server, or correct the name.")));
 	return true;
 }
 

@@ -39,7 +39,8 @@ my $QUEUES = "analysts: active_statements=$ACTIVE max_wait=30s; "
   . 'utilities: active_statements=1 utility=on max_wait=300ms; '
   . 'tools: active_statements=1 max_wait=300ms application_name=tableau*|metabase; '
   . 'lenient: active_statements=1 on_redis_error=run; '
-  . 'fifo: active_statements=1 max_wait=30s';
+  . 'fifo: active_statements=1 max_wait=30s; '
+  . 'mincost: active_statements=1 min_cost=1000';
 
 sub make_node
 {
@@ -286,6 +287,38 @@ $cheap->query_ok(q{SELECT count(*) FROM generate_series(1, 1000);}) foreach 1 ..
 my ($evalsha_after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
 is(($evalsha_after // 0) - ($evalsha_before // 0), 0, 'statements below min_cost pass without a Redis round trip');
 is($admin->query_ok(q{SELECT bypassed >= 5 FROM redsem_queues WHERE name = 'cheap';}), 't', 'and are counted as bypassed');
+
+# min_cost counts the planner's estimate only while the role cannot lower it
+my $mc = RedsemTest::Session->new($node_a, name => 'mincost');
+$mc->query_ok(q{SET redsem.queue = 'mincost';});
+my $heavy = q{SELECT count(*) FROM generate_series(1, 1000000) x WHERE x % 7 = 3;};
+my $counts = q{SELECT admitted || '/' || bypassed FROM redsem_queues WHERE name = 'mincost';};
+my $plan_cost = sub { ($mc->query_ok("EXPLAIN $heavy") =~ /cost=[\d.]+\.\.([\d.]+)/)[0] };
+cmp_ok($plan_cost->(), '>', 1000, 'mincost: the statement costs more than min_cost');
+my $c0 = $admin->query_ok($counts);
+$mc->query_ok($heavy);
+my ($adm0, $byp0) = split m{/}, $c0;
+is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", '... and is queued');
+$mc->query_ok(q{SET cpu_tuple_cost = 0; SET cpu_operator_cost = 0;});
+cmp_ok($plan_cost->(), '<', 1000, 'SET cpu_tuple_cost = 0 and cpu_operator_cost = 0 make it look cheap');
+$mc->query_ok($heavy);
+is($admin->query_ok($counts), ($adm0 + 2) . "/$byp0", '... but it is still queued: settings the session lowered do not count');
+$mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost; SET work_mem = '4GB';});
+$mc->query_ok(q{SELECT 1;});
+is($admin->query_ok($counts), ($adm0 + 3) . "/$byp0", 'nor does work_mem set by the session: even a cheap statement is queued');
+$mc->query_ok(q{RESET work_mem;});
+$mc->query_ok(q{SELECT 1;});
+is($admin->query_ok($counts), ($adm0 + 3) . '/' . ($byp0 + 1), 'with the settings reset, a cheap statement passes again');
+$mc->quit;
+$admin->query_ok(q{ALTER ROLE analyst SET cpu_tuple_cost = 0; ALTER ROLE analyst SET redsem.queue = 'mincost';});
+my $ar = RedsemTest::Session->new($node_a, name => 'mincost-role', user => 'analyst');
+$ar->query_ok(q{SELECT 1;});
+is($admin->query_ok($counts), ($adm0 + 4) . '/' . ($byp0 + 1), 'a value from ALTER ROLE (which a role may set for itself) does not count either');
+$ar->quit;
+$admin->query_ok(q{ALTER ROLE analyst RESET cpu_tuple_cost; ALTER ROLE analyst SET redsem.queue = 'analysts';});
+like(PostgreSQL::Test::Utils::slurp_file($node_a->logfile),
+	qr/statements of this session count as costly for statement queues' min_cost\n.*DETAIL:  Setting "cpu_tuple_cost" comes from the session or the role \(session\)/,
+	'the server log says why, once per setting and session');
 
 $other->send(q{SELECT pg_sleep(1.5);});
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }),

@@ -256,6 +256,13 @@ sub fresh_idle_wait
 	return defined $got ? time - $since : -1;
 }
 
+# The rounds use a key prefix of their own: the grants the checks above
+# made without waiting for a replica would otherwise make the first
+# round's new primary start a grace (I15; t/083 tests it), whatever that
+# round's grant_replicas
+$node->append_conf('postgresql.conf', "redsem.key_prefix = 'rounds:'\n");
+$node->reload;
+
 my @report;
 foreach my $round (RedsemTest::Failover::rounds())
 {
@@ -270,8 +277,11 @@ foreach my $round (RedsemTest::Failover::rounds())
 	$_->send(qq{CALL worker('$label', $ROUND_S, $replicas, } . ($i++ % 2 ? 'true' : 'false') . ');')
 	  foreach @sessions;
 	# the semaphore a fresh session asks for after the switch: used once
-	# before it, idle since
-	$node->safe_psql('postgres', qq{SELECT redsem_release('idle_$label', redsem_acquire('idle_$label', 1));});
+	# before it, idle since (with the round's grant_replicas: a grant that
+	# waits for no replica just before a failover makes the next primary
+	# start a grace, I15)
+	$node->safe_psql('postgres', qq{SET redsem.grant_replicas = $replicas;
+		SELECT redsem_release('idle_$label', redsem_acquire('idle_$label', 1));});
 	usleep($TRIGGER_AFTER_S * 1e6);
 	my $trigger = time;
 	if ($how eq 'failover')
