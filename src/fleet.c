@@ -247,7 +247,7 @@ keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
 		g[k].lease_ms = Max(g[k].lease_ms, h->lease_ms);
 	}
 	for (int k = 0; k < m; k++)
-		if (!sem_gen_raise(call, g[k].prefix, g[k].name, g[k].lease_ms, true))
+		if (!sem_gen_raise(call, g[k].prefix, g[k].name, g[k].lease_ms, false))
 			return false;
 	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
 	return true;

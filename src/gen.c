@@ -20,6 +20,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "clock.h"
 #include "gen.h"
 #include "guc.h"
 #include "redis/cluster.h"
@@ -27,15 +28,16 @@
 #include "shmem.h"
 
 static uint64 gen_signature(const char *prefix);
+static bool ue_due(const SharedGenSeen *g, int64 lease_ms);
 
 /* Per backend: the tag of each slot's key, once found (0: not yet; tags
  * are stored plus one) */
 static uint32 *slot_tags;
 /* The next number to hash when a slot's tag is still missing */
 static uint32 next_candidate;
-/* Per backend and slot: redis_route_changes() plus one when an acquire of
- * this backend last checked the slot's era (0: never); outside a Cluster
- * only slot 0, in era_checked_one */
+/* Per backend and slot: check_token() of the prefix's signature and
+ * redis_route_changes() when an acquire of this backend last checked the
+ * slot's era (0: never); outside a Cluster only slot 0, in era_checked_one */
 static uint64 *era_checked;
 static uint64 era_checked_one;
 
@@ -95,18 +97,20 @@ gen_key(const char *prefix, int slot)
 }
 
 /*
- * True if this server saw slot's generation with a lmax or an ul below
- * lease_ms (a refresh that lengthens a lease raises both: gen_raise)
+ * True if this server saw slot's generation with a lmax below lease_ms,
+ * or, unacked (a lease that waits for no replica), with an ul below it or
+ * a ue due to move on (a refresh that lengthens a lease raises them first:
+ * gen_raise)
  */
 bool
-gen_lmax_below(const char *prefix, int slot, int64 lease_ms)
+gen_lmax_below(const char *prefix, int slot, int64 lease_ms, bool unacked)
 {
 	SharedGenSeen g;
 
 	uint64		sig = gen_signature(prefix);
 
 	return shared_gen_read(gen_entry(slot, sig), sig, &g) &&
-		(g.lmax < lease_ms || g.ul < lease_ms);
+		(g.lmax < lease_ms || (unacked && ue_due(&g, lease_ms)));
 }
 
 /* Which Redis and prefix a generation was seen under */
@@ -127,6 +131,31 @@ unix_ms(void)
 			(int64) (POSTGRES_EPOCH_JDATE - UNIX_EPOCH_JDATE) * SECS_PER_DAY * USECS_PER_SEC) / 1000;
 }
 
+/*
+ * True if a lease of lease_ms that waits for no replica must move g's ul
+ * or ue on: it is longer than ul, or a quarter of it has passed since this
+ * server last saw ue moved on for such a lease (by redsem's clock, which
+ * no clock step moves: the script moves ue on if half a lease or less of
+ * it is left, so every such grant leaves ue at least a quarter lease past
+ * it)
+ */
+static bool
+ue_due(const SharedGenSeen *g, int64 lease_ms)
+{
+	return lease_ms > g->ul ||
+		redsem_now() - g->noted >= lease_ms * (USECS_PER_SEC / 1000) / 4;
+}
+
+/*
+ * What era_checked keeps for a check under signature sig after
+ * route_changes (never 0): another prefix, Redis or route is unchecked
+ */
+static uint64
+check_token(uint64 sig, uint64 route_changes)
+{
+	return (sig ^ ((route_changes + 1) * UINT64CONST(0x9E3779B97F4A7C15))) | 1;
+}
+
 /* Where this backend notes when it last checked slot's era */
 static uint64 *
 era_checked_of(int slot)
@@ -144,11 +173,9 @@ era_checked_of(int slot)
  * ("" if nothing; never in a grace, so that the script's look at a text
  * it knows cannot skip one), and the flags that make the script look
  * closer: 'g' if lease_ms is longer than its lmax, its window is due to
- * end, or, unacked, lease_ms is longer than its ul or half of it would
- * outlast its ue (by the wall clock here: a clock off by minutes moves
- * the window's end by as much, within the half day a window lasts; one
- * ahead of Redis's by half a lease has every such acquire look closer,
- * one behind moves ue on later); 'e'
+ * end (by the wall clock here: a clock off by minutes moves that by as
+ * much, within the half day a window lasts), or, unacked, ul or ue must
+ * move on (ue_due); 'e'
  * if this backend has not checked the slot's era since it last opened a
  * link or followed a redirection (the primary may be another); 'u' if the
  * grant waits for no replica (unacked).  flags has room for 4 bytes.
@@ -162,7 +189,7 @@ gen_known(const char *prefix, int slot, int64 lease_ms, bool unacked,
 	char	   *f = flags;
 
 	text[0] = '\0';
-	if (*era_checked_of(slot) != redis_route_changes() + 1)
+	if (*era_checked_of(slot) != check_token(sig, redis_route_changes()))
 		*f++ = 'e';
 	if (unacked)
 		*f++ = 'u';
@@ -172,26 +199,33 @@ gen_known(const char *prefix, int slot, int64 lease_ms, bool unacked,
 				 INT64_FORMAT ":" INT64_FORMAT ":" INT64_FORMAT ":%s",
 				 g.us, g.lmax, g.lprev, g.rot, g.ul, g.ue, g.era);
 		if (lease_ms > g.lmax || unix_ms() - g.rot >= GEN_WINDOW_MS ||
-			(unacked && (lease_ms > g.ul || g.ue < unix_ms() + lease_ms / 2)))
+			(unacked && ue_due(&g, lease_ms)))
 			*f++ = 'g';
 	}
 	*f = '\0';
 }
 
 /*
- * An acquire sent with the flag 'e' for slot was answered: its era was
- * checked on the route as it was after the call (route_changes)
+ * An acquire sent with the flag 'e' for slot under prefix was answered:
+ * its era was checked on the route as it was after the call
+ * (route_changes)
  */
 void
-gen_checked(int slot, uint64 route_changes)
+gen_checked(const char *prefix, int slot, uint64 route_changes)
 {
-	*era_checked_of(slot) = route_changes + 1;
+	*era_checked_of(slot) = check_token(gen_signature(prefix), route_changes);
 }
 
-/* Note slot's generation as a reply told it (text "" or malformed: nothing) */
+/*
+ * Note slot's generation as a reply told it (text "" or malformed:
+ * nothing); ue_fresh: the call made the script move ue on if it had to
+ * (a grant, place or lengthened lease that waits for no replica)
+ */
 void
-gen_note(const char *prefix, int slot, const char *text)
+gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 {
+	uint64		sig = gen_signature(prefix);
+	SharedGenSeen before;
 	long long	us;
 	long long	lmax;
 	long long	until;
@@ -216,6 +250,8 @@ gen_note(const char *prefix, int slot, const char *text)
 	g.rot = rot;
 	g.ul = ul;
 	g.ue = ue;
+	g.noted = ue_fresh ? redsem_now()
+		: shared_gen_read(gen_entry(slot, sig), sig, &before) && before.ue == ue ? before.noted : 0;
 	strlcpy(g.era, text + era_at, sizeof(g.era));
-	shared_gen_write(gen_entry(slot, gen_signature(prefix)), gen_signature(prefix), &g);
+	shared_gen_write(gen_entry(slot, sig), sig, &g);
 }

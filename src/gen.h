@@ -17,10 +17,12 @@
 
 extern int	gen_slot(const char *prefix, const char *sem_key);
 extern char *gen_key(const char *prefix, int slot);
-extern bool gen_lmax_below(const char *prefix, int slot, int64 lease_ms);
+extern bool gen_lmax_below(const char *prefix, int slot, int64 lease_ms,
+						   bool unacked);
 extern void gen_known(const char *prefix, int slot, int64 lease_ms,
 					  bool unacked, char *text, char *flags);
-extern void gen_note(const char *prefix, int slot, const char *text);
-extern void gen_checked(int slot, uint64 route_changes);
+extern void gen_note(const char *prefix, int slot, const char *text,
+					 bool ue_fresh);
+extern void gen_checked(const char *prefix, int slot, uint64 route_changes);
 
 #endif							/* REDSEM_GEN_H */

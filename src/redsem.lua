@@ -307,8 +307,9 @@
 --     lacks the grants its primary had not yet sent it.  So the
 --     generation also notes, in ue, until when the lease of the latest
 --     grant that waited for no replica (redsem.grant_replicas 0), or of a
---     refresh that lengthened one, may run (servers pass 'g' to move it
---     on once half of it is over: at most two writes a lease), in ul the
+--     refresh that lengthened one, may run (servers pass 'g' once a
+--     quarter lease after they last saw it, and it moves on when half a
+--     lease or less of it is left: a write per half lease), in ul the
 --     longest such lease since ue last passed, and in era the primary it
 --     was last checked on.  Each connection has the first acquire it
 --     sends to a slot check it (INFO replication): on another primary
@@ -1709,7 +1710,11 @@ local function with_gen(reply, n)
     local busy = reply[1] == 'busy'
     local lmax, ul, ue, lease = G_LMAX, G_UL, G_UE, math.min(G_LEASE, GEN_KEEP_MS)
     if not busy and lease > lmax then lmax = lease end
-    if not busy and G_UNACKED then ul, ue = unacked(ul, ue, lease) end
+    -- (ue moves on only once half a lease or less of it is left: then
+    -- servers that alternate do not rewrite the key at every call)
+    if not busy and G_UNACKED and (lease > ul or ue < NOW_MS + lease / 2) then
+        ul, ue = unacked(ul, ue, lease)
+    end
     local text = gen_text(G_F, G_US, lmax, G_UNTL, G_LPREV, G_ROT, ul, ue, G_ERA)
     if text ~= G_CUR then
         if busy and not G_CUR and not GRACE then return reply end
@@ -1720,18 +1725,19 @@ local function with_gen(reply, n)
     return reply
 end
 
--- gen_raise lease_ms ['k']: a refresh is to lengthen a lease to lease_ms:
--- the lmax of its generation follows first, and its ul and ue (the longer
--- lease reaches no replica first); with 'k', a keeper's hourly count of
--- the leases it keeps: lmax only (I15).  The generation's text, or '' if
--- there is none.
-local function op_gen_raise(lease, keeper)
+-- gen_raise lease_ms ['u']: a refresh is to lengthen a lease to lease_ms
+-- (or a keeper counts the leases it keeps, every hour): the lmax of its
+-- generation follows first; with 'u' (a lease that waits for no
+-- replica), ul and ue too, as for such a grant (I15).  The generation's
+-- text, or '' if there is none.
+local function op_gen_raise(lease, unacked_lease)
     if not K_GEN then return '' end
     local cur = redis.call('GET', K_GEN)
     local f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
     if not f then return '' end
-    if keeper and lease <= lmax then return cur end
-    if not keeper then ul, ue = unacked(ul, ue, lease) end
+    local move = unacked_lease and (lease > ul or ue < NOW_MS + lease / 2)
+    if lease <= lmax and not move then return cur end
+    if move then ul, ue = unacked(ul, ue, lease) end
     cur = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
     redis.call('SET', K_GEN, cur)
     return cur
@@ -1739,8 +1745,8 @@ end
 OPS.gen_raise = {
     read = function(a)
         local lease = count_arg(a[2])
-        if lease and lease >= 1 and lease <= GEN_KEEP_MS and (a[3] == nil or a[3] == 'k') then
-            return true, lease, a[3] == 'k'
+        if lease and lease >= 1 and lease <= GEN_KEEP_MS and (a[3] == nil or a[3] == 'u') then
+            return true, lease, a[3] == 'u'
         end
     end,
     run = op_gen_raise,

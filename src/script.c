@@ -483,6 +483,9 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	const char *args[12];
 	char		known[GEN_TEXT_LEN];
 	char		flags[4];
+	char		fresh[5];
+	uint64		changes;
+	bool		ok;
 	int			slot = sem_gen_slot(NULL, name);
 	redisReply *reply;
 
@@ -499,12 +502,20 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[9] = tenant != NULL ? tenant : "";
 	args[10] = known;
 	args[11] = flags;
-	if (!run_script(call, NULL, name, "acquire", 12, args, &reply) ||
-		!decode_state(call, name, reply, result))
+	/* a try over a link opened or redirected during the call checks the era */
+	snprintf(fresh, sizeof(fresh), "e%s", strchr(flags, 'e') ? flags + 1 : flags);
+	changes = redis_route_changes();
+	call->fresh_argi = 3 + SCRIPT_NKEYS + 1 + 11;
+	call->fresh_arg = fresh;
+	ok = run_script(call, NULL, name, "acquire", 12, args, &reply);
+	call->fresh_argi = 0;
+	call->fresh_arg = NULL;
+	if (!ok || !decode_state(call, name, reply, result))
 		return false;
-	gen_note(NULL, slot, result->gen);
-	if (strchr(flags, 'e') != NULL)
-		gen_checked(slot, redis_route_changes());
+	gen_note(NULL, slot, result->gen, strchr(flags, 'u') != NULL &&
+			 (result->state == SEM_HELD || result->state == SEM_WAITING));
+	if (strchr(flags, 'e') != NULL || redis_route_changes() != changes)
+		gen_checked(NULL, slot, redis_route_changes());
 	return true;
 }
 
@@ -648,8 +659,8 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 	int			slot = sem_gen_slot(prefix, name);
 
 	/* a lease made longer than any asked for: its generation counts it first (I15) */
-	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms) &&
-		!sem_gen_raise(call, prefix, name, lease_ms, false))
+	if (lease_ms > 0 && gen_lmax_below(prefix, slot, lease_ms, !settle_eras()) &&
+		!sem_gen_raise(call, prefix, name, lease_ms, !settle_eras()))
 		return false;
 	args[0] = id;
 	args[1] = psprintf(INT64_FORMAT, lease_ms);
@@ -662,24 +673,24 @@ sem_refresh(RedisCall *call, const char *prefix, const char *name,
 }
 
 /*
- * Make the lmax of semaphore name's generation at least lease_ms, and its
- * ul too unless keeper (the keeper's hourly count of the leases it keeps,
- * not a lengthened one) (gen_raise, I15); note the generation Redis
+ * Make the lmax of semaphore name's generation at least lease_ms, and, if
+ * unacked (a lengthened lease that waits for no replica), its ul and ue
+ * as for such a grant (gen_raise, I15); note the generation Redis
  * answered with
  */
 bool
 sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
-			  int64 lease_ms, bool keeper)
+			  int64 lease_ms, bool unacked)
 {
 	const char *args[2];
 	redisReply *reply;
 
 	args[0] = psprintf(INT64_FORMAT, lease_ms);
-	args[1] = "k";
-	if (!run_script(call, prefix, name, "gen_raise", keeper ? 2 : 1, args, &reply))
+	args[1] = "u";
+	if (!run_script(call, prefix, name, "gen_raise", unacked ? 2 : 1, args, &reply))
 		return false;
 	if (reply->type == REDIS_REPLY_STRING)
-		gen_note(prefix, sem_gen_slot(prefix, name), reply->str);
+		gen_note(prefix, sem_gen_slot(prefix, name), reply->str, unacked);
 	freeReplyObject(reply);
 	return true;
 }

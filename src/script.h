@@ -143,7 +143,7 @@ extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 							  bool *was_held);
 extern int	sem_gen_slot(const char *prefix, const char *name);
 extern bool sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
-						  int64 lease_ms, bool keeper);
+						  int64 lease_ms, bool unacked);
 extern bool sem_refresh(RedisCall *call, const char *prefix, const char *name,
 						const char *id, int64 lease_ms, int64 *new_lease_ms);
 extern bool sem_wait_for_wake(RedisCall *call, const char *name,

@@ -138,6 +138,35 @@ is($r->{lost}, 1, 'the holder whose grant the failover lost was stopped');
 cmp_ok($r->{grants}, '>=', 3, 'the waiters got in after it');
 is($r->{errors}, 0, 'no caller saw an error: the failover and the grace fit in their wait');
 
+# A backend that used the primary before the failover reconnects inside
+# its next acquire (found by review): that try checks the era too, so it
+# gets no slot beside the holder whose grant the failover lost
+{
+	my ($primary, $replica, $sentinel, $proxy_pid) = sentinel_set('old');
+	foreach my $n (@nodes)
+	{
+		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $sentinel->address . "'\n");
+		$n->reload;
+	}
+	sleep_full(0.5);
+	my $p = RedsemTest::Session->new($b, name => 'old-backend');
+	$p->query_ok("SELECT redsem_release('old', redsem_acquire('old', 1, '60 s'));");
+	ok(defined wait_until(10, sub { ($replica->cli('GET', 'redsem:gen') // '') =~ /:60000:\d+:[0-9a-f]{40}$/ }),
+		'old: the replica has the generation');
+	kill 'STOP', $proxy_pid;
+	my $h = RedsemTest::Session->new($a, name => 'old-holder');
+	ok($h->query_ok("SELECT redsem_acquire('old', 1, '60 s');") ne '', 'old: server A holds, on the primary alone');
+	$primary->kill9;
+	ok(defined wait_until(30, sub { role($replica) eq 'master' }), 'old: the sentinel promotes the replica');
+	kill 'CONT', $proxy_pid;
+	sleep_full(1.5);
+	is($p->query_ok("SELECT redsem_acquire('old', 1, '60 s', wait => '0') IS NOT NULL;"), 'f',
+		'old: the backend that reconnects inside its acquire gets NULL (the grace), not the slot A holds');
+	like($replica->cli('GET', 'redsem:gen') // '', qr/^g/, 'old: and started the grace for everybody');
+	$_->quit foreach ($p, $h);
+	$_->stop foreach ($sentinel, $replica);
+}
+
 # A planned failover (SENTINEL FAILOVER, nothing cut): the line survives on
 # the promoted replica, and its waiters, who ride the failover out within
 # their wait, get the slot in the order they came (after the grace, since

@@ -748,6 +748,7 @@ typedef struct Route
 	bool		asking;			/* ASKING goes first (an ASK redirection) */
 	TimestampTz until;			/* the end of this try */
 	TimestampTz began;			/* when this try began (a share's charge) */
+	uint64		changes_at_start;	/* route_changes when the command began */
 } Route;
 
 /* What became of one try of a command on one node */
@@ -899,6 +900,34 @@ route_failed(Route *r, Link *link)
 	}
 }
 
+/*
+ * A try over a link opened, or after a redirection followed, since the
+ * command began sends the call's fresh_arg in place of argv[fresh_argi]
+ * (once: the copy stays for later tries)
+ */
+static void
+route_fresh_arg(Route *r)
+{
+	const char **argv;
+	size_t	   *argvlen = NULL;
+	int			i = r->call->fresh_argi;
+
+	if (i <= 0 || i >= r->argc || route_changes == r->changes_at_start ||
+		r->argv[i] == r->call->fresh_arg)
+		return;
+	argv = palloc(sizeof(char *) * r->argc);
+	memcpy(argv, r->argv, sizeof(char *) * r->argc);
+	argv[i] = r->call->fresh_arg;
+	if (r->argvlen != NULL)
+	{
+		argvlen = palloc(sizeof(size_t) * r->argc);
+		memcpy(argvlen, r->argvlen, sizeof(size_t) * r->argc);
+		argvlen[i] = strlen(r->call->fresh_arg);
+	}
+	r->argv = argv;
+	r->argvlen = argvlen;
+}
+
 /* One try of the command on the route's node: share, link, exchange */
 static RouteResult
 route_try(Route *r, redisReply **reply)
@@ -913,7 +942,10 @@ route_try(Route *r, redisReply **reply)
 	if (!route_connect(r, link))
 		result = ROUTE_FAILED;
 	else
+	{
+		route_fresh_arg(r);
 		result = route_exchange(r, link, reply);
+	}
 	if (result == ROUTE_FAILED)
 		route_failed(r, link);
 	return result;
@@ -955,6 +987,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 		.timeout_ms = timeout_ms,
 		.keep_errors = keep_errors,
 		.shares = shares,
+		.changes_at_start = route_changes,
 	};
 	RouteResult result;
 
