@@ -48,7 +48,9 @@ DROP ROLE IF EXISTS regress_redsem_q;
 RESET client_min_messages;
 CREATE ROLE regress_redsem_q;
 -- a queue named where none is defined is not applied, and says so: when
--- it is set for a role (to the administrator), and to the session
+-- it is set for a role (to the administrator), and in the server log (no
+-- queue is defined at all here: not to the session, as on a standby that
+-- inherits role settings and queues nothing)
 ALTER ROLE regress_redsem_q SET redsem.queue = 'no_such_queue';
 ALTER ROLE regress_redsem_q RESET redsem.queue;
 SET redsem.queue = 'no_such_queue';

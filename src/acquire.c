@@ -726,6 +726,22 @@ refuse_limit(const AcquireArgs *args, const SemResult *r)
 }
 
 /*
+ * Store args->default_limit as the semaphore's limit unless one was stored
+ * meanwhile (a statement queue's first use); false with the failure kept
+ */
+static bool
+store_default_limit(AcquireArgs *args)
+{
+	RedisCall	call;
+	SemLimit	limit;
+
+	redis_call_init(&call, DT_NOEND, true, LOG);
+	if (sem_set_limit(&call, args->name, args->default_limit, true, &limit))
+		return true;
+	return call_failed(args, &call);
+}
+
+/*
  * Take a slot of args->name for scope.  On ACQUIRE_GRANTED, *id is the
  * holder id and *hold its entry.  A limit the semaphore refuses raises
  * 22023 whatever args->elevel; so does a Redis failure at ERROR.
@@ -765,6 +781,9 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		Min(deadline, TimestampTzPlusMilliseconds(started, ACQUIRE_RIDE_MAX_MS));
 	args->rides = 0;
 	result = take_slot(args, *hold, buf, deadline, &r, &sent);
+	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)
+		result = store_default_limit(args)
+			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
 	if (result != ACQUIRE_FAILED &&
 		(r.state == SEM_OTHER_LIMIT || r.state == SEM_NO_LIMIT ||
 		 r.state == SEM_TOO_LARGE))

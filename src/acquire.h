@@ -15,7 +15,10 @@
 typedef struct AcquireArgs
 {
 	char	   *name;
-	int			max_holders;	/* 0: the stored limit */
+	int			max_holders;
+	int			default_limit;	/* > 0: with max_holders 0, the limit to store
+								 * if the semaphore has none (a statement
+								 * queue's cap, from its definition) */	/* 0: the stored limit */
 	int			permits;
 	int			priority;		/* higher first, a second per level (I4) */
 	char	   *tenant;			/* shares the line fairly with others (I12);

@@ -127,13 +127,15 @@ redsem_find_setting(const char *name)
 #endif
 }
 
-/* True if the current user owns the current database */
+/* True if the current or the session user owns the current database */
 #if PG_VERSION_NUM >= 160000
 #define redsem_owns_database() \
-	object_ownercheck(DatabaseRelationId, MyDatabaseId, GetUserId())
+	(object_ownercheck(DatabaseRelationId, MyDatabaseId, GetUserId()) || \
+	 object_ownercheck(DatabaseRelationId, MyDatabaseId, GetSessionUserId()))
 #else
 #define redsem_owns_database() \
-	pg_database_ownercheck(MyDatabaseId, GetUserId())
+	(pg_database_ownercheck(MyDatabaseId, GetUserId()) || \
+	 pg_database_ownercheck(MyDatabaseId, GetSessionUserId()))
 #endif
 
 #endif							/* REDSEM_COMPAT_H */

@@ -250,8 +250,9 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	g.rot = rot;
 	g.ul = ul;
 	g.ue = ue;
-	g.noted = ue_fresh ? redsem_now()
-		: shared_gen_read(gen_entry(slot, sig), sig, &before) && before.ue == ue ? before.noted : 0;
+	/* (ue moved on by another: as fresh as when it moved, about now) */
+	g.noted = ue_fresh || !shared_gen_read(gen_entry(slot, sig), sig, &before) || before.ue < ue
+		? redsem_now() : before.noted;
 	strlcpy(g.era, text + era_at, sizeof(g.era));
 	shared_gen_write(gen_entry(slot, sig), sig, &g);
 }

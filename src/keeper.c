@@ -47,6 +47,7 @@
 #include "fleet.h"
 #include "guc.h"
 #include "keeper.h"
+#include "queue_caps.h"
 #include "script.h"
 #include "shmem.h"
 #include "stop.h"
@@ -853,6 +854,7 @@ redsem_keeper_main(Datum main_arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		MemoryContextSwitchTo(cycle_context);
+		queue_caps_apply();
 		sleep_ms = keeper_cycle(&st);
 		MemoryContextSwitchTo(TopMemoryContext);
 		MemoryContextReset(cycle_context);

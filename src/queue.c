@@ -111,16 +111,21 @@ statement_priority(const QueueDef *q)
 	return queue_session_priority();
 }
 
-/* Warn once per session that redsem.queue names no defined queue */
+/*
+ * Say once per session that redsem.queue names no defined queue: at
+ * elevel (WARNING; LOG where no queue is defined at all, as on a server
+ * that queues nothing on purpose, such as a standby that inherits role
+ * settings: the log alone)
+ */
 static void
-warn_undefined_queue(const char *name)
+warn_undefined_queue(const char *name, int elevel)
 {
 	static char warned[QUEUE_MAX_NAME_BYTES + 1] = "";
 
 	if (strcmp(warned, name) == 0)
 		return;
 	strlcpy(warned, name, sizeof(warned));
-	ereport(WARNING,
+	ereport(elevel,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
 			 errmsg("redsem.queue names queue \"%s\", which redsem.queues does not define", name),
 			 errdetail("Statements of this session run without queueing."),
@@ -138,7 +143,7 @@ session_queue(const QueueConfig *conf)
 		for (int i = 0; i < conf->count; i++)
 			if (strcmp(conf->queues[i].name, name) == 0)
 				return &conf->queues[i];
-		warn_undefined_queue(name);
+		warn_undefined_queue(name, WARNING);
 		return NULL;
 	}
 	for (int i = 0; i < conf->count; i++)
@@ -169,7 +174,7 @@ queue_to_use(void)
 	{
 		/* (a queue named while none is defined is not applied either) */
 		if (queue_session_setting()[0] != '\0')
-			warn_undefined_queue(queue_session_setting());
+			warn_undefined_queue(queue_session_setting(), LOG);
 		return NULL;
 	}
 	if (cached_generation != queue_config_generation() ||
@@ -252,7 +257,9 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 		note_statement(query, args.name, NULL);
 		return;
 	}
-	args.max_holders = q->active;
+	/* the cap in Redis (redsem_set_limit), or the definition's if none */
+	args.max_holders = 0;
+	args.default_limit = q->active;
 	args.permits = 1;
 	args.priority = statement_priority(q);
 	args.tenant = queue_session_tenant();
@@ -427,7 +434,11 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 			  ParamListInfo boundParams)
 {
 	PlannedStmt *result;
+	const QueueDef *q;
 
+	/* a plan made with cost settings the role could lower (queue_cost.c) */
+	if (nesting == 0 && (q = queue_to_use()) != NULL && q->min_cost > 0)
+		(void) queue_costs_trusted();
 	nesting++;
 	PG_TRY();
 	{

@@ -9,11 +9,15 @@
  *		ALTER SYSTEM, ALTER ROLE ALL, or ALTER DATABASE of a database the
  *		role does not own.  A value the session set (SET, a function's SET,
  *		its connection's options) or the role set for itself (ALTER ROLE
- *		... SET, which an ordinary role may do for itself) makes every
- *		statement of the session count as costly: it is queued.  The server
- *		log says so once per setting and session.
+ *		... SET, which an ordinary role may do for itself), seen when a
+ *		statement is planned or starts, makes every statement of the session
+ *		from then on count as costly: it is queued (a plan made then may be
+ *		kept, by PREPARE or the plan cache, after the setting is reset).
+ *		The server log says so once per session, naming the settings.
  */
 #include "postgres.h"
+
+#include "lib/stringinfo.h"
 
 #include "compat.h"
 #include "queue_cost.h"
@@ -38,8 +42,13 @@ static const char *const cost_settings[] = {
 
 /* Per backend: each setting's record, once looked up */
 static struct config_generic *records[N_COST_SETTINGS];
-/* Per backend: the settings already reported in the server log */
-static bool reported[N_COST_SETTINGS];
+/*
+ * Per backend: a plan was made, or a statement ran, with a cost setting
+ * the role could have lowered: from then on the session's statements count
+ * as costly (a plan kept by PREPARE or the plan cache may still be the
+ * cheap one), and the server log said so
+ */
+static bool untrusted_seen = false;
 
 /* True if a value from source may have been set by the role itself */
 static bool
@@ -52,28 +61,45 @@ untrusted_source(GucSource source)
 	return true;
 }
 
-/* True if no cost setting of this session comes from where the role can write */
+/* Say once, in the server log, which settings made the session's statements costly */
+static void
+report_untrusted(void)
+{
+	StringInfoData names;
+
+	initStringInfo(&names);
+	for (int i = 0; i < (int) N_COST_SETTINGS; i++)
+		if (records[i] != NULL && untrusted_source(records[i]->source))
+			appendStringInfo(&names, "%s%s (%s)", names.len > 0 ? ", " : "",
+							 cost_settings[i], GucSource_Names[records[i]->source]);
+	ereport(LOG,
+			(errmsg("redsem: statements of this session count as costly for statement queues' min_cost from now on"),
+			 errdetail("These planner settings come from the session or the role, which could lower a statement's estimated cost: %s.",
+					   names.data),
+			 errhint("Set the planner's cost settings of queued roles in the server's configuration or with ALTER DATABASE.")));
+	pfree(names.data);
+}
+
+/*
+ * True while no plan or statement of this session saw a cost setting from
+ * where the role can write (called when a statement of a queue with
+ * min_cost plans or starts)
+ */
 bool
 queue_costs_trusted(void)
 {
-	bool		trusted = true;
-
+	if (untrusted_seen)
+		return false;
 	for (int i = 0; i < (int) N_COST_SETTINGS; i++)
 	{
 		if (records[i] == NULL)
 			records[i] = redsem_find_setting(cost_settings[i]);
-		if (records[i] == NULL || !untrusted_source(records[i]->source))
-			continue;
-		trusted = false;
-		if (!reported[i])
+		if (records[i] != NULL && untrusted_source(records[i]->source))
 		{
-			reported[i] = true;
-			ereport(LOG,
-					(errmsg("redsem: statements of this session count as costly for statement queues' min_cost"),
-					 errdetail("Setting \"%s\" comes from the session or the role (%s), which could lower a statement's estimated cost.",
-							   cost_settings[i], GucSource_Names[records[i]->source]),
-					 errhint("Set the planner's cost settings of queued roles in the server's configuration or with ALTER DATABASE.")));
+			untrusted_seen = true;
+			report_untrusted();
+			return false;
 		}
 	}
-	return trusted;
+	return true;
 }

@@ -314,10 +314,12 @@
 --     was last checked on.  Each connection has the first acquire it
 --     sends to a slot check it (INFO replication): on another primary
 --     than era (promoted, a slot moved, a restart from a snapshot), if
---     such a grant may have come less than ul before ue, a grace as long
---     as ul starts now, for the grants the primary before may have had
---     alone.  Grants that waited for a replica need none: Sentinel and
---     Cluster promote a replica that is at least as far along.  Only acquire, wait_check and gen_raise read or
+--     there were such grants (ul), a grace as long as ul starts now, for
+--     the grants the primary before may have had alone; and a caller who
+--     saw a later ue than the one there (ue never goes back) proves that
+--     writes were lost, and starts one too.  Grants that waited for a
+--     replica need none: Sentinel and Cluster promote a replica that is
+--     at least as far along.  Only acquire, wait_check and gen_raise read or
 --     write KEYS[7], and acquire's replies carry
 --     the text when the caller did not know it, so that servers learn it;
 --     without KEYS[7] (6 keys) nothing of this runs.
@@ -1663,13 +1665,17 @@ local function gen_look(known, lease, flags)
         local made = math.min(math.floor(tonumber(us) / 1000), NOW_MS)
         untl = math.max(untl, made + knew, math.min(kuntl, NOW_MS + GEN_KEEP_MS))
         lprev, ul, ue = math.max(lprev, knew), math.max(ul, kul), math.max(ue, kue)
+    elseif kf and kue > ue then     -- (ue never goes back: writes were lost)
+        untl = math.max(untl, NOW_MS + math.max(ul, kul))
+        ul, ue = math.max(ul, kul), kue
     end
     -- another primary than the one it was checked on may lack grants that
-    -- waited for no replica: none is admitted before their leases are over
+    -- waited for no replica (there were some: ul): none is admitted before
+    -- such a lease is over
     if era == '' or string.find(flags, 'e', 1, true) then
         local now_era = current_era()
         if now_era and now_era ~= era then
-            if era ~= '' and NOW_MS < ue + ul then untl = math.max(untl, NOW_MS + ul) end
+            if era ~= '' and ul > 0 then untl = math.max(untl, NOW_MS + ul) end
             era = now_era
         end
     end
@@ -2134,9 +2140,12 @@ local function op_summary()
 end
 OPS.summary = {read = read_none, run = op_summary}
 
--- set_limit max_holders|'': store a limit, or remove it (the members keep
--- it as the limit in effect).  Raising it admits waiters at once (I3, I4).
-local function op_set_limit(maxh)
+-- set_limit max_holders|'' ['nx']: store a limit, or remove it (the
+-- members keep it as the limit in effect); with 'nx', only if none is
+-- stored (a statement queue's first use: its definition's cap).  Raising
+-- it admits waiters at once (I3, I4).
+local function op_set_limit(maxh, nx)
+    if nx and S.limit then return limit_reply() end
     local before = limit_in_effect(member_count() > 0)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)
@@ -2146,7 +2155,9 @@ end
 OPS.set_limit = {
     read = function(a)
         local maxh = limit_arg(a[2])
-        if maxh ~= nil then return true, maxh or nil end
+        if maxh ~= nil and (a[3] == nil or (a[3] == 'nx' and maxh)) then
+            return true, maxh or nil, a[3] == 'nx'
+        end
     end,
     run = op_set_limit,
 }

@@ -507,6 +507,7 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	changes = redis_route_changes();
 	call->fresh_argi = 3 + SCRIPT_NKEYS + 1 + 11;
 	call->fresh_arg = fresh;
+	call->fresh_since = changes;
 	ok = run_script(call, NULL, name, "acquire", 12, args, &reply);
 	call->fresh_argi = 0;
 	call->fresh_arg = NULL;
@@ -884,18 +885,20 @@ sem_limit(RedisCall *call, const char *name, SemLimit *limit)
 }
 
 /*
- * Store the semaphore's limit (max_holders 0: remove it); waiters that now
- * fit are admitted.  *limit: as sem_limit, afterwards.
+ * Store the semaphore's limit (max_holders 0: remove it), or, if_none,
+ * only if none is stored; waiters that now fit are admitted.  *limit: as
+ * sem_limit, afterwards.
  */
 bool
 sem_set_limit(RedisCall *call, const char *name, int max_holders,
-			  SemLimit *limit)
+			  bool if_none, SemLimit *limit)
 {
-	const char *args[1];
+	const char *args[2];
 	redisReply *reply;
 
 	args[0] = max_holders > 0 ? psprintf("%d", max_holders) : "";
-	return run_script(call, NULL, name, "set_limit", 1, args, &reply) &&
+	args[1] = "nx";
+	return run_script(call, NULL, name, "set_limit", if_none ? 2 : 1, args, &reply) &&
 		decode_limit(call, name, reply, limit);
 }
 

@@ -156,7 +156,7 @@ extern bool sem_list(RedisCall *call, const char *name, SemMember **members,
 extern bool sem_limit(RedisCall *call, const char *name, SemLimit *limit);
 
 extern bool sem_set_limit(RedisCall *call, const char *name, int max_holders,
-						  SemLimit *limit);
+						  bool if_none, SemLimit *limit);
 extern bool sem_rate(RedisCall *call, const char *name, SemRate *rate);
 extern bool sem_set_rate(RedisCall *call, const char *name, const SemRate *set,
 						 SemRate *rate);

@@ -160,7 +160,7 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	name = name_arg(fcinfo, 0);
 	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	hold_init();
-	(void) sem_set_limit(&call, name, max_holders, &limit);
+	(void) sem_set_limit(&call, name, max_holders, false, &limit);
 	pin_configured(&call, name);
 	if (max_holders > 0)
 		ereport(LOG,

@@ -217,6 +217,15 @@
  * the grace after a window or two.  Far less than a window.
  */
 #define KEEPER_GEN_KEEP_MS			(3600 * 1000)
+/*
+ * A statement queue's cap that this server's definition changed is stored
+ * by the keeper (queue_caps.c) in a try of QUEUE_CAP_TRY_MS at most, and
+ * after a failed try again QUEUE_CAP_RETRY_MS later, so that a Redis that
+ * does not answer delays the refreshes of the keeper's cycle by that much
+ * at most, once per retry (a change of definition is rare).
+ */
+#define QUEUE_CAP_TRY_MS			200
+#define QUEUE_CAP_RETRY_MS			5000
 #define FLEET_TTL_MS				60000
 #define FLEET_TOUCH_MIN_BUDGET_MS	KEEPER_NODE_MIN_BUDGET_MS
 #define FLEET_EVICTION_LOG_MS		(10 * 60 * 1000)

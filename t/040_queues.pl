@@ -303,23 +303,41 @@ $mc->query_ok(q{SET cpu_tuple_cost = 0; SET cpu_operator_cost = 0;});
 cmp_ok($plan_cost->(), '<', 1000, 'SET cpu_tuple_cost = 0 and cpu_operator_cost = 0 make it look cheap');
 $mc->query_ok($heavy);
 is($admin->query_ok($counts), ($adm0 + 2) . "/$byp0", '... but it is still queued: settings the session lowered do not count');
-$mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost; SET work_mem = '4GB';});
+$mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost;});
 $mc->query_ok(q{SELECT 1;});
-is($admin->query_ok($counts), ($adm0 + 3) . "/$byp0", 'nor does work_mem set by the session: even a cheap statement is queued');
-$mc->query_ok(q{RESET work_mem;});
+is($admin->query_ok($counts), ($adm0 + 3) . "/$byp0", 'once seen, for the rest of the session: even a cheap statement is queued');
+$mc->quit;
+# a plan made while the costs were lowered, kept by PREPARE after RESET
+$mc = RedsemTest::Session->new($node_a, name => 'mincost2');
+$mc->query_ok(q{SET redsem.queue = 'mincost';});
 $mc->query_ok(q{SELECT 1;});
-is($admin->query_ok($counts), ($adm0 + 3) . '/' . ($byp0 + 1), 'with the settings reset, a cheap statement passes again');
+($adm0, $byp0) = split m{/}, $admin->query_ok($counts);
+is($byp0 > 0 ? 'passes' : 'queued', 'passes', 'a new session: a cheap statement passes');
+$mc->query_ok(q{SET plan_cache_mode = force_generic_plan; SET cpu_tuple_cost = 0; SET cpu_operator_cost = 0;}
+	  . qq{ PREPARE heavy AS $heavy});
+$mc->query_ok(q{EXECUTE heavy;});
+$mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost;});
+like($mc->query_ok(q{EXPLAIN EXECUTE heavy;}), qr/cost=0\.00\.\.0\.00/, 'the plan kept for it is the cheap one');
+$mc->query_ok(q{EXECUTE heavy;});
+is($admin->query_ok($counts), ($adm0 + 2) . "/$byp0", 'a statement prepared with lowered costs is still queued after they are reset');
+$mc->query_ok(q{SET work_mem = '4GB';});
+$mc->quit;
+$mc = RedsemTest::Session->new($node_a, name => 'mincost3');
+$mc->query_ok(q{SET redsem.queue = 'mincost'; SET work_mem = '4GB';});
+($adm0, $byp0) = split m{/}, $admin->query_ok($counts);
+$mc->query_ok(q{SELECT 1;});
+is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", 'work_mem set by the session: even a cheap statement is queued');
 $mc->quit;
 $admin->query_ok(q{ALTER ROLE analyst SET cpu_tuple_cost = 0; ALTER ROLE analyst SET redsem.queue = 'mincost';});
 my $ar = RedsemTest::Session->new($node_a, name => 'mincost-role', user => 'analyst');
-my ($adm1) = split m{/}, $admin->query_ok($counts);
+my ($adm1, $byp1) = split m{/}, $admin->query_ok($counts);
 $ar->query_ok(q{SELECT 1;});
-is($admin->query_ok($counts), ($adm1 + 1) . '/' . ($byp0 + 1), 'a value from ALTER ROLE (which a role may set for itself) does not count either');
+is($admin->query_ok($counts), ($adm1 + 1) . "/$byp1", 'a value from ALTER ROLE (which a role may set for itself) does not count either');
 $ar->quit;
 $admin->query_ok(q{ALTER ROLE analyst RESET cpu_tuple_cost; ALTER ROLE analyst SET redsem.queue = 'analysts';});
 like(PostgreSQL::Test::Utils::slurp_file($node_a->logfile),
-	qr/statements of this session count as costly for statement queues' min_cost\n.*DETAIL:  Setting "cpu_tuple_cost" comes from the session or the role \(session\)/,
-	'the server log says why, once per setting and session');
+	qr/statements of this session count as costly for statement queues' min_cost from now on\n.*DETAIL:  These planner settings come from the session or the role, which could lower a statement's estimated cost: cpu_tuple_cost \(session\), cpu_operator_cost \(session\)\./,
+	'the server log says why, once per session, naming the settings');
 
 $other->send(q{SELECT pg_sleep(1.5);});
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }),

@@ -8,6 +8,7 @@
 #   - a PostgreSQL server whose wall clock is a minute behind Redis's
 #     still keeps ue current, so a failover that lost its grant starts a
 #     grace (the check reckons on redsem's clock, which no step moves);
+#   - nor does the first grant after an idle spell escape it;
 #   - a fleet whose grants wait for a replica (redsem.grant_replicas = 1)
 #     gets no grace after a change of primary that lost nothing, even
 #     after a refresh with a lease.
@@ -115,6 +116,23 @@ sub lost_grant_case
 note 'a server whose wall clock is behind Redis\'s still keeps ue current';
 lost_grant_case('ctl', '+0');
 lost_grant_case('skew', '-60');
+
+note 'the first grant after an idle spell is the one lost (found by review)';
+{
+	my ($p, $r) = primary_and_replica();
+	my $a = create_node('idle_a', $p, $conf);
+	my $b = create_node('idle_b', $r, $conf);
+	$a->safe_psql('postgres', "SELECT redsem_release('s', redsem_acquire('s', 1, '4 s'))");
+	ok(defined wait_until(10, sub { ($r->cli('GET', 'redsem:gen') // '') eq ($p->cli('GET', 'redsem:gen') // '') }),
+		'idle: the replica has the generation');
+	sleep_full(9);    # more than two leases
+	$r->cli('REPLICAOF', 'NO', 'ONE');
+	my $h = RedsemTest::Session->new($a, name => 'idle_A');
+	ok($h->query_ok("SELECT redsem_acquire('s', 1, '4 s');") ne '', 'idle: A holds on the old primary alone');
+	is(try_on($b, 's'), 'f', "idle: B's try on the new primary gets NULL (the grace) while A holds");
+	$h->quit;
+	$_->stop foreach ($a, $b, $p, $r);
+}
 
 note 'grant_replicas = 1: no grace after a change of primary that lost nothing';
 {

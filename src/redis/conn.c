@@ -748,7 +748,6 @@ typedef struct Route
 	bool		asking;			/* ASKING goes first (an ASK redirection) */
 	TimestampTz until;			/* the end of this try */
 	TimestampTz began;			/* when this try began (a share's charge) */
-	uint64		changes_at_start;	/* route_changes when the command began */
 } Route;
 
 /* What became of one try of a command on one node */
@@ -902,7 +901,7 @@ route_failed(Route *r, Link *link)
 
 /*
  * A try over a link opened, or after a redirection followed, since the
- * command began sends the call's fresh_arg in place of argv[fresh_argi]
+ * call's fresh_since sends its fresh_arg in place of argv[fresh_argi]
  * (once: the copy stays for later tries)
  */
 static void
@@ -912,7 +911,7 @@ route_fresh_arg(Route *r)
 	size_t	   *argvlen = NULL;
 	int			i = r->call->fresh_argi;
 
-	if (i <= 0 || i >= r->argc || route_changes == r->changes_at_start ||
+	if (i <= 0 || i >= r->argc || route_changes == r->call->fresh_since ||
 		r->argv[i] == r->call->fresh_arg)
 		return;
 	argv = palloc(sizeof(char *) * r->argc);
@@ -987,7 +986,6 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 		.timeout_ms = timeout_ms,
 		.keep_errors = keep_errors,
 		.shares = shares,
-		.changes_at_start = route_changes,
 	};
 	RouteResult result;
 

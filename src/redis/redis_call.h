@@ -75,10 +75,12 @@ typedef struct RedisCall
 								 * took (in a Cluster, one per node and pass,
 								 * and one per command sent on its own) */
 	int			fresh_argi;		/* > 0: a try over a link opened, or after a
-								 * redirection followed, since the command
-								 * began sends fresh_arg as argv[fresh_argi]
-								 * (an acquire asks for its era check then) */
+								 * redirection followed, since fresh_since
+								 * (redis_route_changes) sends fresh_arg as
+								 * argv[fresh_argi] (an acquire asks for its
+								 * era check then) */
 	const char *fresh_arg;
+	uint64		fresh_since;
 } RedisCall;
 
 /* One command of a pipeline */
@@ -98,6 +100,6 @@ typedef void (*RedisReplyHandler) (void *arg, struct redisReply *reply,
 								   const RedisOutcome *outcome);
 
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0, false, 0, 0, NULL}
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0, false, 0, 0, NULL, 0}
 
 #endif							/* REDSEM_REDIS_CALL_H */

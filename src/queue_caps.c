@@ -1,0 +1,109 @@
+/*
+ * queue_caps.c
+ *		A statement queue's cap is its semaphore's stored limit in Redis
+ *		("queue:<name>"), the same for every server: statements take the
+ *		limit in effect there, and the first one stores its definition's
+ *		active_statements if none is stored (acquire.c).  So a cap changes
+ *		online, for every server at once, with redsem_set_limit, or by
+ *		editing active_statements and reloading: each server's keeper then
+ *		stores the new cap (this file).  Raising it admits the waiters that
+ *		now fit; lowering it lets the running statements finish.  Nothing
+ *		in a change of definition makes a statement fail.
+ *
+ * The keeper stores a cap only when this server's definition of it
+ * changed while the keeper ran (not at its start: a restarted server does
+ * not undo a cap set by hand since), and tries again each cycle until
+ * Redis has taken it.
+ */
+#include "postgres.h"
+
+#include "utils/memutils.h"
+
+#include "clock.h"
+#include "queue_caps.h"
+#include "queue_conf.h"
+#include "script.h"
+#include "timing.h"
+
+/* One queue's cap as this keeper last applied it (or found it at start) */
+typedef struct AppliedCap
+{
+	char		name[QUEUE_MAX_NAME_BYTES + 1];
+	int			active;
+	bool		pending;		/* changed, not yet stored in Redis */
+} AppliedCap;
+
+static AppliedCap caps[QUEUE_MAX_QUEUES];
+static int	ncaps = 0;
+static uint64 seen_generation = 0;
+static bool started = false;
+static TimestampTz next_try = 0;
+
+/* This keeper's entry of queue name, or NULL */
+static AppliedCap *
+applied_cap(const char *name)
+{
+	for (int i = 0; i < ncaps; i++)
+		if (strcmp(caps[i].name, name) == 0)
+			return &caps[i];
+	return NULL;
+}
+
+/* Take in the definitions: queues whose cap changed become pending */
+static void
+note_definitions(const QueueConfig *conf)
+{
+	AppliedCap	next[QUEUE_MAX_QUEUES];
+	int			n = 0;
+
+	for (int i = 0; conf != NULL && i < conf->count && n < QUEUE_MAX_QUEUES; i++)
+	{
+		const QueueDef *q = &conf->queues[i];
+		AppliedCap *was = applied_cap(q->name);
+
+		strlcpy(next[n].name, q->name, sizeof(next[n].name));
+		next[n].active = q->active;
+		next[n].pending = started && (was == NULL ? false : was->pending || was->active != q->active);
+		n++;
+	}
+	memcpy(caps, next, sizeof(AppliedCap) * n);
+	ncaps = n;
+	started = true;
+}
+
+/* Store the pending caps in Redis (each cycle of the keeper) */
+void
+queue_caps_apply(void)
+{
+	const QueueConfig *conf = queue_config();
+
+	if (!started || seen_generation != queue_config_generation())
+	{
+		note_definitions(conf);
+		seen_generation = queue_config_generation();
+	}
+	for (int i = 0; i < ncaps && redsem_now() >= next_try; i++)
+	{
+		char		semaphore[QUEUE_MAX_NAME_BYTES + 7];
+		RedisCall	call;
+		SemLimit	limit;
+
+		if (!caps[i].pending)
+			continue;
+		snprintf(semaphore, sizeof(semaphore), "queue:%s", caps[i].name);
+		redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_TRY_MS), true, 0);
+		if (!sem_set_limit(&call, semaphore, caps[i].active, false, &limit))
+		{
+			next_try = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_RETRY_MS);
+			ereport(LOG,
+					(errmsg("redsem: statement queue \"%s\": could not set its cap to %d yet; trying again",
+							caps[i].name, caps[i].active),
+					 errdetail_internal("%s", redis_outcome_text(&call.outcome))));
+			break;
+		}
+		caps[i].pending = false;
+		ereport(LOG,
+				(errmsg("redsem: statement queue \"%s\": cap set to %d for every server, from this server's redsem.queues",
+						caps[i].name, caps[i].active)));
+	}
+}
