@@ -9,7 +9,8 @@
 #define REDSEM_GEN_H
 
 /* The longest generation text: "g", seven int64 with their colons, and a
- * replication id of 40 characters (gen_parts in src/redsem.lua) */
+ * replication id of at most 40 characters (16 are kept: gen_parts and
+ * current_era in src/redsem.lua) */
 #define GEN_TEXT_LEN 200
 /* After how long a generation's lmax starts anew: GEN_WINDOW_MS in
  * src/redsem.lua */

@@ -364,6 +364,10 @@ local PROMOTION_WINDOW_MS = 5000
 -- starts anew (half a day: GEN_WINDOW_MS in src/gen.h)
 local GEN_KEEP_MS = 86400000
 local GEN_WINDOW_MS = 43200000
+-- I15: an acquire's generation flags, as src/gen.c writes them (a table
+-- look, cheaper than a pattern, for every acquire)
+local GEN_FLAGS = {[''] = true, e = true, u = true, g = true, eu = true, eg = true, ug = true,
+    eug = true}
 local RENEW_SLACK_MS = 60000
 -- A waiter's head start per level of priority (I4), and the levels allowed
 local AGING_US = 1000000
@@ -1558,7 +1562,9 @@ end
 local function current_era()
     local ok, info = pcall(redis.call, 'INFO', 'replication')
     if not ok or type(info) ~= 'string' then return nil end
-    return string.match(info, 'master_replid:(%x+)')
+    -- (its first 64 bits tell primaries apart, and keep the generation's
+    -- text, which every acquire passes, short)
+    return string.match(info, 'master_replid:(%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x)')
 end
 
 -- I9: if the line was formed under another primary, turn its waiters away
@@ -1859,7 +1865,7 @@ OPS.acquire = {
         if a[11] and a[11] ~= '' then tenant = tenant_arg(a[11]) end
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
                 priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle') and
-                (a[12] == nil or #a[12] <= 160) and (a[13] == nil or (#a[13] <= 3 and string.find(a[13], '^[geu]*$')))) or
+                (a[12] == nil or #a[12] <= 160) and (a[13] == nil or GEN_FLAGS[a[13]])) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
         return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
                priority, tenant, a[12] or '', a[13] or ''

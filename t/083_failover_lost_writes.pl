@@ -102,7 +102,7 @@ sub run_case
 	# primary it was checked on
 	$a->safe_psql('postgres', "SELECT redsem_release('$sem', redsem_acquire('$sem', 1, '$LEASE'));");
 	my $gen = '';
-	ok(defined wait_until(10, sub { ($gen = $replica->cli('GET', 'redsem:gen') // '') =~ /:6000:\d+:[0-9a-f]{40}$/ }),
+	ok(defined wait_until(10, sub { ($gen = $replica->cli('GET', 'redsem:gen') // '') =~ /:6000:\d+:[0-9a-f]{16}$/ }),
 		"$sem: the replica has the generation, with the 6 s lease of a grant that waited for no replica and its era ($gen)");
 
 	# the replica is cut off: what the primary grants now, it keeps alone
@@ -151,7 +151,7 @@ is($r->{errors}, 0, 'no caller saw an error: the failover and the grace fit in t
 	sleep_full(0.5);
 	my $p = RedsemTest::Session->new($b, name => 'old-backend');
 	$p->query_ok("SELECT redsem_release('old', redsem_acquire('old', 1, '60 s'));");
-	ok(defined wait_until(10, sub { ($replica->cli('GET', 'redsem:gen') // '') =~ /:60000:\d+:[0-9a-f]{40}$/ }),
+	ok(defined wait_until(10, sub { ($replica->cli('GET', 'redsem:gen') // '') =~ /:60000:\d+:[0-9a-f]{16}$/ }),
 		'old: the replica has the generation');
 	kill 'STOP', $proxy_pid;
 	my $h = RedsemTest::Session->new($a, name => 'old-holder');
