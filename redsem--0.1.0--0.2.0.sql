@@ -251,7 +251,8 @@ CREATE FUNCTION redsem_queues(
     OUT application_name text, OUT application_priority text,
     OUT running bigint, OUT waiting bigint,
     OUT admitted bigint, OUT waited bigint, OUT timed_out bigint,
-    OUT total_wait_time interval, OUT bypassed bigint, OUT ran_unqueued bigint)
+    OUT total_wait_time interval, OUT bypassed bigint, OUT ran_unqueued bigint,
+    OUT cap integer)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_queues'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -259,7 +260,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE VIEW redsem_queues AS SELECT * FROM redsem_queues();
 GRANT SELECT ON redsem_queues TO PUBLIC;
 COMMENT ON VIEW redsem_queues IS
-'statement queues: definition, statements running and waiting on every server (Redis), and this server''s counters';
+'statement queues: definition, the cap in effect and the statements running and waiting on every server (Redis), and this server''s counters';
 
 -- This server's holds and places in line, with their sessions (for
 -- pg_monitor and redsem_admin; ids only for administrators and their own

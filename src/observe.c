@@ -42,7 +42,7 @@ PG_FUNCTION_INFO_V1(redsem_server_holds);
 
 #define HELD_COLUMNS	10
 #define HOLDERS_COLUMNS	15
-#define QUEUES_COLUMNS	16
+#define QUEUES_COLUMNS	17
 #define SERVER_HOLDS_COLUMNS	11
 
 /* An interval of ms milliseconds */
@@ -376,6 +376,9 @@ redsem_queues(PG_FUNCTION_ARGS)
 		values[13] = interval_from_ms(st ? st->counters[STAT_WAIT_TIME_MS] : 0);
 		values[14] = Int64GetDatum(st ? st->counters[STAT_BYPASSED] : 0);
 		values[15] = Int64GetDatum(st ? st->counters[STAT_UNQUEUED] : 0);
+		/* the cap in effect for every server: the stored limit (queue_caps.c) */
+		nulls[16] = !asked || limit.stored <= 0;
+		values[16] = Int32GetDatum((int32) (asked ? limit.stored : 0));
 		put_row(rsinfo, values, nulls, QUEUES_COLUMNS);
 	}
 	return (Datum) 0;

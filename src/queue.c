@@ -153,13 +153,13 @@ session_queue(const QueueConfig *conf)
 }
 
 /*
- * The queue a top-level statement of this session must go through, or
- * NULL.  The answer is kept until the definitions, redsem.queue or
- * application_name change, so a session in no queue pays a few string
- * comparisons per statement.
+ * The queue this session's top-level statements go through, or NULL,
+ * whatever the nesting now (see queue_to_use).  The answer is kept until
+ * the definitions, redsem.queue or application_name change, so a session
+ * in no queue pays a few string comparisons per statement.
  */
 static const QueueDef *
-queue_to_use(void)
+session_queue_now(void)
 {
 	static uint64 cached_generation = 0;
 	static char cached_queue[QUEUE_MAX_NAME_BYTES + 1];
@@ -168,7 +168,7 @@ queue_to_use(void)
 	const QueueConfig *conf = queue_config();
 	const char *app = application_name ? application_name : "";
 
-	if (nesting > 0 || IsParallelWorker())
+	if (IsParallelWorker())
 		return NULL;
 	if (conf == NULL || conf->count == 0)
 	{
@@ -187,6 +187,13 @@ queue_to_use(void)
 		strlcpy(cached_app, app, sizeof(cached_app));
 	}
 	return cached;
+}
+
+/* The queue a top-level statement of this session must go through, or NULL */
+static const QueueDef *
+queue_to_use(void)
+{
+	return nesting > 0 ? NULL : session_queue_now();
 }
 
 /* Report a statement that runs without a slot because Redis failed us */
@@ -436,8 +443,12 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 	PlannedStmt *result;
 	const QueueDef *q;
 
-	/* a plan made with cost settings the role could lower (queue_cost.c) */
-	if (nesting == 0 && (q = queue_to_use()) != NULL && q->min_cost > 0)
+	/*
+	 * a plan made with cost settings the role could lower (queue_cost.c), at
+	 * any nesting: one made inside a DO block or a function may be kept
+	 * (PREPARE) and run at the top level later
+	 */
+	if ((q = session_queue_now()) != NULL && q->min_cost > 0)
 		(void) queue_costs_trusted();
 	nesting++;
 	PG_TRY();

@@ -11,9 +11,9 @@
  *		in a change of definition makes a statement fail.
  *
  * The keeper stores a cap only when this server's definition of it
- * changed while the keeper ran (not at its start: a restarted server does
- * not undo a cap set by hand since), and tries again each cycle until
- * Redis has taken it.
+ * changed, or the queue was defined, while the keeper ran (not at its
+ * start: a restarted server does not undo a cap set by hand since), and
+ * tries again until Redis has taken it.
  */
 #include "postgres.h"
 
@@ -63,7 +63,8 @@ note_definitions(const QueueConfig *conf)
 
 		strlcpy(next[n].name, q->name, sizeof(next[n].name));
 		next[n].active = q->active;
-		next[n].pending = started && (was == NULL ? false : was->pending || was->active != q->active);
+		/* (a queue defined while the keeper runs counts as a change too) */
+		next[n].pending = started && (was == NULL || was->pending || was->active != q->active);
 		n++;
 	}
 	memcpy(caps, next, sizeof(AppliedCap) * n);

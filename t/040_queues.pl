@@ -320,7 +320,15 @@ $mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost;});
 like($mc->query_ok(q{EXPLAIN EXECUTE heavy;}), qr/cost=0\.00\.\.0\.00/, 'the plan kept for it is the cheap one');
 $mc->query_ok(q{EXECUTE heavy;});
 is($admin->query_ok($counts), ($adm0 + 2) . "/$byp0", 'a statement prepared with lowered costs is still queued after they are reset');
-$mc->query_ok(q{SET work_mem = '4GB';});
+$mc->quit;
+# ... or inside a DO block, whose settings are gone when it ends (found by review)
+$mc = RedsemTest::Session->new($node_a, name => 'mincost-do');
+$mc->query_ok(q{SET redsem.queue = 'mincost';} . qq{ PREPARE heavy AS $heavy});
+($adm0, $byp0) = split m{/}, $admin->query_ok($counts);
+$mc->query_ok(q{DO $$ BEGIN SET LOCAL cpu_tuple_cost = 0; SET LOCAL cpu_operator_cost = 0; EXECUTE 'EXPLAIN EXECUTE heavy'; END $$;});
+like($mc->query_ok(q{EXPLAIN EXECUTE heavy;}), qr/cost=0\.00\.\.0\.00/, 'a plan made cheap inside a DO block is kept');
+$mc->query_ok(q{EXECUTE heavy;});
+is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", '... and its statement is queued');
 $mc->quit;
 $mc = RedsemTest::Session->new($node_a, name => 'mincost3');
 $mc->query_ok(q{SET redsem.queue = 'mincost'; SET work_mem = '4GB';});

@@ -85,6 +85,8 @@ for my $next (@CAPS[ 1 .. $#CAPS ], 'by hand')
 ok(defined wait_until(10, sub {
 			($nodes[0]->safe_psql('postgres', "SELECT redsem_limit('queue:rep')") // '') eq '2'
 		}), 'the cap in Redis is the last one set');
+is($nodes[1]->safe_psql('postgres', "SELECT active_statements || '/' || cap FROM redsem_queues WHERE name = 'rep'"),
+	'4/2', 'redsem_queues shows the definition and the cap in effect');
 
 my $errors = 0;
 foreach my $s (@sessions)
@@ -150,6 +152,17 @@ is($peak4, 4, 'and 4 ran at once then (the raise woke the waiters that fit)');
 
 like(slurp_file($nodes[0]->logfile), qr/statement queue "rep": cap set to 3 for every server/,
 	'the keeper says when it stores a changed cap');
+
+# a queue dropped and defined again while the keeper runs: its definition
+# is stored, not the cap it had before (found by review)
+foreach my $def ('other: active_statements=1', 'rep: active_statements=7')
+{
+	$_->append_conf('postgresql.conf', "redsem.queues = '$def'\n") foreach @nodes;
+	$_->reload foreach @nodes;
+	sleep_full(1);
+}
+ok(defined wait_until(10, sub { ($nodes[0]->safe_psql('postgres', "SELECT redsem_limit('queue:rep')") // '') eq '7' }),
+	'a queue defined again gets its new definition\'s cap');
 $_->stop foreach @nodes;
 $redis->stop;
 done_testing();
