@@ -83,19 +83,27 @@ my @nodes = map {
 } qw(a b);
 my ($a, $b) = @nodes;
 
+# The servers ask the sentinel of a set (sentinel_set's list) from now on;
+# returns the list
+sub servers_use
+{
+	my @set = @_;
+	foreach my $n (@nodes)
+	{
+		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $set[2]->address . "'\n");
+		$n->reload;
+	}
+	sleep_full(0.5);
+	return @set;
+}
+
 # One case: the servers use a new sentinel set; server A's session takes
 # the slot of $sem on the primary alone and works 20 s; server B's two
 # loop on it; the primary dies.  Returns the checker's result.
 sub run_case
 {
 	my ($sem, $policy) = @_;
-	my ($primary, $replica, $sentinel, $proxy_pid) = sentinel_set($sem);
-	foreach my $n (@nodes)
-	{
-		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $sentinel->address . "'\n");
-		$n->reload;
-	}
-	sleep_full(0.5);
+	my ($primary, $replica, $sentinel, $proxy_pid) = servers_use(sentinel_set($sem));
 
 	# a first grant and its release reach the replica: the generation
 	# there counts the lease of grants that wait for no replica, and the
@@ -142,13 +150,7 @@ is($r->{errors}, 0, 'no caller saw an error: the failover and the grace fit in t
 # its next acquire (found by review): that try checks the era too, so it
 # gets no slot beside the holder whose grant the failover lost
 {
-	my ($primary, $replica, $sentinel, $proxy_pid) = sentinel_set('old');
-	foreach my $n (@nodes)
-	{
-		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $sentinel->address . "'\n");
-		$n->reload;
-	}
-	sleep_full(0.5);
+	my ($primary, $replica, $sentinel, $proxy_pid) = servers_use(sentinel_set('old'));
 	my $p = RedsemTest::Session->new($b, name => 'old-backend');
 	$p->query_ok("SELECT redsem_release('old', redsem_acquire('old', 1, '60 s'));");
 	ok(defined wait_until(10, sub { ($replica->cli('GET', 'redsem:gen') // '') =~ /:60000:\d+:[0-9a-f]{16}$/ }),
@@ -172,13 +174,7 @@ is($r->{errors}, 0, 'no caller saw an error: the failover and the grace fit in t
 # their wait, get the slot in the order they came (after the grace, since
 # they waited for no replica)
 {
-	my ($primary, $replica, $sentinel, $proxy_pid) = sentinel_set('ord');
-	foreach my $n (@nodes)
-	{
-		$n->append_conf('postgresql.conf', "redsem.sentinels = '" . $sentinel->address . "'\n");
-		$n->reload;
-	}
-	sleep_full(0.5);
+	my ($primary, $replica, $sentinel, $proxy_pid) = servers_use(sentinel_set('ord'));
 	my $h = RedsemTest::Session->new($a, name => 'ord-holder');
 	is($h->query_ok("SELECT redsem_acquire('ord', 1, '$LEASE') IS NOT NULL;"), 't', 'ord: a holder');
 	my @w;
