@@ -29,6 +29,7 @@
 typedef struct AppliedCap
 {
 	char		name[QUEUE_MAX_NAME_BYTES + 1];
+	char		semaphore[QUEUE_MAX_NAME_BYTES + 7];	/* "queue:" name */
 	int			active;
 	bool		pending;		/* changed, not yet stored in Redis */
 } AppliedCap;
@@ -62,6 +63,7 @@ note_definitions(const QueueConfig *conf)
 		AppliedCap *was = applied_cap(q->name);
 
 		strlcpy(next[n].name, q->name, sizeof(next[n].name));
+		strlcpy(next[n].semaphore, q->semaphore, sizeof(next[n].semaphore));
 		next[n].active = q->active;
 		/* (a queue defined while the keeper runs counts as a change too) */
 		next[n].pending = started && (was == NULL || was->pending || was->active != q->active);
@@ -85,15 +87,13 @@ queue_caps_apply(void)
 	}
 	for (int i = 0; i < ncaps && redsem_now() >= next_try; i++)
 	{
-		char		semaphore[QUEUE_MAX_NAME_BYTES + 7];
 		RedisCall	call;
 		SemLimit	limit;
 
 		if (!caps[i].pending)
 			continue;
-		snprintf(semaphore, sizeof(semaphore), "queue:%s", caps[i].name);
 		redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_TRY_MS), true, 0);
-		if (!sem_set_limit(&call, semaphore, caps[i].active, false, &limit))
+		if (!sem_set_limit(&call, caps[i].semaphore, caps[i].active, false, &limit))
 		{
 			next_try = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_RETRY_MS);
 			ereport(LOG,

@@ -1698,9 +1698,13 @@ end
 
 -- I15: ul and ue once a grant (or a lengthened lease) of lease ms that
 -- waits for no replica is made now: ul starts anew once ue has passed.
+-- ue moves on only once half a lease or less of it is left (then servers
+-- that alternate do not rewrite the key at every call); the third value
+-- says whether anything moved.
 local function unacked(ul, ue, lease)
+    if lease <= ul and ue >= NOW_MS + lease / 2 then return ul, ue, false end
     if ue < NOW_MS then ul = 0 end
-    return math.max(ul, lease), math.max(ue, NOW_MS + lease)
+    return math.max(ul, lease), math.max(ue, NOW_MS + lease), true
 end
 
 -- I15: a generation's text from its parts.
@@ -1722,11 +1726,7 @@ local function with_gen(reply, n)
     local busy = reply[1] == 'busy'
     local lmax, ul, ue, lease = G_LMAX, G_UL, G_UE, math.min(G_LEASE, GEN_KEEP_MS)
     if not busy and lease > lmax then lmax = lease end
-    -- (ue moves on only once half a lease or less of it is left: then
-    -- servers that alternate do not rewrite the key at every call)
-    if not busy and G_UNACKED and (lease > ul or ue < NOW_MS + lease / 2) then
-        ul, ue = unacked(ul, ue, lease)
-    end
+    if not busy and G_UNACKED then ul, ue = unacked(ul, ue, lease) end
     local text = gen_text(G_F, G_US, lmax, G_UNTL, G_LPREV, G_ROT, ul, ue, G_ERA)
     if text ~= G_CUR then
         if busy and not G_CUR and not GRACE then return reply end
@@ -1747,9 +1747,9 @@ local function op_gen_raise(lease, unacked_lease)
     local cur = redis.call('GET', K_GEN)
     local f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
     if not f then return '' end
-    local move = unacked_lease and (lease > ul or ue < NOW_MS + lease / 2)
+    local move = false
+    if unacked_lease then ul, ue, move = unacked(ul, ue, lease) end
     if lease <= lmax and not move then return cur end
-    if move then ul, ue = unacked(ul, ue, lease) end
     cur = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
     redis.call('SET', K_GEN, cur)
     return cur
