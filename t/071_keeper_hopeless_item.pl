@@ -60,6 +60,12 @@ $a->query_ok(q{
 	COMMIT;});
 is(table_of($a->backend_pid), 'e2_gone:releasing',
 	'A committed: its release went out unread, and A stays idle');
+# While A held its 1 s lease, the keeper may have refreshed it with a third
+# of the ~700 ms it had left, which a 120 ms Redis under load can miss:
+# that is the share working as meant.  Timeouts count only from when such
+# a refresh, sent before A committed, has surely ended.
+usleep(500_000);
+my $quiet_from = -s $node->logfile;
 
 my $c = RedsemTest::Session->new($node, name => 'c');
 my $start = time;
@@ -93,7 +99,8 @@ unlike($log, qr/could not refresh the slot of semaphore "e2_live"/,
 	'the keeper logged no failed refresh of B\'s slot');
 unlike($log, qr/slot of semaphore "e2_live" held by process \d+ already gone/,
 	'nor that it found it gone');
-unlike($log, qr/redsem keeper: .*did not answer/, 'nor that Redis did not answer');
+unlike(slurp_file($node->logfile, $quiet_from), qr/redsem keeper: .*did not answer/,
+	'nor that Redis did not answer once A had committed');
 
 $_->quit foreach ($a, $b, $c);
 $node->stop;
