@@ -44,7 +44,9 @@
 #include "queue.h"
 #include "queue_conf.h"
 #include "queue_cost.h"
+#include "queue_light.h"
 #include "shmem.h"
+#include "timing.h"
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
@@ -196,15 +198,33 @@ queue_to_use(void)
 	return nesting > 0 ? NULL : session_queue_now();
 }
 
-/* Report a statement that runs without a slot because Redis failed us */
+/*
+ * Until when this session's statements of queues with on_redis_error=run
+ * run without a slot, without trying Redis (src/timing.h), and why
+ */
+static TimestampTz unqueued_until = 0;
+static char unqueued_why[256];
+
+/*
+ * Report a statement that runs without a slot because Redis failed us (o),
+ * or failed an earlier statement of the session (o NULL: unqueued_why)
+ */
 static void
 run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
 {
+	if (o != NULL)
+	{
+		strlcpy(unqueued_why, redis_outcome_text(o), sizeof(unqueued_why));
+		unqueued_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+													 QUEUE_UNQUEUED_SPELL_MS);
+	}
 	stats_count(semaphore, STAT_UNQUEUED, 1);
 	ereport(WARNING,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("statement runs without a slot of redsem queue \"%s\": Redis cannot be used", q->name),
-			 errdetail_internal("%s", redis_outcome_text(o)),
+			 o != NULL ? errdetail_internal("%s", unqueued_why) :
+			 errdetail("Redis failed an earlier statement of this session (%s); the session tries it again %d s after that.",
+					   unqueued_why, QUEUE_UNQUEUED_SPELL_MS / 1000),
 			 errhint("The queue is set to on_redis_error=run; with on_redis_error=fail such statements fail instead.")));
 }
 
@@ -262,6 +282,11 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	if (session_holds(args.name))
 	{
 		note_statement(query, args.name, NULL);
+		return;
+	}
+	if (q->run_on_error && GetCurrentTimestamp() < unqueued_until)
+	{
+		run_unqueued(q, args.name, NULL);
 		return;
 	}
 	/* the cap in Redis (redsem_set_limit), or the definition's if none */
@@ -373,7 +398,8 @@ queue_executor_start(QueryDesc *query, int eflags)
 	const QueueDef *q;
 
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 &&
-		(q = queue_to_use()) != NULL && !passes_by_cost(q, query))
+		(q = queue_to_use()) != NULL &&
+		!queue_statement_is_light(query->plannedstmt) && !passes_by_cost(q, query))
 		enter_queue(q, query);
 	if (prev_executor_start)
 		prev_executor_start(query, eflags);

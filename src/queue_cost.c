@@ -73,7 +73,7 @@ report_untrusted(void)
 			appendStringInfo(&names, "%s%s (%s)", names.len > 0 ? ", " : "",
 							 cost_settings[i], GucSource_Names[records[i]->source]);
 	ereport(LOG,
-			(errmsg("redsem: statements of this session count as costly for statement queues' min_cost from now on"),
+			(errmsg("redsem: statements of this session count as costly for statement queues from now on"),
 			 errdetail("These planner settings come from the session or the role, which could lower a statement's estimated cost: %s.",
 					   names.data),
 			 errhint("Set the planner's cost settings of queued roles in the server's configuration or with ALTER DATABASE.")));
@@ -83,7 +83,8 @@ report_untrusted(void)
 /*
  * True while no plan or statement of this session saw a cost setting from
  * where the role can write (called when a statement of a queue with
- * min_cost plans or starts)
+ * min_cost plans or starts, and for a catalog read that may be light:
+ * queue_light.c)
  */
 bool
 queue_costs_trusted(void)

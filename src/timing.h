@@ -226,6 +226,14 @@
  */
 #define QUEUE_CAP_TRY_MS			200
 #define QUEUE_CAP_RETRY_MS			5000
+/*
+ * A statement of a queue with on_redis_error=run that found Redis unusable
+ * runs without a slot, and so do the session's next statements of such a
+ * queue for QUEUE_UNQUEUED_SPELL_MS, without trying Redis: a Redis that
+ * does not answer would otherwise cost each of them redsem.connect_timeout
+ * first.  Short beside an outage, long beside a statement.
+ */
+#define QUEUE_UNQUEUED_SPELL_MS		5000
 #define FLEET_TTL_MS				60000
 #define FLEET_TOUCH_MIN_BUDGET_MS	KEEPER_NODE_MIN_BUDGET_MS
 #define FLEET_EVICTION_LOG_MS		(10 * 60 * 1000)

@@ -282,7 +282,7 @@ is($node->safe_psql('postgres', 'SELECT redis_errors FROM redsem_stats WHERE nam
 	'54', 'the others are counted together, in the row whose name is NULL');
 is(full_logs(), 1, 'the server log says once that the table is full');
 # A statement queue still gets its row.
-$node->safe_psql('postgres', q{SET redsem.queue = 'q1'; SELECT 1;});
+$node->safe_psql('postgres', q{SET redsem.queue = 'q1'; SELECT pg_sleep(0);});
 is($node->safe_psql('postgres', q{SELECT admitted FROM redsem_queues WHERE name = 'q1'}),
 	'1', 'a statement queue still counts: the queues redsem.queues defines have room of their own');
 # Anybody's later name joins the others' row, until a name is forgotten.

@@ -59,12 +59,12 @@ sub released
 note 'a statement queue: the release goes out with the end of the statement';
 
 my $q = RedsemTest::Session->new($node, name => 'queued', user => 'queued');
-$q->query_ok('SELECT 1;');
+$q->query_ok('SELECT pg_sleep(0);');
 my $qpid = $q->backend_pid;
 is(holders('queue:one'), 0, 'the queue\'s semaphore is free as soon as the statement returned');
 is(table_of($qpid), 'queue:one:releasing',
 	'the table says releasing until the session reads the reply');
-$q->query_ok('SELECT 2;');
+$q->query_ok('SELECT pg_sleep(0);');
 is(table_of($qpid), 'queue:one:releasing', 'the next statement read it, and sent its own');
 my $before = released('queue:one');
 cmp_ok($before, '>=', 1, 'the releases read so far are counted');

@@ -47,7 +47,7 @@ note 'a reserve of 1 of 2 for priority 10: the holder below it takes the one slo
 $w->query_ok(q{BEGIN; UPDATE rows SET v = v + 1 WHERE id = 1;});
 $h->send(q{UPDATE rows SET v = v + 10 WHERE id = 1;});
 ok(lock_waits(1), 'the holder took a queue slot and waits for the row the waiter locked');
-my ($out, $err, $secs) = $w->query(q{SELECT 1;}, 30);
+my ($out, $err, $secs) = $w->query(q{SELECT pg_sleep(0);}, 30);
 like($err, qr/ERROR:  40P01: deadlock detected while waiting for a slot of redsem semaphore "queue:q1"/,
 	'the waiter (priority 0) can never use the reserved slot: 40P01, not statement_timeout');
 like($err, qr/DETAIL:  Process \d+ holds a slot of it and waits for a lock held by this transaction; 1 of its 2 permits are held that way, and a reserve \(redsem_set_reserve\) keeps others for priority 10 and up/,
@@ -66,7 +66,7 @@ ok(lock_waits(1), 'a holder of priority 10 (in the reserve) waits for the row th
 $c->send(q{SELECT pg_sleep(3);});
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'q1';}) eq '2' }),
 	'another session (priority 0) runs in the slot left to the others');
-($out, $err, $secs) = $w->query(q{SELECT 'ran';}, 30);
+($out, $err, $secs) = $w->query(q{SELECT 'ran' FROM (SELECT pg_sleep(0)) s;}, 30);
 is($err, '', 'the waiter is not told 40P01: its slot comes when the other statement ends');
 is($out, 'ran', "and its statement runs ($secs s)");
 is(($c->wait_done(20))[1], '', 'the other statement ended');

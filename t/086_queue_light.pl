@@ -1,0 +1,134 @@
+
+# 086_queue_light.pl - statements that cannot be heavy never wait in a
+# statement queue, nor for Redis (issue 49, item 5).  Before, a queued
+# role's SELECT 1 and psql's \d waited behind its reports in a full queue,
+# and failed with the rest when Redis was down (on_redis_error=fail).
+# Light: SELECT 1, now(), SHOW, transaction control, catalog reads (psql
+# \d), when they call no user or volatile function.  Not light: a user's
+# table, a user's function, a volatile built-in (pg_sleep), ten million
+# rows of generate_series and a cross join of catalogs (their cost), a
+# catalog read in a session that lowered its cost settings.  Then Redis frozen:
+# the light ones still run, a heavy one fails (fail) or runs unqueued
+# (run), and after one failure the session's next statements of a "run"
+# queue do not try Redis again for a while.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+
+my $redis = RedsemTest::Redis->new;
+my $node = create_node('light', $redis,
+	"redsem.queues = 'rep: active_statements=1 max_wait=300ms; soft: active_statements=1 on_redis_error=run'\n");
+$node->safe_psql('postgres', q{
+CREATE ROLE analyst LOGIN;
+ALTER ROLE analyst SET redsem.queue = 'rep';
+CREATE ROLE softie LOGIN;
+ALTER ROLE softie SET redsem.queue = 'soft';
+CREATE TABLE facts AS SELECT g AS id FROM generate_series(1, 100) g;
+GRANT SELECT ON facts TO analyst, softie;
+CREATE FUNCTION plus_one(int) RETURNS int LANGUAGE plpgsql STABLE AS 'BEGIN RETURN $1 + 1; END';
+});
+
+# The queue "rep" is full: an analyst's report holds its only slot
+my $report = RedsemTest::Session->new($node, name => 'report', user => 'analyst');
+$report->send(q{SELECT pg_sleep(30) FROM facts LIMIT 1;});
+my $admin = RedsemTest::Session->new($node, name => 'admin');
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
+	'a report holds the only slot of "rep"');
+
+my $a = RedsemTest::Session->new($node, name => 'analyst', user => 'analyst');
+my %light = (
+	'SELECT 1' => q{SELECT 1;},
+	'now() and version()' => q{SELECT now() IS NOT NULL AND version() IS NOT NULL;},
+	'SHOW' => q{SHOW work_mem;},
+	'a transaction' => q{BEGIN; SELECT current_user; COMMIT;},
+	'a catalog join, as psql \d makes' => q{SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND pg_table_is_visible(c.oid) ORDER BY 1;},
+	'a system view' => q{SELECT count(*) > 0 FROM pg_stat_activity;},
+	'pg_locks' => q{SELECT count(*) > 0 FROM pg_locks;},
+);
+foreach my $what (sort keys %light)
+{
+	my ($out, $err) = $a->query($light{$what}, 30);
+	is($err, '', "while the queue is full, $what runs at once");
+}
+foreach my $meta ('\dt', '\d facts', '\df')
+{
+	my ($ret, $out, $err) = $node->psql('postgres', $meta, extra_params => [ '-U', 'analyst' ]);
+	is($ret, 0, "psql's $meta runs at once") or diag($err);
+}
+
+my %heavy = (
+	'a user table' => q{SELECT count(*) FROM facts;},
+	'a user function' => q{SELECT plus_one(1);},
+	'a volatile built-in (pg_sleep)' => q{SELECT pg_sleep(0);},
+	'ten million rows of generate_series' => q{SELECT count(*) FROM generate_series(1, 10000000);},
+	'a cross join of catalogs' => q{SELECT count(*) FROM pg_attribute a, pg_attribute b, pg_class c;},
+	'a recursive query' => q{WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 5) SELECT count(*) FROM r;},
+	'a subquery over a user table' => q{SELECT (SELECT count(*) FROM facts);},
+);
+foreach my $what (sort keys %heavy)
+{
+	my ($out, $err) = $a->query($heavy{$what}, 30);
+	like($err, qr/55P03: statement could not enter redsem queue "rep"/, "$what queues");
+}
+
+# A session that lowered its cost settings: its catalog reads queue (their
+# estimate could be made to look small), SELECT 1 still does not
+$a->query_ok(q{SET cpu_tuple_cost = 0;});
+my ($out, $err) = $a->query($light{'a catalog join, as psql \d makes'}, 30);
+like($err, qr/55P03/, 'after SET cpu_tuple_cost = 0, a catalog join queues');
+($out, $err) = $a->query(q{SELECT 1;}, 30);
+is($err, '', 'and SELECT 1 still runs at once');
+$a->query_ok(q{RESET cpu_tuple_cost;});
+
+$report->quit;
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
+	'the report ended');
+
+###########################################################################
+note 'Redis frozen: light statements still run; "fail" fails, "run" runs unqueued';
+
+# (a new session: the one that lowered its cost settings stays distrusted)
+$a->quit;
+$a = RedsemTest::Session->new($node, name => 'analyst2', user => 'analyst');
+my $s = RedsemTest::Session->new($node, name => 'softie', user => 'softie');
+$_->query_ok(q{SET redsem.command_timeout = '300ms'; SET redsem.connect_timeout = '300ms';}) foreach ($a, $s);
+$redis->freeze;
+foreach my $what (sort keys %light)
+{
+	($out, $err) = $a->query($light{$what}, 30);
+	is($err, '', "with Redis frozen, $what runs (on_redis_error=fail)");
+}
+my ($ret, $pout, $perr) = $node->psql('postgres', '\d facts', extra_params => [ '-U', 'analyst' ]);
+is($ret, 0, "with Redis frozen, psql's \\d facts runs") or diag($perr);
+($out, $err) = $a->query(q{SELECT count(*) FROM facts;}, 30);
+like($err, qr/08006|08001/, 'a heavy statement of "rep" fails with a connection error');
+
+($out, $err) = $s->query(q{SELECT count(*) FROM facts;}, 30);
+is($out, '100', 'a heavy statement of "soft" (on_redis_error=run) runs');
+like($err, qr/WARNING: .*statement runs without a slot of redsem queue "soft": Redis cannot be used/,
+	'with a WARNING');
+($out, $err) = $s->query(q{SELECT count(*) FROM facts;}, 30);
+is($out, '100', 'so does the next one');
+like($err, qr/DETAIL:  Redis failed an earlier statement of this session .* again 5 s after that\./,
+	'without trying Redis again: the WARNING says so');
+$redis->thaw;
+is($admin->query_ok(q{SELECT ran_unqueued FROM redsem_queues WHERE name = 'soft';}), '2',
+	'both are counted as run unqueued');
+sleep_full(5.5);
+($out, $err) = $s->query(q{SELECT count(*) FROM facts;}, 30);
+is($err, '', 'once the spell is over, Redis is tried again: the statement is queued, no WARNING');
+
+$_->quit foreach ($a, $s, $admin);
+node_log_is_clean($node);
+$node->stop;
+$redis->stop;
+done_testing();
