@@ -27,7 +27,8 @@
 #
 # Environment: BENCH_BEFORE, BENCH_PAIRS (default "100 500": N1 and N2 of
 # the pairs), BENCH_HANDOFFS (default "100 400"), BENCH_CALLS (default 500
-# pairs), REDSEM_KEEP=1.  Installs valgrind if it is missing.
+# pairs), BENCH_CALLS_ONLY=1 (only the calls from a client: a quicker
+# look), REDSEM_KEEP=1.  Installs valgrind if it is missing.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -153,10 +154,14 @@ if [[ -n ${BENCH_BEFORE:-} ]]; then
     sed -e '1s/name=before/name=bcall/' -e "s/register_function('before'/register_function('bcall'/" \
         "$W/before.lua" >"$W/bcall.lua"
     [[ $(cli -x FUNCTION LOAD <"$W/bcall.lua") == bcall ]] || redsem_die "cannot load $BENCH_BEFORE's script"
-    C[refresh_before]=$(per_refresh bcall rb)
+    # (that script wants six keys: no generation key, I15)
+    C[before0]=$(OPS_KEYS=6 per_call bcall b0 0)
+    C[before10]=$(OPS_KEYS=6 per_call bcall b10 10)
+    C[refresh_before]=$(OPS_KEYS=6 per_refresh bcall rb)
 fi
 
 declare -A K
+[[ -n ${BENCH_CALLS_ONLY:-} ]] && SIDES=()
 for side in "${SIDES[@]}"; do
     K[$side.p0]=$(per "${side}_pairs" 0 "$P1" "$P2")
     K[$side.p10]=$(per "${side}_pairs" 10 "$P1" "$P2")
@@ -169,7 +174,7 @@ printf 'redsem script cost in instructions (bench/instructions.sh, valgrind)\n'
 printf 'date: %s   host: %s   Redis %s\n' "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" \
     "$(hostname)" "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
 printf 'thousands of instructions per operation; pairs %s-%s, hand-offs %s-%s\n\n' "$P1" "$P2" "$H1" "$H2"
-bench_loop_table K
+[[ -n ${BENCH_CALLS_ONLY:-} ]] || bench_loop_table K
 
 # issue 21, target 1: at most 1.5x the four-command floor
 printf '\ncalls from a client (redis-cli --pipe, %s acquire + release pairs), thousands of\n' "$CALLS"
@@ -179,6 +184,11 @@ printf '%-52s %10s %10s\n' "redsem: acquire or release, mean" "${C[redsem0]}" "$
 printf '%-52s %10s %10s\n' "floor: a four-command function (bench/floor.lua)" "${C[floor0]}" "${C[floor10]}"
 printf '%-52s %10s %10s\n' "  ratio redsem / floor (issue 21: at most 1.5)" \
     "$(bench_ratio "${C[redsem0]}" "${C[floor0]}")" "$(bench_ratio "${C[redsem10]}" "${C[floor10]}")"
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    printf '%-52s %10s %10s\n' "the script at $BENCH_BEFORE, acquire or release" "${C[before0]}" "${C[before10]}"
+    printf '%-52s %10s %10s\n' "  ratio redsem / the script at $BENCH_BEFORE" \
+        "$(bench_div "${C[redsem0]}" "${C[before0]}" %.3f)" "$(bench_div "${C[redsem10]}" "${C[before10]}" %.3f)"
+fi
 printf '\na keeper'"'"'s refresh of one hold (refresh_many, %s holders refreshed once each), thousands\n' "$CALLS"
 printf 'of instructions inside FCALL per call\n'
 printf '%-52s %10s\n' "redsem" "${C[refresh]}"
