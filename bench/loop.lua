@@ -7,8 +7,19 @@
 --                            waiters spread over TENANTS tenants (0: none)
 local function us(t) return tonumber(t[1]) * 1000000 + tonumber(t[2]) end
 local ORIGIN = 'bench.example:5432|4242|db|user|bench'
+-- The keys and the acquire's arguments after the origin, as the side's
+-- script wants them: the owner key alone and the generation's two
+-- arguments first (since the script derives the other keys), or the six
+-- keys of a script from before (which knows no generation).
+local COMPACT = OPS.acquire.read({'acquire', 'x', '1', '1', '1', '0', '1', 'o', '', '', '', '0', 'ten'}) and
+    select(11, OPS.acquire.read({'acquire', 'x', '1', '1', '1', '0', '1', 'o', '', '', '', '0', 'ten'})) == 'ten'
 local function keys_of(b)
+    if COMPACT then return {b .. 'owner'} end
     return {b .. 'owner', b .. 'timeout', b .. 'ticket', b .. 'info', b .. 'waiting', b .. 'state'}
+end
+local function tail(t)
+    if COMPACT then return '', '', '', '0', t end
+    return '', '0', t
 end
 -- pairs N HOLDERS TAG: N acquire+release pairs beside HOLDERS holders
 local function loop_pairs(_, a)
@@ -20,7 +31,7 @@ local function loop_pairs(_, a)
     local t0 = redis.call('TIME')
     for i = 1, n do
         local id = string.format('%016x.%d', i, i)
-        dispatch(K, {'acquire', id, '100', '1', '600000', '0', '60000', ORIGIN, '', '0', ''})
+        dispatch(K, {'acquire', id, '100', '1', '600000', '0', '60000', ORIGIN, tail('')})
         dispatch(K, {'release', id})
     end
     local t1 = redis.call('TIME')
@@ -39,12 +50,12 @@ local function loop_handoffs(_, a)
         held[i] = 'h' .. i
     end
     for i = 1, 200 do
-        dispatch(K, {'acquire', 'w' .. i, '4', '1', '600000', '1', '600000', ORIGIN, '', '0', tenant(i)})
+        dispatch(K, {'acquire', 'w' .. i, '4', '1', '600000', '1', '600000', ORIGIN, tail(tenant(i))})
     end
     local spent = 0
     for i = 1, n do
         local t0 = redis.call('TIME')
-        dispatch(K, {'acquire', 'n' .. i, '4', '1', '600000', '1', '600000', ORIGIN, '', '0', tenant(i)})
+        dispatch(K, {'acquire', 'n' .. i, '4', '1', '600000', '1', '600000', ORIGIN, tail(tenant(i))})
         dispatch(K, {'release', held[i]})
         local t1 = redis.call('TIME')
         spent = spent + us(t1) - us(t0)

@@ -5,20 +5,21 @@
 # (a keeper's refresh_many of each one hold, sent as ACQ: ids filled before).  Used by
 # bench/script_cpu.sh and bench/instructions.sh with redis-cli --pipe.
 # With OPS_KEYS=6, as a library before the generation key (I15) wants
-# them; else acquires with the seventh key and their generation arguments,
-# the generation known being OPS_GEN ('' if unset: what the first call on
-# a fresh Redis sends).
+# them: the semaphore's six keys; else as src/script.c sends them: the
+# owner key alone, and for an acquire the generation key and its two
+# arguments after the origin, the generation known being OPS_GEN ('' if
+# unset: what the first call on a fresh Redis sends) with flag 'u'.
 use strict;
 my ($acq, $rel, $sem, $from, $count, $what) = @ARGV;
-my $with_gen = ($ENV{OPS_KEYS} // 7) != 6;
-my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
-my @gen = $with_gen ? ('', '0', '', $ENV{OPS_GEN} // '', 'u') : ();
+my $six = ($ENV{OPS_KEYS} // '') eq '6';
+my @keys = $six ? (map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state)) : ("redsem:{$sem}:owner");
+my @gen = $six ? () : ($ENV{OPS_GEN} // '', 'u');
 sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
 # (only an acquire names the generation key)
 sub op
 {
     my ($call, @args) = @_;
-    my @k = ($with_gen && $args[0] eq 'acquire') ? (@keys, 'redsem:gen') : @keys;
+    my @k = (!$six && $args[0] eq 'acquire') ? (@keys, 'redsem:gen') : @keys;
     return cmd(split(/ /, $call), scalar(@k), @k, @args);
 }
 my $origin = 'bench.example:5432|4242|db|user|bench';

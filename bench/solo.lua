@@ -19,8 +19,9 @@
 -- acquire: take the ticket and write the record in one SET; owner counts
 -- the member.  release: read the record, drop the member, leave the ticket.
 local function solo_tail(keys, a, now_us, now_ms)
+    local k_ticket = string.sub(keys[1], 1, -6) .. 'ticket'
     if a[1] == 'acquire' then
-        local last = redis.call('SET', keys[3], now_us .. '|' .. a[2] .. '|' .. now_ms ..
+        local last = redis.call('SET', k_ticket, now_us .. '|' .. a[2] .. '|' .. now_ms ..
                                 '|' .. a[5] .. '|' .. a[8], 'PX', '61000', 'GET')
         if last and string.find(last, '|', 1, true) then
             return redis.error_reply('solo: not idle')
@@ -29,13 +30,13 @@ local function solo_tail(keys, a, now_us, now_ms)
         redis.call('PEXPIRE', keys[1], '61000')
         return {'held', now_us, a[5]}
     end
-    local r = redis.call('GET', keys[3]) or ''
+    local r = redis.call('GET', k_ticket) or ''
     local i = string.find(r, '|', 1, true)
     if not i or string.sub(r, i + 1, i + #a[2]) ~= a[2] then
         return redis.error_reply('solo: not the member')
     end
     redis.call('ZREM', keys[1], a[2])
-    redis.call('SET', keys[3], string.sub(r, 1, i - 1), 'PX', '1000')
+    redis.call('SET', k_ticket, string.sub(r, 1, i - 1), 'PX', '1000')
     return 1
 end
 -- solo tail ends
@@ -46,7 +47,7 @@ local PAD = {'00000', '0000', '000', '00', '0', ''}
 -- The bare version: the clock, the state and the count as commands only.
 local function bare(keys, a)
     local t = redis.call('TIME')
-    redis.call('HMGET', keys[6], 'limit', 'cur', 'tl', 'tt', 'x')
+    redis.call('HMGET', string.sub(keys[1], 1, -6) .. 'state', 'limit', 'cur', 'tl', 'tt', 'x')
     redis.call('ZCARD', keys[1])
     local us6 = PAD[#t[2]] .. t[2]
     return solo_tail(keys, a, t[1] .. us6, t[1] .. string.sub(us6, 1, 3))

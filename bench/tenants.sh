@@ -29,7 +29,9 @@
 # With BENCH_BEFORE=<git revision>, that revision's src/redsem.lua is
 # loaded too (as library "before") and the hand-offs are run with it as
 # well, each right after the same run with this script: before and after,
-# each with its own no-tenant baseline, in one run.
+# each with its own no-tenant baseline, in one run (a revision whose
+# script takes the owner key alone, as src/script.c sends it since issue
+# 48's cost work; earlier ones want six keys and other argument places).
 #
 # Environment: BENCH_DURATION (seconds per run, default 8), BENCH_OPS
 # (default 20000), BENCH_BEFORE, BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
@@ -109,15 +111,15 @@ use strict;
 # (a waiting acquire and its give-up), pairs (acquire + release, no wait);
 # TENANTS 0: none, else tenant i mod TENANTS
 my ($lib, $sem, $from, $count, $what, $tenants) = @ARGV;
-my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
+my @keys = ("redsem:{$sem}:owner");    # (the script makes the others)
 sub cmd { my $s = '*' . scalar(@_) . "\r\n"; $s .= '$' . length($_) . "\r\n$_\r\n" for @_; return $s; }
-sub op { return cmd('FCALL', $lib, 6, @keys, @_); }
+sub op { return cmd('FCALL', $lib, 1, @keys, @_); }
 my $origin = 'bench.example:5432|4242|db|user|bench';
 my $limit = $what eq 'pairs' ? 1000000 : 4;
 binmode STDOUT;
 for my $i ($from .. $from + $count - 1) {
     my $id = sprintf('%016x.%d', 0xfeed0000 + $i, $i);
-    my @ten = $tenants ? ('', 0, 'tenant' . ($i % $tenants)) : ();
+    my @ten = $tenants ? ('', '', '', 0, 'tenant' . ($i % $tenants)) : ();
     if ($what eq 'hold') { print op('acquire', $id, $limit, 1, 600000, 0, 60000, $origin); }
     elsif ($what eq 'line') { print op('acquire', $id, $limit, 1, 600000, 1, 600000, $origin, @ten); }
     elsif ($what eq 'waitgive') {
@@ -167,10 +169,11 @@ sub reply
     return [ map { reply() } 1 .. $l ];
 }
 sub cmd { my $m = '*' . scalar(@_) . "\r\n"; $m .= '$' . length($_) . "\r\n$_\r\n" for @_; print $s $m; return reply(); }
-my @keys = map { "redsem:{$sem}:$_" } qw(owner timeout ticket info waiting state);
+my @keys = ("redsem:{$sem}:owner");    # (the script makes the others)
+my ($k_owner, $k_waiting) = ("redsem:{$sem}:owner", "redsem:{$sem}:waiting");
 my $origin = 'bench.example:5432|4242|db|user|bench';
-sub ten { return $tenants ? ('', 0, 'tenant' . ($_[0] % $tenants)) : (); }
-sub acquire { return cmd('FCALL', $lib, 6, @keys, 'acquire', $_[0], 4, 1, 600000, 1, 600000, $origin, ten($_[1])); }
+sub ten { return $tenants ? ('', '', '', 0, 'tenant' . ($_[0] % $tenants)) : (); }
+sub acquire { return cmd('FCALL', $lib, 1, @keys, 'acquire', $_[0], 4, 1, 600000, 1, 600000, $origin, ten($_[1])); }
 acquire("h$_", $_) for 1 .. 4;
 acquire("w$_", $_) for 1 .. 200;
 my %since = map { ("h$_" => $_) } 1 .. 4;
@@ -180,11 +183,11 @@ for my $i (1 .. $count)
 {
     acquire("n$i", $i);
     # (the holders: members not in line; these reads are not FCALLs)
-    my %line = map { $_ => 1 } @{ cmd('ZRANGE', $keys[4], 0, -1) };
-    my @held = grep { !$line{$_} } @{ cmd('ZRANGE', $keys[0], 0, -1) };
+    my %line = map { $_ => 1 } @{ cmd('ZRANGE', $k_waiting, 0, -1) };
+    my @held = grep { !$line{$_} } @{ cmd('ZRANGE', $k_owner, 0, -1) };
     $since{$_} //= ++$n foreach @held;
     my ($oldest) = sort { $since{$a} <=> $since{$b} } @held;
-    cmd('FCALL', $lib, 6, @keys, 'release', $oldest);
+    cmd('FCALL', $lib, 1, @keys, 'release', $oldest);
 }
 my ($calls, $usec) = cmd('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+),usec=(\d+)/;
 printf "%.2f\n", $usec / $calls;

@@ -14,13 +14,14 @@
 struct redisReply;
 
 /*
- * Keys of a semaphore (its six and its generation key, gen.c), and the
- * most arguments an operation takes after its name (acquire: id, limit,
- * permits, lease, wait, keepalive, origin, settle, priority, tenant, the
- * generation known, grow)
+ * Keys an operation names: the semaphore's owner key (the script makes
+ * the others from it) and its generation key (gen.c); and the most
+ * arguments an operation takes after its name (acquire: id, limit,
+ * permits, lease, wait, keepalive, origin, the generation known, its
+ * flags, settle, priority, tenant)
  */
-#define SCRIPT_NKEYS 7
-#define SCRIPT_NKEYS_PLAIN 6	/* (the operations but acquire: no generation) */
+#define SCRIPT_NKEYS 2
+#define SCRIPT_NKEYS_PLAIN 1	/* (the operations that read no generation) */
 #define SCRIPT_MAX_ARGS 12
 
 extern const char *library_name(void);

@@ -5,24 +5,28 @@
 -- with one function of the same name, dispatch, registered without flags:
 -- Redis then refuses it as a whole on a read-only replica (READONLY) or
 -- above maxmemory (OOM), instead of stopping it half-way.  Each operation
--- is one FCALL with the six keys below and the operation name first among
--- the arguments.  A library's functions are made once, when it loads, so
+-- is one FCALL with the operation name first among the arguments, naming
+-- one key, the semaphore's owner (<base>owner), and for acquire,
+-- wait_check and gen_raise its generation key second (KEYS[2]); the
+-- semaphore's other keys below are <base> and their name, made by begin()
+-- (a key named costs Redis and the script as much as an argument:
+-- bench/instructions.sh).  The index operations name the index alone.  A library's functions are made once, when it loads, so
 -- a call pays only for the operation: all per-call state is set up anew by
 -- begin().  All time comes from redis.call('TIME'); the caller's clock is
 -- never used.
 --
--- KEYS[1] owner    ZSET  id -> ticket       every member: a waiter's ticket
+-- owner            ZSET  id -> ticket       every member: a waiter's ticket
 --                                           (its arrival), a holder's grant
 --                                           ticket (its fencing token)
--- KEYS[2] timeout  ZSET  id -> deadline ms  when the member ends unless
+-- timeout          ZSET  id -> deadline ms  when the member ends unless
 --                                           renewed (lease or keepalive)
--- KEYS[3] ticket   STRING                   the last ticket handed out
--- KEYS[4] info     HASH  id -> "lease_ms|limit|since_ms|priority|tenant|
+-- ticket           STRING                   the last ticket handed out
+-- info             HASH  id -> "lease_ms|limit|since_ms|priority|tenant|
 --                                           origin" (tenant '': none)
--- KEYS[5] waiting  ZSET  id -> place        the members still in line, in
+-- waiting          ZSET  id -> place        the members still in line, in
 --                                           line order: ticket less
 --                                           priority x AGING_US (I4)
--- KEYS[6] state    HASH  limit   the stored limit (set_limit), if any
+-- state            HASH  limit   the stored limit (set_limit), if any
 --                        cur     the limit in effect while there are
 --                                members and no stored limit
 --                        xh, xw  permits beyond one per member, of the
@@ -47,9 +51,9 @@
 --                                period (I15): when it ends (ms)
 --                        x       "1": xh, xw, era, rt, rk, wt or gu
 --                                is there (I13)
--- KEYS[7] gen     STRING                   (optional) the generation of
+-- KEYS[2] gen     STRING                   (optional) the generation of
 --                                           this Redis's semaphores (in
---                                           a Cluster: of KEYS[1]'s slot):
+--                                           a Cluster: of the owner's slot):
 --                                           "<f><us>:<lmax>:<until>:
 --                                           <lprev>:<rot>:<ul>:<ue>:
 --                                           <era>" (gen_parts): f 'g'
@@ -115,7 +119,7 @@
 --                                           says it exists: no call looks
 --                                           for weights that are not there)
 -- (<base> is KEYS[1] without "owner": same hash tag, same Cluster slot.
--- KEYS[1] to [5] are laid out as in redsem 0.1.0, which knows no state:
+-- owner to waiting are laid out as in redsem 0.1.0, which knows no state:
 -- its servers see every member taking one permit.)
 --
 -- INVARIANTS.  They hold whenever a call of this script returns, error
@@ -135,7 +139,10 @@
 --     of the holders and of the waiters.  So the holders take
 --     (members - waiters) + xh permits.
 --  I2 Nobody expired.  No member's deadline has passed: every operation
---     first drops the members whose deadline is due (O(log N + dropped)).
+--     first drops the members whose deadline is due (O(log N + dropped)),
+--     but a release that leaves others and nobody waiting (fast_release),
+--     which leaves them to the next operation: that one drops them before
+--     anybody is admitted or promoted, listed or counted.
 --  I3 Holders fit.  A member becomes a holder only while the permits of
 --     the holders plus its own are at most the limit in effect.  So the
 --     holders never take more permits than the limit was when the latest
@@ -160,7 +167,7 @@
 --     timeout, info and waiting are empty then, so Redis has deleted them;
 --     the state goes at once); if its last deadline passes with nobody
 --     calling, at most GRACE_MS plus one lease (a minute at most) later.
---     The generation key (KEYS[7], I15) is not a semaphore's: it has no
+--     The generation key (KEYS[2], I15) is not a semaphore's: it has no
 --     TTL (one per prefix, or per Cluster slot in use).  The one exception is a state holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
@@ -277,7 +284,7 @@
 --     and forced: keys are written over whatever is there.  Not covered:
 --     the line of any other tenant, which a promotion, an expiry or a
 --     give-up may write after other writes (probing every tenant's line
---     would cost a command per tenant waiting); and KEYS[7], which an
+--     would cost a command per tenant waiting); and KEYS[2], which an
 --     acquire reads and may write first of all (I15): a conflict after it
 --     leaves a generation, which is the semaphores' as much as before (a
 --     string there that is not one is left alone, and there is then none).
@@ -292,7 +299,7 @@
 --     us, or none there) sets that grace (until), and keeps it at least
 --     as long as the one it knew of; until it ends an acquire waits in
 --     line or is told busy, no fast path runs, and promotion stops (the
---     state's gu says until when; only a call that names KEYS[7], an
+--     state's gu says until when; only a call that names KEYS[2], an
 --     acquire or a wait_check, may pass it, once it has made gu agree
 --     with the generation's: gen_sync); then the line moves in its order.  A
 --     caller that knew none (a server new to this Redis, or in a Cluster
@@ -320,9 +327,9 @@
 --     writes were lost, and starts one too.  Grants that waited for a
 --     replica need none: Sentinel and Cluster promote a replica that is
 --     at least as far along.  Only acquire, wait_check and gen_raise read or
---     write KEYS[7], and acquire's replies carry
+--     write KEYS[2], and acquire's replies carry
 --     the text when the caller did not know it, so that servers learn it;
---     without KEYS[7] (6 keys) nothing of this runs.
+--     without KEYS[2] (one key) nothing of this runs.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -351,7 +358,7 @@
 -- then finish() writes the state back and restores lifetimes (I5).  No
 -- operation can return around it, except through a fast path (FAST PATHS,
 -- below) that takes only calls needing none of those steps.
--- Index operations (one key) run through dispatch_index().
+-- Index operations (the index key alone) run through run_index().
 --
 -- The timing constants are explained together with the C side's in
 -- src/timing.h.
@@ -395,8 +402,8 @@ local S, W, WEIGHTS, TF, TW
 -- probe() read them with tenants in use (nil: not read), for remove().
 local NEW_DL, CREATED, REMOVED, FRESH, MEMBERS, WAITERS, NEW_KEYS, GONE, GONE_TENANT
 -- An acquire's generation (I15): whether its reply must tell it (nil: no
--- KEYS[7], or the caller knows it), and until when its grace period lasts
--- (nil: none); GEN_SYNC: the state's gu was made to agree with KEYS[7] in
+-- KEYS[2], or the caller knows it), and until when its grace period lasts
+-- (nil: none); GEN_SYNC: the state's gu was made to agree with KEYS[2] in
 -- this call (only then may promotion pass a gu: gen_sync).
 local GEN, GRACE, GEN_SYNC
 
@@ -1590,7 +1597,7 @@ local function settle_era()
     return dropped
 end
 
--- I15, per call: KEYS[7]'s text as read (false: none), and the parts of
+-- I15, per call: KEYS[2]'s text as read (false: none), and the parts of
 -- the generation the call leaves (as gen_parts names them), but for the
 -- caller's own lease (and whether its grant waits for no replica).
 local G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_UL, G_UE, G_ERA, G_LEASE, G_UNACKED
@@ -1617,7 +1624,7 @@ end
 -- I15: make the state's gu (a grace its waiters came in) agree with the
 -- generation's, which a caller that knew a longer lease may have made
 -- longer since: then promotion may pass it (GEN_SYNC).  Only calls that
--- name KEYS[7] do; the others leave the line to them (its waiters look
+-- name KEYS[2] do; the others leave the line to them (its waiters look
 -- again when gu ends, with wait_check, which names it).
 function gen_sync()
     local untl
@@ -1638,7 +1645,7 @@ end
 -- checked this generation's era yet, 'u' if its grant waits for no
 -- replica.  Sets GEN (true if the reply must tell the generation:
 -- with_gen), the parts (G_*) and GRACE (when the grace ends, or nil).
--- Reads KEYS[7] only.  A generation keeps its us for as long as Redis
+-- Reads KEYS[2] only.  A generation keeps its us for as long as Redis
 -- keeps it (no TTL), so a known us that is not the one there means Redis
 -- forgot since that caller looked: it must not be admitted before the
 -- longest lease it knew of, counted from when the new generation was
@@ -1766,7 +1773,9 @@ OPS.gen_raise = {
 }
 
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
--- [settle|'' [priority [tenant [known_generation|'' [flags: g e u]]]]]
+-- [known_generation|'' [flags: g e u|'' [settle|'' [priority [tenant]]]]]
+-- (the arguments usually left at their defaults last, so that a caller
+-- leaves them out: each costs as much as a key)
 local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, priority, tenant)
     local members = member_count()
     -- I8: one limit
@@ -1861,14 +1870,14 @@ OPS.acquire = {
         local lease, wait, keepalive = count_arg(a[5]), count_arg(a[6]), count_arg(a[7])
         local priority, tenant = 0, ''
         -- (the commonest: no priority, no tenant, as src/script.c sends them)
-        if a[10] and a[10] ~= '0' then priority = priority_arg(a[10]) end
-        if a[11] and a[11] ~= '' then tenant = tenant_arg(a[11]) end
+        if a[12] and a[12] ~= '0' then priority = priority_arg(a[12]) end
+        if a[13] and a[13] ~= '' then tenant = tenant_arg(a[13]) end
         if not (id and maxh ~= nil and p and lease and wait and keepalive and a[8] and
-                priority and tenant and (a[9] == nil or a[9] == '' or a[9] == 'settle') and
-                (a[12] == nil or #a[12] <= 160) and (a[13] == nil or GEN_FLAGS[a[13]])) or
+                priority and tenant and (a[11] == nil or a[11] == '' or a[11] == 'settle') and
+                (a[9] == nil or #a[9] <= 160) and (a[10] == nil or GEN_FLAGS[a[10]])) or
            p < 1 or lease < 1 or keepalive < 1 then return nil end
-        return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[9] == 'settle',
-               priority, tenant, a[12] or '', a[13] or ''
+        return true, id, maxh or nil, p, lease, wait, keepalive, a[8], a[11] == 'settle',
+               priority, tenant, a[9] or '', a[10] or ''
     end,
     run = op_acquire,
     fast = function(id, maxh, p, lease, _, _, origin, _, priority, tenant, known, flags)
@@ -2437,17 +2446,16 @@ local function fast_last(id)
     return 1
 end
 
--- release of a holder of one permit: nobody to expire, nobody waiting (so
--- nobody to promote), another member left (so no key goes).  Its first
+-- release of a holder of one permit: nobody waiting (so nobody to
+-- promote), another member left (so no key goes).  Members whose deadline
+-- is due are left to the next call that may admit or promote (I2): with
+-- nobody waiting, none would come in in their place now.  Its first
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
 function fast_release(id)
     if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
     if member_count() == 1 then return fast_last(id) end
-    if MEMBERS == 0 or waiter_count() > 0 or
-       any_due() then
-        return nil
-    end
+    if MEMBERS == 0 or waiter_count() > 0 then return nil end
     local tenant = ''               -- I12: only a holder may have one then
     if S.tt > 0 then
         local _, _, _, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
@@ -2584,16 +2592,18 @@ do -- 16 A CALL ------------------------------------------------------------
 -- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
 local PAD = {'00000', '0000', '000', '00', '0', ''}
 
--- Start a call on these keys: nothing carries over from an earlier call.
+-- Start a call on these keys (the owner, and the generation or nil):
+-- nothing carries over from an earlier call.
 -- (A fast path needs TF besides the state, S, which read_state makes;
 -- begin_general makes the rest, and until then they are nil, so that a
 -- fast path cannot use one by mistake.  The clock's texts are cut from
 -- TIME's own: printing a number costs half a command; bench/README.md.)
 local function begin(keys)
-    K_OWNER, K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
-        keys[1], keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
-    GEN, GRACE, GEN_SYNC = nil, nil, false
+    K_OWNER, K_GEN = keys[1], keys[2]
     BASE = string.sub(K_OWNER, 1, -6)
+    K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
+        BASE .. 'timeout', BASE .. 'ticket', BASE .. 'info', BASE .. 'waiting', BASE .. 'state'
+    GEN, GRACE, GEN_SYNC = nil, nil, false
     local t = redis.call('TIME')
     NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
     NOW_US = tonumber(NOW_US_TEXT)  -- (exact: below 2^53 until the year 2255)
@@ -2627,12 +2637,6 @@ local function run_index(keys, a, op, ok, ...)
     return op.run(keys[1], ...)
 end
 
--- The entry point of index operations: one key, the index.
-local function dispatch_index(keys, a)
-    local op = INDEX_OPS[a[1]]
-    if not op then return refused(op, a) end
-    return run_index(keys, a, op, op.read(a))
-end
 
 -- I14: read, before the general path's first write, every key it may
 -- write whose type Redis checks, so that another program's key there stops
@@ -2649,7 +2653,7 @@ local function probe(a)
     local due = redis.call('ZRANGEBYSCORE', K_TIMEOUT, '-inf', NOW_TEXT)
     waiter_count()
     if S.rk or a[1] == 'set_reserve' then redis.call('ZCARD', rline_key()) end
-    local t = a[1] == 'acquire' and a[11] or ''
+    local t = a[1] == 'acquire' and a[13] or ''
     if S.tl or t ~= '' then         -- (the lines are kept, or may be made)
         redis.call('ZCARD', tq_key())
         redis.call('ZCARD', tline_key(''))
@@ -2690,13 +2694,22 @@ end
 
 -- The only way in (the library's function): check, read the state,
 -- housekeeping, the operation, write the state back and restore lifetimes.
+-- An index operation names the index key alone; a semaphore's names its
+-- owner key, and its generation key second if it reads that (the script
+-- trusts that the first is an owner key: checking its name would cost a
+-- call as much as a key does).
 function dispatch(keys, a)
-    if #keys == 1 then return dispatch_index(keys, a) end
-    if #keys ~= 6 and #keys ~= 7 then
-        return redis.error_reply('REDSEM expects 6 or 7 keys, not ' .. #keys)
+    local op = INDEX_OPS[a[1] or false]
+    if op then
+        -- (a semaphore's owner key routes index_policy, which reads no key,
+        -- to its node; the others want the index: keys are arguments too)
+        if #keys ~= 1 or (not op.timeless and string.find(keys[1], 'owner', -5, true)) then
+            return refused(op, a)
+        end
+        return run_index(keys, a, op, op.read(a))
     end
-    local op = OPS[a[1]]
-    if not op then return refused(op, a) end
+    op = OPS[a[1] or false]
+    if not op or (#keys ~= 1 and #keys ~= 2) then return refused(op, a) end
     return run_op(keys, a, op, op.read(a))
 end
 

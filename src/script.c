@@ -49,9 +49,11 @@ static const char lua_text[] =
 static char lib_name[sizeof("redsem_") + LIB_HASH_CHARS];
 static char *lib_text;
 
-/* The semaphore's own keys; the seventh is its slot's generation key */
-static const char *const key_suffixes[SCRIPT_NKEYS_PLAIN] =
-{"owner", "timeout", "ticket", "info", "waiting", "state"};
+/*
+ * The semaphore's key every operation names; the script makes its other
+ * keys from it (same hash tag: same Cluster slot)
+ */
+#define OWNER_SUFFIX "owner"
 
 /* The library's (and its function's) name, computed once */
 const char *
@@ -174,7 +176,7 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 int
 sem_gen_slot(const char *prefix, const char *name)
 {
-	char	   *key = sem_key(prefix, name, key_suffixes[0]);
+	char	   *key = sem_key(prefix, name, OWNER_SUFFIX);
 	int			slot = gen_slot(prefix, key);
 
 	pfree(key);
@@ -183,9 +185,9 @@ sem_gen_slot(const char *prefix, const char *name)
 
 /*
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
- * (its keys, then, for the operations that read it: acquire, wait_check
- * and gen_raise, its generation key); returns how many entries that is (at most
- * 3 + SCRIPT_NKEYS + 1).
+ * (its owner key, then, for the operations that read it: acquire,
+ * wait_check and gen_raise, its generation key); returns how many entries
+ * that is (at most 3 + SCRIPT_NKEYS + 1).
  */
 int
 fcall_head(const char **argv, const char *prefix, const char *name,
@@ -198,8 +200,7 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
 	argv[argc++] = with_gen ? CppAsString2(SCRIPT_NKEYS) : CppAsString2(SCRIPT_NKEYS_PLAIN);
-	for (int i = 0; i < SCRIPT_NKEYS_PLAIN; i++)
-		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
+	argv[argc++] = sem_key(prefix, name, OWNER_SUFFIX);
 	if (with_gen)
 		argv[argc++] = gen_key(prefix, gen_slot(prefix, argv[3]));
 	argv[argc++] = op;
@@ -480,7 +481,8 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 			int max_holders, int permits, int64 lease_ms, bool wait,
 			int priority, const char *tenant, SemResult *result)
 {
-	const char *args[12];
+	const char *args[SCRIPT_MAX_ARGS];
+	int			nargs;
 	char		known[GEN_TEXT_LEN];
 	char		flags[4];
 	char		fresh[5];
@@ -497,18 +499,20 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	args[4] = wait ? "1" : "0";
 	args[5] = psprintf("%d", WAIT_PLACE_TTL_MS);
 	args[6] = origin_text();
-	args[7] = settle_eras() ? "settle" : "";
-	args[8] = priority != 0 ? psprintf("%d", priority) : "0";
-	args[9] = tenant != NULL ? tenant : "";
-	args[10] = known;
-	args[11] = flags;
+	args[7] = known;
+	args[8] = flags;
+	/* the arguments at their defaults are left out (each costs Redis) */
+	args[9] = settle_eras() ? "settle" : "";
+	args[10] = priority != 0 ? psprintf("%d", priority) : "0";
+	args[11] = tenant != NULL ? tenant : "";
+	nargs = tenant != NULL ? 12 : priority != 0 ? 11 : settle_eras() ? 10 : 9;
 	/* a try over a link opened or redirected during the call checks the era */
 	snprintf(fresh, sizeof(fresh), "e%s", strchr(flags, 'e') ? flags + 1 : flags);
 	changes = redis_route_changes();
-	call->fresh_argi = 3 + SCRIPT_NKEYS + 1 + 11;
+	call->fresh_argi = 3 + SCRIPT_NKEYS + 1 + 8;
 	call->fresh_arg = fresh;
 	call->fresh_since = changes;
-	ok = run_script(call, NULL, name, "acquire", 12, args, &reply);
+	ok = run_script(call, NULL, name, "acquire", nargs, args, &reply);
 	call->fresh_argi = 0;
 	call->fresh_arg = NULL;
 	if (!ok || !decode_state(call, name, reply, result))
@@ -1176,7 +1180,7 @@ sem_index_list(RedisCall *call, int max, char ***names, int *count,
 int
 sem_node_of(const char *prefix, const char *name)
 {
-	return cluster_known_node(name ? sem_key(prefix, name, "owner") : index_key(prefix));
+	return cluster_known_node(name ? sem_key(prefix, name, OWNER_SUFFIX) : index_key(prefix));
 }
 
 /*
@@ -1189,7 +1193,7 @@ sem_node_policy(RedisCall *call, const char *prefix, const char *name,
 {
 	redisReply *reply;
 
-	if (!run_index(call, sem_key(prefix, name, "owner"), "index_policy", 0, NULL, &reply))
+	if (!run_index(call, sem_key(prefix, name, OWNER_SUFFIX), "index_policy", 0, NULL, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
 		reply->element[0]->type != REDIS_REPLY_STRING)

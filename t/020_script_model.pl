@@ -87,11 +87,21 @@ sub keys_of { my ($n) = @_; return map { "m:{$n}:$_" } qw(owner timeout ticket i
 my %last_call_us;
 
 # One script call on semaphore $name.
+# An acquire's arguments as this file writes them (id ... origin, then
+# settle, priority and tenant) in the script's order, which puts the
+# generation known and its flags (none here) after the origin
+sub in_script_order
+{
+	my @args = @_;
+	splice(@args, 8, 0, '', '') if ($args[0] // '') eq 'acquire' && @args > 8;
+	return @args;
+}
+
 sub ev
 {
 	my ($name, @args) = @_;
 	$last_call_us{$name} = time * 1e6;
-	return $r->cmd('FCALL', $lib, 6, keys_of($name), @args);
+	return $r->cmd('FCALL', $lib, 1, (keys_of($name))[0], in_script_order(@args));
 }
 
 sub redis_now_ms

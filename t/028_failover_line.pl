@@ -32,7 +32,10 @@ sub keys_of { my ($n) = @_; return map { "f:{$n}:$_" } qw(owner timeout ticket i
 sub ev
 {
 	my ($r, $name, @args) = @_;
-	my $reply = $r->cmd('FCALL', $lib, 6, keys_of($name), @args);
+	# (the script's order puts the generation known and its flags, none
+	# here, after the origin, before settle)
+	splice(@args, 8, 0, '', '') if ($args[0] // '') eq 'acquire' && @args > 8;
+	my $reply = $r->cmd('FCALL', $lib, 1, (keys_of($name))[0], @args);
 	return 'error: ' . $reply->{msg} if RedsemTest::RESP::is_error($reply);
 	return ref $reply eq 'ARRAY' ? $reply->[0] : $reply;
 }

@@ -570,9 +570,7 @@ sub script
 	my ($self, $name, @args) = @_;
 	my ($lib, $text) = RedsemTest::redsem_library();
 	$self->cli('FUNCTION', 'LOAD', $text);    # "already exists" is fine
-	return $self->cli('FCALL', $lib, 6,
-		map({ "redsem:{$name}:$_" } qw(owner timeout ticket info waiting state)),
-		@args);
+	return $self->cli('FCALL', $lib, 1, "redsem:{$name}:owner", @args);
 }
 
 =pod
@@ -639,7 +637,7 @@ A minimal Redis client speaking RESP2 over a unix socket, for tests that
 drive redsem's Lua script directly, many commands per second.
 
   my $r = RedsemTest::RESP->new($redis->socket);
-  my $reply = $r->cmd('FCALL', $name, 6, @keys, @args);
+  my $reply = $r->cmd('FCALL', $name, 1, $owner_key, @args);
 
 Replies: a status or bulk string as a string, an integer as a number, nil
 as undef, an array as an array reference, and an error as a
