@@ -34,6 +34,7 @@
 #include "optimizer/planner.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
+#include "mb/pg_wchar.h"
 #include "utils/memutils.h"
 
 #include "acquire.h"
@@ -45,6 +46,7 @@
 #include "queue_conf.h"
 #include "queue_cost.h"
 #include "queue_light.h"
+#include "clock.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -199,31 +201,35 @@ queue_to_use(void)
 }
 
 /*
- * Until when this session's statements of queues with on_redis_error=run
- * run without a slot, without trying Redis (src/timing.h), and why
+ * Until when this backend's statements of queues with on_redis_error=run
+ * run without a slot, without trying Redis (src/timing.h; redsem's clock),
+ * and why (cut to a whole character)
  */
 static TimestampTz unqueued_until = 0;
 static char unqueued_why[256];
 
 /*
  * Report a statement that runs without a slot because Redis failed us (o),
- * or failed an earlier statement of the session (o NULL: unqueued_why)
+ * or failed an earlier statement of this backend (o NULL: unqueued_why)
  */
 static void
 run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
 {
 	if (o != NULL)
 	{
-		strlcpy(unqueued_why, redis_outcome_text(o), sizeof(unqueued_why));
-		unqueued_until = TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-													 QUEUE_UNQUEUED_SPELL_MS);
+		const char *text = redis_outcome_text(o);
+		int			len = pg_mbcliplen(text, strlen(text), sizeof(unqueued_why) - 1);
+
+		memcpy(unqueued_why, text, len);
+		unqueued_why[len] = '\0';
+		unqueued_until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_UNQUEUED_SPELL_MS);
 	}
 	stats_count(semaphore, STAT_UNQUEUED, 1);
 	ereport(WARNING,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("statement runs without a slot of redsem queue \"%s\": Redis cannot be used", q->name),
-			 o != NULL ? errdetail_internal("%s", unqueued_why) :
-			 errdetail("Redis failed an earlier statement of this session (%s); the session tries it again %d s after that.",
+			 o != NULL ? errdetail_internal("%s", redis_outcome_text(o)) :
+			 errdetail("Redis failed an earlier statement of this server process (%s); the process tries it again %d s after that.",
 					   unqueued_why, QUEUE_UNQUEUED_SPELL_MS / 1000),
 			 errhint("The queue is set to on_redis_error=run; with on_redis_error=fail such statements fail instead.")));
 }
@@ -284,7 +290,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 		note_statement(query, args.name, NULL);
 		return;
 	}
-	if (q->run_on_error && GetCurrentTimestamp() < unqueued_until)
+	if (q->run_on_error && redsem_now() < unqueued_until)
 	{
 		run_unqueued(q, args.name, NULL);
 		return;
@@ -391,6 +397,18 @@ passes_by_cost(const QueueDef *q, const QueryDesc *query)
 	return true;
 }
 
+/*
+ * True unless the statement's rows go into a new table (CREATE TABLE AS,
+ * SELECT INTO, a materialized view): such a SELECT writes
+ */
+static bool
+reads_only(const QueryDesc *query)
+{
+	CommandDest dest = query->dest ? query->dest->mydest : DestNone;
+
+	return dest != DestIntoRel && dest != DestTransientRel;
+}
+
 /* ExecutorStart: a top-level statement of a queued session takes a slot */
 static void
 queue_executor_start(QueryDesc *query, int eflags)
@@ -399,7 +417,8 @@ queue_executor_start(QueryDesc *query, int eflags)
 
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 &&
 		(q = queue_to_use()) != NULL &&
-		!queue_statement_is_light(query->plannedstmt) && !passes_by_cost(q, query))
+		!(reads_only(query) && queue_statement_is_light(query->plannedstmt)) &&
+		!passes_by_cost(q, query))
 		enter_queue(q, query);
 	if (prev_executor_start)
 		prev_executor_start(query, eflags);
@@ -467,14 +486,14 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 			  ParamListInfo boundParams)
 {
 	PlannedStmt *result;
-	const QueueDef *q;
 
 	/*
 	 * a plan made with cost settings the role could lower (queue_cost.c), at
-	 * any nesting: one made inside a DO block or a function may be kept
-	 * (PREPARE) and run at the top level later
+	 * any nesting and whatever the queue (min_cost, or a plan that would be
+	 * light: queue_light.c): one made inside a DO block, a function or by
+	 * EXPLAIN may be kept (PREPARE) and run at the top level later
 	 */
-	if ((q = session_queue_now()) != NULL && q->min_cost > 0)
+	if (session_queue_now() != NULL)
 		(void) queue_costs_trusted();
 	nesting++;
 	PG_TRY();

@@ -6,34 +6,288 @@
  *		SHOW and transaction control are utility statements, which queue
  *		only with utility=on and never then: queue.c.)
  *
- * A plan is light when it only reads (a SELECT without FOR UPDATE or
- * data-modifying WITH), reads no relation but the system's own (OIDs below
- * FirstNormalObjectId: the catalogs, the system views), calls no function
- * but built-in ones (the planner records every other function it used in
- * invalItems), no volatile one (which may do more than compute a value:
- * pg_sleep, pg_advisory_lock, set_config; a set-returning function scanned
- * in FROM may be volatile itself, as pg_lock_status() is, but not its
- * arguments), and does not recurse (WITH RECURSIVE), scan a foreign or
- * custom source or parse a document (XMLTABLE).  Its rows then come from
- * the catalogs and from built-in functions whose rows the planner
- * estimates, and its estimated cost must be at most QUEUE_LIGHT_MAX_COST,
- * with cost settings the session could not lower (queue_cost.c); a plan of
- * one Result node with no subplan (SELECT 1, SELECT now()) needs no
- * estimate.  A cross join of catalogs or generate_series(1, 1e9) is not
- * light: its cost says so.  What light leaves open, and the README says:
- * a built-in set-returning function given a number the planner cannot see
- * (a subquery's) is estimated at 1000 rows, so a role may burn CPU outside
- * its queue that way, though never reading its tables.
+ * Light is decided by denying by default.  A plan is light when:
+ * - it only reads: a SELECT without FOR UPDATE or data-modifying WITH (and,
+ *   queue.c, not the query of CREATE TABLE AS, SELECT INTO or a
+ *   materialized view);
+ * - its range table holds no relation of the users (OIDs below
+ *   FirstNormalObjectId only: the catalogs and the system's views);
+ * - it calls no function of the users (the planner records each in
+ *   invalItems);
+ * - each of its nodes is of a kind listed in plan_is_light(), whose
+ *   expressions are all looked at: no WITH RECURSIVE, TABLESAMPLE, foreign
+ *   or custom scan, XMLTABLE;
+ * - no expression calls a volatile function (it may do more than compute a
+ *   value: pg_sleep, pg_advisory_lock, set_config, nextval), a built-in
+ *   that runs SQL or reads data by name (query_to_xml and the other
+ *   *_to_xml, ts_stat, ts_rewrite, large objects, files: heavy_builtin()),
+ *   or casts to a domain of the users (its CHECK may call anything); a
+ *   set-returning function in FROM may be volatile only if it is one of
+ *   those the system views list the server's state with (pg_lock_status);
+ * - the costliest node of the plan and of its subplans costs at most
+ *   QUEUE_LIGHT_MAX_COST, with cost settings the session could not lower
+ *   (queue_cost.c): a LIMIT does not hide a cross join beneath it.  A plan
+ *   of one Result node with no subplan (SELECT 1, SELECT now()) needs no
+ *   estimate.
+ * What it leaves open (the README says so): built-in functions given
+ * large values can still burn CPU or memory (repeat('x', 100000000), a
+ * set-returning function given a number the planner cannot see), though
+ * never reading the users' data; an immutable function the planner
+ * evaluates ahead of time runs while planning, before any queue.
  */
 #include "postgres.h"
 
 #include "access/transam.h"
+#include "catalog/pg_proc.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/pg_list.h"
-#include "optimizer/optimizer.h"
+#include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "queue_cost.h"
 #include "queue_light.h"
+
+/* The end of a name, and whether it must be the whole name */
+typedef struct NamePattern
+{
+	const char *text;
+	enum
+	{
+		WHOLE, PREFIX, SUFFIX
+	}			how;
+} NamePattern;
+
+/* Built-in functions that run SQL or read data by name: never light */
+static const NamePattern heavy_names[] = {
+	{"_to_xml", SUFFIX}, {"_to_xmlschema", SUFFIX}, {"_to_xml_and_xmlschema", SUFFIX},
+	{"ts_stat", WHOLE}, {"ts_rewrite", WHOLE},
+	{"lo_", PREFIX}, {"loread", WHOLE}, {"lowrite", WHOLE},
+	{"pg_read_", PREFIX}, {"pg_ls_", PREFIX}, {"pg_stat_file", WHOLE},
+	{"currtid", PREFIX},
+};
+
+/*
+ * The volatile set-returning functions the system views scan to list the
+ * server's own state: light in FROM
+ */
+static const char *const view_functions[] = {
+	"pg_lock_status", "pg_get_backend_memory_contexts", "pg_get_shmem_allocations",
+	"pg_hba_file_rules", "pg_ident_file_mappings", "pg_prepared_xact",
+	"pg_show_all_file_settings", "pg_show_replication_origin_status",
+	"pg_stat_get_recovery_prefetch", "pg_stat_get_activity", "pg_cursor",
+	"pg_prepared_statement", "pg_get_replication_slots", "pg_stat_get_wal_senders",
+	"pg_stat_get_wal_receiver", "pg_stat_get_subscription", "pg_stat_get_progress_info",
+	"pg_timezone_names", "pg_timezone_abbrevs", "pg_show_all_settings", "pg_get_wait_events",
+	"pg_available_extensions", "pg_available_extension_versions", "pg_config",
+	"pg_stat_get_slru", "pg_stat_get_io", "pg_get_keywords",
+};
+
+/* True if name matches pattern p */
+static bool
+name_matches(const char *name, const NamePattern *p)
+{
+	size_t		n = strlen(name),
+				k = strlen(p->text);
+
+	switch (p->how)
+	{
+		case WHOLE:
+			return strcmp(name, p->text) == 0;
+		case PREFIX:
+			return strncmp(name, p->text, k) == 0;
+		case SUFFIX:
+			return n >= k && strcmp(name + n - k, p->text) == 0;
+	}
+	return false;
+}
+
+/* True if built-in function funcid runs SQL or reads data by name */
+static bool
+heavy_builtin(Oid funcid)
+{
+	char	   *name = get_func_name(funcid);
+	bool		heavy = false;
+
+	if (name == NULL)
+		return true;
+	for (int i = 0; i < (int) lengthof(heavy_names) && !heavy; i++)
+		heavy = name_matches(name, &heavy_names[i]);
+	pfree(name);
+	return heavy;
+}
+
+/* True if function funcid is one a light statement may not call */
+static bool
+heavy_function(Oid funcid, void *context)
+{
+	return funcid >= FirstNormalObjectId ||
+		func_volatile(funcid) == PROVOLATILE_VOLATILE || heavy_builtin(funcid);
+}
+
+/* True if expression (or list) node may be heavy (above) */
+static bool
+heavy_expr_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (check_functions_in_node(node, heavy_function, context))
+		return true;
+	if (IsA(node, CoerceToDomain) &&
+		((CoerceToDomain *) node)->resulttype >= FirstNormalObjectId)
+		return true;
+	if (IsA(node, NextValueExpr))
+		return true;
+	return expression_tree_walker(node, heavy_expr_walker, context);
+}
+
+/* True if expression (or list) node cannot be heavy */
+static bool
+light_expr(const void *node)
+{
+	return !heavy_expr_walker((Node *) unconstify(void *, node), NULL);
+}
+
+/* True if volatile set-returning function funcid lists the server's state */
+static bool
+view_function(Oid funcid)
+{
+	char	   *name = get_func_name(funcid);
+	bool		found = false;
+
+	for (int i = 0; name != NULL && i < (int) lengthof(view_functions) && !found; i++)
+		found = strcmp(name, view_functions[i]) == 0;
+	if (name != NULL)
+		pfree(name);
+	return found;
+}
+
+/* True if the functions a function scan calls in FROM cannot be heavy */
+static bool
+light_function_scan(const FunctionScan *scan)
+{
+	ListCell   *lc;
+
+	foreach(lc, scan->functions)
+	{
+		const Node *expr = ((const RangeTblFunction *) lfirst(lc))->funcexpr;
+		const FuncExpr *f = (const FuncExpr *) expr;
+
+		if (!IsA(expr, FuncExpr) || f->funcid >= FirstNormalObjectId ||
+			heavy_builtin(f->funcid) || !light_expr(f->args) ||
+			(func_volatile(f->funcid) == PROVOLATILE_VOLATILE && !view_function(f->funcid)))
+			return false;
+	}
+	return true;
+}
+
+/* The plan walk's findings: the costliest node seen */
+typedef struct LightWalk
+{
+	Cost		max_cost;
+} LightWalk;
+
+static bool plan_is_light(const Plan *plan, LightWalk *walk);
+
+/* True if every plan of the list is light */
+static bool
+plans_are_light(const List *plans, LightWalk *walk)
+{
+	ListCell   *lc;
+
+	foreach(lc, plans)
+		if (!plan_is_light((const Plan *) lfirst(lc), walk))
+			return false;
+	return true;
+}
+
+/*
+ * True if plan node's own expressions (beyond its output and filter)
+ * cannot be heavy, for the kinds of node a light plan may have; false for
+ * any other kind
+ */
+static bool
+node_is_light(const Plan *plan, LightWalk *walk)
+{
+	switch (nodeTag(plan))
+	{
+		case T_Result:
+			return light_expr(((const Result *) plan)->resconstantqual);
+		case T_SeqScan:
+		case T_CteScan:
+		case T_Material:
+		case T_Sort:
+		case T_IncrementalSort:
+		case T_Group:
+		case T_Agg:
+		case T_Unique:
+		case T_Gather:
+		case T_GatherMerge:
+		case T_SetOp:
+		case T_ProjectSet:
+			return true;
+		case T_IndexScan:
+			return light_expr(((const IndexScan *) plan)->indexqualorig) &&
+				light_expr(((const IndexScan *) plan)->indexorderbyorig);
+		case T_IndexOnlyScan:
+			return light_expr(((const IndexOnlyScan *) plan)->indexqual) &&
+				light_expr(((const IndexOnlyScan *) plan)->indexorderby);
+		case T_BitmapIndexScan:
+			return light_expr(((const BitmapIndexScan *) plan)->indexqualorig);
+		case T_BitmapHeapScan:
+			return light_expr(((const BitmapHeapScan *) plan)->bitmapqualorig);
+		case T_TidScan:
+			return light_expr(((const TidScan *) plan)->tidquals);
+		case T_TidRangeScan:
+			return light_expr(((const TidRangeScan *) plan)->tidrangequals);
+		case T_SubqueryScan:
+			return plan_is_light(((const SubqueryScan *) plan)->subplan, walk);
+		case T_FunctionScan:
+			return light_function_scan((const FunctionScan *) plan);
+		case T_ValuesScan:
+			return light_expr(((const ValuesScan *) plan)->values_lists);
+		case T_Append:
+			return plans_are_light(((const Append *) plan)->appendplans, walk);
+		case T_MergeAppend:
+			return plans_are_light(((const MergeAppend *) plan)->mergeplans, walk);
+		case T_BitmapAnd:
+			return plans_are_light(((const BitmapAnd *) plan)->bitmapplans, walk);
+		case T_BitmapOr:
+			return plans_are_light(((const BitmapOr *) plan)->bitmapplans, walk);
+		case T_NestLoop:
+			return light_expr(((const Join *) plan)->joinqual);
+		case T_MergeJoin:
+			return light_expr(((const Join *) plan)->joinqual) &&
+				light_expr(((const MergeJoin *) plan)->mergeclauses);
+		case T_HashJoin:
+			return light_expr(((const Join *) plan)->joinqual) &&
+				light_expr(((const HashJoin *) plan)->hashclauses);
+		case T_Hash:
+			return light_expr(((const Hash *) plan)->hashkeys);
+		case T_Memoize:
+			return light_expr(((const Memoize *) plan)->param_exprs);
+		case T_WindowAgg:
+			return light_expr(((const WindowAgg *) plan)->startOffset) &&
+				light_expr(((const WindowAgg *) plan)->endOffset) &&
+				light_expr(((const WindowAgg *) plan)->runCondition);
+		case T_Limit:
+			return light_expr(((const Limit *) plan)->limitOffset) &&
+				light_expr(((const Limit *) plan)->limitCount);
+		default:
+			return false;
+	}
+}
+
+/* True if no node of the plan tree may be heavy (above); notes the costliest */
+static bool
+plan_is_light(const Plan *plan, LightWalk *walk)
+{
+	if (plan == NULL)
+		return true;
+	walk->max_cost = Max(walk->max_cost, plan->total_cost);
+	return light_expr(plan->targetlist) && light_expr(plan->qual) &&
+		node_is_light(plan, walk) &&
+		plan_is_light(plan->lefttree, walk) && plan_is_light(plan->righttree, walk);
+}
 
 /*
  * True if no relation the plan reads is a user's (its range table's: the
@@ -67,122 +321,12 @@ builtin_functions_only(const List *items)
 	return true;
 }
 
-static bool plan_is_light(const Plan *plan);
-
-/* True if every plan of the list is light */
-static bool
-plans_are_light(const List *plans)
-{
-	ListCell   *lc;
-
-	foreach(lc, plans)
-		if (!plan_is_light((const Plan *) lfirst(lc)))
-			return false;
-	return true;
-}
-
-/* True if expression (or list) node calls no volatile function */
-static bool
-stable_expr(const void *node)
-{
-	return !contain_volatile_functions((Node *) unconstify(void *, node));
-}
-
-/*
- * True if the output, conditions and node-specific expressions of plan
- * node call no volatile function (the indexes' own conditions cannot: a
- * volatile condition is never an index's)
- */
-static bool
-node_exprs_stable(const Plan *plan)
-{
-	if (!stable_expr(plan->targetlist) || !stable_expr(plan->qual))
-		return false;
-	switch (nodeTag(plan))
-	{
-		case T_Result:
-			return stable_expr(((const Result *) plan)->resconstantqual);
-		case T_NestLoop:
-		case T_MergeJoin:
-		case T_HashJoin:
-			return stable_expr(((const Join *) plan)->joinqual);
-		case T_ValuesScan:
-			return stable_expr(((const ValuesScan *) plan)->values_lists);
-		case T_Limit:
-			return stable_expr(((const Limit *) plan)->limitOffset) &&
-				stable_expr(((const Limit *) plan)->limitCount);
-		default:
-			return true;
-	}
-}
-
-/*
- * True if the functions of a function scan (built-in ones: the planner
- * records the others) are given no volatile argument: their rows then
- * count in the plan's cost like a table's (generate_series(1, 1e9) is not
- * light, pg_lock_status() is)
- */
-static bool
-function_args_stable(const FunctionScan *scan)
-{
-	ListCell   *lc;
-
-	foreach(lc, scan->functions)
-	{
-		const Node *expr = ((const RangeTblFunction *) lfirst(lc))->funcexpr;
-
-		if (!IsA(expr, FuncExpr) || !stable_expr(((const FuncExpr *) expr)->args))
-			return false;
-	}
-	return true;
-}
-
-/* True if no node of the plan tree is one a light plan cannot have (above) */
-static bool
-plan_is_light(const Plan *plan)
-{
-	if (plan == NULL)
-		return true;
-	if (!node_exprs_stable(plan))
-		return false;
-	switch (nodeTag(plan))
-	{
-		case T_FunctionScan:
-			if (!function_args_stable((const FunctionScan *) plan))
-				return false;
-			break;
-		case T_TableFuncScan:
-		case T_RecursiveUnion:
-		case T_WorkTableScan:
-		case T_NamedTuplestoreScan:
-		case T_ForeignScan:
-		case T_CustomScan:
-		case T_ModifyTable:
-		case T_LockRows:
-			return false;
-		case T_Append:
-			return plans_are_light(((const Append *) plan)->appendplans);
-		case T_MergeAppend:
-			return plans_are_light(((const MergeAppend *) plan)->mergeplans);
-		case T_BitmapAnd:
-			return plans_are_light(((const BitmapAnd *) plan)->bitmapplans);
-		case T_BitmapOr:
-			return plans_are_light(((const BitmapOr *) plan)->bitmapplans);
-		case T_SubqueryScan:
-			if (!plan_is_light(((const SubqueryScan *) plan)->subplan))
-				return false;
-			break;
-		default:
-			break;
-	}
-	return plan_is_light(plan->lefttree) && plan_is_light(plan->righttree);
-}
-
 /* Why statement stmt may be heavy (above), or NULL if it cannot be */
 static const char *
 heavy_because(const PlannedStmt *stmt)
 {
 	const Plan *top = stmt->planTree;
+	LightWalk	walk = {0};
 
 	if (stmt->commandType != CMD_SELECT || stmt->hasModifyingCTE ||
 		stmt->rowMarks != NIL || top == NULL)
@@ -191,12 +335,12 @@ heavy_because(const PlannedStmt *stmt)
 		return "it reads a user's relation";
 	if (!builtin_functions_only(stmt->invalItems))
 		return "it calls a user's function";
-	if (!plan_is_light(top) || !plans_are_light(stmt->subplans))
-		return "it calls a volatile function, recurses, or scans what is not a table";
+	if (!plan_is_light(top, &walk) || !plans_are_light(stmt->subplans, &walk))
+		return "it calls a volatile function or one that reads data, or has a plan node that may be heavy";
 	/* a lone Result: expressions of built-in functions over no table */
 	if (IsA(top, Result) && top->lefttree == NULL && stmt->subplans == NIL)
 		return NULL;
-	if (top->total_cost > QUEUE_LIGHT_MAX_COST)
+	if (walk.max_cost > QUEUE_LIGHT_MAX_COST)
 		return "its estimated cost is above the bound of a light statement";
 	if (!queue_costs_trusted())
 		return "the session changed its cost settings";

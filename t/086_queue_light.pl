@@ -25,14 +25,16 @@ use Test::More;
 
 my $redis = RedsemTest::Redis->new;
 my $node = create_node('light', $redis,
-	"redsem.queues = 'rep: active_statements=1 max_wait=300ms; soft: active_statements=1 on_redis_error=run'\n");
+	"redsem.queues = 'rep: active_statements=1 max_wait=300ms; soft: active_statements=1 on_redis_error=run; long: active_statements=1'\n");
 $node->safe_psql('postgres', q{
 CREATE ROLE analyst LOGIN;
 ALTER ROLE analyst SET redsem.queue = 'rep';
 CREATE ROLE softie LOGIN;
 ALTER ROLE softie SET redsem.queue = 'soft';
+CREATE ROLE longie LOGIN;
+ALTER ROLE longie SET redsem.queue = 'long';
 CREATE TABLE facts AS SELECT g AS id FROM generate_series(1, 100) g;
-GRANT SELECT ON facts TO analyst, softie;
+GRANT SELECT ON facts TO analyst, softie, longie;
 CREATE FUNCTION plus_one(int) RETURNS int LANGUAGE plpgsql STABLE AS 'BEGIN RETURN $1 + 1; END';
 });
 
@@ -118,7 +120,7 @@ like($err, qr/WARNING: .*statement runs without a slot of redsem queue "soft": R
 	'with a WARNING');
 ($out, $err) = $s->query(q{SELECT count(*) FROM facts;}, 30);
 is($out, '100', 'so does the next one');
-like($err, qr/DETAIL:  Redis failed an earlier statement of this session .* again 5 s after that\./,
+like($err, qr/DETAIL:  Redis failed an earlier statement of this server process .* again 5 s after that\./,
 	'without trying Redis again: the WARNING says so');
 $redis->thaw;
 is($admin->query_ok(q{SELECT ran_unqueued FROM redsem_queues WHERE name = 'soft';}), '2',
@@ -127,7 +129,35 @@ sleep_full(5.5);
 ($out, $err) = $s->query(q{SELECT count(*) FROM facts;}, 30);
 is($err, '', 'once the spell is over, Redis is tried again: the statement is queued, no WARNING');
 
-$_->quit foreach ($a, $s, $admin);
+###########################################################################
+note 'a statement waiting in a queue holds its locks: redsem_activity shows who waits for them';
+
+my $holder = RedsemTest::Session->new($node, name => 'holder', user => 'longie');
+$holder->send(q{SELECT pg_sleep(30) FROM facts LIMIT 1;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'long';}) eq '1' }),
+	'a statement holds the only slot of "long"');
+my $waiter = RedsemTest::Session->new($node, name => 'waiter', user => 'longie');
+$waiter->send(q{SELECT count(*) FROM facts;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT waiting FROM redsem_queues WHERE name = 'long';}) eq '1' }),
+	'another waits for it, holding its plan\'s lock on facts');
+my $ddl = RedsemTest::Session->new($node, name => 'ddl');
+$ddl->send(q{ALTER TABLE facts ADD COLUMN extra int;});
+my $reader = RedsemTest::Session->new($node, name => 'reader');
+$reader->send(q{SELECT count(*) FROM facts;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock';}) eq '2' }),
+	'an ALTER TABLE waits for their locks, and a reader behind it');
+is($admin->query_ok(q{SELECT pg_blocking_pids(} . $waiter->backend_pid . q{)::text;}), '{}',
+	'pg_blocking_pids shows nothing for the waiting statement: it waits for a slot, not a lock');
+is($admin->query_ok(q{SELECT state, relation_locks > 0, blocking_pids::text FROM redsem_activity WHERE pid = }
+		  . $waiter->backend_pid . ';'),
+	'waiting|t|{' . $ddl->backend_pid . '}',
+	'redsem_activity: the waiting statement holds relation locks, and the ALTER TABLE waits for them');
+is($admin->query_ok(q{SELECT count(*) FROM redsem_activity WHERE name = 'queue:long' AND cardinality(blocking_pids) > 0;}),
+	'2', 'the root of the pile-up in one query: the queue\'s holder and waiter');
+$admin->query_ok(q{SELECT pg_cancel_backend(} . $holder->backend_pid . q{);});
+$_->wait_done(30) foreach ($holder, $waiter, $ddl, $reader);
+
+$_->quit foreach ($a, $s, $admin, $holder, $waiter, $ddl, $reader);
 node_log_is_clean($node);
 $node->stop;
 $redis->stop;

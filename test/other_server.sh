@@ -15,6 +15,5 @@ body=$here/../src/redsem.lua
 lib=redsem_$(sha1sum <"$body" | cut -c1-16)
 cli() { redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" "$@"; }
 cli -x FUNCTION LOAD < <(printf '#!lua name=%s\n' "$lib"; cat "$body"; printf "\nredis.register_function('%s', dispatch)\n" "$lib") >/dev/null
-keys=()
-for k in owner timeout ticket info waiting state; do keys+=("redsem:{$name}:$k"); done
-cli FCALL "$lib" 6 "${keys[@]}" "$@"
+# (the owner key: the script makes the semaphore's other keys from it)
+cli FCALL "$lib" 1 "redsem:{$name}:owner" "$@"
