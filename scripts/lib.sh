@@ -307,8 +307,23 @@ redsem_build_install() {
     else
         make "${make_args[@]}"
     fi
-    redsem_log "installing redsem into $("$REDSEM_PG_CONFIG" --pkglibdir)"
+    redsem_install_notice
     redsem_as_root env PATH="$PATH" make "${make_args[@]}" install
+}
+
+# redsem_install_notice : say, before it happens, which files of the
+# system PostgreSQL "make install" writes (PostgreSQL before 18 reads an
+# extension's control and SQL files from its own share directory only, so
+# a throwaway server cannot load redsem from a private prefix): redsem's
+# library, control and SQL files, and nothing else; no server restarts.
+redsem_install_notice() {
+    local libdir extdir now=''
+    libdir=$("$REDSEM_PG_CONFIG" --pkglibdir)
+    extdir=$("$REDSEM_PG_CONFIG" --sharedir)/extension
+    [[ -e $libdir/redsem.so ]] && now=' (a redsem installed there now is replaced)'
+    redsem_log "NOTE: installing redsem into the system PostgreSQL $REDSEM_PG_MAJOR: $libdir/redsem.so and" \
+        "$extdir/redsem.control, redsem--*.sql$now; nothing else of the machine's PostgreSQL is touched and" \
+        "no server is restarted"
 }
 
 # --- temp dir ----------------------------------------------------------------
