@@ -258,29 +258,22 @@ COMMENT ON FUNCTION redsem_server_holds() IS
 
 -- (relation_locks and blocking_pids: what a session waiting for a slot
 -- holds, and who waits for it, so that the root of a pile-up behind a
--- queued statement shows in one query; pg_lock_status and
--- pg_blocking_pids run once per look, for the backends waiting for a lock)
+-- queued statement shows in one query; each is computed only when it is
+-- read, the waiters taken from pg_locks, which no role's view filters)
 CREATE VIEW redsem_activity AS
-WITH lock_waits AS MATERIALIZED (
-    SELECT w.pid AS waiter, b.blocker
-      FROM pg_catalog.pg_stat_activity w,
-           LATERAL unnest(pg_catalog.pg_blocking_pids(w.pid)) AS b(blocker)
-     WHERE w.wait_event_type = 'Lock'),
-held_locks AS MATERIALIZED (
-    SELECT l.pid, count(*)::integer AS n
-      FROM pg_catalog.pg_locks l
-     WHERE l.granted AND l.locktype = 'relation'
-     GROUP BY l.pid)
 SELECT h.pid, h.name, h.id, h.scope, h.state, h.permits, h.lease,
        h.acquired_at, h.waiting_since, h.lease_expires_at, h.keeper_error,
        a.datname, a.usename, a.application_name, a.client_addr,
        a.backend_start, a.xact_start, a.query_start,
        a.state AS backend_state, a.wait_event_type, a.wait_event, a.query,
-       coalesce(r.n, 0) AS relation_locks,
-       ARRAY(SELECT lw.waiter FROM lock_waits lw WHERE lw.blocker = h.pid ORDER BY 1) AS blocking_pids
+       (SELECT count(*)::integer FROM pg_catalog.pg_locks l
+         WHERE l.pid = h.pid AND l.granted AND l.locktype = 'relation') AS relation_locks,
+       ARRAY(SELECT DISTINCT w.pid FROM pg_catalog.pg_locks w
+              WHERE NOT w.granted AND w.pid IS NOT NULL
+                AND h.pid = ANY (pg_catalog.pg_blocking_pids(w.pid))
+              ORDER BY 1) AS blocking_pids
   FROM redsem_server_holds() h
-  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid
-  LEFT JOIN held_locks r ON r.pid = h.pid;
+  LEFT JOIN pg_catalog.pg_stat_activity a ON a.pid = h.pid;
 REVOKE ALL ON redsem_activity FROM PUBLIC;
 GRANT SELECT ON redsem_activity TO pg_monitor, redsem_admin;
 COMMENT ON VIEW redsem_activity IS

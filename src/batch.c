@@ -73,7 +73,7 @@ static void
 build_keep_command(const SemKeepItem *items, const int *order, KeepCommand *kc)
 {
 	const SemKeepItem *head = &items[order[kc->first]];
-	int			max = 3 + SCRIPT_NKEYS + 1 + 2 * kc->count;
+	int			max = 3 + SCRIPT_NKEYS_MAX + 1 + 2 * kc->count;
 
 	kc->argv = palloc(sizeof(char *) * max);
 	kc->argc = fcall_head(kc->argv, head->prefix, head->name,
@@ -177,7 +177,7 @@ load_script(RedisCall *call, const SemKeepItem *items, const int *order,
 			const KeepCommand *kc)
 {
 	const SemKeepItem *it = &items[order[kc->first]];
-	const char *argv[3 + SCRIPT_NKEYS + 1];
+	const char *argv[3 + SCRIPT_NKEYS_MAX + 1];
 	redisReply *reply;
 	int			argc = fcall_head(argv, it->prefix, it->name, "limit");
 

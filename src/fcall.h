@@ -15,13 +15,15 @@ struct redisReply;
 
 /*
  * Keys an operation names: the semaphore's owner key (the script makes
- * the others from it) and its generation key (gen.c); and the most
+ * the others from it; in a Cluster all six are named) and its generation
+ * key (gen.c); and the most
  * arguments an operation takes after its name (acquire: id, limit,
  * permits, lease, wait, keepalive, origin, the generation known, its
  * flags, settle, priority, tenant)
  */
 #define SCRIPT_NKEYS 2
 #define SCRIPT_NKEYS_PLAIN 1	/* (the operations that read no generation) */
+#define SCRIPT_NKEYS_MAX 7		/* (in a Cluster: all six, and the generation) */
 #define SCRIPT_MAX_ARGS 12
 
 extern const char *library_name(void);

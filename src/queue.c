@@ -15,7 +15,9 @@
  * transaction, the session's end with the session.  Only top-level
  * statements queue: queries run inside functions, procedures and DO blocks
  * are nested (nesting is counted in the executor and utility hooks, as
- * pg_stat_statements does).  A utility statement that runs one query
+ * pg_stat_statements does), but not those run while a top-level statement
+ * is planned, or inside a light one (queue_light.c), which hold no slot:
+ * those are judged as top-level statements of their own.  A utility statement that runs one query
  * (EXPLAIN ANALYZE, EXECUTE, DECLARE CURSOR, CREATE TABLE AS, REFRESH
  * MATERIALIZED VIEW, COPY (query)) lets that query queue as top-level;
  * EXPLAIN without ANALYZE never waits.  Other utility statements queue only
@@ -74,6 +76,14 @@ typedef struct QueuedStatement
 
 /* Those statements, innermost last (TopMemoryContext) */
 static List *queued = NIL;
+
+/*
+ * The top-level statements of a queued session judged light
+ * (queue_light.c), running now (TopMemoryContext): what runs inside them
+ * is not nested, so that SQL a built-in runs for them (a domain's CHECK)
+ * is judged, and queued, as a top-level statement of its own
+ */
+static List *light_running = NIL;
 
 /* The name of a queue's semaphore */
 static char *
@@ -415,23 +425,41 @@ queue_executor_start(QueryDesc *query, int eflags)
 {
 	const QueueDef *q;
 
-	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 &&
-		(q = queue_to_use()) != NULL &&
-		!(reads_only(query) && queue_statement_is_light(query->plannedstmt)) &&
-		!passes_by_cost(q, query))
-		enter_queue(q, query);
+	/* (an entry left by an error in a subtransaction may have its address) */
+	light_running = list_delete_ptr(light_running, query);
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
+	{
+		if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
+		{
+			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+			light_running = lappend(light_running, query);
+			MemoryContextSwitchTo(old);
+		}
+		else if (!passes_by_cost(q, query))
+			enter_queue(q, query);
+	}
 	if (prev_executor_start)
 		prev_executor_start(query, eflags);
 	else
 		standard_ExecutorStart(query, eflags);
 }
 
-/* ExecutorRun: what runs inside is nested */
+/* 1 if what runs inside statement query is nested: 0 for a light one */
+static int
+nests_inside(const QueryDesc *query)
+{
+	return list_member_ptr(light_running, query) ? 0 : 1;
+}
+
+/* ExecutorRun: what runs inside is nested (but inside a light statement) */
 static void
 queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 				   REDSEM_EXECUTE_ONCE_PARAM)
 {
-	nesting++;
+	volatile int nests = nests_inside(query);
+
+	nesting += nests;
 	PG_TRY();
 	{
 		if (prev_executor_run)
@@ -441,7 +469,7 @@ queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 	}
 	PG_FINALLY();
 	{
-		nesting--;
+		nesting -= nests;
 	}
 	PG_END_TRY();
 }
@@ -450,7 +478,9 @@ queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 static void
 queue_executor_finish(QueryDesc *query)
 {
-	nesting++;
+	volatile int nests = nests_inside(query);
+
+	nesting += nests;
 	PG_TRY();
 	{
 		if (prev_executor_finish)
@@ -460,7 +490,7 @@ queue_executor_finish(QueryDesc *query)
 	}
 	PG_FINALLY();
 	{
-		nesting--;
+		nesting -= nests;
 	}
 	PG_END_TRY();
 }
@@ -473,13 +503,16 @@ queue_executor_end(QueryDesc *query)
 		prev_executor_end(query);
 	else
 		standard_ExecutorEnd(query);
+	light_running = list_delete_ptr(light_running, query);
 	if (queued != NIL)
 		leave_queue(query);
 }
 
 /*
- * planner: what runs while planning (a function the planner evaluates
- * ahead of time) is nested, as pg_stat_statements counts it
+ * planner: what runs while a top-level statement is planned (a function
+ * the planner evaluates ahead of time, or to estimate a selectivity) is
+ * not nested: its queries are judged, and queued, as top-level statements
+ * of their own (the statement being planned holds no slot yet)
  */
 static PlannedStmt *
 queue_planner(Query *parse, const char *query_string, int cursorOptions,
@@ -495,19 +528,10 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 	 */
 	if (session_queue_now() != NULL)
 		(void) queue_costs_trusted();
-	nesting++;
-	PG_TRY();
-	{
-		if (prev_planner)
-			result = prev_planner(parse, query_string, cursorOptions, boundParams);
-		else
-			result = standard_planner(parse, query_string, cursorOptions, boundParams);
-	}
-	PG_FINALLY();
-	{
-		nesting--;
-	}
-	PG_END_TRY();
+	if (prev_planner)
+		result = prev_planner(parse, query_string, cursorOptions, boundParams);
+	else
+		result = standard_planner(parse, query_string, cursorOptions, boundParams);
 	return result;
 }
 
@@ -651,6 +675,11 @@ forget_statements(SubTransactionId subxid)
 static void
 queue_xact_callback(XactEvent event, void *arg)
 {
+	if (light_running != NIL && (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT))
+	{
+		list_free(light_running);
+		light_running = NIL;
+	}
 	if (queued != NIL &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||

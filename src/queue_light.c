@@ -18,12 +18,12 @@
  *   expressions are all looked at: no WITH RECURSIVE, TABLESAMPLE, foreign
  *   or custom scan, XMLTABLE;
  * - no expression calls a volatile function (it may do more than compute a
- *   value: pg_sleep, pg_advisory_lock, set_config, nextval), a built-in
- *   that runs SQL or reads data by name (query_to_xml and the other
- *   *_to_xml, ts_stat, ts_rewrite, large objects, files: heavy_builtin()),
- *   or casts to a domain of the users (its CHECK may call anything); a
- *   set-returning function in FROM may be volatile only if it is one of
- *   those the system views list the server's state with (pg_lock_status);
+ *   value: pg_sleep, pg_advisory_lock, set_config, nextval), but those
+ *   that only list the server's state or catalogs (view_functions:
+ *   pg_lock_status), a built-in that runs SQL or reads data by name
+ *   (query_to_xml and the other *_to_xml, ts_stat, ts_rewrite, large
+ *   objects, files: heavy_builtin()), or casts to a domain of the users
+ *   (its CHECK may call anything);
  * - the costliest node of the plan and of its subplans costs at most
  *   QUEUE_LIGHT_MAX_COST, with cost settings the session could not lower
  *   (queue_cost.c): a LIMIT does not hide a cross join beneath it.  A plan
@@ -67,8 +67,9 @@ static const NamePattern heavy_names[] = {
 };
 
 /*
- * The volatile set-returning functions the system views scan to list the
- * server's own state: light in FROM
+ * The volatile set-returning functions that only list the server's own
+ * state or catalogs (the system views scan them; psql's \d calls
+ * pg_partition_ancestors): light
  */
 static const char *const view_functions[] = {
 	"pg_lock_status", "pg_get_backend_memory_contexts", "pg_get_shmem_allocations",
@@ -80,6 +81,7 @@ static const char *const view_functions[] = {
 	"pg_timezone_names", "pg_timezone_abbrevs", "pg_show_all_settings", "pg_get_wait_events",
 	"pg_available_extensions", "pg_available_extension_versions", "pg_config",
 	"pg_stat_get_slru", "pg_stat_get_io", "pg_get_keywords",
+	"pg_partition_ancestors", "pg_partition_tree",
 };
 
 /* True if name matches pattern p */
@@ -116,12 +118,26 @@ heavy_builtin(Oid funcid)
 	return heavy;
 }
 
+/* True if volatile set-returning function funcid lists the server's state */
+static bool
+view_function(Oid funcid)
+{
+	char	   *name = get_func_name(funcid);
+	bool		found = false;
+
+	for (int i = 0; name != NULL && i < (int) lengthof(view_functions) && !found; i++)
+		found = strcmp(name, view_functions[i]) == 0;
+	if (name != NULL)
+		pfree(name);
+	return found;
+}
+
 /* True if function funcid is one a light statement may not call */
 static bool
 heavy_function(Oid funcid, void *context)
 {
-	return funcid >= FirstNormalObjectId ||
-		func_volatile(funcid) == PROVOLATILE_VOLATILE || heavy_builtin(funcid);
+	return funcid >= FirstNormalObjectId || heavy_builtin(funcid) ||
+		(func_volatile(funcid) == PROVOLATILE_VOLATILE && !view_function(funcid));
 }
 
 /* True if expression (or list) node may be heavy (above) */
@@ -145,20 +161,6 @@ static bool
 light_expr(const void *node)
 {
 	return !heavy_expr_walker((Node *) unconstify(void *, node), NULL);
-}
-
-/* True if volatile set-returning function funcid lists the server's state */
-static bool
-view_function(Oid funcid)
-{
-	char	   *name = get_func_name(funcid);
-	bool		found = false;
-
-	for (int i = 0; name != NULL && i < (int) lengthof(view_functions) && !found; i++)
-		found = strcmp(name, view_functions[i]) == 0;
-	if (name != NULL)
-		pfree(name);
-	return found;
 }
 
 /* True if the functions a function scan calls in FROM cannot be heavy */

@@ -10,7 +10,11 @@
 -- wait_check and gen_raise its generation key second (KEYS[2]); the
 -- semaphore's other keys below are <base> and their name, made by begin()
 -- (a key named costs Redis and the script as much as an argument:
--- bench/instructions.sh).  The index operations name the index alone.  A library's functions are made once, when it loads, so
+-- bench/instructions.sh).  In a Redis Cluster a call names all six in the
+-- order below, and the generation key seventh: the Cluster checks only the
+-- keys a call names, and while a slot migrates, a semaphore whose keys are
+-- split between two nodes must get TRYAGAIN, not run on the half one node
+-- has.  The index operations name the index alone.  A library's functions are made once, when it loads, so
 -- a call pays only for the operation: all per-call state is set up anew by
 -- begin().  All time comes from redis.call('TIME'); the caller's clock is
 -- never used.
@@ -2599,10 +2603,15 @@ local PAD = {'00000', '0000', '000', '00', '0', ''}
 -- fast path cannot use one by mistake.  The clock's texts are cut from
 -- TIME's own: printing a number costs half a command; bench/README.md.)
 local function begin(keys)
-    K_OWNER, K_GEN = keys[1], keys[2]
+    K_OWNER = keys[1]
     BASE = string.sub(K_OWNER, 1, -6)
-    K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
-        BASE .. 'timeout', BASE .. 'ticket', BASE .. 'info', BASE .. 'waiting', BASE .. 'state'
+    if keys[3] then                 -- (all six named, in a Cluster: above)
+        K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
+            keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
+    else
+        K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
+            BASE .. 'timeout', BASE .. 'ticket', BASE .. 'info', BASE .. 'waiting', BASE .. 'state', keys[2]
+    end
     GEN, GRACE, GEN_SYNC = nil, nil, false
     local t = redis.call('TIME')
     NOW_US_TEXT, NOW_WIDE = t[1] .. PAD[#t[2]] .. t[2], nil
@@ -2695,9 +2704,10 @@ end
 -- The only way in (the library's function): check, read the state,
 -- housekeeping, the operation, write the state back and restore lifetimes.
 -- An index operation names the index key alone; a semaphore's names its
--- owner key, and its generation key second if it reads that (the script
--- trusts that the first is an owner key: checking its name would cost a
--- call as much as a key does).
+-- owner key, and its generation key second if it reads that, or, in a
+-- Cluster, all six of its keys (and the generation key seventh: above)
+-- (the script trusts that the first is an owner key: checking its name
+-- would cost a call as much as a key does).
 function dispatch(keys, a)
     local op = INDEX_OPS[a[1] or false]
     if op then
@@ -2709,7 +2719,7 @@ function dispatch(keys, a)
         return run_index(keys, a, op, op.read(a))
     end
     op = OPS[a[1] or false]
-    if not op or (#keys ~= 1 and #keys ~= 2) then return refused(op, a) end
+    if not op or (#keys ~= 1 and #keys ~= 2 and #keys ~= 6 and #keys ~= 7) then return refused(op, a) end
     return run_op(keys, a, op, op.read(a))
 end
 

@@ -51,9 +51,12 @@ static char *lib_text;
 
 /*
  * The semaphore's key every operation names; the script makes its other
- * keys from it (same hash tag: same Cluster slot)
+ * keys from it (same hash tag: same Cluster slot), except in a Cluster,
+ * where a call names all of them (fcall_head)
  */
 #define OWNER_SUFFIX "owner"
+static const char *const key_suffixes[] =
+{OWNER_SUFFIX, "timeout", "ticket", "info", "waiting", "state"};
 
 /* The library's (and its function's) name, computed once */
 const char *
@@ -184,10 +187,23 @@ sem_gen_slot(const char *prefix, const char *name)
 }
 
 /*
+ * How many keys an operation names (with_gen: with the generation key):
+ * the owner key alone, or in a Cluster all six of the semaphore's keys, as
+ * the Cluster checks only the keys a call names, and a slot migration that
+ * has moved some of them must answer TRYAGAIN, not let the script run on
+ * half a semaphore
+ */
+static int
+fcall_nkeys(bool with_gen)
+{
+	return (cluster_enabled() ? (int) lengthof(key_suffixes) : 1) + (with_gen ? 1 : 0);
+}
+
+/*
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
  * (its owner key, then, for the operations that read it: acquire,
  * wait_check and gen_raise, its generation key); returns how many entries
- * that is (at most 3 + SCRIPT_NKEYS + 1).
+ * that is (at most 3 + SCRIPT_NKEYS_MAX + 1).
  */
 int
 fcall_head(const char **argv, const char *prefix, const char *name,
@@ -196,11 +212,13 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 	int			argc = 0;
 	bool		with_gen = strcmp(op, "acquire") == 0 || strcmp(op, "wait_check") == 0 ||
 		strcmp(op, "gen_raise") == 0;
+	int			nkeys = fcall_nkeys(with_gen);
 
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
-	argv[argc++] = with_gen ? CppAsString2(SCRIPT_NKEYS) : CppAsString2(SCRIPT_NKEYS_PLAIN);
-	argv[argc++] = sem_key(prefix, name, OWNER_SUFFIX);
+	argv[argc++] = psprintf("%d", nkeys);
+	for (int i = 0; i < nkeys - (with_gen ? 1 : 0); i++)
+		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
 	if (with_gen)
 		argv[argc++] = gen_key(prefix, gen_slot(prefix, argv[3]));
 	argv[argc++] = op;
@@ -240,7 +258,7 @@ static bool
 run_script(RedisCall *call, const char *prefix, const char *name,
 		   const char *op, int nargs, const char **args, redisReply **reply)
 {
-	const char *argv[3 + SCRIPT_NKEYS + 1 + SCRIPT_MAX_ARGS];
+	const char *argv[3 + SCRIPT_NKEYS_MAX + 1 + SCRIPT_MAX_ARGS];
 	int			argc;
 
 	if (nargs > SCRIPT_MAX_ARGS)
@@ -509,7 +527,7 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	/* a try over a link opened or redirected during the call checks the era */
 	snprintf(fresh, sizeof(fresh), "e%s", strchr(flags, 'e') ? flags + 1 : flags);
 	changes = redis_route_changes();
-	call->fresh_argi = 3 + SCRIPT_NKEYS + 1 + 8;
+	call->fresh_argi = 3 + fcall_nkeys(true) + 1 + 8;
 	call->fresh_arg = fresh;
 	call->fresh_since = changes;
 	ok = run_script(call, NULL, name, "acquire", nargs, args, &reply);
@@ -616,7 +634,7 @@ bool
 sem_release_deferred(RedisCall *call, const char *prefix, const char *name,
 					 const char *id, RedisReplyHandler handler, void *arg)
 {
-	const char *argv[3 + SCRIPT_NKEYS + 2];
+	const char *argv[3 + SCRIPT_NKEYS_MAX + 2];
 	int			argc;
 
 	redsem_fault("release");
