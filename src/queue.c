@@ -20,7 +20,8 @@
  * those are judged as top-level statements of their own.  A utility statement that runs one query
  * (EXPLAIN ANALYZE, EXECUTE, DECLARE CURSOR, CREATE TABLE AS, REFRESH
  * MATERIALIZED VIEW, COPY (query)) lets that query queue as top-level;
- * EXPLAIN without ANALYZE never waits.  Other utility statements queue only
+ * EXPLAIN without ANALYZE never waits itself (a query the planner runs
+ * for it may: above).  Other utility statements queue only
  * in a queue with utility=on.  Parallel workers never queue.
  *
  * A session in no queue pays one test of a cached pointer per statement.
@@ -550,8 +551,10 @@ runs_one_query(const Node *stmt)
 		case T_FetchStmt:
 		case T_CreateTableAsStmt:
 		case T_RefreshMatViewStmt:
-		case T_CopyStmt:
 			return true;
+		case T_CopyStmt:
+			/* COPY (query) TO; COPY table TO/FROM is a utility of its own */
+			return ((const CopyStmt *) stmt)->query != NULL;
 		default:
 			return false;
 	}
@@ -675,7 +678,11 @@ forget_statements(SubTransactionId subxid)
 static void
 queue_xact_callback(XactEvent event, void *arg)
 {
-	if (light_running != NIL && (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT))
+	/* (a light statement's entry an error left behind: none runs now) */
+	if (light_running != NIL &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		 event == XACT_EVENT_PARALLEL_ABORT))
 	{
 		list_free(light_running);
 		light_running = NIL;

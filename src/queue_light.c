@@ -14,9 +14,10 @@
  *   FirstNormalObjectId only: the catalogs and the system's views);
  * - it calls no function of the users (the planner records each in
  *   invalItems);
- * - each of its nodes is of a kind listed in plan_is_light(), whose
+ * - each of its nodes is of a kind listed in node_is_light(), whose
  *   expressions are all looked at: no WITH RECURSIVE, TABLESAMPLE, foreign
- *   or custom scan, XMLTABLE;
+ *   or custom scan, XMLTABLE, and no Gather (a parallel worker is in no
+ *   queue, so SQL run inside it, below, would never queue);
  * - no expression calls a volatile function (it may do more than compute a
  *   value: pg_sleep, pg_advisory_lock, set_config, nextval), but those
  *   that only list the server's state or catalogs (view_functions:
@@ -222,8 +223,6 @@ node_is_light(const Plan *plan, LightWalk *walk)
 		case T_Group:
 		case T_Agg:
 		case T_Unique:
-		case T_Gather:
-		case T_GatherMerge:
 		case T_SetOp:
 		case T_ProjectSet:
 			return true;
@@ -333,6 +332,9 @@ heavy_because(const PlannedStmt *stmt)
 	if (stmt->commandType != CMD_SELECT || stmt->hasModifyingCTE ||
 		stmt->rowMarks != NIL || top == NULL)
 		return "it may write or lock rows";
+	/* (a parallel worker is in no queue: SQL run inside it would not queue) */
+	if (stmt->parallelModeNeeded)
+		return "it runs in parallel workers";
 	if (!system_relations_only(stmt->rtable))
 		return "it reads a user's relation";
 	if (!builtin_functions_only(stmt->invalItems))
