@@ -91,6 +91,8 @@ like($err, qr/55P03/, 'after SET cpu_tuple_cost = 0, a catalog join queues');
 is($err, '', 'and SELECT 1 still runs at once');
 $a->query_ok(q{RESET cpu_tuple_cost;});
 
+# (its statement would run on: quitting waits for it)
+$admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
 $report->quit;
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
 	'the report ended');

@@ -100,6 +100,8 @@ foreach my $light ('SELECT 1;', 'SELECT count(*) > 0 FROM pg_locks;', 'SELECT co
 	$s2->quit;
 }
 
+# (its statement would run on: quitting waits for it)
+$admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
 $report->quit;
 $_->quit foreach ($h, $admin);
 $node->stop;

@@ -94,6 +94,8 @@ foreach my $what (sort keys %nested)
 	ok($err =~ /55P03/ && $err !~ /reads_facts ran/, "$what: queues, or its inner query does");
 }
 
+# (its statement would run on: quitting waits for it)
+$admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
 $report->quit;
 $h->quit;
 

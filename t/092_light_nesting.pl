@@ -105,6 +105,8 @@ RESET force_parallel_mode;}, 60);
 diag "force_parallel_mode: out=[$out] err=[$err]";
 unlike($err, qr/reads_facts ran/, 'with force_parallel_mode the CHECK\'s query does not run unqueued in a worker');
 
+# (its statement would run on: quitting waits for it)
+$admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
 $report->quit;
 $admin->query_ok(q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE usename = 'hostile' AND pid <> } . $h->backend_pid . ';');
 

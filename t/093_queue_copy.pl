@@ -41,6 +41,8 @@ like($err, qr/55P03/, 'COPY table TO queues with utility=on (README)');
 ($out, $err) = $h->query(q{CREATE TEMP TABLE x (a int);}, 30);
 diag "CREATE TEMP TABLE: err=[$err]";
 like($err, qr/55P03/, 'other utility statements queue with utility=on');
+# (its statement would run on: quitting waits for it)
+$admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
 $report->quit;
 $_->quit foreach ($h, $admin);
 $node->stop;
