@@ -17,12 +17,12 @@
  * are nested (nesting is counted in the executor and utility hooks, as
  * pg_stat_statements does), but not those run while a top-level statement
  * is planned, or inside a light one (queue_light.c), which hold no slot:
- * those are judged as top-level statements of their own.  A utility statement that runs one query
- * (EXPLAIN ANALYZE, EXECUTE, DECLARE CURSOR, CREATE TABLE AS, REFRESH
- * MATERIALIZED VIEW, COPY (query)) lets that query queue as top-level;
- * EXPLAIN without ANALYZE never waits itself (a query the planner runs
- * for it may: above).  Other utility statements queue only
- * in a queue with utility=on.  Parallel workers never queue.
+ * those are judged as top-level statements of their own.  A utility
+ * statement that runs one query (EXPLAIN ANALYZE, EXECUTE, DECLARE CURSOR,
+ * CREATE TABLE AS, REFRESH MATERIALIZED VIEW, COPY (query)) lets that
+ * query queue as top-level; EXPLAIN without ANALYZE never waits itself (a
+ * query the planner runs for it may: above).  Other utility statements
+ * queue only in a queue with utility=on.  Parallel workers never queue.
  *
  * A session in no queue pays one test of a cached pointer per statement.
  */
@@ -31,16 +31,17 @@
 #include "access/parallel.h"
 #include "access/xact.h"
 #include "executor/executor.h"
+#include "mb/pg_wchar.h"
 #include "miscadmin.h"
 #include "nodes/nodes.h"
 #include "nodes/parsenodes.h"
 #include "optimizer/planner.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
-#include "mb/pg_wchar.h"
 #include "utils/memutils.h"
 
 #include "acquire.h"
+#include "clock.h"
 #include "compat.h"
 #include "guc.h"
 #include "hold.h"
@@ -49,7 +50,6 @@
 #include "queue_conf.h"
 #include "queue_cost.h"
 #include "queue_light.h"
-#include "clock.h"
 #include "shmem.h"
 #include "timing.h"
 

@@ -33,8 +33,10 @@
  * What it leaves open (the README says so): built-in functions given
  * large values can still burn CPU or memory (repeat('x', 100000000), a
  * set-returning function given a number the planner cannot see), though
- * never reading the users' data; an immutable function the planner
- * evaluates ahead of time runs while planning, before any queue.
+ * never reading the users' data, and quals written to mislead the
+ * planner's row estimates.  A light statement holds no slot, so SQL run
+ * inside it (a domain's CHECK reached through array_in) is judged as a
+ * top-level statement of its own (queue.c).
  */
 #include "postgres.h"
 
@@ -164,25 +166,6 @@ light_expr(const void *node)
 	return !heavy_expr_walker((Node *) unconstify(void *, node), NULL);
 }
 
-/* True if the functions a function scan calls in FROM cannot be heavy */
-static bool
-light_function_scan(const FunctionScan *scan)
-{
-	ListCell   *lc;
-
-	foreach(lc, scan->functions)
-	{
-		const Node *expr = ((const RangeTblFunction *) lfirst(lc))->funcexpr;
-		const FuncExpr *f = (const FuncExpr *) expr;
-
-		if (!IsA(expr, FuncExpr) || f->funcid >= FirstNormalObjectId ||
-			heavy_builtin(f->funcid) || !light_expr(f->args) ||
-			(func_volatile(f->funcid) == PROVOLATILE_VOLATILE && !view_function(f->funcid)))
-			return false;
-	}
-	return true;
-}
-
 /* The plan walk's findings: the costliest node seen */
 typedef struct LightWalk
 {
@@ -243,7 +226,8 @@ node_is_light(const Plan *plan, LightWalk *walk)
 		case T_SubqueryScan:
 			return plan_is_light(((const SubqueryScan *) plan)->subplan, walk);
 		case T_FunctionScan:
-			return light_function_scan((const FunctionScan *) plan);
+			/* (its functions in FROM: heavy_function, as everywhere) */
+			return light_expr(((const FunctionScan *) plan)->functions);
 		case T_ValuesScan:
 			return light_expr(((const ValuesScan *) plan)->values_lists);
 		case T_Append:
