@@ -229,7 +229,7 @@ CREATE FUNCTION redsem_queues(
     OUT running bigint, OUT waiting bigint,
     OUT admitted bigint, OUT waited bigint, OUT timed_out bigint,
     OUT total_wait_time interval, OUT bypassed bigint, OUT ran_unqueued bigint,
-    OUT cap integer)
+    OUT cap integer, OUT defined_in text, OUT setting_differs boolean)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_queues'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -238,6 +238,29 @@ CREATE VIEW redsem_queues AS SELECT * FROM redsem_queues();
 GRANT SELECT ON redsem_queues TO PUBLIC;
 COMMENT ON VIEW redsem_queues IS
 'statement queues: definition, the cap in effect and the statements running and waiting on every server (Redis), and this server''s counters';
+
+-- Statement queues defined for every server, in Redis (administrators)
+
+CREATE FUNCTION redsem_create_queue(name text, options text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_create_queue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_create_queue(text, text) IS
+'define statement queue name for every server: options as in redsem.queues (''active_statements=4 min_cost=100000''); returns the definition stored (administrators)';
+
+CREATE FUNCTION redsem_alter_queue(name text, options text)
+RETURNS text
+AS 'MODULE_PATHNAME', 'redsem_alter_queue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_alter_queue(text, text) IS
+'change the options given of statement queue name, for every server at once, keeping the others; returns the definition stored (administrators)';
+
+CREATE FUNCTION redsem_drop_queue(name text, if_exists boolean DEFAULT false)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'redsem_drop_queue'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_drop_queue(text, boolean) IS
+'drop statement queue name for every server: its running statements finish, the next ones are not queued (administrators)';
 
 -- This server's holds and places in line, with their sessions (for
 -- pg_monitor and redsem_admin; ids only for administrators and their own

@@ -48,6 +48,7 @@
 #include "guc.h"
 #include "keeper.h"
 #include "queue_caps.h"
+#include "queue_fleet.h"
 #include "script.h"
 #include "shmem.h"
 #include "stop.h"
@@ -697,6 +698,32 @@ touch_fleet_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 	PG_END_TRY();
 }
 
+/*
+ * Read the statement queues' definitions kept in Redis (queue_fleet.c),
+ * within budget_ms; an ERROR there is caught and logged, never the
+ * keeper's end
+ */
+static void
+read_queue_definitions(int budget_ms)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+
+	PG_TRY();
+	{
+		queue_fleet_poll(budget_ms);
+	}
+	PG_CATCH();
+	{
+		char		why[256];
+
+		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
+		ereport(LOG,
+				(errmsg("redsem keeper could not read the statement queue definitions: %s", why)));
+	}
+	PG_END_TRY();
+}
+
 /* Log that the keeper stopped a holder (within the per-hold line budget) */
 static void
 log_stop(KeeperState *st, const StopNotice *sn, const char *done)
@@ -809,6 +836,13 @@ keeper_cycle(KeeperState *st)
 												touch_budget_ms(holds, n, &batch, target, sent)));
 		valid_until = stop_lost_holders(st);
 	}
+	if (queue_fleet_poll_due())
+	{
+		read_queue_definitions((int) ms_until_capped(valid_until,
+													 touch_budget_ms(holds, n, &batch, target, sent)));
+		valid_until = stop_lost_holders(st);
+	}
+	sleep_ms = Min(sleep_ms, QUEUE_FLEET_POLL_MS);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
 	if (st->released_after_crash > 0)
 		ereport(LOG,

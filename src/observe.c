@@ -42,7 +42,7 @@ PG_FUNCTION_INFO_V1(redsem_server_holds);
 
 #define HELD_COLUMNS	10
 #define HOLDERS_COLUMNS	15
-#define QUEUES_COLUMNS	17
+#define QUEUES_COLUMNS	19
 #define SERVER_HOLDS_COLUMNS	11
 
 /* An interval of ms milliseconds */
@@ -320,7 +320,8 @@ find_stats(const SemStats *stats, int n, const char *name)
 }
 
 /*
- * redsem_queues(): every statement queue redsem.queues defines, with what
+ * redsem_queues(): every statement queue in effect here (defined in Redis,
+ * or by this server's redsem.queues), with what
  * Redis says now (NULL if Redis cannot be asked) and this server's
  * statistics.
  */
@@ -379,6 +380,9 @@ redsem_queues(PG_FUNCTION_ARGS)
 		/* the cap in effect for every server: the stored limit (queue_caps.c) */
 		nulls[16] = !asked || limit.stored <= 0;
 		values[16] = Int32GetDatum((int32) (asked ? limit.stored : 0));
+		/* where the definition comes from, and whether it hides this server's */
+		values[17] = CStringGetTextDatum(q->fleet ? "redis" : "redsem.queues");
+		values[18] = BoolGetDatum(q->setting_differs);
 		put_row(rsinfo, values, nulls, QUEUES_COLUMNS);
 	}
 	return (Datum) 0;

@@ -142,9 +142,9 @@ warn_undefined_queue(const char *name, int elevel)
 	strlcpy(warned, name, sizeof(warned));
 	ereport(elevel,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
-			 errmsg("redsem.queue names queue \"%s\", which redsem.queues does not define", name),
+			 errmsg("redsem.queue names statement queue \"%s\", which is not defined", name),
 			 errdetail("Statements of this session run without queueing."),
-			 errhint("Define the queue in redsem.queues, or correct redsem.queue.")));
+			 errhint("Define it with redsem_create_queue(), or correct redsem.queue.")));
 }
 
 /* The queue of this session right now, or NULL */

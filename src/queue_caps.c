@@ -13,7 +13,9 @@
  * The keeper stores a cap only when this server's definition of it
  * changed, or the queue was defined, while the keeper ran (not at its
  * start: a restarted server does not undo a cap set by hand since), and
- * tries again until Redis has taken it.
+ * tries again until Redis has taken it.  Queues defined in Redis
+ * (queue_fleet.c) are not its: redsem_create_queue and redsem_alter_queue
+ * set their caps.
  */
 #include "postgres.h"
 
@@ -60,7 +62,12 @@ note_definitions(const QueueConfig *conf)
 	for (int i = 0; conf != NULL && i < conf->count && n < QUEUE_MAX_QUEUES; i++)
 	{
 		const QueueDef *q = &conf->queues[i];
-		AppliedCap *was = applied_cap(q->name);
+		AppliedCap *was;
+
+		/* (the fleet's definitions have their caps set by their changes) */
+		if (q->fleet)
+			continue;
+		was = applied_cap(q->name);
 
 		strlcpy(next[n].name, q->name, sizeof(next[n].name));
 		strlcpy(next[n].semaphore, q->semaphore, sizeof(next[n].semaphore));

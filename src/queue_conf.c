@@ -21,12 +21,15 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
+#include "utils/float.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "bounds.h"
 #include "compat.h"
 #include "guc.h"
 #include "queue_conf.h"
+#include "queue_fleet.h"
 #include "shmem.h"
 #include "sqlargs.h"
 
@@ -36,11 +39,78 @@ static int	queue_priority_setting = 0;
 static char *queue_tenant_setting = NULL;
 static char *queues_setting = NULL;
 static const QueueConfig *config = NULL;
-static uint64 config_generation = 0;	/* bumped at every assignment */
+static uint64 config_generation = 0;	/* bumped at every change of merged */
 
-/* The parsed definitions; never NULL once the settings are defined */
+/*
+ * The definitions in effect: the fleet's, kept in Redis (queue_fleet.c),
+ * then those of redsem.queues that name other queues.  The one before is
+ * kept until the next change: a caller may still point into it.
+ */
+static QueueConfig *merged = NULL;
+static QueueConfig *retired = NULL;
+static const QueueConfig *merged_guc = NULL;	/* config merged in */
+static uint64 merged_fleet = 0; /* generation of the fleet's merged in */
+
+/* The definition of name in conf, or NULL */
+static QueueDef *
+find_def(QueueConfig *conf, const char *name)
+{
+	for (int i = 0; i < conf->count; i++)
+		if (strcmp(conf->queues[i].name, name) == 0)
+			return &conf->queues[i];
+	return NULL;
+}
+
+/* Make merged anew from the fleet's definitions and redsem.queues */
+static void
+merge_definitions(const QueueConfig *fleet)
+{
+	QueueConfig *next = MemoryContextAllocZero(TopMemoryContext,
+											   offsetof(QueueConfig, queues) +
+											   sizeof(QueueDef) * QUEUE_MAX_QUEUES);
+
+	for (int i = 0; fleet != NULL && i < fleet->count; i++)
+	{
+		next->queues[next->count] = fleet->queues[i];
+		next->queues[next->count++].fleet = true;
+	}
+	for (int i = 0; config != NULL && i < config->count; i++)
+	{
+		QueueDef   *f = find_def(next, config->queues[i].name);
+
+		if (f != NULL)
+			f->setting_differs = !queue_def_same(f, &config->queues[i]);
+		else if (next->count < QUEUE_MAX_QUEUES)
+			next->queues[next->count++] = config->queues[i];
+	}
+	if (retired)
+		pfree(retired);
+	retired = merged;
+	merged = next;
+	config_generation++;
+}
+
+/* The definitions in effect; never NULL once the settings are defined */
 const QueueConfig *
 queue_config(void)
+{
+	uint64		fleet_generation;
+	const QueueConfig *fleet = queue_fleet_config(&fleet_generation);
+
+	if (config == NULL)
+		return NULL;
+	if (merged == NULL || merged_guc != config || merged_fleet != fleet_generation)
+	{
+		merge_definitions(fleet);
+		merged_guc = config;
+		merged_fleet = fleet_generation;
+	}
+	return merged;
+}
+
+/* This server's redsem.queues alone (NULL before it is defined) */
+const QueueConfig *
+queue_setting_config(void)
 {
 	return config;
 }
@@ -56,8 +126,10 @@ StaticAssertDecl(QUEUE_MAX_QUEUES <= STATS_RESERVED_ROOM,
 bool
 queue_is_semaphore(const char *name)
 {
-	for (int i = 0; config != NULL && i < config->count; i++)
-		if (strcmp(config->queues[i].semaphore, name) == 0)
+	const QueueConfig *conf = merged ? merged : config;
+
+	for (int i = 0; conf != NULL && i < conf->count; i++)
+		if (strcmp(conf->queues[i].semaphore, name) == 0)
 			return true;
 	return false;
 }
@@ -289,6 +361,22 @@ apply_option(QueueDef *q, const char *key, const char *value)
 	return true;
 }
 
+/* True if p is where a value would start but none is given */
+static bool
+empty_value(const char *p)
+{
+	return *p == '\0' || *p == ';' || isspace((unsigned char) *p);
+}
+
+/* True if key's value may be empty ("application_name=": none) */
+static bool
+resettable(const char *key, char *value)
+{
+	value[0] = '\0';
+	return strcmp(key, "application_name") == 0 ||
+		strcmp(key, "application_priority") == 0;
+}
+
 /* Parse "key=value key=value ..." up to ';' or the end into q */
 static bool
 parse_options(const char **p, QueueDef *q)
@@ -307,7 +395,8 @@ parse_options(const char **p, QueueDef *q)
 			return false;
 		}
 		(*p)++;
-		if (!take_word(p, value, sizeof(value), ";"))
+		if (!take_word(p, value, sizeof(value), ";") &&
+			!(empty_value(*p) && resettable(key, value)))
 		{
 			GUC_check_errdetail("Queue \"%s\": option \"%s\" has no value, or a value that is too long.",
 								q->name, key);
@@ -356,6 +445,101 @@ parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
 }
 
 /*
+ * Parse definitions "name: options; ..." into parsed (room for
+ * QUEUE_MAX_QUEUES); false with GUC_check_errdetail set if one is wrong
+ */
+bool
+queue_parse_list(const char *p, QueueConfig *parsed)
+{
+	parsed->count = 0;
+	for (;;)
+	{
+		p = skip_blanks(p);
+		if (*p == '\0')
+			return true;
+		if (*p == ';')
+		{
+			p++;
+			continue;
+		}
+		if (parsed->count == QUEUE_MAX_QUEUES)
+		{
+			GUC_check_errdetail("At most %d queues can be defined.", QUEUE_MAX_QUEUES);
+			return false;
+		}
+		if (!parse_definition(&p, &parsed->queues[parsed->count], parsed))
+			return false;
+		parsed->count++;
+	}
+}
+
+/*
+ * Apply options "key=value ..." to q (its name set; the rest as a base to
+ * change, or zeroed with max_wait_ms -1 for a new queue); false with
+ * GUC_check_errdetail set if one is wrong, or if active_statements is
+ * still missing
+ */
+bool
+queue_parse_options(const char *options, QueueDef *q)
+{
+	const char *p = options;
+
+	if (!parse_options(&p, q))
+		return false;
+	if (*p == ';')
+	{
+		GUC_check_errdetail("Queue \"%s\": options are separated by blanks, not \";\".", q->name);
+		return false;
+	}
+	if (q->active == 0)
+	{
+		GUC_check_errdetail("Queue \"%s\": active_statements is required.", q->name);
+		return false;
+	}
+	snprintf(q->semaphore, sizeof(q->semaphore), REDSEM_QUEUE_PREFIX "%s", q->name);
+	return true;
+}
+
+/* True if name is a queue's name (letters, digits, '_', '.', '-') */
+bool
+queue_valid_name(const char *name)
+{
+	return strlen(name) <= QUEUE_MAX_NAME_BYTES && valid_name(name);
+}
+
+/*
+ * Append q's options to buf in the form queue_parse_options reads, every
+ * option written out (the text kept in Redis, and compared)
+ */
+void
+queue_options_text(const QueueDef *q, StringInfo buf)
+{
+	char	   *cost = float8out_internal(q->min_cost);
+
+	appendStringInfo(buf, "active_statements=%d min_cost=%s", q->active, cost);
+	pfree(cost);
+	if (q->max_wait_ms >= 0)
+		appendStringInfo(buf, " max_wait=%dms", q->max_wait_ms);
+	appendStringInfo(buf, " on_redis_error=%s utility=%s",
+					 q->run_on_error ? "run" : "fail", q->utility ? "on" : "off");
+	if (q->apps[0] != '\0')
+		appendStringInfo(buf, " application_name=%s", q->apps);
+	if (q->app_priorities[0] != '\0')
+		appendStringInfo(buf, " application_priority=%s", q->app_priorities);
+}
+
+/* True if a and b define the same queue the same way */
+bool
+queue_def_same(const QueueDef *a, const QueueDef *b)
+{
+	return strcmp(a->name, b->name) == 0 && a->active == b->active &&
+		a->min_cost == b->min_cost && a->max_wait_ms == b->max_wait_ms &&
+		a->run_on_error == b->run_on_error && a->utility == b->utility &&
+		strcmp(a->apps, b->apps) == 0 &&
+		strcmp(a->app_priorities, b->app_priorities) == 0;
+}
+
+/*
  * Say (once per value and process) that a queue setting does nothing here:
  * redsem is not preloaded.  A reload gets a server log line; SET, ALTER
  * ROLE/SYSTEM and a session's first use of redsem (the module load) get a
@@ -399,29 +583,10 @@ check_queues(char **newval, void **extra, GucSource source)
 							   sizeof(QueueDef) * QUEUE_MAX_QUEUES);
 	if (parsed == NULL)
 		return false;
-	parsed->count = 0;
-	for (;;)
+	if (!queue_parse_list(p, parsed))
 	{
-		p = skip_blanks(p);
-		if (*p == '\0')
-			break;
-		if (*p == ';')
-		{
-			p++;
-			continue;
-		}
-		if (parsed->count == QUEUE_MAX_QUEUES)
-		{
-			GUC_check_errdetail("At most %d queues can be defined.", QUEUE_MAX_QUEUES);
-			redsem_guc_free(parsed);
-			return false;
-		}
-		if (!parse_definition(&p, &parsed->queues[parsed->count], parsed))
-		{
-			redsem_guc_free(parsed);
-			return false;
-		}
-		parsed->count++;
+		redsem_guc_free(parsed);
+		return false;
 	}
 	*extra = parsed;
 	warn_not_applied("redsem.queues", *newval, source, &queues_warned);
@@ -447,8 +612,10 @@ queue_config_generation(void)
 static bool
 queue_defined(const char *name)
 {
-	for (int i = 0; config != NULL && i < config->count; i++)
-		if (strcmp(config->queues[i].name, name) == 0)
+	const QueueConfig *conf = queue_config();
+
+	for (int i = 0; conf != NULL && i < conf->count; i++)
+		if (strcmp(conf->queues[i].name, name) == 0)
 			return true;
 	return false;
 }
@@ -473,9 +640,9 @@ check_queue(char **newval, void **extra, GucSource source)
 	if (source == PGC_S_TEST && *newval && (*newval)[0] != '\0' && !queue_defined(*newval))
 		ereport(WARNING,
 				(errcode(ERRCODE_UNDEFINED_OBJECT),
-				 errmsg("redsem.queues does not define queue \"%s\"", *newval),
-				 errdetail("Until it does, statements of the sessions it applies to run without queueing."),
-				 errhint("Define the queue in redsem.queues on every server, or correct the name.")));
+				 errmsg("statement queue \"%s\" is not defined", *newval),
+				 errdetail("Until it is, statements of the sessions it applies to run without queueing."),
+				 errhint("Define it with redsem_create_queue(), or correct the name.")));
 	return true;
 }
 

@@ -7,12 +7,14 @@
 #ifndef REDSEM_QUEUE_CONF_H
 #define REDSEM_QUEUE_CONF_H
 
+#include "lib/stringinfo.h"
+
 /* Bounds of a queue definition (redsem.queues) */
 #define QUEUE_MAX_QUEUES		64
 #define QUEUE_MAX_NAME_BYTES	63
 #define QUEUE_MAX_APPS_BYTES	255
 
-/* One queue, as redsem.queues defines it */
+/* One queue, as redsem.queues or the fleet's definitions define it */
 typedef struct QueueDef
 {
 	char		name[QUEUE_MAX_NAME_BYTES + 1];
@@ -25,9 +27,12 @@ typedef struct QueueDef
 	char		apps[QUEUE_MAX_APPS_BYTES + 1]; /* application_name patterns,
 												 * '|'-separated, '*' wildcards */
 	char		app_priorities[QUEUE_MAX_APPS_BYTES + 1];	/* "PATTERN:N|..." */
+	bool		fleet;			/* defined in Redis (queue_fleet.c) */
+	bool		setting_differs;	/* fleet: redsem.queues here defines it
+									 * otherwise (and is not applied) */
 } QueueDef;
 
-/* Every queue, parsed from redsem.queues */
+/* Every queue in effect, or those of one source */
 typedef struct QueueConfig
 {
 	int			count;
@@ -36,6 +41,12 @@ typedef struct QueueConfig
 
 extern void queue_define_gucs(void);
 extern const QueueConfig *queue_config(void);
+extern const QueueConfig *queue_setting_config(void);
+extern bool queue_parse_list(const char *p, QueueConfig *parsed);
+extern bool queue_parse_options(const char *options, QueueDef *q);
+extern bool queue_valid_name(const char *name);
+extern void queue_options_text(const QueueDef *q, StringInfo buf);
+extern bool queue_def_same(const QueueDef *a, const QueueDef *b);
 extern uint64 queue_config_generation(void);
 extern bool queue_is_semaphore(const char *name);
 extern const char *queue_session_setting(void);

@@ -349,6 +349,11 @@
 --     index holds the semaphores used within the last ttl plus the pinned
 --     ones; without a pin the key itself expires ttl after the last touch.
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
+--  X3 The statement queues' definitions, <prefix>queues (a HASH, no TTL),
+--     are written only by their own operations (queue_put, queue_drop,
+--     queues_restore), each leaving the field '~': the hash is gone only
+--     when Redis forgot it, and then holds nothing.  At most QUEUE_MAX
+--     queues; a text is opaque here (each server parses it).
 --
 -- ORDER.  Lua's < on two strings collates them by Redis's locale (strcoll:
 -- Redis takes LC_COLLATE from its environment, en_US.UTF-8 under many a
@@ -461,7 +466,8 @@ local gen_sync
 -- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight, tenants
 -- 14 FAST PATHS: the commonest calls, tried before the general path
 local fast_acquire, fast_release
--- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS
+-- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS, and the statement
+-- queues' definitions (X3), there too
 local INDEX_OPS
 -- 16 A CALL: begin(), probe() (I14), run_op(), dispatch(): the only way in
 local dispatch
@@ -2589,6 +2595,115 @@ INDEX_OPS = {
     },
 }
 
+-- The statement queues' fleet definitions (X3): one hash, <prefix>queues,
+-- queue name -> its options' text, which the servers parse; the field '~'
+-- ("1") stays when the last queue is dropped, so that a hash that is gone
+-- means Redis forgot (a server then restores its copy: queues_restore),
+-- never that the administrators dropped every queue.  These operations
+-- name that key alone (dispatch checks its name) and read no clock.
+local QUEUE_MAX, QUEUE_TEXT_MAX = 64, 2048
+
+-- A queue's name as the servers accept it: 1 to 63 of [A-Za-z0-9_.-].
+local function queue_name_arg(v)
+    if type(v) == 'string' and #v <= 63 and string.find(v, '^[%w_.-]+$') then return v end
+end
+
+-- A definition's text: 1 to QUEUE_TEXT_MAX bytes (the servers check it).
+local function queue_text_arg(v)
+    if type(v) == 'string' and #v > 0 and #v <= QUEUE_TEXT_MAX then return v end
+end
+
+-- queues_get: {1 if the hash is there (else 0), name, text, name, text...}.
+local function op_queues_get(key)
+    local all = redis.call('HGETALL', key)
+    local reply = {#all > 0 and 1 or 0}
+    for i = 1, #all, 2 do
+        if all[i] ~= '~' then
+            reply[#reply + 1] = all[i]
+            reply[#reply + 1] = all[i + 1]
+        end
+    end
+    return reply
+end
+
+-- queue_put name text create|alter [was]: {1} stored; {0, text now}
+-- create of a queue that is there, or alter of one whose text is no longer
+-- was; {0} alter of one that is not there; {-1} create of a queue beyond
+-- QUEUE_MAX.
+local function op_queue_put(key, name, text, mode, was)
+    local now = redis.call('HGET', key, name)
+    if mode == 'create' and now then return {0, now} end
+    if mode == 'alter' and not now then return {0} end
+    if mode == 'alter' and was and now ~= was then return {0, now} end
+    if not now and redis.call('HLEN', key) - redis.call('HEXISTS', key, '~') >= QUEUE_MAX then
+        return {-1}
+    end
+    redis.call('HSET', key, name, text, '~', '1')
+    return {1}
+end
+
+-- queue_drop name: {1} dropped, {0} there was no such queue.
+local function op_queue_drop(key, name)
+    local n = redis.call('HDEL', key, name)
+    redis.call('HSET', key, '~', '1')
+    return {n}
+end
+
+-- queues_restore name text...: a server's copy, stored only if the hash
+-- is gone (Redis forgot): {1} stored, {0} the hash is there.
+local function op_queues_restore(key, pairs)
+    if redis.call('EXISTS', key) == 1 then return {0} end
+    pairs[#pairs + 1] = '~'
+    pairs[#pairs + 1] = '1'
+    redis.call('HSET', key, unpack(pairs))
+    return {1}
+end
+
+INDEX_OPS.queues_get = {
+    read = function(a)
+        if #a == 1 then return true end
+    end,
+    run = op_queues_get,
+    timeless = true,
+    queues = true,
+}
+INDEX_OPS.queue_put = {
+    read = function(a)
+        local name, text = queue_name_arg(a[2]), queue_text_arg(a[3])
+        if (#a == 4 or (#a == 5 and a[4] == 'alter')) and name and text and
+            (a[4] == 'create' or a[4] == 'alter') then
+            return true, name, text, a[4], a[5]
+        end
+    end,
+    run = op_queue_put,
+    timeless = true,
+    queues = true,
+}
+INDEX_OPS.queue_drop = {
+    read = function(a)
+        local name = queue_name_arg(a[2])
+        if #a == 2 and name then return true, name end
+    end,
+    run = op_queue_drop,
+    timeless = true,
+    queues = true,
+}
+INDEX_OPS.queues_restore = {
+    read = function(a)
+        local pairs = {}
+        if #a < 3 or #a % 2 ~= 1 or #a > 1 + 2 * QUEUE_MAX then return nil end
+        for i = 2, #a, 2 do
+            if not queue_name_arg(a[i]) or not queue_text_arg(a[i + 1]) then return nil end
+            pairs[#pairs + 1] = a[i]
+            pairs[#pairs + 1] = a[i + 1]
+        end
+        return true, pairs
+    end,
+    run = op_queues_restore,
+    timeless = true,
+    queues = true,
+}
+
 end -- 15 THE INDEX
 
 do -- 16 A CALL ------------------------------------------------------------
@@ -2713,7 +2828,8 @@ function dispatch(keys, a)
     if op then
         -- (a semaphore's owner key routes index_policy, which reads no key,
         -- to its node; the others want the index: keys are arguments too)
-        if #keys ~= 1 or (not op.timeless and string.find(keys[1], 'owner', -5, true)) then
+        if #keys ~= 1 or (not op.timeless and string.find(keys[1], 'owner', -5, true)) or
+            (op.queues and not string.find(keys[1], 'queues', -6, true)) then
             return refused(op, a)
         end
         return run_index(keys, a, op, op.read(a))

@@ -1191,6 +1191,126 @@ sem_index_list(RedisCall *call, int max, char ***names, int *count,
 	return true;
 }
 
+/* The statement queues' definitions key of prefix: "<prefix>queues" (X3) */
+static char *
+queues_key(const char *prefix)
+{
+	return psprintf("%squeues", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+}
+
+/* Copy a reply's string element */
+static char *
+reply_text(const redisReply *e)
+{
+	return pnstrdup(e->str, e->len);
+}
+
+/*
+ * The statement queues' definitions stored under prefix (NULL: the
+ * session's): *count names and texts (palloc'd); *exists false if the
+ * hash is gone (Redis forgot it, or nobody defined a queue yet).
+ */
+bool
+sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
+			   char ***names, char ***texts, int *count)
+{
+	redisReply *reply;
+	int64		there;
+
+	if (!run_index(call, queues_key(prefix), "queues_get", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 1 ||
+		!reply_int64(reply->element[0], &there))
+		return malformed(call, "(queues)", reply, "queues_get did not answer a flag and pairs");
+	*exists = there == 1;
+	*count = 0;
+	*names = palloc(sizeof(char *) * (reply->elements / 2 + 1));
+	*texts = palloc(sizeof(char *) * (reply->elements / 2 + 1));
+	for (size_t i = 1; i + 1 < reply->elements; i += 2)
+	{
+		if (reply->element[i]->type != REDIS_REPLY_STRING ||
+			reply->element[i + 1]->type != REDIS_REPLY_STRING)
+			continue;
+		(*names)[*count] = reply_text(reply->element[i]);
+		(*texts)[(*count)++] = reply_text(reply->element[i + 1]);
+	}
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * Store queue name's definition: was NULL, a new queue (only if it is not
+ * there); else in place of definition was (only if it is still that).
+ * *result: 1 stored, 0 not (*existing then holds the definition there,
+ * palloc'd, or NULL if there is none), -1 too many queues.
+ */
+bool
+sem_queue_put(RedisCall *call, const char *name, const char *text,
+			  const char *was, int *result, char **existing)
+{
+	const char *args[4] = {name, text, was ? "alter" : "create", was};
+	redisReply *reply;
+	int64		r;
+
+	*existing = NULL;
+	if (!run_index(call, queues_key(NULL), "queue_put", was ? 4 : 3, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
+		!reply_int64(reply->element[0], &r))
+		return malformed(call, "(queues)", reply, "queue_put did not answer a result");
+	*result = (int) r;
+	if (reply->elements > 1 && reply->element[1]->type == REDIS_REPLY_STRING)
+		*existing = reply_text(reply->element[1]);
+	freeReplyObject(reply);
+	return true;
+}
+
+/* Drop queue name's definition; *dropped false if there was none */
+bool
+sem_queue_drop(RedisCall *call, const char *name, bool *dropped)
+{
+	const char *args[1] = {name};
+	redisReply *reply;
+	int64		r;
+
+	if (!run_index(call, queues_key(NULL), "queue_drop", 1, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+		!reply_int64(reply->element[0], &r))
+		return malformed(call, "(queues)", reply, "queue_drop did not answer a result");
+	*dropped = r > 0;
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * Store the n definitions under prefix if Redis has none at all (it
+ * forgot them); *restored false if it had.
+ */
+bool
+sem_queues_restore(RedisCall *call, const char *prefix, int n,
+				   char *const *names, char *const *texts, bool *restored)
+{
+	const char **args = palloc(sizeof(char *) * 2 * Max(n, 1));
+	redisReply *reply;
+	int64		r;
+
+	Assert(n >= 1);
+	for (int i = 0; i < n; i++)
+	{
+		args[2 * i] = names[i];
+		args[2 * i + 1] = texts[i];
+	}
+	if (!run_index(call, queues_key(prefix), "queues_restore", 2 * n, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+		!reply_int64(reply->element[0], &r))
+		return malformed(call, "(queues)", reply, "queues_restore did not answer a result");
+	*restored = r == 1;
+	freeReplyObject(reply);
+	return true;
+}
+
 /*
  * In a Redis Cluster, the node known to serve semaphore name of prefix
  * (name NULL: the index), or -1 while this process has not learnt it

@@ -135,6 +135,14 @@ extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
 						  int ttl_ms);
 extern bool sem_index_list(RedisCall *call, int max, char ***names,
 						   int *count, int64 *total, char **evicting);
+extern bool sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
+						   char ***names, char ***texts, int *count);
+extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
+						  const char *was, int *result, char **existing);
+extern bool sem_queue_drop(RedisCall *call, const char *name, bool *dropped);
+extern bool sem_queues_restore(RedisCall *call, const char *prefix, int n,
+							   char *const *names, char *const *texts,
+							   bool *restored);
 extern int	sem_node_of(const char *prefix, const char *name);
 extern bool sem_node_policy(RedisCall *call, const char *prefix,
 							const char *name, char **evicting);

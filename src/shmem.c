@@ -34,6 +34,7 @@
 
 #include "bounds.h"
 #include "clock.h"
+#include "queue_fleet.h"
 #include "redis/cluster.h"
 #include "shmem.h"
 #include "timing.h"
@@ -181,12 +182,14 @@ redsem_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(add_size(sizeof(RedsemShared),
-											 hash_estimate_size(stats_table_size(),
-																sizeof(SharedSemStats))),
-									hash_estimate_size(hold_table_size,
-													   sizeof(RoleHolds))));
-	RequestNamedLWLockTranche("redsem", 2);
+	RequestAddinShmemSpace(add_size(add_size(add_size(sizeof(RedsemShared),
+													  hash_estimate_size(stats_table_size(),
+																		 sizeof(SharedSemStats))),
+											 hash_estimate_size(hold_table_size,
+																sizeof(RoleHolds))),
+									queue_fleet_shmem_size()));
+	/* the holds, the statistics, the fleet's queue definitions */
+	RequestNamedLWLockTranche("redsem", 3);
 }
 
 /* A random 64-bit number, never 0 */
@@ -321,6 +324,7 @@ redsem_shmem_startup(void)
 							   &info, HASH_ELEM | HASH_STRINGS);
 	if (!found)
 		(void) stats_new_entry(STATS_OTHERS_KEY, true);
+	queue_fleet_shmem_init(&GetNamedLWLockTranche("redsem")[2].lock);
 	LWLockRelease(AddinShmemInitLock);
 }
 

@@ -16,7 +16,9 @@
 #include "bounds.h"
 #include "hold.h"
 #include "script.h"
+#include "queue_fleet.h"
 #include "sqlargs.h"
+#include "stored.h"
 #include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_set_limit);
@@ -129,8 +131,8 @@ parse_rate(const char *text, char **shown)
  * A stored limit, rate or reserve is configuration: the index pins the
  * name, so that redsem_semaphores() shows it while nobody uses it.
  */
-static void
-pin_configured(RedisCall *call, const char *name)
+void
+stored_pin_configured(RedisCall *call, const char *name)
 {
 	SemLimit	limit;
 	SemRate		rate;
@@ -161,7 +163,7 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	hold_init();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
-	pin_configured(&call, name);
+	stored_pin_configured(&call, name);
 	if (max_holders > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",
@@ -170,6 +172,8 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 		ereport(LOG,
 				(errmsg("redsem: stored limit of semaphore \"%s\" removed by role \"%s\"",
 						name, GetUserNameFromId(GetUserId(), false))));
+	/* (a queue's definition in Redis follows: the same operation) */
+	queue_fleet_note_limit(name, max_holders);
 	PG_RETURN_VOID();
 }
 
@@ -203,7 +207,7 @@ redsem_set_rate(PG_FUNCTION_ARGS)
 	}
 	hold_init();
 	(void) sem_set_rate(&call, name, &set, &rate);
-	pin_configured(&call, name);
+	stored_pin_configured(&call, name);
 	if (set.text != NULL)
 		ereport(LOG,
 				(errmsg("redsem: rate of semaphore \"%s\" set to %s (burst " INT64_FORMAT ") by role \"%s\"",
@@ -247,7 +251,7 @@ redsem_set_reserve(PG_FUNCTION_ARGS)
 	}
 	hold_init();
 	(void) sem_set_reserve(&call, name, permits, min_priority, &reserve);
-	pin_configured(&call, name);
+	stored_pin_configured(&call, name);
 	if (permits > 0)
 		ereport(LOG,
 				(errmsg_plural("redsem: reserve of semaphore \"%s\" set to %d permit for priority %d and up by role \"%s\"",

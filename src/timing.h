@@ -227,6 +227,16 @@
 #define QUEUE_CAP_TRY_MS			200
 #define QUEUE_CAP_RETRY_MS			5000
 /*
+ * Each keeper reads the statement queues' definitions kept in Redis
+ * (queue_fleet.c) every QUEUE_FLEET_POLL_MS, so a change of min_cost,
+ * max_wait and the like reaches every server's next statement within it
+ * (a cap is the semaphore's stored limit: at once).  Its budget is the
+ * fleet index touch's (touch_budget_ms), which keeps the holds it could
+ * delay safe.  The keeper sleeps no longer than this between cycles
+ * (KEEPER_MAX_SLEEP_MS is no longer either).
+ */
+#define QUEUE_FLEET_POLL_MS			1000
+/*
  * A statement of a queue with on_redis_error=run that found Redis unusable
  * runs without a slot, and so do the session's next statements of such a
  * queue for QUEUE_UNQUEUED_SPELL_MS, without trying Redis: a Redis that

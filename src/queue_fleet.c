@@ -1,0 +1,812 @@
+/*
+ * queue_fleet.c
+ *		The statement queues' definitions for the whole fleet: kept in Redis
+ *		(<prefix>queues, X3 in src/redsem.lua), created, changed and dropped
+ *		with redsem_create_queue(), redsem_alter_queue() and
+ *		redsem_drop_queue(), validated when they are set.
+ *
+ * Each server's keeper reads them every QUEUE_FLEET_POLL_MS (timing.h)
+ * into shared memory, from where backends take them at their next
+ * statement; queue_conf.c puts them before redsem.queues, whose
+ * definitions of the same names are then not applied (the keeper logs it
+ * once, redsem_queues.setting_differs shows it).  A queue's cap is its
+ * semaphore's stored limit, which the SQL functions set themselves, so a
+ * cap changes for every server at once (queue_caps.c leaves these queues
+ * alone).  The keeper also keeps a copy in the data directory, read when
+ * the server starts, and stores it back if Redis forgot the definitions
+ * (the hash is gone: dropping the last queue leaves it): so neither a
+ * restart of PostgreSQL while Redis is away nor a Redis that lost its data
+ * leaves a queue silently unapplied.
+ */
+#include "postgres.h"
+
+#include "common/hashfn.h"
+#include "fmgr.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/fd.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "bounds.h"
+#include "clock.h"
+#include "guc.h"
+#include "hold.h"
+#include "queue_fleet.h"
+#include "redis/conn.h"
+#include "script.h"
+#include "sqlargs.h"
+#include "stored.h"
+#include "timing.h"
+
+/* Room for every definition, each written out in full */
+#define QUEUE_FLEET_TEXT_BYTES	(QUEUE_MAX_QUEUES * 1024)
+/* The copy in the data directory, and the first line it starts with */
+#define QUEUE_FLEET_FILE		"redsem_queues.cache"
+#define QUEUE_FLEET_MAGIC		"redsem queue definitions 1"
+/* Tries of a change whose definition another change replaced meanwhile */
+#define QUEUE_ALTER_TRIES		5
+
+/* The fleet's definitions as this server's keeper last read them */
+typedef struct QueueFleetShared
+{
+	LWLock	   *lock;
+	pg_atomic_uint64 generation;	/* moves at every change of text */
+	bool		from_redis;		/* read from Redis (else from the copy) */
+	uint64		target;			/* redis_target_signature() read from */
+	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];	/* key prefix read under */
+	char		text[QUEUE_FLEET_TEXT_BYTES];	/* "name: options; ..." */
+} QueueFleetShared;
+
+static QueueFleetShared *fleet = NULL;
+
+/* The keeper's own: when it reads next, what it said last */
+static TimestampTz next_poll = 0;
+static bool trouble_logged = false;
+static uint32 conflicts_logged = 0;
+
+PG_FUNCTION_INFO_V1(redsem_create_queue);
+PG_FUNCTION_INFO_V1(redsem_alter_queue);
+PG_FUNCTION_INFO_V1(redsem_drop_queue);
+
+/* Shared memory the definitions need */
+Size
+queue_fleet_shmem_size(void)
+{
+	return MAXALIGN(sizeof(QueueFleetShared));
+}
+
+/* A new, empty set of definitions (palloc'd) */
+static QueueConfig *
+new_config(void)
+{
+	QueueConfig *conf = palloc0(offsetof(QueueConfig, queues) +
+								sizeof(QueueDef) * QUEUE_MAX_QUEUES);
+
+	return conf;
+}
+
+/*
+ * Read the copy in the data directory into shared memory (the postmaster,
+ * at start): a copy that cannot be read or parsed is logged and ignored.
+ */
+static void
+load_copy(void)
+{
+	FILE	   *f = AllocateFile(QUEUE_FLEET_FILE, PG_BINARY_R);
+	char	   *buf;
+	size_t		len;
+	char	   *target_line;
+	char	   *prefix_line;
+	char	   *text;
+	QueueConfig *conf;
+
+	if (f == NULL)
+	{
+		if (errno != ENOENT)
+			ereport(LOG,
+					(errcode_for_file_access(),
+					 errmsg("redsem: could not read \"%s\": %m", QUEUE_FLEET_FILE)));
+		return;
+	}
+	buf = palloc0(QUEUE_FLEET_TEXT_BYTES + 256);
+	len = fread(buf, 1, QUEUE_FLEET_TEXT_BYTES + 255, f);
+	FreeFile(f);
+	buf[len] = '\0';
+	target_line = strchr(buf, '\n');
+	prefix_line = target_line ? strchr(target_line + 1, '\n') : NULL;
+	text = prefix_line ? strchr(prefix_line + 1, '\n') : NULL;
+	conf = new_config();
+	if (text == NULL || strncmp(buf, QUEUE_FLEET_MAGIC "\n", strlen(QUEUE_FLEET_MAGIC) + 1) != 0 ||
+		prefix_line - target_line - 1 > 20 || text - prefix_line - 1 > REDSEM_MAX_PREFIX_BYTES ||
+		strlen(text + 1) >= QUEUE_FLEET_TEXT_BYTES || !queue_parse_list(text + 1, conf))
+	{
+		ereport(LOG,
+				(errmsg("redsem: ignoring \"%s\": it is not a copy of statement queue definitions",
+						QUEUE_FLEET_FILE)));
+		return;
+	}
+	*prefix_line = *text = '\0';
+	fleet->target = strtou64(target_line + 1, NULL, 16);
+	strlcpy(fleet->prefix, prefix_line + 1, sizeof(fleet->prefix));
+	strlcpy(fleet->text, text + 1, sizeof(fleet->text));
+	pg_atomic_write_u64(&fleet->generation, 1);
+}
+
+/* Attach to (or make, and fill from the copy) the shared definitions */
+void
+queue_fleet_shmem_init(LWLock *lock)
+{
+	bool		found;
+
+	fleet = ShmemInitStruct("redsem queue definitions", sizeof(QueueFleetShared), &found);
+	if (found)
+		return;
+	memset(fleet, 0, sizeof(QueueFleetShared));
+	fleet->lock = lock;
+	pg_atomic_init_u64(&fleet->generation, 0);
+	if (!IsUnderPostmaster)
+		load_copy();
+}
+
+/*
+ * The fleet's definitions as this server last read them (NULL without
+ * shared memory), parsed again only when they changed; *generation moves
+ * whenever they do
+ */
+const QueueConfig *
+queue_fleet_config(uint64 *generation)
+{
+	static QueueConfig *parsed = NULL;
+	static uint64 parsed_generation = 0;
+	static char copy[QUEUE_FLEET_TEXT_BYTES];
+	uint64		g;
+
+	*generation = 0;
+	if (fleet == NULL)
+		return NULL;
+	g = pg_atomic_read_u64(&fleet->generation);
+	if (g != parsed_generation || parsed == NULL)
+	{
+		if (parsed == NULL)
+			parsed = MemoryContextAllocZero(TopMemoryContext,
+											offsetof(QueueConfig, queues) +
+											sizeof(QueueDef) * QUEUE_MAX_QUEUES);
+		LWLockAcquire(fleet->lock, LW_SHARED);
+		g = pg_atomic_read_u64(&fleet->generation);
+		strlcpy(copy, fleet->text, sizeof(copy));
+		LWLockRelease(fleet->lock);
+		/* (the keeper published only what it parsed) */
+		if (!queue_parse_list(copy, parsed))
+			parsed->count = 0;
+		parsed_generation = g;
+	}
+	*generation = g;
+	return parsed;
+}
+
+/* Whether the keeper should read the definitions now */
+bool
+queue_fleet_poll_due(void)
+{
+	return fleet != NULL && redsem_now() >= next_poll;
+}
+
+/* Compare two definitions by name, for qsort */
+static int
+by_name(const void *a, const void *b)
+{
+	return strcmp(((const QueueDef *) a)->name, ((const QueueDef *) b)->name);
+}
+
+/* Write conf as "name: options; ..." (sorted by name, options in full) */
+static char *
+config_text(QueueConfig *conf)
+{
+	StringInfoData buf;
+
+	qsort(conf->queues, conf->count, sizeof(QueueDef), by_name);
+	initStringInfo(&buf);
+	for (int i = 0; i < conf->count; i++)
+	{
+		appendStringInfo(&buf, "%s%s: ", i > 0 ? "; " : "", conf->queues[i].name);
+		queue_options_text(&conf->queues[i], &buf);
+	}
+	return buf.data;
+}
+
+/*
+ * Parse one queue's definition as Redis keeps it into q; false if it is
+ * not one (a direct writer's), logged once per keeper start and text
+ */
+static bool
+parse_stored(const char *name, const char *text, QueueDef *q)
+{
+	static uint32 bad_logged[QUEUE_MAX_QUEUES];
+	uint32		h;
+
+	memset(q, 0, sizeof(*q));
+	q->max_wait_ms = -1;
+	GUC_check_errdetail_string = NULL;
+	if (queue_valid_name(name))
+	{
+		strlcpy(q->name, name, sizeof(q->name));
+		if (queue_parse_options(text, q))
+			return true;
+	}
+	h = hash_bytes((const unsigned char *) text, strlen(text)) ^
+		hash_bytes((const unsigned char *) name, strlen(name));
+	for (int i = 0; i < QUEUE_MAX_QUEUES; i++)
+		if (bad_logged[i] == h)
+			return false;
+	memmove(bad_logged + 1, bad_logged, sizeof(uint32) * (QUEUE_MAX_QUEUES - 1));
+	bad_logged[0] = h;
+	ereport(WARNING,
+			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			 errmsg("redsem: the definition of statement queue \"%s\" in Redis is not valid; the queue is not applied",
+					name),
+			 GUC_check_errdetail_string ? errdetail_internal("%s", GUC_check_errdetail_string) : 0,
+			 errhint("Redefine it with redsem_alter_queue(), or drop it with redsem_drop_queue().")));
+	return false;
+}
+
+/* Write the copy in the data directory (a failure is logged) */
+static void
+write_copy(const char *prefix, uint64 target, const char *text)
+{
+	const char *tmp = QUEUE_FLEET_FILE ".tmp";
+	FILE	   *f = AllocateFile(tmp, PG_BINARY_W);
+
+	if (f == NULL)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("redsem: could not write \"%s\": %m", tmp)));
+		return;
+	}
+	fprintf(f, "%s\n%llx\n%s\n%s", QUEUE_FLEET_MAGIC, (unsigned long long) target, prefix, text);
+	if (FreeFile(f) != 0)
+	{
+		ereport(LOG,
+				(errcode_for_file_access(),
+				 errmsg("redsem: could not write \"%s\": %m", tmp)));
+		return;
+	}
+	(void) durable_rename(tmp, QUEUE_FLEET_FILE, LOG);
+}
+
+/* The definition of name in conf, or NULL */
+static const QueueDef *
+def_in(const QueueConfig *conf, const char *name)
+{
+	for (int i = 0; conf != NULL && i < conf->count; i++)
+		if (strcmp(conf->queues[i].name, name) == 0)
+			return &conf->queues[i];
+	return NULL;
+}
+
+/* Log, per queue, how the definitions read now differ from those before */
+static void
+log_changes(const QueueConfig *before, const QueueConfig *now)
+{
+	for (int i = 0; i < now->count; i++)
+	{
+		const QueueDef *q = &now->queues[i];
+		const QueueDef *was = def_in(before, q->name);
+		StringInfoData buf;
+
+		if (was != NULL && queue_def_same(was, q))
+			continue;
+		initStringInfo(&buf);
+		queue_options_text(q, &buf);
+		ereport(LOG,
+				(errmsg("redsem: statement queue \"%s\" %s for every server: %s",
+						q->name, was ? "changed" : "defined", buf.data)));
+	}
+	for (int i = 0; before != NULL && i < before->count; i++)
+		if (def_in(now, before->queues[i].name) == NULL)
+			ereport(LOG,
+					(errmsg("redsem: statement queue \"%s\" dropped for every server",
+							before->queues[i].name)));
+}
+
+/*
+ * Say once (per set of names) which queues this server's redsem.queues
+ * defines otherwise than the fleet: those of the fleet apply
+ */
+static void
+log_conflicts(const QueueConfig *now)
+{
+	const QueueConfig *local = queue_setting_config();
+	StringInfoData names;
+	uint32		h;
+
+	initStringInfo(&names);
+	for (int i = 0; i < now->count; i++)
+	{
+		const QueueDef *mine = def_in(local, now->queues[i].name);
+
+		if (mine != NULL && !queue_def_same(mine, &now->queues[i]))
+			appendStringInfo(&names, "%s\"%s\"", names.len > 0 ? ", " : "", mine->name);
+	}
+	h = names.len > 0 ? hash_bytes((const unsigned char *) names.data, names.len) : 0;
+	if (h == conflicts_logged)
+		return;
+	conflicts_logged = h;
+	if (h != 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("redsem.queues defines statement queues %s otherwise than their definitions in Redis, which apply",
+						names.data),
+				 errdetail("The definitions made with redsem_create_queue() or redsem_alter_queue() are the fleet's; this server's redsem.queues is not applied to those queues."),
+				 errhint("Remove them from redsem.queues, or make the two agree (redsem_queues.setting_differs).")));
+}
+
+/* Publish text (parsed as now) as the fleet's definitions, if it is news */
+static void
+publish(const char *text, const QueueConfig *now, bool from_redis)
+{
+	uint64		target = redis_target_signature();
+	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	uint64		unused;
+	bool		same;
+
+	LWLockAcquire(fleet->lock, LW_SHARED);
+	same = fleet->from_redis == from_redis && fleet->target == target &&
+		strcmp(fleet->prefix, prefix) == 0 && strcmp(fleet->text, text) == 0;
+	LWLockRelease(fleet->lock);
+	if (same)
+		return;
+	if (fleet->from_redis)
+		log_changes(queue_fleet_config(&unused), now);
+	else if (now->count > 0)
+		ereport(LOG,
+				(errmsg_plural("redsem: %d statement queue defined for every server, read from Redis",
+							   "redsem: %d statement queues defined for every server, read from Redis",
+							   now->count, now->count)));
+	LWLockAcquire(fleet->lock, LW_EXCLUSIVE);
+	fleet->from_redis = from_redis;
+	fleet->target = target;
+	strlcpy(fleet->prefix, prefix, sizeof(fleet->prefix));
+	strlcpy(fleet->text, text, sizeof(fleet->text));
+	pg_atomic_fetch_add_u64(&fleet->generation, 1);
+	LWLockRelease(fleet->lock);
+	write_copy(prefix, target, text);
+}
+
+/* Log once that the definitions cannot be read, or can again */
+static void
+note_trouble(const RedisCall *call, bool ok)
+{
+	if (ok && trouble_logged)
+		ereport(LOG,
+				(errmsg("redsem: the statement queue definitions can be read from Redis again")));
+	else if (!ok && !trouble_logged)
+		ereport(LOG,
+				(errmsg("redsem: could not read the statement queue definitions from Redis; the last ones read stay in effect"),
+				 errdetail_internal("%s", redis_outcome_text(&call->outcome))));
+	trouble_logged = !ok;
+}
+
+/*
+ * Redis has no definitions at all (it forgot them, or none were ever
+ * made): store this server's copy if it is of this Redis and prefix.
+ * False if there is nothing to store.
+ */
+static bool
+restore_copy(RedisCall *call)
+{
+	uint64		unused;
+	const QueueConfig *copy = queue_fleet_config(&unused);
+	char	  **names;
+	char	  **texts;
+	bool		restored = false;
+
+	if (copy == NULL || copy->count == 0 || fleet->target != redis_target_signature() ||
+		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") != 0)
+		return false;
+	names = palloc(sizeof(char *) * copy->count);
+	texts = palloc(sizeof(char *) * copy->count);
+	for (int i = 0; i < copy->count; i++)
+	{
+		StringInfoData buf;
+
+		initStringInfo(&buf);
+		queue_options_text(&copy->queues[i], &buf);
+		names[i] = pstrdup(copy->queues[i].name);
+		texts[i] = buf.data;
+	}
+	if (!sem_queues_restore(call, NULL, copy->count, names, texts, &restored))
+		note_trouble(call, false);
+	else if (restored)
+		ereport(LOG,
+				(errmsg_plural("redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queue again",
+							   "redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queues again",
+							   copy->count, copy->count)));
+	/* (what Redis has now is read at the next poll, at once) */
+	next_poll = redsem_now();
+	return true;
+}
+
+/*
+ * The keeper's read of the fleet's definitions (every QUEUE_FLEET_POLL_MS,
+ * within budget_ms): publish them to this server's backends, restore them
+ * to a Redis that forgot them
+ */
+void
+queue_fleet_poll(int budget_ms)
+{
+	RedisCall	call;
+	bool		exists;
+	char	  **names;
+	char	  **texts;
+	int			n;
+	QueueConfig *now = new_config();
+
+	next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_POLL_MS);
+	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
+	if (!sem_queues_get(&call, NULL, &exists, &names, &texts, &n))
+	{
+		note_trouble(&call, false);
+		return;
+	}
+	note_trouble(&call, true);
+	/* (dropping the last queue leaves the hash: Redis forgot them) */
+	if (!exists && restore_copy(&call))
+		return;
+	for (int i = 0; i < n && now->count < QUEUE_MAX_QUEUES; i++)
+		if (parse_stored(names[i], texts[i], &now->queues[now->count]))
+			now->count++;
+	publish(config_text(now), now, true);
+	log_conflicts(now);
+}
+
+/*
+ * Before a change: if Redis has no definitions at all (it forgot them,
+ * and no keeper has stored its copy yet), store this server's copy first,
+ * so that the change does not hide the others
+ */
+static void
+restore_before_change(void)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	bool		exists;
+	char	  **names;
+	char	  **texts;
+	int			n;
+
+	if (fleet == NULL || !sem_queues_get(&call, NULL, &exists, &names, &texts, &n) || exists)
+		return;
+	(void) restore_copy(&call);
+}
+
+/*
+ * Warn the administrator where this server will not apply what they just
+ * stored: without preload, or when this session reaches another Redis or
+ * prefix than the keeper reads from
+ */
+static void
+warn_not_read_here(void)
+{
+	bool		elsewhere;
+
+	if (!redsem_preloaded || fleet == NULL)
+	{
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this server does not apply statement queues"),
+				 errdetail("redsem is not in shared_preload_libraries here; servers that preload it apply the definition."),
+				 errhint("Add redsem to shared_preload_libraries and restart the server.")));
+		return;
+	}
+	LWLockAcquire(fleet->lock, LW_SHARED);
+	elsewhere = fleet->from_redis &&
+		(fleet->target != redis_target_signature() ||
+		 strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") != 0);
+	LWLockRelease(fleet->lock);
+	if (elsewhere)
+		ereport(WARNING,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("this session's Redis connection or redsem.key_prefix is not the one this server reads statement queues from"),
+				 errdetail("The definition is stored under key prefix \"%s\"; servers read them with the Redis connection and key prefix of their configuration files.",
+						   redsem_key_prefix ? redsem_key_prefix : ""),
+				 errhint("Run this from a session without a redsem.key_prefix or Redis connection of its own.")));
+}
+
+/*
+ * Warn that this server's redsem.queues defines q's queue otherwise (or,
+ * dropped, at all: that definition applies here again)
+ */
+static void
+warn_setting_differs(const QueueDef *q, bool dropped)
+{
+	const QueueDef *mine = def_in(queue_setting_config(), q->name);
+
+	if (mine != NULL && dropped)
+		ereport(WARNING,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("redsem.queues on this server still defines statement queue \"%s\"", mine->name),
+				 errdetail("Its definition there applies again on this server, and on every server whose redsem.queues defines it."),
+				 errhint("Remove the queue from redsem.queues on every server.")));
+	else if (mine != NULL && !queue_def_same(mine, q))
+		ereport(WARNING,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("redsem.queues on this server defines statement queue \"%s\" otherwise", mine->name),
+				 errdetail("The definition in Redis applies on every server; this server's redsem.queues is not applied to this queue."),
+				 errhint("Remove the queue from redsem.queues on every server.")));
+}
+
+/* The queue name argument: a valid name, or 22023 */
+static char *
+queue_name_arg(FunctionCallInfo fcinfo, int argno)
+{
+	char	   *name;
+
+	if (PG_ARGISNULL(argno))
+		reject_null("name");
+	name = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	if (!queue_valid_name(name))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid statement queue name \"%s\"", name),
+				 errdetail("A queue name is 1 to %d letters, digits, \"_\", \".\" or \"-\".",
+						   QUEUE_MAX_NAME_BYTES)));
+	return name;
+}
+
+/* Apply options to q (a new queue, or as it is defined), or raise 22023 */
+static void
+apply_options(QueueDef *q, const char *options)
+{
+	GUC_check_errdetail_string = NULL;
+	if (!queue_parse_options(options, q))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("invalid options for statement queue \"%s\"", q->name),
+				 GUC_check_errdetail_string ? errdetail_internal("%s", GUC_check_errdetail_string) : 0,
+				 errhint("Options are key=value separated by blanks: active_statements, min_cost, max_wait, on_redis_error, utility, application_name, application_priority.")));
+}
+
+/* A queue named name, with nothing set (max_wait: none) */
+static void
+blank_def(QueueDef *q, const char *name)
+{
+	memset(q, 0, sizeof(*q));
+	q->max_wait_ms = -1;
+	strlcpy(q->name, name, sizeof(q->name));
+}
+
+/* q's options as Redis keeps them */
+static char *
+def_text(const QueueDef *q)
+{
+	StringInfoData buf;
+
+	initStringInfo(&buf);
+	queue_options_text(q, &buf);
+	return buf.data;
+}
+
+/* The definition of queue name in Redis (palloc'd), or NULL */
+static char *
+stored_def(RedisCall *call, const char *name)
+{
+	bool		exists;
+	char	  **names;
+	char	  **texts;
+	int			n;
+
+	if (!sem_queues_get(call, NULL, &exists, &names, &texts, &n))
+		return NULL;
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return texts[i];
+	return NULL;
+}
+
+/* Raise 42704: queue name is not defined in Redis */
+static void
+no_such_queue(const char *name)
+{
+	bool		local = def_in(queue_setting_config(), name) != NULL;
+
+	ereport(ERROR,
+			(errcode(ERRCODE_UNDEFINED_OBJECT),
+			 errmsg("statement queue \"%s\" does not exist", name),
+			 local ? errdetail("Only this server's redsem.queues defines it; that definition is changed there.") : 0,
+			 errhint("Create it with redsem_create_queue().")));
+}
+
+/*
+ * Make the stored limit of q's semaphore its cap: it is what admissions
+ * follow, on every server.  A failure warns (the definition is stored; the
+ * first statement stores the cap if none is).
+ */
+static void
+apply_cap(const QueueDef *q, int cap)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+
+	call.elevel = WARNING;
+	if (sem_set_limit(&call, q->semaphore, cap, false, &limit))
+	{
+		stored_pin_configured(&call, q->semaphore);
+		return;
+	}
+	ereport(WARNING,
+			(errcode(ERRCODE_CONNECTION_FAILURE),
+			 errmsg("the cap of statement queue \"%s\" is not applied yet", q->name),
+			 errdetail("Its definition is stored in Redis, but its semaphore's limit could not be set."),
+			 errhint("Run redsem_alter_queue('%s', 'active_statements=%d') again.", q->name, q->active)));
+}
+
+/*
+ * Change queue name's definition by options (alter) and return its new
+ * text: read, changed, and stored only if nobody changed it meanwhile
+ */
+static char *
+alter_def(const char *name, const char *options, QueueDef *q)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+
+	for (int tries = 0; tries < QUEUE_ALTER_TRIES; tries++)
+	{
+		char	   *was = stored_def(&call, name);
+		char	   *text;
+		char	   *existing;
+		int			result;
+
+		if (was == NULL)
+			no_such_queue(name);
+		blank_def(q, name);
+		GUC_check_errdetail_string = NULL;
+		if (!queue_parse_options(was, q))
+			blank_def(q, name); /* (a direct writer's: begin anew) */
+		apply_options(q, options);
+		text = def_text(q);
+		(void) sem_queue_put(&call, name, text, was, &result, &existing);
+		if (result == 1)
+			return text;
+		if (existing == NULL)
+			no_such_queue(name);
+	}
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_IN_USE),
+			 errmsg("statement queue \"%s\" is being changed by other sessions", name),
+			 errhint("Try again.")));
+	return NULL;				/* keep the compiler quiet */
+}
+
+/*
+ * redsem_create_queue(name, options): define a statement queue for every
+ * server, in Redis; its cap takes effect at once.  Administrators.  Logged.
+ */
+Datum
+redsem_create_queue(PG_FUNCTION_ARGS)
+{
+	QueueDef	q;
+	char	   *stored;
+	char	   *existing;
+	int			result;
+	RedisCall	call = REDIS_SQL_CALL;
+
+	require_admin("create a statement queue");
+	blank_def(&q, queue_name_arg(fcinfo, 0));
+	if (PG_ARGISNULL(1))
+		reject_null("options");
+	apply_options(&q, text_to_cstring(PG_GETARG_TEXT_PP(1)));
+	stored = def_text(&q);
+	hold_init();
+	restore_before_change();
+	(void) sem_queue_put(&call, q.name, stored, NULL, &result, &existing);
+	if (result == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_DUPLICATE_OBJECT),
+				 errmsg("statement queue \"%s\" already exists", q.name),
+				 errdetail("Its definition is: %s.", existing ? existing : ""),
+				 errhint("Change it with redsem_alter_queue().")));
+	if (result < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("too many statement queues"),
+				 errdetail("At most %d can be defined.", QUEUE_MAX_QUEUES)));
+	apply_cap(&q, q.active);
+	ereport(LOG,
+			(errmsg("redsem: statement queue \"%s\" created by role \"%s\": %s",
+					q.name, GetUserNameFromId(GetUserId(), false), stored)));
+	warn_not_read_here();
+	warn_setting_differs(&q, false);
+	PG_RETURN_TEXT_P(cstring_to_text(stored));
+}
+
+/*
+ * redsem_alter_queue(name, options): change the options given, keep the
+ * others; a new cap takes effect at once on every server (raised: waiters
+ * that now fit are admitted; lowered: running statements finish).
+ * Administrators.  Logged.
+ */
+Datum
+redsem_alter_queue(PG_FUNCTION_ARGS)
+{
+	QueueDef	q;
+	char	   *name;
+	char	   *stored;
+
+	require_admin("change a statement queue");
+	name = queue_name_arg(fcinfo, 0);
+	if (PG_ARGISNULL(1))
+		reject_null("options");
+	hold_init();
+	restore_before_change();
+	stored = alter_def(name, text_to_cstring(PG_GETARG_TEXT_PP(1)), &q);
+	apply_cap(&q, q.active);
+	ereport(LOG,
+			(errmsg("redsem: statement queue \"%s\" changed by role \"%s\": %s",
+					q.name, GetUserNameFromId(GetUserId(), false), stored)));
+	warn_not_read_here();
+	warn_setting_differs(&q, false);
+	PG_RETURN_TEXT_P(cstring_to_text(stored));
+}
+
+/*
+ * redsem_drop_queue(name, if_exists): drop a statement queue for every
+ * server, and its cap; running statements finish, the next ones are not
+ * queued.  Administrators.  Logged.
+ */
+Datum
+redsem_drop_queue(PG_FUNCTION_ARGS)
+{
+	QueueDef	q;
+	bool		if_exists = !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
+	bool		dropped = false;
+	RedisCall	call = REDIS_SQL_CALL;
+
+	require_admin("drop a statement queue");
+	blank_def(&q, queue_name_arg(fcinfo, 0));
+	snprintf(q.semaphore, sizeof(q.semaphore), REDSEM_QUEUE_PREFIX "%s", q.name);
+	hold_init();
+	restore_before_change();
+	(void) sem_queue_drop(&call, q.name, &dropped);
+	if (!dropped && !if_exists)
+		no_such_queue(q.name);
+	if (!dropped)
+	{
+		ereport(NOTICE,
+				(errmsg("statement queue \"%s\" does not exist, skipping", q.name)));
+		PG_RETURN_BOOL(false);
+	}
+	apply_cap(&q, 0);
+	ereport(LOG,
+			(errmsg("redsem: statement queue \"%s\" dropped by role \"%s\"",
+					q.name, GetUserNameFromId(GetUserId(), false))));
+	warn_setting_differs(&q, true);
+	PG_RETURN_BOOL(true);
+}
+
+/*
+ * After redsem_set_limit on a queue's semaphore: if Redis defines that
+ * queue, its definition's active_statements follows (the same operation
+ * as redsem_alter_queue's)
+ */
+void
+queue_fleet_note_limit(const char *semaphore, int active)
+{
+	const char *name = semaphore + strlen(REDSEM_QUEUE_PREFIX);
+	RedisCall	call = REDIS_SQL_CALL;
+	QueueDef	q;
+	char	   *options;
+
+	if (active <= 0 || strncmp(semaphore, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0 ||
+		!queue_valid_name(name) || stored_def(&call, name) == NULL)
+		return;
+	options = psprintf("active_statements=%d", active);
+	(void) alter_def(name, options, &q);
+	ereport(LOG,
+			(errmsg("redsem: statement queue \"%s\": active_statements set to %d in its definition",
+					name, active)));
+}

@@ -1,0 +1,22 @@
+/*
+ * queue_fleet.h
+ *		The statement queues' definitions for the whole fleet, kept in Redis
+ *		and managed with redsem_create_queue/alter/drop (queue_fleet.c):
+ *		each server's keeper reads them into shared memory, from where its
+ *		backends take them; a copy in the data directory outlives restarts.
+ */
+#ifndef REDSEM_QUEUE_FLEET_H
+#define REDSEM_QUEUE_FLEET_H
+
+#include "storage/lwlock.h"
+
+#include "queue_conf.h"
+
+extern Size queue_fleet_shmem_size(void);
+extern void queue_fleet_shmem_init(LWLock *lock);
+extern const QueueConfig *queue_fleet_config(uint64 *generation);
+extern bool queue_fleet_poll_due(void);
+extern void queue_fleet_poll(int budget_ms);
+extern void queue_fleet_note_limit(const char *semaphore, int active);
+
+#endif							/* REDSEM_QUEUE_FLEET_H */

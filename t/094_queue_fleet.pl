@@ -1,0 +1,259 @@
+
+# 094_queue_fleet.pl - statement queues defined once for the fleet, in
+# Redis, with SQL (issue 49, item 7): redsem_create_queue on one server
+# applies on the other within a second or two; redsem_alter_queue moves a
+# busy queue's cap 2 -> 3 -> 1 -> 4 on two servers with no statement
+# error and the cap holding; options other than the cap reach the other
+# server; bad input and ordinary roles are refused with nothing left in
+# Redis; a redsem.queues that disagrees is not applied and says so; Redis
+# forgetting the definitions (FLUSHALL) gets them back from a server's
+# copy, and a server restarted while Redis is away applies its copy from
+# the data directory; a definition a direct writer garbled is refused
+# loudly; a dropped queue stops queueing.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use RedsemHistory;
+use Test::More;
+
+my $redis = RedsemTest::Redis->new;
+my $a = create_node('fleet_a', $redis);
+my $b = create_node('fleet_b', $redis, "redsem.queues = 'other: active_statements=9'\n");
+foreach my $n ($a, $b)
+{
+	RedsemHistory::install($n);
+	$n->safe_psql('postgres', q{
+CREATE ROLE analyst LOGIN;
+CREATE ROLE mallory LOGIN;
+CREATE TABLE tq AS SELECT 1 AS x;
+GRANT SELECT ON tq TO analyst;
+CREATE FUNCTION qwork(hold float8) RETURNS int LANGUAGE plpgsql SECURITY DEFINER AS $$
+BEGIN
+  RAISE WARNING 'hist rep start % %', hist_uptime(), pg_backend_pid();
+  PERFORM pg_sleep(hold);
+  RAISE WARNING 'hist rep end % %', hist_uptime(), pg_backend_pid();
+  RETURN 1;
+END $$;
+});
+}
+
+# --- refused, with nothing left behind ---
+my ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=0')");
+like($err, qr/invalid options for statement queue "rep".*\n.*active_statements must be an integer/s,
+	'a bad option is refused, saying which');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'min_cost=5')");
+like($err, qr/active_statements is required/, 'active_statements is required');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2; x: active_statements=1')");
+like($err, qr/separated by blanks, not ";"/, 'one queue per call');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('re p', 'active_statements=2')");
+like($err, qr/invalid statement queue name/, 'a bad name is refused');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2')",
+	extra_params => [ '-U', 'mallory' ]);
+like($err, qr/permission denied to create a statement queue/, 'an ordinary role cannot create a queue');
+is($redis->cli('EXISTS', 'redsem:queues'), '0', 'nothing was stored in Redis');
+
+# --- defined on one server, applied on both ---
+is($a->safe_psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2 max_wait=1min')"),
+	'active_statements=2 min_cost=0 max_wait=60000ms on_redis_error=fail utility=off',
+	'redsem_create_queue returns the definition stored');
+$_->safe_psql('postgres', "ALTER ROLE analyst SET redsem.queue = 'rep'") foreach ($a, $b);
+ok(defined wait_until(5, sub {
+			$b->safe_psql('postgres', "SELECT defined_in || '/' || cap || '/' || max_wait FROM redsem_queues WHERE name = 'rep'")
+			  eq 'redis/2/00:01:00' }),
+	'the other server applies the definition');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=5')");
+like($err, qr/statement queue "rep" already exists/, 'a queue is created once');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_alter_queue('nope', 'active_statements=5')");
+like($err, qr/statement queue "nope" does not exist/, 'only a queue that exists is changed');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_alter_queue('rep', 'active_statements=5')",
+	extra_params => [ '-U', 'mallory' ]);
+like($err, qr/permission denied to change a statement queue/, 'an ordinary role cannot change a queue');
+($ret, $out, $err) = $b->psql('postgres', "ALTER ROLE mallory SET redsem.queue = 'rep'");
+unlike($err, qr/not defined/, 'naming a queue of the fleet in ALTER ROLE does not warn');
+($ret, $out, $err) = $b->psql('postgres', "ALTER ROLE mallory SET redsem.queue = 'repp'");
+like($err, qr/statement queue "repp" is not defined/, 'naming an unknown queue does');
+$b->safe_psql('postgres', "ALTER ROLE mallory RESET redsem.queue");
+
+# --- the cap moves under load, on two servers ---
+my $STEP_S = 4;
+my @CAPS = (2, 3, 1, 4);
+my $run_s = $STEP_S * (@CAPS + 1);
+my @sessions;
+foreach my $n ($a, $b)
+{
+	for my $i (1 .. 3)
+	{
+		my $s = RedsemTest::Session->new($n, name => "analyst$i", user => 'analyst');
+		$s->send(join(' ', ('SELECT qwork(0.7);') x int($run_s / 0.7)));
+		push @sessions, $s;
+	}
+}
+my @changes;
+my $cap = $CAPS[0];
+my $k = 0;
+for my $to (@CAPS[ 1 .. $#CAPS ], 2)
+{
+	sleep_full($STEP_S);
+	my $n = ($k++ % 2) ? $b : $a;
+	my $at = RedsemHistory::uptime();
+	if ($k == @CAPS)
+	{
+		$n->safe_psql('postgres', "SELECT redsem_set_limit('queue:rep', $to)");
+	}
+	else
+	{
+		$n->safe_psql('postgres', "SELECT redsem_alter_queue('rep', 'active_statements=$to')");
+	}
+	note "cap $cap -> $to at uptime $at";
+	push @changes, [ $at, $cap, $to ];
+	$cap = $to;
+}
+my $errors = 0;
+foreach my $s (@sessions)
+{
+	my ($o, $e) = $s->wait_done($run_s + 60);
+	my @bad = grep { /ERROR/ } split /\n/, ($e // '');
+	$errors += @bad;
+	diag("$s->{name}: $_") foreach @bad[ 0 .. ($#bad < 2 ? $#bad : 2) ];
+	$s->quit;
+}
+is($errors, 0, 'no statement failed while the cap moved');
+my (@iv, %open);
+foreach my $pair ([ 0, $a ], [ 1, $b ])
+{
+	for my $line (split /\n/, slurp_file($pair->[1]->logfile))
+	{
+		next unless $line =~ /WARNING:  hist rep (start|end) ([\d.]+) (\d+)/;
+		my ($what, $t, $key) = ($1, $2 + 0, "$pair->[0]/$3");
+		if ($what eq 'start') { $open{$key} = { start => $t }; next; }
+		my $i = delete $open{$key} or next;
+		$i->{end} = $t;
+		push @iv, $i;
+	}
+}
+# (a statement admitted just before a change logs its start just after)
+sub cap_at
+{
+	my ($t) = @_;
+	my $c = $CAPS[0];
+	for my $ch (@changes)
+	{
+		next if $t < $ch->[0];
+		$c = ($t < $ch->[0] + 0.5) ? ($ch->[1] > $ch->[2] ? $ch->[1] : $ch->[2]) : $ch->[2];
+	}
+	return $c;
+}
+my ($bad, $peak4) = (0, 0);
+for my $i (@iv)
+{
+	my $others = grep { $_ != $i && $_->{start} <= $i->{start} && $_->{end} > $i->{start} } @iv;
+	$bad++, note sprintf('a start at %.2f with %d running, cap %d', $i->{start}, $others, cap_at($i->{start}))
+	  if $others >= cap_at($i->{start});
+	$peak4 = $others + 1 if $i->{start} > $changes[2][0] + 1 && $i->{start} < $changes[3][0] && $others + 1 > $peak4;
+}
+cmp_ok(scalar(@iv), '>=', 40, scalar(@iv) . ' statements ran');
+is($bad, 0, 'no statement started while the cap in effect was reached');
+is($peak4, 4, 'the raise to 4 admitted the waiters that fit at once');
+is($b->safe_psql('postgres', "SELECT redsem_limit('queue:rep')"), '2', 'redsem_set_limit set the cap');
+ok(defined wait_until(5, sub {
+			$b->safe_psql('postgres', "SELECT active_statements || '/' || cap FROM redsem_queues WHERE name = 'rep'") eq '2/2' }),
+	'and the definition with it (the same operation)');
+like(slurp_file($a->logfile), qr/statement queue "rep" changed by role/, 'changes are logged where they are made');
+like(slurp_file($b->logfile), qr/statement queue "rep" changed for every server: active_statements=3/,
+	'and where they are applied');
+
+# --- an option other than the cap reaches the other server ---
+my $bypassed = $b->safe_psql('postgres', "SELECT bypassed FROM redsem_queues WHERE name = 'rep'");
+like($a->safe_psql('postgres', "SELECT redsem_alter_queue('rep', 'min_cost=1e9')"), qr/min_cost=1000000000 max_wait=60000ms/,
+	'an alter keeps the options it does not name');
+ok(defined wait_until(5, sub {
+			$b->safe_psql('postgres', "SELECT min_cost FROM redsem_queues WHERE name = 'rep'") eq '1000000000' }),
+	'min_cost reaches the other server');
+$b->safe_psql('postgres', 'SELECT count(*) FROM tq', extra_params => [ '-U', 'analyst' ]);
+cmp_ok($b->safe_psql('postgres', "SELECT bypassed FROM redsem_queues WHERE name = 'rep'"), '>', $bypassed,
+	'and applies there: a cheaper statement passes');
+$a->safe_psql('postgres', "SELECT redsem_alter_queue('rep', 'min_cost=0 application_name=')");
+
+# --- a redsem.queues that disagrees is not applied, and says so ---
+$b->append_conf('postgresql.conf', "redsem.queues = 'rep: active_statements=9; other: active_statements=9'\n");
+$b->reload;
+ok(defined wait_until(5, sub {
+			$b->safe_psql('postgres', "SELECT defined_in || '/' || active_statements || '/' || setting_differs FROM redsem_queues WHERE name = 'rep'")
+			  eq 'redis/2/true' }),
+	'the definition in Redis applies; redsem_queues shows the setting differs');
+ok(defined wait_until(5, sub { slurp_file($b->logfile) =~ /redsem.queues defines statement queues "rep" otherwise than their definitions in Redis/ }),
+	'the server log says so');
+is($b->safe_psql('postgres', "SELECT defined_in FROM redsem_queues WHERE name = 'other'"), 'redsem.queues',
+	'a queue only redsem.queues defines still applies');
+
+# --- Redis forgets: a server's copy comes back ---
+$redis->cli('FLUSHALL');
+$redis->end_grace;
+ok(defined wait_until(5, sub { ($redis->cli('HGET', 'redsem:queues', 'rep') // '') =~ /^active_statements=2 / }),
+	'after FLUSHALL a keeper stores its copy again');
+ok(defined wait_until(5, sub { (slurp_file($a->logfile) . slurp_file($b->logfile)) =~ /Redis had lost the statement queue definitions/ }),
+	'and logs it');
+
+# --- dropped: the last drop leaves the hash, so nothing comes back ---
+$a->safe_psql('postgres', "SELECT redsem_create_queue('gone', 'active_statements=1')");
+is($a->safe_psql('postgres', "SELECT redsem_drop_queue('gone')"), 't', 'a queue is dropped');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_drop_queue('gone')");
+like($err, qr/statement queue "gone" does not exist/, 'once');
+($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_drop_queue('gone', if_exists => true)");
+like($err, qr/does not exist, skipping/, 'if_exists only notes it');
+is($a->safe_psql('postgres', "SELECT redsem_limit('queue:gone')"), '', 'its cap went with it');
+
+# --- restarted while Redis is away: the copy in the data directory ---
+$b->stop;
+$redis->stop;
+$b->start;
+is($b->safe_psql('postgres', "SELECT defined_in || '/' || active_statements FROM redsem_queues WHERE name = 'rep'"),
+	'redis/2', 'a server restarted while Redis is away applies its copy');
+($ret, $out, $err) = $b->psql('postgres', 'SELECT count(*) FROM tq', extra_params => [ '-U', 'analyst' ]);
+like($err, qr/ERROR:.*redis/i, 'so a queued statement fails (on_redis_error=fail), not runs unqueued');
+$redis->start;
+$redis->end_grace;
+$b->append_conf('postgresql.conf', "redsem.queues = 'other: active_statements=9'\n");
+$b->reload;
+
+ok(defined wait_until(5, sub { ($redis->cli('HEXISTS', 'redsem:queues', 'rep') // '') eq '1' }),
+	'the restarted Redis gets the definitions back');
+
+# --- a change made before any keeper restored them restores them first ---
+$redis->stop;
+$redis->start;
+$redis->end_grace;
+$a->safe_psql('postgres', "SELECT redsem_create_queue('first', 'active_statements=1')");
+is($redis->cli('HEXISTS', 'redsem:queues', 'rep'), '1', 'a queue created at once after Redis forgot does not hide the others');
+$a->safe_psql('postgres', "SELECT redsem_drop_queue('first')");
+
+# --- a definition garbled by a direct writer is refused loudly ---
+$redis->cli('HSET', 'redsem:queues', 'bad', 'active_statements=zero');
+ok(defined wait_until(5, sub { slurp_file($a->logfile) =~ /definition of statement queue "bad" in Redis is not valid/ }),
+	'a garbled definition is logged');
+is($a->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'bad'"), '0', 'and not applied');
+my ($lib) = RedsemTest::redsem_library();
+my (undef, $ferr) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
+my ($fout) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
+like(($fout // '') . $ferr, qr/bad arguments for queue_drop/, 'the queue operations refuse a key that is not the definitions\'');
+is($redis->cli('HEXISTS', 'redsem:queues', 'rep'), '1', 'so nothing was dropped');
+
+# --- dropped: the statements are no longer queued ---
+is($a->safe_psql('postgres', "SELECT redsem_drop_queue('rep')"), 't', 'the busy queue is dropped');
+ok(defined wait_until(5, sub {
+			$b->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'rep'") eq '0' }),
+	'on every server');
+$redis->stop;
+is($b->safe_psql('postgres', 'SELECT count(*) > 0 FROM tq', extra_params => [ '-U', 'analyst' ]), 't',
+	'its statements run without Redis now');
+
+node_log_is_clean($_, $_->name . ': no crash') foreach ($a, $b);
+$_->stop foreach ($a, $b);
+done_testing();
