@@ -169,7 +169,7 @@ COMMENT ON FUNCTION redsem_semaphore(text) IS
 'a semaphore as Redis sees it now: stored limit, limit in effect, permits held, members in line';
 
 -- redsem_held() gains keeper_error and permits, redsem_holders() permits,
--- redsem_stats acquired_permits.  (A view of yours that uses one of them
+-- redsem_stats acquired_permits and key_prefix.  (A view of yours that uses one of them
 -- must be dropped before the update and created again after it.)
 DROP FUNCTION redsem_held();
 CREATE FUNCTION redsem_held(
@@ -202,7 +202,7 @@ CREATE FUNCTION redsem_stats_0_2_0(
     OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
     OUT acquired_permits bigint, OUT waits_le_1ms bigint, OUT waits_le_10ms bigint,
     OUT waits_le_100ms bigint, OUT waits_le_1s bigint, OUT waits_le_10s bigint,
-    OUT waits_over_10s bigint, OUT longest_wait interval)
+    OUT waits_over_10s bigint, OUT longest_wait interval, OUT key_prefix text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_stats'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -214,12 +214,16 @@ CREATE FUNCTION redsem_stats(
     OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
     OUT acquired_permits bigint, OUT waits_le_1ms bigint, OUT waits_le_10ms bigint,
     OUT waits_le_100ms bigint, OUT waits_le_1s bigint, OUT waits_le_10s bigint,
-    OUT waits_over_10s bigint, OUT longest_wait interval)
+    OUT waits_over_10s bigint, OUT longest_wait interval, OUT key_prefix text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_stats'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE OR REPLACE VIEW redsem_stats AS SELECT * FROM redsem_stats();
 DROP FUNCTION redsem_stats_0_2_0();
+COMMENT ON VIEW redsem_stats IS
+'per-semaphore counters of this server since the last reset, one row per name and key prefix (needs shared_preload_libraries)';
+COMMENT ON FUNCTION redsem_stats_reset(text) IS
+'forget the statistics of one semaphore name (under every key prefix), or of all when name is NULL';
 
 -- Slots are owned: release and refresh serve the session's own slots only;
 -- administrators force-release

@@ -201,7 +201,7 @@ CREATE FUNCTION redsem_stats(
     OUT expired bigint, OUT lost bigint, OUT redis_errors bigint,
     OUT acquired_permits bigint, OUT waits_le_1ms bigint, OUT waits_le_10ms bigint,
     OUT waits_le_100ms bigint, OUT waits_le_1s bigint, OUT waits_le_10s bigint,
-    OUT waits_over_10s bigint, OUT longest_wait interval)
+    OUT waits_over_10s bigint, OUT longest_wait interval, OUT key_prefix text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_stats'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -209,14 +209,14 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 CREATE VIEW redsem_stats AS SELECT * FROM redsem_stats();
 GRANT SELECT ON redsem_stats TO PUBLIC;
 COMMENT ON VIEW redsem_stats IS
-'per-semaphore counters of this server since the last reset (needs shared_preload_libraries)';
+'per-semaphore counters of this server since the last reset, one row per name and key prefix (needs shared_preload_libraries)';
 
 CREATE FUNCTION redsem_stats_reset(name text DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'redsem_stats_reset'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_stats_reset(text) IS
-'forget the statistics of one semaphore, or of all when name is NULL';
+'forget the statistics of one semaphore name (under every key prefix), or of all when name is NULL';
 
 
 -- Statement queues (settings redsem.queues and redsem.queue; they need

@@ -591,15 +591,15 @@ count_acquire(const AcquireArgs *args, AcquireResult result,
 		return;					/* counted as a Redis error already */
 	if (result == ACQUIRE_GRANTED)
 	{
-		stats_count(args->name, STAT_ACQUIRED, 1);
-		stats_count(args->name, STAT_ACQUIRED_PERMITS, args->permits);
+		stats_count(NULL, args->name, STAT_ACQUIRED, 1);
+		stats_count(NULL, args->name, STAT_ACQUIRED_PERMITS, args->permits);
 	}
 	else if (args->waited)
-		stats_count(args->name, STAT_WAIT_TIMEOUTS, 1);
+		stats_count(NULL, args->name, STAT_WAIT_TIMEOUTS, 1);
 	else
-		stats_count(args->name, STAT_REFUSED, 1);
+		stats_count(NULL, args->name, STAT_REFUSED, 1);
 	if (args->waited)
-		stats_count_wait(args->name,
+		stats_count_wait(NULL, args->name,
 						 TimestampDifferenceMilliseconds(started, redsem_now()));
 }
 

@@ -122,7 +122,7 @@ fail_keep_command(SemKeepItem *items, const int *order, const KeepCommand *kc,
 
 		it->outcome.timeout_ms = 0;
 		(void) redis_note(&it->outcome, status, "%s", detail);
-		stats_count(it->name, STAT_REDIS_ERRORS, 1);
+		stats_count(it->prefix, it->name, STAT_REDIS_ERRORS, 1);
 	}
 }
 
@@ -161,7 +161,7 @@ absorb_keep_reply(SemKeepItem *items, const int *order, const KeepCommand *kc,
 							  "%s answered a reply of type %d for semaphore \"%s\"",
 							  kc->release ? "release" : "refresh_many", reply->type,
 							  it->name);
-			stats_count(it->name, STAT_REDIS_ERRORS, 1);
+			stats_count(it->prefix, it->name, STAT_REDIS_ERRORS, 1);
 		}
 	}
 	return true;

@@ -146,7 +146,7 @@ static void
 count_end(Hold *hold, bool was_live)
 {
 	if (hold->was_held)
-		stats_count(hold->name, was_live ? STAT_RELEASED : STAT_EXPIRED, 1);
+		stats_count(hold->prefix, hold->name, was_live ? STAT_RELEASED : STAT_EXPIRED, 1);
 }
 
 /* Mark a hold as ending: its scope is over, only the release remains */
@@ -1151,7 +1151,7 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 	}
 	else
 	{
-		stats_count(name, STAT_LOST, 1);
+		stats_count(hold->prefix, name, STAT_LOST, 1);
 		hold_drop(hold);
 	}
 	return true;

@@ -376,7 +376,7 @@ orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 {
 	if (c->hold.phase == PHASE_HELD ||
 		(c->hold.phase == PHASE_RELEASING && is_orphan(&c->hold)))
-		stats_count(c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
+		stats_count(c->hold.prefix, c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
 	if (c->hold.pid == 0 && live)
 		st->released_after_crash++;
 	shared_hold_remove(c->slot, c->hold.id);
@@ -389,7 +389,7 @@ hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 	note_refresh(c, lease, sent);
 	if (lease > 0)
 		return Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
-	stats_count(c->hold.name, STAT_LOST, 1);
+	stats_count(c->hold.prefix, c->hold.name, STAT_LOST, 1);
 	if (lease < 0)
 	{
 		ereport(LOG,

@@ -242,8 +242,8 @@ redsem_stats(PG_FUNCTION_ARGS)
 	InitMaterializedSRF(fcinfo, 0);
 	for (int i = 0; i < n; i++)
 	{
-		Datum		values[lengthof(stats_columns) + 1];
-		bool		nulls[lengthof(stats_columns) + 1] = {0};
+		Datum		values[lengthof(stats_columns) + 2];
+		bool		nulls[lengthof(stats_columns) + 2] = {0};
 
 		/* the semaphores the table had no room for: a NULL name */
 		nulls[0] = (stats[i].name[0] == '\0');
@@ -256,7 +256,10 @@ redsem_stats(PG_FUNCTION_ARGS)
 				interval_from_ms(stats[i].counters[f]) :
 				Int64GetDatum(stats[i].counters[f]);
 		}
-		put_row(rsinfo, values, nulls, lengthof(stats_columns) + 1);
+		/* last: semaphores of two key prefixes are two semaphores */
+		nulls[lengthof(stats_columns) + 1] = nulls[0];
+		values[lengthof(stats_columns) + 1] = CStringGetTextDatum(stats[i].prefix);
+		put_row(rsinfo, values, nulls, lengthof(stats_columns) + 2);
 	}
 	return (Datum) 0;
 }
@@ -309,14 +312,31 @@ redsem_semaphore(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
 }
 
-/* The statistics of semaphore name among stats[0..n-1], or NULL */
+/*
+ * The statistics of semaphore name among stats[0..n-1], added up over its
+ * key prefixes (a queue's sessions may use several), or NULL
+ */
 static const SemStats *
 find_stats(const SemStats *stats, int n, const char *name)
 {
+	SemStats   *sum = NULL;
+
 	for (int i = 0; i < n; i++)
-		if (strcmp(stats[i].name, name) == 0)
-			return &stats[i];
-	return NULL;
+	{
+		if (strcmp(stats[i].name, name) != 0)
+			continue;
+		if (sum == NULL)
+		{
+			sum = palloc(sizeof(SemStats));
+			*sum = stats[i];
+			continue;
+		}
+		for (int f = 0; f < STAT_NFIELDS; f++)
+			sum->counters[f] = f == STAT_WAIT_MAX_MS ?
+				Max(sum->counters[f], stats[i].counters[f]) :
+				sum->counters[f] + stats[i].counters[f];
+	}
+	return sum;
 }
 
 /*

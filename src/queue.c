@@ -235,7 +235,7 @@ run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
 		unqueued_why[len] = '\0';
 		unqueued_until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_UNQUEUED_SPELL_MS);
 	}
-	stats_count(semaphore, STAT_UNQUEUED, 1);
+	stats_count(NULL, semaphore, STAT_UNQUEUED, 1);
 	ereport(WARNING,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("statement runs without a slot of redsem queue \"%s\": Redis cannot be used", q->name),
@@ -404,7 +404,7 @@ passes_by_cost(const QueueDef *q, const QueryDesc *query)
 
 	if (plan == NULL || plan->total_cost >= q->min_cost || !queue_costs_trusted())
 		return false;
-	stats_count(q->semaphore, STAT_BYPASSED, 1);
+	stats_count(NULL, q->semaphore, STAT_BYPASSED, 1);
 	return true;
 }
 

@@ -199,6 +199,9 @@ fcall_nkeys(bool with_gen)
 	return (cluster_enabled() ? (int) lengthof(key_suffixes) : 1) + (with_gen ? 1 : 0);
 }
 
+/* The key prefix of the semaphore call fcall_head made last (statistics) */
+static char call_prefix[REDSEM_MAX_PREFIX_BYTES + 1];
+
 /*
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
  * (its owner key, then, for the operations that read it: acquire,
@@ -209,14 +212,18 @@ int
 fcall_head(const char **argv, const char *prefix, const char *name,
 		   const char *op)
 {
+	static const char *const counts[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
 	int			argc = 0;
 	bool		with_gen = strcmp(op, "acquire") == 0 || strcmp(op, "wait_check") == 0 ||
 		strcmp(op, "gen_raise") == 0;
 	int			nkeys = fcall_nkeys(with_gen);
 
+	StaticAssertStmt(lengthof(counts) > SCRIPT_NKEYS_MAX, "a count for every number of keys");
+	strlcpy(call_prefix, prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""),
+			sizeof(call_prefix));
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
-	argv[argc++] = psprintf("%d", nkeys);
+	argv[argc++] = counts[nkeys];
 	for (int i = 0; i < nkeys - (with_gen ? 1 : 0); i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
 	if (with_gen)
@@ -236,7 +243,7 @@ bool
 sem_call_failed(RedisCall *call, const char *name)
 {
 	if (name != NULL && !call->uncounted)
-		stats_count(name, STAT_REDIS_ERRORS, 1);
+		stats_count(call_prefix, name, STAT_REDIS_ERRORS, 1);
 	if (call->elevel >= ERROR)
 		redis_report(call->elevel, &call->outcome);
 	return false;

@@ -34,6 +34,7 @@
 
 #include "bounds.h"
 #include "clock.h"
+#include "guc.h"
 #include "queue_fleet.h"
 #include "redis/cluster.h"
 #include "shmem.h"
@@ -85,9 +86,16 @@ typedef struct RedsemShared
  * (to find the entry), not exclusive — a statement queue counts every
  * statement that passes by cost.
  */
+typedef struct StatsKey
+{
+	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];	/* the key prefix */
+	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* "": the others */
+} StatsKey;
+
 typedef struct SharedSemStats
 {
-	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	StatsKey	key;			/* hash key: semaphores of two prefixes are
+								 * two semaphores */
 	bool		reserved;		/* a statement queue's, beyond the cap */
 	pg_atomic_uint64 counters[STAT_NFIELDS];
 } SharedSemStats;
@@ -128,9 +136,9 @@ int			redsem_max_holds_per_role = -1;
 /*
  * The key of the statistics entry that counts every semaphore the table had
  * no room for (no semaphore name is empty); redsem_stats shows it with a
- * NULL name
+ * NULL name.  All zeros.
  */
-#define STATS_OTHERS_KEY	""
+static const StatsKey stats_others_key;
 
 /* Which names have room beyond redsem.max_tracked_semaphores, if any */
 static StatsReservedFn stats_reserved_fn = NULL;
@@ -162,7 +170,7 @@ stats_reserve_room_for(StatsReservedFn fn)
  * key with its counters at zero, or NULL if the hash is full
  */
 static SharedSemStats *
-stats_new_entry(const char *key, bool reserved)
+stats_new_entry(const StatsKey *key, bool reserved)
 {
 	bool		found;
 	SharedSemStats *s = hash_search(stats_hash, key, HASH_ENTER_NULL, &found);
@@ -317,13 +325,13 @@ redsem_shmem_startup(void)
 		}
 	}
 	memset(&info, 0, sizeof(info));
-	info.keysize = REDSEM_MAX_NAME_BYTES + 1;
+	info.keysize = sizeof(StatsKey);
 	info.entrysize = sizeof(SharedSemStats);
 	stats_hash = ShmemInitHash("redsem statistics",
 							   stats_table_size(), stats_table_size(),
-							   &info, HASH_ELEM | HASH_STRINGS);
+							   &info, HASH_ELEM | HASH_BLOBS);
 	if (!found)
-		(void) stats_new_entry(STATS_OTHERS_KEY, true);
+		(void) stats_new_entry(&stats_others_key, true);
 	queue_fleet_shmem_init(&GetNamedLWLockTranche("redsem")[2].lock);
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -1037,14 +1045,14 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
  * (reserved, so that they do not count).
  */
 static SharedSemStats *
-stats_entry_for(const char *key, bool *first_overflow)
+stats_entry_for(const StatsKey *key, bool *first_overflow)
 {
 	SharedSemStats *s = hash_search(stats_hash, key, HASH_FIND, NULL);
 	bool		queue;
 
 	if (s != NULL)
 		return s;
-	queue = stats_reserved_fn != NULL && stats_reserved_fn(key);
+	queue = stats_reserved_fn != NULL && stats_reserved_fn(key->name);
 	if (queue || shared->stats_names < redsem_max_tracked_semaphores)
 	{
 		s = stats_new_entry(key, queue);
@@ -1056,7 +1064,7 @@ stats_entry_for(const char *key, bool *first_overflow)
 	}
 	*first_overflow = !shared->stats_full_logged;
 	shared->stats_full_logged = true;
-	return hash_search(stats_hash, STATS_OTHERS_KEY, HASH_FIND, NULL);
+	return hash_search(stats_hash, &stats_others_key, HASH_FIND, NULL);
 }
 
 /*
@@ -1066,25 +1074,27 @@ stats_entry_for(const char *key, bool *first_overflow)
  * full, with a LOG line the first time).
  */
 static void
-stats_count_deltas(const char *name, const StatDelta *d, int n)
+stats_count_deltas(const char *prefix, const char *name, const StatDelta *d, int n)
 {
 	SharedSemStats *s;
 	bool		first_overflow = false;
-	char		key[REDSEM_MAX_NAME_BYTES + 1];
+	StatsKey	key;
 
 	if (shared == NULL || stats_hash == NULL)
 		return;
-	memset(key, 0, sizeof(key));
-	strlcpy(key, name, sizeof(key));
+	memset(&key, 0, sizeof(key));
+	strlcpy(key.prefix, prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""),
+			sizeof(key.prefix));
+	strlcpy(key.name, name, sizeof(key.name));
 	LWLockAcquire(shared->stats_lock, LW_SHARED);
-	s = hash_search(stats_hash, key, HASH_FIND, NULL);
+	s = hash_search(stats_hash, &key, HASH_FIND, NULL);
 	if (s != NULL)
 		apply_deltas(s, d, n);
 	LWLockRelease(shared->stats_lock);
 	if (s != NULL)
 		return;
 	LWLockAcquire(shared->stats_lock, LW_EXCLUSIVE);
-	s = stats_entry_for(key, &first_overflow);
+	s = stats_entry_for(&key, &first_overflow);
 	if (s != NULL)
 		apply_deltas(s, d, n);
 	LWLockRelease(shared->stats_lock);
@@ -1096,13 +1106,16 @@ stats_count_deltas(const char *name, const StatDelta *d, int n)
 				 errhint("Forget names with redsem_stats_reset(), or raise redsem.max_tracked_semaphores (server restart).")));
 }
 
-/* Add delta to one counter of semaphore name (no-op without preload) */
+/*
+ * Add delta to one counter of semaphore name of key prefix prefix (NULL:
+ * redsem.key_prefix); a no-op without preload
+ */
 void
-stats_count(const char *name, StatField field, int64 delta)
+stats_count(const char *prefix, const char *name, StatField field, int64 delta)
 {
 	StatDelta	d = {field, delta};
 
-	stats_count_deltas(name, &d, 1);
+	stats_count_deltas(prefix, name, &d, 1);
 }
 
 /*
@@ -1110,7 +1123,7 @@ stats_count(const char *name, StatField field, int64 delta)
  * and in its bucket, and the longest.
  */
 void
-stats_count_wait(const char *name, int64 ms)
+stats_count_wait(const char *prefix, const char *name, int64 ms)
 {
 	StatDelta	d[4] = {
 		{STAT_WAITED, 1},
@@ -1121,7 +1134,7 @@ stats_count_wait(const char *name, int64 ms)
 		{STAT_WAIT_MAX_MS, ms},
 	};
 
-	stats_count_deltas(name, d, lengthof(d));
+	stats_count_deltas(prefix, name, d, lengthof(d));
 }
 
 /* Raise 55000 unless the statistics exist (redsem is preloaded) */
@@ -1156,7 +1169,8 @@ stats_snapshot(SemStats **out)
 			SemStats   *o = &(*out)[n];
 			bool		any = false;
 
-			memcpy(o->name, s->name, sizeof(o->name));
+			memcpy(o->prefix, s->key.prefix, sizeof(o->prefix));
+			memcpy(o->name, s->key.name, sizeof(o->name));
 			for (int f = 0; f < STAT_NFIELDS; f++)
 			{
 				o->counters[f] = (int64) pg_atomic_read_u64(&s->counters[f]);
@@ -1171,8 +1185,9 @@ stats_snapshot(SemStats **out)
 }
 
 /*
- * Forget all statistics (or those of one semaphore): their entries go, and
- * with all, the others' entry starts again from zero
+ * Forget all statistics (or those of one semaphore name, under every key
+ * prefix): their entries go, and with all, the others' entry starts again
+ * from zero
  */
 void
 stats_reset(const char *name)
@@ -1185,16 +1200,16 @@ stats_reset(const char *name)
 	hash_seq_init(&seq, stats_hash);
 	while ((s = hash_seq_search(&seq)) != NULL)
 	{
-		if (s->name[0] == '\0')
+		if (s->key.name[0] == '\0')
 		{
 			if (name == NULL)
 				for (int f = 0; f < STAT_NFIELDS; f++)
 					pg_atomic_write_u64(&s->counters[f], 0);
 		}
-		else if (name == NULL || strcmp(s->name, name) == 0)
+		else if (name == NULL || strcmp(s->key.name, name) == 0)
 		{
 			shared->stats_names -= s->reserved ? 0 : 1;
-			hash_search(stats_hash, s->name, HASH_REMOVE, NULL);
+			hash_search(stats_hash, &s->key, HASH_REMOVE, NULL);
 		}
 	}
 	if (shared->stats_names < redsem_max_tracked_semaphores)

@@ -175,7 +175,8 @@ typedef enum StatField
 /* A semaphore's statistics, as stats_snapshot() copies them */
 typedef struct SemStats
 {
-	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* hash key */
+	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];	/* the key prefix */
+	char		name[REDSEM_MAX_NAME_BYTES + 1];	/* "": the others */
 	int64		counters[STAT_NFIELDS];
 } SemStats;
 
@@ -237,8 +238,9 @@ extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 extern int	shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 								  TimestampTz *earliest);
 
-extern void stats_count(const char *name, StatField field, int64 delta);
-extern void stats_count_wait(const char *name, int64 ms);
+extern void stats_count(const char *prefix, const char *name, StatField field,
+						int64 delta);
+extern void stats_count_wait(const char *prefix, const char *name, int64 ms);
 extern int	stats_snapshot(SemStats **out);
 extern void stats_reset(const char *name);
 

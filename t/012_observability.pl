@@ -305,6 +305,17 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM redsem_stats'), '0',
 	'redsem_stats_reset() forgets the others row too');
 $node->safe_psql('postgres', q{SELECT redsem_release('fresh', redsem_acquire('fresh', 1));});
 is(stats('fresh'), '1|0|0|0|1|0|0|0', 'and the table has room again');
+
+# one name under two key prefixes is two semaphores: two rows (issue 49)
+$node->safe_psql('postgres', q{SELECT redsem_stats_reset();});
+$node->safe_psql('postgres', q{SET redsem.key_prefix = 'tenant_a:'; SELECT redsem_release('shared', redsem_acquire('shared', 1));});
+$node->safe_psql('postgres', q{SET redsem.key_prefix = 'tenant_b:'; SELECT redsem_release('shared', redsem_acquire('shared', 1));
+SELECT redsem_release('shared', redsem_acquire('shared', 1));});
+is($node->safe_psql('postgres', q{SELECT string_agg(key_prefix || '=' || acquired, ',' ORDER BY key_prefix) FROM redsem_stats WHERE name = 'shared'}),
+	'tenant_a:=1,tenant_b:=2', 'redsem_stats keeps a name under two key prefixes apart');
+$node->safe_psql('postgres', q{SELECT redsem_stats_reset('shared');});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats WHERE name = 'shared'}), '0',
+	'redsem_stats_reset(name) forgets it under every prefix');
 node_log_is_clean($node);
 $node->stop;
 $redis->stop;
