@@ -262,6 +262,16 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_drop_queue(text, boolean) IS
 'drop statement queue name for every server: its running statements finish, the next ones are not queued (administrators)';
 
+CREATE FUNCTION redsem_queue_servers(
+    OUT server text, OUT standby boolean, OUT cluster_name text,
+    OUT last_read timestamptz, OUT queues_of_its_own text[],
+    OUT setting_differs text[])
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'redsem_queue_servers'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_queue_servers() IS
+'the servers that apply the statement queues defined in Redis (their keeper read them within 10 seconds), with the queues only their redsem.queues defines and those it defines otherwise';
+
 -- This server's holds and places in line, with their sessions (for
 -- pg_monitor and redsem_admin; ids only for administrators and their own
 -- session)

@@ -21,13 +21,20 @@
 #include "postgres.h"
 
 #include "common/hashfn.h"
+#include <unistd.h>
+
+#include "access/xlog.h"
+#include "catalog/pg_type.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -68,10 +75,13 @@ static QueueFleetShared *fleet = NULL;
 static TimestampTz next_poll = 0;
 static bool trouble_logged = false;
 static uint32 conflicts_logged = 0;
+static char *own_queues = NULL;	/* only redsem.queues defines them here */
+static char *differing_queues = NULL;	/* ...defines them otherwise */
 
 PG_FUNCTION_INFO_V1(redsem_create_queue);
 PG_FUNCTION_INFO_V1(redsem_alter_queue);
 PG_FUNCTION_INFO_V1(redsem_drop_queue);
+PG_FUNCTION_INFO_V1(redsem_queue_servers);
 
 /* Shared memory the definitions need */
 Size
@@ -315,6 +325,65 @@ log_changes(const QueueConfig *before, const QueueConfig *now)
 }
 
 /*
+ * Note, for the servers' list (redsem_queue_servers), the queues that only
+ * this server's redsem.queues defines, and those it defines otherwise than
+ * the fleet (comma-separated, in TopMemoryContext)
+ */
+static void
+note_local_queues(const QueueConfig *fleet_defs, const QueueConfig *local)
+{
+	StringInfoData own;
+	StringInfoData differing;
+
+	initStringInfo(&own);
+	initStringInfo(&differing);
+	for (int i = 0; local != NULL && i < local->count; i++)
+	{
+		const QueueDef *f = def_in(fleet_defs, local->queues[i].name);
+
+		if (f == NULL)
+			appendStringInfo(&own, "%s%s", own.len > 0 ? "," : "", local->queues[i].name);
+		else if (!queue_def_same(f, &local->queues[i]))
+			appendStringInfo(&differing, "%s%s", differing.len > 0 ? "," : "", f->name);
+	}
+	if (own_queues)
+		pfree(own_queues);
+	if (differing_queues)
+		pfree(differing_queues);
+	own_queues = MemoryContextStrdup(TopMemoryContext, own.data);
+	differing_queues = MemoryContextStrdup(TopMemoryContext, differing.data);
+}
+
+/* This server, as the servers' list names it: "host:port/system id" */
+static char *
+server_id(void)
+{
+	char		host[256];
+
+	if (gethostname(host, sizeof(host)) != 0)
+		strlcpy(host, "?", sizeof(host));
+	host[sizeof(host) - 1] = '\0';
+	return psprintf("%s:%d/" UINT64_FORMAT, host, PostPortNumber, GetSystemIdentifier());
+}
+
+/*
+ * What this server says of itself in the servers' list: "p" or "s"
+ * (primary, standby), cluster_name, then tab-separated the queues only its
+ * redsem.queues defines and those it defines otherwise
+ */
+static char *
+server_value(void)
+{
+	char	   *name = psprintf("%s", cluster_name ? cluster_name : "");
+
+	for (char *c = name; *c; c++)
+		if (*c == '\t' || *c == ' ')
+			*c = '_';
+	return psprintf("%s %s\t%s\t%s", RecoveryInProgress() ? "s" : "p", name,
+					own_queues ? own_queues : "", differing_queues ? differing_queues : "");
+}
+
+/*
  * Say once (per set of names) which queues this server's redsem.queues
  * defines otherwise than the fleet: those of the fleet apply
  */
@@ -326,6 +395,7 @@ log_conflicts(const QueueConfig *now)
 	uint32		h;
 
 	initStringInfo(&names);
+	note_local_queues(now, local);
 	for (int i = 0; i < now->count; i++)
 	{
 		const QueueDef *mine = def_in(local, now->queues[i].name);
@@ -449,7 +519,8 @@ queue_fleet_poll(int budget_ms)
 
 	next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_POLL_MS);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
-	if (!sem_queues_get(&call, NULL, &exists, &names, &texts, &n))
+	if (!sem_queues_poll(&call, NULL, server_id(), QUEUE_FLEET_SERVER_TTL_MS, server_value(),
+						 &exists, &names, &texts, &n))
 	{
 		note_trouble(&call, false);
 		return;
@@ -809,4 +880,81 @@ queue_fleet_note_limit(const char *semaphore, int active)
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\": active_statements set to %d in its definition",
 					name, active)));
+}
+
+/* The i-th tab-separated part of text (palloc'd; "" if there is none) */
+static char *
+tab_part(const char *text, int i)
+{
+	const char *p = text;
+
+	for (; i > 0 && p != NULL; i--)
+	{
+		p = strchr(p, '\t');
+		if (p != NULL)
+			p++;
+	}
+	if (p == NULL)
+		return pstrdup("");
+	return pnstrdup(p, strcspn(p, "\t"));
+}
+
+/* A comma-separated list as a text[] datum */
+static Datum
+names_array(const char *list)
+{
+	ArrayBuildState *astate = NULL;
+	char	   *copy = pstrdup(list);
+	char	   *save;
+
+	for (char *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save))
+		astate = accumArrayResult(astate, CStringGetTextDatum(e), false, TEXTOID,
+								  CurrentMemoryContext);
+	if (astate == NULL)
+		return PointerGetDatum(construct_empty_array(TEXTOID));
+	return makeArrayResult(astate, CurrentMemoryContext);
+}
+
+/*
+ * redsem_queue_servers(): the servers whose keeper read the statement
+ * queues' definitions from this Redis and key prefix within the last
+ * QUEUE_FLEET_SERVER_TTL_MS: those that apply them.  A server missing
+ * here does not (no preload, no keeper, another Redis or prefix, cut off).
+ */
+Datum
+redsem_queue_servers(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	RedisCall	call = REDIS_SQL_CALL;
+	int64		now_ms;
+	char	  **servers;
+	char	  **values;
+	int			n;
+
+	hold_init();
+	(void) sem_queue_servers(&call, &now_ms, &servers, &values, &n);
+	InitMaterializedSRF(fcinfo, 0);
+	for (int i = 0; i < n; i++)
+	{
+		Datum		row[6];
+		bool		nulls[6] = {0};
+		char	   *rest;
+		int64		until = strtoi64(values[i], &rest, 10);
+		char	   *head = tab_part(rest, 0);
+		char	   *name;
+
+		while (*head == ' ')
+			head++;
+		name = strchr(head, ' ');
+		row[0] = CStringGetTextDatum(servers[i]);
+		row[1] = BoolGetDatum(head[0] == 's');
+		nulls[2] = name == NULL || name[1] == '\0';
+		row[2] = CStringGetTextDatum(name ? name + 1 : "");
+		row[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																  until - QUEUE_FLEET_SERVER_TTL_MS - now_ms));
+		row[4] = names_array(tab_part(rest, 1));
+		row[5] = names_array(tab_part(rest, 2));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);
+	}
+	return (Datum) 0;
 }

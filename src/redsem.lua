@@ -349,11 +349,13 @@
 --     index holds the semaphores used within the last ttl plus the pinned
 --     ones; without a pin the key itself expires ttl after the last touch.
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
---  X3 The statement queues' definitions, <prefix>queues (a HASH, no TTL),
---     are written only by their own operations (queue_put, queue_drop,
---     queues_restore), each leaving the field '~': the hash is gone only
---     when Redis forgot it, and then holds nothing.  At most QUEUE_MAX
---     queues; a text is opaque here (each server parses it).
+--  X3 The statement queues' definitions, <prefix>queues (a HASH), are
+--     written only by their own operations (queue_put, queue_drop,
+--     queues_restore), each leaving the field '~' and no TTL: '~' is gone
+--     only when Redis forgot the hash.  At most QUEUE_MAX queues; a text
+--     is opaque here (each server parses it).  Fields '@<server>' note the
+--     servers that read them (queues_poll) until a deadline, and go after
+--     it; a hash without '~' expires when the last of them would.
 --
 -- ORDER.  Lua's < on two strings collates them by Redis's locale (strcoll:
 -- Redis takes LC_COLLATE from its environment, en_US.UTF-8 under many a
@@ -2597,10 +2599,11 @@ INDEX_OPS = {
 
 -- The statement queues' fleet definitions (X3): one hash, <prefix>queues,
 -- queue name -> its options' text, which the servers parse; the field '~'
--- ("1") stays when the last queue is dropped, so that a hash that is gone
--- means Redis forgot (a server then restores its copy: queues_restore),
--- never that the administrators dropped every queue.  These operations
--- name that key alone (dispatch checks its name) and read no clock.
+-- ("1") stays when the last queue is dropped, so that definitions that
+-- are gone mean Redis forgot (a server then restores its copy:
+-- queues_restore), never that the administrators dropped every queue.
+-- Fields '@<server>' are the servers that read them lately (queues_poll).
+-- These operations name that key alone (dispatch checks its name).
 local QUEUE_MAX, QUEUE_TEXT_MAX = 64, 2048
 
 -- A queue's name as the servers accept it: 1 to 63 of [A-Za-z0-9_.-].
@@ -2613,13 +2616,56 @@ local function queue_text_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= QUEUE_TEXT_MAX then return v end
 end
 
--- queues_get: {1 if the hash is there (else 0), name, text, name, text...}.
+-- queues_get: {1 if the definitions are there (the field '~'; else 0),
+-- name, text, name, text...}.
 local function op_queues_get(key)
     local all = redis.call('HGETALL', key)
-    local reply = {#all > 0 and 1 or 0}
+    local reply = {0}
     for i = 1, #all, 2 do
-        if all[i] ~= '~' then
+        local c = string.sub(all[i], 1, 1)
+        if all[i] == '~' then
+            reply[1] = 1
+        elseif c ~= '@' then
             reply[#reply + 1] = all[i]
+            reply[#reply + 1] = all[i + 1]
+        end
+    end
+    return reply
+end
+
+-- The servers that read the definitions lately: fields '@<server>' ->
+-- "<until ms> <what the server says of itself>"; those past their until
+-- go.  Without definitions ('~'), the hash ends ttl after the last read.
+local function queue_servers_tidy(key, ttl)
+    local all = redis.call('HGETALL', key)
+    local there = false
+    for i = 1, #all, 2 do
+        if all[i] == '~' then there = true end
+        if string.sub(all[i], 1, 1) == '@' and
+            (tonumber(string.match(all[i + 1], '^%d+')) or 0) < NOW_MS then
+            redis.call('HDEL', key, all[i])
+        end
+    end
+    if there then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, int(ttl)) end
+end
+
+-- queues_poll server ttl_ms value: server read the definitions now (seen
+-- until now + ttl); then as queues_get.
+local function op_queues_poll(key, server, ttl, value)
+    redis.call('HSET', key, '@' .. server, int(NOW_MS + ttl) .. ' ' .. value)
+    queue_servers_tidy(key, ttl)
+    return op_queues_get(key)
+end
+
+-- queue_servers: {now ms, server, value, server, value...} of the servers
+-- seen lately.
+local function op_queue_servers(key)
+    local all = redis.call('HGETALL', key)
+    local reply = {int(NOW_MS)}
+    for i = 1, #all, 2 do
+        if string.sub(all[i], 1, 1) == '@' and
+            (tonumber(string.match(all[i + 1], '^%d+')) or 0) >= NOW_MS then
+            reply[#reply + 1] = string.sub(all[i], 2)
             reply[#reply + 1] = all[i + 1]
         end
     end
@@ -2635,10 +2681,9 @@ local function op_queue_put(key, name, text, mode, was)
     if mode == 'create' and now then return {0, now} end
     if mode == 'alter' and not now then return {0} end
     if mode == 'alter' and was and now ~= was then return {0, now} end
-    if not now and redis.call('HLEN', key) - redis.call('HEXISTS', key, '~') >= QUEUE_MAX then
-        return {-1}
-    end
+    if not now and (#op_queues_get(key) - 1) / 2 >= QUEUE_MAX then return {-1} end
     redis.call('HSET', key, name, text, '~', '1')
+    redis.call('PERSIST', key)
     return {1}
 end
 
@@ -2646,16 +2691,18 @@ end
 local function op_queue_drop(key, name)
     local n = redis.call('HDEL', key, name)
     redis.call('HSET', key, '~', '1')
+    redis.call('PERSIST', key)
     return {n}
 end
 
--- queues_restore name text...: a server's copy, stored only if the hash
--- is gone (Redis forgot): {1} stored, {0} the hash is there.
+-- queues_restore name text...: a server's copy, stored only if the
+-- definitions are gone (Redis forgot): {1} stored, {0} they are there.
 local function op_queues_restore(key, pairs)
-    if redis.call('EXISTS', key) == 1 then return {0} end
+    if redis.call('HEXISTS', key, '~') == 1 then return {0} end
     pairs[#pairs + 1] = '~'
     pairs[#pairs + 1] = '1'
     redis.call('HSET', key, unpack(pairs))
+    redis.call('PERSIST', key)
     return {1}
 end
 
@@ -2665,6 +2712,24 @@ INDEX_OPS.queues_get = {
     end,
     run = op_queues_get,
     timeless = true,
+    queues = true,
+}
+INDEX_OPS.queues_poll = {
+    read = function(a)
+        local ttl = count_arg(a[3])
+        if #a == 4 and type(a[2]) == 'string' and #a[2] > 0 and #a[2] <= 300 and
+            ttl and ttl >= 1000 and ttl <= 3600000 and #a[4] <= 2048 then
+            return true, a[2], ttl, a[4]
+        end
+    end,
+    run = op_queues_poll,
+    queues = true,
+}
+INDEX_OPS.queue_servers = {
+    read = function(a)
+        if #a == 1 then return true end
+    end,
+    run = op_queue_servers,
     queues = true,
 }
 INDEX_OPS.queue_put = {

@@ -1221,10 +1221,24 @@ bool
 sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
 			   char ***names, char ***texts, int *count)
 {
+	return sem_queues_poll(call, prefix, NULL, 0, NULL, exists, names, texts, count);
+}
+
+/*
+ * As sem_queues_get, and note first that server (if not NULL) read them,
+ * until ttl_ms from now, saying value of itself (queue_servers)
+ */
+bool
+sem_queues_poll(RedisCall *call, const char *prefix, const char *server,
+				int ttl_ms, const char *value, bool *exists,
+				char ***names, char ***texts, int *count)
+{
+	const char *args[3] = {server, psprintf("%d", ttl_ms), value};
 	redisReply *reply;
 	int64		there;
 
-	if (!run_index(call, queues_key(prefix), "queues_get", 0, NULL, &reply))
+	if (!run_index(call, queues_key(prefix), server ? "queues_poll" : "queues_get",
+				   server ? 3 : 0, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 1 ||
 		!reply_int64(reply->element[0], &there))
@@ -1240,6 +1254,37 @@ sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
 			continue;
 		(*names)[*count] = reply_text(reply->element[i]);
 		(*texts)[(*count)++] = reply_text(reply->element[i + 1]);
+	}
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * The servers that read the statement queues' definitions lately: *count
+ * names and what each said of itself (palloc'd, "<until ms> <value>"),
+ * and Redis's clock now (*now_ms)
+ */
+bool
+sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
+				  char ***values, int *count)
+{
+	redisReply *reply;
+
+	if (!run_index(call, queues_key(NULL), "queue_servers", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 1 ||
+		!reply_int64(reply->element[0], now_ms))
+		return malformed(call, "(queues)", reply, "queue_servers did not answer a time and pairs");
+	*count = 0;
+	*servers = palloc(sizeof(char *) * (reply->elements / 2 + 1));
+	*values = palloc(sizeof(char *) * (reply->elements / 2 + 1));
+	for (size_t i = 1; i + 1 < reply->elements; i += 2)
+	{
+		if (reply->element[i]->type != REDIS_REPLY_STRING ||
+			reply->element[i + 1]->type != REDIS_REPLY_STRING)
+			continue;
+		(*servers)[*count] = reply_text(reply->element[i]);
+		(*values)[(*count)++] = reply_text(reply->element[i + 1]);
 	}
 	freeReplyObject(reply);
 	return true;

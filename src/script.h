@@ -137,6 +137,12 @@ extern bool sem_index_list(RedisCall *call, int max, char ***names,
 						   int *count, int64 *total, char **evicting);
 extern bool sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
 						   char ***names, char ***texts, int *count);
+extern bool sem_queues_poll(RedisCall *call, const char *prefix,
+							const char *server, int ttl_ms, const char *value,
+							bool *exists, char ***names, char ***texts,
+							int *count);
+extern bool sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
+							  char ***values, int *count);
 extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
 						  const char *was, int *result, char **existing);
 extern bool sem_queue_drop(RedisCall *call, const char *name, bool *dropped);

@@ -237,6 +237,13 @@
  */
 #define QUEUE_FLEET_POLL_MS			1000
 /*
+ * A keeper's read of the definitions also lists its server among those
+ * that apply them (redsem_queue_servers) for QUEUE_FLEET_SERVER_TTL_MS:
+ * ten reads, so that a keeper held up by a slow Redis for a few of them
+ * stays listed, and a server that stopped reading goes within ten seconds.
+ */
+#define QUEUE_FLEET_SERVER_TTL_MS	10000
+/*
  * A statement of a queue with on_redis_error=run that found Redis unusable
  * runs without a slot, and so do the session's next statements of such a
  * queue for QUEUE_UNQUEUED_SPELL_MS, without trying Redis: a Redis that

@@ -57,7 +57,11 @@ like($err, qr/invalid statement queue name/, 'a bad name is refused');
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2')",
 	extra_params => [ '-U', 'mallory' ]);
 like($err, qr/permission denied to create a statement queue/, 'an ordinary role cannot create a queue');
-is($redis->cli('EXISTS', 'redsem:queues'), '0', 'nothing was stored in Redis');
+ok(defined wait_until(5, sub { ($redis->cli('HKEYS', 'redsem:queues') // '') =~ /^@/ }), 'the keepers list their servers');
+is(join(',', grep { !/^@/ } split /\n/, ($redis->cli('HKEYS', 'redsem:queues') // '')), '',
+	'nothing else was stored in Redis');
+my $pttl = $redis->cli('PTTL', 'redsem:queues');
+ok($pttl > 0 && $pttl <= 10000, "without definitions, the servers' list expires by itself ($pttl ms)");
 
 # --- defined on one server, applied on both ---
 is($a->safe_psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2 max_wait=1min')"),
@@ -192,6 +196,11 @@ ok(defined wait_until(5, sub { slurp_file($b->logfile) =~ /redsem.queues defines
 	'the server log says so');
 is($b->safe_psql('postgres', "SELECT defined_in FROM redsem_queues WHERE name = 'other'"), 'redsem.queues',
 	'a queue only redsem.queues defines still applies');
+my $servers = q{SELECT string_agg(standby || ' ' || queues_of_its_own::text || ' ' || setting_differs::text
+		|| ' ' || (last_read > now() - interval '5 s'), ',' ORDER BY server LIKE '%:} . $b->port . q{/%') FROM redsem_queue_servers()};
+ok(defined wait_until(5, sub { $a->safe_psql('postgres', $servers) eq 'false {} {} true,false {other} {rep} true' }),
+	'redsem_queue_servers lists both servers, with what their redsem.queues does')
+  or diag($a->safe_psql('postgres', $servers));
 
 # --- Redis forgets: a server's copy comes back ---
 $redis->cli('FLUSHALL');
@@ -212,6 +221,8 @@ is($a->safe_psql('postgres', "SELECT redsem_limit('queue:gone')"), '', 'its cap 
 
 # --- restarted while Redis is away: the copy in the data directory ---
 $b->stop;
+ok(defined wait_until(15, sub { $a->safe_psql('postgres', 'SELECT count(*) FROM redsem_queue_servers()') eq '1' }),
+	'a server that stopped leaves the list within ten seconds');
 $redis->stop;
 $b->start;
 is($b->safe_psql('postgres', "SELECT defined_in || '/' || active_statements FROM redsem_queues WHERE name = 'rep'"),
