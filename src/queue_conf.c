@@ -682,7 +682,7 @@ queue_define_gucs(void)
 {
 	DefineCustomStringVariable("redsem.queues",
 							   "Statement queues: \"name: active_statements=N [min_cost=C] [max_wait=D] [on_redis_error=fail|run] [utility=off|on] [application_name=P|P]; ...\".",
-							   "Needs redsem in shared_preload_libraries. See the README, section Statement queues.",
+							   "Needs redsem in shared_preload_libraries. See docs/statement-queues.md.",
 							   &queues_setting, "",
 							   PGC_SIGHUP, 0,
 							   check_queues, assign_queues, NULL);
