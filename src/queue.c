@@ -336,7 +336,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 				 errdetail_plural("%d statement of the queue was running for the whole wait.",
 								  "%d statements of the queue were running for the whole wait.",
 								  q->active, q->active),
-				 errhint("Retry later; the queue's max_wait is set in redsem.queues.")));
+				 errhint("Retry later; the queue's max_wait is part of its definition (redsem_alter_queue).")));
 	note_statement(query, args.name, id);
 }
 

@@ -21,7 +21,7 @@
 #include "lib/stringinfo.h"
 #include "mb/pg_wchar.h"
 #include "miscadmin.h"
-#include "utils/float.h"
+#include "common/shortest_dec.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -48,8 +48,12 @@ static uint64 config_generation = 0;	/* bumped at every change of merged */
  */
 static QueueConfig *merged = NULL;
 static QueueConfig *retired = NULL;
-static const QueueConfig *merged_guc = NULL;	/* config merged in */
+static uint64 guc_generation = 0;	/* bumped at every assignment of config */
+static uint64 merged_guc = 0;	/* guc_generation merged in */
 static uint64 merged_fleet = 0; /* generation of the fleet's merged in */
+static char unapplied[QUEUE_MAX_QUEUES * (QUEUE_MAX_NAME_BYTES + 2)];	/* names
+																		 * of redsem.queues
+																		 * left out */
 
 /* The definition of name in conf, or NULL */
 static QueueDef *
@@ -74,6 +78,7 @@ merge_definitions(const QueueConfig *fleet)
 		next->queues[next->count] = fleet->queues[i];
 		next->queues[next->count++].fleet = true;
 	}
+	unapplied[0] = '\0';
 	for (int i = 0; config != NULL && i < config->count; i++)
 	{
 		QueueDef   *f = find_def(next, config->queues[i].name);
@@ -82,6 +87,9 @@ merge_definitions(const QueueConfig *fleet)
 			f->setting_differs = !queue_def_same(f, &config->queues[i]);
 		else if (next->count < QUEUE_MAX_QUEUES)
 			next->queues[next->count++] = config->queues[i];
+		else
+			snprintf(unapplied + strlen(unapplied), sizeof(unapplied) - strlen(unapplied),
+					 "%s%s", unapplied[0] ? "," : "", config->queues[i].name);
 	}
 	if (retired)
 		pfree(retired);
@@ -99,13 +107,24 @@ queue_config(void)
 
 	if (config == NULL)
 		return NULL;
-	if (merged == NULL || merged_guc != config || merged_fleet != fleet_generation)
+	if (merged == NULL || merged_guc != guc_generation || merged_fleet != fleet_generation)
 	{
 		merge_definitions(fleet);
-		merged_guc = config;
+		merged_guc = guc_generation;
 		merged_fleet = fleet_generation;
 	}
 	return merged;
+}
+
+/*
+ * The queues this server's redsem.queues defines that are not applied: 64
+ * queues are in effect already (comma-separated; "" if none)
+ */
+const char *
+queue_unapplied_settings(void)
+{
+	(void) queue_config();
+	return unapplied;
 }
 
 /* This server's redsem.queues alone (NULL before it is defined) */
@@ -514,10 +533,11 @@ queue_valid_name(const char *name)
 void
 queue_options_text(const QueueDef *q, StringInfo buf)
 {
-	char	   *cost = float8out_internal(q->min_cost);
+	char		cost[DOUBLE_SHORTEST_DECIMAL_LEN];
 
+	/* (the shortest text that reads back the same: no session setting) */
+	double_to_shortest_decimal_buf(q->min_cost, cost);
 	appendStringInfo(buf, "active_statements=%d min_cost=%s", q->active, cost);
-	pfree(cost);
 	if (q->max_wait_ms >= 0)
 		appendStringInfo(buf, " max_wait=%dms", q->max_wait_ms);
 	appendStringInfo(buf, " on_redis_error=%s utility=%s",
@@ -599,6 +619,7 @@ assign_queues(const char *newval, void *extra)
 {
 	config = (const QueueConfig *) extra;
 	config_generation++;
+	guc_generation++;
 }
 
 /* Changes whenever the definitions may have changed */

@@ -42,6 +42,7 @@ typedef struct QueueConfig
 extern void queue_define_gucs(void);
 extern const QueueConfig *queue_config(void);
 extern const QueueConfig *queue_setting_config(void);
+extern const char *queue_unapplied_settings(void);
 extern bool queue_parse_list(const char *p, QueueConfig *parsed);
 extern bool queue_parse_options(const char *options, QueueDef *q);
 extern bool queue_valid_name(const char *name);

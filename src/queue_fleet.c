@@ -54,7 +54,7 @@
 #define QUEUE_FLEET_TEXT_BYTES	(QUEUE_MAX_QUEUES * 1024)
 /* The copy in the data directory, and the first line it starts with */
 #define QUEUE_FLEET_FILE		"redsem_queues.cache"
-#define QUEUE_FLEET_MAGIC		"redsem queue definitions 1"
+#define QUEUE_FLEET_MAGIC		"redsem queue definitions 2"
 /* Tries of a change whose definition another change replaced meanwhile */
 #define QUEUE_ALTER_TRIES		5
 
@@ -66,6 +66,7 @@ typedef struct QueueFleetShared
 	bool		from_redis;		/* read from Redis (else from the copy) */
 	uint64		target;			/* redis_target_signature() read from */
 	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];	/* key prefix read under */
+	int64		version;		/* the changes Redis had counted then */
 	char		text[QUEUE_FLEET_TEXT_BYTES];	/* "name: options; ..." */
 } QueueFleetShared;
 
@@ -77,6 +78,20 @@ static bool trouble_logged = false;
 static uint32 conflicts_logged = 0;
 static char *own_queues = NULL;	/* only redsem.queues defines them here */
 static char *differing_queues = NULL;	/* ...defines them otherwise */
+static TimestampTz next_cap_check = 0;
+
+/* Queues dropped lately, whose cap a late change may have stored again */
+typedef struct DroppedQueue
+{
+	char		semaphore[QUEUE_MAX_NAME_BYTES + 7];
+	int			active;			/* its cap when it was dropped */
+	TimestampTz until;
+} DroppedQueue;
+static DroppedQueue dropped[QUEUE_MAX_QUEUES];
+static int	ndropped = 0;
+
+static char *def_text(const QueueDef *q);
+static char *stored_def(RedisCall *call, const char *name);
 
 PG_FUNCTION_INFO_V1(redsem_create_queue);
 PG_FUNCTION_INFO_V1(redsem_alter_queue);
@@ -132,7 +147,7 @@ load_copy(void)
 	text = prefix_line ? strchr(prefix_line + 1, '\n') : NULL;
 	conf = new_config();
 	if (text == NULL || strncmp(buf, QUEUE_FLEET_MAGIC "\n", strlen(QUEUE_FLEET_MAGIC) + 1) != 0 ||
-		prefix_line - target_line - 1 > 20 || text - prefix_line - 1 > REDSEM_MAX_PREFIX_BYTES ||
+		prefix_line - target_line - 1 > 41 || text - prefix_line - 1 > REDSEM_MAX_PREFIX_BYTES ||
 		strlen(text + 1) >= QUEUE_FLEET_TEXT_BYTES || !queue_parse_list(text + 1, conf))
 	{
 		ereport(LOG,
@@ -141,7 +156,8 @@ load_copy(void)
 		return;
 	}
 	*prefix_line = *text = '\0';
-	fleet->target = strtou64(target_line + 1, NULL, 16);
+	fleet->target = strtou64(target_line + 1, &target_line, 16);
+	fleet->version = strtoi64(target_line, NULL, 10);
 	strlcpy(fleet->prefix, prefix_line + 1, sizeof(fleet->prefix));
 	strlcpy(fleet->text, text + 1, sizeof(fleet->text));
 	pg_atomic_write_u64(&fleet->generation, 1);
@@ -231,42 +247,48 @@ config_text(QueueConfig *conf)
 
 /*
  * Parse one queue's definition as Redis keeps it into q; false if it is
- * not one (a direct writer's), logged once per keeper start and text
+ * not one (a direct writer's), GUC_check_errdetail_string then saying why
  */
 static bool
 parse_stored(const char *name, const char *text, QueueDef *q)
 {
-	static uint32 bad_logged[QUEUE_MAX_QUEUES];
-	uint32		h;
-
 	memset(q, 0, sizeof(*q));
 	q->max_wait_ms = -1;
 	GUC_check_errdetail_string = NULL;
-	if (queue_valid_name(name))
-	{
-		strlcpy(q->name, name, sizeof(q->name));
-		if (queue_parse_options(text, q))
-			return true;
-	}
-	h = hash_bytes((const unsigned char *) text, strlen(text)) ^
-		hash_bytes((const unsigned char *) name, strlen(name));
-	for (int i = 0; i < QUEUE_MAX_QUEUES; i++)
-		if (bad_logged[i] == h)
-			return false;
-	memmove(bad_logged + 1, bad_logged, sizeof(uint32) * (QUEUE_MAX_QUEUES - 1));
-	bad_logged[0] = h;
-	ereport(WARNING,
-			(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			 errmsg("redsem: the definition of statement queue \"%s\" in Redis is not valid; the queue is not applied",
-					name),
-			 GUC_check_errdetail_string ? errdetail_internal("%s", GUC_check_errdetail_string) : 0,
-			 errhint("Redefine it with redsem_alter_queue(), or drop it with redsem_drop_queue().")));
-	return false;
+	if (!queue_valid_name(name))
+		return false;
+	strlcpy(q->name, name, sizeof(q->name));
+	return queue_parse_options(text, q);
+}
+
+/*
+ * Say once (per set of names) which definitions in Redis are not valid: a
+ * direct writer's; first_why: why the first is not
+ */
+static void
+report_invalid(const char *names, int n, const char *first_why)
+{
+	static uint32 logged = 0;
+	uint32		h = n > 0 ? hash_bytes((const unsigned char *) names, strlen(names)) : 0;
+
+	if (h == logged)
+		return;
+	logged = h;
+	if (n > 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 n == 1 ?
+				 errmsg("redsem: the definition of statement queue %s in Redis is not valid; the queue is not applied",
+						names) :
+				 errmsg("redsem: the definitions of %d statement queues in Redis are not valid (%s); those queues are not applied",
+						n, names),
+				 first_why ? errdetail_internal("%s", first_why) : 0,
+				 errhint("Redefine them with redsem_alter_queue(), or drop them with redsem_drop_queue().")));
 }
 
 /* Write the copy in the data directory (a failure is logged) */
 static void
-write_copy(const char *prefix, uint64 target, const char *text)
+write_copy(const char *prefix, uint64 target, int64 version, const char *text)
 {
 	const char *tmp = QUEUE_FLEET_FILE ".tmp";
 	FILE	   *f = AllocateFile(tmp, PG_BINARY_W);
@@ -278,7 +300,8 @@ write_copy(const char *prefix, uint64 target, const char *text)
 				 errmsg("redsem: could not write \"%s\": %m", tmp)));
 		return;
 	}
-	fprintf(f, "%s\n%llx\n%s\n%s", QUEUE_FLEET_MAGIC, (unsigned long long) target, prefix, text);
+	fprintf(f, "%s\n%llx %lld\n%s\n%s", QUEUE_FLEET_MAGIC, (unsigned long long) target,
+			(long long) version, prefix, text);
 	if (FreeFile(f) != 0)
 	{
 		ereport(LOG,
@@ -286,7 +309,9 @@ write_copy(const char *prefix, uint64 target, const char *text)
 				 errmsg("redsem: could not write \"%s\": %m", tmp)));
 		return;
 	}
-	(void) durable_rename(tmp, QUEUE_FLEET_FILE, LOG);
+	/* (a copy that cannot be opened, say after a chmod, is replaced) */
+	if (durable_rename(tmp, QUEUE_FLEET_FILE, LOG) != 0 && unlink(QUEUE_FLEET_FILE) == 0)
+		(void) durable_rename(tmp, QUEUE_FLEET_FILE, LOG);
 }
 
 /* The definition of name in conf, or NULL */
@@ -297,6 +322,20 @@ def_in(const QueueConfig *conf, const char *name)
 		if (strcmp(conf->queues[i].name, name) == 0)
 			return &conf->queues[i];
 	return NULL;
+}
+
+/*
+ * Remember a dropped queue for QUEUE_FLEET_CAP_CHECK_MS: a change that
+ * raced the drop may store its cap again (reconcile_caps)
+ */
+static void
+note_dropped(const QueueDef *q)
+{
+	if (ndropped == QUEUE_MAX_QUEUES)
+		memmove(dropped, dropped + 1, sizeof(DroppedQueue) * --ndropped);
+	strlcpy(dropped[ndropped].semaphore, q->semaphore, sizeof(dropped[ndropped].semaphore));
+	dropped[ndropped].active = q->active;
+	dropped[ndropped++].until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_CAP_CHECK_MS);
 }
 
 /* Log, per queue, how the definitions read now differ from those before */
@@ -319,9 +358,12 @@ log_changes(const QueueConfig *before, const QueueConfig *now)
 	}
 	for (int i = 0; before != NULL && i < before->count; i++)
 		if (def_in(now, before->queues[i].name) == NULL)
+		{
 			ereport(LOG,
 					(errmsg("redsem: statement queue \"%s\" dropped for every server",
 							before->queues[i].name)));
+			note_dropped(&before->queues[i]);
+		}
 }
 
 /*
@@ -384,6 +426,29 @@ server_value(void)
 }
 
 /*
+ * Say once (per set of names) which queues of this server's redsem.queues
+ * are not applied for want of room: the fleet defines 64 already
+ */
+static void
+report_unapplied(void)
+{
+	static uint32 logged = 0;
+	const char *names = queue_unapplied_settings();
+	uint32		h = names[0] ? hash_bytes((const unsigned char *) names, strlen(names)) : 0;
+
+	if (h == logged)
+		return;
+	logged = h;
+	if (h != 0)
+		ereport(WARNING,
+				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+				 errmsg("redsem.queues defines statement queues that are not applied: %s", names),
+				 errdetail("At most %d queues are in effect on a server, and the definitions in Redis come first.",
+						   QUEUE_MAX_QUEUES),
+				 errhint("Drop queues with redsem_drop_queue(), or define these in Redis instead.")));
+}
+
+/*
  * Say once (per set of names) which queues this server's redsem.queues
  * defines otherwise than the fleet: those of the fleet apply
  */
@@ -403,6 +468,7 @@ log_conflicts(const QueueConfig *now)
 		if (mine != NULL && !queue_def_same(mine, &now->queues[i]))
 			appendStringInfo(&names, "%s\"%s\"", names.len > 0 ? ", " : "", mine->name);
 	}
+	report_unapplied();
 	h = names.len > 0 ? hash_bytes((const unsigned char *) names.data, names.len) : 0;
 	if (h == conflicts_logged)
 		return;
@@ -418,7 +484,7 @@ log_conflicts(const QueueConfig *now)
 
 /* Publish text (parsed as now) as the fleet's definitions, if it is news */
 static void
-publish(const char *text, const QueueConfig *now, bool from_redis)
+publish(const char *text, const QueueConfig *now, int64 version, bool from_redis)
 {
 	uint64		target = redis_target_signature();
 	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
@@ -427,6 +493,7 @@ publish(const char *text, const QueueConfig *now, bool from_redis)
 
 	LWLockAcquire(fleet->lock, LW_SHARED);
 	same = fleet->from_redis == from_redis && fleet->target == target &&
+		fleet->version == version &&
 		strcmp(fleet->prefix, prefix) == 0 && strcmp(fleet->text, text) == 0;
 	LWLockRelease(fleet->lock);
 	if (same)
@@ -443,9 +510,10 @@ publish(const char *text, const QueueConfig *now, bool from_redis)
 	fleet->target = target;
 	strlcpy(fleet->prefix, prefix, sizeof(fleet->prefix));
 	strlcpy(fleet->text, text, sizeof(fleet->text));
+	fleet->version = version;
 	pg_atomic_fetch_add_u64(&fleet->generation, 1);
 	LWLockRelease(fleet->lock);
-	write_copy(prefix, target, text);
+	write_copy(prefix, target, version, text);
 }
 
 /* Log once that the definitions cannot be read, or can again */
@@ -463,9 +531,10 @@ note_trouble(const RedisCall *call, bool ok)
 }
 
 /*
- * Redis has no definitions at all (it forgot them, or none were ever
- * made): store this server's copy if it is of this Redis and prefix.
- * False if there is nothing to store.
+ * Redis has no definitions (it forgot them), or only an older copy a
+ * server stored back: store this server's copy, if it is of this Redis
+ * and prefix and there is one (it has a version).  False if there is
+ * nothing to store.
  */
 static bool
 restore_copy(RedisCall *call)
@@ -476,30 +545,100 @@ restore_copy(RedisCall *call)
 	char	  **texts;
 	bool		restored = false;
 
-	if (copy == NULL || copy->count == 0 || fleet->target != redis_target_signature() ||
+	if (copy == NULL || fleet->version == 0 || fleet->target != redis_target_signature() ||
 		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") != 0)
 		return false;
-	names = palloc(sizeof(char *) * copy->count);
-	texts = palloc(sizeof(char *) * copy->count);
+	names = palloc(sizeof(char *) * (copy->count + 1));
+	texts = palloc(sizeof(char *) * (copy->count + 1));
 	for (int i = 0; i < copy->count; i++)
 	{
-		StringInfoData buf;
-
-		initStringInfo(&buf);
-		queue_options_text(&copy->queues[i], &buf);
 		names[i] = pstrdup(copy->queues[i].name);
-		texts[i] = buf.data;
+		texts[i] = def_text(&copy->queues[i]);
 	}
-	if (!sem_queues_restore(call, NULL, copy->count, names, texts, &restored))
+	if (!sem_queues_restore(call, NULL, fleet->version, copy->count, names, texts, &restored))
 		note_trouble(call, false);
 	else if (restored)
 		ereport(LOG,
 				(errmsg_plural("redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queue again",
 							   "redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queues again",
-							   copy->count, copy->count)));
+							   copy->count, copy->count),
+				 errdetail("The copy is of version " INT64_FORMAT " (changes counted).", fleet->version)));
 	/* (what Redis has now is read at the next poll, at once) */
 	next_poll = redsem_now();
 	return true;
+}
+
+/*
+ * Whether to store this server's copy: Redis has no definitions, or has a
+ * copy stored back that is older than ours
+ */
+static bool
+copy_wanted(int exists, int64 version)
+{
+	return exists == 0 || (exists == 2 && fleet->version > version);
+}
+
+/*
+ * Make each queue's stored limit its definition's active_statements where
+ * they differ (two changes at once may leave the cap of the first beside
+ * the definition of the second): only if the stored limit is still the
+ * one read, and the definition read after it still says so, so that a
+ * change made meanwhile is never undone.  Dropped queues whose cap a late
+ * change stored again lose it the same way.
+ */
+static void
+reconcile_caps(RedisCall *call, const QueueConfig *now)
+{
+	for (int i = 0; i < now->count; i++)
+	{
+		const QueueDef *q = &now->queues[i];
+		SemLimit	limit;
+		char	   *text;
+		QueueDef	again;
+		int			was;
+
+		if (!sem_limit(call, q->semaphore, &limit))
+			return;
+		if (limit.stored == q->active)
+			continue;
+		was = (int) Max(limit.stored, 0);
+		text = stored_def(call, q->name);
+		if (text == NULL || !parse_stored(q->name, text, &again) || again.active != q->active ||
+			!sem_set_limit_if(call, q->semaphore, q->active, was, &limit))
+			continue;
+		if (limit.stored == q->active)
+			ereport(LOG,
+					(errmsg("redsem: statement queue \"%s\": cap set to %d, as its definition says (it was %d)",
+							q->name, q->active, was)));
+	}
+	for (int i = 0; i < ndropped; i++)
+	{
+		SemLimit	limit;
+
+		if (dropped[i].until < redsem_now() ||
+			def_in(now, dropped[i].semaphore + strlen(REDSEM_QUEUE_PREFIX)) != NULL ||
+			def_in(queue_setting_config(), dropped[i].semaphore + strlen(REDSEM_QUEUE_PREFIX)) != NULL)
+			continue;
+		if (sem_limit(call, dropped[i].semaphore, &limit) && limit.stored == dropped[i].active)
+			(void) sem_set_limit_if(call, dropped[i].semaphore, 0, dropped[i].active, &limit);
+	}
+}
+
+/* Sort n names, and their texts with them, by name */
+static void
+sort_by_name(char **names, char **texts, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--)
+		{
+			char	   *t = names[j];
+
+			names[j] = names[j - 1];
+			names[j - 1] = t;
+			t = texts[j];
+			texts[j] = texts[j - 1];
+			texts[j - 1] = t;
+		}
 }
 
 /*
@@ -511,29 +650,54 @@ void
 queue_fleet_poll(int budget_ms)
 {
 	RedisCall	call;
-	bool		exists;
+	int			exists;
+	int64		version;
 	char	  **names;
 	char	  **texts;
 	int			n;
 	QueueConfig *now = new_config();
+	StringInfoData invalid;
+	int			ninvalid = 0;
+	char	   *first_why = NULL;
+	uint64		before;
 
 	next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_POLL_MS);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
 	if (!sem_queues_poll(&call, NULL, server_id(), QUEUE_FLEET_SERVER_TTL_MS, server_value(),
-						 &exists, &names, &texts, &n))
+						 &exists, &version, &names, &texts, &n))
 	{
 		note_trouble(&call, false);
 		return;
 	}
 	note_trouble(&call, true);
-	/* (dropping the last queue leaves the hash: Redis forgot them) */
-	if (!exists && restore_copy(&call))
+	/* (dropping the last queue leaves '~': gone, Redis forgot them) */
+	if (copy_wanted(exists, version) && restore_copy(&call))
 		return;
+	initStringInfo(&invalid);
+	/* (by name: Redis lists a hash's fields in an order that may change) */
+	sort_by_name(names, texts, n);
 	for (int i = 0; i < n && now->count < QUEUE_MAX_QUEUES; i++)
+	{
 		if (parse_stored(names[i], texts[i], &now->queues[now->count]))
 			now->count++;
-	publish(config_text(now), now, true);
+		else if (ninvalid++ < 10)
+		{
+			appendStringInfo(&invalid, "%s\"%s\"", invalid.len > 0 ? ", " : "", names[i]);
+			if (first_why == NULL && GUC_check_errdetail_string)
+				first_why = pstrdup(GUC_check_errdetail_string);
+		}
+	}
+	if (ninvalid > 10)
+		appendStringInfo(&invalid, ", ...");
+	report_invalid(invalid.data, ninvalid, first_why);
+	before = pg_atomic_read_u64(&fleet->generation);
+	publish(config_text(now), now, version, true);
 	log_conflicts(now);
+	if (before != pg_atomic_read_u64(&fleet->generation) || redsem_now() >= next_cap_check)
+	{
+		next_cap_check = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_CAP_CHECK_MS);
+		reconcile_caps(&call, now);
+	}
 }
 
 /*
@@ -545,12 +709,14 @@ static void
 restore_before_change(void)
 {
 	RedisCall	call = REDIS_SQL_CALL;
-	bool		exists;
+	int			exists;
+	int64		version;
 	char	  **names;
 	char	  **texts;
 	int			n;
 
-	if (fleet == NULL || !sem_queues_get(&call, NULL, &exists, &names, &texts, &n) || exists)
+	if (fleet == NULL || !sem_queues_get(&call, NULL, &exists, &version, &names, &texts, &n) ||
+		!copy_wanted(exists, version))
 		return;
 	(void) restore_copy(&call);
 }
@@ -666,12 +832,13 @@ def_text(const QueueDef *q)
 static char *
 stored_def(RedisCall *call, const char *name)
 {
-	bool		exists;
+	int			exists;
+	int64		version;
 	char	  **names;
 	char	  **texts;
 	int			n;
 
-	if (!sem_queues_get(call, NULL, &exists, &names, &texts, &n))
+	if (!sem_queues_get(call, NULL, &exists, &version, &names, &texts, &n))
 		return NULL;
 	for (int i = 0; i < n; i++)
 		if (strcmp(names[i], name) == 0)
@@ -714,6 +881,40 @@ apply_cap(const QueueDef *q, int cap)
 			 errmsg("the cap of statement queue \"%s\" is not applied yet", q->name),
 			 errdetail("Its definition is stored in Redis, but its semaphore's limit could not be set."),
 			 errhint("Run redsem_alter_queue('%s', 'active_statements=%d') again.", q->name, q->active)));
+}
+
+/*
+ * After a change: if another change came at once, the cap stored last may
+ * be the other's while its definition is ours (or the reverse).  Make the
+ * cap the definition's as it is now, unless yet another change moves it
+ * meanwhile (compare-and-set; the keepers check again later).
+ */
+static void
+settle_cap(const QueueDef *q)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+
+	call.elevel = WARNING;
+	for (int tries = 0; tries < QUEUE_ALTER_TRIES; tries++)
+	{
+		SemLimit	limit;
+		QueueDef	now;
+		char	   *text;
+
+		if (!sem_limit(&call, q->semaphore, &limit))
+			return;
+		text = stored_def(&call, q->name);
+		if (text == NULL)
+		{
+			/* dropped: a change that raced the drop may have set its cap */
+			if (limit.stored > 0 && def_in(queue_setting_config(), q->name) == NULL)
+				(void) sem_set_limit_if(&call, q->semaphore, 0, (int) limit.stored, &limit);
+			return;
+		}
+		if (!parse_stored(q->name, text, &now) || now.active == limit.stored)
+			return;
+		(void) sem_set_limit_if(&call, q->semaphore, now.active, (int) Max(limit.stored, 0), &limit);
+	}
 }
 
 /*
@@ -787,6 +988,7 @@ redsem_create_queue(PG_FUNCTION_ARGS)
 				 errmsg("too many statement queues"),
 				 errdetail("At most %d can be defined.", QUEUE_MAX_QUEUES)));
 	apply_cap(&q, q.active);
+	settle_cap(&q);
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" created by role \"%s\": %s",
 					q.name, GetUserNameFromId(GetUserId(), false), stored)));
@@ -816,6 +1018,7 @@ redsem_alter_queue(PG_FUNCTION_ARGS)
 	restore_before_change();
 	stored = alter_def(name, text_to_cstring(PG_GETARG_TEXT_PP(1)), &q);
 	apply_cap(&q, q.active);
+	settle_cap(&q);
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" changed by role \"%s\": %s",
 					q.name, GetUserNameFromId(GetUserId(), false), stored)));
@@ -852,6 +1055,7 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 		PG_RETURN_BOOL(false);
 	}
 	apply_cap(&q, 0);
+	settle_cap(&q);
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" dropped by role \"%s\"",
 					q.name, GetUserNameFromId(GetUserId(), false))));
@@ -860,26 +1064,33 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 }
 
 /*
- * After redsem_set_limit on a queue's semaphore: if Redis defines that
- * queue, its definition's active_statements follows (the same operation
- * as redsem_alter_queue's)
+ * redsem_set_limit on a queue's semaphore: if Redis defines that queue,
+ * change its definition's active_statements instead (the same operation as
+ * redsem_alter_queue's, cap included) and return true; false to let the
+ * caller store the limit alone.  A definition that cannot be read is
+ * reported with a WARNING, and the limit stored alone.
  */
-void
-queue_fleet_note_limit(const char *semaphore, int active)
+bool
+queue_fleet_set_limit(const char *semaphore, int active)
 {
 	const char *name = semaphore + strlen(REDSEM_QUEUE_PREFIX);
 	RedisCall	call = REDIS_SQL_CALL;
 	QueueDef	q;
-	char	   *options;
+	char	   *text;
 
 	if (active <= 0 || strncmp(semaphore, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0 ||
-		!queue_valid_name(name) || stored_def(&call, name) == NULL)
-		return;
-	options = psprintf("active_statements=%d", active);
-	(void) alter_def(name, options, &q);
+		!queue_valid_name(name))
+		return false;
+	call.elevel = WARNING;
+	if (stored_def(&call, name) == NULL)
+		return false;
+	text = alter_def(name, psprintf("active_statements=%d", active), &q);
+	apply_cap(&q, q.active);
+	settle_cap(&q);
 	ereport(LOG,
-			(errmsg("redsem: statement queue \"%s\": active_statements set to %d in its definition",
-					name, active)));
+			(errmsg("redsem: statement queue \"%s\" changed by role \"%s\" (redsem_set_limit): %s",
+					name, GetUserNameFromId(GetUserId(), false), text)));
+	return true;
 }
 
 /* The i-th tab-separated part of text (palloc'd; "" if there is none) */

@@ -17,6 +17,6 @@ extern void queue_fleet_shmem_init(LWLock *lock);
 extern const QueueConfig *queue_fleet_config(uint64 *generation);
 extern bool queue_fleet_poll_due(void);
 extern void queue_fleet_poll(int budget_ms);
-extern void queue_fleet_note_limit(const char *semaphore, int active);
+extern bool queue_fleet_set_limit(const char *semaphore, int active);
 
 #endif							/* REDSEM_QUEUE_FLEET_H */

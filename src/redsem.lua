@@ -352,7 +352,7 @@
 --  X3 The statement queues' definitions, <prefix>queues (a HASH), are
 --     written only by their own operations (queue_put, queue_drop,
 --     queues_restore), each leaving the field '~' and no TTL: '~' is gone
---     only when Redis forgot the hash.  At most QUEUE_MAX queues; a text
+--     only when Redis forgot the hash; '#' counts the changes.  At most QUEUE_MAX queues; a text
 --     is opaque here (each server parses it).  Fields '@<server>' note the
 --     servers that read them (queues_poll) until a deadline, and go after
 --     it; a hash without '~' expires when the last of them would.
@@ -2167,12 +2167,15 @@ local function op_summary()
 end
 OPS.summary = {read = read_none, run = op_summary}
 
--- set_limit max_holders|'' ['nx']: store a limit, or remove it (the
--- members keep it as the limit in effect); with 'nx', only if none is
--- stored (a statement queue's first use: its definition's cap).  Raising
--- it admits waiters at once (I3, I4).
-local function op_set_limit(maxh, nx)
+-- set_limit max_holders|'' ['nx'|'if=N']: store a limit, or remove it
+-- (the members keep it as the limit in effect); with 'nx', only if none is
+-- stored (a statement queue's first use: its definition's cap); with
+-- 'if=N', only if the stored one is N (0: none; a keeper making a queue's
+-- cap its definition's, and not undoing a change it has not seen).
+-- Raising it admits waiters at once (I3, I4).
+local function op_set_limit(maxh, nx, was)
     if nx and S.limit then return limit_reply() end
+    if was and (S.limit or 0) ~= was then return limit_reply() end
     local before = limit_in_effect(member_count() > 0)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)
@@ -2182,8 +2185,9 @@ end
 OPS.set_limit = {
     read = function(a)
         local maxh = limit_arg(a[2])
-        if maxh ~= nil and (a[3] == nil or (a[3] == 'nx' and maxh)) then
-            return true, maxh or nil, a[3] == 'nx'
+        local was = a[3] and string.match(a[3], '^if=(%d+)$')
+        if maxh ~= nil and (a[3] == nil or (a[3] == 'nx' and maxh) or was) then
+            return true, maxh or nil, a[3] == 'nx', was and tonumber(was)
         end
     end,
     run = op_set_limit,
@@ -2598,12 +2602,14 @@ INDEX_OPS = {
 }
 
 -- The statement queues' fleet definitions (X3): one hash, <prefix>queues,
--- queue name -> its options' text, which the servers parse; the field '~'
--- ("1") stays when the last queue is dropped, so that definitions that
--- are gone mean Redis forgot (a server then restores its copy:
--- queues_restore), never that the administrators dropped every queue.
--- Fields '@<server>' are the servers that read them lately (queues_poll).
--- These operations name that key alone (dispatch checks its name).
+-- queue name -> its options' text, which the servers parse.  Its field
+-- '~' is "1", or "r" once a server stored its copy back (queues_restore)
+-- and nobody changed anything since; it stays when the last queue is
+-- dropped, so that definitions that are gone mean Redis forgot, never that
+-- the administrators dropped every queue.  '#' counts the changes (a
+-- copy's version).  Fields '@<server>' are the servers that read them
+-- lately (queues_poll).  These operations name that key alone (dispatch
+-- checks its name).
 local QUEUE_MAX, QUEUE_TEXT_MAX = 64, 2048
 
 -- A queue's name as the servers accept it: 1 to 63 of [A-Za-z0-9_.-].
@@ -2616,16 +2622,24 @@ local function queue_text_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= QUEUE_TEXT_MAX then return v end
 end
 
--- queues_get: {1 if the definitions are there (the field '~'; else 0),
--- name, text, name, text...}.
+-- True if field f of the hash is a queue's (not '~', '#' or a server's).
+local function is_queue_field(f)
+    local c = string.sub(f, 1, 1)
+    return c ~= '~' and c ~= '#' and c ~= '@'
+end
+
+-- queues_get: {1 if the definitions are there ('~'), 2 if they are a copy
+-- stored back, 0 if they are gone; the version ('#', 0 if none); name,
+-- text, name, text...}.
 local function op_queues_get(key)
     local all = redis.call('HGETALL', key)
-    local reply = {0}
+    local reply = {0, 0}
     for i = 1, #all, 2 do
-        local c = string.sub(all[i], 1, 1)
         if all[i] == '~' then
-            reply[1] = 1
-        elseif c ~= '@' then
+            reply[1] = all[i + 1] == 'r' and 2 or 1
+        elseif all[i] == '#' then
+            reply[2] = tonumber(all[i + 1]) or 0
+        elseif is_queue_field(all[i]) then
             reply[#reply + 1] = all[i]
             reply[#reply + 1] = all[i + 1]
         end
@@ -2672,6 +2686,13 @@ local function op_queue_servers(key)
     return reply
 end
 
+-- A change: '~' says the definitions are the administrators', '#' counts.
+local function queue_changed(key)
+    redis.call('HSET', key, '~', '1')
+    redis.call('HINCRBY', key, '#', 1)
+    redis.call('PERSIST', key)
+end
+
 -- queue_put name text create|alter [was]: {1} stored; {0, text now}
 -- create of a queue that is there, or alter of one whose text is no longer
 -- was; {0} alter of one that is not there; {-1} create of a queue beyond
@@ -2681,26 +2702,38 @@ local function op_queue_put(key, name, text, mode, was)
     if mode == 'create' and now then return {0, now} end
     if mode == 'alter' and not now then return {0} end
     if mode == 'alter' and was and now ~= was then return {0, now} end
-    if not now and (#op_queues_get(key) - 1) / 2 >= QUEUE_MAX then return {-1} end
-    redis.call('HSET', key, name, text, '~', '1')
-    redis.call('PERSIST', key)
+    if not now and (#op_queues_get(key) - 2) / 2 >= QUEUE_MAX then return {-1} end
+    redis.call('HSET', key, name, text)
+    queue_changed(key)
     return {1}
 end
 
 -- queue_drop name: {1} dropped, {0} there was no such queue.
 local function op_queue_drop(key, name)
     local n = redis.call('HDEL', key, name)
-    redis.call('HSET', key, '~', '1')
-    redis.call('PERSIST', key)
+    queue_changed(key)
     return {n}
 end
 
--- queues_restore name text...: a server's copy, stored only if the
--- definitions are gone (Redis forgot): {1} stored, {0} they are there.
-local function op_queues_restore(key, pairs)
-    if redis.call('HEXISTS', key, '~') == 1 then return {0} end
+-- queues_restore version name text...: a server's copy of the definitions
+-- (of that version), stored if they are gone (Redis forgot them), or in
+-- place of an older copy stored back that nobody changed since: {1}
+-- stored, {0} not.  (So after Redis forgets, the newest copy among the
+-- servers that come within a poll wins, not the first.)
+local function op_queues_restore(key, version, pairs)
+    local mark = redis.call('HGET', key, '~')
+    if mark == '1' then return {0} end
+    if mark and (tonumber(redis.call('HGET', key, '#')) or 0) >= version then return {0} end
+    if mark then
+        local old = redis.call('HKEYS', key)
+        for _, f in ipairs(old) do
+            if is_queue_field(f) then redis.call('HDEL', key, f) end
+        end
+    end
     pairs[#pairs + 1] = '~'
-    pairs[#pairs + 1] = '1'
+    pairs[#pairs + 1] = 'r'
+    pairs[#pairs + 1] = '#'
+    pairs[#pairs + 1] = int(version)
     redis.call('HSET', key, unpack(pairs))
     redis.call('PERSIST', key)
     return {1}
@@ -2755,14 +2788,14 @@ INDEX_OPS.queue_drop = {
 }
 INDEX_OPS.queues_restore = {
     read = function(a)
-        local pairs = {}
-        if #a < 3 or #a % 2 ~= 1 or #a > 1 + 2 * QUEUE_MAX then return nil end
-        for i = 2, #a, 2 do
+        local version, pairs = count_arg(a[2]), {}
+        if not version or #a < 4 or #a % 2 ~= 0 or #a > 2 + 2 * QUEUE_MAX then return nil end
+        for i = 3, #a, 2 do
             if not queue_name_arg(a[i]) or not queue_text_arg(a[i + 1]) then return nil end
             pairs[#pairs + 1] = a[i]
             pairs[#pairs + 1] = a[i + 1]
         end
-        return true, pairs
+        return true, version, pairs
     end,
     run = op_queues_restore,
     timeless = true,

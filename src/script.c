@@ -931,6 +931,24 @@ sem_set_limit(RedisCall *call, const char *name, int max_holders,
 		decode_limit(call, name, reply, limit);
 }
 
+/*
+ * Store the semaphore's limit (0: remove it) only if the stored one is
+ * was (0: none); *limit as sem_limit, afterwards (its stored limit tells
+ * whether it was set)
+ */
+bool
+sem_set_limit_if(RedisCall *call, const char *name, int max_holders, int was,
+				 SemLimit *limit)
+{
+	const char *args[2];
+	redisReply *reply;
+
+	args[0] = max_holders > 0 ? psprintf("%d", max_holders) : "";
+	args[1] = psprintf("if=%d", Max(was, 0));
+	return run_script(call, NULL, name, "set_limit", 2, args, &reply) &&
+		decode_limit(call, name, reply, limit);
+}
+
 /* Decode a {text, us, burst, wait ms} rate reply ('' for no rate), then free it */
 static bool
 decode_rate(RedisCall *call, const char *name, redisReply *reply, SemRate *rate)
@@ -1214,14 +1232,17 @@ reply_text(const redisReply *e)
 
 /*
  * The statement queues' definitions stored under prefix (NULL: the
- * session's): *count names and texts (palloc'd); *exists false if the
- * hash is gone (Redis forgot it, or nobody defined a queue yet).
+ * session's): *count names and texts (palloc'd); *exists 1 if they are
+ * there, 2 if they are a copy a server stored back, 0 if they are gone
+ * (Redis forgot them, or nobody defined a queue yet); *version counts the
+ * changes.
  */
 bool
-sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
-			   char ***names, char ***texts, int *count)
+sem_queues_get(RedisCall *call, const char *prefix, int *exists,
+			   int64 *version, char ***names, char ***texts, int *count)
 {
-	return sem_queues_poll(call, prefix, NULL, 0, NULL, exists, names, texts, count);
+	return sem_queues_poll(call, prefix, NULL, 0, NULL, exists, version,
+						   names, texts, count);
 }
 
 /*
@@ -1230,7 +1251,7 @@ sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
  */
 bool
 sem_queues_poll(RedisCall *call, const char *prefix, const char *server,
-				int ttl_ms, const char *value, bool *exists,
+				int ttl_ms, const char *value, int *exists, int64 *version,
 				char ***names, char ***texts, int *count)
 {
 	const char *args[3] = {server, psprintf("%d", ttl_ms), value};
@@ -1240,14 +1261,14 @@ sem_queues_poll(RedisCall *call, const char *prefix, const char *server,
 	if (!run_index(call, queues_key(prefix), server ? "queues_poll" : "queues_get",
 				   server ? 3 : 0, args, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 1 ||
-		!reply_int64(reply->element[0], &there))
-		return malformed(call, "(queues)", reply, "queues_get did not answer a flag and pairs");
-	*exists = there == 1;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements % 2 != 0 ||
+		!reply_int64(reply->element[0], &there) || !reply_int64(reply->element[1], version))
+		return malformed(call, "(queues)", reply, "queues_get did not answer a flag, a version and pairs");
+	*exists = (int) there;
 	*count = 0;
 	*names = palloc(sizeof(char *) * (reply->elements / 2 + 1));
 	*texts = palloc(sizeof(char *) * (reply->elements / 2 + 1));
-	for (size_t i = 1; i + 1 < reply->elements; i += 2)
+	for (size_t i = 2; i + 1 < reply->elements; i += 2)
 	{
 		if (reply->element[i]->type != REDIS_REPLY_STRING ||
 			reply->element[i + 1]->type != REDIS_REPLY_STRING)
@@ -1336,24 +1357,26 @@ sem_queue_drop(RedisCall *call, const char *name, bool *dropped)
 }
 
 /*
- * Store the n definitions under prefix if Redis has none at all (it
- * forgot them); *restored false if it had.
+ * Store the n definitions (a copy of version) under prefix if Redis has
+ * none (it forgot them), or only an older copy stored back; *restored
+ * false if it did not take them.
  */
 bool
-sem_queues_restore(RedisCall *call, const char *prefix, int n,
+sem_queues_restore(RedisCall *call, const char *prefix, int64 version, int n,
 				   char *const *names, char *const *texts, bool *restored)
 {
-	const char **args = palloc(sizeof(char *) * 2 * Max(n, 1));
+	const char **args = palloc(sizeof(char *) * (2 * n + 1));
 	redisReply *reply;
 	int64		r;
 
 	Assert(n >= 1);
+	args[0] = psprintf(INT64_FORMAT, version);
 	for (int i = 0; i < n; i++)
 	{
-		args[2 * i] = names[i];
-		args[2 * i + 1] = texts[i];
+		args[1 + 2 * i] = names[i];
+		args[2 + 2 * i] = texts[i];
 	}
-	if (!run_index(call, queues_key(prefix), "queues_restore", 2 * n, args, &reply))
+	if (!run_index(call, queues_key(prefix), "queues_restore", 2 * n + 1, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
 		!reply_int64(reply->element[0], &r))

@@ -135,20 +135,21 @@ extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
 						  int ttl_ms);
 extern bool sem_index_list(RedisCall *call, int max, char ***names,
 						   int *count, int64 *total, char **evicting);
-extern bool sem_queues_get(RedisCall *call, const char *prefix, bool *exists,
-						   char ***names, char ***texts, int *count);
+extern bool sem_queues_get(RedisCall *call, const char *prefix, int *exists,
+						   int64 *version, char ***names, char ***texts,
+						   int *count);
 extern bool sem_queues_poll(RedisCall *call, const char *prefix,
 							const char *server, int ttl_ms, const char *value,
-							bool *exists, char ***names, char ***texts,
-							int *count);
+							int *exists, int64 *version, char ***names,
+							char ***texts, int *count);
 extern bool sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
 							  char ***values, int *count);
 extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
 						  const char *was, int *result, char **existing);
 extern bool sem_queue_drop(RedisCall *call, const char *name, bool *dropped);
-extern bool sem_queues_restore(RedisCall *call, const char *prefix, int n,
-							   char *const *names, char *const *texts,
-							   bool *restored);
+extern bool sem_queues_restore(RedisCall *call, const char *prefix,
+							   int64 version, int n, char *const *names,
+							   char *const *texts, bool *restored);
 extern int	sem_node_of(const char *prefix, const char *name);
 extern bool sem_node_policy(RedisCall *call, const char *prefix,
 							const char *name, char **evicting);
@@ -169,6 +170,8 @@ extern bool sem_list(RedisCall *call, const char *name, SemMember **members,
 					 int *count);
 extern bool sem_limit(RedisCall *call, const char *name, SemLimit *limit);
 
+extern bool sem_set_limit_if(RedisCall *call, const char *name, int max_holders,
+							 int was, SemLimit *limit);
 extern bool sem_set_limit(RedisCall *call, const char *name, int max_holders,
 						  bool if_none, SemLimit *limit);
 extern bool sem_rate(RedisCall *call, const char *name, SemRate *rate);

@@ -162,6 +162,9 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	name = name_arg(fcinfo, 0);
 	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	hold_init();
+	/* (a queue defined in Redis: its definition changes, cap included) */
+	if (queue_fleet_set_limit(name, max_holders))
+		PG_RETURN_VOID();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
 	stored_pin_configured(&call, name);
 	if (max_holders > 0)
@@ -172,8 +175,6 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 		ereport(LOG,
 				(errmsg("redsem: stored limit of semaphore \"%s\" removed by role \"%s\"",
 						name, GetUserNameFromId(GetUserId(), false))));
-	/* (a queue's definition in Redis follows: the same operation) */
-	queue_fleet_note_limit(name, max_holders);
 	PG_RETURN_VOID();
 }
 

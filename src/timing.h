@@ -244,6 +244,14 @@
  */
 #define QUEUE_FLEET_SERVER_TTL_MS	10000
 /*
+ * Two changes of a queue at once may leave the cap of one beside the
+ * definition of the other: the functions check once after each change,
+ * and each keeper every QUEUE_FLEET_CAP_CHECK_MS (and when the definitions
+ * changed) makes the caps its definitions' again, compare-and-set; for as
+ * long it also removes the cap a late change stored for a dropped queue.
+ */
+#define QUEUE_FLEET_CAP_CHECK_MS	10000
+/*
  * A statement of a queue with on_redis_error=run that found Redis unusable
  * runs without a slot, and so do the session's next statements of such a
  * queue for QUEUE_UNQUEUED_SPELL_MS, without trying Redis: a Redis that
