@@ -48,6 +48,9 @@ $node->safe_psql('postgres',
 is($node->safe_psql('postgres', 'SELECT acquired FROM redsem_stats WHERE name IS NULL'), '6',
 	'the statistics table is full: 6 names add up in one row');
 
+# a role whose queue is not defined: its sessions would run unqueued
+$node->safe_psql('postgres', q{CREATE ROLE lost_analyst; ALTER ROLE lost_analyst SET redsem.queue = 'no_such_queue';});
+
 ###########################################################################
 note 'the exporter';
 
@@ -107,6 +110,10 @@ is(series('redsem_wait_seconds_bucket', { semaphore => '', le => '+Inf' }), 0, '
 is(series('redsem_keeper_up', {}), 1, 'redsem_keeper_up: 1');
 is(series('redsem_queue_active_statements', { queue => 'reports' }), 2, 'redsem_queue_active_statements of "reports"');
 is(series('redsem_queue_running', { queue => 'reports' }), 0, 'redsem_queue_running (from Redis)');
+is(series('redsem_queue_setting_differs', { queue => 'reports' }), 0, 'redsem_queue_setting_differs');
+is(series('redsem_queue_defined_in_redis', { queue => 'reports' }), 0, 'redsem_queue_defined_in_redis (by redsem.queues here)');
+is(series('redsem_queue_config_undefined_settings', {}), 1, 'redsem_queue_config_undefined_settings: a role naming no queue');
+is(series('redsem_queue_config_servers', {}), 1, 'redsem_queue_config_servers: this server applies the queues of Redis');
 like($metrics, qr/^pg_exporter_last_scrape_error(\{[^}]*\})? 0$/m, 'the exporter reports no scrape error');
 unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m, 'and loaded the queries file');
 # every series the Grafana dashboard draws is one the exporter serves
