@@ -836,7 +836,8 @@ keeper_cycle(KeeperState *st)
 												touch_budget_ms(holds, n, &batch, target, sent)));
 		valid_until = stop_lost_holders(st);
 	}
-	if (queue_fleet_poll_due())
+	/* (not behind a touch: a late reply it left owed would cost the link) */
+	else if (queue_fleet_poll_due())
 	{
 		read_queue_definitions((int) ms_until_capped(valid_until,
 													 touch_budget_ms(holds, n, &batch, target, sent)));

@@ -29,7 +29,6 @@
 #include "compat.h"
 #include "guc.h"
 #include "queue_conf.h"
-#include "queue_fleet.h"
 #include "shmem.h"
 #include "sqlargs.h"
 
@@ -63,6 +62,16 @@ find_def(QueueConfig *conf, const char *name)
 		if (strcmp(conf->queues[i].name, name) == 0)
 			return &conf->queues[i];
 	return NULL;
+}
+
+/* Where the fleet's definitions come from (queue_fleet.c), once preloaded */
+static QueueFleetSource fleet_source = NULL;
+
+/* From _PG_init: fn gives the fleet's definitions and their generation */
+void
+queue_conf_set_fleet_source(QueueFleetSource fn)
+{
+	fleet_source = fn;
 }
 
 /* Make merged anew from the fleet's definitions and redsem.queues */
@@ -102,8 +111,8 @@ merge_definitions(const QueueConfig *fleet)
 const QueueConfig *
 queue_config(void)
 {
-	uint64		fleet_generation;
-	const QueueConfig *fleet = queue_fleet_config(&fleet_generation);
+	uint64		fleet_generation = 0;
+	const QueueConfig *fleet = fleet_source ? fleet_source(&fleet_generation) : NULL;
 
 	if (config == NULL)
 		return NULL;

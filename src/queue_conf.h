@@ -39,7 +39,11 @@ typedef struct QueueConfig
 	QueueDef	queues[FLEXIBLE_ARRAY_MEMBER];
 } QueueConfig;
 
+/* The fleet's definitions (NULL if none) and their generation */
+typedef const QueueConfig *(*QueueFleetSource) (uint64 *generation);
+
 extern void queue_define_gucs(void);
+extern void queue_conf_set_fleet_source(QueueFleetSource fn);
 extern const QueueConfig *queue_config(void);
 extern const QueueConfig *queue_setting_config(void);
 extern const char *queue_unapplied_settings(void);

@@ -33,6 +33,7 @@
 #include "port/atomics.h"
 #include "storage/fd.h"
 #include "storage/lwlock.h"
+#include "storage/ipc.h"
 #include "storage/shmem.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -47,7 +48,6 @@
 #include "redis/conn.h"
 #include "script.h"
 #include "sqlargs.h"
-#include "stored.h"
 #include "timing.h"
 
 /* Room for every definition, each written out in full */
@@ -98,12 +98,8 @@ PG_FUNCTION_INFO_V1(redsem_alter_queue);
 PG_FUNCTION_INFO_V1(redsem_drop_queue);
 PG_FUNCTION_INFO_V1(redsem_queue_servers);
 
-/* Shared memory the definitions need */
-Size
-queue_fleet_shmem_size(void)
-{
-	return MAXALIGN(sizeof(QueueFleetShared));
-}
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 
 /* A new, empty set of definitions (palloc'd) */
 static QueueConfig *
@@ -163,20 +159,45 @@ load_copy(void)
 	pg_atomic_write_u64(&fleet->generation, 1);
 }
 
+/* Ask for the shared definitions' memory and lock */
+static void
+fleet_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(MAXALIGN(sizeof(QueueFleetShared)));
+	RequestNamedLWLockTranche("redsem queue definitions", 1);
+}
+
 /* Attach to (or make, and fill from the copy) the shared definitions */
-void
-queue_fleet_shmem_init(LWLock *lock)
+static void
+fleet_shmem_startup(void)
 {
 	bool		found;
 
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	fleet = ShmemInitStruct("redsem queue definitions", sizeof(QueueFleetShared), &found);
-	if (found)
-		return;
-	memset(fleet, 0, sizeof(QueueFleetShared));
-	fleet->lock = lock;
-	pg_atomic_init_u64(&fleet->generation, 0);
-	if (!IsUnderPostmaster)
-		load_copy();
+	if (!found)
+	{
+		memset(fleet, 0, sizeof(QueueFleetShared));
+		fleet->lock = &GetNamedLWLockTranche("redsem queue definitions")[0].lock;
+		pg_atomic_init_u64(&fleet->generation, 0);
+		if (!IsUnderPostmaster)
+			load_copy();
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* From _PG_init, when preloading: the shared definitions' hooks */
+void
+queue_fleet_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = fleet_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = fleet_shmem_startup;
 }
 
 /*
@@ -663,9 +684,14 @@ queue_fleet_poll(int budget_ms)
 
 	next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_POLL_MS);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
+	/* (a late reply is read later: the keeper keeps its connection) */
+	call.owe_late_reply = true;
 	if (!sem_queues_poll(&call, NULL, server_id(), QUEUE_FLEET_SERVER_TTL_MS, server_value(),
 						 &exists, &version, &names, &texts, &n))
 	{
+		/* (a Redis too far for the budget: try again less often) */
+		if (call.outcome.status == RS_TIMED_OUT)
+			next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_SLOW_POLL_MS);
 		note_trouble(&call, false);
 		return;
 	}
@@ -873,7 +899,7 @@ apply_cap(const QueueDef *q, int cap)
 	call.elevel = WARNING;
 	if (sem_set_limit(&call, q->semaphore, cap, false, &limit))
 	{
-		stored_pin_configured(&call, q->semaphore);
+		sem_pin_configured(&call, q->semaphore);
 		return;
 	}
 	ereport(WARNING,

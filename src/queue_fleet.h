@@ -8,12 +8,9 @@
 #ifndef REDSEM_QUEUE_FLEET_H
 #define REDSEM_QUEUE_FLEET_H
 
-#include "storage/lwlock.h"
-
 #include "queue_conf.h"
 
-extern Size queue_fleet_shmem_size(void);
-extern void queue_fleet_shmem_init(LWLock *lock);
+extern void queue_fleet_shmem_init(void);
 extern const QueueConfig *queue_fleet_config(uint64 *generation);
 extern bool queue_fleet_poll_due(void);
 extern void queue_fleet_poll(int budget_ms);

@@ -18,6 +18,7 @@
 #include "keeper.h"
 #include "queue.h"
 #include "queue_conf.h"
+#include "queue_fleet.h"
 #include "secret.h"
 #include "sentinel.h"
 #include "shmem.h"
@@ -51,6 +52,8 @@ _PG_init(void)
 	{
 		shmem_define_gucs();	/* server-start settings: only while preloading */
 		shmem_init();
+		queue_fleet_shmem_init();
+		queue_conf_set_fleet_source(queue_fleet_config);
 		stats_reserve_room_for(queue_is_semaphore);
 		keeper_register();
 		queue_install_hooks();

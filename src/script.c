@@ -1387,6 +1387,24 @@ sem_queues_restore(RedisCall *call, const char *prefix, int64 version, int n,
 }
 
 /*
+ * A stored limit, rate or reserve is configuration: the index pins the
+ * name, so that redsem_semaphores() shows it while nobody uses it.
+ */
+void
+sem_pin_configured(RedisCall *call, const char *name)
+{
+	SemLimit	limit;
+	SemRate		rate;
+	SemReserve	reserve;
+
+	if (sem_limit(call, name, &limit) && sem_rate(call, name, &rate) &&
+		sem_reserve(call, name, &reserve))
+		(void) sem_index_pin(call, name,
+							 limit.stored > 0 || rate.text != NULL || reserve.permits > 0,
+							 FLEET_TTL_MS);
+}
+
+/*
  * In a Redis Cluster, the node known to serve semaphore name of prefix
  * (name NULL: the index), or -1 while this process has not learnt it
  */

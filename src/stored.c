@@ -18,7 +18,6 @@
 #include "script.h"
 #include "queue_fleet.h"
 #include "sqlargs.h"
-#include "stored.h"
 #include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_set_limit);
@@ -127,23 +126,6 @@ parse_rate(const char *text, char **shown)
 	return (int64) us;
 }
 
-/*
- * A stored limit, rate or reserve is configuration: the index pins the
- * name, so that redsem_semaphores() shows it while nobody uses it.
- */
-void
-stored_pin_configured(RedisCall *call, const char *name)
-{
-	SemLimit	limit;
-	SemRate		rate;
-	SemReserve	reserve;
-
-	if (sem_limit(call, name, &limit) && sem_rate(call, name, &rate) &&
-		sem_reserve(call, name, &reserve))
-		(void) sem_index_pin(call, name,
-							 limit.stored > 0 || rate.text != NULL || reserve.permits > 0,
-							 FLEET_TTL_MS);
-}
 
 /*
  * redsem_set_limit(name, max_holders): store a semaphore's limit in Redis
@@ -166,7 +148,7 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	if (queue_fleet_set_limit(name, max_holders))
 		PG_RETURN_VOID();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
-	stored_pin_configured(&call, name);
+	sem_pin_configured(&call, name);
 	if (max_holders > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",
@@ -208,7 +190,7 @@ redsem_set_rate(PG_FUNCTION_ARGS)
 	}
 	hold_init();
 	(void) sem_set_rate(&call, name, &set, &rate);
-	stored_pin_configured(&call, name);
+	sem_pin_configured(&call, name);
 	if (set.text != NULL)
 		ereport(LOG,
 				(errmsg("redsem: rate of semaphore \"%s\" set to %s (burst " INT64_FORMAT ") by role \"%s\"",
@@ -252,7 +234,7 @@ redsem_set_reserve(PG_FUNCTION_ARGS)
 	}
 	hold_init();
 	(void) sem_set_reserve(&call, name, permits, min_priority, &reserve);
-	stored_pin_configured(&call, name);
+	sem_pin_configured(&call, name);
 	if (permits > 0)
 		ereport(LOG,
 				(errmsg_plural("redsem: reserve of semaphore \"%s\" set to %d permit for priority %d and up by role \"%s\"",

@@ -237,6 +237,14 @@
  */
 #define QUEUE_FLEET_POLL_MS			1000
 /*
+ * A read that ran out of its budget leaves its reply owed on the keeper's
+ * connection (read at its next use); the next read comes after
+ * QUEUE_FLEET_SLOW_POLL_MS, as the index touch's, and never in the cycle
+ * of a touch, so that the keeper's refreshes do not find a reply still
+ * owed and lose the connection.
+ */
+#define QUEUE_FLEET_SLOW_POLL_MS	FLEET_TOUCH_MS
+/*
  * A keeper's read of the definitions also lists its server among those
  * that apply them (redsem_queue_servers) for QUEUE_FLEET_SERVER_TTL_MS:
  * ten reads, so that a keeper held up by a slow Redis for a few of them

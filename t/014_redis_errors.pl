@@ -299,11 +299,12 @@ foreach my $k ('tenant', 'tq', 'tline:A', 'tline:', 'weights')
 }
 
 ###########################################################################
-note 'an ACL user with only the commands the README names';
+note 'an ACL user with only the commands docs/deployment.md names';
 
-# The README's list (what redsem sends, and what its library runs), read
-# from the README itself, and checked against every command the script runs
-my $readme = PostgreSQL::Test::Utils::slurp_file("$FindBin::RealBin/../README.md");
+# The documented list (what redsem sends, and what its library runs), read
+# from docs/deployment.md itself, and checked against every command the
+# script runs
+my $readme = PostgreSQL::Test::Utils::slurp_file("$FindBin::RealBin/../docs/deployment.md");
 my ($acl_text) = $readme =~ /^ {4}ACL SETUSER redsem on (.*?)\n\n/ms;
 my @acl = grep { /^\+/ } split /\s+/, ($acl_text // '');
 my %granted = map { substr($_, 1) => 1 } @acl;
@@ -312,11 +313,11 @@ my %runs = map { lc($_) => 1 }
   $lua =~ /(?:redis\.call\(|pcall\(redis\.call, |call_chunked\()'([A-Za-z]+)'/g;
 my @missing = grep { !$granted{$_} } sort keys %runs;
 ok(@acl > 10 && !@missing,
-	'the README\'s ACL grants every command the library runs'
+	'the documented ACL grants every command the library runs'
 	  . (@missing ? ' (missing: ' . join(' ', @missing) . ')' : ''));
 # and nothing more: besides the library's, only what a backend sends itself
 my @stale = grep { !$runs{$_} && !/^(fcall|function\|load|blpop)$/ } sort keys %granted;
-ok(!@stale, 'the README\'s ACL grants no command redsem does not use'
+ok(!@stale, 'the documented ACL grants no command redsem does not use'
 	  . (@stale ? ' (unused: ' . join(' ', @stale) . ')' : ''));
 admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',
 	'resetchannels', '-@all', @acl);
@@ -328,7 +329,7 @@ $s->query_ok(qq{SET redsem.password_file = '$minpw';});
 admin('FUNCTION', 'FLUSH');
 $redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
 is($s->query_ok(q{SELECT redsem_release('e_acl', redsem_acquire('e_acl', 1));}), 't',
-	'the README\'s ACL on ~redsem:* is enough, even where the library must be loaded first');
+	'the documented ACL on ~redsem:* is enough, even where the library must be loaded first');
 like(admin('FUNCTION', 'LIST', 'LIBRARYNAME', 'redsem_*')->[0][1] // '', qr/^redsem_[0-9a-f]{16}$/,
 	'that user loaded the library');
 is($s->query_ok(q{SELECT redsem_set_limit('e_acl_cfg', 3); SELECT count(*) FROM redsem_semaphores() WHERE name = 'e_acl_cfg'; SELECT redsem_set_limit('e_acl_cfg', NULL);}),
