@@ -271,6 +271,8 @@ AS 'MODULE_PATHNAME', 'redsem_queue_servers'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_queue_servers() IS
 'the servers that apply the statement queues defined in Redis (their keeper read them within 10 seconds), with the queues only their redsem.queues defines and those it defines otherwise';
+REVOKE ALL ON FUNCTION redsem_queue_servers() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION redsem_queue_servers() TO pg_monitor, redsem_admin;
 
 -- This server's holds and places in line, with their sessions (for
 -- pg_monitor and redsem_admin; ids only for administrators and their own

@@ -843,7 +843,6 @@ keeper_cycle(KeeperState *st)
 													 touch_budget_ms(holds, n, &batch, target, sent)));
 		valid_until = stop_lost_holders(st);
 	}
-	sleep_ms = Min(sleep_ms, QUEUE_FLEET_POLL_MS);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
 	if (st->released_after_crash > 0)
 		ereport(LOG,

@@ -31,12 +31,14 @@
 #include "queue_conf.h"
 #include "shmem.h"
 #include "sqlargs.h"
+#include "timing.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
 static char *queue_setting = NULL;
 static int	queue_priority_setting = 0;
 static char *queue_tenant_setting = NULL;
 static char *queues_setting = NULL;
+int			queue_poll_interval_ms = QUEUE_FLEET_POLL_MS;
 static const QueueConfig *config = NULL;
 static uint64 config_generation = 0;	/* bumped at every change of merged */
 
@@ -435,6 +437,19 @@ parse_options(const char **p, QueueDef *q)
 	}
 }
 
+/* Check that q, parsed, is whole (active_statements given); name its semaphore */
+static bool
+complete_definition(QueueDef *q)
+{
+	if (q->active == 0)
+	{
+		GUC_check_errdetail("Queue \"%s\": active_statements is required.", q->name);
+		return false;
+	}
+	snprintf(q->semaphore, sizeof(q->semaphore), REDSEM_QUEUE_PREFIX "%s", q->name);
+	return true;
+}
+
 /* Parse one "name: options" definition into q */
 static bool
 parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
@@ -461,15 +476,7 @@ parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
 			GUC_check_errdetail("Queue \"%s\" is defined twice.", q->name);
 			return false;
 		}
-	if (!parse_options(p, q))
-		return false;
-	if (q->active == 0)
-	{
-		GUC_check_errdetail("Queue \"%s\": active_statements is required.", q->name);
-		return false;
-	}
-	snprintf(q->semaphore, sizeof(q->semaphore), REDSEM_QUEUE_PREFIX "%s", q->name);
-	return true;
+	return parse_options(p, q) && complete_definition(q);
 }
 
 /*
@@ -519,13 +526,7 @@ queue_parse_options(const char *options, QueueDef *q)
 		GUC_check_errdetail("Queue \"%s\": options are separated by blanks, not \";\".", q->name);
 		return false;
 	}
-	if (q->active == 0)
-	{
-		GUC_check_errdetail("Queue \"%s\": active_statements is required.", q->name);
-		return false;
-	}
-	snprintf(q->semaphore, sizeof(q->semaphore), REDSEM_QUEUE_PREFIX "%s", q->name);
-	return true;
+	return complete_definition(q);
 }
 
 /* True if name is a queue's name (letters, digits, '_', '.', '-') */
@@ -716,6 +717,12 @@ queue_define_gucs(void)
 							   &queues_setting, "",
 							   PGC_SIGHUP, 0,
 							   check_queues, assign_queues, NULL);
+	DefineCustomIntVariable("redsem.queue_poll_interval",
+							"How often the keeper reads the statement queues defined in Redis (and lists its server among those that apply them).",
+							"Needs redsem in shared_preload_libraries.",
+							&queue_poll_interval_ms, QUEUE_FLEET_POLL_MS, 100, 3600 * 1000,
+							PGC_SIGHUP, GUC_UNIT_MS,
+							NULL, NULL, NULL);
 	DefineCustomStringVariable("redsem.queue",
 							   "The statement queue of this session's role or database (ALTER ROLE/DATABASE ... SET).",
 							   "Only superusers and roles granted SET on this parameter may change it.",

@@ -42,6 +42,8 @@ typedef struct QueueConfig
 /* The fleet's definitions (NULL if none) and their generation */
 typedef const QueueConfig *(*QueueFleetSource) (uint64 *generation);
 
+extern int	queue_poll_interval_ms;
+
 extern void queue_define_gucs(void);
 extern void queue_conf_set_fleet_source(QueueFleetSource fn);
 extern const QueueConfig *queue_config(void);

@@ -1,7 +1,7 @@
 /*
  * queue_fleet.c
  *		The statement queues' definitions for the whole fleet: kept in Redis
- *		(<prefix>queues, X3 in src/redsem.lua), created, changed and dropped
+ *		(<prefix>{queues}, X3 in src/redsem.lua), created, changed and dropped
  *		with redsem_create_queue(), redsem_alter_queue() and
  *		redsem_drop_queue(), validated when they are set.
  *
@@ -34,6 +34,7 @@
 #include "storage/fd.h"
 #include "storage/lwlock.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
 #include "storage/shmem.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
@@ -42,6 +43,7 @@
 
 #include "bounds.h"
 #include "clock.h"
+#include "compat.h"
 #include "guc.h"
 #include "hold.h"
 #include "queue_fleet.h"
@@ -429,6 +431,19 @@ server_id(void)
 	return psprintf("%s:%d/" UINT64_FORMAT, host, PostPortNumber, GetSystemIdentifier());
 }
 
+/* A comma-separated list cut to at most 1,000 bytes, at a comma */
+static const char *
+cut_list(const char *list)
+{
+	char	   *cut;
+
+	if (list == NULL || strlen(list) <= 1000)
+		return list ? list : "";
+	cut = pnstrdup(list, 1000);
+	*(strrchr(cut, ',') ? strrchr(cut, ',') : cut) = '\0';
+	return cut;
+}
+
 /*
  * What this server says of itself in the servers' list: "p" or "s"
  * (primary, standby), cluster_name, then tab-separated the queues only its
@@ -440,10 +455,11 @@ server_value(void)
 	char	   *name = psprintf("%s", cluster_name ? cluster_name : "");
 
 	for (char *c = name; *c; c++)
-		if (*c == '\t' || *c == ' ')
-			*c = '_';
+		if (*c == '\t' || *c == '\n' || *c == '\r')
+			*c = ' ';
+	/* (Redis takes at most 4 kB: the lists are cut, at a name) */
 	return psprintf("%s %s\t%s\t%s", RecoveryInProgress() ? "s" : "p", name,
-					own_queues ? own_queues : "", differing_queues ? differing_queues : "");
+					cut_list(own_queues), cut_list(differing_queues));
 }
 
 /*
@@ -590,13 +606,13 @@ restore_copy(RedisCall *call)
 }
 
 /*
- * Whether to store this server's copy: Redis has no definitions, or has a
- * copy stored back that is older than ours
+ * Whether to store this server's copy: Redis has no definitions, or older
+ * ones than ours (a copy stored back, or a Redis that lost writes)
  */
 static bool
 copy_wanted(int exists, int64 version)
 {
-	return exists == 0 || (exists == 2 && fleet->version > version);
+	return exists == 0 || fleet->version > version;
 }
 
 /*
@@ -682,16 +698,19 @@ queue_fleet_poll(int budget_ms)
 	char	   *first_why = NULL;
 	uint64		before;
 
-	next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_POLL_MS);
+	next_poll = TimestampTzPlusMilliseconds(redsem_now(), queue_poll_interval_ms);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
 	/* (a late reply is read later: the keeper keeps its connection) */
 	call.owe_late_reply = true;
-	if (!sem_queues_poll(&call, NULL, server_id(), QUEUE_FLEET_SERVER_TTL_MS, server_value(),
+	if (!sem_queues_poll(&call, NULL, server_id(),
+						 Max(QUEUE_FLEET_SERVER_TTL_MS, 3 * queue_poll_interval_ms), fleet->version,
+						 server_value(),
 						 &exists, &version, &names, &texts, &n))
 	{
 		/* (a Redis too far for the budget: try again less often) */
 		if (call.outcome.status == RS_TIMED_OUT)
-			next_poll = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_SLOW_POLL_MS);
+			next_poll = TimestampTzPlusMilliseconds(redsem_now(),
+													Max(queue_poll_interval_ms, QUEUE_FLEET_SLOW_POLL_MS));
 		note_trouble(&call, false);
 		return;
 	}
@@ -872,6 +891,23 @@ stored_def(RedisCall *call, const char *name)
 	return NULL;
 }
 
+/*
+ * Whether Redis's definitions are gone or a copy stored back while this
+ * server's copy is newer: a change (or a "does not exist") waits for it
+ */
+static bool
+change_waits(RedisCall *call)
+{
+	int			exists;
+	int64		version;
+	char	  **names;
+	char	  **texts;
+	int			n;
+
+	return fleet != NULL && sem_queues_get(call, NULL, &exists, &version, &names, &texts, &n) &&
+		exists != 1 && fleet->version > version;
+}
+
 /* Raise 42704: queue name is not defined in Redis */
 static void
 no_such_queue(const char *name)
@@ -944,6 +980,26 @@ settle_cap(const QueueDef *q)
 }
 
 /*
+ * A change found the definitions gone (or a copy stored back) while a
+ * server has a newer copy that its keeper stores back within a read: wait
+ * for that a little (interruptibly), then tell the administrator
+ */
+static void
+wait_for_restore(int tries)
+{
+	if (tries >= QUEUE_RESTORE_WAIT_MS / 100)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("the statement queue definitions are being restored"),
+				 errdetail("Redis lost them, or holds older ones than a server's copy, and that server has not stored its copy back yet."),
+				 errhint("Try again in a few seconds.")));
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 100,
+					 redsem_wait_event());
+	ResetLatch(MyLatch);
+	CHECK_FOR_INTERRUPTS();
+}
+
+/*
  * Change queue name's definition by options (alter) and return its new
  * text: read, changed, and stored only if nobody changed it meanwhile
  */
@@ -952,13 +1008,19 @@ alter_def(const char *name, const char *options, QueueDef *q)
 {
 	RedisCall	call = REDIS_SQL_CALL;
 
-	for (int tries = 0; tries < QUEUE_ALTER_TRIES; tries++)
+	for (int tries = 0, waits = 0; tries < QUEUE_ALTER_TRIES; tries++)
 	{
 		char	   *was = stored_def(&call, name);
 		char	   *text;
 		char	   *existing;
 		int			result;
 
+		if (was == NULL && change_waits(&call))
+		{
+			wait_for_restore(waits++);
+			tries--;
+			continue;
+		}
 		if (was == NULL)
 			no_such_queue(name);
 		blank_def(q, name);
@@ -970,6 +1032,12 @@ alter_def(const char *name, const char *options, QueueDef *q)
 		(void) sem_queue_put(&call, name, text, was, &result, &existing);
 		if (result == 1)
 			return text;
+		if (result == -2)
+		{
+			wait_for_restore(waits++);
+			tries--;
+			continue;
+		}
 		if (existing == NULL)
 			no_such_queue(name);
 	}
@@ -1001,7 +1069,13 @@ redsem_create_queue(PG_FUNCTION_ARGS)
 	stored = def_text(&q);
 	hold_init();
 	restore_before_change();
-	(void) sem_queue_put(&call, q.name, stored, NULL, &result, &existing);
+	for (int waits = 0;; waits++)
+	{
+		(void) sem_queue_put(&call, q.name, stored, NULL, &result, &existing);
+		if (result != -2)
+			break;
+		wait_for_restore(waits);
+	}
 	if (result == 0)
 		ereport(ERROR,
 				(errcode(ERRCODE_DUPLICATE_OBJECT),
@@ -1063,7 +1137,8 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 {
 	QueueDef	q;
 	bool		if_exists = !PG_ARGISNULL(1) && PG_GETARG_BOOL(1);
-	bool		dropped = false;
+	bool		dropped;
+	int			result;
 	RedisCall	call = REDIS_SQL_CALL;
 
 	require_admin("drop a statement queue");
@@ -1071,7 +1146,14 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 	snprintf(q.semaphore, sizeof(q.semaphore), REDSEM_QUEUE_PREFIX "%s", q.name);
 	hold_init();
 	restore_before_change();
-	(void) sem_queue_drop(&call, q.name, &dropped);
+	for (int waits = 0;; waits++)
+	{
+		(void) sem_queue_drop(&call, q.name, &result);
+		if (result != -2)
+			break;
+		wait_for_restore(waits);
+	}
+	dropped = result == 1;
 	if (!dropped && !if_exists)
 		no_such_queue(q.name);
 	if (!dropped)
@@ -1176,9 +1258,14 @@ redsem_queue_servers(PG_FUNCTION_ARGS)
 		Datum		row[6];
 		bool		nulls[6] = {0};
 		char	   *rest;
-		int64		until = strtoi64(values[i], &rest, 10);
-		char	   *head = tab_part(rest, 0);
+		int64		read_ms;
+		char	   *head;
 		char	   *name;
+
+		(void) strtoi64(values[i], &rest, 10);	/* (until when it is listed) */
+		read_ms = strtoi64(rest, &rest, 10);
+		(void) strtoi64(rest, &rest, 10);	/* (the version of its copy) */
+		head = tab_part(rest, 0);
 
 		while (*head == ' ')
 			head++;
@@ -1188,7 +1275,7 @@ redsem_queue_servers(PG_FUNCTION_ARGS)
 		nulls[2] = name == NULL || name[1] == '\0';
 		row[2] = CStringGetTextDatum(name ? name + 1 : "");
 		row[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
-																  until - QUEUE_FLEET_SERVER_TTL_MS - now_ms));
+																  read_ms - now_ms));
 		row[4] = names_array(tab_part(rest, 1));
 		row[5] = names_array(tab_part(rest, 2));
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, row, nulls);

@@ -349,13 +349,16 @@
 --     index holds the semaphores used within the last ttl plus the pinned
 --     ones; without a pin the key itself expires ttl after the last touch.
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
---  X3 The statement queues' definitions, <prefix>queues (a HASH), are
+--  X3 The statement queues' definitions, <prefix>{queues} (a HASH), are
 --     written only by their own operations (queue_put, queue_drop,
 --     queues_restore), each leaving the field '~' and no TTL: '~' is gone
---     only when Redis forgot the hash; '#' counts the changes.  At most QUEUE_MAX queues; a text
---     is opaque here (each server parses it).  Fields '@<server>' note the
---     servers that read them (queues_poll) until a deadline, and go after
---     it; a hash without '~' expires when the last of them would.
+--     only when Redis forgot the hash; '#' counts the changes and never
+--     goes down but when Redis goes back (then a server's newer copy
+--     replaces it).  At most QUEUE_MAX queues; a text is opaque here (each
+--     server parses it).  No change is made on definitions gone or stored
+--     back while a server seen lately has a newer copy.  The servers that
+--     read them are listed in <prefix>{queues}:servers and :seen, gone a
+--     read's ttl after their last read.
 --
 -- ORDER.  Lua's < on two strings collates them by Redis's locale (strcoll:
 -- Redis takes LC_COLLATE from its environment, en_US.UTF-8 under many a
@@ -2601,16 +2604,19 @@ INDEX_OPS = {
     },
 }
 
--- The statement queues' fleet definitions (X3): one hash, <prefix>queues,
--- queue name -> its options' text, which the servers parse.  Its field
--- '~' is "1", or "r" once a server stored its copy back (queues_restore)
--- and nobody changed anything since; it stays when the last queue is
--- dropped, so that definitions that are gone mean Redis forgot, never that
--- the administrators dropped every queue.  '#' counts the changes (a
--- copy's version).  Fields '@<server>' are the servers that read them
--- lately (queues_poll).  These operations name that key alone (dispatch
--- checks its name).
-local QUEUE_MAX, QUEUE_TEXT_MAX = 64, 2048
+-- The statement queues' fleet definitions (X3): KEYS[1], <prefix>{queues},
+-- a hash: queue name -> its options' text, which the servers parse; '~'
+-- is "1", or "r" once a server stored its copy back (queues_restore) and
+-- nobody changed anything since; '#' counts the changes (a copy's
+-- version).  '~' stays when the last queue is dropped, so that
+-- definitions that are gone mean Redis forgot, never that the
+-- administrators dropped every queue.  The servers that read them lately
+-- are KEYS[2], <prefix>{queues}:servers (server -> "<until ms> <read ms>
+-- <version of its copy> <what it says of itself>"), and KEYS[3],
+-- <prefix>{queues}:seen (server -> until ms), both ending a read's ttl
+-- after the last read.  These operations name those three keys (dispatch
+-- checks their names), and only they write them.
+local QUEUE_MAX, QUEUE_TEXT_MAX, QUEUE_SERVER_MAX = 64, 2048, 4096
 
 -- A queue's name as the servers accept it: 1 to 63 of [A-Za-z0-9_.-].
 local function queue_name_arg(v)
@@ -2622,24 +2628,23 @@ local function queue_text_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= QUEUE_TEXT_MAX then return v end
 end
 
--- True if field f of the hash is a queue's (not '~', '#' or a server's).
+-- True if field f of the definitions is a queue's (not '~' or '#').
 local function is_queue_field(f)
-    local c = string.sub(f, 1, 1)
-    return c ~= '~' and c ~= '#' and c ~= '@'
+    return f ~= '~' and f ~= '#'
 end
 
--- queues_get: {1 if the definitions are there ('~'), 2 if they are a copy
--- stored back, 0 if they are gone; the version ('#', 0 if none); name,
--- text, name, text...}.
-local function op_queues_get(key)
-    local all = redis.call('HGETALL', key)
+-- queues_get: {1 if the definitions are there ('~' "1"), 2 if they are a
+-- copy stored back ("r"), 0 if they are gone; the version ('#', 0 if
+-- none); name, text, name, text...}.
+local function op_queues_get(keys)
+    local all = redis.call('HGETALL', keys[1])
     local reply = {0, 0}
     for i = 1, #all, 2 do
         if all[i] == '~' then
             reply[1] = all[i + 1] == 'r' and 2 or 1
         elseif all[i] == '#' then
             reply[2] = tonumber(all[i + 1]) or 0
-        elseif is_queue_field(all[i]) then
+        else
             reply[#reply + 1] = all[i]
             reply[#reply + 1] = all[i + 1]
         end
@@ -2647,98 +2652,120 @@ local function op_queues_get(key)
     return reply
 end
 
--- The servers that read the definitions lately: fields '@<server>' ->
--- "<until ms> <what the server says of itself>"; those past their until
--- go.  Without definitions ('~'), the hash ends ttl after the last read.
-local function queue_servers_tidy(key, ttl)
-    local all = redis.call('HGETALL', key)
-    local there = false
-    for i = 1, #all, 2 do
-        if all[i] == '~' then there = true end
-        if string.sub(all[i], 1, 1) == '@' and
-            (tonumber(string.match(all[i + 1], '^%d+')) or 0) < NOW_MS then
-            redis.call('HDEL', key, all[i])
-        end
-    end
-    if there then redis.call('PERSIST', key) else redis.call('PEXPIRE', key, int(ttl)) end
+-- The servers seen lately (KEYS[3]).
+local function live_servers(keys)
+    return redis.call('ZRANGEBYSCORE', keys[3], int(NOW_MS), '+inf')
 end
 
--- queues_poll server ttl_ms value: server read the definitions now (seen
--- until now + ttl); then as queues_get.
-local function op_queues_poll(key, server, ttl, value)
-    redis.call('HSET', key, '@' .. server, int(NOW_MS + ttl) .. ' ' .. value)
-    queue_servers_tidy(key, ttl)
-    return op_queues_get(key)
+-- The newest copy among the servers seen lately: its version (0 if none).
+local function newest_copy(keys)
+    local live = live_servers(keys)
+    local best = 0
+    if #live == 0 then return 0 end
+    for _, v in ipairs(redis.call('HMGET', keys[2], unpack(live))) do
+        local ver = v and tonumber(string.match(v, '^%d+ %d+ (%d+)')) or 0
+        if ver > best then best = ver end
+    end
+    return best
+end
+
+-- queues_poll server ttl_ms version value: server read the definitions
+-- now, its copy being of that version (seen until now + ttl; the servers
+-- not seen since go); then as queues_get.
+local function op_queues_poll(keys, server, ttl, version, value)
+    local untl = int(NOW_MS + ttl)
+    local gone = redis.call('ZRANGEBYSCORE', keys[3], '-inf', '(' .. int(NOW_MS))
+    if #gone > 0 then
+        redis.call('HDEL', keys[2], unpack(gone))
+        redis.call('ZREM', keys[3], unpack(gone))
+    end
+    redis.call('HSET', keys[2], server, untl .. ' ' .. int(NOW_MS) .. ' ' .. int(version) .. ' ' .. value)
+    redis.call('ZADD', keys[3], untl, server)
+    redis.call('PEXPIRE', keys[2], int(ttl))
+    redis.call('PEXPIRE', keys[3], int(ttl))
+    return op_queues_get(keys)
 end
 
 -- queue_servers: {now ms, server, value, server, value...} of the servers
--- seen lately.
-local function op_queue_servers(key)
-    local all = redis.call('HGETALL', key)
+-- seen lately (value: "<until> <read> <version> <what it says of
+-- itself>").
+local function op_queue_servers(keys)
+    local live = live_servers(keys)
     local reply = {int(NOW_MS)}
-    for i = 1, #all, 2 do
-        if string.sub(all[i], 1, 1) == '@' and
-            (tonumber(string.match(all[i + 1], '^%d+')) or 0) >= NOW_MS then
-            reply[#reply + 1] = string.sub(all[i], 2)
-            reply[#reply + 1] = all[i + 1]
+    if #live == 0 then return reply end
+    local values = redis.call('HMGET', keys[2], unpack(live))
+    for i, server in ipairs(live) do
+        if values[i] then
+            reply[#reply + 1] = server
+            reply[#reply + 1] = values[i]
         end
     end
     return reply
 end
 
--- A change: '~' says the definitions are the administrators', '#' counts.
-local function queue_changed(key)
-    redis.call('HSET', key, '~', '1')
-    redis.call('HINCRBY', key, '#', 1)
-    redis.call('PERSIST', key)
+-- True if a change must wait: the definitions are gone, or are a copy
+-- stored back, and a server seen lately has a newer copy it will store
+-- back within a read (so that no change is made on a stale set).
+local function change_must_wait(keys)
+    if redis.call('HGET', keys[1], '~') == '1' then return false end
+    return newest_copy(keys) > (tonumber(redis.call('HGET', keys[1], '#')) or 0)
+end
+
+-- A change: '#' counts it (first: a refused command stops the call before
+-- anything is written), '~' says the definitions are the administrators'.
+local function queue_changed(keys)
+    redis.call('HINCRBY', keys[1], '#', 1)
+    redis.call('HSET', keys[1], '~', '1')
+    redis.call('PERSIST', keys[1])
 end
 
 -- queue_put name text create|alter [was]: {1} stored; {0, text now}
 -- create of a queue that is there, or alter of one whose text is no longer
 -- was; {0} alter of one that is not there; {-1} create of a queue beyond
--- QUEUE_MAX.
-local function op_queue_put(key, name, text, mode, was)
-    local now = redis.call('HGET', key, name)
+-- QUEUE_MAX; {-2} nothing done: a newer copy is being stored back.
+local function op_queue_put(keys, name, text, mode, was)
+    if change_must_wait(keys) then return {-2} end
+    local now = redis.call('HGET', keys[1], name)
     if mode == 'create' and now then return {0, now} end
     if mode == 'alter' and not now then return {0} end
     if mode == 'alter' and was and now ~= was then return {0, now} end
-    if not now and (#op_queues_get(key) - 2) / 2 >= QUEUE_MAX then return {-1} end
-    redis.call('HSET', key, name, text)
-    queue_changed(key)
+    if not now and (#op_queues_get(keys) - 2) / 2 >= QUEUE_MAX then return {-1} end
+    queue_changed(keys)
+    redis.call('HSET', keys[1], name, text)
     return {1}
 end
 
--- queue_drop name: {1} dropped, {0} there was no such queue.
-local function op_queue_drop(key, name)
-    local n = redis.call('HDEL', key, name)
-    queue_changed(key)
-    return {n}
+-- queue_drop name: {1} dropped, {0} there was no such queue, {-2} as
+-- queue_put's.
+local function op_queue_drop(keys, name)
+    if change_must_wait(keys) then return {-2} end
+    if not redis.call('HGET', keys[1], name) then return {0} end
+    queue_changed(keys)
+    redis.call('HDEL', keys[1], name)
+    return {1}
 end
 
 -- queues_restore version name text...: a server's copy of the definitions
--- (of that version), stored if they are gone (Redis forgot them), or in
--- place of an older copy stored back that nobody changed since: {1}
--- stored, {0} not.  (So after Redis forgets, the newest copy among the
--- servers that come within a poll wins, not the first.)
-local function op_queues_restore(key, version, pairs)
-    local mark = redis.call('HGET', key, '~')
-    if mark == '1' then return {0} end
-    if mark and (tonumber(redis.call('HGET', key, '#')) or 0) >= version then return {0} end
-    if mark then
-        local old = redis.call('HKEYS', key)
-        for _, f in ipairs(old) do
-            if is_queue_field(f) then redis.call('HDEL', key, f) end
-        end
+-- (of that version; it may hold none), stored in place of what Redis has
+-- if that is gone or older (Redis forgot, or lost writes, or another
+-- server stored back an older copy): {1} stored, {0} not.
+local function op_queues_restore(keys, version, pairs)
+    local mark = redis.call('HGET', keys[1], '~')
+    if mark and (tonumber(redis.call('HGET', keys[1], '#')) or 0) >= version then return {0} end
+    for _, f in ipairs(redis.call('HKEYS', keys[1])) do
+        if is_queue_field(f) then redis.call('HDEL', keys[1], f) end
     end
     pairs[#pairs + 1] = '~'
     pairs[#pairs + 1] = 'r'
     pairs[#pairs + 1] = '#'
     pairs[#pairs + 1] = int(version)
-    redis.call('HSET', key, unpack(pairs))
-    redis.call('PERSIST', key)
+    redis.call('HSET', keys[1], unpack(pairs))
+    redis.call('PERSIST', keys[1])
     return {1}
 end
 
+-- The definitions' operations, as INDEX_OPS entries (queues: run gets the
+-- three keys).
 INDEX_OPS.queues_get = {
     read = function(a)
         if #a == 1 then return true end
@@ -2749,10 +2776,11 @@ INDEX_OPS.queues_get = {
 }
 INDEX_OPS.queues_poll = {
     read = function(a)
-        local ttl = count_arg(a[3])
-        if #a == 4 and type(a[2]) == 'string' and #a[2] > 0 and #a[2] <= 300 and
-            ttl and ttl >= 1000 and ttl <= 3600000 and #a[4] <= 2048 then
-            return true, a[2], ttl, a[4]
+        local ttl, version = count_arg(a[3]), count_arg(a[4])
+        if #a == 5 and type(a[2]) == 'string' and #a[2] > 0 and #a[2] <= 300 and
+            ttl and ttl >= 1000 and ttl <= 3600000 and version and
+            #a[5] <= QUEUE_SERVER_MAX then
+            return true, a[2], ttl, version, a[5]
         end
     end,
     run = op_queues_poll,
@@ -2774,7 +2802,6 @@ INDEX_OPS.queue_put = {
         end
     end,
     run = op_queue_put,
-    timeless = true,
     queues = true,
 }
 INDEX_OPS.queue_drop = {
@@ -2783,13 +2810,12 @@ INDEX_OPS.queue_drop = {
         if #a == 2 and name then return true, name end
     end,
     run = op_queue_drop,
-    timeless = true,
     queues = true,
 }
 INDEX_OPS.queues_restore = {
     read = function(a)
         local version, pairs = count_arg(a[2]), {}
-        if not version or #a < 4 or #a % 2 ~= 0 or #a > 2 + 2 * QUEUE_MAX then return nil end
+        if not version or #a < 2 or #a % 2 ~= 0 or #a > 2 + 2 * QUEUE_MAX then return nil end
         for i = 3, #a, 2 do
             if not queue_name_arg(a[i]) or not queue_text_arg(a[i + 1]) then return nil end
             pairs[#pairs + 1] = a[i]
@@ -2856,7 +2882,7 @@ local function run_index(keys, a, op, ok, ...)
         local t = redis.call('TIME')
         NOW_MS = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     end
-    return op.run(keys[1], ...)
+    return op.run(op.queues and keys or keys[1], ...)
 end
 
 
@@ -2926,8 +2952,12 @@ function dispatch(keys, a)
     if op then
         -- (a semaphore's owner key routes index_policy, which reads no key,
         -- to its node; the others want the index: keys are arguments too)
-        if #keys ~= 1 or (not op.timeless and string.find(keys[1], 'owner', -5, true)) or
-            (op.queues and not string.find(keys[1], 'queues', -6, true)) then
+        if op.queues then
+            if #keys ~= 3 or string.sub(keys[1], -8) ~= '{queues}' or
+                keys[2] ~= keys[1] .. ':servers' or keys[3] ~= keys[1] .. ':seen' then
+                return refused(op, a)
+            end
+        elseif #keys ~= 1 or (not op.timeless and string.find(keys[1], 'owner', -5, true)) then
             return refused(op, a)
         end
         return run_index(keys, a, op, op.read(a))

@@ -1124,6 +1124,7 @@ run_index(RedisCall *call, const char *key, const char *op, int nargs,
 	int			argc = 0;
 	bool		ok;
 
+	call_prefix[0] = '\0';	/* (not a semaphore's: counted nowhere) */
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
 	argv[argc++] = "1";
@@ -1216,11 +1217,33 @@ sem_index_list(RedisCall *call, int max, char ***names, int *count,
 	return true;
 }
 
-/* The statement queues' definitions key of prefix: "<prefix>queues" (X3) */
-static char *
-queues_key(const char *prefix)
+/*
+ * Run an operation on the statement queues' definitions of prefix (NULL:
+ * redsem.key_prefix), naming their three keys (X3): "<prefix>{queues}",
+ * and that with ":servers" and ":seen"
+ */
+static bool
+run_queues(RedisCall *call, const char *prefix, const char *op, int nargs,
+		   const char **args, redisReply **reply)
 {
-	return psprintf("%squeues", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+	const char **argv = palloc(sizeof(char *) * (7 + nargs));
+	char	   *key = psprintf("%s{queues}", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+	int			argc = 0;
+	bool		ok;
+
+	call_prefix[0] = '\0';	/* (not a semaphore's: counted nowhere) */
+	argv[argc++] = "FCALL";
+	argv[argc++] = library_name();
+	argv[argc++] = "3";
+	argv[argc++] = key;
+	argv[argc++] = psprintf("%s:servers", key);
+	argv[argc++] = psprintf("%s:seen", key);
+	argv[argc++] = op;
+	for (int i = 0; i < nargs; i++)
+		argv[argc++] = args[i];
+	ok = fcall_send(call, argc, argv, reply) || sem_call_failed(call, NULL);
+	pfree(argv);
+	return ok;
 }
 
 /* Copy a reply's string element */
@@ -1241,25 +1264,27 @@ bool
 sem_queues_get(RedisCall *call, const char *prefix, int *exists,
 			   int64 *version, char ***names, char ***texts, int *count)
 {
-	return sem_queues_poll(call, prefix, NULL, 0, NULL, exists, version,
+	return sem_queues_poll(call, prefix, NULL, 0, 0, NULL, exists, version,
 						   names, texts, count);
 }
 
 /*
  * As sem_queues_get, and note first that server (if not NULL) read them,
- * until ttl_ms from now, saying value of itself (queue_servers)
+ * until ttl_ms from now, its copy being of copy_version, saying value of
+ * itself (queue_servers)
  */
 bool
 sem_queues_poll(RedisCall *call, const char *prefix, const char *server,
-				int ttl_ms, const char *value, int *exists, int64 *version,
-				char ***names, char ***texts, int *count)
+				int ttl_ms, int64 copy_version, const char *value, int *exists,
+				int64 *version, char ***names, char ***texts, int *count)
 {
-	const char *args[3] = {server, psprintf("%d", ttl_ms), value};
+	const char *args[4] = {server, psprintf("%d", ttl_ms),
+	psprintf(INT64_FORMAT, copy_version), value};
 	redisReply *reply;
 	int64		there;
 
-	if (!run_index(call, queues_key(prefix), server ? "queues_poll" : "queues_get",
-				   server ? 3 : 0, args, &reply))
+	if (!run_queues(call, prefix, server ? "queues_poll" : "queues_get",
+					server ? 4 : 0, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements % 2 != 0 ||
 		!reply_int64(reply->element[0], &there) || !reply_int64(reply->element[1], version))
@@ -1291,7 +1316,7 @@ sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
 {
 	redisReply *reply;
 
-	if (!run_index(call, queues_key(NULL), "queue_servers", 0, NULL, &reply))
+	if (!run_queues(call, NULL, "queue_servers", 0, NULL, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 1 ||
 		!reply_int64(reply->element[0], now_ms))
@@ -1315,7 +1340,9 @@ sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
  * Store queue name's definition: was NULL, a new queue (only if it is not
  * there); else in place of definition was (only if it is still that).
  * *result: 1 stored, 0 not (*existing then holds the definition there,
- * palloc'd, or NULL if there is none), -1 too many queues.
+ * palloc'd, or NULL if there is none), -1 too many queues, -2 nothing
+ * done: the definitions are gone or a copy stored back, and a server has
+ * a newer copy it is about to store back.
  */
 bool
 sem_queue_put(RedisCall *call, const char *name, const char *text,
@@ -1326,7 +1353,7 @@ sem_queue_put(RedisCall *call, const char *name, const char *text,
 	int64		r;
 
 	*existing = NULL;
-	if (!run_index(call, queues_key(NULL), "queue_put", was ? 4 : 3, args, &reply))
+	if (!run_queues(call, NULL, "queue_put", was ? 4 : 3, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
 		!reply_int64(reply->element[0], &r))
@@ -1338,28 +1365,31 @@ sem_queue_put(RedisCall *call, const char *name, const char *text,
 	return true;
 }
 
-/* Drop queue name's definition; *dropped false if there was none */
+/*
+ * Drop queue name's definition; *result 1 dropped, 0 there was none, -2
+ * nothing done (as sem_queue_put's)
+ */
 bool
-sem_queue_drop(RedisCall *call, const char *name, bool *dropped)
+sem_queue_drop(RedisCall *call, const char *name, int *result)
 {
 	const char *args[1] = {name};
 	redisReply *reply;
 	int64		r;
 
-	if (!run_index(call, queues_key(NULL), "queue_drop", 1, args, &reply))
+	if (!run_queues(call, NULL, "queue_drop", 1, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
 		!reply_int64(reply->element[0], &r))
 		return malformed(call, "(queues)", reply, "queue_drop did not answer a result");
-	*dropped = r > 0;
+	*result = (int) r;
 	freeReplyObject(reply);
 	return true;
 }
 
 /*
- * Store the n definitions (a copy of version) under prefix if Redis has
- * none (it forgot them), or only an older copy stored back; *restored
- * false if it did not take them.
+ * Store the n definitions (a copy of version; n may be 0) under prefix in
+ * place of Redis's if those are gone or older; *restored false if it did
+ * not take them.
  */
 bool
 sem_queues_restore(RedisCall *call, const char *prefix, int64 version, int n,
@@ -1369,14 +1399,13 @@ sem_queues_restore(RedisCall *call, const char *prefix, int64 version, int n,
 	redisReply *reply;
 	int64		r;
 
-	Assert(n >= 1);
 	args[0] = psprintf(INT64_FORMAT, version);
 	for (int i = 0; i < n; i++)
 	{
 		args[1 + 2 * i] = names[i];
 		args[2 + 2 * i] = texts[i];
 	}
-	if (!run_index(call, queues_key(prefix), "queues_restore", 2 * n + 1, args, &reply))
+	if (!run_queues(call, prefix, "queues_restore", 2 * n + 1, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
 		!reply_int64(reply->element[0], &r))

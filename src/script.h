@@ -140,14 +140,14 @@ extern bool sem_queues_get(RedisCall *call, const char *prefix, int *exists,
 						   int64 *version, char ***names, char ***texts,
 						   int *count);
 extern bool sem_queues_poll(RedisCall *call, const char *prefix,
-							const char *server, int ttl_ms, const char *value,
-							int *exists, int64 *version, char ***names,
-							char ***texts, int *count);
+							const char *server, int ttl_ms, int64 copy_version,
+							const char *value, int *exists, int64 *version,
+							char ***names, char ***texts, int *count);
 extern bool sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
 							  char ***values, int *count);
 extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
 						  const char *was, int *result, char **existing);
-extern bool sem_queue_drop(RedisCall *call, const char *name, bool *dropped);
+extern bool sem_queue_drop(RedisCall *call, const char *name, int *result);
 extern bool sem_queues_restore(RedisCall *call, const char *prefix,
 							   int64 version, int n, char *const *names,
 							   char *const *texts, bool *restored);

@@ -74,6 +74,7 @@ typedef struct RedsemShared
 										 * since, or 0 */
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
 	int			stats_names;	/* statistics entries of ordinary names */
+	int			stats_reserved; /* ...and of queues, in the room beyond */
 	bool		stats_full_logged;	/* said that they fill the table */
 	SharedGen	gens[CLUSTER_SLOTS];	/* per slot: its generation, as this
 										 * server last saw it (gen.c) */
@@ -1048,13 +1049,16 @@ stats_entry_for(const StatsKey *key, bool *first_overflow)
 
 	if (s != NULL)
 		return s;
-	queue = stats_reserved_fn != NULL && stats_reserved_fn(key->name);
+	/* (a queue under many key prefixes has room for STATS_RESERVED_ROOM) */
+	queue = stats_reserved_fn != NULL && stats_reserved_fn(key->name) &&
+		shared->stats_reserved < STATS_RESERVED_ROOM;
 	if (queue || shared->stats_names < redsem_max_tracked_semaphores)
 	{
 		s = stats_new_entry(key, queue);
 		if (s != NULL)
 		{
 			shared->stats_names += queue ? 0 : 1;
+			shared->stats_reserved += queue ? 1 : 0;
 			return s;
 		}
 	}
@@ -1205,6 +1209,7 @@ stats_reset(const char *name)
 		else if (name == NULL || strcmp(s->key.name, name) == 0)
 		{
 			shared->stats_names -= s->reserved ? 0 : 1;
+			shared->stats_reserved -= s->reserved ? 1 : 0;
 			hash_search(stats_hash, &s->key, HASH_REMOVE, NULL);
 		}
 	}

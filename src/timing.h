@@ -228,12 +228,12 @@
 #define QUEUE_CAP_RETRY_MS			5000
 /*
  * Each keeper reads the statement queues' definitions kept in Redis
- * (queue_fleet.c) every QUEUE_FLEET_POLL_MS, so a change of min_cost,
- * max_wait and the like reaches every server's next statement within it
- * (a cap is the semaphore's stored limit: at once).  Its budget is the
- * fleet index touch's (touch_budget_ms), which keeps the holds it could
- * delay safe.  The keeper sleeps no longer than this between cycles
- * (KEEPER_MAX_SLEEP_MS is no longer either).
+ * (queue_fleet.c) every redsem.queue_poll_interval, QUEUE_FLEET_POLL_MS by
+ * default, so a change of min_cost, max_wait and the like reaches every
+ * server's next statement within it (a cap is the semaphore's stored
+ * limit: at once).  Its budget is the fleet index touch's
+ * (touch_budget_ms), which keeps the holds it could delay safe.  The
+ * keeper wakes at least every KEEPER_MAX_SLEEP_MS, no longer than this.
  */
 #define QUEUE_FLEET_POLL_MS			1000
 /*
@@ -246,9 +246,10 @@
 #define QUEUE_FLEET_SLOW_POLL_MS	FLEET_TOUCH_MS
 /*
  * A keeper's read of the definitions also lists its server among those
- * that apply them (redsem_queue_servers) for QUEUE_FLEET_SERVER_TTL_MS:
- * ten reads, so that a keeper held up by a slow Redis for a few of them
- * stays listed, and a server that stopped reading goes within ten seconds.
+ * that apply them (redsem_queue_servers) for QUEUE_FLEET_SERVER_TTL_MS,
+ * or three reads if that is longer: ten reads at the default interval, so
+ * that a keeper held up by a slow Redis for a few of them stays listed,
+ * and a server that stopped reading goes within ten seconds.
  */
 #define QUEUE_FLEET_SERVER_TTL_MS	10000
 /*
@@ -259,6 +260,14 @@
  * long it also removes the cap a late change stored for a dropped queue.
  */
 #define QUEUE_FLEET_CAP_CHECK_MS	10000
+/*
+ * A change made while Redis's definitions are gone (or an older copy),
+ * and a server seen within QUEUE_FLEET_SERVER_TTL_MS has a newer copy,
+ * waits up to QUEUE_RESTORE_WAIT_MS for that server's keeper to store it
+ * back (it reads every QUEUE_FLEET_POLL_MS), so that no change is made on
+ * a stale set; then it fails, asking to try again.
+ */
+#define QUEUE_RESTORE_WAIT_MS		3000
 /*
  * A statement of a queue with on_redis_error=run that found Redis unusable
  * runs without a slot, and so do the session's next statements of such a

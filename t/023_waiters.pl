@@ -25,7 +25,8 @@ use Time::HiRes qw(time usleep);
 
 my $WINDOW = 5;    # PROMOTION_WINDOW_MS / 1000
 my $redis = RedsemTest::Redis->new;
-my $node = create_node('wait', $redis);
+# (the keeper's reads of the queues of Redis would show in commandstats)
+my $node = create_node('wait', $redis, "redsem.queue_poll_interval = '1h'\n");
 sub session { return RedsemTest::Session->new($node, name => $_[0]); }
 
 # The holders of $sem in Redis right now (ids, not waiting)

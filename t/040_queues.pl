@@ -51,6 +51,8 @@ sub make_node
 shared_preload_libraries = 'redsem'
 redsem.unix_socket = '$sock'
 redsem.queues = '$QUEUES'
+# (the keepers' reads of the queues of Redis would show in commandstats)
+redsem.queue_poll_interval = '1h'
 max_connections = 50
 log_min_messages = warning
 EOC

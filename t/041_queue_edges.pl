@@ -23,7 +23,9 @@ use Time::HiRes qw(time usleep);
 my $redis = RedsemTest::Redis->new;
 my $node = create_node('edges', $redis,
 	"redsem.queues = 'procs: active_statements=1 utility=on; dl: active_statements=1; plain: active_statements=1'\n"
-	  . "deadlock_timeout = '200ms'\n");
+	  . "deadlock_timeout = '200ms'\n"
+	  # (the keeper's reads of the queues of Redis would show in commandstats)
+	  . "redsem.queue_poll_interval = '1h'\n");
 $node->safe_psql('postgres', q{
 CREATE UNLOGGED TABLE p_log (who text, t1 float8, t2 float8);
 -- a procedure that commits after each of its two steps, writing down when

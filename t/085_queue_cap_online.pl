@@ -102,19 +102,7 @@ is($errors, 0, 'no statement failed while the cap moved');
 # The history: no statement started while as many as the cap in effect
 # ran (around a change, the larger of the two caps, for up to 3 s: the
 # servers reload, and their keepers store the new cap, within that)
-my (@iv, %open);
-for my $k (0 .. $#nodes)
-{
-	for my $line (split /\n/, slurp_file($nodes[$k]->logfile))
-	{
-		next unless $line =~ /WARNING:  hist rep (start|end) ([\d.]+) (\d+)/;
-		my ($what, $t, $key) = ($1, $2 + 0, "$k/$3");
-		if ($what eq 'start') { $open{$key} = { start => $t }; next; }
-		my $i = delete $open{$key} or next;
-		$i->{end} = $t;
-		push @iv, $i;
-	}
-}
+my @iv = RedsemHistory::logged_intervals('rep', @nodes);
 sub cap_at
 {
 	my ($t) = @_;

@@ -57,11 +57,10 @@ like($err, qr/invalid statement queue name/, 'a bad name is refused');
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2')",
 	extra_params => [ '-U', 'mallory' ]);
 like($err, qr/permission denied to create a statement queue/, 'an ordinary role cannot create a queue');
-ok(defined wait_until(5, sub { ($redis->cli('HKEYS', 'redsem:queues') // '') =~ /^@/ }), 'the keepers list their servers');
-is(join(',', grep { !/^@/ } split /\n/, ($redis->cli('HKEYS', 'redsem:queues') // '')), '',
-	'nothing else was stored in Redis');
-my $pttl = $redis->cli('PTTL', 'redsem:queues');
-ok($pttl > 0 && $pttl <= 10000, "without definitions, the servers' list expires by itself ($pttl ms)");
+ok(defined wait_until(5, sub { ($redis->cli('HLEN', 'redsem:{queues}:servers') // 0) == 2 }), 'the keepers list their servers');
+is($redis->cli('EXISTS', 'redsem:{queues}'), '0', 'nothing else was stored in Redis');
+my $pttl = $redis->cli('PTTL', 'redsem:{queues}:servers');
+ok($pttl > 0 && $pttl <= 10000, "the servers' list expires by itself ($pttl ms)");
 
 # --- defined on one server, applied on both ---
 is($a->safe_psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2 max_wait=1min')"),
@@ -129,19 +128,7 @@ foreach my $s (@sessions)
 	$s->quit;
 }
 is($errors, 0, 'no statement failed while the cap moved');
-my (@iv, %open);
-foreach my $pair ([ 0, $a ], [ 1, $b ])
-{
-	for my $line (split /\n/, slurp_file($pair->[1]->logfile))
-	{
-		next unless $line =~ /WARNING:  hist rep (start|end) ([\d.]+) (\d+)/;
-		my ($what, $t, $key) = ($1, $2 + 0, "$pair->[0]/$3");
-		if ($what eq 'start') { $open{$key} = { start => $t }; next; }
-		my $i = delete $open{$key} or next;
-		$i->{end} = $t;
-		push @iv, $i;
-	}
-}
+my @iv = RedsemHistory::logged_intervals('rep', $a, $b);
 # (a statement admitted just before a change logs its start just after)
 sub cap_at
 {
@@ -205,7 +192,7 @@ ok(defined wait_until(5, sub { $a->safe_psql('postgres', $servers) eq 'false {} 
 # --- Redis forgets: a server's copy comes back ---
 $redis->cli('FLUSHALL');
 $redis->end_grace;
-ok(defined wait_until(5, sub { ($redis->cli('HGET', 'redsem:queues', 'rep') // '') =~ /^active_statements=2 / }),
+ok(defined wait_until(5, sub { ($redis->cli('HGET', 'redsem:{queues}', 'rep') // '') =~ /^active_statements=2 / }),
 	'after FLUSHALL a keeper stores its copy again');
 ok(defined wait_until(5, sub { (slurp_file($a->logfile) . slurp_file($b->logfile)) =~ /Redis had lost the statement queue definitions/ }),
 	'and logs it');
@@ -234,7 +221,7 @@ $redis->end_grace;
 $b->append_conf('postgresql.conf', "redsem.queues = 'other: active_statements=9'\n");
 $b->reload;
 
-ok(defined wait_until(5, sub { ($redis->cli('HEXISTS', 'redsem:queues', 'rep') // '') eq '1' }),
+ok(defined wait_until(5, sub { ($redis->cli('HEXISTS', 'redsem:{queues}', 'rep') // '') eq '1' }),
 	'the restarted Redis gets the definitions back');
 
 # --- a change made before any keeper restored them restores them first ---
@@ -242,11 +229,11 @@ $redis->stop;
 $redis->start;
 $redis->end_grace;
 $a->safe_psql('postgres', "SELECT redsem_create_queue('first', 'active_statements=1')");
-is($redis->cli('HEXISTS', 'redsem:queues', 'rep'), '1', 'a queue created at once after Redis forgot does not hide the others');
+is($redis->cli('HEXISTS', 'redsem:{queues}', 'rep'), '1', 'a queue created at once after Redis forgot does not hide the others');
 $a->safe_psql('postgres', "SELECT redsem_drop_queue('first')");
 
 # --- a definition garbled by a direct writer is refused loudly ---
-$redis->cli('HSET', 'redsem:queues', 'bad', 'active_statements=zero');
+$redis->cli('HSET', 'redsem:{queues}', 'bad', 'active_statements=zero');
 ok(defined wait_until(5, sub { slurp_file($a->logfile) =~ /definition of statement queue "bad" in Redis is not valid/ }),
 	'a garbled definition is logged');
 is($a->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'bad'"), '0', 'and not applied');
@@ -254,7 +241,7 @@ my ($lib) = RedsemTest::redsem_library();
 my (undef, $ferr) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
 my ($fout) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
 like(($fout // '') . $ferr, qr/bad arguments for queue_drop/, 'the queue operations refuse a key that is not the definitions\'');
-is($redis->cli('HEXISTS', 'redsem:queues', 'rep'), '1', 'so nothing was dropped');
+is($redis->cli('HEXISTS', 'redsem:{queues}', 'rep'), '1', 'so nothing was dropped');
 
 # --- dropped: the statements are no longer queued ---
 is($a->safe_psql('postgres', "SELECT redsem_drop_queue('rep')"), 't', 'the busy queue is dropped');

@@ -53,7 +53,7 @@ foreach my $n ($a, $b)
 }
 my ($ret, $out, $err);
 
-sub def_of { my $v = $redis->cli('HGET', 'redsem:queues', $_[0]); return (defined $v && $v ne '') ? $v : '(none)'; }
+sub def_of { my $v = $redis->cli('HGET', 'redsem:{queues}', $_[0]); return (defined $v && $v ne '') ? $v : '(none)'; }
 sub limit_of { return $b->safe_psql('postgres', "SELECT coalesce(redsem_limit('queue:$_[0]')::text, '(none)')"); }
 
 # --- 1. two alters at once: the definition and the cap disagree for good ---
@@ -135,17 +135,17 @@ $b->safe_psql('postgres', "SELECT redsem_drop_queue('$_')") foreach @made;
 
 # --- 5. a direct writer: many bad fields, then a WRONGTYPE ---
 my $log_at = -s $a->logfile;
-$redis->cli('HSET', 'redsem:queues', map { (sprintf('bad%02d', $_), 'active_statements=zero') } 1 .. 70);
+$redis->cli('HSET', 'redsem:{queues}', map { (sprintf('bad%02d', $_), 'active_statements=zero') } 1 .. 70);
 sleep_full(5);
 my $bad_lines = () = substr(slurp_file($a->logfile), $log_at) =~ /in Redis (is|are) not valid/g;
 is($bad_lines, 1, "5. bad definitions are logged once, not at every read ($bad_lines lines in 5 s)");
 like(substr(slurp_file($a->logfile), $log_at), qr/the definitions of 70 statement queues in Redis are not valid \("bad/,
 	'naming how many and the first of them');
-$redis->cli('HDEL', 'redsem:queues', map { sprintf('bad%02d', $_) } 1 .. 70);
+$redis->cli('HDEL', 'redsem:{queues}', map { sprintf('bad%02d', $_) } 1 .. 70);
 
 my $saved = def_of('race');
-$redis->cli('DEL', 'redsem:queues');
-$redis->cli('SET', 'redsem:queues', 'not a hash');
+$redis->cli('DEL', 'redsem:{queues}');
+$redis->cli('SET', 'redsem:{queues}', 'not a hash');
 sleep_full(2);
 is($b->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'race'"), '1',
 	'a WRONGTYPE hash: the last definitions read stay in effect');
@@ -156,7 +156,7 @@ is(limit_of('race') eq '3' ? 'changed' : 'unchanged', $ret == 0 ? 'changed' : 'u
 	"5. redsem_set_limit('queue:race', 3) either succeeds or changes nothing (limit before $before)");
 ($ret, $out, $err) = $b->psql('postgres', "SELECT redsem_set_limit('queue:unrelated', 3)");
 is($ret, 0, "5. redsem_set_limit on a queue-named semaphore that is no fleet queue is not broken by a bad hash") or diag($err);
-$redis->cli('DEL', 'redsem:queues');
+$redis->cli('DEL', 'redsem:{queues}');
 ok(defined wait_until(5, sub { def_of('race') ne '(none)' }), 'after DEL a keeper restores its copy');
 
 # --- 6. a copy that missed a drop: the newest copy among the servers up wins ---

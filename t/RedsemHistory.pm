@@ -55,6 +55,35 @@ sub uptime
 
 =over
 
+=item logged_intervals($tag, @nodes)
+
+The work that statements logged in the server logs of @nodes, as a list
+of { start, end } (seconds of uptime()): each a "WARNING:  hist $tag start
+<t> <pid>" line and the "end" line of the same server and pid after it.
+A start without its end is left out.
+
+=cut
+
+sub logged_intervals
+{
+	my ($tag, @nodes) = @_;
+	my (@iv, %open);
+
+	for my $k (0 .. $#nodes)
+	{
+		for my $line (split /\n/, slurp_file($nodes[$k]->logfile))
+		{
+			next unless $line =~ /WARNING:  hist \Q$tag\E (start|end) ([\d.]+) (\d+)/;
+			my ($what, $t, $key) = ($1, $2 + 0, "$k/$3");
+			if ($what eq 'start') { $open{$key} = { start => $t }; next; }
+			my $i = delete $open{$key} or next;
+			$i->{end} = $t;
+			push @iv, $i;
+		}
+	}
+	return @iv;
+}
+
 =item install($node)
 
 Create the guarded loop (procedure hist_loop) in database postgres.

@@ -158,6 +158,17 @@ sub sleep_full
 	return;
 }
 
+# For redis-cli: a last argument too long for the command line (the
+# library's text is over 128 kB, Linux's limit for one argument) goes
+# through stdin with -x instead.  Returns (extra options, stdin).
+sub long_last_arg
+{
+	my ($args) = @_;
+	return ([], '/dev/null') unless @$args && length($args->[-1]) > 65536;
+	my $text = pop @$args;
+	return ([ '-x' ], \$text);
+}
+
 =pod
 
 =item wait_until($timeout_s, $code)
@@ -548,8 +559,9 @@ sub cli
 	my ($out, $err) = ('', '');
 	my @auth = defined $self->{password}
 	  ? ('--no-auth-warning', '-a', $self->{password}) : ();
-	my $ok = IPC::Run::run([ $self->{cli}, '-s', $self->{socket}, @auth, @args ],
-		'<', '/dev/null', '>', \$out, '2>', \$err);
+	my ($x, $in) = RedsemTest::long_last_arg(\@args);
+	my $ok = IPC::Run::run([ $self->{cli}, '-s', $self->{socket}, @auth, @$x, @args ],
+		'<', $in, '>', \$out, '2>', \$err);
 	$out =~ s/\s+\z//;
 	$out = undef unless $ok;
 	return wantarray ? ($out, $err) : $out;
@@ -1266,9 +1278,10 @@ sub cli
 {
 	my ($self, @args) = @_;
 	my ($out, $err) = ('', '');
+	my ($x, $in) = RedsemTest::long_last_arg(\@args);
 	my $ok = IPC::Run::run(
-		[ $self->{cli}, '-h', '127.0.0.1', '-p', $self->{port}, @{ $self->{tls_args} }, @args ],
-		'<', '/dev/null', '>', \$out, '2>', \$err);
+		[ $self->{cli}, '-h', '127.0.0.1', '-p', $self->{port}, @{ $self->{tls_args} }, @$x, @args ],
+		'<', $in, '>', \$out, '2>', \$err);
 	$out =~ s/\s+\z//;
 	return $ok ? $out : undef;
 }
