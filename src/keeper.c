@@ -843,6 +843,7 @@ keeper_cycle(KeeperState *st)
 													 touch_budget_ms(holds, n, &batch, target, sent)));
 		valid_until = stop_lost_holders(st);
 	}
+	sleep_ms = Min(sleep_ms, queue_poll_interval_ms);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
 	if (st->released_after_crash > 0)
 		ereport(LOG,

@@ -93,7 +93,8 @@ static DroppedQueue dropped[QUEUE_MAX_QUEUES];
 static int	ndropped = 0;
 
 static char *def_text(const QueueDef *q);
-static char *stored_def(RedisCall *call, const char *name);
+static char *stored_def(RedisCall *call, const char *name, bool wait);
+static void wait_for_restore(int tries);
 
 PG_FUNCTION_INFO_V1(redsem_create_queue);
 PG_FUNCTION_INFO_V1(redsem_alter_queue);
@@ -567,23 +568,31 @@ note_trouble(const RedisCall *call, bool ok)
 	trouble_logged = !ok;
 }
 
+/* Whether this server's copy is of the Redis and prefix it uses now */
+static bool
+copy_matches(void)
+{
+	return fleet->version > 0 && fleet->target == redis_target_signature() &&
+		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") == 0;
+}
+
 /*
- * Redis has no definitions (it forgot them), or only an older copy a
- * server stored back: store this server's copy, if it is of this Redis
- * and prefix and there is one (it has a version).  False if there is
- * nothing to store.
+ * Redis has no definitions (it forgot them: exists 0), or older ones than
+ * this server's copy (of version redis_version): store the copy, if it is
+ * of this Redis and prefix and there is one (it has a version), and say
+ * what it replaced.  False if there is nothing to store.
  */
 static bool
-restore_copy(RedisCall *call)
+restore_copy(RedisCall *call, int exists, int64 redis_version)
 {
 	uint64		unused;
 	const QueueConfig *copy = queue_fleet_config(&unused);
 	char	  **names;
 	char	  **texts;
 	bool		restored = false;
+	char	   *replaced = NULL;
 
-	if (copy == NULL || fleet->version == 0 || fleet->target != redis_target_signature() ||
-		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") != 0)
+	if (copy == NULL || !copy_matches())
 		return false;
 	names = palloc(sizeof(char *) * (copy->count + 1));
 	texts = palloc(sizeof(char *) * (copy->count + 1));
@@ -592,14 +601,21 @@ restore_copy(RedisCall *call)
 		names[i] = pstrdup(copy->queues[i].name);
 		texts[i] = def_text(&copy->queues[i]);
 	}
-	if (!sem_queues_restore(call, NULL, fleet->version, copy->count, names, texts, &restored))
+	if (!sem_queues_restore(call, NULL, fleet->version, copy->count, names, texts, &restored,
+							&replaced))
 		note_trouble(call, false);
-	else if (restored)
+	else if (restored && exists == 0)
 		ereport(LOG,
 				(errmsg_plural("redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queue again",
 							   "redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queues again",
 							   copy->count, copy->count),
 				 errdetail("The copy is of version " INT64_FORMAT " (changes counted).", fleet->version)));
+	else if (restored)
+		ereport(WARNING,
+				(errmsg("redsem: Redis held older statement queue definitions than this server's copy (version " INT64_FORMAT " < " INT64_FORMAT "); this server stored its copy of %d queue(s)",
+						redis_version, fleet->version, copy->count),
+				 replaced[0] ? errdetail("Definitions it replaced or removed: %s.", replaced) : 0,
+				 errhint("Redis lost writes (an older snapshot, a failover), or a server without this copy changed the definitions meanwhile: check redsem_queues.")));
 	/* (what Redis has now is read at the next poll, at once) */
 	next_poll = redsem_now();
 	return true;
@@ -639,7 +655,7 @@ reconcile_caps(RedisCall *call, const QueueConfig *now)
 		if (limit.stored == q->active)
 			continue;
 		was = (int) Max(limit.stored, 0);
-		text = stored_def(call, q->name);
+		text = stored_def(call, q->name, false);
 		if (text == NULL || !parse_stored(q->name, text, &again) || again.active != q->active ||
 			!sem_set_limit_if(call, q->semaphore, q->active, was, &limit))
 			continue;
@@ -689,6 +705,7 @@ queue_fleet_poll(int budget_ms)
 	RedisCall	call;
 	int			exists;
 	int64		version;
+	bool		must_wait;
 	char	  **names;
 	char	  **texts;
 	int			n;
@@ -702,10 +719,11 @@ queue_fleet_poll(int budget_ms)
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
 	/* (a late reply is read later: the keeper keeps its connection) */
 	call.owe_late_reply = true;
+	/* (a copy of another Redis or prefix is of no version here) */
 	if (!sem_queues_poll(&call, NULL, server_id(),
-						 Max(QUEUE_FLEET_SERVER_TTL_MS, 3 * queue_poll_interval_ms), fleet->version,
-						 server_value(),
-						 &exists, &version, &names, &texts, &n))
+						 Max(QUEUE_FLEET_SERVER_TTL_MS, 3 * queue_poll_interval_ms),
+						 copy_matches() ? fleet->version : 0, server_value(),
+						 &exists, &version, &must_wait, &names, &texts, &n))
 	{
 		/* (a Redis too far for the budget: try again less often) */
 		if (call.outcome.status == RS_TIMED_OUT)
@@ -716,7 +734,7 @@ queue_fleet_poll(int budget_ms)
 	}
 	note_trouble(&call, true);
 	/* (dropping the last queue leaves '~': gone, Redis forgot them) */
-	if (copy_wanted(exists, version) && restore_copy(&call))
+	if (copy_wanted(exists, version) && restore_copy(&call, exists, version))
 		return;
 	initStringInfo(&invalid);
 	/* (by name: Redis lists a hash's fields in an order that may change) */
@@ -756,14 +774,16 @@ restore_before_change(void)
 	RedisCall	call = REDIS_SQL_CALL;
 	int			exists;
 	int64		version;
+	bool		must_wait;
 	char	  **names;
 	char	  **texts;
 	int			n;
 
-	if (fleet == NULL || !sem_queues_get(&call, NULL, &exists, &version, &names, &texts, &n) ||
+	if (fleet == NULL ||
+		!sem_queues_get(&call, NULL, &exists, &version, &must_wait, &names, &texts, &n) ||
 		!copy_wanted(exists, version))
 		return;
-	(void) restore_copy(&call);
+	(void) restore_copy(&call, exists, version);
 }
 
 /*
@@ -873,39 +893,33 @@ def_text(const QueueDef *q)
 	return buf.data;
 }
 
-/* The definition of queue name in Redis (palloc'd), or NULL */
+/*
+ * The definition of queue name in Redis (palloc'd), or NULL.  wait: first
+ * wait while a server has a newer copy to store back (a session; never
+ * the keeper).
+ */
 static char *
-stored_def(RedisCall *call, const char *name)
+stored_def(RedisCall *call, const char *name, bool wait)
 {
 	int			exists;
 	int64		version;
+	bool		must_wait;
 	char	  **names;
 	char	  **texts;
 	int			n;
 
-	if (!sem_queues_get(call, NULL, &exists, &version, &names, &texts, &n))
-		return NULL;
+	for (int waits = 0;; waits++)
+	{
+		if (!sem_queues_get(call, NULL, &exists, &version, &must_wait, &names, &texts, &n))
+			return NULL;
+		if (!wait || !must_wait)
+			break;
+		wait_for_restore(waits);
+	}
 	for (int i = 0; i < n; i++)
 		if (strcmp(names[i], name) == 0)
 			return texts[i];
 	return NULL;
-}
-
-/*
- * Whether Redis's definitions are gone or a copy stored back while this
- * server's copy is newer: a change (or a "does not exist") waits for it
- */
-static bool
-change_waits(RedisCall *call)
-{
-	int			exists;
-	int64		version;
-	char	  **names;
-	char	  **texts;
-	int			n;
-
-	return fleet != NULL && sem_queues_get(call, NULL, &exists, &version, &names, &texts, &n) &&
-		exists != 1 && fleet->version > version;
 }
 
 /* Raise 42704: queue name is not defined in Redis */
@@ -965,7 +979,7 @@ settle_cap(const QueueDef *q)
 
 		if (!sem_limit(&call, q->semaphore, &limit))
 			return;
-		text = stored_def(&call, q->name);
+		text = stored_def(&call, q->name, false);
 		if (text == NULL)
 		{
 			/* dropped: a change that raced the drop may have set its cap */
@@ -1010,17 +1024,11 @@ alter_def(const char *name, const char *options, QueueDef *q)
 
 	for (int tries = 0, waits = 0; tries < QUEUE_ALTER_TRIES; tries++)
 	{
-		char	   *was = stored_def(&call, name);
+		char	   *was = stored_def(&call, name, true);
 		char	   *text;
 		char	   *existing;
 		int			result;
 
-		if (was == NULL && change_waits(&call))
-		{
-			wait_for_restore(waits++);
-			tries--;
-			continue;
-		}
 		if (was == NULL)
 			no_such_queue(name);
 		blank_def(q, name);
@@ -1190,7 +1198,7 @@ queue_fleet_set_limit(const char *semaphore, int active)
 		!queue_valid_name(name))
 		return false;
 	call.elevel = WARNING;
-	if (stored_def(&call, name) == NULL)
+	if (stored_def(&call, name, true) == NULL)
 		return false;
 	text = alter_def(name, psprintf("active_statements=%d", active), &q);
 	apply_cap(&q, q.active);

@@ -2633,12 +2633,12 @@ local function is_queue_field(f)
     return f ~= '~' and f ~= '#'
 end
 
--- queues_get: {1 if the definitions are there ('~' "1"), 2 if they are a
--- copy stored back ("r"), 0 if they are gone; the version ('#', 0 if
--- none); name, text, name, text...}.
-local function op_queues_get(keys)
+-- The definitions: {1 if they are there ('~' "1"), 2 if they are a copy
+-- stored back ("r"), 0 if they are gone; the version ('#', 0 if none);
+-- 0; name, text, name, text...}.
+local function definitions(keys)
     local all = redis.call('HGETALL', keys[1])
-    local reply = {0, 0}
+    local reply = {0, 0, 0}
     for i = 1, #all, 2 do
         if all[i] == '~' then
             reply[1] = all[i + 1] == 'r' and 2 or 1
@@ -2669,21 +2669,36 @@ local function newest_copy(keys)
     return best
 end
 
--- queues_poll server ttl_ms version value: server read the definitions
--- now, its copy being of that version (seen until now + ttl; the servers
--- not seen since go); then as queues_get.
+-- queues_get: the definitions, the third element 1 if a server seen
+-- lately has a newer copy than them, which it stores back within a read
+-- (a change waits for it: Redis forgot, or went back).
+local function op_queues_get(keys)
+    local reply = definitions(keys)
+    if newest_copy(keys) > reply[2] then reply[3] = 1 end
+    return reply
+end
+
+-- queues_poll server ttl_ms version value: the definitions (third element
+-- 0), and, if there are any, server read them now, its copy being of that
+-- version (seen until now + ttl; the servers not seen since go).
 local function op_queues_poll(keys, server, ttl, version, value)
+    local reply = definitions(keys)
     local untl = int(NOW_MS + ttl)
+    -- (no definitions: no list either, so that an unused Redis keeps no
+    -- key; a server with a copy stores it back at once anyway)
+    if reply[1] == 0 then return reply end
     local gone = redis.call('ZRANGEBYSCORE', keys[3], '-inf', '(' .. int(NOW_MS))
     if #gone > 0 then
         redis.call('HDEL', keys[2], unpack(gone))
         redis.call('ZREM', keys[3], unpack(gone))
     end
-    redis.call('HSET', keys[2], server, untl .. ' ' .. int(NOW_MS) .. ' ' .. int(version) .. ' ' .. value)
+    -- (after this read its copy is Redis's, or, if newer, stored back)
+    redis.call('HSET', keys[2], server, untl .. ' ' .. int(NOW_MS) .. ' ' ..
+        int(math.max(version, reply[2])) .. ' ' .. value)
     redis.call('ZADD', keys[3], untl, server)
     redis.call('PEXPIRE', keys[2], int(ttl))
     redis.call('PEXPIRE', keys[3], int(ttl))
-    return op_queues_get(keys)
+    return reply
 end
 
 -- queue_servers: {now ms, server, value, server, value...} of the servers
@@ -2703,11 +2718,10 @@ local function op_queue_servers(keys)
     return reply
 end
 
--- True if a change must wait: the definitions are gone, or are a copy
--- stored back, and a server seen lately has a newer copy it will store
--- back within a read (so that no change is made on a stale set).
+-- True if a change must wait: a server seen lately has a newer copy than
+-- the definitions (Redis forgot them, or went back), which it stores back
+-- within a read (so that no change is made on a stale set).
 local function change_must_wait(keys)
-    if redis.call('HGET', keys[1], '~') == '1' then return false end
     return newest_copy(keys) > (tonumber(redis.call('HGET', keys[1], '#')) or 0)
 end
 
@@ -2729,7 +2743,7 @@ local function op_queue_put(keys, name, text, mode, was)
     if mode == 'create' and now then return {0, now} end
     if mode == 'alter' and not now then return {0} end
     if mode == 'alter' and was and now ~= was then return {0, now} end
-    if not now and (#op_queues_get(keys) - 2) / 2 >= QUEUE_MAX then return {-1} end
+    if not now and (#definitions(keys) - 3) / 2 >= QUEUE_MAX then return {-1} end
     queue_changed(keys)
     redis.call('HSET', keys[1], name, text)
     return {1}
@@ -2748,12 +2762,19 @@ end
 -- queues_restore version name text...: a server's copy of the definitions
 -- (of that version; it may hold none), stored in place of what Redis has
 -- if that is gone or older (Redis forgot, or lost writes, or another
--- server stored back an older copy): {1} stored, {0} not.
+-- server stored back an older copy): {1, the queues whose definition it
+-- replaced or removed...} stored, {0} not.
 local function op_queues_restore(keys, version, pairs)
     local mark = redis.call('HGET', keys[1], '~')
     if mark and (tonumber(redis.call('HGET', keys[1], '#')) or 0) >= version then return {0} end
-    for _, f in ipairs(redis.call('HKEYS', keys[1])) do
-        if is_queue_field(f) then redis.call('HDEL', keys[1], f) end
+    local mine, reply = {}, {1}
+    for i = 1, #pairs, 2 do mine[pairs[i]] = pairs[i + 1] end
+    local all = redis.call('HGETALL', keys[1])
+    for i = 1, #all, 2 do
+        if is_queue_field(all[i]) then
+            if mine[all[i]] ~= all[i + 1] then reply[#reply + 1] = all[i] end
+            redis.call('HDEL', keys[1], all[i])
+        end
     end
     pairs[#pairs + 1] = '~'
     pairs[#pairs + 1] = 'r'
@@ -2761,7 +2782,7 @@ local function op_queues_restore(keys, version, pairs)
     pairs[#pairs + 1] = int(version)
     redis.call('HSET', keys[1], unpack(pairs))
     redis.call('PERSIST', keys[1])
-    return {1}
+    return reply
 end
 
 -- The definitions' operations, as INDEX_OPS entries (queues: run gets the
@@ -2771,14 +2792,13 @@ INDEX_OPS.queues_get = {
         if #a == 1 then return true end
     end,
     run = op_queues_get,
-    timeless = true,
     queues = true,
 }
 INDEX_OPS.queues_poll = {
     read = function(a)
         local ttl, version = count_arg(a[3]), count_arg(a[4])
         if #a == 5 and type(a[2]) == 'string' and #a[2] > 0 and #a[2] <= 300 and
-            ttl and ttl >= 1000 and ttl <= 3600000 and version and
+            ttl and ttl >= 1000 and ttl <= 3 * 3600000 and version and
             #a[5] <= QUEUE_SERVER_MAX then
             return true, a[2], ttl, version, a[5]
         end

@@ -1262,10 +1262,11 @@ reply_text(const redisReply *e)
  */
 bool
 sem_queues_get(RedisCall *call, const char *prefix, int *exists,
-			   int64 *version, char ***names, char ***texts, int *count)
+			   int64 *version, bool *must_wait, char ***names, char ***texts,
+			   int *count)
 {
 	return sem_queues_poll(call, prefix, NULL, 0, 0, NULL, exists, version,
-						   names, texts, count);
+						   must_wait, names, texts, count);
 }
 
 /*
@@ -1276,8 +1277,10 @@ sem_queues_get(RedisCall *call, const char *prefix, int *exists,
 bool
 sem_queues_poll(RedisCall *call, const char *prefix, const char *server,
 				int ttl_ms, int64 copy_version, const char *value, int *exists,
-				int64 *version, char ***names, char ***texts, int *count)
+				int64 *version, bool *must_wait, char ***names, char ***texts,
+				int *count)
 {
+	int64		wait;
 	const char *args[4] = {server, psprintf("%d", ttl_ms),
 	psprintf(INT64_FORMAT, copy_version), value};
 	redisReply *reply;
@@ -1286,14 +1289,16 @@ sem_queues_poll(RedisCall *call, const char *prefix, const char *server,
 	if (!run_queues(call, prefix, server ? "queues_poll" : "queues_get",
 					server ? 4 : 0, args, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 || reply->elements % 2 != 0 ||
-		!reply_int64(reply->element[0], &there) || !reply_int64(reply->element[1], version))
-		return malformed(call, "(queues)", reply, "queues_get did not answer a flag, a version and pairs");
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 3 || reply->elements % 2 != 1 ||
+		!reply_int64(reply->element[0], &there) || !reply_int64(reply->element[1], version) ||
+		!reply_int64(reply->element[2], &wait))
+		return malformed(call, "(queues)", reply, "queues_get did not answer a flag, a version, a flag and pairs");
+	*must_wait = wait == 1;
 	*exists = (int) there;
 	*count = 0;
 	*names = palloc(sizeof(char *) * (reply->elements / 2 + 1));
 	*texts = palloc(sizeof(char *) * (reply->elements / 2 + 1));
-	for (size_t i = 2; i + 1 < reply->elements; i += 2)
+	for (size_t i = 3; i + 1 < reply->elements; i += 2)
 	{
 		if (reply->element[i]->type != REDIS_REPLY_STRING ||
 			reply->element[i + 1]->type != REDIS_REPLY_STRING)
@@ -1393,8 +1398,11 @@ sem_queue_drop(RedisCall *call, const char *name, int *result)
  */
 bool
 sem_queues_restore(RedisCall *call, const char *prefix, int64 version, int n,
-				   char *const *names, char *const *texts, bool *restored)
+				   char *const *names, char *const *texts, bool *restored,
+				   char **replaced)
 {
+	StringInfoData buf;
+
 	const char **args = palloc(sizeof(char *) * (2 * n + 1));
 	redisReply *reply;
 	int64		r;
@@ -1407,10 +1415,16 @@ sem_queues_restore(RedisCall *call, const char *prefix, int64 version, int n,
 	}
 	if (!run_queues(call, prefix, "queues_restore", 2 * n + 1, args, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1 ||
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 ||
 		!reply_int64(reply->element[0], &r))
 		return malformed(call, "(queues)", reply, "queues_restore did not answer a result");
 	*restored = r == 1;
+	initStringInfo(&buf);
+	for (size_t i = 1; i < reply->elements; i++)
+		if (reply->element[i]->type == REDIS_REPLY_STRING)
+			appendStringInfo(&buf, "%s\"%.*s\"", buf.len > 0 ? ", " : "",
+							 (int) reply->element[i]->len, reply->element[i]->str);
+	*replaced = buf.data;
 	freeReplyObject(reply);
 	return true;
 }

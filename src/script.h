@@ -137,12 +137,13 @@ extern void sem_pin_configured(RedisCall *call, const char *name);
 extern bool sem_index_list(RedisCall *call, int max, char ***names,
 						   int *count, int64 *total, char **evicting);
 extern bool sem_queues_get(RedisCall *call, const char *prefix, int *exists,
-						   int64 *version, char ***names, char ***texts,
-						   int *count);
+						   int64 *version, bool *must_wait, char ***names,
+						   char ***texts, int *count);
 extern bool sem_queues_poll(RedisCall *call, const char *prefix,
 							const char *server, int ttl_ms, int64 copy_version,
 							const char *value, int *exists, int64 *version,
-							char ***names, char ***texts, int *count);
+							bool *must_wait, char ***names, char ***texts,
+							int *count);
 extern bool sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
 							  char ***values, int *count);
 extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
@@ -150,7 +151,8 @@ extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
 extern bool sem_queue_drop(RedisCall *call, const char *name, int *result);
 extern bool sem_queues_restore(RedisCall *call, const char *prefix,
 							   int64 version, int n, char *const *names,
-							   char *const *texts, bool *restored);
+							   char *const *texts, bool *restored,
+							   char **replaced);
 extern int	sem_node_of(const char *prefix, const char *name);
 extern bool sem_node_policy(RedisCall *call, const char *prefix,
 							const char *name, char **evicting);

@@ -57,10 +57,9 @@ like($err, qr/invalid statement queue name/, 'a bad name is refused');
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2')",
 	extra_params => [ '-U', 'mallory' ]);
 like($err, qr/permission denied to create a statement queue/, 'an ordinary role cannot create a queue');
-ok(defined wait_until(5, sub { ($redis->cli('HLEN', 'redsem:{queues}:servers') // 0) == 2 }), 'the keepers list their servers');
-is($redis->cli('EXISTS', 'redsem:{queues}'), '0', 'nothing else was stored in Redis');
-my $pttl = $redis->cli('PTTL', 'redsem:{queues}:servers');
-ok($pttl > 0 && $pttl <= 10000, "the servers' list expires by itself ($pttl ms)");
+sleep_full(1.5);
+is($redis->cli('EXISTS', 'redsem:{queues}', 'redsem:{queues}:servers', 'redsem:{queues}:seen'), '0',
+	'nothing was stored in Redis (without definitions, the keepers list no server either)');
 
 # --- defined on one server, applied on both ---
 is($a->safe_psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=2 max_wait=1min')"),
@@ -71,6 +70,9 @@ ok(defined wait_until(5, sub {
 			$b->safe_psql('postgres', "SELECT defined_in || '/' || cap || '/' || max_wait FROM redsem_queues WHERE name = 'rep'")
 			  eq 'redis/2/00:01:00' }),
 	'the other server applies the definition');
+ok(defined wait_until(5, sub { ($redis->cli('HLEN', 'redsem:{queues}:servers') // 0) == 2 }), 'the keepers list their servers');
+my $pttl = $redis->cli('PTTL', 'redsem:{queues}:servers');
+ok($pttl > 0 && $pttl <= 10000, "the servers' list expires by itself ($pttl ms)");
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_create_queue('rep', 'active_statements=5')");
 like($err, qr/statement queue "rep" already exists/, 'a queue is created once');
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_alter_queue('nope', 'active_statements=5')");
