@@ -50,6 +50,10 @@ is($node->safe_psql('postgres', 'SELECT acquired FROM redsem_stats WHERE name IS
 
 # a role whose queue is not defined: its sessions would run unqueued
 $node->safe_psql('postgres', q{CREATE ROLE lost_analyst; ALTER ROLE lost_analyst SET redsem.queue = 'no_such_queue';});
+# a queue defined in Redis: the keeper lists its server among those applying them
+$node->safe_psql('postgres', q{SELECT redsem_create_queue('fleetq', 'active_statements=1');});
+ok(defined wait_until(10, sub { $node->safe_psql('postgres', 'SELECT count(*) FROM redsem_queue_servers()') eq '1' }),
+	'the keeper lists its server among those applying the queues of Redis');
 
 ###########################################################################
 note 'the exporter';
