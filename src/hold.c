@@ -157,6 +157,7 @@ mark_ending(Hold *hold)
 		return;
 	hold->was_held = (hold->state == HOLD_HELD);
 	hold->state = HOLD_ENDING;
+	shared_hold_set_ending(hold->shared_slot, hold->id);
 }
 
 /*

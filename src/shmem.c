@@ -540,6 +540,23 @@ shared_hold_note_failure(int slot, const char *id, int failures,
 }
 
 /*
+ * The backend of a hold is giving it back (its scope ended): a refresh
+ * racing that release finds the slot gone, which stops nobody
+ */
+void
+shared_hold_set_ending(int slot, const char *id)
+{
+	SharedHold *h;
+
+	if (shared == NULL || slot < 0)
+		return;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		h->ending = true;
+	LWLockRelease(shared->holds_lock);
+}
+
+/*
  * The keeper refreshed a hold: a new lease (> 0, confirmed at sent), a slot
  * found gone (0), or one an administrator released (-1); failures cleared
  */
@@ -557,6 +574,8 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 			h->refreshed_at = sent;
 			h->confirm_ms = 0;
 		}
+		else if (h->ending)
+			h->lost = true;		/* (its backend's own release took it) */
 		else
 		{
 			h->lost = true;

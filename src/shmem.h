@@ -73,6 +73,8 @@ typedef struct SharedHold
 	bool		abandoned;		/* its backend is gone or could not release
 								 * it: the keeper must */
 	bool		lost;			/* the keeper found the slot gone */
+	bool		ending;			/* its backend is giving it back: a refresh
+								 * that finds it gone met that release */
 	bool		forced;			/* ... released by an administrator */
 	bool		unkept;			/* taken under another Redis target */
 	bool		role_counted;	/* counts toward its role's
@@ -204,6 +206,7 @@ extern int	shared_hold_capacity(void);
 extern void shared_hold_note_failure(int slot, const char *id, int failures,
 									 TimestampTz retry_at, const char *text,
 									 TimestampTz logged_at);
+extern void shared_hold_set_ending(int slot, const char *id);
 extern void shared_hold_note_refresh(int slot, const char *id, int64 lease,
 									 TimestampTz sent);
 extern void shared_hold_set_unkept(int slot, const char *id, bool unkept);
