@@ -18,7 +18,7 @@
 #          (FIFO, notified hand-off).
 #   Act 3: a second PostgreSQL server joins; an "analyst" role's heavy
 #          queries, plain SQL with no redsem call in it, are capped at 2
-#          across both servers by a statement queue (redsem.queues,
+#          across both servers by a statement queue (redsem_create_queue,
 #          ALTER ROLE analyst SET redsem.queue).  A live timeline shows the
 #          queries submitted, running and done, and the queue every half
 #          second.
@@ -399,16 +399,24 @@ start_server_b() {
 cluster_name = 'b'" redsem_start_pg "$DIR/b" >/dev/null
 }
 
-# setup_queue DIR : the queue "analysts" and the role in it, on one server
+# setup_queue DIR [define] : the role analyst in the queue "analysts", on
+# one server; with define, the queue is first defined for every server
+# (in Redis), and each server waits until its keeper has read it (within
+# a second), so that ALTER ROLE names a queue it knows
 setup_queue() {
+    local i
     redsem_psql "$1" >/dev/null <<SQL
 SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS redsem;
-ALTER SYSTEM SET redsem.queues = 'analysts: active_statements=$ACTIVE max_wait=2min';
-SELECT pg_reload_conf();
 CREATE ROLE analyst LOGIN;
-ALTER ROLE analyst SET redsem.queue = 'analysts';
 SQL
+    [[ -z ${2:-} ]] || redsem_psql "$1" -qAt >/dev/null \
+        -c "SELECT redsem_create_queue('analysts', 'active_statements=$ACTIVE max_wait=2min')"
+    for i in $(seq 50); do
+        [[ $(redsem_psql "$1" -qAt -c "SELECT count(*) FROM redsem_queues WHERE name = 'analysts'") == 1 ]] && break
+        sleep 0.1
+    done
+    redsem_psql "$1" -qAt >/dev/null -c "ALTER ROLE analyst SET redsem.queue = 'analysts'"
 }
 
 act3() {
@@ -418,9 +426,10 @@ act3() {
     cat <<EOF
 
 === Act 3: an analyst's heavy queries, capped across two servers ===
-A second PostgreSQL server (b) now shares the Redis. On both, the DBA defines
-a statement queue and puts the role analyst in it -- no change to any SQL:
-  ALTER SYSTEM SET redsem.queues = 'analysts: active_statements=$ACTIVE max_wait=2min';
+A second PostgreSQL server (b) now shares the Redis. The DBA defines a
+statement queue once, for every server, and puts the role analyst in it on
+both -- no change to any SQL:
+  SELECT redsem_create_queue('analysts', 'active_statements=$ACTIVE max_wait=2min');
   ALTER ROLE analyst SET redsem.queue = 'analysts';
 $ANALYSTS analyst queries on each server start at once; each is just
   SELECT ..., pg_sleep(1-3 s), ...
@@ -429,7 +438,7 @@ $ACTIVE run at once, across both servers, first come first served.
 
 EOF
     start_server_b
-    setup_queue "$DIR"
+    setup_queue "$DIR" define
     setup_queue "$DIR/b"
     sleep 0.5
     local n pid failures=0 mon
