@@ -1057,6 +1057,20 @@ alter_def(const char *name, const char *options, QueueDef *q)
 }
 
 /*
+ * After a definition was stored: its cap for every server, checked against
+ * a change made at once (settle_cap), and the log line (what: "created"...)
+ */
+static void
+changed(const QueueDef *q, const char *what, const char *text)
+{
+	apply_cap(q, q->active);
+	settle_cap(q);
+	ereport(LOG,
+			(errmsg("redsem: statement queue \"%s\" %s by role \"%s\": %s",
+					q->name, what, GetUserNameFromId(GetUserId(), false), text)));
+}
+
+/*
  * redsem_create_queue(name, options): define a statement queue for every
  * server, in Redis; its cap takes effect at once.  Administrators.  Logged.
  */
@@ -1095,11 +1109,7 @@ redsem_create_queue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("too many statement queues"),
 				 errdetail("At most %d can be defined.", QUEUE_MAX_QUEUES)));
-	apply_cap(&q, q.active);
-	settle_cap(&q);
-	ereport(LOG,
-			(errmsg("redsem: statement queue \"%s\" created by role \"%s\": %s",
-					q.name, GetUserNameFromId(GetUserId(), false), stored)));
+	changed(&q, "created", stored);
 	warn_not_read_here();
 	warn_setting_differs(&q, false);
 	PG_RETURN_TEXT_P(cstring_to_text(stored));
@@ -1125,11 +1135,7 @@ redsem_alter_queue(PG_FUNCTION_ARGS)
 	hold_init();
 	restore_before_change();
 	stored = alter_def(name, text_to_cstring(PG_GETARG_TEXT_PP(1)), &q);
-	apply_cap(&q, q.active);
-	settle_cap(&q);
-	ereport(LOG,
-			(errmsg("redsem: statement queue \"%s\" changed by role \"%s\": %s",
-					q.name, GetUserNameFromId(GetUserId(), false), stored)));
+	changed(&q, "changed", stored);
 	warn_not_read_here();
 	warn_setting_differs(&q, false);
 	PG_RETURN_TEXT_P(cstring_to_text(stored));
@@ -1201,11 +1207,7 @@ queue_fleet_set_limit(const char *semaphore, int active)
 	if (stored_def(&call, name, true) == NULL)
 		return false;
 	text = alter_def(name, psprintf("active_statements=%d", active), &q);
-	apply_cap(&q, q.active);
-	settle_cap(&q);
-	ereport(LOG,
-			(errmsg("redsem: statement queue \"%s\" changed by role \"%s\" (redsem_set_limit): %s",
-					name, GetUserNameFromId(GetUserId(), false), text)));
+	changed(&q, "changed (redsem_set_limit)", text);
 	return true;
 }
 
