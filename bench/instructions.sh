@@ -125,6 +125,14 @@ per_call() {
     perl "$BENCH_DIR/ops.pl" "FCALL $1" "FCALL $1" "$2" 1000 "$CALLS" pairs >"$W/ops.resp"
     inside_fcall "$W/ops.resp" $((2 * CALLS))
 }
+# per_spread FN SEM: the same per call, for SPREAD acquires each on a
+# semaphore of its own, then their releases (more semaphores than the
+# script keeps names of: every call makes its keys' names)
+SPREAD=1100
+per_spread() {
+    perl "$BENCH_DIR/ops.pl" "FCALL $1" "FCALL $1" "$2" 1 "$SPREAD" spread >"$W/ops.resp"
+    inside_fcall "$W/ops.resp" $((2 * SPREAD))
+}
 # per_refresh FN SEM: thousands of instructions inside FCALL per refresh
 # of one hold (refresh_many, as a keeper sends it for a semaphore of one
 # hold of this server: the worst case), CALLS holders refreshed once each
@@ -147,6 +155,7 @@ for holders in 0 10; do
     C[redsem$holders]=$(per_call icall "i$holders" "$holders")
     C[floor$holders]=$(per_call floor_four "f$holders" "$holders")
 done
+C[spread]=$(per_spread icall s)
 C[refresh]=$(per_refresh icall r)
 C[refresh_floor]=$(per_refresh floor_four fr)
 if [[ -n ${BENCH_BEFORE:-} ]]; then
@@ -158,6 +167,7 @@ if [[ -n ${BENCH_BEFORE:-} ]]; then
     C[before0]=$(OPS_KEYS=6 per_call bcall b0 0)
     C[before10]=$(OPS_KEYS=6 per_call bcall b10 10)
     C[refresh_before]=$(OPS_KEYS=6 per_refresh bcall rb)
+    C[spread_before]=$(OPS_KEYS=6 per_spread bcall sb)
 fi
 
 declare -A K
@@ -188,6 +198,11 @@ if [[ -n ${BENCH_BEFORE:-} ]]; then
     printf '%-52s %10s %10s\n' "the script at $BENCH_BEFORE, acquire or release" "${C[before0]}" "${C[before10]}"
     printf '%-52s %10s %10s\n' "  ratio redsem / the script at $BENCH_BEFORE" \
         "$(bench_div "${C[redsem0]}" "${C[before0]}" %.3f)" "$(bench_div "${C[redsem10]}" "${C[before10]}" %.3f)"
+fi
+printf '%-52s %10s\n' "redsem, $SPREAD semaphores, each called once (cold)" "${C[spread]}"
+if [[ -n ${BENCH_BEFORE:-} ]]; then
+    printf '%-52s %10s\n' "the script at $BENCH_BEFORE, the same" "${C[spread_before]}"
+    printf '%-52s %10s\n' "  ratio redsem / the script at $BENCH_BEFORE" "$(bench_div "${C[spread]}" "${C[spread_before]}" %.3f)"
 fi
 printf '\na keeper'"'"'s refresh of one hold (refresh_many, %s holders refreshed once each), thousands\n' "$CALLS"
 printf 'of instructions inside FCALL per call\n'

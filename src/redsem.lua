@@ -2855,21 +2855,32 @@ do -- 16 A CALL ------------------------------------------------------------
 -- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
 local PAD = {'00000', '0000', '000', '00', '0', ''}
 
+-- The owner key whose names begin() made last: the names (BASE, K_TIMEOUT,
+-- ...) are kept for the next call on the same semaphore, since making five
+-- costs an idle acquire or release about 3% (bench/instructions.sh).
+-- Derived from the name alone, so names kept are never wrong; one entry,
+-- because a table of many costs a call on a semaphore not in it more than
+-- the names (its garbage collection: the cold row of that bench).
+local NAMED
+
 -- Start a call on these keys (the owner, and the generation or nil):
--- nothing carries over from an earlier call.
+-- nothing carries over from an earlier call (but the names: NAMED).
 -- (A fast path needs TF besides the state, S, which read_state makes;
 -- begin_general makes the rest, and until then they are nil, so that a
 -- fast path cannot use one by mistake.  The clock's texts are cut from
 -- TIME's own: printing a number costs half a command; bench/README.md.)
 local function begin(keys)
-    K_OWNER = keys[1]
-    BASE = string.sub(K_OWNER, 1, -6)
     if keys[3] then                 -- (all six named, in a Cluster: above)
+        K_OWNER, BASE, NAMED = keys[1], string.sub(keys[1], 1, -6), nil
         K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
             keys[2], keys[3], keys[4], keys[5], keys[6], keys[7]
     else
-        K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE, K_GEN =
-            BASE .. 'timeout', BASE .. 'ticket', BASE .. 'info', BASE .. 'waiting', BASE .. 'state', keys[2]
+        if keys[1] ~= NAMED then
+            K_OWNER, BASE, NAMED = keys[1], string.sub(keys[1], 1, -6), keys[1]
+            K_TIMEOUT, K_TICKET, K_INFO, K_WAITING, K_STATE =
+                BASE .. 'timeout', BASE .. 'ticket', BASE .. 'info', BASE .. 'waiting', BASE .. 'state'
+        end
+        K_GEN = keys[2]
     end
     GEN, GRACE, GEN_SYNC = nil, nil, false
     local t = redis.call('TIME')
