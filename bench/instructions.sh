@@ -21,14 +21,16 @@
 # shipped script and of bench/script_cpu.sh's four-command floor
 # (bench/floor.lua), idle and beside 10 holders: the instructions Redis runs
 # inside FCALL per call (the part INFO commandstats times), and their ratio
-# (issue 21, target 1: at most 1.5).  Last, a keeper's refresh of one hold
+# (issue 21, target 1: at most 1.5), and the pairs spread over
+# BENCH_SPREAD semaphores, each called once (cold).  Last, a keeper's refresh of one hold
 # (refresh_many of one id, BENCH_CALLS holders refreshed once each) against
 # the floor's release and, with BENCH_BEFORE, that revision's script.
 #
 # Environment: BENCH_BEFORE, BENCH_PAIRS (default "100 500": N1 and N2 of
 # the pairs), BENCH_HANDOFFS (default "100 400"), BENCH_CALLS (default 500
-# pairs), BENCH_CALLS_ONLY=1 (only the calls from a client: a quicker
-# look), REDSEM_KEEP=1.  Installs valgrind if it is missing.
+# pairs), BENCH_SPREAD (default 1100: the cold row's semaphores),
+# BENCH_CALLS_ONLY=1 (only the calls from a client: a quicker look),
+# REDSEM_KEEP=1.  Installs valgrind if it is missing.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -128,7 +130,7 @@ per_call() {
 # per_spread FN SEM: the same per call, for SPREAD acquires each on a
 # semaphore of its own, then their releases (more semaphores than the
 # script keeps names of: every call makes its keys' names)
-SPREAD=1100
+SPREAD=${BENCH_SPREAD:-1100}
 per_spread() {
     perl "$BENCH_DIR/ops.pl" "FCALL $1" "FCALL $1" "$2" 1 "$SPREAD" spread >"$W/ops.resp"
     inside_fcall "$W/ops.resp" $((2 * SPREAD))

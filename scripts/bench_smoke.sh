@@ -29,7 +29,7 @@ smoke() {
 smoke script_cpu.sh BENCH_OPS=300 BENCH_HOLDERS=100
 smoke lua_loop.sh BENCH_OPS=50
 if command -v valgrind >/dev/null; then
-    smoke instructions.sh BENCH_PAIRS='10 20' BENCH_HANDOFFS='10 20' BENCH_CALLS=20
+    smoke instructions.sh BENCH_PAIRS='10 20' BENCH_HANDOFFS='10 20' BENCH_CALLS=20 BENCH_SPREAD=20
 else
     echo "bench smoke: no valgrind, bench/instructions.sh not run"
 fi
