@@ -6,26 +6,30 @@
 #
 #   sudo bash bench/failover.sh
 #
-# Runs the rounds of t/050_sentinel.pl (a primary, a replica and three
+# Runs every round of t/050_sentinel.pl (a primary, two replicas and three
 # sentinels on loopback; six sessions taking and giving back slots of a
-# semaphore of 2, half of them connecting anew each time; SENTINEL FAILOVER,
-# then a SIGKILL of the primary; each once with grant_replicas = 0 and once
-# with 1) and of t/052_cluster.pl (three primaries, three replicas; six
+# semaphore of 2, each waiting up to 10 s, half of them connecting anew each
+# time; SENTINEL FAILOVER, then a SIGKILL of the primary, which comes back
+# once the sentinels name the new one; each once with grant_replicas = 0 and
+# once with 1) and of t/052_cluster.pl (three primaries, three replicas; six
 # sessions over ten semaphores of 2; CLUSTER FAILOVER, then a SIGKILL of a
 # primary: "cfailover", "ckill"), BENCH_ROUNDS times, and prints every
-# round's figures and their totals.  Then t/050 once more with two replicas
-# ("failover/2", "kill/2"; BENCH_TWO_REPLICAS=0 skips it).  "fresh idle" is
+# round's figures and their totals.  Then t/050 once more with one replica
+# ("failover/1", "kill/1"; BENCH_ONE_REPLICA=0 skips it).  "fresh idle" is
 # the time from the new primary taking writes until a fresh session gets a
-# semaphore that was idle at the failover.  Over-admissions are counted independently of redsem, from the
-# periods the sessions log in PostgreSQL; "longest gap" is the longest time
-# after the trigger without a grant.
+# semaphore that was idle at the failover.  Over-admissions are counted
+# independently of redsem, from the periods the sessions log in PostgreSQL;
+# "longest gap" is the longest time after the trigger without a grant;
+# failed acquires are those that raised or got no slot within their wait
+# (failed releases and holders stopped are counted apart).
 #
-# Environment: BENCH_ROUNDS (default 2), BENCH_ROUND_S (seconds of load per
-# round, default 18), BENCH_NO_INSTALL=1.
+# Environment: BENCH_ROUNDS (default 1), BENCH_ROUND_S (seconds of load per
+# round, default 18), BENCH_FAILOVER_ROUNDS (default all: as
+# REDSEM_FAILOVER_ROUNDS, say 'failover:1 kill:1'), BENCH_NO_INSTALL=1.
 
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ROUNDS=${BENCH_ROUNDS:-2}
+ROUNDS=${BENCH_ROUNDS:-1}
 REPORT=$(mktemp /tmp/redsem-failover.XXXXXX)
 trap 'rm -f "$REPORT"' EXIT
 
@@ -38,7 +42,7 @@ run_tests() {
     local label=$1 env_extra=$2; shift 2
     local log=/tmp/redsem-failover-$label.log kept
     # shellcheck disable=SC2086
-    if env $env_extra REDSEM_FAILOVER_REPORT="$REPORT" REDSEM_FAILOVER_ROUND_S="${BENCH_ROUND_S:-18}" REDSEM_KEEP=1 \
+    if env $env_extra REDSEM_FAILOVER_ROUNDS="${BENCH_FAILOVER_ROUNDS:-all}" REDSEM_FAILOVER_REPORT="$REPORT" REDSEM_FAILOVER_ROUND_S="${BENCH_ROUND_S:-18}" REDSEM_KEEP=1 \
         "${install[@]}" bash "$REPO/scripts/test.sh" tap "$@" >"$log" 2>&1; then
         # the tests passed: drop their temp dir and log
         kept=$(sed -n 's/^==> kept temp dir: //p' "$log")
@@ -53,8 +57,8 @@ run_tests() {
 for ((i = 1; i <= ROUNDS; i++)); do
     echo "==> round $i of $ROUNDS" >&2
     run_tests "round$i" "" t/050_sentinel.pl t/052_cluster.pl
-    if [[ ${BENCH_TWO_REPLICAS:-1} == 1 ]]; then
-        run_tests "round$i-2replicas" "REDSEM_SENTINEL_REPLICAS=2" t/050_sentinel.pl
+    if [[ ${BENCH_ONE_REPLICA:-1} == 1 ]]; then
+        run_tests "round$i-1replica" "REDSEM_SENTINEL_REPLICAS=1" t/050_sentinel.pl
     fi
 done
 
@@ -71,11 +75,12 @@ sed -E 's/= +/=/g; s/=>/=/g' "$REPORT" | awk '{
         else v[key, k] += x
     }
 } END {
-    printf "%-10s %-17s %8s %16s %10s %11s %12s %13s\n", "failover", "setting", "periods", "over_admissions",
-        "mean_gap_s", "worst_gap_s", "mean_fresh_s", "worst_fresh_s"
+    printf "%-10s %-17s %8s %16s %16s %10s %11s %12s %13s\n", "failover", "setting", "periods", "over_admissions",
+        "failed_acquires", "mean_gap_s", "worst_gap_s", "mean_fresh_s", "worst_fresh_s"
     for (i = 1; i <= n; i++) { k = order[i]; split(k, p, " ")
         fm = cnt[k, "fresh_idle_s"] ? sprintf("%.2f", sum[k, "fresh_idle_s"] / cnt[k, "fresh_idle_s"]) : "-"
         fw = cnt[k, "fresh_idle_s"] ? sprintf("%.2f", worst[k, "fresh_idle_s"]) : "-"
-        printf "%-10s %-17s %8d %16d %10.2f %11.2f %12s %13s\n", p[1], p[2], v[k, "periods"], v[k, "over_admissions"],
+        printf "%-10s %-17s %8d %16d %16d %10.2f %11.2f %12s %13s\n", p[1], p[2], v[k, "periods"], v[k, "over_admissions"],
+            v[k, "failed_acquires"],
             sum[k, "longest_gap_s"] / cnt[k, "longest_gap_s"], worst[k, "longest_gap_s"], fm, fw }
 }'

@@ -278,7 +278,8 @@ foreach my $round (RedsemTest::Failover::rounds())
 	my $gap = RedsemTest::Failover::longest_gap(\@periods, $trigger, $trigger + $window);
 	my $states = $node->safe_psql('postgres',
 		qq{SELECT coalesce(string_agg(DISTINCT state, ',' ORDER BY state), '') FROM failures WHERE round = '$label';});
-	my $nfail = $node->safe_psql('postgres', qq{SELECT count(*) FROM failures WHERE round = '$label';});
+	my $failed = RedsemTest::Failover::failures($node, $label);
+	my $nfail = $failed->{acquires} + $failed->{releases} + $failed->{stopped};
 	note $node->safe_psql('postgres',
 		qq{SELECT state, left(msg, 200), count(*) FROM failures WHERE round = '$label' GROUP BY 1, 2;});
 	ok(wait_until(60, sub {
@@ -292,7 +293,7 @@ foreach my $round (RedsemTest::Failover::rounds())
 	unlike($states, qr/08006/, "$label: no caller with 10 s of wait gets an error from CLUSTER FAILOVER")
 	  if $how eq 'failover' && $replicas;
 	push @report, RedsemTest::Failover::report_line("c$how", $replicas, scalar(@periods),
-		$max, $over, $gap, $window, $nfail);
+		$max, $over, $gap, $window, $failed);
 	note $report[-1];
 }
 

@@ -1321,8 +1321,8 @@ redsem), and reporting the figures bench/failover.sh collects.
 
 The rounds t/050 and t/052 run, as [how, grant_replicas] pairs: two of the
 four (a planned failover and a killed primary, each with
-redsem.grant_replicas 0 and 1), 'failover:1 kill:0' unless
-$ENV{REDSEM_FAILOVER_ROUNDS} names others (say 'failover:0 kill:1'), or
+redsem.grant_replicas 0 and 1), 'failover:1 kill:1' unless
+$ENV{REDSEM_FAILOVER_ROUNDS} names others (say 'failover:0 kill:0'), or
 'all'.  scripts/matrix.sh gives its roots the other two, so that a CI run
 covers all four; bench/failover.sh runs longer rounds.
 
@@ -1331,7 +1331,7 @@ covers all four; bench/failover.sh runs longer rounds.
 sub rounds
 {
 	my @all = ([ 'failover', 0 ], [ 'failover', 1 ], [ 'kill', 0 ], [ 'kill', 1 ]);
-	my $pick = $ENV{REDSEM_FAILOVER_ROUNDS} || 'failover:1 kill:0';
+	my $pick = $ENV{REDSEM_FAILOVER_ROUNDS} || 'failover:1 kill:1';
 	return @all if $pick eq 'all';
 	my %want = map { $_ => 1 } split ' ', $pick;
 	my @got = grep { $want{"$_->[0]:$_->[1]"} } @all;
@@ -1392,6 +1392,28 @@ sub longest_gap
 
 =pod
 
+=item failures($node, $label)
+
+What went wrong in round $label, from the table failures (round, at,
+state, msg) its sessions fill: {acquires => acquires that failed or got no
+slot within their wait, releases => releases that raised, stopped =>
+holders stopped because a failover lost their slot}.
+
+=cut
+
+sub failures
+{
+	my ($node, $label) = @_;
+	my ($a, $r, $l) = split /\|/, $node->safe_psql('postgres', qq{
+		SELECT count(*) FILTER (WHERE state <> 'lost' AND msg NOT LIKE 'release: %'),
+		       count(*) FILTER (WHERE state <> 'lost' AND msg LIKE 'release: %'),
+		       count(*) FILTER (WHERE state = 'lost')
+		FROM failures WHERE round = '$label';});
+	return { acquires => $a, releases => $r, stopped => $l };
+}
+
+=pod
+
 =item report_line($kind, $replicas, $periods, $max, $over, $gap, $window, $failed, $fresh)
 
 One line of figures; a gap as long as the window is marked ">" (at least).
@@ -1404,8 +1426,8 @@ sub report_line
 {
 	my ($kind, $replicas, $periods, $max, $over, $gap, $window, $failed, $fresh) = @_;
 	my $censored = $gap >= $window - 0.1 ? '>' : '';
-	return sprintf('%-10s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_calls=%d',
-		$kind, $replicas, $periods, $max, $over, $censored, $gap, $failed)
+	return sprintf('%-10s grant_replicas=%d  periods=%4d  max_inside=%d  over_admissions=%d  longest_gap_s=%s%.2f  failed_acquires=%d  failed_releases=%d  stopped=%d',
+		$kind, $replicas, $periods, $max, $over, $censored, $gap, @$failed{qw(acquires releases stopped)})
 	  . (defined $fresh ? sprintf('  fresh_idle_s=%.2f', $fresh) : '');
 }
 
