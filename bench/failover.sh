@@ -16,12 +16,14 @@
 # primary: "cfailover", "ckill"), BENCH_ROUNDS times, and prints every
 # round's figures and their totals.  Then t/050 once more with one replica
 # ("failover/1", "kill/1"; BENCH_ONE_REPLICA=0 skips it).  "fresh idle" is
-# the time from the new primary taking writes until a fresh session gets a
-# semaphore that was idle at the failover.  Over-admissions are counted
+# the time from every sentinel naming the new primary until a fresh session
+# gets a semaphore that was idle at the failover.  Over-admissions are counted
 # independently of redsem, from the periods the sessions log in PostgreSQL;
 # "longest gap" is the longest time after the trigger without a grant;
 # failed acquires are those that raised or got no slot within their wait
-# (failed releases and holders stopped are counted apart).
+# (failed releases and holders stopped are counted apart).  Last, t/099
+# with REDSEM_RIDE_LONG=1: a waiter in line for over a minute rides a
+# SENTINEL FAILOVER (its result is printed).
 #
 # Environment: BENCH_ROUNDS (default 1), BENCH_ROUND_S (seconds of load per
 # round, default 18), BENCH_FAILOVER_ROUNDS (default all: as
@@ -62,6 +64,12 @@ for ((i = 1; i <= ROUNDS; i++)); do
     fi
 done
 
+# the slow edge of the ride (t/099 runs its short one in the suite): a
+# waiter in line for over a minute rides a SENTINEL FAILOVER
+ride_long=passed
+run_tests "ride-long" "REDSEM_RIDE_LONG=1" t/099_ride_wait_edges.pl || true
+[[ -f /tmp/redsem-failover-ride-long.log ]] && ride_long=failed
+
 echo "failover figures ($ROUNDS runs; each line one forced failover):"
 cat "$REPORT"
 echo
@@ -84,3 +92,5 @@ sed -E 's/= +/=/g; s/=>/=/g' "$REPORT" | awk '{
             v[k, "failed_acquires"],
             sum[k, "longest_gap_s"] / cnt[k, "longest_gap_s"], worst[k, "longest_gap_s"], fm, fw }
 }'
+echo
+echo "a waiter in line for over a minute rides a SENTINEL FAILOVER (t/099, REDSEM_RIDE_LONG=1): $ride_long"

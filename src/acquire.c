@@ -80,6 +80,23 @@ acquire_call(const AcquireArgs *args, RedisCall *call)
 }
 
 /*
+ * A Redis call of this acquire's asking and waiting (not of settling a
+ * grant, which has its replicas' time): it ends ACQUIRE_CALL_SLACK_MS
+ * after the wait at the latest, so that a call the failover keeps
+ * unanswered (a connection to a primary that is gone, a sentinel asked
+ * again and again) cannot hold the caller a command's time past its wait.
+ * One that does not wait keeps a command's time: its wait is none.
+ */
+static void
+wait_call(const AcquireArgs *args, RedisCall *call)
+{
+	acquire_call(args, call);
+	if (args->wait_ms > 0 && args->deadline != DT_NOEND)
+		call->end_by = TimestampTzPlusMilliseconds(Max(args->deadline, redsem_now()),
+												   ACQUIRE_CALL_SLACK_MS);
+}
+
+/*
  * True if a failure is one a failover causes, for this acquire.  For one
  * that waits: a connection that broke, a server that cannot serve (a
  * replica now, loading, no primary), too few replicas for a grant, and,
@@ -112,22 +129,46 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 }
 
 /*
+ * Until when the ride that began at args->ride_from may go on: the end of
+ * the wait; ACQUIRE_RIDE_MAX_MS of a wait without end (a statement
+ * queue's); a command's time for a caller that does not wait.
+ */
+static TimestampTz
+ride_until(const AcquireArgs *args)
+{
+	if (args->wait_ms == 0)
+		return TimestampTzPlusMilliseconds(args->ride_from, redsem_command_timeout_ms);
+	if (args->deadline == DT_NOEND)
+		return TimestampTzPlusMilliseconds(args->ride_from, ACQUIRE_RIDE_MAX_MS);
+	return args->deadline;
+}
+
+/*
  * A call failed with outcome o: if a failover may be the cause and the
- * acquire has time left (args->ride_until), pause ACQUIRE_RIDE_PAUSE_MS
- * and say to try again (the caller then looks at its place first: the
- * request may have reached Redis); else keep the failure and say no.  The
- * failure kept is the first of a ride (its cause: a later try may only
- * find the time left too short), unless a later one is of another kind.
+ * acquire has time left (ride_until), pause ACQUIRE_RIDE_PAUSE_MS and say
+ * to try again (the caller then looks at its place first: the request may
+ * have reached Redis); else keep the failure and say no.  A ride begins at
+ * a failure that follows no other within ACQUIRE_RIDE_GAP_MS plus a
+ * command's time (a failover an hour into a long wait rides as the first
+ * one did).  The failure kept is the first of a ride (its cause: a later
+ * try may only find the time left too short), unless a later one is of
+ * another kind.
  */
 static bool
 ride_on(AcquireArgs *args, const RedisOutcome *o)
 {
 	static TimestampTz logged_at = 0;
 	bool		rides = failover_class(args, o);
+	TimestampTz now = redsem_now();
 
 	if (args->rides == 0 || !rides)
 		args->failure = *o;
-	if (!rides || ms_left(args->ride_until) <= ACQUIRE_RIDE_PAUSE_MS)
+	if (args->rides == 0 ||
+		TimestampDifferenceExceeds(args->ride_last, now,
+								   redsem_command_timeout_ms + ACQUIRE_RIDE_GAP_MS))
+		args->ride_from = now;
+	args->ride_last = now;
+	if (!rides || ms_left(ride_until(args)) <= ACQUIRE_RIDE_PAUSE_MS)
 		return false;
 	if (args->rides++ == 0 &&
 		TimestampDifferenceExceeds(logged_at, redsem_now(), ACQUIRE_RIDE_LOG_EVERY_MS))
@@ -262,7 +303,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		/* what the last turn allocated (key names, replies' copies) goes */
 		MemoryContextReset(turn);
 		left = ms_left(deadline);
-		acquire_call(args, &call);
+		wait_call(args, &call);
 		if (left <= 0)
 		{
 			*sent = redsem_now();
@@ -628,7 +669,7 @@ ask(AcquireArgs *args, RedisCall *call, const char *id, bool asked,
  * Ask for a slot (or a place in line) until one is granted in time, no
  * slot comes within the wait, or the wait is over.  *sent is when the
  * granting request was sent.  A call that fails as a failover would is
- * tried again while args->ride_until allows (ride_on).
+ * tried again while its ride allows (ride_on).
  */
 static AcquireResult
 take_slot(AcquireArgs *args, Hold *hold, const char *id,
@@ -640,7 +681,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 	{
 		RedisCall	call;
 
-		acquire_call(args, &call);
+		wait_call(args, &call);
 		*sent = redsem_now();
 		if (!ask(args, &call, id, asked, r))
 		{
@@ -772,13 +813,9 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	started = redsem_now();
 	deadline = args->wait_ms < 0 ? DT_NOEND :
 		TimestampTzPlusMilliseconds(started, args->wait_ms);
-	/*
-	 * a failover is ridden through within the wait (at most
-	 * ACQUIRE_RIDE_MAX_MS of a wait without end), or one command's time
-	 */
-	args->ride_until = args->wait_ms == 0 ?
-		TimestampTzPlusMilliseconds(started, redsem_command_timeout_ms) :
-		Min(deadline, TimestampTzPlusMilliseconds(started, ACQUIRE_RIDE_MAX_MS));
+	/* a failover is ridden through within the wait (ride_on) */
+	args->deadline = deadline;
+	args->ride_from = args->ride_last = started;
 	args->rides = 0;
 	result = take_slot(args, *hold, buf, deadline, &r, &sent);
 	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)

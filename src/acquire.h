@@ -39,9 +39,9 @@ typedef struct AcquireArgs
 								 * forgot (I15) */
 	bool		waited;			/* it had to queue */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
-	TimestampTz ride_until;		/* a failover is ridden through until then
-								 * (the end of the wait; a command's time
-								 * for a caller that does not wait) */
+	TimestampTz deadline;		/* the end of the wait (DT_NOEND: none) */
+	TimestampTz ride_from;		/* the first failure of the ride now */
+	TimestampTz ride_last;		/* the last failure ridden */
 	int			rides;			/* calls that failed and were tried again */
 } AcquireArgs;
 

@@ -167,8 +167,12 @@
  * silent) is tried again after ACQUIRE_RIDE_PAUSE_MS, a look at its place
  * first (the request may have reached Redis: a line that survived keeps
  * its order), for as long as its wait lasts, at most ACQUIRE_RIDE_MAX_MS
- * of a wait without end (a statement queue's); each try finds the primary
- * anew.  One that does not wait rides only a connection that broke, within
+ * of a wait without end (a statement queue's) from the ride's first
+ * failure (a failure with none before it for a command's time plus
+ * ACQUIRE_RIDE_GAP_MS begins a ride: a ride's tries fail at most a
+ * command's time plus a pause apart); each try finds the primary anew,
+ * and the calls of a wait end ACQUIRE_CALL_SLACK_MS after it at the latest
+ * (its last look, which gives its place up, needs a round trip).  One that does not wait rides only a connection that broke, within
  * one redsem.command_timeout.  A backend logs that it rides at most every
  * ACQUIRE_RIDE_LOG_EVERY_MS.  The keeper's refreshes fail while a failover
  * runs and are retried with the back-off above: holds survive a
@@ -205,6 +209,8 @@
 #define SENTINEL_RETRY_MS			100
 #define ACQUIRE_RIDE_PAUSE_MS		100
 #define ACQUIRE_RIDE_MAX_MS			60000
+#define ACQUIRE_RIDE_GAP_MS			1000
+#define ACQUIRE_CALL_SLACK_MS		500
 #define ACQUIRE_RIDE_LOG_EVERY_MS	10000
 
 #define FLEET_TOUCH_MS				10000

@@ -1014,8 +1014,14 @@ begin_call(RedisCall *call, int *timeout_ms)
 	call->outcome.node_plus1 = 0;
 	if (call->deadline == DT_NOEND)
 	{
+		TimestampTz until;
+
 		*timeout_ms = redsem_command_timeout_ms + call->extra_wait_ms;
-		return TimestampTzPlusMilliseconds(redsem_now(), *timeout_ms);
+		until = TimestampTzPlusMilliseconds(redsem_now(), *timeout_ms);
+		if (call->end_by == 0 || until <= call->end_by)
+			return until;
+		*timeout_ms = (int) Min(redis_ms_until(call->end_by), PG_INT32_MAX);
+		return call->end_by;
 	}
 	*timeout_ms = (int) Min(redis_ms_until(call->deadline), PG_INT32_MAX);
 	return call->deadline;
