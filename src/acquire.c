@@ -81,17 +81,19 @@ acquire_call(const AcquireArgs *args, RedisCall *call)
 
 /*
  * A Redis call of this acquire's asking and waiting (not of settling a
- * grant, which has its replicas' time): it ends ACQUIRE_CALL_SLACK_MS
- * after the wait at the latest, so that a call the failover keeps
- * unanswered (a connection to a primary that is gone, a sentinel asked
- * again and again) cannot hold the caller a command's time past its wait.
- * One that does not wait keeps a command's time: its wait is none.
+ * grant, which has its replicas' time).  Once it rides a failover, each
+ * ends ACQUIRE_CALL_SLACK_MS after the wait at the latest, so that a try
+ * the failover keeps unanswered (a connection to a primary that is gone, a
+ * sentinel asked again and again) cannot hold the caller a command's time
+ * past its wait.  Before, a call keeps a command's time, as any call (a
+ * far Redis may take longer to connect to than a short wait); so does one
+ * that does not wait: its wait is none.
  */
 static void
 wait_call(const AcquireArgs *args, RedisCall *call)
 {
 	acquire_call(args, call);
-	if (args->wait_ms > 0 && args->deadline != DT_NOEND)
+	if (args->rides > 0 && args->wait_ms > 0 && args->deadline != DT_NOEND)
 		call->end_by = TimestampTzPlusMilliseconds(Max(args->deadline, redsem_now()),
 												   ACQUIRE_CALL_SLACK_MS);
 }

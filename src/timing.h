@@ -171,8 +171,9 @@
  * failure (a failure with none before it for a command's time plus
  * ACQUIRE_RIDE_GAP_MS begins a ride: a ride's tries fail at most a
  * command's time plus a pause apart); each try finds the primary anew,
- * and the calls of a wait end ACQUIRE_CALL_SLACK_MS after it at the latest
- * (its last look, which gives its place up, needs a round trip).  One that does not wait rides only a connection that broke, within
+ * and once it rides, the calls of a wait end ACQUIRE_CALL_SLACK_MS after
+ * it at the latest (its last look, which gives its place up, needs a
+ * round trip).  One that does not wait rides only a connection that broke, within
  * one redsem.command_timeout.  A backend logs that it rides at most every
  * ACQUIRE_RIDE_LOG_EVERY_MS.  The keeper's refreshes fail while a failover
  * runs and are retried with the back-off above: holds survive a
