@@ -64,6 +64,26 @@ ms_left(TimestampTz deadline)
 }
 
 /*
+ * The longest a ride's failures come apart: a try is a look (a command's
+ * time), then the ask or a grant's WAIT (a command's time and the
+ * replicas'), after a pause; a failure later than that begins a new ride.
+ */
+static int64
+ride_gap_ms(void)
+{
+	return 2 * (int64) redsem_command_timeout_ms + ACQUIRE_RIDE_PAUSE_MS + ACQUIRE_RIDE_GAP_MS +
+		(redsem_grant_replicas > 0 ? redsem_grant_replica_timeout_ms : 0);
+}
+
+/* True while this acquire rides a failover: a failure came within a ride's gap */
+static bool
+riding(const AcquireArgs *args)
+{
+	return args->rides > 0 &&
+		!TimestampDifferenceExceeds(args->ride_last, redsem_now(), (int) Min(ride_gap_ms(), INT_MAX));
+}
+
+/*
  * A Redis call of this acquire: interruptible; a failure is returned, not
  * raised, so that a failover can be ridden through (ride_on), and raised
  * at args->elevel only when the acquire ends in it (acquire_slot)
@@ -75,7 +95,10 @@ acquire_call(const AcquireArgs *args, RedisCall *call)
 
 	*call = sql;
 	call->elevel = DEBUG1;
-	/* a ride counts one Redis error in redsem_stats, not one per try */
+	/*
+	 * a ride counts one Redis error in redsem_stats, not one per try (a
+	 * later ride's first failure is counted by ride_on)
+	 */
 	call->uncounted = args->rides > 0;
 }
 
@@ -93,7 +116,7 @@ static void
 wait_call(const AcquireArgs *args, RedisCall *call)
 {
 	acquire_call(args, call);
-	if (args->rides > 0 && args->wait_ms > 0 && args->deadline != DT_NOEND)
+	if (riding(args) && args->wait_ms > 0 && args->deadline != DT_NOEND)
 		call->end_by = TimestampTzPlusMilliseconds(Max(args->deadline, redsem_now()),
 												   ACQUIRE_CALL_SLACK_MS);
 }
@@ -133,7 +156,8 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 /*
  * Until when the ride that began at args->ride_from may go on: the end of
  * the wait; ACQUIRE_RIDE_MAX_MS of a wait without end (a statement
- * queue's); a command's time for a caller that does not wait.
+ * queue's); a command's time from the start for a caller that does not
+ * wait (its ride_from stays there).
  */
 static TimestampTz
 ride_until(const AcquireArgs *args)
@@ -150,29 +174,31 @@ ride_until(const AcquireArgs *args)
  * acquire has time left (ride_until), pause ACQUIRE_RIDE_PAUSE_MS and say
  * to try again (the caller then looks at its place first: the request may
  * have reached Redis); else keep the failure and say no.  A ride begins at
- * a failure that follows no other within ACQUIRE_RIDE_GAP_MS plus a
- * command's time (a failover an hour into a long wait rides as the first
- * one did).  The failure kept is the first of a ride (its cause: a later
- * try may only find the time left too short), unless a later one is of
- * another kind.
+ * a failure that follows no other within a ride's gap (ride_gap_ms: a
+ * failover an hour into a long wait rides as the first one did, is logged
+ * and counted as it was).  The failure kept is the first of a ride (its
+ * cause: a later try may only find the time left too short), unless a
+ * later one is of another kind.
  */
 static bool
 ride_on(AcquireArgs *args, const RedisOutcome *o)
 {
 	static TimestampTz logged_at = 0;
 	bool		rides = failover_class(args, o);
+	bool		new_ride = !riding(args);
 	TimestampTz now = redsem_now();
 
-	if (args->rides == 0 || !rides)
+	if (new_ride || !rides)
 		args->failure = *o;
-	if (args->rides == 0 ||
-		TimestampDifferenceExceeds(args->ride_last, now,
-								   redsem_command_timeout_ms + ACQUIRE_RIDE_GAP_MS))
+	if (new_ride && args->wait_ms != 0)
 		args->ride_from = now;
 	args->ride_last = now;
 	if (!rides || ms_left(ride_until(args)) <= ACQUIRE_RIDE_PAUSE_MS)
 		return false;
-	if (args->rides++ == 0 &&
+	if (new_ride && args->rides > 0)
+		stats_count(NULL, args->name, STAT_REDIS_ERRORS, 1);
+	args->rides++;
+	if (new_ride &&
 		TimestampDifferenceExceeds(logged_at, redsem_now(), ACQUIRE_RIDE_LOG_EVERY_MS))
 	{
 		logged_at = redsem_now();

@@ -168,9 +168,10 @@
  * first (the request may have reached Redis: a line that survived keeps
  * its order), for as long as its wait lasts, at most ACQUIRE_RIDE_MAX_MS
  * of a wait without end (a statement queue's) from the ride's first
- * failure (a failure with none before it for a command's time plus
- * ACQUIRE_RIDE_GAP_MS begins a ride: a ride's tries fail at most a
- * command's time plus a pause apart); each try finds the primary anew,
+ * failure (a failure with none before it for two commands' time, a
+ * grant's WAIT, a pause and ACQUIRE_RIDE_GAP_MS begins a ride, logged and
+ * counted as such: a ride's tries, a look then an ask or a grant, fail at
+ * most that far apart); each try finds the primary anew,
  * and once it rides, the calls of a wait end ACQUIRE_CALL_SLACK_MS after
  * it at the latest (its last look, which gives its place up, needs a
  * round trip).  One that does not wait rides only a connection that broke, within

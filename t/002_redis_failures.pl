@@ -281,6 +281,28 @@ note sprintf("slots of sessions ended during the freeze freed %.3f s after thaw"
 is($err, '', 'auth: works again with the password reset');
 $_->quit for ($auth, $blocked, $victim);
 
+###########################################################################
+note 'a second failover-like failure in one wait is a ride of its own';
+
+# (at these timeouts a ride's failures come at most 2.1 s apart: a later
+# one begins a new ride, which keeps its own cause and is counted)
+my $twice_holder = session('twice_holder');
+is($twice_holder->query_ok(q{SELECT redsem_acquire('twice', 1, '60 s') IS NOT NULL;}), 't', 'twice: a holder');
+my $twice = session('twice');
+$twice->query_ok(q{SET redsem.command_timeout = 500;});
+$twice->send(q{SELECT redsem_acquire('twice', 1, '60 s', wait => '9 s') IS NOT NULL;});
+ok(blocked_in_redsem($twice), 'twice: the waiter waits');
+# a connection that broke: ridden, the waiter waits on
+$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal');
+sleep_full(4);
+# a replica now (READONLY): ridden until the wait ends
+$redis->cli('REPLICAOF', '127.0.0.1', '1');
+($out, $err) = $twice->wait_done(30);
+$redis->cli('REPLICAOF', 'NO', 'ONE');
+like($err, qr/08006.*cannot serve redsem now/s, 'twice: the error is the second ride\'s (a replica), not the first\'s (a broken connection)');
+is($ctl->query_ok(q{SELECT redis_errors FROM redsem_stats WHERE name = 'twice';}), '2', 'twice: each ride counts one Redis error');
+$_->quit for ($twice, $twice_holder);
+
 $ctl->quit;
 node_log_is_clean($node);
 $node->stop;
