@@ -844,6 +844,9 @@ keeper_cycle(KeeperState *st)
 		valid_until = stop_lost_holders(st);
 	}
 	sleep_ms = Min(sleep_ms, queue_poll_interval_ms);
+	/* (a read a change asked for, that a touch put off, comes next) */
+	if (queue_fleet_read_asked())
+		sleep_ms = Min(sleep_ms, KEEPER_RETRY_MIN_MS);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
 	if (st->released_after_crash > 0)
 		ereport(LOG,

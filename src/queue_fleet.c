@@ -49,6 +49,7 @@
 #include "queue_fleet.h"
 #include "redis/conn.h"
 #include "script.h"
+#include "shmem.h"
 #include "sqlargs.h"
 #include "timing.h"
 
@@ -65,6 +66,8 @@ typedef struct QueueFleetShared
 {
 	LWLock	   *lock;
 	pg_atomic_uint64 generation;	/* moves at every change of text */
+	pg_atomic_uint64 reads_asked;	/* reads a change asked of the keeper */
+	pg_atomic_uint64 reads_done;	/* the last of them it has made */
 	bool		from_redis;		/* read from Redis (else from the copy) */
 	uint64		target;			/* redis_target_signature() read from */
 	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];	/* key prefix read under */
@@ -187,6 +190,8 @@ fleet_shmem_startup(void)
 		memset(fleet, 0, sizeof(QueueFleetShared));
 		fleet->lock = &GetNamedLWLockTranche("redsem queue definitions")[0].lock;
 		pg_atomic_init_u64(&fleet->generation, 0);
+		pg_atomic_init_u64(&fleet->reads_asked, 0);
+		pg_atomic_init_u64(&fleet->reads_done, 0);
 		if (!IsUnderPostmaster)
 			load_copy();
 	}
@@ -243,7 +248,15 @@ queue_fleet_config(uint64 *generation)
 bool
 queue_fleet_poll_due(void)
 {
-	return fleet != NULL && redsem_now() >= next_poll;
+	return fleet != NULL && (redsem_now() >= next_poll || queue_fleet_read_asked());
+}
+
+/* Whether a change on this server asked the keeper for a read not made yet */
+bool
+queue_fleet_read_asked(void)
+{
+	return fleet != NULL &&
+		pg_atomic_read_u64(&fleet->reads_asked) != pg_atomic_read_u64(&fleet->reads_done);
 }
 
 /* Compare two definitions by name, for qsort */
@@ -580,7 +593,11 @@ copy_matches(void)
  * Redis has no definitions (it forgot them: exists 0), or older ones than
  * this server's copy (of version redis_version): store the copy, if it is
  * of this Redis and prefix and there is one (it has a version), and say
- * what it replaced.  False if there is nothing to store.
+ * what it replaced.  A copy of another Redis or prefix (the server was
+ * pointed elsewhere: redsem.key_prefix, redsem.host, ...) is stored only
+ * where there are no definitions at all, and only if it defines queues:
+ * the server takes its queues along, rather than running their statements
+ * uncapped.  False if there is nothing to store.
  */
 static bool
 restore_copy(RedisCall *call, int exists, int64 redis_version)
@@ -592,7 +609,9 @@ restore_copy(RedisCall *call, int exists, int64 redis_version)
 	bool		restored = false;
 	char	   *replaced = NULL;
 
-	if (copy == NULL || !copy_matches())
+	bool		moved = !copy_matches();
+
+	if (copy == NULL || fleet->version <= 0 || (moved && (exists != 0 || copy->count == 0)))
 		return false;
 	names = palloc(sizeof(char *) * (copy->count + 1));
 	texts = palloc(sizeof(char *) * (copy->count + 1));
@@ -604,6 +623,13 @@ restore_copy(RedisCall *call, int exists, int64 redis_version)
 	if (!sem_queues_restore(call, NULL, fleet->version, copy->count, names, texts, &restored,
 							&replaced))
 		note_trouble(call, false);
+	else if (restored && moved)
+		ereport(WARNING,
+				(errmsg_plural("redsem: the Redis or key prefix now in use had no statement queue definitions; this server stored there its copy of %d queue, read under key prefix \"%s\"",
+							   "redsem: the Redis or key prefix now in use had no statement queue definitions; this server stored there its copy of %d queues, read under key prefix \"%s\"",
+							   copy->count, copy->count, fleet->prefix),
+				 errdetail("Its statements stay queued, under the caps of those definitions."),
+				 errhint("Change or drop them with redsem_alter_queue() and redsem_drop_queue() if this Redis or prefix should have others.")));
 	else if (restored && exists == 0)
 		ereport(LOG,
 				(errmsg_plural("redsem: Redis had lost the statement queue definitions; this server stored its copy of %d queue again",
@@ -699,8 +725,8 @@ sort_by_name(char **names, char **texts, int n)
  * within budget_ms): publish them to this server's backends, restore them
  * to a Redis that forgot them
  */
-void
-queue_fleet_poll(int budget_ms)
+static void
+poll_once(int budget_ms)
 {
 	RedisCall	call;
 	int			exists;
@@ -762,6 +788,20 @@ queue_fleet_poll(int budget_ms)
 		reconcile_caps(&call, now);
 	}
 }
+
+/*
+ * The keeper's read of the definitions (poll_once), which also answers the
+ * reads a change on this server asked for (read_back)
+ */
+void
+queue_fleet_poll(int budget_ms)
+{
+	uint64		asked = pg_atomic_read_u64(&fleet->reads_asked);
+
+	poll_once(budget_ms);
+	pg_atomic_write_u64(&fleet->reads_done, asked);
+}
+
 
 /*
  * Before a change: if Redis has no definitions at all (it forgot them,
@@ -1057,8 +1097,35 @@ alter_def(const char *name, const char *options, QueueDef *q)
 }
 
 /*
+ * After a change: ask the keeper to read the definitions now, and wait (at
+ * most QUEUE_READ_BACK_WAIT_MS) until it has, so that this server applies
+ * the change when the function returns (an ALTER ROLE ... SET
+ * redsem.queue right after a create finds the queue defined).  Without
+ * preload, or a keeper, nothing to wait for.
+ */
+static void
+read_back(void)
+{
+	uint64		want;
+
+	if (fleet == NULL || !shared_keeper_is_active())
+		return;
+	want = pg_atomic_add_fetch_u64(&fleet->reads_asked, 1);
+	shared_keeper_wake();
+	for (int i = 0; i < QUEUE_READ_BACK_WAIT_MS / 10 &&
+		 pg_atomic_read_u64(&fleet->reads_done) < want; i++)
+	{
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
+						 redsem_wait_event());
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+/*
  * After a definition was stored: its cap for every server, checked against
- * a change made at once (settle_cap), and the log line (what: "created"...)
+ * a change made at once (settle_cap), the log line (what: "created"...),
+ * and this server's read of it (read_back)
  */
 static void
 changed(const QueueDef *q, const char *what, const char *text)
@@ -1068,6 +1135,7 @@ changed(const QueueDef *q, const char *what, const char *text)
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" %s by role \"%s\": %s",
 					q->name, what, GetUserNameFromId(GetUserId(), false), text)));
+	read_back();
 }
 
 /*
@@ -1181,6 +1249,7 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" dropped by role \"%s\"",
 					q.name, GetUserNameFromId(GetUserId(), false))));
+	read_back();
 	warn_setting_differs(&q, true);
 	PG_RETURN_BOOL(true);
 }

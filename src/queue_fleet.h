@@ -13,6 +13,7 @@
 extern void queue_fleet_shmem_init(void);
 extern const QueueConfig *queue_fleet_config(uint64 *generation);
 extern bool queue_fleet_poll_due(void);
+extern bool queue_fleet_read_asked(void);
 extern void queue_fleet_poll(int budget_ms);
 extern bool queue_fleet_set_limit(const char *semaphore, int active);
 

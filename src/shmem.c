@@ -641,6 +641,14 @@ wake_keeper_by(TimestampTz when)
 	}
 }
 
+/* Wake the keeper now (it has something to do: a read asked of it) */
+void
+shared_keeper_wake(void)
+{
+	if (shared != NULL)
+		wake_keeper_by(DT_NOBEGIN);
+}
+
 /*
  * How many entries of the hold table one role may take: the setting, or a
  * quarter of the table when it is -1; 0 for no bound

@@ -197,6 +197,7 @@ extern bool shared_keeper_reaches_target(uint64 target);
 extern void shared_keeper_attach(Latch *latch, int pid);
 extern void shared_keeper_detach(void);
 extern bool shared_keeper_set_wake_time(TimestampTz when);
+extern void shared_keeper_wake(void);
 extern bool shared_keeper_has_trouble(void);
 extern void shared_keeper_trouble_note(const char *text, TimestampTz now);
 extern void shared_keeper_trouble_clear(void);

@@ -277,6 +277,13 @@
  */
 #define QUEUE_RESTORE_WAIT_MS		3000
 /*
+ * A change of a queue by SQL asks this server's keeper to read the
+ * definitions at once and waits up to QUEUE_READ_BACK_WAIT_MS for it (a
+ * keeper busy with a far Redis may take its budget), so that the server
+ * applies the change when the function returns.
+ */
+#define QUEUE_READ_BACK_WAIT_MS		3000
+/*
  * A statement of a queue with on_redis_error=run that found Redis unusable
  * runs without a slot, and so do the session's next statements of such a
  * queue for QUEUE_UNQUEUED_SPELL_MS, without trying Redis: a Redis that
