@@ -594,13 +594,17 @@ copy_matches(void)
  * this server's copy (of version redis_version): store the copy, if it is
  * of this Redis and prefix and there is one (it has a version), and say
  * what it replaced.  A copy of another Redis or prefix (the server was
- * pointed elsewhere: redsem.key_prefix, redsem.host, ...) is stored only
- * where there are no definitions at all, and only if it defines queues:
- * the server takes its queues along, rather than running their statements
- * uncapped.  False if there is nothing to store.
+ * pointed elsewhere: redsem.key_prefix, redsem.host, ...) is stored by the
+ * keeper alone (may_move; a session's own prefix or Redis is no move),
+ * only where there are no definitions at all, and only if it defines
+ * queues: the server takes its queues along, rather than running their
+ * statements uncapped.  It is stored as of version 0, since its count of
+ * changes is another place's: a copy of that place's own, a first change
+ * there, or another moved copy is never replaced by it.  False if there
+ * is nothing to store.
  */
 static bool
-restore_copy(RedisCall *call, int exists, int64 redis_version)
+restore_copy(RedisCall *call, int exists, int64 redis_version, bool may_move)
 {
 	uint64		unused;
 	const QueueConfig *copy = queue_fleet_config(&unused);
@@ -611,7 +615,8 @@ restore_copy(RedisCall *call, int exists, int64 redis_version)
 
 	bool		moved = !copy_matches();
 
-	if (copy == NULL || fleet->version <= 0 || (moved && (exists != 0 || copy->count == 0)))
+	if (copy == NULL || (moved && (!may_move || exists != 0 || copy->count == 0)) ||
+		(!moved && fleet->version <= 0))
 		return false;
 	names = palloc(sizeof(char *) * (copy->count + 1));
 	texts = palloc(sizeof(char *) * (copy->count + 1));
@@ -620,8 +625,8 @@ restore_copy(RedisCall *call, int exists, int64 redis_version)
 		names[i] = pstrdup(copy->queues[i].name);
 		texts[i] = def_text(&copy->queues[i]);
 	}
-	if (!sem_queues_restore(call, NULL, fleet->version, copy->count, names, texts, &restored,
-							&replaced))
+	if (!sem_queues_restore(call, NULL, moved ? 0 : fleet->version, copy->count, names, texts,
+							&restored, &replaced))
 		note_trouble(call, false);
 	else if (restored && moved)
 		ereport(WARNING,
@@ -760,7 +765,7 @@ poll_once(int budget_ms)
 	}
 	note_trouble(&call, true);
 	/* (dropping the last queue leaves '~': gone, Redis forgot them) */
-	if (copy_wanted(exists, version) && restore_copy(&call, exists, version))
+	if (copy_wanted(exists, version) && restore_copy(&call, exists, version, true))
 		return;
 	initStringInfo(&invalid);
 	/* (by name: Redis lists a hash's fields in an order that may change) */
@@ -798,8 +803,15 @@ queue_fleet_poll(int budget_ms)
 {
 	uint64		asked = pg_atomic_read_u64(&fleet->reads_asked);
 
-	poll_once(budget_ms);
-	pg_atomic_write_u64(&fleet->reads_done, asked);
+	PG_TRY();
+	{
+		poll_once(budget_ms);
+	}
+	PG_FINALLY();
+	{
+		pg_atomic_write_u64(&fleet->reads_done, asked);
+	}
+	PG_END_TRY();
 }
 
 
@@ -823,7 +835,7 @@ restore_before_change(void)
 		!sem_queues_get(&call, NULL, &exists, &version, &must_wait, &names, &texts, &n) ||
 		!copy_wanted(exists, version))
 		return;
-	(void) restore_copy(&call, exists, version);
+	(void) restore_copy(&call, exists, version, false);
 }
 
 /*
@@ -1107,13 +1119,13 @@ static void
 read_back(void)
 {
 	uint64		want;
+	TimestampTz until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_READ_BACK_WAIT_MS);
 
 	if (fleet == NULL || !shared_keeper_is_active())
 		return;
 	want = pg_atomic_add_fetch_u64(&fleet->reads_asked, 1);
 	shared_keeper_wake();
-	for (int i = 0; i < QUEUE_READ_BACK_WAIT_MS / 10 &&
-		 pg_atomic_read_u64(&fleet->reads_done) < want; i++)
+	while (pg_atomic_read_u64(&fleet->reads_done) < want && redsem_now() < until)
 	{
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, 10,
 						 redsem_wait_event());

@@ -192,7 +192,7 @@ $node->safe_psql('postgres', <<'EOS');
 CREATE TABLE periods (round text, pid int, t0 float8, t1 float8);
 CREATE TABLE failures (round text, pid int, at float8, state text, msg text);
 CREATE PROCEDURE worker(round text, seconds float8, replicas int,
-                        reconnect boolean)
+                        reconnect boolean, wait_s int)
 LANGUAGE plpgsql AS $$
 DECLARE
   stop float8 := extract(epoch FROM clock_timestamp()) + seconds;
@@ -210,7 +210,7 @@ BEGIN
     -- "lost", and the round goes on
     BEGIN
       BEGIN
-        id := redsem_acquire('fo_' || round, 2, lease => '3 s', wait => '10 s');
+        id := redsem_acquire('fo_' || round, 2, lease => '3 s', wait => make_interval(secs => wait_s));
       EXCEPTION WHEN others THEN
         INSERT INTO failures VALUES (round, pg_backend_pid(),
           extract(epoch FROM clock_timestamp()), SQLSTATE, SQLERRM);
@@ -220,7 +220,7 @@ BEGIN
       IF id IS NULL THEN
         -- no slot within the wait
         INSERT INTO failures VALUES (round, pg_backend_pid(),
-          extract(epoch FROM clock_timestamp()), 'wait', 'no slot within 10 s');
+          extract(epoch FROM clock_timestamp()), 'wait', 'no slot within ' || wait_s || ' s');
       ELSIF id <> '' THEN
         t0 := extract(epoch FROM clock_timestamp());
         PERFORM pg_sleep(0.005 + random() * 0.01);
@@ -275,7 +275,11 @@ foreach my $round (RedsemTest::Failover::rounds())
 	my @sessions = map { RedsemTest::Session->new($node, name => "w$_") } 1 .. $SESSIONS;
 	# half the sessions keep their connection, half connect anew each time
 	my $i = 0;
-	$_->send(qq{CALL worker('$label', $ROUND_S, $replicas, } . ($i++ % 2 ? 'true' : 'false') . ');')
+	# callers wait 10 s; after a SIGKILL, 10 s plus the sentinels' time to
+	# see the primary down and elect (issue 48 C: "the same, plus the
+	# sentinels' own detection time")
+	my $wait_s = $how eq 'kill' ? 12 : 10;
+	$_->send(qq{CALL worker('$label', $ROUND_S, $replicas, } . ($i++ % 2 ? 'true' : 'false') . ", $wait_s);")
 	  foreach @sessions;
 	# the semaphore a fresh session asks for after the switch: used once
 	# before it, idle since (with the round's grant_replicas: a grant that
@@ -337,7 +341,7 @@ foreach my $round (RedsemTest::Failover::rounds())
 		# issue 48 C: with N + 1 replicas, a failover is ridden through
 		# within a caller's wait (one replica leaves the new primary without
 		# one until the old primary has resynchronised)
-		is($failed->{acquires}, 0, "$label: no caller with 10 s of wait gets an error or no slot ($NREPLICAS replicas)")
+		is($failed->{acquires}, 0, "$label: no caller with $wait_s s of wait gets an error or no slot ($NREPLICAS replicas)")
 		  if $NREPLICAS >= 2;
 	}
 	note $node->safe_psql('postgres',

@@ -39,6 +39,15 @@ is($node->safe_psql('postgres', q{SELECT defined_in FROM redsem_queues WHERE nam
 	'redsem_queues shows it at once');
 
 ###########################################################################
+note 'a session with a prefix of its own is no move';
+
+($ret, $out, $err) = $node->psql('postgres', q{SET redsem.key_prefix = 'own:';
+SELECT redsem_create_queue('oq', 'active_statements=1');});
+is($ret, 0, 'a create under a session\'s own prefix');
+is(join(',', grep { !/^[~#@]/ } sort split /\n/, scalar $redis->cli('HKEYS', 'own:{queues}')), 'oq',
+	'stores that queue alone there: the server\'s queues are not copied along');
+
+###########################################################################
 note 'the server moves to another key prefix';
 
 $node->safe_psql('postgres', q{ALTER SYSTEM SET redsem.key_prefix = 'moved:'; SELECT pg_reload_conf();});
@@ -46,6 +55,8 @@ ok(wait_until(20, sub { ($redis->cli('HGET', 'moved:{queues}', 'mv') // '') =~ /
 	'its keeper stores its copy under the new prefix, which had none');
 ok(wait_until(10, sub { slurp_file($node->logfile) =~ /the Redis or key prefix now in use had no statement queue definitions; this server stored there its copy of 1 queue/ }),
 	'and says so');
+is($redis->cli('HGET', 'moved:{queues}', '#'), '0',
+	'as of no change counted there: a copy of that prefix\'s own servers replaces it');
 unlike(slurp_file($node->logfile), qr/statement queue "mv" dropped for every server/, 'it never says the queue was dropped');
 is($node->safe_psql('postgres', q{SHOW redsem.key_prefix}), 'moved:', 'the new prefix is in use');
 
