@@ -190,13 +190,14 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
 
 	if (new_ride || !rides)
 		args->failure = *o;
+	/* (its call was not counted: the acquire had ridden before) */
+	if ((new_ride || !rides) && args->rides > 0)
+		stats_count(NULL, args->name, STAT_REDIS_ERRORS, 1);
 	if (new_ride && args->wait_ms != 0)
 		args->ride_from = now;
 	args->ride_last = now;
 	if (!rides || ms_left(ride_until(args)) <= ACQUIRE_RIDE_PAUSE_MS)
 		return false;
-	if (new_ride && args->rides > 0)
-		stats_count(NULL, args->name, STAT_REDIS_ERRORS, 1);
 	args->rides++;
 	if (new_ride &&
 		TimestampDifferenceExceeds(logged_at, redsem_now(), ACQUIRE_RIDE_LOG_EVERY_MS))
