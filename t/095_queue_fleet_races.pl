@@ -39,13 +39,7 @@ my $proxy = RedsemTest::Proxy->new($redis, sub {
 		}
 		return undef;
 	});
-my $psock = $proxy->socket;
-my $a = RedsemTest::start_node('rev_a', <<"EOC");
-shared_preload_libraries = 'redsem'
-redsem.unix_socket = '$psock'
-max_connections = 50
-log_min_messages = warning
-EOC
+my $a = create_node('rev_a', $proxy);
 my $b = create_node('rev_b', $redis, "redsem.queues = 'other: active_statements=9'\nrestart_after_crash = on\n");
 foreach my $n ($a, $b)
 {

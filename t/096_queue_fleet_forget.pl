@@ -33,16 +33,9 @@ my $proxy = RedsemTest::Proxy->new($redis, sub {
 		  if -e "$flag.down" && grep({ defined && /^queue(s_get|s_poll|s_restore|_put|_drop)$/ } @cmd);
 		return undef;
 	});
-my $psock = $proxy->socket;
 my $rsock = $redis->socket;
-my $conf = <<"EOC";
-shared_preload_libraries = 'redsem'
-redsem.unix_socket = '$psock'
-max_connections = 30
-log_min_messages = warning
-EOC
-my $a = RedsemTest::start_node('r2_a', $conf);
-my $b = RedsemTest::start_node('r2_b', $conf);
+my $a = create_node('r2_a', $proxy, "max_connections = 30\n");
+my $b = create_node('r2_b', $proxy, "max_connections = 30\n");
 my ($ret, $out, $err);
 
 sub def_of { my $v = $redis->cli('HGET', 'redsem:{queues}', $_[0]); return (defined $v && $v ne '') ? $v : '(none)'; }
@@ -110,7 +103,7 @@ isnt(def_of('keep3'), '(none)', '3. a Redis gone back in time (older \'#\', \'~\
 # --- 4. many local-only queues with long names: the keeper's queues_poll
 # value exceeds 2048 bytes ---
 my $many = join('; ', map { sprintf('l%02d', $_) . ('x' x 57) . ': active_statements=1' } 1 .. 36);
-my $d = RedsemTest::start_node('r2_d', $conf, "redsem.queues = '$many'\nredsem.max_tracked_semaphores = 16\n");
+my $d = create_node('r2_d', $proxy, "max_connections = 30\nredsem.queues = '$many'\nredsem.max_tracked_semaphores = 16\n");
 my $at_d = -s $d->logfile;
 RedsemTest::sleep_full(3);
 note 'D log: ' . since($d, $at_d);

@@ -40,16 +40,9 @@ my $proxy = RedsemTest::Proxy->new($redis, sub {
 		  if -e "$flag.norestore" && grep({ defined && /^queues_restore$/ } @cmd);
 		return undef;
 	});
-my $psock = $proxy->socket;
 my $rsock = $redis->socket;
-my $conf = <<"EOC";
-shared_preload_libraries = 'redsem'
-redsem.unix_socket = '$psock'
-max_connections = 30
-log_min_messages = warning
-EOC
-my $a = RedsemTest::start_node('r3_a', $conf);
-my $b = RedsemTest::start_node('r3_b', $conf);
+my $a = create_node('r3_a', $proxy, "max_connections = 30\n");
+my $b = create_node('r3_b', $proxy, "max_connections = 30\n");
 my $c = RedsemTest::start_node('r3_c', "redsem.unix_socket = '$rsock'\n");
 my ($ret, $out, $err);
 

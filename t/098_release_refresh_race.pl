@@ -34,12 +34,7 @@ my $proxy = RedsemTest::Proxy->new($redis, sub {
 		}
 		return undef;
 	});
-my $psock = $proxy->socket;
-my $node = RedsemTest::start_node('race', <<"EOC");
-shared_preload_libraries = 'redsem'
-redsem.unix_socket = '$psock'
-log_min_messages = warning
-EOC
+my $node = create_node('race', $proxy);
 
 my $s = RedsemTest::Session->new($node, name => 'A');
 my $id = $s->query_ok(q{SELECT redsem_acquire('rr', 1, '6 s');});

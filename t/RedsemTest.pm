@@ -105,7 +105,8 @@ LUA
 =item create_node($name, $redis, $extra_conf)
 
 Create and start a PostgreSQL node that preloads redsem and talks to $redis
-over its unix socket, then CREATE EXTENSION redsem in database postgres.
+over its unix socket (or through a RedsemTest::Proxy in front of it: anything
+with a socket), then CREATE EXTENSION redsem in database postgres.
 $extra_conf (optional) is appended to postgresql.conf.
 
 =cut
