@@ -108,6 +108,29 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_limit(text) IS
 'the stored limit of semaphore name, or NULL';
 
+-- Adaptive limits: a stored limit that a controller in Redis moves
+-- within bounds, from the holders' hold times and the servers' pressure
+-- (see README, "Adaptive limits")
+
+CREATE FUNCTION redsem_set_adaptive_limit(name text, min_holders integer,
+    max_holders integer, start_holders integer DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'redsem_set_adaptive_limit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_set_adaptive_limit(text, integer, integer, integer) IS
+'make the stored limit of semaphore name adaptive between min_holders and max_holders for every server, starting at start_holders (NULL: where it is); NULL bounds: fixed where it is (administrators)';
+
+CREATE FUNCTION redsem_adaptive_limit(name text,
+    OUT limit_in_effect integer, OUT min_holders integer, OUT max_holders integer,
+    OUT base_hold interval, OUT mean_hold interval, OUT last_interval_hold interval,
+    OUT last_interval_releases bigint, OUT pressure double precision,
+    OUT servers_reporting integer, OUT last_move text, OUT last_move_at timestamptz)
+RETURNS record
+AS 'MODULE_PATHNAME', 'redsem_adaptive_limit'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+COMMENT ON FUNCTION redsem_adaptive_limit(text) IS
+'the adaptive limit of semaphore name as its controller sees it: limit, bounds, best recent and mean hold time, the last second''s, the highest pressure reported (1: a server''s line), why the limit last moved and when (NULLs: not adaptive)';
+
 -- Rates kept with the semaphore, in Redis, for every server
 
 CREATE FUNCTION redsem_set_rate(name text, rate text, burst integer DEFAULT 1)
@@ -161,12 +184,14 @@ COMMENT ON FUNCTION redsem_tenants(text) IS
 
 CREATE FUNCTION redsem_semaphore(name text,
     OUT stored_limit integer, OUT limit_in_effect integer,
-    OUT permits_held bigint, OUT waiting bigint)
+    OUT permits_held bigint, OUT waiting bigint,
+    OUT adaptive_min integer, OUT adaptive_max integer,
+    OUT last_move text, OUT last_move_at timestamptz)
 RETURNS record
 AS 'MODULE_PATHNAME', 'redsem_semaphore'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_semaphore(text) IS
-'a semaphore as Redis sees it now: stored limit, limit in effect, permits held, members in line';
+'a semaphore as Redis sees it now: stored limit, limit in effect, permits held, members in line, and for an adaptive limit its bounds, why it last moved and when';
 
 -- redsem_held() gains keeper_error and permits, redsem_holders() permits,
 -- redsem_stats acquired_permits and key_prefix.  (A view of yours that uses one of them
@@ -349,7 +374,8 @@ CREATE FUNCTION redsem_semaphores(max_semaphores integer DEFAULT 1000,
     OUT permits_held bigint, OUT holders bigint, OUT waiting bigint,
     OUT oldest_wait_started timestamptz, OUT rate text,
     OUT reserved_permits integer, OUT reserved_for_priority integer,
-    OUT tenants_waiting bigint)
+    OUT tenants_waiting bigint, OUT adaptive_min integer, OUT adaptive_max integer,
+    OUT last_move text, OUT last_move_at timestamptz)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_semaphores'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

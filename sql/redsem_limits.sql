@@ -85,3 +85,51 @@ SELECT redsem_set_limit('lim_admin', NULL);
 RESET ROLE;
 SELECT redsem_limit('lim_admin') IS NULL AS removed_by_an_administrator;
 DROP ROLE regress_redsem_lim;
+
+--
+-- Adaptive limits: bounds, a start, the limit in effect, and the controller's
+-- view (the keeper's ticks are tested in t/101_adaptive.pl)
+--
+SELECT redsem_set_adaptive_limit('lim_ad', 2, 8, 4);
+SELECT stored_limit, limit_in_effect, adaptive_min, adaptive_max, last_move,
+       last_move_at IS NOT NULL AS moved_at_known
+  FROM redsem_semaphore('lim_ad');
+SELECT limit_in_effect, min_holders, max_holders, base_hold, last_interval_releases,
+       last_move FROM redsem_adaptive_limit('lim_ad');
+SELECT redsem_acquire('lim_ad') IS NOT NULL AS uses_it;
+SELECT redsem_acquire('lim_ad', 4) IS NOT NULL AS same_limit_passed;
+SELECT redsem_acquire('lim_ad', 5);
+SELECT redsem_release_all() AS released;
+SELECT name, stored_limit, adaptive_min, adaptive_max, last_move
+  FROM redsem_semaphores() WHERE name = 'lim_ad';
+-- new bounds bring the limit into them; a start outside them too
+SELECT redsem_set_adaptive_limit('lim_ad', 5, 6);
+SELECT redsem_limit('lim_ad') AS raised_into_bounds;
+SELECT redsem_set_adaptive_limit('lim_ad', 1, 3, 10);
+SELECT redsem_limit('lim_ad') AS start_brought_into_bounds;
+-- bad bounds
+SELECT redsem_set_adaptive_limit('lim_ad', 4, 2);
+SELECT redsem_set_adaptive_limit('lim_ad', 0, 2);
+SELECT redsem_set_adaptive_limit('lim_ad', 1, NULL);
+SELECT redsem_set_adaptive_limit('lim_ad', NULL, NULL, 3);
+SELECT redsem_set_adaptive_limit('lim_ad', 1, 2000000);
+SELECT min_holders, max_holders FROM redsem_adaptive_limit('lim_ad') AS still_adaptive;
+-- NULL bounds: fixed where it is; a limit set by hand ends it too
+SELECT redsem_set_adaptive_limit('lim_ad', NULL, NULL);
+SELECT limit_in_effect, min_holders FROM redsem_adaptive_limit('lim_ad');
+SELECT redsem_set_adaptive_limit('lim_ad', 1, 9);
+SELECT redsem_set_limit('lim_ad', 7);
+SELECT limit_in_effect, min_holders, last_move FROM redsem_adaptive_limit('lim_ad');
+SELECT stored_limit, adaptive_min, last_move FROM redsem_semaphore('lim_ad');
+SELECT redsem_set_limit('lim_ad', NULL);
+-- a semaphore never made adaptive
+SELECT * FROM redsem_adaptive_limit('lim_never');
+-- only administrators make a limit adaptive
+SET client_min_messages = warning;
+DROP ROLE IF EXISTS regress_redsem_ad;
+RESET client_min_messages;
+CREATE ROLE regress_redsem_ad;
+SET ROLE regress_redsem_ad;
+SELECT redsem_set_adaptive_limit('lim_ad', 1, 4);
+RESET ROLE;
+DROP ROLE regress_redsem_ad;

@@ -28,7 +28,7 @@
 
 PG_FUNCTION_INFO_V1(redsem_semaphores);
 
-#define SEMAPHORES_COLUMNS	11
+#define SEMAPHORES_COLUMNS	15
 
 /* A (prefix, name) pair to note in the index */
 typedef struct IndexEntry
@@ -327,6 +327,13 @@ put_semaphore(ReturnSetInfo *rsinfo, const char *name, const SemSummary *s,
 	values[8] = Int32GetDatum((int32) s->reserved);
 	values[9] = Int32GetDatum((int32) s->reserved_for);
 	values[10] = Int64GetDatum(s->tenants_waiting);
+	nulls[11] = nulls[12] = s->adaptive_min <= 0;
+	values[11] = Int32GetDatum((int32) s->adaptive_min);
+	values[12] = Int32GetDatum((int32) s->adaptive_max);
+	nulls[13] = s->last_move == NULL;
+	values[13] = nulls[13] ? (Datum) 0 : CStringGetTextDatum(s->last_move);
+	nulls[14] = s->last_move_ms < 0;
+	values[14] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, -s->last_move_ms));
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 

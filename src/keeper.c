@@ -42,6 +42,7 @@
 #include "clock.h"
 #include "cluster.h"
 #include "compat.h"
+#include "adaptive.h"
 #include "batch.h"
 #include "conn.h"
 #include "fleet.h"
@@ -724,6 +725,32 @@ read_queue_definitions(int budget_ms)
 	PG_END_TRY();
 }
 
+/*
+ * Report this server's pressure to the adaptive semaphores (adaptive.c),
+ * within budget_ms; an ERROR there is caught and logged, never the
+ * keeper's end
+ */
+static void
+tick_adaptive_limits(int budget_ms)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+
+	PG_TRY();
+	{
+		adaptive_keeper_tick(budget_ms);
+	}
+	PG_CATCH();
+	{
+		char		why[256];
+
+		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
+		ereport(LOG,
+				(errmsg("redsem keeper could not report to the adaptive limits: %s", why)));
+	}
+	PG_END_TRY();
+}
+
 /* Log that the keeper stopped a holder (within the per-hold line budget) */
 static void
 log_stop(KeeperState *st, const StopNotice *sn, const char *done)
@@ -843,7 +870,14 @@ keeper_cycle(KeeperState *st)
 													 touch_budget_ms(holds, n, &batch, target, sent)));
 		valid_until = stop_lost_holders(st);
 	}
+	else if (adaptive_tick_due())
+	{
+		tick_adaptive_limits((int) ms_until_capped(valid_until,
+												   touch_budget_ms(holds, n, &batch, target, sent)));
+		valid_until = stop_lost_holders(st);
+	}
 	sleep_ms = Min(sleep_ms, queue_poll_interval_ms);
+	sleep_ms = Min(sleep_ms, adaptive_ms_until_tick());
 	/* (a read a change asked for, that a touch put off, comes next) */
 	if (queue_fleet_read_asked())
 		sleep_ms = Min(sleep_ms, KEEPER_RETRY_MIN_MS);

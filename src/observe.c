@@ -35,6 +35,7 @@ PG_FUNCTION_INFO_V1(redsem_stats_reset);
 PG_FUNCTION_INFO_V1(redsem_limit);
 PG_FUNCTION_INFO_V1(redsem_semaphore);
 PG_FUNCTION_INFO_V1(redsem_rate);
+PG_FUNCTION_INFO_V1(redsem_adaptive_limit);
 PG_FUNCTION_INFO_V1(redsem_reserve);
 PG_FUNCTION_INFO_V1(redsem_tenants);
 PG_FUNCTION_INFO_V1(redsem_queues);
@@ -290,25 +291,89 @@ redsem_limit(PG_FUNCTION_ARGS)
 
 /*
  * redsem_semaphore(name): its stored limit, the limit in effect, the
- * permits held and the members in line, as Redis sees them now
+ * permits held and the members in line, as Redis sees them now; for an
+ * adaptive limit, its bounds, why it last moved and when
  */
 Datum
 redsem_semaphore(PG_FUNCTION_ARGS)
 {
 	char	   *name = name_arg(fcinfo, 0);
 	RedisCall	call = REDIS_SQL_CALL;
-	SemLimit	limit;
-	Datum		values[4];
-	bool		nulls[4] = {0};
+	SemSummary	s;
+	Datum		values[8];
+	bool		nulls[8] = {0};
 
 	hold_init();
-	(void) sem_limit(&call, name, &limit);
-	nulls[0] = (limit.stored <= 0);
-	values[0] = Int32GetDatum((int32) Min(limit.stored, PG_INT32_MAX));
-	nulls[1] = (limit.in_effect <= 0);
-	values[1] = Int32GetDatum((int32) Min(limit.in_effect, PG_INT32_MAX));
-	values[2] = Int64GetDatum(limit.held);
-	values[3] = Int64GetDatum(limit.waiting);
+	(void) sem_summary(&call, name, &s);
+	nulls[0] = (s.stored_limit <= 0);
+	values[0] = Int32GetDatum((int32) Min(s.stored_limit, PG_INT32_MAX));
+	nulls[1] = (s.limit_in_effect <= 0);
+	values[1] = Int32GetDatum((int32) Min(s.limit_in_effect, PG_INT32_MAX));
+	values[2] = Int64GetDatum(s.permits_held);
+	values[3] = Int64GetDatum(s.waiting);
+	nulls[4] = nulls[5] = s.adaptive_min <= 0;
+	values[4] = Int32GetDatum((int32) s.adaptive_min);
+	values[5] = Int32GetDatum((int32) s.adaptive_max);
+	nulls[6] = s.last_move == NULL;
+	values[6] = nulls[6] ? (Datum) 0 : CStringGetTextDatum(s.last_move);
+	nulls[7] = s.last_move_ms < 0;
+	values[7] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																-s.last_move_ms));
+	PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
+}
+
+/* An interval of us microseconds, or NULL (*isnull) if us < 0 */
+static Datum
+interval_from_us(int64 us, bool *isnull)
+{
+	Interval   *iv = palloc0(sizeof(Interval));
+
+	*isnull = us < 0;
+	iv->time = us;
+	return IntervalPGetDatum(iv);
+}
+
+/*
+ * redsem_adaptive_limit(name): an adaptive limit as its controller sees it
+ * (I16): the limit in effect, its bounds, the best recent and the smoothed
+ * mean hold time, the last interval's mean hold and releases, the highest
+ * pressure reported (1: a server's line) and by how many servers, why the
+ * limit last moved and when.  NULLs but the limit if it is not adaptive.
+ * Anybody may read it.
+ */
+Datum
+redsem_adaptive_limit(PG_FUNCTION_ARGS)
+{
+	char	   *name = name_arg(fcinfo, 0);
+	RedisCall	call = REDIS_SQL_CALL;
+	SemAdapt	a;
+	Datum		values[11] = {0};
+	bool		nulls[11] = {0};
+
+	hold_init();
+	(void) sem_adapt(&call, name, &a);
+	nulls[0] = a.limit <= 0;
+	values[0] = Int32GetDatum((int32) Min(a.limit, PG_INT32_MAX));
+	if (a.min <= 0)
+	{
+		for (int i = 1; i < 11; i++)
+			nulls[i] = true;
+		PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
+	}
+	values[1] = Int32GetDatum((int32) a.min);
+	values[2] = Int32GetDatum((int32) a.max);
+	values[3] = interval_from_us(a.base_us, &nulls[3]);
+	values[4] = interval_from_us(a.mean_us, &nulls[4]);
+	values[5] = interval_from_us(a.last_us, &nulls[5]);
+	values[6] = Int64GetDatum(a.last_n);
+	nulls[7] = a.pressure < 0;
+	values[7] = Float8GetDatum((double) a.pressure / 1000.0);
+	values[8] = Int32GetDatum((int32) a.servers);
+	nulls[9] = a.why == NULL;
+	values[9] = nulls[9] ? (Datum) 0 : CStringGetTextDatum(a.why);
+	nulls[10] = a.moved_ms < 0;
+	values[10] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
+																 -a.moved_ms));
 	PG_RETURN_DATUM(one_row(fcinfo, values, nulls));
 }
 

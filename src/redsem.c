@@ -10,6 +10,7 @@
 #include "miscadmin.h"
 #include "utils/guc.h"
 
+#include "adaptive.h"
 #include "cluster.h"
 #include "compat.h"
 #include "guard.h"
@@ -47,6 +48,7 @@ _PG_init(void)
 	sentinel_define_gucs();
 	cluster_define_gucs();
 	queue_define_gucs();
+	adaptive_define_gucs();
 	hold_install_hooks();
 	if (redsem_preloaded)
 	{

@@ -53,7 +53,13 @@
 --                        wt      "1" while weights stores a weight
 --                        gu      while waiters came in a grace
 --                                period (I15): when it ends (ms)
---                        x       "1": xh, xw, era, rt, rk, wt or gu
+--                        ad      an adaptive limit's bounds (I16),
+--                                "lo|hi"; limit is then the one the
+--                                controller set last
+--                        am      its controller's memory (adapt_memory)
+--                        as, an  the hold times (ms) and the number of
+--                                the releases since it last ran
+--                        x       "1": xh, xw, era, rt, rk, wt, gu or ad
 --                                is there (I13)
 -- KEYS[2] gen     STRING                   (optional) the generation of
 --                                           this Redis's semaphores (in
@@ -117,6 +123,9 @@
 -- (ZERO: a waiting tenant whose held permits fall to 0 keeps "0", instead
 -- of the field being deleted and soon written again; it goes with the
 -- tenant's last waiter.)
+-- <base>apress     HASH  server -> "pressure|tag|ms"   an adaptive
+--                                           limit's servers as they last
+--                                           reported (adapt_tick, I16)
 -- <base>weights    HASH  tenant -> weight   stored weights (set_weight),
 --                                           1 when absent: configuration,
 --                                           without a TTL (the state's wt
@@ -334,6 +343,19 @@
 --     write KEYS[2], and acquire's replies carry
 --     the text when the caller did not know it, so that servers learn it;
 --     without KEYS[2] (one key) nothing of this runs.
+-- I16 Adaptive.  An adaptive limit (set_adapt: ad) is a stored limit
+--     (I8, I5) that the controller moves: I3 holds as for any (lowering
+--     it evicts nobody), and it always stays within its bounds.  Every
+--     release of a holder (not a forced one, an expiry or a give-up) adds
+--     its hold time by Redis's clock, now less its grant's since, to as
+--     and an; each server's keeper ticks the semaphore once a second
+--     (adapt_tick) with its pressure, and the first tick of an interval
+--     runs adapt_step once on what the interval gathered, then empties
+--     it.  So the fleet has one limit, moved at most once an interval, by
+--     at most a stride, never out of [lo, hi]; with nothing gathered only
+--     a server's pressure or new bounds move it; a server that stops
+--     ticking stops counting after ADAPT_FRESH_MS.  A limit stored by hand
+--     (set_limit) ends it, where it is.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -468,7 +490,10 @@ local OPS = {}
 local gen_sync
 -- 11 RELEASE AND REFRESH: release, refresh, refresh_many, token
 -- 12 LIST, LIMIT, SUMMARY: list, limit, summary, set_limit
--- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight, tenants
+-- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight,
+-- tenants; the adaptive limit (I16): set_adapt, adapt, adapt_tick, and its
+-- controller, adapt_step
+local adapt_step, adapt_brief, adapt_end
 -- 14 FAST PATHS: the commonest calls, tried before the general path
 local fast_acquire, fast_release
 -- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS, and the statement
@@ -1229,20 +1254,20 @@ end -- 7 PROMOTION
 do -- 8 THE STATE ----------------------------------------------------------
 
 -- The state's configuration (I5): kept without a TTL while any is stored.
-local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt'}
+local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt', 'ad', 'am', 'as', 'an'}
 -- The state's fields a call reads only when x says that one may be there
 -- (EXTRA: read_state), and, of those, the configuration's.
-local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu'}
-local CONFIG_EXTRA = {'rt', 'rk', 'wt'}
+local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad'}
+local CONFIG_EXTRA = {'rt', 'rk', 'wt', 'ad'}
 
 -- True if the state stores a limit, a rate, a reserve or weights (I5).
 function stored()
-    return not not (S.limit or S.rt or S.rk or S.wt)
+    return not not (S.limit or S.rt or S.rk or S.wt or S.ad)
 end
 
 -- True if this call stored configuration, to be kept without a TTL (I5).
 local function stored_now()
-    return not not (W.limit or W.rt or W.rk or W.wt)
+    return not not (W.limit or W.rt or W.rk or W.wt or W.ad)
 end
 
 -- The configuration fields the state has (I5), and how many.
@@ -1306,7 +1331,11 @@ function read_state()
         S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
-        S.gu = tonumber(v[7])
+        S.gu, S.ad = tonumber(v[7]), v[8] or nil
+    end
+    if S.ad then                    -- the rest of an adaptive limit (I16)
+        v = redis.call('HMGET', K_STATE, 'am', 'as', 'an')
+        S.am, S.as, S.an = v[1] or nil, tonumber(v[2]) or 0, tonumber(v[3]) or 0
     end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
@@ -1947,8 +1976,13 @@ do -- 11 RELEASE AND REFRESH -----------------------------------------------
 -- administrator's) leaves a marker, so that the holder learns why.
 local function op_release(id, forced)
     local deadline = forced and tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
+    local since = S.ad and not forced and select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
     if waited == nil then return 0 end
+    if since and not waited then    -- I16: how long it held, a sample
+        set('as', S.as + math.max(NOW_MS - since, 0))
+        set('an', S.an + 1)
+    end
     if forced then
         local ttl = math.max((deadline or NOW_MS) - NOW_MS, GRACE_MS)
         redis.call('SET', BASE .. 'forced:' .. id, '1', 'PX', int(ttl))
@@ -2152,7 +2186,9 @@ end
 -- summary: {stored limit or '', limit in effect or '', permits held,
 -- waiters, holders, ms since the waiter that asked first asked or -1,
 -- stored rate as given or '', reserved permits or '', their priority or '',
--- tenants with waiters (I12: those naming none count as one)}.
+-- tenants with waiters (I12: those naming none count as one), adaptive
+-- bounds "lo|hi" or '', why the limit last moved or '', ms since it moved
+-- or -1 (I16)}.
 local function op_summary()
     local r = limit_reply()
     local waiters = tonumber(r[4])
@@ -2166,6 +2202,7 @@ local function op_summary()
     r[8] = S.rk and int(S.rk) or ''
     r[9] = S.rk and int(S.rp) or ''
     r[10] = int(S.tl and redis.call('ZCARD', tq_key()) or math.min(waiters, 1))
+    r[11], r[12], r[13] = adapt_brief()
     return r
 end
 OPS.summary = {read = read_none, run = op_summary}
@@ -2182,6 +2219,7 @@ local function op_set_limit(maxh, nx, was)
     local before = limit_in_effect(member_count() > 0)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)
+    if S.ad then adapt_end() end    -- (I16: a limit set by hand stays)
     promote()
     return limit_reply()
 end
@@ -2339,6 +2377,224 @@ local function op_tenants()
 end
 OPS.tenants = {read = read_none, run = op_tenants}
 
+-- ADAPTIVE LIMITS (I16).  The controller's constants, and how they
+-- interact (the keeper's side is in src/timing.h, ADAPT_TICK_MS): each
+-- server's keeper ticks every adaptive semaphore once an ADAPT_INTERVAL_MS,
+-- and the first tick of an interval (ADAPT_JITTER_MS early at most, so that
+-- one server ticking alone runs it every time) runs the controller once
+-- for the fleet.  A server's pressure counts while its last tick is at most
+-- ADAPT_FRESH_MS old (two intervals and a half: a server that stops
+-- ticking stops counting).  The controller keeps the mean hold time,
+-- smoothed (ADAPT_SMOOTH of each new interval's mean), against the best
+-- recent (base): it wants the mean within ADAPT_TOLERANCE times the base,
+-- holds still inside the band [ADAPT_BAND_LOW, ADAPT_BAND_HIGH] of the
+-- gradient g = ADAPT_TOLERANCE x base / mean (so that noise of a few
+-- samples does not move an integer limit), and moves at most ADAPT_STEP
+-- of the limit (1 at least) per interval.  An interval with fewer than
+-- ADAPT_MIN_SAMPLES releases holds it still.
+local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
+local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.85, 1.2
+local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
+local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
+-- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
+-- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
+-- down a step whatever the hold times say.
+local ADAPT_PRESSURE_CUT = 2
+
+-- The controller's memory (the state's am), as fields: the base and the
+-- smoothed mean hold (ms), why the limit last moved and when (ms), when
+-- the controller last ran (ms), the last interval's mean hold and
+-- releases, the pressure it saw (x1000, -1: no server) and how many
+-- servers reported.  ('-': none.)
+local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers'}
+
+local function adapt_memory()
+    local m, i = {}, 1
+    for f in string.gmatch(S.am or '', '([^|]+)') do
+        if AM[i] and f ~= '-' then m[AM[i]] = f end
+        i = i + 1
+    end
+    for _, f in ipairs({'base', 'mean', 'moved', 'tick', 'last', 'n', 'pressure', 'servers'}) do
+        m[f] = tonumber(m[f])
+    end
+    return m
+end
+
+local function adapt_text(m)
+    local out = {}
+    for i, f in ipairs(AM) do
+        local v = m[f]
+        if type(v) == 'number' then
+            v = (f == 'base' or f == 'mean' or f == 'last') and string.format('%.3f', v) or int(v)
+        end
+        out[i] = v or '-'
+    end
+    return table.concat(out, '|')
+end
+
+-- The adaptive bounds lo, hi (ad: "lo|hi"), or nil.
+local function adapt_bounds()
+    local lo, hi = string.match(S.ad or '', '^(%d+)|(%d+)$')
+    return tonumber(lo), tonumber(hi)
+end
+
+-- The most one interval may move a limit: ADAPT_STEP of it, 1 at least.
+local function adapt_stride(limit)
+    return math.max(1, math.floor(limit * ADAPT_STEP))
+end
+
+-- The controller, once per interval: given the limit, its bounds, the
+-- memory (base, mean: ms or nil), the interval's releases (n) and the sum
+-- of their hold times (ms), the highest pressure reported (1: a server's
+-- line) and whether the limit was all in use or anybody waited, returns
+-- the new limit, base and mean, and why the limit moved (nil: it did not).
+-- By construction the limit stays in [lo, hi], moves at most a stride,
+-- and without samples only the pressure or the bounds move it.
+function adapt_step(limit, lo, hi, base, mean, n, sum, pressure, saturated)
+    local within = math.min(math.max(limit, lo), hi)
+    if within ~= limit then return within, base, mean, 'bounds' end
+    local stride = adapt_stride(limit)
+    if pressure >= ADAPT_PRESSURE_CUT then
+        return math.max(limit - stride, lo), base, mean, 'pressure'
+    end
+    if n < ADAPT_MIN_SAMPLES or not (sum >= 0) then return limit, base, mean, nil end
+    local m = math.max(sum / n, ADAPT_FLOOR_MS)
+    mean = mean and mean + ADAPT_SMOOTH * (m - mean) or m
+    if not base or mean < base then
+        base = mean                 -- (the best recent)
+    elseif limit <= lo then         -- (at the floor the mean is the work's own)
+        base = base + ADAPT_RELEARN * (mean - base)
+    end
+    local g = ADAPT_TOLERANCE * base / mean
+    if g < ADAPT_BAND_LOW then
+        -- (a value that may be NaN last: math.max and math.min skip it there)
+        return math.max(limit - stride, lo, math.floor(limit * g)), base, mean, 'latency'
+    elseif g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
+        return math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g))),
+            base, mean, 'headroom'
+    end
+    return limit, base, mean, nil
+end
+
+-- An adaptive semaphore's bounds "lo|hi", why its limit last moved, and
+-- ms since ('', '', -1: not adaptive), for summary.
+function adapt_brief()
+    if not S.ad then return '', '', '-1' end
+    local m = adapt_memory()
+    return S.ad, m.why or '', int(m.moved and math.max(NOW_MS - m.moved, 0) or -1)
+end
+
+-- I16: the semaphore is adaptive no more (its limit stays where it is).
+function adapt_end()
+    set('ad', false)
+    set('am', false)
+    set('as', 0)
+    set('an', 0)
+end
+
+-- adapt: {limit or '', lo or '', hi or '', base us or '', mean us or '',
+-- last interval's mean hold us or '', its releases, why the limit last
+-- moved or '', ms since or -1, pressure x1000 or -1, servers reporting}.
+local function adapt_reply()
+    local lo, hi = adapt_bounds()
+    local m = S.ad and adapt_memory() or {}
+    local function us(v) return v and int(math.floor(v * 1000 + 0.5)) or '' end
+    return {S.limit and int(S.limit) or '', lo and int(lo) or '', hi and int(hi) or '',
+            us(m.base), us(m.mean), us(m.last), int(m.n or 0), m.why or '',
+            int(m.moved and math.max(NOW_MS - m.moved, 0) or -1),
+            int(m.pressure or -1), int(m.servers or 0)}
+end
+OPS.adapt = {read = read_none, run = adapt_reply}
+
+-- set_adapt lo hi [start] | set_adapt '': make the limit adaptive within
+-- [lo, hi], starting at start (else the stored limit, else the limit in
+-- effect, else lo, brought into the bounds), the controller's memory
+-- anew; or make it fixed where it is.  A limit raised admits waiters.
+local function op_set_adapt(lo, hi, start)
+    if not lo then
+        if S.ad then adapt_end() end
+        return adapt_reply()
+    end
+    local before = limit_in_effect(member_count() > 0)
+    local limit = math.min(math.max(start or before or lo, lo), hi)
+    set('ad', int(lo) .. '|' .. int(hi))
+    set('limit', limit)
+    set('cur', false)
+    set('am', adapt_text({why = 'set', moved = NOW_MS}))
+    set('as', 0)
+    set('an', 0)
+    if not is_empty() then promote() end
+    return adapt_reply()
+end
+OPS.set_adapt = {
+    read = function(a)
+        if a[2] == '' and #a == 2 then return true, nil end
+        local lo, hi, start = count_arg(a[2]), count_arg(a[3]), a[4] and count_arg(a[4])
+        if lo and hi and lo >= 1 and lo <= hi and hi <= 1e6 and #a <= 4 and
+           (a[4] == nil or (start and start >= 1)) then
+            return true, lo, hi, start
+        end
+    end,
+    run = op_set_adapt,
+}
+
+-- adapt_tick server pressure tag: server (its name) reports its pressure
+-- (x1000: 1000 is its line; tag: what presses most, 'cpu' or 'lag', '' if
+-- nothing); once an interval, the controller runs (adapt_step) on the
+-- releases since it last ran, with the highest pressure of the servers
+-- that reported within ADAPT_FRESH_MS (the others are dropped).  {limit
+-- or '', why it last moved or '', 1 if the controller ran now or 0}; a
+-- semaphore not adaptive: {'', '', 0}, nothing written.
+local function op_adapt_tick(server, p, tag)
+    if not S.ad then return {'', '', '0'} end
+    local key = BASE .. 'apress'
+    redis.call('HSET', key, server, int(p) .. '|' .. tag .. '|' .. NOW_TEXT)
+    redis.call('PEXPIRE', key, int(ADAPT_FRESH_MS * 4))
+    local m = adapt_memory()
+    if m.tick and NOW_MS - m.tick < ADAPT_INTERVAL_MS - ADAPT_JITTER_MS and m.tick <= NOW_MS then
+        return {int(S.limit), m.why or '', '0'}
+    end
+    local worst, wtag, servers, stale = -1, '', 0, {}
+    local all = redis.call('HGETALL', key)
+    for i = 1, #all, 2 do
+        local pv, pt, at = string.match(all[i + 1], '^(%d+)|(%a*)|(%d+)$')
+        if pv and NOW_MS - tonumber(at) <= ADAPT_FRESH_MS then
+            servers = servers + 1
+            if tonumber(pv) > worst then worst, wtag = tonumber(pv), pt end
+        else
+            stale[#stale + 1] = all[i]
+        end
+    end
+    call_chunked('HDEL', key, stale, 1)
+    local lo, hi = adapt_bounds()
+    local held, waiters = held_permits()
+    local limit = S.limit or lo
+    local new, base, mean, why = adapt_step(limit, lo, hi, m.base, m.mean, S.an, S.as,
+        math.max(worst, 0) / 1000, waiters > 0 or held >= limit)
+    if why then
+        if why == 'pressure' and wtag ~= '' then why = wtag end
+        m.why, m.moved = why, NOW_MS
+        set('limit', new)
+        if new > limit and not is_empty() then promote() end
+    end
+    m.base, m.mean, m.tick, m.n, m.pressure, m.servers = base, mean, NOW_MS, S.an, worst, servers
+    m.last = S.an > 0 and S.as / S.an or nil
+    set('am', adapt_text(m))
+    set('as', 0)
+    set('an', 0)
+    return {int(S.limit), m.why or '', '1'}
+end
+OPS.adapt_tick = {
+    read = function(a)
+        local p = count_arg(a[3])
+        if id_arg(a[2]) and #a[2] <= 64 and p and p <= 1e9 and
+           (a[4] == 'cpu' or a[4] == 'lag' or a[4] == '') and #a == 4 then
+            return true, a[2], p, a[4]
+        end
+    end,
+    run = op_adapt_tick,
+}
+
 end -- 13 CONFIGURATION
 
 do -- 14 FAST PATHS --------------------------------------------------------
@@ -2472,7 +2728,7 @@ end
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
 function fast_release(id)
-    if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
+    if S.xh + S.xw > 0 or S.tl or S.rk or S.ad then return nil end
     if member_count() == 1 then return fast_last(id) end
     if MEMBERS == 0 or waiter_count() > 0 then return nil end
     local tenant = ''               -- I12: only a holder may have one then
@@ -2564,9 +2820,67 @@ local function name_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= 200 then return v end
 end
 
+-- adapt_note name 1|0: note that semaphore name is adaptive (I16), or no
+-- more, in <prefix>adaptive (a ZSET name -> ms noted, no TTL: the keepers
+-- tick the names it lists).  1.
+local function op_adapt_note(key, name, on)
+    if on then
+        redis.call('ZADD', key, int(NOW_MS), name)
+    else
+        redis.call('ZREM', key, name)
+    end
+    return 1
+end
+
+-- adapt_list max: {entries, the first max names}.
+local function op_adapt_list(key, max)
+    local names = redis.call('ZRANGE', key, '0', int(max - 1))
+    table.insert(names, 1, redis.call('ZCARD', key))
+    return names
+end
+
+-- adapt_model limit lo hi base mean n sum pressure saturated: the
+-- controller's step (adapt_step) alone, on the values given ('': none),
+-- for its model tests: {limit, base, mean ('': none), why ('': held)}.
+-- It reads and writes no key.
+local function op_adapt_model(_, v)
+    local limit, base, mean, why = adapt_step(v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9])
+    local function f(x) return x and string.format('%.6f', x) or '' end
+    return {int(limit), f(base), f(mean), why or ''}
+end
+
 -- The index operations, as OPS (run's first argument: the index key;
 -- timeless: run reads no clock, NOW_MS).
 INDEX_OPS = {
+    adapt_note = {
+        read = function(a)
+            local name = name_arg(a[2])
+            if name and (a[3] == '1' or a[3] == '0') and #a == 3 then return true, name, a[3] == '1' end
+        end,
+        run = op_adapt_note,
+    },
+    adapt_list = {
+        read = function(a)
+            local max = count_arg(a[2])
+            if max and max >= 1 and max <= 100000 and #a == 2 then return true, max end
+        end,
+        run = op_adapt_list,
+    },
+    adapt_model = {
+        read = function(a)
+            local v = {}
+            for i = 2, 10 do v[i - 1] = a[i] ~= '' and tonumber(a[i]) or nil end
+            if #a ~= 10 or not (v[1] and v[2] and v[3] and v[6] and v[7] and v[8]) or
+               v[1] % 1 ~= 0 or v[2] % 1 ~= 0 or v[3] % 1 ~= 0 or v[2] < 1 or v[2] > v[3] or
+               v[1] < 1 or v[6] < 0 or v[6] % 1 ~= 0 or v[8] < 0 then
+                return nil
+            end
+            v[9] = a[10] == '1'
+            return true, v
+        end,
+        run = op_adapt_model,
+        timeless = true,            -- (reads no clock)
+    },
     index_touch = {
         read = function(a)
             local ttl, names = count_arg(a[2]), {}
@@ -2951,6 +3265,7 @@ local function probe(a)
         redis.call('HLEN', tenant_key())
     end
     if S.wt or a[1] == 'set_weight' then redis.call('HLEN', weights_key()) end
+    if a[1] == 'adapt_tick' then redis.call('HLEN', BASE .. 'apress') end
     return due
 end
 

@@ -1477,6 +1477,22 @@ sem_node_policy(RedisCall *call, const char *prefix, const char *name,
 	return true;
 }
 
+/* Adaptive bounds "lo|hi" (I16) from a reply element; '' gives 0, 0 */
+static bool
+adapt_bounds_text(const redisReply *e, int64 *lo, int64 *hi)
+{
+	char		text[48];
+
+	*lo = *hi = 0;
+	if (e->type != REDIS_REPLY_STRING || e->len >= sizeof(text))
+		return false;
+	if (e->len == 0)
+		return true;
+	memcpy(text, e->str, e->len);
+	text[e->len] = '\0';
+	return sscanf(text, INT64_FORMAT "|" INT64_FORMAT, lo, hi) == 2 && *lo >= 1 && *hi >= *lo;
+}
+
 /* A field of a summary reply: a count, or -1 for '' (none) */
 static bool
 summary_field(const redisReply *e, int64 *v)
@@ -1494,18 +1510,25 @@ bool
 sem_summary(RedisCall *call, const char *name, SemSummary *out)
 {
 	redisReply *reply;
-	int64		v[10] = {0};
+	int64		v[13] = {0};
 
 	if (!run_script(call, NULL, name, "summary", 0, NULL, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 10 ||
-		reply->element[6]->type != REDIS_REPLY_STRING)
-		return malformed(call, name, reply, "summary did not answer ten fields");
-	for (int i = 0; i < 10; i++)
-		if (i != 6 && !summary_field(reply->element[i], &v[i]))
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 13 ||
+		reply->element[6]->type != REDIS_REPLY_STRING ||
+		reply->element[10]->type != REDIS_REPLY_STRING ||
+		reply->element[11]->type != REDIS_REPLY_STRING)
+		return malformed(call, name, reply, "summary did not answer thirteen fields");
+	for (int i = 0; i < 13; i++)
+		if (i != 6 && i != 10 && i != 11 && !summary_field(reply->element[i], &v[i]))
 			return malformed(call, name, reply, "summary did not answer numbers");
 	out->rate = reply->element[6]->len == 0 ? NULL :
 		pnstrdup(reply->element[6]->str, reply->element[6]->len);
+	if (!adapt_bounds_text(reply->element[10], &out->adaptive_min, &out->adaptive_max))
+		return malformed(call, name, reply, "summary answered malformed adaptive bounds");
+	out->last_move = reply->element[11]->len == 0 ? NULL :
+		pnstrdup(reply->element[11]->str, Min(reply->element[11]->len, 32));
+	out->last_move_ms = v[12];
 	freeReplyObject(reply);
 	out->stored_limit = v[0];
 	out->limit_in_effect = v[1];
@@ -1519,3 +1542,126 @@ sem_summary(RedisCall *call, const char *name, SemSummary *out)
 	return true;
 }
 
+
+/* Decode an "adapt" reply (I16) into *out, then free it */
+static bool
+decode_adapt(RedisCall *call, const char *name, redisReply *reply, SemAdapt *out)
+{
+	int64	   *fields[] = {&out->limit, &out->min, &out->max, &out->base_us,
+		&out->mean_us, &out->last_us, &out->last_n, NULL, &out->moved_ms,
+	&out->pressure, &out->servers};
+
+	memset(out, 0, sizeof(*out));
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != lengthof(fields) ||
+		reply->element[7]->type != REDIS_REPLY_STRING)
+		return malformed(call, name, reply, "adapt did not answer eleven fields");
+	for (int i = 0; i < (int) lengthof(fields); i++)
+	{
+		if (fields[i] == NULL)
+			continue;
+		if (!summary_field(reply->element[i], fields[i]))
+			return malformed(call, name, reply, "adapt answered a malformed field");
+	}
+	out->why = reply->element[7]->len == 0 ? NULL :
+		pnstrdup(reply->element[7]->str, Min(reply->element[7]->len, 32));
+	freeReplyObject(reply);
+	return true;
+}
+
+/* A semaphore's adaptive limit as the "adapt" operation reports it */
+bool
+sem_adapt(RedisCall *call, const char *name, SemAdapt *out)
+{
+	redisReply *reply;
+
+	return run_script(call, NULL, name, "adapt", 0, NULL, &reply) &&
+		decode_adapt(call, name, reply, out);
+}
+
+/*
+ * Make a semaphore's limit adaptive within [lo, hi] starting at start (0:
+ * where it is), or (lo 0) fixed where it is; *out as sem_adapt, afterwards
+ */
+bool
+sem_set_adapt(RedisCall *call, const char *name, int lo, int hi, int start,
+			  SemAdapt *out)
+{
+	const char *args[3] = {""};
+	int			nargs = 1;
+	redisReply *reply;
+
+	if (lo > 0)
+	{
+		args[0] = psprintf("%d", lo);
+		args[1] = psprintf("%d", hi);
+		args[2] = psprintf("%d", start);
+		nargs = start > 0 ? 3 : 2;
+	}
+	return run_script(call, NULL, name, "set_adapt", nargs, args, &reply) &&
+		decode_adapt(call, name, reply, out);
+}
+
+/* The key listing the adaptive semaphores of prefix (I16) */
+static char *
+adapt_key(const char *prefix)
+{
+	return psprintf("%sadaptive", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+}
+
+/* Note that semaphore name is adaptive (on) or no more, for the keepers */
+bool
+sem_adapt_note(RedisCall *call, const char *name, bool on)
+{
+	const char *args[2] = {name, on ? "1" : "0"};
+	redisReply *reply;
+
+	if (!run_index(call, adapt_key(NULL), "adapt_note", 2, args, &reply))
+		return false;
+	freeReplyObject(reply);
+	return true;
+}
+
+/* The first max adaptive semaphores of prefix (palloc'd, *count of them) */
+bool
+sem_adapt_list(RedisCall *call, const char *prefix, int max, char ***names,
+			   int *count)
+{
+	const char *args[1] = {psprintf("%d", max)};
+	redisReply *reply;
+
+	if (!run_index(call, adapt_key(prefix), "adapt_list", 1, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1)
+		return malformed(call, "(adaptive)", reply, "adapt_list did not answer a count and names");
+	*names = palloc(sizeof(char *) * Max(reply->elements, 1));
+	*count = 0;
+	for (size_t i = 1; i < reply->elements && *count < max; i++)
+		if (reply->element[i]->type == REDIS_REPLY_STRING)
+			(*names)[(*count)++] = pnstrdup(reply->element[i]->str, reply->element[i]->len);
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * Tick adaptive semaphore name of prefix for server with its pressure
+ * (1000: its line) and what presses most (tag); *adaptive: whether it
+ * still is, *ran: whether the controller ran on this tick
+ */
+bool
+sem_adapt_tick(RedisCall *call, const char *prefix, const char *name,
+			   const char *server, int pressure, const char *tag,
+			   bool *adaptive, bool *ran)
+{
+	const char *args[3] = {server, psprintf("%d", Max(pressure, 0)), tag};
+	redisReply *reply;
+
+	if (!run_script(call, prefix, name, "adapt_tick", 3, args, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+		reply->element[0]->type != REDIS_REPLY_STRING)
+		return malformed(call, name, reply, "adapt_tick did not answer three fields");
+	*adaptive = reply->element[0]->len > 0;
+	*ran = element_is(reply, 2, "1");
+	freeReplyObject(reply);
+	return true;
+}

@@ -123,7 +123,28 @@ typedef struct SemSummary
 	int64		reserved;		/* permits of a stored reserve, or -1 */
 	int64		tenants_waiting;	/* tenants with waiters (I12) */
 	int64		reserved_for;	/* ...kept for this priority and up */
+	int64		adaptive_min;	/* an adaptive limit's bounds (I16), or 0 */
+	int64		adaptive_max;
+	char	   *last_move;		/* why the adaptive limit last moved, or NULL */
+	int64		last_move_ms;	/* ...how long ago, or -1 */
 } SemSummary;
+
+/* An adaptive limit (I16), as the "adapt" operation reports it */
+typedef struct SemAdapt
+{
+	int64		limit;			/* the stored limit, or -1: none */
+	int64		min;			/* its bounds, or -1: not adaptive */
+	int64		max;
+	int64		base_us;		/* the controller's best recent mean hold, or -1 */
+	int64		mean_us;		/* its smoothed mean hold, or -1 */
+	int64		last_us;		/* the last interval's mean hold, or -1 */
+	int64		last_n;			/* ...and how many releases it had */
+	char	   *why;			/* why the limit last moved, or NULL */
+	int64		moved_ms;		/* ...how long ago, or -1 */
+	int64		pressure;		/* the highest pressure reported (1000: a
+								 * server's line), or -1 */
+	int64		servers;		/* servers that reported lately */
+} SemAdapt;
 
 /* Names per index_touch call */
 #define FLEET_TOUCH_MAX_NAMES	1000
@@ -157,6 +178,15 @@ extern int	sem_node_of(const char *prefix, const char *name);
 extern bool sem_node_policy(RedisCall *call, const char *prefix,
 							const char *name, char **evicting);
 extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);
+extern bool sem_adapt(RedisCall *call, const char *name, SemAdapt *out);
+extern bool sem_set_adapt(RedisCall *call, const char *name, int lo, int hi,
+						  int start, SemAdapt *out);
+extern bool sem_adapt_note(RedisCall *call, const char *name, bool on);
+extern bool sem_adapt_list(RedisCall *call, const char *prefix, int max,
+						   char ***names, int *count);
+extern bool sem_adapt_tick(RedisCall *call, const char *prefix,
+						   const char *name, const char *server, int pressure,
+						   const char *tag, bool *adaptive, bool *ran);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 							  bool *was_held);
 extern int	sem_gen_slot(const char *prefix, const char *name);

@@ -21,6 +21,7 @@
 #include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_set_limit);
+PG_FUNCTION_INFO_V1(redsem_set_adaptive_limit);
 PG_FUNCTION_INFO_V1(redsem_set_rate);
 PG_FUNCTION_INFO_V1(redsem_set_reserve);
 PG_FUNCTION_INFO_V1(redsem_set_tenant_weight);
@@ -148,6 +149,8 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	if (queue_fleet_set_limit(name, max_holders))
 		PG_RETURN_VOID();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
+	/* (a limit set by hand ends an adaptive one: the keepers need not tick it) */
+	(void) sem_adapt_note(&call, name, false);
 	sem_pin_configured(&call, name);
 	if (max_holders > 0)
 		ereport(LOG,
@@ -157,6 +160,64 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 		ereport(LOG,
 				(errmsg("redsem: stored limit of semaphore \"%s\" removed by role \"%s\"",
 						name, GetUserNameFromId(GetUserId(), false))));
+	PG_RETURN_VOID();
+}
+
+/*
+ * redsem_set_adaptive_limit(name, min_holders, max_holders, start_holders):
+ * make a semaphore's stored limit adaptive within [min, max] for every
+ * server, starting at start_holders (NULL: where the limit is, brought
+ * into the bounds); min and max NULL: fixed where it is now.  For
+ * superusers and members of redsem_admin.  Logged.
+ */
+Datum
+redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
+{
+	char	   *name;
+	int			lo = 0;
+	int			hi = 0;
+	int			start = 0;
+	RedisCall	call = REDIS_SQL_CALL;
+	SemAdapt	now;
+
+	require_admin("set the adaptive limit of a redsem semaphore");
+	name = name_arg(fcinfo, 0);
+	if (PG_ARGISNULL(1) != PG_ARGISNULL(2))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"min_holders\" and \"max_holders\" must both be given, or both be NULL"),
+				 errhint("Pass NULL for both to make the limit fixed where it is.")));
+	if (!PG_ARGISNULL(1))
+	{
+		lo = count_arg(fcinfo, 1, "min_holders");
+		hi = count_arg(fcinfo, 2, "max_holders");
+		if (lo > hi)
+			ereport(ERROR,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("\"min_holders\" (%d) is above \"max_holders\" (%d)", lo, hi)));
+		if (!PG_ARGISNULL(3))
+			start = count_arg(fcinfo, 3, "start_holders");
+	}
+	else if (!PG_ARGISNULL(3))
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("\"start_holders\" needs \"min_holders\" and \"max_holders\"")));
+	hold_init();
+	/* (listed first: a semaphore adaptive but not listed would not move) */
+	if (lo > 0)
+		(void) sem_adapt_note(&call, name, true);
+	(void) sem_set_adapt(&call, name, lo, hi, start, &now);
+	if (lo == 0)
+		(void) sem_adapt_note(&call, name, false);
+	sem_pin_configured(&call, name);
+	if (lo > 0)
+		ereport(LOG,
+				(errmsg("redsem: limit of semaphore \"%s\" made adaptive between %d and %d, starting at " INT64_FORMAT ", by role \"%s\"",
+						name, lo, hi, now.limit, GetUserNameFromId(GetUserId(), false))));
+	else
+		ereport(LOG,
+				(errmsg("redsem: limit of semaphore \"%s\" fixed at " INT64_FORMAT " by role \"%s\"",
+						name, now.limit, GetUserNameFromId(GetUserId(), false))));
 	PG_RETURN_VOID();
 }
 

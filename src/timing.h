@@ -298,4 +298,27 @@
 /* Leases longer than this get a NOTICE when no keeper runs */
 #define REDSEM_UNKEPT_LEASE_NOTICE_MS	(INT64CONST(5) * 60 * 1000)
 
+/*
+ * Adaptive limits (I16 in src/redsem.lua).  Each keeper ticks every
+ * adaptive semaphore of its prefix every ADAPT_TICK_MS; the script runs its
+ * controller at the first tick of each ADAPT_INTERVAL_MS (1000 ms, less
+ * ADAPT_JITTER_MS of 100 ms, so that one server ticking alone runs it every
+ * time), and forgets a server's pressure ADAPT_FRESH_MS (2500 ms: two
+ * missed ticks and a half) after its last tick.  So with any server alive
+ * the controller runs once a second, and a server that stops ticking
+ * stops counting within three seconds.  The keeper reads the list of
+ * adaptive semaphores anew every ADAPT_LIST_MS (a new one is ticked within
+ * that), at most ADAPT_MAX_SEMAPHORES of them, and smooths its runnable
+ * count over ticks (ADAPT_RUNNABLE_SMOOTH of each new sample: a burst
+ * shorter than a tick or two is not pressure).
+ *
+ *   ADAPT_INTERVAL_MS  1000 ms  (src/redsem.lua)
+ *   ADAPT_JITTER_MS     100 ms  (src/redsem.lua)
+ *   ADAPT_FRESH_MS     2500 ms  (src/redsem.lua)
+ */
+#define ADAPT_TICK_MS				1000
+#define ADAPT_LIST_MS				5000
+#define ADAPT_MAX_SEMAPHORES		64
+#define ADAPT_RUNNABLE_SMOOTH		0.5
+
 #endif							/* REDSEM_TIMING_H */
