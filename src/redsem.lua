@@ -493,7 +493,7 @@ local gen_sync
 -- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight,
 -- tenants; the adaptive limit (I16): set_adapt, adapt, adapt_tick, and its
 -- controller, adapt_step
-local adapt_step, adapt_brief, adapt_end
+local adapt_step, adapt_memory, adapt_text, adapt_brief, adapt_end
 -- 14 FAST PATHS: the commonest calls, tried before the general path
 local fast_acquire, fast_release
 -- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS, and the statement
@@ -2384,48 +2384,81 @@ OPS.tenants = {read = read_none, run = op_tenants}
 -- one server ticking alone runs it every time) runs the controller once
 -- for the fleet.  A server's pressure counts while its last tick is at most
 -- ADAPT_FRESH_MS old (two intervals and a half: a server that stops
--- ticking stops counting).  The controller keeps the mean hold time,
--- smoothed (ADAPT_SMOOTH of each new interval's mean), against the best
--- recent (base): it wants the mean within ADAPT_TOLERANCE times the base,
--- holds still inside the band [ADAPT_BAND_LOW, ADAPT_BAND_HIGH] of the
--- gradient g = ADAPT_TOLERANCE x base / mean (so that noise of a few
--- samples does not move an integer limit), and moves at most ADAPT_STEP
--- of the limit (1 at least) per interval.  An interval with fewer than
--- ADAPT_MIN_SAMPLES releases holds it still.
+-- ticking stops counting).
+--
+-- THE CONTROLLER (adapt_step), once an interval.  Its signals: the mean
+-- hold time of the interval's releases (s), smoothed over intervals
+-- (mean: ADAPT_SMOOTH of each new one); the best recent (base: the lowest
+-- mean, which at the lower bound, where the work runs as alone as the
+-- bounds allow, follows the mean up by ADAPT_RELEARN of the gap an
+-- interval, so that work grown slower for good is learnt); the gradient
+-- g = ADAPT_TOLERANCE x base / mean; the throughput the limit gives when
+-- all of it is in use, x = limit / s (Little's law); and the servers'
+-- pressure.  In order:
+--   bounds    a limit out of [lo, hi] is brought into them;
+--   pressure  a server at ADAPT_PRESSURE_CUT times its line: down a stride;
+--   (fewer than ADAPT_MIN_SAMPLES releases: it holds still);
+--   latency   g < ADAPT_BAND_LOW (the mean above about twice the base):
+--             down to limit x g, at most a stride;
+--   no gain   a raise is judged ADAPT_JUDGE intervals after it: if all of
+--             the new limit was in use and x grew by less than ADAPT_GAIN
+--             of the raise's share (from 4 to 5: +25%, so x must grow 5%),
+--             the limit goes back, and the one that did not pay is a
+--             ceiling it stays under until the mean at the limit it went
+--             back to moves by more than ADAPT_CHANGE (the work or the
+--             machine changed: measured ADAPT_JUDGE intervals after it
+--             went back);
+--   headroom  g > ADAPT_BAND_HIGH (the mean under 1.33 times the base),
+--             all of the limit in use or somebody waiting, every server
+--             under its line, and no ceiling in the way: up, at most a
+--             stride (and to limit x g at most), then judged as above.
+-- Between the bands it holds still, so that an integer limit does not
+-- swing with the noise of a few samples.  A stride is ADAPT_STEP of the
+-- limit, 1 at least.  So the limit climbs while the work gains from it and
+-- its holds stay near their best, stops at the knee where more holders
+-- only queue for the same resource, and comes down when holds take more
+-- than twice their best (or a server is overloaded).
 local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
-local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.85, 1.2
+local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.5
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
 local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
+local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE = 2, 0.25, 1.25
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
--- down a step whatever the hold times say.
+-- down a stride whatever the hold times say.
 local ADAPT_PRESSURE_CUT = 2
 
 -- The controller's memory (the state's am), as fields: the base and the
 -- smoothed mean hold (ms), why the limit last moved and when (ms), when
 -- the controller last ran (ms), the last interval's mean hold and
--- releases, the pressure it saw (x1000, -1: no server) and how many
--- servers reported.  ('-': none.)
-local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers'}
+-- releases, the pressure it saw (x1000, -1: no server), how many servers
+-- reported; a raise being judged: the limit before it, x then, intervals
+-- since; a ceiling, and the mean at the limit under it (or intervals
+-- since it was found, while that is not measured yet, as ticks).
+-- ('-': none.)
+local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
+            'from', 'x', 'ticks', 'ceiling', 'at'}
+local AM_TEXT = {why = true}
+local AM_REAL = {base = true, mean = true, last = true, x = true, at = true}
 
-local function adapt_memory()
+-- The memory from its text (am).
+function adapt_memory(text)
     local m, i = {}, 1
-    for f in string.gmatch(S.am or '', '([^|]+)') do
-        if AM[i] and f ~= '-' then m[AM[i]] = f end
+    for f in string.gmatch(text or '', '([^|]+)') do
+        local k = AM[i]
+        if k and f ~= '-' then m[k] = AM_TEXT[k] and f or tonumber(f) end
         i = i + 1
-    end
-    for _, f in ipairs({'base', 'mean', 'moved', 'tick', 'last', 'n', 'pressure', 'servers'}) do
-        m[f] = tonumber(m[f])
     end
     return m
 end
 
-local function adapt_text(m)
+-- The memory as text.
+function adapt_text(m)
     local out = {}
     for i, f in ipairs(AM) do
         local v = m[f]
         if type(v) == 'number' then
-            v = (f == 'base' or f == 'mean' or f == 'last') and string.format('%.3f', v) or int(v)
+            v = AM_REAL[f] and string.format('%.6g', v) or int(v)
         end
         out[i] = v or '-'
     end
@@ -2443,44 +2476,76 @@ local function adapt_stride(limit)
     return math.max(1, math.floor(limit * ADAPT_STEP))
 end
 
--- The controller, once per interval: given the limit, its bounds, the
--- memory (base, mean: ms or nil), the interval's releases (n) and the sum
--- of their hold times (ms), the highest pressure reported (1: a server's
--- line) and whether the limit was all in use or anybody waited, returns
--- the new limit, base and mean, and why the limit moved (nil: it did not).
--- By construction the limit stays in [lo, hi], moves at most a stride,
--- and without samples only the pressure or the bounds move it.
-function adapt_step(limit, lo, hi, base, mean, n, sum, pressure, saturated)
+-- A raise judged (THE CONTROLLER, no gain): the limit to go back to, or
+-- nil to keep it; s: this interval's mean hold.
+local function adapt_judge(m, limit, s, saturated)
+    local from, x = m.from, m.x
+    m.from, m.x, m.ticks = nil, nil, nil
+    if not saturated or not from or from >= limit or not x then return nil end
+    if limit / s >= x * (1 + ADAPT_GAIN * (limit / from - 1)) then return nil end
+    m.ceiling, m.at, m.ticks = limit, nil, 0
+    return from
+end
+
+-- The controller (THE CONTROLLER, above), once per interval: given the
+-- limit, its bounds, the memory m (changed in place), the interval's
+-- releases (n) and the sum of their hold times (ms), the highest pressure
+-- reported (1: a server's line) and whether all of the limit was in use or
+-- anybody waited, returns the new limit and why it moved (nil: it did
+-- not).  By construction the limit stays in [lo, hi] and moves at most a
+-- stride (a raise going back: the stride it came up by); without samples
+-- only the pressure or the bounds move it.
+function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
     local within = math.min(math.max(limit, lo), hi)
-    if within ~= limit then return within, base, mean, 'bounds' end
+    if within ~= limit then
+        m.from, m.x, m.ticks, m.ceiling, m.at = nil, nil, nil, nil, nil
+        return within, 'bounds'
+    end
     local stride = adapt_stride(limit)
     if pressure >= ADAPT_PRESSURE_CUT then
-        return math.max(limit - stride, lo), base, mean, 'pressure'
+        m.from, m.x, m.ticks = nil, nil, nil
+        return math.max(limit - stride, lo), 'pressure'
     end
-    if n < ADAPT_MIN_SAMPLES or not (sum >= 0) then return limit, base, mean, nil end
-    local m = math.max(sum / n, ADAPT_FLOOR_MS)
-    mean = mean and mean + ADAPT_SMOOTH * (m - mean) or m
-    if not base or mean < base then
-        base = mean                 -- (the best recent)
+    if n < ADAPT_MIN_SAMPLES or not (sum >= 0) then return limit, nil end
+    local s = math.max(sum / n, ADAPT_FLOOR_MS)
+    m.mean = m.mean and m.mean + ADAPT_SMOOTH * (s - m.mean) or s
+    if not m.base or m.mean < m.base then
+        m.base = m.mean             -- (the best recent)
     elseif limit <= lo then         -- (at the floor the mean is the work's own)
-        base = base + ADAPT_RELEARN * (mean - base)
+        m.base = m.base + ADAPT_RELEARN * (m.mean - m.base)
     end
-    local g = ADAPT_TOLERANCE * base / mean
+    local g = ADAPT_TOLERANCE * m.base / m.mean
+    if m.from then                  -- a raise being judged
+        m.ticks = (m.ticks or 0) + 1
+        if g >= ADAPT_BAND_LOW and m.ticks < ADAPT_JUDGE then return limit, nil end
+        local back = adapt_judge(m, limit, s, saturated)
+        if back and g >= ADAPT_BAND_LOW then return math.max(back, lo), 'no gain' end
+    elseif m.ceiling and not m.at then  -- the mean under a new ceiling
+        m.ticks = (m.ticks or 0) + 1
+        if m.ticks > ADAPT_JUDGE then m.at, m.ticks = m.mean, nil end
+    elseif m.ceiling and (m.mean > m.at * ADAPT_CHANGE or m.mean * ADAPT_CHANGE < m.at) then
+        m.ceiling, m.at = nil, nil  -- (the work or the machine changed)
+    end
     if g < ADAPT_BAND_LOW then
         -- (a value that may be NaN last: math.max and math.min skip it there)
-        return math.max(limit - stride, lo, math.floor(limit * g)), base, mean, 'latency'
-    elseif g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
-        return math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g))),
-            base, mean, 'headroom'
+        return math.max(limit - stride, lo, math.floor(limit * g)), 'latency'
     end
-    return limit, base, mean, nil
+    if g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
+        local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g)))
+        if m.ceiling then new = math.min(new, m.ceiling - 1) end
+        if new > limit then
+            m.from, m.x, m.ticks = limit, limit / s, 0
+            return new, 'headroom'
+        end
+    end
+    return limit, nil
 end
 
 -- An adaptive semaphore's bounds "lo|hi", why its limit last moved, and
 -- ms since ('', '', -1: not adaptive), for summary.
 function adapt_brief()
     if not S.ad then return '', '', '-1' end
-    local m = adapt_memory()
+    local m = adapt_memory(S.am)
     return S.ad, m.why or '', int(m.moved and math.max(NOW_MS - m.moved, 0) or -1)
 end
 
@@ -2497,7 +2562,7 @@ end
 -- moved or '', ms since or -1, pressure x1000 or -1, servers reporting}.
 local function adapt_reply()
     local lo, hi = adapt_bounds()
-    local m = S.ad and adapt_memory() or {}
+    local m = S.ad and adapt_memory(S.am) or {}
     local function us(v) return v and int(math.floor(v * 1000 + 0.5)) or '' end
     return {S.limit and int(S.limit) or '', lo and int(lo) or '', hi and int(hi) or '',
             us(m.base), us(m.mean), us(m.last), int(m.n or 0), m.why or '',
@@ -2550,7 +2615,7 @@ local function op_adapt_tick(server, p, tag)
     local key = BASE .. 'apress'
     redis.call('HSET', key, server, int(p) .. '|' .. tag .. '|' .. NOW_TEXT)
     redis.call('PEXPIRE', key, int(ADAPT_FRESH_MS * 4))
-    local m = adapt_memory()
+    local m = adapt_memory(S.am)
     if m.tick and NOW_MS - m.tick < ADAPT_INTERVAL_MS - ADAPT_JITTER_MS and m.tick <= NOW_MS then
         return {int(S.limit), m.why or '', '0'}
     end
@@ -2569,15 +2634,15 @@ local function op_adapt_tick(server, p, tag)
     local lo, hi = adapt_bounds()
     local held, waiters = held_permits()
     local limit = S.limit or lo
-    local new, base, mean, why = adapt_step(limit, lo, hi, m.base, m.mean, S.an, S.as,
-        math.max(worst, 0) / 1000, waiters > 0 or held >= limit)
+    local new, why = adapt_step(limit, lo, hi, m, S.an, S.as, math.max(worst, 0) / 1000,
+        waiters > 0 or held >= limit)
     if why then
         if why == 'pressure' and wtag ~= '' then why = wtag end
         m.why, m.moved = why, NOW_MS
         set('limit', new)
         if new > limit and not is_empty() then promote() end
     end
-    m.base, m.mean, m.tick, m.n, m.pressure, m.servers = base, mean, NOW_MS, S.an, worst, servers
+    m.tick, m.n, m.pressure, m.servers = NOW_MS, S.an, worst, servers
     m.last = S.an > 0 and S.as / S.an or nil
     set('am', adapt_text(m))
     set('as', 0)
@@ -2839,14 +2904,14 @@ local function op_adapt_list(key, max)
     return names
 end
 
--- adapt_model limit lo hi base mean n sum pressure saturated: the
--- controller's step (adapt_step) alone, on the values given ('': none),
--- for its model tests: {limit, base, mean ('': none), why ('': held)}.
--- It reads and writes no key.
-local function op_adapt_model(_, v)
-    local limit, base, mean, why = adapt_step(v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9])
-    local function f(x) return x and string.format('%.6f', x) or '' end
-    return {int(limit), f(base), f(mean), why or ''}
+-- adapt_model limit lo hi memory n sum pressure saturated: the
+-- controller's step (adapt_step) alone, on the values and memory (the
+-- state's am text, '' for none) given, for its model tests: {limit, why
+-- ('': held still), the memory after}.  It reads and writes no key.
+local function op_adapt_model(_, limit, lo, hi, memory, n, sum, pressure, saturated)
+    local m = adapt_memory(memory)
+    local new, why = adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
+    return {int(new), why or '', adapt_text(m)}
 end
 
 -- The index operations, as OPS (run's first argument: the index key;
@@ -2869,14 +2934,13 @@ INDEX_OPS = {
     adapt_model = {
         read = function(a)
             local v = {}
-            for i = 2, 10 do v[i - 1] = a[i] ~= '' and tonumber(a[i]) or nil end
-            if #a ~= 10 or not (v[1] and v[2] and v[3] and v[6] and v[7] and v[8]) or
-               v[1] % 1 ~= 0 or v[2] % 1 ~= 0 or v[3] % 1 ~= 0 or v[2] < 1 or v[2] > v[3] or
-               v[1] < 1 or v[6] < 0 or v[6] % 1 ~= 0 or v[8] < 0 then
-                return nil
+            for _, i in ipairs({2, 3, 4, 6, 7, 8}) do v[i] = tonumber(a[i]) end
+            if #a == 9 and v[2] and v[3] and v[4] and v[6] and v[7] and v[8] and
+               v[2] % 1 == 0 and v[3] % 1 == 0 and v[4] % 1 == 0 and v[6] % 1 == 0 and
+               v[3] >= 1 and v[3] <= v[4] and v[2] >= 1 and v[6] >= 0 and v[8] >= 0 and
+               #a[5] <= 400 then
+                return true, v[2], v[3], v[4], a[5], v[6], v[7], v[8], a[9] == '1'
             end
-            v[9] = a[10] == '1'
-            return true, v
         end,
         run = op_adapt_model,
         timeless = true,            -- (reads no clock)

@@ -317,7 +317,7 @@
  *   ADAPT_FRESH_MS     2500 ms  (src/redsem.lua)
  */
 #define ADAPT_TICK_MS				1000
-#define ADAPT_LIST_MS				5000
+#define ADAPT_LIST_MS				2000
 #define ADAPT_MAX_SEMAPHORES		64
 #define ADAPT_RUNNABLE_SMOOTH		0.5
 

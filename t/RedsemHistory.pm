@@ -132,8 +132,8 @@ SQL
 =item start($node, $sem, $n, %opt)
 
 Start $n sessions on $node, each running hist_loop for $opt{run} seconds
-(limit, lease, hold, wait as named; %opt{setup}: SQL run first, such as a
-SET).  Returns the sessions.
+(limit, lease, hold, wait as named; no limit: the stored one; %opt{setup}:
+SQL run first, such as a SET).  Returns the sessions.
 
 =cut
 
@@ -145,8 +145,8 @@ sub start
 	{
 		my $s = RedsemTest::Session->new($node, name => "hist-$sem-$i");
 		$s->query_ok($o{setup}) if defined $o{setup};
-		$s->send(sprintf("CALL hist_loop('%s', %d, '%s', %s, '%s', %s);",
-			$sem, $o{limit}, $o{lease} // '3 s', $o{hold} // 0.3,
+		$s->send(sprintf("CALL hist_loop('%s', %s, '%s', %s, '%s', %s);",
+			$sem, $o{limit} // 'NULL', $o{lease} // '3 s', $o{hold} // 0.3,
 			$o{wait} // '20 s', $o{run} // 10));
 		push @s, $s;
 	}

@@ -1,0 +1,380 @@
+#!/usr/bin/env bash
+#
+# bench/adaptive.sh - an adaptive limit (issue 50) against the best static
+# limit, found by sweep in the same run, and against two controls of the
+# published formulas (Gradient2, AIMD) on the same harness.
+#
+#   sudo bash bench/adaptive.sh
+#
+# The harness: BENCH_HEAVY (16) clients of a CPU-bound guarded statement
+# (bench_heavy(): a slot of semaphore "heavy", then a count over
+# generate_series, then the slot back at commit; its time under the slot,
+# the "guarded run time", is recorded) beside BENCH_LIGHT (4) clients of a
+# light unguarded OLTP read (pgbench's select-only on pgbench_accounts,
+# BENCH_LIGHT_RATE transactions a second in all: a background that needs
+# little CPU but suffers from a crowded run queue), on one PostgreSQL
+# server with its own Redis.
+#
+# "Alone" is the guarded run time of one heavy statement at a time on a
+# machine without the hog (limit 1).  The best static limit of a condition
+# is the one with the highest heavy throughput whose guarded run time (its
+# median) stays within 2x alone: the objective a Gradient-style limiter has
+# (throughputs within 5% of the highest are a tie, won by the smallest
+# limit: a larger limit that adds no throughput only adds latency).
+# A CPU hog (one busy loop per CPU: every process gets about half a CPU) is
+# the step change.
+#
+# Phases:
+#   sweep      static limits BENCH_LIMITS, each BENCH_SWEEP_S seconds,
+#              without the hog and with it: heavy tx/s, guarded p50 and
+#              p99, light p99; the best static limit of each condition
+#   adaptive   redsem_set_adaptive_limit('heavy', 1, 32) from its start (1),
+#              no tuning: BENCH_STEP_S seconds without the hog, as many with
+#              it, as many without; the limit is read every second
+#   gradient2  the same, with the limit set each second from outside by
+#              Gradient2 (Netflix concurrency-limits: gradient =
+#              clamp(tolerance 1.5 x long RTT / short RTT, 0.5, 1), new =
+#              limit x gradient + queue size (sqrt of the limit), smoothed
+#              0.2, long RTT an average over 600 samples that decays when
+#              short is far below it; no growth while less than half the
+#              limit is in use)
+#   aimd       the same with AIMD (+1 a second while the median is within
+#              2x the best median seen, else x0.9)
+# For each of the last three: heavy tx/s, guarded p99 and light p99 per
+# phase (the first 10 s after a step left out of the steady figures), the
+# seconds after each step until the limit is within +-20% of that
+# condition's best static limit, and the steady swing (the largest
+# distance of the limit from its median over the last half of a phase).
+#
+# Output: a table, the ratios the issue's targets ask for, the series in
+# $BENCH_TMP/series-*.csv and, with gnuplot, a plot at
+# $BENCH_PLOTS/adaptive.svg (default bench/plots).
+#
+# Environment: BENCH_SWEEP_S (15), BENCH_STEP_S (40), BENCH_LIMITS
+# ("1 2 3 4 6 8 12 16"), BENCH_HEAVY (16), BENCH_LIGHT (4),
+# BENCH_LIGHT_RATE (200), BENCH_WORK (rows counted per heavy statement;
+# default: calibrated to about 100 ms alone), BENCH_CONTROLS ("gradient2
+# aimd"; empty: none), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+
+set -euo pipefail
+# shellcheck source=bench/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+SWEEP_S=${BENCH_SWEEP_S:-15}
+STEP_S=${BENCH_STEP_S:-40}
+LIMITS=${BENCH_LIMITS:-1 2 3 4 6 8 12 16}
+HEAVY=${BENCH_HEAVY:-16}
+LIGHT=${BENCH_LIGHT:-4}
+LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
+CONTROLS=${BENCH_CONTROLS-gradient2 aimd}
+PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
+SETTLE_S=10
+
+bench_init adaptive
+HOG_PIDS=()
+
+# hog_start / hog_stop: one busy loop per CPU, or none
+hog_start() {
+    local i
+    for ((i = 0; i < $(nproc); i++)); do
+        bash -c 'while :; do :; done' &
+        HOG_PIDS+=($!)
+        BENCH_BG_PIDS+=($!)
+    done
+}
+hog_stop() {
+    local pid
+    for pid in "${HOG_PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${HOG_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    HOG_PIDS=()
+}
+
+redsem_log "pgbench -i (scale 10) and the heavy statement"
+bench_pgbench -i -q -s 10 >/dev/null 2>&1
+bench_sql "
+CREATE UNLOGGED TABLE bench_runs (at timestamptz NOT NULL, guarded_ms float8 NOT NULL);
+CREATE FUNCTION bench_heavy(n integer) RETURNS void LANGUAGE plpgsql AS \$\$
+DECLARE
+    t0 timestamptz;
+BEGIN
+    IF redsem_acquire_xact('heavy', wait => '5 min') IS NULL THEN
+        RAISE EXCEPTION 'no slot';
+    END IF;
+    t0 := clock_timestamp();
+    PERFORM count(*) FROM generate_series(1, n);
+    INSERT INTO bench_runs VALUES (clock_timestamp(),
+        extract(epoch FROM clock_timestamp() - t0) * 1000);
+END \$\$;
+CREATE FUNCTION bench_work_ms(n integer) RETURNS float8 LANGUAGE plpgsql AS \$\$
+DECLARE
+    t0 timestamptz := clock_timestamp();
+BEGIN
+    PERFORM count(*) FROM generate_series(1, n);
+    RETURN extract(epoch FROM clock_timestamp() - t0) * 1000;
+END \$\$;" >/dev/null
+
+# the work: rows that take about 100 ms alone (BENCH_WORK to choose)
+WORK=${BENCH_WORK:-}
+if [[ -z $WORK ]]; then
+    ms=$(bench_sql "SELECT bench_work_ms(1000000); SELECT round(bench_work_ms(1000000))" | tail -1)
+    WORK=$(awk -v ms="$ms" 'BEGIN { printf "%d", 1000000 * 100 / (ms > 1 ? ms : 1) }')
+fi
+printf '\\set n %s\nSELECT bench_heavy(:n);\n' "$WORK" >"$BENCH_TMP/heavy.sql"
+chown postgres "$BENCH_TMP/heavy.sql"
+
+# run_load SECONDS TAG: the heavy and light clients for SECONDS; the light
+# clients' log goes to $BENCH_TMP/light-TAG.*; heavy tx/s to heavy-TAG.out
+run_load() {
+    local s=$1 tag=$2 hp lp
+    (cd "$BENCH_TMP" && bench_pgbench -n -c "$HEAVY" -j 2 -T "$s" -f "$BENCH_TMP/heavy.sql" \
+        >"$BENCH_TMP/heavy-$tag.out" 2>&1) &
+    hp=$!
+    (cd "$BENCH_TMP" && bench_pgbench -n -S -c "$LIGHT" -j 1 -R "$LIGHT_RATE" -T "$s" \
+        -l --log-prefix="light-$tag" >"$BENCH_TMP/light-$tag.out" 2>&1) &
+    lp=$!
+    wait "$hp" || { cat "$BENCH_TMP/heavy-$tag.out" >&2; exit 1; }
+    wait "$lp" || { cat "$BENCH_TMP/light-$tag.out" >&2; exit 1; }
+}
+
+# light_p99 TAG [FROM TO]: the light clients' p99 latency (ms), over epoch
+# seconds [FROM, TO) if given
+light_p99() {
+    cat "$BENCH_TMP"/light-"$1".* 2>/dev/null | awk -v from="${2:-0}" -v to="${3:-1e18}" '
+        $5 >= from && $5 < to { print $3 / 1000 }' | sort -n |
+        awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit }
+                                  i = int(NR * 0.99 + 0.5); if (i < 1) i = 1; printf "%.1f\n", v[i] }'
+}
+
+# heavy_stats FROM TO: "tx/s p50 p99" of the heavy statements that ended in
+# epoch seconds [FROM, TO)
+heavy_stats() {
+    bench_sql "SELECT count(*) / ($2 - $1)::float8,
+                      percentile_cont(0.5) WITHIN GROUP (ORDER BY guarded_ms),
+                      percentile_cont(0.99) WITHIN GROUP (ORDER BY guarded_ms)
+                 FROM bench_runs
+                WHERE at >= to_timestamp($1) AND at < to_timestamp($2)" |
+        awk -F'|' '{ printf "%.1f %.0f %.0f\n", $1, $2, $3 }'
+}
+
+# sweep COND: each static limit for SWEEP_S; rows "limit tx/s p50 p99 light_p99"
+sweep() {
+    local cond=$1 l from to
+    for l in $LIMITS; do
+        bench_sql "SELECT redsem_set_limit('heavy', $l)" >/dev/null
+        from=$(($(date +%s) + 3))
+        run_load "$SWEEP_S" "$cond-$l"
+        to=$(date +%s)
+        printf '%s %s %s\n' "$l" "$(heavy_stats "$from" "$to")" \
+            "$(light_p99 "$cond-$l" "$from" "$to")"
+    done
+}
+
+# best ROWS ALONE_MS: the row of the best static limit: the highest tx/s
+# among the limits whose p50 is within 2x alone; a limit within 5% of that
+# is a tie (the noise of a run this short), and the smallest tied wins
+best() {
+    awk -v alone="$2" '$3 <= 2 * alone { row[NR] = $0; tx[NR] = $2; if ($2 > top) top = $2 }
+        END { for (i = 1; i <= NR; i++) if ((i in row) && tx[i] >= 0.95 * top) { print row[i]; exit } }' <<<"$1"
+}
+
+bench_header "adaptive limits: $HEAVY heavy clients (about $WORK rows each), $LIGHT light clients at $LIGHT_RATE tx/s, $(nproc) CPUs"
+redsem_log "sweep without the hog (${SWEEP_S}s per limit)"
+CALM=$(sweep calm)
+ALONE=$(awk '$1 == 1 { print $3 }' <<<"$CALM")
+redsem_log "sweep with the hog"
+hog_start
+HOGGED=$(sweep hog)
+hog_stop
+BEST_CALM=$(best "$CALM" "$ALONE")
+BEST_HOG=$(best "$HOGGED" "$ALONE")
+[[ -n $BEST_HOG ]] || BEST_HOG=$(awk '$1 == 1' <<<"$HOGGED")
+printf '\nstatic limits (alone: guarded p50 %s ms at limit 1 without the hog)\n' "$ALONE"
+printf '%-8s %-6s | %9s %8s %8s %9s\n' condition limit "heavy/s" "p50 ms" "p99 ms" "light p99"
+while read -r l tx p50 p99 lp; do printf '%-8s %-6s | %9s %8s %8s %9s\n' calm "$l" "$tx" "$p50" "$p99" "$lp"; done <<<"$CALM"
+while read -r l tx p50 p99 lp; do printf '%-8s %-6s | %9s %8s %8s %9s\n' hog "$l" "$tx" "$p50" "$p99" "$lp"; done <<<"$HOGGED"
+printf 'best static limit: %s without the hog, %s with it\n' "$(cut -d' ' -f1 <<<"$BEST_CALM")" "$(cut -d' ' -f1 <<<"$BEST_HOG")"
+
+# control_sql KIND: a DO block that sets the limit each second by KIND's
+# formula, from the guarded run times of the second before
+control_sql() {
+    case $1 in
+    gradient2) cat <<'EOF'
+DO $$
+DECLARE
+    lim float8 := 1; long float8; short float8; n bigint; g float8; nl float8;
+    inuse bigint;
+BEGIN
+    PERFORM redsem_set_limit('heavy', 1);
+    LOOP
+        PERFORM pg_sleep(1);
+        SELECT avg(guarded_ms), count(*) INTO short, n FROM bench_runs
+         WHERE at >= clock_timestamp() - interval '1 second';
+        CONTINUE WHEN n = 0;
+        long := CASE WHEN long IS NULL THEN short
+                     ELSE long + (short - long) * least(n, 600) / 600.0 END;
+        IF long / short > 2 THEN long := long * 0.95; END IF;
+        SELECT permits_held INTO inuse FROM redsem_semaphore('heavy');
+        CONTINUE WHEN inuse * 2 < lim AND short <= long;
+        g := greatest(0.5, least(1.0, 1.5 * long / short));
+        nl := lim * g + sqrt(lim);
+        lim := greatest(1, least(32, lim * 0.8 + nl * 0.2));
+        PERFORM redsem_set_limit('heavy', round(lim)::int);
+    END LOOP;
+END $$;
+EOF
+        ;;
+    aimd) cat <<'EOF'
+DO $$
+DECLARE
+    lim float8 := 1; med float8; best float8;
+BEGIN
+    PERFORM redsem_set_limit('heavy', 1);
+    LOOP
+        PERFORM pg_sleep(1);
+        SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY guarded_ms) INTO med
+          FROM bench_runs WHERE at >= clock_timestamp() - interval '1 second';
+        CONTINUE WHEN med IS NULL;
+        best := least(coalesce(best, med), med);
+        IF med > 2 * best THEN lim := greatest(1, lim * 0.9);
+        ELSE lim := least(32, lim + 1); END IF;
+        PERFORM redsem_set_limit('heavy', floor(lim)::int);
+    END LOOP;
+END $$;
+EOF
+        ;;
+    esac
+}
+
+# run_steps KIND: the three phases under KIND (adaptive, or a control);
+# the limit each second in $BENCH_TMP/series-KIND.csv; the epoch seconds
+# where the phases start and the end, "t0 t1 t2 t3", in T[KIND]
+run_steps() {
+    local kind=$1 t0 ctl=
+    bench_sql "SELECT redsem_set_limit('heavy', NULL)" >/dev/null
+    if [[ $kind == adaptive ]]; then
+        bench_sql "SELECT redsem_set_adaptive_limit('heavy', 1, 32, 1)" >/dev/null
+    else
+        control_sql "$kind" >"$BENCH_TMP/control-$kind.sql"
+        bench_bg bench_psql -f "$BENCH_TMP/control-$kind.sql"
+        ctl=$BENCH_PID
+    fi
+    t0=$(date +%s)
+    (
+        end=$((t0 + 3 * STEP_S))
+        while (($(date +%s) < end)); do
+            printf '%s,%s\n' "$(date +%s.%N)" \
+                "$(bench_sql "SELECT limit_in_effect FROM redsem_semaphore('heavy')" 2>/dev/null || echo)"
+            sleep 1
+        done
+    ) >"$BENCH_TMP/series-$kind.csv" &
+    local sampler=$!
+    run_load "$((3 * STEP_S))" "$kind" &
+    local load=$!
+    sleep "$STEP_S"
+    hog_start
+    sleep "$STEP_S"
+    hog_stop
+    wait "$load"
+    wait "$sampler" || true
+    if [[ -n $ctl ]]; then kill "$ctl" 2>/dev/null || true; wait "$ctl" 2>/dev/null || true; fi
+    bench_sql "SELECT redsem_set_adaptive_limit('heavy', NULL, NULL); SELECT redsem_set_limit('heavy', NULL)" >/dev/null
+    T[$kind]="$t0 $((t0 + STEP_S)) $((t0 + 2 * STEP_S)) $((t0 + 3 * STEP_S))"
+}
+
+# settle CSV FROM TO BEST: seconds after FROM until the limit is within
+# +-20% of BEST and stays there until TO ("never" if it does not)
+settle() {
+    awk -F, -v from="$2" -v to="$3" -v best="$4" '
+        $1 >= from && $1 < to && $2 != "" {
+            ok = ($2 >= 0.8 * best && $2 <= 1.2 * best)
+            if (ok && first == "") first = $1 - from
+            if (!ok) first = ""
+        }
+        END { if (first == "") print "never"; else printf "%.0f\n", first }' "$1"
+}
+
+# swing CSV FROM TO: the largest distance of the limit from its median over
+# [FROM, TO), as a share of the median (%)
+swing() {
+    awk -F, -v from="$2" -v to="$3" '$1 >= from && $1 < to && $2 != "" { print $2 }' "$1" | sort -n |
+        awk '{ v[NR] = $1 } END {
+            if (NR == 0) { print "n/a"; exit }
+            m = v[int((NR + 1) / 2)]; d = 0
+            for (i = 1; i <= NR; i++) { x = v[i] - m; if (x < 0) x = -x; if (x > d) d = x }
+            printf "%.0f\n", 100 * d / m }'
+}
+
+# phase_row KIND NAME FROM TO: steady figures of one phase (from SETTLE_S
+# after its start)
+phase_row() {
+    printf '%-9s %-5s | %9s %8s %8s %9s\n' "$1" "$2" $(heavy_stats "$(($3 + SETTLE_S))" "$4") \
+        "$(light_p99 "$1" "$(($3 + SETTLE_S))" "$4")"
+}
+
+declare -A T
+for kind in adaptive $CONTROLS; do
+    redsem_log "$kind: ${STEP_S}s calm, ${STEP_S}s hog, ${STEP_S}s calm"
+    run_steps "$kind"
+done
+
+printf '\nsteps (steady: from %ss after each step)\n' "$SETTLE_S"
+printf '%-9s %-5s | %9s %8s %8s %9s\n' controller phase "heavy/s" "p50 ms" "p99 ms" "light p99"
+for kind in adaptive $CONTROLS; do
+    read -r t0 t1 t2 t3 <<<"${T[$kind]}"
+    phase_row "$kind" calm "$t0" "$t1"
+    phase_row "$kind" hog "$t1" "$t2"
+    phase_row "$kind" calm2 "$t2" "$t3"
+done
+bc=$(cut -d' ' -f1 <<<"$BEST_CALM")
+bh=$(cut -d' ' -f1 <<<"$BEST_HOG")
+printf '\n%-9s | %-22s %-22s | %-24s\n' controller "to +-20% after hog on" "after hog off" "steady swing (calm/hog/calm)"
+for kind in adaptive $CONTROLS; do
+    read -r t0 t1 t2 t3 <<<"${T[$kind]}"
+    f=$BENCH_TMP/series-$kind.csv
+    printf '%-9s | %-22s %-22s | %s%%/%s%%/%s%%\n' "$kind" "$(settle "$f" "$t1" "$t2" "$bh") s (best $bh)" \
+        "$(settle "$f" "$t2" "$t3" "$bc") s (best $bc)" \
+        "$(swing "$f" "$((t0 + STEP_S / 2))" "$t1")" "$(swing "$f" "$((t1 + STEP_S / 2))" "$t2")" \
+        "$(swing "$f" "$((t2 + STEP_S / 2))" "$t3")"
+done
+
+# the ratios the targets ask for: adaptive (calm, steady) vs the best static
+read -r t0 t1 t2 t3 <<<"${T[adaptive]}"
+read -r atx ap50 ap99 <<<"$(heavy_stats "$((t0 + SETTLE_S))" "$t1")"
+alp=$(light_p99 adaptive "$((t0 + SETTLE_S))" "$t1")
+read -r _ btx bp50 bp99 blp <<<"$BEST_CALM"
+printf '\nadaptive vs best static (%s), calm and steady: heavy/s %s (target >= 0.9), guarded p99 %s (target <= 1.25), light p99 %s ms vs %s ms\n' \
+    "$bc" "$(bench_ratio "$atx" "$btx")" "$(bench_ratio "$ap99" "$bp99")" "$alp" "$blp"
+
+if command -v gnuplot >/dev/null; then
+    mkdir -p "$PLOTS"
+    read -r t0 t1 t2 t3 <<<"${T[adaptive]}"
+    bench_sql "SELECT floor(extract(epoch FROM at))::bigint - $t0, count(*),
+                      percentile_cont(0.99) WITHIN GROUP (ORDER BY guarded_ms)
+                 FROM bench_runs WHERE at >= to_timestamp($t0) AND at < to_timestamp($t3)
+                GROUP BY 1 ORDER BY 1" | tr '|' ' ' >"$BENCH_TMP/per-second.dat"
+    awk -F, -v t0="$t0" '$2 != "" { printf "%.1f %s\n", $1 - t0, $2 }' "$BENCH_TMP/series-adaptive.csv" >"$BENCH_TMP/limit.dat"
+    for kind in $CONTROLS; do
+        read -r c0 _ _ _ <<<"${T[$kind]}"
+        awk -F, -v t0="$c0" '$2 != "" { printf "%.1f %s\n", $1 - t0, $2 }' "$BENCH_TMP/series-$kind.csv" >"$BENCH_TMP/limit-$kind.dat"
+    done
+    gnuplot <<EOF
+set terminal svg size 720,480 font "sans,11"
+set output "$PLOTS/adaptive.svg"
+set multiplot layout 2,1 title "adaptive limit through a CPU hog (on at ${STEP_S}s, off at $((2 * STEP_S))s)"
+set xrange [0:$((3 * STEP_S))]
+set ylabel "limit"
+set key top right
+set arrow from $STEP_S, graph 0 to $STEP_S, graph 1 nohead dt 2
+set arrow from $((2 * STEP_S)), graph 0 to $((2 * STEP_S)), graph 1 nohead dt 2
+plot "$BENCH_TMP/limit.dat" using 1:2 with steps lw 2 title "adaptive", \
+     $bc with lines dt 3 title "best static, calm ($bc)", $bh with lines dt 4 title "best static, hog ($bh)"$(for kind in $CONTROLS; do printf ', "%s" using 1:2 with steps title "%s"' "$BENCH_TMP/limit-$kind.dat" "$kind"; done)
+set xlabel "seconds"
+set ylabel "heavy/s"
+set y2label "guarded p99 (ms)"
+set y2tics
+plot "$BENCH_TMP/per-second.dat" using 1:2 with lines title "heavy statements/s", \
+     "$BENCH_TMP/per-second.dat" using 1:3 axes x1y2 with lines title "guarded p99 (ms)"
+unset multiplot
+EOF
+    printf 'plot: %s\n' "$PLOTS/adaptive.svg"
+fi

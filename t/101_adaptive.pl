@@ -1,0 +1,215 @@
+# 101_adaptive.pl - adaptive limits (issue 50): the controller's bounds
+# under random signals (a model test of the script's own step), and one
+# limit for two servers sharing an adaptive semaphore.
+#
+# The model test drives the library's adapt_model operation, which runs the
+# controller's step alone (adapt_step in src/redsem.lua) on the values and
+# memory given: thousands of random intervals, the memory carried from one
+# to the next, random hold times (broken ones too: 0, huge), pressures,
+# sample counts and bounds, and it checks the guarantees I16 makes: the
+# limit never leaves [lo, hi], never moves more than a stride a step (but
+# into new bounds), holds still without samples unless pressure or bounds
+# move it, and never grows under pressure.
+#
+# Then two servers run guarded sessions on one adaptive semaphore (the work
+# is pg_sleep, so more holders never slow it: the limit should climb to its
+# upper bound), and the test reads the limit from both servers as it goes:
+#   - both read one limit;
+#   - the history checker finds at most the upper bound at once, and no
+#     start beyond the limit read around that instant;
+#   - one server reporting pressure (redsem.adaptive_cpu_busy set so low
+#     that any runnable process is twice its line) brings the limit down a
+#     stride a second to its lower bound, "cpu" given as why, and nobody
+#     running is stopped;
+#   - once that server stops, its pressure stops counting and the limit
+#     climbs again on the other's releases;
+#   - without releases the limit holds still.
+
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use List::Util qw(max min);
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemHistory;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $redis = RedsemTest::Redis->new;
+
+# --- the controller's step, under random signals ---------------------------
+
+my $r = RedsemTest::RESP->new($redis->socket);
+my ($lib, $text) = redsem_library();
+ok(!RedsemTest::RESP::is_error($r->cmd('FUNCTION', 'LOAD', $text)), 'the library loads');
+
+srand(101);
+my ($steps, $bad_bounds, $bad_stride, $moved_without, $grew_under) = (0, 0, 0, 0, 0);
+my %why;
+for my $run (1 .. 40)
+{
+	my $lo = 1 + int(rand(5));
+	my $hi = $lo + int(rand(40));
+	my $limit = $lo + int(rand($hi - $lo + 1));
+	my $memory = '';
+	my $base = 1 + rand(500);
+	for my $i (1 .. 150)
+	{
+		# now and then new bounds, or a limit given outside them
+		if (rand() < 0.02) { $lo = 1 + int(rand(5)); $hi = $lo + int(rand(40)); }
+		my $n = rand() < 0.2 ? int(rand(3)) : int(rand(200));
+		my $mean = rand() < 0.1 ? (rand() < 0.5 ? 0 : 1e9) : $base * (0.5 + rand(4));
+		my $pressure = rand() < 0.7 ? rand(1) : rand(5);
+		my $sat = rand() < 0.7 ? 1 : 0;
+		my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, $lo, $hi,
+			$memory, $n, sprintf('%.3f', $n * $mean), sprintf('%.3f', $pressure), $sat);
+		die "adapt_model: $reply->{msg}" if RedsemTest::RESP::is_error($reply);
+		my ($new, $why, $mem) = @$reply;
+		$steps++;
+		$why{ $why eq '' ? 'held' : $why }++;
+		$bad_bounds++ if $new < $lo || $new > $hi;
+		my $stride = max(1, int($limit * 0.25));
+		if ($why ne 'bounds')
+		{
+			$bad_stride++ if abs($new - $limit) > $stride;
+			$moved_without++ if $n < 3 && $pressure < 2 && $new != $limit;
+			$grew_under++ if $pressure >= 1 && $new > $limit && $why ne 'no gain';
+		}
+		($limit, $memory) = ($new, $mem);
+	}
+}
+is($bad_bounds, 0, "$steps random steps: the limit never left its bounds");
+is($bad_stride, 0, 'never moved more than a stride a step (25% of the limit, 1 at least)');
+is($moved_without, 0, 'held still without samples (fewer than 3 releases) unless pressure moved it');
+is($grew_under, 0, 'never grew with a server at its line');
+ok($why{$_}, "the steps include \"$_\" moves") for qw(latency headroom pressure bounds held);
+note('moves: ' . join(', ', map { "$_ $why{$_}" } sort keys %why));
+
+# a broken signal cannot drive it to 0: holds of no time, of forever
+for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
+{
+	my ($limit, $memory) = (5, '');
+	for (1 .. 30)
+	{
+		my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, 2, 9, $memory,
+			50, 50 * $case->[0], 0, 1);
+		($limit, $memory) = @$reply[ 0, 2 ];
+	}
+	ok($limit >= 2 && $limit <= 9, "$case->[1]: the limit stays in its bounds ($limit)");
+}
+
+# --- two servers, one adaptive limit -----------------------------------------
+
+my $na = RedsemTest::create_node('ada', $redis);
+my $nb = RedsemTest::create_node('adb', $redis);
+RedsemHistory::install($_) for ($na, $nb);
+$na->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('ad', 1, 4, 1)});
+
+# The limit as each server reads it (B: while it runs), noted with the
+# time: [uptime, a, b]
+my @samples;
+my $b_runs = 1;
+sub sample
+{
+	my $t = RedsemHistory::uptime();
+	my @l = map {
+		$_->safe_psql('postgres', q{SELECT limit_in_effect FROM redsem_semaphore('ad')})
+	} ($b_runs ? ($na, $nb) : ($na));
+	$l[1] //= $l[0];
+	push @samples, [ $t, @l ];
+	note("limit @l at $t: " . $r->cmd('HGET', 'redsem:{ad}:state', 'am'))
+	  if $ENV{REDSEM_TEST_VERBOSE};
+	return $l[0];
+}
+
+# sample every 0.2 s until $until, or until A reads $stop_at
+sub watch_limit
+{
+	my ($until, $stop_at) = @_;
+	while (time < $until)
+	{
+		my $l = sample();
+		last if defined $stop_at && $l eq $stop_at;
+		usleep(200_000);
+	}
+	return;
+}
+
+my @sessions = (
+	RedsemHistory::start($na, 'ad', 3, hold => 0.15, lease => '5 s', wait => '30 s', run => 24),
+	RedsemHistory::start($nb, 'ad', 3, hold => 0.15, lease => '5 s', wait => '30 s', run => 16));
+watch_limit(time + 14, 4);
+my @limits = map { $_->[1] } @samples;
+is(max(@limits), 4, 'the limit climbed to its upper bound on releases of work that more holders do not slow');
+# (B reads just after A: a move between the two reads shows as the next
+# sample's A agreeing with this one's B)
+my $differ = grep { $samples[$_][1] ne $samples[$_][2] && ($samples[$_ + 1] // [ 0, '' ])->[1] ne $samples[$_][2] }
+  0 .. $#samples;
+is($differ, 0, 'both servers read one limit') or diag explain \@samples;
+like($na->safe_psql('postgres', q{SELECT servers_reporting || ' ' || last_move FROM redsem_adaptive_limit('ad')}),
+	qr/^2 (headroom|no gain)$/, 'both servers report; it last moved for headroom');
+
+# server B at twice its line: down a stride a second, to the lower bound
+$nb->append_conf('postgresql.conf', 'redsem.adaptive_cpu_busy = 0.0001');
+$nb->reload;
+watch_limit(time + 1.5);
+my $floor_at;
+for (1 .. 80)
+{
+	sample();
+	my $l = $na->safe_psql('postgres', q{SELECT limit_in_effect || ' ' || last_move FROM redsem_adaptive_limit('ad')});
+	if ($l eq '1 cpu') { $floor_at = time; last; }
+	usleep(100_000);
+}
+ok($floor_at, "one server's CPU pressure brought the limit to its lower bound, why: cpu");
+watch_limit(time + 1);
+
+# server B stops: its pressure stops counting, A's releases raise the limit
+$nb->stop;
+$b_runs = 0;
+my $grew;
+for (1 .. 100)
+{
+	sample();
+	my $l = $na->safe_psql('postgres', q{SELECT limit_in_effect || ' ' || servers_reporting FROM redsem_adaptive_limit('ad')});
+	if ($l =~ /^([2-4]) 1$/) { $grew = $l; last; }
+	usleep(100_000);
+}
+ok($grew, "once that server stopped, only the other reports and the limit grows again ($grew)");
+RedsemHistory::finish(@sessions);
+
+# the history: never above the bound, nobody stopped, no start past the limit
+my $h = RedsemHistory::check([ $na, $nb ], 'ad', 4);
+is($h->{over}, 0, "never more than 4 at once ($h->{grants} grants, at most $h->{max_inside} at once)");
+is($h->{lost}, 0, 'lowering the limit stopped nobody: the holders finished');
+is($h->{errors}, 0, 'no session failed');
+my @iv = RedsemHistory::logged_intervals('ad', $na, $nb);
+my $beyond = 0;
+for my $i (@iv)
+{
+	# the limit then: the higher of the samples just before and just after
+	# (samples 0.1 to 0.25 s apart; the limit moves at most once a second)
+	my ($before) = grep { $_->[0] <= $i->{start} } reverse @samples;
+	my ($after) = grep { $_->[0] >= $i->{start} } @samples;
+	next unless $before && $after;
+	my $limit = max($before->[1], $after->[1]);
+	my $inside = grep { $_->{start} <= $i->{start} && $_->{end} > $i->{start} } @iv;
+	next if $inside <= $limit;
+	$beyond++;
+	diag("start at $i->{start}: $inside running, limit $before->[1] before, $after->[1] after");
+}
+is($beyond, 0, 'no start made more run than the limit read around that instant');
+
+# without releases it holds still
+my $before = $na->safe_psql('postgres', q{SELECT limit_in_effect || ' ' || last_move FROM redsem_adaptive_limit('ad')});
+RedsemTest::sleep_full(2.5);
+is($na->safe_psql('postgres', q{SELECT limit_in_effect || ' ' || last_move || ' ' || (last_move_at < now() - interval '2 s') FROM redsem_adaptive_limit('ad')}),
+	"$before true", 'without releases the limit holds still');
+
+$na->safe_psql('postgres', q{SELECT redsem_set_limit('ad', NULL)});
+$na->stop;
+done_testing();
