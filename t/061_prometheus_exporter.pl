@@ -48,6 +48,8 @@ $node->safe_psql('postgres',
 is($node->safe_psql('postgres', 'SELECT acquired FROM redsem_stats WHERE name IS NULL'), '6',
 	'the statistics table is full: 6 names add up in one row');
 
+# an adaptive limit: the fleet's, from Redis
+$node->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('exp_ad', 2, 6, 3);});
 # a role whose queue is not defined: its sessions would run unqueued
 $node->safe_psql('postgres', q{CREATE ROLE lost_analyst; ALTER ROLE lost_analyst SET redsem.queue = 'no_such_queue';});
 # a queue defined in Redis: the keeper lists its server among those applying them
@@ -118,6 +120,11 @@ is(series('redsem_queue_setting_differs', { queue => 'reports' }), 0, 'redsem_qu
 is(series('redsem_queue_defined_in_redis', { queue => 'reports' }), 0, 'redsem_queue_defined_in_redis (by redsem.queues here)');
 is(series('redsem_queue_config_undefined_settings', {}), 1, 'redsem_queue_config_undefined_settings: a role naming no queue');
 is(series('redsem_queue_config_servers', {}), 1, 'redsem_queue_config_servers: this server applies the queues of Redis');
+my $ad = series('redsem_adaptive_limit', { semaphore => 'exp_ad' });
+ok(defined $ad && $ad >= 2 && $ad <= 6, 'redsem_adaptive_limit of an adaptive semaphore, within its bounds');
+is(series('redsem_adaptive_max', { semaphore => 'exp_ad' }), 6, 'redsem_adaptive_max: its upper bound');
+like($metrics, qr/^redsem_adaptive_last_move_age_seconds\{[^}]*last_move="(set|cpu)"[^}]*semaphore="exp_ad"/m,
+	'redsem_adaptive_last_move_age_seconds, labelled with why it last moved');
 like($metrics, qr/^pg_exporter_last_scrape_error(\{[^}]*\})? 0$/m, 'the exporter reports no scrape error');
 unlike($metrics, qr/^pg_exporter_user_queries_load_error\{[^}]*\} 1$/m, 'and loaded the queries file');
 # every series the Grafana dashboard draws is one the exporter serves
