@@ -122,6 +122,24 @@ fi
 printf '\\set n %s\nSELECT bench_heavy(:n);\n' "$WORK" >"$BENCH_TMP/heavy.sql"
 chown postgres "$BENCH_TMP/heavy.sql"
 
+# sampler_start CSV / sampler_stop: one session notes the limit in effect
+# every second, "epoch,limit" lines in CSV (a DO block: no process started
+# per sample, and the sweep runs it too, so every phase pays the same)
+sampler_start() {
+    local csv=$1
+    printf '%s\n' "DO \$\$ BEGIN LOOP
+        RAISE NOTICE 'limit %,%', extract(epoch FROM clock_timestamp()),
+            (SELECT limit_in_effect FROM redsem_semaphore('heavy'));
+        PERFORM pg_sleep(1); END LOOP; END \$\$;" >"$BENCH_TMP/sampler.sql"
+    (bench_psql -f "$BENCH_TMP/sampler.sql" 2>&1 | sed -n 's/.*NOTICE:  limit //p' >"$csv") &
+    SAMPLER=$!
+}
+sampler_stop() {
+    bench_sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE query LIKE 'DO \$\$ BEGIN LOOP%' AND pid <> pg_backend_pid()" >/dev/null
+    wait "$SAMPLER" 2>/dev/null || true
+}
+
 # run_load SECONDS TAG: the heavy and light clients for SECONDS; the light
 # clients' log goes to $BENCH_TMP/light-TAG.*; heavy tx/s to heavy-TAG.out
 run_load() {
@@ -162,7 +180,9 @@ sweep() {
     for l in $LIMITS; do
         bench_sql "SELECT redsem_set_limit('heavy', $l)" >/dev/null
         from=$(($(date +%s) + 3))
+        sampler_start "$BENCH_TMP/sweep-$cond-$l.csv"
         run_load "$SWEEP_S" "$cond-$l"
+        sampler_stop
         to=$(date +%s)
         printf '%s %s %s\n' "$l" "$(heavy_stats "$from" "$to")" \
             "$(light_p99 "$cond-$l" "$from" "$to")"
@@ -255,19 +275,11 @@ run_steps() {
         bench_sql "SELECT redsem_set_adaptive_limit('heavy', 1, 32, 1)" >/dev/null
     else
         control_sql "$kind" >"$BENCH_TMP/control-$kind.sql"
-        bench_bg bench_psql -f "$BENCH_TMP/control-$kind.sql"
+        bench_bg bench_psql -f "$BENCH_TMP/control-$kind.sql" 2>"$BENCH_TMP/control-$kind.log"
         ctl=$BENCH_PID
     fi
     t0=$(date +%s)
-    (
-        end=$((t0 + 3 * STEP_S))
-        while (($(date +%s) < end)); do
-            printf '%s,%s\n' "$(date +%s.%N)" \
-                "$(bench_sql "SELECT limit_in_effect FROM redsem_semaphore('heavy')" 2>/dev/null || echo)"
-            sleep 1
-        done
-    ) >"$BENCH_TMP/series-$kind.csv" &
-    local sampler=$!
+    sampler_start "$BENCH_TMP/series-$kind.csv"
     run_load "$((3 * STEP_S))" "$kind" &
     local load=$!
     sleep "$STEP_S"
@@ -275,7 +287,7 @@ run_steps() {
     sleep "$STEP_S"
     hog_stop
     wait "$load"
-    wait "$sampler" || true
+    sampler_stop
     if [[ -n $ctl ]]; then kill "$ctl" 2>/dev/null || true; wait "$ctl" 2>/dev/null || true; fi
     bench_sql "SELECT redsem_set_adaptive_limit('heavy', NULL, NULL); SELECT redsem_set_limit('heavy', NULL)" >/dev/null
     T[$kind]="$t0 $((t0 + STEP_S)) $((t0 + 2 * STEP_S)) $((t0 + 3 * STEP_S))"
