@@ -355,7 +355,8 @@
 --     at most a stride, never out of [lo, hi]; with nothing gathered only
 --     a server's pressure or new bounds move it; a server that stops
 --     ticking stops counting after ADAPT_FRESH_MS.  A limit stored by hand
---     (set_limit) ends it, where it is.
+--     (set_limit) ends it, where it is; a keeper's compare-and-set of a
+--     statement queue's cap (set_limit N if=M) leaves it alone.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -2211,11 +2212,13 @@ OPS.summary = {read = read_none, run = op_summary}
 -- (the members keep it as the limit in effect); with 'nx', only if none is
 -- stored (a statement queue's first use: its definition's cap); with
 -- 'if=N', only if the stored one is N (0: none; a keeper making a queue's
--- cap its definition's, and not undoing a change it has not seen).
--- Raising it admits waiters at once (I3, I4).
+-- cap its definition's, and not undoing a change it has not seen; it
+-- leaves an adaptive limit, which moves by itself, alone but for a
+-- removal: I16).  Raising it admits waiters at once (I3, I4).
 local function op_set_limit(maxh, nx, was)
     if nx and S.limit then return limit_reply() end
     if was and (S.limit or 0) ~= was then return limit_reply() end
+    if was and maxh and S.ad then return limit_reply() end
     local before = limit_in_effect(member_count() > 0)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)

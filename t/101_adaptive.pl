@@ -102,6 +102,17 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	ok($limit >= 2 && $limit <= 9, "$case->[1]: the limit stays in its bounds ($limit)");
 }
 
+# a limit set by hand ends it; a keeper's compare-and-set of a queue's cap
+# (set_limit N if=M: the definition's cap, unless it changed) leaves it alone
+my $q = 'redsem:{queue:adq}:owner';
+$r->cmd('FCALL', $lib, 1, $q, 'set_adapt', 2, 8, 5);
+$r->cmd('FCALL', $lib, 1, $q, 'set_limit', 3, 'if=5');
+is(join(' ', @{ $r->cmd('FCALL', $lib, 1, $q, 'adapt') }[ 0 .. 2 ]), '5 2 8',
+	"a keeper's compare-and-set of the cap leaves an adaptive limit alone");
+$r->cmd('FCALL', $lib, 1, $q, 'set_limit', 3);
+is(join(' ', @{ $r->cmd('FCALL', $lib, 1, $q, 'adapt') }[ 0 .. 2 ]), '3  ', 'a limit set by hand fixes it');
+$r->cmd('FCALL', $lib, 1, $q, 'set_limit', '');
+
 # --- two servers, one adaptive limit -----------------------------------------
 
 my $na = RedsemTest::create_node('ada', $redis);
