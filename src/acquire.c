@@ -773,6 +773,12 @@ refuse_limit(const AcquireArgs *args, const SemResult *r)
 						args->permits, args->name, args->priority),
 				 errdetail("The semaphore keeps a reserve (redsem_set_reserve) for higher priorities: callers of this priority can hold at most " INT64_FORMAT " of its permits.",
 						   r->limit)));
+	if (r->state == SEM_TOO_LARGE && r->adaptive)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("cannot take %d permits of semaphore \"%s\", whose adaptive limit may go down to " INT64_FORMAT,
+						args->permits, args->name, r->limit),
+				 errdetail("\"permits\" must not exceed the lower bound of an adaptive limit (\"min_holders\" of redsem_set_adaptive_limit).")));
 	if (r->state == SEM_TOO_LARGE)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),

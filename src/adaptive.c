@@ -29,27 +29,26 @@
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
 #include "replication/walreceiver.h"
+#include "common/hashfn.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "adaptive.h"
 #include "clock.h"
-#include "keeper.h"
+#include "fleet.h"
 #include "script.h"
 #include "timing.h"
 
 double		redsem_adaptive_cpu_busy = 3.0;
 int			redsem_adaptive_max_lag_ms = 10000;
 
-/* When the next tick is due, when the list of names is next read */
+/* When the next tick is due */
 static TimestampTz next_tick = 0;
-static TimestampTz next_list = 0;
-/* The adaptive semaphores as last listed (TopMemoryContext) */
-static char **names = NULL;
-static int	nnames = 0;
 /* Runnable processes per CPU, smoothed (-1: no sample yet) */
 static double runnable_avg = -1;
+/* On a standby, when replay last had all the WAL received (0: not yet) */
+static TimestampTz caught_up_at = 0;
 
 /* Define the adaptive limits' settings */
 void
@@ -67,19 +66,29 @@ adaptive_define_gucs(void)
 							PGC_SIGHUP, GUC_UNIT_MS, NULL, NULL, NULL);
 }
 
-/* True once a tick is due */
+/* True once a tick is due and this server uses an adaptive semaphore */
 bool
 adaptive_tick_due(void)
 {
-	return redsem_now() >= next_tick;
+	int			n;
+
+	(void) fleet_adaptive_used(&n);
+	return n > 0 && redsem_now() >= next_tick;
 }
 
-/* ms until the next tick (at least 1) */
+/*
+ * ms until the next tick (at least 1), or KEEPER_MAX_SLEEP_MS if this
+ * server uses no adaptive semaphore (the keeper then sleeps as before)
+ */
 int64
 adaptive_ms_until_tick(void)
 {
 	TimestampTz now = redsem_now();
+	int			n;
 
+	(void) fleet_adaptive_used(&n);
+	if (n == 0)
+		return KEEPER_MAX_SLEEP_MS;
 	if (now >= next_tick)
 		return 1;
 	return Max(TimestampDifferenceMilliseconds(now, next_tick), 1);
@@ -117,26 +126,38 @@ cpu_pressure(void)
 	return (int) Min(runnable_avg / redsem_adaptive_cpu_busy * 1000.0, 1e6);
 }
 
-/* The lag ratio x1000 on a standby replaying behind what it received */
+/*
+ * The lag ratio x1000 on a standby replaying behind what it received.  The
+ * lag is the lesser of two ages, each of which alone overstates it: since
+ * replay last had all the WAL received (seen at a tick: under a steady
+ * stream, replay is a little behind at most instants), and of the last
+ * transaction replayed (a primary idle, or busy with one long transaction,
+ * commits nothing for a while).  A standby that keeps up has one of them
+ * small; one that falls behind has both grow.
+ */
 static int
 lag_pressure(void)
 {
+	TimestampTz now = GetCurrentTimestamp();
 	TimestampTz last;
 	XLogRecPtr	received;
 	XLogRecPtr	replayed;
-	long		secs;
-	int			usecs;
+	int64		ms;
 
 	if (redsem_adaptive_max_lag_ms <= 0 || !RecoveryInProgress())
 		return 0;
 	received = GetWalRcvFlushRecPtr(NULL, NULL);
 	replayed = GetXLogReplayRecPtr(NULL);
-	last = GetLatestXTime();
-	if (received == InvalidXLogRecPtr || replayed >= received || last == 0)
+	if (received == InvalidXLogRecPtr || replayed >= received || caught_up_at == 0)
+	{
+		caught_up_at = now;
 		return 0;
-	TimestampDifference(last, GetCurrentTimestamp(), &secs, &usecs);
-	return (int) Min(((double) secs * 1000.0 + usecs / 1000.0) /
-					 redsem_adaptive_max_lag_ms * 1000.0, 1e6);
+	}
+	ms = TimestampDifferenceMilliseconds(caught_up_at, now);
+	last = GetLatestXTime();
+	if (last != 0)
+		ms = Min(ms, TimestampDifferenceMilliseconds(last, now));
+	return (int) Min((double) ms / redsem_adaptive_max_lag_ms * 1000.0, 1e6);
 }
 
 /* This server's pressure x1000, and (tag) which signal it is */
@@ -150,7 +171,12 @@ adaptive_pressure(const char **tag)
 	return Max(cpu, lag);
 }
 
-/* This server as an adaptive semaphore's list of servers names it */
+/*
+ * This server as an adaptive semaphore's list of servers names it: the
+ * host name's first 20 bytes and a hash of all of it (two hosts whose names
+ * begin alike stay two), the port, the system identifier (a standby
+ * shares its primary's)
+ */
 static const char *
 server_tag(void)
 {
@@ -162,35 +188,13 @@ server_tag(void)
 	if (gethostname(host, sizeof(host)) != 0)
 		strlcpy(host, "host", sizeof(host));
 	host[sizeof(host) - 1] = '\0';
-	snprintf(tag, sizeof(tag), "%.30s:%d:%llx", host, PostPortNumber,
-			 (unsigned long long) GetSystemIdentifier());
+	snprintf(tag, sizeof(tag), "%.20s-%08x:%d:%llx", host,
+			 (unsigned) hash_bytes((const unsigned char *) host, strlen(host)),
+			 PostPortNumber, (unsigned long long) GetSystemIdentifier());
 	for (char *c = tag; *c; c++)
 		if (!(isalnum((unsigned char) *c) || strchr(".-_:", *c)))
 			*c = '_';
 	return tag;
-}
-
-/* Read the adaptive semaphores of this server's key prefix anew */
-static bool
-read_names(RedisCall *call)
-{
-	char	  **got;
-	int			n;
-	MemoryContext old;
-
-	if (!sem_adapt_list(call, NULL, ADAPT_MAX_SEMAPHORES, &got, &n))
-		return false;
-	for (int i = 0; i < nnames; i++)
-		pfree(names[i]);
-	if (names)
-		pfree(names);
-	old = MemoryContextSwitchTo(TopMemoryContext);
-	names = palloc(sizeof(char *) * Max(n, 1));
-	for (int i = 0; i < n; i++)
-		names[i] = pstrdup(got[i]);
-	MemoryContextSwitchTo(old);
-	nnames = n;
-	return true;
 }
 
 /* Log a failed tick, at most once every KEEPER_LOG_EVERY_MS */
@@ -205,51 +209,56 @@ tick_failed(const char *name, RedisCall *call)
 	logged_at = now;
 	ereport(LOG,
 			(errmsg("redsem keeper could not report to adaptive semaphore \"%s\": %s",
-					name ? name : "(list)", redis_outcome_text(&call->outcome)),
+					name, redis_outcome_text(&call->outcome)),
 			 errdetail("Leases are not affected; the adaptive limit holds still without reports, and this server's pressure stops counting.")));
 }
 
+/* True if a failure of one semaphore's tick leaves the others worth trying */
+static bool
+only_that_one(const RedisCall *call)
+{
+	return call->outcome.status == RS_CONFLICT || call->outcome.status == RS_REFUSED ||
+		call->outcome.status == RS_MALFORMED || call->outcome.status == RS_OUT_OF_MEMORY;
+}
+
 /*
- * The keeper's part, every ADAPT_TICK_MS: report to each adaptive
- * semaphore (the list read again every ADAPT_LIST_MS), within budget_ms.
- * Best effort: a failure is logged and the next tick tries again.  (The
- * keeper catches an ERROR raised here.)
+ * The keeper's part, every ADAPT_TICK_MS: report this server's pressure to
+ * each adaptive semaphore its sessions used at the keeper's last touch of
+ * the index (fleet.c learns which), within budget_ms.  Best effort: a
+ * failure is logged and the next tick tries again; one semaphore's (a key
+ * conflict, a node that refuses it) does not keep the others from being
+ * ticked, a broken connection or the budget spent does.  (The keeper
+ * catches an ERROR raised here.)
  */
 void
 adaptive_keeper_tick(int budget_ms)
 {
 	TimestampTz now = redsem_now();
+	const FleetName *used;
 	RedisCall	call;
 	const char *tag;
 	int			pressure;
+	int			n;
 
 	if (now < next_tick)
 		return;
 	next_tick = TimestampTzPlusMilliseconds(now, ADAPT_TICK_MS);
-	redis_call_init(&call, TimestampTzPlusMilliseconds(now, budget_ms), true, 0);
-	call.owe_late_reply = true;
-	if (now >= next_list)
-	{
-		next_list = TimestampTzPlusMilliseconds(now, ADAPT_LIST_MS);
-		if (!read_names(&call))
-		{
-			tick_failed(NULL, &call);
-			return;
-		}
-	}
-	if (nnames == 0)
+	used = fleet_adaptive_used(&n);
+	if (n == 0)
 		return;
 	pressure = adaptive_pressure(&tag);
-	for (int i = 0; i < nnames; i++)
+	redis_call_init(&call, TimestampTzPlusMilliseconds(now, budget_ms), true, 0);
+	call.owe_late_reply = true;
+	for (int i = 0; i < n; i++)
 	{
 		bool		adaptive;
 		bool		ran;
 
-		if (!sem_adapt_tick(&call, NULL, names[i], server_tag(), pressure, tag,
-							&adaptive, &ran))
-		{
-			tick_failed(names[i], &call);
+		if (sem_adapt_tick(&call, used[i].prefix, used[i].name, server_tag(), pressure,
+						   tag, &adaptive, &ran))
+			continue;
+		tick_failed(used[i].name, &call);
+		if (!only_that_one(&call))
 			return;
-		}
 	}
 }

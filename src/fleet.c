@@ -17,6 +17,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "clock.h"
@@ -156,7 +157,7 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
  */
 static bool
 touch_prefix(RedisCall *call, const IndexEntry *e, int n, char **evicting,
-			 bool *unsure)
+			 bool *unsure, bool *adaptive)
 {
 	char	  **names = palloc(sizeof(char *) * n);
 
@@ -167,7 +168,8 @@ touch_prefix(RedisCall *call, const IndexEntry *e, int n, char **evicting,
 		char	   *policy = NULL;
 
 		if (!sem_index_touch(call, e[0].prefix, (const char **) names + first,
-							 Min(n - first, FLEET_TOUCH_MAX_NAMES), FLEET_TTL_MS, &policy))
+							 Min(n - first, FLEET_TOUCH_MAX_NAMES), FLEET_TTL_MS, &policy,
+							 adaptive + first))
 			return false;
 		if (*evicting == NULL)
 			*evicting = policy;
@@ -197,6 +199,11 @@ fleet_touch_failed(const char *why)
 
 /* When the keeper's next touch of the index is due */
 static TimestampTz next_touch = 0;
+/* The touches asked of the keeper it has seen (shared_keeper_touches_asked) */
+static uint64 touches_seen = 0;
+/* The adaptive semaphores this server used at the last touch (X4) */
+static FleetName *adaptive_used = NULL;
+static int	nadaptive_used = 0;
 /* When the keeper next raises its holds' generations (keep_generations) */
 static TimestampTz next_gen_keep = 0;
 
@@ -257,7 +264,43 @@ keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
 bool
 fleet_touch_due(void)
 {
-	return redsem_now() >= next_touch;
+	return redsem_now() >= next_touch || shared_keeper_touches_asked() != touches_seen;
+}
+
+/* Keep the adaptive ones of the n entries touched (TopMemoryContext) */
+static void
+note_adaptive(const IndexEntry *entries, const bool *adaptive, int n)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	for (int i = 0; i < nadaptive_used; i++)
+	{
+		pfree(adaptive_used[i].prefix);
+		pfree(adaptive_used[i].name);
+	}
+	if (adaptive_used == NULL)
+		adaptive_used = palloc(sizeof(FleetName) * FLEET_ADAPTIVE_MAX);
+	nadaptive_used = 0;
+	for (int i = 0; i < n && nadaptive_used < FLEET_ADAPTIVE_MAX; i++)
+	{
+		if (!adaptive[i])
+			continue;
+		adaptive_used[nadaptive_used].prefix = pstrdup(entries[i].prefix);
+		adaptive_used[nadaptive_used].name = pstrdup(entries[i].name);
+		nadaptive_used++;
+	}
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * The adaptive semaphores this server's sessions held or waited on at the
+ * keeper's last touch of the index (*n of them; X4 in src/redsem.lua)
+ */
+const FleetName *
+fleet_adaptive_used(int *n)
+{
+	*n = nadaptive_used;
+	return adaptive_used;
 }
 
 /*
@@ -279,13 +322,19 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 	bool		ok = true;
 	bool		unsure = false;
 	char	   *evicting = NULL;
+	bool	   *adaptive;
 
-	if (now < next_touch)
+	if (!fleet_touch_due())
 		return;
 	next_touch = TimestampTzPlusMilliseconds(now, FLEET_TOUCH_MS);
+	touches_seen = shared_keeper_touches_asked();
 	entries = palloc(sizeof(IndexEntry) * Max(n, 1));
 	if ((m = collect_entries(holds, n, target, entries)) == 0)
+	{
+		note_adaptive(entries, NULL, 0);
 		return;
+	}
+	adaptive = palloc0(sizeof(bool) * m);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(now, budget_ms), true, 0);
 	call.owe_late_reply = true;
 	for (int first = 0, last; ok && first < m; first = last)
@@ -293,8 +342,12 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 		for (last = first + 1; last < m &&
 			 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
 			;
-		ok = touch_prefix(&call, &entries[first], last - first, &evicting, &unsure);
+		ok = touch_prefix(&call, &entries[first], last - first, &evicting, &unsure,
+						  adaptive + first);
 	}
+	/* (a failed touch keeps the list it had: ticks go on) */
+	if (ok)
+		note_adaptive(entries, adaptive, m);
 	if (ok)
 		ok = keep_generations(&call, holds, n, target);
 	if (!ok)

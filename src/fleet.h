@@ -8,8 +8,19 @@
 
 #include "shmem.h"
 
+/* A semaphore of a key prefix */
+typedef struct FleetName
+{
+	char	   *prefix;
+	char	   *name;
+} FleetName;
+
+/* The most adaptive semaphores a keeper ticks */
+#define FLEET_ADAPTIVE_MAX	64
+
 extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target,
 							  int budget_ms);
+extern const FleetName *fleet_adaptive_used(int *n);
 extern void fleet_touch_failed(const char *why);
 extern bool fleet_touch_due(void);
 

@@ -59,6 +59,8 @@
 --                        am      its controller's memory (adapt_memory)
 --                        as, an  the hold times (ms) and the number of
 --                                the releases since it last ran
+--                        ac      the longest hold time a release adds
+--                                to as (ADAPT_CLAMP times the mean)
 --                        x       "1": xh, xw, era, rt, rk, wt, gu or ad
 --                                is there (I13)
 -- KEYS[2] gen     STRING                   (optional) the generation of
@@ -181,7 +183,8 @@
 --     the state goes at once); if its last deadline passes with nobody
 --     calling, at most GRACE_MS plus one lease (a minute at most) later.
 --     The generation key (KEYS[2], I15) is not a semaphore's: it has no
---     TTL (one per prefix, or per Cluster slot in use).  The one exception is a state holding a stored limit, rate, reserve or
+--     TTL (one per prefix, or per Cluster slot in use); <base>apress (I16)
+--     has its own, 4 x ADAPT_FRESH_MS from the last tick.  The one exception is a state holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.  A forced: marker lives until the deadline its member had
@@ -278,7 +281,7 @@
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
 -- I13 One read.  The state has its field x ("1") exactly while it has
---     any of xh, xw, era, rt, rk, wt or gu (EXTRA), so that a call reads
+--     any of xh, xw, era, rt, rk, wt, gu or ad (EXTRA), so that a call reads
 --     limit, cur, tl, tt and x alone unless x is there: the write that
 --     sets the first EXTRA field sets x, the one that deletes the last
 --     deletes x (or the whole state goes).  (A
@@ -382,6 +385,12 @@
 --     back while a server seen lately has a newer copy.  The servers that
 --     read them are listed in <prefix>{queues}:servers and :seen, gone a
 --     read's ttl after their last read.
+--  X4 Adaptive marks.  An adaptive semaphore (I16) has a mark in the
+--     index, ADAPTIVE_MARK and its name, scored -inf: X1 keeps it (a mark,
+--     like a pin, keeps the key), index_list leaves it out, and
+--     index_touch answers which of the names it was given are marked, so
+--     that each keeper learns which of its semaphores to tick without a
+--     call of its own.  adapt_note alone writes marks.
 --
 -- ORDER.  Lua's < on two strings collates them by Redis's locale (strcoll:
 -- Redis takes LC_COLLATE from its environment, en_US.UTF-8 under many a
@@ -494,7 +503,7 @@ local gen_sync
 -- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight,
 -- tenants; the adaptive limit (I16): set_adapt, adapt, adapt_tick, and its
 -- controller, adapt_step
-local adapt_step, adapt_memory, adapt_text, adapt_brief, adapt_end
+local adapt_step, adapt_memory, adapt_text, adapt_brief, adapt_end, adapt_most
 -- 14 FAST PATHS: the commonest calls, tried before the general path
 local fast_acquire, fast_release
 -- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS, and the statement
@@ -1186,7 +1195,7 @@ function promote()
         if not lease or not is_member(head) then
             remove(head, t)         -- not a whole member (I1): drop it
             waiters = waiters - 1
-        elseif p > class_max(prio, limit) then
+        elseif p > class_max(prio, adapt_most(limit)) then
             turn_away(head)         -- can never fit: let it find out
             waiters = waiters - 1
         elseif line == K_WAITING and not fits_class(held, p, prio, limit) then
@@ -1255,7 +1264,7 @@ end -- 7 PROMOTION
 do -- 8 THE STATE ----------------------------------------------------------
 
 -- The state's configuration (I5): kept without a TTL while any is stored.
-local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt', 'ad', 'am', 'as', 'an'}
+local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt', 'ad', 'am', 'as', 'an', 'ac'}
 -- The state's fields a call reads only when x says that one may be there
 -- (EXTRA: read_state), and, of those, the configuration's.
 local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad'}
@@ -1275,7 +1284,7 @@ end
 local function config()
     local c, n = {}, 0
     for _, f in ipairs(CONFIG) do
-        if S[f] then c[f], n = S[f], n + 1 end
+        if S[f] and S[f] ~= 0 then c[f], n = S[f], n + 1 end
     end
     for _, f in ipairs(CONFIG_EXTRA) do
         if c[f] then c.x, n = '1', n + 1; break end
@@ -1335,8 +1344,8 @@ function read_state()
         S.gu, S.ad = tonumber(v[7]), v[8] or nil
     end
     if S.ad then                    -- the rest of an adaptive limit (I16)
-        v = redis.call('HMGET', K_STATE, 'am', 'as', 'an')
-        S.am, S.as, S.an = v[1] or nil, tonumber(v[2]) or 0, tonumber(v[3]) or 0
+        v = redis.call('HMGET', K_STATE, 'am', 'as', 'an', 'ac')
+        S.am, S.as, S.an, S.ac = v[1] or nil, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4])
     end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
@@ -1830,9 +1839,10 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     end
     if not maxh and not S.limit then return {'nolimit'} end
     local limit = current or maxh
-    if p > limit then return {'toolarge', int(limit)} end
-    if p > class_max(priority, limit) then
-        return {'toolarge', int(class_max(priority, limit)), 'reserve'}
+    local most = adapt_most(limit)  -- (I16)
+    if p > most then return {'toolarge', int(most), S.ad and 'adaptive' or nil} end
+    if p > class_max(priority, most) then
+        return {'toolarge', int(class_max(priority, most)), 'reserve'}
     end
     -- I4: admitted only if everybody's permits and the caller's fit (I11:
     -- in its class's share)
@@ -1981,7 +1991,7 @@ local function op_release(id, forced)
     local waited = remove(id)
     if waited == nil then return 0 end
     if since and not waited then    -- I16: how long it held, a sample
-        set('as', S.as + math.max(NOW_MS - since, 0))
+        set('as', S.as + math.min(math.max(NOW_MS - since, 0), S.ac or math.huge))
         set('an', S.an + 1)
     end
     if forced then
@@ -2390,7 +2400,9 @@ OPS.tenants = {read = read_none, run = op_tenants}
 -- ticking stops counting).
 --
 -- THE CONTROLLER (adapt_step), once an interval.  Its signals: the mean
--- hold time of the interval's releases (s), smoothed over intervals
+-- hold time of the interval's releases (s: each hold counted as at most
+-- ADAPT_CLAMP times the mean, so that one hold of an hour among holds of
+-- 100 ms moves it as a few slow ones would), smoothed over intervals
 -- (mean: ADAPT_SMOOTH of each new one); the best recent (base: the lowest
 -- mean, which at the lower bound, where the work runs as alone as the
 -- bounds allow, follows the mean up by ADAPT_RELEARN of the gap an
@@ -2425,7 +2437,7 @@ local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
 local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.5
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
 local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
-local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE = 2, 0.25, 1.25
+local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 2, 0.25, 1.25, 4
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2472,6 +2484,18 @@ end
 local function adapt_bounds()
     local lo, hi = string.match(S.ad or '', '^(%d+)|(%d+)$')
     return tonumber(lo), tonumber(hi)
+end
+
+-- The most permits one caller may take under limit: for an adaptive limit
+-- its lower bound, which it never goes under (so a caller refused is
+-- always refused, and one in line always fits in the end: asking what the
+-- limit is now, which moves, would have it refused now and then, or
+-- waiting at the head of the line for a limit that may never come), else
+-- the limit.
+function adapt_most(limit)
+    if not S.ad then return limit end
+    local lo = adapt_bounds()
+    return math.min(lo or limit, limit)
 end
 
 -- The most one interval may move a limit: ADAPT_STEP of it, 1 at least.
@@ -2558,6 +2582,7 @@ function adapt_end()
     set('am', false)
     set('as', 0)
     set('an', 0)
+    set('ac', false)
 end
 
 -- adapt: {limit or '', lo or '', hi or '', base us or '', mean us or '',
@@ -2583,14 +2608,17 @@ local function op_set_adapt(lo, hi, start)
         if S.ad then adapt_end() end
         return adapt_reply()
     end
+    local bounds = int(lo) .. '|' .. int(hi)
+    if S.ad == bounds and not start then return adapt_reply() end   -- (what it learnt stays)
     local before = limit_in_effect(member_count() > 0)
     local limit = math.min(math.max(start or before or lo, lo), hi)
-    set('ad', int(lo) .. '|' .. int(hi))
+    set('ad', bounds)
     set('limit', limit)
     set('cur', false)
     set('am', adapt_text({why = 'set', moved = NOW_MS}))
     set('as', 0)
     set('an', 0)
+    set('ac', false)
     if not is_empty() then promote() end
     return adapt_reply()
 end
@@ -2647,6 +2675,7 @@ local function op_adapt_tick(server, p, tag)
     end
     m.tick, m.n, m.pressure, m.servers = NOW_MS, S.an, worst, servers
     m.last = S.an > 0 and S.as / S.an or nil
+    set('ac', m.mean and math.ceil(m.mean * ADAPT_CLAMP) or false)
     set('am', adapt_text(m))
     set('as', 0)
     set('an', 0)
@@ -2817,10 +2846,16 @@ end -- 14 FAST PATHS
 
 do -- 15 THE INDEX ---------------------------------------------------------
 
--- X1: drop the entries whose until has passed; keep the key's lifetime.
+-- X4: the index's mark of an adaptive semaphore (I16): "\0a:" and its
+-- name, scored -inf (a name from SQL has no NUL: never a name's entry).
+local ADAPTIVE_MARK = '\0a:'
+
+-- X1: drop the entries whose until has passed (not the marks: X4); keep
+-- the key's lifetime.
 local function index_tidy(key, ttl)
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(NOW_MS))
-    if redis.call('ZCOUNT', key, '+inf', '+inf') > 0 then
+    redis.call('ZREMRANGEBYSCORE', key, '(-inf', '(' .. int(NOW_MS))
+    if redis.call('ZCOUNT', key, '+inf', '+inf') > 0 or
+       redis.call('ZCOUNT', key, '-inf', '-inf') > 0 then
         redis.call('PERSIST', key)
     elseif ttl then
         local left = redis.call('PTTL', key)
@@ -2842,16 +2877,25 @@ local function evicting_policy()
 end
 
 -- index_touch ttl_ms name...: the names are used, until now + ttl (X2: GT).
--- {how many, the eviction policy if Redis may evict keys (else '')}.
+-- {how many, the eviction policy if Redis may evict keys (else ''), then
+-- the names given that are adaptive (X4)}.
 local function op_index_touch(key, ttl, names)
-    local args = {}
-    for _, name in ipairs(names) do
+    local args, marks = {}, {}
+    for i, name in ipairs(names) do
         args[#args + 1] = int(NOW_MS + ttl)
         args[#args + 1] = name
+        marks[i] = ADAPTIVE_MARK .. name
     end
     redis.call('ZADD', key, 'GT', unpack(args))
     index_tidy(key, ttl)
-    return {#names, evicting_policy()}
+    local reply = {#names, evicting_policy()}
+    if redis.call('ZCOUNT', key, '-inf', '-inf') > 0 then
+        local found = redis.call('ZMSCORE', key, unpack(marks))
+        for i, name in ipairs(names) do
+            if found[i] then reply[#reply + 1] = name end
+        end
+    end
+    return reply
 end
 
 -- index_pin ttl_ms name 1|0: pin a name (a stored limit), or let it go
@@ -2870,9 +2914,9 @@ end
 -- the first max names}.
 local function op_index_list(key, max)
     index_tidy(key, nil)
-    local names = redis.call('ZRANGE', key, '0', int(max - 1))
+    local names = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', '0', int(max))
     table.insert(names, 1, evicting_policy())
-    table.insert(names, 1, redis.call('ZCARD', key))
+    table.insert(names, 1, redis.call('ZCOUNT', key, '(-inf', '+inf'))
     return names
 end
 
@@ -2888,23 +2932,16 @@ local function name_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= 200 then return v end
 end
 
--- adapt_note name 1|0: note that semaphore name is adaptive (I16), or no
--- more, in <prefix>adaptive (a ZSET name -> ms noted, no TTL: the keepers
--- tick the names it lists).  1.
+-- adapt_note name 1|0: mark semaphore name adaptive in the index (X4), or
+-- no more.  1.
 local function op_adapt_note(key, name, on)
     if on then
-        redis.call('ZADD', key, int(NOW_MS), name)
+        redis.call('ZADD', key, '-inf', ADAPTIVE_MARK .. name)
     else
-        redis.call('ZREM', key, name)
+        redis.call('ZREM', key, ADAPTIVE_MARK .. name)
     end
+    index_tidy(key, nil)
     return 1
-end
-
--- adapt_list max: {entries, the first max names}.
-local function op_adapt_list(key, max)
-    local names = redis.call('ZRANGE', key, '0', int(max - 1))
-    table.insert(names, 1, redis.call('ZCARD', key))
-    return names
 end
 
 -- adapt_model limit lo hi memory n sum pressure saturated: the
@@ -2927,17 +2964,13 @@ INDEX_OPS = {
         end,
         run = op_adapt_note,
     },
-    adapt_list = {
-        read = function(a)
-            local max = count_arg(a[2])
-            if max and max >= 1 and max <= 100000 and #a == 2 then return true, max end
-        end,
-        run = op_adapt_list,
-    },
     adapt_model = {
         read = function(a)
             local v = {}
-            for _, i in ipairs({2, 3, 4, 6, 7, 8}) do v[i] = tonumber(a[i]) end
+            for _, i in ipairs({2, 3, 4, 6, 7, 8}) do
+                v[i] = tonumber(a[i])
+                if v[i] and (v[i] ~= v[i] or math.abs(v[i]) == math.huge) then v[i] = nil end
+            end
             if #a == 9 and v[2] and v[3] and v[4] and v[6] and v[7] and v[8] and
                v[2] % 1 == 0 and v[3] % 1 == 0 and v[4] % 1 == 0 and v[6] % 1 == 0 and
                v[3] >= 1 and v[3] <= v[4] and v[2] >= 1 and v[6] >= 0 and v[8] >= 0 and

@@ -416,6 +416,7 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 	{
 		result->state = SEM_TOO_LARGE;
 		result->reserve = element_is(reply, 2, "reserve");
+		result->adaptive = element_is(reply, 2, "adaptive");
 		ok = reply_int64(reply_element(reply, 1), &result->limit);
 	}
 	else if (element_is(reply, 0, "gone"))
@@ -1152,11 +1153,12 @@ evicting_policy(const redisReply *reply, size_t i)
 /*
  * Note in the index of prefix that the n names are in use until ttl_ms
  * from now (by Redis's clock).  At most FLEET_TOUCH_MAX_NAMES names.
- * *evicting: Redis's eviction policy if it may evict keys, else NULL.
+ * *evicting: Redis's eviction policy if it may evict keys, else NULL;
+ * adaptive[i]: whether names[i] is an adaptive semaphore (X4).
  */
 bool
 sem_index_touch(RedisCall *call, const char *prefix, const char **names,
-				int n, int ttl_ms, char **evicting)
+				int n, int ttl_ms, char **evicting, bool *adaptive)
 {
 	const char **args = palloc(sizeof(char *) * (n + 1));
 	redisReply *reply;
@@ -1166,10 +1168,22 @@ sem_index_touch(RedisCall *call, const char *prefix, const char **names,
 	memcpy(args + 1, names, sizeof(char *) * n);
 	if (!run_index(call, index_key(prefix), "index_touch", n + 1, args, &reply))
 		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
 		reply->element[1]->type != REDIS_REPLY_STRING)
 		return malformed(call, "(index)", reply, "index_touch did not answer a count and a policy");
 	*evicting = evicting_policy(reply, 1);
+	memset(adaptive, 0, sizeof(bool) * n);
+	/* (the adaptive names come in the order given: one pass) */
+	for (size_t i = 2, k = 0; i < reply->elements; i++)
+	{
+		const redisReply *e = reply->element[i];
+
+		while (k < (size_t) n && (e->type != REDIS_REPLY_STRING || strlen(names[k]) != e->len ||
+								  memcmp(names[k], e->str, e->len) != 0))
+			k++;
+		if (k < (size_t) n)
+			adaptive[k++] = true;
+	}
 	freeReplyObject(reply);
 	return true;
 }
@@ -1601,43 +1615,18 @@ sem_set_adapt(RedisCall *call, const char *name, int lo, int hi, int start,
 		decode_adapt(call, name, reply, out);
 }
 
-/* The key listing the adaptive semaphores of prefix (I16) */
-static char *
-adapt_key(const char *prefix)
-{
-	return psprintf("%sadaptive", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
-}
-
-/* Note that semaphore name is adaptive (on) or no more, for the keepers */
+/*
+ * Mark semaphore name adaptive in the index (on) or no more, so that the
+ * keepers of the servers that use it tick it (X4)
+ */
 bool
 sem_adapt_note(RedisCall *call, const char *name, bool on)
 {
 	const char *args[2] = {name, on ? "1" : "0"};
 	redisReply *reply;
 
-	if (!run_index(call, adapt_key(NULL), "adapt_note", 2, args, &reply))
+	if (!run_index(call, index_key(NULL), "adapt_note", 2, args, &reply))
 		return false;
-	freeReplyObject(reply);
-	return true;
-}
-
-/* The first max adaptive semaphores of prefix (palloc'd, *count of them) */
-bool
-sem_adapt_list(RedisCall *call, const char *prefix, int max, char ***names,
-			   int *count)
-{
-	const char *args[1] = {psprintf("%d", max)};
-	redisReply *reply;
-
-	if (!run_index(call, adapt_key(prefix), "adapt_list", 1, args, &reply))
-		return false;
-	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1)
-		return malformed(call, "(adaptive)", reply, "adapt_list did not answer a count and names");
-	*names = palloc(sizeof(char *) * Max(reply->elements, 1));
-	*count = 0;
-	for (size_t i = 1; i < reply->elements && *count < max; i++)
-		if (reply->element[i]->type == REDIS_REPLY_STRING)
-			(*names)[(*count)++] = pnstrdup(reply->element[i]->str, reply->element[i]->len);
 	freeReplyObject(reply);
 	return true;
 }

@@ -36,6 +36,8 @@ typedef struct SemResult
 	bool		stored;			/* OTHER_LIMIT: the limit in effect is stored */
 	bool		reserve;		/* TOO_LARGE: limit is what a reserve leaves
 								 * to the caller's priority */
+	bool		adaptive;		/* TOO_LARGE: limit is an adaptive limit's
+								 * lower bound */
 	bool		has_rate;		/* BUSY, WAITING: the semaphore has a stored rate */
 	int64		rate_ms;		/* ...and then the ms until it lets the caller
 								 * in, if that is all that keeps it out; or -1 */
@@ -151,7 +153,7 @@ typedef struct SemAdapt
 
 extern bool sem_index_touch(RedisCall *call, const char *prefix,
 							const char **names, int n, int ttl_ms,
-							char **evicting);
+							char **evicting, bool *adaptive);
 extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
 						  int ttl_ms);
 extern void sem_pin_configured(RedisCall *call, const char *name);
@@ -182,8 +184,6 @@ extern bool sem_adapt(RedisCall *call, const char *name, SemAdapt *out);
 extern bool sem_set_adapt(RedisCall *call, const char *name, int lo, int hi,
 						  int start, SemAdapt *out);
 extern bool sem_adapt_note(RedisCall *call, const char *name, bool on);
-extern bool sem_adapt_list(RedisCall *call, const char *prefix, int max,
-						   char ***names, int *count);
 extern bool sem_adapt_tick(RedisCall *call, const char *prefix,
 						   const char *name, const char *server, int pressure,
 						   const char *tag, bool *adaptive, bool *ran);

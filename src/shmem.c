@@ -70,6 +70,8 @@ typedef struct RedsemShared
 									 * refreshes */
 	pg_atomic_uint64 stops; /* holders stopped so far: a backend looks at
 							 * its holds again when this moved */
+	pg_atomic_uint64 touches_asked; /* early touches of the index asked of
+									 * the keeper (an adaptive limit set) */
 	TimestampTz keeper_trouble_since;	/* Redis unusable for the keeper
 										 * since, or 0 */
 	char		keeper_trouble[KEEPER_TROUBLE_LEN];
@@ -303,6 +305,7 @@ redsem_shmem_startup(void)
 		pg_atomic_init_u64(&shared->keeper_target, 0);
 		pg_atomic_init_u64(&shared->keeper_wakes, 0);
 		pg_atomic_init_u64(&shared->stops, 0);
+		pg_atomic_init_u64(&shared->touches_asked, 0);
 		for (int i = 0; i < CLUSTER_SLOTS; i++)
 			SpinLockInit(&shared->gens[i].mutex);
 		if (!IsUnderPostmaster)
@@ -647,6 +650,26 @@ shared_keeper_wake(void)
 {
 	if (shared != NULL)
 		wake_keeper_by(DT_NOBEGIN);
+}
+
+/*
+ * Ask the keeper for a touch of the index at once (fleet.c), so that it
+ * learns of an adaptive limit just set (X4 in src/redsem.lua)
+ */
+void
+shared_keeper_ask_touch(void)
+{
+	if (shared == NULL)
+		return;
+	pg_atomic_fetch_add_u64(&shared->touches_asked, 1);
+	shared_keeper_wake();
+}
+
+/* The early touches asked of the keeper so far */
+uint64
+shared_keeper_touches_asked(void)
+{
+	return shared == NULL ? 0 : pg_atomic_read_u64(&shared->touches_asked);
 }
 
 /*

@@ -198,6 +198,8 @@ extern void shared_keeper_attach(Latch *latch, int pid);
 extern void shared_keeper_detach(void);
 extern bool shared_keeper_set_wake_time(TimestampTz when);
 extern void shared_keeper_wake(void);
+extern void shared_keeper_ask_touch(void);
+extern uint64 shared_keeper_touches_asked(void);
 extern bool shared_keeper_has_trouble(void);
 extern void shared_keeper_trouble_note(const char *text, TimestampTz now);
 extern void shared_keeper_trouble_clear(void);

@@ -17,6 +17,7 @@
 #include "hold.h"
 #include "script.h"
 #include "queue_fleet.h"
+#include "shmem.h"
 #include "sqlargs.h"
 #include "timing.h"
 
@@ -145,12 +146,15 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	name = name_arg(fcinfo, 0);
 	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	hold_init();
+	/*
+	 * A limit set by hand ends an adaptive one: its mark goes first, so that
+	 * an adaptive limit set meanwhile (mark after state) keeps its mark
+	 */
+	(void) sem_adapt_note(&call, name, false);
 	/* (a queue defined in Redis: its definition changes, cap included) */
 	if (queue_fleet_set_limit(name, max_holders))
 		PG_RETURN_VOID();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
-	/* (a limit set by hand ends an adaptive one: the keepers need not tick it) */
-	(void) sem_adapt_note(&call, name, false);
 	sem_pin_configured(&call, name);
 	if (max_holders > 0)
 		ereport(LOG,
@@ -203,18 +207,26 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("\"start_holders\" needs \"min_holders\" and \"max_holders\"")));
 	hold_init();
-	/* (listed first: a semaphore adaptive but not listed would not move) */
-	if (lo > 0)
-		(void) sem_adapt_note(&call, name, true);
-	(void) sem_set_adapt(&call, name, lo, hi, start, &now);
+	/*
+	 * The state, then the mark that has the keepers tick it; fixing it, the
+	 * mark first: then of two administrators' calls at once, whichever order
+	 * their steps take, an adaptive limit has its mark (a mark left on a
+	 * fixed one only costs a look)
+	 */
 	if (lo == 0)
 		(void) sem_adapt_note(&call, name, false);
+	(void) sem_set_adapt(&call, name, lo, hi, start, &now);
+	if (lo > 0)
+	{
+		(void) sem_adapt_note(&call, name, true);
+		shared_keeper_ask_touch();	/* (this server's keeper ticks it at once) */
+	}
 	sem_pin_configured(&call, name);
 	if (lo > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" made adaptive between %d and %d, starting at " INT64_FORMAT ", by role \"%s\"",
 						name, lo, hi, now.limit, GetUserNameFromId(GetUserId(), false))));
-	else
+	else if (now.limit > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" fixed at " INT64_FORMAT " by role \"%s\"",
 						name, now.limit, GetUserNameFromId(GetUserId(), false))));

@@ -304,21 +304,22 @@
  * controller at the first tick of each ADAPT_INTERVAL_MS (1000 ms, less
  * ADAPT_JITTER_MS of 100 ms, so that one server ticking alone runs it every
  * time), and forgets a server's pressure ADAPT_FRESH_MS (2500 ms: two
- * missed ticks and a half) after its last tick.  So with any server alive
- * the controller runs once a second, and a server that stops ticking
- * stops counting within three seconds.  The keeper reads the list of
- * adaptive semaphores anew every ADAPT_LIST_MS (a new one is ticked within
- * that), at most ADAPT_MAX_SEMAPHORES of them, and smooths its runnable
- * count over ticks (ADAPT_RUNNABLE_SMOOTH of each new sample: a burst
- * shorter than a tick or two is not pressure).
+ * missed ticks and a half) after its last tick.  So while any server that
+ * uses it is alive the controller runs about once a second (at most once
+ * every 900 ms), and a server that stops ticking stops counting within
+ * three seconds.  A keeper ticks the adaptive semaphores its sessions held
+ * or waited on at its last touch of the index (every FLEET_TOUCH_MS, or at
+ * once when an administrator makes one adaptive on this server), at most
+ * FLEET_ADAPTIVE_MAX of them, and wakes for its ticks only while there
+ * are some; it smooths its runnable count over ticks
+ * (ADAPT_RUNNABLE_SMOOTH of each new sample: a burst shorter than a tick or
+ * two is not pressure).
  *
  *   ADAPT_INTERVAL_MS  1000 ms  (src/redsem.lua)
  *   ADAPT_JITTER_MS     100 ms  (src/redsem.lua)
  *   ADAPT_FRESH_MS     2500 ms  (src/redsem.lua)
  */
 #define ADAPT_TICK_MS				1000
-#define ADAPT_LIST_MS				2000
-#define ADAPT_MAX_SEMAPHORES		64
 #define ADAPT_RUNNABLE_SMOOTH		0.5
 
 #endif							/* REDSEM_TIMING_H */
