@@ -700,19 +700,20 @@ touch_fleet_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 }
 
 /*
- * Read the statement queues' definitions kept in Redis (queue_fleet.c),
- * within budget_ms; an ERROR there is caught and logged, never the
- * keeper's end
+ * Run one of the keeper's parts beside its refreshes (the statement queues'
+ * definitions, queue_fleet.c; the adaptive limits' reports, adaptive.c)
+ * within budget_ms; an ERROR there is caught and logged as what failed,
+ * never the keeper's end
  */
 static void
-read_queue_definitions(int budget_ms)
+run_part(void (*part) (int budget_ms), int budget_ms, const char *what)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 
 	PG_TRY();
 	{
-		queue_fleet_poll(budget_ms);
+		part(budget_ms);
 	}
 	PG_CATCH();
 	{
@@ -720,33 +721,7 @@ read_queue_definitions(int budget_ms)
 
 		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
 		ereport(LOG,
-				(errmsg("redsem keeper could not read the statement queue definitions: %s", why)));
-	}
-	PG_END_TRY();
-}
-
-/*
- * Report this server's pressure to the adaptive semaphores (adaptive.c),
- * within budget_ms; an ERROR there is caught and logged, never the
- * keeper's end
- */
-static void
-tick_adaptive_limits(int budget_ms)
-{
-	MemoryContext cxt = CurrentMemoryContext;
-	uint32		holdoff = InterruptHoldoffCount;
-
-	PG_TRY();
-	{
-		adaptive_keeper_tick(budget_ms);
-	}
-	PG_CATCH();
-	{
-		char		why[256];
-
-		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
-		ereport(LOG,
-				(errmsg("redsem keeper could not report to the adaptive limits: %s", why)));
+				(errmsg("redsem keeper could not %s: %s", what, why)));
 	}
 	PG_END_TRY();
 }
@@ -866,14 +841,16 @@ keeper_cycle(KeeperState *st)
 	/* (not behind a touch: a late reply it left owed would cost the link) */
 	else if (queue_fleet_poll_due())
 	{
-		read_queue_definitions((int) ms_until_capped(valid_until,
-													 touch_budget_ms(holds, n, &batch, target, sent)));
+		run_part(queue_fleet_poll, (int) ms_until_capped(valid_until,
+														 touch_budget_ms(holds, n, &batch, target, sent)),
+				 "read the statement queue definitions");
 		valid_until = stop_lost_holders(st);
 	}
 	else if (adaptive_tick_due())
 	{
-		tick_adaptive_limits((int) ms_until_capped(valid_until,
-												   touch_budget_ms(holds, n, &batch, target, sent)));
+		run_part(adaptive_keeper_tick, (int) ms_until_capped(valid_until,
+															 touch_budget_ms(holds, n, &batch, target, sent)),
+				 "report to the adaptive limits");
 		valid_until = stop_lost_holders(st);
 	}
 	sleep_ms = Min(sleep_ms, queue_poll_interval_ms);

@@ -351,7 +351,8 @@
 --     it evicts nobody), and it always stays within its bounds.  Every
 --     release of a holder (not a forced one, an expiry or a give-up) adds
 --     its hold time by Redis's clock, now less its grant's since, to as
---     and an; each server's keeper ticks the semaphore once a second
+--     and an; the keeper of each server whose sessions use it (told by
+--     its index touch: X4) ticks the semaphore once a second
 --     (adapt_tick) with its pressure, and the first tick of an interval
 --     runs adapt_step once on what the interval gathered, then empties
 --     it.  So the fleet has one limit, moved at most once an interval, by
