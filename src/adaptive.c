@@ -47,8 +47,18 @@ int			redsem_adaptive_max_lag_ms = 10000;
 static TimestampTz next_tick = 0;
 /* Runnable processes per CPU, smoothed (-1: no sample yet) */
 static double runnable_avg = -1;
-/* On a standby, when replay last had all the WAL received (0: not yet) */
-static TimestampTz caught_up_at = 0;
+/*
+ * On a standby, what it had received at each recent tick, oldest first: the
+ * lag is the age of the oldest of these that replay has not reached
+ */
+typedef struct Received
+{
+	TimestampTz at;
+	XLogRecPtr	upto;
+} Received;
+
+static Received received_at[ADAPT_LAG_SAMPLES];
+static int	nreceived = 0;
 
 /* Define the adaptive limits' settings */
 void
@@ -126,38 +136,53 @@ cpu_pressure(void)
 	return (int) Min(runnable_avg / redsem_adaptive_cpu_busy * 1000.0, 1e6);
 }
 
+/* Note what a standby had received now (every other sample goes if full) */
+static void
+note_received(TimestampTz now, XLogRecPtr upto)
+{
+	if (nreceived > 0 && received_at[nreceived - 1].upto == upto)
+		return;					/* (nothing new: the older time stays) */
+	if (nreceived == ADAPT_LAG_SAMPLES)
+	{
+		for (int i = 1; i < ADAPT_LAG_SAMPLES / 2; i++)
+			received_at[i] = received_at[2 * i];
+		nreceived = ADAPT_LAG_SAMPLES / 2;
+	}
+	received_at[nreceived].at = now;
+	received_at[nreceived].upto = upto;
+	nreceived++;
+}
+
 /*
- * The lag ratio x1000 on a standby replaying behind what it received.  The
- * lag is the lesser of two ages, each of which alone overstates it: since
- * replay last had all the WAL received (seen at a tick: under a steady
- * stream, replay is a little behind at most instants), and of the last
- * transaction replayed (a primary idle, or busy with one long transaction,
- * commits nothing for a while).  A standby that keeps up has one of them
- * small; one that falls behind has both grow.
+ * The lag ratio x1000 on a standby: the age of the oldest WAL it had
+ * received at a tick that replay has not reached yet (0 if replay has all
+ * it had), against redsem.adaptive_max_lag.  Not the age of the last
+ * transaction replayed: a primary idle, or busy with one long transaction,
+ * commits nothing for a while although its standby keeps up.
  */
 static int
 lag_pressure(void)
 {
 	TimestampTz now = GetCurrentTimestamp();
-	TimestampTz last;
-	XLogRecPtr	received;
 	XLogRecPtr	replayed;
-	int64		ms;
+	int			k = 0;
 
 	if (redsem_adaptive_max_lag_ms <= 0 || !RecoveryInProgress())
-		return 0;
-	received = GetWalRcvFlushRecPtr(NULL, NULL);
-	replayed = GetXLogReplayRecPtr(NULL);
-	if (received == InvalidXLogRecPtr || replayed >= received || caught_up_at == 0)
 	{
-		caught_up_at = now;
+		nreceived = 0;
 		return 0;
 	}
-	ms = TimestampDifferenceMilliseconds(caught_up_at, now);
-	last = GetLatestXTime();
-	if (last != 0)
-		ms = Min(ms, TimestampDifferenceMilliseconds(last, now));
-	return (int) Min((double) ms / redsem_adaptive_max_lag_ms * 1000.0, 1e6);
+	replayed = GetXLogReplayRecPtr(NULL);
+	/* (the samples replay has passed go: what it reached is no lag) */
+	while (k < nreceived && received_at[k].upto <= replayed)
+		k++;
+	memmove(received_at, received_at + k, sizeof(Received) * (nreceived - k));
+	nreceived -= k;
+	note_received(now, GetWalRcvFlushRecPtr(NULL, NULL));
+	if (nreceived == 0 || received_at[0].upto <= replayed)
+		return 0;
+	return (int) Min((double) TimestampDifferenceMilliseconds(received_at[0].at, now) /
+					 redsem_adaptive_max_lag_ms * 1000.0, 1e6);
 }
 
 /* This server's pressure x1000, and (tag) which signal it is */
@@ -249,14 +274,19 @@ adaptive_keeper_tick(int budget_ms)
 	pressure = adaptive_pressure(&tag);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(now, budget_ms), true, 0);
 	call.owe_late_reply = true;
-	for (int i = 0; i < n; i++)
+	/* (backwards: a semaphore adaptive no more is dropped from the list) */
+	for (int i = n - 1; i >= 0; i--)
 	{
 		bool		adaptive;
 		bool		ran;
 
 		if (sem_adapt_tick(&call, used[i].prefix, used[i].name, server_tag(), pressure,
 						   tag, &adaptive, &ran))
+		{
+			if (!adaptive)
+				fleet_adaptive_drop(i);
 			continue;
+		}
 		tick_failed(used[i].name, &call);
 		if (!only_that_one(&call))
 			return;

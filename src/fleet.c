@@ -49,7 +49,63 @@ entry_cmp(const void *a, const void *b)
 	return c != 0 ? c : strcmp(x->name, y->name);
 }
 
-/* The distinct (prefix, name) pairs of the holds the keeper keeps */
+/* A semaphore's uses (acquires and waits) as the last touch counted them */
+typedef struct UseSeen
+{
+	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];
+	char		name[REDSEM_MAX_NAME_BYTES + 1];
+	int64		uses;
+} UseSeen;
+
+static UseSeen *uses_seen = NULL;
+static int	nuses_seen = -1;	/* -1: not counted yet */
+
+/*
+ * The semaphores this server's sessions took or waited on since the last
+ * touch, from the statistics (a hold shorter than the time between two
+ * touches is no hold at either): their entries go at out, *m more.  The
+ * first count is only noted: what came before the keeper is not recent.
+ */
+static void
+recently_used(IndexEntry *out, int *m, int max)
+{
+	SemStats   *st;
+	int			n = stats_snapshot(&st);
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	UseSeen    *now = palloc0(sizeof(UseSeen) * Max(n, 1));
+
+	MemoryContextSwitchTo(old);
+	for (int i = 0; i < n; i++)
+	{
+		int64		uses = st[i].counters[STAT_ACQUIRED] + st[i].counters[STAT_WAITED];
+		int64		before = 0;
+
+		strlcpy(now[i].prefix, st[i].prefix, sizeof(now[i].prefix));
+		strlcpy(now[i].name, st[i].name, sizeof(now[i].name));
+		now[i].uses = uses;
+		if (nuses_seen < 0 || st[i].name[0] == '\0' || *m >= max)
+			continue;
+		for (int k = 0; k < nuses_seen; k++)
+			if (strcmp(uses_seen[k].name, st[i].name) == 0 &&
+				strcmp(uses_seen[k].prefix, st[i].prefix) == 0)
+				before = uses_seen[k].uses;
+		if (uses == before)
+			continue;
+		out[*m].prefix = pstrdup(st[i].prefix);
+		out[*m].name = pstrdup(st[i].name);
+		(*m)++;
+	}
+	if (uses_seen)
+		pfree(uses_seen);
+	uses_seen = now;
+	nuses_seen = n;
+}
+
+/*
+ * The distinct (prefix, name) pairs of the holds the keeper keeps and of
+ * the semaphores used since the last touch (out has room for n +
+ * redsem_max_tracked_semaphores)
+ */
 static int
 collect_entries(const HoldCopy *holds, int n, uint64 target, IndexEntry *out)
 {
@@ -66,6 +122,7 @@ collect_entries(const HoldCopy *holds, int n, uint64 target, IndexEntry *out)
 		out[m].name = h->name;
 		m++;
 	}
+	recently_used(out, &m, n + redsem_max_tracked_semaphores);
 	if (m == 0)
 		return 0;
 	qsort(out, m, sizeof(IndexEntry), entry_cmp);
@@ -293,8 +350,23 @@ note_adaptive(const IndexEntry *entries, const bool *adaptive, int n)
 }
 
 /*
- * The adaptive semaphores this server's sessions held or waited on at the
- * keeper's last touch of the index (*n of them; X4 in src/redsem.lua)
+ * Forget the i-th of them until the next touch: it is adaptive no more (a
+ * mark left behind costs a tick per touch, not one a second)
+ */
+void
+fleet_adaptive_drop(int i)
+{
+	if (i < 0 || i >= nadaptive_used)
+		return;
+	pfree(adaptive_used[i].prefix);
+	pfree(adaptive_used[i].name);
+	adaptive_used[i] = adaptive_used[--nadaptive_used];
+}
+
+/*
+ * The adaptive semaphores this server's sessions held, took or waited on
+ * around the keeper's last touch of the index (*n of them; X4 in
+ * src/redsem.lua)
  */
 const FleetName *
 fleet_adaptive_used(int *n)
@@ -328,7 +400,7 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 		return;
 	next_touch = TimestampTzPlusMilliseconds(now, FLEET_TOUCH_MS);
 	touches_seen = shared_keeper_touches_asked();
-	entries = palloc(sizeof(IndexEntry) * Max(n, 1));
+	entries = palloc(sizeof(IndexEntry) * (n + redsem_max_tracked_semaphores + 1));
 	if ((m = collect_entries(holds, n, target, entries)) == 0)
 	{
 		note_adaptive(entries, NULL, 0);

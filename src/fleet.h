@@ -21,6 +21,7 @@ typedef struct FleetName
 extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target,
 							  int budget_ms);
 extern const FleetName *fleet_adaptive_used(int *n);
+extern void fleet_adaptive_drop(int i);
 extern void fleet_touch_failed(const char *why);
 extern bool fleet_touch_due(void);
 

@@ -110,6 +110,8 @@ queue_caps_apply(void)
 			break;
 		}
 		caps[i].pending = false;
+		/* (a cap set ends an adaptive limit: its mark goes too) */
+		(void) sem_adapt_note(&call, caps[i].semaphore, false);
 		ereport(LOG,
 				(errmsg("redsem: statement queue \"%s\": cap set to %d for every server, from this server's redsem.queues",
 						caps[i].name, caps[i].active)));

@@ -1001,6 +1001,8 @@ apply_cap(const QueueDef *q, int cap)
 	call.elevel = WARNING;
 	if (sem_set_limit(&call, q->semaphore, cap, false, &limit))
 	{
+		/* (a cap set ends an adaptive limit: its mark goes too) */
+		(void) sem_adapt_note(&call, q->semaphore, false);
 		sem_pin_configured(&call, q->semaphore);
 		return;
 	}

@@ -321,5 +321,7 @@
  */
 #define ADAPT_TICK_MS				1000
 #define ADAPT_RUNNABLE_SMOOTH		0.5
+/* A standby's received positions kept for its lag (one a tick; halved when full) */
+#define ADAPT_LAG_SAMPLES			64
 
 #endif							/* REDSEM_TIMING_H */
