@@ -175,6 +175,14 @@ sub watch_limit
 # use, learnt when it notes them in the index (every 10 s, and at once on
 # the server where an administrator makes one adaptive)
 $na->safe_psql('postgres', q{SELECT redsem_set_limit('ad', 1)});
+# meanwhile, on A, a semaphore of short holds (20 ms in every 170): rarely
+# held when a keeper notes its semaphores, it must be ticked all the same;
+# made adaptive from B, whose sessions do not use it
+$nb->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('sh', 1, 4)});
+my $short = RedsemTest::Session->new($na, name => 'short holds');
+$short->send(q{DO $$ BEGIN FOR i IN 1..100 LOOP
+  PERFORM redsem_acquire('sh', lease => '5 s', wait => '10 s'); PERFORM pg_sleep(0.02);
+  PERFORM redsem_release_all(); PERFORM pg_sleep(0.15); END LOOP; END $$;});
 my @sessions = (
 	RedsemHistory::start($na, 'ad', 3, hold => 0.15, lease => '5 s', wait => '30 s', run => 24),
 	RedsemHistory::start($nb, 'ad', 3, hold => 0.15, lease => '5 s', wait => '30 s', run => 16));
@@ -224,6 +232,10 @@ for (1 .. 100)
 }
 ok($grew, "once that server stopped, only the other reports and the limit grows again ($grew)");
 RedsemHistory::finish(@sessions);
+$short->wait_done(60);
+$short->quit;
+is($na->safe_psql('postgres', q{SELECT base_hold IS NOT NULL FROM redsem_adaptive_limit('sh')}), 't',
+	'a semaphore of short holds was ticked by the server that used it: its controller ran');
 
 # the history: never above the bound, nobody stopped, no start past the limit
 my $h = RedsemHistory::check([ $na, $nb ], 'ad', 4);
