@@ -227,11 +227,9 @@ static void
 tick_failed(const char *name, RedisCall *call)
 {
 	static TimestampTz logged_at = 0;
-	TimestampTz now = GetCurrentTimestamp();
 
-	if (!TimestampDifferenceExceeds(logged_at, now, KEEPER_LOG_EVERY_MS))
+	if (!redsem_once_every(&logged_at, KEEPER_LOG_EVERY_MS))
 		return;
-	logged_at = now;
 	ereport(LOG,
 			(errmsg("redsem keeper could not report to adaptive semaphore \"%s\": %s",
 					name, redis_outcome_text(&call->outcome)),

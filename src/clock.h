@@ -57,4 +57,19 @@ redsem_valid_until(TimestampTz at, int64 kept_ms)
 									   REDSEM_STOP_ACT_MS);
 }
 
+/*
+ * True at most once every every_ms of the wall clock for one message (*at:
+ * when it last said so, updated): a log line that must not flood
+ */
+static inline bool
+redsem_once_every(TimestampTz *at, int every_ms)
+{
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (!TimestampDifferenceExceeds(*at, now, every_ms))
+		return false;
+	*at = now;
+	return true;
+}
+
 #endif							/* REDSEM_CLOCK_H */

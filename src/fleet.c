@@ -244,11 +244,9 @@ void
 fleet_touch_failed(const char *why)
 {
 	static TimestampTz logged_at = 0;
-	TimestampTz now = GetCurrentTimestamp();
 
-	if (!TimestampDifferenceExceeds(logged_at, now, KEEPER_LOG_EVERY_MS))
+	if (!redsem_once_every(&logged_at, KEEPER_LOG_EVERY_MS))
 		return;
-	logged_at = now;
 	ereport(LOG,
 			(errmsg("redsem keeper could not note its semaphores in the index of redsem_semaphores(): %s", why),
 			 errdetail("Leases are not affected; the view may miss this server's semaphores until a later try succeeds.")));
