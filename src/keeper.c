@@ -48,6 +48,7 @@
 #include "fleet.h"
 #include "guc.h"
 #include "keeper.h"
+#include "link.h"
 #include "queue_caps.h"
 #include "queue_fleet.h"
 #include "script.h"
@@ -886,6 +887,7 @@ redsem_keeper_main(Datum main_arg)
 	BackgroundWorkerUnblockSignals();
 
 	memset(&st, 0, sizeof(st));
+	redis_set_connection_purpose("keeper");
 	shared_keeper_attach(MyLatch, MyProcPid);
 	on_shmem_exit(keeper_detach, (Datum) 0);
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "redsem keeper",

@@ -316,7 +316,7 @@ ok(@acl > 10 && !@missing,
 	'the documented ACL grants every command the library runs'
 	  . (@missing ? ' (missing: ' . join(' ', @missing) . ')' : ''));
 # and nothing more: besides the library's, only what a backend sends itself
-my @stale = grep { !$runs{$_} && !/^(fcall|function\|load|blpop)$/ } sort keys %granted;
+my @stale = grep { !$runs{$_} && !/^(fcall|function\|load|blpop|client\|setname)$/ } sort keys %granted;
 ok(!@stale, 'the documented ACL grants no command redsem does not use'
 	  . (@stale ? ' (unused: ' . join(' ', @stale) . ')' : ''));
 admin('ACL', 'SETUSER', 'rs_min', 'on', '>Min-S3cret', 'resetkeys', '~redsem:*',
@@ -334,6 +334,18 @@ like(admin('FUNCTION', 'LIST', 'LIBRARYNAME', 'redsem_*')->[0][1] // '', qr/^red
 	'that user loaded the library');
 is($s->query_ok(q{SELECT redsem_set_limit('e_acl_cfg', 3); SELECT count(*) FROM redsem_semaphores() WHERE name = 'e_acl_cfg'; SELECT redsem_set_limit('e_acl_cfg', NULL);}),
 	"\n1\n", 'and it is enough for the index of redsem_semaphores() too');
+# each connection is named: server (cluster_name), purpose, process
+my $spid = $s->query_ok('SELECT pg_backend_pid();');
+like(admin('CLIENT', 'LIST'), qr/^id=.* name=redsem:errs:backend:$spid .*user=rs_min /m,
+	"CLIENT LIST names the session's connection (redsem:errs:backend:<pid>)");
+ok(defined wait_until(20, sub { admin('CLIENT', 'LIST') =~ /name=redsem:errs:keeper:\d+ / }),
+	"... and the keeper's (redsem:errs:keeper:<pid>)");
+admin('ACL', 'SETUSER', 'rs_min', '-client|setname');
+$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+is($s->query_ok(q{SELECT redsem_release('e_acl', redsem_acquire('e_acl', 1));}), 't',
+	'an ACL without CLIENT SETNAME: the connection works, unnamed');
+like(admin('CLIENT', 'LIST'), qr/^id=.* name= .*user=rs_min /m, '... and is unnamed');
+admin('ACL', 'SETUSER', 'rs_min', '+client|setname');
 admin('ACL', 'SETUSER', 'rs_min', '-function|load');
 admin('FUNCTION', 'FLUSH');
 $err = fresh_error(q{SELECT redsem_acquire('e_acl', 1);});

@@ -338,30 +338,6 @@ connection_is_stale(const Link *link)
 }
 
 /*
- * After a failed write or read: if Redis wrote an error line before it
- * closed the connection (it does so when it has too many clients), take the
- * class and words from that line rather than the socket's failure.
- */
-static void
-salvage_error_line(RedisCall *call, const Link *link)
-{
-	char		buf[256];
-	ssize_t		n = recv(link->ctx->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
-	char	   *end;
-	bool		drop;
-	RedisStatus status;
-
-	if (n <= 1 || buf[0] != '-')
-		return;
-	buf[n] = '\0';
-	if ((end = strpbrk(buf, "\r\n")) != NULL)
-		*end = '\0';
-	status = redis_error_class(buf + 1, &drop);
-	(void) redis_note(&call->outcome, status == RS_NOSCRIPT ? RS_LOST : status,
-					  "%s", buf + 1);
-}
-
-/*
  * Flush what was appended on link (if flush); if owed_first,
  * hand over the replies owed on it (sent earlier without waiting, so they
  * come first); then read n replies into replies[], in order.  A command
@@ -446,7 +422,7 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 					  link->ctx->err ? link->ctx->errstr : "");
 	call->outcome.timeout_ms = timeout_ms;
 	if (status == RS_LOST)
-		salvage_error_line(call, link);
+		redis_salvage_error_line(call, link->ctx);
 	disconnect_link(link);
 }
 

@@ -1,7 +1,7 @@
 /*
  * link.c
  *		A bare connection to one Redis server: open it (resolve, connect,
- *		TLS), set up its session (AUTH, SELECT), exchange commands and
+ *		TLS), set up its session (AUTH, SELECT, its name), exchange commands and
  *		replies on it, and classify an error reply.  Nothing here raises for
  *		a Redis failure: each function fills the call's outcome and returns.
  *		Every wait is sockwait.c's, so cancel and timeouts are served (on
@@ -17,7 +17,10 @@
 
 #include "hiredis.h"
 
+#include "miscadmin.h"
+#include "postmaster/postmaster.h"
 #include "storage/fd.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "clock.h"
@@ -246,15 +249,38 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 }
 
 /*
- * Send one command on a context being set up and read its reply into
- * *reply (or free it when reply is NULL); on failure fill the outcome.  An
- * error reply is a failure, of its class (RS_REFUSED counts as a failure
- * to connect).
+ * After a failed write or read on c: if Redis wrote an error line before it
+ * closed the connection (it does so when it has too many clients), take the
+ * class and words from that line rather than the socket's failure.
  */
-bool
-redis_context_command(RedisCall *call, redisContext *c, int argc,
-					  const char **argv, TimestampTz deadline,
-					  redisReply **reply)
+void
+redis_salvage_error_line(RedisCall *call, redisContext *c)
+{
+	char		buf[256];
+	ssize_t		n = recv(c->fd, buf, sizeof(buf) - 1, MSG_DONTWAIT);
+	char	   *end;
+	bool		drop;
+	RedisStatus status;
+
+	if (n <= 1 || buf[0] != '-')
+		return;
+	buf[n] = '\0';
+	if ((end = strpbrk(buf, "\r\n")) != NULL)
+		*end = '\0';
+	status = redis_error_class(buf + 1, &drop);
+	(void) redis_note(&call->outcome, status == RS_NOSCRIPT ? RS_LOST : status,
+					  "%s", buf + 1);
+}
+
+/*
+ * Read the next reply of a context being set up into *reply (or free it
+ * when reply is NULL); on failure fill the outcome.  An error reply is a
+ * failure, of its class (RS_REFUSED counts as a failure to connect), unless
+ * harmless, when it is only dropped.
+ */
+static bool
+await_reply(RedisCall *call, redisContext *c, const char *what,
+			TimestampTz deadline, redisReply **reply, bool harmless)
 {
 	redisReply *r;
 	RedisStatus status;
@@ -262,21 +288,22 @@ redis_context_command(RedisCall *call, redisContext *c, int argc,
 
 	if (reply != NULL)
 		*reply = NULL;
-	if (redisAppendCommandArgv(c, argc, argv, NULL) != REDIS_OK)
-	{
-		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
-		return false;
-	}
 	status = exchange(c, deadline, call->interruptible, &r);
 	if (status != RS_OK)
 	{
-		if (c->err)
-			return redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
-		return note_connect_timeout(call, argv[0]);
+		if (!c->err)
+			return note_connect_timeout(call, what);
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
+		redis_salvage_error_line(call, c);
+		if (call->outcome.status == RS_REFUSED)
+			call->outcome.status = RS_CONNECT_FAILED;
+		return false;
 	}
+	if (r->type == REDIS_REPLY_ERROR && harmless)
+		r->type = REDIS_REPLY_NIL;
 	if (r->type == REDIS_REPLY_ERROR)
 	{
-		status = redis_absorb_error_reply(call, r, argv[0], &drop);
+		status = redis_absorb_error_reply(call, r, what, &drop);
 		if (status == RS_REFUSED)
 			call->outcome.status = RS_CONNECT_FAILED;
 		return false;
@@ -288,12 +315,81 @@ redis_context_command(RedisCall *call, redisContext *c, int argc,
 	return true;
 }
 
-/* Authenticate and select the database, as configured */
+/* Queue one command on a context; on failure fill the outcome */
+static bool
+append_command(RedisCall *call, redisContext *c, int argc, const char **argv)
+{
+	if (redisAppendCommandArgv(c, argc, argv, NULL) == REDIS_OK)
+		return true;
+	return redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
+}
+
+/*
+ * Send one command on a context being set up and read its reply (see
+ * await_reply)
+ */
+bool
+redis_context_command(RedisCall *call, redisContext *c, int argc,
+					  const char **argv, TimestampTz deadline,
+					  redisReply **reply)
+{
+	if (reply != NULL)
+		*reply = NULL;
+	return append_command(call, c, argc, argv) &&
+		await_reply(call, c, argv[0], deadline, reply, false);
+}
+
+/* What this process's connections are for (see redis_set_connection_purpose) */
+static const char *connection_purpose = "backend";
+
+/* Name this process's connections for purpose ("keeper"; "backend" if never set) */
+void
+redis_set_connection_purpose(const char *purpose)
+{
+	connection_purpose = purpose;
+}
+
+/*
+ * The name CLIENT SETNAME gives each connection, so that CLIENT LIST tells
+ * who is who: "redsem:<server>:<purpose>:<pid>", the server being
+ * cluster_name, or else this host's name and port.  Redis refuses spaces
+ * and control characters in a name: those become '_'.
+ */
+static void
+connection_name(char *buf, size_t size)
+{
+	char		host[64];
+
+	if (cluster_name != NULL && cluster_name[0] != '\0')
+		snprintf(buf, size, "redsem:%s:%s:%d", cluster_name, connection_purpose, MyProcPid);
+	else
+	{
+		if (gethostname(host, sizeof(host)) != 0)
+			strlcpy(host, "localhost", sizeof(host));
+		host[sizeof(host) - 1] = '\0';
+		snprintf(buf, size, "redsem:%s:%d:%s:%d", host, PostPortNumber,
+				 connection_purpose, MyProcPid);
+	}
+	for (char *p = buf; *p != '\0'; p++)
+		if (*p <= ' ' || *p > '~')
+			*p = '_';
+}
+
+/*
+ * Authenticate, select the database (as configured) and name the
+ * connection: one write, then the replies in order.  A refused name (an
+ * ACL without CLIENT SETNAME) does no harm: the connection goes unnamed.
+ */
 static bool
 setup_session(RedisCall *call, redisContext *c, const char *host,
 			  TimestampTz deadline)
 {
 	char		password[REDSEM_MAX_SECRET_BYTES + 1];
+	char		db[16];
+	char		name[160];
+	const char *auth[3] = {"AUTH", redsem_user, password};
+	const char *select[2] = {"SELECT", db};
+	const char *setname[3] = {"CLIENT", "SETNAME", name};
 	bool		have_password;
 	bool		ok = true;
 
@@ -301,26 +397,23 @@ setup_session(RedisCall *call, redisContext *c, const char *host,
 		return false;
 	if (have_password)
 	{
-		const char *argv[3] = {"AUTH", redsem_user, password};
+		bool		user = redsem_user && redsem_user[0] != '\0';
 
-		if (redsem_user && redsem_user[0] != '\0')
-			ok = redis_context_command(call, c, 3, argv, deadline, NULL);
-		else
-		{
-			argv[1] = password;
-			ok = redis_context_command(call, c, 2, argv, deadline, NULL);
-		}
+		if (!user)
+			auth[1] = password;
+		ok = append_command(call, c, user ? 3 : 2, auth);
 		explicit_bzero(password, sizeof(password));
 	}
+	snprintf(db, sizeof(db), "%d", redsem_database);
 	if (ok && redsem_database != 0)
-	{
-		char		db[16];
-		const char *argv[] = {"SELECT", db};
-
-		snprintf(db, sizeof(db), "%d", redsem_database);
-		ok = redis_context_command(call, c, 2, argv, deadline, NULL);
-	}
-	return ok;
+		ok = append_command(call, c, 2, select);
+	connection_name(name, sizeof(name));
+	ok = ok && append_command(call, c, 3, setname);
+	if (ok && have_password)
+		ok = await_reply(call, c, "AUTH", deadline, NULL, false);
+	if (ok && redsem_database != 0)
+		ok = await_reply(call, c, "SELECT", deadline, NULL, false);
+	return ok && await_reply(call, c, "CLIENT", deadline, NULL, true);
 }
 
 /*

@@ -22,6 +22,7 @@ extern struct redisContext *redis_open_context(RedisCall *call, const char *host
 extern bool redis_setup_context(RedisCall *call, struct redisContext *c,
 								TimestampTz deadline);
 extern void redis_close_context(struct redisContext *c);
+extern void redis_set_connection_purpose(const char *purpose);
 
 /* Exchanging */
 extern bool redis_context_command(RedisCall *call, struct redisContext *c,
@@ -37,6 +38,7 @@ extern uint64 redis_writes_started(void);
 extern RedisStatus redis_error_class(const char *msg, bool *drop);
 extern RedisStatus redis_absorb_error_reply(RedisCall *call, struct redisReply *reply,
 											const char *what, bool *drop);
+extern void redis_salvage_error_line(RedisCall *call, struct redisContext *c);
 extern bool redis_reply_outcome(const struct redisReply *reply,
 								RedisOutcome *outcome);
 
