@@ -2825,14 +2825,19 @@ end
 -- nobody waiting, none would come in in their place now.  Its first
 -- write finds whether id is a member; if not, it changed nothing, and the
 -- general path answers (and tidies whatever was left of id).
+-- An adaptive limit's holder (I16) leaves its hold time as a sample, as
+-- op_release does: its state stores a limit, so has no TTL to see to.
 function fast_release(id)
-    if S.xh + S.xw > 0 or S.tl or S.rk or S.ad then return nil end
-    if member_count() == 1 then return fast_last(id) end
+    if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
+    if member_count() == 1 then
+        if S.ad then return nil end -- (its sample: the general path's)
+        return fast_last(id)
+    end
     if MEMBERS == 0 or waiter_count() > 0 then return nil end
-    local tenant = ''               -- I12: only a holder may have one then
-    if S.tt > 0 then
-        local _, _, _, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
-        tenant = of or ''
+    local tenant, since = '', nil   -- I12: only a holder may have one then
+    if S.tt > 0 or S.ad then
+        local _, _, at, _, _, of = parse_info(redis.call('HGET', K_INFO, id))
+        tenant, since = of or '', S.ad and at
         if tenant ~= '' then tenant_held(tenant) end    -- (read before any write)
     end
     if redis.call('ZREM', K_OWNER, id) == 0 then return nil end
@@ -2840,6 +2845,10 @@ function fast_release(id)
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
     redis.call('DEL', wake_key(id), nudge_key(id))
+    if since then
+        local held = math.min(math.max(NOW_MS - since, 0), S.ac or math.huge)
+        redis.call('HSET', K_STATE, 'as', int(S.as + held), 'an', int(S.an + 1))
+    end
     return 1
 end
 

@@ -135,6 +135,25 @@ ok($st{ad} && $st{limit}, '... the bounds and the limit among it');
 is($r->cmd('PTTL', 'redsem:{adp}:state'), -1, '... kept without a TTL');
 $r->cmd('FCALL', $lib, 1, $pk, 'set_limit', '');
 
+# every release of a holder leaves its hold time, by the fast path (others
+# left, nobody waiting) as by the general one (the last member); a forced
+# release leaves none
+my $sk = 'redsem:{ads}:owner';
+$r->cmd('FCALL', $lib, 1, $sk, 'set_adapt', 1, 8, 8);
+$r->cmd('FCALL', $lib, 1, $sk, 'acquire', "h$_", '', 1, 30000, 0, 5000, 'o') for 1 .. 4;
+usleep(60_000);
+my @an;
+for my $h (qw(h1 h2 h3))
+{
+	$r->cmd('FCALL', $lib, 1, $sk, 'release', $h, $h eq 'h2' ? 'forced' : ());
+	push @an, $r->cmd('HGET', 'redsem:{ads}:state', 'an') // 0;
+}
+$r->cmd('FCALL', $lib, 1, $sk, 'release', 'h4');
+push @an, $r->cmd('HGET', 'redsem:{ads}:state', 'an') // 0;
+is("@an", '1 1 2 3', 'each release of a holder is a sample (fast path, forced: none, fast path, the last)');
+cmp_ok($r->cmd('HGET', 'redsem:{ads}:state', 'as') // 0, '>=', 3 * 50, '... of its hold time');
+$r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
+
 # --- two servers, one adaptive limit -----------------------------------------
 
 my $na = RedsemTest::create_node('ada', $redis);
