@@ -40,6 +40,15 @@
 #              limit is in use)
 #   aimd       the same with AIMD (+1 a second while the median is within
 #              2x the best median seen, else x0.9)
+#   head to head  the adaptive limit from its start, the best calm static
+#              limit and the controls, each on a semaphore of its own, one
+#              at a time in rotated order, BENCH_AB_ROUNDS rounds of
+#              BENCH_AB_S seconds a side: the same minutes for all, so a
+#              machine's drift over the run falls on all alike; the issue's
+#              calm ratios are judged here
+#   cost       what being adaptive costs a call: short holds on an adaptive
+#              semaphore that never makes anyone wait against a static one,
+#              alternately: calls/s, round trips and Redis us per call
 # For each of the last three: heavy tx/s, guarded p99 and light p99 per
 # phase (the first 10 s after a step left out of the steady figures), the
 # seconds after each step until the limit is within +-20% of that
@@ -54,7 +63,9 @@
 # ("1 2 3 4 6 8 12 16"), BENCH_HEAVY (16), BENCH_LIGHT (4),
 # BENCH_LIGHT_RATE (200), BENCH_WORK (rows counted per heavy statement;
 # default: calibrated to about 100 ms alone), BENCH_CONTROLS ("gradient2
-# aimd"; empty: none), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+# aimd"; empty: none), BENCH_AB_ROUNDS (4; 0: no head to head),
+# BENCH_AB_S (20), BENCH_COST_S (8; 0: no cost phase), BENCH_NO_INSTALL=1,
+# REDSEM_KEEP=1.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -68,7 +79,13 @@ LIGHT=${BENCH_LIGHT:-4}
 LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
 CONTROLS=${BENCH_CONTROLS-gradient2 aimd}
 PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
+AB_ROUNDS=${BENCH_AB_ROUNDS:-4}
+AB_S=${BENCH_AB_S:-20}
+COST_S=${BENCH_COST_S:-8}
 SETTLE_S=10
+# the first seconds of each head-to-head segment are left out (pgbench
+# starting, the slots of the other side's last statements coming back)
+AB_SKIP_S=3
 
 bench_init adaptive
 HOG_PIDS=()
@@ -92,18 +109,19 @@ hog_stop() {
 redsem_log "pgbench -i (scale 10) and the heavy statement"
 bench_pgbench -i -q -s 10 >/dev/null 2>&1
 bench_sql "
-CREATE UNLOGGED TABLE bench_runs (at timestamptz NOT NULL, guarded_ms float8 NOT NULL);
-CREATE FUNCTION bench_heavy(n integer) RETURNS void LANGUAGE plpgsql AS \$\$
+CREATE UNLOGGED TABLE bench_runs (at timestamptz NOT NULL, guarded_ms float8 NOT NULL,
+                                  sem text NOT NULL);
+CREATE FUNCTION bench_heavy(n integer, sem text DEFAULT 'heavy') RETURNS void LANGUAGE plpgsql AS \$\$
 DECLARE
     t0 timestamptz;
 BEGIN
-    IF redsem_acquire_xact('heavy', wait => '5 min') IS NULL THEN
+    IF redsem_acquire_xact(sem, wait => '5 min') IS NULL THEN
         RAISE EXCEPTION 'no slot';
     END IF;
     t0 := clock_timestamp();
     PERFORM count(*) FROM generate_series(1, n);
     INSERT INTO bench_runs VALUES (clock_timestamp(),
-        extract(epoch FROM clock_timestamp() - t0) * 1000);
+        extract(epoch FROM clock_timestamp() - t0) * 1000, sem);
 END \$\$;
 CREATE FUNCTION bench_work_ms(n integer) RETURNS float8 LANGUAGE plpgsql AS \$\$
 DECLARE
@@ -140,11 +158,12 @@ sampler_stop() {
     wait "$SAMPLER" 2>/dev/null || true
 }
 
-# run_load SECONDS TAG: the heavy and light clients for SECONDS; the light
-# clients' log goes to $BENCH_TMP/light-TAG.*; heavy tx/s to heavy-TAG.out
+# run_load SECONDS TAG [SCRIPT]: the heavy and light clients for SECONDS;
+# the light clients' log goes to $BENCH_TMP/light-TAG.*; heavy tx/s to
+# heavy-TAG.out; SCRIPT (default heavy.sql) names the heavy statement
 run_load() {
-    local s=$1 tag=$2 hp lp
-    (cd "$BENCH_TMP" && bench_pgbench -n -c "$HEAVY" -j 2 -T "$s" -f "$BENCH_TMP/heavy.sql" \
+    local s=$1 tag=$2 script=${3:-heavy.sql} hp lp
+    (cd "$BENCH_TMP" && bench_pgbench -n -c "$HEAVY" -j 2 -T "$s" -f "$BENCH_TMP/$script" \
         >"$BENCH_TMP/heavy-$tag.out" 2>&1) &
     hp=$!
     (cd "$BENCH_TMP" && bench_pgbench -n -S -c "$LIGHT" -j 1 -R "$LIGHT_RATE" -T "$s" \
@@ -172,6 +191,37 @@ heavy_stats() {
                  FROM bench_runs
                 WHERE at >= to_timestamp($1) AND at < to_timestamp($2)" |
         awk -F'|' '{ printf "%.1f %.0f %.0f\n", $1, $2, $3 }'
+}
+
+# windows_sql SEGMENTS: an SQL condition on bench_runs.at for "FROM:TO"
+# words (epoch seconds, [FROM, TO))
+windows_sql() {
+    local w cond=false
+    for w in $1; do cond+=" OR (at >= to_timestamp(${w%%:*}) AND at < to_timestamp(${w##*:}))"; done
+    printf '%s' "$cond"
+}
+
+# pooled_heavy SEM SEGMENTS: "tx/s p50 p99" of SEM's statements over the
+# "FROM:TO" segments, pooled
+pooled_heavy() {
+    local w secs=0
+    for w in $2; do secs=$((secs + ${w##*:} - ${w%%:*})); done
+    bench_sql "SELECT count(*) / $secs::float8,
+                      percentile_cont(0.5) WITHIN GROUP (ORDER BY guarded_ms),
+                      percentile_cont(0.99) WITHIN GROUP (ORDER BY guarded_ms)
+                 FROM bench_runs WHERE sem = '$1' AND ($(windows_sql "$2"))" |
+        awk -F'|' '{ printf "%.1f %.0f %.0f\n", $1, $2, $3 }'
+}
+
+# pooled_light TAGGED: the light clients' p99 (ms) over "TAG:FROM:TO" words
+pooled_light() {
+    local w tag rest
+    for w in $1; do
+        tag=${w%%:*} rest=${w#*:}
+        cat "$BENCH_TMP"/light-"$tag".* 2>/dev/null |
+            awk -v from="${rest%%:*}" -v to="${rest##*:}" '$5 >= from && $5 < to { print $3 / 1000 }'
+    done | sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit }
+                                                i = int(NR * 0.99 + 0.5); if (i < 1) i = 1; printf "%.1f\n", v[i] }'
 }
 
 # sweep COND: each static limit for SWEEP_S; rows "limit tx/s p50 p99 light_p99"
@@ -214,9 +264,17 @@ while read -r l tx p50 p99 lp; do printf '%-8s %-6s | %9s %8s %8s %9s\n' calm "$
 while read -r l tx p50 p99 lp; do printf '%-8s %-6s | %9s %8s %8s %9s\n' hog "$l" "$tx" "$p50" "$p99" "$lp"; done <<<"$HOGGED"
 printf 'best static limit: %s without the hog, %s with it\n' "$(cut -d' ' -f1 <<<"$BEST_CALM")" "$(cut -d' ' -f1 <<<"$BEST_HOG")"
 
-# control_sql KIND: a DO block that sets the limit each second by KIND's
-# formula, from the guarded run times of the second before
+# control_sql KIND [SEM]: a DO block that sets SEM's limit (default heavy)
+# each second by KIND's formula, from SEM's guarded run times of the second
+# before
 control_sql() {
+    local sem=${2:-heavy}
+    control_formula "$1" | sed -e "s/'heavy'/'$sem'/g" \
+        -e "s/WHERE at >= clock_timestamp()/WHERE sem = '$sem' AND at >= clock_timestamp()/"
+}
+
+# control_formula KIND: control_sql's block for semaphore heavy
+control_formula() {
     case $1 in
     gradient2) cat <<'EOF'
 DO $$
@@ -323,11 +381,100 @@ phase_row() {
         "$(light_p99 "$1" "$(($3 + SETTLE_S))" "$4")"
 }
 
+# head_to_head: the adaptive limit (from its start, no tuning), the best
+# calm static limit and each control, each on a semaphore of its own, one
+# side at a time, AB_ROUNDS rounds of AB_S seconds a side, the order
+# rotated each round (each side takes each place once in as many rounds as
+# there are sides), without the hog. All sides get the same minutes, so the
+# drift of a machine over a run (which moved the step run's calm throughput
+# ratio from 1.06 to 0.88 between two runs of the same code) falls on all
+# alike. While another side runs, a side has no releases and holds still
+# (the controls skip a second without samples, as the adaptive limit does).
+# Segments "FROM:TO" in AB_SEG[side], light logs "TAG:FROM:TO" in AB_LIGHT.
+declare -A AB_SEG AB_LIGHT
+AB_SIDES=(adaptive static $CONTROLS)
+# ab_sem SIDE: the semaphore a side's statements take
+ab_sem() {
+    case $1 in
+    adaptive) echo heavy ;;
+    static) echo heavy_static ;;
+    *) echo "heavy_$1" ;;
+    esac
+}
+head_to_head() {
+    local r i side t0 n=${#AB_SIDES[@]} ctls=() pid
+    bench_sql "SELECT redsem_set_limit('heavy', NULL); SELECT redsem_set_adaptive_limit('heavy', 1, 32, 1);
+               SELECT redsem_set_limit('heavy_static', $bc)" >/dev/null
+    for side in "${AB_SIDES[@]}"; do
+        printf '\\set n %s\nSELECT bench_heavy(:n, %s);\n' "$WORK" "'$(ab_sem "$side")'" >"$BENCH_TMP/heavy-ab-$side.sql"
+        chown postgres "$BENCH_TMP/heavy-ab-$side.sql"
+        [[ $side == adaptive || $side == static ]] && continue
+        control_sql "$side" "$(ab_sem "$side")" >"$BENCH_TMP/control-ab-$side.sql"
+        bench_bg bench_psql -f "$BENCH_TMP/control-ab-$side.sql" 2>"$BENCH_TMP/control-ab-$side.log"
+        ctls+=("$BENCH_PID")
+    done
+    sampler_start "$BENCH_TMP/series-ab.csv"
+    # the adaptive side from its start, not measured
+    run_load "$AB_S" ab-warm heavy-ab-adaptive.sql
+    for ((r = 0; r < AB_ROUNDS; r++)); do
+        for ((i = 0; i < n; i++)); do
+            side=${AB_SIDES[$(((i + r) % n))]}
+            t0=$(date +%s)
+            run_load "$AB_S" "ab-$side-$r" "heavy-ab-$side.sql"
+            AB_SEG[$side]+=" $((t0 + AB_SKIP_S)):$(date +%s)"
+            AB_LIGHT[$side]+=" ab-$side-$r:$((t0 + AB_SKIP_S)):$(date +%s)"
+        done
+    done
+    sampler_stop
+    for pid in "${ctls[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+    bench_sql "SELECT redsem_set_adaptive_limit('heavy', NULL, NULL); SELECT redsem_set_limit('heavy', NULL)" >/dev/null
+}
+
+# path_cost: what being adaptive costs a call. Short holds (take a slot,
+# commit) by BENCH_HEAVY clients on an adaptive semaphore whose bounds are
+# both 64 (it never makes anyone wait, but every release is sampled and the
+# keeper runs the controller) against a static limit of 64, alternately,
+# COST_S seconds a side, twice; no light clients, no hog. Rows
+# "side tx/s round-trips/call redis-us/call" in COST[side] (summed).
+declare -A COST_TX COST_RT COST_US
+path_cost() {
+    local r side order stats tx
+    bench_sql "SELECT redsem_set_adaptive_limit('cost_ad', 64, 64, 64); SELECT redsem_set_limit('cost_st', 64)" >/dev/null
+    printf "SELECT redsem_acquire_xact('cost_ad');\n" >"$BENCH_TMP/cost-adaptive.sql"
+    printf "SELECT redsem_acquire_xact('cost_st');\n" >"$BENCH_TMP/cost-static.sql"
+    chown postgres "$BENCH_TMP"/cost-*.sql
+    for r in 0 1; do
+        order="adaptive static"
+        ((r == 0)) || order="static adaptive"
+        for side in $order; do
+            bench_stats_reset
+            tx=$(cd "$BENCH_TMP" && bench_pgbench -n -c "$HEAVY" -j 2 -T "$COST_S" -f "$BENCH_TMP/cost-$side.sql" 2>&1 |
+                sed -nE 's/^number of transactions actually processed: ([0-9]+).*/\1/p')
+            stats=$(bench_stats)
+            COST_TX[$side]=$((${COST_TX[$side]:-0} + ${tx:-0}))
+            COST_RT[$side]=$((${COST_RT[$side]:-0} + $(bench_roundtrips "$stats")))
+            COST_US[$side]=$((${COST_US[$side]:-0} + $(bench_usec "$stats" '^fcall')))
+        done
+    done
+    bench_sql "SELECT redsem_set_adaptive_limit('cost_ad', NULL, NULL); SELECT redsem_set_limit('cost_ad', NULL);
+               SELECT redsem_set_limit('cost_st', NULL)" >/dev/null
+}
+
 declare -A T
 for kind in adaptive $CONTROLS; do
     redsem_log "$kind: ${STEP_S}s calm, ${STEP_S}s hog, ${STEP_S}s calm"
     run_steps "$kind"
 done
+bc=$(cut -d' ' -f1 <<<"$BEST_CALM")
+bh=$(cut -d' ' -f1 <<<"$BEST_HOG")
+if ((AB_ROUNDS > 0)); then
+    redsem_log "head to head: ${AB_SIDES[*]} (static $bc), ${AB_ROUNDS} rounds of ${AB_S}s a side"
+    head_to_head
+fi
+if ((COST_S > 0)); then
+    redsem_log "the adaptive path's own cost: short holds, ${COST_S}s a side, twice"
+    path_cost
+fi
 
 printf '\nsteps (steady: from %ss after each step)\n' "$SETTLE_S"
 printf '%-9s %-5s | %9s %8s %8s %9s\n' controller phase "heavy/s" "p50 ms" "p99 ms" "light p99"
@@ -337,8 +484,6 @@ for kind in adaptive $CONTROLS; do
     phase_row "$kind" hog "$t1" "$t2"
     phase_row "$kind" calm2 "$t2" "$t3"
 done
-bc=$(cut -d' ' -f1 <<<"$BEST_CALM")
-bh=$(cut -d' ' -f1 <<<"$BEST_HOG")
 printf '\n%-9s | %-22s %-22s | %-24s\n' controller "to +-20% after hog on" "after hog off" "steady swing (calm/hog/calm)"
 for kind in adaptive $CONTROLS; do
     read -r t0 t1 t2 t3 <<<"${T[$kind]}"
@@ -354,8 +499,53 @@ read -r t0 t1 t2 t3 <<<"${T[adaptive]}"
 read -r atx ap50 ap99 <<<"$(heavy_stats "$((t0 + SETTLE_S))" "$t1")"
 alp=$(light_p99 adaptive "$((t0 + SETTLE_S))" "$t1")
 read -r _ btx bp50 bp99 blp <<<"$BEST_CALM"
-printf '\nadaptive vs best static (%s), calm and steady: heavy/s %s (target >= 0.9), guarded p99 %s (target <= 1.25), light p99 %s ms vs %s ms\n' \
+printf '\nstep run, calm and steady, against the sweep (different minutes): adaptive vs best static (%s): heavy/s %s, guarded p99 %s, light p99 %s ms vs %s ms\n' \
     "$bc" "$(bench_ratio "$atx" "$btx")" "$(bench_ratio "$ap99" "$bp99")" "$alp" "$blp"
+
+if ((AB_ROUNDS > 0)); then
+    printf '\nhead to head, same minutes (%s rounds of %ss a side, order rotated, first %ss of each left out)\n' "$AB_ROUNDS" "$AB_S" "$AB_SKIP_S"
+    printf '%-9s %-5s | %9s %8s %8s %9s\n' side round "heavy/s" "p50 ms" "p99 ms" "light p99"
+    declare -A ABTX ABP99 ABLP
+    for side in "${AB_SIDES[@]}"; do
+        r=0
+        for w in ${AB_SEG[$side]}; do
+            lw=$(cut -d' ' -f$((r + 2)) <<<"${AB_LIGHT[$side]}")
+            printf '%-9s %-5s | %9s %8s %8s %9s\n' "$side" "$r" $(pooled_heavy "$(ab_sem "$side")" "$w") "$(pooled_light "$lw")"
+            r=$((r + 1))
+        done
+    done
+    for side in "${AB_SIDES[@]}"; do
+        read -r tx p50 p99 <<<"$(pooled_heavy "$(ab_sem "$side")" "${AB_SEG[$side]}")"
+        ABTX[$side]=$tx ABP99[$side]=$p99 ABLP[$side]=$(pooled_light "${AB_LIGHT[$side]}")
+        printf '%-9s %-5s | %9s %8s %8s %9s\n' "$side" all "$tx" "$p50" "$p99" "${ABLP[$side]}"
+    done
+    # the limit while the adaptive side ran (its segments only)
+    lims=$(for w in ${AB_SEG[adaptive]}; do
+        awk -F, -v from="${w%%:*}" -v to="${w##*:}" '$1 >= from && $1 < to && $2 != "" { print $2 }' "$BENCH_TMP/series-ab.csv"
+    done | sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "median %s, from %s to %s", v[int((NR + 1) / 2)], v[1], v[NR] }')
+    printf 'adaptive limit during its segments: %s (static: %s)\n' "${lims:-n/a}" "$bc"
+    printf 'adaptive vs best static (%s), head to head: heavy/s %s (target >= 0.9), guarded p99 %s (target <= 1.25), light p99 %s (%s ms vs %s ms; target <= 1)\n' \
+        "$bc" "$(bench_ratio "${ABTX[adaptive]}" "${ABTX[static]}")" "$(bench_ratio "${ABP99[adaptive]}" "${ABP99[static]}")" \
+        "$(bench_ratio "${ABLP[adaptive]}" "${ABLP[static]}")" "${ABLP[adaptive]}" "${ABLP[static]}"
+    for side in $CONTROLS; do
+        printf 'adaptive vs %s, head to head: heavy/s %s (target >= 1, or within the 5%% a tie is), guarded p99 %s (target < 1), light p99 %s\n' \
+            "$side" "$(bench_ratio "${ABTX[adaptive]}" "${ABTX[$side]}")" "$(bench_ratio "${ABP99[adaptive]}" "${ABP99[$side]}")" \
+            "$(bench_ratio "${ABLP[adaptive]}" "${ABLP[$side]}")"
+    done
+fi
+
+if ((COST_S > 0)); then
+    printf '\nthe adaptive path'"'"'s own cost: short holds, %s clients, never waiting (limit 64 both), %ss a side twice\n' "$HEAVY" "$COST_S"
+    printf '%-9s | %9s %14s %14s\n' side "calls/s" "round trips" "Redis us"
+    for side in adaptive static; do
+        printf '%-9s | %9s %14s %14s\n' "$side" "$(bench_div "${COST_TX[$side]}" "$((2 * COST_S))" '%.0f')" \
+            "$(bench_div "${COST_RT[$side]}" "${COST_TX[$side]}")" "$(bench_div "${COST_US[$side]}" "${COST_TX[$side]}" '%.1f')"
+    done
+    printf 'adaptive vs static, per call: calls/s %s, round trips %s, Redis us %s\n' \
+        "$(bench_ratio "${COST_TX[adaptive]}" "${COST_TX[static]}")" \
+        "$(bench_ratio "$(bench_div "${COST_RT[adaptive]}" "${COST_TX[adaptive]}")" "$(bench_div "${COST_RT[static]}" "${COST_TX[static]}")")" \
+        "$(bench_ratio "$(bench_div "${COST_US[adaptive]}" "${COST_TX[adaptive]}" '%.2f')" "$(bench_div "${COST_US[static]}" "${COST_TX[static]}" '%.2f')")"
+fi
 
 if command -v gnuplot >/dev/null; then
     mkdir -p "$PLOTS"
