@@ -146,11 +146,28 @@ chown postgres "$BENCH_TMP/heavy.sql"
 sampler_start() {
     local csv=$1
     printf '%s\n' "DO \$\$ BEGIN LOOP
-        RAISE NOTICE 'limit %,%', extract(epoch FROM clock_timestamp()),
-            (SELECT limit_in_effect FROM redsem_semaphore('heavy'));
+        RAISE NOTICE 'limit %,%,%', extract(epoch FROM clock_timestamp()),
+            (SELECT limit_in_effect FROM redsem_semaphore('heavy')),
+            (SELECT last_move FROM redsem_semaphore('heavy'));
         PERFORM pg_sleep(1); END LOOP; END \$\$;" >"$BENCH_TMP/sampler.sql"
     (bench_psql -f "$BENCH_TMP/sampler.sql" 2>&1 | sed -n 's/.*NOTICE:  limit //p' >"$csv") &
     SAMPLER=$!
+}
+# controls_stop: end every control's loop.  (Killing its psql is not
+# enough: a backend running a DO block does not notice its client went, and
+# an orphaned loop would go on setting the limit of the semaphore it
+# names, beside the next controller.)
+controls_stop() {
+    local left
+    bench_sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                WHERE query LIKE 'DO \$\$%lim float8 := 1%' AND pid <> pg_backend_pid()" >/dev/null
+    for _ in $(seq 50); do
+        left=$(bench_sql "SELECT count(*) FROM pg_stat_activity
+                           WHERE query LIKE 'DO \$\$%lim float8 := 1%' AND pid <> pg_backend_pid()")
+        [[ $left == 0 ]] && return 0
+        sleep 0.1
+    done
+    redsem_die "a control's loop is still running"
 }
 sampler_stop() {
     bench_sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -346,7 +363,7 @@ run_steps() {
     hog_stop
     wait "$load"
     sampler_stop
-    if [[ -n $ctl ]]; then kill "$ctl" 2>/dev/null || true; wait "$ctl" 2>/dev/null || true; fi
+    if [[ -n $ctl ]]; then controls_stop; wait "$ctl" 2>/dev/null || true; fi
     bench_sql "SELECT redsem_set_adaptive_limit('heavy', NULL, NULL); SELECT redsem_set_limit('heavy', NULL)" >/dev/null
     T[$kind]="$t0 $((t0 + STEP_S)) $((t0 + 2 * STEP_S)) $((t0 + 3 * STEP_S))"
 }
@@ -426,7 +443,8 @@ head_to_head() {
         done
     done
     sampler_stop
-    for pid in "${ctls[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+    controls_stop
+    for pid in "${ctls[@]}"; do wait "$pid" 2>/dev/null || true; done
     bench_sql "SELECT redsem_set_adaptive_limit('heavy', NULL, NULL); SELECT redsem_set_limit('heavy', NULL)" >/dev/null
 }
 

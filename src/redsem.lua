@@ -1338,15 +1338,17 @@ function read_state()
     S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
          tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
     if S.x then                     -- (I13: EXTRA fields only if x says so)
-        v = redis.call('HMGET', K_STATE, unpack(EXTRA))     -- (in EXTRA's order)
+        -- (in EXTRA's order, then the rest of an adaptive limit, I16: one
+        -- call, as every operation on an adaptive semaphore needs them)
+        v = redis.call('HMGET', K_STATE, 'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad',
+                       'am', 'as', 'an', 'ac')
         S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
         S.gu, S.ad = tonumber(v[7]), v[8] or nil
-    end
-    if S.ad then                    -- the rest of an adaptive limit (I16)
-        v = redis.call('HMGET', K_STATE, 'am', 'as', 'an', 'ac')
-        S.am, S.as, S.an, S.ac = v[1] or nil, tonumber(v[2]) or 0, tonumber(v[3]) or 0, tonumber(v[4])
+        if S.ad then
+            S.am, S.as, S.an, S.ac = v[9] or nil, tonumber(v[10]) or 0, tonumber(v[11]) or 0, tonumber(v[12])
+        end
     end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
