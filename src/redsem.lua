@@ -2842,14 +2842,22 @@ function fast_release(id)
         tenant, since = of or '', S.ad and at
         if tenant ~= '' then tenant_held(tenant) end    -- (read before any write)
     end
+    if S.ad then                    -- (I16: an expiry is no sample; I2)
+        local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
+        if not deadline or deadline <= NOW_MS then return nil end
+    end
     if redis.call('ZREM', K_OWNER, id) == 0 then return nil end
     fast_tenant(tenant, -1)
     redis.call('ZREM', K_TIMEOUT, id)
     redis.call('HDEL', K_INFO, id)
     redis.call('DEL', wake_key(id), nudge_key(id))
-    if since then
-        local held = math.min(math.max(NOW_MS - since, 0), S.ac or math.huge)
-        redis.call('HSET', K_STATE, 'as', int(S.as + held), 'an', int(S.an + 1))
+    if since then                   -- (as op_release and write_fields would)
+        local sum = S.as + math.min(math.max(NOW_MS - since, 0), S.ac or math.huge)
+        if sum >= 1 then
+            redis.call('HSET', K_STATE, 'an', int(S.an + 1), 'as', int(sum))
+        else
+            redis.call('HSET', K_STATE, 'an', int(S.an + 1))
+        end
     end
     return 1
 end

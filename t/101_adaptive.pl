@@ -152,6 +152,13 @@ $r->cmd('FCALL', $lib, 1, $sk, 'release', 'h4');
 push @an, $r->cmd('HGET', 'redsem:{ads}:state', 'an') // 0;
 is("@an", '1 1 2 3', 'each release of a holder is a sample (fast path, forced: none, fast path, the last)');
 cmp_ok($r->cmd('HGET', 'redsem:{ads}:state', 'as') // 0, '>=', 3 * 50, '... of its hold time');
+# a holder whose lease ran out is no sample, another member left or not
+$r->cmd('FCALL', $lib, 1, $sk, 'acquire', $_, '', 1, $_ eq 'late' ? 100 : 30000, 0, 5000, 'o')
+  for qw(late other);
+usleep(300_000);
+is($r->cmd('FCALL', $lib, 1, $sk, 'release', 'late'), 0, 'a holder whose lease ran out: released as gone');
+is($r->cmd('HGET', 'redsem:{ads}:state', 'an'), 3, '... and no sample');
+$r->cmd('FCALL', $lib, 1, $sk, 'release', 'other');
 $r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
 
 # --- two servers, one adaptive limit -----------------------------------------

@@ -273,14 +273,30 @@ redis_salvage_error_line(RedisCall *call, redisContext *c)
 }
 
 /*
+ * True for an error reply that refuses only the command it answers: the
+ * ACL does not allow it (NOPERM), or the server does not know it.  Any
+ * other (too many clients, protected mode, NOAUTH, LOADING...) is about the
+ * connection, and must be reported as such.
+ */
+static bool
+refuses_only_command(const redisReply *r)
+{
+	return r->str != NULL &&
+		(strncmp(r->str, "NOPERM", 6) == 0 ||
+		 strncmp(r->str, "ERR unknown command", 19) == 0 ||
+		 strncmp(r->str, "ERR unknown subcommand", 22) == 0);
+}
+
+/*
  * Read the next reply of a context being set up into *reply (or free it
  * when reply is NULL); on failure fill the outcome.  An error reply is a
  * failure, of its class (RS_REFUSED counts as a failure to connect), unless
- * harmless, when it is only dropped.
+ * optional and it refuses only its command (refuses_only_command), when it
+ * is dropped.
  */
 static bool
 await_reply(RedisCall *call, redisContext *c, const char *what,
-			TimestampTz deadline, redisReply **reply, bool harmless)
+			TimestampTz deadline, redisReply **reply, bool optional)
 {
 	redisReply *r;
 	RedisStatus status;
@@ -299,8 +315,11 @@ await_reply(RedisCall *call, redisContext *c, const char *what,
 			call->outcome.status = RS_CONNECT_FAILED;
 		return false;
 	}
-	if (r->type == REDIS_REPLY_ERROR && harmless)
-		r->type = REDIS_REPLY_NIL;
+	if (r->type == REDIS_REPLY_ERROR && optional && refuses_only_command(r))
+	{
+		freeReplyObject(r);
+		return true;
+	}
 	if (r->type == REDIS_REPLY_ERROR)
 	{
 		status = redis_absorb_error_reply(call, r, what, &drop);
@@ -377,8 +396,12 @@ connection_name(char *buf, size_t size)
 
 /*
  * Authenticate, select the database (as configured) and name the
- * connection: one write, then the replies in order.  A refused name (an
- * ACL without CLIENT SETNAME) does no harm: the connection goes unnamed.
+ * connection: one write, then the replies in order.  A name the ACL
+ * refuses (no CLIENT SETNAME) does no harm: the connection goes unnamed.
+ * (Waiting for the name's reply costs a round trip at connect where there
+ * is neither AUTH nor SELECT; it also reads the error line Redis writes
+ * before it closes a connection it will not serve, as the first call did
+ * before.)
  */
 static bool
 setup_session(RedisCall *call, redisContext *c, const char *host,
@@ -413,7 +436,7 @@ setup_session(RedisCall *call, redisContext *c, const char *host,
 		ok = await_reply(call, c, "AUTH", deadline, NULL, false);
 	if (ok && redsem_database != 0)
 		ok = await_reply(call, c, "SELECT", deadline, NULL, false);
-	return ok && await_reply(call, c, "CLIENT", deadline, NULL, true);
+	return ok && await_reply(call, c, NULL, deadline, NULL, true);
 }
 
 /*
