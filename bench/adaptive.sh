@@ -63,7 +63,7 @@
 # ("1 2 3 4 6 8 12 16"), BENCH_HEAVY (16), BENCH_LIGHT (4),
 # BENCH_LIGHT_RATE (200), BENCH_WORK (rows counted per heavy statement;
 # default: calibrated to about 100 ms alone), BENCH_CONTROLS ("gradient2
-# aimd"; empty: none), BENCH_AB_ROUNDS (4; 0: no head to head),
+# aimd"; empty: none), BENCH_AB_ROUNDS (8; 0: no head to head),
 # BENCH_AB_S (20), BENCH_COST_S (8; 0: no cost phase), BENCH_NO_INSTALL=1,
 # REDSEM_KEEP=1.
 
@@ -79,7 +79,7 @@ LIGHT=${BENCH_LIGHT:-4}
 LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
 CONTROLS=${BENCH_CONTROLS-gradient2 aimd}
 PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
-AB_ROUNDS=${BENCH_AB_ROUNDS:-4}
+AB_ROUNDS=${BENCH_AB_ROUNDS:-8}
 AB_S=${BENCH_AB_S:-20}
 COST_S=${BENCH_COST_S:-8}
 SETTLE_S=10
