@@ -371,8 +371,9 @@ redis_set_connection_purpose(const char *purpose)
 /*
  * The name CLIENT SETNAME gives each connection, so that CLIENT LIST tells
  * who is who: "redsem:<server>:<purpose>:<pid>", the server being
- * cluster_name, or else this host's name and port.  Redis refuses spaces
- * and control characters in a name: those become '_'.
+ * cluster_name (its first 64 bytes, so the pid always fits), or else this
+ * host's name and port.  Redis refuses spaces and control characters in a
+ * name: those become '_'.
  */
 static void
 connection_name(char *buf, size_t size)
@@ -380,7 +381,7 @@ connection_name(char *buf, size_t size)
 	char		host[64];
 
 	if (cluster_name != NULL && cluster_name[0] != '\0')
-		snprintf(buf, size, "redsem:%s:%s:%d", cluster_name, connection_purpose, MyProcPid);
+		snprintf(buf, size, "redsem:%.64s:%s:%d", cluster_name, connection_purpose, MyProcPid);
 	else
 	{
 		if (gethostname(host, sizeof(host)) != 0)
