@@ -64,8 +64,12 @@
 # BENCH_LIGHT_RATE (200), BENCH_WORK (rows counted per heavy statement;
 # default: calibrated to about 100 ms alone), BENCH_CONTROLS ("gradient2
 # aimd"; empty: none), BENCH_AB_ROUNDS (8; 0: no head to head),
-# BENCH_AB_S (20), BENCH_COST_S (8; 0: no cost phase), BENCH_NO_INSTALL=1,
-# REDSEM_KEEP=1.
+# BENCH_AB_S (20), BENCH_COST_S (8; 0: no cost phase), BENCH_WAIT_MS (0: the
+# heavy statement also waits that many ms under its slot after its count,
+# as work that waits for I/O or a lock does: then the calm best static
+# limit is above the number of CPUs and the hog moves it, which CPU-bound
+# work on its own does not: with it, the step runs test tracking a new
+# best), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -80,6 +84,7 @@ LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
 CONTROLS=${BENCH_CONTROLS-gradient2 aimd}
 PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
 AB_ROUNDS=${BENCH_AB_ROUNDS:-8}
+WAIT_MS=${BENCH_WAIT_MS:-0}
 AB_S=${BENCH_AB_S:-20}
 COST_S=${BENCH_COST_S:-8}
 SETTLE_S=10
@@ -111,7 +116,8 @@ bench_pgbench -i -q -s 10 >/dev/null 2>&1
 bench_sql "
 CREATE UNLOGGED TABLE bench_runs (at timestamptz NOT NULL, guarded_ms float8 NOT NULL,
                                   sem text NOT NULL);
-CREATE FUNCTION bench_heavy(n integer, sem text DEFAULT 'heavy') RETURNS void LANGUAGE plpgsql AS \$\$
+CREATE FUNCTION bench_heavy(n integer, sem text DEFAULT 'heavy', wait_ms float8 DEFAULT 0)
+RETURNS void LANGUAGE plpgsql AS \$\$
 DECLARE
     t0 timestamptz;
 BEGIN
@@ -120,6 +126,7 @@ BEGIN
     END IF;
     t0 := clock_timestamp();
     PERFORM count(*) FROM generate_series(1, n);
+    IF wait_ms > 0 THEN PERFORM pg_sleep(wait_ms / 1000); END IF;
     INSERT INTO bench_runs VALUES (clock_timestamp(),
         extract(epoch FROM clock_timestamp() - t0) * 1000, sem);
 END \$\$;
@@ -137,7 +144,7 @@ if [[ -z $WORK ]]; then
     ms=$(bench_sql "SELECT bench_work_ms(1000000); SELECT round(bench_work_ms(1000000))" | tail -1)
     WORK=$(awk -v ms="$ms" 'BEGIN { printf "%d", 1000000 * 100 / (ms > 1 ? ms : 1) }')
 fi
-printf '\\set n %s\nSELECT bench_heavy(:n);\n' "$WORK" >"$BENCH_TMP/heavy.sql"
+printf '\\set n %s\nSELECT bench_heavy(:n, %s, %s);\n' "$WORK" "'heavy'" "$WAIT_MS" >"$BENCH_TMP/heavy.sql"
 chown postgres "$BENCH_TMP/heavy.sql"
 
 # sampler_start CSV / sampler_stop: one session notes the limit in effect
@@ -264,7 +271,7 @@ best() {
         END { for (i = 1; i <= NR; i++) if ((i in row) && tx[i] >= 0.95 * top) { print row[i]; exit } }' <<<"$1"
 }
 
-bench_header "adaptive limits: $HEAVY heavy clients (about $WORK rows each), $LIGHT light clients at $LIGHT_RATE tx/s, $(nproc) CPUs"
+bench_header "adaptive limits: $HEAVY heavy clients (about $WORK rows each$( ((WAIT_MS > 0)) && printf ', then %s ms waiting' "$WAIT_MS")), $LIGHT light clients at $LIGHT_RATE tx/s, $(nproc) CPUs"
 redsem_log "sweep without the hog (${SWEEP_S}s per limit)"
 CALM=$(sweep calm)
 ALONE=$(awk '$1 == 1 { print $3 }' <<<"$CALM")
@@ -423,7 +430,7 @@ head_to_head() {
     bench_sql "SELECT redsem_set_limit('heavy', NULL); SELECT redsem_set_adaptive_limit('heavy', 1, 32, 1);
                SELECT redsem_set_limit('heavy_static', $bc)" >/dev/null
     for side in "${AB_SIDES[@]}"; do
-        printf '\\set n %s\nSELECT bench_heavy(:n, %s);\n' "$WORK" "'$(ab_sem "$side")'" >"$BENCH_TMP/heavy-ab-$side.sql"
+        printf '\\set n %s\nSELECT bench_heavy(:n, %s, %s);\n' "$WORK" "'$(ab_sem "$side")'" "$WAIT_MS" >"$BENCH_TMP/heavy-ab-$side.sql"
         chown postgres "$BENCH_TMP/heavy-ab-$side.sql"
         [[ $side == adaptive || $side == static ]] && continue
         control_sql "$side" "$(ab_sem "$side")" >"$BENCH_TMP/control-ab-$side.sql"
