@@ -45,8 +45,11 @@ command -v pgbench >/dev/null || redsem_die "pgbench not found (package postgres
 bench_begin connections
 bench_install
 bench_start_redis
+# (database 1: redsem names a connection it sets up with AUTH or SELECT,
+# and this Redis has no password; CLIENT LIST and INFO are server-wide)
 REDSEM_PG_EXTRA_CONF="max_connections = $((MOST + 20))
-cluster_name = 'bench'" redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" ||
+cluster_name = 'bench'
+redsem.database = 1" redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" ||
     { cat "$BENCH_TMP/start.log" >&2; exit 1; }
 BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
 bench_sql "CREATE EXTENSION redsem" >/dev/null

@@ -396,13 +396,13 @@ connection_name(char *buf, size_t size)
 }
 
 /*
- * Authenticate, select the database (as configured) and name the
+ * Authenticate and select the database (as configured), and then name the
  * connection: one write, then the replies in order.  A name the ACL
  * refuses (no CLIENT SETNAME) does no harm: the connection goes unnamed.
- * (Waiting for the name's reply costs a round trip at connect where there
- * is neither AUTH nor SELECT; it also reads the error line Redis writes
- * before it closes a connection it will not serve, as the first call did
- * before.)
+ * With neither AUTH nor SELECT to send, the connection is not named: the
+ * name would cost a round trip at connect, and a Redis that accepts
+ * connections but does not answer would then fail the set-up (08001)
+ * rather than the call (08006).
  */
 static bool
 setup_session(RedisCall *call, redisContext *c, const char *host,
@@ -431,6 +431,8 @@ setup_session(RedisCall *call, redisContext *c, const char *host,
 	snprintf(db, sizeof(db), "%d", redsem_database);
 	if (ok && redsem_database != 0)
 		ok = append_command(call, c, 2, select);
+	if (!have_password && redsem_database == 0)
+		return ok;
 	connection_name(name, sizeof(name));
 	ok = ok && append_command(call, c, 3, setname);
 	if (ok && have_password)
