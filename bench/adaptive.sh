@@ -21,8 +21,8 @@
 # median) stays within 2x alone: the objective a Gradient-style limiter has
 # (throughputs within 5% of the highest are a tie, won by the smallest
 # limit: a larger limit that adds no throughput only adds latency).
-# A CPU hog (one busy loop per CPU: every process gets about half a CPU) is
-# the step change.
+# A CPU hog is the step change: by default a real-time loop on each CPU,
+# busy half the time, which halves capacity at every limit (see hog_start).
 #
 # Phases:
 #   sweep      static limits BENCH_LIMITS, each BENCH_SWEEP_S seconds,
@@ -41,7 +41,8 @@
 #   aimd       the same with AIMD (+1 a second while the median is within
 #              2x the best median seen, else x0.9)
 #   head to head  the adaptive limit from its start, the best calm static
-#              limit and the controls, each on a semaphore of its own, one
+#              limit, that limit again (an A/A control: what noise alone
+#              moves a ratio by) and the controls, each on a semaphore of its own, one
 #              at a time in rotated order, BENCH_AB_ROUNDS rounds of
 #              BENCH_AB_S seconds a side: the same minutes for all, so a
 #              machine's drift over the run falls on all alike; the issue's
@@ -63,13 +64,16 @@
 # ("1 2 3 4 6 8 12 16"), BENCH_HEAVY (16), BENCH_LIGHT (4),
 # BENCH_LIGHT_RATE (200), BENCH_WORK (rows counted per heavy statement;
 # default: calibrated to about 100 ms alone), BENCH_CONTROLS ("gradient2
-# aimd"; empty: none), BENCH_AB_ROUNDS (8; 0: no head to head),
+# aimd"; empty: none), BENCH_AB_ROUNDS (5, one per side: each side takes
+# each place once; 0: no head to head),
 # BENCH_AB_S (20), BENCH_COST_S (8; 0: no cost phase), BENCH_WAIT_MS (0: the
 # heavy statement also waits that many ms under its slot after its count,
 # as work that waits for I/O or a lock does: then the calm best static
 # limit is above the number of CPUs and the hog moves it, which CPU-bound
 # work on its own does not: with it, the step runs test tracking a new
-# best), BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
+# best), BENCH_HOG (rt: the default; spin: a plain busy loop per CPU, as
+# before), BENCH_HOG_ON_MS (5: the rt hog's busy and idle stretches),
+# BENCH_NO_INSTALL=1, REDSEM_KEEP=1.
 
 set -euo pipefail
 # shellcheck source=bench/common.sh
@@ -83,9 +87,11 @@ LIGHT=${BENCH_LIGHT:-4}
 LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
 CONTROLS=${BENCH_CONTROLS-gradient2 aimd}
 PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
-AB_ROUNDS=${BENCH_AB_ROUNDS:-8}
+AB_ROUNDS=${BENCH_AB_ROUNDS:-5}
 WAIT_MS=${BENCH_WAIT_MS:-0}
 AB_S=${BENCH_AB_S:-20}
+HOG=${BENCH_HOG:-rt}
+HOG_ON_MS=${BENCH_HOG_ON_MS:-5}
 COST_S=${BENCH_COST_S:-8}
 SETTLE_S=10
 # the first seconds of each head-to-head segment are left out (pgbench
@@ -95,11 +101,24 @@ AB_SKIP_S=3
 bench_init adaptive
 HOG_PIDS=()
 
-# hog_start / hog_stop: one busy loop per CPU, or none
+# hog_start / hog_stop: the step change. "rt" (the default): on each CPU a
+# real-time (SCHED_FIFO) loop that is busy HOG_ON_MS then sleeps as long:
+# it runs whenever it wants, so it takes half of every CPU however many
+# processes compete, and capacity halves at every limit. "spin": one plain
+# busy loop per CPU, which the scheduler shares with the others as one
+# process more each (at limit 16 it took about 1/9 of the CPU: with it the
+# earlier runs' heavy throughput at limit 16 was 1.04x calm's, nothing
+# halved).
 hog_start() {
     local i
     for ((i = 0; i < $(nproc); i++)); do
-        bash -c 'while :; do :; done' &
+        if [[ $HOG == rt ]]; then
+            taskset -c "$i" chrt -f 10 perl -MTime::HiRes=time,sleep -e \
+                'my $s = $ARGV[0] / 1000; while (1) { my $t = time + $s; 1 while time < $t; sleep $s }' \
+                "$HOG_ON_MS" &
+        else
+            bash -c 'while :; do :; done' &
+        fi
         HOG_PIDS+=($!)
         BENCH_BG_PIDS+=($!)
     done
@@ -416,23 +435,28 @@ phase_row() {
 # (the controls skip a second without samples, as the adaptive limit does).
 # Segments "FROM:TO" in AB_SEG[side], light logs "TAG:FROM:TO" in AB_LIGHT.
 declare -A AB_SEG AB_LIGHT
-AB_SIDES=(adaptive static $CONTROLS)
+# "again" is the best static limit once more, on a semaphore of its own: an
+# A/A control, whose distance from "static" is what the same limit's
+# figures move by from segment to segment (the noise a ratio is read
+# against)
+AB_SIDES=(adaptive static again $CONTROLS)
 # ab_sem SIDE: the semaphore a side's statements take
 ab_sem() {
     case $1 in
     adaptive) echo heavy ;;
     static) echo heavy_static ;;
+    again) echo heavy_again ;;
     *) echo "heavy_$1" ;;
     esac
 }
 head_to_head() {
     local r i side t0 n=${#AB_SIDES[@]} ctls=() pid
     bench_sql "SELECT redsem_set_limit('heavy', NULL); SELECT redsem_set_adaptive_limit('heavy', 1, 32, 1);
-               SELECT redsem_set_limit('heavy_static', $bc)" >/dev/null
+               SELECT redsem_set_limit('heavy_static', $bc); SELECT redsem_set_limit('heavy_again', $bc)" >/dev/null
     for side in "${AB_SIDES[@]}"; do
         printf '\\set n %s\nSELECT bench_heavy(:n, %s, %s);\n' "$WORK" "'$(ab_sem "$side")'" "$WAIT_MS" >"$BENCH_TMP/heavy-ab-$side.sql"
         chown postgres "$BENCH_TMP/heavy-ab-$side.sql"
-        [[ $side == adaptive || $side == static ]] && continue
+        [[ $side == adaptive || $side == static || $side == again ]] && continue
         control_sql "$side" "$(ab_sem "$side")" >"$BENCH_TMP/control-ab-$side.sql"
         bench_bg bench_psql -f "$BENCH_TMP/control-ab-$side.sql" 2>"$BENCH_TMP/control-ab-$side.log"
         ctls+=("$BENCH_PID")
@@ -530,12 +554,14 @@ printf '\nstep run, calm and steady, against the sweep (different minutes): adap
 if ((AB_ROUNDS > 0)); then
     printf '\nhead to head, same minutes (%s rounds of %ss a side, order rotated, first %ss of each left out)\n' "$AB_ROUNDS" "$AB_S" "$AB_SKIP_S"
     printf '%-9s %-5s | %9s %8s %8s %9s\n' side round "heavy/s" "p50 ms" "p99 ms" "light p99"
-    declare -A ABTX ABP99 ABLP
+    declare -A ABTX ABP99 ABLP ABROUND
     for side in "${AB_SIDES[@]}"; do
         r=0
         for w in ${AB_SEG[$side]}; do
             lw=$(cut -d' ' -f$((r + 2)) <<<"${AB_LIGHT[$side]}")
-            printf '%-9s %-5s | %9s %8s %8s %9s\n' "$side" "$r" $(pooled_heavy "$(ab_sem "$side")" "$w") "$(pooled_light "$lw")"
+            lp=$(pooled_light "$lw")
+            ABROUND[$side]+=" $lp"
+            printf '%-9s %-5s | %9s %8s %8s %9s\n' "$side" "$r" $(pooled_heavy "$(ab_sem "$side")" "$w") "$lp"
             r=$((r + 1))
         done
     done
@@ -552,6 +578,16 @@ if ((AB_ROUNDS > 0)); then
     printf 'adaptive vs best static (%s), head to head: heavy/s %s (target >= 0.9), guarded p99 %s (target <= 1.25), light p99 %s (%s ms vs %s ms; target <= 1)\n' \
         "$bc" "$(bench_ratio "${ABTX[adaptive]}" "${ABTX[static]}")" "$(bench_ratio "${ABP99[adaptive]}" "${ABP99[static]}")" \
         "$(bench_ratio "${ABLP[adaptive]}" "${ABLP[static]}")" "${ABLP[adaptive]}" "${ABLP[static]}"
+    # rounds_worse SIDE: in how many rounds SIDE's light p99 was above static's
+    rounds_worse() {
+        paste <(tr ' ' '\n' <<<"${ABROUND[$1]# }") <(tr ' ' '\n' <<<"${ABROUND[static]# }") |
+            awk '$1 != "n/a" && $2 != "n/a" { n++; if ($1 > $2) w++ } END { printf "%d of %d", w, n }'
+    }
+    printf 'A/A, the same static limit on another semaphore vs static: heavy/s %s, guarded p99 %s, light p99 %s (%s ms): what noise alone moves these by\n' \
+        "$(bench_ratio "${ABTX[again]}" "${ABTX[static]}")" "$(bench_ratio "${ABP99[again]}" "${ABP99[static]}")" \
+        "$(bench_ratio "${ABLP[again]}" "${ABLP[static]}")" "${ABLP[again]}"
+    printf 'light p99 above static'"'"'s, by round: adaptive in %s rounds, the A/A side in %s\n' \
+        "$(rounds_worse adaptive)" "$(rounds_worse again)"
     for side in $CONTROLS; do
         printf 'adaptive vs %s, head to head: heavy/s %s (target >= 1, or within the 5%% a tie is), guarded p99 %s (target < 1), light p99 %s\n' \
             "$side" "$(bench_ratio "${ABTX[adaptive]}" "${ABTX[$side]}")" "$(bench_ratio "${ABP99[adaptive]}" "${ABP99[$side]}")" \

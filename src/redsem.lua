@@ -2420,7 +2420,12 @@ OPS.tenants = {read = read_none, run = op_tenants}
 --             down to limit x g, at most a stride;
 --   no gain   a raise is judged ADAPT_JUDGE intervals after it: if all of
 --             the new limit was in use and x grew by less than ADAPT_GAIN
---             of the raise's share (from 4 to 5: +25%, so x must grow 5%),
+--             of the raise's share (from 4 to 5: +25%, so x must grow 6%),
+--             each x from the releases pooled at its limit, from the
+--             second interval at it on (one interval's dozen releases are
+--             too few to tell a gain of 5% from noise, and a raise refused
+--             in error is a ceiling; the first interval at a limit mixes
+--             holds begun under the one before),
 --             the limit goes back, and the one that did not pay is a
 --             ceiling it stays under until the mean at the limit it went
 --             back to moves by more than ADAPT_CHANGE (the work or the
@@ -2439,8 +2444,8 @@ OPS.tenants = {read = read_none, run = op_tenants}
 local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
 local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.5
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
-local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
-local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 2, 0.25, 1.25, 4
+local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS, ADAPT_POOL = 3, 0.5, 8
+local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2452,12 +2457,13 @@ local ADAPT_PRESSURE_CUT = 2
 -- releases, the pressure it saw (x1000, -1: no server), how many servers
 -- reported; a raise being judged: the limit before it, x then, intervals
 -- since; a ceiling, and the mean at the limit under it (or intervals
--- since it was found, while that is not measured yet, as ticks).
--- ('-': none.)
+-- since it was found, while that is not measured yet, as ticks); the
+-- intervals since the limit last moved, and the releases and hold time
+-- pooled at it (from the second of them on).  ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
-            'from', 'x', 'ticks', 'ceiling', 'at'}
+            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps'}
 local AM_TEXT = {why = true}
-local AM_REAL = {base = true, mean = true, last = true, x = true, at = true}
+local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true}
 
 -- The memory from its text (am).
 function adapt_memory(text)
@@ -2506,8 +2512,15 @@ local function adapt_stride(limit)
     return math.max(1, math.floor(limit * ADAPT_STEP))
 end
 
+-- The mean hold pooled at the limit as it stands (THE CONTROLLER, no
+-- gain), or this interval's (s) if too few releases were pooled yet.
+local function adapt_pooled(m, s)
+    if (m.pn or 0) < ADAPT_MIN_SAMPLES then return s end
+    return math.max(m.ps / m.pn, ADAPT_FLOOR_MS)
+end
+
 -- A raise judged (THE CONTROLLER, no gain): the limit to go back to, or
--- nil to keep it; s: this interval's mean hold.
+-- nil to keep it; s: the mean hold at the new limit.
 local function adapt_judge(m, limit, s, saturated)
     local from, x = m.from, m.x
     m.from, m.x, m.ticks = nil, nil, nil
@@ -2525,7 +2538,7 @@ end
 -- not).  By construction the limit stays in [lo, hi] and moves at most a
 -- stride (a raise going back: the stride it came up by); without samples
 -- only the pressure or the bounds move it.
-function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
+local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     local within = math.min(math.max(limit, lo), hi)
     if within ~= limit then
         m.from, m.x, m.ticks, m.ceiling, m.at = nil, nil, nil, nil, nil
@@ -2537,6 +2550,11 @@ function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
         return math.max(limit - stride, lo), 'pressure'
     end
     if n < ADAPT_MIN_SAMPLES or not (sum >= 0) then return limit, nil end
+    m.pt = (m.pt or 0) + 1
+    if m.pt > 1 then                -- (about the last ADAPT_POOL intervals)
+        local keep = m.pt > ADAPT_POOL and 1 - 1 / ADAPT_POOL or 1
+        m.pn, m.ps = (m.pn or 0) * keep + n, (m.ps or 0) * keep + sum
+    end
     local s = math.max(sum / n, ADAPT_FLOOR_MS)
     m.mean = m.mean and m.mean + ADAPT_SMOOTH * (s - m.mean) or s
     if not m.base or m.mean < m.base then
@@ -2548,7 +2566,7 @@ function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
     if m.from then                  -- a raise being judged
         m.ticks = (m.ticks or 0) + 1
         if g >= ADAPT_BAND_LOW and m.ticks < ADAPT_JUDGE then return limit, nil end
-        local back = adapt_judge(m, limit, s, saturated)
+        local back = adapt_judge(m, limit, adapt_pooled(m, s), saturated)
         if back and g >= ADAPT_BAND_LOW then return math.max(back, lo), 'no gain' end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
@@ -2564,11 +2582,19 @@ function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
         local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g)))
         if m.ceiling then new = math.min(new, m.ceiling - 1) end
         if new > limit then
-            m.from, m.x, m.ticks = limit, limit / s, 0
+            m.from, m.x, m.ticks = limit, limit / adapt_pooled(m, s), 0
             return new, 'headroom'
         end
     end
     return limit, nil
+end
+
+-- The step (adapt_decide), and a new pool (pt, pn, ps) when it moves the
+-- limit: releases pooled at one limit say nothing of another.
+function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
+    local new, why = adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
+    if new ~= limit then m.pt, m.pn, m.ps = nil, nil, nil end
+    return new, why
 end
 
 -- An adaptive semaphore's bounds "lo|hi", why its limit last moved, and

@@ -89,6 +89,33 @@ is($grew_under, 0, 'never grew with a server at its line');
 ok($why{$_}, "the steps include \"$_\" moves") for qw(latency headroom pressure bounds held);
 note('moves: ' . join(', ', map { "$_ $why{$_}" } sort keys %why));
 
+# the knee: work that runs 200 ms alone on a machine that completes at
+# most 16 a second (so 3.2 holders fill it; beyond, holds only queue) with
+# a little noise in each second's holds. The limit climbs while a raise
+# pays, goes back from the first that does not, and stays at the knee;
+# when capacity halves (8 a second) it comes down, and back up when it
+# returns. Each x is judged on the releases pooled at its limit, so a
+# second's noise does not keep a raise that brought nothing.
+{
+	my ($limit, $memory, @trace) = (1, '');
+	srand(50);
+	for my $cap ((16) x 40, (8) x 40, (16) x 40)
+	{
+		my $x = min($limit / 0.2, $cap) * (1 + (rand() - 0.5) * 0.08);
+		my $n = int($x);
+		my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, 1, 32, $memory,
+			$n, sprintf('%.3f', $n * 1000 * $limit / $x), 0, 1);
+		($limit, $memory) = @$reply[ 0, 2 ];
+		push @trace, $limit;
+	}
+	note("knee trace: @trace");
+	ok($trace[39] >= 3 && $trace[39] <= 5, "at the knee (3.2 holders) the limit settles at 3 to 5 ($trace[39])");
+	ok($trace[79] >= 2 && $trace[79] <= 3, "capacity halved (1.6 holders): 2 or 3 ($trace[79])");
+	ok($trace[119] >= 3 && $trace[119] <= 5, "capacity back: 3 to 5 again ($trace[119])");
+	my $swing = max(@trace[ 30 .. 39 ]) - min(@trace[ 30 .. 39 ]);
+	is($swing, 0, 'steady at the knee: no swing over its last 10 seconds');
+}
+
 # a broken signal cannot drive it to 0: holds of no time, of forever
 for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 {
