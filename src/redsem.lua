@@ -2431,7 +2431,8 @@ OPS.tenants = {read = read_none, run = op_tenants}
 --             back to moves by more than ADAPT_CHANGE (the work or the
 --             machine changed: measured ADAPT_JUDGE intervals after it
 --             went back);
---   headroom  g > ADAPT_BAND_HIGH (the mean under 1.33 times the base),
+--   headroom  g > ADAPT_BAND_HIGH (the mean under 1.67 times the base:
+--             room under the twice the latency step keeps it within),
 --             all of the limit in use or somebody waiting, every server
 --             under its line, and no ceiling in the way: up, at most a
 --             stride (and to limit x g at most), then judged as above.
@@ -2442,7 +2443,7 @@ OPS.tenants = {read = read_none, run = op_tenants}
 -- only queue for the same resource, and comes down when holds take more
 -- than twice their best (or a server is overloaded).
 local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
-local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.5
+local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.2
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
 local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS, ADAPT_POOL = 3, 0.5, 8
 local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
