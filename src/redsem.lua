@@ -2443,11 +2443,10 @@ OPS.tenants = {read = read_none, run = op_tenants}
 -- only queue for the same resource, and comes down when holds take more
 -- than twice their best (or a server is overloaded).
 local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
-local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH, ADAPT_FAST = 2, 0.95, 1.2, 1.8
+local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.2
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
 local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS, ADAPT_POOL = 3, 0.5, 8
-local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.15, 1.25, 4
-local ADAPT_CEILING_LIFE = 60
+local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2463,7 +2462,7 @@ local ADAPT_PRESSURE_CUT = 2
 -- intervals since the limit last moved, and the releases and hold time
 -- pooled at it (from the second of them on).  ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
-            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'ct'}
+            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps'}
 local AM_TEXT = {why = true}
 local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true}
 
@@ -2528,7 +2527,7 @@ local function adapt_judge(m, limit, s, saturated)
     m.from, m.x, m.ticks = nil, nil, nil
     if not saturated or not from or from >= limit or not x then return nil end
     if limit / s >= x * (1 + ADAPT_GAIN * (limit / from - 1)) then return nil end
-    m.ceiling, m.at, m.ticks, m.ct = limit, nil, 0, 0
+    m.ceiling, m.at, m.ticks = limit, nil, 0
     return from
 end
 
@@ -2576,24 +2575,14 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     elseif m.ceiling and (m.mean > m.at * ADAPT_CHANGE or m.mean * ADAPT_CHANGE < m.at) then
         m.ceiling, m.at = nil, nil  -- (the work or the machine changed)
     end
-    m.ct = m.ceiling and (m.ct or 0) + 1 or nil
-    if m.ct and m.ct > ADAPT_CEILING_LIFE then
-        m.ceiling, m.at, m.ct = nil, nil, nil   -- (tried again, now and then)
-    end
     if g < ADAPT_BAND_LOW then
         -- (a value that may be NaN last: math.max and math.min skip it there)
-        local new = math.max(limit - stride, lo, math.floor(limit * g))
-        if new < limit then         -- (too slow: a ceiling, as a raise that did not pay)
-            m.ceiling, m.at, m.ticks, m.ct = limit, nil, 0, 0
-        end
-        return new, 'latency'
+        return math.max(limit - stride, lo, math.floor(limit * g)), 'latency'
     end
     if g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
         local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g)))
         if m.ceiling then new = math.min(new, m.ceiling - 1) end
-        if new > limit and g >= ADAPT_FAST then
-            return new, 'headroom'  -- (holds at their best: nothing to judge)
-        elseif new > limit then
+        if new > limit then
             m.from, m.x, m.ticks = limit, limit / adapt_pooled(m, s), 0
             return new, 'headroom'
         end
