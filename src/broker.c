@@ -288,7 +288,7 @@ reap_broker(void)
 		next_start_at = TimestampTzPlusMilliseconds(now, restart_backoff_ms);
 		if (WIFSIGNALED(status))
 			ereport(LOG,
-					(errmsg("redsem broker (PID %d) was terminated by signal %d", (int) pid, WTERMSIG(status)),
+					(errmsg("redsem broker (PID %d) ended by signal %d: %s", (int) pid, WTERMSIG(status), strsignal(WTERMSIG(status))),
 					 errdetail("A new broker starts in %d ms; sessions whose calls it carried saw the connection lost.", restart_backoff_ms)));
 		else if (!supervisor_stop_requested)
 			ereport(LOG,
