@@ -36,18 +36,14 @@
 #include "utils/timestamp.h"
 
 #include "broker.h"
+#include "broker_loop.h"
 #include "clock.h"
 #include "compat.h"
+#include "guc.h"
 #include "link.h"
 #include "timing.h"
 
 PGDLLEXPORT void redsem_broker_supervisor_main(Datum main_arg);
-
-/* redsem.connection_mode */
-int			redsem_connection_mode = REDSEM_CONNECTION_DIRECT;
-
-/* See broker.h */
-bool		redsem_broker_asked_unpreloaded = false;
 
 static const struct config_enum_entry connection_mode_options[] = {
 	{"direct", REDSEM_CONNECTION_DIRECT, false},
@@ -106,13 +102,6 @@ static Latch broker_latch;
 
 /* Set by SIGTERM in the child */
 static volatile sig_atomic_t broker_stop_requested = false;
-
-/* True once the broker was asked to stop (SIGTERM) */
-bool
-broker_should_stop(void)
-{
-	return broker_stop_requested;
-}
 
 /* SIGTERM in the child: stop at the next turn of the loop */
 static void
@@ -199,7 +188,7 @@ broker_child_main(pid_t supervisor)
 	sigprocmask(SIG_SETMASK, &UnBlockSig, NULL);
 	redis_set_connection_purpose("broker");
 	redis_name_every_connection();
-	broker_loop();
+	broker_loop(&broker_stop_requested);
 	_exit(0);
 }
 

@@ -43,7 +43,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "broker.h"
+#include "broker_loop.h"
 #include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
@@ -1088,9 +1088,9 @@ forward_and_flush(void)
 		upstream_write(upstreams[i]);
 }
 
-/* The broker's loop; ends the process when asked to stop */
+/* The broker's loop; ends the process once *stop_requested (SIGTERM) */
 void
-broker_loop(void)
+broker_loop(volatile sig_atomic_t *stop_requested)
 {
 	WaitEvent	events[64];
 
@@ -1098,7 +1098,7 @@ broker_loop(void)
 									   ALLOCSET_DEFAULT_SIZES);
 	listen_broker();
 	ereport(LOG, (errmsg("redsem broker started")));
-	while (!broker_should_stop())
+	while (!*stop_requested)
 	{
 		TimestampTz now;
 		int			n;

@@ -26,7 +26,6 @@
 #include "postmaster/postmaster.h"
 #include "storage/fd.h"
 
-#include "broker.h"
 #include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
