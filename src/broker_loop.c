@@ -461,6 +461,19 @@ find_target(const char *host, int port, const char *path)
 	return n_targets++;
 }
 
+/* Target t, for messages: its Unix socket, or host:port (a static buffer) */
+static const char *
+target_text(int t)
+{
+	static char buf[MAXPGPATH + 64];
+
+	if (targets[t].path != NULL)
+		snprintf(buf, sizeof(buf), "unix socket \"%s\"", targets[t].path);
+	else
+		snprintf(buf, sizeof(buf), "%s:%d", targets[t].host, targets[t].port);
+	return buf;
+}
+
 /*
  * Open and set up a connection to target t (link.c: TLS, AUTH, SELECT, the
  * name; phase 1 waits for it, within redsem.connect_timeout).  After a
@@ -486,9 +499,8 @@ open_upstream(int t, bool side)
 		target->failure = call.outcome;
 		target->failed_until = TimestampTzPlusMilliseconds(redsem_now(), BROKER_OPEN_FAILURE_HOLD_MS);
 		ereport(LOG,
-				(errmsg("redsem broker could not connect to Redis at %s:%d%s%s",
-						target->host, target->port, target->path ? " " : "",
-						target->path ? target->path : ""),
+				(errmsg("redsem broker could not connect to Redis at %s",
+						target_text(t)),
 				 errdetail_internal("%s", call.outcome.detail)));
 		return NULL;
 	}
@@ -549,8 +561,8 @@ fail_upstream(Upstream *u, const char *why)
 	int			t = u->target;
 
 	ereport(LOG,
-			(errmsg("redsem broker closed its connection to Redis at %s:%d: %s",
-					targets[t].host, targets[t].port, why)));
+			(errmsg("redsem broker closed its connection to Redis at %s: %s",
+					target_text(t), why)));
 	while (u->count > 0)
 	{
 		Client	   *c = pending_client(fifo_head(u));
