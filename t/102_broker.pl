@@ -232,7 +232,24 @@ is($sa->query_ok(q{SELECT redsem_acquire('stop3', 5, '60 s') IS NOT NULL;}), 't'
 	'after SIGCONT the session\'s next call works');
 is($sa->query_ok(q{SELECT redsem_release_all() >= 2;}), 't', 'and it releases what it holds');
 
-$_->quit for ($sa, $sb, $sc, $plain);
+###########################################################################
+note 'Redis down: the broker\'s failure to connect keeps direct mode\'s SQLSTATE';
+
+$_->quit for ($sa, $sb, $sc);
+$redis->stop;
+my $late = session('late');
+($out, $err) = $late->query(q{SELECT redsem_acquire('gone', 1, '60 s');});
+like($err, qr/ERROR:  08001: could not connect to Redis at/,
+	'a call while Redis is down fails with 08001, as in direct mode');
+like($err, qr/DETAIL:  .*(No such file|Connection refused)/,
+	'with the reason the broker met, and not its error code')
+  or diag($err);
+$redis->start;
+ok(defined wait_until(10, sub {
+	my ($o, $e) = $late->query(q{SELECT redsem_acquire('back', 1, '60 s') IS NOT NULL;});
+	return $o eq 't';
+}), 'once Redis is back, the next call goes through');
+$_->quit for ($late, $plain);
 node_log_is_clean($node);
 $node->stop;
 done_testing();
