@@ -34,6 +34,7 @@
 #include "utils/guc.h"
 #include "utils/ps_status.h"
 #include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 #include "broker.h"
 #include "broker_loop.h"
@@ -41,6 +42,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "link.h"
+#include "sockwait.h"
 #include "timing.h"
 
 PGDLLEXPORT void redsem_broker_supervisor_main(Datum main_arg);
@@ -136,15 +138,23 @@ broker_set_signals(void)
 	pqsignal(SIGCHLD, SIG_DFL);
 }
 
-/* Forget what the supervisor was: exit callbacks, pid, latch */
+/*
+ * Forget what the supervisor was: exit callbacks, pid, latch.  The wait
+ * event of its waits goes to a variable of its own, not to the
+ * supervisor's PGPROC; and the Redis client is told the event to show, so
+ * that it never registers a named one (shared memory and a lock, since
+ * PostgreSQL 17).
+ */
 static void
 broker_become_own_process(void)
 {
 	on_exit_reset();
 	MyProcPid = getpid();
 	MyStartTime = time(NULL);
+	pgstat_reset_wait_event_storage();
 	InitLatch(&broker_latch);
 	MyLatch = &broker_latch;
+	redis_set_wait_event(PG_WAIT_EXTENSION);
 }
 
 /* Die with the supervisor; exit now if it is already gone */
