@@ -477,7 +477,10 @@ target_text(int t)
 /*
  * Open and set up a connection to target t (link.c: TLS, AUTH, SELECT, the
  * name; phase 1 waits for it, within redsem.connect_timeout).  After a
- * failure, the target is not tried again for BROKER_OPEN_FAILURE_HOLD_MS.
+ * failure that took BROKER_SLOW_OPEN_MS or more (a timeout: the broker
+ * served nobody meanwhile), the target is not tried again for
+ * BROKER_OPEN_FAILURE_HOLD_MS; a quick failure (refused, no socket, a
+ * wrong password) is tried again at the next call, as in direct mode.
  */
 static Upstream *
 open_upstream(int t, bool side)
@@ -496,8 +499,11 @@ open_upstream(int t, bool side)
 	ctx = redis_open_context(&call, target->host, target->port, target->path, deadline);
 	if (ctx == NULL || !redis_setup_context(&call, ctx, deadline))
 	{
+		TimestampTz failed_at = redsem_now();
+
 		target->failure = call.outcome;
-		target->failed_until = TimestampTzPlusMilliseconds(redsem_now(), BROKER_OPEN_FAILURE_HOLD_MS);
+		if (failed_at - now >= (TimestampTz) BROKER_SLOW_OPEN_MS * 1000)
+			target->failed_until = TimestampTzPlusMilliseconds(failed_at, BROKER_OPEN_FAILURE_HOLD_MS);
 		ereport(LOG,
 				(errmsg("redsem broker could not connect to Redis at %s",
 						target_text(t)),

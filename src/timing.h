@@ -229,10 +229,14 @@
  * Redis connection whose oldest command is not answered within
  * redsem.command_timeout plus BROKER_TIMEOUT_MARGIN_MS (plus the command's
  * own wait: BLPOP, WAIT), which is longer than any backend waits, so a
- * backend times out first and sees its own 08006.  A target that could
- * not be connected to is not tried again for BROKER_OPEN_FAILURE_HOLD_MS
- * (the backends asking meanwhile get the same error), so a dead Redis
- * costs the broker one connect timeout per hold rather than one per call.
+ * backend times out first and sees its own 08006.  A target whose connect
+ * failed only after BROKER_SLOW_OPEN_MS or more (a timeout: the broker,
+ * which connects synchronously in phase 1, served nobody meanwhile) is not
+ * tried again for BROKER_OPEN_FAILURE_HOLD_MS (the backends asking
+ * meanwhile get the same error), so a Redis that does not answer costs the
+ * broker one connect timeout per hold rather than one per call; a quick
+ * failure is tried again at once, so a Redis that comes back is used at
+ * the next call, as in direct mode.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
  */
 #define BROKER_CONNECT_RETRY_MS			10
@@ -241,6 +245,7 @@
 #define BROKER_RESTART_BACKOFF_MAX_MS	2000
 #define BROKER_STOP_GRACE_MS			1000
 #define BROKER_TIMEOUT_MARGIN_MS		1000
+#define BROKER_SLOW_OPEN_MS				50
 #define BROKER_OPEN_FAILURE_HOLD_MS		200
 #define BROKER_SIDE_IDLE_MS				5000
 
