@@ -495,7 +495,8 @@ open_upstream(int t, bool side)
 	if (now < target->failed_until)
 		return NULL;
 	redis_call_init(&call, DT_NOEND, false, LOG);
-	deadline = redis_connect_deadline(TimestampTzPlusMilliseconds(now, redsem_connect_timeout_ms));
+	/* redsem.connect_timeout from now (no call's deadline cuts it short) */
+	deadline = redis_connect_deadline(DT_NOEND);
 	ctx = redis_open_context(&call, target->host, target->port, target->path, deadline);
 	if (ctx == NULL || !redis_setup_context(&call, ctx, deadline))
 	{
