@@ -25,6 +25,8 @@
 #                            that is already installed
 #   REDSEM_TAP_SKIP="t/X.pl .."  TAP files left out of a run of all of them
 #                            (scripts/matrix.sh's second server)
+#   REDSEM_TEST_CONNECTION_MODE=broker  TAP servers that preload redsem run
+#                            in broker mode (docs/broker.md)
 #
 # Regress, isolation and TAP tests run as three "make installcheck" calls
 # (a failing part does not hide the others); the exit status is make's, of
@@ -221,6 +223,7 @@ run_part() {
             REDSEM_TEST_REDIS_SOCKET="$dir/redis.sock" \
             REDSEM_TEST_REDIS_SERVER="$REDSEM_TMPDIR/bin/redis-server" \
             REDSEM_TEST_REDIS_LOCALE="$REDSEM_TEST_REDIS_LOCALE" \
+            REDSEM_TEST_CONNECTION_MODE="${REDSEM_TEST_CONNECTION_MODE:-}" \
             make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
             PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer -j2}" "${overrides[@]}"
     ) 2>&1 | tee -a "$log"

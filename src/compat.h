@@ -138,4 +138,14 @@ redsem_find_setting(const char *name)
 	 pg_database_ownercheck(MyDatabaseId, GetSessionUserId()))
 #endif
 
+/*
+ * True in a client backend (a session), the only kind of process that
+ * goes through the broker; the same test in every supported major.
+ */
+static inline bool
+redsem_is_client_backend(void)
+{
+	return MyBackendType == B_BACKEND;
+}
+
 #endif							/* REDSEM_COMPAT_H */

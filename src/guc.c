@@ -41,6 +41,10 @@ bool		redsem_preloaded = false;
 /* ... and while _PG_init defines the settings (their check hooks run) */
 bool		redsem_loading = false;
 
+/* See guc.h */
+int			redsem_connection_mode = REDSEM_CONNECTION_DIRECT;
+bool		redsem_broker_asked_unpreloaded = false;
+
 /* Any connection setting changed: reconnect at the next call */
 void
 redsem_assign_connection_string(const char *newval, void *extra)

@@ -23,6 +23,18 @@ extern uint64 redsem_guc_generation;
 extern bool redsem_preloaded;
 extern bool redsem_loading;
 
+/* redsem.connection_mode (defined by broker.c, read by the Redis client) */
+typedef enum RedsemConnectionMode
+{
+	REDSEM_CONNECTION_DIRECT,	/* a connection per backend (default) */
+	REDSEM_CONNECTION_BROKER	/* client backends go through the broker */
+} RedsemConnectionMode;
+
+extern int	redsem_connection_mode;
+
+/* Broker mode was asked for, but redsem is not preloaded (see broker.c) */
+extern bool redsem_broker_asked_unpreloaded;
+
 extern void guc_define(void);
 
 extern void redsem_assign_connection_string(const char *newval, void *extra);

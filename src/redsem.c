@@ -11,6 +11,7 @@
 #include "utils/guc.h"
 
 #include "adaptive.h"
+#include "broker.h"
 #include "cluster.h"
 #include "compat.h"
 #include "guard.h"
@@ -53,13 +54,17 @@ _PG_init(void)
 	if (redsem_preloaded)
 	{
 		shmem_define_gucs();	/* server-start settings: only while preloading */
+		broker_define_gucs();
 		shmem_init();
 		queue_fleet_shmem_init();
 		queue_conf_set_fleet_source(queue_fleet_config);
 		stats_reserve_room_for(queue_is_semaphore);
 		keeper_register();
+		broker_register();
 		queue_install_hooks();
 	}
+	else
+		broker_note_unpreloaded_setting();
 	guard_install_hooks();		/* last: outermost, around the queues' */
 	MarkGUCPrefixReserved("redsem");
 	redsem_loading = false;

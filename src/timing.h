@@ -218,6 +218,38 @@
 #define FLEET_TOUCH_MS				10000
 
 /*
+ * The broker (broker.c, brokerlink.c).  A backend whose broker link is
+ * refused (the broker is restarting) tries again every
+ * BROKER_CONNECT_RETRY_MS within its connect deadline.  The supervisor
+ * starts a new broker at once after one that lived BROKER_QUICK_DEATH_MS
+ * or more, and otherwise waits BROKER_RESTART_BACKOFF_MS (doubled at each
+ * quick death, up to BROKER_RESTART_BACKOFF_MAX_MS), so a broker that dies
+ * at start does not spin.  At shutdown it gives the broker
+ * BROKER_STOP_GRACE_MS to exit before SIGKILL.  The broker gives up on a
+ * Redis connection whose oldest command is not answered within
+ * redsem.command_timeout plus BROKER_TIMEOUT_MARGIN_MS (plus the command's
+ * own wait: BLPOP, WAIT), which is longer than any backend waits, so a
+ * backend times out first and sees its own 08006.  A target whose connect
+ * failed only after BROKER_SLOW_OPEN_MS or more (a timeout: the broker,
+ * which connects synchronously in phase 1, served nobody meanwhile) is not
+ * tried again for BROKER_OPEN_FAILURE_HOLD_MS (the backends asking
+ * meanwhile get the same error), so a Redis that does not answer costs the
+ * broker one connect timeout per hold rather than one per call; a quick
+ * failure is tried again at once, so a Redis that comes back is used at
+ * the next call, as in direct mode.
+ * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
+ */
+#define BROKER_CONNECT_RETRY_MS			10
+#define BROKER_QUICK_DEATH_MS			1000
+#define BROKER_RESTART_BACKOFF_MS		100
+#define BROKER_RESTART_BACKOFF_MAX_MS	2000
+#define BROKER_STOP_GRACE_MS			1000
+#define BROKER_TIMEOUT_MARGIN_MS		1000
+#define BROKER_SLOW_OPEN_MS				50
+#define BROKER_OPEN_FAILURE_HOLD_MS		200
+#define BROKER_SIDE_IDLE_MS				5000
+
+/*
  * How often the keeper makes sure that the generation of each semaphore it
  * keeps a hold of counts that hold's lease (I15 in src/redsem.lua): an
  * acquire counts its lease, but a slot its keeper refreshes for longer

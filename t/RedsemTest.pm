@@ -126,11 +126,17 @@ EOC
 }
 
 # A new server with $conf and then $extra_conf (optional) in its
-# postgresql.conf, started, with the extension created
+# postgresql.conf, started, with the extension created.  With
+# $ENV{REDSEM_TEST_CONNECTION_MODE} set, a server that preloads redsem runs
+# in that connection mode (unless $extra_conf says otherwise).
 sub start_node
 {
 	my ($name, $conf, $extra_conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
+	my $mode = $ENV{REDSEM_TEST_CONNECTION_MODE} // '';
+
+	$conf .= "redsem.connection_mode = $mode\n"
+	  if $mode ne '' && $conf =~ /shared_preload_libraries\s*=\s*'[^']*redsem/;
 
 	$node->init;
 	$node->append_conf('postgresql.conf', $conf);

@@ -259,21 +259,17 @@ unix_socket_path(void)
 
 /*
  * Open a connection to the configured server (in a cluster: to link's
- * node) and set up its session
+ * node) and set up its session; in broker mode, a link to the broker for it
  */
 static redisContext *
 open_direct(RedisCall *call, const Link *link, TimestampTz deadline)
 {
 	TimestampTz connect_deadline = redis_connect_deadline(deadline);
-	redisContext *c = cluster_enabled()
-		? redis_open_context(call, cluster_node_host(link_node(link)),
-							 cluster_node_port(link_node(link)), NULL, connect_deadline)
-		: redis_open_context(call, redsem_host, redsem_port,
-							 unix_socket_path(), connect_deadline);
-
-	if (c == NULL || !redis_setup_context(call, c, connect_deadline))
-		return NULL;
-	return c;
+	return cluster_enabled()
+		? redis_open_target(call, cluster_node_host(link_node(link)),
+							cluster_node_port(link_node(link)), NULL, connect_deadline)
+		: redis_open_target(call, redsem_host, redsem_port,
+							unix_socket_path(), connect_deadline);
 }
 
 /*
@@ -305,7 +301,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 		return false;
 	link->ctx = c;
 	link->generation = redsem_guc_generation;
-	link->tls = redsem_tls;
+	link->tls = redis_target_tls();
 	route_changes++;
 	return true;
 }

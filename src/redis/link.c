@@ -23,6 +23,7 @@
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
+#include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
 #include "guc.h"
@@ -166,7 +167,15 @@ redis_error_class(const char *msg, bool *drop)
 		{"ERR Error running script", RS_CONFLICT, false},
 		{"ERR Error compiling script", RS_CONFLICT, false},
 	};
+	RedisStatus broker_status;
+	const char *detail;
 
+	/* the broker could not reach Redis: the status it found, as direct mode */
+	if (redis_broker_error(msg, &broker_status, &detail))
+	{
+		*drop = true;
+		return broker_status;
+	}
 	for (int i = 0; i < (int) lengthof(classes); i++)
 	{
 		size_t		len = strlen(classes[i].prefix);
@@ -182,6 +191,16 @@ redis_error_class(const char *msg, bool *drop)
 	return RS_REFUSED;
 }
 
+/* The words of an error reply to report (the broker's, without its code) */
+static const char *
+error_words(const char *msg)
+{
+	RedisStatus status;
+	const char *detail;
+
+	return redis_broker_error(msg, &status, &detail) ? detail : msg;
+}
+
 /*
  * Turn an error reply into the call's outcome (freeing the reply).  Returns
  * the class; the caller drops the connection if *drop.
@@ -193,9 +212,9 @@ redis_absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
 	const char *msg = (reply->str != NULL) ? reply->str : "";
 	RedisStatus status = redis_error_class(msg, drop);
 
-	/* Redis never echoes a password in its error replies */
+	/* Redis never echoes a password in its error replies; nor the broker */
 	(void) redis_note(&call->outcome, status, "%s%s%s", what ? what : "",
-					  what ? ": " : "", msg);
+					  what ? ": " : "", error_words(msg));
 	freeReplyObject(reply);
 	return status;
 }
@@ -361,6 +380,19 @@ redis_context_command(RedisCall *call, redisContext *c, int argc,
 /* What this process's connections are for (see redis_set_connection_purpose) */
 static const char *connection_purpose = "backend";
 
+/* Name every connection, even one set up without AUTH or SELECT */
+static bool name_always = false;
+
+/*
+ * Name every connection this process opens (the broker's: its set-up is
+ * paid once, not at each backend's first call)
+ */
+void
+redis_name_every_connection(void)
+{
+	name_always = true;
+}
+
 /* Name this process's connections for purpose ("keeper"; "backend" if never set) */
 void
 redis_set_connection_purpose(const char *purpose)
@@ -431,7 +463,7 @@ setup_session(RedisCall *call, redisContext *c, const char *host,
 	snprintf(db, sizeof(db), "%d", redsem_database);
 	if (ok && redsem_database != 0)
 		ok = append_command(call, c, 2, select);
-	if (!have_password && redsem_database == 0)
+	if (!have_password && redsem_database == 0 && !name_always)
 		return ok;
 	connection_name(name, sizeof(name));
 	ok = ok && append_command(call, c, 3, setname);
@@ -572,6 +604,35 @@ redis_setup_context(RedisCall *call, redisContext *c, TimestampTz deadline)
 }
 
 /*
+ * A data connection to host:port (or unix_path), its session set up: to
+ * the server itself, or, in broker mode, a link to the broker that serves
+ * it (the broker sets up its own connections).  NULL with the outcome
+ * filled on failure.
+ */
+redisContext *
+redis_open_target(RedisCall *call, const char *host, int port,
+				  const char *unix_path, TimestampTz deadline)
+{
+	redisContext *c;
+
+	if (!redis_broker_available(call))
+		return NULL;
+	if (redis_broker_wanted())
+		return redis_broker_open(call, host, port, unix_path, deadline);
+	c = redis_open_context(call, host, port, unix_path, deadline);
+	if (c == NULL || !redis_setup_context(call, c, deadline))
+		return NULL;
+	return c;
+}
+
+/* True if a data connection opened now speaks TLS (never a broker link) */
+bool
+redis_target_tls(void)
+{
+	return redsem_tls && !redis_broker_wanted();
+}
+
+/*
  * The earlier of deadline and redsem.connect_timeout from now.  Which one
  * it was, and how long that leaves, is kept for the message should the
  * connection not be made in time (one connection is set up at a time).
@@ -604,7 +665,7 @@ redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
 	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
 		return false;
 	(void) redis_note(o, redis_error_class(reply->str ? reply->str : "", &drop),
-					  "%s", reply->str ? reply->str : "");
+					  "%s", error_words(reply->str ? reply->str : ""));
 	return drop;
 }
 

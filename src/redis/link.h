@@ -23,6 +23,11 @@ extern bool redis_setup_context(RedisCall *call, struct redisContext *c,
 								TimestampTz deadline);
 extern void redis_close_context(struct redisContext *c);
 extern void redis_set_connection_purpose(const char *purpose);
+extern void redis_name_every_connection(void);
+extern struct redisContext *redis_open_target(RedisCall *call, const char *host,
+											  int port, const char *unix_path,
+											  TimestampTz deadline);
+extern bool redis_target_tls(void);
 
 /* Exchanging */
 extern bool redis_context_command(RedisCall *call, struct redisContext *c,

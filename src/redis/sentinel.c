@@ -359,14 +359,17 @@ primary_unreachable(RedisCall *call)
 			 last_primary, redsem_sentinel_master, why);
 }
 
-/* A connection to the primary at addr, its session set up; NULL if none */
+/*
+ * A connection to the primary at addr, its session set up (in broker mode:
+ * a link to the broker for it); NULL if none
+ */
 static redisContext *
 connect_primary(RedisCall *call, const SentinelAddr *addr, TimestampTz deadline)
 {
-	redisContext *c = redis_open_context(call, addr->host, addr->port, NULL, deadline);
+	redisContext *c = redis_open_target(call, addr->host, addr->port, NULL, deadline);
 	bool		ok;
 
-	if (c == NULL || !redis_setup_context(call, c, deadline))
+	if (c == NULL)
 	{
 		primary_unreachable(call);
 		return NULL;

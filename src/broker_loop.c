@@ -1,0 +1,1139 @@
+/*
+ * broker_loop.c
+ *		The redsem broker's work (in the child broker.c forks): accept the
+ *		links of client backends (brokerlink.c), forward their requests to
+ *		Redis over a few connections it owns, and hand each reply back.
+ *
+ * One WaitEventSet holds the latch, postmaster death, the listening socket,
+ * every client and every upstream connection; it is rebuilt when sockets
+ * come and go (a set has no removal before PostgreSQL 17).  Nothing
+ * blocks but the opening of an upstream connection (phase 1: link.c's
+ * set-up, bounded by redsem.connect_timeout).
+ *
+ * Per client: a hiredis reader parsing its requests (RESP arrays of bulk
+ * strings), an output buffer, and its target (REDSEM.TARGET, its first
+ * request, that has no reply).  Per target: one shared upstream, set up by
+ * link.c (AUTH, SELECT, TLS, the name), whose FIFO says which client each
+ * outstanding command is for; a client's commands go in the order sent,
+ * and ASKING goes with the command after it.  BLPOP (a waiter's wait)
+ * goes on a side connection of its target, from a pool, so that it does
+ * not stall the others; the client's later requests wait for its reply,
+ * so replies come back in order.  WAIT stays on the shared upstream: it
+ * waits for the writes of the connection it is sent on.
+ *
+ * Failures: an upstream that breaks or does not answer in time is closed,
+ * and with it every client that had a command outstanding on it and every
+ * client bound to its target (each sees a connection lost, 08006, as with
+ * a broken Redis connection); an upstream that cannot be opened is
+ * answered as "-REDSEMBROKER <status> <detail>", which link.c turns back
+ * into the status direct mode would have found.  Replies for a client that
+ * left are dropped.
+ */
+#include "postgres.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <errno.h>
+#include <unistd.h>
+
+#include "hiredis.h"
+
+#include "miscadmin.h"
+#include "storage/latch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "broker_loop.h"
+#include "brokerlink.h"
+#include "clock.h"
+#include "compat.h"
+#include "conn.h"
+#include "guc.h"
+#include "link.h"
+#include "timing.h"
+
+/* What a registered socket is */
+typedef enum SockKind
+{
+	SOCK_CLIENT,
+	SOCK_UPSTREAM
+} SockKind;
+
+/* A command sent upstream, and the client its reply goes to */
+typedef struct Pending
+{
+	int			client;
+	uint32		generation;		/* the client's, when sent */
+	TimestampTz deadline;		/* DT_NOEND: none */
+} Pending;
+
+/* A Redis server clients name */
+typedef struct Target
+{
+	char	   *host;
+	int			port;
+	char	   *path;			/* NULL: TCP */
+	int			shared;			/* its shared upstream, -1: none */
+	TimestampTz failed_until;	/* an open failed: answer it until then */
+	RedisOutcome failure;
+} Target;
+
+/* A connection to Redis */
+typedef struct Upstream
+{
+	SockKind	kind;			/* first: what the event's user data is */
+	int			index;
+	int			target;
+	bool		side;			/* a side connection, for BLPOP */
+	redisContext *ctx;			/* NULL: free slot */
+	bool		want_write;
+	int			pos;			/* in the wait set, -1: not there */
+	uint32		events;
+	Pending    *fifo;
+	int			head;
+	int			count;
+	int			cap;
+	TimestampTz idle_since;
+} Upstream;
+
+/* A backend's link */
+typedef struct Client
+{
+	SockKind	kind;			/* first: what the event's user data is */
+	int			index;
+	int			fd;				/* -1: free slot */
+	uint32		generation;
+	redisReader *reader;
+	int			target;			/* -1 until REDSEM.TARGET */
+	int			outstanding;	/* commands sent, replies not yet back */
+	bool		on_side;		/* its BLPOP is on a side connection */
+	bool		closing;		/* write out what is left, then close */
+	bool		process;		/* look at its requests again */
+	redisReply *held[2];		/* parsed, not yet sent */
+	int			n_held;
+	char	   *out;
+	size_t		out_len;
+	size_t		out_off;
+	size_t		out_cap;
+	int			pos;
+	uint32		events;
+} Client;
+
+static MemoryContext broker_cxt;
+static Client **clients;
+static int	n_clients;
+static Upstream **upstreams;
+static int	n_upstreams;
+static Target *targets;
+static int	n_targets;
+static int	listen_fd = -1;
+static WaitEventSet *wait_set;
+static bool set_dirty = true;
+
+static void close_client(Client *c);
+static void process_client(Client *c);
+
+/* ---- buffers and encoding ---- */
+
+/* Append len bytes to a client's output */
+static void
+out_append(Client *c, const char *data, size_t len)
+{
+	if (c->out_len + len > c->out_cap)
+	{
+		size_t		cap = Max(c->out_cap * 2, c->out_len + len + 1024);
+
+		c->out = c->out ? repalloc(c->out, cap) : MemoryContextAlloc(broker_cxt, cap);
+		c->out_cap = cap;
+	}
+	memcpy(c->out + c->out_len, data, len);
+	c->out_len += len;
+}
+
+/* Append a RESP line: prefix, text, CRLF */
+static void
+out_line(Client *c, char prefix, const char *text, size_t len)
+{
+	out_append(c, &prefix, 1);
+	out_append(c, text, len);
+	out_append(c, "\r\n", 2);
+}
+
+/* Append a RESP length or integer line (prefix and number) */
+static void
+out_number(Client *c, char prefix, long long n)
+{
+	char		buf[32];
+	int			len = snprintf(buf, sizeof(buf), "%lld", n);
+
+	out_line(c, prefix, buf, len);
+}
+
+/* Encode a reply as RESP (version 2) onto a client's output */
+static void
+encode_reply(Client *c, const redisReply *r)
+{
+	switch (r->type)
+	{
+		case REDIS_REPLY_STATUS:
+			out_line(c, '+', r->str, (size_t) r->len);
+			break;
+		case REDIS_REPLY_ERROR:
+			out_line(c, '-', r->str, (size_t) r->len);
+			break;
+		case REDIS_REPLY_INTEGER:
+			out_number(c, ':', r->integer);
+			break;
+		case REDIS_REPLY_NIL:
+			out_append(c, "$-1\r\n", 5);
+			break;
+		case REDIS_REPLY_ARRAY:
+			out_number(c, '*', (long long) r->elements);
+			for (size_t i = 0; i < r->elements; i++)
+				encode_reply(c, r->element[i]);
+			break;
+		default:
+			/* a string, or a RESP3 type a RESP2 connection never gets */
+			if (r->str == NULL)
+			{
+				out_append(c, "$-1\r\n", 5);
+				break;
+			}
+			out_number(c, '$', (long long) r->len);
+			out_append(c, r->str, (size_t) r->len);
+			out_append(c, "\r\n", 2);
+			break;
+	}
+}
+
+/*
+ * Answer a client that its target cannot be reached: the status and
+ * words link.c found (never a secret: outcomes carry none), on one line
+ */
+static void
+answer_failure(Client *c, const RedisOutcome *o)
+{
+	char		line[320];
+	int			len = snprintf(line, sizeof(line), "%s %d %s", REDSEM_BROKER_ERROR,
+							   (int) o->status, o->detail);
+
+	len = Min(len, (int) sizeof(line) - 1);
+	for (int i = 0; i < len; i++)
+		if (line[i] == '\r' || line[i] == '\n')
+			line[i] = ' ';
+	out_line(c, '-', line, len);
+	c->closing = true;
+}
+
+/* ---- the FIFO of an upstream ---- */
+
+/* Add a pending command to an upstream's FIFO */
+static void
+fifo_push(Upstream *u, Pending p)
+{
+	if (u->count == u->cap)
+	{
+		int			cap = Max(u->cap * 2, 16);
+		Pending    *fifo = MemoryContextAlloc(broker_cxt, sizeof(Pending) * cap);
+
+		for (int i = 0; i < u->count; i++)
+			fifo[i] = u->fifo[(u->head + i) % Max(u->cap, 1)];
+		if (u->fifo)
+			pfree(u->fifo);
+		u->fifo = fifo;
+		u->cap = cap;
+		u->head = 0;
+	}
+	u->fifo[(u->head + u->count) % u->cap] = p;
+	u->count++;
+}
+
+/* The oldest pending command of an upstream (it must have one) */
+static Pending *
+fifo_head(Upstream *u)
+{
+	return &u->fifo[u->head];
+}
+
+/* Remove the oldest pending command */
+static void
+fifo_pop(Upstream *u)
+{
+	u->head = (u->head + 1) % u->cap;
+	u->count--;
+}
+
+/* ---- clients ---- */
+
+/* The client a pending command is for, or NULL if it has left since */
+static Client *
+pending_client(const Pending *p)
+{
+	Client	   *c = clients[p->client];
+
+	return (c->fd >= 0 && c->generation == p->generation) ? c : NULL;
+}
+
+/* A free client slot (a new one if none) */
+static Client *
+free_client_slot(void)
+{
+	Client	   *c;
+
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd < 0 && clients[i]->reader == NULL)
+			return clients[i];
+	clients = clients ? repalloc(clients, sizeof(Client *) * (n_clients + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Client *));
+	c = MemoryContextAllocZero(broker_cxt, sizeof(Client));
+	c->kind = SOCK_CLIENT;
+	c->index = n_clients;
+	c->fd = -1;
+	clients[n_clients++] = c;
+	return c;
+}
+
+/* True if the peer runs as this server's user */
+static bool
+peer_is_ours(int fd)
+{
+	struct ucred cred;
+	socklen_t	len = sizeof(cred);
+
+	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+		cred.uid == geteuid();
+}
+
+/* Take a new client on fd */
+static void
+add_client(int fd)
+{
+	Client	   *c = free_client_slot();
+
+	c->fd = fd;
+	c->generation++;
+	c->reader = redisReaderCreate();
+	if (c->reader == NULL)
+		elog(ERROR, "out of memory");
+	c->target = -1;
+	c->outstanding = 0;
+	c->on_side = c->closing = c->process = false;
+	c->n_held = 0;
+	c->out_len = c->out_off = 0;
+	c->pos = -1;
+	set_dirty = true;
+}
+
+/* Accept every waiting backend; a peer of another user is shut out */
+static void
+accept_clients(void)
+{
+	for (;;)
+	{
+		int			fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+		{
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+				errno != ECONNABORTED)
+				ereport(LOG,
+						(errmsg("redsem broker could not accept a connection: %m")));
+			return;
+		}
+		if (!peer_is_ours(fd))
+		{
+			ereport(LOG,
+					(errmsg("redsem broker refused a connection from a process of another user")));
+			close(fd);
+			continue;
+		}
+		add_client(fd);
+	}
+}
+
+/* Close a client's link; replies still owed to it will be dropped */
+static void
+close_client(Client *c)
+{
+	if (c->fd < 0)
+		return;
+	close(c->fd);
+	c->fd = -1;
+	c->generation++;
+	for (int i = 0; i < c->n_held; i++)
+		freeReplyObject(c->held[i]);
+	c->n_held = 0;
+	c->outstanding = 0;
+	c->on_side = false;
+	set_dirty = true;
+	/* the slot is reused only after the sweep (events may still name it) */
+}
+
+/* Write out what a client's output holds; close it if it is done */
+static void
+client_write(Client *c)
+{
+	while (c->fd >= 0 && c->out_off < c->out_len)
+	{
+		ssize_t		n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+							 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0)
+		{
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				return;
+			close_client(c);
+			return;
+		}
+		c->out_off += n;
+	}
+	c->out_off = c->out_len = 0;
+	if (c->closing)
+		close_client(c);
+}
+
+/* Read what a client sent into its reader; close it at EOF */
+static void
+client_read(Client *c)
+{
+	char		buf[16384];
+
+	while (c->fd >= 0)
+	{
+		ssize_t		n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0)
+		{
+			if (redisReaderFeed(c->reader, buf, n) != REDIS_OK)
+			{
+				close_client(c);
+				return;
+			}
+			c->process = true;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		close_client(c);
+		return;
+	}
+}
+
+/* ---- upstream connections ---- */
+
+/* A free upstream slot (a new one if none) */
+static Upstream *
+free_upstream_slot(void)
+{
+	Upstream   *u;
+
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->ctx == NULL && upstreams[i]->target < 0)
+			return upstreams[i];
+	upstreams = upstreams ? repalloc(upstreams, sizeof(Upstream *) * (n_upstreams + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Upstream *));
+	u = MemoryContextAllocZero(broker_cxt, sizeof(Upstream));
+	u->kind = SOCK_UPSTREAM;
+	u->index = n_upstreams;
+	u->target = -1;
+	upstreams[n_upstreams++] = u;
+	return u;
+}
+
+/* The target host:port/path names, added if new */
+static int
+find_target(const char *host, int port, const char *path)
+{
+	const char *p = (path && path[0]) ? path : NULL;
+
+	for (int i = 0; i < n_targets; i++)
+		if (strcmp(targets[i].host, host) == 0 && targets[i].port == port &&
+			((p == NULL && targets[i].path == NULL) ||
+			 (p != NULL && targets[i].path != NULL && strcmp(p, targets[i].path) == 0)))
+			return i;
+	targets = targets ? repalloc(targets, sizeof(Target) * (n_targets + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Target));
+	memset(&targets[n_targets], 0, sizeof(Target));
+	targets[n_targets].host = MemoryContextStrdup(broker_cxt, host);
+	targets[n_targets].port = port;
+	targets[n_targets].path = p ? MemoryContextStrdup(broker_cxt, p) : NULL;
+	targets[n_targets].shared = -1;
+	return n_targets++;
+}
+
+/* Target t, for messages: its Unix socket, or host:port (a static buffer) */
+static const char *
+target_text(int t)
+{
+	static char buf[MAXPGPATH + 64];
+
+	if (targets[t].path != NULL)
+		snprintf(buf, sizeof(buf), "unix socket \"%s\"", targets[t].path);
+	else
+		snprintf(buf, sizeof(buf), "%s:%d", targets[t].host, targets[t].port);
+	return buf;
+}
+
+/*
+ * Open and set up a connection to target t (link.c: TLS, AUTH, SELECT, the
+ * name; phase 1 waits for it, within redsem.connect_timeout).  After a
+ * failure that took BROKER_SLOW_OPEN_MS or more (a timeout: the broker
+ * served nobody meanwhile), the target is not tried again for
+ * BROKER_OPEN_FAILURE_HOLD_MS; a quick failure (refused, no socket, a
+ * wrong password) is tried again at the next call, as in direct mode.
+ */
+static Upstream *
+open_upstream(int t, bool side)
+{
+	Target	   *target = &targets[t];
+	TimestampTz now = redsem_now();
+	RedisCall	call;
+	TimestampTz deadline;
+	redisContext *ctx;
+	Upstream   *u;
+
+	if (now < target->failed_until)
+		return NULL;
+	redis_call_init(&call, DT_NOEND, false, LOG);
+	/* redsem.connect_timeout from now (no call's deadline cuts it short) */
+	deadline = redis_connect_deadline(DT_NOEND);
+	ctx = redis_open_context(&call, target->host, target->port, target->path, deadline);
+	if (ctx == NULL || !redis_setup_context(&call, ctx, deadline))
+	{
+		TimestampTz failed_at = redsem_now();
+
+		target->failure = call.outcome;
+		if (failed_at - now >= (TimestampTz) BROKER_SLOW_OPEN_MS * 1000)
+			target->failed_until = TimestampTzPlusMilliseconds(failed_at, BROKER_OPEN_FAILURE_HOLD_MS);
+		ereport(LOG,
+				(errmsg("redsem broker could not connect to Redis at %s",
+						target_text(t)),
+				 errdetail_internal("%s", call.outcome.detail)));
+		return NULL;
+	}
+	u = free_upstream_slot();
+	u->target = t;
+	u->side = side;
+	u->ctx = ctx;
+	u->want_write = false;
+	u->pos = -1;
+	u->head = u->count = 0;
+	u->idle_since = redsem_now();
+	if (!side)
+		target->shared = u->index;
+	set_dirty = true;
+	return u;
+}
+
+/* The shared upstream of target t, opened if need be; NULL if it cannot be */
+static Upstream *
+shared_upstream(int t)
+{
+	if (targets[t].shared >= 0)
+		return upstreams[targets[t].shared];
+	return open_upstream(t, false);
+}
+
+/* An idle side connection of target t (for a BLPOP), opened if none */
+static Upstream *
+side_upstream(int t)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->side && u->target == t && u->count == 0)
+			return u;
+	}
+	return open_upstream(t, true);
+}
+
+/* Close every client bound to target t */
+static void
+close_target_clients(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			close_client(clients[i]);
+}
+
+/*
+ * Give up an upstream: close it, and every client that had a command on
+ * it; for a shared one, every client of its target too, so each opens a
+ * fresh link (and an acquire checks its era again)
+ */
+static void
+fail_upstream(Upstream *u, const char *why)
+{
+	int			t = u->target;
+
+	ereport(LOG,
+			(errmsg("redsem broker closed its connection to Redis at %s: %s",
+					target_text(t), why)));
+	while (u->count > 0)
+	{
+		Client	   *c = pending_client(fifo_head(u));
+
+		if (c != NULL)
+			close_client(c);
+		fifo_pop(u);
+	}
+	redis_close_context(u->ctx);
+	u->ctx = NULL;
+	if (!u->side)
+	{
+		targets[t].shared = -1;
+		close_target_clients(t);
+	}
+	u->target = -1;
+	set_dirty = true;
+}
+
+/* Close a side connection left idle for BROKER_SIDE_IDLE_MS */
+static void
+close_idle_sides(TimestampTz now)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->side && u->count == 0 &&
+			now - u->idle_since >= (TimestampTz) BROKER_SIDE_IDLE_MS * 1000)
+		{
+			redis_close_context(u->ctx);
+			u->ctx = NULL;
+			u->target = -1;
+			set_dirty = true;
+		}
+	}
+}
+
+/* Write what an upstream has buffered, as far as the socket takes it */
+static void
+upstream_write(Upstream *u)
+{
+	int			done = 0;
+
+	if (u->ctx == NULL || !u->want_write)
+		return;
+	if (redisBufferWrite(u->ctx, &done) != REDIS_OK)
+	{
+		fail_upstream(u, u->ctx->errstr);
+		return;
+	}
+	u->want_write = !done;
+}
+
+/* Hand a reply read on an upstream to the client of its oldest command */
+static void
+deliver(Upstream *u, redisReply *reply)
+{
+	Client	   *c = pending_client(fifo_head(u));
+
+	fifo_pop(u);
+	if (c != NULL)
+	{
+		encode_reply(c, reply);
+		c->outstanding--;
+		if (u->side)
+			c->on_side = false;
+		c->process = true;
+	}
+	if (u->side && u->count == 0)
+		u->idle_since = redsem_now();
+	freeReplyObject(reply);
+}
+
+/* Read what an upstream sent and hand over every whole reply */
+static void
+upstream_read(Upstream *u)
+{
+	void	   *r;
+
+	if (u->ctx == NULL)
+		return;
+	if (redisBufferRead(u->ctx) != REDIS_OK)
+	{
+		fail_upstream(u, u->ctx->errstr);
+		return;
+	}
+	for (;;)
+	{
+		if (redisGetReplyFromReader(u->ctx, &r) != REDIS_OK)
+		{
+			fail_upstream(u, u->ctx->errstr);
+			return;
+		}
+		if (r == NULL)
+			return;
+		if (u->count == 0)
+		{
+			freeReplyObject(r);
+			fail_upstream(u, "a reply nobody asked for");
+			return;
+		}
+		deliver(u, (redisReply *) r);
+	}
+}
+
+/* ---- forwarding ---- */
+
+/* True if a request is the command name (case-insensitive) */
+static bool
+is_command(const redisReply *cmd, const char *name)
+{
+	return cmd->elements > 0 && pg_strcasecmp(cmd->element[0]->str, name) == 0;
+}
+
+/* An integer argument of a request (0 if absent or not a number) */
+static double
+number_arg(const redisReply *cmd, size_t i)
+{
+	return i < cmd->elements ? strtod(cmd->element[i]->str, NULL) : 0;
+}
+
+/*
+ * How long past sending a command may go unanswered before its upstream
+ * is given up: redsem.command_timeout, the margin, and its own wait (BLPOP
+ * and WAIT; one that waits for ever has no bound)
+ */
+static TimestampTz
+command_deadline(const redisReply *cmd, TimestampTz now)
+{
+	double		wait_ms = 0;
+
+	if (is_command(cmd, "BLPOP"))
+		wait_ms = number_arg(cmd, cmd->elements - 1) * 1000.0;
+	else if (is_command(cmd, "WAIT"))
+		wait_ms = number_arg(cmd, 2);
+	if ((is_command(cmd, "BLPOP") || is_command(cmd, "WAIT")) && wait_ms <= 0)
+		return DT_NOEND;
+	return TimestampTzPlusMilliseconds(now, redsem_command_timeout_ms +
+									   BROKER_TIMEOUT_MARGIN_MS + (int64) wait_ms);
+}
+
+/* Queue a client's request on an upstream; false if out of memory */
+static bool
+send_upstream(Client *c, Upstream *u, const redisReply *cmd)
+{
+	const char **argv = palloc(sizeof(char *) * cmd->elements);
+	size_t	   *argvlen = palloc(sizeof(size_t) * cmd->elements);
+	char	   *formatted;
+	int			len;
+	Pending		p;
+
+	for (size_t i = 0; i < cmd->elements; i++)
+	{
+		argv[i] = cmd->element[i]->str;
+		argvlen[i] = (size_t) cmd->element[i]->len;
+	}
+	len = redisFormatCommandArgv(&formatted, (int) cmd->elements, argv, argvlen);
+	pfree(argv);
+	pfree(argvlen);
+	if (len < 0)
+		return false;
+	if (redisAppendFormattedCommand(u->ctx, formatted, len) != REDIS_OK)
+	{
+		redisFreeCommand(formatted);
+		return false;
+	}
+	redisFreeCommand(formatted);
+	p.client = c->index;
+	p.generation = c->generation;
+	p.deadline = command_deadline(cmd, redsem_now());
+	if (u->count > 0)
+		p.deadline = Max(p.deadline, u->fifo[(u->head + u->count - 1) % u->cap].deadline);
+	fifo_push(u, p);
+	u->want_write = true;
+	c->outstanding++;
+	return true;
+}
+
+/* Take the next whole request a client sent into held; false if none */
+static bool
+take_request(Client *c)
+{
+	void	   *r = NULL;
+	redisReply *cmd;
+
+	if (c->n_held >= (int) lengthof(c->held))
+		return false;
+	if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
+	{
+		close_client(c);
+		return false;
+	}
+	if (r == NULL)
+		return false;
+	cmd = (redisReply *) r;
+	if (cmd->type != REDIS_REPLY_ARRAY || cmd->elements == 0)
+	{
+		freeReplyObject(cmd);
+		close_client(c);
+		return false;
+	}
+	for (size_t i = 0; i < cmd->elements; i++)
+		if (cmd->element[i]->type != REDIS_REPLY_STRING)
+		{
+			freeReplyObject(cmd);
+			close_client(c);
+			return false;
+		}
+	c->held[c->n_held++] = cmd;
+	return true;
+}
+
+/* Drop the first n held requests of a client */
+static void
+drop_held(Client *c, int n)
+{
+	for (int i = 0; i < n; i++)
+		freeReplyObject(c->held[i]);
+	for (int i = n; i < c->n_held; i++)
+		c->held[i - n] = c->held[i];
+	c->n_held -= n;
+}
+
+/* Bind a client to the target its REDSEM.TARGET header names */
+static bool
+bind_target(Client *c, const redisReply *cmd)
+{
+	if (cmd->elements != 4 || c->target >= 0)
+		return false;
+	c->target = find_target(cmd->element[1]->str, atoi(cmd->element[2]->str),
+							cmd->element[3]->str);
+	return true;
+}
+
+/*
+ * Send held[0 .. n-1] of a client on its target's shared upstream (n = 2:
+ * ASKING and the command it applies to, back to back); if the upstream
+ * cannot be opened, answer the failure and close the client
+ */
+static bool
+send_shared(Client *c, int n)
+{
+	Upstream   *u = shared_upstream(c->target);
+
+	if (u == NULL)
+	{
+		answer_failure(c, &targets[c->target].failure);
+		return false;
+	}
+	for (int i = 0; i < n; i++)
+		if (!send_upstream(c, u, c->held[i]))
+		{
+			fail_upstream(u, "out of memory");
+			return false;
+		}
+	drop_held(c, n);
+	return true;
+}
+
+/* Send a client's BLPOP on a side connection of its target */
+static bool
+send_side(Client *c)
+{
+	Upstream   *u = side_upstream(c->target);
+
+	if (u == NULL)
+	{
+		answer_failure(c, &targets[c->target].failure);
+		return false;
+	}
+	if (!send_upstream(c, u, c->held[0]))
+	{
+		fail_upstream(u, "out of memory");
+		return false;
+	}
+	c->on_side = true;
+	drop_held(c, 1);
+	return true;
+}
+
+/*
+ * Forward what a client sent, in order, as far as its ordering allows: a
+ * BLPOP waits until its earlier replies are back, and nothing goes after
+ * a BLPOP until its reply is back
+ */
+static void
+process_client(Client *c)
+{
+	c->process = false;
+	while (c->fd >= 0 && !c->closing && !c->on_side)
+	{
+		redisReply *cmd;
+
+		if (c->n_held == 0 && !take_request(c))
+			return;
+		cmd = c->held[0];
+		if (is_command(cmd, "REDSEM.TARGET"))
+		{
+			if (!bind_target(c, cmd))
+			{
+				close_client(c);
+				return;
+			}
+			drop_held(c, 1);
+			continue;
+		}
+		if (c->target < 0)
+		{
+			close_client(c);
+			return;
+		}
+		if (is_command(cmd, "BLPOP"))
+		{
+			if (c->outstanding > 0 || !send_side(c))
+				return;
+			continue;
+		}
+		if (is_command(cmd, "ASKING"))
+		{
+			if (c->n_held < 2 && !take_request(c))
+				return;
+			if (!send_shared(c, 2))
+				return;
+			continue;
+		}
+		if (!send_shared(c, 1))
+			return;
+	}
+}
+
+/* ---- the loop ---- */
+
+/* Open the listening socket at the broker's address */
+static void
+listen_broker(void)
+{
+	struct sockaddr_un addr;
+	socklen_t	len = redis_broker_address(&addr);
+
+	listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (listen_fd < 0)
+		ereport(ERROR,
+				(errmsg("redsem broker could not create its socket: %m")));
+	if (bind(listen_fd, (struct sockaddr *) &addr, len) != 0)
+		ereport(ERROR,
+				(errmsg("redsem broker could not bind its socket \"@%s\": %m", addr.sun_path + 1)));
+	if (listen(listen_fd, SOMAXCONN) != 0)
+		ereport(ERROR,
+				(errmsg("redsem broker could not listen on its socket: %m")));
+}
+
+/* Free the slots of clients closed since the last sweep */
+static void
+sweep_clients(void)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd < 0 && c->reader != NULL)
+		{
+			redisReaderFree(c->reader);
+			c->reader = NULL;
+			c->out_len = c->out_off = 0;
+		}
+	}
+}
+
+/* The events a client's socket is waited for */
+static uint32
+client_events(const Client *c)
+{
+	return WL_SOCKET_READABLE | (c->out_off < c->out_len ? WL_SOCKET_WRITEABLE : 0);
+}
+
+/* The events an upstream's socket is waited for */
+static uint32
+upstream_events(const Upstream *u)
+{
+	return WL_SOCKET_READABLE | (u->want_write ? WL_SOCKET_WRITEABLE : 0);
+}
+
+/* Make the wait set anew: latch, postmaster death, listener, every socket */
+static void
+rebuild_wait_set(void)
+{
+	int			n = 3;
+
+	if (wait_set != NULL)
+		FreeWaitEventSet(wait_set);
+	for (int i = 0; i < n_clients; i++)
+		n += clients[i]->fd >= 0;
+	for (int i = 0; i < n_upstreams; i++)
+		n += upstreams[i]->ctx != NULL;
+	wait_set = redsem_create_wait_set(broker_cxt, n);
+	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, listen_fd, NULL, NULL);
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		c->pos = -1;
+		if (c->fd < 0)
+			continue;
+		c->events = client_events(c);
+		c->pos = AddWaitEventToSet(wait_set, c->events, c->fd, NULL, c);
+	}
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		u->pos = -1;
+		if (u->ctx == NULL)
+			continue;
+		u->events = upstream_events(u);
+		u->pos = AddWaitEventToSet(wait_set, u->events, u->ctx->fd, NULL, u);
+	}
+	set_dirty = false;
+}
+
+/* Wait for writability only where there is something to write */
+static void
+update_interest(void)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->pos >= 0 && client_events(c) != c->events)
+		{
+			c->events = client_events(c);
+			ModifyWaitEvent(wait_set, c->pos, c->events, NULL);
+		}
+	}
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->pos >= 0 && upstream_events(u) != u->events)
+		{
+			u->events = upstream_events(u);
+			ModifyWaitEvent(wait_set, u->pos, u->events, NULL);
+		}
+	}
+}
+
+/* Give up every upstream whose oldest command is past its deadline */
+static void
+check_deadlines(TimestampTz now)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->count > 0 && fifo_head(u)->deadline <= now)
+			fail_upstream(u, "no answer within redsem.command_timeout");
+	}
+}
+
+/* How long the loop may sleep: until the next deadline, at most 1 s */
+static long
+sleep_ms(TimestampTz now)
+{
+	TimestampTz until = TimestampTzPlusMilliseconds(now, 1000);
+
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->count > 0)
+			until = Min(until, fifo_head(u)->deadline);
+	}
+	return Max(TimestampDifferenceMilliseconds(now, until), 0);
+}
+
+/* Handle one event of the wait */
+static void
+handle_event(const WaitEvent *ev)
+{
+	if (ev->events & WL_LATCH_SET)
+		ResetLatch(MyLatch);
+	if (ev->events & WL_POSTMASTER_DEATH)
+		_exit(1);
+	if (ev->fd == listen_fd && ev->user_data == NULL)
+	{
+		if (ev->events & WL_SOCKET_READABLE)
+			accept_clients();
+		return;
+	}
+	if (ev->user_data == NULL)
+		return;
+	if (*(SockKind *) ev->user_data == SOCK_CLIENT)
+	{
+		Client	   *c = (Client *) ev->user_data;
+
+		if (ev->events & WL_SOCKET_WRITEABLE)
+			client_write(c);
+		if (ev->events & WL_SOCKET_READABLE)
+			client_read(c);
+	}
+	else
+	{
+		Upstream   *u = (Upstream *) ev->user_data;
+
+		if (ev->events & WL_SOCKET_WRITEABLE)
+			upstream_write(u);
+		if (ev->events & WL_SOCKET_READABLE)
+			upstream_read(u);
+	}
+}
+
+/*
+ * After the events: forward what clients sent, write to every upstream and
+ * client with something to send (most writes succeed at once, saving a
+ * turn of the loop)
+ */
+static void
+forward_and_flush(void)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->process)
+			process_client(clients[i]);
+	for (int i = 0; i < n_upstreams; i++)
+		upstream_write(upstreams[i]);
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->out_off < clients[i]->out_len)
+			client_write(clients[i]);
+	/* replies delivered just now may let clients go on */
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->process)
+			process_client(clients[i]);
+	for (int i = 0; i < n_upstreams; i++)
+		upstream_write(upstreams[i]);
+}
+
+/* The broker's loop; ends the process once *stop_requested (SIGTERM) */
+void
+broker_loop(volatile sig_atomic_t *stop_requested)
+{
+	WaitEvent	events[64];
+
+	broker_cxt = AllocSetContextCreate(TopMemoryContext, "redsem broker",
+									   ALLOCSET_DEFAULT_SIZES);
+	listen_broker();
+	ereport(LOG, (errmsg("redsem broker started")));
+	while (!*stop_requested)
+	{
+		TimestampTz now;
+		int			n;
+
+		if (set_dirty)
+			rebuild_wait_set();
+		update_interest();
+		n = WaitEventSetWait(wait_set, sleep_ms(redsem_now()), events,
+							 lengthof(events), PG_WAIT_EXTENSION);
+		for (int i = 0; i < n; i++)
+			handle_event(&events[i]);
+		forward_and_flush();
+		now = redsem_now();
+		check_deadlines(now);
+		close_idle_sides(now);
+		sweep_clients();
+	}
+	_exit(0);
+}

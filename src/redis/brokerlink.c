@@ -1,0 +1,233 @@
+/*
+ * brokerlink.c
+ *		A client backend's link to the redsem broker (src/broker.c), used in
+ *		place of a connection to Redis when redsem.connection_mode is
+ *		'broker'.  The link is a Unix socket in the abstract namespace
+ *		(Linux: no file in the data directory), handed to hiredis as an
+ *		ordinary context: from then on conn.c, link.c and sockwait.c use it
+ *		exactly as a connection to Redis, and the broker's death is a
+ *		connection lost.  The first bytes on a new link name the Redis
+ *		server it is for (REDSEM.TARGET, no reply), sent in the same write
+ *		as the first request.  The broker does AUTH, SELECT, the name and
+ *		TLS on its own connections, so the backend does none of them.
+ */
+#include "postgres.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <errno.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#include "hiredis.h"
+
+#include "common/hashfn.h"
+#include "miscadmin.h"
+#include "postmaster/postmaster.h"
+#include "storage/fd.h"
+
+#include "brokerlink.h"
+#include "clock.h"
+#include "compat.h"
+#include "guc.h"
+#include "report.h"
+#include "sockwait.h"
+#include "timing.h"
+
+/*
+ * The broker's address: "\0redsem-broker.<postmaster pid>.<hash of the
+ * data directory>", so that two servers on one host never meet.  Returns
+ * the address's length.
+ */
+socklen_t
+redis_broker_address(struct sockaddr_un *addr)
+{
+	uint32		h = hash_bytes((const unsigned char *) DataDir, strlen(DataDir));
+	int			n;
+
+	memset(addr, 0, sizeof(*addr));
+	addr->sun_family = AF_UNIX;
+	n = snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1,
+				 "redsem-broker.%d.%08x", (int) PostmasterPid, h);
+	return (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+/* True if this process's data connections go through the broker */
+bool
+redis_broker_wanted(void)
+{
+	return redsem_preloaded &&
+		redsem_connection_mode == REDSEM_CONNECTION_BROKER &&
+		redsem_is_client_backend();
+}
+
+/*
+ * Broker mode was asked for in a server where redsem is not preloaded:
+ * there is no broker.  A call from SQL raises 55000; any other fails to
+ * connect (false, with the outcome filled).
+ */
+bool
+redis_broker_available(RedisCall *call)
+{
+	if (!redsem_broker_asked_unpreloaded || !redsem_is_client_backend())
+		return true;
+	if (call->interruptible)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("redsem.connection_mode = 'broker' needs redsem in shared_preload_libraries"),
+				 errhint("Add redsem to shared_preload_libraries and restart the server, or set redsem.connection_mode to 'direct'.")));
+	return redis_note(&call->outcome, RS_CONNECT_FAILED,
+					  "redsem.connection_mode = 'broker' needs redsem in shared_preload_libraries");
+}
+
+/*
+ * One try at connecting to the broker: the socket, or -1 with errno (a
+ * refused or busy broker is worth another try).
+ */
+static int
+try_connect(void)
+{
+	struct sockaddr_un addr;
+	socklen_t	len = redis_broker_address(&addr);
+	int			fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int			saved;
+
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *) &addr, len) == 0)
+		return fd;
+	saved = errno;
+	close(fd);
+	errno = saved;
+	return -1;
+}
+
+/* True for a connect error that a broker being (re)started explains */
+static bool
+broker_not_there_yet(int err)
+{
+	return err == ECONNREFUSED || err == ENOENT || err == EAGAIN ||
+		err == EWOULDBLOCK || err == EINTR;
+}
+
+/*
+ * Connect to the broker by deadline, trying again every
+ * BROKER_CONNECT_RETRY_MS while it is refused (the broker is restarting);
+ * cancel is served between tries on interruptible calls.  The socket, or
+ * -1 with the outcome filled.
+ */
+static int
+connect_broker(RedisCall *call, TimestampTz deadline)
+{
+	for (;;)
+	{
+		int			fd = try_connect();
+		int			err = errno;
+
+		if (fd >= 0)
+			return fd;
+		if (!broker_not_there_yet(err) || redis_past(deadline))
+		{
+			(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
+							  "could not connect to the redsem broker: %s",
+							  strerror(err));
+			return -1;
+		}
+		redis_pause(BROKER_CONNECT_RETRY_MS, deadline, call->interruptible);
+	}
+}
+
+/*
+ * Queue the header that names the link's Redis server; it leaves with the
+ * first request
+ */
+static bool
+queue_target(redisContext *c, const char *host, int port, const char *unix_path)
+{
+	char		portbuf[16];
+	const char *argv[4] = {"REDSEM.TARGET", host ? host : "", portbuf,
+	unix_path ? unix_path : ""};
+	char	   *cmd;
+	int			len;
+	bool		ok;
+
+	snprintf(portbuf, sizeof(portbuf), "%d", port);
+	len = redisFormatCommandArgv(&cmd, 4, argv, NULL);
+	if (len < 0)
+		return false;
+	ok = redisAppendFormattedCommand(c, cmd, len) == REDIS_OK;
+	redisFreeCommand(cmd);
+	return ok;
+}
+
+/*
+ * A link to the broker for Redis at host:port (or unix_path), as a hiredis
+ * context that conn.c uses as a connection to that server; NULL with the
+ * outcome filled if the broker cannot be reached by deadline.  Its
+ * descriptor counts as an external one (redis_close_context gives it back).
+ */
+redisContext *
+redis_broker_open(RedisCall *call, const char *host, int port,
+				  const char *unix_path, TimestampTz deadline)
+{
+	redisContext *c;
+	int			fd;
+
+	call->outcome.status = RS_CONNECT_FAILED;
+	if (!AcquireExternalFD())
+	{
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
+						  "there are too many open files on the local server");
+		return NULL;
+	}
+	fd = connect_broker(call, deadline);
+	if (fd < 0)
+	{
+		ReleaseExternalFD();
+		return NULL;
+	}
+	c = redisConnectFd(fd);
+	if (c == NULL || c->err)
+	{
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
+						  c ? c->errstr : "out of memory");
+		if (c)
+			redisFree(c);
+		else
+			close(fd);
+		ReleaseExternalFD();
+		return NULL;
+	}
+	/* the socket is non-blocking: let hiredis treat EAGAIN as "later" */
+	c->flags &= ~REDIS_BLOCK;
+	if (!queue_target(c, host, port, unix_path))
+	{
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "out of memory");
+		redisFree(c);
+		ReleaseExternalFD();
+		return NULL;
+	}
+	call->outcome.status = RS_OK;
+	return c;
+}
+
+/*
+ * If msg is the broker's error reply "REDSEMBROKER <status> <detail>" (it
+ * could not reach Redis for us), the status and detail it carries.
+ */
+bool
+redis_broker_error(const char *msg, RedisStatus *status, const char **detail)
+{
+	size_t		len = strlen(REDSEM_BROKER_ERROR);
+	char	   *end;
+	long		n;
+
+	if (strncmp(msg, REDSEM_BROKER_ERROR, len) != 0 || msg[len] != ' ')
+		return false;
+	n = strtol(msg + len + 1, &end, 10);
+	if (end == msg + len + 1 || n <= RS_OK || n > RS_NOSCRIPT || n == RS_NOSCRIPT)
+		n = RS_CONNECT_FAILED;
+	*status = (RedisStatus) n;
+	*detail = (*end == ' ') ? end + 1 : end;
+	return true;
+}

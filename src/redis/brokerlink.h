@@ -1,0 +1,31 @@
+/*
+ * brokerlink.h
+ *		A backend's link to the redsem broker (brokerlink.c), in place of a
+ *		connection to Redis: a Unix socket that conn.c uses as it would a
+ *		Redis connection.
+ */
+#ifndef REDSEM_BROKERLINK_H
+#define REDSEM_BROKERLINK_H
+
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include "datatype/timestamp.h"
+
+#include "redis_call.h"
+
+struct redisContext;
+
+/* The error code the broker answers with when it cannot reach Redis */
+#define REDSEM_BROKER_ERROR		"REDSEMBROKER"
+
+extern bool redis_broker_wanted(void);
+extern bool redis_broker_available(RedisCall *call);
+extern struct redisContext *redis_broker_open(RedisCall *call, const char *host,
+											  int port, const char *unix_path,
+											  TimestampTz deadline);
+extern socklen_t redis_broker_address(struct sockaddr_un *addr);
+extern bool redis_broker_error(const char *msg, RedisStatus *status,
+							   const char **detail);
+
+#endif							/* REDSEM_BROKERLINK_H */
