@@ -54,14 +54,15 @@ t/041_queue_edges.pl t/042_deferred_release.pl t/045_deadlock_reserve.pl
 t/046_deadlock_look_memory.pl t/060_pgbouncer.pl t/061_prometheus_exporter.pl
 t/062_readme_examples.pl t/063_fleet_view.pl t/069_fleet_far_redis.pl
 t/070_keeper_wake_during_touch.pl t/071_keeper_hopeless_item.pl t/072_cluster_keeper_pipeline.pl
-t/074_role_holds.pl t/085_queue_cap_online.pl t/094_queue_fleet.pl t/097_queue_fleet_rollback.pl'
+t/074_role_holds.pl t/085_queue_cap_online.pl t/094_queue_fleet.pl t/097_queue_fleet_rollback.pl
+t/102_broker.pl'
 VALKEY_SKIP=${VALKEY_SKIP//$'\n'/ }
 
 # The slowest fault-injection files (a minute or more each) run on the host
 # and in one root each, or (t/081, t/084: what Redis does under faults, not
 # what PostgreSQL does) on the host (Redis 7.0) and against Valkey, not
 # against the roots' Redis 8: .ci/run keeps a margin within its 50 minutes.
-TRIXIE_SKIP='t/081_history_faults.pl t/084_failover_check_costs.pl t/097_queue_fleet_rollback.pl'
+TRIXIE_SKIP='t/081_history_faults.pl t/084_failover_check_costs.pl t/097_queue_fleet_rollback.pl t/102_broker.pl'
 SID_SKIP='t/081_history_faults.pl t/084_failover_check_costs.pl t/094_queue_fleet.pl'
 
 MOUNTED=()
