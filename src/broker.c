@@ -178,7 +178,7 @@ broker_set_title(void)
  * run the loop.  An ERROR is logged and ends the process (the supervisor
  * starts another); it never returns.
  */
-static void pg_attribute_noreturn()
+pg_noreturn static void
 broker_child_main(pid_t supervisor)
 {
 	sigjmp_buf	local_sigjmp_buf;
@@ -241,12 +241,16 @@ start_broker(void)
 {
 	pid_t		supervisor = getpid();
 	pid_t		pid;
+	sigset_t	was;
 
 	fflush(stdout);
 	fflush(stderr);
+	/* (blocked until the child's own handlers are in: a SIGTERM then waits) */
+	sigprocmask(SIG_SETMASK, &BlockSig, &was);
 	pid = fork();
 	if (pid == 0)
 		broker_child_main(supervisor);
+	sigprocmask(SIG_SETMASK, &was, NULL);
 	if (pid < 0)
 	{
 		ereport(LOG,

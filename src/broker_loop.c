@@ -32,6 +32,7 @@
 #include "postgres.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <errno.h>
 #include <unistd.h>
@@ -293,16 +294,6 @@ free_client_slot(void)
 	return c;
 }
 
-/* True if the peer runs as this server's user */
-static bool
-peer_is_ours(int fd)
-{
-	struct ucred cred;
-	socklen_t	len = sizeof(cred);
-
-	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-		cred.uid == geteuid();
-}
 
 /* Take a new client on fd */
 static void
@@ -340,7 +331,7 @@ accept_clients(void)
 						(errmsg("redsem broker could not accept a connection: %m")));
 			return;
 		}
-		if (!peer_is_ours(fd))
+		if (!redis_broker_peer_is_ours(fd))
 		{
 			ereport(LOG,
 					(errmsg("redsem broker refused a connection from a process of another user")));
@@ -351,12 +342,40 @@ accept_clients(void)
 	}
 }
 
+/*
+ * Close the side connection that carries c's BLPOP: a BLPOP left blocking
+ * for a client gone would take the next wake-up of its keys (Redis serves
+ * the longest blocked first) and drop it; closed, Redis unblocks it without
+ * popping anything, as when a backend's own connection closes.
+ */
+static void
+close_side_of(Client *c)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->side && u->count > 0 &&
+			pending_client(fifo_head(u)) == c)
+		{
+			redis_close_context(u->ctx);
+			u->ctx = NULL;
+			u->target = -1;
+			while (u->count > 0)
+				fifo_pop(u);
+			set_dirty = true;
+		}
+	}
+}
+
 /* Close a client's link; replies still owed to it will be dropped */
 static void
 close_client(Client *c)
 {
 	if (c->fd < 0)
 		return;
+	if (c->on_side)
+		close_side_of(c);
 	close(c->fd);
 	c->fd = -1;
 	c->generation++;
@@ -635,8 +654,8 @@ deliver(Upstream *u, redisReply *reply)
 	{
 		encode_reply(c, reply);
 		c->outstanding--;
-		if (u->side)
-			c->on_side = false;
+		if (u->side && u->count == 0)
+			c->on_side = false;	/* (ASKING's reply comes before its BLPOP's) */
 		c->process = true;
 	}
 	if (u->side && u->count == 0)
@@ -830,9 +849,12 @@ send_shared(Client *c, int n)
 	return true;
 }
 
-/* Send a client's BLPOP on a side connection of its target */
+/*
+ * Send a client's BLPOP (n = 1), or ASKING and its BLPOP (n = 2: a wake key
+ * in a slot being migrated), on a side connection of its target
+ */
 static bool
-send_side(Client *c)
+send_side(Client *c, int n)
 {
 	Upstream   *u = side_upstream(c->target);
 
@@ -841,13 +863,14 @@ send_side(Client *c)
 		answer_failure(c, &targets[c->target].failure);
 		return false;
 	}
-	if (!send_upstream(c, u, c->held[0]))
-	{
-		fail_upstream(u, "out of memory");
-		return false;
-	}
+	for (int i = 0; i < n; i++)
+		if (!send_upstream(c, u, c->held[i]))
+		{
+			fail_upstream(u, "out of memory");
+			return false;
+		}
 	c->on_side = true;
-	drop_held(c, 1);
+	drop_held(c, n);
 	return true;
 }
 
@@ -884,7 +907,7 @@ process_client(Client *c)
 		}
 		if (is_command(cmd, "BLPOP"))
 		{
-			if (c->outstanding > 0 || !send_side(c))
+			if (c->outstanding > 0 || !send_side(c, 1))
 				return;
 			continue;
 		}
@@ -892,6 +915,12 @@ process_client(Client *c)
 		{
 			if (c->n_held < 2 && !take_request(c))
 				return;
+			if (is_command(c->held[1], "BLPOP"))
+			{
+				if (c->outstanding > 0 || !send_side(c, 2))
+					return;
+				continue;
+			}
 			if (!send_shared(c, 2))
 				return;
 			continue;
@@ -914,9 +943,19 @@ listen_broker(void)
 	if (listen_fd < 0)
 		ereport(ERROR,
 				(errmsg("redsem broker could not create its socket: %m")));
+	/* pg_stat_tmp is made by initdb; a socket left by a broker that died goes */
+	if (mkdir(REDSEM_BROKER_DIR, S_IRWXU) != 0 && errno != EEXIST)
+		ereport(ERROR,
+				(errmsg("redsem broker could not create directory \"%s\": %m", REDSEM_BROKER_DIR)));
+	if (unlink(addr.sun_path) != 0 && errno != ENOENT)
+		ereport(ERROR,
+				(errmsg("redsem broker could not remove the old socket \"%s\": %m", addr.sun_path)));
 	if (bind(listen_fd, (struct sockaddr *) &addr, len) != 0)
 		ereport(ERROR,
-				(errmsg("redsem broker could not bind its socket \"@%s\": %m", addr.sun_path + 1)));
+				(errmsg("redsem broker could not bind its socket \"%s\": %m", addr.sun_path)));
+	if (chmod(addr.sun_path, S_IRUSR | S_IWUSR) != 0)
+		ereport(ERROR,
+				(errmsg("redsem broker could not restrict its socket \"%s\": %m", addr.sun_path)));
 	if (listen(listen_fd, SOMAXCONN) != 0)
 		ereport(ERROR,
 				(errmsg("redsem broker could not listen on its socket: %m")));
@@ -1107,17 +1146,44 @@ forward_and_flush(void)
 		upstream_write(upstreams[i]);
 }
 
+/* True while any backend is linked to the broker */
+static bool
+any_client(void)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0)
+			return true;
+	return false;
+}
+
+/*
+ * True until the broker may end: at once without a stop asked; once asked
+ * (SIGTERM: a shutdown), when no backend is linked any more or after
+ * BROKER_STOP_LINGER_MS, so that backends ending in the same shutdown
+ * still give their slots back through it
+ */
+static bool
+keep_serving(volatile sig_atomic_t *stop_requested, TimestampTz *stop_by)
+{
+	if (!*stop_requested)
+		return true;
+	if (*stop_by == 0)
+		*stop_by = TimestampTzPlusMilliseconds(redsem_now(), BROKER_STOP_LINGER_MS);
+	return any_client() && redsem_now() < *stop_by;
+}
+
 /* The broker's loop; ends the process once *stop_requested (SIGTERM) */
 void
 broker_loop(volatile sig_atomic_t *stop_requested)
 {
 	WaitEvent	events[64];
+	TimestampTz stop_by = 0;
 
 	broker_cxt = AllocSetContextCreate(TopMemoryContext, "redsem broker",
 									   ALLOCSET_DEFAULT_SIZES);
 	listen_broker();
 	ereport(LOG, (errmsg("redsem broker started")));
-	while (!*stop_requested)
+	while (keep_serving(stop_requested, &stop_by))
 	{
 		TimestampTz now;
 		int			n;
@@ -1125,7 +1191,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		if (set_dirty)
 			rebuild_wait_set();
 		update_interest();
-		n = WaitEventSetWait(wait_set, sleep_ms(redsem_now()), events,
+		n = WaitEventSetWait(wait_set, stop_by ? 50 : sleep_ms(redsem_now()), events,
 							 lengthof(events), PG_WAIT_EXTENSION);
 		for (int i = 0; i < n; i++)
 			handle_event(&events[i]);

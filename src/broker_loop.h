@@ -8,6 +8,8 @@
 
 #include <signal.h>
 
-extern void broker_loop(volatile sig_atomic_t *stop_requested) pg_attribute_noreturn();
+#include "compat.h"
+
+pg_noreturn extern void broker_loop(volatile sig_atomic_t *stop_requested);
 
 #endif							/* REDSEM_BROKER_LOOP_H */

@@ -21,6 +21,15 @@
 #endif
 
 /*
+ * A function that never returns, written before its declaration:
+ * PostgreSQL 18's pg_noreturn replaced the pg_attribute_noreturn() written
+ * after it.
+ */
+#ifndef pg_noreturn
+#define pg_noreturn __attribute__((noreturn))
+#endif
+
+/*
  * A wait set that lives as long as the session: PostgreSQL 17 added a
  * resource owner argument (NULL: not owned by any).
  */

@@ -224,8 +224,11 @@
  * starts a new broker at once after one that lived BROKER_QUICK_DEATH_MS
  * or more, and otherwise waits BROKER_RESTART_BACKOFF_MS (doubled at each
  * quick death, up to BROKER_RESTART_BACKOFF_MAX_MS), so a broker that dies
- * at start does not spin.  At shutdown it gives the broker
- * BROKER_STOP_GRACE_MS to exit before SIGKILL.  The broker gives up on a
+ * at start does not spin.  At shutdown (SIGTERM) the broker serves on
+ * while any backend is linked to it, for BROKER_STOP_LINGER_MS at most, so
+ * that backends ending in the same shutdown give their slots back through
+ * it; the supervisor gives it BROKER_STOP_GRACE_MS, more than that, before
+ * SIGKILL.  The broker gives up on a
  * Redis connection whose oldest command is not answered within
  * redsem.command_timeout plus BROKER_TIMEOUT_MARGIN_MS (plus the command's
  * own wait: BLPOP, WAIT), which is longer than any backend waits, so a
@@ -243,7 +246,8 @@
 #define BROKER_QUICK_DEATH_MS			1000
 #define BROKER_RESTART_BACKOFF_MS		100
 #define BROKER_RESTART_BACKOFF_MAX_MS	2000
-#define BROKER_STOP_GRACE_MS			1000
+#define BROKER_STOP_LINGER_MS			2000
+#define BROKER_STOP_GRACE_MS			3000
 #define BROKER_TIMEOUT_MARGIN_MS		1000
 #define BROKER_SLOW_OPEN_MS				50
 #define BROKER_OPEN_FAILURE_HOLD_MS		200

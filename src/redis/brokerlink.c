@@ -21,9 +21,7 @@
 
 #include "hiredis.h"
 
-#include "common/hashfn.h"
 #include "miscadmin.h"
-#include "postmaster/postmaster.h"
 #include "storage/fd.h"
 
 #include "brokerlink.h"
@@ -35,21 +33,33 @@
 #include "timing.h"
 
 /*
- * The broker's address: "\0redsem-broker.<postmaster pid>.<hash of the
- * data directory>", so that two servers on one host never meet.  Returns
- * the address's length.
+ * The broker's address: a socket file in the data directory's pg_stat_tmp,
+ * named relative to the data directory (every server process works there),
+ * so that only the server's OS user reaches it (the data directory is its
+ * own) and two servers on one host never meet.  Not an abstract socket: any
+ * local user could bind that name first, or after the broker's death, and
+ * be served the backends' calls.  pg_basebackup leaves pg_stat_tmp's
+ * contents out.  Returns the address's length.
  */
 socklen_t
 redis_broker_address(struct sockaddr_un *addr)
 {
-	uint32		h = hash_bytes((const unsigned char *) DataDir, strlen(DataDir));
-	int			n;
-
 	memset(addr, 0, sizeof(*addr));
 	addr->sun_family = AF_UNIX;
-	n = snprintf(addr->sun_path + 1, sizeof(addr->sun_path) - 1,
-				 "redsem-broker.%d.%08x", (int) PostmasterPid, h);
-	return (socklen_t) (offsetof(struct sockaddr_un, sun_path) + 1 + n);
+	strlcpy(addr->sun_path, REDSEM_BROKER_SOCKET, sizeof(addr->sun_path));
+	return (socklen_t) (offsetof(struct sockaddr_un, sun_path) +
+						strlen(addr->sun_path) + 1);
+}
+
+/* True if the process at the other end of fd runs as this server's user */
+bool
+redis_broker_peer_is_ours(int fd)
+{
+	struct ucred cred;
+	socklen_t	len = sizeof(cred);
+
+	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+		cred.uid == geteuid();
 }
 
 /* True if this process's data connections go through the broker */
@@ -95,7 +105,11 @@ try_connect(void)
 	if (fd < 0)
 		return -1;
 	if (connect(fd, (struct sockaddr *) &addr, len) == 0)
-		return fd;
+	{
+		if (redis_broker_peer_is_ours(fd))
+			return fd;
+		errno = EACCES;			/* (not the broker: never sent a byte) */
+	}
 	saved = errno;
 	close(fd);
 	errno = saved;
@@ -222,7 +236,9 @@ redis_broker_error(const char *msg, RedisStatus *status, const char **detail)
 	char	   *end;
 	long		n;
 
-	if (strncmp(msg, REDSEM_BROKER_ERROR, len) != 0 || msg[len] != ' ')
+	/* (only the broker speaks so: in direct mode it is Redis's words) */
+	if (!redis_broker_wanted() ||
+		strncmp(msg, REDSEM_BROKER_ERROR, len) != 0 || msg[len] != ' ')
 		return false;
 	n = strtol(msg + len + 1, &end, 10);
 	if (end == msg + len + 1 || n <= RS_OK || n > RS_NOSCRIPT || n == RS_NOSCRIPT)

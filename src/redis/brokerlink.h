@@ -24,7 +24,12 @@ extern bool redis_broker_available(RedisCall *call);
 extern struct redisContext *redis_broker_open(RedisCall *call, const char *host,
 											  int port, const char *unix_path,
 											  TimestampTz deadline);
+/* The broker's socket, relative to the data directory, and its directory */
+#define REDSEM_BROKER_DIR		"pg_stat_tmp"
+#define REDSEM_BROKER_SOCKET	REDSEM_BROKER_DIR "/redsem_broker.sock"
+
 extern socklen_t redis_broker_address(struct sockaddr_un *addr);
+extern bool redis_broker_peer_is_ours(int fd);
 extern bool redis_broker_error(const char *msg, RedisStatus *status,
 							   const char **detail);
 
