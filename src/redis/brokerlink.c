@@ -2,8 +2,8 @@
  * brokerlink.c
  *		A client backend's link to the redsem broker (src/broker.c), used in
  *		place of a connection to Redis when redsem.connection_mode is
- *		'broker'.  The link is a Unix socket in the abstract namespace
- *		(Linux: no file in the data directory), handed to hiredis as an
+ *		'broker'.  The link is a Unix socket (pg_stat_tmp/redsem_broker.sock
+ *		in the data directory), handed to hiredis as an
  *		ordinary context: from then on conn.c, link.c and sockwait.c use it
  *		exactly as a connection to Redis, and the broker's death is a
  *		connection lost.  The first bytes on a new link name the Redis
