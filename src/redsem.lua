@@ -2445,7 +2445,7 @@ OPS.tenants = {read = read_none, run = op_tenants}
 local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
 local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.2
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
-local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS, ADAPT_POOL = 3, 0.5, 8
+local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
 local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
@@ -2552,8 +2552,8 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     end
     if n < ADAPT_MIN_SAMPLES or not (sum >= 0) then return limit, nil end
     m.pt = (m.pt or 0) + 1
-    if m.pt > 1 then                -- (about the last ADAPT_POOL intervals)
-        local keep = m.pt > ADAPT_POOL and 1 - 1 / ADAPT_POOL or 1
+    if m.pt > 1 then                -- (about the last 8 intervals: 1 - 1/8;
+        local keep = m.pt > 8 and 0.875 or 1   -- no local of its own, t/005)
         m.pn, m.ps = (m.pn or 0) * keep + n, (m.ps or 0) * keep + sum
     end
     local s = math.max(sum / n, ADAPT_FLOOR_MS)
