@@ -825,15 +825,12 @@ bind_target(Client *c, const redisReply *cmd)
 }
 
 /*
- * Send held[0 .. n-1] of a client on its target's shared upstream (n = 2:
- * ASKING and the command it applies to, back to back); if the upstream
- * cannot be opened, answer the failure and close the client
+ * Send held[0 .. n-1] of a client on upstream u; if u could not be opened
+ * (NULL), answer the failure and close the client
  */
 static bool
-send_shared(Client *c, int n)
+send_held(Client *c, Upstream *u, int n)
 {
-	Upstream   *u = shared_upstream(c->target);
-
 	if (u == NULL)
 	{
 		answer_failure(c, &targets[c->target].failure);
@@ -850,27 +847,25 @@ send_shared(Client *c, int n)
 }
 
 /*
+ * Send held[0 .. n-1] of a client on its target's shared upstream (n = 2:
+ * ASKING and the command it applies to, back to back)
+ */
+static bool
+send_shared(Client *c, int n)
+{
+	return send_held(c, shared_upstream(c->target), n);
+}
+
+/*
  * Send a client's BLPOP (n = 1), or ASKING and its BLPOP (n = 2: a wake key
  * in a slot being migrated), on a side connection of its target
  */
 static bool
 send_side(Client *c, int n)
 {
-	Upstream   *u = side_upstream(c->target);
-
-	if (u == NULL)
-	{
-		answer_failure(c, &targets[c->target].failure);
+	if (!send_held(c, side_upstream(c->target), n))
 		return false;
-	}
-	for (int i = 0; i < n; i++)
-		if (!send_upstream(c, u, c->held[i]))
-		{
-			fail_upstream(u, "out of memory");
-			return false;
-		}
 	c->on_side = true;
-	drop_held(c, n);
 	return true;
 }
 
