@@ -30,14 +30,7 @@ my $node = create_node('wait', $redis, "redsem.queue_poll_interval = '1h'\n");
 sub session { return RedsemTest::Session->new($node, name => $_[0]); }
 
 # The holders of $sem in Redis right now (ids, not waiting)
-sub holders
-{
-	my ($sem) = @_;
-	my %waiting = map { $_ => 1 } split /\n/,
-	  ($redis->cli('ZRANGE', "redsem:{$sem}:waiting", '0', '-1') // '');
-	return grep { !$waiting{$_} } split /\n/,
-	  ($redis->cli('ZRANGE', "redsem:{$sem}:owner", '0', '-1') // '');
-}
+sub holders { return holders_of($redis, $_[0]); }
 
 ###########################################################################
 note 'a waiter that died in line costs the window, not its lease';

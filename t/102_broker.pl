@@ -36,34 +36,7 @@ EOC
 sub session { return RedsemTest::Session->new($node, name => $_[0]); }
 
 # The holders of $sem in Redis (its owners that are not in line)
-sub holders
-{
-	my ($sem) = @_;
-	my %waiting = map { $_ => 1 } split /\n/,
-	  ($redis->cli('ZRANGE', "redsem:{$sem}:waiting", '0', '-1') // '');
-	return grep { !$waiting{$_} } split /\n/,
-	  ($redis->cli('ZRANGE', "redsem:{$sem}:owner", '0', '-1') // '');
-}
-
-# [pid, ppid, state, cmdline] of every process
-sub processes
-{
-	my @out;
-	foreach my $stat (glob '/proc/[0-9]*/stat')
-	{
-		open(my $fh, '<', $stat) or next;
-		my $line = <$fh>;
-		close $fh;
-		next unless defined $line && $line =~ /^(\d+) \(.*\) (\S) (\d+) /;
-		my ($pid, $state, $ppid) = ($1, $2, $3);
-		(my $cmdfile = $stat) =~ s/stat$/cmdline/;
-		open($fh, '<', $cmdfile) or next;
-		my $cmd = <$fh> // '';
-		close $fh;
-		push @out, [ $pid, $ppid, $state, $cmd ];
-	}
-	return @out;
-}
+sub holders { return holders_of($redis, $_[0]); }
 
 sub postmaster_pid
 {

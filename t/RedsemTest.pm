@@ -30,7 +30,8 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
-  cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full);
+  cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
+  processes holders_of);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -325,6 +326,31 @@ END
 	if ($$ == $cut_parent) { foreach my $pid (@cut_proxies) { kill 'CONT', $pid; kill 'TERM', $pid; } }
 }
 
+=item processes()
+
+[pid, ppid, state, cmdline] of every process of the machine.
+
+=cut
+
+sub processes
+{
+	my @out;
+	foreach my $stat (glob '/proc/[0-9]*/stat')
+	{
+		open(my $fh, '<', $stat) or next;
+		my $line = <$fh>;
+		close $fh;
+		next unless defined $line && $line =~ /^(\d+) \(.*\) (\S) (\d+) /;
+		my ($pid, $state, $ppid) = ($1, $2, $3);
+		(my $cmdfile = $stat) =~ s/stat$/cmdline/;
+		open($fh, '<', $cmdfile) or next;
+		my $cmd = <$fh> // '';
+		close $fh;
+		push @out, [ $pid, $ppid, $state, $cmd ];
+	}
+	return @out;
+}
+
 =item keeper_pid_of($node)
 
 The pid of $node's keeper: the postmaster's child whose process title
@@ -336,21 +362,28 @@ sub keeper_pid_of
 {
 	my ($node) = @_;
 	my ($pm) = split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid');
-	foreach my $stat (glob '/proc/[0-9]*/stat')
+	foreach my $p (processes())
 	{
-		open(my $fh, '<', $stat) or next;
-		my $line = <$fh>;
-		close $fh;
-		next unless defined $line && $line =~ /^(\d+) \(.*\) (\S) (\d+) /;
-		my ($pid, $state, $ppid) = ($1, $2, $3);
-		next unless $ppid == $pm && $state ne 'Z';
-		(my $cmdfile = $stat) =~ s/stat$/cmdline/;
-		open($fh, '<', $cmdfile) or next;
-		my $cmd = <$fh> // '';
-		close $fh;
-		return $pid if $cmd =~ /redsem keeper/;
+		my ($pid, $ppid, $state, $cmd) = @$p;
+		return $pid if $ppid == $pm && $state ne 'Z' && $cmd =~ /redsem keeper/;
 	}
 	return undef;
+}
+
+=item holders_of($redis, $sem)
+
+The holders of semaphore $sem in $redis right now: its owners (ids) that
+are not in line.
+
+=cut
+
+sub holders_of
+{
+	my ($redis, $sem) = @_;
+	my %waiting = map { $_ => 1 } split /\n/,
+	  ($redis->cli('ZRANGE', "redsem:{$sem}:waiting", '0', '-1') // '');
+	return grep { !$waiting{$_} } split /\n/,
+	  ($redis->cli('ZRANGE', "redsem:{$sem}:owner", '0', '-1') // '');
 }
 
 =item server_holds_of($node, $pid)
