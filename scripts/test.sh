@@ -16,11 +16,13 @@
 #
 # Environment:
 #   REDSEM_KEEP=1            keep the temp dir and print its path
-#   REDSEM_PROVE_FLAGS=...   flags for prove (default: --timer -j2: two TAP
+#   REDSEM_PROVE_FLAGS=...   flags for prove (default: --timer -j3: three TAP
 #                            files at a time; most of their time is spent
-#                            waiting out leases and timeouts, so two at once
-#                            keep the whole suite near 7 minutes on 2 cores
-#                            instead of 13; "--timer" runs them one by one)
+#                            waiting out leases and timeouts (a run of them
+#                            all keeps 2 cores about 40% busy), so three at
+#                            once keep the whole suite near 8 minutes on 2
+#                            cores, two near 12.5, one 22; "--timer" runs
+#                            them one by one)
 #   REDSEM_NO_INSTALL=1      skip apt-get and make install: test the redsem
 #                            that is already installed
 #   REDSEM_TAP_SKIP="t/X.pl .."  TAP files left out of a run of all of them
@@ -225,7 +227,7 @@ run_part() {
             REDSEM_TEST_REDIS_LOCALE="$REDSEM_TEST_REDIS_LOCALE" \
             REDSEM_TEST_CONNECTION_MODE="${REDSEM_TEST_CONNECTION_MODE:-}" \
             make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
-            PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer -j2}" "${overrides[@]}"
+            PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer -j3}" "${overrides[@]}"
     ) 2>&1 | tee -a "$log"
     status=${PIPESTATUS[0]}
     set -e
