@@ -51,6 +51,7 @@
 #include "conn.h"
 #include "guc.h"
 #include "link.h"
+#include "profile.h"
 #include "timing.h"
 
 /* What a registered socket is */
@@ -68,12 +69,17 @@ typedef struct Pending
 	TimestampTz deadline;		/* DT_NOEND: none */
 } Pending;
 
-/* A Redis server clients name */
+/*
+ * A Redis server clients name, with the settings their sessions set a
+ * connection up with (clients whose settings differ have targets of their
+ * own: a role's Redis user stays its own)
+ */
 typedef struct Target
 {
 	char	   *host;
 	int			port;
 	char	   *path;			/* NULL: TCP */
+	RedisProfile profile;		/* its strings are the target's own */
 	int			shared;			/* its shared upstream, -1: none */
 	TimestampTz failed_until;	/* an open failed: answer it until then */
 	RedisOutcome failure;
@@ -459,24 +465,60 @@ free_upstream_slot(void)
 	return u;
 }
 
-/* The target host:port/path names, added if new */
-static int
-find_target(const char *host, int port, const char *path)
+/* True if header element i (of REDSEM.TARGET) is s */
+static bool
+header_is(const redisReply *cmd, int i, const char *s)
 {
-	const char *p = (path && path[0]) ? path : NULL;
+	return strcmp(cmd->element[i]->str, s) == 0;
+}
+
+/* True if target t is the one header cmd names */
+static bool
+target_is(const Target *t, const redisReply *cmd)
+{
+	const char *path = cmd->element[3]->str;
+	const RedisProfile *p = &t->profile;
+
+	return header_is(cmd, 1, t->host) && t->port == atoi(cmd->element[2]->str) &&
+		(path[0] == '\0' ? t->path == NULL : (t->path != NULL && header_is(cmd, 3, t->path))) &&
+		p->database == atoi(cmd->element[4]->str) && header_is(cmd, 5, p->user) &&
+		header_is(cmd, 6, p->password) && p->tls == header_is(cmd, 7, "1") &&
+		header_is(cmd, 8, p->tls_ca_file) && header_is(cmd, 9, p->tls_cert_file) &&
+		header_is(cmd, 10, p->tls_key_file) && header_is(cmd, 11, p->tls_server_name);
+}
+
+/* A copy of header element i, in the broker's context */
+static char *
+header_copy(const redisReply *cmd, int i)
+{
+	return MemoryContextStrdup(broker_cxt, cmd->element[i]->str);
+}
+
+/* The target a REDSEM.TARGET header names, added if new */
+static int
+find_target(const redisReply *cmd)
+{
+	Target	   *t;
 
 	for (int i = 0; i < n_targets; i++)
-		if (strcmp(targets[i].host, host) == 0 && targets[i].port == port &&
-			((p == NULL && targets[i].path == NULL) ||
-			 (p != NULL && targets[i].path != NULL && strcmp(p, targets[i].path) == 0)))
+		if (target_is(&targets[i], cmd))
 			return i;
 	targets = targets ? repalloc(targets, sizeof(Target) * (n_targets + 1)) :
 		MemoryContextAlloc(broker_cxt, sizeof(Target));
-	memset(&targets[n_targets], 0, sizeof(Target));
-	targets[n_targets].host = MemoryContextStrdup(broker_cxt, host);
-	targets[n_targets].port = port;
-	targets[n_targets].path = p ? MemoryContextStrdup(broker_cxt, p) : NULL;
-	targets[n_targets].shared = -1;
+	t = &targets[n_targets];
+	memset(t, 0, sizeof(Target));
+	t->host = header_copy(cmd, 1);
+	t->port = atoi(cmd->element[2]->str);
+	t->path = cmd->element[3]->str[0] != '\0' ? header_copy(cmd, 3) : NULL;
+	t->profile.database = atoi(cmd->element[4]->str);
+	t->profile.user = header_copy(cmd, 5);
+	t->profile.password = header_copy(cmd, 6);
+	t->profile.tls = header_is(cmd, 7, "1");
+	t->profile.tls_ca_file = header_copy(cmd, 8);
+	t->profile.tls_cert_file = header_copy(cmd, 9);
+	t->profile.tls_key_file = header_copy(cmd, 10);
+	t->profile.tls_server_name = header_copy(cmd, 11);
+	t->shared = -1;
 	return n_targets++;
 }
 
@@ -516,8 +558,13 @@ open_upstream(int t, bool side)
 	redis_call_init(&call, DT_NOEND, false, LOG);
 	/* redsem.connect_timeout from now (no call's deadline cuts it short) */
 	deadline = redis_connect_deadline(DT_NOEND);
+	/* (set up as the clients' sessions would: their profile) */
+	redis_profile_force(&target->profile);
 	ctx = redis_open_context(&call, target->host, target->port, target->path, deadline);
-	if (ctx == NULL || !redis_setup_context(&call, ctx, deadline))
+	if (ctx != NULL && !redis_setup_context(&call, ctx, deadline))
+		ctx = NULL;
+	redis_profile_force(NULL);
+	if (ctx == NULL)
 	{
 		TimestampTz failed_at = redsem_now();
 
@@ -817,10 +864,12 @@ drop_held(Client *c, int n)
 static bool
 bind_target(Client *c, const redisReply *cmd)
 {
-	if (cmd->elements != 4 || c->target >= 0)
+	if (cmd->elements != REDSEM_BROKER_HEADER_ARGS || c->target >= 0)
 		return false;
-	c->target = find_target(cmd->element[1]->str, atoi(cmd->element[2]->str),
-							cmd->element[3]->str);
+	for (size_t i = 1; i < cmd->elements; i++)
+		if (cmd->element[i]->type != REDIS_REPLY_STRING)
+			return false;
+	c->target = find_target(cmd);
 	return true;
 }
 

@@ -197,7 +197,7 @@ sub reach
 }
 
 # The Redis client, bottom up: the layers that may reach none above them
-my @client_low = qw(redis_call sockwait report tls resolve secret brokerlink link sentinel cluster);
+my @client_low = qw(redis_call profile sockwait report tls resolve secret brokerlink link sentinel cluster);
 my @above_client = qw(conn script batch hold acquire keeper queue queue_conf
   sqlfuncs observe fleet shmem stop guard broker broker_loop);
 

@@ -206,6 +206,39 @@ is($sa->query_ok(q{SELECT redsem_acquire('stop3', 5, '60 s') IS NOT NULL;}), 't'
 is($sa->query_ok(q{SELECT redsem_release_all() >= 2;}), 't', 'and it releases what it holds');
 
 ###########################################################################
+note 'a session\'s own Redis user and password: the broker connects as it would';
+
+$redis->cli('ACL', 'SETUSER', 'reports', 'on', '>s3cret-Tq9', '~*', '&*', '+@all');
+my $dir = PostgreSQL::Test::Utils::tempdir();
+my ($good_pw, $bad_pw) = ("$dir/good.pw", "$dir/bad.pw");
+PostgreSQL::Test::Utils::append_to_file($good_pw, "s3cret-Tq9\n");
+PostgreSQL::Test::Utils::append_to_file($bad_pw, "wr0ng-Zk4\n");
+chmod 0600, $good_pw, $bad_pw;
+my $rep = session('reports');
+$rep->query_ok(qq{SET redsem."user" = 'reports'; SET redsem.password_file = '$good_pw';});
+is($rep->query_ok(q{SELECT redsem_acquire('prof', 3, '60 s') IS NOT NULL;}), 't',
+	'a session with its own Redis user takes a slot through the broker');
+is($plain->query_ok(q{SELECT redsem_acquire('prof', 3, '60 s') IS NOT NULL;}), 't',
+	'beside a session with the server\'s');
+my @as_reports = grep { /user=reports / } broker_connections();
+my @as_default = grep { /user=default / } broker_connections();
+ok(@as_reports >= 1 && @as_default >= 1,
+	'the broker has connections as each session\'s own Redis user (' . scalar(@as_reports)
+	  . ' as "reports", ' . scalar(@as_default) . ' as "default")')
+  or diag(join("\n", client_lines()));
+my $wrong = session('wrong');
+$wrong->query_ok(qq{SET redsem."user" = 'reports'; SET redsem.password_file = '$bad_pw';});
+($out, $err) = $wrong->query(q{SELECT redsem_acquire('prof', 3, '60 s');});
+like($err, qr/ERROR:  28P01: /, 'a wrong password fails with 28P01, as in direct mode') or diag($err);
+unlike($err . slurp_file($node->logfile), qr/wr0ng-Zk4|s3cret-Tq9/, 'and no password is in the message or the log');
+$wrong->query_ok(q{RESET redsem.password_file; RESET redsem."user";});
+is($wrong->query_ok(q{SELECT redsem_acquire('prof', 3, '60 s') IS NOT NULL;}), 't',
+	'back on the server\'s settings, the same session takes a slot');
+is(scalar(holders('prof')), 3, 'three holders: the session that failed took nothing with its wrong password');
+$_->query_ok(q{SELECT redsem_release_all();}) for ($rep, $plain, $wrong);
+$_->quit for ($rep, $wrong);
+
+###########################################################################
 note 'Redis down: the broker\'s failure to connect keeps direct mode\'s SQLSTATE';
 
 $_->quit for ($sa, $sb, $sc);

@@ -28,8 +28,11 @@
 #include "clock.h"
 #include "compat.h"
 #include "guc.h"
+#include "profile.h"
 #include "report.h"
+#include "secret.h"
 #include "sockwait.h"
+#include "tls.h"
 #include "timing.h"
 
 /*
@@ -152,26 +155,48 @@ connect_broker(RedisCall *call, TimestampTz deadline)
 }
 
 /*
- * Queue the header that names the link's Redis server; it leaves with the
- * first request
+ * Queue the header that names the link's Redis server and the settings this
+ * session sets a connection up with (the broker opens and sets up its
+ * connections as the session would: SELECT, AUTH with the password read
+ * now, TLS); it leaves with the first request.  False with the outcome
+ * filled if the password file cannot be used.
  */
 static bool
-queue_target(redisContext *c, const char *host, int port, const char *unix_path)
+queue_target(RedisCall *call, redisContext *c, const char *host, int port,
+			 const char *unix_path)
 {
+	char		password[REDSEM_MAX_SECRET_BYTES + 1];
 	char		portbuf[16];
-	const char *argv[4] = {"REDSEM.TARGET", host ? host : "", portbuf,
-	unix_path ? unix_path : ""};
+	char		dbbuf[16];
+	RedisProfile p;
+	bool		have;
 	char	   *cmd;
 	int			len;
 	bool		ok;
 
-	snprintf(portbuf, sizeof(portbuf), "%d", port);
-	len = redisFormatCommandArgv(&cmd, 4, argv, NULL);
-	if (len < 0)
+	if (!redis_password(password, sizeof(password), &have, &call->outcome))
 		return false;
+	tls_session_profile(&p);
+	snprintf(portbuf, sizeof(portbuf), "%d", port);
+	snprintf(dbbuf, sizeof(dbbuf), "%d", redsem_database);
+	{
+		const char *argv[REDSEM_BROKER_HEADER_ARGS] = {
+			"REDSEM.TARGET", host ? host : "", portbuf, unix_path ? unix_path : "",
+			dbbuf, redsem_user ? redsem_user : "", have ? password : "",
+			p.tls ? "1" : "0", p.tls_ca_file, p.tls_cert_file, p.tls_key_file,
+		p.tls_server_name};
+
+		len = redisFormatCommandArgv(&cmd, REDSEM_BROKER_HEADER_ARGS, argv, NULL);
+	}
+	explicit_bzero(password, sizeof(password));
+	if (len < 0)
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "out of memory");
 	ok = redisAppendFormattedCommand(c, cmd, len) == REDIS_OK;
+	explicit_bzero(cmd, len);
 	redisFreeCommand(cmd);
-	return ok;
+	if (!ok)
+		return redis_note(&call->outcome, RS_CONNECT_FAILED, "out of memory");
+	return true;
 }
 
 /*
@@ -214,9 +239,8 @@ redis_broker_open(RedisCall *call, const char *host, int port,
 	}
 	/* the socket is non-blocking: let hiredis treat EAGAIN as "later" */
 	c->flags &= ~REDIS_BLOCK;
-	if (!queue_target(c, host, port, unix_path))
+	if (!queue_target(call, c, host, port, unix_path))
 	{
-		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "out of memory");
 		redisFree(c);
 		ReleaseExternalFD();
 		return NULL;

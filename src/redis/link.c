@@ -28,6 +28,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "link.h"
+#include "profile.h"
 #include "report.h"
 #include "resolve.h"
 #include "secret.h"
@@ -443,7 +444,10 @@ setup_session(RedisCall *call, redisContext *c, const char *host,
 	char		password[REDSEM_MAX_SECRET_BYTES + 1];
 	char		db[16];
 	char		name[160];
-	const char *auth[3] = {"AUTH", redsem_user, password};
+	const RedisProfile *forced = redis_profile_forced();
+	const char *user = forced ? forced->user : (redsem_user ? redsem_user : "");
+	int			database = forced ? forced->database : redsem_database;
+	const char *auth[3] = {"AUTH", user, password};
 	const char *select[2] = {"SELECT", db};
 	const char *setname[3] = {"CLIENT", "SETNAME", name};
 	bool		have_password;
@@ -453,23 +457,23 @@ setup_session(RedisCall *call, redisContext *c, const char *host,
 		return false;
 	if (have_password)
 	{
-		bool		user = redsem_user && redsem_user[0] != '\0';
+		bool		named = user[0] != '\0';
 
-		if (!user)
+		if (!named)
 			auth[1] = password;
-		ok = append_command(call, c, user ? 3 : 2, auth);
+		ok = append_command(call, c, named ? 3 : 2, auth);
 		explicit_bzero(password, sizeof(password));
 	}
-	snprintf(db, sizeof(db), "%d", redsem_database);
-	if (ok && redsem_database != 0)
+	snprintf(db, sizeof(db), "%d", database);
+	if (ok && database != 0)
 		ok = append_command(call, c, 2, select);
-	if (!have_password && redsem_database == 0 && !name_always)
+	if (!have_password && database == 0 && !name_always)
 		return ok;
 	connection_name(name, sizeof(name));
 	ok = ok && append_command(call, c, 3, setname);
 	if (ok && have_password)
 		ok = await_reply(call, c, "AUTH", deadline, NULL, false);
-	if (ok && redsem_database != 0)
+	if (ok && database != 0)
 		ok = await_reply(call, c, "SELECT", deadline, NULL, false);
 	return ok && await_reply(call, c, NULL, deadline, NULL, true);
 }
@@ -516,7 +520,7 @@ handshake(RedisCall *call, redisContext *c, const char *host,
 		  TimestampTz deadline)
 {
 	return finish_connect(call, c, deadline) &&
-		(!redsem_tls || (tls_start(call, c, host, deadline) &&
+		(!redis_tls_wanted() || (tls_start(call, c, host, deadline) &&
 						 tls_accepted(call, c, deadline)));
 }
 
@@ -559,9 +563,9 @@ redis_open_context(RedisCall *call, const char *host, int port,
 	char		addr[NI_MAXHOST];
 
 	call->outcome.status = RS_CONNECT_FAILED;
-	if (redsem_tls && !tls_supported(call))
+	if (redis_tls_wanted() && !tls_supported(call))
 		return NULL;
-	if (unix_path != NULL && redsem_tls)
+	if (unix_path != NULL && redis_tls_wanted())
 	{
 		(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
 						  "redsem.tls applies to TCP connections, and redsem.unix_socket is set");

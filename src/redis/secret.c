@@ -24,6 +24,7 @@
 #include "utils/guc.h"
 
 #include "guc.h"
+#include "profile.h"
 #include "report.h"
 #include "secret.h"
 
@@ -88,15 +89,23 @@ secret_from_file(const char *setting, const char *path, char *buf, size_t len,
 }
 
 /*
- * The password to send with AUTH: from redsem.password_file when set, else
- * redsem.password.  *have is false when neither is set.  Returns false,
+ * The password to send with AUTH: the forced profile's (the broker's
+ * client's, read by its session), else from redsem.password_file when set,
+ * else redsem.password.  *have is false when there is none.  Returns false,
  * with the outcome filled in, if the file cannot be used.
  */
 bool
 redis_password(char *buf, size_t len, bool *have, RedisOutcome *o)
 {
+	const RedisProfile *forced = redis_profile_forced();
+
 	*have = false;
-	if (redsem_password_file && redsem_password_file[0] != '\0')
+	if (forced != NULL)
+	{
+		strlcpy(buf, forced->password, len);
+		*have = forced->password[0] != '\0';
+	}
+	else if (redsem_password_file && redsem_password_file[0] != '\0')
 	{
 		if (!secret_from_file("redsem.password_file", redsem_password_file,
 							  buf, len, o))

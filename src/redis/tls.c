@@ -23,6 +23,7 @@
 #include "utils/timestamp.h"
 
 #include "guc.h"
+#include "profile.h"
 #include "redis_call.h"
 #include "report.h"
 #include "sockwait.h"
@@ -68,6 +69,39 @@ tls_define_gucs(void)
 							   &redsem_tls_server_name, "",
 							   PGC_SUSET, 0,
 							   NULL, redsem_assign_connection_string, NULL);
+}
+
+/* This session's TLS settings, into profile */
+void
+tls_session_profile(RedisProfile *profile)
+{
+	profile->tls = redsem_tls;
+	profile->tls_ca_file = redsem_tls_ca_file ? redsem_tls_ca_file : "";
+	profile->tls_cert_file = redsem_tls_cert_file ? redsem_tls_cert_file : "";
+	profile->tls_key_file = redsem_tls_key_file ? redsem_tls_key_file : "";
+	profile->tls_server_name = redsem_tls_server_name ? redsem_tls_server_name : "";
+}
+
+/* The TLS settings in force: the forced profile's (broker), or the session's */
+static void
+tls_in_force(RedisProfile *profile)
+{
+	const RedisProfile *forced = redis_profile_forced();
+
+	if (forced != NULL)
+		*profile = *forced;
+	else
+		tls_session_profile(profile);
+}
+
+/* True if the connections opened now are to speak TLS */
+bool
+redis_tls_wanted(void)
+{
+	RedisProfile p;
+
+	tls_in_force(&p);
+	return p.tls;
 }
 
 #ifndef REDSEM_HAVE_TLS
@@ -116,9 +150,13 @@ tls_supported(RedisCall *call)
 	return true;
 }
 
-/* The TLS context, made for the settings of generation ctx_generation */
+/*
+ * The TLS context, made for the settings of generation ctx_generation and
+ * the files named in ctx_files (in the broker, clients' profiles differ)
+ */
 static SSL_CTX *ctx = NULL;
 static uint64 ctx_generation = 0;
+static char ctx_files[3 * MAXPGPATH + 3];
 
 /* OpenSSL's last error, as text (or fallback when it has none) */
 static const char *
@@ -132,15 +170,22 @@ openssl_error(char *buf, size_t len, const char *fallback)
 	return buf;
 }
 
-/* Make the TLS context from the settings; false with the reason */
+/* Make the TLS context from the settings in force; false with the reason */
 static bool
 make_context(RedisCall *call)
 {
 	char		err[200];
-	bool		have_cert = redsem_tls_cert_file[0] != '\0';
-	bool		have_key = redsem_tls_key_file[0] != '\0';
+	char		files[sizeof(ctx_files)];
+	RedisProfile p;
+	bool		have_cert;
+	bool		have_key;
 
-	if (ctx != NULL && ctx_generation == redsem_guc_generation)
+	tls_in_force(&p);
+	have_cert = p.tls_cert_file[0] != '\0';
+	have_key = p.tls_key_file[0] != '\0';
+	snprintf(files, sizeof(files), "%s\n%s\n%s", p.tls_ca_file, p.tls_cert_file, p.tls_key_file);
+	if (ctx != NULL && ctx_generation == redsem_guc_generation &&
+		strcmp(files, ctx_files) == 0)
 		return true;
 	if (ctx != NULL)
 		SSL_CTX_free(ctx);
@@ -154,16 +199,17 @@ make_context(RedisCall *call)
 						openssl_error(err, sizeof(err), "out of memory"));
 	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
 	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-	if (redsem_tls_ca_file[0] != '\0'
-		? SSL_CTX_load_verify_locations(ctx, redsem_tls_ca_file, NULL) != 1
+	if (p.tls_ca_file[0] != '\0'
+		? SSL_CTX_load_verify_locations(ctx, p.tls_ca_file, NULL) != 1
 		: SSL_CTX_set_default_verify_paths(ctx) != 1)
 		goto failed;
 	if (have_cert &&
-		(SSL_CTX_use_certificate_chain_file(ctx, redsem_tls_cert_file) != 1 ||
-		 SSL_CTX_use_PrivateKey_file(ctx, redsem_tls_key_file, SSL_FILETYPE_PEM) != 1 ||
+		(SSL_CTX_use_certificate_chain_file(ctx, p.tls_cert_file) != 1 ||
+		 SSL_CTX_use_PrivateKey_file(ctx, p.tls_key_file, SSL_FILETYPE_PEM) != 1 ||
 		 SSL_CTX_check_private_key(ctx) != 1))
 		goto failed;
 	ctx_generation = redsem_guc_generation;
+	strlcpy(ctx_files, files, sizeof(ctx_files));
 	return true;
 
 failed:
@@ -261,10 +307,13 @@ bool
 tls_start(RedisCall *call, redisContext *c, const char *host,
 		  TimestampTz deadline)
 {
-	const char *name = redsem_tls_server_name[0] != '\0' ? redsem_tls_server_name : host;
+	RedisProfile p;
+	const char *name;
 	char		err[200];
 	SSL		   *ssl;
 
+	tls_in_force(&p);
+	name = p.tls_server_name[0] != '\0' ? p.tls_server_name : host;
 	if (!make_context(call))
 		return false;
 	ERR_clear_error();

@@ -9,11 +9,14 @@
 #include "redis_call.h"
 
 struct redisContext;
+struct RedisProfile;
 
 extern bool redsem_tls;
 
 extern void tls_define_gucs(void);
 extern bool tls_supported(RedisCall *call);
+extern bool redis_tls_wanted(void);
+extern void tls_session_profile(struct RedisProfile *profile);
 extern bool tls_start(RedisCall *call, struct redisContext *c,
 					  const char *host, TimestampTz deadline);
 extern bool tls_idle_input_ok(struct redisContext *c);
