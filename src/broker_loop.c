@@ -7,8 +7,10 @@
  * One WaitEventSet holds the latch, postmaster death, the listening socket,
  * every client and every upstream connection; it is rebuilt when sockets
  * come and go (a set has no removal before PostgreSQL 17).  Nothing
- * blocks but the opening of an upstream connection (phase 1: link.c's
- * set-up, bounded by redsem.connect_timeout).
+ * blocks: an upstream connection is opened by a forked opener
+ * (broker_open.c), its clients' requests held meanwhile; only a TLS
+ * profile's is opened here (bounded by redsem.connect_timeout), as a TLS
+ * session cannot be handed over.
  *
  * Per client: a hiredis reader parsing its requests (RESP arrays of bulk
  * strings), an output buffer, and its target (REDSEM.TARGET, its first
@@ -18,8 +20,10 @@
  * and ASKING goes with the command after it.  BLPOP (a waiter's wait)
  * goes on a side connection of its target, from a pool, so that it does
  * not stall the others; the client's later requests wait for its reply,
- * so replies come back in order.  WAIT stays on the shared upstream: it
- * waits for the writes of the connection it is sent on.
+ * so replies come back in order.  WAIT goes on the shared upstream (it
+ * waits for the writes of the connection it is sent on), which then
+ * becomes a side connection carrying it, an idle side one (or a new one)
+ * taking the shared role: nobody else waits behind a WAIT.
  *
  * Failures: an upstream that breaks or does not answer in time is closed,
  * and with it every client that had a command outstanding on it and every
@@ -45,6 +49,7 @@
 #include "utils/timestamp.h"
 
 #include "broker_loop.h"
+#include "broker_open.h"
 #include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
@@ -58,7 +63,8 @@
 typedef enum SockKind
 {
 	SOCK_CLIENT,
-	SOCK_UPSTREAM
+	SOCK_UPSTREAM,
+	SOCK_OPENING
 } SockKind;
 
 /* A command sent upstream, and the client its reply goes to */
@@ -80,6 +86,8 @@ typedef struct Target
 	int			port;
 	char	   *path;			/* NULL: TCP */
 	RedisProfile profile;		/* its strings are the target's own */
+	bool		opening_shared; /* its shared upstream is being opened */
+	int			opening_sides;	/* side connections being opened */
 	int			shared;			/* its shared upstream, -1: none */
 	TimestampTz failed_until;	/* an open failed: answer it until then */
 	RedisOutcome failure;
@@ -112,6 +120,11 @@ typedef struct Client
 	uint32		generation;
 	redisReader *reader;
 	int			target;			/* -1 until REDSEM.TARGET */
+	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
+	bool		waiting;		/* for an upstream being opened */
+	bool		waiting_side;	/* ... a side connection */
+	TimestampTz wait_until;		/* ... within its connect timeout */
+	bool		tried;			/* an opening was begun for it in this wait */
 	int			outstanding;	/* commands sent, replies not yet back */
 	bool		on_side;		/* its BLPOP is on a side connection */
 	bool		closing;		/* write out what is left, then close */
@@ -126,6 +139,16 @@ typedef struct Client
 	uint32		events;
 } Client;
 
+/* An upstream connection being opened by an opener (broker_open.c) */
+typedef struct Opening
+{
+	SockKind	kind;			/* first: what the event's user data is */
+	BrokerOpening o;			/* o.pid 0: a free slot */
+	int			target;
+	bool		side;
+	int			pos;
+} Opening;
+
 static MemoryContext broker_cxt;
 static Client **clients;
 static int	n_clients;
@@ -133,6 +156,8 @@ static Upstream **upstreams;
 static int	n_upstreams;
 static Target *targets;
 static int	n_targets;
+static Opening **openings;
+static int	n_openings;
 static int	listen_fd = -1;
 static WaitEventSet *wait_set;
 static bool set_dirty = true;
@@ -313,6 +338,8 @@ add_client(int fd)
 	if (c->reader == NULL)
 		elog(ERROR, "out of memory");
 	c->target = -1;
+	c->connect_timeout_ms = redsem_connect_timeout_ms;
+	c->waiting = c->waiting_side = false;
 	c->outstanding = 0;
 	c->on_side = c->closing = c->process = false;
 	c->n_held = 0;
@@ -390,6 +417,7 @@ close_client(Client *c)
 	c->n_held = 0;
 	c->outstanding = 0;
 	c->on_side = false;
+	c->waiting = c->waiting_side = false;
 	set_dirty = true;
 	/* the slot is reused only after the sweep (events may still name it) */
 }
@@ -535,26 +563,67 @@ target_text(int t)
 	return buf;
 }
 
-/*
- * Open and set up a connection to target t (link.c: TLS, AUTH, SELECT, the
- * name; phase 1 waits for it, within redsem.connect_timeout).  After a
- * failure that took BROKER_SLOW_OPEN_MS or more (a timeout: the broker
- * served nobody meanwhile), the target is not tried again for
- * BROKER_OPEN_FAILURE_HOLD_MS; a quick failure (refused, no socket, a
- * wrong password) is tried again at the next call, as in direct mode.
- */
+/* A new upstream connection of target t on ctx (a side one if side) */
 static Upstream *
-open_upstream(int t, bool side)
+add_upstream(int t, bool side, redisContext *ctx)
+{
+	Upstream   *u = free_upstream_slot();
+
+	u->target = t;
+	u->side = side;
+	u->ctx = ctx;
+	u->want_write = false;
+	u->pos = -1;
+	u->head = u->count = 0;
+	u->idle_since = redsem_now();
+	if (!side)
+		targets[t].shared = u->index;
+	set_dirty = true;
+	return u;
+}
+
+/* True if an open begun at started and failed now was slow (a timeout) */
+static bool
+slow_failure(TimestampTz started)
+{
+	return redsem_now() - started >= (TimestampTz) BROKER_SLOW_OPEN_MS * 1000;
+}
+
+/*
+ * Target t could not be opened (outcome, after an open begun at started):
+ * remember why; a TLS target, opened in the broker itself, is answered
+ * that without trying for BROKER_OPEN_FAILURE_HOLD_MS after a slow failure
+ * (a timeout), so that it costs the broker one connect timeout per hold
+ * and not one per call
+ */
+static void
+note_open_failure(int t, const RedisOutcome *outcome, TimestampTz started)
 {
 	Target	   *target = &targets[t];
-	TimestampTz now = redsem_now();
+
+	target->failure = *outcome;
+	if (target->profile.tls && slow_failure(started))
+		target->failed_until = TimestampTzPlusMilliseconds(redsem_now(), BROKER_OPEN_FAILURE_HOLD_MS);
+	ereport(LOG,
+			(errmsg("redsem broker could not connect to Redis at %s",
+					target_text(t)),
+			 errdetail_internal("%s", outcome->detail)));
+}
+
+/*
+ * Open and set up a connection to target t here, waiting for it (within
+ * redsem.connect_timeout): for a TLS profile, whose session cannot be
+ * handed over by an opener (broker_open.c).  NULL if it failed.
+ */
+static Upstream *
+open_upstream_here(int t, bool side)
+{
+	Target	   *target = &targets[t];
+	TimestampTz started = redsem_now();
 	RedisCall	call;
 	TimestampTz deadline;
 	redisContext *ctx;
-	Upstream   *u;
 
-	if (now < target->failed_until)
-		return NULL;
 	redis_call_init(&call, DT_NOEND, false, LOG);
 	/* redsem.connect_timeout from now (no call's deadline cuts it short) */
 	deadline = redis_connect_deadline(DT_NOEND);
@@ -566,52 +635,227 @@ open_upstream(int t, bool side)
 	redis_profile_force(NULL);
 	if (ctx == NULL)
 	{
-		TimestampTz failed_at = redsem_now();
-
-		target->failure = call.outcome;
-		if (failed_at - now >= (TimestampTz) BROKER_SLOW_OPEN_MS * 1000)
-			target->failed_until = TimestampTzPlusMilliseconds(failed_at, BROKER_OPEN_FAILURE_HOLD_MS);
-		ereport(LOG,
-				(errmsg("redsem broker could not connect to Redis at %s",
-						target_text(t)),
-				 errdetail_internal("%s", call.outcome.detail)));
+		note_open_failure(t, &call.outcome, started);
 		return NULL;
 	}
-	u = free_upstream_slot();
-	u->target = t;
-	u->side = side;
-	u->ctx = ctx;
-	u->want_write = false;
-	u->pos = -1;
-	u->head = u->count = 0;
-	u->idle_since = redsem_now();
-	if (!side)
-		target->shared = u->index;
-	set_dirty = true;
-	return u;
+	return add_upstream(t, side, ctx);
 }
 
-/* The shared upstream of target t, opened if need be; NULL if it cannot be */
-static Upstream *
-shared_upstream(int t)
+/* A free opening slot (a new one if none) */
+static Opening *
+free_opening_slot(void)
 {
-	if (targets[t].shared >= 0)
-		return upstreams[targets[t].shared];
-	return open_upstream(t, false);
+	Opening    *op;
+
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid == 0)
+			return openings[i];
+	openings = openings ? repalloc(openings, sizeof(Opening *) * (n_openings + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Opening *));
+	op = MemoryContextAllocZero(broker_cxt, sizeof(Opening));
+	op->kind = SOCK_OPENING;
+	op->pos = -1;
+	openings[n_openings++] = op;
+	return op;
 }
 
-/* An idle side connection of target t (for a BLPOP), opened if none */
+/*
+ * In an opener, right after fork: close what it must not hold of the
+ * broker (a client the broker closes must see its link end at once; a side
+ * connection the broker closes must close in Redis, which unblocks its
+ * BLPOP)
+ */
+static void
+forget_broker(void)
+{
+	if (listen_fd >= 0)
+		close(listen_fd);
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0)
+			close(clients[i]->fd);
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->ctx != NULL)
+			close(upstreams[i]->ctx->fd);
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid != 0)
+			close(openings[i]->o.fd);
+}
+
+/*
+ * Have an opener open a connection to target t for client c (a side one
+ * if side), within what is left of c's connect timeout; false, the
+ * target's failure noted, if none could be forked
+ */
+static bool
+start_opening(int t, bool side, Client *c)
+{
+	Target	   *target = &targets[t];
+	Opening    *op = free_opening_slot();
+	RedisOutcome outcome;
+	/* (its whole connect timeout, or what is left of it when trying again) */
+	TimestampTz by = c->tried ? c->wait_until : DT_NOEND;
+
+	if (!broker_open_start(&op->o, target->host, target->port, target->path,
+						   &target->profile, c->connect_timeout_ms, by, forget_broker,
+						   &outcome))
+	{
+		note_open_failure(t, &outcome, redsem_now());
+		return false;
+	}
+	op->target = t;
+	op->side = side;
+	op->pos = -1;
+	c->tried = true;
+	if (side)
+		target->opening_sides++;
+	else
+		target->opening_shared = true;
+	set_dirty = true;
+	return true;
+}
+
+/* How many clients of target t wait for a side connection */
+static int
+side_waiters(int t)
+{
+	int			n = 0;
+
+	for (int i = 0; i < n_clients; i++)
+		n += clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->waiting_side;
+	return n;
+}
+
+/*
+ * A new upstream of c's target (a side one if side): opened here for a TLS
+ * profile; else NULL with *wait set, c waiting for an opener to open it
+ * (one more side connection per client waiting for one).  NULL alone while
+ * the target's last failure is answered.
+ */
 static Upstream *
-side_upstream(int t)
+new_upstream(Client *c, bool side, bool *wait)
+{
+	int			t = c->target;
+	Target	   *target = &targets[t];
+
+	if (redsem_now() < target->failed_until)
+		return NULL;
+	if (target->profile.tls)
+		return open_upstream_here(t, side);
+	if (!c->waiting)
+	{
+		c->wait_until = TimestampTzPlusMilliseconds(redsem_now(), c->connect_timeout_ms);
+		c->tried = false;
+	}
+	c->waiting = true;
+	c->waiting_side = side;
+	if (side ? target->opening_sides < side_waiters(t) : !target->opening_shared)
+	{
+		if (!start_opening(t, side, c))
+		{
+			c->waiting = c->waiting_side = false;
+			return NULL;
+		}
+	}
+	*wait = true;
+	return NULL;
+}
+
+/* The shared upstream of c's target, or new_upstream's answer */
+static Upstream *
+shared_upstream(Client *c, bool *wait)
+{
+	if (targets[c->target].shared >= 0)
+		return upstreams[targets[c->target].shared];
+	return new_upstream(c, false, wait);
+}
+
+/* An idle side connection of c's target (for a BLPOP), or new_upstream's answer */
+static Upstream *
+side_upstream(Client *c, bool *wait)
 {
 	for (int i = 0; i < n_upstreams; i++)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->side && u->target == t && u->count == 0)
+		if (u->ctx != NULL && u->side && u->target == c->target && u->count == 0)
 			return u;
 	}
-	return open_upstream(t, true);
+	return new_upstream(c, true, wait);
+}
+
+/*
+ * The clients of target t that wait for an upstream (a side one if side),
+ * once an opening of it ended: looked at again (it opened, or it failed
+ * slowly before their own connect timeout ran out: each then has one
+ * opened within its own, as direct mode would), or answered the target's
+ * failure
+ */
+static void
+settle_waiters(int t, bool side, bool opened, bool slow)
+{
+	Target	   *target = &targets[t];
+	TimestampTz now = redsem_now();
+
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+		bool		again;
+
+		if (c->fd < 0 || c->target != t || !c->waiting || c->waiting_side != side)
+			continue;
+		again = opened || (slow && now < c->wait_until) ||
+			(side && target->opening_sides > 0);
+		if (!again)
+		{
+			answer_failure(c, &target->failure);
+			c->waiting = c->waiting_side = false;
+		}
+		c->process = true;
+	}
+}
+
+/* An opener has answered: the upstream it opened, or the target's failure */
+static void
+finish_opening(Opening *op)
+{
+	int			t = op->target;
+	bool		side = op->side;
+	TimestampTz started = op->o.started;
+	RedisOutcome outcome;
+	redisContext *ctx = broker_open_finish(&op->o, &outcome);
+
+	if (side)
+		targets[t].opening_sides--;
+	else
+		targets[t].opening_shared = false;
+	set_dirty = true;
+	if (ctx != NULL)
+		(void) add_upstream(t, side, ctx);
+	else
+		note_open_failure(t, &outcome, started);
+	settle_waiters(t, side, ctx != NULL, slow_failure(started));
+}
+
+/* Give up every opening past its time (its opener killed) */
+static void
+check_openings(TimestampTz now)
+{
+	for (int i = 0; i < n_openings; i++)
+	{
+		Opening    *op = openings[i];
+		RedisOutcome outcome;
+
+		if (op->o.pid == 0 || now < op->o.kill_at)
+			continue;
+		broker_open_cancel(&op->o, &outcome);
+		if (op->side)
+			targets[op->target].opening_sides--;
+		else
+			targets[op->target].opening_shared = false;
+		set_dirty = true;
+		note_open_failure(op->target, &outcome, op->o.started);
+		settle_waiters(op->target, op->side, false, true);
+	}
 }
 
 /* Close every client bound to target t */
@@ -870,21 +1114,25 @@ bind_target(Client *c, const redisReply *cmd)
 		if (cmd->element[i]->type != REDIS_REPLY_STRING)
 			return false;
 	c->target = find_target(cmd);
+	c->connect_timeout_ms = Max(atoi(cmd->element[12]->str), 1);
 	return true;
 }
 
 /*
- * Send held[0 .. n-1] of a client on upstream u; if u could not be opened
- * (NULL), answer the failure and close the client
+ * Send held[0 .. n-1] of a client on upstream u; if there is none, leave
+ * them held while one is being opened for it (wait), else answer the
+ * failure and close the client
  */
 static bool
-send_held(Client *c, Upstream *u, int n)
+send_held(Client *c, Upstream *u, int n, bool wait)
 {
 	if (u == NULL)
 	{
-		answer_failure(c, &targets[c->target].failure);
+		if (!wait)
+			answer_failure(c, &targets[c->target].failure);
 		return false;
 	}
+	c->waiting = c->waiting_side = false;
 	for (int i = 0; i < n; i++)
 		if (!send_upstream(c, u, c->held[i]))
 		{
@@ -902,7 +1150,10 @@ send_held(Client *c, Upstream *u, int n)
 static bool
 send_shared(Client *c, int n)
 {
-	return send_held(c, shared_upstream(c->target), n);
+	bool		wait = false;
+	Upstream   *u = shared_upstream(c, &wait);
+
+	return send_held(c, u, n, wait);
 }
 
 /*
@@ -912,9 +1163,53 @@ send_shared(Client *c, int n)
 static bool
 send_side(Client *c, int n)
 {
-	if (!send_held(c, side_upstream(c->target), n))
+	bool		wait = false;
+	Upstream   *u = side_upstream(c, &wait);
+
+	if (!send_held(c, u, n, wait))
 		return false;
 	c->on_side = true;
+	return true;
+}
+
+/* Give the shared role of target t to an idle side connection, if it has one */
+static void
+promote_idle_side(int t)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->side && u->target == t && u->count == 0)
+		{
+			u->side = false;
+			targets[t].shared = u->index;
+			return;
+		}
+	}
+}
+
+/*
+ * Send a client's WAIT on its target's shared upstream, where its writes
+ * went (Redis's WAIT waits for the writes of the connection it is sent
+ * on), then make that connection a side one carrying the WAIT, and give
+ * the shared role to an idle side connection (or to one opened at the next
+ * call): nobody else's call waits behind a WAIT.  The client's later
+ * requests wait for its reply, as after a BLPOP.
+ */
+static bool
+send_wait(Client *c)
+{
+	bool		wait = false;
+	Upstream   *u = shared_upstream(c, &wait);
+
+	if (!send_held(c, u, 1, wait))
+		return false;
+	u->side = true;
+	targets[c->target].shared = -1;
+	c->on_side = true;
+	promote_idle_side(c->target);
+	set_dirty = true;
 	return true;
 }
 
@@ -952,6 +1247,12 @@ process_client(Client *c)
 		if (is_command(cmd, "BLPOP"))
 		{
 			if (c->outstanding > 0 || !send_side(c, 1))
+				return;
+			continue;
+		}
+		if (is_command(cmd, "WAIT"))
+		{
+			if (!send_wait(c))
 				return;
 			continue;
 		}
@@ -1048,6 +1349,8 @@ rebuild_wait_set(void)
 		n += clients[i]->fd >= 0;
 	for (int i = 0; i < n_upstreams; i++)
 		n += upstreams[i]->ctx != NULL;
+	for (int i = 0; i < n_openings; i++)
+		n += openings[i]->o.pid != 0;
 	wait_set = redsem_create_wait_set(broker_cxt, n);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
@@ -1071,6 +1374,14 @@ rebuild_wait_set(void)
 			continue;
 		u->events = upstream_events(u);
 		u->pos = AddWaitEventToSet(wait_set, u->events, u->ctx->fd, NULL, u);
+	}
+	for (int i = 0; i < n_openings; i++)
+	{
+		Opening    *op = openings[i];
+
+		op->pos = -1;
+		if (op->o.pid != 0)
+			op->pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, op->o.fd, NULL, op);
 	}
 	set_dirty = false;
 }
@@ -1127,6 +1438,9 @@ sleep_ms(TimestampTz now)
 		if (u->ctx != NULL && u->count > 0)
 			until = Min(until, fifo_head(u)->deadline);
 	}
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid != 0)
+			until = Min(until, openings[i]->o.kill_at);
 	return Max(TimestampDifferenceMilliseconds(now, until), 0);
 }
 
@@ -1154,6 +1468,13 @@ handle_event(const WaitEvent *ev)
 			client_write(c);
 		if (ev->events & WL_SOCKET_READABLE)
 			client_read(c);
+	}
+	else if (*(SockKind *) ev->user_data == SOCK_OPENING)
+	{
+		Opening    *op = (Opening *) ev->user_data;
+
+		if ((ev->events & WL_SOCKET_READABLE) && op->o.pid != 0)
+			finish_opening(op);
 	}
 	else
 	{
@@ -1242,6 +1563,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		forward_and_flush();
 		now = redsem_now();
 		check_deadlines(now);
+		check_openings(now);
 		close_idle_sides(now);
 		sweep_clients();
 	}

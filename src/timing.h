@@ -232,14 +232,17 @@
  * Redis connection whose oldest command is not answered within
  * redsem.command_timeout plus BROKER_TIMEOUT_MARGIN_MS (plus the command's
  * own wait: BLPOP, WAIT), which is longer than any backend waits, so a
- * backend times out first and sees its own 08006.  A target whose connect
- * failed only after BROKER_SLOW_OPEN_MS or more (a timeout: the broker,
- * which connects synchronously in phase 1, served nobody meanwhile) is not
- * tried again for BROKER_OPEN_FAILURE_HOLD_MS (the backends asking
- * meanwhile get the same error), so a Redis that does not answer costs the
- * broker one connect timeout per hold rather than one per call; a quick
- * failure is tried again at once, so a Redis that comes back is used at
- * the next call, as in direct mode.
+ * backend times out first and sees its own 08006.  A connection is
+ * opened by a forked opener within the asking session's
+ * redsem.connect_timeout; the broker kills an opener still there
+ * BROKER_OPEN_KILL_MARGIN_MS after that (its own deadline has passed: it
+ * is stuck).  A target whose connect failed only after BROKER_SLOW_OPEN_MS
+ * or more (a timeout) is not tried again for BROKER_OPEN_FAILURE_HOLD_MS
+ * (the backends asking meanwhile get the same error), so a Redis that does
+ * not answer costs one opener per hold rather than one per call (and a TLS
+ * target, opened in the broker itself, one connect timeout of the broker's
+ * time per hold); a quick failure is tried again at once, so a Redis that
+ * comes back is used at the next call, as in direct mode.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
  */
 #define BROKER_CONNECT_RETRY_MS			10
@@ -252,6 +255,7 @@
 #define BROKER_SLOW_OPEN_MS				50
 #define BROKER_OPEN_FAILURE_HOLD_MS		200
 #define BROKER_SIDE_IDLE_MS				5000
+#define BROKER_OPEN_KILL_MARGIN_MS		1000
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it

@@ -199,7 +199,7 @@ sub reach
 # The Redis client, bottom up: the layers that may reach none above them
 my @client_low = qw(redis_call profile sockwait report tls resolve secret brokerlink link sentinel cluster);
 my @above_client = qw(conn script batch hold acquire keeper queue queue_conf
-  sqlfuncs observe fleet shmem stop guard broker broker_loop);
+  sqlfuncs observe fleet shmem stop guard broker broker_open broker_loop);
 
 # The complaints about a tree: its cycle and its Redis client layers that
 # reach up ('' each when there are none)

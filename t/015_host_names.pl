@@ -92,8 +92,15 @@ note 'a resolver that hangs';
 like($err, qr/ERROR:  08001: .*\n.*DETAIL:  no address for host name "db\.slow\.redsem\.test" within \d+ ms \(redsem\.connect_timeout is 1000 ms\)/,
 	'the lookup ends at redsem.connect_timeout with 08001');
 cmp_ok($secs, '<', $HANG_S - 2, 'without waiting for the resolver');
-is(scalar(() = slurp_file($lookups) =~ /^db\.slow\.redsem\.test$/mg), 1,
-	'one lookup: a failed acquire that never reached Redis leaves nothing to release, at abort or at the next call');
+SKIP:
+{
+	# (the acquire was written to the link to the broker, which the backend
+	# cannot tell from Redis: its abort sends a release, and the broker
+	# tries the name again for it; docs/broker.md)
+	skip 'broker mode: the abort tries a release', 1 if broker_mode();
+	is(scalar(() = slurp_file($lookups) =~ /^db\.slow\.redsem\.test$/mg), 1,
+		'one lookup: a failed acquire that never reached Redis leaves nothing to release, at abort or at the next call');
+}
 is($s->query_ok('SELECT count(*) FROM redsem_held();'), '0', 'and no hold behind');
 
 ($err, $secs) = with_host('db.slow.redsem.test',
@@ -121,8 +128,15 @@ for my $i (1 .. 8)
 	with_host('db.slow.redsem.test', "SET statement_timeout = '50ms';\n$ROUND\nRESET statement_timeout;");
 }
 ($err) = with_host('db.here.redsem.test', $ROUND);
-like($err, qr/ERROR:  08001: .*\n.*DETAIL:  8 earlier lookups of host names are still running; the name server does not answer/,
-	'with eight lookups abandoned and still running, no ninth thread: 08001, saying why');
+SKIP:
+{
+	# (in broker mode names are looked up by the broker's openers, one per
+	# connection it opens, not by the backend: the abandoned calls above
+	# all waited for the one opener of their target)
+	skip 'broker mode: the backend looks nothing up', 1 if broker_mode();
+	like($err, qr/ERROR:  08001: .*\n.*DETAIL:  8 earlier lookups of host names are still running; the name server does not answer/,
+		'with eight lookups abandoned and still running, no ninth thread: 08001, saying why');
+}
 ($err) = with_host('127.0.0.1', $ROUND);
 is($err, '', 'a numeric address still works meanwhile');
 ok(defined wait_until($HANG_S + 10, sub { fds_of($s->backend_pid) == $before }),

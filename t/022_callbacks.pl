@@ -63,10 +63,16 @@ note 'a wait set that cannot be made at COMMIT';
 	SET redsem.inject_fault = 'wait_set';});
 is($out, 't', 'a transaction with an xid holds a slot');
 # drop its connection: the release at commit must connect again
-$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal');
+drop_links($redis, $node);
 ($out, $err) = $s->query(q{COMMIT; RESET redsem.inject_fault; SELECT count(*) FROM t;});
 is($out, '2', 'COMMIT succeeded');
-like($err, $WARNING, 'the failed wait set became a WARNING');
+SKIP:
+{
+	# (a link to the broker is a local socket, connected without a wait;
+	# the release at commit is sent without waiting for its reply)
+	skip 'broker mode: nothing at commit makes a wait set', 1 if broker_mode();
+	like($err, $WARNING, 'the failed wait set became a WARNING');
+}
 ok(defined wait_until(15, sub { slot_free('cb_ws') }), 'the slot is released anyway');
 
 ###########################################################################
@@ -96,13 +102,17 @@ my $f = RedsemTest::Session->new($faulty, name => 'f');
 	INSERT INTO t VALUES (1);
 	SELECT redsem_acquire_xact('cb_epoll', 1, '60 s') IS NOT NULL;});
 is($out, 't', 'a transaction with an xid holds a slot');
-$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal');
+drop_links($redis, $faulty);
 PostgreSQL::Test::Utils::append_to_file($fault_file, $f->backend_pid);
 ($out, $err) = $f->query(q{COMMIT; SELECT count(*) FROM t;});
 unlink $fault_file;
 is($out, '1', 'COMMIT succeeded although epoll_create1 failed in the commit callback');
-like($err, qr/WARNING:  01000: redsem could not release slots at the end of the transaction\n.*DETAIL:  epoll_create1 failed: Too many open files/,
-	'the failure became a WARNING naming it');
+SKIP:
+{
+	skip 'broker mode: nothing at commit makes a wait set', 1 if broker_mode();
+	like($err, qr/WARNING:  01000: redsem could not release slots at the end of the transaction\n.*DETAIL:  epoll_create1 failed: Too many open files/,
+		'the failure became a WARNING naming it');
+}
 unlike($err, qr/PANIC/, 'no PANIC');
 ok(defined wait_until(15, sub {
 	$faulty->safe_psql('postgres', q{SELECT id IS NOT NULL AND redsem_release('cb_epoll', id)

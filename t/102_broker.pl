@@ -44,28 +44,7 @@ sub postmaster_pid
 	return $pm;
 }
 
-# The supervisor: the postmaster's child that names itself so
-sub supervisor_pid
-{
-	my $pm = postmaster_pid();
-	foreach my $p (processes())
-	{
-		return $p->[0]
-		  if $p->[1] == $pm && $p->[2] ne 'Z' && $p->[3] =~ /redsem broker supervisor/;
-	}
-	return undef;
-}
-
-# The broker: the supervisor's live child
-sub broker_pid
-{
-	my $sup = supervisor_pid() // return undef;
-	foreach my $p (processes())
-	{
-		return $p->[0] if $p->[1] == $sup && $p->[2] ne 'Z';
-	}
-	return undef;
-}
+sub broker_pid { return broker_pid_of($node); }
 
 # CLIENT LIST lines, and those of the broker's connections
 sub client_lines { return split /\n/, ($redis->cli('CLIENT', 'LIST') // ''); }
@@ -204,6 +183,30 @@ cmp_ok($cancel_took, '<', 0.5, sprintf('well within 1 s (%.3f s)', $cancel_took)
 is($sa->query_ok(q{SELECT redsem_acquire('stop3', 5, '60 s') IS NOT NULL;}), 't',
 	'after SIGCONT the session\'s next call works');
 is($sa->query_ok(q{SELECT redsem_release_all() >= 2;}), 't', 'and it releases what it holds');
+
+###########################################################################
+note 'a Redis that does not answer stalls only its own callers';
+
+# (the broker opens each connection in a forked opener: a connect that
+# hangs, here on a frozen Redis, never stops the broker serving others)
+my $frozen = RedsemTest::Redis->new;
+$frozen->freeze;
+my $hung = session('hung');
+my $frozen_sock = $frozen->socket;
+$hung->send(qq{SET redsem.unix_socket = '$frozen_sock'; SET redsem.connect_timeout = 3000; SELECT redsem_acquire('far', 1, '60 s');});
+RedsemTest::sleep_full(0.5);
+my $near_t0 = time;
+is($plain->query_ok(q{SELECT redsem_release('near', redsem_acquire('near', 1, '60 s'));}), 't',
+	'a call to the other Redis goes through meanwhile');
+my $near_took = time - $near_t0;
+cmp_ok($near_took, '<', 0.5, sprintf('at once (%.3f s)', $near_took));
+my $hung_t0 = time;
+my (undef, $hung_err) = $hung->wait_done(10);
+like($hung_err, qr/ERROR:  08001: .*\n.*DETAIL:  no answer.* within \d+ ms \(redsem\.connect_timeout\)/,
+	'the call to the frozen Redis fails with 08001 at its session\'s connect timeout') or diag($hung_err);
+$frozen->thaw;
+$hung->quit;
+$frozen->stop;
 
 ###########################################################################
 note 'a session\'s own Redis user and password: the broker connects as it would';

@@ -31,7 +31,7 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
-  processes holders_of);
+  processes holders_of broker_mode broker_pid_of drop_links);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -349,6 +349,60 @@ sub processes
 		push @out, [ $pid, $ppid, $state, $cmd ];
 	}
 	return @out;
+}
+
+=item broker_mode()
+
+True if the servers this run starts that preload redsem run in broker mode
+(REDSEM_TEST_CONNECTION_MODE=broker, see start_node).
+
+=cut
+
+sub broker_mode
+{
+	return ($ENV{REDSEM_TEST_CONNECTION_MODE} // '') eq 'broker';
+}
+
+=item broker_pid_of($node)
+
+The pid of $node's broker: the live child of the postmaster's child whose
+process title is "redsem broker supervisor" (undef if there is none).
+
+=cut
+
+sub broker_pid_of
+{
+	my ($node) = @_;
+	my ($pm) = split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid');
+	my @all = processes();
+	my ($sup) = map { $_->[0] }
+	  grep { $_->[1] == $pm && $_->[2] ne 'Z' && $_->[3] =~ /redsem broker supervisor/ } @all;
+	return undef unless defined $sup;
+	my ($broker) = map { $_->[0] } grep { $_->[1] == $sup && $_->[2] ne 'Z' } @all;
+	return $broker;
+}
+
+=item drop_links($redis, @nodes)
+
+Cut the sessions of @nodes off their Redis connections: CLIENT KILL of
+$redis's normal clients (in direct mode each session's own connection);
+in broker mode also a SIGKILL of each node's broker, so that each session's
+link to it drops as its own connection would (the supervisor starts
+another broker at once).
+
+=cut
+
+sub drop_links
+{
+	my ($redis, @nodes) = @_;
+	$redis->cli('CLIENT', 'KILL', 'TYPE', 'normal');
+	return unless broker_mode();
+	foreach my $node (@nodes)
+	{
+		my $pid = broker_pid_of($node);
+		kill 'KILL', $pid if defined $pid;
+	}
+	return;
 }
 
 =item keeper_pid_of($node)

@@ -168,6 +168,7 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 	char		password[REDSEM_MAX_SECRET_BYTES + 1];
 	char		portbuf[16];
 	char		dbbuf[16];
+	char		timeoutbuf[16];
 	RedisProfile p;
 	bool		have;
 	char	   *cmd;
@@ -179,12 +180,13 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 	tls_session_profile(&p);
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
 	snprintf(dbbuf, sizeof(dbbuf), "%d", redsem_database);
+	snprintf(timeoutbuf, sizeof(timeoutbuf), "%d", redsem_connect_timeout_ms);
 	{
 		const char *argv[REDSEM_BROKER_HEADER_ARGS] = {
 			"REDSEM.TARGET", host ? host : "", portbuf, unix_path ? unix_path : "",
 			dbbuf, redsem_user ? redsem_user : "", have ? password : "",
 			p.tls ? "1" : "0", p.tls_ca_file, p.tls_cert_file, p.tls_key_file,
-		p.tls_server_name};
+		p.tls_server_name, timeoutbuf};
 
 		len = redisFormatCommandArgv(&cmd, REDSEM_BROKER_HEADER_ARGS, argv, NULL);
 	}

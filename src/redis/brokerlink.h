@@ -19,9 +19,11 @@ struct redisContext;
 /*
  * The first request of a link, with no reply: REDSEM.TARGET host port
  * unix_socket database user password tls ca_file cert_file key_file
- * server_name (the session's settings; "" for those not set)
+ * server_name (the session's settings; "" for those not set: the target
+ * and its profile) connect_timeout_ms (the session's: an open it asks for
+ * is given that long)
  */
-#define REDSEM_BROKER_HEADER_ARGS	12
+#define REDSEM_BROKER_HEADER_ARGS	13
 
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"

@@ -1,0 +1,260 @@
+/*
+ * broker_open.c
+ *		Opening the broker's Redis connections without blocking it.
+ *
+ * Opening a connection can take as long as redsem.connect_timeout: a host
+ * name whose resolver hangs, a Redis that accepts connections but does not
+ * answer AUTH.  Done in the broker's loop, that would stall every backend
+ * of the server, whatever Redis it calls (and fail healthy connections
+ * whose replies wait meanwhile).  So the broker forks an opener per
+ * connection: the child runs link.c's open and set-up unchanged (the
+ * latch-aware waits, the resolver thread, AUTH, SELECT, the name), sends
+ * the connected socket back over a socket pair (SCM_RIGHTS) with the
+ * outcome, and exits.  The connection's state (authenticated, its database
+ * selected, named) is Redis's, so the socket is all the broker needs.
+ *
+ * A TLS session's state is the process's own and cannot be handed over:
+ * a TLS profile is opened in the broker itself, as before (docs/broker.md).
+ *
+ * The child forgets the broker: its exit callbacks, its latch, and (by the
+ * caller's forget function) the descriptors of its clients and upstreams,
+ * so that a client the broker closes sees the end of its link at once.  It
+ * dies with the broker (PR_SET_PDEATHSIG), and the broker kills it once
+ * BROKER_OPEN_KILL_MARGIN_MS past its own connect deadline.
+ */
+#include "postgres.h"
+
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <errno.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "hiredis.h"
+
+#include "libpq/pqsignal.h"
+#include "miscadmin.h"
+#include "storage/fd.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "utils/timestamp.h"
+
+#include "broker_open.h"
+#include "clock.h"
+#include "compat.h"
+#include "conn.h"
+#include "guc.h"
+#include "link.h"
+#include "report.h"
+#include "timing.h"
+
+/* The opener's own latch (the broker's is the broker's) */
+static Latch opener_latch;
+
+/* Send the outcome, and the socket when there is one (fd >= 0) */
+static bool
+send_result(int sock, const RedisOutcome *outcome, int fd)
+{
+	struct msghdr msg = {0};
+	struct iovec iov = {(void *) outcome, sizeof(RedisOutcome)};
+	char		control[CMSG_SPACE(sizeof(int))] = {0};
+
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	if (fd >= 0)
+	{
+		struct cmsghdr *cm;
+
+		msg.msg_control = control;
+		msg.msg_controllen = sizeof(control);
+		cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t) sizeof(RedisOutcome);
+}
+
+/* Become a process of its own: no exit callbacks, own latch, dies with the broker */
+static void
+become_opener(pid_t broker)
+{
+	on_exit_reset();
+	MyProcPid = getpid();
+	InitLatch(&opener_latch);
+	MyLatch = &opener_latch;
+	pqsignal(SIGTERM, SIG_DFL);
+	pqsignal(SIGCHLD, SIG_DFL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != broker)
+		_exit(1);
+	(void) prctl(PR_SET_NAME, "redsem opener");
+}
+
+/*
+ * The opener, right after fork: open and set up the connection as profile
+ * says, send the outcome (and the socket) on sock, exit.  An ERROR ends it
+ * without a word: the broker sees its end of the pair close.
+ */
+pg_noreturn static void
+opener_main(pid_t broker, int sock, const char *host, int port, const char *path,
+			const RedisProfile *profile, int connect_timeout_ms, TimestampTz by)
+{
+	sigjmp_buf	local_sigjmp_buf;
+	RedisCall	call;
+	redisContext *ctx;
+	TimestampTz deadline;
+
+	become_opener(broker);
+	if (sigsetjmp(local_sigjmp_buf, 1) != 0)
+		_exit(1);
+	PG_exception_stack = &local_sigjmp_buf;
+	sigprocmask(SIG_SETMASK, &UnBlockSig, NULL);
+	/* (the session's that asked first: the message names it) */
+	redsem_connect_timeout_ms = connect_timeout_ms;
+	redis_call_init(&call, DT_NOEND, false, LOG);
+	deadline = redis_connect_deadline(by);
+	redis_profile_force(profile);
+	ctx = redis_open_context(&call, host, port, path, deadline);
+	if (ctx != NULL && !redis_setup_context(&call, ctx, deadline))
+		ctx = NULL;
+	if (ctx != NULL)
+		call.outcome.status = RS_OK;
+	_exit(send_result(sock, &call.outcome, ctx ? ctx->fd : -1) ? 0 : 1);
+}
+
+/*
+ * Fork an opener for host:port (or path) set up with profile, within
+ * connect_timeout_ms (the asking session's redsem.connect_timeout), and by
+ * by if that is sooner (DT_NOEND: no sooner); forget closes, in the child,
+ * the descriptors of the broker it must not keep.  False, with the outcome
+ * filled, if it could not be forked.
+ */
+bool
+broker_open_start(BrokerOpening *o, const char *host, int port, const char *path,
+				  const RedisProfile *profile, int connect_timeout_ms, TimestampTz by,
+				  void (*forget) (void), RedisOutcome *outcome)
+{
+	int			sv[2];
+	pid_t		broker = getpid();
+	sigset_t	was;
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+		return redis_note(outcome, RS_CONNECT_FAILED, "could not make a socket pair: %m");
+	fflush(stdout);
+	fflush(stderr);
+	/* (blocked until the child's handlers are in place) */
+	sigprocmask(SIG_SETMASK, &BlockSig, &was);
+	o->pid = fork();
+	if (o->pid == 0)
+	{
+		close(sv[0]);
+		forget();
+		opener_main(broker, sv[1], host, port, path, profile, connect_timeout_ms, by);
+	}
+	sigprocmask(SIG_SETMASK, &was, NULL);
+	close(sv[1]);
+	if (o->pid < 0)
+	{
+		o->pid = 0;
+		close(sv[0]);
+		return redis_note(outcome, RS_CONNECT_FAILED, "could not fork a process to connect: %m");
+	}
+	o->fd = sv[0];
+	o->started = redsem_now();
+	o->kill_at = TimestampTzPlusMilliseconds(Min(by, TimestampTzPlusMilliseconds(o->started, connect_timeout_ms)),
+											 BROKER_OPEN_KILL_MARGIN_MS);
+	return true;
+}
+
+/*
+ * End an opening: its socket closed, its opener reaped (killed first if
+ * still there; only this pid is waited for, so it cannot have been reused)
+ */
+static void
+end_opening(BrokerOpening *o)
+{
+	if (o->fd >= 0)
+		close(o->fd);
+	o->fd = -1;
+	if (o->pid > 0 && waitpid(o->pid, NULL, WNOHANG) == 0)
+	{
+		(void) kill(o->pid, SIGKILL);
+		while (waitpid(o->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+	o->pid = 0;
+}
+
+/*
+ * What the opener sent (its socket pair is readable): a context on the
+ * socket it opened, or NULL with the outcome saying why.  The opening ends.
+ */
+redisContext *
+broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
+{
+	struct msghdr msg = {0};
+	struct iovec iov = {outcome, sizeof(RedisOutcome)};
+	char		control[CMSG_SPACE(sizeof(int))];
+	struct cmsghdr *cm;
+	ssize_t		n;
+	int			fd = -1;
+	redisContext *ctx;
+
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = control;
+	msg.msg_controllen = sizeof(control);
+	do
+		n = recvmsg(o->fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
+	if (cm != NULL && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	end_opening(o);
+	if (n != (ssize_t) sizeof(RedisOutcome))
+	{
+		if (fd >= 0)
+			close(fd);
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "the process opening the connection ended without a result");
+		return NULL;
+	}
+	outcome->detail[sizeof(outcome->detail) - 1] = '\0';
+	if (outcome->status != RS_OK || fd < 0)
+	{
+		if (fd >= 0)
+			close(fd);
+		if (outcome->status == RS_OK)
+			(void) redis_note(outcome, RS_CONNECT_FAILED, "no connection was handed over");
+		return NULL;
+	}
+	if (!AcquireExternalFD())
+	{
+		close(fd);
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "there are too many open files on the local server");
+		return NULL;
+	}
+	ctx = redisConnectFd(fd);
+	if (ctx == NULL || ctx->err)
+	{
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "%s", ctx ? ctx->errstr : "out of memory");
+		if (ctx)
+			redisFree(ctx);
+		else
+			close(fd);
+		ReleaseExternalFD();
+		return NULL;
+	}
+	/* the socket is non-blocking (the opener made it so): EAGAIN means later */
+	ctx->flags &= ~REDIS_BLOCK;
+	return ctx;
+}
+
+/* Give up an opening past its time (the opener is killed), with the outcome */
+void
+broker_open_cancel(BrokerOpening *o, RedisOutcome *outcome)
+{
+	end_opening(o);
+	(void) redis_note(outcome, RS_CONNECT_FAILED, "no connection within redsem.connect_timeout");
+}
