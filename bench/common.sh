@@ -179,11 +179,14 @@ bench_before_library() {
       printf "\nredis.register_function('before', dispatch)\n"; } >"$1"
 }
 
-bench_psql() { redsem_psql "$BENCH_TMP" "$@"; }
-bench_sql() { redsem_psql "$BENCH_TMP" -c "$1"; }
+# The server that bench_psql, bench_sql and bench_pgbench use: BENCH_PG, a
+# directory of redsem_start_pg (default BENCH_TMP, the one bench_init starts)
+bench_psql() { redsem_psql "${BENCH_PG:-$BENCH_TMP}" "$@"; }
+bench_sql() { redsem_psql "${BENCH_PG:-$BENCH_TMP}" -c "$1"; }
 
 bench_pgbench() {
-    redsem_as_postgres pgbench -h "$BENCH_TMP" -p "$BENCH_PORT" -U postgres "$@" postgres
+    local dir=${BENCH_PG:-$BENCH_TMP}
+    redsem_as_postgres pgbench -h "$dir" -p "$(redsem_pg_port "$dir")" -U postgres "$@" postgres
 }
 
 bench_redis() { redis-cli -s "$BENCH_SOCK" "$@"; }

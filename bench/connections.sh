@@ -6,15 +6,20 @@
 #
 #   sudo bash bench/connections.sh
 #
-# Mode "direct" (today's only mode: each backend that calls redsem keeps a
-# connection of its own for the session).  Parts:
+# Each part runs in both connection modes (BENCH_MODES, default "direct
+# broker"), the server restarted between them, and the figures are set side
+# by side with broker/direct ratios at the end.  In direct mode each backend
+# that calls redsem keeps a connection of its own for the session; in broker
+# mode one process per server carries every backend's calls (issue 51,
+# docs/broker.md).  Parts:
 #
 #   connections  BENCH_BACKENDS (100 500) clients that each take and give
 #                back a slot of one semaphore every BENCH_PAUSE_MS (500),
 #                all connected at once; once all have called, the Redis
 #                connections this server holds, counted by the names redsem
 #                gives them in CLIENT LIST (redsem:<cluster_name>:<purpose>:
-#                <pid>), and INFO memory's mem_clients_normal
+#                <pid>: backend or broker, and keeper), and INFO memory's
+#                mem_clients_normal
 #   one client   one client taking and giving back a slot (a pgbench
 #                transaction: SELECT redsem_acquire_xact, commit) against
 #                the same client running SELECT 1, beside a Redis PING
@@ -26,7 +31,7 @@
 #                later; Debian 12's hiredis 0.14 has none, and the part says
 #                so)
 #
-# Environment: BENCH_BACKENDS, BENCH_PAUSE_MS, BENCH_SESSIONS,
+# Environment: BENCH_MODES, BENCH_BACKENDS, BENCH_PAUSE_MS, BENCH_SESSIONS,
 # BENCH_ONE_S (8: seconds of each one-client run), BENCH_NO_INSTALL=1,
 # REDSEM_KEEP=1.
 
@@ -38,6 +43,7 @@ BACKENDS=${BENCH_BACKENDS:-100 500}
 PAUSE_MS=${BENCH_PAUSE_MS:-500}
 SESSIONS=${BENCH_SESSIONS:-30}
 ONE_S=${BENCH_ONE_S:-8}
+MODES=${BENCH_MODES:-direct broker}
 MOST=0
 for n in $BACKENDS; do ((n > MOST)) && MOST=$n; done
 
@@ -54,7 +60,16 @@ redsem.database = 1" redsem_start_pg "$BENCH_TMP" 2>>"$BENCH_TMP/start.log" ||
 BENCH_PORT=$(redsem_pg_port "$BENCH_TMP")
 bench_sql "CREATE EXTENSION redsem" >/dev/null
 
-# named PURPOSE: this server's Redis connections of PURPOSE (backend, keeper)
+# use_mode MODE: the server restarted in connection mode MODE
+use_mode() {
+    bench_sql "ALTER SYSTEM SET redsem.connection_mode = '$1'" >/dev/null
+    redsem_as_postgres pg_ctl -D "$BENCH_TMP/pgdata" -l "$BENCH_TMP/postgres.log" -w -t 60 restart >/dev/null ||
+        redsem_die "PostgreSQL failed to restart in mode $1"
+    [[ $(bench_psql -X -A -t -c 'SHOW redsem.connection_mode') == "$1" ]] || redsem_die "mode $1 not in effect"
+}
+
+# named PURPOSE: this server's Redis connections of PURPOSE (backend,
+# broker, keeper)
 named() {
     bench_redis CLIENT LIST | tr -d '\r' | grep -c " name=redsem:bench:$1:" || true
 }
@@ -64,53 +79,78 @@ mem_clients() {
     bench_redis INFO memory | tr -d '\r' | sed -n 's/^mem_clients_normal://p'
 }
 
-bench_header "connections: one PostgreSQL server, mode direct, $(nproc) CPUs"
+# The figures, by "mode key"
+declare -A R
 
-# --- connections and memory ---------------------------------------------------
+bench_header "connections: one PostgreSQL server, modes: $MODES, $(nproc) CPUs"
+
 printf 'SELECT redsem_release('"'"'conn'"'"', redsem_acquire('"'"'conn'"'"', 1000, wait => '"'"'30 s'"'"'));\n\\sleep %s ms\n' \
     "$PAUSE_MS" >"$BENCH_TMP/conn.sql"
-chown postgres "$BENCH_TMP/conn.sql"
-idle_mem=$(mem_clients)
-printf '\n%-9s | %19s %8s | %18s %14s\n' backends "Redis conns: backend" keeper "mem_clients_normal" "per backend"
-for n in $BACKENDS; do
-    secs=$((20 + n / 25))
-    (cd "$BENCH_TMP" && bench_pgbench -n -c "$n" -j 2 -T "$secs" -f "$BENCH_TMP/conn.sql" \
-        >"$BENCH_TMP/conn-$n.out" 2>&1) &
-    load=$!
-    # every client connected and called at least once: as many named
-    # backend connections as clients, or the run's middle
-    for ((i = 0; i < secs * 2 - 4; i++)); do
-        sleep 0.5
-        (($(named backend) >= n)) && break
-    done
-    sleep 2
-    nb=$(named backend)
-    nk=$(named keeper)
-    mem=$(mem_clients)
-    wait "$load" || { cat "$BENCH_TMP/conn-$n.out" >&2; exit 1; }
-    printf '%-9s | %19s %8s | %18s %14s\n' "$n" "$nb" "$nk" "$mem" \
-        "$(bench_div "$((mem - idle_mem))" "$n" '%.0f')"
-    # the backends are gone: so are their connections
-    bench_wait_for "the clients' connections to close" 30 bash -c "(( \$(redis-cli -s '$BENCH_SOCK' CLIENT LIST | grep -c ' name=redsem:bench:backend:') == 0 ))"
-done
+printf "SELECT redsem_acquire_xact('one', 4);\n" >"$BENCH_TMP/one.sql"
+printf 'SELECT 1;\n' >"$BENCH_TMP/select1.sql"
+chown postgres "$BENCH_TMP/conn.sql" "$BENCH_TMP/one.sql" "$BENCH_TMP/select1.sql"
 
-# --- one client ---------------------------------------------------------------
+# connections MODE: the connections and memory part
+connections() {
+    local n secs load i nb nk mem idle_mem
+    idle_mem=$(mem_clients)
+    for n in $BACKENDS; do
+        secs=$((20 + n / 25))
+        (cd "$BENCH_TMP" && bench_pgbench -n -c "$n" -j 2 -T "$secs" -f "$BENCH_TMP/conn.sql" \
+            >"$BENCH_TMP/conn-$1-$n.out" 2>&1) &
+        load=$!
+        # every client connected and called at least once (direct mode: as
+        # many named backend connections as clients; broker mode: as many
+        # backends that called redsem), or the run's middle
+        for ((i = 0; i < secs * 2 - 4; i++)); do
+            sleep 0.5
+            (($(called "$1") >= n)) && break
+        done
+        sleep 2
+        nb=$(($(named backend) + $(named broker)))
+        nk=$(named keeper)
+        mem=$(mem_clients)
+        wait "$load" || { cat "$BENCH_TMP/conn-$1-$n.out" >&2; exit 1; }
+        R["$1 conns $n"]=$nb
+        R["$1 keeper $n"]=$nk
+        R["$1 mem $n"]=$((mem - idle_mem))
+        # the backends are gone: so are their direct connections
+        bench_wait_for "the clients' connections to close" 30 bash -c "(( \$(redis-cli -s '$BENCH_SOCK' CLIENT LIST | grep -c ' name=redsem:bench:backend:') == 0 ))"
+    done
+}
+
+# called MODE: how many backends have called redsem (direct: their named
+# connections; broker: the broker's clients, which CLIENT LIST cannot see,
+# so the sessions whose last statement was the pgbench script's)
+called() {
+    if [[ $1 == direct ]]; then
+        named backend
+    else
+        bench_psql -X -A -t -c "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%redsem_acquire(''conn''%' AND pid <> pg_backend_pid()"
+    fi
+}
+
 # one_ms SCRIPT: mean latency (ms) of one client running SCRIPT for ONE_S
 one_ms() {
     (cd "$BENCH_TMP" && bench_pgbench -n -c 1 -j 1 -T "$ONE_S" -f "$1" 2>&1) |
         sed -nE 's/^latency average = ([0-9.]+) ms.*/\1/p'
 }
-printf "SELECT redsem_acquire_xact('one', 4);\n" >"$BENCH_TMP/one.sql"
-printf 'SELECT 1;\n' >"$BENCH_TMP/select1.sql"
-chown postgres "$BENCH_TMP/one.sql" "$BENCH_TMP/select1.sql"
-base_ms=$(one_ms "$BENCH_TMP/select1.sql")
-call_ms=$(one_ms "$BENCH_TMP/one.sql")
-ping_us=$(bench_ping_us "$BENCH_SOCK")
-add_us=$(awk -v a="$call_ms" -v b="$base_ms" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
-printf '\none client: SELECT 1 %s ms, a slot taken and given back %s ms: the call adds %s us, %s PING round trips (PING %s us)\n' \
-    "$base_ms" "$call_ms" "$add_us" "$(bench_div "$add_us" "$ping_us" '%.1f')" "$ping_us"
 
-# --- first call ---------------------------------------------------------------
+# one_client MODE: what a call adds to a statement, and Redis calls per
+# transaction (from INFO commandstats)
+one_client() {
+    local base call stats tx
+    base=$(one_ms "$BENCH_TMP/select1.sql")
+    bench_stats_reset
+    call=$(one_ms "$BENCH_TMP/one.sql")
+    stats=$(bench_stats)
+    tx=$(awk -v t="$ONE_S" -v ms="$call" 'BEGIN { printf "%.0f", t * 1000 / ms }')
+    R["$1 base ms"]=$base
+    R["$1 call ms"]=$call
+    R["$1 calls per tx"]=$(bench_div "$(bench_roundtrips "$stats")" "$tx" '%.2f')
+    R["$1 add us"]=$(awk -v a="$call" -v b="$base" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
+}
+
 # first_warm SETTINGS: mean first-call and warm-call time (ms) over SESSIONS
 # new sessions, each after SETTINGS (SET commands)
 first_warm() {
@@ -125,18 +165,16 @@ first_warm() {
             END \$\$;" 2>&1 | sed -n 's/.*NOTICE:  fw //p'
     done | awk '{ f += $1; w += $2; n++ } END { if (n) printf "%.3f %.3f\n", f / n, w / n; else print "n/a n/a" }'
 }
-printf '\nfirst call of a new session against a warm call (%s sessions, each call a slot taken and given back)\n' "$SESSIONS"
-printf '%-28s | %12s %12s %8s\n' transport "first ms" "warm ms" ratio
-read -r f w <<<"$(first_warm 'SET redsem.connect_timeout = 5000')"
-printf '%-28s | %12s %12s %8s\n' "Unix socket" "$f" "$w" "$(bench_ratio "$f" "$w")"
 
-# TLS: a throwaway CA and a server certificate for 127.0.0.1
-probe=$(bench_psql -X -q -c "SET redsem.tls = on; SET redsem.unix_socket = ''; SET redsem.port = 1;
-    SELECT redsem_acquire_xact('t', 1)" 2>&1 || true)
-if grep -q 'has no TLS support' <<<"$probe"; then
-    printf '%-28s | %s\n' "TLS, loopback" "skipped: this build has no TLS (hiredis 0.14)"
-else
-    tls=$BENCH_TMP/tls
+# TLS: a throwaway CA and a server certificate for 127.0.0.1, and a Redis
+# with TLS on a free loopback port (TLS_PORT; empty: this build has none)
+TLS_PORT=
+tls=$BENCH_TMP/tls
+start_tls_redis() {
+    local probe
+    probe=$(bench_psql -X -q -c "SET redsem.tls = on; SET redsem.unix_socket = ''; SET redsem.port = 1;
+        SELECT redsem_acquire_xact('t', 1)" 2>&1 || true)
+    grep -q 'has no TLS support' <<<"$probe" && return 0
     mkdir -p "$tls"
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj '/CN=bench CA' \
         -keyout "$tls/ca.key" -out "$tls/ca.crt" >/dev/null 2>&1
@@ -147,16 +185,79 @@ else
         -days 2 -extfile "$tls/ext" -out "$tls/server.crt" >/dev/null 2>&1
     chown -R postgres "$tls"
     chmod 0600 "$tls"/*.key
-    tport=$(redsem_free_port)
-    redsem_as_postgres redis-server --port 0 --tls-port "$tport" --bind 127.0.0.1 \
+    TLS_PORT=$(redsem_free_port)
+    redsem_as_postgres redis-server --port 0 --tls-port "$TLS_PORT" --bind 127.0.0.1 \
         --tls-cert-file "$tls/server.crt" --tls-key-file "$tls/server.key" \
         --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients no \
         --save '' --appendonly no --daemonize yes --pidfile "$tls/redis.pid" \
         --logfile "$tls/redis.log" --dir "$tls" || redsem_die "the TLS Redis failed to start"
-    bench_wait_for "the TLS Redis" 10 bash -c "redis-cli --tls --cacert '$tls/ca.crt' -p $tport PING 2>/dev/null | grep -q PONG"
+    bench_wait_for "the TLS Redis" 10 bash -c "redis-cli --tls --cacert '$tls/ca.crt' -p $TLS_PORT PING 2>/dev/null | grep -q PONG"
+}
+
+# first_call MODE: first calls against warm ones, over the Unix socket and TLS
+first_call() {
+    local f w
+    read -r f w <<<"$(first_warm 'SET redsem.connect_timeout = 5000')"
+    R["$1 unix first"]=$f R["$1 unix warm"]=$w
+    [[ -n $TLS_PORT ]] || return 0
     read -r f w <<<"$(first_warm "SET redsem.tls = on; SET redsem.unix_socket = ''; SET redsem.host = '127.0.0.1';
-        SET redsem.port = $tport; SET redsem.tls_ca_file = '$tls/ca.crt'")"
-    kill "$(cat "$tls/redis.pid")" 2>/dev/null || true
-    printf '%-28s | %12s %12s %8s\n' "TLS, loopback" "$f" "$w" "$(bench_ratio "$f" "$w")"
+        SET redsem.port = $TLS_PORT; SET redsem.tls_ca_file = '$tls/ca.crt'")"
+    R["$1 tls first"]=$f R["$1 tls warm"]=$w
+}
+
+start_tls_redis
+for mode in $MODES; do
+    redsem_log "mode $mode"
+    use_mode "$mode"
+    connections "$mode"
+    one_client "$mode"
+    first_call "$mode"
+done
+[[ -z $TLS_PORT ]] || kill "$(cat "$tls/redis.pid")" 2>/dev/null || true
+ping_us=$(bench_ping_us "$BENCH_SOCK")
+
+# --- the table ------------------------------------------------------------------
+# row LABEL KEY [FORMAT]: KEY's figure in each mode, and broker/direct
+row() {
+    local m out=()
+    for m in $MODES; do out+=("${R["$m $2"]:-n/a}"); done
+    printf '%-40s |' "$1"
+    printf ' %12s' "${out[@]}"
+    if [[ " $MODES " == *" direct "* && " $MODES " == *" broker "* ]]; then
+        printf ' %14s' "$(bench_ratio "${R["broker $2"]:-0}" "${R["direct $2"]:-0}")"
+    fi
+    printf '\n'
+}
+printf '\n%-40s |' measure
+for m in $MODES; do printf ' %12s' "$m"; done
+printf ' %14s\n' "broker/direct"
+for n in $BACKENDS; do
+    row "Redis connections at $n backends" "conns $n"
+    row "  and the keeper's" "keeper $n"
+    row "  mem_clients_normal (bytes)" "mem $n"
+done
+row "one client: SELECT 1 (ms)" "base ms"
+row "one client: a slot taken and given (ms)" "call ms"
+row "  Redis calls per transaction" "calls per tx"
+row "  what the calls add (us)" "add us"
+row "first call, Unix socket (ms)" "unix first"
+row "warm call, Unix socket (ms)" "unix warm"
+row "first call, TLS on loopback (ms)" "tls first"
+row "warm call, TLS on loopback (ms)" "tls warm"
+[[ -n $TLS_PORT ]] || printf '(TLS: skipped, this build has no TLS: hiredis 0.14)\n'
+printf '\nPING round trip: %s us\n' "$ping_us"
+for m in $MODES; do
+    printf '%s: first call / warm call: Unix socket %s, TLS %s\n' "$m" \
+        "$(bench_ratio "${R["$m unix first"]:-0}" "${R["$m unix warm"]:-0}")" \
+        "$(bench_ratio "${R["$m tls first"]:-0}" "${R["$m tls warm"]:-0}")"
+done
+if [[ " $MODES " == *" direct "* && " $MODES " == *" broker "* ]]; then
+    hop=$(awk -v b="${R["broker add us"]}" -v d="${R["direct add us"]}" -v c="${R["direct calls per tx"]}" \
+        'BEGIN { if (c + 0 == 0) print "n/a"; else printf "%.0f", (b - d) / c }')
+    printf 'the hop through the broker: %s us per Redis call, %s PING round trips (target <= 0.25)\n' \
+        "$hop" "$(bench_div "$hop" "$ping_us" '%.2f')"
+    for n in $BACKENDS; do
+        printf 'at %s backends: %s Redis connections (target <= 4 plus the keeper'"'"'s), memory %s of direct mode'"'"'s (target <= 0.02)\n' \
+            "$n" "${R["broker conns $n"]}" "$(bench_ratio "${R["broker mem $n"]}" "${R["direct mem $n"]}")"
+    done
 fi
-printf '\n(a broker per server, issue 51, is to bring the backend connections to at most 4, memory to at most 1/50, and a first call over TLS to at most 1.5x a warm one)\n'

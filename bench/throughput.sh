@@ -16,6 +16,11 @@
 #      Redis round trip through redsem's connection, a read-only script,
 #      no slot): what any design with one round trip per call can reach
 #      here, so how far a target in ratios to the slot pool is reachable
+#   M  BENCH_M_CLIENTS (1 8 64) clients, limit 4: redsem in broker mode (a
+#      second server, redsem.connection_mode = broker, on the same Redis)
+#      against direct mode and the round-trip floor, interleaved in halves;
+#      plotted to throughput-modes.svg (issue 51's targets: broker/floor
+#      >= 1.0 at 8 clients and >= 1.3 at 64)
 # With one client, redsem's cost per call over the slot pool is set beside
 # a Redis PING round trip measured in the same run (redis-benchmark, one
 # client, no pipelining).  With gnuplot installed, the tx/s of both sides
@@ -280,3 +285,68 @@ printf '%-28s %10s %10s\n' "round trips per tx" "$(bench_div "${RT[small]}" "${T
 printf '%-28s %10s %10s\n' "script commands per call" "$(bench_div "${INNER[small]}" "$(calls_of small)" '%.1f')" \
     "$(bench_div "${INNER[big]}" "$(calls_of big)" '%.1f')"
 printf '(expected: ratios near 1.00)\n'
+
+# --- M: broker mode against direct mode (issue 51) ----------------------------
+
+# A second server on the same Redis, in broker mode (redsem.connection_mode
+# is a server-start setting), its sides interleaved in halves with direct
+# mode's and the round-trip floor's (direct mode) at each client count.
+M_CLIENTS=${BENCH_M_CLIENTS:-1 8 64}
+BROKER_PG=$BENCH_TMP/broker
+mkdir -p "$BROKER_PG"
+chown postgres "$BROKER_PG"
+REDSEM_PG_EXTRA_CONF="redsem.connection_mode = broker
+redsem.unix_socket = '$BENCH_SOCK'
+max_connections = 100" redsem_start_pg "$BROKER_PG" 2>>"$BENCH_TMP/start.log" ||
+    { cat "$BENCH_TMP/start.log" >&2; exit 1; }
+BENCH_PG=$BROKER_PG bench_sql "CREATE EXTENSION redsem; CREATE SEQUENCE refused" >/dev/null
+BENCH_PG=$BROKER_PG bench_sql "SELECT redsem_release('warm', redsem_acquire('warm', 1))" >/dev/null
+
+# run_three CLIENTS: the floor (direct), redsem direct and redsem through
+# the broker, each in two halves, interleaved
+run_three() {
+    local h
+    for h in 1 2; do
+        run_half "floorM$1" "$W/floor.sql" "$1" "$HALF"
+        run_half "directM$1" "$W/redsem4.sql" "$1" "$HALF"
+        BENCH_PG=$BROKER_PG run_half "brokerM$1" "$W/redsem4.sql" "$1" "$HALF"
+    done
+}
+for clients in $M_CLIENTS; do run_three "$clients"; done
+
+printf 'broker mode against direct mode: acquire+release, limit %s (tx/s; the floor: two one-round-trip calls per tx, direct)\n' "$LIMIT"
+printf '%-10s %10s %10s %10s %14s %14s %16s\n' clients floor direct broker "direct/floor" "broker/floor" "broker/direct"
+for clients in $M_CLIENTS; do
+    f=$(tps_of "floorM$clients") d=$(tps_of "directM$clients") b=$(tps_of "brokerM$clients")
+    printf '%-10s %10s %10s %10s %14s %14s %16s\n' "$clients" "$f" "$d" "$b" \
+        "$(bench_ratio "$d" "$f")" "$(bench_ratio "$b" "$f")" "$(bench_ratio "$b" "$d")"
+done
+printf 'round trips per tx (Redis commands the clients sent): direct %s, broker %s (8 clients)\n' \
+    "$(bench_div "${RT[directM8]:-0}" "${TX[directM8]:-0}" '%.3f')" \
+    "$(bench_div "${RT[brokerM8]:-0}" "${TX[brokerM8]:-0}" '%.3f')"
+printf 'Redis usec per FCALL: direct %s, broker %s (8 clients)\n' \
+    "$(bench_div "${EVUS[directM8]:-0}" "${EVS[directM8]:-0}" '%.1f')" \
+    "$(bench_div "${EVUS[brokerM8]:-0}" "${EVS[brokerM8]:-0}" '%.1f')"
+printf '(targets, issue 51: broker/floor >= 1.0 at 8 clients, >= 1.3 at 64)\n'
+if command -v gnuplot >/dev/null; then
+    PLOTS=${BENCH_PLOTS:-$BENCH_DIR/plots}
+    for clients in $M_CLIENTS; do
+        printf '%s %s %s %s\n' "$clients" "$(tps_of "directM$clients")" "$(tps_of "brokerM$clients")" \
+            "$(tps_of "floorM$clients")"
+    done >"$W/modes.dat"
+    gnuplot <<GP
+set terminal svg size 640,400 font "sans,11"
+set output "$PLOTS/throughput-modes.svg"
+set title "acquire+release per second, limit 4: direct and broker mode ($(date -u +%Y-%m-%d), $(nproc) cores)"
+set key top left
+set ylabel "transactions per second"
+set xlabel "pgbench clients"
+set logscale x 2
+set grid
+plot "$W/modes.dat" using 1:2 with linespoints title "direct (a connection per backend)", \
+     "" using 1:3 with linespoints title "broker (one process per server)", \
+     "" using 1:4 with linespoints dashtype 2 title "floor: one Redis round trip per call (direct)"
+GP
+    printf 'plot: %s\n' "$PLOTS/throughput-modes.svg"
+fi
+redsem_stop_pg "$BROKER_PG"
