@@ -611,21 +611,24 @@ note_open_failure(int t, const RedisOutcome *outcome, TimestampTz started)
 }
 
 /*
- * Open and set up a connection to target t here, waiting for it (within
- * redsem.connect_timeout): for a TLS profile, whose session cannot be
- * handed over by an opener (broker_open.c).  NULL if it failed.
+ * Open and set up a connection to target t here for client c, waiting for
+ * it (within c's session's redsem.connect_timeout): for a TLS profile,
+ * whose session cannot be handed over by an opener (broker_open.c).  NULL
+ * if it failed.
  */
 static Upstream *
-open_upstream_here(int t, bool side)
+open_upstream_here(int t, bool side, const Client *c)
 {
 	Target	   *target = &targets[t];
 	TimestampTz started = redsem_now();
+	int			own_timeout_ms = redsem_connect_timeout_ms;
 	RedisCall	call;
 	TimestampTz deadline;
 	redisContext *ctx;
 
 	redis_call_init(&call, DT_NOEND, false, LOG);
-	/* redsem.connect_timeout from now (no call's deadline cuts it short) */
+	/* c's connect timeout from now (its messages name it, as direct mode's) */
+	redsem_connect_timeout_ms = c->connect_timeout_ms;
 	deadline = redis_connect_deadline(DT_NOEND);
 	/* (set up as the clients' sessions would: their profile) */
 	redis_profile_force(&target->profile);
@@ -633,6 +636,7 @@ open_upstream_here(int t, bool side)
 	if (ctx != NULL && !redis_setup_context(&call, ctx, deadline))
 		ctx = NULL;
 	redis_profile_force(NULL);
+	redsem_connect_timeout_ms = own_timeout_ms;
 	if (ctx == NULL)
 	{
 		note_open_failure(t, &call.outcome, started);
@@ -740,7 +744,7 @@ new_upstream(Client *c, bool side, bool *wait)
 	if (redsem_now() < target->failed_until)
 		return NULL;
 	if (target->profile.tls)
-		return open_upstream_here(t, side);
+		return open_upstream_here(t, side, c);
 	if (!c->waiting)
 	{
 		c->wait_until = TimestampTzPlusMilliseconds(redsem_now(), c->connect_timeout_ms);
