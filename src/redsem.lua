@@ -2416,12 +2416,8 @@ OPS.tenants = {read = read_none, run = op_tenants}
 --   bounds    a limit out of [lo, hi] is brought into them;
 --   pressure  a server at ADAPT_PRESSURE_CUT times its line: down a stride;
 --   (fewer than ADAPT_MIN_SAMPLES releases: it holds still);
---   latency   g < ADAPT_BAND_LOW (the mean above about twice the base),
---             from the second interval at a limit on (the first mixes
---             holds begun under the limit before: judged on it, a cut
---             after a cut would overshoot) unless g is under half of it:
---             down to limit x g, at most a stride; the limit it left is
---             a ceiling, as a raise that did not pay (below);
+--   latency   g < ADAPT_BAND_LOW (the mean above about twice the base):
+--             down to limit x g, at most a stride;
 --   no gain   a raise is judged ADAPT_JUDGE intervals after it: if all of
 --             the new limit was in use and x grew by less than ADAPT_GAIN
 --             of the raise's share (from 4 to 5: +25%, so x must grow 6%),
@@ -2579,13 +2575,9 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     elseif m.ceiling and (m.mean > m.at * ADAPT_CHANGE or m.mean * ADAPT_CHANGE < m.at) then
         m.ceiling, m.at = nil, nil  -- (the work or the machine changed)
     end
-    if g < ADAPT_BAND_LOW and (m.pt > 1 or g < ADAPT_BAND_LOW / 2) then
+    if g < ADAPT_BAND_LOW then
         -- (a value that may be NaN last: math.max and math.min skip it there)
-        local new = math.max(limit - stride, lo, math.floor(limit * g))
-        if new < limit and (not m.ceiling or m.ceiling > limit) then
-            m.ceiling, m.at, m.ticks = limit, nil, 0    -- (left for latency)
-        end
-        return new, 'latency'
+        return math.max(limit - stride, lo, math.floor(limit * g)), 'latency'
     end
     if g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
         local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g)))
