@@ -109,6 +109,7 @@ typedef struct Upstream
 	int			count;
 	int			cap;
 	TimestampTz idle_since;
+	uint32		gen;			/* bumped each time the slot gets a connection */
 } Upstream;
 
 /* A backend's link */
@@ -125,6 +126,8 @@ typedef struct Client
 	bool		waiting_side;	/* ... a side connection */
 	TimestampTz wait_until;		/* ... within its connect timeout */
 	bool		tried;			/* an opening was begun for it in this wait */
+	int			last_up;		/* the upstream of its last command, -1: none */
+	uint32		last_up_gen;	/* ... its gen then */
 	int			outstanding;	/* commands sent, replies not yet back */
 	bool		on_side;		/* its BLPOP is on a side connection */
 	bool		closing;		/* write out what is left, then close */
@@ -246,8 +249,20 @@ static void
 answer_failure(Client *c, const RedisOutcome *o)
 {
 	char		line[320];
-	int			len = snprintf(line, sizeof(line), "%s %d %s", REDSEM_BROKER_ERROR,
-							   (int) o->status, o->detail);
+	int			len;
+
+	/*
+	 * (with replies still owed, an answer now would be read as theirs:
+	 * close instead, a connection lost, whose commands may have been
+	 * applied, as they may)
+	 */
+	if (c->outstanding > 0)
+	{
+		close_client(c);
+		return;
+	}
+	len = snprintf(line, sizeof(line), "%s %d %s", REDSEM_BROKER_ERROR,
+				   (int) o->status, o->detail);
 
 	len = Min(len, (int) sizeof(line) - 1);
 	for (int i = 0; i < len; i++)
@@ -340,6 +355,7 @@ add_client(int fd)
 	c->target = -1;
 	c->connect_timeout_ms = redsem_connect_timeout_ms;
 	c->waiting = c->waiting_side = false;
+	c->last_up = -1;
 	c->outstanding = 0;
 	c->on_side = c->closing = c->process = false;
 	c->n_held = 0;
@@ -375,11 +391,23 @@ accept_clients(void)
 	}
 }
 
+/* True if every command pending on upstream u is client c's */
+static bool
+only_client_of(Upstream *u, Client *c)
+{
+	for (int k = 0; k < u->count; k++)
+		if (pending_client(&u->fifo[(u->head + k) % u->cap]) != c)
+			return false;
+	return true;
+}
+
 /*
  * Close the side connection that carries c's BLPOP: a BLPOP left blocking
  * for a client gone would take the next wake-up of its keys (Redis serves
  * the longest blocked first) and drop it; closed, Redis unblocks it without
- * popping anything, as when a backend's own connection closes.
+ * popping anything, as when a backend's own connection closes.  A side
+ * connection that also carries others' commands (a WAIT's, which took the
+ * shared one) is left to answer them; c's replies are dropped.
  */
 static void
 close_side_of(Client *c)
@@ -388,8 +416,7 @@ close_side_of(Client *c)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->side && u->count > 0 &&
-			pending_client(fifo_head(u)) == c)
+		if (u->ctx != NULL && u->side && u->count > 0 && only_client_of(u, c))
 		{
 			redis_close_context(u->ctx);
 			u->ctx = NULL;
@@ -576,6 +603,7 @@ add_upstream(int t, bool side, redisContext *ctx)
 	u->pos = -1;
 	u->head = u->count = 0;
 	u->idle_since = redsem_now();
+	u->gen++;
 	if (!side)
 		targets[t].shared = u->index;
 	set_dirty = true;
@@ -627,8 +655,11 @@ open_upstream_here(int t, bool side, const Client *c)
 	redisContext *ctx;
 
 	redis_call_init(&call, DT_NOEND, false, LOG);
-	/* c's connect timeout from now (its messages name it, as direct mode's) */
-	redsem_connect_timeout_ms = c->connect_timeout_ms;
+	/*
+	 * c's connect timeout from now (its messages name it, as direct mode's),
+	 * at most the server's: the broker serves nobody meanwhile
+	 */
+	redsem_connect_timeout_ms = Min(c->connect_timeout_ms, own_timeout_ms);
 	deadline = redis_connect_deadline(DT_NOEND);
 	/* (set up as the clients' sessions would: their profile) */
 	redis_profile_force(&target->profile);
@@ -764,10 +795,17 @@ new_upstream(Client *c, bool side, bool *wait)
 	return NULL;
 }
 
-/* The shared upstream of c's target, or new_upstream's answer */
+static void promote_idle_side(int t);
+
+/*
+ * The shared upstream of c's target (an idle side connection promoted if
+ * it has none: a WAIT took it), or new_upstream's answer
+ */
 static Upstream *
 shared_upstream(Client *c, bool *wait)
 {
+	if (targets[c->target].shared < 0)
+		promote_idle_side(c->target);
 	if (targets[c->target].shared >= 0)
 		return upstreams[targets[c->target].shared];
 	return new_upstream(c, false, wait);
@@ -789,13 +827,14 @@ side_upstream(Client *c, bool *wait)
 
 /*
  * The clients of target t that wait for an upstream (a side one if side),
- * once an opening of it ended: looked at again (it opened, or it failed
- * slowly before their own connect timeout ran out: each then has one
- * opened within its own, as direct mode would), or answered the target's
- * failure
+ * once an opening of it ended: looked at again (it opened, or it ran out
+ * of its own time, which may be shorter than theirs: each then has one
+ * opened within what is left of its own, as direct mode would), or
+ * answered the target's failure (refused, a wrong password...: at once,
+ * as in direct mode)
  */
 static void
-settle_waiters(int t, bool side, bool opened, bool slow)
+settle_waiters(int t, bool side, bool opened, bool timed_out)
 {
 	Target	   *target = &targets[t];
 	TimestampTz now = redsem_now();
@@ -807,14 +846,15 @@ settle_waiters(int t, bool side, bool opened, bool slow)
 
 		if (c->fd < 0 || c->target != t || !c->waiting || c->waiting_side != side)
 			continue;
-		again = opened || (slow && now < c->wait_until) ||
+		again = opened || (timed_out && now < c->wait_until) ||
 			(side && target->opening_sides > 0);
 		if (!again)
 		{
-			answer_failure(c, &target->failure);
 			c->waiting = c->waiting_side = false;
+			answer_failure(c, &target->failure);
 		}
 		c->process = true;
+		SetLatch(MyLatch);		/* (looked at in the next turn, at once) */
 	}
 }
 
@@ -825,6 +865,7 @@ finish_opening(Opening *op)
 	int			t = op->target;
 	bool		side = op->side;
 	TimestampTz started = op->o.started;
+	TimestampTz deadline = op->o.deadline;
 	RedisOutcome outcome;
 	redisContext *ctx = broker_open_finish(&op->o, &outcome);
 
@@ -837,7 +878,9 @@ finish_opening(Opening *op)
 		(void) add_upstream(t, side, ctx);
 	else
 		note_open_failure(t, &outcome, started);
-	settle_waiters(t, side, ctx != NULL, slow_failure(started));
+	/* (ended at its deadline, or nearly: it ran out of time) */
+	settle_waiters(t, side, ctx != NULL,
+				   redsem_now() >= TimestampTzPlusMilliseconds(deadline, -BROKER_SLOW_OPEN_MS));
 }
 
 /* Give up every opening past its time (its opener killed) */
@@ -859,6 +902,31 @@ check_openings(TimestampTz now)
 		set_dirty = true;
 		note_open_failure(op->target, &outcome, op->o.started);
 		settle_waiters(op->target, op->side, false, true);
+	}
+}
+
+/*
+ * Answer every client still waiting for another session's open once its
+ * own connect timeout has run out (that open may have been given longer),
+ * as direct mode would have failed its connect; a client that began the
+ * open it waits for hears that open's own words at its end
+ */
+static void
+check_waiters(TimestampTz now)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+		RedisOutcome o;
+
+		if (c->fd < 0 || !c->waiting || c->tried || now < c->wait_until)
+			continue;
+		memset(&o, 0, sizeof(o));
+		o.status = RS_CONNECT_FAILED;
+		snprintf(o.detail, sizeof(o.detail), "no answer within %d ms (redsem.connect_timeout)",
+				 c->connect_timeout_ms);
+		c->waiting = c->waiting_side = false;
+		answer_failure(c, &o);
 	}
 }
 
@@ -949,8 +1017,12 @@ deliver(Upstream *u, redisReply *reply)
 	{
 		encode_reply(c, reply);
 		c->outstanding--;
-		if (u->side && u->count == 0)
-			c->on_side = false;	/* (ASKING's reply comes before its BLPOP's) */
+		/*
+		 * (ASKING's reply comes before its BLPOP's; a WAIT follows the
+		 * client's own earlier commands on its connection)
+		 */
+		if (u->side && c->outstanding == 0)
+			c->on_side = false;
 		c->process = true;
 	}
 	if (u->side && u->count == 0)
@@ -1060,6 +1132,8 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	fifo_push(u, p);
 	u->want_write = true;
 	c->outstanding++;
+	c->last_up = u->index;
+	c->last_up_gen = u->gen;
 	return true;
 }
 
@@ -1122,6 +1196,18 @@ bind_target(Client *c, const redisReply *cmd)
 	return true;
 }
 
+/* The connection that carried c's last command, if it is still that one */
+static Upstream *
+last_upstream(const Client *c)
+{
+	Upstream   *u;
+
+	if (c->last_up < 0)
+		return NULL;
+	u = upstreams[c->last_up];
+	return (u->ctx != NULL && u->gen == c->last_up_gen) ? u : NULL;
+}
+
 /*
  * Send held[0 .. n-1] of a client on upstream u; if there is none, leave
  * them held while one is being opened for it (wait), else answer the
@@ -1155,8 +1241,16 @@ static bool
 send_shared(Client *c, int n)
 {
 	bool		wait = false;
-	Upstream   *u = shared_upstream(c, &wait);
+	Upstream   *prev = last_upstream(c);
+	Upstream   *u;
 
+	/*
+	 * (replies it is still owed on a connection that is no longer the
+	 * shared one, which a WAIT took, come first: later ones could overtake)
+	 */
+	if (c->outstanding > 0 && prev != NULL && prev->index != targets[c->target].shared)
+		return false;
+	u = shared_upstream(c, &wait);
 	return send_held(c, u, n, wait);
 }
 
@@ -1194,26 +1288,39 @@ promote_idle_side(int t)
 }
 
 /*
- * Send a client's WAIT on its target's shared upstream, where its writes
- * went (Redis's WAIT waits for the writes of the connection it is sent
- * on), then make that connection a side one carrying the WAIT, and give
- * the shared role to an idle side connection (or to one opened at the next
- * call): nobody else's call waits behind a WAIT.  The client's later
- * requests wait for its reply, as after a BLPOP.
+ * Send a client's WAIT on the connection that carried its last command,
+ * where its writes went (Redis's WAIT waits for the writes of the
+ * connection it is sent on; behind another client's WAIT there, if one
+ * took it); if that was the shared connection, it becomes a side one
+ * carrying the WAIT, and an idle side connection (or one opened at the
+ * next call) takes the shared role: nobody else's call waits behind a
+ * WAIT.  The client's later requests wait for its reply, as after a BLPOP.
+ * A client whose connection is gone since (it failed) is closed: its
+ * writes' fate is unknown, as after a lost connection.
  */
 static bool
 send_wait(Client *c)
 {
+	Upstream   *u = last_upstream(c);
 	bool		wait = false;
-	Upstream   *u = shared_upstream(c, &wait);
 
+	if (u == NULL && c->last_up >= 0)
+	{
+		close_client(c);
+		return false;
+	}
+	if (u == NULL)
+		u = shared_upstream(c, &wait); /* (no command yet: nothing to wait for) */
 	if (!send_held(c, u, 1, wait))
 		return false;
-	u->side = true;
-	targets[c->target].shared = -1;
+	if (u->index == targets[c->target].shared)
+	{
+		u->side = true;
+		targets[c->target].shared = -1;
+		promote_idle_side(c->target);
+		set_dirty = true;
+	}
 	c->on_side = true;
-	promote_idle_side(c->target);
-	set_dirty = true;
 	return true;
 }
 
@@ -1445,6 +1552,9 @@ sleep_ms(TimestampTz now)
 	for (int i = 0; i < n_openings; i++)
 		if (openings[i]->o.pid != 0)
 			until = Min(until, openings[i]->o.kill_at);
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->waiting && !clients[i]->tried)
+			until = Min(until, clients[i]->wait_until);
 	return Max(TimestampDifferenceMilliseconds(now, until), 0);
 }
 
@@ -1568,6 +1678,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		now = redsem_now();
 		check_deadlines(now);
 		check_openings(now);
+		check_waiters(now);
 		close_idle_sides(now);
 		sweep_clients();
 	}

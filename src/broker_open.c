@@ -38,6 +38,7 @@
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/ps_status.h"
 #include "utils/timestamp.h"
 
 #include "broker_open.h"
@@ -47,6 +48,8 @@
 #include "guc.h"
 #include "link.h"
 #include "report.h"
+#include "resolve.h"
+#include "sockwait.h"
 #include "timing.h"
 
 /* The opener's own latch (the broker's is the broker's) */
@@ -77,7 +80,11 @@ send_result(int sock, const RedisOutcome *outcome, int fd)
 	return sendmsg(sock, &msg, MSG_NOSIGNAL) == (ssize_t) sizeof(RedisOutcome);
 }
 
-/* Become a process of its own: no exit callbacks, own latch, dies with the broker */
+/*
+ * Become a process of its own: no exit callbacks, its own latch, none of
+ * the broker's cached wait set or lookup count, dies with the broker; its
+ * connections are named after the broker, whose they become
+ */
 static void
 become_opener(pid_t broker)
 {
@@ -90,6 +97,10 @@ become_opener(pid_t broker)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != broker)
 		_exit(1);
 	(void) prctl(PR_SET_NAME, "redsem opener");
+	init_ps_display("redsem opener");
+	redis_wait_forget_inherited();
+	redis_resolve_forget_inherited();
+	redis_name_connections_after(broker);
 }
 
 /*
@@ -140,7 +151,8 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 	pid_t		broker = getpid();
 	sigset_t	was;
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+	/* (a datagram per message: the outcome arrives whole or not at all) */
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
 		return redis_note(outcome, RS_CONNECT_FAILED, "could not make a socket pair: %m");
 	fflush(stdout);
 	fflush(stderr);
@@ -163,8 +175,8 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 	}
 	o->fd = sv[0];
 	o->started = redsem_now();
-	o->kill_at = TimestampTzPlusMilliseconds(Min(by, TimestampTzPlusMilliseconds(o->started, connect_timeout_ms)),
-											 BROKER_OPEN_KILL_MARGIN_MS);
+	o->deadline = Min(by, TimestampTzPlusMilliseconds(o->started, connect_timeout_ms));
+	o->kill_at = TimestampTzPlusMilliseconds(o->deadline, BROKER_OPEN_KILL_MARGIN_MS);
 	return true;
 }
 

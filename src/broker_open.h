@@ -21,6 +21,7 @@ typedef struct BrokerOpening
 	pid_t		pid;			/* 0: none */
 	int			fd;
 	TimestampTz started;
+	TimestampTz deadline;		/* the opener's own: it gives up then */
 	TimestampTz kill_at;		/* past its own deadline: killed */
 } BrokerOpening;
 

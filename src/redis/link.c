@@ -384,6 +384,19 @@ static const char *connection_purpose = "backend";
 /* Name every connection, even one set up without AUTH or SELECT */
 static bool name_always = false;
 
+/* The pid a connection's name carries (0: this process's) */
+static pid_t name_pid = 0;
+
+/*
+ * Name the connections this process opens after process pid (the broker's
+ * opener opens them for the broker, whose pid they are to carry)
+ */
+void
+redis_name_connections_after(pid_t pid)
+{
+	name_pid = pid;
+}
+
 /*
  * Name every connection this process opens (the broker's: its set-up is
  * paid once, not at each backend's first call)
@@ -414,14 +427,15 @@ connection_name(char *buf, size_t size)
 	char		host[64];
 
 	if (cluster_name != NULL && cluster_name[0] != '\0')
-		snprintf(buf, size, "redsem:%.64s:%s:%d", cluster_name, connection_purpose, MyProcPid);
+		snprintf(buf, size, "redsem:%.64s:%s:%d", cluster_name, connection_purpose,
+				 name_pid ? (int) name_pid : MyProcPid);
 	else
 	{
 		if (gethostname(host, sizeof(host)) != 0)
 			strlcpy(host, "localhost", sizeof(host));
 		host[sizeof(host) - 1] = '\0';
 		snprintf(buf, size, "redsem:%s:%d:%s:%d", host, PostPortNumber,
-				 connection_purpose, MyProcPid);
+				 connection_purpose, name_pid ? (int) name_pid : MyProcPid);
 	}
 	for (char *p = buf; *p != '\0'; p++)
 		if (*p <= ' ' || *p > '~')

@@ -24,6 +24,7 @@ extern bool redis_setup_context(RedisCall *call, struct redisContext *c,
 extern void redis_close_context(struct redisContext *c);
 extern void redis_set_connection_purpose(const char *purpose);
 extern void redis_name_every_connection(void);
+extern void redis_name_connections_after(pid_t pid);
 extern struct redisContext *redis_open_target(RedisCall *call, const char *host,
 											  int port, const char *unix_path,
 											  TimestampTz deadline);

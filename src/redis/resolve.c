@@ -73,6 +73,16 @@ typedef struct Lookup
 	char		host[NI_MAXHOST];
 } Lookup;
 
+/*
+ * In a process just forked (the broker's opener): the parent's lookup
+ * threads are not the child's, so none of them counts against its limit
+ */
+void
+redis_resolve_forget_inherited(void)
+{
+	atomics_set = false;
+}
+
 /* Free a lookup and what it holds */
 static void
 lookup_free(Lookup *l)

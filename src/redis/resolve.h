@@ -7,6 +7,7 @@
 
 #include "redis_call.h"
 
+extern void redis_resolve_forget_inherited(void);
 extern bool redis_resolve(RedisCall *call, const char *host, char *addr,
 						  size_t addrlen, TimestampTz deadline);
 

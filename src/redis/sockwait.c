@@ -59,6 +59,16 @@ forget_wait_set(void)
 }
 
 /*
+ * In a process just forked (the broker's opener): drop the wait set cached
+ * by the parent, whose socket the child does not own
+ */
+void
+redis_wait_forget_inherited(void)
+{
+	forget_wait_set();
+}
+
+/*
  * Forget the cached wait set if it waits on fd (a descriptor that is about
  * to be closed, so that its number may come back for another file)
  */

@@ -13,6 +13,7 @@ extern void redis_set_wait_event(uint32 event);
 extern int	redis_wait_socket(int fd, int io_events, TimestampTz deadline,
 							  bool interruptible);
 extern void redis_forget_wait_fd(int fd);
+extern void redis_wait_forget_inherited(void);
 extern bool redis_past(TimestampTz deadline);
 extern long redis_ms_until(TimestampTz deadline);
 extern void redis_pause(int ms, TimestampTz deadline, bool interruptible);

@@ -1,0 +1,115 @@
+# 103_broker_edges.pl - the broker's edges found by review: where a WAIT
+# goes, whose connect timeout a waiting call gets, a reply owed before a
+# failure, and the pid its connections are named after.  Raw links speak
+# to the broker's socket as a backend would (brokerlink.c's header).
+use strict;
+use warnings FATAL => 'all';
+
+use FindBin;
+use lib $FindBin::RealBin;
+
+use Cwd;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use RedsemTest;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my ($primary, $replica) = primary_and_replica();
+my $node = create_node('edges', $primary, "redsem.connection_mode = broker\n");
+
+# A raw link to the broker for Redis at unix socket $sock, with a connect
+# timeout of $timeout_ms (the header a backend sends first, no reply)
+sub raw_link
+{
+	my ($sock, $timeout_ms) = @_;
+	my $cwd = getcwd();
+	chdir $node->data_dir or die;
+	my $r = RedsemTest::RESP->new('pg_stat_tmp/redsem_broker.sock');
+	chdir $cwd;
+	$r->send_raw(RedsemTest::RESP::encode('REDSEM.TARGET', '', 0, $sock, 0, '', '', '0', '', '', '', '',
+		$timeout_ms // 2000));
+	return $r;
+}
+
+# A reply as text ("error: ..." for an error)
+sub text_of { my ($r) = @_; return RedsemTest::RESP::is_error($r) ? "error: $r->{msg}" : $r; }
+
+###########################################################################
+note 'a WAIT goes on the connection that carried the caller\'s writes';
+
+ok(defined wait_until(30, sub { ($primary->cli('INFO', 'replication') // '') =~ /state=online/ }),
+	'the replica is online');
+my $c = raw_link($primary->socket);
+my $a = raw_link($primary->socket);
+my $b = raw_link($primary->socket);
+is($a->cmd('SET', 'edge', 'a0'), 'OK', 'a writes');
+is($a->cmd('WAIT', '1', '2000'), 1, 'a\'s WAIT: the replica has it (its connection becomes a side one)');
+is($c->cmd('PING'), 'PONG', 'c: another connection takes the shared role');
+RedsemTest::sleep_full(1);
+$replica->freeze;
+is($a->cmd('SET', 'edge', 'a1'), 'OK', 'a writes again (the frozen replica does not get it)');
+$b->send_raw(RedsemTest::RESP::encode('WAIT', '1', '3000'));
+RedsemTest::sleep_full(0.3);
+my $t0 = time;
+my $acked = $a->cmd('WAIT', '1', '1000');
+my $took = time - $t0;
+is($acked, 0, sprintf('a\'s WAIT after b\'s: 0 replicas, after %.2f s (its write is not on the replica)', $took));
+cmp_ok($took, '>=', 0.9, 'it waited its 1 s');
+is($b->_reply, 0, 'b\'s WAIT times out with 0');
+$replica->thaw;
+
+my $bpid = broker_pid_of($node);
+my @pids = map { /name=redsem:\S*:broker:(\d+)/ ? $1 : () } split /\n/, ($primary->cli('CLIENT', 'LIST') // '');
+ok(@pids && !grep({ $_ != $bpid } @pids),
+	'every broker connection is named after the broker\'s pid, not its openers\' (' . join(' ', @pids) . ")");
+
+###########################################################################
+note 'a reply owed comes before anything else: never a failure in its place';
+
+my $admin = RedsemTest::RESP->new($primary->socket);
+my $d = raw_link($primary->socket);
+my $e = raw_link($primary->socket);
+is($d->cmd('PING'), 'PONG', 'd is served');
+is($admin->cmd('CLIENT', 'PAUSE', '1000', 'WRITE'), 'OK', 'Redis holds writes for 1 s');
+$d->send_raw(RedsemTest::RESP::encode('SET', 'edge2', 'x'));
+RedsemTest::sleep_full(0.1);
+$e->send_raw(RedsemTest::RESP::encode('WAIT', '0', '100'));
+RedsemTest::sleep_full(0.1);
+$d->send_raw(RedsemTest::RESP::encode('PING'));
+is(text_of($d->_reply), 'OK', 'd\'s first reply is its SET\'s');
+is(text_of($d->_reply), 'PONG', 'then its PING\'s');
+is($admin->cmd('GET', 'edge2'), 'x', 'the SET was applied');
+
+###########################################################################
+note 'a call waiting for another session\'s open gets its own connect timeout';
+
+my $frozen = RedsemTest::Redis->new;
+my $fsock = $frozen->socket;
+$frozen->freeze;
+my $h1 = RedsemTest::Session->new($node, name => 'h1');
+my $h2 = RedsemTest::Session->new($node, name => 'h2');
+$h1->send(qq{SET redsem.unix_socket = '$fsock'; SET redsem.connect_timeout = 8000; SET redsem.command_timeout = 20000; SELECT redsem_acquire('far1', 1, '60 s');});
+RedsemTest::sleep_full(0.5);
+$h2->send(qq{SET redsem.unix_socket = '$fsock'; SET redsem.connect_timeout = 500; SET redsem.command_timeout = 3000; SELECT redsem_acquire('far2', 1, '60 s');});
+my (undef, $err2, $el2) = $h2->wait_done(20);
+cmp_ok($el2, '<', 1.5, sprintf('h2 fails within about its own connect timeout of 0.5 s (%.2f s)', $el2));
+like($err2, qr/08001: .*\n.*DETAIL:  no answer within 500 ms \(redsem\.connect_timeout\)/,
+	'with 08001, naming its own timeout, as in direct mode') or diag($err2);
+$h1->quit;
+$h2->quit;
+
+note 'one session\'s short connect timeout does not fail the others';
+my $x = raw_link($fsock, 30);
+$x->send_raw(RedsemTest::RESP::encode('PING'));
+my $y = raw_link($fsock, 3000);
+$y->send_raw(RedsemTest::RESP::encode('PING'));
+RedsemTest::sleep_full(0.3);
+$frozen->thaw;
+is(text_of($y->_reply), 'PONG', 'y (3 s) gets its PONG once Redis answers, 0.3 s in');
+like(text_of($x->_reply), qr/^error: REDSEMBROKER \d+ no answer within 30 ms/, 'x (30 ms) got its own timeout');
+$frozen->stop;
+
+node_log_is_clean($node);
+$node->stop;
+done_testing();
