@@ -42,6 +42,7 @@
 #include "utils/timestamp.h"
 
 #include "broker_open.h"
+#include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
 #include "conn.h"
@@ -212,7 +213,6 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 	struct cmsghdr *cm;
 	ssize_t		n;
 	int			fd = -1;
-	redisContext *ctx;
 
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
@@ -247,20 +247,8 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 		(void) redis_note(outcome, RS_CONNECT_FAILED, "there are too many open files on the local server");
 		return NULL;
 	}
-	ctx = redisConnectFd(fd);
-	if (ctx == NULL || ctx->err)
-	{
-		(void) redis_note(outcome, RS_CONNECT_FAILED, "%s", ctx ? ctx->errstr : "out of memory");
-		if (ctx)
-			redisFree(ctx);
-		else
-			close(fd);
-		ReleaseExternalFD();
-		return NULL;
-	}
-	/* the socket is non-blocking (the opener made it so): EAGAIN means later */
-	ctx->flags &= ~REDIS_BLOCK;
-	return ctx;
+	/* (non-blocking: the opener made it so) */
+	return redis_context_on_fd(fd, outcome);
 }
 
 /* Give up an opening past its time (the opener is killed), with the outcome */

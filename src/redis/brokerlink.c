@@ -202,6 +202,31 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 }
 
 /*
+ * A hiredis context on fd, a non-blocking socket the caller counted with
+ * AcquireExternalFD; NULL with the outcome filled, fd closed and given
+ * back, if it cannot be made
+ */
+redisContext *
+redis_context_on_fd(int fd, RedisOutcome *outcome)
+{
+	redisContext *c = redisConnectFd(fd);
+
+	if (c == NULL || c->err)
+	{
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "%s", c ? c->errstr : "out of memory");
+		if (c)
+			redisFree(c);
+		else
+			close(fd);
+		ReleaseExternalFD();
+		return NULL;
+	}
+	/* the socket is non-blocking: let hiredis treat EAGAIN as "later" */
+	c->flags &= ~REDIS_BLOCK;
+	return c;
+}
+
+/*
  * A link to the broker for Redis at host:port (or unix_path), as a hiredis
  * context that conn.c uses as a connection to that server; NULL with the
  * outcome filled if the broker cannot be reached by deadline.  Its
@@ -227,20 +252,9 @@ redis_broker_open(RedisCall *call, const char *host, int port,
 		ReleaseExternalFD();
 		return NULL;
 	}
-	c = redisConnectFd(fd);
-	if (c == NULL || c->err)
-	{
-		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
-						  c ? c->errstr : "out of memory");
-		if (c)
-			redisFree(c);
-		else
-			close(fd);
-		ReleaseExternalFD();
+	c = redis_context_on_fd(fd, &call->outcome);
+	if (c == NULL)
 		return NULL;
-	}
-	/* the socket is non-blocking: let hiredis treat EAGAIN as "later" */
-	c->flags &= ~REDIS_BLOCK;
 	if (!queue_target(call, c, host, port, unix_path))
 	{
 		redisFree(c);

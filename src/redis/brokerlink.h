@@ -29,6 +29,7 @@ struct redisContext;
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"
 
 extern bool redis_broker_wanted(void);
+extern struct redisContext *redis_context_on_fd(int fd, RedisOutcome *outcome);
 extern bool redis_broker_available(RedisCall *call);
 extern struct redisContext *redis_broker_open(RedisCall *call, const char *host,
 											  int port, const char *unix_path,
