@@ -62,8 +62,11 @@ VALKEY_SKIP=${VALKEY_SKIP//$'\n'/ }
 # and in one root each, or (t/081, t/084: what Redis does under faults, not
 # what PostgreSQL does) on the host (Redis 7.0) and against Valkey, not
 # against the roots' Redis 8: .ci/run keeps a margin within its 50 minutes.
-TRIXIE_SKIP='t/081_history_faults.pl t/084_failover_check_costs.pl t/097_queue_fleet_rollback.pl t/102_broker.pl'
-SID_SKIP='t/081_history_faults.pl t/084_failover_check_costs.pl t/094_queue_fleet.pl'
+# t/070 (a keeper's 1 s lease kept alive while its touch hangs) failed
+# once in each root on 2026-11-30 (a refresh 0.3 s late) and never on the
+# host: the host runs it until that is understood.
+TRIXIE_SKIP='t/070_keeper_wake_during_touch.pl t/081_history_faults.pl t/084_failover_check_costs.pl t/097_queue_fleet_rollback.pl t/102_broker.pl'
+SID_SKIP='t/070_keeper_wake_during_touch.pl t/081_history_faults.pl t/084_failover_check_costs.pl t/094_queue_fleet.pl'
 
 MOUNTED=()
 ROWS=()

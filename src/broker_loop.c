@@ -110,6 +110,7 @@ typedef struct Upstream
 	int			cap;
 	TimestampTz idle_since;
 	uint32		gen;			/* bumped each time the slot gets a connection */
+	bool		was_shared;		/* it had the shared role since it opened */
 } Upstream;
 
 /* A backend's link */
@@ -124,6 +125,7 @@ typedef struct Client
 	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
 	bool		waiting;		/* for an upstream being opened */
 	bool		waiting_side;	/* ... a side connection */
+	TimestampTz wait_start;		/* ... since */
 	TimestampTz wait_until;		/* ... within its connect timeout */
 	bool		tried;			/* an opening was begun for it in this wait */
 	int			last_up;		/* the upstream of its last command, -1: none */
@@ -396,8 +398,12 @@ static bool
 only_client_of(Upstream *u, Client *c)
 {
 	for (int k = 0; k < u->count; k++)
-		if (pending_client(&u->fifo[(u->head + k) % u->cap]) != c)
+	{
+		Client	   *o = pending_client(&u->fifo[(u->head + k) % u->cap]);
+
+		if (o != NULL && o != c)	/* (NULL: one that left) */
 			return false;
+	}
 	return true;
 }
 
@@ -604,8 +610,15 @@ add_upstream(int t, bool side, redisContext *ctx)
 	u->head = u->count = 0;
 	u->idle_since = redsem_now();
 	u->gen++;
-	if (!side)
+	u->was_shared = false;
+	/* (a shared one opened while another took the role stays a side one) */
+	if (!side && targets[t].shared >= 0)
+		u->side = true;
+	else if (!side)
+	{
 		targets[t].shared = u->index;
+		u->was_shared = true;
+	}
 	set_dirty = true;
 	return u;
 }
@@ -727,8 +740,12 @@ start_opening(int t, bool side, Client *c)
 	Target	   *target = &targets[t];
 	Opening    *op = free_opening_slot();
 	RedisOutcome outcome;
-	/* (its whole connect timeout, or what is left of it when trying again) */
-	TimestampTz by = c->tried ? c->wait_until : DT_NOEND;
+	/*
+	 * (its whole connect timeout when it begins to wait now, so that a
+	 * failure names the setting as direct mode does; what is left of it
+	 * when it has waited already, for another's open or its own)
+	 */
+	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
 
 	if (!broker_open_start(&op->o, target->host, target->port, target->path,
 						   &target->profile, c->connect_timeout_ms, by, forget_broker,
@@ -776,9 +793,15 @@ new_upstream(Client *c, bool side, bool *wait)
 		return NULL;
 	if (target->profile.tls)
 		return open_upstream_here(t, side, c);
+	if (c->waiting && redsem_now() >= c->wait_until)
+	{
+		c->waiting = c->waiting_side = false;
+		return NULL;			/* (answered the target's failure) */
+	}
 	if (!c->waiting)
 	{
-		c->wait_until = TimestampTzPlusMilliseconds(redsem_now(), c->connect_timeout_ms);
+		c->wait_start = redsem_now();
+		c->wait_until = TimestampTzPlusMilliseconds(c->wait_start, c->connect_timeout_ms);
 		c->tried = false;
 	}
 	c->waiting = true;
@@ -819,7 +842,12 @@ side_upstream(Client *c, bool *wait)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->side && u->target == c->target && u->count == 0)
+		/*
+		 * (not one that had the shared role: it may carry a client's
+		 * writes, whose WAIT must not queue behind a BLPOP)
+		 */
+		if (u->ctx != NULL && u->side && !u->was_shared && u->target == c->target &&
+			u->count == 0)
 			return u;
 	}
 	return new_upstream(c, true, wait);
@@ -846,8 +874,8 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 
 		if (c->fd < 0 || c->target != t || !c->waiting || c->waiting_side != side)
 			continue;
-		again = opened || (timed_out && now < c->wait_until) ||
-			(side && target->opening_sides > 0);
+		again = opened || (now < c->wait_until &&
+						   (timed_out || (side && target->opening_sides > 0)));
 		if (!again)
 		{
 			c->waiting = c->waiting_side = false;
@@ -948,20 +976,30 @@ static void
 fail_upstream(Upstream *u, const char *why)
 {
 	int			t = u->target;
+	redisContext *ctx = u->ctx;
+	Client	  **owed = palloc(sizeof(Client *) * Max(u->count, 1));
+	int			n = 0;
 
 	ereport(LOG,
 			(errmsg("redsem broker closed its connection to Redis at %s: %s",
 					target_text(t), why)));
+	/*
+	 * (detached first: closing a client may look at the upstreams, and
+	 * must not find this one half failed)
+	 */
+	u->ctx = NULL;
 	while (u->count > 0)
 	{
 		Client	   *c = pending_client(fifo_head(u));
 
 		if (c != NULL)
-			close_client(c);
+			owed[n++] = c;
 		fifo_pop(u);
 	}
-	redis_close_context(u->ctx);
-	u->ctx = NULL;
+	for (int i = 0; i < n; i++)
+		close_client(owed[i]);
+	pfree(owed);
+	redis_close_context(ctx);
 	if (!u->side)
 	{
 		targets[t].shared = -1;
@@ -1021,7 +1059,7 @@ deliver(Upstream *u, redisReply *reply)
 		 * (ASKING's reply comes before its BLPOP's; a WAIT follows the
 		 * client's own earlier commands on its connection)
 		 */
-		if (u->side && c->outstanding == 0)
+		if (c->outstanding == 0)
 			c->on_side = false;
 		c->process = true;
 	}
@@ -1270,6 +1308,22 @@ send_side(Client *c, int n)
 	return true;
 }
 
+/* Look again at the clients of target t waiting for a shared connection */
+static void
+wake_shared_waiters(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd >= 0 && c->target == t && c->waiting && !c->waiting_side)
+		{
+			c->process = true;
+			SetLatch(MyLatch);
+		}
+	}
+}
+
 /* Give the shared role of target t to an idle side connection, if it has one */
 static void
 promote_idle_side(int t)
@@ -1281,7 +1335,9 @@ promote_idle_side(int t)
 		if (u->ctx != NULL && u->side && u->target == t && u->count == 0)
 		{
 			u->side = false;
+			u->was_shared = true;
 			targets[t].shared = u->index;
+			wake_shared_waiters(t);
 			return;
 		}
 	}
@@ -1313,7 +1369,7 @@ send_wait(Client *c)
 		u = shared_upstream(c, &wait); /* (no command yet: nothing to wait for) */
 	if (!send_held(c, u, 1, wait))
 		return false;
-	if (u->index == targets[c->target].shared)
+	if (!u->side)
 	{
 		u->side = true;
 		targets[c->target].shared = -1;

@@ -49,8 +49,10 @@ is($c->cmd('PING'), 'PONG', 'c: another connection takes the shared role');
 RedsemTest::sleep_full(1);
 $replica->freeze;
 is($a->cmd('SET', 'edge', 'a1'), 'OK', 'a writes again (the frozen replica does not get it)');
-$b->send_raw(RedsemTest::RESP::encode('WAIT', '1', '3000'));
-RedsemTest::sleep_full(0.3);
+# (b's WAIT, with nothing written, lands on the shared connection a wrote
+# on and takes it; a's WAIT must still go where a's write went, behind it)
+$b->send_raw(RedsemTest::RESP::encode('WAIT', '1', '200'));
+RedsemTest::sleep_full(0.05);
 my $t0 = time;
 my $acked = $a->cmd('WAIT', '1', '1000');
 my $took = time - $t0;
@@ -109,6 +111,28 @@ $frozen->thaw;
 is(text_of($y->_reply), 'PONG', 'y (3 s) gets its PONG once Redis answers, 0.3 s in');
 like(text_of($x->_reply), qr/^error: REDSEMBROKER \d+ no answer within 30 ms/, 'x (30 ms) got its own timeout');
 $frozen->stop;
+
+###########################################################################
+note 'a waiter\'s side connection killed under it: the broker stays, the waiter rides on';
+
+my $holder = RedsemTest::Session->new($node, name => 'holder');
+my $waiter = RedsemTest::Session->new($node, name => 'waiter');
+is($holder->query_ok(q{SELECT redsem_acquire('edge_wait', 1, '60 s') IS NOT NULL;}), 't', 'the holder takes the slot');
+$waiter->send(q{SELECT redsem_acquire('edge_wait', 1, '60 s', wait => '20 s') IS NOT NULL;});
+my $blpop;
+ok(defined wait_until(10, sub {
+	($blpop) = grep { /cmd=blpop/ && /name=redsem:\S*:broker:/ } split /\n/, ($primary->cli('CLIENT', 'LIST') // '');
+	defined $blpop }), 'the waiter waits on a side connection of the broker');
+my $before = broker_pid_of($node);
+my ($id) = ($blpop // '') =~ /^id=(\d+)/;
+$primary->cli('CLIENT', 'KILL', 'ID', $id) if defined $id;
+RedsemTest::sleep_full(0.3);
+is(broker_pid_of($node), $before, 'the broker lives on (its failed side connection is let go whole)');
+$holder->query_ok(q{SELECT redsem_release_all();});
+my (undef, $werr) = $waiter->wait_done(25);
+is($werr, '', 'the waiter gets the slot within its wait') or diag($werr);
+$waiter->query_ok(q{SELECT redsem_release_all();});
+$_->quit for ($holder, $waiter);
 
 node_log_is_clean($node);
 $node->stop;

@@ -820,7 +820,11 @@ sub is_error { return ref($_[0]) eq 'RedsemTest::RESP::Error'; }
 sub _fill
 {
 	my ($self) = @_;
-	my $n = sysread($self->{sock}, $self->{buf}, 65536, length $self->{buf});
+	my $n;
+	# (a signal, such as the SIGCHLD of a Redis the test froze, interrupts
+	# the read: read again)
+	do { $n = sysread($self->{sock}, $self->{buf}, 65536, length $self->{buf}); }
+	  while (!defined $n && $!{EINTR});
 	croak "read from redis failed: " . (defined $n ? 'EOF' : $!) unless $n;
 	return;
 }
