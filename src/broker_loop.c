@@ -48,6 +48,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "broker_int.h"
 #include "broker_loop.h"
 #include "broker_open.h"
 #include "brokerlink.h"
@@ -59,91 +60,6 @@
 #include "profile.h"
 #include "timing.h"
 
-/* What a registered socket is */
-typedef enum SockKind
-{
-	SOCK_CLIENT,
-	SOCK_UPSTREAM,
-	SOCK_OPENING
-} SockKind;
-
-/* A command sent upstream, and the client its reply goes to */
-typedef struct Pending
-{
-	int			client;
-	uint32		generation;		/* the client's, when sent */
-	TimestampTz deadline;		/* DT_NOEND: none */
-} Pending;
-
-/*
- * A Redis server clients name, with the settings their sessions set a
- * connection up with (clients whose settings differ have targets of their
- * own: a role's Redis user stays its own)
- */
-typedef struct Target
-{
-	char	   *host;
-	int			port;
-	char	   *path;			/* NULL: TCP */
-	RedisProfile profile;		/* its strings are the target's own */
-	bool		opening_shared; /* its shared upstream is being opened */
-	int			opening_sides;	/* side connections being opened */
-	int			shared;			/* its shared upstream, -1: none */
-	TimestampTz failed_until;	/* an open failed: answer it until then */
-	RedisOutcome failure;
-} Target;
-
-/* A connection to Redis */
-typedef struct Upstream
-{
-	SockKind	kind;			/* first: what the event's user data is */
-	int			index;
-	int			target;
-	bool		side;			/* a side connection, for BLPOP */
-	redisContext *ctx;			/* NULL: free slot */
-	bool		want_write;
-	int			pos;			/* in the wait set, -1: not there */
-	uint32		events;
-	Pending    *fifo;
-	int			head;
-	int			count;
-	int			cap;
-	TimestampTz idle_since;
-	uint32		gen;			/* bumped each time the slot gets a connection */
-	bool		was_shared;		/* it had the shared role since it opened */
-} Upstream;
-
-/* A backend's link */
-typedef struct Client
-{
-	SockKind	kind;			/* first: what the event's user data is */
-	int			index;
-	int			fd;				/* -1: free slot */
-	uint32		generation;
-	redisReader *reader;
-	int			target;			/* -1 until REDSEM.TARGET */
-	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
-	bool		waiting;		/* for an upstream being opened */
-	bool		waiting_side;	/* ... a side connection */
-	TimestampTz wait_start;		/* ... since */
-	TimestampTz wait_until;		/* ... within its connect timeout */
-	bool		tried;			/* an opening was begun for it in this wait */
-	int			last_up;		/* the upstream of its last command, -1: none */
-	uint32		last_up_gen;	/* ... its gen then */
-	int			outstanding;	/* commands sent, replies not yet back */
-	bool		on_side;		/* its BLPOP is on a side connection */
-	bool		closing;		/* write out what is left, then close */
-	bool		process;		/* look at its requests again */
-	redisReply *held[2];		/* parsed, not yet sent */
-	int			n_held;
-	char	   *out;
-	size_t		out_len;
-	size_t		out_off;
-	size_t		out_cap;
-	int			pos;
-	uint32		events;
-} Client;
-
 /* An upstream connection being opened by an opener (broker_open.c) */
 typedef struct Opening
 {
@@ -154,27 +70,26 @@ typedef struct Opening
 	int			pos;
 } Opening;
 
-static MemoryContext broker_cxt;
-static Client **clients;
-static int	n_clients;
-static Upstream **upstreams;
-static int	n_upstreams;
-static Target *targets;
-static int	n_targets;
+MemoryContext broker_cxt;
+Client	  **clients;
+int			n_clients;
+Upstream  **upstreams;
+int			n_upstreams;
+Target	   *targets;
+int			n_targets;
 static Opening **openings;
 static int	n_openings;
 static int	listen_fd = -1;
 static WaitEventSet *wait_set;
-static bool set_dirty = true;
+bool		set_dirty = true;
 
-static void close_client(Client *c);
 static void process_client(Client *c);
 
 /* ---- buffers and encoding ---- */
 
 /* Append len bytes to a client's output */
-static void
-out_append(Client *c, const char *data, size_t len)
+void
+broker_out_append(Client *c, const char *data, size_t len)
 {
 	if (c->out_len + len > c->out_cap)
 	{
@@ -191,9 +106,9 @@ out_append(Client *c, const char *data, size_t len)
 static void
 out_line(Client *c, char prefix, const char *text, size_t len)
 {
-	out_append(c, &prefix, 1);
-	out_append(c, text, len);
-	out_append(c, "\r\n", 2);
+	broker_out_append(c, &prefix, 1);
+	broker_out_append(c, text, len);
+	broker_out_append(c, "\r\n", 2);
 }
 
 /* Append a RESP length or integer line (prefix and number) */
@@ -207,8 +122,8 @@ out_number(Client *c, char prefix, long long n)
 }
 
 /* Encode a reply as RESP (version 2) onto a client's output */
-static void
-encode_reply(Client *c, const redisReply *r)
+void
+broker_encode_reply(Client *c, const redisReply *r)
 {
 	switch (r->type)
 	{
@@ -222,23 +137,23 @@ encode_reply(Client *c, const redisReply *r)
 			out_number(c, ':', r->integer);
 			break;
 		case REDIS_REPLY_NIL:
-			out_append(c, "$-1\r\n", 5);
+			broker_out_append(c, "$-1\r\n", 5);
 			break;
 		case REDIS_REPLY_ARRAY:
 			out_number(c, '*', (long long) r->elements);
 			for (size_t i = 0; i < r->elements; i++)
-				encode_reply(c, r->element[i]);
+				broker_encode_reply(c, r->element[i]);
 			break;
 		default:
 			/* a string, or a RESP3 type a RESP2 connection never gets */
 			if (r->str == NULL)
 			{
-				out_append(c, "$-1\r\n", 5);
+				broker_out_append(c, "$-1\r\n", 5);
 				break;
 			}
 			out_number(c, '$', (long long) r->len);
-			out_append(c, r->str, (size_t) r->len);
-			out_append(c, "\r\n", 2);
+			broker_out_append(c, r->str, (size_t) r->len);
+			broker_out_append(c, "\r\n", 2);
 			break;
 	}
 }
@@ -260,7 +175,7 @@ answer_failure(Client *c, const RedisOutcome *o)
 	 */
 	if (c->outstanding > 0)
 	{
-		close_client(c);
+		broker_close_client(c);
 		return;
 	}
 	len = snprintf(line, sizeof(line), "%s %d %s", REDSEM_BROKER_ERROR,
@@ -318,8 +233,11 @@ fifo_pop(Upstream *u)
 static Client *
 pending_client(const Pending *p)
 {
-	Client	   *c = clients[p->client];
+	Client	   *c;
 
+	if (p->what != PEND_CLIENT)
+		return NULL;			/* (the broker's own) */
+	c = clients[p->client];
 	return (c->fd >= 0 && c->generation == p->generation) ? c : NULL;
 }
 
@@ -357,9 +275,10 @@ add_client(int fd)
 	c->target = -1;
 	c->connect_timeout_ms = redsem_connect_timeout_ms;
 	c->waiting = c->waiting_side = false;
+	c->waiting_pool = -1;
 	c->last_up = -1;
 	c->outstanding = 0;
-	c->on_side = c->closing = c->process = false;
+	c->on_side = c->in_pool = c->closing = c->process = false;
 	c->n_held = 0;
 	c->out_len = c->out_off = 0;
 	c->pos = -1;
@@ -422,7 +341,7 @@ close_side_of(Client *c)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->side && u->count > 0 && only_client_of(u, c))
+		if (u->ctx != NULL && u->side && !u->pool && u->count > 0 && only_client_of(u, c))
 		{
 			redis_close_context(u->ctx);
 			u->ctx = NULL;
@@ -435,13 +354,15 @@ close_side_of(Client *c)
 }
 
 /* Close a client's link; replies still owed to it will be dropped */
-static void
-close_client(Client *c)
+void
+broker_close_client(Client *c)
 {
 	if (c->fd < 0)
 		return;
 	if (c->on_side)
 		close_side_of(c);
+	if (c->in_pool)
+		broker_pool_leave(c);
 	close(c->fd);
 	c->fd = -1;
 	c->generation++;
@@ -449,7 +370,7 @@ close_client(Client *c)
 		freeReplyObject(c->held[i]);
 	c->n_held = 0;
 	c->outstanding = 0;
-	c->on_side = false;
+	c->on_side = c->in_pool = false;
 	c->waiting = c->waiting_side = false;
 	set_dirty = true;
 	/* the slot is reused only after the sweep (events may still name it) */
@@ -468,14 +389,14 @@ client_write(Client *c)
 		{
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 				return;
-			close_client(c);
+			broker_close_client(c);
 			return;
 		}
 		c->out_off += n;
 	}
 	c->out_off = c->out_len = 0;
 	if (c->closing)
-		close_client(c);
+		broker_close_client(c);
 }
 
 /* Read what a client sent into its reader; close it at EOF */
@@ -492,7 +413,7 @@ client_read(Client *c)
 		{
 			if (redisReaderFeed(c->reader, buf, n) != REDIS_OK)
 			{
-				close_client(c);
+				broker_close_client(c);
 				return;
 			}
 			c->process = true;
@@ -500,7 +421,7 @@ client_read(Client *c)
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			return;
-		close_client(c);
+		broker_close_client(c);
 		return;
 	}
 }
@@ -545,7 +466,8 @@ target_is(const Target *t, const redisReply *cmd)
 		p->database == atoi(cmd->element[4]->str) && header_is(cmd, 5, p->user) &&
 		header_is(cmd, 6, p->password) && p->tls == header_is(cmd, 7, "1") &&
 		header_is(cmd, 8, p->tls_ca_file) && header_is(cmd, 9, p->tls_cert_file) &&
-		header_is(cmd, 10, p->tls_key_file) && header_is(cmd, 11, p->tls_server_name);
+		header_is(cmd, 10, p->tls_key_file) && header_is(cmd, 11, p->tls_server_name) &&
+		t->cluster == header_is(cmd, 13, "1");
 }
 
 /* A copy of header element i, in the broker's context */
@@ -579,6 +501,7 @@ find_target(const redisReply *cmd)
 	t->profile.tls_cert_file = header_copy(cmd, 9);
 	t->profile.tls_key_file = header_copy(cmd, 10);
 	t->profile.tls_server_name = header_copy(cmd, 11);
+	t->cluster = header_is(cmd, 13, "1");
 	t->shared = -1;
 	return n_targets++;
 }
@@ -611,6 +534,7 @@ add_upstream(int t, bool side, redisContext *ctx)
 	u->idle_since = redsem_now();
 	u->gen++;
 	u->was_shared = false;
+	u->pool = false;
 	/* (a shared one opened while another took the role stays a side one) */
 	if (!side && targets[t].shared >= 0)
 		u->side = true;
@@ -766,14 +690,27 @@ start_opening(int t, bool side, Client *c)
 	return true;
 }
 
-/* How many clients of target t wait for a side connection */
+/*
+ * How many side connections the clients of target t wait for: one each,
+ * but one per wait pool for those whose BLPOP waits for its pool's
+ */
 static int
 side_waiters(int t)
 {
 	int			n = 0;
 
 	for (int i = 0; i < n_clients; i++)
-		n += clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->waiting_side;
+	{
+		Client	   *c = clients[i];
+		bool		counted = false;
+
+		if (c->fd < 0 || c->target != t || !c->waiting_side)
+			continue;
+		for (int k = 0; k < i && c->waiting_pool >= 0 && !counted; k++)
+			counted = clients[k]->fd >= 0 && clients[k]->target == t &&
+				clients[k]->waiting_side && clients[k]->waiting_pool == c->waiting_pool;
+		n += !counted;
+	}
 	return n;
 }
 
@@ -846,8 +783,8 @@ side_upstream(Client *c, bool *wait)
 		 * (not one that had the shared role: it may carry a client's
 		 * writes, whose WAIT must not queue behind a BLPOP)
 		 */
-		if (u->ctx != NULL && u->side && !u->was_shared && u->target == c->target &&
-			u->count == 0)
+		if (u->ctx != NULL && u->side && !u->was_shared && !u->pool &&
+			u->target == c->target && u->count == 0)
 			return u;
 	}
 	return new_upstream(c, true, wait);
@@ -964,7 +901,7 @@ close_target_clients(int t)
 {
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
-			close_client(clients[i]);
+			broker_close_client(clients[i]);
 }
 
 /*
@@ -988,6 +925,8 @@ fail_upstream(Upstream *u, const char *why)
 	 * must not find this one half failed)
 	 */
 	u->ctx = NULL;
+	if (u->pool)
+		broker_pool_fail(u);
 	while (u->count > 0)
 	{
 		Client	   *c = pending_client(fifo_head(u));
@@ -997,7 +936,7 @@ fail_upstream(Upstream *u, const char *why)
 		fifo_pop(u);
 	}
 	for (int i = 0; i < n; i++)
-		close_client(owed[i]);
+		broker_close_client(owed[i]);
 	pfree(owed);
 	redis_close_context(ctx);
 	if (!u->side)
@@ -1048,12 +987,15 @@ upstream_write(Upstream *u)
 static void
 deliver(Upstream *u, redisReply *reply)
 {
-	Client	   *c = pending_client(fifo_head(u));
+	Pending		pend = *fifo_head(u);
+	Client	   *c = pending_client(&pend);
 
 	fifo_pop(u);
-	if (c != NULL)
+	if (pend.what != PEND_CLIENT)
+		broker_pool_reply(u, &pend, reply);
+	else if (c != NULL)
 	{
-		encode_reply(c, reply);
+		broker_encode_reply(c, reply);
 		c->outstanding--;
 		/*
 		 * (ASKING's reply comes before its BLPOP's; a WAIT follows the
@@ -1136,6 +1078,53 @@ command_deadline(const redisReply *cmd, TimestampTz now)
 									   BROKER_TIMEOUT_MARGIN_MS + (int64) wait_ms);
 }
 
+/* The deadline of a command sent now that waits wait_ms by itself */
+TimestampTz
+broker_command_deadline(int64 wait_ms)
+{
+	return TimestampTzPlusMilliseconds(redsem_now(), redsem_command_timeout_ms +
+									   BROKER_TIMEOUT_MARGIN_MS + wait_ms);
+}
+
+/* Queue an append of a formatted command and its pending entry on u */
+static bool
+queue_formatted(Upstream *u, char *formatted, int len, Pending p)
+{
+	bool		ok;
+
+	if (len < 0)
+		return false;
+	ok = redisAppendFormattedCommand(u->ctx, formatted, len) == REDIS_OK;
+	redisFreeCommand(formatted);
+	if (!ok)
+		return false;
+	/* (deadlines only rise along a FIFO: the head's is the one checked) */
+	if (u->count > 0)
+		p.deadline = Max(p.deadline, u->fifo[(u->head + u->count - 1) % u->cap].deadline);
+	fifo_push(u, p);
+	u->want_write = true;
+	return true;
+}
+
+/*
+ * Queue a command of the broker's own on upstream u (what: whose, pool:
+ * the wait pool it is for); false if out of memory
+ */
+bool
+broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int pool,
+				TimestampTz deadline)
+{
+	char	   *formatted;
+	int			len = redisFormatCommandArgv(&formatted, argc, argv, NULL);
+	Pending		p;
+
+	p.what = what;
+	p.client = pool;
+	p.generation = 0;
+	p.deadline = deadline;
+	return queue_formatted(u, formatted, len, p);
+}
+
 /* Queue a client's request on an upstream; false if out of memory */
 static bool
 send_upstream(Client *c, Upstream *u, const redisReply *cmd)
@@ -1154,21 +1143,12 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	len = redisFormatCommandArgv(&formatted, (int) cmd->elements, argv, argvlen);
 	pfree(argv);
 	pfree(argvlen);
-	if (len < 0)
-		return false;
-	if (redisAppendFormattedCommand(u->ctx, formatted, len) != REDIS_OK)
-	{
-		redisFreeCommand(formatted);
-		return false;
-	}
-	redisFreeCommand(formatted);
+	p.what = PEND_CLIENT;
 	p.client = c->index;
 	p.generation = c->generation;
 	p.deadline = command_deadline(cmd, redsem_now());
-	if (u->count > 0)
-		p.deadline = Max(p.deadline, u->fifo[(u->head + u->count - 1) % u->cap].deadline);
-	fifo_push(u, p);
-	u->want_write = true;
+	if (!queue_formatted(u, formatted, len, p))
+		return false;
 	c->outstanding++;
 	c->last_up = u->index;
 	c->last_up_gen = u->gen;
@@ -1186,7 +1166,7 @@ take_request(Client *c)
 		return false;
 	if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
 	{
-		close_client(c);
+		broker_close_client(c);
 		return false;
 	}
 	if (r == NULL)
@@ -1195,14 +1175,14 @@ take_request(Client *c)
 	if (cmd->type != REDIS_REPLY_ARRAY || cmd->elements == 0)
 	{
 		freeReplyObject(cmd);
-		close_client(c);
+		broker_close_client(c);
 		return false;
 	}
 	for (size_t i = 0; i < cmd->elements; i++)
 		if (cmd->element[i]->type != REDIS_REPLY_STRING)
 		{
 			freeReplyObject(cmd);
-			close_client(c);
+			broker_close_client(c);
 			return false;
 		}
 	c->held[c->n_held++] = cmd;
@@ -1300,11 +1280,47 @@ static bool
 send_side(Client *c, int n)
 {
 	bool		wait = false;
-	Upstream   *u = side_upstream(c, &wait);
+	Upstream   *u;
 
+	c->waiting_pool = -1;
+	u = side_upstream(c, &wait);
 	if (!send_held(c, u, n, wait))
 		return false;
 	c->on_side = true;
+	return true;
+}
+
+/*
+ * Put a client's BLPOP of its wake and nudge keys in the wait pool of its
+ * target (and slot): one BLPOP on the pool's connection waits for every
+ * waiter in it (broker_wait.c).  A pool without a connection takes an idle
+ * side one, or has one opened while the client waits.
+ */
+static bool
+send_pool(Client *c)
+{
+	int			p = broker_pool_for(c, c->held[0]);
+
+	if (!broker_pool_usable(p))
+	{
+		bool		wait = false;
+		Upstream   *u;
+
+		c->waiting_pool = p;
+		u = side_upstream(c, &wait);
+
+		if (u == NULL)
+		{
+			if (!wait)
+				answer_failure(c, &targets[c->target].failure);
+			return false;
+		}
+		broker_pool_attach(p, u);
+	}
+	c->waiting = c->waiting_side = false;
+	c->waiting_pool = -1;
+	broker_pool_join(p, c, c->held[0]);
+	drop_held(c, 1);
 	return true;
 }
 
@@ -1332,7 +1348,7 @@ promote_idle_side(int t)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->side && u->target == t && u->count == 0)
+		if (u->ctx != NULL && u->side && !u->pool && u->target == t && u->count == 0)
 		{
 			u->side = false;
 			u->was_shared = true;
@@ -1362,7 +1378,7 @@ send_wait(Client *c)
 
 	if (u == NULL && c->last_up >= 0)
 	{
-		close_client(c);
+		broker_close_client(c);
 		return false;
 	}
 	if (u == NULL)
@@ -1389,7 +1405,7 @@ static void
 process_client(Client *c)
 {
 	c->process = false;
-	while (c->fd >= 0 && !c->closing && !c->on_side)
+	while (c->fd >= 0 && !c->closing && !c->on_side && !c->in_pool)
 	{
 		redisReply *cmd;
 
@@ -1400,7 +1416,7 @@ process_client(Client *c)
 		{
 			if (!bind_target(c, cmd))
 			{
-				close_client(c);
+				broker_close_client(c);
 				return;
 			}
 			drop_held(c, 1);
@@ -1408,12 +1424,15 @@ process_client(Client *c)
 		}
 		if (c->target < 0)
 		{
-			close_client(c);
+			broker_close_client(c);
 			return;
 		}
 		if (is_command(cmd, "BLPOP"))
 		{
-			if (c->outstanding > 0 || !send_side(c, 1))
+			/* (a wake and a nudge key, and the timeout: a waiter's) */
+			bool		pooled = cmd->elements == 4;
+
+			if (c->outstanding > 0 || !(pooled ? send_pool(c) : send_side(c, 1)))
 				return;
 			continue;
 		}
@@ -1611,6 +1630,7 @@ sleep_ms(TimestampTz now)
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->waiting && !clients[i]->tried)
 			until = Min(until, clients[i]->wait_until);
+	until = broker_pool_next_deadline(until);
 	return Max(TimestampDifferenceMilliseconds(now, until), 0);
 }
 
@@ -1668,6 +1688,7 @@ forward_and_flush(void)
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->process)
 			process_client(clients[i]);
+	broker_pool_kick();
 	for (int i = 0; i < n_upstreams; i++)
 		upstream_write(upstreams[i]);
 	for (int i = 0; i < n_clients; i++)
@@ -1677,6 +1698,7 @@ forward_and_flush(void)
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->process)
 			process_client(clients[i]);
+	broker_pool_kick();
 	for (int i = 0; i < n_upstreams; i++)
 		upstream_write(upstreams[i]);
 }
@@ -1735,6 +1757,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		check_deadlines(now);
 		check_openings(now);
 		check_waiters(now);
+		broker_pool_check(now);
 		close_idle_sides(now);
 		sweep_clients();
 	}

@@ -244,6 +244,13 @@
  * time per hold); a quick failure is tried again at once, so a Redis that
  * comes back is used at the next call, as in direct mode.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
+ * A wait pool's BLPOP (broker_wait.c: one for all of a target's waiters)
+ * ends after BROKER_POOL_CYCLE_MS and is sent again with the waiters of
+ * then; a waiter that joins in between is added at once (CLIENT UNBLOCK
+ * ends the BLPOP out), or, for a Redis user that may not run CLIENT
+ * UNBLOCK, at the next BLPOP, which then ends every BROKER_POOL_POLL_MS.
+ * Each waiter is answered at its own BLPOP timeout by the broker, not by
+ * Redis, so neither bounds a waiter's own wait.
  */
 #define BROKER_CONNECT_RETRY_MS			10
 #define BROKER_QUICK_DEATH_MS			1000
@@ -256,6 +263,8 @@
 #define BROKER_OPEN_FAILURE_HOLD_MS		200
 #define BROKER_SIDE_IDLE_MS				5000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
+#define BROKER_POOL_CYCLE_MS			1000
+#define BROKER_POOL_POLL_MS				100
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it

@@ -114,6 +114,36 @@ ok(defined wait_until(20, sub { scalar(holders('many')) == 0 }),
 	'their slots went when their sessions ended');
 
 ###########################################################################
+note '100 backends waiting at once: one connection for all their waits';
+
+$node->safe_psql('postgres', 'CREATE TABLE got (seq serial, id text)');
+my $blocker = $sa->query_ok(q{SELECT redsem_acquire('line', 1, '60 s');});
+my $wscript = PostgreSQL::Test::Utils::tempdir() . '/wait.sql';
+PostgreSQL::Test::Utils::append_to_file($wscript,
+	"INSERT INTO got (id) SELECT redsem_acquire('line', 1, '60 s', wait => '60 s');\n"
+	  . "SELECT redsem_release_all();\n");
+($pb_out, $pb_err) = ('', '');
+$pgbench = IPC::Run::start(
+	[ $node->installed_command('pgbench'), '-n', '-c', '100', '-j', '4', '-t', '1',
+	  '-f', $wscript, '-d', $node->connstr('postgres') ],
+	'>', \$pb_out, '2>', \$pb_err);
+ok(defined wait_until(40, sub { $redis->zcard('line', 'waiting') == 100 }),
+	'100 backends wait in line');
+RedsemTest::sleep_full(0.5);
+my $waiting_broker = scalar(broker_connections());
+cmp_ok($waiting_broker, '<=', 4,
+	"the broker uses at most 4 Redis connections while they wait ($waiting_broker): "
+	  . 'their BLPOPs share one wait pool connection');
+my @line = split /\n/, ($redis->cli('ZRANGE', 'redsem:{line}:waiting', '0', '-1') // '');
+is($sa->query_ok(qq{SELECT redsem_release('line', '$blocker');}), 't', 'the blocker releases');
+$pgbench->finish;
+like($pb_out, qr/number of transactions actually processed: 100/, 'every waiter got the slot in turn')
+  or diag($pb_err);
+my @got = split /\n/, $node->safe_psql('postgres', 'SELECT id FROM got ORDER BY seq');
+is_deeply(\@got, \@line, 'in the order they lined up (FIFO through the wait pool)');
+is(scalar(holders('line')), 0, 'no holder is left');
+
+###########################################################################
 note 'SIGKILL of the broker while one session waits and another holds';
 
 my $plain = session('plain');

@@ -28,7 +28,7 @@ sub raw_link
 	my $r = RedsemTest::RESP->new('pg_stat_tmp/redsem_broker.sock');
 	chdir $cwd;
 	$r->send_raw(RedsemTest::RESP::encode('REDSEM.TARGET', '', 0, $sock, 0, '', '', '0', '', '', '', '',
-		$timeout_ms // 2000));
+		$timeout_ms // 2000, '0'));
 	return $r;
 }
 
@@ -113,7 +113,7 @@ like(text_of($x->_reply), qr/^error: REDSEMBROKER \d+ no answer within 30 ms/, '
 $frozen->stop;
 
 ###########################################################################
-note 'a waiter\'s side connection killed under it: the broker stays, the waiter rides on';
+note 'the wait pool\'s connection killed under a waiter: the broker stays, the waiter rides on';
 
 my $holder = RedsemTest::Session->new($node, name => 'holder');
 my $waiter = RedsemTest::Session->new($node, name => 'waiter');
@@ -122,12 +122,12 @@ $waiter->send(q{SELECT redsem_acquire('edge_wait', 1, '60 s', wait => '20 s') IS
 my $blpop;
 ok(defined wait_until(10, sub {
 	($blpop) = grep { /cmd=blpop/ && /name=redsem:\S*:broker:/ } split /\n/, ($primary->cli('CLIENT', 'LIST') // '');
-	defined $blpop }), 'the waiter waits on a side connection of the broker');
+	defined $blpop }), 'the waiter waits on the broker\'s wait pool connection');
 my $before = broker_pid_of($node);
 my ($id) = ($blpop // '') =~ /^id=(\d+)/;
 $primary->cli('CLIENT', 'KILL', 'ID', $id) if defined $id;
 RedsemTest::sleep_full(0.3);
-is(broker_pid_of($node), $before, 'the broker lives on (its failed side connection is let go whole)');
+is(broker_pid_of($node), $before, 'the broker lives on (its failed pool connection is let go whole)');
 $holder->query_ok(q{SELECT redsem_release_all();});
 my (undef, $werr) = $waiter->wait_done(25);
 is($werr, '', 'the waiter gets the slot within its wait') or diag($werr);

@@ -26,6 +26,7 @@
 
 #include "brokerlink.h"
 #include "clock.h"
+#include "cluster.h"
 #include "compat.h"
 #include "guc.h"
 #include "profile.h"
@@ -186,7 +187,7 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 			"REDSEM.TARGET", host ? host : "", portbuf, unix_path ? unix_path : "",
 			dbbuf, redsem_user ? redsem_user : "", have ? password : "",
 			p.tls ? "1" : "0", p.tls_ca_file, p.tls_cert_file, p.tls_key_file,
-		p.tls_server_name, timeoutbuf};
+		p.tls_server_name, timeoutbuf, redsem_cluster ? "1" : "0"};
 
 		len = redisFormatCommandArgv(&cmd, REDSEM_BROKER_HEADER_ARGS, argv, NULL);
 	}

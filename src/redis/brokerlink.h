@@ -21,9 +21,10 @@ struct redisContext;
  * unix_socket database user password tls ca_file cert_file key_file
  * server_name (the session's settings; "" for those not set: the target
  * and its profile) connect_timeout_ms (the session's: an open it asks for
- * is given that long)
+ * is given that long) cluster ("1" with redsem.cluster: the target is a
+ * Cluster node, whose keys of different slots cannot share a command)
  */
-#define REDSEM_BROKER_HEADER_ARGS	13
+#define REDSEM_BROKER_HEADER_ARGS	14
 
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"

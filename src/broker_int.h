@@ -1,0 +1,146 @@
+/*
+ * broker_int.h
+ *		What the broker's files share (broker_loop.c, broker_wait.c): its
+ *		clients (backends' links), targets and upstream connections.  Only
+ *		the broker child includes it.
+ */
+#ifndef REDSEM_BROKER_INT_H
+#define REDSEM_BROKER_INT_H
+
+#include "hiredis.h"
+
+#include "datatype/timestamp.h"
+
+#include "profile.h"
+#include "redis_call.h"
+
+/* What a registered socket is */
+typedef enum SockKind
+{
+	SOCK_CLIENT,
+	SOCK_UPSTREAM,
+	SOCK_OPENING
+} SockKind;
+
+/* Whose a command sent upstream is */
+typedef enum PendKind
+{
+	PEND_CLIENT,				/* a client's: its reply goes to it */
+	PEND_POOL_ID,				/* a wait pool's CLIENT ID (broker_wait.c) */
+	PEND_POOL_WAIT,				/* a wait pool's BLPOP */
+	PEND_POOL_UNBLOCK			/* CLIENT UNBLOCK of a wait pool's BLPOP */
+} PendKind;
+
+/* A command sent upstream, and the client (or wait pool) its reply goes to */
+typedef struct Pending
+{
+	PendKind	what;
+	int			client;			/* the client's index, or the wait pool's */
+	uint32		generation;		/* the client's, when sent */
+	TimestampTz deadline;		/* DT_NOEND: none */
+} Pending;
+
+/*
+ * A Redis server clients name, with the settings their sessions set a
+ * connection up with (clients whose settings differ have targets of their
+ * own: a role's Redis user stays its own)
+ */
+typedef struct Target
+{
+	char	   *host;
+	int			port;
+	char	   *path;			/* NULL: TCP */
+	RedisProfile profile;		/* its strings are the target's own */
+	bool		opening_shared; /* its shared upstream is being opened */
+	int			opening_sides;	/* side connections being opened */
+	int			shared;			/* its shared upstream, -1: none */
+	TimestampTz failed_until;	/* an open failed: answer it until then */
+	RedisOutcome failure;
+	bool		cluster;		/* a Cluster node (its clients route by slot) */
+} Target;
+
+/* A connection to Redis */
+typedef struct Upstream
+{
+	SockKind	kind;			/* first: what the event's user data is */
+	int			index;
+	int			target;
+	bool		side;			/* a side connection, for BLPOP */
+	redisContext *ctx;			/* NULL: free slot */
+	bool		want_write;
+	int			pos;			/* in the wait set, -1: not there */
+	uint32		events;
+	Pending    *fifo;
+	int			head;
+	int			count;
+	int			cap;
+	TimestampTz idle_since;
+	uint32		gen;			/* bumped each time the slot gets a connection */
+	bool		was_shared;		/* it had the shared role since it opened */
+	bool		pool;			/* a wait pool's (broker_wait.c), a side one */
+} Upstream;
+
+/* A backend's link */
+typedef struct Client
+{
+	SockKind	kind;			/* first: what the event's user data is */
+	int			index;
+	int			fd;				/* -1: free slot */
+	uint32		generation;
+	redisReader *reader;
+	int			target;			/* -1 until REDSEM.TARGET */
+	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
+	bool		waiting;		/* for an upstream being opened */
+	bool		waiting_side;	/* ... a side connection */
+	int			waiting_pool;	/* ... for this wait pool's, -1: none */
+	TimestampTz wait_start;		/* ... since */
+	TimestampTz wait_until;		/* ... within its connect timeout */
+	bool		tried;			/* an opening was begun for it in this wait */
+	int			last_up;		/* the upstream of its last command, -1: none */
+	uint32		last_up_gen;	/* ... its gen then */
+	int			outstanding;	/* commands sent, replies not yet back */
+	bool		on_side;		/* its BLPOP is on a side connection */
+	bool		in_pool;		/* its BLPOP is in a wait pool */
+	bool		closing;		/* write out what is left, then close */
+	bool		process;		/* look at its requests again */
+	redisReply *held[2];		/* parsed, not yet sent */
+	int			n_held;
+	char	   *out;
+	size_t		out_len;
+	size_t		out_off;
+	size_t		out_cap;
+	int			pos;
+	uint32		events;
+} Client;
+
+
+extern MemoryContext broker_cxt;
+extern Client **clients;
+extern int	n_clients;
+extern Upstream **upstreams;
+extern int	n_upstreams;
+extern Target *targets;
+extern int	n_targets;
+extern bool set_dirty;
+
+/* broker_loop.c */
+extern void broker_encode_reply(Client *c, const redisReply *r);
+extern void broker_out_append(Client *c, const char *data, size_t len);
+extern void broker_close_client(Client *c);
+extern bool broker_send_own(Upstream *u, int argc, const char **argv, PendKind what,
+							int pool, TimestampTz deadline);
+extern TimestampTz broker_command_deadline(int64 wait_ms);
+
+/* broker_wait.c: waits without a connection each */
+extern int	broker_pool_for(const Client *c, const redisReply *cmd);
+extern bool broker_pool_usable(int p);
+extern void broker_pool_attach(int p, Upstream *u);
+extern void broker_pool_join(int p, Client *c, const redisReply *cmd);
+extern void broker_pool_leave(const Client *c);
+extern void broker_pool_reply(Upstream *u, const Pending *pend, redisReply *reply);
+extern void broker_pool_fail(Upstream *u);
+extern void broker_pool_kick(void);
+extern void broker_pool_check(TimestampTz now);
+extern TimestampTz broker_pool_next_deadline(TimestampTz until);
+
+#endif							/* REDSEM_BROKER_INT_H */
