@@ -20,6 +20,13 @@
 #                gives them in CLIENT LIST (redsem:<cluster_name>:<purpose>:
 #                <pid>: backend or broker, and keeper), and INFO memory's
 #                mem_clients_normal
+#   waiting      BENCH_WAITERS (200) sessions waiting at once in the line
+#                of one semaphore (limit 1) behind one holder: this
+#                server's Redis connections and client memory while they
+#                wait, Redis round trips and CPU (INFO commandstats) per
+#                second over BENCH_WAIT_S (10) seconds of waiting, then how
+#                fast the line drains once the holder leaves (each waiter
+#                takes the slot and gives it back: hand-offs per second)
 #   one client   one client taking and giving back a slot (a pgbench
 #                transaction: SELECT redsem_acquire_xact, commit) against
 #                the same client running SELECT 1, beside a Redis PING
@@ -31,7 +38,8 @@
 #                later; Debian 12's hiredis 0.14 has none, and the part says
 #                so)
 #
-# Environment: BENCH_MODES, BENCH_BACKENDS, BENCH_PAUSE_MS, BENCH_SESSIONS,
+# Environment: BENCH_MODES, BENCH_BACKENDS, BENCH_PAUSE_MS, BENCH_WAITERS,
+# BENCH_WAIT_S, BENCH_SESSIONS,
 # BENCH_ONE_S (8: seconds of each one-client run), BENCH_NO_INSTALL=1,
 # REDSEM_KEEP=1.
 
@@ -42,9 +50,11 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 BACKENDS=${BENCH_BACKENDS:-100 500}
 PAUSE_MS=${BENCH_PAUSE_MS:-500}
 SESSIONS=${BENCH_SESSIONS:-30}
+WAITERS=${BENCH_WAITERS:-200}
+WAIT_S=${BENCH_WAIT_S:-10}
 ONE_S=${BENCH_ONE_S:-8}
 MODES=${BENCH_MODES:-direct broker}
-MOST=0
+MOST=$WAITERS
 for n in $BACKENDS; do ((n > MOST)) && MOST=$n; done
 
 command -v pgbench >/dev/null || redsem_die "pgbench not found (package postgresql-15 / postgresql-contrib)"
@@ -87,8 +97,9 @@ bench_header "connections: one PostgreSQL server, modes: $MODES, $(nproc) CPUs"
 printf 'SELECT redsem_release('"'"'conn'"'"', redsem_acquire('"'"'conn'"'"', 1000, wait => '"'"'30 s'"'"'));\n\\sleep %s ms\n' \
     "$PAUSE_MS" >"$BENCH_TMP/conn.sql"
 printf "SELECT redsem_acquire_xact('one', 4);\n" >"$BENCH_TMP/one.sql"
+printf "SELECT redsem_release('wq', redsem_acquire('wq', 1, '600 s', wait => '600 s'));\n" >"$BENCH_TMP/wait.sql"
 printf 'SELECT 1;\n' >"$BENCH_TMP/select1.sql"
-chown postgres "$BENCH_TMP/conn.sql" "$BENCH_TMP/one.sql" "$BENCH_TMP/select1.sql"
+chown postgres "$BENCH_TMP/conn.sql" "$BENCH_TMP/one.sql" "$BENCH_TMP/select1.sql" "$BENCH_TMP/wait.sql"
 
 # connections MODE: the connections and memory part
 connections() {
@@ -117,6 +128,33 @@ connections() {
         # the backends are gone: so are their direct connections
         bench_wait_for "the clients' connections to close" 30 bash -c "(( \$(redis-cli -s '$BENCH_SOCK' CLIENT LIST | grep -c ' name=redsem:bench:backend:') == 0 ))"
     done
+}
+
+# waiting MODE: the waiting part
+waiting() {
+    local hold load idle_mem stats t0 t1
+    idle_mem=$(mem_clients)
+    bench_psql -c "SELECT redsem_acquire('wq', 1, '600 s')" -c "SELECT pg_sleep(600)" >/dev/null 2>&1 &
+    hold=$!
+    bench_wait_for "the holder" 30 bash -c "[[ \$(redis-cli -s '$BENCH_SOCK' -n 1 ZCARD 'redsem:{wq}:owner') == 1 ]]"
+    (cd "$BENCH_TMP" && bench_pgbench -n -c "$WAITERS" -j 2 -t 1 -f "$BENCH_TMP/wait.sql" \
+        >"$BENCH_TMP/wait-$1.out" 2>&1) &
+    load=$!
+    bench_wait_for "$WAITERS waiters in line" 120 bash -c "[[ \$(redis-cli -s '$BENCH_SOCK' -n 1 ZCARD 'redsem:{wq}:waiting') == $WAITERS ]]"
+    sleep 2
+    R["$1 wconns"]=$(($(named backend) + $(named broker)))
+    R["$1 wmem"]=$(($(mem_clients) - idle_mem))
+    bench_stats_reset
+    sleep "$WAIT_S"
+    stats=$(bench_stats)
+    R["$1 wcalls"]=$(bench_div "$(bench_roundtrips "$stats")" "$WAIT_S" '%.0f')
+    R["$1 wusec"]=$(bench_div "$(bench_usec "$stats" .)" "$WAIT_S" '%.0f')
+    t0=$(bench_now)
+    bench_sql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(600)'" >/dev/null
+    wait "$load" || { cat "$BENCH_TMP/wait-$1.out" >&2; exit 1; }
+    t1=$(bench_now)
+    wait "$hold" 2>/dev/null || true
+    R["$1 drain"]=$(awk -v n="$WAITERS" -v a="$t0" -v b="$t1" 'BEGIN { printf "%.0f", n / (b - a) }')
 }
 
 # called MODE: how many backends have called redsem (direct: their named
@@ -210,6 +248,7 @@ for mode in $MODES; do
     redsem_log "mode $mode"
     use_mode "$mode"
     connections "$mode"
+    waiting "$mode"
     one_client "$mode"
     first_call "$mode"
 done
@@ -236,6 +275,11 @@ for n in $BACKENDS; do
     row "  and the keeper's" "keeper $n"
     row "  mem_clients_normal (bytes)" "mem $n"
 done
+row "Redis connections, $WAITERS waiting" "wconns"
+row "  mem_clients_normal (bytes)" "wmem"
+row "  Redis round trips per second" "wcalls"
+row "  Redis CPU per second (us)" "wusec"
+row "  hand-offs per second, draining" "drain"
 row "one client: SELECT 1 (ms)" "base ms"
 row "one client: a slot taken and given (ms)" "call ms"
 row "  Redis calls per transaction" "calls per tx"
@@ -256,6 +300,7 @@ if [[ " $MODES " == *" direct "* && " $MODES " == *" broker "* ]]; then
         'BEGIN { if (c + 0 == 0) print "n/a"; else printf "%.0f", (b - d) / c }')
     printf 'the hop through the broker: %s us per Redis call, %s PING round trips (target <= 0.25)\n' \
         "$hop" "$(bench_div "$hop" "$ping_us" '%.2f')"
+    printf 'with %s waiting: %s Redis connections (target <= 4 plus the keeper'"'"'s)\n' "$WAITERS" "${R["broker wconns"]}"
     for n in $BACKENDS; do
         printf 'at %s backends: %s Redis connections (target <= 4 plus the keeper'"'"'s), memory %s of direct mode'"'"'s (target <= 0.02)\n' \
             "$n" "${R["broker conns $n"]}" "$(bench_ratio "${R["broker mem $n"]}" "${R["direct mem $n"]}")"

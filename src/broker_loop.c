@@ -48,7 +48,8 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "broker_int.h"
+#include "broker_state.h"
+#include "broker_wait.h"
 #include "broker_loop.h"
 #include "broker_open.h"
 #include "brokerlink.h"
@@ -70,93 +71,13 @@ typedef struct Opening
 	int			pos;
 } Opening;
 
-MemoryContext broker_cxt;
-Client	  **clients;
-int			n_clients;
-Upstream  **upstreams;
-int			n_upstreams;
-Target	   *targets;
-int			n_targets;
 static Opening **openings;
 static int	n_openings;
 static int	listen_fd = -1;
 static WaitEventSet *wait_set;
-bool		set_dirty = true;
 
+static void close_client(Client *c);
 static void process_client(Client *c);
-
-/* ---- buffers and encoding ---- */
-
-/* Append len bytes to a client's output */
-void
-broker_out_append(Client *c, const char *data, size_t len)
-{
-	if (c->out_len + len > c->out_cap)
-	{
-		size_t		cap = Max(c->out_cap * 2, c->out_len + len + 1024);
-
-		c->out = c->out ? repalloc(c->out, cap) : MemoryContextAlloc(broker_cxt, cap);
-		c->out_cap = cap;
-	}
-	memcpy(c->out + c->out_len, data, len);
-	c->out_len += len;
-}
-
-/* Append a RESP line: prefix, text, CRLF */
-static void
-out_line(Client *c, char prefix, const char *text, size_t len)
-{
-	broker_out_append(c, &prefix, 1);
-	broker_out_append(c, text, len);
-	broker_out_append(c, "\r\n", 2);
-}
-
-/* Append a RESP length or integer line (prefix and number) */
-static void
-out_number(Client *c, char prefix, long long n)
-{
-	char		buf[32];
-	int			len = snprintf(buf, sizeof(buf), "%lld", n);
-
-	out_line(c, prefix, buf, len);
-}
-
-/* Encode a reply as RESP (version 2) onto a client's output */
-void
-broker_encode_reply(Client *c, const redisReply *r)
-{
-	switch (r->type)
-	{
-		case REDIS_REPLY_STATUS:
-			out_line(c, '+', r->str, (size_t) r->len);
-			break;
-		case REDIS_REPLY_ERROR:
-			out_line(c, '-', r->str, (size_t) r->len);
-			break;
-		case REDIS_REPLY_INTEGER:
-			out_number(c, ':', r->integer);
-			break;
-		case REDIS_REPLY_NIL:
-			broker_out_append(c, "$-1\r\n", 5);
-			break;
-		case REDIS_REPLY_ARRAY:
-			out_number(c, '*', (long long) r->elements);
-			for (size_t i = 0; i < r->elements; i++)
-				broker_encode_reply(c, r->element[i]);
-			break;
-		default:
-			/* a string, or a RESP3 type a RESP2 connection never gets */
-			if (r->str == NULL)
-			{
-				broker_out_append(c, "$-1\r\n", 5);
-				break;
-			}
-			out_number(c, '$', (long long) r->len);
-			broker_out_append(c, r->str, (size_t) r->len);
-			broker_out_append(c, "\r\n", 2);
-			break;
-	}
-}
 
 /*
  * Answer a client that its target cannot be reached: the status and
@@ -175,7 +96,7 @@ answer_failure(Client *c, const RedisOutcome *o)
 	 */
 	if (c->outstanding > 0)
 	{
-		broker_close_client(c);
+		close_client(c);
 		return;
 	}
 	len = snprintf(line, sizeof(line), "%s %d %s", REDSEM_BROKER_ERROR,
@@ -185,46 +106,8 @@ answer_failure(Client *c, const RedisOutcome *o)
 	for (int i = 0; i < len; i++)
 		if (line[i] == '\r' || line[i] == '\n')
 			line[i] = ' ';
-	out_line(c, '-', line, len);
+	broker_out_line(c, '-', line, len);
 	c->closing = true;
-}
-
-/* ---- the FIFO of an upstream ---- */
-
-/* Add a pending command to an upstream's FIFO */
-static void
-fifo_push(Upstream *u, Pending p)
-{
-	if (u->count == u->cap)
-	{
-		int			cap = Max(u->cap * 2, 16);
-		Pending    *fifo = MemoryContextAlloc(broker_cxt, sizeof(Pending) * cap);
-
-		for (int i = 0; i < u->count; i++)
-			fifo[i] = u->fifo[(u->head + i) % Max(u->cap, 1)];
-		if (u->fifo)
-			pfree(u->fifo);
-		u->fifo = fifo;
-		u->cap = cap;
-		u->head = 0;
-	}
-	u->fifo[(u->head + u->count) % u->cap] = p;
-	u->count++;
-}
-
-/* The oldest pending command of an upstream (it must have one) */
-static Pending *
-fifo_head(Upstream *u)
-{
-	return &u->fifo[u->head];
-}
-
-/* Remove the oldest pending command */
-static void
-fifo_pop(Upstream *u)
-{
-	u->head = (u->head + 1) % u->cap;
-	u->count--;
 }
 
 /* ---- clients ---- */
@@ -347,15 +230,15 @@ close_side_of(Client *c)
 			u->ctx = NULL;
 			u->target = -1;
 			while (u->count > 0)
-				fifo_pop(u);
+				broker_fifo_pop(u);
 			set_dirty = true;
 		}
 	}
 }
 
 /* Close a client's link; replies still owed to it will be dropped */
-void
-broker_close_client(Client *c)
+static void
+close_client(Client *c)
 {
 	if (c->fd < 0)
 		return;
@@ -389,14 +272,14 @@ client_write(Client *c)
 		{
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 				return;
-			broker_close_client(c);
+			close_client(c);
 			return;
 		}
 		c->out_off += n;
 	}
 	c->out_off = c->out_len = 0;
 	if (c->closing)
-		broker_close_client(c);
+		close_client(c);
 }
 
 /* Read what a client sent into its reader; close it at EOF */
@@ -413,7 +296,7 @@ client_read(Client *c)
 		{
 			if (redisReaderFeed(c->reader, buf, n) != REDIS_OK)
 			{
-				broker_close_client(c);
+				close_client(c);
 				return;
 			}
 			c->process = true;
@@ -421,7 +304,7 @@ client_read(Client *c)
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
 			return;
-		broker_close_client(c);
+		close_client(c);
 		return;
 	}
 }
@@ -901,7 +784,7 @@ close_target_clients(int t)
 {
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
-			broker_close_client(clients[i]);
+			close_client(clients[i]);
 }
 
 /*
@@ -914,7 +797,7 @@ fail_upstream(Upstream *u, const char *why)
 {
 	int			t = u->target;
 	redisContext *ctx = u->ctx;
-	Client	  **owed = palloc(sizeof(Client *) * Max(u->count, 1));
+	Client	  **owed = palloc(sizeof(Client *) * (u->count + broker_pool_members(u) + 1));
 	int			n = 0;
 
 	ereport(LOG,
@@ -926,17 +809,17 @@ fail_upstream(Upstream *u, const char *why)
 	 */
 	u->ctx = NULL;
 	if (u->pool)
-		broker_pool_fail(u);
+		n = broker_pool_fail(u, owed);
 	while (u->count > 0)
 	{
-		Client	   *c = pending_client(fifo_head(u));
+		Client	   *c = pending_client(broker_fifo_head(u));
 
 		if (c != NULL)
 			owed[n++] = c;
-		fifo_pop(u);
+		broker_fifo_pop(u);
 	}
 	for (int i = 0; i < n; i++)
-		broker_close_client(owed[i]);
+		close_client(owed[i]);
 	pfree(owed);
 	redis_close_context(ctx);
 	if (!u->side)
@@ -987,12 +870,12 @@ upstream_write(Upstream *u)
 static void
 deliver(Upstream *u, redisReply *reply)
 {
-	Pending		pend = *fifo_head(u);
+	Pending		pend = *broker_fifo_head(u);
 	Client	   *c = pending_client(&pend);
 
-	fifo_pop(u);
+	broker_fifo_pop(u);
 	if (pend.what != PEND_CLIENT)
-		broker_pool_reply(u, &pend, reply);
+		broker_pool_reply(&pend, reply);
 	else if (c != NULL)
 	{
 		broker_encode_reply(c, reply);
@@ -1078,53 +961,6 @@ command_deadline(const redisReply *cmd, TimestampTz now)
 									   BROKER_TIMEOUT_MARGIN_MS + (int64) wait_ms);
 }
 
-/* The deadline of a command sent now that waits wait_ms by itself */
-TimestampTz
-broker_command_deadline(int64 wait_ms)
-{
-	return TimestampTzPlusMilliseconds(redsem_now(), redsem_command_timeout_ms +
-									   BROKER_TIMEOUT_MARGIN_MS + wait_ms);
-}
-
-/* Queue an append of a formatted command and its pending entry on u */
-static bool
-queue_formatted(Upstream *u, char *formatted, int len, Pending p)
-{
-	bool		ok;
-
-	if (len < 0)
-		return false;
-	ok = redisAppendFormattedCommand(u->ctx, formatted, len) == REDIS_OK;
-	redisFreeCommand(formatted);
-	if (!ok)
-		return false;
-	/* (deadlines only rise along a FIFO: the head's is the one checked) */
-	if (u->count > 0)
-		p.deadline = Max(p.deadline, u->fifo[(u->head + u->count - 1) % u->cap].deadline);
-	fifo_push(u, p);
-	u->want_write = true;
-	return true;
-}
-
-/*
- * Queue a command of the broker's own on upstream u (what: whose, pool:
- * the wait pool it is for); false if out of memory
- */
-bool
-broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int pool,
-				TimestampTz deadline)
-{
-	char	   *formatted;
-	int			len = redisFormatCommandArgv(&formatted, argc, argv, NULL);
-	Pending		p;
-
-	p.what = what;
-	p.client = pool;
-	p.generation = 0;
-	p.deadline = deadline;
-	return queue_formatted(u, formatted, len, p);
-}
-
 /* Queue a client's request on an upstream; false if out of memory */
 static bool
 send_upstream(Client *c, Upstream *u, const redisReply *cmd)
@@ -1147,7 +983,7 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	p.client = c->index;
 	p.generation = c->generation;
 	p.deadline = command_deadline(cmd, redsem_now());
-	if (!queue_formatted(u, formatted, len, p))
+	if (!broker_queue_formatted(u, formatted, len, p))
 		return false;
 	c->outstanding++;
 	c->last_up = u->index;
@@ -1166,7 +1002,7 @@ take_request(Client *c)
 		return false;
 	if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
 	{
-		broker_close_client(c);
+		close_client(c);
 		return false;
 	}
 	if (r == NULL)
@@ -1175,14 +1011,14 @@ take_request(Client *c)
 	if (cmd->type != REDIS_REPLY_ARRAY || cmd->elements == 0)
 	{
 		freeReplyObject(cmd);
-		broker_close_client(c);
+		close_client(c);
 		return false;
 	}
 	for (size_t i = 0; i < cmd->elements; i++)
 		if (cmd->element[i]->type != REDIS_REPLY_STRING)
 		{
 			freeReplyObject(cmd);
-			broker_close_client(c);
+			close_client(c);
 			return false;
 		}
 	c->held[c->n_held++] = cmd;
@@ -1378,7 +1214,7 @@ send_wait(Client *c)
 
 	if (u == NULL && c->last_up >= 0)
 	{
-		broker_close_client(c);
+		close_client(c);
 		return false;
 	}
 	if (u == NULL)
@@ -1416,7 +1252,7 @@ process_client(Client *c)
 		{
 			if (!bind_target(c, cmd))
 			{
-				broker_close_client(c);
+				close_client(c);
 				return;
 			}
 			drop_held(c, 1);
@@ -1424,7 +1260,7 @@ process_client(Client *c)
 		}
 		if (c->target < 0)
 		{
-			broker_close_client(c);
+			close_client(c);
 			return;
 		}
 		if (is_command(cmd, "BLPOP"))
@@ -1606,7 +1442,7 @@ check_deadlines(TimestampTz now)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->count > 0 && fifo_head(u)->deadline <= now)
+		if (u->ctx != NULL && u->count > 0 && broker_fifo_head(u)->deadline <= now)
 			fail_upstream(u, "no answer within redsem.command_timeout");
 	}
 }
@@ -1622,7 +1458,7 @@ sleep_ms(TimestampTz now)
 		Upstream   *u = upstreams[i];
 
 		if (u->ctx != NULL && u->count > 0)
-			until = Min(until, fifo_head(u)->deadline);
+			until = Min(until, broker_fifo_head(u)->deadline);
 	}
 	for (int i = 0; i < n_openings; i++)
 		if (openings[i]->o.pid != 0)

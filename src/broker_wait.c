@@ -28,7 +28,7 @@
 
 #include "utils/memutils.h"
 
-#include "broker_int.h"
+#include "broker_wait.h"
 #include "clock.h"
 #include "cluster.h"
 #include "timing.h"
@@ -263,7 +263,7 @@ pool_answered(WaitPool *p, const redisReply *reply)
 
 /* A reply to a command of a pool's own (pend names the pool) */
 void
-broker_pool_reply(Upstream *u, const Pending *pend, redisReply *reply)
+broker_pool_reply(const Pending *pend, redisReply *reply)
 {
 	WaitPool   *p = &pools[pend->client];
 
@@ -286,14 +286,27 @@ broker_pool_reply(Upstream *u, const Pending *pend, redisReply *reply)
 	}
 }
 
-/*
- * Pool connection u failed: every waiter in its pool loses its BLPOP, as
- * with a connection of its own (closed: 08006, and acquire tries again
- * within its wait)
- */
-void
-broker_pool_fail(Upstream *u)
+/* How many waiters are in the pool of connection u (0: not a pool's) */
+int
+broker_pool_members(Upstream *u)
 {
+	for (int i = 0; i < n_pools; i++)
+		if (pools[i].upstream == u->index && pools[i].up_gen == u->gen)
+			return pools[i].n_members;
+	return 0;
+}
+
+/*
+ * Pool connection u failed: its pool has none now, and every waiter in it
+ * loses its BLPOP, as with a connection of its own: put in lost (room for
+ * broker_pool_members(u)), for the caller to close (08006, and acquire
+ * tries again within its wait); how many
+ */
+int
+broker_pool_fail(Upstream *u, Client **lost)
+{
+	int			n = 0;
+
 	for (int i = 0; i < n_pools; i++)
 	{
 		WaitPool   *p = &pools[i];
@@ -307,11 +320,14 @@ broker_pool_fail(Upstream *u)
 			Client	   *c = member_client(&p->members[0]);
 
 			if (c != NULL)
-				broker_close_client(c);		/* (takes it out) */
-			else
-				remove_member(p, 0);
+			{
+				c->in_pool = false;
+				lost[n++] = c;
+			}
+			remove_member(p, 0);
 		}
 	}
+	return n;
 }
 
 /* Send pool i's BLPOP, naming every waiter in it */

@@ -272,6 +272,28 @@ $_->query_ok(q{SELECT redsem_release_all();}) for ($rep, $plain, $wrong);
 $_->quit for ($rep, $wrong);
 
 ###########################################################################
+note 'a Redis user that may not run CLIENT UNBLOCK: waiters are still served, in order';
+
+$redis->cli('ACL', 'SETUSER', 'nounblock', 'on', '>s3cret-Tq9', '~*', '&*', '+@all', '-client|unblock');
+my @nu = map { session("nu$_") } 1 .. 3;
+$_->query_ok(qq{SET redsem."user" = 'nounblock'; SET redsem.password_file = '$good_pw';}) for @nu;
+is($nu[0]->query_ok(q{SELECT redsem_acquire('nub', 1, '60 s') IS NOT NULL;}), 't', 'a holder');
+$nu[1]->send(q{SELECT redsem_acquire('nub', 1, '60 s', wait => '20 s') IS NOT NULL;});
+ok(defined wait_until(20, sub { $redis->zcard('nub', 'waiting') == 1 }), 'a first waiter');
+RedsemTest::sleep_full(0.2);
+# (its join tries CLIENT UNBLOCK, refused: the pool's BLPOP then ends every 100 ms)
+$nu[2]->send(q{SELECT redsem_acquire('nub', 1, '60 s', wait => '20 s') IS NOT NULL;});
+ok(defined wait_until(20, sub { $redis->zcard('nub', 'waiting') == 2 }), 'a second waiter joins');
+$nu[0]->query_ok(q{SELECT redsem_release_all();});
+($out, $err) = $nu[1]->wait_done(20);
+is("$out|$err", 't|', 'the first waiter gets the slot');
+$nu[1]->query_ok(q{SELECT redsem_release_all();});
+($out, $err) = $nu[2]->wait_done(20);
+is("$out|$err", 't|', 'then the second, which joined while the pool\'s BLPOP was out');
+$nu[2]->query_ok(q{SELECT redsem_release_all();});
+$_->quit for @nu;
+
+###########################################################################
 note 'Redis down: the broker\'s failure to connect keeps direct mode\'s SQLSTATE';
 
 $_->quit for ($sa, $sb, $sc);

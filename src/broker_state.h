@@ -1,11 +1,12 @@
 /*
- * broker_int.h
- *		What the broker's files share (broker_loop.c, broker_wait.c): its
- *		clients (backends' links), targets and upstream connections.  Only
- *		the broker child includes it.
+ * broker_state.h
+ *		The broker's state (broker_state.c), shared by its loop
+ *		(broker_loop.c) and its wait pools (broker_wait.c): its clients
+ *		(backends' links), targets and upstream connections.  Only the
+ *		broker child uses it.
  */
-#ifndef REDSEM_BROKER_INT_H
-#define REDSEM_BROKER_INT_H
+#ifndef REDSEM_BROKER_STATE_H
+#define REDSEM_BROKER_STATE_H
 
 #include "hiredis.h"
 
@@ -123,24 +124,15 @@ extern Target *targets;
 extern int	n_targets;
 extern bool set_dirty;
 
-/* broker_loop.c */
-extern void broker_encode_reply(Client *c, const redisReply *r);
 extern void broker_out_append(Client *c, const char *data, size_t len);
-extern void broker_close_client(Client *c);
+extern void broker_out_line(Client *c, char prefix, const char *text, size_t len);
+extern void broker_encode_reply(Client *c, const redisReply *r);
+extern void broker_fifo_push(Upstream *u, Pending p);
+extern Pending *broker_fifo_head(Upstream *u);
+extern void broker_fifo_pop(Upstream *u);
+extern TimestampTz broker_command_deadline(int64 wait_ms);
+extern bool broker_queue_formatted(Upstream *u, char *formatted, int len, Pending p);
 extern bool broker_send_own(Upstream *u, int argc, const char **argv, PendKind what,
 							int pool, TimestampTz deadline);
-extern TimestampTz broker_command_deadline(int64 wait_ms);
 
-/* broker_wait.c: waits without a connection each */
-extern int	broker_pool_for(const Client *c, const redisReply *cmd);
-extern bool broker_pool_usable(int p);
-extern void broker_pool_attach(int p, Upstream *u);
-extern void broker_pool_join(int p, Client *c, const redisReply *cmd);
-extern void broker_pool_leave(const Client *c);
-extern void broker_pool_reply(Upstream *u, const Pending *pend, redisReply *reply);
-extern void broker_pool_fail(Upstream *u);
-extern void broker_pool_kick(void);
-extern void broker_pool_check(TimestampTz now);
-extern TimestampTz broker_pool_next_deadline(TimestampTz until);
-
-#endif							/* REDSEM_BROKER_INT_H */
+#endif							/* REDSEM_BROKER_STATE_H */
