@@ -290,6 +290,8 @@ is("$out|$err", 't|', 'the first waiter gets the slot');
 $nu[1]->query_ok(q{SELECT redsem_release_all();});
 ($out, $err) = $nu[2]->wait_done(20);
 is("$out|$err", 't|', 'then the second, which joined while the pool\'s BLPOP was out');
+like($redis->cli('INFO', 'commandstats') // '', qr/cmdstat_client\|unblock:[^\n]*rejected_calls=[1-9]/,
+	'its CLIENT UNBLOCK was tried, and refused');
 $nu[2]->query_ok(q{SELECT redsem_release_all();});
 $_->quit for @nu;
 
