@@ -875,7 +875,10 @@ deliver(Upstream *u, redisReply *reply)
 
 	broker_fifo_pop(u);
 	if (pend.what != PEND_CLIENT)
-		broker_pool_reply(&pend, reply);
+	{
+		if (broker_pool_reply(&pend, reply))
+			reply = NULL;		/* (kept by the pool) */
+	}
 	else if (c != NULL)
 	{
 		broker_encode_reply(c, reply);
@@ -890,7 +893,8 @@ deliver(Upstream *u, redisReply *reply)
 	}
 	if (u->side && u->count == 0)
 		u->idle_since = redsem_now();
-	freeReplyObject(reply);
+	if (reply != NULL)
+		freeReplyObject(reply);
 }
 
 /* Read what an upstream sent and hand over every whole reply */

@@ -10,19 +10,28 @@
  * the lists of every waiter in it.  Redis answers that BLPOP with the first
  * list that has an element, popped; the broker hands the answer to the
  * waiter whose list it is, as its own BLPOP's answer, and sends the pool's
- * BLPOP again for the waiters left.  A waiter that joins while the BLPOP is
- * out ends it at once with CLIENT UNBLOCK (on the target's shared
- * connection), so that the next BLPOP names it too (timing.h).
+ * BLPOP again.  A waiter that joins with lists the BLPOP out does not name
+ * ends it at once with CLIENT UNBLOCK (on another connection of the
+ * target), so that the next one names them too (timing.h).
+ *
+ * A waiter answered (its wake-up, or a nil at its own timeout: the broker
+ * keeps that timer) stays in the pool as a ghost for BROKER_POOL_GHOST_MS:
+ * its lists are still named, and an element popped from them meanwhile is
+ * kept (its stash) and handed over when the waiter's next BLPOP names the
+ * same lists, as Redis would have handed it from the list.  So a waiter
+ * that looks again (a nil, wait_check, BLPOP again) costs Redis no new
+ * BLPOP, and nothing popped for it is lost; a stash not taken within
+ * BROKER_POOL_GHOST_MS goes with its ghost, as a backend's own BLPOP answer
+ * is lost when the backend dies with it unread.
  *
  * Why every guarantee holds: who is promoted, and in which order, is
  * decided by the script, which pushes to the promoted waiter's own list
- * (I3-I6); the broker only carries the news.  The list stays the record: a
- * wake-up pushed before its waiter is named by a BLPOP waits in it for the
- * next one.  The broker answers a waiter's timeout itself (a nil, as
- * Redis's BLPOP would); a wake-up popped after its waiter was answered or
- * left is dropped, as a backend's own BLPOP answer is lost when the backend
- * dies with it unread: the promotion stays in Redis, and the waiter's next
- * look (wait_check or give_up) confirms it (I6), or its window runs out.
+ * (I3-I6); the broker only carries the news.  The list is the record until
+ * a BLPOP pops it: a wake-up pushed before its waiter is named waits there
+ * for the next BLPOP.  One popped and not handed over (a waiter that left)
+ * is the case of a backend dying with its BLPOP's answer unread: the
+ * promotion stays in Redis, and is confirmed by the waiter's next look
+ * (wait_check or give_up, I6) or runs out with its window.
  */
 #include "postgres.h"
 
@@ -33,20 +42,22 @@
 #include "cluster.h"
 #include "timing.h"
 
-/* A waiter in a pool: a client whose BLPOP is in it */
+/* A waiter in a pool (a member), or one answered lately (a ghost) */
 typedef struct PoolMember
 {
-	int			client;
+	int			client;			/* a member's client; -1: a ghost */
 	uint32		generation;		/* the client's, when it joined */
 	char	   *keys[2];		/* its wake and nudge lists */
-	TimestampTz deadline;		/* its BLPOP's timeout; DT_NOEND: none */
+	TimestampTz deadline;		/* a member's BLPOP timeout; DT_NOEND: none */
+	TimestampTz ghost_since;	/* a ghost's answer */
 	bool		armed;			/* named by the pool's BLPOP out */
+	redisReply *stash[2];		/* a ghost's: popped from keys[j], not handed over */
 } PoolMember;
 
 /* The waiters of one target (and slot) and the connection they share */
 typedef struct WaitPool
 {
-	int			target;
+	int			target;			/* -1: a free entry */
 	int			slot;			/* its keys' hash slot on a Cluster node, else -1 */
 	int			upstream;		/* its connection, -1: none */
 	uint32		up_gen;			/* ... that connection's gen */
@@ -55,6 +66,7 @@ typedef struct WaitPool
 	bool		unblock_out;	/* a CLIENT UNBLOCK of it is sent ... */
 	int			unblock_up;		/* ... on this connection */
 	uint32		unblock_gen;	/* ... (its gen) */
+	bool		poll;			/* no connection to unblock it on: poll */
 	PoolMember *members;		/* in the order they joined */
 	int			n_members;
 	int			cap;
@@ -77,19 +89,29 @@ int
 broker_pool_for(const Client *c, const redisReply *cmd)
 {
 	int			slot = pool_slot(c, cmd);
+	int			free_entry = -1;
 	WaitPool   *p;
 
 	for (int i = 0; i < n_pools; i++)
+	{
 		if (pools[i].target == c->target && pools[i].slot == slot)
 			return i;
-	pools = pools ? repalloc(pools, sizeof(WaitPool) * (n_pools + 1)) :
-		MemoryContextAlloc(broker_cxt, sizeof(WaitPool));
-	p = &pools[n_pools];
-	memset(p, 0, sizeof(WaitPool));
+		if (pools[i].target < 0 && free_entry < 0)
+			free_entry = i;
+	}
+	if (free_entry < 0)
+	{
+		pools = pools ? repalloc(pools, sizeof(WaitPool) * (n_pools + 1)) :
+			MemoryContextAlloc(broker_cxt, sizeof(WaitPool));
+		memset(&pools[n_pools], 0, sizeof(WaitPool));
+		free_entry = n_pools++;
+	}
+	p = &pools[free_entry];
 	p->target = c->target;
 	p->slot = slot;
 	p->upstream = -1;
-	return n_pools++;
+	p->n_members = 0;
+	return free_entry;
 }
 
 /* A pool's connection, or NULL if it has none (any more) */
@@ -123,6 +145,8 @@ broker_pool_attach(int i, Upstream *u)
 	p->up_gen = u->gen;
 	p->blpop_out = p->unblock_out = false;
 	p->client_id = -1;
+	for (int k = 0; k < p->n_members; k++)
+		p->members[k].armed = false;
 	if (!broker_send_own(u, 2, argv, PEND_POOL_ID, i, broker_command_deadline(0)))
 		p->client_id = 0;
 }
@@ -138,36 +162,44 @@ key_copy(const redisReply *key)
 	return s;
 }
 
-/* Put client c, whose BLPOP is cmd (two lists and a timeout), in pool i */
-void
-broker_pool_join(int i, Client *c, const redisReply *cmd)
+/* True if s is the text of key */
+static bool
+key_is(const char *s, const redisReply *key)
 {
-	WaitPool   *p = &pools[i];
-	PoolMember *m;
-	double		secs = strtod(cmd->element[3]->str, NULL);
-
-	if (p->n_members == p->cap)
-	{
-		p->cap = Max(p->cap * 2, 16);
-		p->members = p->members ? repalloc(p->members, sizeof(PoolMember) * p->cap) :
-			MemoryContextAlloc(broker_cxt, sizeof(PoolMember) * p->cap);
-	}
-	m = &p->members[p->n_members++];
-	m->client = c->index;
-	m->generation = c->generation;
-	m->keys[0] = key_copy(cmd->element[1]);
-	m->keys[1] = key_copy(cmd->element[2]);
-	m->deadline = secs > 0 ?
-		TimestampTzPlusMilliseconds(redsem_now(), (int64) (secs * 1000.0)) : DT_NOEND;
-	m->armed = false;
-	c->in_pool = true;
-	c->outstanding++;
+	return strlen(s) == key->len && memcmp(s, key->str, key->len) == 0;
 }
 
-/* Take member k out of pool p */
+/* The entry of pool p one of whose lists is key (*which: 0 or 1), or -1 */
+static int
+find_entry(const WaitPool *p, const redisReply *key, int *which)
+{
+	for (int k = 0; k < p->n_members; k++)
+		for (int j = 0; j < 2; j++)
+			if (key_is(p->members[k].keys[j], key))
+			{
+				*which = j;
+				return k;
+			}
+	return -1;
+}
+
+/* Drop what a ghost's stash holds */
+static void
+drop_stash(PoolMember *m)
+{
+	for (int j = 0; j < 2; j++)
+		if (m->stash[j] != NULL)
+		{
+			freeReplyObject(m->stash[j]);
+			m->stash[j] = NULL;
+		}
+}
+
+/* Take entry k out of pool p */
 static void
 remove_member(WaitPool *p, int k)
 {
+	drop_stash(&p->members[k]);
 	pfree(p->members[k].keys[0]);
 	pfree(p->members[k].keys[1]);
 	memmove(&p->members[k], &p->members[k + 1],
@@ -175,23 +207,35 @@ remove_member(WaitPool *p, int k)
 	p->n_members--;
 }
 
-/* The client of a member, or NULL if it left */
+/* The client of a member, or NULL if it left (or is a ghost) */
 static Client *
 member_client(const PoolMember *m)
 {
-	Client	   *c = clients[m->client];
+	Client	   *c;
 
+	if (m->client < 0)
+		return NULL;
+	c = clients[m->client];
 	return (c->fd >= 0 && c->generation == m->generation) ? c : NULL;
 }
 
+/* Make entry m a ghost (answered, or its client left) */
+static void
+make_ghost(PoolMember *m)
+{
+	m->client = -1;
+	m->deadline = DT_NOEND;
+	m->ghost_since = redsem_now();
+}
+
 /*
- * Answer member k of pool p with reply r, as its own BLPOP's (NULL: its
- * timeout, a nil), and take it out
+ * Answer member m with reply r, as its own BLPOP's (NULL: its timeout, a
+ * nil); it stays as a ghost
  */
 static void
-answer_member(WaitPool *p, int k, const redisReply *r)
+answer_member(PoolMember *m, const redisReply *r)
 {
-	Client	   *c = member_client(&p->members[k]);
+	Client	   *c = member_client(m);
 
 	if (c != NULL)
 	{
@@ -203,10 +247,63 @@ answer_member(WaitPool *p, int k, const redisReply *r)
 		c->in_pool = false;
 		c->process = true;
 	}
-	remove_member(p, k);
+	make_ghost(m);
 }
 
-/* Take a client that is closing out of its pool */
+/* Grow pool p's entries for one more */
+static void
+grow(WaitPool *p)
+{
+	if (p->n_members < p->cap)
+		return;
+	p->cap = Max(p->cap * 2, 16);
+	p->members = p->members ? repalloc(p->members, sizeof(PoolMember) * p->cap) :
+		MemoryContextAlloc(broker_cxt, sizeof(PoolMember) * p->cap);
+}
+
+/*
+ * Put client c, whose BLPOP is cmd (two lists and a timeout), in pool i: a
+ * ghost of the same lists comes back (answered at once from its stash, if
+ * it holds one), else a new entry
+ */
+void
+broker_pool_join(int i, Client *c, const redisReply *cmd)
+{
+	WaitPool   *p = &pools[i];
+	double		secs = strtod(cmd->element[3]->str, NULL);
+	int			j = 0;
+	int			k = find_entry(p, cmd->element[1], &j);
+	PoolMember *m;
+
+	if (k < 0 || p->members[k].client >= 0 || j != 0 ||
+		!key_is(p->members[k].keys[1], cmd->element[2]))
+	{
+		grow(p);
+		k = p->n_members++;
+		m = &p->members[k];
+		memset(m, 0, sizeof(PoolMember));
+		m->keys[0] = key_copy(cmd->element[1]);
+		m->keys[1] = key_copy(cmd->element[2]);
+	}
+	m = &p->members[k];
+	m->client = c->index;
+	m->generation = c->generation;
+	m->deadline = secs > 0 ?
+		TimestampTzPlusMilliseconds(redsem_now(), (int64) (secs * 1000.0)) : DT_NOEND;
+	c->in_pool = true;
+	c->outstanding++;
+	/* (the wake list first, as BLPOP names it first) */
+	for (j = 0; j < 2; j++)
+		if (m->stash[j] != NULL)
+		{
+			answer_member(m, m->stash[j]);
+			freeReplyObject(m->stash[j]);
+			m->stash[j] = NULL;
+			break;
+		}
+}
+
+/* Make the entries of a client that is closing ghosts */
 void
 broker_pool_leave(const Client *c)
 {
@@ -214,55 +311,67 @@ broker_pool_leave(const Client *c)
 		for (int k = 0; k < pools[i].n_members; k++)
 			if (pools[i].members[k].client == c->index &&
 				pools[i].members[k].generation == c->generation)
-				remove_member(&pools[i], k--);
-}
-
-/* The member of pool p one of whose lists is key, or -1 */
-static int
-find_member(const WaitPool *p, const redisReply *key)
-{
-	for (int k = 0; k < p->n_members; k++)
-		for (int j = 0; j < 2; j++)
-			if (strlen(p->members[k].keys[j]) == key->len &&
-				memcmp(p->members[k].keys[j], key->str, key->len) == 0)
-				return k;
-	return -1;
+				make_ghost(&pools[i].members[k]);
 }
 
 /*
- * Pool p's BLPOP was answered: a wake-up goes to the waiter whose list it
- * came from (dropped if it left: see the top); an error (MOVED, a refusal)
- * to every waiter the BLPOP named, as from its own; a nil (the pool's
- * cycle, or CLIENT UNBLOCK) to nobody
+ * Pool p's BLPOP was answered: a wake-up goes to the member whose list it
+ * came from, or into a ghost's stash (true: reply kept); an error (MOVED,
+ * a refusal) to every member the BLPOP named, as from its own, and every
+ * entry it named goes (a ghost would only meet it again); a nil (the
+ * pool's cycle, or CLIENT UNBLOCK) to nobody
  */
-static void
-pool_answered(WaitPool *p, const redisReply *reply)
+static bool
+pool_answered(WaitPool *p, redisReply *reply)
 {
+	bool		kept = false;
+
 	p->blpop_out = false;
 	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
 		reply->element[0]->type == REDIS_REPLY_STRING)
 	{
-		int			k = find_member(p, reply->element[0]);
+		int			j = 0;
+		int			k = find_entry(p, reply->element[0], &j);
 
-		if (k >= 0)
-			answer_member(p, k, reply);
+		if (k >= 0 && p->members[k].client >= 0)
+			answer_member(&p->members[k], reply);
+		else if (k >= 0 && p->members[k].stash[j] == NULL)
+		{
+			p->members[k].stash[j] = reply;
+			kept = true;
+		}
 	}
 	else if (reply->type == REDIS_REPLY_ERROR)
 	{
 		for (int k = 0; k < p->n_members;)
 		{
 			if (p->members[k].armed)
-				answer_member(p, k, reply);
+			{
+				answer_member(&p->members[k], reply);
+				remove_member(p, k);
+			}
 			else
 				k++;
 		}
 	}
 	for (int k = 0; k < p->n_members; k++)
 		p->members[k].armed = false;
+	return kept;
 }
 
-/* A reply to a command of a pool's own (pend names the pool) */
-void
+/* True if an error reply says the command is not allowed or not known */
+static bool
+refused(const redisReply *reply)
+{
+	return reply->type == REDIS_REPLY_ERROR &&
+		(strncmp(reply->str, "NOPERM", 6) == 0 || strncmp(reply->str, "ERR unknown", 11) == 0);
+}
+
+/*
+ * A reply to a command of a pool's own (pend names the pool); true if the
+ * pool kept the reply
+ */
+bool
 broker_pool_reply(const Pending *pend, redisReply *reply)
 {
 	WaitPool   *p = &pools[pend->client];
@@ -275,15 +384,15 @@ broker_pool_reply(const Pending *pend, redisReply *reply)
 		case PEND_POOL_UNBLOCK:
 			p->unblock_out = false;
 			/* (a user that may not run it: the pool's BLPOP ends often instead) */
-			if (reply->type == REDIS_REPLY_ERROR)
+			if (refused(reply))
 				p->client_id = 0;
 			break;
 		case PEND_POOL_WAIT:
-			pool_answered(p, reply);
-			break;
+			return pool_answered(p, reply);
 		case PEND_CLIENT:
 			break;
 	}
+	return false;
 }
 
 /* How many waiters are in the pool of connection u (0: not a pool's) */
@@ -291,7 +400,7 @@ int
 broker_pool_members(Upstream *u)
 {
 	for (int i = 0; i < n_pools; i++)
-		if (pools[i].upstream == u->index && pools[i].up_gen == u->gen)
+		if (pools[i].target >= 0 && pools[i].upstream == u->index && pools[i].up_gen == u->gen)
 			return pools[i].n_members;
 	return 0;
 }
@@ -300,7 +409,7 @@ broker_pool_members(Upstream *u)
  * Pool connection u failed: its pool has none now, and every waiter in it
  * loses its BLPOP, as with a connection of its own: put in lost (room for
  * broker_pool_members(u)), for the caller to close (08006, and acquire
- * tries again within its wait); how many
+ * tries again within its wait); how many.  Its ghosts go.
  */
 int
 broker_pool_fail(Upstream *u, Client **lost)
@@ -311,7 +420,7 @@ broker_pool_fail(Upstream *u, Client **lost)
 	{
 		WaitPool   *p = &pools[i];
 
-		if (p->upstream != u->index || p->up_gen != u->gen)
+		if (p->target < 0 || p->upstream != u->index || p->up_gen != u->gen)
 			continue;
 		p->upstream = -1;
 		p->blpop_out = p->unblock_out = false;
@@ -330,16 +439,36 @@ broker_pool_fail(Upstream *u, Client **lost)
 	return n;
 }
 
-/* Send pool i's BLPOP, naming every waiter in it */
+/* Take out pool p's ghosts past BROKER_POOL_GHOST_MS, and their stashes */
+static void
+prune_ghosts(WaitPool *p, TimestampTz now)
+{
+	for (int k = 0; k < p->n_members;)
+	{
+		PoolMember *m = &p->members[k];
+
+		if (m->client < 0 &&
+			now - m->ghost_since >= (TimestampTz) BROKER_POOL_GHOST_MS * 1000)
+			remove_member(p, k);
+		else
+			k++;
+	}
+}
+
+/* Send pool i's BLPOP, naming every entry's lists */
 static void
 send_blpop(int i, Upstream *u)
 {
 	WaitPool   *p = &pools[i];
-	int			argc = 2 + 2 * p->n_members;
-	const char **argv = palloc(sizeof(char *) * argc);
-	int			cycle_ms = p->client_id > 0 ? BROKER_POOL_CYCLE_MS : BROKER_POOL_POLL_MS;
+	int			argc;
+	const char **argv;
+	int			cycle_ms;
 	char		secs[32];
 
+	prune_ghosts(p, redsem_now());
+	argc = 2 + 2 * p->n_members;
+	argv = palloc(sizeof(char *) * argc);
+	cycle_ms = (p->client_id > 0 && !p->poll) ? BROKER_POOL_CYCLE_MS : BROKER_POOL_POLL_MS;
 	snprintf(secs, sizeof(secs), "%.3f", cycle_ms / 1000.0);
 	argv[0] = "BLPOP";
 	for (int k = 0; k < p->n_members; k++)
@@ -354,19 +483,40 @@ send_blpop(int i, Upstream *u)
 	pfree(argv);
 }
 
-/* End pool i's BLPOP out with CLIENT UNBLOCK, on its target's shared connection */
+/*
+ * A connection of pool p's target to send its CLIENT UNBLOCK on: the
+ * shared one, or an idle side one (not behind a blocking command); NULL if
+ * none
+ */
+static Upstream *
+unblock_upstream(const WaitPool *p)
+{
+	int			shared = targets[p->target].shared;
+
+	if (shared >= 0 && upstreams[shared]->ctx != NULL)
+		return upstreams[shared];
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->target == p->target && !u->pool && u->count == 0)
+			return u;
+	}
+	return NULL;
+}
+
+/* End pool i's BLPOP out with CLIENT UNBLOCK, on another connection */
 static void
 send_unblock(int i)
 {
 	WaitPool   *p = &pools[i];
-	int			shared = targets[p->target].shared;
+	Upstream   *s = unblock_upstream(p);
 	char		id[32];
 	const char *argv[3] = {"CLIENT", "UNBLOCK", id};
-	Upstream   *s;
 
-	if (shared < 0 || upstreams[shared]->ctx == NULL)
-		return;					/* (the cycle ends it) */
-	s = upstreams[shared];
+	p->poll = (s == NULL);		/* (none: the next BLPOP ends soon instead) */
+	if (s == NULL)
+		return;
 	snprintf(id, sizeof(id), "%lld", p->client_id);
 	if (!broker_send_own(s, 3, argv, PEND_POOL_UNBLOCK, i, broker_command_deadline(0)))
 		return;
@@ -375,19 +525,31 @@ send_unblock(int i)
 	p->unblock_gen = s->gen;
 }
 
-/* True if pool p has a waiter its BLPOP out does not name */
+/* True if pool p has a member its BLPOP out does not name */
 static bool
 has_unarmed(const WaitPool *p)
 {
 	for (int k = 0; k < p->n_members; k++)
-		if (!p->members[k].armed)
+		if (p->members[k].client >= 0 && !p->members[k].armed)
 			return true;
 	return false;
 }
 
+/* How many members (not ghosts) pool p has */
+static int
+live_members(const WaitPool *p)
+{
+	int			n = 0;
+
+	for (int k = 0; k < p->n_members; k++)
+		n += p->members[k].client >= 0;
+	return n;
+}
+
 /*
- * Send each pool's BLPOP where none is out and it has waiters; end the
- * one out where it leaves out a waiter that joined since
+ * Send each pool's BLPOP where none is out and it has members; end the one
+ * out where it leaves out a member that joined since; free a pool with
+ * neither entries nor a connection
  */
 void
 broker_pool_kick(void)
@@ -395,9 +557,19 @@ broker_pool_kick(void)
 	for (int i = 0; i < n_pools; i++)
 	{
 		WaitPool   *p = &pools[i];
-		Upstream   *u = pool_upstream(p);
+		Upstream   *u;
 
-		if (u == NULL || p->n_members == 0)
+		if (p->target < 0)
+			continue;
+		u = pool_upstream(p);
+		if (u == NULL && !p->blpop_out)
+			prune_ghosts(p, redsem_now());
+		if (u == NULL && p->n_members == 0)
+		{
+			p->target = -1;		/* (free; its index may name it again) */
+			continue;
+		}
+		if (u == NULL || live_members(p) == 0)
 			continue;
 		/* (a CLIENT UNBLOCK whose connection failed since is not coming back) */
 		if (p->unblock_out &&
@@ -411,26 +583,27 @@ broker_pool_kick(void)
 	}
 }
 
-/* Answer every waiter whose own BLPOP timeout has come (a nil) */
+/* Answer every member whose own BLPOP timeout has come (a nil) */
 void
 broker_pool_check(TimestampTz now)
 {
 	for (int i = 0; i < n_pools; i++)
-		for (int k = 0; k < pools[i].n_members;)
+		for (int k = 0; k < pools[i].n_members; k++)
 		{
-			if (pools[i].members[k].deadline <= now)
-				answer_member(&pools[i], k, NULL);
-			else
-				k++;
+			PoolMember *m = &pools[i].members[k];
+
+			if (m->client >= 0 && m->deadline <= now)
+				answer_member(m, NULL);
 		}
 }
 
-/* The earlier of until and every waiter's timeout */
+/* The earlier of until and every member's timeout */
 TimestampTz
 broker_pool_next_deadline(TimestampTz until)
 {
 	for (int i = 0; i < n_pools; i++)
 		for (int k = 0; k < pools[i].n_members; k++)
-			until = Min(until, pools[i].members[k].deadline);
+			if (pools[i].members[k].client >= 0)
+				until = Min(until, pools[i].members[k].deadline);
 	return until;
 }

@@ -13,7 +13,7 @@ extern bool broker_pool_usable(int p);
 extern void broker_pool_attach(int p, Upstream *u);
 extern void broker_pool_join(int p, Client *c, const redisReply *cmd);
 extern void broker_pool_leave(const Client *c);
-extern void broker_pool_reply(const Pending *pend, redisReply *reply);
+extern bool broker_pool_reply(const Pending *pend, redisReply *reply);
 extern int	broker_pool_fail(Upstream *u, Client **lost);
 extern int	broker_pool_members(Upstream *u);
 extern void broker_pool_kick(void);

@@ -250,7 +250,10 @@
  * ends the BLPOP out), or, for a Redis user that may not run CLIENT
  * UNBLOCK, at the next BLPOP, which then ends every BROKER_POOL_POLL_MS.
  * Each waiter is answered at its own BLPOP timeout by the broker, not by
- * Redis, so neither bounds a waiter's own wait.
+ * Redis, so neither bounds a waiter's own wait.  An answered waiter's lists
+ * stay named for BROKER_POOL_GHOST_MS (PROMOTION_WINDOW_MS: a wake-up kept
+ * longer is of a promotion already lapsed), and what is popped from them
+ * meanwhile is kept for its next BLPOP.
  */
 #define BROKER_CONNECT_RETRY_MS			10
 #define BROKER_QUICK_DEATH_MS			1000
@@ -265,6 +268,7 @@
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_POOL_CYCLE_MS			1000
 #define BROKER_POOL_POLL_MS				100
+#define BROKER_POOL_GHOST_MS			PROMOTION_WINDOW_MS
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it

@@ -134,6 +134,24 @@ is($werr, '', 'the waiter gets the slot within its wait') or diag($werr);
 $waiter->query_ok(q{SELECT redsem_release_all();});
 $_->quit for ($holder, $waiter);
 
+###########################################################################
+note 'a wake-up pushed just after a waiter\'s timeout is kept for its next BLPOP';
+
+# (the wait pool's BLPOP still names the lists of a waiter the broker has
+# answered at its own timeout; what it pops for them waits in the broker)
+my $w = raw_link($primary->socket);
+my $pusher = RedsemTest::RESP->new($primary->socket);
+ok(!defined $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '0.3'), 'the waiter\'s BLPOP times out: a nil');
+is($pusher->cmd('RPUSH', 'pool:wake', 'ticket-1'), 1, 'its wake-up is pushed right after');
+RedsemTest::sleep_full(0.1);
+my $t1 = time;
+my $got = $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '5');
+is(ref $got ? join(' ', @$got) : text_of($got // 'nil'), 'pool:wake ticket-1',
+	'its next BLPOP gets it, as from the list');
+cmp_ok(time - $t1, '<', 1, 'at once');
+is($pusher->cmd('LLEN', 'pool:wake'), 0, 'and the list is empty, as after its own BLPOP');
+ok(!defined $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '0.2'), 'nothing is handed over twice');
+
 node_log_is_clean($node);
 $node->stop;
 done_testing();
