@@ -372,6 +372,13 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 				if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)
 					continue;
 			}
+			/*
+			 * (a wake-up ticket not above our own place's is of a promotion
+			 * before that place, since taken back: I7 makes a promotion's
+			 * ticket rise above the waiter's; look again instead)
+			 */
+			if (ticket > 0 && r->state == SEM_WAITING && ticket <= r->ticket)
+				ticket = 0;
 			if (ticket > 0 && promoted_in_time(args, hold, ticket, checked, r))
 			{
 				*sent = checked;

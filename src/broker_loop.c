@@ -875,10 +875,7 @@ deliver(Upstream *u, redisReply *reply)
 
 	broker_fifo_pop(u);
 	if (pend.what != PEND_CLIENT)
-	{
-		if (broker_pool_reply(&pend, reply))
-			reply = NULL;		/* (kept by the pool) */
-	}
+		broker_pool_reply(&pend, reply);
 	else if (c != NULL)
 	{
 		broker_encode_reply(c, reply);
@@ -893,8 +890,7 @@ deliver(Upstream *u, redisReply *reply)
 	}
 	if (u->side && u->count == 0)
 		u->idle_since = redsem_now();
-	if (reply != NULL)
-		freeReplyObject(reply);
+	freeReplyObject(reply);
 }
 
 /* Read what an upstream sent and hand over every whole reply */
@@ -1134,7 +1130,10 @@ send_side(Client *c, int n)
  * Put a client's BLPOP of its wake and nudge keys in the wait pool of its
  * target (and slot): one BLPOP on the pool's connection waits for every
  * waiter in it (broker_wait.c).  A pool without a connection takes an idle
- * side one, or has one opened while the client waits.
+ * side one, or has one opened while the client waits.  While the pool's
+ * BLPOP out cannot be ended (no other connection of the target to send
+ * CLIENT UNBLOCK on: a WAIT holds it), the client's BLPOP goes on a side
+ * connection of its own.
  */
 static bool
 send_pool(Client *c)
@@ -1157,6 +1156,8 @@ send_pool(Client *c)
 		}
 		broker_pool_attach(p, u);
 	}
+	else if (!broker_pool_can_take(p))
+		return send_side(c, 1); /* (its BLPOP out cannot be ended now) */
 	c->waiting = c->waiting_side = false;
 	c->waiting_pool = -1;
 	broker_pool_join(p, c, c->held[0]);

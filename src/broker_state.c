@@ -166,11 +166,12 @@ broker_queue_formatted(Upstream *u, char *formatted, int len, Pending p)
 
 /*
  * Queue a command of the broker's own on upstream u (what: whose, pool:
- * the wait pool it is for); false if out of memory
+ * the wait pool it is for, pool_gen: that pool's gen); false if out of
+ * memory
  */
 bool
 broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int pool,
-				TimestampTz deadline)
+				uint32 pool_gen, TimestampTz deadline)
 {
 	char	   *formatted;
 	int			len = redisFormatCommandArgv(&formatted, argc, argv, NULL);
@@ -178,7 +179,7 @@ broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int poo
 
 	p.what = what;
 	p.client = pool;
-	p.generation = 0;
+	p.generation = pool_gen;
 	p.deadline = deadline;
 	return broker_queue_formatted(u, formatted, len, p);
 }

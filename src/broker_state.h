@@ -37,7 +37,7 @@ typedef struct Pending
 {
 	PendKind	what;
 	int			client;			/* the client's index, or the wait pool's */
-	uint32		generation;		/* the client's, when sent */
+	uint32		generation;		/* the client's (the pool's), when sent */
 	TimestampTz deadline;		/* DT_NOEND: none */
 } Pending;
 
@@ -133,6 +133,6 @@ extern void broker_fifo_pop(Upstream *u);
 extern TimestampTz broker_command_deadline(int64 wait_ms);
 extern bool broker_queue_formatted(Upstream *u, char *formatted, int len, Pending p);
 extern bool broker_send_own(Upstream *u, int argc, const char **argv, PendKind what,
-							int pool, TimestampTz deadline);
+							int pool, uint32 pool_gen, TimestampTz deadline);
 
 #endif							/* REDSEM_BROKER_STATE_H */

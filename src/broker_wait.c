@@ -10,28 +10,26 @@
  * the lists of every waiter in it.  Redis answers that BLPOP with the first
  * list that has an element, popped; the broker hands the answer to the
  * waiter whose list it is, as its own BLPOP's answer, and sends the pool's
- * BLPOP again.  A waiter that joins with lists the BLPOP out does not name
- * ends it at once with CLIENT UNBLOCK (on another connection of the
- * target), so that the next one names them too (timing.h).
+ * BLPOP again for the waiters left.  A waiter that joins while the BLPOP is
+ * out ends it with CLIENT UNBLOCK (on another connection of the target), so
+ * that the next one names it too.
  *
- * A waiter answered (its wake-up, or a nil at its own timeout: the broker
- * keeps that timer) stays in the pool as a ghost for BROKER_POOL_GHOST_MS:
- * its lists are still named, and an element popped from them meanwhile is
- * kept (its stash) and handed over when the waiter's next BLPOP names the
- * same lists, as Redis would have handed it from the list.  So a waiter
- * that looks again (a nil, wait_check, BLPOP again) costs Redis no new
- * BLPOP, and nothing popped for it is lost; a stash not taken within
- * BROKER_POOL_GHOST_MS goes with its ghost, as a backend's own BLPOP answer
- * is lost when the backend dies with it unread.
+ * Each waiter's BLPOP keeps direct mode's meaning exactly: it is answered
+ * with what Redis popped from its lists, or with a nil once its timeout has
+ * come and a BLPOP that did not pop them has ended (the pool's BLPOP ends
+ * at the earliest timeout of the waiters it names), never with a nil while
+ * a BLPOP naming its lists is out: so the broker holds no wake-up of its
+ * own, and the lists in Redis stay the only record.  A waiter that leaves
+ * (its link closes) while named has its element popped and dropped if one
+ * comes before the BLPOP is sent again without it, as when a backend dies
+ * with its own BLPOP's answer unread: the promotion stays in Redis, and
+ * runs out with its window.
  *
- * Why every guarantee holds: who is promoted, and in which order, is
- * decided by the script, which pushes to the promoted waiter's own list
- * (I3-I6); the broker only carries the news.  The list is the record until
- * a BLPOP pops it: a wake-up pushed before its waiter is named waits there
- * for the next BLPOP.  One popped and not handed over (a waiter that left)
- * is the case of a backend dying with its BLPOP's answer unread: the
- * promotion stays in Redis, and is confirmed by the waiter's next look
- * (wait_check or give_up, I6) or runs out with its window.
+ * Cost: the BLPOP names every waiter, so Redis's work to send it again
+ * grows with them.  It is sent again after each wake-up it carries (the
+ * workload's own rate), and for joins, leaves and timeouts no sooner than
+ * BROKER_POOL_SPACING_US per waiter named after the last one (timing.h):
+ * bounded Redis time per second, whatever the number of waiters.
  */
 #include "postgres.h"
 
@@ -42,31 +40,32 @@
 #include "cluster.h"
 #include "timing.h"
 
-/* A waiter in a pool (a member), or one answered lately (a ghost) */
+/* A waiter in a pool: a client whose BLPOP is in it */
 typedef struct PoolMember
 {
-	int			client;			/* a member's client; -1: a ghost */
+	int			client;
 	uint32		generation;		/* the client's, when it joined */
 	char	   *keys[2];		/* its wake and nudge lists */
-	TimestampTz deadline;		/* a member's BLPOP timeout; DT_NOEND: none */
-	TimestampTz ghost_since;	/* a ghost's answer */
+	TimestampTz deadline;		/* its BLPOP's timeout; DT_NOEND: none */
 	bool		armed;			/* named by the pool's BLPOP out */
-	redisReply *stash[2];		/* a ghost's: popped from keys[j], not handed over */
 } PoolMember;
 
 /* The waiters of one target (and slot) and the connection they share */
 typedef struct WaitPool
 {
 	int			target;			/* -1: a free entry */
+	uint32		gen;			/* bumped each time the entry is taken */
 	int			slot;			/* its keys' hash slot on a Cluster node, else -1 */
 	int			upstream;		/* its connection, -1: none */
 	uint32		up_gen;			/* ... that connection's gen */
 	long long	client_id;		/* its CLIENT ID; -1: not known yet; 0: none */
 	bool		blpop_out;		/* its BLPOP is sent, not answered yet */
+	TimestampTz sent_at;		/* ... when */
+	int			named;			/* ... how many waiters it names */
+	bool		stale;			/* ... a waiter it names left */
 	bool		unblock_out;	/* a CLIENT UNBLOCK of it is sent ... */
 	int			unblock_up;		/* ... on this connection */
 	uint32		unblock_gen;	/* ... (its gen) */
-	bool		poll;			/* no connection to unblock it on: poll */
 	PoolMember *members;		/* in the order they joined */
 	int			n_members;
 	int			cap;
@@ -89,29 +88,32 @@ int
 broker_pool_for(const Client *c, const redisReply *cmd)
 {
 	int			slot = pool_slot(c, cmd);
-	int			free_entry = -1;
+	int			i = -1;
 	WaitPool   *p;
 
-	for (int i = 0; i < n_pools; i++)
+	for (int k = 0; k < n_pools; k++)
 	{
-		if (pools[i].target == c->target && pools[i].slot == slot)
-			return i;
-		if (pools[i].target < 0 && free_entry < 0)
-			free_entry = i;
+		if (pools[k].target == c->target && pools[k].slot == slot)
+			return k;
+		if (pools[k].target < 0 && i < 0)
+			i = k;
 	}
-	if (free_entry < 0)
+	if (i < 0)
 	{
 		pools = pools ? repalloc(pools, sizeof(WaitPool) * (n_pools + 1)) :
 			MemoryContextAlloc(broker_cxt, sizeof(WaitPool));
 		memset(&pools[n_pools], 0, sizeof(WaitPool));
-		free_entry = n_pools++;
+		i = n_pools++;
 	}
-	p = &pools[free_entry];
+	p = &pools[i];
 	p->target = c->target;
+	p->gen++;
 	p->slot = slot;
 	p->upstream = -1;
+	p->client_id = -1;
+	p->blpop_out = p->unblock_out = p->stale = false;
 	p->n_members = 0;
-	return free_entry;
+	return i;
 }
 
 /* A pool's connection, or NULL if it has none (any more) */
@@ -133,6 +135,14 @@ broker_pool_usable(int i)
 	return pool_upstream(&pools[i]) != NULL;
 }
 
+/* Queue a command of pool i's own on u */
+static bool
+send_own(int i, Upstream *u, int argc, const char **argv, PendKind what, int64 wait_ms)
+{
+	return broker_send_own(u, argc, argv, what, i, pools[i].gen,
+						   broker_command_deadline(wait_ms));
+}
+
 /* Give pool i the (idle, side) connection u; ask for its CLIENT ID */
 void
 broker_pool_attach(int i, Upstream *u)
@@ -143,11 +153,11 @@ broker_pool_attach(int i, Upstream *u)
 	u->pool = true;
 	p->upstream = u->index;
 	p->up_gen = u->gen;
-	p->blpop_out = p->unblock_out = false;
+	p->blpop_out = p->unblock_out = p->stale = false;
 	p->client_id = -1;
 	for (int k = 0; k < p->n_members; k++)
 		p->members[k].armed = false;
-	if (!broker_send_own(u, 2, argv, PEND_POOL_ID, i, broker_command_deadline(0)))
+	if (!send_own(i, u, 2, argv, PEND_POOL_ID, 0))
 		p->client_id = 0;
 }
 
@@ -169,37 +179,22 @@ key_is(const char *s, const redisReply *key)
 	return strlen(s) == key->len && memcmp(s, key->str, key->len) == 0;
 }
 
-/* The entry of pool p one of whose lists is key (*which: 0 or 1), or -1 */
+/* The member of pool p one of whose lists is key, or -1 */
 static int
-find_entry(const WaitPool *p, const redisReply *key, int *which)
+find_member(const WaitPool *p, const redisReply *key)
 {
 	for (int k = 0; k < p->n_members; k++)
-		for (int j = 0; j < 2; j++)
-			if (key_is(p->members[k].keys[j], key))
-			{
-				*which = j;
-				return k;
-			}
+		if (key_is(p->members[k].keys[0], key) || key_is(p->members[k].keys[1], key))
+			return k;
 	return -1;
 }
 
-/* Drop what a ghost's stash holds */
-static void
-drop_stash(PoolMember *m)
-{
-	for (int j = 0; j < 2; j++)
-		if (m->stash[j] != NULL)
-		{
-			freeReplyObject(m->stash[j]);
-			m->stash[j] = NULL;
-		}
-}
-
-/* Take entry k out of pool p */
+/* Take member k out of pool p */
 static void
 remove_member(WaitPool *p, int k)
 {
-	drop_stash(&p->members[k]);
+	if (p->members[k].armed)
+		p->stale = true;
 	pfree(p->members[k].keys[0]);
 	pfree(p->members[k].keys[1]);
 	memmove(&p->members[k], &p->members[k + 1],
@@ -207,35 +202,23 @@ remove_member(WaitPool *p, int k)
 	p->n_members--;
 }
 
-/* The client of a member, or NULL if it left (or is a ghost) */
+/* The client of a member, or NULL if it left */
 static Client *
 member_client(const PoolMember *m)
 {
-	Client	   *c;
+	Client	   *c = clients[m->client];
 
-	if (m->client < 0)
-		return NULL;
-	c = clients[m->client];
 	return (c->fd >= 0 && c->generation == m->generation) ? c : NULL;
 }
 
-/* Make entry m a ghost (answered, or its client left) */
-static void
-make_ghost(PoolMember *m)
-{
-	m->client = -1;
-	m->deadline = DT_NOEND;
-	m->ghost_since = redsem_now();
-}
-
 /*
- * Answer member m with reply r, as its own BLPOP's (NULL: its timeout, a
- * nil); it stays as a ghost
+ * Answer member k of pool p with reply r, as its own BLPOP's (NULL: its
+ * timeout, a nil), and take it out
  */
 static void
-answer_member(PoolMember *m, const redisReply *r)
+answer_member(WaitPool *p, int k, const redisReply *r)
 {
-	Client	   *c = member_client(m);
+	Client	   *c = member_client(&p->members[k]);
 
 	if (c != NULL)
 	{
@@ -247,63 +230,44 @@ answer_member(PoolMember *m, const redisReply *r)
 		c->in_pool = false;
 		c->process = true;
 	}
-	make_ghost(m);
-}
-
-/* Grow pool p's entries for one more */
-static void
-grow(WaitPool *p)
-{
-	if (p->n_members < p->cap)
-		return;
-	p->cap = Max(p->cap * 2, 16);
-	p->members = p->members ? repalloc(p->members, sizeof(PoolMember) * p->cap) :
-		MemoryContextAlloc(broker_cxt, sizeof(PoolMember) * p->cap);
+	p->members[k].armed = false;	/* (answered: not stale) */
+	remove_member(p, k);
 }
 
 /*
- * Put client c, whose BLPOP is cmd (two lists and a timeout), in pool i: a
- * ghost of the same lists comes back (answered at once from its stash, if
- * it holds one), else a new entry
+ * Put client c, whose BLPOP is cmd (two lists and a timeout), in pool i.
+ * A member already there with the same lists is another link of the same
+ * waiter, whose old link the broker has not seen close yet: it gives way.
  */
 void
 broker_pool_join(int i, Client *c, const redisReply *cmd)
 {
 	WaitPool   *p = &pools[i];
 	double		secs = strtod(cmd->element[3]->str, NULL);
-	int			j = 0;
-	int			k = find_entry(p, cmd->element[1], &j);
+	int			k = find_member(p, cmd->element[1]);
 	PoolMember *m;
 
-	if (k < 0 || p->members[k].client >= 0 || j != 0 ||
-		!key_is(p->members[k].keys[1], cmd->element[2]))
+	if (k >= 0)
+		remove_member(p, k);
+	if (p->n_members == p->cap)
 	{
-		grow(p);
-		k = p->n_members++;
-		m = &p->members[k];
-		memset(m, 0, sizeof(PoolMember));
-		m->keys[0] = key_copy(cmd->element[1]);
-		m->keys[1] = key_copy(cmd->element[2]);
+		p->cap = Max(p->cap * 2, 16);
+		p->members = p->members ? repalloc(p->members, sizeof(PoolMember) * p->cap) :
+			MemoryContextAlloc(broker_cxt, sizeof(PoolMember) * p->cap);
 	}
-	m = &p->members[k];
+	m = &p->members[p->n_members++];
 	m->client = c->index;
 	m->generation = c->generation;
+	m->keys[0] = key_copy(cmd->element[1]);
+	m->keys[1] = key_copy(cmd->element[2]);
 	m->deadline = secs > 0 ?
 		TimestampTzPlusMilliseconds(redsem_now(), (int64) (secs * 1000.0)) : DT_NOEND;
+	m->armed = false;
 	c->in_pool = true;
 	c->outstanding++;
-	/* (the wake list first, as BLPOP names it first) */
-	for (j = 0; j < 2; j++)
-		if (m->stash[j] != NULL)
-		{
-			answer_member(m, m->stash[j]);
-			freeReplyObject(m->stash[j]);
-			m->stash[j] = NULL;
-			break;
-		}
 }
 
-/* Make the entries of a client that is closing ghosts */
+/* Take a client that is closing out of its pool */
 void
 broker_pool_leave(const Client *c)
 {
@@ -311,52 +275,44 @@ broker_pool_leave(const Client *c)
 		for (int k = 0; k < pools[i].n_members; k++)
 			if (pools[i].members[k].client == c->index &&
 				pools[i].members[k].generation == c->generation)
-				make_ghost(&pools[i].members[k]);
+				remove_member(&pools[i], k--);
 }
 
 /*
  * Pool p's BLPOP was answered: a wake-up goes to the member whose list it
- * came from, or into a ghost's stash (true: reply kept); an error (MOVED,
- * a refusal) to every member the BLPOP named, as from its own, and every
- * entry it named goes (a ghost would only meet it again); a nil (the
- * pool's cycle, or CLIENT UNBLOCK) to nobody
+ * came from (dropped if it left); an error (MOVED, a refusal) to every
+ * member the BLPOP named, as from its own; then every member it named
+ * whose timeout has come is answered a nil
  */
-static bool
-pool_answered(WaitPool *p, redisReply *reply)
+static void
+pool_answered(WaitPool *p, const redisReply *reply)
 {
-	bool		kept = false;
+	TimestampTz now = redsem_now();
 
 	p->blpop_out = false;
+	p->stale = false;
 	if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 &&
 		reply->element[0]->type == REDIS_REPLY_STRING)
 	{
-		int			j = 0;
-		int			k = find_entry(p, reply->element[0], &j);
+		int			k = find_member(p, reply->element[0]);
 
-		if (k >= 0 && p->members[k].client >= 0)
-			answer_member(&p->members[k], reply);
-		else if (k >= 0 && p->members[k].stash[j] == NULL)
-		{
-			p->members[k].stash[j] = reply;
-			kept = true;
-		}
+		if (k >= 0 && p->members[k].armed)
+			answer_member(p, k, reply);
 	}
-	else if (reply->type == REDIS_REPLY_ERROR)
+	for (int k = 0; k < p->n_members;)
 	{
-		for (int k = 0; k < p->n_members;)
+		PoolMember *m = &p->members[k];
+
+		if (m->armed && reply->type == REDIS_REPLY_ERROR)
+			answer_member(p, k, reply);
+		else if (m->armed && m->deadline <= now)
+			answer_member(p, k, NULL);
+		else
 		{
-			if (p->members[k].armed)
-			{
-				answer_member(&p->members[k], reply);
-				remove_member(p, k);
-			}
-			else
-				k++;
+			m->armed = false;
+			k++;
 		}
 	}
-	for (int k = 0; k < p->n_members; k++)
-		p->members[k].armed = false;
-	return kept;
 }
 
 /* True if an error reply says the command is not allowed or not known */
@@ -368,14 +324,16 @@ refused(const redisReply *reply)
 }
 
 /*
- * A reply to a command of a pool's own (pend names the pool); true if the
- * pool kept the reply
+ * A reply to a command of a pool's own (pend names the pool and its gen:
+ * one for an entry freed and taken again since is ignored)
  */
-bool
-broker_pool_reply(const Pending *pend, redisReply *reply)
+void
+broker_pool_reply(const Pending *pend, const redisReply *reply)
 {
 	WaitPool   *p = &pools[pend->client];
 
+	if (p->target < 0 || p->gen != pend->generation)
+		return;
 	switch (pend->what)
 	{
 		case PEND_POOL_ID:
@@ -388,11 +346,11 @@ broker_pool_reply(const Pending *pend, redisReply *reply)
 				p->client_id = 0;
 			break;
 		case PEND_POOL_WAIT:
-			return pool_answered(p, reply);
+			pool_answered(p, reply);
+			break;
 		case PEND_CLIENT:
 			break;
 	}
-	return false;
 }
 
 /* How many waiters are in the pool of connection u (0: not a pool's) */
@@ -409,7 +367,7 @@ broker_pool_members(Upstream *u)
  * Pool connection u failed: its pool has none now, and every waiter in it
  * loses its BLPOP, as with a connection of its own: put in lost (room for
  * broker_pool_members(u)), for the caller to close (08006, and acquire
- * tries again within its wait); how many.  Its ghosts go.
+ * tries again within its wait); how many
  */
 int
 broker_pool_fail(Upstream *u, Client **lost)
@@ -423,7 +381,7 @@ broker_pool_fail(Upstream *u, Client **lost)
 		if (p->target < 0 || p->upstream != u->index || p->up_gen != u->gen)
 			continue;
 		p->upstream = -1;
-		p->blpop_out = p->unblock_out = false;
+		p->blpop_out = p->unblock_out = p->stale = false;
 		while (p->n_members > 0)
 		{
 			Client	   *c = member_client(&p->members[0]);
@@ -433,43 +391,61 @@ broker_pool_fail(Upstream *u, Client **lost)
 				c->in_pool = false;
 				lost[n++] = c;
 			}
+			p->members[0].armed = false;
 			remove_member(p, 0);
 		}
 	}
 	return n;
 }
 
-/* Take out pool p's ghosts past BROKER_POOL_GHOST_MS, and their stashes */
-static void
-prune_ghosts(WaitPool *p, TimestampTz now)
+/* The earliest timeout of pool p's members (DT_NOEND: none) */
+static TimestampTz
+earliest_deadline(const WaitPool *p)
 {
-	for (int k = 0; k < p->n_members;)
-	{
-		PoolMember *m = &p->members[k];
+	TimestampTz d = DT_NOEND;
 
-		if (m->client < 0 &&
-			now - m->ghost_since >= (TimestampTz) BROKER_POOL_GHOST_MS * 1000)
-			remove_member(p, k);
-		else
-			k++;
-	}
+	for (int k = 0; k < p->n_members; k++)
+		d = Min(d, p->members[k].deadline);
+	return d;
 }
 
-/* Send pool i's BLPOP, naming every entry's lists */
+/*
+ * When pool p's BLPOP may next be ended or sent for a join, a leave or a
+ * timeout: BROKER_POOL_SPACING_US per waiter its last one named after it
+ * was sent
+ */
+static TimestampTz
+next_allowed(const WaitPool *p)
+{
+	return p->sent_at + (TimestampTz) p->named * BROKER_POOL_SPACING_US;
+}
+
+/*
+ * The timeout (ms) of pool p's BLPOP sent now: its members' earliest, but
+ * no sooner than the spacing allows, and the cycle at most
+ */
+static int64
+blpop_timeout_ms(const WaitPool *p, TimestampTz now)
+{
+	int64		cycle = p->client_id > 0 ? BROKER_POOL_CYCLE_MS : BROKER_POOL_POLL_MS;
+	int64		spacing = ((int64) p->n_members * BROKER_POOL_SPACING_US + 999) / 1000;
+	TimestampTz d = earliest_deadline(p);
+	int64		ms = d == DT_NOEND ? cycle : (d - now + 999) / 1000;
+
+	return Max(Min(Max(ms, spacing), Max(cycle, spacing)), 1);
+}
+
+/* Send pool i's BLPOP, naming every member's lists */
 static void
-send_blpop(int i, Upstream *u)
+send_blpop(int i, Upstream *u, TimestampTz now)
 {
 	WaitPool   *p = &pools[i];
-	int			argc;
-	const char **argv;
-	int			cycle_ms;
+	int			argc = 2 + 2 * p->n_members;
+	const char **argv = palloc(sizeof(char *) * argc);
+	int64		timeout_ms = blpop_timeout_ms(p, now);
 	char		secs[32];
 
-	prune_ghosts(p, redsem_now());
-	argc = 2 + 2 * p->n_members;
-	argv = palloc(sizeof(char *) * argc);
-	cycle_ms = (p->client_id > 0 && !p->poll) ? BROKER_POOL_CYCLE_MS : BROKER_POOL_POLL_MS;
-	snprintf(secs, sizeof(secs), "%.3f", cycle_ms / 1000.0);
+	snprintf(secs, sizeof(secs), "%.3f", timeout_ms / 1000.0);
 	argv[0] = "BLPOP";
 	for (int k = 0; k < p->n_members; k++)
 	{
@@ -478,8 +454,10 @@ send_blpop(int i, Upstream *u)
 		p->members[k].armed = true;
 	}
 	argv[argc - 1] = secs;
-	p->blpop_out = broker_send_own(u, argc, argv, PEND_POOL_WAIT, i,
-								   broker_command_deadline(cycle_ms));
+	p->blpop_out = send_own(i, u, argc, argv, PEND_POOL_WAIT, timeout_ms);
+	p->sent_at = now;
+	p->named = p->n_members;
+	p->stale = false;
 	pfree(argv);
 }
 
@@ -505,55 +483,67 @@ unblock_upstream(const WaitPool *p)
 	return NULL;
 }
 
+/*
+ * True if pool i can take a client's BLPOP now: it has a connection, and
+ * no BLPOP out, or one it can end (its CLIENT ID known, and a connection
+ * of its target to send CLIENT UNBLOCK on); else the client waits on a
+ * side connection of its own
+ */
+bool
+broker_pool_can_take(int i)
+{
+	WaitPool   *p = &pools[i];
+
+	if (pool_upstream(p) == NULL)
+		return false;
+	/* (its CLIENT ID not known yet, or none: its BLPOP ends soon by itself) */
+	return !p->blpop_out || p->client_id <= 0 || unblock_upstream(p) != NULL;
+}
+
 /* End pool i's BLPOP out with CLIENT UNBLOCK, on another connection */
 static void
 send_unblock(int i)
 {
 	WaitPool   *p = &pools[i];
-	Upstream   *s = unblock_upstream(p);
+	Upstream   *s = unblock_upstream(p); /* (to_unblock found one) */
 	char		id[32];
 	const char *argv[3] = {"CLIENT", "UNBLOCK", id};
 
-	p->poll = (s == NULL);		/* (none: the next BLPOP ends soon instead) */
-	if (s == NULL)
-		return;
 	snprintf(id, sizeof(id), "%lld", p->client_id);
-	if (!broker_send_own(s, 3, argv, PEND_POOL_UNBLOCK, i, broker_command_deadline(0)))
+	if (!send_own(i, s, 3, argv, PEND_POOL_UNBLOCK, 0))
 		return;
 	p->unblock_out = true;
 	p->unblock_up = s->index;
 	p->unblock_gen = s->gen;
 }
 
-/* True if pool p has a member its BLPOP out does not name */
+/*
+ * True if pool p's BLPOP out should be ended early, and can be: it leaves
+ * out a member, or names one that left (a member's timeout ends it by
+ * itself), and there is a connection to send CLIENT UNBLOCK on
+ */
 static bool
-has_unarmed(const WaitPool *p)
+to_unblock(const WaitPool *p)
 {
-	for (int k = 0; k < p->n_members; k++)
-		if (p->members[k].client >= 0 && !p->members[k].armed)
-			return true;
-	return false;
-}
+	bool		out_of_date = p->stale;
 
-/* How many members (not ghosts) pool p has */
-static int
-live_members(const WaitPool *p)
-{
-	int			n = 0;
-
-	for (int k = 0; k < p->n_members; k++)
-		n += p->members[k].client >= 0;
-	return n;
+	if (!p->blpop_out || p->unblock_out || p->client_id <= 0)
+		return false;
+	for (int k = 0; k < p->n_members && !out_of_date; k++)
+		out_of_date = !p->members[k].armed;
+	return out_of_date && unblock_upstream(p) != NULL;
 }
 
 /*
  * Send each pool's BLPOP where none is out and it has members; end the one
- * out where it leaves out a member that joined since; free a pool with
- * neither entries nor a connection
+ * out where it is out of date (no sooner than next_allowed); free a pool
+ * with neither members nor a connection
  */
 void
 broker_pool_kick(void)
 {
+	TimestampTz now = redsem_now();
+
 	for (int i = 0; i < n_pools; i++)
 	{
 		WaitPool   *p = &pools[i];
@@ -562,14 +552,12 @@ broker_pool_kick(void)
 		if (p->target < 0)
 			continue;
 		u = pool_upstream(p);
-		if (u == NULL && !p->blpop_out)
-			prune_ghosts(p, redsem_now());
 		if (u == NULL && p->n_members == 0)
 		{
 			p->target = -1;		/* (free; its index may name it again) */
 			continue;
 		}
-		if (u == NULL || live_members(p) == 0)
+		if (u == NULL || p->n_members == 0)
 			continue;
 		/* (a CLIENT UNBLOCK whose connection failed since is not coming back) */
 		if (p->unblock_out &&
@@ -577,33 +565,51 @@ broker_pool_kick(void)
 			 upstreams[p->unblock_up]->gen != p->unblock_gen))
 			p->unblock_out = false;
 		if (!p->blpop_out)
-			send_blpop(i, u);
-		else if (!p->unblock_out && p->client_id > 0 && has_unarmed(p))
+			send_blpop(i, u, now);
+		else if (now >= next_allowed(p) && to_unblock(p))
 			send_unblock(i);
 	}
 }
 
-/* Answer every member whose own BLPOP timeout has come (a nil) */
+/*
+ * Answer every member whose own timeout has come and that no BLPOP out
+ * names (a nil; one that is named is answered when that BLPOP ends)
+ */
 void
 broker_pool_check(TimestampTz now)
 {
 	for (int i = 0; i < n_pools; i++)
-		for (int k = 0; k < pools[i].n_members; k++)
+		for (int k = 0; k < pools[i].n_members;)
 		{
 			PoolMember *m = &pools[i].members[k];
 
-			if (m->client >= 0 && m->deadline <= now)
-				answer_member(m, NULL);
+			if (!m->armed && m->deadline <= now)
+				answer_member(&pools[i], k, NULL);
+			else
+				k++;
 		}
 }
 
-/* The earlier of until and every member's timeout */
+/*
+ * The earlier of until and every moment the pools need the loop: a
+ * member's timeout, and when a BLPOP out of date may be ended
+ */
 TimestampTz
 broker_pool_next_deadline(TimestampTz until)
 {
+	TimestampTz now = redsem_now();
+
 	for (int i = 0; i < n_pools; i++)
-		for (int k = 0; k < pools[i].n_members; k++)
-			if (pools[i].members[k].client >= 0)
-				until = Min(until, pools[i].members[k].deadline);
+	{
+		WaitPool   *p = &pools[i];
+
+		if (p->target < 0)
+			continue;
+		for (int k = 0; k < p->n_members; k++)
+			if (!p->members[k].armed)
+				until = Min(until, p->members[k].deadline);
+		if (to_unblock(p))
+			until = Min(until, Max(next_allowed(p), now));
+	}
 	return until;
 }

@@ -10,10 +10,11 @@
 
 extern int	broker_pool_for(const Client *c, const redisReply *cmd);
 extern bool broker_pool_usable(int p);
+extern bool broker_pool_can_take(int p);
 extern void broker_pool_attach(int p, Upstream *u);
 extern void broker_pool_join(int p, Client *c, const redisReply *cmd);
 extern void broker_pool_leave(const Client *c);
-extern bool broker_pool_reply(const Pending *pend, redisReply *reply);
+extern void broker_pool_reply(const Pending *pend, const redisReply *reply);
 extern int	broker_pool_fail(Upstream *u, Client **lost);
 extern int	broker_pool_members(Upstream *u);
 extern void broker_pool_kick(void);

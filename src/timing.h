@@ -245,15 +245,16 @@
  * comes back is used at the next call, as in direct mode.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
  * A wait pool's BLPOP (broker_wait.c: one for all of a target's waiters)
- * ends after BROKER_POOL_CYCLE_MS and is sent again with the waiters of
- * then; a waiter that joins in between is added at once (CLIENT UNBLOCK
- * ends the BLPOP out), or, for a Redis user that may not run CLIENT
+ * ends at the earliest BLPOP timeout of the waiters it names, and after
+ * BROKER_POOL_CYCLE_MS at most; a waiter that joins in between is added by
+ * ending it (CLIENT UNBLOCK), or, for a Redis user that may not run CLIENT
  * UNBLOCK, at the next BLPOP, which then ends every BROKER_POOL_POLL_MS.
- * Each waiter is answered at its own BLPOP timeout by the broker, not by
- * Redis, so neither bounds a waiter's own wait.  An answered waiter's lists
- * stay named for BROKER_POOL_GHOST_MS (PROMOTION_WINDOW_MS: a wake-up kept
- * longer is of a promotion already lapsed), and what is popped from them
- * meanwhile is kept for its next BLPOP.
+ * Redis's work to send that BLPOP grows with the waiters it names (some
+ * microseconds each), so for joins, leaves and timeouts it is ended or
+ * sent no sooner than BROKER_POOL_SPACING_US per waiter its last one named
+ * (a few percent of Redis's time at most, whatever their number; a
+ * waiter's nil may come that much late, 20 ms for 200 waiters), while a
+ * wake-up it carried sends it again at once.
  */
 #define BROKER_CONNECT_RETRY_MS			10
 #define BROKER_QUICK_DEATH_MS			1000
@@ -268,7 +269,7 @@
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_POOL_CYCLE_MS			5000
 #define BROKER_POOL_POLL_MS				100
-#define BROKER_POOL_GHOST_MS			PROMOTION_WINDOW_MS
+#define BROKER_POOL_SPACING_US			100
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it

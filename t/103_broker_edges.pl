@@ -135,22 +135,64 @@ $waiter->query_ok(q{SELECT redsem_release_all();});
 $_->quit for ($holder, $waiter);
 
 ###########################################################################
-note 'a wake-up pushed just after a waiter\'s timeout is kept for its next BLPOP';
+note 'a waiter\'s BLPOP behind the broker means what its own would: the list is the record';
 
-# (the wait pool's BLPOP still names the lists of a waiter the broker has
-# answered at its own timeout; what it pops for them waits in the broker)
+# (the wait pool's BLPOP names many waiters' lists; a waiter is answered
+# a nil only once no BLPOP naming its lists is out, so nothing it should
+# have had is popped for nobody, and the broker keeps nothing of its own)
 my $w = raw_link($primary->socket);
 my $pusher = RedsemTest::RESP->new($primary->socket);
 ok(!defined $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '0.3'), 'the waiter\'s BLPOP times out: a nil');
 is($pusher->cmd('RPUSH', 'pool:wake', 'ticket-1'), 1, 'its wake-up is pushed right after');
 RedsemTest::sleep_full(0.1);
+is($pusher->cmd('LLEN', 'pool:wake'), 1, 'it waits in the list, as it would in direct mode');
 my $t1 = time;
 my $got = $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '5');
 is(ref $got ? join(' ', @$got) : text_of($got // 'nil'), 'pool:wake ticket-1',
-	'its next BLPOP gets it, as from the list');
+	'the next BLPOP gets it from the list');
 cmp_ok(time - $t1, '<', 1, 'at once');
-is($pusher->cmd('LLEN', 'pool:wake'), 0, 'and the list is empty, as after its own BLPOP');
 ok(!defined $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '0.2'), 'nothing is handed over twice');
+$pusher->cmd('RPUSH', 'pool:wake', 'ticket-2');
+$pusher->cmd('DEL', 'pool:wake');
+ok(!defined $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '0.2'),
+	'a wake-up taken back (its list deleted, as a confirm or a lapse does) is never handed over');
+$pusher->cmd('RPUSH', 'pool:wake', 'ticket-3');
+$pusher->cmd('DEL', 'pool:wake');
+$pusher->cmd('RPUSH', 'pool:wake', 'ticket-4');
+$got = $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '2');
+is(ref $got ? join(' ', @$got) : text_of($got // 'nil'), 'pool:wake ticket-4',
+	'a wake-up replaced (DEL and RPUSH, as the script posts one) is handed over as replaced');
+
+###########################################################################
+note 'a promotion that lapsed while its waiter was stopped is never taken for a grant';
+
+# (review: a broker that kept a wake-up popped for a waiter it had answered
+# handed it over after the promotion was taken back: two holders of a
+# limit of 1)
+my $ea = RedsemTest::Session->new($node, name => 'ea');
+my $ec = RedsemTest::Session->new($node, name => 'ec');
+my $ew = RedsemTest::Session->new($node, name => 'ew');
+my $eid = $ea->query_ok(q{SELECT redsem_acquire('lapse', 1, '60 s');});
+my $joined = time;
+$ew->send(q{SELECT redsem_acquire('lapse', 1, '1 s', wait => '40 s');});
+ok(defined wait_until(10, sub { $primary->zcard('lapse', 'waiting') == 1 }), 'w waits in line');
+RedsemTest::sleep_full(0.3);
+kill 'STOP', $ew->backend_pid;
+# (w's BLPOP, about 5 s, ends while w is stopped)
+RedsemTest::sleep_full($joined + 5.6 - time);
+is($ea->query_ok(qq{SELECT redsem_release('lapse', '$eid');}), 't', 'the holder releases: w is promoted');
+RedsemTest::sleep_full(1.5);	# (w's window, 1 s, lapses)
+my $ecid = $ec->query_ok(q{SELECT redsem_acquire('lapse', 1, '60 s');});
+like($ecid, qr/^[0-9a-f]{16}\./, 'another session takes the slot after w\'s window');
+kill 'CONT', $ew->backend_pid;
+my ($eout) = $ew->wait_done(2);
+ok(!defined $eout, 'w, whose promotion lapsed, waits again (as in direct mode)');
+is_deeply([ holders_of($primary, 'lapse') ], [$ecid], 'only the other session holds');
+$ec->query_ok(q{SELECT redsem_release_all();});
+my ($wout, $werr2) = $ew->wait_done(20);
+like($wout // '', qr/^[0-9a-f]{16}\./, 'then w gets the slot') or diag($werr2);
+$ew->query_ok(q{SELECT redsem_release_all();});
+$_->quit for ($ea, $ec, $ew);
 
 node_log_is_clean($node);
 $node->stop;
