@@ -237,7 +237,9 @@ answer_member(WaitPool *p, int k, const redisReply *r)
 /*
  * Put client c, whose BLPOP is cmd (two lists and a timeout), in pool i.
  * A member already there with the same lists is another link of the same
- * waiter, whose old link the broker has not seen close yet: it gives way.
+ * waiter, whose old link the broker has not seen close yet: it gives way,
+ * answered a nil (what is popped for those lists by the BLPOP out goes to
+ * nobody: the new member is not named by it).
  */
 void
 broker_pool_join(int i, Client *c, const redisReply *cmd)
@@ -248,7 +250,10 @@ broker_pool_join(int i, Client *c, const redisReply *cmd)
 	PoolMember *m;
 
 	if (k >= 0)
-		remove_member(p, k);
+	{
+		p->stale |= p->members[k].armed;
+		answer_member(p, k, NULL);
+	}
 	if (p->n_members == p->cap)
 	{
 		p->cap = Max(p->cap * 2, 16);
@@ -557,16 +562,17 @@ broker_pool_kick(void)
 			p->target = -1;		/* (free; its index may name it again) */
 			continue;
 		}
-		if (u == NULL || p->n_members == 0)
+		if (u == NULL)
 			continue;
 		/* (a CLIENT UNBLOCK whose connection failed since is not coming back) */
 		if (p->unblock_out &&
 			(upstreams[p->unblock_up]->ctx == NULL ||
 			 upstreams[p->unblock_up]->gen != p->unblock_gen))
 			p->unblock_out = false;
-		if (!p->blpop_out)
+		/* (one out that names only waiters who left is ended all the same) */
+		if (!p->blpop_out && p->n_members > 0)
 			send_blpop(i, u, now);
-		else if (now >= next_allowed(p) && to_unblock(p))
+		else if (p->blpop_out && now >= next_allowed(p) && to_unblock(p))
 			send_unblock(i);
 	}
 }

@@ -163,6 +163,18 @@ $got = $w->cmd('BLPOP', 'pool:wake', 'pool:nudge', '2');
 is(ref $got ? join(' ', @$got) : text_of($got // 'nil'), 'pool:wake ticket-4',
 	'a wake-up replaced (DEL and RPUSH, as the script posts one) is handed over as replaced');
 
+note 'the last waiter of a pool leaves while its BLPOP is out: its lists are not popped for nobody';
+
+my $lw = raw_link($primary->socket);
+$lw->send_raw(RedsemTest::RESP::encode('BLPOP', 'left:wake', 'left:nudge', '4'));
+RedsemTest::sleep_full(0.5);
+close $lw->{sock};
+RedsemTest::sleep_full(0.5);
+$pusher->cmd('RPUSH', 'left:wake', 'ticket-x');
+RedsemTest::sleep_full(0.1);
+is($pusher->cmd('LLEN', 'left:wake'), 1, 'a wake-up pushed after the waiter left stays in its list');
+$pusher->cmd('DEL', 'left:wake');
+
 ###########################################################################
 note 'a promotion that lapsed while its waiter was stopped is never taken for a grant';
 
