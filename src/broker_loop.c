@@ -947,7 +947,7 @@ number_arg(const redisReply *cmd, size_t i)
  * and WAIT; one that waits for ever has no bound)
  */
 static TimestampTz
-command_deadline(const redisReply *cmd, TimestampTz now)
+command_deadline(const redisReply *cmd)
 {
 	double		wait_ms = 0;
 
@@ -957,8 +957,7 @@ command_deadline(const redisReply *cmd, TimestampTz now)
 		wait_ms = number_arg(cmd, 2);
 	if ((is_command(cmd, "BLPOP") || is_command(cmd, "WAIT")) && wait_ms <= 0)
 		return DT_NOEND;
-	return TimestampTzPlusMilliseconds(now, redsem_command_timeout_ms +
-									   BROKER_TIMEOUT_MARGIN_MS + (int64) wait_ms);
+	return broker_command_deadline((int64) wait_ms);
 }
 
 /* Queue a client's request on an upstream; false if out of memory */
@@ -982,7 +981,7 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	p.what = PEND_CLIENT;
 	p.client = c->index;
 	p.generation = c->generation;
-	p.deadline = command_deadline(cmd, redsem_now());
+	p.deadline = command_deadline(cmd);
 	if (!broker_queue_formatted(u, formatted, len, p))
 		return false;
 	c->outstanding++;
