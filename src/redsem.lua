@@ -2430,7 +2430,8 @@ OPS.tenants = {read = read_none, run = op_tenants}
 --             ceiling it stays under until the mean at the limit it went
 --             back to moves by more than ADAPT_CHANGE (the work or the
 --             machine changed: measured ADAPT_JUDGE intervals after it
---             went back);
+--             went back); judged at once if holds are over the latency
+--             line, and then the cut goes to the lower of the two;
 --   headroom  g > ADAPT_BAND_HIGH (the mean under 1.67 times the base:
 --             room under the twice the latency step keeps it within),
 --             all of the limit in use or somebody waiting, every server
@@ -2516,8 +2517,9 @@ end
 -- The mean hold pooled at the limit as it stands (THE CONTROLLER, no
 -- gain), or this interval's (s) if too few releases were pooled yet.
 local function adapt_pooled(m, s)
-    if (m.pn or 0) < ADAPT_MIN_SAMPLES then return s end
-    return math.max(m.ps / m.pn, ADAPT_FLOOR_MS)
+    local mean = (m.pn or 0) >= ADAPT_MIN_SAMPLES and (m.ps or 0) / m.pn
+    if not mean or not (mean < math.huge) then return s end   -- (none; overflowed)
+    return math.max(mean, ADAPT_FLOOR_MS)
 end
 
 -- A raise judged (THE CONTROLLER, no gain): the limit to go back to, or
@@ -2564,10 +2566,11 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
         m.base = m.base + ADAPT_RELEARN * (m.mean - m.base)
     end
     local g = ADAPT_TOLERANCE * m.base / m.mean
+    local back                      -- (a raise that did not pay: its from)
     if m.from then                  -- a raise being judged
         m.ticks = (m.ticks or 0) + 1
         if g >= ADAPT_BAND_LOW and m.ticks < ADAPT_JUDGE then return limit, nil end
-        local back = adapt_judge(m, limit, adapt_pooled(m, s), saturated)
+        back = adapt_judge(m, limit, adapt_pooled(m, s), saturated)
         if back and g >= ADAPT_BAND_LOW then return math.max(back, lo), 'no gain' end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
@@ -2577,7 +2580,8 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     end
     if g < ADAPT_BAND_LOW then
         -- (a value that may be NaN last: math.max and math.min skip it there)
-        return math.max(limit - stride, lo, math.floor(limit * g)), 'latency'
+        local down = math.max(limit - stride, lo, math.floor(limit * g))
+        return math.max(math.min(down, back or down), lo), 'latency'
     end
     if g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
         local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g)))

@@ -129,6 +129,33 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	ok($limit >= 2 && $limit <= 9, "$case->[1]: the limit stays in its bounds ($limit)");
 }
 
+# a cut due while a raise is judged goes no higher than the limit the raise
+# came from (it went to limit - stride, above it, before); a memory whose
+# pooled sum is missing or overflowed is not used (a Lua error, a pinned
+# limit before)
+{
+	my ($limit, $memory, @trace) = (8, '');
+	for my $iv ([ 80, 8000 ], [ 80, 8000 ], [ 66, 9900 ], [ 33, 9900 ])
+	{
+		my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, 1, 16, $memory,
+			@$iv, 0, 1);
+		die "adapt_model: $reply->{msg}" if RedsemTest::RESP::is_error($reply);
+		($limit, $memory) = @$reply[ 0, 2 ];
+		push @trace, "$limit" . ($reply->[1] eq '' ? '' : " $reply->[1]");
+	}
+	note("raise then cut: @trace");
+	like($trace[0], qr/^10 headroom$/, 'raised 8 to 10 ...');
+	like($trace[-1], qr/^[1-8] latency$/, '... then cut for latency while judged: to 8 at most, not 9');
+	for my $pool ([ '5|-', 'a pooled count without its sum' ], [ '40|inf', 'an overflowed pooled sum' ])
+	{
+		my $mem = "100|100|-|-|-|-|-|-|-|8|10|2|-|-|-|$pool->[0]";
+		my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 10, 1, 16, $mem, 30, 3000, 0, 1);
+		ok(!RedsemTest::RESP::is_error($reply) && $reply->[0] >= 8 && $reply->[0] <= 12,
+			"$pool->[1] in the memory: a step, no error ("
+			  . (RedsemTest::RESP::is_error($reply) ? $reply->{msg} : $reply->[0]) . ')');
+	}
+}
+
 # a limit set by hand ends it; a keeper's compare-and-set of a queue's cap
 # (set_limit N if=M: the definition's cap, unless it changed) leaves it alone
 my $q = 'redsem:{queue:adq}:owner';
