@@ -61,7 +61,8 @@
 # $BENCH_PLOTS/adaptive.svg (default bench/plots).
 #
 # Environment: BENCH_SWEEP_S (15), BENCH_STEP_S (40), BENCH_LIMITS
-# ("1 2 3 4 6 8 12 16"), BENCH_HEAVY (16), BENCH_LIGHT (4),
+# ("1 2 3 4 5 6 7 8 12 16": every limit near the best, so that +-20% of
+# it means something), BENCH_HEAVY (16), BENCH_LIGHT (4),
 # BENCH_LIGHT_RATE (200), BENCH_WORK (rows counted per heavy statement;
 # default: calibrated to about 100 ms alone), BENCH_CONTROLS ("gradient2
 # aimd"; empty: none), BENCH_AB_ROUNDS (5, one per side: each side takes
@@ -81,7 +82,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 SWEEP_S=${BENCH_SWEEP_S:-15}
 STEP_S=${BENCH_STEP_S:-40}
-LIMITS=${BENCH_LIMITS:-1 2 3 4 6 8 12 16}
+LIMITS=${BENCH_LIMITS:-1 2 3 4 5 6 7 8 12 16}
 HEAVY=${BENCH_HEAVY:-16}
 LIGHT=${BENCH_LIGHT:-4}
 LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
