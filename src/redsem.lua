@@ -2415,7 +2415,9 @@ OPS.tenants = {read = read_none, run = op_tenants}
 -- pressure.  In order:
 --   bounds    a limit out of [lo, hi] is brought into them;
 --   pressure  a server at ADAPT_PRESSURE_CUT times its line: down a stride;
---   (fewer than ADAPT_MIN_SAMPLES releases: it holds still);
+--   (fewer than ADAPT_MIN_SAMPLES releases: it holds still, and they are
+--   kept for the next interval, so that work whose holds take longer
+--   than an interval still moves it: adapt_tick);
 --   latency   g < ADAPT_BAND_LOW (the mean above about twice the base):
 --             down to limit x g, at most a stride;
 --   no gain   a raise is judged ADAPT_JUDGE intervals after it: if all of
@@ -2711,8 +2713,10 @@ local function op_adapt_tick(server, p, tag)
     m.last = S.an > 0 and S.as / S.an or nil
     set('ac', m.mean and math.ceil(m.mean * ADAPT_CLAMP) or false)
     set('am', adapt_text(m))
-    set('as', 0)
-    set('an', 0)
+    if why or S.an >= ADAPT_MIN_SAMPLES or not (S.as >= 0) then
+        set('as', 0)                -- (too few are kept for the next interval:
+        set('an', 0)                -- holds longer than one still count)
+    end
     return {int(S.limit), m.why or '', '1'}
 end
 OPS.adapt_tick = {

@@ -215,6 +215,32 @@ is($r->cmd('HGET', 'redsem:{ads}:state', 'an'), 3, '... and no sample');
 $r->cmd('FCALL', $lib, 1, $sk, 'release', 'other');
 $r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
 
+# too few releases for a step are kept for the next interval: work whose
+# holds are longer than an interval still moves the limit (they were
+# dropped at each tick, and such a limit never moved)
+{
+	my $qk = 'redsem:{adq}:owner';
+	$r->cmd('FCALL', $lib, 1, $qk, 'set_adapt', 1, 8, 2);
+	my $hold = sub {
+		my ($h) = @_;
+		$r->cmd('FCALL', $lib, 1, $qk, 'acquire', $h, '', 1, 30000, 0, 5000, 'o');
+		usleep(30_000);
+		$r->cmd('FCALL', $lib, 1, $qk, 'release', $h);
+	};
+	$hold->('q1');
+	my $t0 = time;
+	my $tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	is($tick->[2], '1', 'a tick with one release runs the controller ...');
+	is($r->cmd('HGET', 'redsem:{adq}:state', 'an'), 1, '... which keeps that release for the next');
+	$hold->($_) for qw(q2 q3);
+	usleep(1_050_000 - int(1e6 * (time - $t0))) if time - $t0 < 1.05;
+	$tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	my $view = $r->cmd('FCALL', $lib, 1, $qk, 'adapt');
+	is("$tick->[2] $view->[6]", '1 3', 'the next interval steps on all three');
+	is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, '... and then empties them');
+	$r->cmd('FCALL', $lib, 1, $qk, 'set_limit', '');
+}
+
 # --- two servers, one adaptive limit -----------------------------------------
 
 my $na = RedsemTest::create_node('ada', $redis);
