@@ -58,7 +58,8 @@
 --                                controller set last
 --                        am      its controller's memory (adapt_memory)
 --                        as, an  the hold times (ms) and the number of
---                                the releases since it last ran
+--                                the releases since it last stepped on
+--                                some (too few are kept: adapt_tick)
 --                        ac      the longest hold time a release adds
 --                                to as (ADAPT_CLAMP times the mean)
 --                        x       "1": xh, xw, era, rt, rk, wt, gu or ad
@@ -355,7 +356,7 @@
 --     its index touch: X4) ticks the semaphore once a second
 --     (adapt_tick) with its pressure, and the first tick of an interval
 --     runs adapt_step once on what the interval gathered, then empties
---     it.  So the fleet has one limit, moved at most once an interval, by
+--     it (unless too few for a step, which are kept for the next).  So the fleet has one limit, moved at most once an interval, by
 --     at most a stride, never out of [lo, hi]; with nothing gathered only
 --     a server's pressure or new bounds move it; a server that stops
 --     ticking stops counting after ADAPT_FRESH_MS.  A limit stored by hand
@@ -2554,7 +2555,7 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
         m.from, m.x, m.ticks = nil, nil, nil
         return math.max(limit - stride, lo), 'pressure'
     end
-    if n < ADAPT_MIN_SAMPLES or not (sum >= 0) then return limit, nil end
+    if not (n >= ADAPT_MIN_SAMPLES and sum >= 0) then return limit, nil end
     m.pt = (m.pt or 0) + 1
     if m.pt > 1 then                -- (about the last 8 intervals: 1 - 1/8;
         local keep = m.pt > 8 and 0.875 or 1   -- no local of its own, t/005)
@@ -2709,14 +2710,19 @@ local function op_adapt_tick(server, p, tag)
         set('limit', new)
         if new > limit and not is_empty() then promote() end
     end
-    m.tick, m.n, m.pressure, m.servers = NOW_MS, S.an, worst, servers
-    m.last = S.an > 0 and S.as / S.an or nil
+    m.tick, m.pressure, m.servers = NOW_MS, worst, servers
+    -- (too few releases for a step are kept for the next interval, so
+    -- that holds longer than one still count; what is not a count or a
+    -- sum of holds is dropped; the view shows the releases stepped on)
+    if why or not (S.an >= 0 and S.an < ADAPT_MIN_SAMPLES) or
+       not (S.as >= 0 and S.as < math.huge) then
+        local sane = S.an >= 0 and S.an < math.huge and S.as >= 0 and S.as < math.huge
+        m.n, m.last = sane and S.an or 0, sane and S.an > 0 and S.as / S.an or nil
+        set('as', 0)
+        set('an', 0)
+    end
     set('ac', m.mean and math.ceil(m.mean * ADAPT_CLAMP) or false)
     set('am', adapt_text(m))
-    if why or S.an >= ADAPT_MIN_SAMPLES or not (S.as >= 0) then
-        set('as', 0)                -- (too few are kept for the next interval:
-        set('an', 0)                -- holds longer than one still count)
-    end
     return {int(S.limit), m.why or '', '1'}
 end
 OPS.adapt_tick = {

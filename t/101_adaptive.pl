@@ -228,16 +228,21 @@ $r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
 		$r->cmd('FCALL', $lib, 1, $qk, 'release', $h);
 	};
 	$hold->('q1');
-	my $t0 = time;
 	my $tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	my $t0 = time;    # (after the tick: the next one is then >= 1.05 s later)
 	is($tick->[2], '1', 'a tick with one release runs the controller ...');
 	is($r->cmd('HGET', 'redsem:{adq}:state', 'an'), 1, '... which keeps that release for the next');
 	$hold->($_) for qw(q2 q3);
 	usleep(1_050_000 - int(1e6 * (time - $t0))) if time - $t0 < 1.05;
 	$tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
 	my $view = $r->cmd('FCALL', $lib, 1, $qk, 'adapt');
-	is("$tick->[2] $view->[6]", '1 3', 'the next interval steps on all three');
+	is("$tick->[2] $view->[6]", '1 3', 'the next interval steps on all three (the view: the releases stepped on)');
 	is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, '... and then empties them');
+	# a count that is not one (written from outside) is dropped, not kept
+	$r->cmd('HSET', 'redsem:{adq}:state', 'an', -5);
+	usleep(1_050_000);
+	$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, 'a negative count is dropped at the next step');
 	$r->cmd('FCALL', $lib, 1, $qk, 'set_limit', '');
 }
 
