@@ -356,8 +356,9 @@
 --     its index touch: X4) ticks the semaphore once a second
 --     (adapt_tick) with its pressure, and the first tick of an interval
 --     runs adapt_step once on what the interval gathered, then empties
---     it (unless too few for a step, which are kept for the next).  So the fleet has one limit, moved at most once an interval, by
---     at most a stride, never out of [lo, hi]; with nothing gathered only
+--     it (unless too few for a step, which are kept for the next).  So
+--     the fleet has one limit, moved at most once an interval, by at most
+--     a stride, never out of [lo, hi]; with nothing gathered only
 --     a server's pressure or new bounds move it; a server that stops
 --     ticking stops counting after ADAPT_FRESH_MS.  A limit stored by hand
 --     (set_limit) ends it, where it is; a keeper's compare-and-set of a
@@ -2714,9 +2715,8 @@ local function op_adapt_tick(server, p, tag)
     -- (too few releases for a step are kept for the next interval, so
     -- that holds longer than one still count; what is not a count or a
     -- sum of holds is dropped; the view shows the releases stepped on)
-    if why or not (S.an >= 0 and S.an < ADAPT_MIN_SAMPLES) or
-       not (S.as >= 0 and S.as < math.huge) then
-        local sane = S.an >= 0 and S.an < math.huge and S.as >= 0 and S.as < math.huge
+    local sane = S.an >= 0 and S.an < math.huge and S.as >= 0 and S.as < math.huge
+    if why or not sane or S.an >= ADAPT_MIN_SAMPLES then
         m.n, m.last = sane and S.an or 0, sane and S.an > 0 and S.as / S.an or nil
         set('as', 0)
         set('an', 0)
