@@ -77,6 +77,7 @@ static int	listen_fd = -1;
 static WaitEventSet *wait_set;
 
 static void close_client(Client *c);
+static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
 
 /*
@@ -161,7 +162,7 @@ add_client(int fd)
 	c->waiting_pool = -1;
 	c->last_up = -1;
 	c->outstanding = 0;
-	c->on_side = c->in_pool = c->closing = c->process = false;
+	c->on_side = c->in_pool = c->closing = c->process = c->reroute = false;
 	c->n_held = 0;
 	c->out_len = c->out_off = 0;
 	c->pos = -1;
@@ -350,7 +351,9 @@ target_is(const Target *t, const redisReply *cmd)
 		header_is(cmd, 6, p->password) && p->tls == header_is(cmd, 7, "1") &&
 		header_is(cmd, 8, p->tls_ca_file) && header_is(cmd, 9, p->tls_cert_file) &&
 		header_is(cmd, 10, p->tls_key_file) && header_is(cmd, 11, p->tls_server_name) &&
-		t->cluster == header_is(cmd, 13, "1");
+		t->cluster == header_is(cmd, 13, "1") && header_is(cmd, 14, p->sentinels) &&
+		header_is(cmd, 15, p->sentinel_master) && header_is(cmd, 16, p->sentinel_user) &&
+		header_is(cmd, 17, p->sentinel_password);
 }
 
 /* A copy of header element i, in the broker's context */
@@ -385,17 +388,31 @@ find_target(const redisReply *cmd)
 	t->profile.tls_key_file = header_copy(cmd, 10);
 	t->profile.tls_server_name = header_copy(cmd, 11);
 	t->cluster = header_is(cmd, 13, "1");
+	t->profile.sentinels = header_copy(cmd, 14);
+	t->profile.sentinel_master = header_copy(cmd, 15);
+	t->profile.sentinel_user = header_copy(cmd, 16);
+	t->profile.sentinel_password = header_copy(cmd, 17);
 	t->shared = -1;
 	return n_targets++;
 }
 
-/* Target t, for messages: its Unix socket, or host:port (a static buffer) */
+/*
+ * Target t, for messages: its Unix socket, host:port, or the primary its
+ * sentinels name (a static buffer)
+ */
 static const char *
 target_text(int t)
 {
-	static char buf[MAXPGPATH + 64];
+	static char buf[MAXPGPATH + 1024];
+	const RedisProfile *p = &targets[t].profile;
 
-	if (targets[t].path != NULL)
+	if (p->sentinels[0] != '\0' && targets[t].primary[0] != '\0')
+		snprintf(buf, sizeof(buf), "%s (primary \"%s\" of sentinels %s)",
+				 targets[t].primary, p->sentinel_master, p->sentinels);
+	else if (p->sentinels[0] != '\0')
+		snprintf(buf, sizeof(buf), "primary \"%s\" of sentinels %s",
+				 p->sentinel_master, p->sentinels);
+	else if (targets[t].path != NULL)
 		snprintf(buf, sizeof(buf), "unix socket \"%s\"", targets[t].path);
 	else
 		snprintf(buf, sizeof(buf), "%s:%d", targets[t].host, targets[t].port);
@@ -418,6 +435,7 @@ add_upstream(int t, bool side, redisContext *ctx)
 	u->gen++;
 	u->was_shared = false;
 	u->pool = false;
+	u->retired = false;
 	/* (a shared one opened while another took the role stays a side one) */
 	if (!side && targets[t].shared >= 0)
 		u->side = true;
@@ -458,6 +476,97 @@ note_open_failure(int t, const RedisOutcome *outcome, TimestampTz started)
 			 errdetail_internal("%s", outcome->detail)));
 }
 
+/* Close an upstream that owes no reply (its clients keep their links) */
+static void
+close_upstream(Upstream *u)
+{
+	redis_close_context(u->ctx);
+	u->ctx = NULL;
+	u->target = -1;
+	set_dirty = true;
+}
+
+/*
+ * End c's link once it is owed nothing, its replies written out first:
+ * its backend then links anew, which counts as a change of route, so that
+ * its next acquire checks the era (I15) as after any failover
+ */
+static void
+end_link_when_owed_nothing(Client *c)
+{
+	c->reroute = true;
+	if (c->outstanding > 0)
+		return;
+	if (c->out_off < c->out_len)
+		c->closing = true;
+	else
+		close_client(c);
+}
+
+/*
+ * Stop using target t's connections: through sentinels, the server they
+ * reach is not the primary now (it said so, or the sentinels name
+ * another).  A wait pool, or a client's own BLPOP, fails (its waiters try
+ * again, reaching the primary); an idle connection closes; a busy one takes
+ * no new command and closes once its replies are in.  Every client of the
+ * target that sent a command ends its link once it is owed nothing, and
+ * the target's next command opens anew, asking the sentinels.
+ */
+static void
+retire_target(int t, const char *why)
+{
+	targets[t].shared = -1;
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx == NULL || u->target != t || u->retired)
+			continue;
+		ereport(LOG,
+				(errmsg("redsem broker stops using a connection to %s", target_text(t)),
+				 errdetail_internal("%s", why)));
+		u->side = true;
+		u->retired = true;
+		/* (a BLPOP there, its waiter's or a pool's, would wait for nothing) */
+		if (u->pool || (!u->was_shared && u->count > 0))
+			fail_upstream(u, why);
+		else if (u->count == 0)
+			close_upstream(u);
+	}
+	/*
+	 * (a link that has sent nothing yet, one waiting for the open that
+	 * found the new primary, is new to its backend: its first acquire
+	 * checks the era anyway)
+	 */
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->last_up >= 0)
+			end_link_when_owed_nothing(clients[i]);
+	set_dirty = true;
+}
+
+/*
+ * A connection opened for target t (a side one if side): an upstream.
+ * Through sentinels, at primary (the address its opener found): one found
+ * elsewhere than the target's other connections means those reach a
+ * primary of before a failover, and they are retired first.
+ */
+static Upstream *
+upstream_opened(int t, bool side, redisContext *ctx, const char *primary)
+{
+	Target	   *target = &targets[t];
+
+	if (target->profile.sentinels[0] != '\0')
+	{
+		if (target->primary[0] != '\0' && strcmp(target->primary, primary) != 0)
+			retire_target(t, psprintf("the sentinels name %s as the primary now", primary));
+		if (strcmp(target->primary, primary) != 0)
+			target->primary_at = redsem_now();
+		strlcpy(target->primary, primary, sizeof(target->primary));
+		target->next_ask = TimestampTzPlusMilliseconds(redsem_now(), SENTINEL_RECHECK_MS);
+	}
+	return add_upstream(t, side, ctx);
+}
+
 /*
  * Open and set up a connection to target t here for client c, waiting for
  * it (within c's session's redsem.connect_timeout): for a TLS profile,
@@ -482,18 +591,15 @@ open_upstream_here(int t, bool side, const Client *c)
 	redsem_connect_timeout_ms = Min(c->connect_timeout_ms, own_timeout_ms);
 	deadline = redis_connect_deadline(DT_NOEND);
 	/* (set up as the clients' sessions would: their profile) */
-	redis_profile_force(&target->profile);
-	ctx = redis_open_context(&call, target->host, target->port, target->path, deadline);
-	if (ctx != NULL && !redis_setup_context(&call, ctx, deadline))
-		ctx = NULL;
-	redis_profile_force(NULL);
+	ctx = broker_open_profiled(&call, target->host, target->port, target->path,
+							   &target->profile, deadline, false);
 	redsem_connect_timeout_ms = own_timeout_ms;
 	if (ctx == NULL)
 	{
 		note_open_failure(t, &call.outcome, started);
 		return NULL;
 	}
-	return add_upstream(t, side, ctx);
+	return upstream_opened(t, side, ctx, call.outcome.detail);
 }
 
 /* A free opening slot (a new one if none) */
@@ -537,25 +643,19 @@ forget_broker(void)
 }
 
 /*
- * Have an opener open a connection to target t for client c (a side one
- * if side), within what is left of c's connect timeout; false, the
- * target's failure noted, if none could be forked
+ * Have an opener open a connection to target t (a side one if side),
+ * within connect_timeout_ms, and by by if sooner (DT_NOEND: no sooner);
+ * false, the target's failure noted, if none could be forked
  */
 static bool
-start_opening(int t, bool side, Client *c)
+begin_opening(int t, bool side, int connect_timeout_ms, TimestampTz by)
 {
 	Target	   *target = &targets[t];
 	Opening    *op = free_opening_slot();
 	RedisOutcome outcome;
-	/*
-	 * (its whole connect timeout when it begins to wait now, so that a
-	 * failure names the setting as direct mode does; what is left of it
-	 * when it has waited already, for another's open or its own)
-	 */
-	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
 
 	if (!broker_open_start(&op->o, target->host, target->port, target->path,
-						   &target->profile, c->connect_timeout_ms, by, forget_broker,
+						   &target->profile, connect_timeout_ms, by, false, forget_broker,
 						   &outcome))
 	{
 		note_open_failure(t, &outcome, redsem_now());
@@ -564,13 +664,124 @@ start_opening(int t, bool side, Client *c)
 	op->target = t;
 	op->side = side;
 	op->pos = -1;
-	c->tried = true;
 	if (side)
 		target->opening_sides++;
 	else
 		target->opening_shared = true;
 	set_dirty = true;
 	return true;
+}
+
+/*
+ * Have an opener open a connection to target t for client c (a side one
+ * if side), within what is left of c's connect timeout; false, the
+ * target's failure noted, if none could be forked
+ */
+static bool
+start_opening(int t, bool side, Client *c)
+{
+	/*
+	 * (its whole connect timeout when it begins to wait now, so that a
+	 * failure names the setting as direct mode does; what is left of it
+	 * when it has waited already, for another's open or its own)
+	 */
+	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
+
+	if (!begin_opening(t, side, c->connect_timeout_ms, by))
+		return false;
+	c->tried = true;
+	return true;
+}
+
+/*
+ * True if what an opening begun at started found of target t's primary is
+ * older than the primary the target moved to last: a slow opener that
+ * reached the old primary before a failover must not move it back
+ */
+static bool
+found_before_last_move(int t, TimestampTz started)
+{
+	return started < targets[t].primary_at;
+}
+
+/*
+ * Have an opener ask target t's sentinels where the primary is now (its
+ * answer: sentinels_answered), within the server's redsem.connect_timeout
+ */
+static void
+begin_ask(int t)
+{
+	Target	   *target = &targets[t];
+	Opening    *op = free_opening_slot();
+	RedisOutcome outcome;
+
+	if (!broker_open_start(&op->o, NULL, 0, NULL, &target->profile,
+						   redsem_connect_timeout_ms, DT_NOEND, true, forget_broker,
+						   &outcome))
+		return;
+	op->target = t;
+	op->side = false;
+	op->pos = -1;
+	target->asking = true;
+	set_dirty = true;
+}
+
+/*
+ * The sentinels of target t answered (outcome): a primary elsewhere than
+ * the one its connections reach retires them; no answer changes nothing
+ */
+static void
+sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
+{
+	Target	   *target = &targets[t];
+
+	target->asking = false;
+	if (outcome->status != RS_OK || outcome->detail[0] == '\0' ||
+		target->primary[0] == '\0' || strcmp(target->primary, outcome->detail) == 0 ||
+		found_before_last_move(t, started))
+		return;
+	retire_target(t, psprintf("the sentinels name %s as the primary now", outcome->detail));
+	strlcpy(target->primary, outcome->detail, sizeof(target->primary));
+	target->primary_at = redsem_now();
+}
+
+/*
+ * True if target t's sentinels are to be asked where the primary is, when
+ * it is time (check_sentinels): found through sentinels, not TLS, a
+ * primary found, no ask under way, a client linked
+ */
+static bool
+sentinels_to_ask(int t)
+{
+	Target	   *target = &targets[t];
+
+	if (target->profile.sentinels[0] == '\0' || target->profile.tls ||
+		target->asking || target->primary[0] == '\0')
+		return false;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			return true;
+	return false;
+}
+
+/*
+ * Every SENTINEL_RECHECK_MS, ask the sentinels of each target that has
+ * clients where the primary is (a primary replaced by SENTINEL FAILOVER
+ * takes writes until the sentinels turn it into a replica, and one that
+ * hangs answers nothing: the broker's connections would stay with it,
+ * where a session's next connection in direct mode asks anew).  Not for a
+ * TLS profile, whose connections the broker opens itself.
+ */
+static void
+check_sentinels(TimestampTz now)
+{
+	for (int t = 0; t < n_targets; t++)
+	{
+		if (!sentinels_to_ask(t) || now < targets[t].next_ask)
+			continue;
+		targets[t].next_ask = TimestampTzPlusMilliseconds(now, SENTINEL_RECHECK_MS);
+		begin_ask(t);
+	}
 }
 
 /*
@@ -666,7 +877,7 @@ side_upstream(Client *c, bool *wait)
 		 * (not one that had the shared role: it may carry a client's
 		 * writes, whose WAIT must not queue behind a BLPOP)
 		 */
-		if (u->ctx != NULL && u->side && !u->was_shared && !u->pool &&
+		if (u->ctx != NULL && u->side && !u->was_shared && !u->pool && !u->retired &&
 			u->target == c->target && u->count == 0)
 			return u;
 	}
@@ -706,24 +917,43 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 	}
 }
 
-/* An opener has answered: the upstream it opened, or the target's failure */
+/*
+ * An opener has answered: the upstream it opened, or the target's failure
+ * (or, for one that asked, the sentinels' answer)
+ */
 static void
 finish_opening(Opening *op)
 {
 	int			t = op->target;
 	bool		side = op->side;
+	bool		ask = op->o.ask;
 	TimestampTz started = op->o.started;
 	TimestampTz deadline = op->o.deadline;
 	RedisOutcome outcome;
 	redisContext *ctx = broker_open_finish(&op->o, &outcome);
 
+	if (ask)
+	{
+		set_dirty = true;
+		sentinels_answered(t, &outcome, started);
+		return;
+	}
+	/* (through sentinels, a primary found before the target moved: stale) */
+	if (ctx != NULL && targets[t].profile.sentinels[0] != '\0' &&
+		strcmp(targets[t].primary, outcome.detail) != 0 && found_before_last_move(t, started))
+	{
+		redis_close_context(ctx);
+		ctx = NULL;
+		(void) redis_note(&outcome, RS_UNAVAILABLE, "the primary found (%s) is no longer the one the sentinels name",
+						  outcome.detail);
+	}
 	if (side)
 		targets[t].opening_sides--;
 	else
 		targets[t].opening_shared = false;
 	set_dirty = true;
 	if (ctx != NULL)
-		(void) add_upstream(t, side, ctx);
+		(void) upstream_opened(t, side, ctx, outcome.detail);
 	else
 		note_open_failure(t, &outcome, started);
 	/* (ended at its deadline, or nearly: it ran out of time) */
@@ -743,6 +973,12 @@ check_openings(TimestampTz now)
 		if (op->o.pid == 0 || now < op->o.kill_at)
 			continue;
 		broker_open_cancel(&op->o, &outcome);
+		if (op->o.ask)
+		{
+			set_dirty = true;
+			sentinels_answered(op->target, &outcome, op->o.started);
+			continue;
+		}
 		if (op->side)
 			targets[op->target].opening_sides--;
 		else
@@ -773,6 +1009,13 @@ check_waiters(TimestampTz now)
 		o.status = RS_CONNECT_FAILED;
 		snprintf(o.detail, sizeof(o.detail), "no answer within %d ms (redsem.connect_timeout)",
 				 c->connect_timeout_ms);
+		/* (through sentinels, as sentinel.c says of a primary not reached) */
+		if (targets[c->target].profile.sentinels[0] != '\0')
+		{
+			o.status = RS_UNAVAILABLE;
+			strlcat(o.detail, " from the primary the sentinels name (a failover may be in progress)",
+					sizeof(o.detail));
+		}
 		c->waiting = c->waiting_side = false;
 		answer_failure(c, &o);
 	}
@@ -841,12 +1084,7 @@ close_idle_sides(TimestampTz now)
 
 		if (u->ctx != NULL && u->side && u->count == 0 &&
 			now - u->idle_since >= (TimestampTz) BROKER_SIDE_IDLE_MS * 1000)
-		{
-			redis_close_context(u->ctx);
-			u->ctx = NULL;
-			u->target = -1;
-			set_dirty = true;
-		}
+			close_upstream(u);
 	}
 }
 
@@ -866,12 +1104,31 @@ upstream_write(Upstream *u)
 	u->want_write = !done;
 }
 
-/* Hand a reply read on an upstream to the client of its oldest command */
+/*
+ * True if reply, read on u, says that u's server is not the primary now
+ * (READONLY, MASTERDOWN, LOADING...: a backend's own connection would be
+ * dropped) and u's target is found through sentinels
+ */
+static bool
+says_not_primary(const Upstream *u, const redisReply *reply)
+{
+	RedisOutcome o;
+
+	return targets[u->target].profile.sentinels[0] != '\0' &&
+		redis_reply_outcome(reply, &o) && o.status == RS_UNAVAILABLE;
+}
+
+/*
+ * Hand a reply read on an upstream to the client of its oldest command;
+ * through sentinels, one from a server that is no primary now retires the
+ * target's connections
+ */
 static void
 deliver(Upstream *u, redisReply *reply)
 {
 	Pending		pend = *broker_fifo_head(u);
 	Client	   *c = pending_client(&pend);
+	bool		not_primary = says_not_primary(u, reply);
 
 	broker_fifo_pop(u);
 	if (pend.what != PEND_CLIENT)
@@ -887,10 +1144,16 @@ deliver(Upstream *u, redisReply *reply)
 		if (c->outstanding == 0)
 			c->on_side = false;
 		c->process = true;
+		if (c->outstanding == 0 && c->reroute)
+			end_link_when_owed_nothing(c);
 	}
 	if (u->side && u->count == 0)
 		u->idle_since = redsem_now();
 	freeReplyObject(reply);
+	if (not_primary && u->ctx != NULL && !u->retired)
+		retire_target(u->target, "its server answered that it is not the primary now");
+	if (u->ctx != NULL && u->retired && u->count == 0)
+		close_upstream(u);
 }
 
 /* Read what an upstream sent and hand over every whole reply */
@@ -922,6 +1185,8 @@ upstream_read(Upstream *u)
 			return;
 		}
 		deliver(u, (redisReply *) r);
+		if (u->ctx == NULL)
+			return;				/* (closed or failed on that reply) */
 	}
 }
 
@@ -1188,7 +1453,8 @@ promote_idle_side(int t)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->side && !u->pool && u->target == t && u->count == 0)
+		if (u->ctx != NULL && u->side && !u->pool && !u->retired && u->target == t &&
+			u->count == 0)
 		{
 			u->side = false;
 			u->was_shared = true;
@@ -1470,6 +1736,9 @@ sleep_ms(TimestampTz now)
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->waiting && !clients[i]->tried)
 			until = Min(until, clients[i]->wait_until);
+	for (int t = 0; t < n_targets; t++)
+		if (sentinels_to_ask(t))
+			until = Min(until, targets[t].next_ask);
 	until = broker_pool_next_deadline(until);
 	return Max(TimestampDifferenceMilliseconds(now, until), 0);
 }
@@ -1596,6 +1865,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		now = redsem_now();
 		check_deadlines(now);
 		check_openings(now);
+		check_sentinels(now);
 		check_waiters(now);
 		broker_pool_check(now);
 		close_idle_sides(now);

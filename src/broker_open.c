@@ -13,6 +13,9 @@
  * outcome, and exits.  The connection's state (authenticated, its database
  * selected, named) is Redis's, so the socket is all the broker needs.
  *
+ * Through sentinels the opener also finds the primary (sentinel.c) and
+ * checks that it is one; its address comes back with the outcome.
+ *
  * A TLS session's state is the process's own and cannot be handed over:
  * a TLS profile is opened in the broker itself, as before (docs/broker.md).
  *
@@ -50,6 +53,7 @@
 #include "link.h"
 #include "report.h"
 #include "resolve.h"
+#include "sentinel.h"
 #include "sockwait.h"
 #include "timing.h"
 
@@ -105,13 +109,46 @@ become_opener(pid_t broker)
 }
 
 /*
+ * Open and set up a connection to host:port (or path), or to the primary
+ * the profile's sentinels name, as profile says, by deadline: one try (a
+ * backend asks again while a failover runs, as in direct mode); on success
+ * the outcome is RS_OK with, through sentinels, the primary's address as
+ * its detail.  With ask, only ask the sentinels where the primary is: NULL,
+ * and RS_OK with the address if they said.
+ */
+redisContext *
+broker_open_profiled(RedisCall *call, const char *host, int port, const char *path,
+					 const RedisProfile *profile, TimestampTz deadline, bool ask)
+{
+	redisContext *ctx = NULL;
+
+	redis_profile_force(profile);
+	if (ask)
+	{
+		if (sentinel_ask_primary(call, deadline))
+			(void) redis_note(&call->outcome, RS_OK, "%s", sentinel_last_primary());
+	}
+	else
+	{
+		ctx = sentinel_enabled() ? sentinel_connect_primary(call, deadline)
+			: redis_open_target(call, host, port, path, deadline);
+		if (ctx != NULL)
+			(void) redis_note(&call->outcome, RS_OK, "%s",
+							  sentinel_enabled() ? sentinel_last_primary() : "");
+	}
+	redis_profile_force(NULL);
+	return ctx;
+}
+
+/*
  * The opener, right after fork: open and set up the connection as profile
  * says, send the outcome (and the socket) on sock, exit.  An ERROR ends it
  * without a word: the broker sees its end of the pair close.
  */
 pg_noreturn static void
 opener_main(pid_t broker, int sock, const char *host, int port, const char *path,
-			const RedisProfile *profile, int connect_timeout_ms, TimestampTz by)
+			const RedisProfile *profile, int connect_timeout_ms, TimestampTz by,
+			bool ask)
 {
 	sigjmp_buf	local_sigjmp_buf;
 	RedisCall	call;
@@ -127,26 +164,22 @@ opener_main(pid_t broker, int sock, const char *host, int port, const char *path
 	redsem_connect_timeout_ms = connect_timeout_ms;
 	redis_call_init(&call, DT_NOEND, false, LOG);
 	deadline = redis_connect_deadline(by);
-	redis_profile_force(profile);
-	ctx = redis_open_context(&call, host, port, path, deadline);
-	if (ctx != NULL && !redis_setup_context(&call, ctx, deadline))
-		ctx = NULL;
-	if (ctx != NULL)
-		call.outcome.status = RS_OK;
+	ctx = broker_open_profiled(&call, host, port, path, profile, deadline, ask);
 	_exit(send_result(sock, &call.outcome, ctx ? ctx->fd : -1) ? 0 : 1);
 }
 
 /*
  * Fork an opener for host:port (or path) set up with profile, within
  * connect_timeout_ms (the asking session's redsem.connect_timeout), and by
- * by if that is sooner (DT_NOEND: no sooner); forget closes, in the child,
- * the descriptors of the broker it must not keep.  False, with the outcome
- * filled, if it could not be forked.
+ * by if that is sooner (DT_NOEND: no sooner); with ask, one that only asks
+ * the profile's sentinels where the primary is.  forget closes, in the
+ * child, the descriptors of the broker it must not keep.  False, with the
+ * outcome filled, if it could not be forked.
  */
 bool
 broker_open_start(BrokerOpening *o, const char *host, int port, const char *path,
 				  const RedisProfile *profile, int connect_timeout_ms, TimestampTz by,
-				  void (*forget) (void), RedisOutcome *outcome)
+				  bool ask, void (*forget) (void), RedisOutcome *outcome)
 {
 	int			sv[2];
 	pid_t		broker = getpid();
@@ -164,7 +197,7 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 	{
 		close(sv[0]);
 		forget();
-		opener_main(broker, sv[1], host, port, path, profile, connect_timeout_ms, by);
+		opener_main(broker, sv[1], host, port, path, profile, connect_timeout_ms, by, ask);
 	}
 	sigprocmask(SIG_SETMASK, &was, NULL);
 	close(sv[1]);
@@ -175,6 +208,7 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 		return redis_note(outcome, RS_CONNECT_FAILED, "could not fork a process to connect: %m");
 	}
 	o->fd = sv[0];
+	o->ask = ask;
 	o->started = redsem_now();
 	o->deadline = Min(by, TimestampTzPlusMilliseconds(o->started, connect_timeout_ms));
 	o->kill_at = TimestampTzPlusMilliseconds(o->deadline, BROKER_OPEN_KILL_MARGIN_MS);
@@ -202,7 +236,9 @@ end_opening(BrokerOpening *o)
 
 /*
  * What the opener sent (its socket pair is readable): a context on the
- * socket it opened, or NULL with the outcome saying why.  The opening ends.
+ * socket it opened, or NULL with the outcome saying why (an asking one's:
+ * NULL, RS_OK and the address when the sentinels answered).  The opening
+ * ends.
  */
 redisContext *
 broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
@@ -213,6 +249,7 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 	struct cmsghdr *cm;
 	ssize_t		n;
 	int			fd = -1;
+	bool		ask = o->ask;
 
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
@@ -233,6 +270,8 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 		return NULL;
 	}
 	outcome->detail[sizeof(outcome->detail) - 1] = '\0';
+	if (ask && fd < 0)
+		return NULL;			/* (the sentinels' answer, or why none) */
 	if (outcome->status != RS_OK || fd < 0)
 	{
 		if (fd >= 0)

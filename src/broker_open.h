@@ -23,14 +23,19 @@ typedef struct BrokerOpening
 	TimestampTz started;
 	TimestampTz deadline;		/* the opener's own: it gives up then */
 	TimestampTz kill_at;		/* past its own deadline: killed */
+	bool		ask;			/* it only asks the sentinels (no connection) */
 } BrokerOpening;
 
 extern bool broker_open_start(BrokerOpening *o, const char *host, int port,
 							  const char *path, const RedisProfile *profile,
-							  int connect_timeout_ms, TimestampTz by,
+							  int connect_timeout_ms, TimestampTz by, bool ask,
 							  void (*forget) (void),
 							  RedisOutcome *outcome);
 extern struct redisContext *broker_open_finish(BrokerOpening *o, RedisOutcome *outcome);
 extern void broker_open_cancel(BrokerOpening *o, RedisOutcome *outcome);
+extern struct redisContext *broker_open_profiled(RedisCall *call, const char *host,
+												 int port, const char *path,
+												 const RedisProfile *profile,
+												 TimestampTz deadline, bool ask);
 
 #endif							/* REDSEM_BROKER_OPEN_H */

@@ -58,6 +58,10 @@ typedef struct Target
 	TimestampTz failed_until;	/* an open failed: answer it until then */
 	RedisOutcome failure;
 	bool		cluster;		/* a Cluster node (its clients route by slot) */
+	char		primary[280];	/* through sentinels: the primary last found */
+	TimestampTz primary_at;		/* ... since */
+	bool		asking;			/* an opener asks its sentinels where it is */
+	TimestampTz next_ask;		/* ... next (check_sentinels) */
 } Target;
 
 /* A connection to Redis */
@@ -79,6 +83,7 @@ typedef struct Upstream
 	uint32		gen;			/* bumped each time the slot gets a connection */
 	bool		was_shared;		/* it had the shared role since it opened */
 	bool		pool;			/* a wait pool's (broker_wait.c), a side one */
+	bool		retired;		/* no new command: closes once its replies are in */
 } Upstream;
 
 /* A backend's link */
@@ -103,6 +108,7 @@ typedef struct Client
 	bool		on_side;		/* its BLPOP is on a side connection */
 	bool		in_pool;		/* its BLPOP is in a wait pool */
 	bool		closing;		/* write out what is left, then close */
+	bool		reroute;		/* its target's route changed: end once owed nothing */
 	bool		process;		/* look at its requests again */
 	redisReply *held[2];		/* parsed, not yet sent */
 	int			n_held;

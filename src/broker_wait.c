@@ -482,7 +482,8 @@ unblock_upstream(const WaitPool *p)
 	{
 		Upstream   *u = upstreams[i];
 
-		if (u->ctx != NULL && u->target == p->target && !u->pool && u->count == 0)
+		if (u->ctx != NULL && u->target == p->target && !u->pool && !u->retired &&
+			u->count == 0)
 			return u;
 	}
 	return NULL;

@@ -179,6 +179,11 @@
  * ACQUIRE_RIDE_LOG_EVERY_MS.  The keeper's refreshes fail while a failover
  * runs and are retried with the back-off above: holds survive a
  * failover that ends within two thirds of their lease.
+ *
+ * A failure to connect names redsem.connect_timeout as its bound unless the
+ * call had less than that left by more than CONNECT_CUT_SLACK_MS: the
+ * broker's opener (and a call's loop of tries) works to one deadline
+ * computed at its start, a few milliseconds before each try begins.
  */
 #ifndef REDSEM_TIMING_H
 #define REDSEM_TIMING_H
@@ -209,6 +214,7 @@
 #define REDSEM_STOP_ACT_MS			200
 
 #define SENTINEL_RETRY_MS			100
+#define CONNECT_CUT_SLACK_MS		100
 #define ACQUIRE_RIDE_PAUSE_MS		100
 #define ACQUIRE_RIDE_MAX_MS			60000
 #define ACQUIRE_RIDE_GAP_MS			1000
@@ -244,6 +250,12 @@
  * time per hold); a quick failure is tried again at once, so a Redis that
  * comes back is used at the next call, as in direct mode.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
+ * Through Redis Sentinel, the broker asks the sentinels where the primary
+ * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
+ * short connection to a sentinel each time), and leaves a primary they no
+ * longer name: a failover reaches its callers within that, not at the old
+ * primary's demotion (up to about 10 s after a SENTINEL FAILOVER) or its
+ * command timeout (one that hangs).
  * A wait pool's BLPOP (broker_wait.c: one for all of a target's waiters)
  * ends at the earliest BLPOP timeout of the waiters it names, and after
  * BROKER_POOL_CYCLE_MS at most; a waiter that joins in between is added by
@@ -266,6 +278,7 @@
 #define BROKER_SLOW_OPEN_MS				50
 #define BROKER_OPEN_FAILURE_HOLD_MS		200
 #define BROKER_SIDE_IDLE_MS				5000
+#define SENTINEL_RECHECK_MS				1000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_POOL_CYCLE_MS			5000
 #define BROKER_POOL_POLL_MS				100

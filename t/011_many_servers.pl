@@ -52,6 +52,7 @@ max_connections = 50
 log_min_messages = warning
 restart_after_crash = on
 EOC
+	$node->append_conf('postgresql.conf', connection_mode_conf());
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
 	return $node;

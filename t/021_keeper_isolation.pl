@@ -65,6 +65,7 @@ redsem.password_file = '$pwfile'
 restart_after_crash = on
 max_connections = 50
 EOC
+$node->append_conf('postgresql.conf', connection_mode_conf());
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redsem');
 

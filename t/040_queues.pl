@@ -56,6 +56,7 @@ redsem.queue_poll_interval = '1h'
 max_connections = 50
 log_min_messages = warning
 EOC
+	$node->append_conf('postgresql.conf', connection_mode_conf());
 	$node->start;
 	$node->safe_psql('postgres', q{
 CREATE EXTENSION redsem;

@@ -122,6 +122,7 @@ redsem.port = 1
 max_connections = 40
 log_min_messages = warning
 EOC
+$node->append_conf('postgresql.conf', connection_mode_conf());
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redsem');
 
@@ -140,6 +141,30 @@ sub script_calls
 }
 ok(script_calls($primary) > 0 && script_calls($replica) == 0,
 	'the slot is taken on the primary the sentinels name, never on the replica');
+
+# connections the sentinels accepted so far (each count asks each once)
+sub sentinel_connections
+{
+	my $n = 0;
+	for my $s (@sentinels)
+	{
+		my $i = $s->cli('INFO', 'stats') // '';
+		$n += $1 if $i =~ /total_connections_received:(\d+)/;
+	}
+	return $n;
+}
+my $asked_before = sentinel_connections();
+$node->safe_psql('postgres', q{SELECT redsem_acquire_xact('where', 1);}) for 1 .. 10;
+my $asked = sentinel_connections() - $asked_before - scalar(@sentinels);
+if (broker_mode())
+{
+	# (the broker found the primary once; it asks again only for a new connection)
+	ok($asked <= 1, "behind the broker, 10 new sessions ask the sentinels nothing ($asked connections)");
+}
+else
+{
+	ok($asked >= 10, "in direct mode each new session asks a sentinel ($asked connections)");
+}
 
 # the error of $sql under $settings (SET commands), with its SQLSTATE
 sub error_of
@@ -242,6 +267,21 @@ BEGIN
 END $$;
 EOS
 
+# The sockets a process holds open (their inode numbers)
+sub sockets_of
+{
+	my ($pid) = @_;
+	my @socks;
+	opendir(my $dh, "/proc/$pid/fd") or return ();
+	foreach my $fd (readdir $dh)
+	{
+		my $l = readlink("/proc/$pid/fd/$fd") // '';
+		push @socks, $1 if $l =~ /^socket:\[(\d+)\]$/;
+	}
+	closedir $dh;
+	return @socks;
+}
+
 # Seconds from $since until a fresh session gets the idle semaphore of
 # round $label (each try a new connection; calls failing during the switch
 # are tried again)
@@ -287,6 +327,14 @@ foreach my $round (RedsemTest::Failover::rounds())
 	# start a grace, I15)
 	$node->safe_psql('postgres', qq{SET redsem.grant_replicas = $replicas;
 		SELECT redsem_release('idle_$label', redsem_acquire('idle_$label', 1));});
+	# behind the broker: a session that took a slot before the switch and
+	# sits idle through it (its link to the broker, as sockets of its process)
+	# (with the round's grant_replicas, as the fresh session's: see above)
+	my $idle = RedsemTest::Session->new($node, name => 'idle');
+	$idle->query_ok(qq{SET redsem.grant_replicas = $replicas;});
+	$idle->query_ok(qq{SELECT redsem_acquire_xact('idle_link_$label', 1);});
+	my $idle_pid = $idle->query_ok('SELECT pg_backend_pid();');
+	my %idle_socks = map { $_ => 1 } sockets_of($idle_pid);
 	usleep($TRIGGER_AFTER_S * 1e6);
 	my $trigger = time;
 	if ($how eq 'failover')
@@ -307,6 +355,16 @@ foreach my $round (RedsemTest::Failover::rounds())
 	# after a pause would): the sentinels turn it into a replica
 	$old->start if $how eq 'kill';
 	my $fresh = fresh_idle_wait($label, $replicas, $named);
+	if (broker_mode() && $how eq 'failover')
+	{
+		# (the broker asks the sentinels every second: SENTINEL_RECHECK_MS)
+		sleep_full(2);
+		$idle->query_ok(qq{SELECT redsem_acquire_xact('idle_link_$label', 1);});
+		my @new = grep { !$idle_socks{$_} } sockets_of($idle_pid);
+		ok(scalar(@new) > 0,
+			"$label: the idle session's link was ended at the switch: its next acquire came on a new link (and checks the era, I15)");
+	}
+	$idle->quit;
 	note sprintf('%s: a fresh session got the idle semaphore %.2f s after the sentinels named the new primary', $label, $fresh);
 	ok(wait_until(60, sub { my $p = current_primary(); defined $p && sentinels_settled($p) }),
 		"$label: the old primary is back, and a primary has in-sync replicas again")

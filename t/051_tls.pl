@@ -23,6 +23,7 @@ redsem.host = '127.0.0.1'
 redsem.port = 1
 log_min_messages = warning
 EOC
+$node->append_conf('postgresql.conf', connection_mode_conf());
 $node->start;
 $node->safe_psql('postgres', 'CREATE EXTENSION redsem');
 

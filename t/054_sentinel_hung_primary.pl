@@ -49,6 +49,7 @@ ok(wait_until(60, sub {
 my $node = PostgreSQL::Test::Cluster->new('hang');
 $node->init;
 $node->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\n"
+	  . connection_mode_conf()
 	  . "redsem.sentinels = '" . join(',', map { $_->address } @sentinels) . "'\n"
 	  . "redsem.command_timeout = '30s'\nredsem.connect_timeout = '1s'\nlog_min_messages = warning\n");
 $node->start;

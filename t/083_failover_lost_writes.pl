@@ -74,7 +74,7 @@ sub sentinel_set
 my @nodes = map {
 	my $n = PostgreSQL::Test::Cluster->new("lw_$_");
 	$n->init;
-	$n->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\nredsem.connect_timeout = '1s'\n"
+	$n->append_conf('postgresql.conf', connection_mode_conf() . "shared_preload_libraries = 'redsem'\nredsem.connect_timeout = '1s'\n"
 		  . "redsem.command_timeout = '2s'\nlog_min_messages = warning\n");
 	$n->start;
 	$n->safe_psql('postgres', 'CREATE EXTENSION redsem');

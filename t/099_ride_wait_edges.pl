@@ -57,7 +57,7 @@ ok(wait_until(30, sub {
 
 my $node = PostgreSQL::Test::Cluster->new('edges');
 $node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\n"
+$node->append_conf('postgresql.conf', connection_mode_conf() . "shared_preload_libraries = 'redsem'\n"
 	  . "redsem.grant_replicas = 1\n"
 	  . "redsem.sentinels = '" . $sentinel->address . "'\n"
 	  . "redsem.sentinel_master = 'mymaster'\n");

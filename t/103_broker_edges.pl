@@ -28,7 +28,7 @@ sub raw_link
 	my $r = RedsemTest::RESP->new('pg_stat_tmp/redsem_broker.sock');
 	chdir $cwd;
 	$r->send_raw(RedsemTest::RESP::encode('REDSEM.TARGET', '', 0, $sock, 0, '', '', '0', '', '', '', '',
-		$timeout_ms // 2000, '0'));
+		$timeout_ms // 2000, '0', '', '', '', ''));
 	return $r;
 }
 

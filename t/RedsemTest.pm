@@ -29,7 +29,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-our @EXPORT = qw(create_node wait_until node_log_is_clean redsem_library primary_and_replica
+our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
   processes holders_of broker_mode broker_pid_of drop_links);
 
@@ -134,10 +134,9 @@ sub start_node
 {
 	my ($name, $conf, $extra_conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	my $mode = $ENV{REDSEM_TEST_CONNECTION_MODE} // '';
 
-	$conf .= "redsem.connection_mode = $mode\n"
-	  if $mode ne '' && $conf =~ /shared_preload_libraries\s*=\s*'[^']*redsem/;
+	$conf .= connection_mode_conf()
+	  if $conf =~ /shared_preload_libraries\s*=\s*'[^']*redsem/;
 
 	$node->init;
 	$node->append_conf('postgresql.conf', $conf);
@@ -145,6 +144,15 @@ sub start_node
 	$node->start;
 	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
 	return $node;
+}
+
+# The postgresql.conf line that puts a server preloading redsem in the
+# connection mode $ENV{REDSEM_TEST_CONNECTION_MODE} asks for ("" if none):
+# for the files that set their servers up themselves
+sub connection_mode_conf
+{
+	my $mode = $ENV{REDSEM_TEST_CONNECTION_MODE} // '';
+	return $mode ne '' ? "redsem.connection_mode = $mode\n" : '';
 }
 
 =pod

@@ -32,6 +32,7 @@
 #include "profile.h"
 #include "report.h"
 #include "secret.h"
+#include "sentinel.h"
 #include "sockwait.h"
 #include "tls.h"
 #include "timing.h"
@@ -156,22 +157,25 @@ connect_broker(RedisCall *call, TimestampTz deadline)
 }
 
 /*
- * Queue the header that names the link's Redis server and the settings this
- * session sets a connection up with (the broker opens and sets up its
- * connections as the session would: SELECT, AUTH with the password read
- * now, TLS); it leaves with the first request.  False with the outcome
- * filled if the password file cannot be used.
+ * Queue the header that names the link's Redis server (or the sentinels
+ * that name it) and the settings this session sets a connection up with
+ * (the broker opens and sets up its connections as the session would:
+ * SELECT, AUTH with the passwords read now, TLS); it leaves with the first
+ * request.  False with the outcome filled if a password file cannot be
+ * used.
  */
 static bool
 queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 			 const char *unix_path)
 {
 	char		password[REDSEM_MAX_SECRET_BYTES + 1];
+	char		sentinel_pw[REDSEM_MAX_SECRET_BYTES + 1];
 	char		portbuf[16];
 	char		dbbuf[16];
 	char		timeoutbuf[16];
 	RedisProfile p;
 	bool		have;
+	bool		have_sentinel_pw;
 	char	   *cmd;
 	int			len;
 	bool		ok;
@@ -179,6 +183,22 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 	if (!redis_password(password, sizeof(password), &have, &call->outcome))
 		return false;
 	tls_session_profile(&p);
+	sentinel_session_profile(&p);
+	/* (the sentinels' password only through sentinels, as direct mode reads it) */
+	have_sentinel_pw = false;
+	if (p.sentinels[0] != '\0' &&
+		!sentinel_password(sentinel_pw, sizeof(sentinel_pw), &have_sentinel_pw,
+						   &call->outcome))
+	{
+		explicit_bzero(password, sizeof(password));
+		return false;
+	}
+	/* (through sentinels the address is the broker's to find) */
+	if (p.sentinels[0] != '\0')
+	{
+		host = unix_path = NULL;
+		port = 0;
+	}
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
 	snprintf(dbbuf, sizeof(dbbuf), "%d", redsem_database);
 	snprintf(timeoutbuf, sizeof(timeoutbuf), "%d", redsem_connect_timeout_ms);
@@ -187,11 +207,14 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 			"REDSEM.TARGET", host ? host : "", portbuf, unix_path ? unix_path : "",
 			dbbuf, redsem_user ? redsem_user : "", have ? password : "",
 			p.tls ? "1" : "0", p.tls_ca_file, p.tls_cert_file, p.tls_key_file,
-		p.tls_server_name, timeoutbuf, redsem_cluster ? "1" : "0"};
+			p.tls_server_name, timeoutbuf, redsem_cluster ? "1" : "0",
+			p.sentinels, p.sentinel_master, p.sentinel_user,
+		have_sentinel_pw ? sentinel_pw : ""};
 
 		len = redisFormatCommandArgv(&cmd, REDSEM_BROKER_HEADER_ARGS, argv, NULL);
 	}
 	explicit_bzero(password, sizeof(password));
+	explicit_bzero(sentinel_pw, sizeof(sentinel_pw));
 	if (len < 0)
 		return redis_note(&call->outcome, RS_CONNECT_FAILED, "out of memory");
 	ok = redisAppendFormattedCommand(c, cmd, len) == REDIS_OK;

@@ -23,8 +23,10 @@ struct redisContext;
  * and its profile) connect_timeout_ms (the session's: an open it asks for
  * is given that long) cluster ("1" with redsem.cluster: the target is a
  * Cluster node, whose keys of different slots cannot share a command)
+ * sentinels master sentinel_user sentinel_password (through sentinels:
+ * the broker finds the primary, and host, port and unix_socket are "")
  */
-#define REDSEM_BROKER_HEADER_ARGS	14
+#define REDSEM_BROKER_HEADER_ARGS	18
 
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"

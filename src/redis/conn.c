@@ -43,6 +43,7 @@
 #include "miscadmin.h"
 #include "utils/timestamp.h"
 
+#include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
 #include "cluster.h"
@@ -258,26 +259,33 @@ unix_socket_path(void)
 }
 
 /*
- * Open a connection to the configured server (in a cluster: to link's
- * node) and set up its session; in broker mode, a link to the broker for it
+ * Open a connection to host:port (or unix_path) and set up its session, or
+ * through sentinels one to the primary they name (see sentinel.c; behind
+ * the broker, a link to the broker, which finds it).  While a
+ * failover runs (the named primary is unreachable or still a replica, or a
+ * server is loading), ask again every SENTINEL_RETRY_MS until deadline.
+ * NULL, nothing left open and the call's outcome saying why, on failure.
  */
 static redisContext *
-open_direct(RedisCall *call, const Link *link, TimestampTz deadline)
+redis_open_following(RedisCall *call, const char *host, int port,
+					 const char *unix_path, TimestampTz deadline)
 {
-	TimestampTz connect_deadline = redis_connect_deadline(deadline);
-	return cluster_enabled()
-		? redis_open_target(call, cluster_node_host(link_node(link)),
-							cluster_node_port(link_node(link)), NULL, connect_deadline)
-		: redis_open_target(call, redsem_host, redsem_port,
-							unix_socket_path(), connect_deadline);
+	for (;;)
+	{
+		redisContext *c = sentinel_enabled() && !redis_broker_wanted()
+			? sentinel_connect_primary(call, deadline)
+			: redis_open_target(call, host, port, unix_path,
+								redis_connect_deadline(deadline));
+
+		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || redis_past(deadline))
+			return c;
+		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
+	}
 }
 
 /*
  * Open link: to the configured server (or Cluster node), or to the primary
- * the sentinels name (see sentinel.c).  While a failover runs (the named primary
- * is unreachable or still a replica), ask again every SENTINEL_RETRY_MS
- * until deadline.  On failure nothing is left open and the call's outcome
- * says why.
+ * the sentinels name (redis_open_following)
  */
 static bool
 open_connection(RedisCall *call, Link *link, TimestampTz deadline)
@@ -289,14 +297,11 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "redsem.sentinels and redsem.cluster cannot be used together: a Redis Cluster fails over by itself");
 		return false;
 	}
-	for (;;)
-	{
-		c = sentinel_enabled() ? sentinel_connect_primary(call, deadline)
-			: open_direct(call, link, deadline);
-		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || redis_past(deadline))
-			break;
-		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
-	}
+	c = cluster_enabled()
+		? redis_open_following(call, cluster_node_host(link_node(link)),
+							   cluster_node_port(link_node(link)), NULL, deadline)
+		: redis_open_following(call, redsem_host, redsem_port,
+							   unix_socket_path(), deadline);
 	if (c == NULL)
 		return false;
 	link->ctx = c;

@@ -33,6 +33,7 @@
 #include "resolve.h"
 #include "secret.h"
 #include "sockwait.h"
+#include "timing.h"
 #include "tls.h"
 
 /* Close a context and its socket */
@@ -661,7 +662,8 @@ redis_connect_deadline(TimestampTz deadline)
 	TimestampTz now = redsem_now();
 	TimestampTz d = TimestampTzPlusMilliseconds(now, redsem_connect_timeout_ms);
 
-	connect_cut_short = deadline < d;
+	/* (within CONNECT_CUT_SLACK_MS it is the timeout's own end: timing.h) */
+	connect_cut_short = deadline < TimestampTzPlusMilliseconds(d, -CONNECT_CUT_SLACK_MS);
 	connect_budget_ms = connect_cut_short ? (int) Max((deadline - now) / 1000, 0) :
 		redsem_connect_timeout_ms;
 	return Min(d, deadline);

@@ -7,8 +7,10 @@
 #define REDSEM_PROFILE_H
 
 /*
- * A connection's set-up: SELECT, AUTH and TLS.  Strings are never NULL
- * ("": not set).  The password is the one AUTH sends, already read.
+ * A connection's set-up: SELECT, AUTH and TLS, and where it goes through
+ * sentinels (sentinel.c: the address is then the primary they name).
+ * Strings are never NULL ("": not set).  The passwords are the ones AUTH
+ * sends, already read.
  */
 typedef struct RedisProfile
 {
@@ -20,6 +22,10 @@ typedef struct RedisProfile
 	const char *tls_cert_file;
 	const char *tls_key_file;
 	const char *tls_server_name;
+	const char *sentinels;		/* "": none, the address is used */
+	const char *sentinel_master;
+	const char *sentinel_user;
+	const char *sentinel_password;
 } RedisProfile;
 
 extern void redis_profile_force(const RedisProfile *profile);

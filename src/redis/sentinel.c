@@ -15,6 +15,12 @@
  * Failures: no sentinel answering, or none knowing the primary, is a
  * failure to connect (08001); a primary named but unreachable, or a
  * replica, is a failover in progress (08006, retried until the deadline).
+ *
+ * In broker mode a backend does none of this: its link's header names the
+ * sentinels, the primary's name and the sentinels' credentials (its
+ * session's), and the broker's opener finds the primary with this code,
+ * under that client's forced profile (profile.h), as the session would
+ * have.
  */
 #include "postgres.h"
 
@@ -23,6 +29,7 @@
 
 #include "guc.h"
 #include "link.h"
+#include "profile.h"
 #include "report.h"
 #include "secret.h"
 #include "sentinel.h"
@@ -176,11 +183,72 @@ sentinel_define_gucs(void)
 							   NULL, redsem_assign_connection_string, NULL);
 }
 
+/* A string setting's value, "" when not set */
+static const char *
+setting(const char *value)
+{
+	return value ? value : "";
+}
+
+/* The sentinels in force: the forced profile's (broker), or the session's */
+static const char *
+list_in_force(void)
+{
+	const RedisProfile *forced = redis_profile_forced();
+
+	return forced ? forced->sentinels : setting(redsem_sentinels);
+}
+
+/* The primary's name in force (see list_in_force) */
+static const char *
+master_in_force(void)
+{
+	const RedisProfile *forced = redis_profile_forced();
+
+	return forced ? forced->sentinel_master : setting(redsem_sentinel_master);
+}
+
 /* True when redsem finds its Redis through sentinels */
 bool
 sentinel_enabled(void)
 {
-	return redsem_sentinels != NULL && redsem_sentinels[0] != '\0';
+	return list_in_force()[0] != '\0';
+}
+
+/* This session's sentinel settings (not the password), into profile */
+void
+sentinel_session_profile(RedisProfile *profile)
+{
+	profile->sentinels = setting(redsem_sentinels);
+	profile->sentinel_master = setting(redsem_sentinel_master);
+	profile->sentinel_user = setting(redsem_sentinel_user);
+}
+
+/*
+ * The sentinels' password in force into buf (*have false if none); false,
+ * with the outcome filled, if its file cannot be used
+ */
+bool
+sentinel_password(char *buf, size_t len, bool *have, RedisOutcome *o)
+{
+	const RedisProfile *forced = redis_profile_forced();
+
+	buf[0] = '\0';
+	if (forced != NULL)
+		strlcpy(buf, forced->sentinel_password, len);
+	else if (setting(redsem_sentinel_password_file)[0] != '\0' &&
+			 !secret_from_file("redsem.sentinel_password_file",
+							   redsem_sentinel_password_file, buf, len, o))
+		return false;
+	*have = buf[0] != '\0';
+	return true;
+}
+
+/* The primary's address as the sentinels last named it ("" if never) */
+const char *
+sentinel_last_primary(void)
+{
+	return last_primary;
 }
 
 /* For messages: the primary, and where it was last seen */
@@ -189,8 +257,8 @@ sentinel_target_description(void)
 {
 	if (last_primary[0] != '\0')
 		return psprintf("%s (primary \"%s\" of redsem.sentinels)", last_primary,
-						redsem_sentinel_master);
-	return psprintf("primary \"%s\" of redsem.sentinels", redsem_sentinel_master);
+						master_in_force());
+	return psprintf("primary \"%s\" of redsem.sentinels", master_in_force());
 }
 
 /* Authenticate to a sentinel, if sentinel credentials are configured */
@@ -198,16 +266,17 @@ static bool
 sentinel_auth(RedisCall *call, redisContext *c, TimestampTz deadline)
 {
 	char		password[REDSEM_MAX_SECRET_BYTES + 1];
-	const char *argv[3] = {"AUTH", redsem_sentinel_user, password};
+	const RedisProfile *forced = redis_profile_forced();
+	const char *user = forced ? forced->sentinel_user : setting(redsem_sentinel_user);
+	const char *argv[3] = {"AUTH", user, password};
+	bool		have;
 	bool		ok;
 
-	if (redsem_sentinel_password_file[0] == '\0')
-		return true;
-	if (!secret_from_file("redsem.sentinel_password_file",
-						  redsem_sentinel_password_file,
-						  password, sizeof(password), &call->outcome))
+	if (!sentinel_password(password, sizeof(password), &have, &call->outcome))
 		return false;
-	if (redsem_sentinel_user[0] != '\0')
+	if (!have)
+		return true;
+	if (user[0] != '\0')
 		ok = redis_context_command(call, c, 3, argv, deadline, NULL);
 	else
 	{
@@ -227,7 +296,7 @@ static bool
 ask_sentinel(RedisCall *call, redisContext *c, const SentinelAddr *where,
 			 TimestampTz deadline, SentinelAddr *primary, bool *unknown)
 {
-	const char *argv[] = {"SENTINEL", "get-master-addr-by-name", redsem_sentinel_master};
+	const char *argv[] = {"SENTINEL", "get-master-addr-by-name", master_in_force()};
 	redisReply *r;
 	bool		ok = false;
 	long		port = 0;
@@ -258,7 +327,7 @@ ask_sentinel(RedisCall *call, redisContext *c, const SentinelAddr *where,
 	{
 		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, *unknown ? "the sentinels do not monitor a primary named \"%s\" (redsem.sentinel_master)"
 				 : "unexpected reply to SENTINEL get-master-addr-by-name \"%s\"",
-				 redsem_sentinel_master);
+				 master_in_force());
 	}
 	return ok;
 }
@@ -272,7 +341,7 @@ find_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
 {
 	SentinelAddr addrs[MAX_SENTINELS];
 	int			bad;
-	int			n = parse_list(redsem_sentinels, addrs, &bad);
+	int			n = parse_list(list_in_force(), addrs, &bad);
 	bool		unknown = false;
 
 	for (int i = 0; i < n; i++)
@@ -334,7 +403,7 @@ is_primary(RedisCall *call, redisContext *c, TimestampTz deadline)
 	if (!ok)
 	{
 		(void) redis_note(&call->outcome, RS_UNAVAILABLE, "the sentinels name %s as primary \"%s\", but it is not a primary (a failover is in progress)",
-				 last_primary, redsem_sentinel_master);
+				 last_primary, master_in_force());
 	}
 	return ok;
 }
@@ -356,7 +425,7 @@ primary_unreachable(RedisCall *call)
 		return;
 	strlcpy(why, call->outcome.detail, sizeof(why));
 	(void) redis_note(&call->outcome, RS_UNAVAILABLE, "the sentinels name %s as primary \"%s\", but it cannot be reached (a failover may be in progress): %s",
-			 last_primary, redsem_sentinel_master, why);
+			 last_primary, master_in_force(), why);
 }
 
 /*
@@ -393,6 +462,19 @@ connect_primary(RedisCall *call, const SentinelAddr *addr, TimestampTz deadline)
 	return c;
 }
 
+/* find_primary, its answer kept as the primary last named (last_primary) */
+static bool
+find_named_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
+{
+	if (!find_primary(call, deadline, primary))
+		return false;
+	if (strchr(primary->host, ':') != NULL)
+		snprintf(last_primary, sizeof(last_primary), "[%s]:%d", primary->host, primary->port);
+	else
+		snprintf(last_primary, sizeof(last_primary), "%s:%d", primary->host, primary->port);
+	return true;
+}
+
 /*
  * Connect to the primary the sentinels name, and set up its session.
  * Returns NULL with the outcome filled on failure: RS_UNAVAILABLE while a
@@ -403,11 +485,19 @@ sentinel_connect_primary(RedisCall *call, TimestampTz deadline)
 {
 	SentinelAddr primary;
 
-	if (!find_primary(call, deadline, &primary))
+	if (!find_named_primary(call, deadline, &primary))
 		return NULL;
-	if (strchr(primary.host, ':') != NULL)
-		snprintf(last_primary, sizeof(last_primary), "[%s]:%d", primary.host, primary.port);
-	else
-		snprintf(last_primary, sizeof(last_primary), "%s:%d", primary.host, primary.port);
 	return connect_primary(call, &primary, redis_connect_deadline(deadline));
+}
+
+/*
+ * Ask the sentinels (only) where the primary is: true with its address
+ * (also sentinel_last_primary()), or false with the outcome filled
+ */
+bool
+sentinel_ask_primary(RedisCall *call, TimestampTz deadline)
+{
+	SentinelAddr primary;
+
+	return find_named_primary(call, deadline, &primary);
 }

@@ -5,6 +5,7 @@
 #ifndef REDSEM_SENTINEL_H
 #define REDSEM_SENTINEL_H
 
+#include "profile.h"
 #include "redis_call.h"
 
 struct redisContext;
@@ -17,5 +18,9 @@ extern bool sentinel_enabled(void);
 extern struct redisContext *sentinel_connect_primary(RedisCall *call,
 													 TimestampTz deadline);
 extern char *sentinel_target_description(void);
+extern void sentinel_session_profile(RedisProfile *profile);
+extern bool sentinel_password(char *buf, size_t len, bool *have, RedisOutcome *o);
+extern const char *sentinel_last_primary(void);
+extern bool sentinel_ask_primary(RedisCall *call, TimestampTz deadline);
 
 #endif							/* REDSEM_SENTINEL_H */
