@@ -77,6 +77,7 @@ static int	listen_fd = -1;
 static WaitEventSet *wait_set;
 
 static void close_client(Client *c);
+static bool take_request(Client *c);
 static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
 
@@ -487,20 +488,39 @@ close_upstream(Upstream *u)
 }
 
 /*
- * End c's link once it is owed nothing, its replies written out first:
- * its backend then links anew, which counts as a change of route, so that
- * its next acquire checks the era (I15) as after any failover
+ * End the links marked to end (Client.reroute: their target's route
+ * changed) whose replies are all in: a backend then links anew, which
+ * counts as a change of route, so that its next acquire checks the era
+ * (I15) as after any failover.  A request it sent that was not forwarded
+ * is answered that the primary changed (RS_UNAVAILABLE: the backend tries
+ * again, on a new link) rather than dropped, which it would read as a
+ * connection lost with the request perhaps applied.  Run from the loop,
+ * never inside a client's own processing.
  */
 static void
-end_link_when_owed_nothing(Client *c)
+end_rerouted_links(void)
 {
-	c->reroute = true;
-	if (c->outstanding > 0)
-		return;
-	if (c->out_off < c->out_len)
-		c->closing = true;
-	else
-		close_client(c);
+	RedisOutcome o;
+
+	memset(&o, 0, sizeof(o));
+	o.status = RS_UNAVAILABLE;
+	strlcpy(o.detail, "the sentinels name another primary now; try again", sizeof(o.detail));
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd < 0 || !c->reroute || c->closing || c->outstanding > 0)
+			continue;
+		c->waiting = c->waiting_side = false;
+		if (c->n_held == 0)
+			(void) take_request(c);
+		if (c->n_held > 0)
+			answer_failure(c, &o);
+		else if (c->out_off < c->out_len)
+			c->closing = true;
+		else
+			close_client(c);
+	}
 }
 
 /*
@@ -509,8 +529,9 @@ end_link_when_owed_nothing(Client *c)
  * another).  A wait pool, or a client's own BLPOP, fails (its waiters try
  * again, reaching the primary); an idle connection closes; a busy one takes
  * no new command and closes once its replies are in.  Every client of the
- * target that sent a command ends its link once it is owed nothing, and
- * the target's next command opens anew, asking the sentinels.
+ * target that sent a command ends its link once it is owed nothing
+ * (end_rerouted_links; it forwards nothing more meanwhile), and the
+ * target's next command opens anew, asking the sentinels.
  */
 static void
 retire_target(int t, const char *why)
@@ -540,8 +561,9 @@ retire_target(int t, const char *why)
 	 */
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->last_up >= 0)
-			end_link_when_owed_nothing(clients[i]);
+			clients[i]->reroute = true;
 	set_dirty = true;
+	SetLatch(MyLatch);			/* (end_rerouted_links, at the next turn) */
 }
 
 /*
@@ -1144,8 +1166,6 @@ deliver(Upstream *u, redisReply *reply)
 		if (c->outstanding == 0)
 			c->on_side = false;
 		c->process = true;
-		if (c->outstanding == 0 && c->reroute)
-			end_link_when_owed_nothing(c);
 	}
 	if (u->side && u->count == 0)
 		u->idle_since = redsem_now();
@@ -1511,7 +1531,7 @@ static void
 process_client(Client *c)
 {
 	c->process = false;
-	while (c->fd >= 0 && !c->closing && !c->on_side && !c->in_pool)
+	while (c->fd >= 0 && !c->closing && !c->reroute && !c->on_side && !c->in_pool)
 	{
 		redisReply *cmd;
 
@@ -1798,6 +1818,7 @@ forward_and_flush(void)
 		if (clients[i]->fd >= 0 && clients[i]->process)
 			process_client(clients[i]);
 	broker_pool_kick();
+	end_rerouted_links();
 	for (int i = 0; i < n_upstreams; i++)
 		upstream_write(upstreams[i]);
 	for (int i = 0; i < n_clients; i++)

@@ -141,6 +141,24 @@ broker_open_profiled(RedisCall *call, const char *host, int port, const char *pa
 }
 
 /*
+ * How long an opener for profile may take, given the asking session's
+ * connect timeout: that, or through sentinels one for each sentinel and
+ * one for the primary, as a backend gives each (a sentinel that does not
+ * answer must not leave the others no time)
+ */
+static int
+open_budget_ms(const RedisProfile *profile, int connect_timeout_ms)
+{
+	int			n = 1;
+
+	if (profile->sentinels[0] == '\0')
+		return connect_timeout_ms;
+	for (const char *p = profile->sentinels; *p != '\0'; p++)
+		n += (*p == ',');
+	return connect_timeout_ms * (Min(n, 16) + 1);
+}
+
+/*
  * The opener, right after fork: open and set up the connection as profile
  * says, send the outcome (and the socket) on sock, exit.  An ERROR ends it
  * without a word: the broker sees its end of the pair close.
@@ -163,14 +181,19 @@ opener_main(pid_t broker, int sock, const char *host, int port, const char *path
 	/* (the session's that asked first: the message names it) */
 	redsem_connect_timeout_ms = connect_timeout_ms;
 	redis_call_init(&call, DT_NOEND, false, LOG);
-	deadline = redis_connect_deadline(by);
+	/* (through sentinels, sentinel.c gives each try its connect timeout) */
+	deadline = profile->sentinels[0] != '\0'
+		? Min(by, TimestampTzPlusMilliseconds(redsem_now(),
+											  open_budget_ms(profile, connect_timeout_ms)))
+		: redis_connect_deadline(by);
 	ctx = broker_open_profiled(&call, host, port, path, profile, deadline, ask);
 	_exit(send_result(sock, &call.outcome, ctx ? ctx->fd : -1) ? 0 : 1);
 }
 
 /*
  * Fork an opener for host:port (or path) set up with profile, within
- * connect_timeout_ms (the asking session's redsem.connect_timeout), and by
+ * connect_timeout_ms (the asking session's redsem.connect_timeout; through
+ * sentinels, one for each and one for the primary: open_budget_ms), and by
  * by if that is sooner (DT_NOEND: no sooner); with ask, one that only asks
  * the profile's sentinels where the primary is.  forget closes, in the
  * child, the descriptors of the broker it must not keep.  False, with the
@@ -210,7 +233,8 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 	o->fd = sv[0];
 	o->ask = ask;
 	o->started = redsem_now();
-	o->deadline = Min(by, TimestampTzPlusMilliseconds(o->started, connect_timeout_ms));
+	o->deadline = Min(by, TimestampTzPlusMilliseconds(o->started,
+													  open_budget_ms(profile, connect_timeout_ms)));
 	o->kill_at = TimestampTzPlusMilliseconds(o->deadline, BROKER_OPEN_KILL_MARGIN_MS);
 	return true;
 }

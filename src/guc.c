@@ -20,6 +20,11 @@ int			redsem_port = 6379;
 char	   *redsem_unix_socket = NULL;
 int			redsem_database = 0;
 char	   *redsem_user = NULL;
+/* (defined by sentinel.c; here so that lower layers read them: brokerlink.c) */
+char	   *redsem_sentinels = NULL;
+char	   *redsem_sentinel_master = NULL;
+char	   *redsem_sentinel_user = NULL;
+char	   *redsem_sentinel_password_file = NULL;
 char	   *redsem_key_prefix = NULL;
 int			redsem_max_lease_ms = 3600 * 1000;
 int			redsem_connect_timeout_ms = 2000;

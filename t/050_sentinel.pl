@@ -190,6 +190,15 @@ like(error_of(qq{SET redsem.sentinels = '127.0.0.1:$closed';}, q{SELECT redsem_a
 is($node->safe_psql('postgres',
 		qq{SET redsem.sentinels = '127.0.0.1:$closed,$sentinel_list'; SELECT redsem_acquire_xact('x', 1) IS NOT NULL;}),
 	't', 'a dead sentinel first in the list is passed over');
+# a sentinel that accepts connections and never answers (a host that
+# froze): the next one still gets its own connect timeout
+my $mute = RedsemTest::TcpServer->new(name => 'mute_sentinel');
+kill 'STOP', $mute->pid;
+is($node->safe_psql('postgres',
+		qq{SET redsem.connect_timeout = 400; SET redsem.sentinels = '} . $mute->address . qq{,$sentinel_list'; SELECT redsem_acquire_xact('x', 1) IS NOT NULL;}),
+	't', 'a sentinel that does not answer, first in the list, leaves the others their time');
+kill 'CONT', $mute->pid;
+$mute->stop;
 my $pw = $node->basedir . '/sentinel.pw';
 PostgreSQL::Test::Utils::append_to_file($pw, "secret\n");
 chmod 0644, $pw;

@@ -32,7 +32,6 @@
 #include "profile.h"
 #include "report.h"
 #include "secret.h"
-#include "sentinel.h"
 #include "sockwait.h"
 #include "tls.h"
 #include "timing.h"
@@ -156,6 +155,43 @@ connect_broker(RedisCall *call, TimestampTz deadline)
 	}
 }
 
+/* A string setting's value, "" when not set */
+static const char *
+setting(const char *value)
+{
+	return value ? value : "";
+}
+
+/* This session's sentinel settings (not the password), into profile */
+static void
+sentinel_session_profile(RedisProfile *profile)
+{
+	profile->sentinels = setting(redsem_sentinels);
+	profile->sentinel_master = setting(redsem_sentinel_master);
+	profile->sentinel_user = setting(redsem_sentinel_user);
+}
+
+/*
+ * The sentinels' password of this session into buf (*have false if none):
+ * read from redsem.sentinel_password_file through sentinels only, as
+ * direct mode reads it; false, with the outcome filled, if the file cannot
+ * be used
+ */
+static bool
+sentinel_password_of_session(const RedisProfile *p, char *buf, size_t len,
+							 bool *have, RedisOutcome *o)
+{
+	buf[0] = '\0';
+	*have = false;
+	if (p->sentinels[0] == '\0' || setting(redsem_sentinel_password_file)[0] == '\0')
+		return true;
+	if (!secret_from_file("redsem.sentinel_password_file", redsem_sentinel_password_file,
+						  buf, len, o))
+		return false;
+	*have = buf[0] != '\0';
+	return true;
+}
+
 /*
  * Queue the header that names the link's Redis server (or the sentinels
  * that name it) and the settings this session sets a connection up with
@@ -184,11 +220,8 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 		return false;
 	tls_session_profile(&p);
 	sentinel_session_profile(&p);
-	/* (the sentinels' password only through sentinels, as direct mode reads it) */
-	have_sentinel_pw = false;
-	if (p.sentinels[0] != '\0' &&
-		!sentinel_password(sentinel_pw, sizeof(sentinel_pw), &have_sentinel_pw,
-						   &call->outcome))
+	if (!sentinel_password_of_session(&p, sentinel_pw, sizeof(sentinel_pw),
+									  &have_sentinel_pw, &call->outcome))
 	{
 		explicit_bzero(password, sizeof(password));
 		return false;

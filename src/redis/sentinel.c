@@ -37,10 +37,6 @@
 #define MAX_SENTINELS	16
 #define MAX_HOST_BYTES	255
 
-char	   *redsem_sentinels = NULL;
-char	   *redsem_sentinel_master = NULL;
-static char *redsem_sentinel_user = NULL;
-static char *redsem_sentinel_password_file = NULL;
 
 /* The primary's address as last named by a sentinel, for messages */
 static char last_primary[MAX_HOST_BYTES + 16] = "";
@@ -215,20 +211,11 @@ sentinel_enabled(void)
 	return list_in_force()[0] != '\0';
 }
 
-/* This session's sentinel settings (not the password), into profile */
-void
-sentinel_session_profile(RedisProfile *profile)
-{
-	profile->sentinels = setting(redsem_sentinels);
-	profile->sentinel_master = setting(redsem_sentinel_master);
-	profile->sentinel_user = setting(redsem_sentinel_user);
-}
-
 /*
  * The sentinels' password in force into buf (*have false if none); false,
  * with the outcome filled, if its file cannot be used
  */
-bool
+static bool
 sentinel_password(char *buf, size_t len, bool *have, RedisOutcome *o)
 {
 	const RedisProfile *forced = redis_profile_forced();

@@ -10,16 +10,11 @@
 
 struct redisContext;
 
-extern char *redsem_sentinels;
-extern char *redsem_sentinel_master;
-
 extern void sentinel_define_gucs(void);
 extern bool sentinel_enabled(void);
 extern struct redisContext *sentinel_connect_primary(RedisCall *call,
 													 TimestampTz deadline);
 extern char *sentinel_target_description(void);
-extern void sentinel_session_profile(RedisProfile *profile);
-extern bool sentinel_password(char *buf, size_t len, bool *have, RedisOutcome *o);
 extern const char *sentinel_last_primary(void);
 extern bool sentinel_ask_primary(RedisCall *call, TimestampTz deadline);
 
