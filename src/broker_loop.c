@@ -284,6 +284,16 @@ client_write(Client *c)
 		close_client(c);
 }
 
+/* Close a client whose what (requests, replies) passed BROKER_CLIENT_BUFFER_MAX */
+static void
+close_overflowing(Client *c, const char *what)
+{
+	ereport(LOG,
+			(errmsg("redsem broker closed a backend's link holding more than %d MB of %s",
+					BROKER_CLIENT_BUFFER_MAX / (1024 * 1024), what)));
+	close_client(c);
+}
+
 /* Read what a client sent into its reader; close it at EOF */
 static void
 client_read(Client *c)
@@ -299,6 +309,11 @@ client_read(Client *c)
 			if (redisReaderFeed(c->reader, buf, n) != REDIS_OK)
 			{
 				close_client(c);
+				return;
+			}
+			if (c->reader->len - c->reader->pos > BROKER_CLIENT_BUFFER_MAX)
+			{
+				close_overflowing(c, "requests");
 				return;
 			}
 			c->process = true;
@@ -1821,6 +1836,9 @@ forward_and_flush(void)
 	end_rerouted_links();
 	for (int i = 0; i < n_upstreams; i++)
 		upstream_write(upstreams[i]);
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->out_len > BROKER_CLIENT_BUFFER_MAX)
+			close_overflowing(clients[i], "replies it does not read");
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->out_off < clients[i]->out_len)
 			client_write(clients[i]);

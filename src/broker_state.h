@@ -15,6 +15,15 @@
 #include "profile.h"
 #include "redis_call.h"
 
+/*
+ * The most a backend's link may hold in the broker, in requests not yet
+ * parsed or in replies not yet written to it: a link past it is closed
+ * (its backend sees its connection lost).  A backend pipelines a few
+ * small commands (the Lua library, the largest, is some hundred kB), so
+ * this only bounds what a process gone wrong can make the broker hold.
+ */
+#define BROKER_CLIENT_BUFFER_MAX	(64 * 1024 * 1024)
+
 /* What a registered socket is */
 typedef enum SockKind
 {

@@ -206,6 +206,29 @@ like($wout // '', qr/^[0-9a-f]{16}\./, 'then w gets the slot') or diag($werr2);
 $ew->query_ok(q{SELECT redsem_release_all();});
 $_->quit for ($ea, $ec, $ew);
 
+###########################################################################
+note 'a link that makes the broker hold too much is closed; the broker serves on';
+
+{
+	local $SIG{PIPE} = 'IGNORE';
+	my $bpid = broker_pid_of($node);
+	my $big = raw_link($primary->socket);
+	# (a bulk string of 100 MB announced, then sent: it is never whole)
+	my $mb = 0;
+	eval {
+		$big->send_raw("*2\r\n\$4\r\nECHO\r\n\$100000000\r\n");
+		my $chunk = 'x' x (1 << 20);
+		while ($mb < 90) { $big->send_raw($chunk); $mb++; }
+		1;
+	};
+	ok(!defined eval { $big->_reply; 1 },
+		"a link holding more than 64 MB of a request is closed ($mb MB sent)");
+	is(raw_link($primary->socket)->cmd('PING'), 'PONG', 'the broker serves another link');
+	is(broker_pid_of($node), $bpid, 'and it is the same broker (not restarted)');
+	like(slurp_file($node->logfile), qr/redsem broker closed a backend's link holding more than 64 MB of requests/,
+		'the broker logs why');
+}
+
 node_log_is_clean($node);
 $node->stop;
 done_testing();
