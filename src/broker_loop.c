@@ -680,19 +680,25 @@ forget_broker(void)
 }
 
 /*
- * Have an opener open a connection to target t (a side one if side),
- * within connect_timeout_ms, and by by if sooner (DT_NOEND: no sooner);
- * false, the target's failure noted, if none could be forked
+ * Have an opener open a connection to target t for client c (a side one
+ * if side), within what is left of c's connect timeout; false, the
+ * target's failure noted, if none could be forked
  */
 static bool
-begin_opening(int t, bool side, int connect_timeout_ms, TimestampTz by)
+start_opening(int t, bool side, Client *c)
 {
 	Target	   *target = &targets[t];
 	Opening    *op = free_opening_slot();
 	RedisOutcome outcome;
+	/*
+	 * (its whole connect timeout when it begins to wait now, so that a
+	 * failure names the setting as direct mode does; what is left of it
+	 * when it has waited already, for another's open or its own)
+	 */
+	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
 
 	if (!broker_open_start(&op->o, target->host, target->port, target->path,
-						   &target->profile, connect_timeout_ms, by, false, forget_broker,
+						   &target->profile, c->connect_timeout_ms, by, false, forget_broker,
 						   &outcome))
 	{
 		note_open_failure(t, &outcome, redsem_now());
@@ -701,32 +707,12 @@ begin_opening(int t, bool side, int connect_timeout_ms, TimestampTz by)
 	op->target = t;
 	op->side = side;
 	op->pos = -1;
+	c->tried = true;
 	if (side)
 		target->opening_sides++;
 	else
 		target->opening_shared = true;
 	set_dirty = true;
-	return true;
-}
-
-/*
- * Have an opener open a connection to target t for client c (a side one
- * if side), within what is left of c's connect timeout; false, the
- * target's failure noted, if none could be forked
- */
-static bool
-start_opening(int t, bool side, Client *c)
-{
-	/*
-	 * (its whole connect timeout when it begins to wait now, so that a
-	 * failure names the setting as direct mode does; what is left of it
-	 * when it has waited already, for another's open or its own)
-	 */
-	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
-
-	if (!begin_opening(t, side, c->connect_timeout_ms, by))
-		return false;
-	c->tried = true;
 	return true;
 }
 

@@ -155,20 +155,13 @@ connect_broker(RedisCall *call, TimestampTz deadline)
 	}
 }
 
-/* A string setting's value, "" when not set */
-static const char *
-setting(const char *value)
-{
-	return value ? value : "";
-}
-
 /* This session's sentinel settings (not the password), into profile */
 static void
 sentinel_session_profile(RedisProfile *profile)
 {
-	profile->sentinels = setting(redsem_sentinels);
-	profile->sentinel_master = setting(redsem_sentinel_master);
-	profile->sentinel_user = setting(redsem_sentinel_user);
+	profile->sentinels = redsem_sentinels ? redsem_sentinels : "";
+	profile->sentinel_master = redsem_sentinel_master ? redsem_sentinel_master : "";
+	profile->sentinel_user = redsem_sentinel_user ? redsem_sentinel_user : "";
 }
 
 /*
@@ -183,7 +176,8 @@ sentinel_password_of_session(const RedisProfile *p, char *buf, size_t len,
 {
 	buf[0] = '\0';
 	*have = false;
-	if (p->sentinels[0] == '\0' || setting(redsem_sentinel_password_file)[0] == '\0')
+	if (p->sentinels[0] == '\0' || redsem_sentinel_password_file == NULL ||
+		redsem_sentinel_password_file[0] == '\0')
 		return true;
 	if (!secret_from_file("redsem.sentinel_password_file", redsem_sentinel_password_file,
 						  buf, len, o))

@@ -179,20 +179,13 @@ sentinel_define_gucs(void)
 							   NULL, redsem_assign_connection_string, NULL);
 }
 
-/* A string setting's value, "" when not set */
-static const char *
-setting(const char *value)
-{
-	return value ? value : "";
-}
-
 /* The sentinels in force: the forced profile's (broker), or the session's */
 static const char *
 list_in_force(void)
 {
 	const RedisProfile *forced = redis_profile_forced();
 
-	return forced ? forced->sentinels : setting(redsem_sentinels);
+	return forced ? forced->sentinels : (redsem_sentinels ? redsem_sentinels : "");
 }
 
 /* The primary's name in force (see list_in_force) */
@@ -201,7 +194,7 @@ master_in_force(void)
 {
 	const RedisProfile *forced = redis_profile_forced();
 
-	return forced ? forced->sentinel_master : setting(redsem_sentinel_master);
+	return forced ? forced->sentinel_master : (redsem_sentinel_master ? redsem_sentinel_master : "");
 }
 
 /* True when redsem finds its Redis through sentinels */
@@ -223,7 +216,8 @@ sentinel_password(char *buf, size_t len, bool *have, RedisOutcome *o)
 	buf[0] = '\0';
 	if (forced != NULL)
 		strlcpy(buf, forced->sentinel_password, len);
-	else if (setting(redsem_sentinel_password_file)[0] != '\0' &&
+	else if (redsem_sentinel_password_file != NULL &&
+			 redsem_sentinel_password_file[0] != '\0' &&
 			 !secret_from_file("redsem.sentinel_password_file",
 							   redsem_sentinel_password_file, buf, len, o))
 		return false;
@@ -254,7 +248,7 @@ sentinel_auth(RedisCall *call, redisContext *c, TimestampTz deadline)
 {
 	char		password[REDSEM_MAX_SECRET_BYTES + 1];
 	const RedisProfile *forced = redis_profile_forced();
-	const char *user = forced ? forced->sentinel_user : setting(redsem_sentinel_user);
+	const char *user = forced ? forced->sentinel_user : (redsem_sentinel_user ? redsem_sentinel_user : "");
 	const char *argv[3] = {"AUTH", user, password};
 	bool		have;
 	bool		ok;
