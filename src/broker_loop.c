@@ -8,9 +8,9 @@
  * every client and every upstream connection; it is rebuilt when sockets
  * come and go (a set has no removal before PostgreSQL 17).  Nothing
  * blocks: an upstream connection is opened by a forked opener
- * (broker_open.c), its clients' requests held meanwhile; only a TLS
- * profile's is opened here (bounded by redsem.connect_timeout), as a TLS
- * session cannot be handed over.
+ * (broker_open.c), its clients' requests held meanwhile (a TLS one's
+ * opener stays as its relay, a TLS session not being a thing that can be
+ * handed over).
  *
  * Per client: a hiredis reader parsing its requests (RESP arrays of bulk
  * strings), an output buffer, and its target (REDSEM.TARGET, its first
@@ -80,6 +80,17 @@ static void close_client(Client *c);
 static bool take_request(Client *c);
 static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
+
+/*
+ * Close a connection to Redis: its context, and its relay for TLS (0:
+ * none), which the context's closing ends (broker_open.c)
+ */
+static void
+close_connection(redisContext *ctx, pid_t relay)
+{
+	redis_close_context(ctx);
+	broker_reap(relay);
+}
 
 /*
  * Answer a client that its target cannot be reached: the status and
@@ -228,7 +239,7 @@ close_side_of(Client *c)
 
 		if (u->ctx != NULL && u->side && !u->pool && u->count > 0 && only_client_of(u, c))
 		{
-			redis_close_context(u->ctx);
+			close_connection(u->ctx, u->relay);
 			u->ctx = NULL;
 			u->target = -1;
 			while (u->count > 0)
@@ -437,13 +448,14 @@ target_text(int t)
 
 /* A new upstream connection of target t on ctx (a side one if side) */
 static Upstream *
-add_upstream(int t, bool side, redisContext *ctx)
+add_upstream(int t, bool side, redisContext *ctx, pid_t relay)
 {
 	Upstream   *u = free_upstream_slot();
 
 	u->target = t;
 	u->side = side;
 	u->ctx = ctx;
+	u->relay = relay;
 	u->want_write = false;
 	u->pos = -1;
 	u->head = u->count = 0;
@@ -464,28 +476,13 @@ add_upstream(int t, bool side, redisContext *ctx)
 	return u;
 }
 
-/* True if an open begun at started and failed now was slow (a timeout) */
-static bool
-slow_failure(TimestampTz started)
-{
-	return redsem_now() - started >= (TimestampTz) BROKER_SLOW_OPEN_MS * 1000;
-}
-
-/*
- * Target t could not be opened (outcome, after an open begun at started):
- * remember why; a TLS target, opened in the broker itself, is answered
- * that without trying for BROKER_OPEN_FAILURE_HOLD_MS after a slow failure
- * (a timeout), so that it costs the broker one connect timeout per hold
- * and not one per call
- */
+/* Target t could not be opened (outcome): remember why */
 static void
-note_open_failure(int t, const RedisOutcome *outcome, TimestampTz started)
+note_open_failure(int t, const RedisOutcome *outcome)
 {
 	Target	   *target = &targets[t];
 
 	target->failure = *outcome;
-	if (target->profile.tls && slow_failure(started))
-		target->failed_until = TimestampTzPlusMilliseconds(redsem_now(), BROKER_OPEN_FAILURE_HOLD_MS);
 	ereport(LOG,
 			(errmsg("redsem broker could not connect to Redis at %s",
 					target_text(t)),
@@ -496,7 +493,7 @@ note_open_failure(int t, const RedisOutcome *outcome, TimestampTz started)
 static void
 close_upstream(Upstream *u)
 {
-	redis_close_context(u->ctx);
+	close_connection(u->ctx, u->relay);
 	u->ctx = NULL;
 	u->target = -1;
 	set_dirty = true;
@@ -588,7 +585,7 @@ retire_target(int t, const char *why)
  * primary of before a failover, and they are retired first.
  */
 static Upstream *
-upstream_opened(int t, bool side, redisContext *ctx, const char *primary)
+upstream_opened(int t, bool side, redisContext *ctx, pid_t relay, const char *primary)
 {
 	Target	   *target = &targets[t];
 
@@ -601,42 +598,7 @@ upstream_opened(int t, bool side, redisContext *ctx, const char *primary)
 		strlcpy(target->primary, primary, sizeof(target->primary));
 		target->next_ask = TimestampTzPlusMilliseconds(redsem_now(), SENTINEL_RECHECK_MS);
 	}
-	return add_upstream(t, side, ctx);
-}
-
-/*
- * Open and set up a connection to target t here for client c, waiting for
- * it (within c's session's redsem.connect_timeout): for a TLS profile,
- * whose session cannot be handed over by an opener (broker_open.c).  NULL
- * if it failed.
- */
-static Upstream *
-open_upstream_here(int t, bool side, const Client *c)
-{
-	Target	   *target = &targets[t];
-	TimestampTz started = redsem_now();
-	int			own_timeout_ms = redsem_connect_timeout_ms;
-	RedisCall	call;
-	TimestampTz deadline;
-	redisContext *ctx;
-
-	redis_call_init(&call, DT_NOEND, false, LOG);
-	/*
-	 * c's connect timeout from now (its messages name it, as direct mode's),
-	 * at most the server's: the broker serves nobody meanwhile
-	 */
-	redsem_connect_timeout_ms = Min(c->connect_timeout_ms, own_timeout_ms);
-	deadline = redis_connect_deadline(DT_NOEND);
-	/* (set up as the clients' sessions would: their profile) */
-	ctx = broker_open_profiled(&call, target->host, target->port, target->path,
-							   &target->profile, deadline, false);
-	redsem_connect_timeout_ms = own_timeout_ms;
-	if (ctx == NULL)
-	{
-		note_open_failure(t, &call.outcome, started);
-		return NULL;
-	}
-	return upstream_opened(t, side, ctx, call.outcome.detail);
+	return add_upstream(t, side, ctx, relay);
 }
 
 /* A free opening slot (a new one if none) */
@@ -701,7 +663,7 @@ start_opening(int t, bool side, Client *c)
 						   &target->profile, c->connect_timeout_ms, by, false, forget_broker,
 						   &outcome))
 	{
-		note_open_failure(t, &outcome, redsem_now());
+		note_open_failure(t, &outcome);
 		return false;
 	}
 	op->target = t;
@@ -770,16 +732,15 @@ sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
 
 /*
  * True if target t's sentinels are to be asked where the primary is, when
- * it is time (check_sentinels): found through sentinels, not TLS, a
- * primary found, no ask under way, a client linked
+ * it is time (check_sentinels): found through sentinels, a primary found,
+ * no ask under way, a client linked
  */
 static bool
 sentinels_to_ask(int t)
 {
 	Target	   *target = &targets[t];
 
-	if (target->profile.sentinels[0] == '\0' || target->profile.tls ||
-		target->asking || target->primary[0] == '\0')
+	if (target->profile.sentinels[0] == '\0' || target->asking || target->primary[0] == '\0')
 		return false;
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
@@ -792,8 +753,7 @@ sentinels_to_ask(int t)
  * clients where the primary is (a primary replaced by SENTINEL FAILOVER
  * takes writes until the sentinels turn it into a replica, and one that
  * hangs answers nothing: the broker's connections would stay with it,
- * where a session's next connection in direct mode asks anew).  Not for a
- * TLS profile, whose connections the broker opens itself.
+ * where a session's next connection in direct mode asks anew).
  */
 static void
 check_sentinels(TimestampTz now)
@@ -843,10 +803,6 @@ new_upstream(Client *c, bool side, bool *wait)
 	int			t = c->target;
 	Target	   *target = &targets[t];
 
-	if (redsem_now() < target->failed_until)
-		return NULL;
-	if (target->profile.tls)
-		return open_upstream_here(t, side, c);
 	if (c->waiting && redsem_now() >= c->wait_until)
 	{
 		c->waiting = c->waiting_side = false;
@@ -953,7 +909,8 @@ finish_opening(Opening *op)
 	TimestampTz started = op->o.started;
 	TimestampTz deadline = op->o.deadline;
 	RedisOutcome outcome;
-	redisContext *ctx = broker_open_finish(&op->o, &outcome);
+	pid_t		relay;
+	redisContext *ctx = broker_open_finish(&op->o, &outcome, &relay);
 
 	if (ask)
 	{
@@ -965,7 +922,7 @@ finish_opening(Opening *op)
 	if (ctx != NULL && targets[t].profile.sentinels[0] != '\0' &&
 		strcmp(targets[t].primary, outcome.detail) != 0 && found_before_last_move(t, started))
 	{
-		redis_close_context(ctx);
+		close_connection(ctx, relay);
 		ctx = NULL;
 		(void) redis_note(&outcome, RS_UNAVAILABLE, "the primary found (%s) is no longer the one the sentinels name",
 						  outcome.detail);
@@ -976,9 +933,9 @@ finish_opening(Opening *op)
 		targets[t].opening_shared = false;
 	set_dirty = true;
 	if (ctx != NULL)
-		(void) upstream_opened(t, side, ctx, outcome.detail);
+		(void) upstream_opened(t, side, ctx, relay, outcome.detail);
 	else
-		note_open_failure(t, &outcome, started);
+		note_open_failure(t, &outcome);
 	/* (ended at its deadline, or nearly: it ran out of time) */
 	settle_waiters(t, side, ctx != NULL,
 				   redsem_now() >= TimestampTzPlusMilliseconds(deadline, -BROKER_SLOW_OPEN_MS));
@@ -1007,7 +964,7 @@ check_openings(TimestampTz now)
 		else
 			targets[op->target].opening_shared = false;
 		set_dirty = true;
-		note_open_failure(op->target, &outcome, op->o.started);
+		note_open_failure(op->target, &outcome);
 		settle_waiters(op->target, op->side, false, true);
 	}
 }
@@ -1087,7 +1044,7 @@ fail_upstream(Upstream *u, const char *why)
 	for (int i = 0; i < n; i++)
 		close_client(owed[i]);
 	pfree(owed);
-	redis_close_context(ctx);
+	close_connection(ctx, u->relay);
 	if (!u->side)
 	{
 		targets[t].shared = -1;

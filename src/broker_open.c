@@ -17,7 +17,11 @@
  * checks that it is one; its address comes back with the outcome.
  *
  * A TLS session's state is the process's own and cannot be handed over:
- * a TLS profile is opened in the broker itself, as before (docs/broker.md).
+ * an opener that opened a TLS connection stays, as its relay (tls.c): it
+ * hands the broker one end of a local socket pair instead, and passes
+ * bytes on between it and the session until either closes.  So a TLS
+ * server that does not answer delays only the calls to it, as any other
+ * (docs/broker.md).
  *
  * The child forgets the broker: its exit callbacks, its latch, and (by the
  * caller's forget function) the descriptors of its clients and upstreams,
@@ -31,6 +35,7 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -56,6 +61,7 @@
 #include "sentinel.h"
 #include "sockwait.h"
 #include "timing.h"
+#include "tls.h"
 
 /* The opener's own latch (the broker's is the broker's) */
 static Latch opener_latch;
@@ -116,7 +122,7 @@ become_opener(pid_t broker)
  * its detail.  With ask, only ask the sentinels where the primary is: NULL,
  * and RS_OK with the address if they said.
  */
-redisContext *
+static redisContext *
 broker_open_profiled(RedisCall *call, const char *host, int port, const char *path,
 					 const RedisProfile *profile, TimestampTz deadline, bool ask)
 {
@@ -159,6 +165,27 @@ open_budget_ms(const RedisProfile *profile, int connect_timeout_ms)
 }
 
 /*
+ * Hand the broker (on sock, with the outcome) one end of a new socket
+ * pair for TLS connection ctx, and become the relay between the other end
+ * and ctx's session (tls_relay).  Never returns.
+ */
+pg_noreturn static void
+relay_for_broker(int sock, const RedisOutcome *outcome, redisContext *ctx)
+{
+	int			sv[2];
+
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+		fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0 ||
+		!send_result(sock, outcome, sv[0]))
+		_exit(1);
+	close(sv[0]);
+	close(sock);
+	(void) prctl(PR_SET_NAME, "redsem relay");
+	init_ps_display("redsem relay");
+	tls_relay(ctx, sv[1]);
+}
+
+/*
  * The opener, right after fork: open and set up the connection as profile
  * says, send the outcome (and the socket) on sock, exit.  An ERROR ends it
  * without a word: the broker sees its end of the pair close.
@@ -187,6 +214,8 @@ opener_main(pid_t broker, int sock, const char *host, int port, const char *path
 											  open_budget_ms(profile, connect_timeout_ms)))
 		: redis_connect_deadline(by);
 	ctx = broker_open_profiled(&call, host, port, path, profile, deadline, ask);
+	if (ctx != NULL && profile->tls)
+		relay_for_broker(sock, &call.outcome, ctx);
 	_exit(send_result(sock, &call.outcome, ctx ? ctx->fd : -1) ? 0 : 1);
 }
 
@@ -232,6 +261,7 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 	}
 	o->fd = sv[0];
 	o->ask = ask;
+	o->relay = profile->tls && !ask;
 	o->started = redsem_now();
 	o->deadline = Min(by, TimestampTzPlusMilliseconds(o->started,
 													  open_budget_ms(profile, connect_timeout_ms)));
@@ -240,21 +270,28 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
 }
 
 /*
- * End an opening: its socket closed, its opener reaped (killed first if
- * still there; only this pid is waited for, so it cannot have been reused)
+ * Reap child pid, an opener or a relay (killed first if still there; only
+ * this pid is waited for, so it cannot have been reused); 0: none
  */
+void
+broker_reap(pid_t pid)
+{
+	if (pid > 0 && waitpid(pid, NULL, WNOHANG) == 0)
+	{
+		(void) kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	}
+}
+
+/* End an opening: its socket closed, its opener reaped */
 static void
 end_opening(BrokerOpening *o)
 {
 	if (o->fd >= 0)
 		close(o->fd);
 	o->fd = -1;
-	if (o->pid > 0 && waitpid(o->pid, NULL, WNOHANG) == 0)
-	{
-		(void) kill(o->pid, SIGKILL);
-		while (waitpid(o->pid, NULL, 0) < 0 && errno == EINTR)
-			;
-	}
+	broker_reap(o->pid);
 	o->pid = 0;
 }
 
@@ -262,10 +299,12 @@ end_opening(BrokerOpening *o)
  * What the opener sent (its socket pair is readable): a context on the
  * socket it opened, or NULL with the outcome saying why (an asking one's:
  * NULL, RS_OK and the address when the sentinels answered).  The opening
- * ends.
+ * ends; for a TLS connection the opener stays as its relay, whose pid is
+ * *relay (0 otherwise), to be reaped (broker_reap) once the context is
+ * closed.
  */
 redisContext *
-broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
+broker_open_finish(BrokerOpening *o, RedisOutcome *outcome, pid_t *relay)
 {
 	struct msghdr msg = {0};
 	struct iovec iov = {outcome, sizeof(RedisOutcome)};
@@ -274,6 +313,7 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 	ssize_t		n;
 	int			fd = -1;
 	bool		ask = o->ask;
+	redisContext *ctx;
 
 	msg.msg_iov = &iov;
 	msg.msg_iovlen = 1;
@@ -285,6 +325,12 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 	cm = n > 0 ? CMSG_FIRSTHDR(&msg) : NULL;
 	if (cm != NULL && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
 		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	*relay = 0;
+	if (o->relay && fd >= 0 && n == (ssize_t) sizeof(RedisOutcome) && outcome->status == RS_OK)
+	{
+		*relay = o->pid;		/* (not killed: it is the connection now) */
+		o->pid = 0;
+	}
 	end_opening(o);
 	if (n != (ssize_t) sizeof(RedisOutcome))
 	{
@@ -308,10 +354,16 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome)
 	{
 		close(fd);
 		(void) redis_note(outcome, RS_CONNECT_FAILED, "there are too many open files on the local server");
-		return NULL;
+		ctx = NULL;
 	}
-	/* (non-blocking: the opener made it so) */
-	return redis_context_on_fd(fd, outcome);
+	else
+		ctx = redis_context_on_fd(fd, outcome); /* (non-blocking: the opener made it so) */
+	if (ctx == NULL)
+	{
+		broker_reap(*relay);
+		*relay = 0;
+	}
+	return ctx;
 }
 
 /* Give up an opening past its time (the opener is killed), with the outcome */

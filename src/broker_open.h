@@ -24,6 +24,7 @@ typedef struct BrokerOpening
 	TimestampTz deadline;		/* the opener's own: it gives up then */
 	TimestampTz kill_at;		/* past its own deadline: killed */
 	bool		ask;			/* it only asks the sentinels (no connection) */
+	bool		relay;			/* TLS: it stays, as the connection's relay */
 } BrokerOpening;
 
 extern bool broker_open_start(BrokerOpening *o, const char *host, int port,
@@ -31,11 +32,9 @@ extern bool broker_open_start(BrokerOpening *o, const char *host, int port,
 							  int connect_timeout_ms, TimestampTz by, bool ask,
 							  void (*forget) (void),
 							  RedisOutcome *outcome);
-extern struct redisContext *broker_open_finish(BrokerOpening *o, RedisOutcome *outcome);
+extern struct redisContext *broker_open_finish(BrokerOpening *o, RedisOutcome *outcome,
+											  pid_t *relay);
+extern void broker_reap(pid_t pid);
 extern void broker_open_cancel(BrokerOpening *o, RedisOutcome *outcome);
-extern struct redisContext *broker_open_profiled(RedisCall *call, const char *host,
-												 int port, const char *path,
-												 const RedisProfile *profile,
-												 TimestampTz deadline, bool ask);
 
 #endif							/* REDSEM_BROKER_OPEN_H */

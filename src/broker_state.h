@@ -8,6 +8,8 @@
 #ifndef REDSEM_BROKER_STATE_H
 #define REDSEM_BROKER_STATE_H
 
+#include <sys/types.h>
+
 #include "hiredis.h"
 
 #include "datatype/timestamp.h"
@@ -64,7 +66,6 @@ typedef struct Target
 	bool		opening_shared; /* its shared upstream is being opened */
 	int			opening_sides;	/* side connections being opened */
 	int			shared;			/* its shared upstream, -1: none */
-	TimestampTz failed_until;	/* an open failed: answer it until then */
 	RedisOutcome failure;
 	bool		cluster;		/* a Cluster node (its clients route by slot) */
 	char		primary[280];	/* through sentinels: the primary last found */
@@ -81,6 +82,7 @@ typedef struct Upstream
 	int			target;
 	bool		side;			/* a side connection, for BLPOP */
 	redisContext *ctx;			/* NULL: free slot */
+	pid_t		relay;			/* TLS: its relay process (broker_open.c), 0: none */
 	bool		want_write;
 	int			pos;			/* in the wait set, -1: not there */
 	uint32		events;

@@ -242,13 +242,12 @@
  * opened by a forked opener within the asking session's
  * redsem.connect_timeout; the broker kills an opener still there
  * BROKER_OPEN_KILL_MARGIN_MS after that (its own deadline has passed: it
- * is stuck).  A target whose connect failed only after BROKER_SLOW_OPEN_MS
- * or more (a timeout) is not tried again for BROKER_OPEN_FAILURE_HOLD_MS
- * (the backends asking meanwhile get the same error), so a Redis that does
- * not answer costs one opener per hold rather than one per call (and a TLS
- * target, opened in the broker itself, one connect timeout of the broker's
- * time per hold); a quick failure is tried again at once, so a Redis that
- * comes back is used at the next call, as in direct mode.
+ * is stuck).  The clients that ask for a connection while an opener is
+ * under way wait for that one; an opener that failed within
+ * BROKER_SLOW_OPEN_MS of its own deadline ran out of time (its clients
+ * whose connect timeouts are longer have another begun), one that failed
+ * sooner is answered to all at once, and the next call opens anew, so a
+ * Redis that comes back is used at the next call, as in direct mode.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
  * Through Redis Sentinel, the broker asks the sentinels where the primary
  * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
@@ -276,7 +275,6 @@
 #define BROKER_STOP_GRACE_MS			3000
 #define BROKER_TIMEOUT_MARGIN_MS		1000
 #define BROKER_SLOW_OPEN_MS				50
-#define BROKER_OPEN_FAILURE_HOLD_MS		200
 #define BROKER_SIDE_IDLE_MS				5000
 #define SENTINEL_RECHECK_MS				1000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000

@@ -10,6 +10,7 @@ use lib $FindBin::RealBin;
 
 use File::Spec;
 use IPC::Run;
+use Time::HiRes;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
@@ -148,6 +149,69 @@ like(error_of("$base SET redsem.connect_timeout = 300; SET redsem.port = " . $pl
 	'a server without TLS on that port: no handshake (08001)');
 like(error_of("$base SET redsem.unix_socket = '/tmp/x.sock';", $take),
 	qr/08001: .*\n.*redsem.tls applies to TCP connections/, 'TLS over a unix socket is refused');
+
+###########################################################################
+note 'behind the broker: TLS opened by an opener that stays as the relay';
+
+# The processes named $comm whose parent is named $parent
+sub processes_named
+{
+	my ($comm, $parent) = @_;
+	my @found;
+	for my $p (glob '/proc/[0-9]*')
+	{
+		my ($c, $pp) = (slurp_or_empty("$p/comm"), slurp_or_empty("$p/stat"));
+		next unless $c eq $comm && $pp =~ /^\d+ \(.*\) \S (\d+)/;
+		push @found, ($p =~ m{(\d+)$})[0] if slurp_or_empty("/proc/$1/comm") eq $parent;
+	}
+	return @found;
+}
+sub slurp_or_empty
+{
+	my ($f) = @_;
+	open(my $fh, '<', $f) or return '';
+	my $v = do { local $/; <$fh> } // '';
+	close $fh;
+	$v =~ s/\n\z//;
+	return $v;
+}
+
+SKIP:
+{
+	skip 'direct mode: the backends do their own TLS', 6 unless broker_mode();
+	is($node->safe_psql('postgres', "$base $take"), 't', 'a slot is taken over TLS through the broker');
+	my @relays = processes_named('redsem relay', 'redsem broker');
+	ok(@relays >= 1, 'the broker talks to the TLS server through a relay process of its own ('
+		  . scalar(@relays) . ')');
+	like($redis->cli('CLIENT', 'LIST'), qr/name=redsem:[^ ]*:broker:\d+ /,
+		'the TLS server sees the connection named after the broker');
+
+	# A TLS server that never answers the handshake: its open waits out
+	# its connect timeout in an opener, and the broker serves the others
+	my ($out, $err) = ('', '');
+	my $t0 = Time::HiRes::time();
+	my $stuck = IPC::Run::start(
+		[ 'psql', '-X', '-q', '-d', $node->connstr('postgres'), '-c',
+		  "$base SET redsem.connect_timeout = 4000; SET redsem.port = " . $plain->port . "; $take" ],
+		'>', \$out, '2>', \$err);
+	Time::HiRes::sleep(0.5);
+	my $t1 = Time::HiRes::time();
+	my $ok = $node->safe_psql('postgres', "$base $take");
+	my $took = Time::HiRes::time() - $t1;
+	ok($ok eq 't' && $took < 2 && Time::HiRes::time() - $t0 < 3.5,
+		sprintf('while a TLS open hangs for its 4 s, another session is served at once (%.2f s)', $took));
+	$stuck->finish;
+	like($err, qr/no TLS handshake within 4000 ms/, 'and the hung open fails with its own words, '
+		  . sprintf('after %.1f s', Time::HiRes::time() - $t0));
+
+	# The relay dies: the calls on its connection see it lost, the next opens anew
+	my %killed = map { $_ => 1 } processes_named('redsem relay', 'redsem broker');
+	kill 'KILL', keys %killed;
+	ok(wait_until(5, sub {
+		my ($r) = $node->psql('postgres', "$base $take");
+		return $r == 0 && grep { !$killed{$_} } processes_named('redsem relay', 'redsem broker');
+	}), 'after its relay is killed, the next call opens another and is served');
+}
 
 ###########################################################################
 note 'mutual TLS';

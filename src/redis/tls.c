@@ -16,6 +16,9 @@
 #include "postgres.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
 
 #include "hiredis.h"
 #include "storage/latch.h"
@@ -128,6 +131,13 @@ tls_start(RedisCall *call, redisContext *c, const char *host,
 	return tls_supported(call);
 }
 
+/* Never called in a build without TLS (no TLS connection is ever open) */
+void
+tls_relay(redisContext *c, int plain)
+{
+	_exit(1);
+}
+
 /* No TLS connection is ever open */
 bool
 tls_idle_input_ok(redisContext *c)
@@ -157,6 +167,13 @@ tls_supported(RedisCall *call)
 static SSL_CTX *ctx = NULL;
 static uint64 ctx_generation = 0;
 static char ctx_files[3 * MAXPGPATH + 3];
+
+/*
+ * The session tls_start last handed to hiredis, and its socket: the one a
+ * broker's opener relays (tls_relay; hiredis does not show it)
+ */
+static SSL *last_session = NULL;
+static int	last_session_fd = -1;
 
 /* OpenSSL's last error, as text (or fallback when it has none) */
 static const char *
@@ -336,6 +353,8 @@ tls_start(RedisCall *call, redisContext *c, const char *host,
 		SSL_free(ssl);
 		return false;
 	}
+	last_session = ssl;
+	last_session_fd = c->fd;
 	return handshake(call, ssl, c->fd, deadline);
 }
 
@@ -368,6 +387,135 @@ tls_idle_input_ok(redisContext *c)
 		return false;
 	}
 	return true;
+}
+
+/* One direction of a relay: bytes read and not yet all written on */
+typedef struct RelayBuf
+{
+	char		data[16384];
+	int			len;
+	int			off;
+} RelayBuf;
+
+/*
+ * After an SSL_read or SSL_write that returned rc <= 0: add to *events what
+ * the session waits for; false if it ended or failed instead
+ */
+static bool
+relay_wants(SSL *ssl, int rc, short *events)
+{
+	int			e = SSL_get_error(ssl, rc);
+
+	if (e == SSL_ERROR_WANT_READ)
+		*events |= POLLIN;
+	else if (e == SSL_ERROR_WANT_WRITE)
+		*events |= POLLOUT;
+	else
+		return false;
+	return true;
+}
+
+/* Move Redis's bytes on to the broker as far as they go now; false at the end */
+static bool
+relay_down(SSL *ssl, int plain, RelayBuf *b, struct pollfd *p, bool *moved)
+{
+	if (b->off == b->len)
+	{
+		int			n;
+
+		ERR_clear_error();
+		n = SSL_read(ssl, b->data, sizeof(b->data));
+		if (n <= 0)
+			return relay_wants(ssl, n, &p[0].events);
+		b->len = n;
+		b->off = 0;
+		*moved = true;
+	}
+	while (b->off < b->len)
+	{
+		ssize_t		w = write(plain, b->data + b->off, b->len - b->off);
+
+		if (w < 0 && (errno == EAGAIN || errno == EINTR))
+		{
+			p[1].events |= POLLOUT;
+			return true;
+		}
+		if (w <= 0)
+			return false;
+		b->off += w;
+		*moved = true;
+	}
+	return true;
+}
+
+/* Move the broker's bytes on to Redis as far as they go now; false at the end */
+static bool
+relay_up(SSL *ssl, int plain, RelayBuf *b, struct pollfd *p, bool *moved)
+{
+	int			n;
+
+	if (b->off == b->len)
+	{
+		ssize_t		r = read(plain, b->data, sizeof(b->data));
+
+		if (r < 0 && (errno == EAGAIN || errno == EINTR))
+		{
+			p[1].events |= POLLIN;
+			return true;
+		}
+		if (r <= 0)
+			return false;		/* (the broker closed its end) */
+		b->len = (int) r;
+		b->off = 0;
+		*moved = true;
+	}
+	/* (a write that must be retried is retried with the same bytes) */
+	ERR_clear_error();
+	n = SSL_write(ssl, b->data + b->off, b->len - b->off);
+	if (n <= 0)
+		return relay_wants(ssl, n, &p[0].events);
+	b->off += n;
+	*moved = true;
+	return true;
+}
+
+/*
+ * Become the relay of TLS connection c, set up by this process (a broker's
+ * opener), for the broker, which has the other end of the socket pair
+ * whose end plain is: what either sends is passed on, decrypted or
+ * encrypted, until either closes.  A TLS session is the state of the
+ * process that made it and cannot be handed over, as a socket can; so the
+ * broker opens TLS connections without waiting for them, as it does the
+ * others, and talks to them in the clear over a local socket.  Never
+ * returns.
+ */
+void
+tls_relay(redisContext *c, int plain)
+{
+	SSL		   *ssl = c->fd == last_session_fd ? last_session : NULL;
+	RelayBuf   *down = malloc(sizeof(RelayBuf));
+	RelayBuf   *up = malloc(sizeof(RelayBuf));
+
+	if (ssl == NULL || down == NULL || up == NULL ||
+		fcntl(plain, F_SETFL, fcntl(plain, F_GETFL) | O_NONBLOCK) < 0)
+		_exit(1);
+	down->len = down->off = up->len = up->off = 0;
+	for (;;)
+	{
+		struct pollfd p[2] = {{c->fd, 0, 0}, {plain, 0, 0}};
+		bool		moved = false;
+
+		if (!relay_down(ssl, plain, down, p, &moved) ||
+			!relay_up(ssl, plain, up, p, &moved))
+			_exit(0);
+		if (moved)
+			continue;
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			_exit(1);
+		/* (the broker's end closed: nothing more is asked for) */
+		if (p[1].revents & (POLLHUP | POLLERR | POLLNVAL))
+			_exit(0);
+	}
 }
 
 #endif							/* REDSEM_HAVE_TLS */
