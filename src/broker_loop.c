@@ -82,14 +82,14 @@ static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
 
 /*
- * Close a connection to Redis: its context, and its relay for TLS (0:
- * none), which the context's closing ends (broker_open.c)
+ * Close a connection to Redis: its context, and so its relay for TLS (0:
+ * none), reaped once it has ended (broker_open.c)
  */
 static void
 close_connection(redisContext *ctx, pid_t relay)
 {
 	redis_close_context(ctx);
-	broker_reap(relay);
+	broker_reap_later(relay);
 }
 
 /*
@@ -241,6 +241,7 @@ close_side_of(Client *c)
 		{
 			close_connection(u->ctx, u->relay);
 			u->ctx = NULL;
+			u->relay = 0;
 			u->target = -1;
 			while (u->count > 0)
 				broker_fifo_pop(u);
@@ -495,6 +496,7 @@ close_upstream(Upstream *u)
 {
 	close_connection(u->ctx, u->relay);
 	u->ctx = NULL;
+	u->relay = 0;
 	u->target = -1;
 	set_dirty = true;
 }
@@ -792,10 +794,10 @@ side_waiters(int t)
 }
 
 /*
- * A new upstream of c's target (a side one if side): opened here for a TLS
- * profile; else NULL with *wait set, c waiting for an opener to open it
- * (one more side connection per client waiting for one).  NULL alone while
- * the target's last failure is answered.
+ * A new upstream of c's target (a side one if side): NULL with *wait set,
+ * c waiting for an opener to open it (one more side connection per client
+ * waiting for one); NULL alone once c's wait has run out, or no opener
+ * could be forked (its target's failure is then answered).
  */
 static Upstream *
 new_upstream(Client *c, bool side, bool *wait)
@@ -1045,6 +1047,7 @@ fail_upstream(Upstream *u, const char *why)
 		close_client(owed[i]);
 	pfree(owed);
 	close_connection(ctx, u->relay);
+	u->relay = 0;
 	if (!u->side)
 	{
 		targets[t].shared = -1;
@@ -1847,6 +1850,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		now = redsem_now();
 		check_deadlines(now);
 		check_openings(now);
+		broker_reap_ended(now);
 		check_sentinels(now);
 		check_waiters(now);
 		broker_pool_check(now);

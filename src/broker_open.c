@@ -46,6 +46,7 @@
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "utils/memutils.h"
 #include "utils/ps_status.h"
 #include "utils/timestamp.h"
 
@@ -103,7 +104,12 @@ become_opener(pid_t broker)
 	MyProcPid = getpid();
 	InitLatch(&opener_latch);
 	MyLatch = &opener_latch;
-	pqsignal(SIGTERM, SIG_DFL);
+	/*
+	 * (a fast shutdown's SIGTERM reaches the whole process group, while
+	 * the broker serves on for BROKER_STOP_LINGER_MS: openers and relays
+	 * end with the broker, or when it closes their socket, or killed)
+	 */
+	pqsignal(SIGTERM, SIG_IGN);
 	pqsignal(SIGCHLD, SIG_DFL);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != broker)
 		_exit(1);
@@ -167,19 +173,26 @@ open_budget_ms(const RedisProfile *profile, int connect_timeout_ms)
 /*
  * Hand the broker (on sock, with the outcome) one end of a new socket
  * pair for TLS connection ctx, and become the relay between the other end
- * and ctx's session (tls_relay).  Never returns.
+ * and ctx's session (tls_relay), a process that may not be dumped or
+ * traced (it holds a copy of the broker's memory, secrets included).  If
+ * it cannot, the outcome sent says so, without a socket.  Never returns.
  */
 pg_noreturn static void
-relay_for_broker(int sock, const RedisOutcome *outcome, redisContext *ctx)
+relay_for_broker(int sock, RedisOutcome *outcome, redisContext *ctx)
 {
 	int			sv[2];
 
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
-		fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0 ||
-		!send_result(sock, outcome, sv[0]))
+	if (!tls_relay_ready(ctx) ||
+		socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+	{
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "the TLS connection could not be handed to the broker");
+		_exit(send_result(sock, outcome, -1) ? 0 : 1);
+	}
+	if (!send_result(sock, outcome, sv[0]))
 		_exit(1);
 	close(sv[0]);
 	close(sock);
+	(void) prctl(PR_SET_DUMPABLE, 0);
 	(void) prctl(PR_SET_NAME, "redsem relay");
 	init_ps_display("redsem relay");
 	tls_relay(ctx, sv[1]);
@@ -284,6 +297,52 @@ broker_reap(pid_t pid)
 	}
 }
 
+/*
+ * Relays whose connections the broker closed, and since when: each ends
+ * when it sees its socket closed, and is reaped then (broker_reap_ended),
+ * or killed BROKER_RELAY_END_MS later (one waiting on a frozen server)
+ */
+static pid_t *ending = NULL;
+static TimestampTz *ending_since = NULL;
+static int	n_ending = 0;
+static int	ending_cap = 0;
+
+/* Reap relay pid (0: none) once it has ended, its socket being closed */
+void
+broker_reap_later(pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	if (n_ending == ending_cap)
+	{
+		ending_cap = Max(16, ending_cap * 2);
+		ending = ending ? repalloc(ending, sizeof(pid_t) * ending_cap)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(pid_t) * ending_cap);
+		ending_since = ending_since ? repalloc(ending_since, sizeof(TimestampTz) * ending_cap)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * ending_cap);
+	}
+	ending[n_ending] = pid;
+	ending_since[n_ending++] = redsem_now();
+}
+
+/* Reap the relays that ended; kill those past BROKER_RELAY_END_MS */
+void
+broker_reap_ended(TimestampTz now)
+{
+	for (int i = 0; i < n_ending;)
+	{
+		if (now - ending_since[i] >= (TimestampTz) BROKER_RELAY_END_MS * 1000)
+			broker_reap(ending[i]);
+		else if (waitpid(ending[i], NULL, WNOHANG) == 0)
+		{
+			i++;
+			continue;
+		}
+		ending[i] = ending[--n_ending];
+		ending_since[i] = ending_since[n_ending];
+	}
+}
+
 /* End an opening: its socket closed, its opener reaped */
 static void
 end_opening(BrokerOpening *o)
@@ -360,7 +419,7 @@ broker_open_finish(BrokerOpening *o, RedisOutcome *outcome, pid_t *relay)
 		ctx = redis_context_on_fd(fd, outcome); /* (non-blocking: the opener made it so) */
 	if (ctx == NULL)
 	{
-		broker_reap(*relay);
+		broker_reap_later(*relay);	/* (its socket is closed) */
 		*relay = 0;
 	}
 	return ctx;

@@ -35,6 +35,8 @@ extern bool broker_open_start(BrokerOpening *o, const char *host, int port,
 extern struct redisContext *broker_open_finish(BrokerOpening *o, RedisOutcome *outcome,
 											  pid_t *relay);
 extern void broker_reap(pid_t pid);
+extern void broker_reap_later(pid_t pid);
+extern void broker_reap_ended(TimestampTz now);
 extern void broker_open_cancel(BrokerOpening *o, RedisOutcome *outcome);
 
 #endif							/* REDSEM_BROKER_OPEN_H */

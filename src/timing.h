@@ -248,6 +248,9 @@
  * whose connect timeouts are longer have another begun), one that failed
  * sooner is answered to all at once, and the next call opens anew, so a
  * Redis that comes back is used at the next call, as in direct mode.
+ * A TLS connection's relay (broker_open.c) ends when the broker closes
+ * the connection; one still there BROKER_RELAY_END_MS later (its server
+ * frozen) is killed.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
  * Through Redis Sentinel, the broker asks the sentinels where the primary
  * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
@@ -278,6 +281,7 @@
 #define BROKER_SIDE_IDLE_MS				5000
 #define SENTINEL_RECHECK_MS				1000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
+#define BROKER_RELAY_END_MS				1000
 #define BROKER_POOL_CYCLE_MS			5000
 #define BROKER_POOL_POLL_MS				100
 #define BROKER_POOL_SPACING_US			100

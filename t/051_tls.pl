@@ -257,6 +257,16 @@ $s->quit;
 ok(wait_until(10, sub { ($mutual->cli('ZCARD', 'redsem:{kept}:owner') // '') eq '0' }),
 	'the session ends: its slot is given back over TLS');
 
+# A fast shutdown signals every process of the server (the postmaster
+# signals each child's process group): behind the broker, which serves on
+# while backends give their slots back on their way out, the relays must
+# survive it too
+my $h = RedsemTest::Session->new($node, name => 'at_stop');
+$h->query_ok(q{SELECT redsem_acquire('at_stop', 1, lease => '1 h');});
+is($mutual->cli('ZCARD', 'redsem:{at_stop}:owner'), '1', 'a session holds a slot over TLS');
 node_log_is_clean($node, 'no crash in the server log');
-$node->stop;
+$node->stop('fast');
+$h->wait_exit(10);
+is($mutual->cli('ZCARD', 'redsem:{at_stop}:owner'), '0',
+	'a fast shutdown: the session gives its slot back over TLS on its way out');
 done_testing();

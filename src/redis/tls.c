@@ -131,6 +131,13 @@ tls_start(RedisCall *call, redisContext *c, const char *host,
 	return tls_supported(call);
 }
 
+/* No TLS connection is ever open: none to relay */
+bool
+tls_relay_ready(redisContext *c)
+{
+	return false;
+}
+
 /* Never called in a build without TLS (no TLS connection is ever open) */
 void
 tls_relay(redisContext *c, int plain)
@@ -397,6 +404,10 @@ typedef struct RelayBuf
 	int			off;
 } RelayBuf;
 
+/* The relay's two directions (static: a relay is a process of its own) */
+static RelayBuf relay_from_redis;
+static RelayBuf relay_from_broker;
+
 /*
  * After an SSL_read or SSL_write that returned rc <= 0: add to *events what
  * the session waits for; false if it ended or failed instead
@@ -479,37 +490,70 @@ relay_up(SSL *ssl, int plain, RelayBuf *b, struct pollfd *p, bool *moved)
 	return true;
 }
 
+/* The session of TLS connection c, set up by this process; NULL if unknown */
+static SSL *
+session_of(redisContext *c)
+{
+	return c->fd == last_session_fd ? last_session : NULL;
+}
+
+/* True if TLS connection c, set up by this process, can be relayed */
+bool
+tls_relay_ready(redisContext *c)
+{
+	return session_of(c) != NULL;
+}
+
 /*
- * Become the relay of TLS connection c, set up by this process (a broker's
- * opener), for the broker, which has the other end of the socket pair
- * whose end plain is: what either sends is passed on, decrypted or
- * encrypted, until either closes.  A TLS session is the state of the
- * process that made it and cannot be handed over, as a socket can; so the
- * broker opens TLS connections without waiting for them, as it does the
- * others, and talks to them in the clear over a local socket.  Never
- * returns.
+ * End the relay; a TLS failure (an alert, a broken record: OpenSSL has an
+ * error queued) is logged first, as the broker sees only a closed socket
+ */
+pg_noreturn static void
+relay_end(void)
+{
+	char		err[200];
+
+	if (ERR_peek_error() != 0)
+		ereport(LOG,
+				(errmsg("redsem relay: the TLS connection to Redis failed: %s",
+						openssl_error(err, sizeof(err), "unknown error"))));
+	_exit(0);
+}
+
+/*
+ * Become the relay of TLS connection c (tls_relay_ready), set up by this
+ * process (a broker's opener), for the broker, which has the other end of
+ * the non-blocking socket pair whose end plain is: what either sends is
+ * passed on, decrypted or encrypted, until either closes.  A TLS session
+ * is the state of the process that made it and cannot be handed over, as
+ * a socket can; so the broker opens TLS connections without waiting for
+ * them, as it does the others, and talks to them in the clear over a local
+ * socket.  Never returns.
  */
 void
 tls_relay(redisContext *c, int plain)
 {
-	SSL		   *ssl = c->fd == last_session_fd ? last_session : NULL;
-	RelayBuf   *down = malloc(sizeof(RelayBuf));
-	RelayBuf   *up = malloc(sizeof(RelayBuf));
+	SSL		   *ssl = session_of(c);
 
-	if (ssl == NULL || down == NULL || up == NULL ||
-		fcntl(plain, F_SETFL, fcntl(plain, F_GETFL) | O_NONBLOCK) < 0)
+	if (ssl == NULL)
 		_exit(1);
-	down->len = down->off = up->len = up->off = 0;
 	for (;;)
 	{
 		struct pollfd p[2] = {{c->fd, 0, 0}, {plain, 0, 0}};
 		bool		moved = false;
 
-		if (!relay_down(ssl, plain, down, p, &moved) ||
-			!relay_up(ssl, plain, up, p, &moved))
-			_exit(0);
+		if (!relay_down(ssl, plain, &relay_from_redis, p, &moved) ||
+			!relay_up(ssl, plain, &relay_from_broker, p, &moved))
+			relay_end();
 		if (moved)
 			continue;
+		/*
+		 * (a socket nothing is waited for is left out: poll reports an
+		 * error or hang-up on it at once, which would spin)
+		 */
+		for (int i = 0; i < 2; i++)
+			if (p[i].events == 0)
+				p[i].fd = -1;
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
 			_exit(1);
 		/* (the broker's end closed: nothing more is asked for) */
