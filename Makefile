@@ -38,7 +38,7 @@ ISOLATION = $(patsubst $(srcdir)/specs/%.spec,%,$(sort $(wildcard $(srcdir)/spec
 ISOLATION_OPTS = --temp-instance=./tmp_check_iso --temp-config=$(TEST_CONF)
 TAP_TESTS = 1
 
-EXTRA_CLEAN = src/redsem_lua.h
+EXTRA_CLEAN = src/redsem_lua.h src/redsem_lua_sha1.h
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -48,7 +48,12 @@ include $(PGXS)
 src/redsem_lua.h: src/redsem.lua
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 
-src/script.o: src/redsem_lua.h
+# The script's SHA1, which names its library: computed here, not by each
+# backend at its first call (156 kB hashed took a good part of that call)
+src/redsem_lua_sha1.h: src/redsem.lua
+	printf '#define REDSEM_LUA_SHA1 "%s"\n' "$$(sha1sum < $< | cut -c1-40)" > $@
+
+src/script.o: src/redsem_lua.h src/redsem_lua_sha1.h
 $(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/redis/*.h)
 
 # A VPATH build compiles into src/ of the build directory

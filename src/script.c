@@ -22,7 +22,6 @@
 
 #include "commands/dbcommands.h"
 #include "common/cryptohash.h"
-#include "common/sha1.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
@@ -44,7 +43,9 @@ static const char lua_text[] =
 #include "redsem_lua.h"
 			;
 
-/* "redsem_" and the first LIB_HASH_CHARS hex digits of the text's SHA1 */
+#include "redsem_lua_sha1.h"
+
+/* How many hex digits of the script's SHA1 its library's name carries */
 #define LIB_HASH_CHARS 16
 static char lib_name[sizeof("redsem_") + LIB_HASH_CHARS];
 static char *lib_text;
@@ -58,25 +59,15 @@ static char *lib_text;
 static const char *const key_suffixes[] =
 {OWNER_SUFFIX, "timeout", "ticket", "info", "waiting", "state"};
 
-/* The library's (and its function's) name, computed once */
+/*
+ * The library's (and its function's) name: "redsem_" and the first
+ * LIB_HASH_CHARS hex digits of the script's SHA1, computed at build time
+ */
 const char *
 library_name(void)
 {
 	if (lib_name[0] == '\0')
-	{
-		uint8		digest[SHA1_DIGEST_LENGTH];
-		char		hex[SHA1_DIGEST_LENGTH * 2 + 1];
-		pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
-
-		if (ctx == NULL ||
-			pg_cryptohash_init(ctx) < 0 ||
-			pg_cryptohash_update(ctx, (const uint8 *) lua_text, strlen(lua_text)) < 0 ||
-			pg_cryptohash_final(ctx, digest, sizeof(digest)) < 0)
-			elog(ERROR, "could not compute SHA1 of the redsem script");
-		pg_cryptohash_free(ctx);
-		hex_encode((const char *) digest, SHA1_DIGEST_LENGTH, hex);
-		snprintf(lib_name, sizeof(lib_name), "redsem_%.*s", LIB_HASH_CHARS, hex);
-	}
+		snprintf(lib_name, sizeof(lib_name), "redsem_%.*s", LIB_HASH_CHARS, REDSEM_LUA_SHA1);
 	return lib_name;
 }
 
