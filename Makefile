@@ -50,10 +50,13 @@ src/redsem_lua.h: src/redsem.lua
 
 # The script's SHA1, which names its library: computed here, not by each
 # backend at its first call (156 kB hashed took a good part of that call)
+# (a failed sha1sum fails the build: an empty hash would give every build,
+# whatever its script, the same library name)
 src/redsem_lua_sha1.h: src/redsem.lua
-	printf '#define REDSEM_LUA_SHA1 "%s"\n' "$$(sha1sum < $< | cut -c1-40)" > $@
+	h=$$(sha1sum < $<) && h=$${h%% *} && [ $${#h} -eq 40 ] && \
+		printf '#define REDSEM_LUA_SHA1 "%s"\n' "$$h" > $@.tmp && mv $@.tmp $@
 
-src/script.o: src/redsem_lua.h src/redsem_lua_sha1.h
+src/script.o src/script.bc: src/redsem_lua.h src/redsem_lua_sha1.h
 $(OBJS): $(wildcard $(srcdir)/src/*.h $(srcdir)/src/redis/*.h)
 
 # A VPATH build compiles into src/ of the build directory

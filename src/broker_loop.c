@@ -1022,6 +1022,7 @@ fail_upstream(Upstream *u, const char *why)
 {
 	int			t = u->target;
 	redisContext *ctx = u->ctx;
+	pid_t		relay = u->relay;
 	Client	  **owed = palloc(sizeof(Client *) * (u->count + broker_pool_members(u) + 1));
 	int			n = 0;
 
@@ -1033,6 +1034,7 @@ fail_upstream(Upstream *u, const char *why)
 	 * must not find this one half failed)
 	 */
 	u->ctx = NULL;
+	u->relay = 0;
 	if (u->pool)
 		n = broker_pool_fail(u, owed);
 	while (u->count > 0)
@@ -1046,8 +1048,7 @@ fail_upstream(Upstream *u, const char *why)
 	for (int i = 0; i < n; i++)
 		close_client(owed[i]);
 	pfree(owed);
-	close_connection(ctx, u->relay);
-	u->relay = 0;
+	close_connection(ctx, relay);
 	if (!u->side)
 	{
 		targets[t].shared = -1;
@@ -1721,6 +1722,7 @@ sleep_ms(TimestampTz now)
 		if (sentinels_to_ask(t))
 			until = Min(until, targets[t].next_ask);
 	until = broker_pool_next_deadline(until);
+	until = broker_reap_next(until);
 	return Max(TimestampDifferenceMilliseconds(now, until), 0);
 }
 

@@ -113,6 +113,8 @@ become_opener(pid_t broker)
 	pqsignal(SIGCHLD, SIG_DFL);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != broker)
 		_exit(1);
+	/* (a copy of the broker's memory: no core dump, no tracing) */
+	(void) prctl(PR_SET_DUMPABLE, 0);
 	(void) prctl(PR_SET_NAME, "redsem opener");
 	init_ps_display("redsem opener");
 	redis_wait_forget_inherited();
@@ -173,26 +175,28 @@ open_budget_ms(const RedisProfile *profile, int connect_timeout_ms)
 /*
  * Hand the broker (on sock, with the outcome) one end of a new socket
  * pair for TLS connection ctx, and become the relay between the other end
- * and ctx's session (tls_relay), a process that may not be dumped or
- * traced (it holds a copy of the broker's memory, secrets included).  If
- * it cannot, the outcome sent says so, without a socket.  Never returns.
+ * and ctx's session (tls_relay).  If it cannot, the outcome sent says
+ * so, without a socket.  Never returns.
  */
 pg_noreturn static void
 relay_for_broker(int sock, RedisOutcome *outcome, redisContext *ctx)
 {
 	int			sv[2];
 
-	if (!tls_relay_ready(ctx) ||
-		socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+	if (!tls_relay_ready(ctx))
 	{
-		(void) redis_note(outcome, RS_CONNECT_FAILED, "the TLS connection could not be handed to the broker");
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "the TLS session of the connection was not found to relay");
+		_exit(send_result(sock, outcome, -1) ? 0 : 1);
+	}
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sv) != 0)
+	{
+		(void) redis_note(outcome, RS_CONNECT_FAILED, "could not make a socket pair for the TLS relay: %m");
 		_exit(send_result(sock, outcome, -1) ? 0 : 1);
 	}
 	if (!send_result(sock, outcome, sv[0]))
 		_exit(1);
 	close(sv[0]);
 	close(sock);
-	(void) prctl(PR_SET_DUMPABLE, 0);
 	(void) prctl(PR_SET_NAME, "redsem relay");
 	init_ps_display("redsem relay");
 	tls_relay(ctx, sv[1]);
@@ -300,7 +304,10 @@ broker_reap(pid_t pid)
 /*
  * Relays whose connections the broker closed, and since when: each ends
  * when it sees its socket closed, and is reaped then (broker_reap_ended),
- * or killed BROKER_RELAY_END_MS later (one waiting on a frozen server)
+ * or killed BROKER_RELAY_END_MS later (one waiting on a frozen server).
+ * A listed pid cannot be another process's: it stays the broker's child
+ * until reaped here, as the broker never reaps children otherwise
+ * (SIGCHLD is not ignored in it, and nothing waits for any child).
  */
 static pid_t *ending = NULL;
 static TimestampTz *ending_since = NULL;
@@ -323,6 +330,19 @@ broker_reap_later(pid_t pid)
 	}
 	ending[n_ending] = pid;
 	ending_since[n_ending++] = redsem_now();
+}
+
+/*
+ * The earlier of until and when broker_reap_ended is next due: every
+ * BROKER_REAP_POLL_MS while relays are to be reaped (nothing wakes the
+ * broker when one ends)
+ */
+TimestampTz
+broker_reap_next(TimestampTz until)
+{
+	if (n_ending == 0)
+		return until;
+	return Min(until, TimestampTzPlusMilliseconds(redsem_now(), BROKER_REAP_POLL_MS));
 }
 
 /* Reap the relays that ended; kill those past BROKER_RELAY_END_MS */

@@ -37,6 +37,7 @@ extern struct redisContext *broker_open_finish(BrokerOpening *o, RedisOutcome *o
 extern void broker_reap(pid_t pid);
 extern void broker_reap_later(pid_t pid);
 extern void broker_reap_ended(TimestampTz now);
+extern TimestampTz broker_reap_next(TimestampTz until);
 extern void broker_open_cancel(BrokerOpening *o, RedisOutcome *outcome);
 
 #endif							/* REDSEM_BROKER_OPEN_H */

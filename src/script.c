@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include "commands/dbcommands.h"
-#include "common/cryptohash.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
 #include "postmaster/postmaster.h"
@@ -44,6 +43,7 @@ static const char lua_text[] =
 			;
 
 #include "redsem_lua_sha1.h"
+StaticAssertDecl(sizeof(REDSEM_LUA_SHA1) == 41, "the script's SHA1 is 40 hex digits");
 
 /* How many hex digits of the script's SHA1 its library's name carries */
 #define LIB_HASH_CHARS 16

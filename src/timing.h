@@ -249,8 +249,9 @@
  * sooner is answered to all at once, and the next call opens anew, so a
  * Redis that comes back is used at the next call, as in direct mode.
  * A TLS connection's relay (broker_open.c) ends when the broker closes
- * the connection; one still there BROKER_RELAY_END_MS later (its server
- * frozen) is killed.
+ * the connection, and is reaped within BROKER_REAP_POLL_MS (nothing wakes
+ * the broker when a child ends); one still there BROKER_RELAY_END_MS
+ * later (its server frozen) is killed.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
  * Through Redis Sentinel, the broker asks the sentinels where the primary
  * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
@@ -282,6 +283,7 @@
 #define SENTINEL_RECHECK_MS				1000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_RELAY_END_MS				1000
+#define BROKER_REAP_POLL_MS				50
 #define BROKER_POOL_CYCLE_MS			5000
 #define BROKER_POOL_POLL_MS				100
 #define BROKER_POOL_SPACING_US			100
