@@ -35,7 +35,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -290,7 +289,7 @@ broker_open_start(BrokerOpening *o, const char *host, int port, const char *path
  * Reap child pid, an opener or a relay (killed first if still there; only
  * this pid is waited for, so it cannot have been reused); 0: none
  */
-void
+static void
 broker_reap(pid_t pid)
 {
 	if (pid > 0 && waitpid(pid, NULL, WNOHANG) == 0)

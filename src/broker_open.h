@@ -34,7 +34,6 @@ extern bool broker_open_start(BrokerOpening *o, const char *host, int port,
 							  RedisOutcome *outcome);
 extern struct redisContext *broker_open_finish(BrokerOpening *o, RedisOutcome *outcome,
 											  pid_t *relay);
-extern void broker_reap(pid_t pid);
 extern void broker_reap_later(pid_t pid);
 extern void broker_reap_ended(TimestampTz now);
 extern TimestampTz broker_reap_next(TimestampTz until);

@@ -16,7 +16,6 @@
 #include "postgres.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <unistd.h>
 
