@@ -178,7 +178,7 @@ sub slurp_or_empty
 
 SKIP:
 {
-	skip 'direct mode: the backends do their own TLS', 6 unless broker_mode();
+	skip 'direct mode: the backends do their own TLS', 9 unless broker_mode();
 	is($node->safe_psql('postgres', "$base $take"), 't', 'a slot is taken over TLS through the broker');
 	my @relays = processes_named('redsem relay', 'redsem broker');
 	ok(@relays >= 1, 'the broker talks to the TLS server through a relay process of its own ('
@@ -211,6 +211,22 @@ SKIP:
 		my ($r) = $node->psql('postgres', "$base $take");
 		return $r == 0 && grep { !$killed{$_} } processes_named('redsem relay', 'redsem broker');
 	}), 'after its relay is killed, the next call opens another and is served');
+
+	# A frozen TLS server (SIGSTOP: a frozen path): the call fails in its
+	# command timeout, the broker gives the connection up at its own, the
+	# relay ends and is reaped, and the server's return is served anew
+	kill 'STOP', $redis->pid;
+	my $frozen = error_of("$base SET redsem.command_timeout = 1000;", $take);
+	like($frozen, qr/08006|55P03|57014/, 'a call to a frozen TLS server fails within its command timeout');
+	my %before = map { $_ => 1 } processes_named('redsem relay', 'redsem broker');
+	sleep 7;    # (the broker's command timeout, 5 s, plus its margin)
+	kill 'CONT', $redis->pid;
+	ok(wait_until(10, sub {
+		my ($r) = $node->psql('postgres', "$base $take");
+		return $r == 0;
+	}), 'the server back, the next call is served');
+	ok(wait_until(5, sub { !grep { $before{$_} } processes_named('redsem relay', 'redsem broker') }),
+		'the relay of the connection given up has ended and been reaped (no zombie)');
 }
 
 ###########################################################################
