@@ -308,8 +308,13 @@ broker_reap(pid_t pid)
  * until reaped here, as the broker never reaps children otherwise
  * (SIGCHLD is not ignored in it, and nothing waits for any child).
  */
-static pid_t *ending = NULL;
-static TimestampTz *ending_since = NULL;
+typedef struct EndingRelay
+{
+	pid_t		pid;
+	TimestampTz since;
+} EndingRelay;
+
+static EndingRelay *ending = NULL;
 static int	n_ending = 0;
 static int	ending_cap = 0;
 
@@ -322,13 +327,11 @@ broker_reap_later(pid_t pid)
 	if (n_ending == ending_cap)
 	{
 		ending_cap = Max(16, ending_cap * 2);
-		ending = ending ? repalloc(ending, sizeof(pid_t) * ending_cap)
-			: MemoryContextAlloc(TopMemoryContext, sizeof(pid_t) * ending_cap);
-		ending_since = ending_since ? repalloc(ending_since, sizeof(TimestampTz) * ending_cap)
-			: MemoryContextAlloc(TopMemoryContext, sizeof(TimestampTz) * ending_cap);
+		ending = ending ? repalloc(ending, sizeof(EndingRelay) * ending_cap)
+			: MemoryContextAlloc(TopMemoryContext, sizeof(EndingRelay) * ending_cap);
 	}
-	ending[n_ending] = pid;
-	ending_since[n_ending++] = redsem_now();
+	ending[n_ending].pid = pid;
+	ending[n_ending++].since = redsem_now();
 }
 
 /*
@@ -350,15 +353,14 @@ broker_reap_ended(TimestampTz now)
 {
 	for (int i = 0; i < n_ending;)
 	{
-		if (now - ending_since[i] >= (TimestampTz) BROKER_RELAY_END_MS * 1000)
-			broker_reap(ending[i]);
-		else if (waitpid(ending[i], NULL, WNOHANG) == 0)
+		if (now - ending[i].since >= (TimestampTz) BROKER_RELAY_END_MS * 1000)
+			broker_reap(ending[i].pid);
+		else if (waitpid(ending[i].pid, NULL, WNOHANG) == 0)
 		{
 			i++;
 			continue;
 		}
 		ending[i] = ending[--n_ending];
-		ending_since[i] = ending_since[n_ending];
 	}
 }
 
