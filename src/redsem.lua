@@ -356,7 +356,8 @@
 --     its index touch: X4) ticks the semaphore once a second
 --     (adapt_tick) with its pressure, and the first tick of an interval
 --     runs adapt_step once on what the interval gathered, then empties
---     it (unless too few for a step, which are kept for the next).  So
+--     it (unless too few for a step, which are kept for the next, until
+--     stale: adapt_stale).  So
 --     the fleet has one limit, moved at most once an interval, by at most
 --     a stride, never out of [lo, hi]; with nothing gathered only
 --     a server's pressure or new bounds move it; a server that stops
@@ -491,7 +492,7 @@ local stored, read_state, lifetime, note_counts, finish
 --  9 ARGUMENTS: the checkers of the operations' arguments
 local id_arg, count_arg, priority_arg, tenant_arg, weight_arg, limit_arg,
     read_id, read_none
--- (10 to 13) The operations, each put into OPS after its function: read,
+-- (10 to 14) The operations, each put into OPS after its function: read,
 -- which checks ARGV (a) and returns true and run's arguments (nil if they
 -- are malformed); run; and, for some, a fast path (fast: given the same
 -- arguments, the reply, or nil to leave the call to run).  The arguments
@@ -504,15 +505,16 @@ local gen_sync
 -- 11 RELEASE AND REFRESH: release, refresh, refresh_many, token
 -- 12 LIST, LIMIT, SUMMARY: list, limit, summary, set_limit
 -- 13 CONFIGURATION: set_rate, rate, set_reserve, reserve, set_weight,
--- tenants; the adaptive limit (I16): set_adapt, adapt, adapt_tick, and its
+-- tenants
+-- 14 ADAPTIVE LIMITS (I16): set_adapt, adapt, adapt_tick, and the
 -- controller, adapt_step
 local adapt_step, adapt_memory, adapt_text, adapt_brief, adapt_end, adapt_most
--- 14 FAST PATHS: the commonest calls, tried before the general path
+-- 15 FAST PATHS: the commonest calls, tried before the general path
 local fast_acquire, fast_release
--- 15 THE INDEX (X1, X2): its operations, in INDEX_OPS, and the statement
+-- 16 THE INDEX (X1, X2): its operations, in INDEX_OPS, and the statement
 -- queues' definitions (X3), there too
 local INDEX_OPS
--- 16 A CALL: begin(), probe() (I14), run_op(), dispatch(): the only way in
+-- 17 A CALL: begin(), probe() (I14), run_op(), dispatch(): the only way in
 local dispatch
 
 do -- 1 BASICS -------------------------------------------------------------
@@ -2395,6 +2397,10 @@ local function op_tenants()
 end
 OPS.tenants = {read = read_none, run = op_tenants}
 
+end -- 13 CONFIGURATION
+
+do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
+
 -- ADAPTIVE LIMITS (I16).  The controller's constants, and how they
 -- interact (the keeper's side is in src/timing.h, ADAPT_TICK_MS): each
 -- server's keeper ticks every adaptive semaphore once an ADAPT_INTERVAL_MS,
@@ -2452,6 +2458,14 @@ local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.2
 local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
 local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
 local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
+-- Time, for work whose holds are long: a raise is judged (and a ceiling's
+-- mean measured) no sooner than ADAPT_JUDGE_HOLDS mean holds after the
+-- limit moved, and releases pool at a limit from one mean hold after it
+-- on, so that holds begun under the limit before are not taken for the
+-- new one's; releases kept for want of a step are dropped once older than
+-- ADAPT_KEEP_HOLDS mean holds, ADAPT_KEEP_MS at least (a burst of an hour
+-- ago says nothing of now).
+local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_HOLDS, ADAPT_KEEP_MS = 2, 6, 60000
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2465,9 +2479,10 @@ local ADAPT_PRESSURE_CUT = 2
 -- since; a ceiling, and the mean at the limit under it (or intervals
 -- since it was found, while that is not measured yet, as ticks); the
 -- intervals since the limit last moved, and the releases and hold time
--- pooled at it (from the second of them on).  ('-': none.)
+-- pooled at it (from the second of them on); when the releases not
+-- stepped on yet began to gather (ms).  ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
-            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps'}
+            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'since'}
 local AM_TEXT = {why = true}
 local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true}
 
@@ -2518,6 +2533,12 @@ local function adapt_stride(limit)
     return math.max(1, math.floor(limit * ADAPT_STEP))
 end
 
+-- True while fewer than holds mean holds have passed since the limit last
+-- moved (now nil, as in some model tests: never).
+local function adapt_young(m, now, holds)
+    return now and m.moved and m.mean and now - m.moved < holds * m.mean or false
+end
+
 -- The mean hold pooled at the limit as it stands (THE CONTROLLER, no
 -- gain), or this interval's (s) if too few releases were pooled yet.
 local function adapt_pooled(m, s)
@@ -2545,7 +2566,7 @@ end
 -- not).  By construction the limit stays in [lo, hi] and moves at most a
 -- stride (a raise going back: the stride it came up by); without samples
 -- only the pressure or the bounds move it.
-local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
+local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     local within = math.min(math.max(limit, lo), hi)
     if within ~= limit then
         m.from, m.x, m.ticks, m.ceiling, m.at = nil, nil, nil, nil, nil
@@ -2553,12 +2574,12 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     end
     local stride = adapt_stride(limit)
     if pressure >= ADAPT_PRESSURE_CUT then
-        m.from, m.x, m.ticks = nil, nil, nil
+        if m.from then m.from, m.x, m.ticks = nil, nil, nil end   -- (a ceiling's wait goes on)
         return math.max(limit - stride, lo), 'pressure'
     end
     if not (n >= ADAPT_MIN_SAMPLES and sum >= 0) then return limit, nil end
     m.pt = (m.pt or 0) + 1
-    if m.pt > 1 then                -- (about the last 8 intervals: 1 - 1/8;
+    if m.pt > 1 and not adapt_young(m, now, 1) then               -- (about the last 8 intervals: 1 - 1/8;
         local keep = m.pt > 8 and 0.875 or 1   -- no local of its own, t/005)
         m.pn, m.ps = (m.pn or 0) * keep + n, (m.ps or 0) * keep + sum
     end
@@ -2573,12 +2594,16 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     local back                      -- (a raise that did not pay: its from)
     if m.from then                  -- a raise being judged
         m.ticks = (m.ticks or 0) + 1
-        if g >= ADAPT_BAND_LOW and m.ticks < ADAPT_JUDGE then return limit, nil end
+        if g >= ADAPT_BAND_LOW and (m.ticks < ADAPT_JUDGE or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
+            return limit, nil
+        end
         back = adapt_judge(m, limit, adapt_pooled(m, s), saturated)
         if back and g >= ADAPT_BAND_LOW then return math.max(back, lo), 'no gain' end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
-        if m.ticks > ADAPT_JUDGE then m.at, m.ticks = m.mean, nil end
+        if m.ticks > ADAPT_JUDGE and not adapt_young(m, now, ADAPT_JUDGE_HOLDS) then
+            m.at, m.ticks = m.mean, nil
+        end
     elseif m.ceiling and (m.mean > m.at * ADAPT_CHANGE or m.mean * ADAPT_CHANGE < m.at) then
         m.ceiling, m.at = nil, nil  -- (the work or the machine changed)
     end
@@ -2598,11 +2623,16 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
     return limit, nil
 end
 
--- The step (adapt_decide), and a new pool (pt, pn, ps) when it moves the
--- limit: releases pooled at one limit say nothing of another.
-function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
-    local new, why = adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated)
-    if new ~= limit then m.pt, m.pn, m.ps = nil, nil, nil end
+-- The step (adapt_decide) at now (ms; nil: time unknown, some model
+-- tests), and when it moves the limit a new pool (pt, pn, ps: releases
+-- pooled at one limit say nothing of another) and the time it moved.  A
+-- step that leaves the limit where it is (a cut at the lower bound) is no
+-- move: why is nil, and the time of the last real one stays.
+function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated, now)
+    local new, why = adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
+    if new == limit then return limit, nil end
+    m.pt, m.pn, m.ps = nil, nil, nil
+    m.moved = now or m.moved
     return new, why
 end
 
@@ -2672,6 +2702,15 @@ OPS.set_adapt = {
     run = op_set_adapt,
 }
 
+-- True if the n releases (of sum ms in all) kept for want of a step have
+-- gathered for longer than the controller keeps them (ADAPT_KEEP_HOLDS
+-- mean holds, ADAPT_KEEP_MS at least; since: when they began to gather).
+local function adapt_stale(m, n, sum)
+    local mean = m.mean or (n > 0 and sum / n) or 0
+    return n > 0 and m.since ~= nil and
+        NOW_MS - m.since > math.max(ADAPT_KEEP_MS, ADAPT_KEEP_HOLDS * mean)
+end
+
 -- adapt_tick server pressure tag: server (its name) reports its pressure
 -- (x1000: 1000 is its line; tag: what presses most, 'cpu' or 'lag', '' if
 -- nothing); once an interval, the controller runs (adapt_step) on the
@@ -2703,21 +2742,27 @@ local function op_adapt_tick(server, p, tag)
     local lo, hi = adapt_bounds()
     local held, waiters = held_permits()
     local limit = S.limit or lo
+    local sane = S.an >= 0 and S.an < math.huge and S.as >= 0 and S.as < math.huge
+    if sane and adapt_stale(m, S.an, S.as) then   -- (dropped: stale)
+        set('an', 0)
+        set('as', 0)
+    end
     local new, why = adapt_step(limit, lo, hi, m, S.an, S.as, math.max(worst, 0) / 1000,
-        waiters > 0 or held >= limit)
+        waiters > 0 or held >= limit, NOW_MS)
     if why then
         if why == 'pressure' and wtag ~= '' then why = wtag end
-        m.why, m.moved = why, NOW_MS
+        m.why = why
         set('limit', new)
         if new > limit and not is_empty() then promote() end
     end
     m.tick, m.pressure, m.servers = NOW_MS, worst, servers
     -- (too few releases for a step are kept for the next interval, so
-    -- that holds longer than one still count; what is not a count or a
-    -- sum of holds is dropped; the view shows the releases stepped on)
-    local sane = S.an >= 0 and S.an < math.huge and S.as >= 0 and S.as < math.huge
-    if why or not sane or S.an >= ADAPT_MIN_SAMPLES then
+    -- that holds longer than one still count, unless stale; what is not a
+    -- count or a sum of holds is dropped; the view shows the releases
+    -- stepped on)
+    if why or not sane or S.an == 0 or S.an >= ADAPT_MIN_SAMPLES then
         m.n, m.last = sane and S.an or 0, sane and S.an > 0 and S.as / S.an or nil
+        m.since = NOW_MS
         set('as', 0)
         set('an', 0)
     end
@@ -2736,9 +2781,9 @@ OPS.adapt_tick = {
     run = op_adapt_tick,
 }
 
-end -- 13 CONFIGURATION
+end -- 14 ADAPTIVE LIMITS
 
-do -- 14 FAST PATHS --------------------------------------------------------
+do -- 15 FAST PATHS --------------------------------------------------------
 
 -- FAST PATHS.  The commonest calls run as straight-line code: an acquire
 -- of one permit granted at once (on a semaphore with no member, or beside
@@ -2903,9 +2948,9 @@ function fast_release(id)
     return 1
 end
 
-end -- 14 FAST PATHS
+end -- 15 FAST PATHS
 
-do -- 15 THE INDEX ---------------------------------------------------------
+do -- 16 THE INDEX ---------------------------------------------------------
 
 -- X4: the index's mark of an adaptive semaphore (I16): "\0a:" and its
 -- name, scored -inf (a name from SQL has no NUL: never a name's entry).
@@ -3005,13 +3050,14 @@ local function op_adapt_note(key, name, on)
     return 1
 end
 
--- adapt_model limit lo hi memory n sum pressure saturated: the
+-- adapt_model limit lo hi memory n sum pressure saturated [now]: the
 -- controller's step (adapt_step) alone, on the values and memory (the
--- state's am text, '' for none) given, for its model tests: {limit, why
--- ('': held still), the memory after}.  It reads and writes no key.
-local function op_adapt_model(_, limit, lo, hi, memory, n, sum, pressure, saturated)
+-- state's am text, '' for none) given, at now (ms, the model's own time;
+-- left out: time unknown), for its model tests: {limit, why ('': held
+-- still), the memory after}.  It reads and writes no key.
+local function op_adapt_model(_, limit, lo, hi, memory, n, sum, pressure, saturated, now)
     local m = adapt_memory(memory)
-    local new, why = adapt_step(limit, lo, hi, m, n, sum, pressure, saturated)
+    local new, why = adapt_step(limit, lo, hi, m, n, sum, pressure, saturated, now)
     return {int(new), why or '', adapt_text(m)}
 end
 
@@ -3032,11 +3078,12 @@ INDEX_OPS = {
                 v[i] = tonumber(a[i])
                 if v[i] and (v[i] ~= v[i] or math.abs(v[i]) == math.huge) then v[i] = nil end
             end
-            if #a == 9 and v[2] and v[3] and v[4] and v[6] and v[7] and v[8] and
+            local now = a[10] and count_arg(a[10])
+            if (#a == 9 or (#a == 10 and now)) and v[2] and v[3] and v[4] and v[6] and v[7] and v[8] and
                v[2] % 1 == 0 and v[3] % 1 == 0 and v[4] % 1 == 0 and v[6] % 1 == 0 and
                v[3] >= 1 and v[3] <= v[4] and v[2] >= 1 and v[6] >= 0 and v[8] >= 0 and
                #a[5] <= 400 then
-                return true, v[2], v[3], v[4], a[5], v[6], v[7], v[8], a[9] == '1'
+                return true, v[2], v[3], v[4], a[5], v[6], v[7], v[8], a[9] == '1', now
             end
         end,
         run = op_adapt_model,
@@ -3323,9 +3370,9 @@ INDEX_OPS.queues_restore = {
     queues = true,
 }
 
-end -- 15 THE INDEX
+end -- 16 THE INDEX
 
-do -- 16 A CALL ------------------------------------------------------------
+do -- 17 A CALL ------------------------------------------------------------
 
 -- Zeros that pad TIME's microseconds (1 to 6 digits) to six.
 local PAD = {'00000', '0000', '000', '00', '0', ''}
@@ -3474,4 +3521,4 @@ function dispatch(keys, a)
     return run_op(keys, a, op, op.read(a))
 end
 
-end -- 16 A CALL
+end -- 17 A CALL

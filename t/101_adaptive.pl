@@ -156,6 +156,34 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	}
 }
 
+# work whose holds are long (a minute): a raise is judged no sooner than
+# two mean holds after it, whatever the number of steps (judged three
+# steps after it before: on releases of holds begun under the old limit)
+{
+	# from 8 to 10 at 1 s, x then 8 / 60 s; holds of 75 s at 10: no gain
+	my $mem = '60000|60000|headroom|1000|-|-|-|-|-|8|0.000133333|2|-|-|-|-|-|-';
+	my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 10, 1, 16, $mem, 3, 225000, 0, 1, 4000);
+	is("$reply->[0] $reply->[1]", '10 ', 'three steps after a raise, 3 s into holds of a minute: not judged yet');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 10, 1, 16, $reply->[2], 3, 225000, 0, 1, 200000);
+	is("$reply->[0] $reply->[1]", '8 no gain', '... judged once two mean holds have passed: back to 8');
+}
+
+# a cut for pressure leaves a ceiling's wait for its mean where it was
+# (it started it again before); a cut at the lower bound, which moves
+# nothing, is no move: why and when the limit last moved stay
+{
+	my $mem = '100|100|no gain|1000|-|-|-|-|-|-|-|2|6|-|-|-|-|-';
+	my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 5, 1, 16, $mem, 10, 1000, 2.5, 1, 5000);
+	my @f = split /\|/, $reply->[2], -1;
+	is("$reply->[0] $reply->[1] $f[11] $f[12]", '4 pressure 2 6', 'a pressure cut: the ceiling and its wait stay');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 2, 2, 16, $mem, 10, 10000, 0, 1, 5000);
+	@f = split /\|/, $reply->[2], -1;
+	is("$reply->[0] '$reply->[1]' $f[2] $f[3]", "2 '' no gain 1000", 'latency at the lower bound: no move stamped');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 2, 2, 16, $mem, 10, 1000, 3, 1, 5000);
+	@f = split /\|/, $reply->[2], -1;
+	is("$reply->[0] '$reply->[1]' $f[2] $f[3]", "2 '' no gain 1000", 'pressure at the lower bound: the same');
+}
+
 # a limit set by hand ends it; a keeper's compare-and-set of a queue's cap
 # (set_limit N if=M: the definition's cap, unless it changed) leaves it alone
 my $q = 'redsem:{queue:adq}:owner';
@@ -243,6 +271,24 @@ $r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
 	usleep(1_050_000);
 	$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
 	is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, 'a negative count is dropped at the next step');
+	# releases kept longer than the controller keeps them (a minute at
+	# least; here their gathering made to have begun two minutes ago) are
+	# stale: dropped with those of the interval, not stepped on (kept with
+	# no age limit before: a burst of an hour ago counted as now)
+	$hold->('q4');
+	usleep(1_050_000);
+	$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	is($r->cmd('HGET', 'redsem:{adq}:state', 'an'), 1, 'one release kept for the next interval');
+	my @f = split /\|/, $r->cmd('HGET', 'redsem:{adq}:state', 'am'), -1;
+	my $redis_ms = do { my $t = $r->cmd('TIME'); $t->[0] * 1000 + int($t->[1] / 1000) };
+	$f[17] = $redis_ms - 120_000;
+	$r->cmd('HSET', 'redsem:{adq}:state', 'am', join('|', @f));
+	$hold->($_) for qw(q5 q6);
+	usleep(1_050_000);
+	$tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	$view = $r->cmd('FCALL', $lib, 1, $qk, 'adapt');
+	is("$tick->[2] $view->[6] " . ($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0), '1 0 0',
+		'kept releases gone stale are dropped with the new ones, none stepped on');
 	$r->cmd('FCALL', $lib, 1, $qk, 'set_limit', '');
 }
 
