@@ -391,18 +391,30 @@ header_copy(const redisReply *cmd, int i)
 	return MemoryContextStrdup(broker_cxt, cmd->element[i]->str);
 }
 
+/* A free target entry's index (a new one if none) */
+static int
+free_target_slot(void)
+{
+	for (int i = 0; i < n_targets; i++)
+		if (targets[i].free)
+			return i;
+	targets = targets ? repalloc(targets, sizeof(Target) * (n_targets + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Target));
+	return n_targets++;
+}
+
 /* The target a REDSEM.TARGET header names, added if new */
 static int
 find_target(const redisReply *cmd)
 {
 	Target	   *t;
+	int			i;
 
-	for (int i = 0; i < n_targets; i++)
-		if (target_is(&targets[i], cmd))
+	for (i = 0; i < n_targets; i++)
+		if (!targets[i].free && target_is(&targets[i], cmd))
 			return i;
-	targets = targets ? repalloc(targets, sizeof(Target) * (n_targets + 1)) :
-		MemoryContextAlloc(broker_cxt, sizeof(Target));
-	t = &targets[n_targets];
+	i = free_target_slot();
+	t = &targets[i];
 	memset(t, 0, sizeof(Target));
 	t->host = header_copy(cmd, 1);
 	t->port = atoi(cmd->element[2]->str);
@@ -421,7 +433,30 @@ find_target(const redisReply *cmd)
 	t->profile.sentinel_user = header_copy(cmd, 16);
 	t->profile.sentinel_password = header_copy(cmd, 17);
 	t->shared = -1;
-	return n_targets++;
+	return i;
+}
+
+/* Free target t's strings (a password among them) and its entry */
+static void
+free_target(int t)
+{
+	Target	   *target = &targets[t];
+	RedisProfile *p = &target->profile;
+	const char *strings[] = {target->host, target->path, p->user, p->password,
+		p->tls_ca_file, p->tls_cert_file, p->tls_key_file, p->tls_server_name,
+	p->sentinels, p->sentinel_master, p->sentinel_user, p->sentinel_password};
+
+	for (int i = 0; i < (int) lengthof(strings); i++)
+		if (strings[i] != NULL)
+		{
+			char	   *s = unconstify(char *, strings[i]);
+
+			explicit_bzero(s, strlen(s));
+			pfree(s);
+		}
+	memset(target, 0, sizeof(Target));
+	target->free = true;
+	target->shared = -1;
 }
 
 /*
@@ -742,7 +777,8 @@ sentinels_to_ask(int t)
 {
 	Target	   *target = &targets[t];
 
-	if (target->profile.sentinels[0] == '\0' || target->asking || target->primary[0] == '\0')
+	if (target->free || target->profile.sentinels[0] == '\0' || target->asking ||
+		target->primary[0] == '\0')
 		return false;
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
@@ -1069,6 +1105,77 @@ close_idle_sides(TimestampTz now)
 		if (u->ctx != NULL && u->side && u->count == 0 &&
 			now - u->idle_since >= (TimestampTz) BROKER_SIDE_IDLE_MS * 1000)
 			close_upstream(u);
+	}
+}
+
+/*
+ * True if target t is in use: a backend is linked for it, a connection of
+ * it owes a reply, or an opener works for it
+ */
+static bool
+target_in_use(int t)
+{
+	const Target *target = &targets[t];
+
+	if (target->opening_shared || target->opening_sides > 0 || target->asking)
+		return true;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			return true;
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->target == t && upstreams[i]->ctx != NULL && upstreams[i]->count > 0)
+			return true;
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid != 0 && openings[i]->target == t)
+			return true;
+	return false;
+}
+
+/*
+ * End the targets unused for BROKER_TARGET_IDLE_MS (timing.h): close their
+ * connections (none owes a reply), then, once no wait pool names them any
+ * more (an empty pool whose connection closed is freed by the next kick:
+ * at the next look), free their entries
+ */
+static void
+end_unused_targets(TimestampTz now)
+{
+	static TimestampTz next_look = 0;
+
+	/* (once a second: it looks at every client for each target) */
+	if (now < next_look)
+		return;
+	next_look = TimestampTzPlusMilliseconds(now, 1000);
+	for (int t = 0; t < n_targets; t++)
+	{
+		Target	   *target = &targets[t];
+		bool		left = false;
+
+		if (target->free)
+			continue;
+		if (target_in_use(t))
+		{
+			target->unused_since = 0;
+			continue;
+		}
+		if (target->unused_since == 0)
+			target->unused_since = now;
+		if (now - target->unused_since < (TimestampTz) BROKER_TARGET_IDLE_MS * 1000)
+			continue;
+		for (int i = 0; i < n_upstreams; i++)
+		{
+			Upstream   *u = upstreams[i];
+
+			if (u->target != t)
+				continue;
+			if (u->ctx != NULL)
+				close_upstream(u);
+			else
+				left = true;
+		}
+		target->shared = -1;
+		if (!left && !broker_pool_of(t))
+			free_target(t);
 	}
 }
 
@@ -1857,6 +1964,7 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		check_waiters(now);
 		broker_pool_check(now);
 		close_idle_sides(now);
+		end_unused_targets(now);
 		sweep_clients();
 	}
 	_exit(0);

@@ -59,6 +59,8 @@ typedef struct Pending
  */
 typedef struct Target
 {
+	bool		free;			/* a free entry (ended: end_unused_targets) */
+	TimestampTz unused_since;	/* nobody has used it since (0: in use) */
 	char	   *host;
 	int			port;
 	char	   *path;			/* NULL: TCP */

@@ -368,6 +368,16 @@ broker_pool_members(Upstream *u)
 	return 0;
 }
 
+/* True if a wait pool is target t's */
+bool
+broker_pool_of(int t)
+{
+	for (int i = 0; i < n_pools; i++)
+		if (pools[i].target == t)
+			return true;
+	return false;
+}
+
 /*
  * Pool connection u failed: its pool has none now, and every waiter in it
  * loses its BLPOP, as with a connection of its own: put in lost (room for

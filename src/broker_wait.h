@@ -17,6 +17,7 @@ extern void broker_pool_leave(const Client *c);
 extern void broker_pool_reply(const Pending *pend, const redisReply *reply);
 extern int	broker_pool_fail(Upstream *u, Client **lost);
 extern int	broker_pool_members(Upstream *u);
+extern bool broker_pool_of(int t);
 extern void broker_pool_kick(void);
 extern void broker_pool_check(TimestampTz now);
 extern TimestampTz broker_pool_next_deadline(TimestampTz until);

@@ -253,6 +253,14 @@
  * the broker when a child ends); one still there BROKER_RELAY_END_MS
  * later (its server frozen) is killed.
  * A side connection (for BLPOP) idle BROKER_SIDE_IDLE_MS is closed.
+ * A target (a Redis server and the settings a connection is set up with)
+ * that no backend has been linked for, nor used, for BROKER_TARGET_IDLE_MS
+ * is ended: its connections closed, its entry freed.  So a password
+ * rotated in redsem.password_file, or redsem.host moved to another Redis,
+ * leaves no connection of the old settings open for longer than that
+ * after their last session ends; and a server that stops using redsem
+ * holds no Redis connection.  Longer than a side connection's idle time,
+ * which ends first; short enough that tests can wait for it.
  * Through Redis Sentinel, the broker asks the sentinels where the primary
  * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
  * short connection to a sentinel each time), and leaves a primary they no
@@ -280,6 +288,7 @@
 #define BROKER_TIMEOUT_MARGIN_MS		1000
 #define BROKER_SLOW_OPEN_MS				50
 #define BROKER_SIDE_IDLE_MS				5000
+#define BROKER_TARGET_IDLE_MS			30000
 #define SENTINEL_RECHECK_MS				1000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_RELAY_END_MS				1000

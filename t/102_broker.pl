@@ -296,6 +296,35 @@ $nu[2]->query_ok(q{SELECT redsem_release_all();});
 $_->quit for @nu;
 
 ###########################################################################
+note 'a target nobody uses any more is ended: its connections closed';
+
+# (a session of other settings, here another database, is a target of its
+# own; when its last session is gone for BROKER_TARGET_IDLE_MS, 30 s, the
+# broker closes that target's connections: a password rotated, or Redis
+# moved, leaves none of the old settings open. Session a stays linked on
+# database 0, whose connection stays.)
+sub broker_on_db { my ($db) = @_; return scalar(grep { / db=$db / } broker_connections()); }
+$sa->query_ok(q{SELECT count(*) FROM redsem_holders('idle0');});
+my $s1 = session('db1');
+$s1->query_ok(q{SET redsem.database = 1;});
+is($s1->query_ok(q{SELECT redsem_acquire('idle1', 1, '60 s') IS NOT NULL;}) . ' '
+	  . $s1->query_ok(q{SELECT redsem_release_all();}), 't 1', 'a session on database 1 takes and gives back a slot');
+cmp_ok(broker_on_db(1), '>=', 1, 'the broker has a connection to database 1');
+$s1->quit;
+my $gone_at = time;
+RedsemTest::sleep_full(6);
+cmp_ok(broker_on_db(1), '>=', 1, '6 s after its last session left, it is still open (a new one would reuse it)');
+ok(defined wait_until(45, sub { broker_on_db(1) == 0 }), '... and closed once unused for 30 s')
+  or diag(join("\n", broker_connections()));
+cmp_ok(time - $gone_at, '>=', 25, sprintf('... not much sooner (%.1f s)', time - $gone_at));
+cmp_ok(broker_on_db(0), '>=', 1, 'the connection of database 0, which a session still uses, stays');
+$s1 = session('db1again');
+$s1->query_ok(q{SET redsem.database = 1;});
+is($s1->query_ok(q{SELECT redsem_acquire('idle1', 1, '60 s') IS NOT NULL;}) . ' '
+	  . $s1->query_ok(q{SELECT redsem_release_all();}), 't 1', 'a new session on database 1 is served again');
+$s1->quit;
+
+###########################################################################
 note 'Redis down: the broker\'s failure to connect keeps direct mode\'s SQLSTATE';
 
 $_->quit for ($sa, $sb, $sc);
