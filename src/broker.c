@@ -130,7 +130,7 @@ broker_set_signals(void)
 	pqsignal(SIGTERM, broker_sigterm);
 	pqsignal(SIGQUIT, broker_sigquit);
 	pqsignal(SIGINT, SIG_IGN);
-	pqsignal(SIGHUP, SIG_IGN);	/* phase 1: settings are read at start */
+	pqsignal(SIGHUP, SignalHandlerForConfigReload); /* (the supervisor's, passed on) */
 	pqsignal(SIGUSR1, SIG_IGN);
 	pqsignal(SIGUSR2, SIG_IGN);
 	pqsignal(SIGALRM, SIG_IGN);
@@ -324,6 +324,20 @@ stop_broker(void)
 	}
 }
 
+/*
+ * A reload (SIGHUP, from the postmaster): read the configuration again, so
+ * that a broker started later has it, and pass the signal on to the
+ * broker, which is no child of the postmaster's and so is not signalled
+ */
+static void
+supervisor_reload(void)
+{
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+	if (broker_pid != 0)
+		(void) kill(broker_pid, SIGHUP);
+}
+
 /* Milliseconds the supervisor may sleep: until the next start, or 1 s */
 static long
 supervisor_sleep_ms(void)
@@ -342,7 +356,7 @@ redsem_broker_supervisor_main(Datum main_arg)
 {
 	pqsignal(SIGTERM, supervisor_sigterm);
 	pqsignal(SIGCHLD, supervisor_sigchld);
-	pqsignal(SIGHUP, SIG_IGN);
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGPIPE, SIG_IGN);
 	BackgroundWorkerUnblockSignals();
 	for (;;)
@@ -350,6 +364,8 @@ redsem_broker_supervisor_main(Datum main_arg)
 		reap_broker();
 		if (supervisor_stop_requested)
 			break;
+		if (ConfigReloadPending)
+			supervisor_reload();
 		if (broker_pid == 0 && redsem_now() >= next_start_at)
 			start_broker();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,

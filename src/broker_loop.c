@@ -44,7 +44,9 @@
 #include "hiredis.h"
 
 #include "miscadmin.h"
+#include "postmaster/interrupt.h"
 #include "storage/latch.h"
+#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -1932,6 +1934,20 @@ keep_serving(volatile sig_atomic_t *stop_requested, TimestampTz *stop_by)
 	return any_client() && redsem_now() < *stop_by;
 }
 
+/*
+ * A reload passed on by the supervisor: read the configuration again.  The
+ * broker's own settings (redsem.command_timeout, at which it gives up on a
+ * command; redsem.connect_timeout, its sentinel asks' and a link's before
+ * its header) apply to what it sends from now on; a link's own settings
+ * are its header's.
+ */
+static void
+reload_settings(void)
+{
+	ConfigReloadPending = false;
+	ProcessConfigFile(PGC_SIGHUP);
+}
+
 /* The broker's loop; ends the process once *stop_requested (SIGTERM) */
 void
 broker_loop(volatile sig_atomic_t *stop_requested)
@@ -1948,6 +1964,8 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		TimestampTz now;
 		int			n;
 
+		if (ConfigReloadPending)
+			reload_settings();
 		if (set_dirty)
 			rebuild_wait_set();
 		update_interest();

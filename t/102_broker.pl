@@ -325,6 +325,53 @@ is($s1->query_ok(q{SELECT redsem_acquire('idle1', 1, '60 s') IS NOT NULL;}) . ' 
 $s1->quit;
 
 ###########################################################################
+note 'a reload reaches the broker: the redsem.command_timeout it gives up at';
+
+# (the broker gives up on a command Redis does not answer within the
+# server's redsem.command_timeout plus 1 s, closing its connection; it read
+# the setting at start only before, so a DBA's change and reload did not
+# reach it. Redis is stalled 4 s with the server's setting reloaded to 1 s,
+# then 3.5 s with it reloaded to 20 s; the session's own is 20 s.)
+sub gave_up_count
+{
+	my @l = grep { /no answer within redsem.command_timeout/ } split /\n/, slurp_file($node->logfile);
+	return scalar(@l);
+}
+sub reload_command_timeout
+{
+	my ($v) = @_;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET redsem.command_timeout = '$v'");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	RedsemTest::sleep_full(1);
+}
+my $stall = sub {
+	my ($s, $secs) = @_;
+	$s->query_ok(q{SELECT count(*) FROM redsem_holders('stall');});
+	$redis->freeze;
+	$s->send(q{SELECT redsem_acquire('stall', 1, '60 s') IS NOT NULL;});
+	RedsemTest::sleep_full($secs);
+	$redis->thaw;
+	my ($o, $e) = $s->wait_done(30);
+	$s->query(q{SELECT redsem_release_all();});
+	return ($o // '', $e // '');
+};
+my $slow = session('slow');
+$slow->query_ok(q{SET redsem.command_timeout = '20s';});
+reload_command_timeout('1s');
+my $given_up = gave_up_count();
+$stall->($slow, 4);
+cmp_ok(gave_up_count(), '>', $given_up,
+	'reloaded to 1 s: the broker gave up on a command Redis did not answer for 4 s');
+reload_command_timeout('20s');
+$given_up = gave_up_count();
+($out, $err) = $stall->($slow, 3.5);
+is("$out|$err", 't|', 'reloaded to 20 s: a stall of 3.5 s is ridden out ...');
+is(gave_up_count(), $given_up, '... and the broker gave nothing up');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET redsem.command_timeout');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+$slow->quit;
+
+###########################################################################
 note 'Redis down: the broker\'s failure to connect keeps direct mode\'s SQLSTATE';
 
 $_->quit for ($sa, $sb, $sc);
