@@ -356,8 +356,8 @@
 --     its index touch: X4) ticks the semaphore once a second
 --     (adapt_tick) with its pressure, and the first tick of an interval
 --     runs adapt_step once on what the interval gathered, then empties
---     it (unless too few for a step, which are kept for the next, until
---     stale: adapt_stale).  So
+--     it (unless too few for a step, which are kept for the next; those
+--     kept before a pause of the controller are dropped: adapt_fresh).  So
 --     the fleet has one limit, moved at most once an interval, by at most
 --     a stride, never out of [lo, hi]; with nothing gathered only
 --     a server's pressure or new bounds move it; a server that stops
@@ -2462,10 +2462,12 @@ local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- mean measured) no sooner than ADAPT_JUDGE_HOLDS mean holds after the
 -- limit moved, and releases pool at a limit from one mean hold after it
 -- on, so that holds begun under the limit before are not taken for the
--- new one's; releases kept for want of a step are dropped once older than
--- ADAPT_KEEP_HOLDS mean holds, ADAPT_KEEP_MS at least (a burst of an hour
--- ago says nothing of now).
-local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_HOLDS, ADAPT_KEEP_MS = 2, 6, 60000
+-- new one's.  Releases kept for want of a step are kept while the
+-- controller runs (work of hours still moves it), but those kept when it
+-- stopped running for longer than ADAPT_KEEP_MS (no keeper ticked: the
+-- semaphore went unused) are dropped at its first run after the pause (a
+-- burst of an hour ago says nothing of now); the releases since are kept.
+local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS = 2, 60000
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2479,12 +2481,13 @@ local ADAPT_PRESSURE_CUT = 2
 -- since; a ceiling, and the mean at the limit under it (or intervals
 -- since it was found, while that is not measured yet, as ticks); the
 -- intervals since the limit last moved, and the releases and hold time
--- pooled at it (from the second of them on); when the releases not
--- stepped on yet began to gather (ms).  ('-': none.)
+-- pooled at it (from the second of them on); the releases kept for the
+-- next run when it last ran, and their hold time.  ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
-            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'since'}
+            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'kn', 'ks'}
 local AM_TEXT = {why = true}
-local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true}
+local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true,
+                 ks = true}
 
 -- The memory from its text (am).
 function adapt_memory(text)
@@ -2702,13 +2705,12 @@ OPS.set_adapt = {
     run = op_set_adapt,
 }
 
--- True if the n releases (of sum ms in all) kept for want of a step have
--- gathered for longer than the controller keeps them (ADAPT_KEEP_HOLDS
--- mean holds, ADAPT_KEEP_MS at least; since: when they began to gather).
-local function adapt_stale(m, n, sum)
-    local mean = m.mean or (n > 0 and sum / n) or 0
-    return n > 0 and m.since ~= nil and
-        NOW_MS - m.since > math.max(ADAPT_KEEP_MS, ADAPT_KEEP_HOLDS * mean)
+-- The releases to step on, of the n (sum ms of holds) gathered: after a
+-- pause of the controller longer than ADAPT_KEEP_MS, without those it
+-- kept when it last ran (kn, ks: stale), else all.
+local function adapt_fresh(m, n, sum)
+    if not (m.kn and m.tick and NOW_MS - m.tick > ADAPT_KEEP_MS) then return n, sum end
+    return math.max(n - m.kn, 0), math.max(sum - (m.ks or 0), 0)
 end
 
 -- adapt_tick server pressure tag: server (its name) reports its pressure
@@ -2743,9 +2745,12 @@ local function op_adapt_tick(server, p, tag)
     local held, waiters = held_permits()
     local limit = S.limit or lo
     local sane = S.an >= 0 and S.an < math.huge and S.as >= 0 and S.as < math.huge
-    if sane and adapt_stale(m, S.an, S.as) then   -- (dropped: stale)
-        set('an', 0)
-        set('as', 0)
+    if sane then
+        local n, sum = adapt_fresh(m, S.an, S.as)
+        if n ~= S.an then       -- (those kept before a pause dropped)
+            set('an', n)
+            set('as', sum)
+        end
     end
     local new, why = adapt_step(limit, lo, hi, m, S.an, S.as, math.max(worst, 0) / 1000,
         waiters > 0 or held >= limit, NOW_MS)
@@ -2757,14 +2762,16 @@ local function op_adapt_tick(server, p, tag)
     end
     m.tick, m.pressure, m.servers = NOW_MS, worst, servers
     -- (too few releases for a step are kept for the next interval, so
-    -- that holds longer than one still count, unless stale; what is not a
-    -- count or a sum of holds is dropped; the view shows the releases
-    -- stepped on)
-    if why or not sane or S.an == 0 or S.an >= ADAPT_MIN_SAMPLES then
+    -- that holds longer than one still count, and noted as kept; what is
+    -- not a count or a sum of holds is dropped; the view shows the
+    -- releases stepped on)
+    if why or not sane or S.an >= ADAPT_MIN_SAMPLES then
         m.n, m.last = sane and S.an or 0, sane and S.an > 0 and S.as / S.an or nil
-        m.since = NOW_MS
+        m.kn, m.ks = nil, nil
         set('as', 0)
         set('an', 0)
+    else
+        m.kn, m.ks = S.an, S.as
     end
     set('ac', m.mean and math.ceil(m.mean * ADAPT_CLAMP) or false)
     set('am', adapt_text(m))

@@ -271,24 +271,28 @@ $r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
 	usleep(1_050_000);
 	$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
 	is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, 'a negative count is dropped at the next step');
-	# releases kept longer than the controller keeps them (a minute at
-	# least; here their gathering made to have begun two minutes ago) are
-	# stale: dropped with those of the interval, not stepped on (kept with
-	# no age limit before: a burst of an hour ago counted as now)
+	# releases kept when the controller stopped running for longer than a
+	# minute (nobody used the semaphore; here its last run made to be two
+	# minutes ago) are stale: dropped at its first run after the pause, and
+	# only they (kept with no age limit before: a burst of an hour ago was
+	# stepped on as now); the releases since are kept, and stepped on
 	$hold->('q4');
 	usleep(1_050_000);
 	$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
 	is($r->cmd('HGET', 'redsem:{adq}:state', 'an'), 1, 'one release kept for the next interval');
 	my @f = split /\|/, $r->cmd('HGET', 'redsem:{adq}:state', 'am'), -1;
 	my $redis_ms = do { my $t = $r->cmd('TIME'); $t->[0] * 1000 + int($t->[1] / 1000) };
-	$f[17] = $redis_ms - 120_000;
+	$f[4] = $redis_ms - 120_000;
 	$r->cmd('HSET', 'redsem:{adq}:state', 'am', join('|', @f));
 	$hold->($_) for qw(q5 q6);
+	$tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+	is("$tick->[2] " . ($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0), '1 2',
+		'after a pause of two minutes, the release kept before it is dropped, the two since kept');
+	$hold->('q7');
 	usleep(1_050_000);
 	$tick = $r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
 	$view = $r->cmd('FCALL', $lib, 1, $qk, 'adapt');
-	is("$tick->[2] $view->[6] " . ($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0), '1 0 0',
-		'kept releases gone stale are dropped with the new ones, none stepped on');
+	is("$tick->[2] $view->[6]", '1 3', '... and stepped on with the next one');
 	$r->cmd('FCALL', $lib, 1, $qk, 'set_limit', '');
 }
 
