@@ -1405,6 +1405,21 @@ bind_target(Client *c, const redisReply *cmd)
 	return true;
 }
 
+/*
+ * Zero the passwords of a REDSEM.TARGET header before it is freed (the
+ * target keeps its own copy; the link's read buffer is hiredis's, and is
+ * freed unzeroed)
+ */
+static void
+wipe_header_passwords(redisReply *cmd)
+{
+	static const int secret[] = {6, 17};
+
+	for (int i = 0; i < (int) lengthof(secret); i++)
+		if ((size_t) secret[i] < cmd->elements && cmd->element[secret[i]]->type == REDIS_REPLY_STRING)
+			explicit_bzero(cmd->element[secret[i]]->str, cmd->element[secret[i]]->len);
+}
+
 /* The connection that carried c's last command, if it is still that one */
 static Upstream *
 last_upstream(const Client *c)
@@ -1611,7 +1626,10 @@ process_client(Client *c)
 		cmd = c->held[0];
 		if (is_command(cmd, "REDSEM.TARGET"))
 		{
-			if (!bind_target(c, cmd))
+			bool		bound = bind_target(c, cmd);
+
+			wipe_header_passwords(cmd);
+			if (!bound)
 			{
 				close_client(c);
 				return;
