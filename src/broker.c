@@ -22,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -130,7 +131,7 @@ broker_set_signals(void)
 	pqsignal(SIGTERM, broker_sigterm);
 	pqsignal(SIGQUIT, broker_sigquit);
 	pqsignal(SIGINT, SIG_IGN);
-	pqsignal(SIGHUP, SignalHandlerForConfigReload); /* (the supervisor's, passed on) */
+	pqsignal(SIGHUP, SIG_IGN);	/* (reloads come from the supervisor: settings_pipe) */
 	pqsignal(SIGUSR1, SIG_IGN);
 	pqsignal(SIGUSR2, SIG_IGN);
 	pqsignal(SIGALRM, SIG_IGN);
@@ -179,7 +180,7 @@ broker_set_title(void)
  * starts another); it never returns.
  */
 pg_noreturn static void
-broker_child_main(pid_t supervisor)
+broker_child_main(pid_t supervisor, int settings_fd)
 {
 	sigjmp_buf	local_sigjmp_buf;
 
@@ -198,7 +199,7 @@ broker_child_main(pid_t supervisor)
 	sigprocmask(SIG_SETMASK, &UnBlockSig, NULL);
 	redis_set_connection_purpose("broker");
 	redis_name_every_connection();
-	broker_loop(&broker_stop_requested);
+	broker_loop(&broker_stop_requested, settings_fd);
 	_exit(0);
 }
 
@@ -208,6 +209,9 @@ static volatile sig_atomic_t supervisor_stop_requested = false;
 
 /* The broker child's pid, 0 while there is none */
 static pid_t broker_pid = 0;
+
+/* The write end of its settings pipe, -1 while there is none */
+static int	settings_write_fd = -1;
 static TimestampTz broker_started_at = 0;
 
 /* When the next broker may start, and the back-off after a quick death */
@@ -240,17 +244,27 @@ static void
 start_broker(void)
 {
 	pid_t		supervisor = getpid();
-	pid_t		pid;
+	pid_t		pid = -1;
 	sigset_t	was;
+	int			fds[2];			/* the settings pipe: the broker reads fds[0] */
 
 	fflush(stdout);
 	fflush(stderr);
-	/* (blocked until the child's own handlers are in: a SIGTERM then waits) */
-	sigprocmask(SIG_SETMASK, &BlockSig, &was);
-	pid = fork();
-	if (pid == 0)
-		broker_child_main(supervisor);
-	sigprocmask(SIG_SETMASK, &was, NULL);
+	if (pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0)
+	{
+		/* (blocked until the child's own handlers are in: a SIGTERM then waits) */
+		sigprocmask(SIG_SETMASK, &BlockSig, &was);
+		pid = fork();
+		if (pid == 0)
+		{
+			close(fds[1]);
+			broker_child_main(supervisor, fds[0]);
+		}
+		sigprocmask(SIG_SETMASK, &was, NULL);
+		close(fds[0]);
+		if (pid < 0)
+			close(fds[1]);
+	}
 	if (pid < 0)
 	{
 		ereport(LOG,
@@ -259,6 +273,7 @@ start_broker(void)
 		next_start_at = TimestampTzPlusMilliseconds(redsem_now(), restart_backoff_ms);
 		return;
 	}
+	settings_write_fd = fds[1];
 	broker_pid = pid;
 	broker_started_at = redsem_now();
 }
@@ -287,6 +302,8 @@ reap_broker(void)
 		if (pid != broker_pid)
 			continue;
 		broker_pid = 0;
+		close(settings_write_fd);
+		settings_write_fd = -1;
 		restart_backoff_ms = backoff_after((now - broker_started_at) / 1000);
 		next_start_at = TimestampTzPlusMilliseconds(now, restart_backoff_ms);
 		if (WIFSIGNALED(status))
@@ -321,21 +338,44 @@ stop_broker(void)
 		(void) kill(broker_pid, SIGKILL);
 		(void) waitpid(broker_pid, NULL, 0);
 		broker_pid = 0;
+		close(settings_write_fd);
+		settings_write_fd = -1;
 	}
+}
+
+/* The broker's settings as the supervisor has them now */
+static BrokerSettings
+current_settings(void)
+{
+	BrokerSettings s;
+
+	s.command_timeout_ms = redsem_command_timeout_ms;
+	s.connect_timeout_ms = redsem_connect_timeout_ms;
+	return s;
 }
 
 /*
  * A reload (SIGHUP, from the postmaster): read the configuration again, so
- * that a broker started later has it, and pass the signal on to the
- * broker, which is no child of the postmaster's and so is not signalled
+ * that a broker started later has it, and send the broker its settings
+ * over its pipe.  The broker reads no configuration file itself: another
+ * library's check hook may take a lock or touch shared memory (PostgreSQL
+ * 17's synchronized_standby_slots takes an LWLock), and the broker, a fork
+ * with the supervisor's PGPROC, must never (see the top of this file).
+ * (A full pipe, a broker that reads none, keeps what it has.)
  */
 static void
 supervisor_reload(void)
 {
+	BrokerSettings s;
+
 	ConfigReloadPending = false;
 	ProcessConfigFile(PGC_SIGHUP);
-	if (broker_pid != 0)
-		(void) kill(broker_pid, SIGHUP);
+	s = current_settings();
+	if (broker_pid != 0 && settings_write_fd >= 0 &&
+		write(settings_write_fd, &s, sizeof(s)) != (ssize_t) sizeof(s))
+		ereport(LOG,
+				(errmsg("redsem broker supervisor could not pass the reloaded settings to the broker: %m"),
+				 errdetail("The broker keeps the settings it had until it is restarted.")));
 }
 
 /* Milliseconds the supervisor may sleep: until the next start, or 1 s */

@@ -44,9 +44,7 @@
 #include "hiredis.h"
 
 #include "miscadmin.h"
-#include "postmaster/interrupt.h"
 #include "storage/latch.h"
-#include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -76,12 +74,14 @@ typedef struct Opening
 static Opening **openings;
 static int	n_openings;
 static int	listen_fd = -1;
+static int	settings_fd = -1;	/* the supervisor's pipe (broker.c) */
 static WaitEventSet *wait_set;
 
 static void close_client(Client *c);
 static bool take_request(Client *c);
 static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
+static void read_settings(void);
 
 /*
  * Close a connection to Redis: its context, and so its relay for TLS (0:
@@ -669,6 +669,8 @@ forget_broker(void)
 {
 	if (listen_fd >= 0)
 		close(listen_fd);
+	if (settings_fd >= 0)
+		close(settings_fd);
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0)
 			close(clients[i]->fd);
@@ -1742,7 +1744,7 @@ upstream_events(const Upstream *u)
 static void
 rebuild_wait_set(void)
 {
-	int			n = 3;
+	int			n = 4;
 
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
@@ -1756,6 +1758,8 @@ rebuild_wait_set(void)
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, listen_fd, NULL, NULL);
+	if (settings_fd >= 0)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, settings_fd, NULL, NULL);
 	for (int i = 0; i < n_clients; i++)
 	{
 		Client	   *c = clients[i];
@@ -1861,6 +1865,12 @@ handle_event(const WaitEvent *ev)
 		ResetLatch(MyLatch);
 	if (ev->events & WL_POSTMASTER_DEATH)
 		_exit(1);
+	if (settings_fd >= 0 && ev->fd == settings_fd && ev->user_data == NULL)
+	{
+		if (ev->events & WL_SOCKET_READABLE)
+			read_settings();
+		return;
+	}
 	if (ev->fd == listen_fd && ev->user_data == NULL)
 	{
 		if (ev->events & WL_SOCKET_READABLE)
@@ -1953,28 +1963,52 @@ keep_serving(volatile sig_atomic_t *stop_requested, TimestampTz *stop_by)
 }
 
 /*
- * A reload passed on by the supervisor: read the configuration again.  The
- * broker's own settings (redsem.command_timeout, at which it gives up on a
- * command; redsem.connect_timeout, its sentinel asks' and a link's before
- * its header) apply to what it sends from now on; a link's own settings
- * are its header's.
+ * The settings the supervisor sent at a reload (the last, if several came):
+ * redsem.command_timeout, at which the broker gives up on a command, and
+ * redsem.connect_timeout, its sentinel asks' and a link's before its
+ * header, apply to what it sends from now on (a link's own settings are
+ * its header's).  The supervisor gone (end of file), nothing: the broker
+ * dies with it.
  */
 static void
-reload_settings(void)
+read_settings(void)
 {
-	ConfigReloadPending = false;
-	ProcessConfigFile(PGC_SIGHUP);
+	BrokerSettings s;
+	BrokerSettings last = {0, 0};
+	bool		got = false;
+	ssize_t		n;
+
+	while ((n = read(settings_fd, &s, sizeof(s))) == (ssize_t) sizeof(s))
+	{
+		last = s;
+		got = true;
+	}
+	if (n == 0)
+	{
+		/* (the supervisor gone: no more events from the pipe) */
+		close(settings_fd);
+		settings_fd = -1;
+		set_dirty = true;
+	}
+	if (!got)
+		return;
+	redsem_command_timeout_ms = Max(last.command_timeout_ms, 1);
+	redsem_connect_timeout_ms = Max(last.connect_timeout_ms, 1);
 }
 
-/* The broker's loop; ends the process once *stop_requested (SIGTERM) */
+/*
+ * The broker's loop; ends the process once *stop_requested (SIGTERM).
+ * settings_pipe: the supervisor's settings at each reload (non-blocking).
+ */
 void
-broker_loop(volatile sig_atomic_t *stop_requested)
+broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 {
 	WaitEvent	events[64];
 	TimestampTz stop_by = 0;
 
 	broker_cxt = AllocSetContextCreate(TopMemoryContext, "redsem broker",
 									   ALLOCSET_DEFAULT_SIZES);
+	settings_fd = settings_pipe;
 	listen_broker();
 	ereport(LOG, (errmsg("redsem broker started")));
 	while (keep_serving(stop_requested, &stop_by))
@@ -1982,8 +2016,6 @@ broker_loop(volatile sig_atomic_t *stop_requested)
 		TimestampTz now;
 		int			n;
 
-		if (ConfigReloadPending)
-			reload_settings();
 		if (set_dirty)
 			rebuild_wait_set();
 		update_interest();

@@ -10,6 +10,16 @@
 
 #include "compat.h"
 
-pg_noreturn extern void broker_loop(volatile sig_atomic_t *stop_requested);
+/*
+ * The settings the supervisor passes to the broker at a reload, over a
+ * pipe (the broker reads no configuration file: broker.c)
+ */
+typedef struct BrokerSettings
+{
+	int32		command_timeout_ms;
+	int32		connect_timeout_ms;
+} BrokerSettings;
+
+pg_noreturn extern void broker_loop(volatile sig_atomic_t *stop_requested, int settings_fd);
 
 #endif							/* REDSEM_BROKER_LOOP_H */

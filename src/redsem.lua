@@ -2709,8 +2709,12 @@ OPS.set_adapt = {
 -- pause of the controller longer than ADAPT_KEEP_MS, without those it
 -- kept when it last ran (kn, ks: stale), else all.
 local function adapt_fresh(m, n, sum)
-    if not (m.kn and m.tick and NOW_MS - m.tick > ADAPT_KEEP_MS) then return n, sum end
-    return math.max(n - m.kn, 0), math.max(sum - (m.ks or 0), 0)
+    local kn, ks = m.kn, m.ks
+    if not (kn and ks and kn >= 0 and kn < ADAPT_MIN_SAMPLES and ks >= 0 and
+            m.tick and NOW_MS - m.tick > ADAPT_KEEP_MS) then
+        return n, sum        -- (no pause, or no kept count that can be one)
+    end
+    return math.max(n - kn, 0), math.max(sum - ks, 0)
 end
 
 -- adapt_tick server pressure tag: server (its name) reports its pressure
