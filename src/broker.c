@@ -209,10 +209,10 @@ static volatile sig_atomic_t supervisor_stop_requested = false;
 
 /* The broker child's pid, 0 while there is none */
 static pid_t broker_pid = 0;
+static TimestampTz broker_started_at = 0;
 
 /* The write end of its settings pipe, -1 while there is none */
 static int	settings_write_fd = -1;
-static TimestampTz broker_started_at = 0;
 
 /* When the next broker may start, and the back-off after a quick death */
 static TimestampTz next_start_at = 0;

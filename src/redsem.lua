@@ -2582,7 +2582,7 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     end
     if not (n >= ADAPT_MIN_SAMPLES and sum >= 0) then return limit, nil end
     m.pt = (m.pt or 0) + 1
-    if m.pt > 1 and not adapt_young(m, now, 1) then               -- (about the last 8 intervals: 1 - 1/8;
+    if m.pt > 1 and not adapt_young(m, now, 1) then   -- (about the last 8 intervals: 1 - 1/8;
         local keep = m.pt > 8 and 0.875 or 1   -- no local of its own, t/005)
         m.pn, m.ps = (m.pn or 0) * keep + n, (m.ps or 0) * keep + sum
     end
