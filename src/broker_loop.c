@@ -1153,7 +1153,6 @@ end_unused_targets(TimestampTz now)
 	for (int t = 0; t < n_targets; t++)
 	{
 		Target	   *target = &targets[t];
-		bool		left = false;
 
 		if (target->free)
 			continue;
@@ -1166,19 +1165,12 @@ end_unused_targets(TimestampTz now)
 			target->unused_since = now;
 		if (now - target->unused_since < (TimestampTz) BROKER_TARGET_IDLE_MS * 1000)
 			continue;
+		/* (an upstream without a connection has no target: close_upstream) */
 		for (int i = 0; i < n_upstreams; i++)
-		{
-			Upstream   *u = upstreams[i];
-
-			if (u->target != t)
-				continue;
-			if (u->ctx != NULL)
-				close_upstream(u);
-			else
-				left = true;
-		}
+			if (upstreams[i]->target == t && upstreams[i]->ctx != NULL)
+				close_upstream(upstreams[i]);
 		target->shared = -1;
-		if (!left && !broker_pool_of(t))
+		if (!broker_pool_of(t))
 			free_target(t);
 	}
 }
