@@ -48,6 +48,7 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
+#include "broker_cluster.h"
 #include "broker_state.h"
 #include "broker_wait.h"
 #include "broker_loop.h"
@@ -171,6 +172,8 @@ add_client(int fd)
 	if (c->reader == NULL)
 		elog(ERROR, "out of memory");
 	c->target = -1;
+	c->home = c->ask_node = -1;
+	c->after_asking = false;
 	c->connect_timeout_ms = redsem_connect_timeout_ms;
 	c->waiting = c->waiting_side = false;
 	c->waiting_pool = -1;
@@ -448,6 +451,7 @@ free_target(int t)
 		p->tls_ca_file, p->tls_cert_file, p->tls_key_file, p->tls_server_name,
 	p->sentinels, p->sentinel_master, p->sentinel_user, p->sentinel_password};
 
+	broker_cluster_forget(t);
 	for (int i = 0; i < (int) lengthof(strings); i++)
 		if (strings[i] != NULL)
 		{
@@ -459,6 +463,68 @@ free_target(int t)
 	memset(target, 0, sizeof(Target));
 	target->free = true;
 	target->shared = -1;
+}
+
+/* A copy of s, in the broker's context */
+static char *
+copy_string(const char *s)
+{
+	return MemoryContextStrdup(broker_cxt, s);
+}
+
+/* True if two profiles are the same (a role's Redis user stays its own) */
+static bool
+same_profile(const RedisProfile *a, const RedisProfile *b)
+{
+	return a->database == b->database && strcmp(a->user, b->user) == 0 &&
+		strcmp(a->password, b->password) == 0 && a->tls == b->tls &&
+		strcmp(a->tls_ca_file, b->tls_ca_file) == 0 &&
+		strcmp(a->tls_cert_file, b->tls_cert_file) == 0 &&
+		strcmp(a->tls_key_file, b->tls_key_file) == 0 &&
+		strcmp(a->tls_server_name, b->tls_server_name) == 0 &&
+		strcmp(a->sentinels, b->sentinels) == 0 &&
+		strcmp(a->sentinel_master, b->sentinel_master) == 0 &&
+		strcmp(a->sentinel_user, b->sentinel_user) == 0 &&
+		strcmp(a->sentinel_password, b->sentinel_password) == 0;
+}
+
+/*
+ * The target of Cluster node host:port with the profile of home (the seed
+ * a client linked for: broker_cluster.c), added if new
+ */
+int
+broker_node_target(int home, const char *host, int port)
+{
+	Target	   *t;
+	const RedisProfile *p;
+	int			i;
+
+	for (i = 0; i < n_targets; i++)
+		if (!targets[i].free && targets[i].cluster && targets[i].path == NULL &&
+			targets[i].port == port && strcmp(targets[i].host, host) == 0 &&
+			same_profile(&targets[i].profile, &targets[home].profile))
+			return i;
+	i = free_target_slot();
+	t = &targets[i];
+	p = &targets[home].profile; /* (after: the array may have moved) */
+	memset(t, 0, sizeof(Target));
+	t->host = copy_string(host);
+	t->port = port;
+	t->profile.database = p->database;
+	t->profile.user = copy_string(p->user);
+	t->profile.password = copy_string(p->password);
+	t->profile.tls = p->tls;
+	t->profile.tls_ca_file = copy_string(p->tls_ca_file);
+	t->profile.tls_cert_file = copy_string(p->tls_cert_file);
+	t->profile.tls_key_file = copy_string(p->tls_key_file);
+	t->profile.tls_server_name = copy_string(p->tls_server_name);
+	t->profile.sentinels = copy_string(p->sentinels);
+	t->profile.sentinel_master = copy_string(p->sentinel_master);
+	t->profile.sentinel_user = copy_string(p->sentinel_user);
+	t->profile.sentinel_password = copy_string(p->sentinel_password);
+	t->cluster = true;
+	t->shared = -1;
+	return i;
 }
 
 /*
@@ -521,6 +587,8 @@ note_open_failure(int t, const RedisOutcome *outcome)
 	Target	   *target = &targets[t];
 
 	target->failure = *outcome;
+	if (target->cluster)
+		broker_cluster_node_failed(t);
 	ereport(LOG,
 			(errmsg("redsem broker could not connect to Redis at %s",
 					target_text(t)),
@@ -1126,6 +1194,8 @@ target_in_use(int t)
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
 			return true;
+	if (broker_cluster_home_in_use(t))
+		return true;
 	for (int i = 0; i < n_upstreams; i++)
 		if (upstreams[i]->target == t && upstreams[i]->ctx != NULL && upstreams[i]->count > 0)
 			return true;
@@ -1222,6 +1292,8 @@ deliver(Upstream *u, redisReply *reply)
 		broker_pool_reply(&pend, reply);
 	else if (c != NULL)
 	{
+		broker_cluster_reply(c, reply);
+		broker_cluster_served(c, u->target, pend.slot, reply);
 		broker_encode_reply(c, reply);
 		c->outstanding--;
 		/*
@@ -1332,6 +1404,7 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	p.client = c->index;
 	p.generation = c->generation;
 	p.deadline = command_deadline(cmd);
+	p.slot = broker_cluster_slot_taught(c, cmd);
 	if (!broker_queue_formatted(u, formatted, len, p))
 		return false;
 	c->outstanding++;
@@ -1396,6 +1469,7 @@ bind_target(Client *c, const redisReply *cmd)
 			return false;
 	c->target = find_target(cmd);
 	c->connect_timeout_ms = Max(atoi(cmd->element[12]->str), 1);
+	broker_cluster_bind(c);
 	return true;
 }
 
@@ -1635,6 +1709,16 @@ process_client(Client *c)
 		{
 			close_client(c);
 			return;
+		}
+		switch (broker_cluster_route(c))
+		{
+			case CLUSTER_HOLD:
+				return;
+			case CLUSTER_ANSWERED:
+				drop_held(c, 1);
+				continue;
+			case CLUSTER_GO:
+				break;
 		}
 		if (is_command(cmd, "BLPOP"))
 		{

@@ -181,6 +181,7 @@ broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int poo
 	p.client = pool;
 	p.generation = pool_gen;
 	p.deadline = deadline;
+	p.slot = -1;
 	return broker_queue_formatted(u, formatted, len, p);
 }
 

@@ -50,6 +50,8 @@ typedef struct Pending
 	int			client;			/* the client's index, or the wait pool's */
 	uint32		generation;		/* the client's (the pool's), when sent */
 	TimestampTz deadline;		/* DT_NOEND: none */
+	int			slot;			/* in a cluster, the slot a reply that is no
+								 * error shows its node serves; -1: none */
 } Pending;
 
 /*
@@ -70,6 +72,7 @@ typedef struct Target
 	int			shared;			/* its shared upstream, -1: none */
 	RedisOutcome failure;
 	bool		cluster;		/* a Cluster node (its clients route by slot) */
+	struct ClusterMap *map;		/* a seed's: its links' slot map (broker_cluster.c) */
 	char		primary[280];	/* through sentinels: the primary last found */
 	TimestampTz primary_at;		/* ... since */
 	bool		asking;			/* an opener asks its sentinels where it is */
@@ -107,7 +110,12 @@ typedef struct Client
 	int			fd;				/* -1: free slot */
 	uint32		generation;
 	redisReader *reader;
-	int			target;			/* -1 until REDSEM.TARGET */
+	int			target;			/* -1 until REDSEM.TARGET; in a cluster, the node
+								 * its last request went to */
+	int			home;			/* in a cluster, the seed it linked for, else -1 */
+	int			ask_node;		/* ... the node its next ASKING goes to, -1: none */
+	uint64		map_seen;		/* ... its home map's changes it has seen */
+	bool		after_asking;	/* ... its last request sent was ASKING */
 	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
 	bool		waiting;		/* for an upstream being opened */
 	bool		waiting_side;	/* ... a side connection */

@@ -35,6 +35,7 @@
 
 #include "utils/memutils.h"
 
+#include "broker_cluster.h"
 #include "broker_wait.h"
 #include "clock.h"
 #include "cluster.h"
@@ -223,7 +224,10 @@ answer_member(WaitPool *p, int k, const redisReply *r)
 	if (c != NULL)
 	{
 		if (r != NULL)
+		{
+			broker_cluster_reply(c, r);
 			broker_encode_reply(c, r);
+		}
 		else
 			broker_out_append(c, "*-1\r\n", 5);
 		c->outstanding--;

@@ -187,11 +187,11 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 
 	if (!cluster_enabled())
 		return true;
-	if ((node = sem_node_of(prefix, NULL)) >= 0 && node < CLUSTER_MAX_NODES)
+	if ((node = sem_node_of(call, prefix, NULL)) >= 0 && node < CLUSTER_MAX_NODES)
 		asked[node] = true;
 	for (int i = 0; i < n && *evicting == NULL; i++)
 	{
-		if ((node = sem_node_of(prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
+		if ((node = sem_node_of(call, prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
 		{
 			if (asked[node])
 				continue;
@@ -200,7 +200,7 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 		if (!sem_node_policy(call, prefix, names[i], evicting))
 			return false;
 		/* (the call taught the name's node, redirected or not) */
-		if ((node = sem_node_of(prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
+		if ((node = sem_node_of(call, prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
 			asked[node] = true;
 	}
 	return true;

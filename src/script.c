@@ -1454,12 +1454,13 @@ sem_pin_configured(RedisCall *call, const char *name)
 
 /*
  * In a Redis Cluster, the node known to serve semaphore name of prefix
- * (name NULL: the index), or -1 while this process has not learnt it
+ * (name NULL: the index), or -1 while this process (behind the broker,
+ * the broker) has not learnt it
  */
 int
-sem_node_of(const char *prefix, const char *name)
+sem_node_of(const RedisCall *call, const char *prefix, const char *name)
 {
-	return cluster_known_node(name ? sem_key(prefix, name, OWNER_SUFFIX) : index_key(prefix));
+	return redis_known_node(call, name ? sem_key(prefix, name, OWNER_SUFFIX) : index_key(prefix));
 }
 
 /*

@@ -176,7 +176,7 @@ extern bool sem_queues_restore(RedisCall *call, const char *prefix,
 							   int64 version, int n, char *const *names,
 							   char *const *texts, bool *restored,
 							   char **replaced);
-extern int	sem_node_of(const char *prefix, const char *name);
+extern int	sem_node_of(const RedisCall *call, const char *prefix, const char *name);
 extern bool sem_node_policy(RedisCall *call, const char *prefix,
 							const char *name, char **evicting);
 extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);

@@ -22,11 +22,19 @@ struct redisContext;
  * server_name (the session's settings; "" for those not set: the target
  * and its profile) connect_timeout_ms (the session's: an open it asks for
  * is given that long) cluster ("1" with redsem.cluster: the target is a
- * Cluster node, whose keys of different slots cannot share a command)
+ * Cluster node, the seed, and the broker routes each command to the node
+ * of its key's slot: broker_cluster.c)
  * sentinels master sentinel_user sentinel_password (through sentinels:
  * the broker finds the primary, and host, port and unix_socket are "")
  */
 #define REDSEM_BROKER_HEADER_ARGS	18
+
+/*
+ * REDSEM.NODE_OF key: in a cluster, the broker answers (itself) the node
+ * it knows to serve key's slot, an integer that tells nodes apart, or -1
+ * while it does not know it
+ */
+#define REDSEM_BROKER_NODE_OF	"REDSEM.NODE_OF"
 
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"

@@ -16,11 +16,19 @@
  * MOVED to the replica promoted in its place once the cluster has failed
  * over (until then, CLUSTERDOWN or the dead address: conn.c asks again
  * until the call's deadline).
+ *
+ * Behind the broker (redsem.connection_mode = 'broker'), the broker routes
+ * (broker_cluster.c): a backend's links all name the seed, and conn.c picks
+ * one by what it still owes (broker_lane), not by node; a redirection the
+ * broker passes on is followed on the same link (a change of route all
+ * the same: gen.c's era check), and the broker, which learnt the node
+ * from it, sends the command there.
  */
 #include "postgres.h"
 
 #include "utils/guc.h"
 
+#include "brokerlink.h"
 #include "cluster.h"
 #include "guc.h"
 
@@ -30,7 +38,7 @@ bool		redsem_cluster = false;
 /* The nodes known; node 0 is the seed (redsem.host, redsem.port) */
 typedef struct ClusterNode
 {
-	char		host[256];
+	char		host[CLUSTER_HOST_MAX];
 	int			port;
 } ClusterNode;
 
@@ -61,6 +69,13 @@ bool
 cluster_enabled(void)
 {
 	return redsem_cluster;
+}
+
+/* True if the broker routes this process's commands (one link, node 0) */
+static bool
+broker_routes(void)
+{
+	return redis_broker_wanted();
 }
 
 /* Start anew from the seed when the connection settings changed */
@@ -111,17 +126,18 @@ cluster_key_slot(const char *key, size_t len)
 
 /*
  * The key a command routes by: the first key of FCALL (or EVALSHA/EVAL),
- * the list of BLPOP; NULL for a command without one (WAIT, PING, FUNCTION
- * LOAD).
+ * the list of BLPOP, the key the broker is asked about (its node); NULL
+ * for a command without one (WAIT, PING, FUNCTION LOAD).
  */
-static const char *
-command_key(int argc, const char **argv)
+const char *
+cluster_command_key(int argc, const char **argv)
 {
 	if ((pg_strcasecmp(argv[0], "FCALL") == 0 || pg_strcasecmp(argv[0], "EVALSHA") == 0 ||
 		 pg_strcasecmp(argv[0], "EVAL") == 0) &&
 		argc > 3 && atoi(argv[2]) > 0)
 		return argv[3];
-	if (pg_strcasecmp(argv[0], "BLPOP") == 0 && argc > 1)
+	if ((pg_strcasecmp(argv[0], "BLPOP") == 0 ||
+		 pg_strcasecmp(argv[0], REDSEM_BROKER_NODE_OF) == 0) && argc > 1)
 		return argv[1];
 	return NULL;
 }
@@ -134,10 +150,12 @@ command_key(int argc, const char **argv)
 int
 cluster_node_for(int argc, const char **argv, int current)
 {
-	const char *key = command_key(argc, argv);
+	const char *key = cluster_command_key(argc, argv);
 	int			slot;
 
 	reset_if_stale();
+	if (broker_routes())
+		return 0;
 	if (key == NULL)
 		return current >= 0 ? current : fallback_node;
 	slot = cluster_key_slot(key, strlen(key));
@@ -152,10 +170,10 @@ cluster_node_for(int argc, const char **argv, int current)
 void
 cluster_note_served(int argc, const char **argv, int node)
 {
-	const char *key = command_key(argc, argv);
+	const char *key = cluster_command_key(argc, argv);
 
 	reset_if_stale();
-	if (key != NULL && node >= 0 && node < node_count)
+	if (key != NULL && node >= 0 && node < node_count && !broker_routes())
 		slot_node[cluster_key_slot(key, strlen(key))] = (int8) node;
 }
 
@@ -167,7 +185,7 @@ int
 cluster_known_node(const char *key)
 {
 	reset_if_stale();
-	return slot_node[cluster_key_slot(key, strlen(key))];
+	return broker_routes() ? -1 : slot_node[cluster_key_slot(key, strlen(key))];
 }
 
 /* The index of node host:port, added if new; -1 if the table is full */
@@ -185,35 +203,55 @@ node_index(const char *host, int port)
 }
 
 /*
- * Follow "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>": the
- * node to send the command to, or -1 if error is neither (or malformed, or
- * the table is full).  MOVED is kept in the slot map; *ask says the
- * command must go there once, after ASKING.
+ * Read "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>" (*ask
+ * says which; host has room for CLUSTER_HOST_MAX): false if error is
+ * neither, or malformed
  */
-int
-cluster_redirect(const char *error, bool *ask)
+bool
+cluster_parse_redirect(const char *error, bool *ask, int *slot, char *host, int *port)
 {
-	char		host[256];
-	int			slot;
-	int			port;
-	int			node;
 	const char *addr;
 	const char *colon;
 
 	*ask = strncmp(error, "ASK ", 4) == 0;
 	if (!*ask && strncmp(error, "MOVED ", 6) != 0)
-		return -1;
-	reset_if_stale();
+		return false;
 	addr = strchr(error + (*ask ? 4 : 6), ' ');
-	slot = atoi(error + (*ask ? 4 : 6));
-	if (addr == NULL || slot < 0 || slot >= CLUSTER_SLOTS ||
+	*slot = atoi(error + (*ask ? 4 : 6));
+	if (addr == NULL || *slot < 0 || *slot >= CLUSTER_SLOTS ||
 		(colon = strrchr(addr + 1, ':')) == NULL ||
-		colon - addr - 1 <= 0 || colon - addr - 1 >= (long) sizeof(host))
-		return -1;
+		colon - addr - 1 <= 0 || colon - addr - 1 >= CLUSTER_HOST_MAX)
+		return false;
 	memcpy(host, addr + 1, colon - addr - 1);
 	host[colon - addr - 1] = '\0';
-	port = atoi(colon + 1);
-	if (port < 1 || port > 65535 || (node = node_index(host, port)) < 0)
+	*port = atoi(colon + 1);
+	return *port >= 1 && *port <= 65535;
+}
+
+/*
+ * Follow "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>": the
+ * node to send the command to, or -1 if error is neither (or malformed, or
+ * the table is full).  MOVED is kept in the slot map; *ask says the
+ * command must go there once, after ASKING.  Behind the broker, node 0
+ * (the link), which the broker routes.
+ */
+int
+cluster_redirect(const char *error, bool *ask)
+{
+	char		host[CLUSTER_HOST_MAX];
+	int			slot;
+	int			port;
+	int			node;
+
+	if (!cluster_parse_redirect(error, ask, &slot, host, &port))
+	{
+		*ask = false;
+		return -1;
+	}
+	reset_if_stale();
+	if (broker_routes())
+		return 0;
+	if ((node = node_index(host, port)) < 0)
 		return -1;
 	if (!*ask)
 		slot_node[slot] = (int8) node;
@@ -228,6 +266,8 @@ void
 cluster_node_failed(int node)
 {
 	reset_if_stale();
+	if (broker_routes())
+		return;
 	for (int s = 0; s < CLUSTER_SLOTS; s++)
 		if (slot_node[s] == node)
 			slot_node[s] = -1;
@@ -235,18 +275,18 @@ cluster_node_failed(int node)
 		fallback_node = (fallback_node + 1) % node_count;
 }
 
-/* A node's host */
+/* A node's host (behind the broker, every link's is the seed's) */
 const char *
 cluster_node_host(int node)
 {
 	reset_if_stale();
-	return nodes[node].host;
+	return nodes[broker_routes() ? 0 : node].host;
 }
 
-/* A node's port */
+/* A node's port (behind the broker, the seed's) */
 int
 cluster_node_port(int node)
 {
 	reset_if_stale();
-	return nodes[node].port;
+	return nodes[broker_routes() ? 0 : node].port;
 }

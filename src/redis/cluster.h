@@ -9,6 +9,7 @@
 #define CLUSTER_SLOTS		16384	/* Redis Cluster's hash slots */
 #define CLUSTER_MAX_NODES	64
 #define CLUSTER_MAX_REDIRECTS	16	/* per attempt, MOVED and ASK together */
+#define CLUSTER_HOST_MAX	256		/* a node's host name, with its NUL */
 
 extern bool redsem_cluster;
 
@@ -22,5 +23,8 @@ extern void cluster_node_failed(int node);
 extern const char *cluster_node_host(int node);
 extern int	cluster_node_port(int node);
 extern int	cluster_key_slot(const char *key, size_t len);
+extern const char *cluster_command_key(int argc, const char **argv);
+extern bool cluster_parse_redirect(const char *error, bool *ask, int *slot,
+								   char *host, int *port);
 
 #endif							/* REDSEM_CLUSTER_H */

@@ -91,6 +91,9 @@ typedef struct Link
 	 */
 	int			n_owed;
 	OwedReply	owed[LINK_MAX_OWED];
+	int			owed_slot;		/* behind the broker in a cluster: the slot of
+								 * the commands owed (-1: none or keyless,
+								 * -2: several) */
 } Link;
 
 static Link links[CLUSTER_MAX_NODES];
@@ -319,6 +322,29 @@ redis_route_changes(void)
 }
 
 /*
+ * In a cluster, a number telling apart the node known to serve key, or -1
+ * while it is not known: this process's slot map's, or behind the broker
+ * (which routes) the broker's, asked on a link (a failure to ask is -1,
+ * the call's outcome untouched)
+ */
+int
+redis_known_node(const RedisCall *call, const char *key)
+{
+	RedisCall	mine = *call;
+	const char *argv[2] = {REDSEM_BROKER_NODE_OF, key};
+	redisReply *reply = NULL;
+	int			node = -1;
+
+	if (!redis_broker_wanted())
+		return cluster_known_node(key);
+	if (redis_exec(&mine, 2, argv, NULL, &reply) && reply->type == REDIS_REPLY_INTEGER)
+		node = (int) reply->integer;
+	if (reply != NULL)
+		freeReplyObject(reply);
+	return node;
+}
+
+/*
  * True if an idle link can no longer be used: a setting changed, or the
  * server closed it (EOF or unexpected bytes waiting on the socket).
  */
@@ -425,6 +451,20 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 	if (status == RS_LOST)
 		redis_salvage_error_line(call, link->ctx);
 	disconnect_link(link);
+}
+
+/*
+ * A reply of command argv was left owed on link (the n_owed-th): note its
+ * slot, which picks the link of later commands behind the broker
+ * (broker_lane)
+ */
+static void
+note_owed_slot(Link *link, int argc, const char **argv)
+{
+	const char *key = cluster_enabled() ? cluster_command_key(argc, argv) : NULL;
+	int			slot = key ? cluster_key_slot(key, strlen(key)) : -1;
+
+	link->owed_slot = (link->n_owed <= 1 || link->owed_slot == slot) ? slot : -2;
 }
 
 /* The handler of a reply that came too late for its call: dropped */
@@ -695,12 +735,42 @@ node_share_failed(NodeShares *shares, int node)
 }
 
 /*
+ * Behind the broker in a cluster (the broker routes: cluster.c), the link a
+ * command goes on: the first that owes no reply, or only replies of
+ * commands of the same slot, so that a node that hangs on a reply left
+ * owed delays only the calls of that slot, as a connection per node does
+ * in direct mode (each link is the broker's client, which keeps its
+ * replies in order); a command without a key stays on current (WAIT must
+ * follow the grant it confirms)
+ */
+static int
+broker_lane(int argc, const char **argv, int current)
+{
+	const char *key = cluster_command_key(argc, argv);
+	int			slot;
+
+	if (key == NULL)
+		return current >= 0 ? current : 0;
+	slot = cluster_key_slot(key, strlen(key));
+	for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+	{
+		poll_owed(&links[i]);
+		if (links[i].ctx == NULL || links[i].n_owed == 0 || links[i].owed_slot == slot)
+			return i;
+	}
+	return 0;
+}
+
+/*
  * The node a command goes to: in a cluster, the one serving its key (or
- * current, for a command without one); the server, node 0, otherwise
+ * current, for a command without one); the server, node 0, otherwise;
+ * behind the broker in a cluster, the link (broker_lane)
  */
 static int
 command_node(int argc, const char **argv, int current)
 {
+	if (cluster_enabled() && redis_broker_wanted())
+		return broker_lane(argc, argv, current);
 	return cluster_enabled() ? cluster_node_for(argc, argv, current) : 0;
 }
 
@@ -798,7 +868,8 @@ route_redirect(Route *r, redisReply **reply)
 	elog(DEBUG2, "redsem: %s: %s", r->argv[0], (*reply)->str);
 	freeReplyObject(*reply);
 	*reply = NULL;
-	r->node = next;
+	/* (behind the broker, on the same link: the broker learnt the node) */
+	r->node = redis_broker_wanted() ? r->node : next;
 	r->redirects++;
 	route_changes++;
 	return true;
@@ -853,7 +924,10 @@ route_exchange(Route *r, Link *link, redisReply **reply)
 	node_share_charge(r->shares, r->node, r->began);
 	if (status == RS_TIMED_OUT && alone &&
 		owe_late_reply(r->call, link, r->timeout_ms))
+	{
+		note_owed_slot(link, r->argc, r->argv);
 		return ROUTE_FAILED;	/* the link kept, its reply owed */
+	}
 	if (status != RS_OK)
 	{
 		connection_failed(r->call, link, status, r->timeout_ms);
@@ -1072,6 +1146,7 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 		link->owed[link->n_owed].handler = handler;
 		link->owed[link->n_owed].arg = arg;
 		link->n_owed++;
+		note_owed_slot(link, argc, argv);
 	}
 	if (!ok)
 		call->outcome.node_plus1 = outcome_node(link);

@@ -32,5 +32,6 @@ extern void redis_disconnect(void);
 extern char *redis_target_description(void);
 extern uint64 redis_target_signature(void);
 extern uint64 redis_route_changes(void);
+extern int	redis_known_node(const RedisCall *call, const char *key);
 
 #endif							/* REDSEM_CONN_H */

@@ -1,0 +1,349 @@
+/*
+ * broker_cluster.c
+ *		Redis Cluster routing inside the broker: each command of a
+ *		backend's link goes to the node that serves its key's slot.
+ *
+ * A backend in a cluster has one link, which names the seed (redsem.host,
+ * redsem.port).  The broker keeps one map per seed and profile (held by
+ * the seed's target, the links' home), shared by every link of it: which
+ * node serves each slot, learnt from the MOVED replies it passes on.  A
+ * command for a slot not known yet goes to the fallback node (the seed,
+ * or after a node failed the next one known), which answers MOVED.
+ *
+ * Redirections still reach the backend, which sends the command again on
+ * its link (cluster.c); the broker, which learnt the node from the reply,
+ * sends it there.  That keeps what the backend must know: each redirect
+ * is a change of route for it, so its next acquire checks which primary
+ * it is on (the era, I15).  One thing more is needed for that with a
+ * shared map: a slot moved because another link was redirected, or
+ * forgotten because its node failed, is a change of route this link never
+ * saw.  So the map counts such changes, and a link's script call sent
+ * while the count moved since it last looked is answered MOVED (to where
+ * the broker will send it) by the broker itself, without sending it: the
+ * backend counts a change of route and sends it again, as after a real
+ * redirection.  Learning a slot not known before is no change.
+ *
+ * ASK is passed on too, and the node it names is remembered for the
+ * link: the ASKING the backend then sends, and the command after it, go
+ * there.
+ *
+ * A link's replies must come back in the order of its commands: a
+ * command for another node than the one the link's commands went to
+ * waits until their replies are back (commands for one node keep their
+ * order on its connection).  A backend sends one command at a time
+ * (ASKING and its command together), so this costs nothing in practice.
+ */
+#include "postgres.h"
+
+#include "hiredis.h"
+
+#include "utils/memutils.h"
+
+#include "broker_cluster.h"
+#include "brokerlink.h"
+
+/* True if a request is the command name (case-insensitive) */
+static bool
+request_is(const redisReply *cmd, const char *name)
+{
+	return cmd->elements > 0 && pg_strcasecmp(cmd->element[0]->str, name) == 0;
+}
+
+/* The key a request routes by (cluster.c's rule), or NULL */
+static const char *
+request_key(const redisReply *cmd)
+{
+	const char *argv[4];
+	int			argc = (int) Min(cmd->elements, lengthof(argv));
+
+	for (int i = 0; i < argc; i++)
+		argv[i] = cmd->element[i]->str;
+	return cluster_command_key(argc, argv);
+}
+
+/* True for a script call (whose acquire checks the era after a change) */
+static bool
+request_is_script(const redisReply *cmd)
+{
+	return request_is(cmd, "FCALL") || request_is(cmd, "EVALSHA") || request_is(cmd, "EVAL");
+}
+
+/* Give client c, whose target is a Cluster seed, that seed's map */
+void
+broker_cluster_bind(Client *c)
+{
+	Target	   *t = &targets[c->target];
+	ClusterMap *map = t->map;
+
+	c->home = -1;
+	c->ask_node = -1;
+	if (!t->cluster)
+		return;
+	if (map == NULL)
+	{
+		map = MemoryContextAllocZero(broker_cxt, sizeof(ClusterMap));
+		memset(map->slot, -1, sizeof(map->slot));
+		strlcpy(map->nodes[0].host, t->host, sizeof(map->nodes[0].host));
+		map->nodes[0].port = t->port;
+		map->nodes[0].target = c->target;
+		map->n_nodes = 1;
+		t->map = map;
+	}
+	c->home = c->target;
+	c->map_seen = map->changes;
+}
+
+/* The index of node host:port in map, added if new; -1 if it is full */
+static int
+map_node(ClusterMap *map, const char *host, int port)
+{
+	MapNode    *n;
+
+	for (int i = 0; i < map->n_nodes; i++)
+		if (map->nodes[i].port == port && strcmp(map->nodes[i].host, host) == 0)
+			return i;
+	if (map->n_nodes == CLUSTER_MAX_NODES)
+		return -1;
+	n = &map->nodes[map->n_nodes];
+	strlcpy(n->host, host, sizeof(n->host));
+	n->port = port;
+	n->target = -1;
+	return map->n_nodes++;
+}
+
+/* The node of map a command for slot goes to */
+static int
+slot_node(const ClusterMap *map, int slot)
+{
+	return map->slot[slot] >= 0 ? map->slot[slot] : map->fallback;
+}
+
+/*
+ * Move client c (linked for home) to node of map for its next request:
+ * held while replies it is owed elsewhere are not back
+ */
+static ClusterStep
+move_to(Client *c, ClusterMap *map, int node)
+{
+	MapNode    *n = &map->nodes[node];
+
+	if (n->target < 0)
+		n->target = broker_node_target(c->home, n->host, n->port);
+	if (n->target != c->target && c->outstanding > 0)
+		return CLUSTER_HOLD;
+	c->target = n->target;
+	return CLUSTER_GO;
+}
+
+/*
+ * Answer client c's request for slot, without sending it, with the MOVED
+ * that its node would have answered had the route changed under it
+ */
+static void
+answer_moved(Client *c, const ClusterMap *map, int slot)
+{
+	const MapNode *n = &map->nodes[slot_node(map, slot)];
+	char		line[CLUSTER_HOST_MAX + 64];
+	int			len;
+
+	/* (a seed on a Unix socket has no host; the backend reads none) */
+	len = snprintf(line, sizeof(line), "MOVED %d %s:%d", slot,
+				   n->host[0] != '\0' ? n->host : "localhost", Max(n->port, 1));
+	broker_out_line(c, '-', line, Min(len, (int) sizeof(line) - 1));
+}
+
+/* Answer client c's REDSEM.NODE_OF key: the node map knows for its slot */
+static void
+answer_node_of(Client *c, const ClusterMap *map, const redisReply *key)
+{
+	char		line[32];
+	int			len;
+
+	len = snprintf(line, sizeof(line), "%d",
+				   map->slot[cluster_key_slot(key->str, key->len)]);
+	broker_out_line(c, ':', line, len);
+}
+
+/*
+ * Where client c's next request (held[0]) goes, in a cluster: c->target
+ * set to its node; or held until replies owed elsewhere are back; or
+ * answered MOVED here (the map changed since c last looked: see above).
+ * Outside a cluster, where it is.
+ */
+ClusterStep
+broker_cluster_route(Client *c)
+{
+	const redisReply *cmd = c->held[0];
+	ClusterMap *map;
+	const char *key;
+	int			slot;
+	ClusterStep step;
+
+	if (c->home < 0)
+		return CLUSTER_GO;
+	map = targets[c->home].map;
+	if (request_is(cmd, REDSEM_BROKER_NODE_OF) && cmd->elements == 2)
+	{
+		if (c->outstanding > 0)
+			return CLUSTER_HOLD;
+		answer_node_of(c, map, cmd->element[1]);
+		return CLUSTER_ANSWERED;
+	}
+	if (request_is(cmd, "ASKING"))
+	{
+		if (c->ask_node < 0)
+			return CLUSTER_GO;
+		step = move_to(c, map, c->ask_node);
+		if (step == CLUSTER_GO)
+			c->ask_node = -1;
+		return step;
+	}
+	if ((key = request_key(cmd)) == NULL)
+		return CLUSTER_GO;		/* (WAIT, FUNCTION LOAD: where the last went) */
+	slot = cluster_key_slot(key, strlen(key));
+	if (request_is_script(cmd) && c->map_seen != map->changes)
+	{
+		if (c->outstanding > 0)
+			return CLUSTER_HOLD;
+		c->map_seen = map->changes;
+		answer_moved(c, map, slot);
+		return CLUSTER_ANSWERED;
+	}
+	return move_to(c, map, slot_node(map, slot));
+}
+
+/*
+ * A reply for client c, about to be passed on: a MOVED teaches its home's
+ * map the slot's node (a slot known elsewhere before counts as a change),
+ * an ASK names the node of c's next ASKING; either is a change of route
+ * the backend counts, so c has seen the map as it is
+ */
+void
+broker_cluster_reply(Client *c, const redisReply *reply)
+{
+	ClusterMap *map;
+	char		host[CLUSTER_HOST_MAX];
+	bool		ask;
+	int			slot;
+	int			port;
+	int			node;
+
+	if (c->home < 0 || reply->type != REDIS_REPLY_ERROR || reply->str == NULL ||
+		!cluster_parse_redirect(reply->str, &ask, &slot, host, &port))
+		return;
+	map = targets[c->home].map;
+	if ((node = map_node(map, host, port)) < 0)
+		return;
+	if (ask)
+		c->ask_node = node;
+	else if (map->slot[slot] != node)
+	{
+		if (map->slot[slot] >= 0)
+			map->changes++;
+		map->slot[slot] = (int8) node;
+	}
+	c->map_seen = map->changes;
+}
+
+/*
+ * The slot whose node a reply to client c's request cmd (about to be sent
+ * on c->target) shows, if it is no error: that of its key, unless it
+ * follows ASKING (an ASK is for one command); -1 for none
+ */
+int
+broker_cluster_slot_taught(Client *c, const redisReply *cmd)
+{
+	const char *key;
+	bool		asked = c->after_asking;
+
+	c->after_asking = request_is(cmd, "ASKING");
+	if (c->home < 0 || asked || (key = request_key(cmd)) == NULL)
+		return -1;
+	return cluster_key_slot(key, strlen(key));
+}
+
+/*
+ * A reply that is no error, for client c, read on target t for a command of
+ * slot (-1: none to learn): t serves slot, which the map learns (a slot
+ * known elsewhere before counts as a change)
+ */
+void
+broker_cluster_served(Client *c, int t, int slot, const redisReply *reply)
+{
+	ClusterMap *map;
+
+	if (c->home < 0 || slot < 0 || reply->type == REDIS_REPLY_ERROR)
+		return;
+	map = targets[c->home].map;
+	for (int i = 0; i < map->n_nodes; i++)
+		if (map->nodes[i].target == t)
+		{
+			if (map->slot[slot] >= 0 && map->slot[slot] != i)
+				map->changes++;
+			map->slot[slot] = (int8) i;
+			return;
+		}
+}
+
+/*
+ * Target t, a Cluster node, could not be reached: every map forgets the
+ * slots it served (a change), and one that fell back on it falls back on
+ * the next node it knows, which will redirect
+ */
+void
+broker_cluster_node_failed(int t)
+{
+	for (int h = 0; h < n_targets; h++)
+	{
+		ClusterMap *map = targets[h].free ? NULL : targets[h].map;
+
+		if (map == NULL)
+			continue;
+		for (int i = 0; i < map->n_nodes; i++)
+		{
+			if (map->nodes[i].target != t)
+				continue;
+			for (int s = 0; s < CLUSTER_SLOTS; s++)
+				if (map->slot[s] == i)
+					map->slot[s] = -1;
+			map->changes++;
+			if (map->fallback == i)
+				map->fallback = (i + 1) % map->n_nodes;
+		}
+	}
+}
+
+/*
+ * Target t is being ended: no map names it any more (its nodes keep their
+ * addresses, and get a target again when routed to), and its own map, if
+ * it was a home, is freed
+ */
+void
+broker_cluster_forget(int t)
+{
+	for (int h = 0; h < n_targets; h++)
+	{
+		ClusterMap *map = targets[h].free ? NULL : targets[h].map;
+
+		if (map == NULL)
+			continue;
+		for (int i = 0; i < map->n_nodes; i++)
+			if (map->nodes[i].target == t)
+				map->nodes[i].target = -1;
+	}
+	if (targets[t].map != NULL)
+	{
+		pfree(targets[t].map);
+		targets[t].map = NULL;
+	}
+}
+
+/* True if a backend is linked with target t as its home (its seed) */
+bool
+broker_cluster_home_in_use(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->home == t)
+			return true;
+	return false;
+}
