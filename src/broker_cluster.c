@@ -3,35 +3,45 @@
  *		Redis Cluster routing inside the broker: each command of a
  *		backend's link goes to the node that serves its key's slot.
  *
- * A backend in a cluster has one link, which names the seed (redsem.host,
- * redsem.port).  The broker keeps one map per seed and profile (held by
- * the seed's target, the links' home), shared by every link of it: which
- * node serves each slot, learnt from the MOVED replies it passes on.  A
- * command for a slot not known yet goes to the fallback node (the seed,
- * or after a node failed the next one known), which answers MOVED.
+ * A backend's links in a cluster name the seed (redsem.host, redsem.port).
+ * The broker keeps one map per seed and profile (held by the seed's
+ * target, the links' home), shared by every link of it: which node serves
+ * each slot, learnt from the MOVED replies it passes on and from the
+ * replies that are no error (a node that answers a key's command serves
+ * its slot).  A command for a slot not known yet goes to the fallback node
+ * (the seed, or after a node could not be opened the next one known),
+ * which serves it or answers MOVED.
  *
  * Redirections still reach the backend, which sends the command again on
- * its link (cluster.c); the broker, which learnt the node from the reply,
- * sends it there.  That keeps what the backend must know: each redirect
- * is a change of route for it, so its next acquire checks which primary
- * it is on (the era, I15).  One thing more is needed for that with a
- * shared map: a slot moved because another link was redirected, or
- * forgotten because its node failed, is a change of route this link never
- * saw.  So the map counts such changes, and a link's script call sent
- * while the count moved since it last looked is answered MOVED (to where
- * the broker will send it) by the broker itself, without sending it: the
- * backend counts a change of route and sends it again, as after a real
- * redirection.  Learning a slot not known before is no change.
+ * the same link (cluster.c); the broker, which learnt the node from the
+ * reply, sends it there.  That keeps what the backend must know: each
+ * redirection is a change of route for it, so its next acquire checks
+ * which primary it is on (the era, I15).  With a shared map, one thing
+ * more: a change this link never saw.  A slot moved because another link
+ * was redirected, a slot forgotten because its node could not be opened,
+ * a node whose connection was lost or closed (it may have restarted,
+ * having forgotten everything) are changes, counted by the map, which
+ * stamps each slot they touch.  A link's script call for a slot stamped
+ * after the link last looked is answered MOVED (to where the broker will
+ * send it) by the broker itself, without sending it: the backend counts a
+ * change of route (for every slot, which is why one answer brings the
+ * link up to date) and sends it again.  A release is not answered so (it
+ * is sent where the map says: the backend sends one at commit without
+ * following redirections, and a release checks no era).  Learning a slot
+ * not known before is no change.
  *
- * ASK is passed on too, and the node it names is remembered for the
- * link: the ASKING the backend then sends, and the command after it, go
- * there.
+ * ASK is passed on too, and the node it names is remembered for the link:
+ * the ASKING the backend then sends, and the command after it, go there.
  *
- * A link's replies must come back in the order of its commands: a
- * command for another node than the one the link's commands went to
- * waits until their replies are back (commands for one node keep their
- * order on its connection).  A backend sends one command at a time
- * (ASKING and its command together), so this costs nothing in practice.
+ * A link's replies must come back in the order of its commands: a command
+ * for another node than the one the link still owes replies from waits
+ * until they are back (conn.c's broker_lane gives a backend more than one
+ * link so that this rarely happens).
+ *
+ * Invariants: a client changes target only while it is owed nothing; an
+ * answer of the broker's own (MOVED, REDSEM.NODE_OF) only while it is owed
+ * nothing; a map's node indices stay valid while a client's ask_node may
+ * name them (a map is reset only with its clients' ask_node).
  */
 #include "postgres.h"
 
@@ -61,11 +71,19 @@ request_key(const redisReply *cmd)
 	return cluster_command_key(argc, argv);
 }
 
-/* True for a script call (whose acquire checks the era after a change) */
+/*
+ * True for a script call that a change of route must reach (the broker
+ * then answers it MOVED): any but a release (FCALL fn numkeys keys... op)
+ */
 static bool
-request_is_script(const redisReply *cmd)
+request_needs_route(const redisReply *cmd)
 {
-	return request_is(cmd, "FCALL") || request_is(cmd, "EVALSHA") || request_is(cmd, "EVAL");
+	size_t		op;
+
+	if (!request_is(cmd, "FCALL") && !request_is(cmd, "EVALSHA") && !request_is(cmd, "EVAL"))
+		return false;
+	op = 3 + (size_t) Max(atoi(cmd->elements > 2 ? cmd->element[2]->str : "0"), 0);
+	return !(op < cmd->elements && pg_strcasecmp(cmd->element[op]->str, "release") == 0);
 }
 
 /* Give client c, whose target is a Cluster seed, that seed's map */
@@ -93,17 +111,52 @@ broker_cluster_bind(Client *c)
 	c->map_seen = map->changes;
 }
 
-/* The index of node host:port in map, added if new; -1 if it is full */
-static int
-map_node(ClusterMap *map, const char *host, int port)
+/* Count a change of map: the stamp of the slots it touches */
+static uint32
+map_change(ClusterMap *map)
 {
+	return ++map->changes;
+}
+
+/*
+ * Forget every node of home's map but the seed (it is full: addresses
+ * that come and go), every slot with them: a change for every slot
+ */
+static void
+map_reset(int home)
+{
+	ClusterMap *map = targets[home].map;
+	uint32		stamp = map_change(map);
+
+	memset(map->slot, -1, sizeof(map->slot));
+	for (int s = 0; s < CLUSTER_SLOTS; s++)
+		map->changed[s] = stamp;
+	map->n_nodes = 1;
+	map->fallback = 0;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->home == home)
+			clients[i]->ask_node = -1;
+	ereport(LOG,
+			(errmsg("redsem broker forgot the Cluster nodes it knew beyond the seed %s:%d",
+					map->nodes[0].host, map->nodes[0].port),
+			 errdetail("It knew %d node addresses, the most it keeps.", CLUSTER_MAX_NODES)));
+}
+
+/*
+ * The index of node host:port in home's map, added if new (a full map is
+ * reset first)
+ */
+static int
+map_node(int home, const char *host, int port)
+{
+	ClusterMap *map = targets[home].map;
 	MapNode    *n;
 
 	for (int i = 0; i < map->n_nodes; i++)
 		if (map->nodes[i].port == port && strcmp(map->nodes[i].host, host) == 0)
 			return i;
 	if (map->n_nodes == CLUSTER_MAX_NODES)
-		return -1;
+		map_reset(home);
 	n = &map->nodes[map->n_nodes];
 	strlcpy(n->host, host, sizeof(n->host));
 	n->port = port;
@@ -111,11 +164,30 @@ map_node(ClusterMap *map, const char *host, int port)
 	return map->n_nodes++;
 }
 
+/* Map slot to node, stamping it if it was known elsewhere */
+static void
+map_learn(ClusterMap *map, int slot, int node)
+{
+	if (map->slot[slot] == node)
+		return;
+	if (map->slot[slot] >= 0)
+		map->changed[slot] = map_change(map);
+	map->slot[slot] = (int8) node;
+}
+
 /* The node of map a command for slot goes to */
 static int
 slot_node(const ClusterMap *map, int slot)
 {
 	return map->slot[slot] >= 0 ? map->slot[slot] : map->fallback;
+}
+
+/* Client c waits for no connection any more (its request moved or was answered) */
+static void
+stop_waiting(Client *c)
+{
+	c->waiting = c->waiting_side = false;
+	c->waiting_pool = -1;
 }
 
 /*
@@ -129,8 +201,11 @@ move_to(Client *c, ClusterMap *map, int node)
 
 	if (n->target < 0)
 		n->target = broker_node_target(c->home, n->host, n->port);
-	if (n->target != c->target && c->outstanding > 0)
+	if (n->target == c->target)
+		return CLUSTER_GO;
+	if (c->outstanding > 0)
 		return CLUSTER_HOLD;
+	stop_waiting(c);
 	c->target = n->target;
 	return CLUSTER_GO;
 }
@@ -152,23 +227,41 @@ answer_moved(Client *c, const ClusterMap *map, int slot)
 	broker_out_line(c, '-', line, Min(len, (int) sizeof(line) - 1));
 }
 
-/* Answer client c's REDSEM.NODE_OF key: the node map knows for its slot */
+/*
+ * Answer client c's REDSEM.NODE_OF key...: for each, the node map knows for
+ * its slot, or -1
+ */
 static void
-answer_node_of(Client *c, const ClusterMap *map, const redisReply *key)
+answer_node_of(Client *c, const ClusterMap *map, const redisReply *cmd)
 {
 	char		line[32];
 	int			len;
 
-	len = snprintf(line, sizeof(line), "%d",
-				   map->slot[cluster_key_slot(key->str, key->len)]);
-	broker_out_line(c, ':', line, len);
+	len = snprintf(line, sizeof(line), "%d", (int) cmd->elements - 1);
+	broker_out_line(c, '*', line, len);
+	for (size_t i = 1; i < cmd->elements; i++)
+	{
+		const redisReply *key = cmd->element[i];
+
+		len = snprintf(line, sizeof(line), "%d",
+					   map->slot[cluster_key_slot(key->str, key->len)]);
+		broker_out_line(c, ':', line, len);
+	}
+}
+
+/* Client c's request is answered here: it waits for nothing */
+static ClusterStep
+answered(Client *c)
+{
+	stop_waiting(c);
+	return CLUSTER_ANSWERED;
 }
 
 /*
  * Where client c's next request (held[0]) goes, in a cluster: c->target
  * set to its node; or held until replies owed elsewhere are back; or
- * answered MOVED here (the map changed since c last looked: see above).
- * Outside a cluster, where it is.
+ * answered here (MOVED after a change c did not see: see above; or
+ * REDSEM.NODE_OF).  Outside a cluster, where it is.
  */
 ClusterStep
 broker_cluster_route(Client *c)
@@ -182,12 +275,12 @@ broker_cluster_route(Client *c)
 	if (c->home < 0)
 		return CLUSTER_GO;
 	map = targets[c->home].map;
-	if (request_is(cmd, REDSEM_BROKER_NODE_OF) && cmd->elements == 2)
+	if (request_is(cmd, REDSEM_BROKER_NODE_OF) && cmd->elements >= 2)
 	{
 		if (c->outstanding > 0)
 			return CLUSTER_HOLD;
-		answer_node_of(c, map, cmd->element[1]);
-		return CLUSTER_ANSWERED;
+		answer_node_of(c, map, cmd);
+		return answered(c);
 	}
 	if (request_is(cmd, "ASKING"))
 	{
@@ -198,25 +291,25 @@ broker_cluster_route(Client *c)
 			c->ask_node = -1;
 		return step;
 	}
+	c->ask_node = -1;			/* (an ASK is for the command that follows it) */
 	if ((key = request_key(cmd)) == NULL)
 		return CLUSTER_GO;		/* (WAIT, FUNCTION LOAD: where the last went) */
 	slot = cluster_key_slot(key, strlen(key));
-	if (request_is_script(cmd) && c->map_seen != map->changes)
+	if (map->changed[slot] > c->map_seen && request_needs_route(cmd))
 	{
 		if (c->outstanding > 0)
 			return CLUSTER_HOLD;
 		c->map_seen = map->changes;
 		answer_moved(c, map, slot);
-		return CLUSTER_ANSWERED;
+		return answered(c);
 	}
 	return move_to(c, map, slot_node(map, slot));
 }
 
 /*
  * A reply for client c, about to be passed on: a MOVED teaches its home's
- * map the slot's node (a slot known elsewhere before counts as a change),
- * an ASK names the node of c's next ASKING; either is a change of route
- * the backend counts, so c has seen the map as it is
+ * map the slot's node, an ASK names the node of c's next ASKING; either is
+ * a change of route the backend counts, so c has seen the map as it is
  */
 void
 broker_cluster_reply(Client *c, const redisReply *reply)
@@ -231,17 +324,12 @@ broker_cluster_reply(Client *c, const redisReply *reply)
 	if (c->home < 0 || reply->type != REDIS_REPLY_ERROR || reply->str == NULL ||
 		!cluster_parse_redirect(reply->str, &ask, &slot, host, &port))
 		return;
+	node = map_node(c->home, host, port);
 	map = targets[c->home].map;
-	if ((node = map_node(map, host, port)) < 0)
-		return;
 	if (ask)
 		c->ask_node = node;
-	else if (map->slot[slot] != node)
-	{
-		if (map->slot[slot] >= 0)
-			map->changes++;
-		map->slot[slot] = (int8) node;
-	}
+	else
+		map_learn(map, slot, node);
 	c->map_seen = map->changes;
 }
 
@@ -264,8 +352,7 @@ broker_cluster_slot_taught(Client *c, const redisReply *cmd)
 
 /*
  * A reply that is no error, for client c, read on target t for a command of
- * slot (-1: none to learn): t serves slot, which the map learns (a slot
- * known elsewhere before counts as a change)
+ * slot (-1: none to learn): t serves slot
  */
 void
 broker_cluster_served(Client *c, int t, int slot, const redisReply *reply)
@@ -278,20 +365,18 @@ broker_cluster_served(Client *c, int t, int slot, const redisReply *reply)
 	for (int i = 0; i < map->n_nodes; i++)
 		if (map->nodes[i].target == t)
 		{
-			if (map->slot[slot] >= 0 && map->slot[slot] != i)
-				map->changes++;
-			map->slot[slot] = (int8) i;
+			map_learn(map, slot, i);
 			return;
 		}
 }
 
 /*
- * Target t, a Cluster node, could not be reached: every map forgets the
- * slots it served (a change), and one that fell back on it falls back on
- * the next node it knows, which will redirect
+ * In every map that knows target t as a node: a change stamped on the
+ * slots it serves (forget: they are forgotten too, and a map that fell back
+ * on it falls back on the next node it knows)
  */
-void
-broker_cluster_node_failed(int t)
+static void
+node_changed(int t, bool forget)
 {
 	for (int h = 0; h < n_targets; h++)
 	{
@@ -301,26 +386,55 @@ broker_cluster_node_failed(int t)
 			continue;
 		for (int i = 0; i < map->n_nodes; i++)
 		{
+			uint32		stamp;
+
 			if (map->nodes[i].target != t)
 				continue;
+			stamp = map_change(map);
 			for (int s = 0; s < CLUSTER_SLOTS; s++)
 				if (map->slot[s] == i)
-					map->slot[s] = -1;
-			map->changes++;
-			if (map->fallback == i)
+				{
+					map->changed[s] = stamp;
+					if (forget)
+						map->slot[s] = -1;
+				}
+			if (forget && map->fallback == i)
 				map->fallback = (i + 1) % map->n_nodes;
 		}
 	}
 }
 
 /*
- * Target t is being ended: no map names it any more (its nodes keep their
- * addresses, and get a target again when routed to), and its own map, if
- * it was a home, is freed
+ * Target t, a Cluster node, could not be opened: every map forgets the
+ * slots it served, and one that fell back on it falls back on the next
+ * node it knows, which will redirect
+ */
+void
+broker_cluster_node_failed(int t)
+{
+	node_changed(t, true);
+}
+
+/*
+ * A connection of target t, a Cluster node, was lost (it may have
+ * restarted, having forgotten everything): a change for its slots
+ */
+void
+broker_cluster_node_lost(int t)
+{
+	node_changed(t, false);
+}
+
+/*
+ * Target t is being ended (its connections closed): a change for its
+ * slots; no map names it any more (its nodes keep their addresses, and
+ * get a target again when routed to), and its own map, if it was a home,
+ * is freed
  */
 void
 broker_cluster_forget(int t)
 {
+	node_changed(t, false);
 	for (int h = 0; h < n_targets; h++)
 	{
 		ClusterMap *map = targets[h].free ? NULL : targets[h].map;

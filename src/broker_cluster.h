@@ -25,10 +25,12 @@ typedef struct MapNode
 typedef struct ClusterMap
 {
 	int8		slot[CLUSTER_SLOTS];	/* an index in nodes, -1: not known */
+	uint32		changed[CLUSTER_SLOTS]; /* the change that last moved it, 0: none */
 	MapNode		nodes[CLUSTER_MAX_NODES];	/* nodes[0]: the seed */
 	int			n_nodes;
 	int			fallback;		/* where commands for unknown slots go */
-	uint64		changes;		/* slots that moved or were forgotten so far */
+	uint32		changes;		/* changes so far (a slot moved or forgotten,
+								 * its node's connection lost) */
 } ClusterMap;
 
 /* What to do with a client's next request (broker_cluster_route) */
@@ -45,10 +47,8 @@ extern void broker_cluster_reply(Client *c, const redisReply *reply);
 extern int	broker_cluster_slot_taught(Client *c, const redisReply *cmd);
 extern void broker_cluster_served(Client *c, int t, int slot, const redisReply *reply);
 extern void broker_cluster_node_failed(int t);
+extern void broker_cluster_node_lost(int t);
 extern void broker_cluster_forget(int t);
 extern bool broker_cluster_home_in_use(int t);
-
-/* broker_loop.c */
-extern int	broker_node_target(int home, const char *host, int port);
 
 #endif							/* REDSEM_BROKER_CLUSTER_H */

@@ -3,7 +3,8 @@
  *		The broker's state, shared by its loop (broker_loop.c) and its wait
  *		pools (broker_wait.c): its clients, targets and upstream
  *		connections; encoding replies onto a client's output; the FIFO of
- *		an upstream and queueing a command on it.
+ *		an upstream and queueing a command on it; a target's entry, and a
+ *		Cluster node's target (broker_cluster.c).
  */
 #include "postgres.h"
 
@@ -185,3 +186,78 @@ broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int poo
 	return broker_queue_formatted(u, formatted, len, p);
 }
 
+/* ---- targets ---- */
+
+/* A free target entry's index (a new one if none) */
+int
+broker_free_target_slot(void)
+{
+	for (int i = 0; i < n_targets; i++)
+		if (targets[i].free)
+			return i;
+	targets = targets ? repalloc(targets, sizeof(Target) * (n_targets + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Target));
+	return n_targets++;
+}
+
+/* A copy of s, in the broker's context */
+static char *
+copy_string(const char *s)
+{
+	return MemoryContextStrdup(broker_cxt, s);
+}
+
+/* True if two profiles are the same (a role's Redis user stays its own) */
+static bool
+same_profile(const RedisProfile *a, const RedisProfile *b)
+{
+	return a->database == b->database && strcmp(a->user, b->user) == 0 &&
+		strcmp(a->password, b->password) == 0 && a->tls == b->tls &&
+		strcmp(a->tls_ca_file, b->tls_ca_file) == 0 &&
+		strcmp(a->tls_cert_file, b->tls_cert_file) == 0 &&
+		strcmp(a->tls_key_file, b->tls_key_file) == 0 &&
+		strcmp(a->tls_server_name, b->tls_server_name) == 0 &&
+		strcmp(a->sentinels, b->sentinels) == 0 &&
+		strcmp(a->sentinel_master, b->sentinel_master) == 0 &&
+		strcmp(a->sentinel_user, b->sentinel_user) == 0 &&
+		strcmp(a->sentinel_password, b->sentinel_password) == 0;
+}
+
+/*
+ * The target of Cluster node host:port with the profile of home (the seed
+ * a client linked for: broker_cluster.c), added if new
+ */
+int
+broker_node_target(int home, const char *host, int port)
+{
+	Target	   *t;
+	const RedisProfile *p;
+	int			i;
+
+	for (i = 0; i < n_targets; i++)
+		if (!targets[i].free && targets[i].cluster && targets[i].path == NULL &&
+			targets[i].port == port && strcmp(targets[i].host, host) == 0 &&
+			same_profile(&targets[i].profile, &targets[home].profile))
+			return i;
+	i = broker_free_target_slot();
+	t = &targets[i];
+	p = &targets[home].profile; /* (after: the array may have moved) */
+	memset(t, 0, sizeof(Target));
+	t->host = copy_string(host);
+	t->port = port;
+	t->profile.database = p->database;
+	t->profile.user = copy_string(p->user);
+	t->profile.password = copy_string(p->password);
+	t->profile.tls = p->tls;
+	t->profile.tls_ca_file = copy_string(p->tls_ca_file);
+	t->profile.tls_cert_file = copy_string(p->tls_cert_file);
+	t->profile.tls_key_file = copy_string(p->tls_key_file);
+	t->profile.tls_server_name = copy_string(p->tls_server_name);
+	t->profile.sentinels = copy_string(p->sentinels);
+	t->profile.sentinel_master = copy_string(p->sentinel_master);
+	t->profile.sentinel_user = copy_string(p->sentinel_user);
+	t->profile.sentinel_password = copy_string(p->sentinel_password);
+	t->cluster = true;
+	t->shared = -1;
+	return i;
+}

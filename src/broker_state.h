@@ -1,7 +1,8 @@
 /*
  * broker_state.h
  *		The broker's state (broker_state.c), shared by its loop
- *		(broker_loop.c) and its wait pools (broker_wait.c): its clients
+ *		(broker_loop.c), its wait pools (broker_wait.c) and its Cluster
+ *		routing (broker_cluster.c): its clients
  *		(backends' links), targets and upstream connections.  Only the
  *		broker child uses it.
  */
@@ -114,7 +115,7 @@ typedef struct Client
 								 * its last request went to */
 	int			home;			/* in a cluster, the seed it linked for, else -1 */
 	int			ask_node;		/* ... the node its next ASKING goes to, -1: none */
-	uint64		map_seen;		/* ... its home map's changes it has seen */
+	uint32		map_seen;		/* ... its home map's changes it has seen */
 	bool		after_asking;	/* ... its last request sent was ASKING */
 	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
 	bool		waiting;		/* for an upstream being opened */
@@ -159,6 +160,8 @@ extern Pending *broker_fifo_head(Upstream *u);
 extern void broker_fifo_pop(Upstream *u);
 extern TimestampTz broker_command_deadline(int64 wait_ms);
 extern bool broker_queue_formatted(Upstream *u, char *formatted, int len, Pending p);
+extern int	broker_free_target_slot(void);
+extern int	broker_node_target(int home, const char *host, int port);
 extern bool broker_send_own(Upstream *u, int argc, const char **argv, PendKind what,
 							int pool, uint32 pool_gen, TimestampTz deadline);
 

@@ -183,15 +183,18 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 			   char **evicting)
 {
 	bool		asked[CLUSTER_MAX_NODES] = {0};
+	int		   *known;
 	int			node;
 
 	if (!cluster_enabled())
 		return true;
 	if ((node = sem_node_of(call, prefix, NULL)) >= 0 && node < CLUSTER_MAX_NODES)
 		asked[node] = true;
+	known = palloc(sizeof(int) * Max(n, 1));
+	sem_nodes_of(call, prefix, names, n, known);
 	for (int i = 0; i < n && *evicting == NULL; i++)
 	{
-		if ((node = sem_node_of(call, prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
+		if ((node = known[i]) >= 0 && node < CLUSTER_MAX_NODES)
 		{
 			if (asked[node])
 				continue;
@@ -200,9 +203,11 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 		if (!sem_node_policy(call, prefix, names[i], evicting))
 			return false;
 		/* (the call taught the name's node, redirected or not) */
-		if ((node = sem_node_of(call, prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
+		if (known[i] < 0 &&
+			(node = sem_node_of(call, prefix, names[i])) >= 0 && node < CLUSTER_MAX_NODES)
 			asked[node] = true;
 	}
+	pfree(known);
 	return true;
 }
 

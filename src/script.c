@@ -1460,7 +1460,26 @@ sem_pin_configured(RedisCall *call, const char *name)
 int
 sem_node_of(const RedisCall *call, const char *prefix, const char *name)
 {
-	return redis_known_node(call, name ? sem_key(prefix, name, OWNER_SUFFIX) : index_key(prefix));
+	const char *key = name ? sem_key(prefix, name, OWNER_SUFFIX) : index_key(prefix);
+	int			node;
+
+	redis_known_nodes(call, &key, 1, &node);
+	return node;
+}
+
+/* sem_node_of for each of n names, in nodes (asked together) */
+void
+sem_nodes_of(const RedisCall *call, const char *prefix, char *const *names, int n,
+			 int *nodes)
+{
+	const char **keys = palloc(sizeof(char *) * Max(n, 1));
+
+	for (int i = 0; i < n; i++)
+		keys[i] = sem_key(prefix, names[i], OWNER_SUFFIX);
+	redis_known_nodes(call, keys, n, nodes);
+	for (int i = 0; i < n; i++)
+		pfree(unconstify(char *, keys[i]));
+	pfree(keys);
 }
 
 /*

@@ -177,6 +177,8 @@ extern bool sem_queues_restore(RedisCall *call, const char *prefix,
 							   char *const *texts, bool *restored,
 							   char **replaced);
 extern int	sem_node_of(const RedisCall *call, const char *prefix, const char *name);
+extern void sem_nodes_of(const RedisCall *call, const char *prefix, char *const *names,
+						 int n, int *nodes);
 extern bool sem_node_policy(RedisCall *call, const char *prefix,
 							const char *name, char **evicting);
 extern bool sem_summary(RedisCall *call, const char *name, SemSummary *out);

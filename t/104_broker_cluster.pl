@@ -8,8 +8,11 @@
 # redirection; after a slot moved because another backend was redirected,
 # a backend that used the slot before is told MOVED by the broker itself
 # (it counts a change of route, so its acquire checks the era, I15) though
-# its call never reaches the old node; a slot moved while a backend's
-# link waits is followed.  (The Cluster suites, t/052, t/053, t/090, run
+# its call never reaches the old node; a release sent at commit after such
+# a move goes to the new node (not answered MOVED: the keeper would have
+# to release it), and the next acquire is told; a node whose connection
+# was lost (it may have restarted) is a change too; releases at commit on
+# three nodes need at most one more link; a waiter is handed its slot.  (The Cluster suites, t/052, t/053, t/090, run
 # through the broker in .ci/run's broker pass.)
 
 use strict;
@@ -72,7 +75,13 @@ sub unix_sockets_of
 }
 
 sub session { return RedsemTest::Session->new($pg, name => $_[0]); }
-sub cycle { return "SELECT redsem_release('$_[0]', redsem_acquire('$_[0]', 1, wait => '10 s'));"; }
+sub cycle
+{
+	my ($name, $limit) = (@_, 1);
+	return "SELECT redsem_release('$name', redsem_acquire('$name', $limit, wait => '10 s'));";
+}
+# cycle, its redirections followed shown (DEBUG2)
+sub debug_cycle { return 'SET client_min_messages = debug2; ' . cycle(@_) . ' RESET client_min_messages;'; }
 
 # a semaphore on each primary, the first not on the seed
 my %on;
@@ -112,41 +121,86 @@ is(moved_at($seed) + moved_at(node_of($far)), 0,
 ###########################################################################
 note 'a slot moved: a backend that did not see it move is told by the broker';
 
+# Migrate the slot of semaphore $name to another primary: (old, new)
+sub migrate
+{
+	my ($name) = @_;
+	my $slot = slot_of($name);
+	my $from = node_of($name);
+	my ($to) = grep { $_ != $from } @nodes;
+	$to->cli('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from->cli('CLUSTER', 'MYID'));
+	$from->cli('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to->cli('CLUSTER', 'MYID'));
+	my @keys = split /\n/, ($from->cli('CLUSTER', 'GETKEYSINSLOT', $slot, 1000) // '');
+	is(@keys ? $from->cli('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000, 'KEYS', @keys) : 'OK', 'OK',
+		"the slot of \"$name\" migrated to another primary");
+	$_->cli('CLUSTER', 'SETSLOT', $slot, 'NODE', $to->cli('CLUSTER', 'MYID')) foreach @nodes;
+	ok(defined wait_until(20, sub { my $o = node_of($name); defined $o && $o == $to }), 'every node says so');
+	return ($from, $to);
+}
+
 my $slot = slot_of($far);
-my $from = node_of($far);
-my ($to) = grep { $_ != $from } @nodes;
-$to->cli('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from->cli('CLUSTER', 'MYID'));
-$from->cli('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to->cli('CLUSTER', 'MYID'));
-my @keys = split /\n/, ($from->cli('CLUSTER', 'GETKEYSINSLOT', $slot, 1000) // '');
-is(@keys ? $from->cli('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000, 'KEYS', @keys) : 'OK', 'OK',
-	"the slot of \"$far\" migrated to another primary");
-$_->cli('CLUSTER', 'SETSLOT', $slot, 'NODE', $to->cli('CLUSTER', 'MYID')) foreach @nodes;
-ok(defined wait_until(20, sub { my $o = node_of($far); defined $o && $o == $to }), 'every node says so');
-$_->cli('CONFIG', 'RESETSTAT') foreach @nodes;
+my ($from, $to) = migrate($far);
 
 # (MOVED counts are taken around one call: the keeper, which routes by
 # itself, may be redirected once at any time)
 my $m0 = moved_at($from);
-my ($out, $err) = $a->query("SET client_min_messages = debug2; " . cycle($far));
+my ($out, $err) = $a->query(debug_cycle($far));
 is($out, 't', 'a backend calls on the moved semaphore');
 like($err, qr/redsem: FCALL: MOVED \Q$slot\E /, 'it was redirected');
 cmp_ok(moved_at($from) - $m0, '>=', 1, 'by the old node');
 
 $m0 = moved_at($from);
-($out, $err) = $b->query("SET client_min_messages = debug2; " . cycle($far));
+($out, $err) = $b->query(debug_cycle($far));
 is($out, 't', 'a second backend that used the semaphore before calls on it');
 like($err, qr/redsem: FCALL: MOVED \Q$slot\E /,
 	'it is told MOVED (a change of route it counts: its acquire checks the era)');
 is(moved_at($from) - $m0, 0, '... by the broker: its call never reached the old node');
-($out, $err) = $b->query("SET client_min_messages = debug2; " . cycle($far));
+($out, $err) = $b->query(debug_cycle($far));
 unlike($err, qr/MOVED/, 'and only once');
 
 my $d = session('d');
 $m0 = moved_at($from) + moved_at($to);
-($out, $err) = $d->query("SET client_min_messages = debug2; " . cycle($far));
+($out, $err) = $d->query(debug_cycle($far));
 is($out, 't', 'a new backend calls on it');
 unlike($err, qr/MOVED/, 'without a redirection: a new link checks the era anyway');
 is(moved_at($from) + moved_at($to) - $m0, 0, 'no node answered MOVED');
+
+###########################################################################
+note 'a release at commit, sent without waiting, after a move another backend saw';
+
+my ($far2) = grep { my $n = node_of($_); $n != $seed && slot_of($_) != $slot } map { "bd$_" } 1 .. 200;
+is($b->query_ok("BEGIN; SELECT redsem_acquire_xact('$far2', 2) IS NOT NULL;"), 't',
+	"a backend holds \"$far2\" in a transaction");
+my ($from2, $to2) = migrate($far2);
+$a->query_ok(cycle($far2, 2));
+is($b->query_ok('COMMIT;'), '', 'it commits, after another backend was redirected');
+ok(defined wait_until(1, sub { ($to2->cli('ZCARD', "redsem:{$far2}:owner") // 1) == 0 }),
+	'its release, sent at commit, freed the slot at once (the broker sent it to the new node, not the keeper later)');
+($out, $err) = $b->query(debug_cycle($far2, 2));
+like($err, qr/redsem: FCALL: MOVED /, 'its next acquire is told MOVED by the broker (it checks the era)');
+
+###########################################################################
+note 'a node whose connections were lost: a backend that used it before is told';
+
+my ($n1, $n2) = map { node_of($_) } @each[ 1, 2 ];
+$b->query_ok(cycle($each[1]) . ' ' . cycle($each[2]));
+my $log_at = -s $pg->logfile;
+$n1->cli('CLIENT', 'KILL', 'TYPE', 'normal');
+ok(defined wait_until(10, sub { slurp_file($pg->logfile, $log_at) =~ /redsem broker closed its connection to Redis at 127\.0\.0\.1:@{[ $n1->port ]}/ }),
+	'the broker saw its connection to a node closed (its last call was on another node)');
+($out, $err) = $b->query(debug_cycle($each[1]));
+is($out, 't', 'the backend calls on that node again');
+like($err, qr/redsem: FCALL: MOVED /, 'told MOVED by the broker: the node may have restarted (it checks the era)');
+
+###########################################################################
+note 'releases at commit on three nodes';
+
+my $bpid = $b->query_ok('SELECT pg_backend_pid();');
+my $before = unix_sockets_of($bpid);
+is($b->query_ok('BEGIN; ' . join(' ', map { "SELECT redsem_acquire_xact('$_', 1) IS NOT NULL;" } @each) . ' COMMIT;'),
+	"t\nt\nt", 'a transaction holds a semaphore on each node');
+$b->query_ok(cycle($each[0]));
+cmp_ok(unix_sockets_of($bpid), '<=', $before + 1, 'its releases at commit took at most one more link');
 
 ###########################################################################
 note 'a wait across the move';

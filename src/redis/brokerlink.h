@@ -29,13 +29,6 @@ struct redisContext;
  */
 #define REDSEM_BROKER_HEADER_ARGS	18
 
-/*
- * REDSEM.NODE_OF key: in a cluster, the broker answers (itself) the node
- * it knows to serve key's slot, an integer that tells nodes apart, or -1
- * while it does not know it
- */
-#define REDSEM_BROKER_NODE_OF	"REDSEM.NODE_OF"
-
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"
 

@@ -17,18 +17,14 @@
  * over (until then, CLUSTERDOWN or the dead address: conn.c asks again
  * until the call's deadline).
  *
- * Behind the broker (redsem.connection_mode = 'broker'), the broker routes
- * (broker_cluster.c): a backend's links all name the seed, and conn.c picks
- * one by what it still owes (broker_lane), not by node; a redirection the
- * broker passes on is followed on the same link (a change of route all
- * the same: gen.c's era check), and the broker, which learnt the node
- * from it, sends the command there.
+ * Behind the broker (redsem.connection_mode = 'broker') none of this is
+ * used: the broker routes (broker_cluster.c), and conn.c's links all name
+ * the seed, node 0.
  */
 #include "postgres.h"
 
 #include "utils/guc.h"
 
-#include "brokerlink.h"
 #include "cluster.h"
 #include "guc.h"
 
@@ -69,13 +65,6 @@ bool
 cluster_enabled(void)
 {
 	return redsem_cluster;
-}
-
-/* True if the broker routes this process's commands (one link, node 0) */
-static bool
-broker_routes(void)
-{
-	return redis_broker_wanted();
 }
 
 /* Start anew from the seed when the connection settings changed */
@@ -154,8 +143,6 @@ cluster_node_for(int argc, const char **argv, int current)
 	int			slot;
 
 	reset_if_stale();
-	if (broker_routes())
-		return 0;
 	if (key == NULL)
 		return current >= 0 ? current : fallback_node;
 	slot = cluster_key_slot(key, strlen(key));
@@ -173,7 +160,7 @@ cluster_note_served(int argc, const char **argv, int node)
 	const char *key = cluster_command_key(argc, argv);
 
 	reset_if_stale();
-	if (key != NULL && node >= 0 && node < node_count && !broker_routes())
+	if (key != NULL && node >= 0 && node < node_count)
 		slot_node[cluster_key_slot(key, strlen(key))] = (int8) node;
 }
 
@@ -185,7 +172,7 @@ int
 cluster_known_node(const char *key)
 {
 	reset_if_stale();
-	return broker_routes() ? -1 : slot_node[cluster_key_slot(key, strlen(key))];
+	return slot_node[cluster_key_slot(key, strlen(key))];
 }
 
 /* The index of node host:port, added if new; -1 if the table is full */
@@ -232,8 +219,7 @@ cluster_parse_redirect(const char *error, bool *ask, int *slot, char *host, int 
  * Follow "MOVED <slot> <host>:<port>" or "ASK <slot> <host>:<port>": the
  * node to send the command to, or -1 if error is neither (or malformed, or
  * the table is full).  MOVED is kept in the slot map; *ask says the
- * command must go there once, after ASKING.  Behind the broker, node 0
- * (the link), which the broker routes.
+ * command must go there once, after ASKING.
  */
 int
 cluster_redirect(const char *error, bool *ask)
@@ -249,8 +235,6 @@ cluster_redirect(const char *error, bool *ask)
 		return -1;
 	}
 	reset_if_stale();
-	if (broker_routes())
-		return 0;
 	if ((node = node_index(host, port)) < 0)
 		return -1;
 	if (!*ask)
@@ -266,8 +250,6 @@ void
 cluster_node_failed(int node)
 {
 	reset_if_stale();
-	if (broker_routes())
-		return;
 	for (int s = 0; s < CLUSTER_SLOTS; s++)
 		if (slot_node[s] == node)
 			slot_node[s] = -1;
@@ -275,18 +257,18 @@ cluster_node_failed(int node)
 		fallback_node = (fallback_node + 1) % node_count;
 }
 
-/* A node's host (behind the broker, every link's is the seed's) */
+/* A node's host */
 const char *
 cluster_node_host(int node)
 {
 	reset_if_stale();
-	return nodes[broker_routes() ? 0 : node].host;
+	return nodes[node].host;
 }
 
-/* A node's port (behind the broker, the seed's) */
+/* A node's port */
 int
 cluster_node_port(int node)
 {
 	reset_if_stale();
-	return nodes[broker_routes() ? 0 : node].port;
+	return nodes[node].port;
 }

@@ -11,6 +11,13 @@
 #define CLUSTER_MAX_REDIRECTS	16	/* per attempt, MOVED and ASK together */
 #define CLUSTER_HOST_MAX	256		/* a node's host name, with its NUL */
 
+/*
+ * REDSEM.NODE_OF key...: behind the broker in a cluster, the broker answers
+ * (itself) for each key the node it knows to serve its slot, an integer
+ * that tells nodes apart, or -1 while it does not know it
+ */
+#define REDSEM_BROKER_NODE_OF	"REDSEM.NODE_OF"
+
 extern bool redsem_cluster;
 
 extern void cluster_define_gucs(void);

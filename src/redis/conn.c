@@ -60,6 +60,7 @@ typedef struct OwedReply
 {
 	RedisReplyHandler handler;
 	void	   *arg;
+	int			slot;			/* in a cluster, its command's slot (-1: none) */
 } OwedReply;
 
 /* The most commands a link carries without their replies read */
@@ -91,12 +92,12 @@ typedef struct Link
 	 */
 	int			n_owed;
 	OwedReply	owed[LINK_MAX_OWED];
-	int			owed_slot;		/* behind the broker in a cluster: the slot of
-								 * the commands owed (-1: none or keyless,
-								 * -2: several) */
 } Link;
 
 static Link links[CLUSTER_MAX_NODES];
+
+/* The most keys one REDSEM.NODE_OF asks the broker about */
+#define NODE_OF_BATCH	1000
 
 /*
  * How many times this backend opened a link or followed a redirection: a
@@ -118,6 +119,16 @@ link_node(const Link *link)
  * picks a node; nothing but that description reads it.
  */
 static int	described_node = 0;
+
+/*
+ * The Cluster node whose address link node (links[node]) has: itself;
+ * behind the broker, which routes, every link names the seed, node 0
+ */
+static int
+node_address(int node)
+{
+	return redis_broker_wanted() ? 0 : node;
+}
 
 /* The node an outcome names for link (plus one; 0 outside a cluster) */
 static int
@@ -165,8 +176,8 @@ redis_target_description(void)
 	if (sentinel_enabled())
 		return sentinel_target_description();
 	if (cluster_enabled())
-		return psprintf("%s:%d (Redis Cluster)", cluster_node_host(described_node),
-						cluster_node_port(described_node));
+		return psprintf("%s:%d (Redis Cluster)", cluster_node_host(node_address(described_node)),
+						cluster_node_port(node_address(described_node)));
 	if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
 		return psprintf("unix socket \"%s\"", redsem_unix_socket);
 	return psprintf("%s:%d", redsem_host ? redsem_host : "", redsem_port);
@@ -200,6 +211,7 @@ deliver_owed(Link *link, redisReply *reply, const RedisOutcome *outcome)
 }
 
 static void disconnect_link(Link *link);
+static bool is_redirect(const redisReply *reply);
 
 /*
  * Hand a reply read on link for its oldest owed command to its handler: an
@@ -214,6 +226,12 @@ hand_over(Link *link, redisReply *reply)
 
 	if (reply->type == REDIS_REPLY_ERROR)
 	{
+		/*
+		 * (a redirection is not followed here, but the route moved all the
+		 * same: behind the broker the link's next command goes there)
+		 */
+		if (is_redirect(reply))
+			route_changes++;
 		drop = redis_reply_outcome(reply, &o);
 		freeReplyObject(reply);
 		reply = NULL;
@@ -301,8 +319,8 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 		return false;
 	}
 	c = cluster_enabled()
-		? redis_open_following(call, cluster_node_host(link_node(link)),
-							   cluster_node_port(link_node(link)), NULL, deadline)
+		? redis_open_following(call, cluster_node_host(node_address(link_node(link))),
+							   cluster_node_port(node_address(link_node(link))), NULL, deadline)
 		: redis_open_following(call, redsem_host, redsem_port,
 							   unix_socket_path(), deadline);
 	if (c == NULL)
@@ -322,26 +340,37 @@ redis_route_changes(void)
 }
 
 /*
- * In a cluster, a number telling apart the node known to serve key, or -1
- * while it is not known: this process's slot map's, or behind the broker
- * (which routes) the broker's, asked on a link (a failure to ask is -1,
- * the call's outcome untouched)
+ * In a cluster, for each of n keys, a number telling apart the node known
+ * to serve it, or -1 while it is not known: this process's slot map's, or
+ * behind the broker (which routes) the broker's, asked on a link in
+ * requests of at most NODE_OF_BATCH keys (a failure to ask is -1, the
+ * call's outcome untouched)
  */
-int
-redis_known_node(const RedisCall *call, const char *key)
+void
+redis_known_nodes(const RedisCall *call, const char *const *keys, int n, int *nodes)
 {
-	RedisCall	mine = *call;
-	const char *argv[2] = {REDSEM_BROKER_NODE_OF, key};
-	redisReply *reply = NULL;
-	int			node = -1;
-
+	for (int i = 0; i < n; i++)
+		nodes[i] = redis_broker_wanted() ? -1 : cluster_known_node(keys[i]);
 	if (!redis_broker_wanted())
-		return cluster_known_node(key);
-	if (redis_exec(&mine, 2, argv, NULL, &reply) && reply->type == REDIS_REPLY_INTEGER)
-		node = (int) reply->integer;
-	if (reply != NULL)
-		freeReplyObject(reply);
-	return node;
+		return;
+	for (int first = 0; first < n; first += NODE_OF_BATCH)
+	{
+		int			m = Min(n - first, NODE_OF_BATCH);
+		const char **argv = palloc(sizeof(char *) * (m + 1));
+		RedisCall	mine = *call;
+		redisReply *reply = NULL;
+
+		argv[0] = REDSEM_BROKER_NODE_OF;
+		memcpy(&argv[1], &keys[first], sizeof(char *) * m);
+		if (redis_exec(&mine, m + 1, argv, NULL, &reply) &&
+			reply->type == REDIS_REPLY_ARRAY && reply->elements == (size_t) m)
+			for (int j = 0; j < m; j++)
+				if (reply->element[j]->type == REDIS_REPLY_INTEGER)
+					nodes[first + j] = (int) reply->element[j]->integer;
+		if (reply != NULL)
+			freeReplyObject(reply);
+		pfree(argv);
+	}
 }
 
 /*
@@ -453,18 +482,23 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 	disconnect_link(link);
 }
 
-/*
- * A reply of command argv was left owed on link (the n_owed-th): note its
- * slot, which picks the link of later commands behind the broker
- * (broker_lane)
- */
-static void
-note_owed_slot(Link *link, int argc, const char **argv)
+/* In a cluster, the slot of command argv's key; -1 without one */
+static int
+command_slot(int argc, const char **argv)
 {
 	const char *key = cluster_enabled() ? cluster_command_key(argc, argv) : NULL;
-	int			slot = key ? cluster_key_slot(key, strlen(key)) : -1;
 
-	link->owed_slot = (link->n_owed <= 1 || link->owed_slot == slot) ? slot : -2;
+	return key ? cluster_key_slot(key, strlen(key)) : -1;
+}
+
+/* True if link owes a reply of a command of slot */
+static bool
+owes_slot(const Link *link, int slot)
+{
+	for (int i = 0; i < link->n_owed; i++)
+		if (link->owed[i].slot == slot)
+			return true;
+	return false;
 }
 
 /* The handler of a reply that came too late for its call: dropped */
@@ -491,6 +525,7 @@ owe_late_reply(RedisCall *call, Link *link, int timeout_ms)
 	link->in_flight = false;
 	link->owed[0].handler = drop_late_reply;
 	link->owed[0].arg = NULL;
+	link->owed[0].slot = -1;
 	link->n_owed = 1;
 	(void) redis_note(&call->outcome, RS_TIMED_OUT,
 					  "the reply is read later, the connection kept");
@@ -736,28 +771,41 @@ node_share_failed(NodeShares *shares, int node)
 
 /*
  * Behind the broker in a cluster (the broker routes: cluster.c), the link a
- * command goes on: the first that owes no reply, or only replies of
- * commands of the same slot, so that a node that hangs on a reply left
- * owed delays only the calls of that slot, as a connection per node does
- * in direct mode (each link is the broker's client, which keeps its
- * replies in order); a command without a key stays on current (WAIT must
- * follow the grant it confirms)
+ * command goes on.  Each link is a client of the broker, which keeps its
+ * replies in order, so a reply a link still owes (a release sent at commit
+ * without waiting, a reply too late for its call) delays its next command:
+ * a command goes behind the replies owed for its own slot (a release and
+ * the next acquire of one semaphore keep their order), else, sent without
+ * waiting (deferred), on an open link with room (current first), else on
+ * the first link that owes nothing, opened if need be.  So a node that
+ * hangs on a reply owed delays the calls of other slots only as long as
+ * one is owed on the same link, as a connection per node does in direct
+ * mode.  A command without a key stays on current (WAIT must follow the
+ * grant it confirms).
  */
 static int
-broker_lane(int argc, const char **argv, int current)
+broker_lane(int argc, const char **argv, int current, bool deferred)
 {
-	const char *key = cluster_command_key(argc, argv);
-	int			slot;
+	int			slot = command_slot(argc, argv);
 
-	if (key == NULL)
+	if (slot < 0)
 		return current >= 0 ? current : 0;
-	slot = cluster_key_slot(key, strlen(key));
 	for (int i = 0; i < CLUSTER_MAX_NODES; i++)
 	{
 		poll_owed(&links[i]);
-		if (links[i].ctx == NULL || links[i].n_owed == 0 || links[i].owed_slot == slot)
+		if (links[i].ctx != NULL && owes_slot(&links[i], slot))
 			return i;
 	}
+	if (deferred && current >= 0 && links[current].ctx != NULL &&
+		links[current].n_owed < LINK_MAX_OWED)
+		return current;
+	for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+		if (links[i].ctx != NULL &&
+			(links[i].n_owed == 0 || (deferred && links[i].n_owed < LINK_MAX_OWED)))
+			return i;
+	for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+		if (links[i].ctx == NULL)
+			return i;
 	return 0;
 }
 
@@ -767,10 +815,10 @@ broker_lane(int argc, const char **argv, int current)
  * behind the broker in a cluster, the link (broker_lane)
  */
 static int
-command_node(int argc, const char **argv, int current)
+command_node(int argc, const char **argv, int current, bool deferred)
 {
 	if (cluster_enabled() && redis_broker_wanted())
-		return broker_lane(argc, argv, current);
+		return broker_lane(argc, argv, current, deferred);
 	return cluster_enabled() ? cluster_node_for(argc, argv, current) : 0;
 }
 
@@ -844,9 +892,26 @@ route_connect(Route *r, Link *link)
 {
 	if (ensure_connection(r->call, link, r->until))
 		return true;
-	if (cluster_enabled())
+	if (cluster_enabled() && !redis_broker_wanted())
 		cluster_node_failed(r->node);
 	return false;
+}
+
+/*
+ * Behind the broker, a redirection is followed on the same link (the
+ * broker learnt the node from it, and routes): the route's node, or -1 if
+ * msg is none
+ */
+static int
+broker_redirect(Route *r, const char *msg)
+{
+	char		host[CLUSTER_HOST_MAX];
+	int			slot;
+	int			port;
+
+	if (!cluster_parse_redirect(msg, &r->asking, &slot, host, &port))
+		return -1;
+	return r->node;
 }
 
 /*
@@ -857,9 +922,11 @@ route_connect(Route *r, Link *link)
 static bool
 route_redirect(Route *r, redisReply **reply)
 {
-	int			next = (cluster_enabled() && r->redirects < CLUSTER_MAX_REDIRECTS)
-		? cluster_redirect((*reply)->str ? (*reply)->str : "", &r->asking) : -1;
+	const char *msg = (*reply)->str ? (*reply)->str : "";
+	int			next = -1;
 
+	if (cluster_enabled() && r->redirects < CLUSTER_MAX_REDIRECTS)
+		next = redis_broker_wanted() ? broker_redirect(r, msg) : cluster_redirect(msg, &r->asking);
 	if (next < 0)
 	{
 		r->asking = false;
@@ -868,8 +935,7 @@ route_redirect(Route *r, redisReply **reply)
 	elog(DEBUG2, "redsem: %s: %s", r->argv[0], (*reply)->str);
 	freeReplyObject(*reply);
 	*reply = NULL;
-	/* (behind the broker, on the same link: the broker learnt the node) */
-	r->node = redis_broker_wanted() ? r->node : next;
+	r->node = next;
 	r->redirects++;
 	route_changes++;
 	return true;
@@ -917,7 +983,7 @@ route_exchange(Route *r, Link *link, redisReply **reply)
 	RedisStatus status = send_and_receive(r->call, link, r->argc, r->argv,
 										  r->argvlen, r->until, r->asking, reply);
 
-	if (cluster_enabled() && !r->asking && status == RS_OK &&
+	if (cluster_enabled() && !redis_broker_wanted() && !r->asking && status == RS_OK &&
 		(*reply)->type != REDIS_REPLY_ERROR)
 		cluster_note_served(r->argc, r->argv, r->node);
 	r->asking = false;
@@ -925,7 +991,7 @@ route_exchange(Route *r, Link *link, redisReply **reply)
 	if (status == RS_TIMED_OUT && alone &&
 		owe_late_reply(r->call, link, r->timeout_ms))
 	{
-		note_owed_slot(link, r->argc, r->argv);
+		link->owed[0].slot = command_slot(r->argc, r->argv);
 		return ROUTE_FAILED;	/* the link kept, its reply owed */
 	}
 	if (status != RS_OK)
@@ -1010,7 +1076,7 @@ route_again(Route *r)
 {
 	if (!follow_failover(r->call, r->until))
 		return false;
-	r->node = command_node(r->argc, r->argv, r->node);
+	r->node = command_node(r->argc, r->argv, r->node, false);
 	r->redirects = 0;			/* a limit per attempt */
 	return true;
 }
@@ -1040,7 +1106,7 @@ exec_routed(RedisCall *call, int argc, const char **argv,
 	};
 	RouteResult result;
 
-	r.node = command_node(argc, argv, last_node);
+	r.node = command_node(argc, argv, last_node, false);
 	do
 		result = route_try(&r, reply);
 	while (result == ROUTE_REDIRECTED ||
@@ -1128,7 +1194,7 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 
 	if (!call->interruptible)
 		HOLD_INTERRUPTS();
-	node = command_node(argc, argv, last_node);
+	node = command_node(argc, argv, last_node, true);
 	link = &links[node];
 	described_node = node;
 	if (link->ctx != NULL && link->n_owed == LINK_MAX_OWED)
@@ -1145,8 +1211,8 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 	{
 		link->owed[link->n_owed].handler = handler;
 		link->owed[link->n_owed].arg = arg;
+		link->owed[link->n_owed].slot = command_slot(argc, argv);
 		link->n_owed++;
-		note_owed_slot(link, argc, argv);
 	}
 	if (!ok)
 		call->outcome.node_plus1 = outcome_node(link);
@@ -1353,7 +1419,7 @@ pipeline_node_pass(Pipeline *p, int node)
 	for (int i = 0; i < p->n && status != RS_OK; i++)
 		if (p->pc[i].pending && p->pc[i].node == node)
 		{
-			p->pc[i].node = command_node(p->cmds[i].argc, p->cmds[i].argv, node);
+			p->pc[i].node = command_node(p->cmds[i].argc, p->cmds[i].argv, node, false);
 			p->pc[i].asking = false;
 		}
 	pfree(which);
@@ -1493,8 +1559,8 @@ static char *
 outcome_target(const RedisOutcome *o)
 {
 	return o->node_plus1 > 0 ?
-		psprintf("%s:%d (Redis Cluster)", cluster_node_host(o->node_plus1 - 1),
-				 cluster_node_port(o->node_plus1 - 1)) :
+		psprintf("%s:%d (Redis Cluster)", cluster_node_host(node_address(o->node_plus1 - 1)),
+				 cluster_node_port(node_address(o->node_plus1 - 1))) :
 		redis_target_description();
 }
 
