@@ -59,31 +59,47 @@ request_is(const redisReply *cmd, const char *name)
 	return cmd->elements > 0 && pg_strcasecmp(cmd->element[0]->str, name) == 0;
 }
 
-/* The key a request routes by (cluster.c's rule), or NULL */
-static const char *
+/* The key a request routes by (cluster.c's rule): its element, or NULL */
+static const redisReply *
 request_key(const redisReply *cmd)
 {
 	const char *argv[4];
 	int			argc = (int) Min(cmd->elements, lengthof(argv));
+	const char *key;
 
 	for (int i = 0; i < argc; i++)
 		argv[i] = cmd->element[i]->str;
-	return cluster_command_key(argc, argv);
+	key = cluster_command_key(argc, argv);
+	for (int i = 0; key != NULL && i < argc; i++)
+		if (argv[i] == key)
+			return cmd->element[i];
+	return NULL;
 }
 
-/*
- * True for a script call that a change of route must reach (the broker
- * then answers it MOVED): any but a release (FCALL fn numkeys keys... op)
- */
+/* The slot of a key element (all its bytes, as Redis hashes them) */
+static int
+key_slot(const redisReply *key)
+{
+	return cluster_key_slot(key->str, key->len);
+}
+
+/* True for a script call */
 static bool
-request_needs_route(const redisReply *cmd)
+request_is_script(const redisReply *cmd)
+{
+	return request_is(cmd, "FCALL") || request_is(cmd, "EVALSHA") || request_is(cmd, "EVAL");
+}
+
+/* True for a script call of a release (FCALL fn numkeys keys... op) */
+static bool
+request_is_release(const redisReply *cmd)
 {
 	size_t		op;
 
-	if (!request_is(cmd, "FCALL") && !request_is(cmd, "EVALSHA") && !request_is(cmd, "EVAL"))
+	if (!request_is_script(cmd))
 		return false;
 	op = 3 + (size_t) Max(atoi(cmd->elements > 2 ? cmd->element[2]->str : "0"), 0);
-	return !(op < cmd->elements && pg_strcasecmp(cmd->element[op]->str, "release") == 0);
+	return op < cmd->elements && pg_strcasecmp(cmd->element[op]->str, "release") == 0;
 }
 
 /* Give client c, whose target is a Cluster seed, that seed's map */
@@ -112,7 +128,7 @@ broker_cluster_bind(Client *c)
 }
 
 /* Count a change of map: the stamp of the slots it touches */
-static uint32
+static uint64
 map_change(ClusterMap *map)
 {
 	return ++map->changes;
@@ -126,7 +142,7 @@ static void
 map_reset(int home)
 {
 	ClusterMap *map = targets[home].map;
-	uint32		stamp = map_change(map);
+	uint64		stamp = map_change(map);
 
 	memset(map->slot, -1, sizeof(map->slot));
 	for (int s = 0; s < CLUSTER_SLOTS; s++)
@@ -143,25 +159,55 @@ map_reset(int home)
 }
 
 /*
- * The index of node host:port in home's map, added if new (a full map is
- * reset first)
+ * An index of home's map that nothing names (no slot, not the fallback,
+ * no client's next ASKING), to reuse; -1 if none
+ */
+static int
+map_unused_node(int home)
+{
+	ClusterMap *map = targets[home].map;
+	bool		named[CLUSTER_MAX_NODES] = {0};
+
+	for (int s = 0; s < CLUSTER_SLOTS; s++)
+		if (map->slot[s] >= 0)
+			named[map->slot[s]] = true;
+	named[0] = named[map->fallback] = true;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->home == home && clients[i]->ask_node >= 0)
+			named[clients[i]->ask_node] = true;
+	for (int i = 1; i < map->n_nodes; i++)
+		if (!named[i])
+			return i;
+	return -1;
+}
+
+/*
+ * The index of node host:port in home's map, added if new: in place of a
+ * node nothing names if the map is full (addresses that come and go), or
+ * in a map reset to the seed if every one is named
  */
 static int
 map_node(int home, const char *host, int port)
 {
 	ClusterMap *map = targets[home].map;
 	MapNode    *n;
+	int			i;
 
-	for (int i = 0; i < map->n_nodes; i++)
+	for (i = 0; i < map->n_nodes; i++)
 		if (map->nodes[i].port == port && strcmp(map->nodes[i].host, host) == 0)
 			return i;
-	if (map->n_nodes == CLUSTER_MAX_NODES)
+	if (map->n_nodes < CLUSTER_MAX_NODES)
+		i = map->n_nodes++;
+	else if ((i = map_unused_node(home)) < 0)
+	{
 		map_reset(home);
-	n = &map->nodes[map->n_nodes];
+		i = map->n_nodes++;
+	}
+	n = &map->nodes[i];
 	strlcpy(n->host, host, sizeof(n->host));
 	n->port = port;
 	n->target = -1;
-	return map->n_nodes++;
+	return i;
 }
 
 /* Map slot to node, stamping it if it was known elsewhere */
@@ -243,8 +289,7 @@ answer_node_of(Client *c, const ClusterMap *map, const redisReply *cmd)
 	{
 		const redisReply *key = cmd->element[i];
 
-		len = snprintf(line, sizeof(line), "%d",
-					   map->slot[cluster_key_slot(key->str, key->len)]);
+		len = snprintf(line, sizeof(line), "%d", map->slot[key_slot(key)]);
 		broker_out_line(c, ':', line, len);
 	}
 }
@@ -268,7 +313,7 @@ broker_cluster_route(Client *c)
 {
 	const redisReply *cmd = c->held[0];
 	ClusterMap *map;
-	const char *key;
+	const redisReply *key;
 	int			slot;
 	ClusterStep step;
 
@@ -294,8 +339,8 @@ broker_cluster_route(Client *c)
 	c->ask_node = -1;			/* (an ASK is for the command that follows it) */
 	if ((key = request_key(cmd)) == NULL)
 		return CLUSTER_GO;		/* (WAIT, FUNCTION LOAD: where the last went) */
-	slot = cluster_key_slot(key, strlen(key));
-	if (map->changed[slot] > c->map_seen && request_needs_route(cmd))
+	slot = key_slot(key);
+	if (map->changed[slot] > c->map_seen && request_is_script(cmd) && !request_is_release(cmd))
 	{
 		if (c->outstanding > 0)
 			return CLUSTER_HOLD;
@@ -308,11 +353,13 @@ broker_cluster_route(Client *c)
 
 /*
  * A reply for client c, about to be passed on: a MOVED teaches its home's
- * map the slot's node, an ASK names the node of c's next ASKING; either is
- * a change of route the backend counts, so c has seen the map as it is
+ * map the slot's node, an ASK names the node of c's next ASKING.  If sees
+ * (the backend follows it before it sends anything else: not a release's
+ * reply, which may be read after an acquire went out behind it), it is a
+ * change of route the backend counts, so c has seen the map as it is.
  */
 void
-broker_cluster_reply(Client *c, const redisReply *reply)
+broker_cluster_reply(Client *c, const redisReply *reply, bool sees)
 {
 	ClusterMap *map;
 	char		host[CLUSTER_HOST_MAX];
@@ -330,42 +377,54 @@ broker_cluster_reply(Client *c, const redisReply *reply)
 		c->ask_node = node;
 	else
 		map_learn(map, slot, node);
-	c->map_seen = map->changes;
+	if (sees)
+		c->map_seen = map->changes;
 }
 
 /*
- * The slot whose node a reply to client c's request cmd (about to be sent
- * on c->target) shows, if it is no error: that of its key, unless it
- * follows ASKING (an ASK is for one command); -1 for none
+ * What a reply to client c's request cmd (about to be sent on c->target)
+ * will teach, in p: the slot whose node it shows if it is no error (that of
+ * a script call's key, unless it follows ASKING, which is for one command;
+ * -1 for none), the map's changes now, and whether a redirection in it
+ * brings c up to date (see broker_cluster_reply)
  */
-int
-broker_cluster_slot_taught(Client *c, const redisReply *cmd)
+void
+broker_cluster_pending(Client *c, const redisReply *cmd, Pending *p)
 {
-	const char *key;
+	const redisReply *key;
 	bool		asked = c->after_asking;
 
 	c->after_asking = request_is(cmd, "ASKING");
-	if (c->home < 0 || asked || (key = request_key(cmd)) == NULL)
-		return -1;
-	return cluster_key_slot(key, strlen(key));
+	p->slot = -1;
+	p->stamp = 0;
+	p->sees = false;
+	if (c->home < 0)
+		return;
+	p->stamp = targets[c->home].map->changes;
+	p->sees = !request_is_release(cmd);
+	if (!asked && request_is_script(cmd) && (key = request_key(cmd)) != NULL)
+		p->slot = key_slot(key);
 }
 
 /*
- * A reply that is no error, for client c, read on target t for a command of
- * slot (-1: none to learn): t serves slot
+ * A reply that is no error, for client c, read on target t for its request
+ * p: t serves p's slot, unless the slot moved since it was sent (the reply
+ * is older than what the map knows)
  */
 void
-broker_cluster_served(Client *c, int t, int slot, const redisReply *reply)
+broker_cluster_served(Client *c, int t, const Pending *p, const redisReply *reply)
 {
 	ClusterMap *map;
 
-	if (c->home < 0 || slot < 0 || reply->type == REDIS_REPLY_ERROR)
+	if (c->home < 0 || p->slot < 0 || reply->type == REDIS_REPLY_ERROR)
 		return;
 	map = targets[c->home].map;
+	if (map->changed[p->slot] > p->stamp)
+		return;
 	for (int i = 0; i < map->n_nodes; i++)
 		if (map->nodes[i].target == t)
 		{
-			map_learn(map, slot, i);
+			map_learn(map, p->slot, i);
 			return;
 		}
 }
@@ -386,7 +445,7 @@ node_changed(int t, bool forget)
 			continue;
 		for (int i = 0; i < map->n_nodes; i++)
 		{
-			uint32		stamp;
+			uint64		stamp;
 
 			if (map->nodes[i].target != t)
 				continue;

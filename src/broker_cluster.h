@@ -25,12 +25,12 @@ typedef struct MapNode
 typedef struct ClusterMap
 {
 	int8		slot[CLUSTER_SLOTS];	/* an index in nodes, -1: not known */
-	uint32		changed[CLUSTER_SLOTS]; /* the change that last moved it, 0: none */
+	uint64		changed[CLUSTER_SLOTS]; /* the change that last moved it, 0: none */
 	MapNode		nodes[CLUSTER_MAX_NODES];	/* nodes[0]: the seed */
 	int			n_nodes;
 	int			fallback;		/* where commands for unknown slots go */
-	uint32		changes;		/* changes so far (a slot moved or forgotten,
-								 * its node's connection lost) */
+	uint64		changes;		/* changes so far (a slot moved or forgotten,
+								 * its node's last connection closed) */
 } ClusterMap;
 
 /* What to do with a client's next request (broker_cluster_route) */
@@ -43,9 +43,10 @@ typedef enum ClusterStep
 
 extern void broker_cluster_bind(Client *c);
 extern ClusterStep broker_cluster_route(Client *c);
-extern void broker_cluster_reply(Client *c, const redisReply *reply);
-extern int	broker_cluster_slot_taught(Client *c, const redisReply *cmd);
-extern void broker_cluster_served(Client *c, int t, int slot, const redisReply *reply);
+extern void broker_cluster_reply(Client *c, const redisReply *reply, bool sees);
+extern void broker_cluster_pending(Client *c, const redisReply *cmd, Pending *p);
+extern void broker_cluster_served(Client *c, int t, const Pending *p,
+								  const redisReply *reply);
 extern void broker_cluster_node_failed(int t);
 extern void broker_cluster_node_lost(int t);
 extern void broker_cluster_forget(int t);

@@ -521,15 +521,50 @@ note_open_failure(int t, const RedisOutcome *outcome)
 			 errdetail_internal("%s", outcome->detail)));
 }
 
+/* True if target t has an open connection */
+static bool
+target_connected(int t)
+{
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->target == t && upstreams[i]->ctx != NULL)
+			return true;
+	return false;
+}
+
+/*
+ * Target t's last connection closed: a Redis restarted meanwhile would go
+ * unseen (in direct mode a backend's own connection would break), so it is
+ * a change of route for every client that used it.  A Cluster node's slots
+ * are stamped (broker_cluster.c); any other target's clients are ended
+ * (end_rerouted_links), so that each links anew and its next acquire checks
+ * the era (I15).
+ */
+static void
+connections_gone(int t)
+{
+	if (targets[t].cluster)
+	{
+		broker_cluster_node_lost(t);
+		return;
+	}
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			clients[i]->reroute = true;
+}
+
 /* Close an upstream that owes no reply (its clients keep their links) */
 static void
 close_upstream(Upstream *u)
 {
+	int			t = u->target;
+
 	close_connection(u->ctx, u->relay);
 	u->ctx = NULL;
 	u->relay = 0;
 	u->target = -1;
 	set_dirty = true;
+	if (t >= 0 && !target_connected(t))
+		connections_gone(t);
 }
 
 /*
@@ -549,13 +584,16 @@ end_rerouted_links(void)
 
 	memset(&o, 0, sizeof(o));
 	o.status = RS_UNAVAILABLE;
-	strlcpy(o.detail, "the sentinels name another primary now; try again", sizeof(o.detail));
 	for (int i = 0; i < n_clients; i++)
 	{
 		Client	   *c = clients[i];
 
 		if (c->fd < 0 || !c->reroute || c->closing || c->outstanding > 0)
 			continue;
+		strlcpy(o.detail, targets[c->target].profile.sentinels[0] != '\0'
+				? "the sentinels name another primary now; try again"
+				: "the broker's connections to Redis closed meanwhile; try again",
+				sizeof(o.detail));
 		c->waiting = c->waiting_side = false;
 		if (c->n_held == 0)
 			(void) take_request(c);
@@ -1092,6 +1130,8 @@ fail_upstream(Upstream *u, const char *why)
 	}
 	u->target = -1;
 	set_dirty = true;
+	if (!target_connected(t))
+		connections_gone(t);
 }
 
 /* Close a side connection left idle for BROKER_SIDE_IDLE_MS */
@@ -1220,8 +1260,8 @@ deliver(Upstream *u, redisReply *reply)
 		broker_pool_reply(&pend, reply);
 	else if (c != NULL)
 	{
-		broker_cluster_reply(c, reply);
-		broker_cluster_served(c, u->target, pend.slot, reply);
+		broker_cluster_reply(c, reply, pend.sees);
+		broker_cluster_served(c, u->target, &pend, reply);
 		broker_encode_reply(c, reply);
 		c->outstanding--;
 		/*
@@ -1332,7 +1372,7 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	p.client = c->index;
 	p.generation = c->generation;
 	p.deadline = command_deadline(cmd);
-	p.slot = broker_cluster_slot_taught(c, cmd);
+	broker_cluster_pending(c, cmd, &p);
 	if (!broker_queue_formatted(u, formatted, len, p))
 		return false;
 	c->outstanding++;

@@ -183,6 +183,8 @@ broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int poo
 	p.generation = pool_gen;
 	p.deadline = deadline;
 	p.slot = -1;
+	p.stamp = 0;
+	p.sees = false;
 	return broker_queue_formatted(u, formatted, len, p);
 }
 

@@ -53,6 +53,9 @@ typedef struct Pending
 	TimestampTz deadline;		/* DT_NOEND: none */
 	int			slot;			/* in a cluster, the slot a reply that is no
 								 * error shows its node serves; -1: none */
+	uint64		stamp;			/* ... its map's changes when sent */
+	bool		sees;			/* ... a redirection in reply brings its client
+								 * up to date (broker_cluster_reply) */
 } Pending;
 
 /*
@@ -115,7 +118,7 @@ typedef struct Client
 								 * its last request went to */
 	int			home;			/* in a cluster, the seed it linked for, else -1 */
 	int			ask_node;		/* ... the node its next ASKING goes to, -1: none */
-	uint32		map_seen;		/* ... its home map's changes it has seen */
+	uint64		map_seen;		/* ... its home map's changes it has seen */
 	bool		after_asking;	/* ... its last request sent was ASKING */
 	int			connect_timeout_ms; /* its session's (REDSEM.TARGET) */
 	bool		waiting;		/* for an upstream being opened */

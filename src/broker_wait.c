@@ -225,7 +225,7 @@ answer_member(WaitPool *p, int k, const redisReply *r)
 	{
 		if (r != NULL)
 		{
-			broker_cluster_reply(c, r);
+			broker_cluster_reply(c, r, true);
 			broker_encode_reply(c, r);
 		}
 		else

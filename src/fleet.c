@@ -194,7 +194,10 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 	sem_nodes_of(call, prefix, names, n, known);
 	for (int i = 0; i < n && *evicting == NULL; i++)
 	{
-		if ((node = known[i]) >= 0 && node < CLUSTER_MAX_NODES)
+		/* (a node not known at first may be since: an earlier name taught it) */
+		if ((node = known[i]) < 0)
+			node = known[i] = sem_node_of(call, prefix, names[i]);
+		if (node >= 0 && node < CLUSTER_MAX_NODES)
 		{
 			if (asked[node])
 				continue;

@@ -536,7 +536,12 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 		return false;
 	gen_note(NULL, slot, result->gen, strchr(flags, 'u') != NULL &&
 			 (result->state == SEM_HELD || result->state == SEM_WAITING));
-	if (strchr(flags, 'e') != NULL || redis_route_changes() != changes)
+	/*
+	 * (checked only if the try that answered asked for the check: a change
+	 * of route read after it was sent, a redirection of a release sent
+	 * before it, is checked at the next acquire)
+	 */
+	if (strchr(flags, 'e') != NULL || call->fresh_sent)
 		gen_checked(NULL, slot, redis_route_changes());
 	return true;
 }
@@ -1464,6 +1469,7 @@ sem_node_of(const RedisCall *call, const char *prefix, const char *name)
 	int			node;
 
 	redis_known_nodes(call, &key, 1, &node);
+	pfree(unconstify(char *, key));
 	return node;
 }
 

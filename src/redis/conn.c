@@ -775,18 +775,20 @@ node_share_failed(NodeShares *shares, int node)
  * replies in order, so a reply a link still owes (a release sent at commit
  * without waiting, a reply too late for its call) delays its next command:
  * a command goes behind the replies owed for its own slot (a release and
- * the next acquire of one semaphore keep their order), else, sent without
- * waiting (deferred), on an open link with room (current first), else on
- * the first link that owes nothing, opened if need be.  So a node that
- * hangs on a reply owed delays the calls of other slots only as long as
- * one is owed on the same link, as a connection per node does in direct
- * mode.  A command without a key stays on current (WAIT must follow the
- * grant it confirms).
+ * the next acquire of one semaphore keep their order); else, sent without
+ * waiting (deferred), on an open link with room (current first), or on an
+ * open one anyway (redis_send_deferred reads what it owes first: a commit
+ * of many releases opens no link); else on the first link that owes
+ * nothing, opened if need be.  So a node that hangs on a reply owed delays
+ * the calls of other slots only while they find no other link, as a
+ * connection per node does in direct mode.  A command without a key stays
+ * on current (WAIT must follow the grant it confirms).
  */
 static int
 broker_lane(int argc, const char **argv, int current, bool deferred)
 {
 	int			slot = command_slot(argc, argv);
+	int			open = -1;
 
 	if (slot < 0)
 		return current >= 0 ? current : 0;
@@ -800,9 +802,15 @@ broker_lane(int argc, const char **argv, int current, bool deferred)
 		links[current].n_owed < LINK_MAX_OWED)
 		return current;
 	for (int i = 0; i < CLUSTER_MAX_NODES; i++)
-		if (links[i].ctx != NULL &&
-			(links[i].n_owed == 0 || (deferred && links[i].n_owed < LINK_MAX_OWED)))
-			return i;
+		if (links[i].ctx != NULL)
+		{
+			if (links[i].n_owed == 0 || (deferred && links[i].n_owed < LINK_MAX_OWED))
+				return i;
+			if (open < 0)
+				open = i;
+		}
+	if (deferred && open >= 0)
+		return (current >= 0 && links[current].ctx != NULL) ? current : open;
 	for (int i = 0; i < CLUSTER_MAX_NODES; i++)
 		if (links[i].ctx == NULL)
 			return i;
@@ -1060,6 +1068,8 @@ route_try(Route *r, redisReply **reply)
 	else
 	{
 		route_fresh_arg(r);
+		r->call->fresh_sent = r->call->fresh_argi > 0 && r->call->fresh_argi < r->argc &&
+			r->argv[r->call->fresh_argi] == r->call->fresh_arg;
 		result = route_exchange(r, link, reply);
 	}
 	if (result == ROUTE_FAILED)
@@ -1449,6 +1459,8 @@ pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
 {
 	Pipeline	p;
 
+	/* (the keeper's only, which is never behind the broker: its routing is its own) */
+	Assert(!redis_broker_wanted());
 	memset(&p, 0, sizeof(p));
 	p.call = call;
 	p.n = n;

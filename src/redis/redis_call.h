@@ -81,6 +81,7 @@ typedef struct RedisCall
 								 * era check then) */
 	const char *fresh_arg;
 	uint64		fresh_since;
+	bool		fresh_sent;		/* out: the try that answered sent fresh_arg */
 	TimestampTz end_by;			/* 0: none; else the call ends by then at the
 								 * latest, whatever its timeout (a call of an
 								 * acquire's wait) */
@@ -103,6 +104,6 @@ typedef void (*RedisReplyHandler) (void *arg, struct redisReply *reply,
 								   const RedisOutcome *outcome);
 
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0, false, 0, 0, NULL, 0, 0}
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0, false, 0, 0, NULL, 0, false, 0}
 
 #endif							/* REDSEM_REDIS_CALL_H */
