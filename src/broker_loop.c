@@ -1134,16 +1134,36 @@ fail_upstream(Upstream *u, const char *why)
 		connections_gone(t);
 }
 
-/* Close a side connection left idle for BROKER_SIDE_IDLE_MS */
+/* True if a backend is linked for target t (or, in a Cluster, its commands go there) */
+static bool
+target_has_clients(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && (clients[i]->target == t || clients[i]->home == t))
+			return true;
+	return false;
+}
+
+/*
+ * Close a side connection left idle for BROKER_SIDE_IDLE_MS; but one that
+ * is its target's last while backends are linked for it takes the shared
+ * role instead (the connection a WAIT took, none opened since): closing it
+ * would be a change of route for them all (connections_gone)
+ */
 static void
 close_idle_sides(TimestampTz now)
 {
 	for (int i = 0; i < n_upstreams; i++)
 	{
 		Upstream   *u = upstreams[i];
+		int			t = u->target;
 
-		if (u->ctx != NULL && u->side && u->count == 0 &&
-			now - u->idle_since >= (TimestampTz) BROKER_SIDE_IDLE_MS * 1000)
+		if (u->ctx == NULL || !u->side || u->count > 0 ||
+			now - u->idle_since < (TimestampTz) BROKER_SIDE_IDLE_MS * 1000)
+			continue;
+		if (targets[t].shared < 0 && !u->pool && !u->retired && target_has_clients(t))
+			promote_idle_side(t);
+		else
 			close_upstream(u);
 	}
 }
