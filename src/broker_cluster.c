@@ -511,6 +511,23 @@ broker_cluster_forget(int t)
 	}
 }
 
+/* True if a backend is linked for a seed whose map knows target t as a node */
+bool
+broker_cluster_node_in_use(int t)
+{
+	for (int h = 0; h < n_targets; h++)
+	{
+		ClusterMap *map = targets[h].free ? NULL : targets[h].map;
+
+		if (map == NULL)
+			continue;
+		for (int i = 0; i < map->n_nodes; i++)
+			if (map->nodes[i].target == t && broker_cluster_home_in_use(h))
+				return true;
+	}
+	return false;
+}
+
 /* True if a backend is linked with target t as its home (its seed) */
 bool
 broker_cluster_home_in_use(int t)

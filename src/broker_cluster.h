@@ -51,5 +51,6 @@ extern void broker_cluster_node_failed(int t);
 extern void broker_cluster_node_lost(int t);
 extern void broker_cluster_forget(int t);
 extern bool broker_cluster_home_in_use(int t);
+extern bool broker_cluster_node_in_use(int t);
 
 #endif							/* REDSEM_BROKER_CLUSTER_H */

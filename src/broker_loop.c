@@ -79,6 +79,8 @@ static int	settings_fd = -1;	/* the supervisor's pipe (broker.c) */
 static WaitEventSet *wait_set;
 
 static void close_client(Client *c);
+static bool target_connected(int t);
+static void connections_gone(int t);
 static bool take_request(Client *c);
 static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
@@ -241,6 +243,7 @@ close_side_of(Client *c)
 	for (int i = 0; i < n_upstreams; i++)
 	{
 		Upstream   *u = upstreams[i];
+		int			t = u->target;
 
 		if (u->ctx != NULL && u->side && !u->pool && u->count > 0 && only_client_of(u, c))
 		{
@@ -251,6 +254,8 @@ close_side_of(Client *c)
 			while (u->count > 0)
 				broker_fifo_pop(u);
 			set_dirty = true;
+			if (!target_connected(t))
+				connections_gone(t);
 		}
 	}
 }
@@ -547,8 +552,9 @@ connections_gone(int t)
 		broker_cluster_node_lost(t);
 		return;
 	}
+	/* (a link that sent nothing yet checks the era at its first acquire) */
 	for (int i = 0; i < n_clients; i++)
-		if (clients[i]->fd >= 0 && clients[i]->target == t)
+		if (clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->last_up >= 0)
 			clients[i]->reroute = true;
 }
 
@@ -592,7 +598,7 @@ end_rerouted_links(void)
 			continue;
 		strlcpy(o.detail, targets[c->target].profile.sentinels[0] != '\0'
 				? "the sentinels name another primary now; try again"
-				: "the broker's connections to Redis closed meanwhile; try again",
+				: REDSEM_BROKER_RETRY,
 				sizeof(o.detail));
 		c->waiting = c->waiting_side = false;
 		if (c->n_held == 0)
@@ -1134,14 +1140,17 @@ fail_upstream(Upstream *u, const char *why)
 		connections_gone(t);
 }
 
-/* True if a backend is linked for target t (or, in a Cluster, its commands go there) */
+/*
+ * True if a backend is linked for target t (or, for a Cluster node, for a
+ * seed whose map knows it)
+ */
 static bool
 target_has_clients(int t)
 {
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && (clients[i]->target == t || clients[i]->home == t))
 			return true;
-	return false;
+	return targets[t].cluster && broker_cluster_node_in_use(t);
 }
 
 /*

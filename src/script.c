@@ -537,9 +537,10 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	gen_note(NULL, slot, result->gen, strchr(flags, 'u') != NULL &&
 			 (result->state == SEM_HELD || result->state == SEM_WAITING));
 	/*
-	 * (checked only if the try that answered asked for the check: a change
-	 * of route read after it was sent, a redirection of a release sent
-	 * before it, is checked at the next acquire)
+	 * (recorded only if the try that answered carried the check: an acquire
+	 * sent without it, before a change of route read during the call, a
+	 * redirection of a release sent ahead of it, leaves its slot unchecked,
+	 * for the next acquire)
 	 */
 	if (strchr(flags, 'e') != NULL || call->fresh_sent)
 		gen_checked(NULL, slot, redis_route_changes());

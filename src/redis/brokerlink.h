@@ -29,6 +29,13 @@ struct redisContext;
  */
 #define REDSEM_BROKER_HEADER_ARGS	18
 
+/*
+ * The words of the broker's answer to a request it did not send on, having
+ * ended the link because its target's last connection closed (a change of
+ * route): the backend sends it again on a new link, in any mode
+ */
+#define REDSEM_BROKER_RETRY	"the broker's connections to Redis closed meanwhile; try again"
+
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"
 

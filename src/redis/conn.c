@@ -653,16 +653,28 @@ ensure_connection(RedisCall *call, Link *link, TimestampTz deadline)
 }
 
 /*
+ * True if outcome is the broker's answer to a request it did not send on,
+ * having ended the link (REDSEM_BROKER_RETRY): sent again in any mode
+ */
+static bool
+broker_says_retry(const RedisOutcome *outcome)
+{
+	return redis_broker_wanted() && outcome->status == RS_UNAVAILABLE &&
+		strstr(outcome->detail, REDSEM_BROKER_RETRY) != NULL;
+}
+
+/*
  * Through sentinels or in a cluster, a command refused because the server
  * is no primary now (READONLY, CLUSTERDOWN, TRYAGAIN and the like: the
  * command was not run), or whose node could not be reached, is sent again
  * until the deadline: to the primary the sentinels name next, or to the
- * node the cluster redirects to.  True after pausing, if it should be.
+ * node the cluster redirects to; so is one the broker did not send on
+ * (broker_says_retry).  True after pausing, if it should be.
  */
 static bool
 follow_failover(RedisCall *call, TimestampTz deadline)
 {
-	if (!(sentinel_enabled() || cluster_enabled()) ||
+	if (!(sentinel_enabled() || cluster_enabled() || broker_says_retry(&call->outcome)) ||
 		!(call->outcome.status == RS_UNAVAILABLE ||
 		  (cluster_enabled() && call->outcome.status == RS_CONNECT_FAILED)) ||
 		redis_past(deadline))
@@ -686,7 +698,8 @@ keep_error_reply(Link *link, const redisReply *reply)
 	RedisOutcome o;
 	bool		drop = redis_reply_outcome(reply, &o);
 
-	if (o.status == RS_UNAVAILABLE && (cluster_enabled() || sentinel_enabled()))
+	if (o.status == RS_UNAVAILABLE &&
+		(cluster_enabled() || sentinel_enabled() || broker_says_retry(&o)))
 		return false;
 	if (drop)
 		disconnect_link(link);
