@@ -22,12 +22,12 @@ my $node = create_node('edges', $primary, "redsem.connection_mode = broker\n");
 # timeout of $timeout_ms (the header a backend sends first, no reply)
 sub raw_link
 {
-	my ($sock, $timeout_ms) = @_;
+	my ($sock, $timeout_ms, $db) = @_;
 	my $cwd = getcwd();
 	chdir $node->data_dir or die;
 	my $r = RedsemTest::RESP->new('pg_stat_tmp/redsem_broker.sock');
 	chdir $cwd;
-	$r->send_raw(RedsemTest::RESP::encode('REDSEM.TARGET', '', 0, $sock, 0, '', '', '0', '', '', '', '',
+	$r->send_raw(RedsemTest::RESP::encode('REDSEM.TARGET', '', 0, $sock, $db // 0, '', '', '0', '', '', '', '',
 		$timeout_ms // 2000, '0', '', '', '', ''));
 	return $r;
 }
@@ -65,6 +65,19 @@ my $bpid = broker_pid_of($node);
 my @pids = map { /name=redsem:\S*:broker:(\d+)/ ? $1 : () } split /\n/, ($primary->cli('CLIENT', 'LIST') // '');
 ok(@pids && !grep({ $_ != $bpid } @pids),
 	'every broker connection is named after the broker\'s pid, not its openers\' (' . join(' ', @pids) . ")");
+
+###########################################################################
+note 'the connection a WAIT took is its target\'s last: kept, not closed once idle';
+
+# (closing it would leave the target with no connection while a backend is
+# linked for it: a Redis restarted meanwhile would go unseen, I15)
+sub broker_on_db { my ($db) = @_; return scalar(grep { /name=redsem:\S*:broker:\d+/ && / db=$db / } split /\n/, ($primary->cli('CLIENT', 'LIST') // '')); }
+my $wl = raw_link($primary->socket, 2000, 3);
+is($wl->cmd('SET', 'edge', 'w'), 'OK', 'a link of database 3 writes');
+is($wl->cmd('WAIT', '1', '2000'), 1, 'and waits for the replica: its WAIT takes the only connection');
+RedsemTest::sleep_full(7);
+is(broker_on_db(3), 1, 'idle for longer than a side connection may be (5 s), the connection stays, as the shared one');
+is(text_of($wl->cmd('PING')), 'PONG', 'and the link was not ended');
 
 ###########################################################################
 note 'a reply owed comes before anything else: never a failure in its place';
