@@ -13,13 +13,13 @@
  * which serves it or answers MOVED.
  *
  * Redirections still reach the backend, which sends the command again on
- * the same link (cluster.c); the broker, which learnt the node from the
+ * the same link (conn.c's broker_redirect); the broker, which learnt the node from the
  * reply, sends it there.  That keeps what the backend must know: each
  * redirection is a change of route for it, so its next acquire checks
  * which primary it is on (the era, I15).  With a shared map, one thing
  * more: a change this link never saw.  A slot moved because another link
  * was redirected, a slot forgotten because its node could not be opened,
- * a node whose connection was lost or closed (it may have restarted,
+ * a node that lost a connection or closed its last (it may have restarted,
  * having forgotten everything) are changes, counted by the map, which
  * stamps each slot they touch.  A link's script call for a slot stamped
  * after the link last looked is answered MOVED (to where the broker will
@@ -27,8 +27,10 @@
  * change of route (for every slot, which is why one answer brings the
  * link up to date) and sends it again.  A release is not answered so (it
  * is sent where the map says: the backend sends one at commit without
- * following redirections, and a release checks no era).  Learning a slot
- * not known before is no change.
+ * following redirections, and a release checks no era); nor does a
+ * redirection in a release's reply bring its link up to date (an acquire
+ * may be out behind it: Pending.sees).  Learning a slot not known before
+ * is no change.
  *
  * ASK is passed on too, and the node it names is remembered for the link:
  * the ASKING the backend then sends, and the command after it, go there.
