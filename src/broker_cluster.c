@@ -54,13 +54,6 @@
 #include "broker_cluster.h"
 #include "brokerlink.h"
 
-/* True if a request is the command name (case-insensitive) */
-static bool
-request_is(const redisReply *cmd, const char *name)
-{
-	return cmd->elements > 0 && pg_strcasecmp(cmd->element[0]->str, name) == 0;
-}
-
 /* The key a request routes by (cluster.c's rule): its element, or NULL */
 static const redisReply *
 request_key(const redisReply *cmd)
@@ -89,7 +82,8 @@ key_slot(const redisReply *key)
 static bool
 request_is_script(const redisReply *cmd)
 {
-	return request_is(cmd, "FCALL") || request_is(cmd, "EVALSHA") || request_is(cmd, "EVAL");
+	return broker_is_command(cmd, "FCALL") || broker_is_command(cmd, "EVALSHA") ||
+		broker_is_command(cmd, "EVAL");
 }
 
 /* True for a script call of a release (FCALL fn numkeys keys... op) */
@@ -322,14 +316,14 @@ broker_cluster_route(Client *c)
 	if (c->home < 0)
 		return CLUSTER_GO;
 	map = targets[c->home].map;
-	if (request_is(cmd, REDSEM_BROKER_NODE_OF) && cmd->elements >= 2)
+	if (broker_is_command(cmd, REDSEM_BROKER_NODE_OF) && cmd->elements >= 2)
 	{
 		if (c->outstanding > 0)
 			return CLUSTER_HOLD;
 		answer_node_of(c, map, cmd);
 		return answered(c);
 	}
-	if (request_is(cmd, "ASKING"))
+	if (broker_is_command(cmd, "ASKING"))
 	{
 		if (c->ask_node < 0)
 			return CLUSTER_GO;
@@ -396,7 +390,7 @@ broker_cluster_pending(Client *c, const redisReply *cmd, Pending *p)
 	const redisReply *key;
 	bool		asked = c->after_asking;
 
-	c->after_asking = request_is(cmd, "ASKING");
+	c->after_asking = broker_is_command(cmd, "ASKING");
 	p->slot = -1;
 	p->stamp = 0;
 	p->sees = false;

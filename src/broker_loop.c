@@ -1107,8 +1107,6 @@ fail_upstream(Upstream *u, const char *why)
 	ereport(LOG,
 			(errmsg("redsem broker closed its connection to Redis at %s: %s",
 					target_text(t), why)));
-	if (targets[t].cluster)
-		broker_cluster_node_lost(t);
 	/*
 	 * (detached first: closing a client may look at the upstreams, and
 	 * must not find this one half failed)
@@ -1136,7 +1134,10 @@ fail_upstream(Upstream *u, const char *why)
 	}
 	u->target = -1;
 	set_dirty = true;
-	if (!target_connected(t))
+	/* (a Cluster node that lost any connection may have restarted) */
+	if (targets[t].cluster)
+		broker_cluster_node_lost(t);
+	else if (!target_connected(t))
 		connections_gone(t);
 }
 
@@ -1346,13 +1347,6 @@ upstream_read(Upstream *u)
 
 /* ---- forwarding ---- */
 
-/* True if a request is the command name (case-insensitive) */
-static bool
-is_command(const redisReply *cmd, const char *name)
-{
-	return cmd->elements > 0 && pg_strcasecmp(cmd->element[0]->str, name) == 0;
-}
-
 /* An integer argument of a request (0 if absent or not a number) */
 static double
 number_arg(const redisReply *cmd, size_t i)
@@ -1370,11 +1364,11 @@ command_deadline(const redisReply *cmd)
 {
 	double		wait_ms = 0;
 
-	if (is_command(cmd, "BLPOP"))
+	if (broker_is_command(cmd, "BLPOP"))
 		wait_ms = number_arg(cmd, cmd->elements - 1) * 1000.0;
-	else if (is_command(cmd, "WAIT"))
+	else if (broker_is_command(cmd, "WAIT"))
 		wait_ms = number_arg(cmd, 2);
-	if ((is_command(cmd, "BLPOP") || is_command(cmd, "WAIT")) && wait_ms <= 0)
+	if ((broker_is_command(cmd, "BLPOP") || broker_is_command(cmd, "WAIT")) && wait_ms <= 0)
 		return DT_NOEND;
 	return broker_command_deadline((int64) wait_ms);
 }
@@ -1689,7 +1683,7 @@ process_client(Client *c)
 		if (c->n_held == 0 && !take_request(c))
 			return;
 		cmd = c->held[0];
-		if (is_command(cmd, "REDSEM.TARGET"))
+		if (broker_is_command(cmd, "REDSEM.TARGET"))
 		{
 			bool		bound = bind_target(c, cmd);
 
@@ -1717,7 +1711,7 @@ process_client(Client *c)
 			case CLUSTER_GO:
 				break;
 		}
-		if (is_command(cmd, "BLPOP"))
+		if (broker_is_command(cmd, "BLPOP"))
 		{
 			/* (a wake and a nudge key, and the timeout: a waiter's) */
 			bool		pooled = cmd->elements == 4;
@@ -1726,17 +1720,17 @@ process_client(Client *c)
 				return;
 			continue;
 		}
-		if (is_command(cmd, "WAIT"))
+		if (broker_is_command(cmd, "WAIT"))
 		{
 			if (!send_wait(c))
 				return;
 			continue;
 		}
-		if (is_command(cmd, "ASKING"))
+		if (broker_is_command(cmd, "ASKING"))
 		{
 			if (c->n_held < 2 && !take_request(c))
 				return;
-			if (is_command(c->held[1], "BLPOP"))
+			if (broker_is_command(c->held[1], "BLPOP"))
 			{
 				if (c->outstanding > 0 || !send_side(c, 2))
 					return;

@@ -188,6 +188,13 @@ broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int poo
 	return broker_queue_formatted(u, formatted, len, p);
 }
 
+/* True if a request is the command name (case-insensitive) */
+bool
+broker_is_command(const redisReply *cmd, const char *name)
+{
+	return cmd->elements > 0 && pg_strcasecmp(cmd->element[0]->str, name) == 0;
+}
+
 /* ---- targets ---- */
 
 /* A free target entry's index (a new one if none) */

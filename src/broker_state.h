@@ -163,6 +163,7 @@ extern Pending *broker_fifo_head(Upstream *u);
 extern void broker_fifo_pop(Upstream *u);
 extern TimestampTz broker_command_deadline(int64 wait_ms);
 extern bool broker_queue_formatted(Upstream *u, char *formatted, int len, Pending p);
+extern bool broker_is_command(const redisReply *cmd, const char *name);
 extern int	broker_free_target_slot(void);
 extern int	broker_node_target(int home, const char *host, int port);
 extern bool broker_send_own(Upstream *u, int argc, const char **argv, PendKind what,
