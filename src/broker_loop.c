@@ -339,6 +339,9 @@ client_read(Client *c)
 				return;
 			}
 			c->process = true;
+			/* a short read drained the socket: the wait (level-triggered) says if more came */
+			if ((size_t) n < sizeof(buf))
+				return;
 			continue;
 		}
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
