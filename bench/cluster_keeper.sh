@@ -40,38 +40,10 @@ PER_SESSION=500
 command -v perl >/dev/null || redsem_die "perl not found"
 bench_begin cluster_keeper
 
-# three primaries on loopback ports, as postgres, stopped on exit (by the
-# pids they wrote) before everything else
+# three primaries on loopback ports, stopped on exit before everything else
 NODE_DIRS=()
-stop_nodes() {
-    local d
-    for d in "${NODE_DIRS[@]}"; do
-        [[ -f $d/redis.pid ]] && kill "$(cat "$d/redis.pid")" 2>/dev/null || true
-    done
-    bench_cleanup
-}
 trap stop_nodes EXIT
-PORTS=()
-for i in 0 1 2; do
-    port=$(redsem_free_port)
-    mkdir -p "$BENCH_TMP/n$i"
-    chown postgres "$BENCH_TMP/n$i"
-    NODE_DIRS+=("$BENCH_TMP/n$i")
-    redsem_as_postgres redis-server --bind 127.0.0.1 --port "$port" \
-        --cluster-enabled yes --cluster-config-file nodes.conf \
-        --cluster-port "$(redsem_free_port)" --cluster-node-timeout 20000 \
-        --cluster-require-full-coverage no --save '' --appendonly no \
-        --daemonize yes --pidfile "$BENCH_TMP/n$i/redis.pid" \
-        --dir "$BENCH_TMP/n$i" --logfile "$BENCH_TMP/n$i/redis.log"
-    PORTS+=("$port")
-done
-for port in "${PORTS[@]}"; do
-    bench_wait_for "Redis on $port" 10 bash -c "[ \"\$(redis-cli -p $port ping 2>/dev/null)\" = PONG ]"
-done
-redis-cli --cluster create "${PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$BENCH_TMP/create.log" 2>&1
-for port in "${PORTS[@]}"; do
-    bench_wait_for "the cluster" 60 bash -c "redis-cli -p $port CLUSTER INFO | grep -q cluster_state:ok"
-done
+bench_start_cluster
 FAR=${PORTS[1]}
 PROXY_PORT=$(redsem_free_port)
 

@@ -25,6 +25,7 @@
 #   bench_roundtrips STATS commands sent by clients (FCALL, BLPOP, ...)
 #   bench_inner STATS      commands run inside the Lua script
 #   bench_now              wall clock, seconds with microseconds
+#   bench_start_cluster    three Redis Cluster primaries on loopback (PORTS)
 #   bench_ratio A B        A/B with 2 decimals ("n/a" if B is 0)
 #
 # Environment:
@@ -269,4 +270,42 @@ bench_header() {
         "$(redis-server --version | sed -n 's/.*v=\([^ ]*\).*/\1/p')"
     printf 'load average at start: %s (other work on the machine skews absolute figures; compare ratios)\n' \
         "$(cut -d' ' -f1-3 /proc/loadavg)"
+}
+
+# bench_start_cluster : three Redis Cluster primaries on loopback ports, as
+# postgres, in BENCH_TMP/n0..n2 (NODE_DIRS), their ports in PORTS, the
+# cluster created and its state ok.  The caller stops them (stop_nodes).
+bench_start_cluster() {
+    local i port
+    NODE_DIRS=() PORTS=()
+    for i in 0 1 2; do
+        port=$(redsem_free_port)
+        mkdir -p "$BENCH_TMP/n$i"
+        chown postgres "$BENCH_TMP/n$i"
+        NODE_DIRS+=("$BENCH_TMP/n$i")
+        redsem_as_postgres redis-server --bind 127.0.0.1 --port "$port" \
+            --cluster-enabled yes --cluster-config-file nodes.conf \
+            --cluster-port "$(redsem_free_port)" --cluster-node-timeout 20000 \
+            --cluster-require-full-coverage no --save '' --appendonly no \
+            --daemonize yes --pidfile "$BENCH_TMP/n$i/redis.pid" \
+            --dir "$BENCH_TMP/n$i" --logfile "$BENCH_TMP/n$i/redis.log"
+        PORTS+=("$port")
+    done
+    for port in "${PORTS[@]}"; do
+        bench_wait_for "Redis on $port" 10 bash -c "[ \"\$(redis-cli -p $port ping 2>/dev/null)\" = PONG ]"
+    done
+    redis-cli --cluster create "${PORTS[@]/#/127.0.0.1:}" --cluster-replicas 0 --cluster-yes >"$BENCH_TMP/create.log" 2>&1
+    for port in "${PORTS[@]}"; do
+        bench_wait_for "the cluster" 60 bash -c "redis-cli -p $port CLUSTER INFO | grep -q cluster_state:ok"
+    done
+}
+
+# stop_nodes : stop the cluster's nodes (by the pids they wrote), then
+# everything else (an EXIT trap)
+stop_nodes() {
+    local d
+    for d in "${NODE_DIRS[@]}"; do
+        [[ -f $d/redis.pid ]] && kill "$(cat "$d/redis.pid")" 2>/dev/null || true
+    done
+    bench_cleanup
 }

@@ -30,7 +30,11 @@
 #   one client   one client taking and giving back a slot (a pgbench
 #                transaction: SELECT redsem_acquire_xact, commit) against
 #                the same client running SELECT 1, beside a Redis PING
-#                round trip: what a call adds to a statement, in PINGs
+#                round trip: what a call adds to a statement, in PINGs; in
+#                direct mode also through a byte relay (socat, if
+#                installed) between the backend and Redis: what any process
+#                in the path costs on this machine, the baseline for the
+#                broker's hop
 #   first call   BENCH_SESSIONS (30) new sessions, each timing its first
 #                call (connect, set up, call) and its second: over the Unix
 #                socket, and over TLS on loopback where this build has TLS
@@ -190,6 +194,25 @@ one_client() {
     R["$1 call ms"]=$call
     R["$1 calls per tx"]=$(bench_div "$(bench_roundtrips "$stats")" "$tx" '%.2f')
     R["$1 add us"]=$(awk -v a="$call" -v b="$base" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
+    [[ $1 == direct ]] && relay_client
+    return 0
+}
+
+# relay_client: direct mode's one client again, its Redis connection
+# through socat relaying bytes between two Unix sockets (nothing parsed)
+relay_client() {
+    command -v socat >/dev/null || return 0
+    local dir=$BENCH_TMP/relay call
+    mkdir -p "$dir"
+    chown postgres "$dir"
+    bench_bg redsem_as_postgres socat "UNIX-LISTEN:$dir/relay.sock,fork,mode=700,backlog=256" "UNIX-CONNECT:$BENCH_SOCK" \
+        >"$dir/socat.log" 2>&1
+    bench_wait_for "the relay" 10 test -S "$dir/relay.sock"
+    call=$(PGOPTIONS="-c redsem.unix_socket=$dir/relay.sock" one_ms "$BENCH_TMP/one.sql")
+    # (socat runs under runuser: ended by its listening socket's path)
+    pkill -f "UNIX-LISTEN:$dir/relay.sock" 2>/dev/null || true
+    R["relay call ms"]=$call
+    R["relay add us"]=$(awk -v a="$call" -v b="${R["direct call ms"]}" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
 }
 
 # first_warm SETTINGS [PLANNED]: mean first-call and warm-call time (ms) over
@@ -316,6 +339,13 @@ if [[ " $MODES " == *" direct "* && " $MODES " == *" broker "* ]]; then
         'BEGIN { if (c + 0 == 0) print "n/a"; else printf "%.0f", (b - d) / c }')
     printf 'the hop through the broker: %s us per Redis call, %s PING round trips (target <= 0.25)\n' \
         "$hop" "$(bench_div "$hop" "$ping_us" '%.2f')"
+    if [[ -n ${R["relay add us"]:-} ]]; then
+        relay_hop=$(bench_div "${R["relay add us"]}" "${R["direct calls per tx"]}" '%.0f')
+        printf 'the hop through a byte relay (socat), direct mode: %s us per Redis call, %s PING round trips (what any process in the path costs here)\n' \
+            "$relay_hop" "$(bench_div "$relay_hop" "$ping_us" '%.2f')"
+    else
+        printf '(the byte relay baseline: skipped, socat is not installed)\n'
+    fi
     printf 'with %s waiting: %s Redis connections (target <= 4 plus the keeper'"'"'s)\n' "$WAITERS" "${R["broker wconns"]}"
     for n in $BACKENDS; do
         printf 'at %s backends: %s Redis connections (target <= 4 plus the keeper'"'"'s), memory %s of direct mode'"'"'s (target <= 0.02)\n' \

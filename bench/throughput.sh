@@ -20,7 +20,10 @@
 #      second server, redsem.connection_mode = broker, on the same Redis)
 #      against direct mode and the round-trip floor, interleaved in halves;
 #      plotted to throughput-modes.svg (issue 51's targets: broker/floor
-#      >= 1.0 at 8 clients and >= 1.3 at 64)
+#      >= 1.0 at 8 clients and >= 1.3 at 64); with socat installed, the
+#      floor once more through a byte relay (socat between the backends
+#      and Redis, nothing parsed): what any process in the path costs on
+#      this machine, a baseline for the broker's figure
 # With one client, redsem's cost per call over the slot pool is set beside
 # a Redis PING round trip measured in the same run (redis-benchmark, one
 # client, no pipelining).  With gnuplot installed, the tx/s of both sides
@@ -302,25 +305,43 @@ max_connections = 100" redsem_start_pg "$BROKER_PG" 2>>"$BENCH_TMP/start.log" ||
 BENCH_PG=$BROKER_PG bench_sql "CREATE EXTENSION redsem; CREATE SEQUENCE refused" >/dev/null
 BENCH_PG=$BROKER_PG bench_sql "SELECT redsem_release('warm', redsem_acquire('warm', 1))" >/dev/null
 
+# The byte relay (socat, if installed), as postgres, on RELAY_SOCK
+RELAY_SOCK=
+if command -v socat >/dev/null; then
+    mkdir -p "$BENCH_TMP/relay"
+    chown postgres "$BENCH_TMP/relay"
+    RELAY_SOCK=$BENCH_TMP/relay/relay.sock
+    bench_bg redsem_as_postgres socat "UNIX-LISTEN:$RELAY_SOCK,fork,mode=700,backlog=256" "UNIX-CONNECT:$BENCH_SOCK" \
+        >"$BENCH_TMP/relay/socat.log" 2>&1
+    bench_wait_for "the relay" 10 test -S "$RELAY_SOCK"
+fi
+
 # run_three CLIENTS: the floor (direct), redsem direct and redsem through
-# the broker, each in two halves, interleaved
+# the broker, and the floor through the relay, each in two halves, interleaved
 run_three() {
     local h
     for h in 1 2; do
         run_half "floorM$1" "$W/floor.sql" "$1" "$HALF"
         run_half "directM$1" "$W/redsem4.sql" "$1" "$HALF"
         BENCH_PG=$BROKER_PG run_half "brokerM$1" "$W/redsem4.sql" "$1" "$HALF"
+        [[ -z $RELAY_SOCK ]] ||
+            PGOPTIONS="-c redsem.unix_socket=$RELAY_SOCK" run_half "relayM$1" "$W/floor.sql" "$1" "$HALF"
     done
 }
 for clients in $M_CLIENTS; do run_three "$clients"; done
+[[ -z $RELAY_SOCK ]] || pkill -f "UNIX-LISTEN:$RELAY_SOCK" 2>/dev/null || true
 
 printf 'broker mode against direct mode: acquire+release, limit %s (tx/s; the floor: two one-round-trip calls per tx, direct)\n' "$LIMIT"
-printf '%-10s %10s %10s %10s %14s %14s %16s\n' clients floor direct broker "direct/floor" "broker/floor" "broker/direct"
+printf '%-10s %10s %10s %10s %14s %14s %16s %14s\n' clients floor direct broker "direct/floor" "broker/floor" "broker/direct" \
+    "relay/floor"
 for clients in $M_CLIENTS; do
-    f=$(tps_of "floorM$clients") d=$(tps_of "directM$clients") b=$(tps_of "brokerM$clients")
-    printf '%-10s %10s %10s %10s %14s %14s %16s\n' "$clients" "$f" "$d" "$b" \
-        "$(bench_ratio "$d" "$f")" "$(bench_ratio "$b" "$f")" "$(bench_ratio "$b" "$d")"
+    f=$(tps_of "floorM$clients") d=$(tps_of "directM$clients") b=$(tps_of "brokerM$clients") r=n/a
+    [[ -z $RELAY_SOCK ]] || r=$(bench_ratio "$(tps_of "relayM$clients")" "$f")
+    printf '%-10s %10s %10s %10s %14s %14s %16s %14s\n' "$clients" "$f" "$d" "$b" \
+        "$(bench_ratio "$d" "$f")" "$(bench_ratio "$b" "$f")" "$(bench_ratio "$b" "$d")" "$r"
 done
+printf '(relay/floor: the floor itself through a byte relay, socat, nothing parsed: what a process in the path costs here%s)\n' \
+    "$([[ -n $RELAY_SOCK ]] || echo '; not run, socat is not installed')"
 printf 'round trips per tx (Redis commands the clients sent): direct %s, broker %s (8 clients)\n' \
     "$(bench_div "${RT[directM8]:-0}" "${TX[directM8]:-0}" '%.3f')" \
     "$(bench_div "${RT[brokerM8]:-0}" "${TX[brokerM8]:-0}" '%.3f')"
