@@ -794,8 +794,29 @@ begin_ask(int t)
 }
 
 /*
+ * Target t's sentinels refused the password its links' headers carried (a
+ * DBA rotated it since; the target's connections to the primary, set up
+ * before, still work): its links end once they owe nothing, so that each
+ * backend links again with what its password files say now, as a session
+ * in direct mode reads them for each new connection.  Said once a target.
+ */
+static void
+sentinels_refused(int t, const RedisOutcome *outcome)
+{
+	if (!targets[t].refused)
+		ereport(LOG,
+				(errmsg("redsem broker: the sentinels refused a target's password; its backends link again, reading their password files"),
+				 errdetail_internal("%s", outcome->detail)));
+	targets[t].refused = true;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			clients[i]->reroute = true;
+}
+
+/*
  * The sentinels of target t answered (outcome): a primary elsewhere than
- * the one its connections reach retires them; no answer changes nothing
+ * the one its connections reach retires them; a refused password ends its
+ * links (sentinels_refused); no answer changes nothing
  */
 static void
 sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
@@ -803,6 +824,11 @@ sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
 	Target	   *target = &targets[t];
 
 	target->asking = false;
+	if (outcome->status == RS_BAD_PASSWORD || outcome->status == RS_AUTH_FAILED)
+	{
+		sentinels_refused(t, outcome);
+		return;
+	}
 	if (outcome->status != RS_OK || outcome->detail[0] == '\0' ||
 		target->primary[0] == '\0' || strcmp(target->primary, outcome->detail) == 0 ||
 		found_before_last_move(t, started))

@@ -81,6 +81,7 @@ typedef struct Target
 	TimestampTz primary_at;		/* ... since */
 	bool		asking;			/* an opener asks its sentinels where it is */
 	TimestampTz next_ask;		/* ... next (check_sentinels) */
+	bool		refused;		/* its sentinels refused its password (said once) */
 } Target;
 
 /* A connection to Redis */

@@ -95,6 +95,21 @@ $c->query_ok(q{RESET redsem.database;});
 ($out, $err) = $a->query(q{SELECT redsem_release('rot_e', redsem_acquire('rot_e', 1));});
 is("$out|$err", 't|', 'a session on the old connection is still served');
 
+# a wait needs a connection of its own behind the broker (a wait pool's), opened
+# now: a's link was made with the password rotated away (behind the broker its
+# header carries it), so the broker's open with it is refused, and a links again
+# with the file's; in direct mode the wait is on a's own connection
+my $h = RedsemTest::Session->new($node, name => 'h');
+is($h->query_ok(q{SELECT redsem_acquire('rot_wait', 1, '30 s') IS NOT NULL;}), 't',
+	'h, a new session, holds the only slot of rot_wait');
+$a->send(q{SELECT redsem_acquire('rot_wait', 1, '30 s', wait => '10 s') IS NOT NULL;});
+RedsemTest::sleep_full(1);
+$h->query_ok(q{SELECT redsem_release_all();});
+($out, $err) = $a->wait_done(20);
+is("$out|$err", 't|', 'a, linked before the rotation, waits in line and gets the slot (no 28P01)');
+$a->query_ok(q{SELECT redsem_release_all();});
+$h->quit;
+
 ###########################################################################
 note 'a wrong password in the file: a clear error, then served once it is right';
 

@@ -21,7 +21,9 @@
 
 #include "hiredis.h"
 
+#include "common/hashfn.h"
 #include "miscadmin.h"
+#include "port.h"
 #include "storage/fd.h"
 
 #include "brokerlink.h"
@@ -186,6 +188,84 @@ sentinel_password_of_session(const RedisProfile *p, char *buf, size_t len,
 	return true;
 }
 
+/* The digest of the secrets in the header of the link opened last (0: none) */
+static uint64 last_link_secrets = 0;
+
+/*
+ * A digest of the passwords a header carries, under a seed of this
+ * process's own (never sent or shown): enough to tell whether the password
+ * files say something else now, without keeping a password.  Never 0.
+ */
+static uint64
+secrets_digest(const char *password, bool have, const char *sentinel_pw, bool have_sentinel)
+{
+	static uint64 seed = 0;
+	uint64		h;
+
+	if (seed == 0 && !pg_strong_random(&seed, sizeof(seed)))
+		seed = (uint64) MyProcPid * UINT64CONST(0x9E3779B97F4A7C15);
+	h = hash_bytes_extended((const unsigned char *) password, have ? strlen(password) : 0,
+							seed ^ (have ? 1 : 2));
+	h = hash_bytes_extended((const unsigned char *) sentinel_pw,
+							have_sentinel ? strlen(sentinel_pw) : 0, h ^ (have_sentinel ? 3 : 4));
+	return h | 1;
+}
+
+/*
+ * Read the session's passwords now (redsem.password or its file, and the
+ * sentinels' through sentinels), as a new link's header carries them.
+ * False with *o filled if a password file cannot be used.
+ */
+static bool
+read_secrets(RedisProfile *p, char *password, bool *have, char *sentinel_pw,
+			 bool *have_sentinel, RedisOutcome *o)
+{
+	if (!redis_password(password, REDSEM_MAX_SECRET_BYTES + 1, have, o))
+		return false;
+	tls_session_profile(p);
+	sentinel_session_profile(p);
+	if (!sentinel_password_of_session(p, sentinel_pw, REDSEM_MAX_SECRET_BYTES + 1,
+									  have_sentinel, o))
+	{
+		explicit_bzero(password, REDSEM_MAX_SECRET_BYTES + 1);
+		return false;
+	}
+	return true;
+}
+
+/* The digest of the secrets the header of the link opened last carried */
+uint64
+redis_broker_link_secrets(void)
+{
+	return last_link_secrets;
+}
+
+/*
+ * True if the session's passwords read now differ from those whose digest
+ * is secrets (a link's): the broker refused a link's password, and a DBA
+ * has rotated it in the file since the link was made, so a new link, with
+ * the new one, is to be tried.  False if they cannot be read.
+ */
+bool
+redis_broker_secrets_changed(uint64 secrets)
+{
+	char		password[REDSEM_MAX_SECRET_BYTES + 1];
+	char		sentinel_pw[REDSEM_MAX_SECRET_BYTES + 1];
+	bool		have;
+	bool		have_sentinel;
+	RedisProfile p;
+	RedisOutcome o;
+	uint64		now;
+
+	memset(&o, 0, sizeof(o));
+	if (secrets == 0 || !read_secrets(&p, password, &have, sentinel_pw, &have_sentinel, &o))
+		return false;
+	now = secrets_digest(password, have, sentinel_pw, have_sentinel);
+	explicit_bzero(password, sizeof(password));
+	explicit_bzero(sentinel_pw, sizeof(sentinel_pw));
+	return now != secrets;
+}
+
 /*
  * Queue the header that names the link's Redis server (or the sentinels
  * that name it) and the settings this session sets a connection up with
@@ -210,16 +290,9 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 	int			len;
 	bool		ok;
 
-	if (!redis_password(password, sizeof(password), &have, &call->outcome))
+	if (!read_secrets(&p, password, &have, sentinel_pw, &have_sentinel_pw, &call->outcome))
 		return false;
-	tls_session_profile(&p);
-	sentinel_session_profile(&p);
-	if (!sentinel_password_of_session(&p, sentinel_pw, sizeof(sentinel_pw),
-									  &have_sentinel_pw, &call->outcome))
-	{
-		explicit_bzero(password, sizeof(password));
-		return false;
-	}
+	last_link_secrets = secrets_digest(password, have, sentinel_pw, have_sentinel_pw);
 	/* (through sentinels the address is the broker's to find) */
 	if (p.sentinels[0] != '\0')
 	{

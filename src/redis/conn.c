@@ -75,6 +75,8 @@ typedef struct Link
 	redisContext *ctx;			/* NULL while closed */
 	uint64		generation;		/* the settings it was opened under */
 	bool		tls;			/* it speaks TLS */
+	uint64		secrets;		/* behind the broker: a digest of the
+								 * passwords its header carried (0: none) */
 
 	/*
 	 * True from sending a command until its reply is read.  Still true at
@@ -328,6 +330,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	link->ctx = c;
 	link->generation = redsem_guc_generation;
 	link->tls = redis_target_tls();
+	link->secrets = redis_broker_wanted() ? redis_broker_link_secrets() : 0;
 	route_changes++;
 	return true;
 }
@@ -963,6 +966,25 @@ route_redirect(Route *r, redisReply **reply)
 }
 
 /*
+ * True if reply is the broker's refusal of the password link's header
+ * carried (it could not open a connection with it: nothing was sent on)
+ * while the session's password files say another now: a DBA rotated it
+ * after the link was made, and the broker's connections that were open
+ * then still work.  A new link, with the new password, is to be tried.
+ */
+static bool
+broker_password_rotated(const Link *link, const redisReply *reply)
+{
+	RedisStatus status;
+	const char *detail;
+
+	return link->secrets != 0 && reply->type == REDIS_REPLY_ERROR && reply->str != NULL &&
+		redis_broker_error(reply->str, &status, &detail) &&
+		(status == RS_BAD_PASSWORD || status == RS_AUTH_FAILED) &&
+		redis_broker_secrets_changed(link->secrets);
+}
+
+/*
  * Judge an error reply read on link: a redirection followed, a loop of
  * them (nodes that disagree for a moment: waited out like a failover), an
  * error kept for the caller, or the try's failure (the link dropped if it
@@ -975,6 +997,15 @@ route_error_reply(Route *r, Link *link, redisReply **reply)
 
 	if (route_redirect(r, reply))
 		return ROUTE_REDIRECTED;
+	if (broker_password_rotated(link, *reply))
+	{
+		elog(DEBUG1, "redsem: the broker refused the password of a link made before the password file changed; linking again");
+		freeReplyObject(*reply);
+		*reply = NULL;
+		disconnect_link(link);
+		(void) redis_note(&r->call->outcome, RS_UNAVAILABLE, "%s", REDSEM_BROKER_RETRY);
+		return ROUTE_FAILED;
+	}
 	if (r->redirects >= CLUSTER_MAX_REDIRECTS && is_redirect(*reply))
 	{
 		redirect_loop(r->call, *reply, r->redirects);
