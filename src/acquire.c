@@ -504,6 +504,7 @@ grant_replicated(AcquireArgs *args)
 {
 	RedisCall	call;
 	int			acked = 0;
+	uint64		opens = redis_link_opens();
 
 	if (redsem_grant_replicas == 0)
 		return true;
@@ -511,6 +512,18 @@ grant_replicated(AcquireArgs *args)
 	if (!sem_wait_replicas(&call, args->name, redsem_grant_replicas,
 						   redsem_grant_replica_timeout_ms, &acked))
 		return call_failed(args, &call);
+	/*
+	 * A WAIT on a link opened since the grant (the one that carried it
+	 * closed) counts the replicas of a connection that wrote nothing: it
+	 * says nothing of the grant
+	 */
+	if (redis_link_opens() != opens)
+	{
+		(void) redis_note(&call.outcome, RS_NOT_REPLICATED,
+						  "the connection that carried the grant closed before its replicas were asked (WAIT)");
+		(void) sem_call_failed(&call, args->name);
+		return call_failed(args, &call);
+	}
 	if (acked >= redsem_grant_replicas)
 		return true;
 	(void) redis_note(&call.outcome, RS_NOT_REPLICATED,

@@ -798,16 +798,22 @@ begin_ask(int t)
  * DBA rotated it since; the target's connections to the primary, set up
  * before, still work): its links end once they owe nothing, so that each
  * backend links again with what its password files say now, as a session
- * in direct mode reads them for each new connection.  Said once a target.
+ * in direct mode reads them for each new connection.  Said once while they
+ * keep refusing; while they do (a file still wrong: the backends link
+ * again just the same), no more often than SENTINEL_REFUSED_RELINK_MS.
  */
 static void
 sentinels_refused(int t, const RedisOutcome *outcome)
 {
-	if (!targets[t].refused)
+	TimestampTz now = redsem_now();
+
+	if (targets[t].refused_at == 0)
 		ereport(LOG,
 				(errmsg("redsem broker: the sentinels refused a target's password; its backends link again, reading their password files"),
 				 errdetail_internal("%s", outcome->detail)));
-	targets[t].refused = true;
+	else if (now < TimestampTzPlusMilliseconds(targets[t].refused_at, SENTINEL_REFUSED_RELINK_MS))
+		return;
+	targets[t].refused_at = now;
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
 			clients[i]->reroute = true;
@@ -829,6 +835,8 @@ sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
 		sentinels_refused(t, outcome);
 		return;
 	}
+	if (outcome->status == RS_OK)
+		target->refused_at = 0;
 	if (outcome->status != RS_OK || outcome->detail[0] == '\0' ||
 		target->primary[0] == '\0' || strcmp(target->primary, outcome->detail) == 0 ||
 		found_before_last_move(t, started))

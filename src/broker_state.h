@@ -81,7 +81,8 @@ typedef struct Target
 	TimestampTz primary_at;		/* ... since */
 	bool		asking;			/* an opener asks its sentinels where it is */
 	TimestampTz next_ask;		/* ... next (check_sentinels) */
-	bool		refused;		/* its sentinels refused its password (said once) */
+	TimestampTz refused_at;		/* its sentinels refused its password: when its
+								 * links were last ended for it (0: they took it) */
 } Target;
 
 /* A connection to Redis */

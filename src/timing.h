@@ -266,7 +266,12 @@
  * short connection to a sentinel each time), and leaves a primary they no
  * longer name: a failover reaches its callers within that, not at the old
  * primary's demotion (up to about 10 s after a SENTINEL FAILOVER) or its
- * command timeout (one that hangs).
+ * command timeout (one that hangs).  When they refuse the password the
+ * target's links carried (rotated since), its links are ended so that
+ * their backends link again with their files' passwords; while they keep
+ * refusing it (a file still wrong, which the backends then read again
+ * just the same), no more often than every SENTINEL_REFUSED_RELINK_MS, so
+ * that a wrong file costs each backend a link every 30 s, not every ask.
  * A wait pool's BLPOP (broker_wait.c: one for all of a target's waiters)
  * ends at the earliest BLPOP timeout of the waiters it names, and after
  * BROKER_POOL_CYCLE_MS at most; a waiter that joins in between is added by
@@ -290,6 +295,7 @@
 #define BROKER_SIDE_IDLE_MS				5000
 #define BROKER_TARGET_IDLE_MS			30000
 #define SENTINEL_RECHECK_MS				1000
+#define SENTINEL_REFUSED_RELINK_MS		30000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_RELAY_END_MS				1000
 #define BROKER_REAP_POLL_MS				50

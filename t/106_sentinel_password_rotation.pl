@@ -107,7 +107,28 @@ $c->query_ok(q{SELECT redsem_release_all();});
 is("$out|$err", 't|', 'a waits in line and gets the slot');
 $a->query_ok(q{SELECT redsem_release_all();});
 
-unlike(slurp_file($node->logfile, $log_start), qr/\Q$OLD\E|\Q$NEW\E/, 'neither password is in the server log');
+###########################################################################
+note 'the sentinel\'s password changed, the file not: backends do not link again at every ask';
+
+# (the broker's asks keep being refused; its links are ended once, and then
+# no more often than every 30 s, not each second: each new link makes the
+# next acquire check the primary's era, INFO replication inside the script)
+my $THIRD = 'Sentinel-Third-9z';
+is(sentinel_cli('ACL', 'SETUSER', 'default', 'resetpass', ">$THIRD"), 'OK', 'the sentinel takes another password, which no file has');
+$sentinel_pw = $THIRD;
+RedsemTest::sleep_full(2);
+$primary->cli('CONFIG', 'RESETSTAT');
+($out, $err) = $a->query(q{DO $$ BEGIN FOR i IN 1..30 LOOP
+	PERFORM redsem_release('srot', redsem_acquire('srot', 1)); PERFORM pg_sleep(0.2); END LOOP; END $$;
+	SELECT 'done';});
+is("$out|$err", 'done|', 'a keeps being served for 6 s meanwhile (its data connection works)');
+my ($era_checks) = ($primary->cli('INFO', 'commandstats') // '') =~ /cmdstat_info:calls=(\d+)/;
+note "era checks while the asks were refused: " . ($era_checks // 0);
+cmp_ok($era_checks // 0, '<=', 5, '... linking again once or so, not at every ask (that was 9 here)');
+is(sentinel_cli('ACL', 'SETUSER', 'default', 'resetpass', ">$NEW"), 'OK', 'the sentinel takes the file\'s password again');
+$sentinel_pw = $NEW;
+
+unlike(slurp_file($node->logfile, $log_start), qr/\Q$OLD\E|\Q$NEW\E|\Q$THIRD\E/, 'no password is in the server log');
 $_->quit for ($a, $idle, $c);
 node_log_is_clean($node);
 $node->stop;

@@ -108,6 +108,9 @@ static Link links[CLUSTER_MAX_NODES];
  */
 static uint64 route_changes = 0;
 
+/* How many links this backend opened (a WAIT must go where its grant went) */
+static uint64 link_opens = 0;
+
 /* A link's node: its index in links[] (0: the server, outside a cluster) */
 static inline int
 link_node(const Link *link)
@@ -332,6 +335,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	link->tls = redis_target_tls();
 	link->secrets = redis_broker_wanted() ? redis_broker_link_secrets() : 0;
 	route_changes++;
+	link_opens++;
 	return true;
 }
 
@@ -340,6 +344,13 @@ uint64
 redis_route_changes(void)
 {
 	return route_changes;
+}
+
+/* See link_opens */
+uint64
+redis_link_opens(void)
+{
+	return link_opens;
 }
 
 /*

@@ -32,6 +32,7 @@ extern void redis_disconnect(void);
 extern char *redis_target_description(void);
 extern uint64 redis_target_signature(void);
 extern uint64 redis_route_changes(void);
+extern uint64 redis_link_opens(void);
 extern void redis_known_nodes(const RedisCall *call, const char *const *keys, int n,
 							  int *nodes);
 
