@@ -26,16 +26,8 @@ my $redis = RedsemTest::Redis->new;
 my $dir = File::Basename::dirname($redis->socket);
 my $pwfile = "$dir/redis.password";
 
-# Write the password file in place of the old one (a rename: never half written)
-sub write_password
-{
-	my ($pw) = @_;
-	open(my $f, '>', "$pwfile.new") or die "cannot write $pwfile.new: $!";
-	print $f "$pw\n";
-	close($f);
-	chmod(0600, "$pwfile.new") or die "chmod: $!";
-	rename("$pwfile.new", $pwfile) or die "rename: $!";
-}
+# (write_password_file: a rename, never half written)
+sub write_password { write_password_file($pwfile, $_[0]); return; }
 write_password($OLD);
 $redis->cli('CONFIG', 'SET', 'requirepass', $OLD);
 $redis->{password} = $OLD;

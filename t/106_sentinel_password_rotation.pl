@@ -44,15 +44,8 @@ sub sentinel_errors
 
 my $dir = PostgreSQL::Test::Utils::tempdir_short();
 my $pwfile = "$dir/sentinel.password";
-sub write_password
-{
-	my ($pw) = @_;
-	open(my $f, '>', "$pwfile.new") or die "cannot write $pwfile.new: $!";
-	print $f "$pw\n";
-	close($f);
-	chmod(0600, "$pwfile.new") or die "chmod: $!";
-	rename("$pwfile.new", $pwfile) or die "rename: $!";
-}
+# (write_password_file: a rename, never half written)
+sub write_password { write_password_file($pwfile, $_[0]); return; }
 write_password($OLD);
 
 my $node = PostgreSQL::Test::Cluster->new('srot');

@@ -31,7 +31,7 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
-  processes holders_of broker_mode broker_pid_of drop_links);
+  processes holders_of broker_mode broker_pid_of drop_links write_password_file);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -153,6 +153,27 @@ sub connection_mode_conf
 {
 	my $mode = $ENV{REDSEM_TEST_CONNECTION_MODE} // '';
 	return $mode ne '' ? "redsem.connection_mode = $mode\n" : '';
+}
+
+=pod
+
+=item write_password_file($path, $password)
+
+Write $password as the only line of the file at $path, mode 0600, in place
+of what was there (a rename: a reader never sees it half written), as a
+DBA rotating a password would.
+
+=cut
+
+sub write_password_file
+{
+	my ($path, $pw) = @_;
+	open(my $f, '>', "$path.new") or die "cannot write $path.new: $!";
+	print $f "$pw\n";
+	close($f);
+	chmod(0600, "$path.new") or die "chmod $path.new: $!";
+	rename("$path.new", $path) or die "rename to $path: $!";
+	return;
 }
 
 =pod
