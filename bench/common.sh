@@ -26,6 +26,8 @@
 #   bench_inner STATS      commands run inside the Lua script
 #   bench_now              wall clock, seconds with microseconds
 #   bench_start_cluster    three Redis Cluster primaries on loopback (PORTS)
+#   bench_start_relay      socat relaying bytes to BENCH_SOCK (RELAY_SOCK)
+#   bench_stop_relay       ... stopped
 #   bench_ratio A B        A/B with 2 decimals ("n/a" if B is 0)
 #
 # Environment:
@@ -308,4 +310,24 @@ stop_nodes() {
         [[ -f $d/redis.pid ]] && kill "$(cat "$d/redis.pid")" 2>/dev/null || true
     done
     bench_cleanup
+}
+
+# bench_start_relay : socat (if installed), as postgres, relaying bytes
+# between RELAY_SOCK (BENCH_TMP/relay/relay.sock) and BENCH_SOCK, nothing
+# parsed: what any process in the path costs.  RELAY_SOCK is empty
+# without socat.
+bench_start_relay() {
+    RELAY_SOCK=
+    command -v socat >/dev/null || return 0
+    mkdir -p "$BENCH_TMP/relay"
+    chown postgres "$BENCH_TMP/relay"
+    RELAY_SOCK=$BENCH_TMP/relay/relay.sock
+    bench_bg redsem_as_postgres socat "UNIX-LISTEN:$RELAY_SOCK,fork,mode=700,backlog=256" "UNIX-CONNECT:$BENCH_SOCK" \
+        >"$BENCH_TMP/relay/socat.log" 2>&1
+    bench_wait_for "the relay" 10 test -S "$RELAY_SOCK"
+}
+
+# bench_stop_relay : end it (socat runs under runuser: found by its socket's path)
+bench_stop_relay() {
+    [[ -z ${RELAY_SOCK:-} ]] || pkill -f "UNIX-LISTEN:$RELAY_SOCK" 2>/dev/null || true
 }

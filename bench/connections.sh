@@ -201,16 +201,11 @@ one_client() {
 # relay_client: direct mode's one client again, its Redis connection
 # through socat relaying bytes between two Unix sockets (nothing parsed)
 relay_client() {
-    command -v socat >/dev/null || return 0
-    local dir=$BENCH_TMP/relay call
-    mkdir -p "$dir"
-    chown postgres "$dir"
-    bench_bg redsem_as_postgres socat "UNIX-LISTEN:$dir/relay.sock,fork,mode=700,backlog=256" "UNIX-CONNECT:$BENCH_SOCK" \
-        >"$dir/socat.log" 2>&1
-    bench_wait_for "the relay" 10 test -S "$dir/relay.sock"
-    call=$(PGOPTIONS="-c redsem.unix_socket=$dir/relay.sock" one_ms "$BENCH_TMP/one.sql")
-    # (socat runs under runuser: ended by its listening socket's path)
-    pkill -f "UNIX-LISTEN:$dir/relay.sock" 2>/dev/null || true
+    local call
+    bench_start_relay
+    [[ -n $RELAY_SOCK ]] || return 0
+    call=$(PGOPTIONS="-c redsem.unix_socket=$RELAY_SOCK" one_ms "$BENCH_TMP/one.sql")
+    bench_stop_relay
     R["relay call ms"]=$call
     R["relay add us"]=$(awk -v a="$call" -v b="${R["direct call ms"]}" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
 }

@@ -305,16 +305,8 @@ max_connections = 100" redsem_start_pg "$BROKER_PG" 2>>"$BENCH_TMP/start.log" ||
 BENCH_PG=$BROKER_PG bench_sql "CREATE EXTENSION redsem; CREATE SEQUENCE refused" >/dev/null
 BENCH_PG=$BROKER_PG bench_sql "SELECT redsem_release('warm', redsem_acquire('warm', 1))" >/dev/null
 
-# The byte relay (socat, if installed), as postgres, on RELAY_SOCK
-RELAY_SOCK=
-if command -v socat >/dev/null; then
-    mkdir -p "$BENCH_TMP/relay"
-    chown postgres "$BENCH_TMP/relay"
-    RELAY_SOCK=$BENCH_TMP/relay/relay.sock
-    bench_bg redsem_as_postgres socat "UNIX-LISTEN:$RELAY_SOCK,fork,mode=700,backlog=256" "UNIX-CONNECT:$BENCH_SOCK" \
-        >"$BENCH_TMP/relay/socat.log" 2>&1
-    bench_wait_for "the relay" 10 test -S "$RELAY_SOCK"
-fi
+# The byte relay (socat, if installed), on RELAY_SOCK
+bench_start_relay
 
 # run_three CLIENTS: the floor (direct), redsem direct and redsem through
 # the broker, and the floor through the relay, each in two halves, interleaved
@@ -329,7 +321,7 @@ run_three() {
     done
 }
 for clients in $M_CLIENTS; do run_three "$clients"; done
-[[ -z $RELAY_SOCK ]] || pkill -f "UNIX-LISTEN:$RELAY_SOCK" 2>/dev/null || true
+bench_stop_relay
 
 printf 'broker mode against direct mode: acquire+release, limit %s (tx/s; the floor: two one-round-trip calls per tx, direct)\n' "$LIMIT"
 printf '%-10s %10s %10s %10s %14s %14s %16s %14s\n' clients floor direct broker "direct/floor" "broker/floor" "broker/direct" \
