@@ -181,7 +181,8 @@ add_client(int fd)
 	c->waiting_pool = -1;
 	c->last_up = -1;
 	c->outstanding = 0;
-	c->on_side = c->in_pool = c->closing = c->process = c->reroute = false;
+	c->on_side = c->in_pool = c->closing = c->process = false;
+	c->reroute = NULL;
 	c->n_held = 0;
 	c->out_len = c->out_off = 0;
 	c->pos = -1;
@@ -540,6 +541,25 @@ target_connected(int t)
 }
 
 /*
+ * Mark target t's clients' links to end once they owe nothing, saying why
+ * (one of brokerlink.h's answers that the backend sends again on a new
+ * link); only those that sent a command if used_only.  A reason already
+ * marked is kept.
+ */
+static void
+mark_reroute(int t, bool used_only, const char *why)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd >= 0 && c->target == t && c->reroute == NULL &&
+			(!used_only || c->last_up >= 0))
+			c->reroute = why;
+	}
+}
+
+/*
  * Target t's last connection closed: a Redis restarted meanwhile would go
  * unseen (in direct mode a backend's own connection would break), so it is
  * a change of route for every client that used it.  A Cluster node's slots
@@ -556,9 +576,7 @@ connections_gone(int t)
 		return;
 	}
 	/* (a link that sent nothing yet checks the era at its first acquire) */
-	for (int i = 0; i < n_clients; i++)
-		if (clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->last_up >= 0)
-			clients[i]->reroute = true;
+	mark_reroute(t, true, REDSEM_BROKER_RETRY);
 }
 
 /* Close an upstream that owes no reply (its clients keep their links) */
@@ -581,8 +599,8 @@ close_upstream(Upstream *u)
  * changed) whose replies are all in: a backend then links anew, which
  * counts as a change of route, so that its next acquire checks the era
  * (I15) as after any failover.  A request it sent that was not forwarded
- * is answered that the primary changed (RS_UNAVAILABLE: the backend tries
- * again, on a new link) rather than dropped, which it would read as a
+ * is answered with the reason (RS_UNAVAILABLE, words the backend knows to
+ * send again on a new link) rather than dropped, which it would read as a
  * connection lost with the request perhaps applied.  Run from the loop,
  * never inside a client's own processing.
  */
@@ -599,10 +617,7 @@ end_rerouted_links(void)
 
 		if (c->fd < 0 || !c->reroute || c->closing || c->outstanding > 0)
 			continue;
-		strlcpy(o.detail, targets[c->target].profile.sentinels[0] != '\0'
-				? "the sentinels name another primary now; try again"
-				: REDSEM_BROKER_RETRY,
-				sizeof(o.detail));
+		strlcpy(o.detail, c->reroute, sizeof(o.detail));
 		c->waiting = c->waiting_side = false;
 		if (c->n_held == 0)
 			(void) take_request(c);
@@ -651,9 +666,7 @@ retire_target(int t, const char *why)
 	 * found the new primary, is new to its backend: its first acquire
 	 * checks the era anyway)
 	 */
-	for (int i = 0; i < n_clients; i++)
-		if (clients[i]->fd >= 0 && clients[i]->target == t && clients[i]->last_up >= 0)
-			clients[i]->reroute = true;
+	mark_reroute(t, true, REDSEM_BROKER_MOVED);
 	set_dirty = true;
 	SetLatch(MyLatch);			/* (end_rerouted_links, at the next turn) */
 }
@@ -814,9 +827,7 @@ sentinels_refused(int t, const RedisOutcome *outcome)
 	else if (now < TimestampTzPlusMilliseconds(targets[t].refused_at, SENTINEL_REFUSED_RELINK_MS))
 		return;
 	targets[t].refused_at = now;
-	for (int i = 0; i < n_clients; i++)
-		if (clients[i]->fd >= 0 && clients[i]->target == t)
-			clients[i]->reroute = true;
+	mark_reroute(t, false, REDSEM_BROKER_REFUSED);
 }
 
 /*

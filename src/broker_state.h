@@ -135,7 +135,8 @@ typedef struct Client
 	bool		on_side;		/* its BLPOP is on a side connection */
 	bool		in_pool;		/* its BLPOP is in a wait pool */
 	bool		closing;		/* write out what is left, then close */
-	bool		reroute;		/* its target's route changed: end once owed nothing */
+	const char *reroute;		/* why its link ends once owed nothing (its
+								 * target's route changed), NULL: it does not */
 	bool		process;		/* look at its requests again */
 	redisReply *held[2];		/* parsed, not yet sent */
 	int			n_held;

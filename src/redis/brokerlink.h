@@ -30,11 +30,18 @@ struct redisContext;
 #define REDSEM_BROKER_HEADER_ARGS	18
 
 /*
- * The words of the broker's answer to a request it did not send on, having
- * ended the link because its target's last connection closed (a change of
- * route): the backend sends it again on a new link, in any mode
+ * The words of the broker's answers to a request it did not send on,
+ * having ended the link, one for each reason: the backend sends it again
+ * on a new link, in any mode (redis_broker_says_retry).  Its target's last
+ * connection closed (a change of route: Redis may have restarted); the
+ * sentinels name another primary; the sentinels refused the password the
+ * link's header carries.  The last is the backend's own: the broker
+ * refused the link's password and the password files changed since.
  */
-#define REDSEM_BROKER_RETRY	"the broker's connections to Redis closed meanwhile; try again"
+#define REDSEM_BROKER_RETRY		"the broker's connections to Redis closed meanwhile; try again"
+#define REDSEM_BROKER_MOVED		"the sentinels name another primary now; try again"
+#define REDSEM_BROKER_REFUSED	"the sentinels refused the password this link was made with; try again"
+#define REDSEM_BROKER_RELINK	"the password files changed since this link was made; try again"
 
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"

@@ -668,13 +668,24 @@ ensure_connection(RedisCall *call, Link *link, TimestampTz deadline)
 
 /*
  * True if outcome is the broker's answer to a request it did not send on,
- * having ended the link (REDSEM_BROKER_RETRY): sent again in any mode
+ * having ended the link (one of brokerlink.h's reasons), or the backend's
+ * own after the broker refused a link's password and the password files
+ * changed since (REDSEM_BROKER_RELINK): sent again in any mode
  */
 static bool
 broker_says_retry(const RedisOutcome *outcome)
 {
-	return redis_broker_wanted() && outcome->status == RS_UNAVAILABLE &&
-		strstr(outcome->detail, REDSEM_BROKER_RETRY) != NULL;
+	static const char *const reasons[] = {
+		REDSEM_BROKER_RETRY, REDSEM_BROKER_MOVED,
+		REDSEM_BROKER_REFUSED, REDSEM_BROKER_RELINK
+	};
+
+	if (!redis_broker_wanted() || outcome->status != RS_UNAVAILABLE)
+		return false;
+	for (size_t i = 0; i < lengthof(reasons); i++)
+		if (strstr(outcome->detail, reasons[i]) != NULL)
+			return true;
+	return false;
 }
 
 /*
@@ -683,7 +694,9 @@ broker_says_retry(const RedisOutcome *outcome)
  * command was not run), or whose node could not be reached, is sent again
  * until the deadline: to the primary the sentinels name next, or to the
  * node the cluster redirects to; so is one the broker did not send on
- * (broker_says_retry).  True after pausing, if it should be.
+ * (broker_says_retry).  True after pausing, if it should be; a link ended
+ * for a changed password file is made again at once (nothing to wait
+ * out), so that a short wait does not end in that reason.
  */
 static bool
 follow_failover(RedisCall *call, TimestampTz deadline)
@@ -693,7 +706,8 @@ follow_failover(RedisCall *call, TimestampTz deadline)
 		  (cluster_enabled() && call->outcome.status == RS_CONNECT_FAILED)) ||
 		redis_past(deadline))
 		return false;
-	redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
+	if (strstr(call->outcome.detail, REDSEM_BROKER_RELINK) == NULL)
+		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	return !redis_past(deadline);
 }
 
@@ -1014,7 +1028,7 @@ route_error_reply(Route *r, Link *link, redisReply **reply)
 		freeReplyObject(*reply);
 		*reply = NULL;
 		disconnect_link(link);
-		(void) redis_note(&r->call->outcome, RS_UNAVAILABLE, "%s", REDSEM_BROKER_RETRY);
+		(void) redis_note(&r->call->outcome, RS_UNAVAILABLE, "%s", REDSEM_BROKER_RELINK);
 		return ROUTE_FAILED;
 	}
 	if (r->redirects >= CLUSTER_MAX_REDIRECTS && is_redirect(*reply))
