@@ -43,7 +43,11 @@
 #                so); over TLS once more with the call planned (EXPLAIN)
 #                before the first, so that PostgreSQL's own first use of
 #                the functions in a new session (cold catalog caches) is
-#                out of the first call's figure
+#                out of the first call's figure; and each session times a
+#                third call after a pause as long as the one between two
+#                sessions (measured): the control for what an idle machine
+#                (Redis, the broker, the CPUs asleep) costs any call after a
+#                pause, which every session's first call pays too
 #
 # Environment: BENCH_MODES, BENCH_BACKENDS, BENCH_PAUSE_MS, BENCH_WAITERS,
 # BENCH_WAIT_S, BENCH_SESSIONS,
@@ -210,26 +214,42 @@ relay_client() {
     R["relay add us"]=$(awk -v a="$call" -v b="${R["direct call ms"]}" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
 }
 
-# first_warm SETTINGS [PLANNED]: mean first-call and warm-call time (ms) over
-# SESSIONS new sessions, each after SETTINGS (SET commands); with PLANNED,
-# the session has planned the same call (EXPLAIN, which calls nothing)
-# before the first: its catalog caches are warm, so the first call differs
-# from the warm one only by what redsem does the first time (its link,
-# TLS, AUTH...), not by what PostgreSQL does for any new session's first
-# use of a function
+# first_warm SETTINGS [PLANNED]: mean first-call, warm-call and
+# warm-call-after-a-pause time (ms) over SESSIONS new sessions, each after
+# SETTINGS (SET commands); with PLANNED, the session has planned the same
+# call (EXPLAIN, which calls nothing) before the first: its catalog caches
+# are warm, so the first call differs from the warm one only by what redsem
+# does the first time (its link, TLS, AUTH...), not by what PostgreSQL does
+# for any new session's first use of a function.  The third call follows a
+# pause as long as the one between two sessions' calls (PAUSE_GAP_S: a
+# psql started, a backend forked; measured), the control for what an idle
+# machine costs any call after a pause (Redis, the broker and the CPUs
+# asleep, caches cold), which the first call pays too
+PAUSE_GAP_S=0.010
 first_warm() {
     local i plan=''
     [[ -z ${2:-} ]] || plan="EXECUTE 'EXPLAIN SELECT redsem_release(''fw'', redsem_acquire(''fw'', 100))';"
     for ((i = 0; i < SESSIONS; i++)); do
         bench_psql -X -q -A -t -c "$1" -c "
-            DO \$\$ DECLARE t0 timestamptz; t1 timestamptz; t2 timestamptz; BEGIN
+            DO \$\$ DECLARE t0 timestamptz; t1 timestamptz; t2 timestamptz; t3 timestamptz; BEGIN
               $plan
               t0 := clock_timestamp(); PERFORM redsem_release('fw', redsem_acquire('fw', 100));
               t1 := clock_timestamp(); PERFORM redsem_release('fw', redsem_acquire('fw', 100));
-              t2 := clock_timestamp();
-              RAISE NOTICE 'fw % %', extract(epoch FROM t1 - t0) * 1000, extract(epoch FROM t2 - t1) * 1000;
+              t2 := clock_timestamp(); PERFORM pg_sleep($PAUSE_GAP_S);
+              t3 := clock_timestamp(); PERFORM redsem_release('fw', redsem_acquire('fw', 100));
+              RAISE NOTICE 'fw % % %', extract(epoch FROM t1 - t0) * 1000, extract(epoch FROM t2 - t1) * 1000,
+                extract(epoch FROM clock_timestamp() - t3) * 1000;
             END \$\$;" 2>&1 | sed -n 's/.*NOTICE:  fw //p'
-    done | awk '{ f += $1; w += $2; n++ } END { if (n) printf "%.3f %.3f\n", f / n, w / n; else print "n/a n/a" }'
+    done | awk '{ f += $1; w += $2; p += $3; n++ } END { if (n) printf "%.3f %.3f %.3f\n", f / n, w / n, p / n; else print "n/a n/a n/a" }'
+}
+
+# session_gap_s: the pause between the end of one new session's call and
+# the next session's first (seconds; mean of 10), PAUSE_GAP_S's measure
+session_gap_s() {
+    local i
+    for ((i = 0; i < 11; i++)); do
+        bench_psql -X -q -A -t -c "SELECT extract(epoch FROM clock_timestamp())"
+    done | awk 'NR > 1 { s += $1 - last; n++ } { last = $1 } END { printf "%.3f\n", n ? s / n : 0.01 }'
 }
 
 # TLS: a throwaway CA and a server certificate for 127.0.0.1, and a Redis
@@ -262,16 +282,18 @@ start_tls_redis() {
 
 # first_call MODE: first calls against warm ones, over the Unix socket and TLS
 first_call() {
-    local f w
-    read -r f w <<<"$(first_warm 'SET redsem.connect_timeout = 5000')"
-    R["$1 unix first"]=$f R["$1 unix warm"]=$w
+    local f w p
+    PAUSE_GAP_S=$(session_gap_s)
+    R["$1 gap ms"]=$(bench_div "$PAUSE_GAP_S" 0.001 '%.1f')
+    read -r f w p <<<"$(first_warm 'SET redsem.connect_timeout = 5000')"
+    R["$1 unix first"]=$f R["$1 unix warm"]=$w R["$1 unix paused"]=$p
     [[ -n $TLS_PORT ]] || return 0
     local tls_set="SET redsem.tls = on; SET redsem.unix_socket = ''; SET redsem.host = '127.0.0.1';
         SET redsem.port = $TLS_PORT; SET redsem.tls_ca_file = '$tls/ca.crt'"
-    read -r f w <<<"$(first_warm "$tls_set")"
-    R["$1 tls first"]=$f R["$1 tls warm"]=$w
-    read -r f w <<<"$(first_warm "$tls_set" planned)"
-    R["$1 tls planned first"]=$f R["$1 tls planned warm"]=$w
+    read -r f w p <<<"$(first_warm "$tls_set")"
+    R["$1 tls first"]=$f R["$1 tls warm"]=$w R["$1 tls paused"]=$p
+    read -r f w p <<<"$(first_warm "$tls_set" planned)"
+    R["$1 tls planned first"]=$f R["$1 tls planned warm"]=$w R["$1 tls planned paused"]=$p
 }
 
 start_tls_redis
@@ -317,10 +339,14 @@ row "  Redis calls per transaction" "calls per tx"
 row "  what the calls add (us)" "add us"
 row "first call, Unix socket (ms)" "unix first"
 row "warm call, Unix socket (ms)" "unix warm"
+row "  warm call after a pause (ms)" "unix paused"
 row "first call, TLS on loopback (ms)" "tls first"
 row "warm call, TLS on loopback (ms)" "tls warm"
+row "  warm call after a pause (ms)" "tls paused"
 row "first call, TLS, call planned first (ms)" "tls planned first"
 row "warm call, TLS, call planned first (ms)" "tls planned warm"
+row "  warm call after a pause (ms)" "tls planned paused"
+row "  the pause: between two sessions (ms)" "gap ms"
 [[ -n $TLS_PORT ]] || printf '(TLS: skipped, this build has no TLS: hiredis 0.14)\n'
 printf '\nPING round trip: %s us\n' "$ping_us"
 for m in $MODES; do
@@ -328,6 +354,10 @@ for m in $MODES; do
         "$(bench_ratio "${R["$m unix first"]:-0}" "${R["$m unix warm"]:-0}")" \
         "$(bench_ratio "${R["$m tls first"]:-0}" "${R["$m tls warm"]:-0}")" \
         "$(bench_ratio "${R["$m tls planned first"]:-0}" "${R["$m tls planned warm"]:-0}")"
+    printf '%s: first call / warm call after the same pause (the idle machine left out): Unix socket %s, TLS %s; TLS, planned first %s\n' "$m" \
+        "$(bench_ratio "${R["$m unix first"]:-0}" "${R["$m unix paused"]:-0}")" \
+        "$(bench_ratio "${R["$m tls first"]:-0}" "${R["$m tls paused"]:-0}")" \
+        "$(bench_ratio "${R["$m tls planned first"]:-0}" "${R["$m tls planned paused"]:-0}")"
 done
 if [[ " $MODES " == *" direct "* && " $MODES " == *" broker "* ]]; then
     hop=$(awk -v b="${R["broker add us"]}" -v d="${R["direct add us"]}" -v c="${R["direct calls per tx"]}" \
