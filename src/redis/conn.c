@@ -696,17 +696,29 @@ broker_says_retry(const RedisOutcome *outcome)
  * node the cluster redirects to; so is one the broker did not send on
  * (broker_says_retry).  True after pausing, if it should be; a link ended
  * for a changed password file is made again at once (nothing to wait
- * out), so that a short wait does not end in that reason.
+ * out), so that a short wait does not end in that reason, unless the last
+ * such was less than a pause ago.
  */
 static bool
 follow_failover(RedisCall *call, TimestampTz deadline)
 {
+	static TimestampTz relinked_at = 0;
+	TimestampTz now = redsem_now();
+	bool		at_once = false;
+
 	if (!(sentinel_enabled() || cluster_enabled() || broker_says_retry(&call->outcome)) ||
 		!(call->outcome.status == RS_UNAVAILABLE ||
 		  (cluster_enabled() && call->outcome.status == RS_CONNECT_FAILED)) ||
 		redis_past(deadline))
 		return false;
-	if (strstr(call->outcome.detail, REDSEM_BROKER_RELINK) == NULL)
+	/* (at once at most every SENTINEL_RETRY_MS: a file rewritten on and on) */
+	if (strstr(call->outcome.detail, REDSEM_BROKER_RELINK) != NULL)
+	{
+		at_once = relinked_at == 0 ||
+			TimestampDifferenceExceeds(relinked_at, now, SENTINEL_RETRY_MS);
+		relinked_at = now;
+	}
+	if (!at_once)
 		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	return !redis_past(deadline);
 }
