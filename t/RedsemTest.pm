@@ -948,7 +948,10 @@ Redis never sees the command.
   $proxy->stop;
 
 Each client connection is served by its own process, so blocking commands
-(BLPOP) block only their own client.
+(BLPOP) block only their own client.  A corrupt function that returns a
+code reference has the command relayed and its reply passed on, and then
+closes that client's connection (and its connection to Redis) and runs the
+code.
 
 =over
 
@@ -1004,13 +1007,18 @@ sub serve
 		my $cmd = $client->_reply;
 		last unless ref $cmd eq 'ARRAY';
 		my $fake = $corrupt->(@$cmd);
-		if (defined $fake)
+		if (defined $fake && ref $fake ne 'CODE')
 		{
 			$client->send_raw($fake);
 			next;
 		}
 		$redis->send_raw(RedsemTest::RESP::encode(@$cmd));
 		$client->send_raw($redis->_raw);
+		next unless defined $fake;
+		close $c;
+		close $u;
+		$fake->();
+		last;
 	}
 	return;
 }
