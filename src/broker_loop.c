@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -69,18 +70,24 @@ typedef struct Opening
 	BrokerOpening o;			/* o.pid 0: a free slot */
 	int			target;
 	bool		side;
+	bool		short_budget;	/* given less than the server's connect timeout */
 	int			pos;
 } Opening;
 
 static Opening **openings;
 static int	n_openings;
 static int	listen_fd = -1;
+/* Why new_upstream found none, not waiting for one: what its client is told */
+static RedisOutcome no_upstream;
+/* Until when the listener is left alone after accept failed (0: not) */
+static TimestampTz accept_paused_until = 0;
 static int	settings_fd = -1;	/* the supervisor's pipe (broker.c) */
 static WaitEventSet *wait_set;
 
 static void close_client(Client *c);
 static bool target_connected(int t);
 static void connections_gone(int t);
+static void timeout_outcome(const Client *c, RedisOutcome *o);
 static bool take_request(Client *c);
 static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
@@ -189,6 +196,55 @@ add_client(int fd)
 	set_dirty = true;
 }
 
+/* How many backends are linked now */
+static int
+live_clients(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < n_clients; i++)
+		n += clients[i]->fd >= 0;
+	return n;
+}
+
+/* How many connections to Redis are open now */
+static int
+live_upstreams(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < n_upstreams; i++)
+		n += upstreams[i]->ctx != NULL;
+	return n;
+}
+
+/*
+ * Stop listening for BROKER_ACCEPT_PAUSE_MS after accept failed (errno
+ * set): saying so at most every BROKER_ACCEPT_LOG_MS
+ */
+static void
+pause_accepting(void)
+{
+	static TimestampTz logged_at = 0;
+	int			save_errno = errno;
+	TimestampTz now = redsem_now();
+	bool		no_fds = save_errno == EMFILE || save_errno == ENFILE;
+
+	if (logged_at == 0 || TimestampDifferenceExceeds(logged_at, now, BROKER_ACCEPT_LOG_MS))
+	{
+		logged_at = now;
+		errno = save_errno;
+		ereport(LOG,
+				(errmsg("redsem broker could not accept a connection: %m"),
+				 no_fds ? errdetail("The broker holds %d links to backends and %d connections to Redis.",
+									live_clients(), live_upstreams()) : 0,
+				 no_fds ? errhint("Raise the open-file limit of the PostgreSQL server (ulimit -n, or LimitNOFILE= in its systemd unit); the broker tries again every %d ms meanwhile.",
+								  BROKER_ACCEPT_PAUSE_MS) : 0));
+	}
+	accept_paused_until = TimestampTzPlusMilliseconds(now, BROKER_ACCEPT_PAUSE_MS);
+	set_dirty = true;
+}
+
 /* Accept every waiting backend; a peer of another user is shut out */
 static void
 accept_clients(void)
@@ -201,8 +257,7 @@ accept_clients(void)
 		{
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
 				errno != ECONNABORTED)
-				ereport(LOG,
-						(errmsg("redsem broker could not accept a connection: %m")));
+				pause_accepting();
 			return;
 		}
 		if (!redis_broker_peer_is_ours(fd))
@@ -515,14 +570,19 @@ add_upstream(int t, bool side, redisContext *ctx, pid_t relay)
 	return u;
 }
 
-/* Target t could not be opened (outcome): remember why */
+/*
+ * Target t could not be opened (outcome): remember why; a Cluster node's
+ * slots are forgotten if node_failed (not when an open that a session gave
+ * less than the server's connect timeout ran out of it: that says nothing
+ * of the node, and the map is every session's)
+ */
 static void
-note_open_failure(int t, const RedisOutcome *outcome)
+note_open_failure(int t, const RedisOutcome *outcome, bool node_failed)
 {
 	Target	   *target = &targets[t];
 
 	target->failure = *outcome;
-	if (target->cluster)
+	if (target->cluster && node_failed)
 		broker_cluster_node_failed(t);
 	ereport(LOG,
 			(errmsg("redsem broker could not connect to Redis at %s",
@@ -630,6 +690,44 @@ end_rerouted_links(void)
 	}
 }
 
+static void settle_waiters(int t, bool side, bool opened, bool timed_out);
+
+/*
+ * End target t's openings under way (not its asks of the sentinels): begun
+ * before it moved, each may be waiting on a primary that hangs, for as
+ * long as the session that began it allowed, while no other could begin
+ * one.  Their waiters with time left have one begun anew; the others are
+ * told the primary moved (which their backends try again).
+ */
+static void
+cancel_openings(int t)
+{
+	bool		any = false;
+
+	for (int i = 0; i < n_openings; i++)
+	{
+		Opening    *op = openings[i];
+		RedisOutcome outcome;
+
+		if (op->o.pid == 0 || op->target != t || op->o.ask)
+			continue;
+		broker_open_cancel(&op->o, &outcome);
+		if (op->side)
+			targets[t].opening_sides--;
+		else
+			targets[t].opening_shared = false;
+		any = true;
+	}
+	if (!any)
+		return;
+	memset(&targets[t].failure, 0, sizeof(targets[t].failure));
+	targets[t].failure.status = RS_UNAVAILABLE;
+	strlcpy(targets[t].failure.detail, REDSEM_BROKER_MOVED, sizeof(targets[t].failure.detail));
+	set_dirty = true;
+	settle_waiters(t, false, false, true);
+	settle_waiters(t, true, false, true);
+}
+
 /*
  * Stop using target t's connections: through sentinels, the server they
  * reach is not the primary now (it said so, or the sentinels name
@@ -638,12 +736,14 @@ end_rerouted_links(void)
  * no new command and closes once its replies are in.  Every client of the
  * target that sent a command ends its link once it is owed nothing
  * (end_rerouted_links; it forwards nothing more meanwhile), and the
- * target's next command opens anew, asking the sentinels.
+ * target's next command opens anew, asking the sentinels; so do the
+ * waiters of an opening under way, which is ended (cancel_openings).
  */
 static void
 retire_target(int t, const char *why)
 {
 	targets[t].shared = -1;
+	cancel_openings(t);
 	for (int i = 0; i < n_upstreams; i++)
 	{
 		Upstream   *u = upstreams[i];
@@ -758,12 +858,14 @@ start_opening(int t, bool side, Client *c)
 						   &target->profile, c->connect_timeout_ms, by, false, forget_broker,
 						   &outcome))
 	{
-		note_open_failure(t, &outcome);
+		note_open_failure(t, &outcome, true);
 		return false;
 	}
 	op->target = t;
 	op->side = side;
 	op->pos = -1;
+	op->short_budget = c->connect_timeout_ms < redsem_connect_timeout_ms ||
+		(by != DT_NOEND && op->o.deadline == by);
 	c->tried = true;
 	if (side)
 		target->opening_sides++;
@@ -923,7 +1025,7 @@ side_waiters(int t)
  * A new upstream of c's target (a side one if side): NULL with *wait set,
  * c waiting for an opener to open it (one more side connection per client
  * waiting for one); NULL alone once c's wait has run out, or no opener
- * could be forked (its target's failure is then answered).
+ * could be forked (no_upstream says which, and is answered).
  */
 static Upstream *
 new_upstream(Client *c, bool side, bool *wait)
@@ -934,7 +1036,8 @@ new_upstream(Client *c, bool side, bool *wait)
 	if (c->waiting && redsem_now() >= c->wait_until)
 	{
 		c->waiting = c->waiting_side = false;
-		return NULL;			/* (answered the target's failure) */
+		timeout_outcome(c, &no_upstream);
+		return NULL;
 	}
 	if (!c->waiting)
 	{
@@ -949,6 +1052,7 @@ new_upstream(Client *c, bool side, bool *wait)
 		if (!start_opening(t, side, c))
 		{
 			c->waiting = c->waiting_side = false;
+			no_upstream = target->failure;
 			return NULL;
 		}
 	}
@@ -1036,6 +1140,8 @@ finish_opening(Opening *op)
 	bool		ask = op->o.ask;
 	TimestampTz started = op->o.started;
 	TimestampTz deadline = op->o.deadline;
+	bool		short_budget = op->short_budget;
+	bool		timed_out;
 	RedisOutcome outcome;
 	pid_t		relay;
 	redisContext *ctx = broker_open_finish(&op->o, &outcome, &relay);
@@ -1060,13 +1166,13 @@ finish_opening(Opening *op)
 	else
 		targets[t].opening_shared = false;
 	set_dirty = true;
+	timed_out = redsem_now() >= TimestampTzPlusMilliseconds(deadline, -BROKER_SLOW_OPEN_MS);
 	if (ctx != NULL)
 		(void) upstream_opened(t, side, ctx, relay, outcome.detail);
 	else
-		note_open_failure(t, &outcome);
+		note_open_failure(t, &outcome, !(timed_out && short_budget));
 	/* (ended at its deadline, or nearly: it ran out of time) */
-	settle_waiters(t, side, ctx != NULL,
-				   redsem_now() >= TimestampTzPlusMilliseconds(deadline, -BROKER_SLOW_OPEN_MS));
+	settle_waiters(t, side, ctx != NULL, timed_out);
 }
 
 /* Give up every opening past its time (its opener killed) */
@@ -1092,8 +1198,25 @@ check_openings(TimestampTz now)
 		else
 			targets[op->target].opening_shared = false;
 		set_dirty = true;
-		note_open_failure(op->target, &outcome);
+		note_open_failure(op->target, &outcome, !op->short_budget);
 		settle_waiters(op->target, op->side, false, true);
+	}
+}
+
+/* What client c is told when no connection came within its connect timeout */
+static void
+timeout_outcome(const Client *c, RedisOutcome *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->status = RS_CONNECT_FAILED;
+	snprintf(o->detail, sizeof(o->detail), "no answer within %d ms (redsem.connect_timeout)",
+			 c->connect_timeout_ms);
+	/* (through sentinels, as sentinel.c says of a primary not reached) */
+	if (targets[c->target].profile.sentinels[0] != '\0')
+	{
+		o->status = RS_UNAVAILABLE;
+		strlcat(o->detail, " from the primary the sentinels name (a failover may be in progress)",
+				sizeof(o->detail));
 	}
 }
 
@@ -1113,17 +1236,7 @@ check_waiters(TimestampTz now)
 
 		if (c->fd < 0 || !c->waiting || c->tried || now < c->wait_until)
 			continue;
-		memset(&o, 0, sizeof(o));
-		o.status = RS_CONNECT_FAILED;
-		snprintf(o.detail, sizeof(o.detail), "no answer within %d ms (redsem.connect_timeout)",
-				 c->connect_timeout_ms);
-		/* (through sentinels, as sentinel.c says of a primary not reached) */
-		if (targets[c->target].profile.sentinels[0] != '\0')
-		{
-			o.status = RS_UNAVAILABLE;
-			strlcat(o.detail, " from the primary the sentinels name (a failover may be in progress)",
-					sizeof(o.detail));
-		}
+		timeout_outcome(c, &o);
 		c->waiting = c->waiting_side = false;
 		answer_failure(c, &o);
 	}
@@ -1550,7 +1663,7 @@ send_held(Client *c, Upstream *u, int n, bool wait)
 	if (u == NULL)
 	{
 		if (!wait)
-			answer_failure(c, &targets[c->target].failure);
+			answer_failure(c, &no_upstream);
 		return false;
 	}
 	c->waiting = c->waiting_side = false;
@@ -1628,7 +1741,7 @@ send_pool(Client *c)
 		if (u == NULL)
 		{
 			if (!wait)
-				answer_failure(c, &targets[c->target].failure);
+				answer_failure(c, &no_upstream);
 			return false;
 		}
 		broker_pool_attach(p, u);
@@ -1872,7 +1985,8 @@ rebuild_wait_set(void)
 	wait_set = redsem_create_wait_set(broker_cxt, n);
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
-	AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, listen_fd, NULL, NULL);
+	if (accept_paused_until == 0)
+		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, listen_fd, NULL, NULL);
 	if (settings_fd >= 0)
 		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, settings_fd, NULL, NULL);
 	for (int i = 0; i < n_clients; i++)
@@ -1967,6 +2081,8 @@ sleep_ms(TimestampTz now)
 	for (int t = 0; t < n_targets; t++)
 		if (sentinels_to_ask(t))
 			until = Min(until, targets[t].next_ask);
+	if (accept_paused_until != 0)
+		until = Min(until, accept_paused_until);
 	until = broker_pool_next_deadline(until);
 	until = broker_reap_next(until);
 	return Max(TimestampDifferenceMilliseconds(now, until), 0);
@@ -2112,6 +2228,23 @@ read_settings(void)
 }
 
 /*
+ * Raise this process's soft limit of open files to its hard limit: each
+ * backend linked is a socket here, so the usual soft limit of 1024 would
+ * cap a server's linked backends
+ */
+static void
+raise_fd_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		elog(DEBUG1, "redsem broker could not raise its open-file limit: %m");
+}
+
+/*
  * The broker's loop; ends the process once *stop_requested (SIGTERM).
  * settings_pipe: the supervisor's settings at each reload (non-blocking).
  */
@@ -2124,6 +2257,7 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 	broker_cxt = AllocSetContextCreate(TopMemoryContext, "redsem broker",
 									   ALLOCSET_DEFAULT_SIZES);
 	settings_fd = settings_pipe;
+	raise_fd_limit();
 	listen_broker();
 	ereport(LOG, (errmsg("redsem broker started")));
 	while (keep_serving(stop_requested, &stop_by))
@@ -2140,6 +2274,11 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 			handle_event(&events[i]);
 		forward_and_flush();
 		now = redsem_now();
+		if (accept_paused_until != 0 && now >= accept_paused_until)
+		{
+			accept_paused_until = 0;
+			set_dirty = true;
+		}
 		check_deadlines(now);
 		check_openings(now);
 		broker_reap_ended(now);

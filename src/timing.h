@@ -283,6 +283,11 @@
  * (a few percent of Redis's time at most, whatever their number; a
  * waiter's nil may come that much late, 20 ms for 200 waiters), while a
  * wake-up it carried sends it again at once.
+ * A broker that cannot accept a link (out of file descriptors: the
+ * listener stays readable, and the wait is level-triggered) stops
+ * listening for BROKER_ACCEPT_PAUSE_MS, instead of waking at once on and
+ * on, and says so at most every BROKER_ACCEPT_LOG_MS; the backends queued
+ * meanwhile wait in the socket's backlog, within their command timeout.
  */
 #define BROKER_CONNECT_RETRY_MS			10
 #define BROKER_QUICK_DEATH_MS			1000
@@ -302,6 +307,8 @@
 #define BROKER_POOL_CYCLE_MS			5000
 #define BROKER_POOL_POLL_MS				100
 #define BROKER_POOL_SPACING_US			100
+#define BROKER_ACCEPT_PAUSE_MS			100
+#define BROKER_ACCEPT_LOG_MS			10000
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it
