@@ -77,6 +77,15 @@ typedef struct Opening
 static Opening **openings;
 static int	n_openings;
 static int	listen_fd = -1;
+/*
+ * The wait set's room for more sockets, and its dead entries (of links
+ * closed since it was made); the least room it is made with
+ */
+static int	wait_set_room = 0;
+static int	wait_set_dead = 0;
+#define BROKER_WAIT_SPARE	64
+static int	wait_add(uint32 events, pgsocket fd, void *user_data);
+static uint32 client_events(const Client *c);
 /* Why new_upstream found none, not waiting for one: what its client is told */
 static RedisOutcome no_upstream;
 /* Until when the listener is left alone after accept failed (0: not) */
@@ -104,15 +113,24 @@ close_connection(redisContext *ctx, pid_t relay)
 	broker_reap_later(relay);
 }
 
+static void client_read(Client *c);
+static bool take_request(Client *c);
+static void drop_held(Client *c, int n);
+
 /*
  * Answer a client that its target cannot be reached: the status and
  * words link.c found (never a secret: outcomes carry none), on one line
+ * for each request it sent that was not sent on (those held, ASKING and
+ * its command alike, and those it sent behind them), each read as its
+ * reply (none would be read as a connection lost, perhaps applied); then
+ * the link ends
  */
 static void
 answer_failure(Client *c, const RedisOutcome *o)
 {
 	char		line[320];
 	int			len;
+	int			n;
 
 	/*
 	 * (with replies still owed, an answer now would be read as theirs:
@@ -131,7 +149,18 @@ answer_failure(Client *c, const RedisOutcome *o)
 	for (int i = 0; i < len; i++)
 		if (line[i] == '\r' || line[i] == '\n')
 			line[i] = ' ';
-	broker_out_line(c, '-', line, len);
+	n = c->n_held;
+	drop_held(c, c->n_held);
+	client_read(c);
+	while (c->fd >= 0 && take_request(c))
+	{
+		n++;
+		drop_held(c, 1);
+	}
+	if (c->fd < 0)
+		return;
+	for (int i = 0; i < Max(n, 1); i++)
+		broker_out_line(c, '-', line, len);
 	c->closing = true;
 }
 
@@ -193,7 +222,13 @@ add_client(int fd)
 	c->n_held = 0;
 	c->out_len = c->out_off = 0;
 	c->pos = -1;
-	set_dirty = true;
+	if (wait_set != NULL && !set_dirty && wait_set_room > 0)
+	{
+		c->events = client_events(c);
+		c->pos = wait_add(c->events, c->fd, c);
+	}
+	else
+		set_dirty = true;
 }
 
 /* How many backends are linked now */
@@ -335,7 +370,14 @@ close_client(Client *c)
 	c->outstanding = 0;
 	c->on_side = c->in_pool = false;
 	c->waiting = c->waiting_side = false;
-	set_dirty = true;
+	/*
+	 * (its entry in the wait set stays, dead: the kernel forgot the socket
+	 * with its close, and an event naming it is ignored; the set is made
+	 * anew once such entries are many)
+	 */
+	if (c->pos >= 0 && ++wait_set_dead > Max(BROKER_WAIT_SPARE, n_clients / 4))
+		set_dirty = true;
+	c->pos = -1;
 	/* the slot is reused only after the sweep (events may still name it) */
 }
 
@@ -1968,7 +2010,20 @@ upstream_events(const Upstream *u)
 	return WL_SOCKET_READABLE | (u->want_write ? WL_SOCKET_WRITEABLE : 0);
 }
 
-/* Make the wait set anew: latch, postmaster death, listener, every socket */
+/* Add a socket to the wait set (room for it counted) */
+static int
+wait_add(uint32 events, pgsocket fd, void *user_data)
+{
+	wait_set_room--;
+	return AddWaitEventToSet(wait_set, events, fd, NULL, user_data);
+}
+
+/*
+ * Make the wait set anew: latch, postmaster death, listener, every socket;
+ * with room for BROKER_WAIT_SPARE new links or more, which add_client adds
+ * without making it anew (a role that links and drops links on and on
+ * would otherwise have it made anew at each turn, every socket added again)
+ */
 static void
 rebuild_wait_set(void)
 {
@@ -1982,13 +2037,16 @@ rebuild_wait_set(void)
 		n += upstreams[i]->ctx != NULL;
 	for (int i = 0; i < n_openings; i++)
 		n += openings[i]->o.pid != 0;
+	n += Max(BROKER_WAIT_SPARE, n / 2);
 	wait_set = redsem_create_wait_set(broker_cxt, n);
+	wait_set_room = n - 2;
+	wait_set_dead = 0;
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	if (accept_paused_until == 0)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, listen_fd, NULL, NULL);
+		(void) wait_add(WL_SOCKET_READABLE, listen_fd, NULL);
 	if (settings_fd >= 0)
-		AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, settings_fd, NULL, NULL);
+		(void) wait_add(WL_SOCKET_READABLE, settings_fd, NULL);
 	for (int i = 0; i < n_clients; i++)
 	{
 		Client	   *c = clients[i];
@@ -1997,7 +2055,7 @@ rebuild_wait_set(void)
 		if (c->fd < 0)
 			continue;
 		c->events = client_events(c);
-		c->pos = AddWaitEventToSet(wait_set, c->events, c->fd, NULL, c);
+		c->pos = wait_add(c->events, c->fd, c);
 	}
 	for (int i = 0; i < n_upstreams; i++)
 	{
@@ -2007,7 +2065,7 @@ rebuild_wait_set(void)
 		if (u->ctx == NULL)
 			continue;
 		u->events = upstream_events(u);
-		u->pos = AddWaitEventToSet(wait_set, u->events, u->ctx->fd, NULL, u);
+		u->pos = wait_add(u->events, u->ctx->fd, u);
 	}
 	for (int i = 0; i < n_openings; i++)
 	{
@@ -2015,7 +2073,7 @@ rebuild_wait_set(void)
 
 		op->pos = -1;
 		if (op->o.pid != 0)
-			op->pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, op->o.fd, NULL, op);
+			op->pos = wait_add(WL_SOCKET_READABLE, op->o.fd, op);
 	}
 	set_dirty = false;
 }
@@ -2114,6 +2172,9 @@ handle_event(const WaitEvent *ev)
 	{
 		Client	   *c = (Client *) ev->user_data;
 
+		/* (a dead entry: its link closed since, the struct maybe reused) */
+		if (c->fd < 0 || c->pos != ev->pos)
+			return;
 		if (ev->events & WL_SOCKET_WRITEABLE)
 			client_write(c);
 		if (ev->events & WL_SOCKET_READABLE)
