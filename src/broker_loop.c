@@ -90,6 +90,10 @@ static uint32 client_events(const Client *c);
 static RedisOutcome no_upstream;
 /* Until when the listener is left alone after accept failed (0: not) */
 static TimestampTz accept_paused_until = 0;
+/* ... for how long, last (doubled at each failure in a row) */
+static int	accept_pause_ms = BROKER_ACCEPT_PAUSE_MS / 2;
+/* When the broker last forked (an opener) */
+static TimestampTz forked_at = 0;
 static int	settings_fd = -1;	/* the supervisor's pipe (broker.c) */
 static WaitEventSet *wait_set;
 
@@ -115,6 +119,8 @@ close_connection(redisContext *ctx, pid_t relay)
 
 static void client_read(Client *c);
 static bool take_request(Client *c);
+/* The most requests of a link answer_failure answers one by one */
+#define BROKER_ANSWER_DRAIN_MAX	64
 static void drop_held(Client *c, int n);
 
 /*
@@ -152,13 +158,19 @@ answer_failure(Client *c, const RedisOutcome *o)
 	n = c->n_held;
 	drop_held(c, c->n_held);
 	client_read(c);
-	while (c->fd >= 0 && take_request(c))
+	while (c->fd >= 0 && n < BROKER_ANSWER_DRAIN_MAX && take_request(c))
 	{
 		n++;
 		drop_held(c, 1);
 	}
 	if (c->fd < 0)
 		return;
+	/* (more than a backend ever sends behind one: not answered, dropped) */
+	if (n >= BROKER_ANSWER_DRAIN_MAX)
+	{
+		close_client(c);
+		return;
+	}
 	for (int i = 0; i < Max(n, 1); i++)
 		broker_out_line(c, '-', line, len);
 	c->closing = true;
@@ -273,10 +285,12 @@ pause_accepting(void)
 				(errmsg("redsem broker could not accept a connection: %m"),
 				 no_fds ? errdetail("The broker holds %d links to backends and %d connections to Redis.",
 									live_clients(), live_upstreams()) : 0,
-				 no_fds ? errhint("Raise the open-file limit of the PostgreSQL server (ulimit -n, or LimitNOFILE= in its systemd unit); the broker tries again every %d ms meanwhile.",
-								  BROKER_ACCEPT_PAUSE_MS) : 0));
+				 no_fds ? errhint("Raise the open-file limit of the PostgreSQL server (ulimit -n, or LimitNOFILE= in its systemd unit); the broker tries again every %d ms to %d ms meanwhile.",
+								  BROKER_ACCEPT_PAUSE_MS, BROKER_ACCEPT_PAUSE_MAX_MS) : 0));
 	}
-	accept_paused_until = TimestampTzPlusMilliseconds(now, BROKER_ACCEPT_PAUSE_MS);
+	/* (doubled while it keeps failing: each pause and resume makes the wait set anew) */
+	accept_pause_ms = Min(accept_pause_ms * 2, BROKER_ACCEPT_PAUSE_MAX_MS);
+	accept_paused_until = TimestampTzPlusMilliseconds(now, accept_pause_ms);
 	set_dirty = true;
 }
 
@@ -295,6 +309,7 @@ accept_clients(void)
 				pause_accepting();
 			return;
 		}
+		accept_pause_ms = BROKER_ACCEPT_PAUSE_MS / 2;
 		if (!redis_broker_peer_is_ours(fd))
 		{
 			ereport(LOG,
@@ -376,6 +391,12 @@ close_client(Client *c)
 	 * anew once such entries are many)
 	 */
 	if (c->pos >= 0 && ++wait_set_dead > Max(BROKER_WAIT_SPARE, n_clients / 4))
+		set_dirty = true;
+	/*
+	 * (an opener forked just now may not have closed its copy of the
+	 * socket yet: the kernel would keep reporting its peer's close)
+	 */
+	if (c->pos >= 0 && redsem_now() < TimestampTzPlusMilliseconds(forked_at, BROKER_FORK_SETTLE_MS))
 		set_dirty = true;
 	c->pos = -1;
 	/* the slot is reused only after the sweep (events may still name it) */
@@ -613,10 +634,26 @@ add_upstream(int t, bool side, redisContext *ctx, pid_t relay)
 }
 
 /*
+ * True if an open of target t that ran out of a time a session gave it,
+ * shorter than the server's connect timeout, says the node failed: only
+ * once such opens have gone on failing, none opening, for the server's
+ * connect timeout (one alone says nothing of the node, and the slot map
+ * is every session's: a session of 1 ms would have had it forget a node
+ * that answers; a node gone dark must still be forgotten)
+ */
+static bool
+short_open_failed_node(int t)
+{
+	TimestampTz now = redsem_now();
+
+	if (targets[t].short_failing == 0)
+		targets[t].short_failing = now;
+	return now >= TimestampTzPlusMilliseconds(targets[t].short_failing, redsem_connect_timeout_ms);
+}
+
+/*
  * Target t could not be opened (outcome): remember why; a Cluster node's
- * slots are forgotten if node_failed (not when an open that a session gave
- * less than the server's connect timeout ran out of it: that says nothing
- * of the node, and the map is every session's)
+ * slots are forgotten if node_failed
  */
 static void
 note_open_failure(int t, const RedisOutcome *outcome, bool node_failed)
@@ -722,9 +759,16 @@ end_rerouted_links(void)
 		strlcpy(o.detail, c->reroute, sizeof(o.detail));
 		c->waiting = c->waiting_side = false;
 		if (c->n_held == 0)
+		{
+			client_read(c);
+			if (c->fd < 0)
+				continue;
 			(void) take_request(c);
-		if (c->n_held > 0)
+		}
+		if (c->fd >= 0 && c->n_held > 0)
 			answer_failure(c, &o);
+		else if (c->fd < 0)
+			continue;
 		else if (c->out_off < c->out_len)
 			c->closing = true;
 		else
@@ -824,6 +868,8 @@ upstream_opened(int t, bool side, redisContext *ctx, pid_t relay, const char *pr
 {
 	Target	   *target = &targets[t];
 
+	target->short_failing = 0;
+
 	if (target->profile.sentinels[0] != '\0')
 	{
 		if (target->primary[0] != '\0' && strcmp(target->primary, primary) != 0)
@@ -879,6 +925,27 @@ forget_broker(void)
 }
 
 /*
+ * No opener could be started for target t (outcome: no socket pair or no
+ * fork, the broker's own trouble, not the node's): remember why, saying
+ * so at most every BROKER_ACCEPT_LOG_MS
+ */
+static void
+opener_not_started(int t, const RedisOutcome *outcome)
+{
+	static TimestampTz logged_at = 0;
+	TimestampTz now = redsem_now();
+
+	targets[t].failure = *outcome;
+	if (logged_at != 0 && !TimestampDifferenceExceeds(logged_at, now, BROKER_ACCEPT_LOG_MS))
+		return;
+	logged_at = now;
+	ereport(LOG,
+			(errmsg("redsem broker could not start a process to connect to Redis at %s",
+					target_text(t)),
+			 errdetail_internal("%s", outcome->detail)));
+}
+
+/*
  * Have an opener open a connection to target t for client c (a side one
  * if side), within what is left of c's connect timeout; false, the
  * target's failure noted, if none could be forked
@@ -900,9 +967,10 @@ start_opening(int t, bool side, Client *c)
 						   &target->profile, c->connect_timeout_ms, by, false, forget_broker,
 						   &outcome))
 	{
-		note_open_failure(t, &outcome, true);
+		opener_not_started(t, &outcome);
 		return false;
 	}
+	forked_at = redsem_now();
 	op->target = t;
 	op->side = side;
 	op->pos = -1;
@@ -943,6 +1011,7 @@ begin_ask(int t)
 						   redsem_connect_timeout_ms, DT_NOEND, true, forget_broker,
 						   &outcome))
 		return;
+	forked_at = redsem_now();
 	op->target = t;
 	op->side = false;
 	op->pos = -1;
@@ -1165,6 +1234,8 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 			c->waiting = c->waiting_side = false;
 			answer_failure(c, &target->failure);
 		}
+		else
+			c->tried = false;	/* (its open ended: answered at its own timeout) */
 		c->process = true;
 		SetLatch(MyLatch);		/* (looked at in the next turn, at once) */
 	}
@@ -1212,7 +1283,7 @@ finish_opening(Opening *op)
 	if (ctx != NULL)
 		(void) upstream_opened(t, side, ctx, relay, outcome.detail);
 	else
-		note_open_failure(t, &outcome, !(timed_out && short_budget));
+		note_open_failure(t, &outcome, !(timed_out && short_budget) || short_open_failed_node(t));
 	/* (ended at its deadline, or nearly: it ran out of time) */
 	settle_waiters(t, side, ctx != NULL, timed_out);
 }
@@ -1240,7 +1311,7 @@ check_openings(TimestampTz now)
 		else
 			targets[op->target].opening_shared = false;
 		set_dirty = true;
-		note_open_failure(op->target, &outcome, !op->short_budget);
+		note_open_failure(op->target, &outcome, !op->short_budget || short_open_failed_node(op->target));
 		settle_waiters(op->target, op->side, false, true);
 	}
 }

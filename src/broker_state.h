@@ -83,6 +83,8 @@ typedef struct Target
 	TimestampTz next_ask;		/* ... next (check_sentinels) */
 	TimestampTz refused_at;		/* its sentinels refused its password: when its
 								 * links were last ended for it (0: they took it) */
+	TimestampTz short_failing;	/* opens a session gave less than the server's
+								 * connect timeout run out since (0: none) */
 } Target;
 
 /* A connection to Redis */

@@ -285,9 +285,14 @@
  * wake-up it carried sends it again at once.
  * A broker that cannot accept a link (out of file descriptors: the
  * listener stays readable, and the wait is level-triggered) stops
- * listening for BROKER_ACCEPT_PAUSE_MS, instead of waking at once on and
- * on, and says so at most every BROKER_ACCEPT_LOG_MS; the backends queued
- * meanwhile wait in the socket's backlog, within their command timeout.
+ * listening for BROKER_ACCEPT_PAUSE_MS, doubled while it keeps failing up
+ * to BROKER_ACCEPT_PAUSE_MAX_MS (each pause makes its wait set anew),
+ * instead of waking at once on and on, and says so at most every
+ * BROKER_ACCEPT_LOG_MS (so too an opener it could not start); the
+ * backends queued meanwhile wait in the socket's backlog, within their
+ * command timeout.  A link closed within BROKER_FORK_SETTLE_MS of a fork
+ * has the wait set made anew (the child may still hold the socket, which
+ * the kernel then keeps reporting); later ones leave a dead entry.
  */
 #define BROKER_CONNECT_RETRY_MS			10
 #define BROKER_QUICK_DEATH_MS			1000
@@ -308,6 +313,8 @@
 #define BROKER_POOL_POLL_MS				100
 #define BROKER_POOL_SPACING_US			100
 #define BROKER_ACCEPT_PAUSE_MS			100
+#define BROKER_ACCEPT_PAUSE_MAX_MS		1000
+#define BROKER_FORK_SETTLE_MS			100
 #define BROKER_ACCEPT_LOG_MS			10000
 
 /*
