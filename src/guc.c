@@ -7,6 +7,7 @@
  */
 #include "postgres.h"
 
+#include "common/hashfn.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
@@ -34,8 +35,64 @@ int			redsem_max_priority = REDSEM_MAX_PRIORITY;
 int			redsem_grant_replica_timeout_ms = 1000;
 static char *redsem_inject_fault = NULL;
 
-/* Bumped when a connection setting changes, so the next call reconnects */
-uint64		redsem_guc_generation = 0;
+/*
+ * Moved when a connection setting changed, so that the next call
+ * reconnects (redsem_guc_generation_now); the assign hooks count their
+ * calls, which come at every reload for each setting in the file, changed
+ * or not, and at every SET and its rollback
+ */
+static uint64 redsem_guc_generation = 0;
+static uint64 connection_hook_calls = 0;
+
+/* The settings whose change makes the next call reconnect */
+static const char *const connection_settings[] = {
+	"redsem.host", "redsem.port", "redsem.unix_socket", "redsem.database",
+	"redsem.user", "redsem.password", "redsem.password_file", "redsem.cluster",
+	"redsem.sentinels", "redsem.sentinel_master", "redsem.sentinel_user",
+	"redsem.sentinel_password_file", "redsem.tls", "redsem.tls_ca_file",
+	"redsem.tls_cert_file", "redsem.tls_key_file", "redsem.tls_server_name"
+};
+
+/* A hash of the connection settings' values now */
+static uint64
+connection_fingerprint(void)
+{
+	uint64		h = 0;
+
+	for (size_t i = 0; i < lengthof(connection_settings); i++)
+	{
+		const char *v = GetConfigOption(connection_settings[i], true, false);
+
+		h = hash_combine64(h, v ? hash_bytes_extended((const unsigned char *) v, strlen(v), i)
+						   : (uint64) i);
+	}
+	return h;
+}
+
+/*
+ * The connection settings' generation: moved only when their values
+ * changed since it was last asked for (a reload that changes none of them
+ * drops no connection)
+ */
+uint64
+redsem_guc_generation_now(void)
+{
+	static uint64 seen_calls = PG_UINT64_MAX;
+	static uint64 fingerprint = 0;
+
+	if (seen_calls != connection_hook_calls)
+	{
+		uint64		h = connection_fingerprint();
+
+		seen_calls = connection_hook_calls;
+		if (h != fingerprint || redsem_guc_generation == 0)
+		{
+			fingerprint = h;
+			redsem_guc_generation++;
+		}
+	}
+	return redsem_guc_generation;
+}
 
 /*
  * How the module was loaded, set by _PG_init (redsem.c) and read by the
@@ -54,21 +111,21 @@ bool		redsem_broker_asked_unpreloaded = false;
 void
 redsem_assign_connection_string(const char *newval, void *extra)
 {
-	redsem_guc_generation++;
+	connection_hook_calls++;
 }
 
 /* Integer variant of redsem_assign_connection_string */
 static void
 assign_connection_int(int newval, void *extra)
 {
-	redsem_guc_generation++;
+	connection_hook_calls++;
 }
 
 /* Boolean variant of redsem_assign_connection_string */
 void
 redsem_assign_connection_bool(bool newval, void *extra)
 {
-	redsem_guc_generation++;
+	connection_hook_calls++;
 }
 
 /* The key prefix may not contain braces: they would move the hash tag */

@@ -23,7 +23,7 @@ extern int	redsem_command_timeout_ms;
 extern int	redsem_grant_replicas;
 extern int	redsem_max_priority;
 extern int	redsem_grant_replica_timeout_ms;
-extern uint64 redsem_guc_generation;
+extern uint64 redsem_guc_generation_now(void);
 extern bool redsem_preloaded;
 extern bool redsem_loading;
 

@@ -208,7 +208,16 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 	TimestampTz now = redsem_now();
 	int			failures = c->hold.failures + 1;
 	int64		retry = backoff_ms(failures);
+	TimestampTz valid_until = shared_hold_valid_until(&c->hold);
 	bool		log_it;
+
+	/*
+	 * (a back-off past the lease's end would stop a holder that the next
+	 * try might have kept: try again by half the time left, at the latest)
+	 */
+	if (valid_until != DT_NOEND && valid_until > now)
+		retry = Min(retry, Max(TimestampDifferenceMilliseconds(now, valid_until) / 2,
+							   KEEPER_RETRY_LAST_MS));
 
 	log_it = (c->hold.logged_at == 0 ||
 			  TimestampDifferenceExceeds(c->hold.logged_at, now, KEEPER_LOG_EVERY_MS)) &&

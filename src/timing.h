@@ -65,7 +65,10 @@
  * release is handed to the keeper, which retries (per hold, with
  * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS,
  * whether Redis refused the release or the connection failed under it) and
- * gives up once the hold would have ended by itself anyway.
+ * gives up once the hold would have ended by itself anyway.  A refresh
+ * that failed is tried again within half the time its lease has left, at
+ * the latest (KEEPER_RETRY_LAST_MS at least): a back-off past the lease's
+ * end would stop a holder the next try might have kept.
  *
  * Releases at the end of a statement or transaction are sent without
  * waiting for the reply (unless redsem.await_release), which the session
@@ -206,6 +209,7 @@
 #define KEEPER_MAX_SLEEP_MS			1000
 #define KEEPER_RETRY_MIN_MS			250
 #define KEEPER_RETRY_MAX_MS			30000
+#define KEEPER_RETRY_LAST_MS			50
 #define KEEPER_LOG_EVERY_MS			30000
 #define KEEPER_NODE_MIN_BUDGET_MS	100
 #define KEEPER_SENT_RELEASE_SETTLE_MS	1000

@@ -32,7 +32,7 @@ struct redisContext;
 /*
  * The words of the broker's answers to a request it did not send on,
  * having ended the link, one for each reason: the backend sends it again
- * on a new link, in any mode (redis_broker_says_retry).  Its target's last
+ * on a new link, in any mode (conn.c: broker_says_retry).  Its target's last
  * connection closed (a change of route: Redis may have restarted); the
  * sentinels name another primary; the sentinels refused the password the
  * link's header carries.  The last is the backend's own: the broker

@@ -71,14 +71,14 @@ cluster_enabled(void)
 static void
 reset_if_stale(void)
 {
-	if (node_count > 0 && nodes_generation == redsem_guc_generation)
+	if (node_count > 0 && nodes_generation == redsem_guc_generation_now())
 		return;
 	memset(slot_node, -1, sizeof(slot_node));
 	strlcpy(nodes[0].host, redsem_host ? redsem_host : "", sizeof(nodes[0].host));
 	nodes[0].port = redsem_port;
 	node_count = 1;
 	fallback_node = 0;
-	nodes_generation = redsem_guc_generation;
+	nodes_generation = redsem_guc_generation_now();
 }
 
 /* CRC16 (XMODEM: polynomial 0x1021, initial 0), as Redis Cluster hashes */

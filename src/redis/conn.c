@@ -143,9 +143,13 @@ outcome_node(const Link *link)
 }
 
 /*
- * A hash of every setting that decides which Redis data we reach (each of
- * them bumps redsem_guc_generation when it changes, so the hash is kept
- * until then)
+ * A hash of the settings that decide which Redis data we reach (each of
+ * them moves redsem_guc_generation_now() when it changes, so the hash is kept
+ * until then): through sentinels, the master's name (not the sentinels
+ * listed: adding one is no move); in a Cluster, not the seed (any node
+ * leads to the same data); over a Unix socket, not the host and port it
+ * ignores.  A hold taken under another signature is not kept alive by the
+ * keeper, so a setting that says nothing of the data must not be in it.
  */
 uint64
 redis_target_signature(void)
@@ -155,22 +159,24 @@ redis_target_signature(void)
 	char	   *desc;
 	uint64		h;
 
-	if (cached_generation == redsem_guc_generation)
+	if (cached_generation == redsem_guc_generation_now())
 		return cached;
 	/* through sentinels, the data is the named primary's, wherever it is */
-	desc = sentinel_enabled()
-		? psprintf("sentinel|%s|%s|%d|%s", redsem_sentinels,
-				   redsem_sentinel_master, redsem_database,
-				   redsem_user ? redsem_user : "")
-		: psprintf("%s%s|%d|%s|%d|%s", cluster_enabled() ? "cluster|" : "",
-				   redsem_host ? redsem_host : "", redsem_port,
-				   redsem_unix_socket ? redsem_unix_socket : "",
-				   redsem_database,
-				   redsem_user ? redsem_user : "");
+	if (sentinel_enabled())
+		desc = psprintf("sentinel|%s|%d|%s", redsem_sentinel_master, redsem_database,
+						redsem_user ? redsem_user : "");
+	else if (cluster_enabled())
+		desc = psprintf("cluster|%d|%s", redsem_database, redsem_user ? redsem_user : "");
+	else if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
+		desc = psprintf("unix|%s|%d|%s", redsem_unix_socket, redsem_database,
+						redsem_user ? redsem_user : "");
+	else
+		desc = psprintf("tcp|%s|%d|%d|%s", redsem_host ? redsem_host : "", redsem_port,
+						redsem_database, redsem_user ? redsem_user : "");
 	h = hash_bytes_extended((const unsigned char *) desc, strlen(desc), 0);
 	pfree(desc);
 	cached = h;
-	cached_generation = redsem_guc_generation;
+	cached_generation = redsem_guc_generation_now();
 	return h;
 }
 
@@ -331,7 +337,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	if (c == NULL)
 		return false;
 	link->ctx = c;
-	link->generation = redsem_guc_generation;
+	link->generation = redsem_guc_generation_now();
 	link->tls = redis_target_tls();
 	link->secrets = redis_broker_wanted() ? redis_broker_link_secrets() : 0;
 	route_changes++;
@@ -397,7 +403,7 @@ connection_is_stale(const Link *link)
 	char		b;
 	ssize_t		n;
 
-	if (link->in_flight || link->generation != redsem_guc_generation || link->ctx->err)
+	if (link->in_flight || link->generation != redsem_guc_generation_now() || link->ctx->err)
 		return true;
 	n = recv(link->ctx->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0 && link->tls)
@@ -632,7 +638,7 @@ static bool
 usable_behind_owed(const Link *link)
 {
 	return link->ctx != NULL && link->n_owed > 0 && !link->in_flight &&
-		!link->ctx->err && link->generation == redsem_guc_generation;
+		!link->ctx->err && link->generation == redsem_guc_generation_now();
 }
 
 /*

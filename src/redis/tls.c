@@ -207,7 +207,7 @@ make_context(RedisCall *call)
 	have_cert = p.tls_cert_file[0] != '\0';
 	have_key = p.tls_key_file[0] != '\0';
 	snprintf(files, sizeof(files), "%s\n%s\n%s", p.tls_ca_file, p.tls_cert_file, p.tls_key_file);
-	if (ctx != NULL && ctx_generation == redsem_guc_generation &&
+	if (ctx != NULL && ctx_generation == redsem_guc_generation_now() &&
 		strcmp(files, ctx_files) == 0)
 		return true;
 	if (ctx != NULL)
@@ -231,7 +231,7 @@ make_context(RedisCall *call)
 		 SSL_CTX_use_PrivateKey_file(ctx, p.tls_key_file, SSL_FILETYPE_PEM) != 1 ||
 		 SSL_CTX_check_private_key(ctx) != 1))
 		goto failed;
-	ctx_generation = redsem_guc_generation;
+	ctx_generation = redsem_guc_generation_now();
 	strlcpy(ctx_files, files, sizeof(ctx_files));
 	return true;
 
