@@ -144,12 +144,13 @@ outcome_node(const Link *link)
 
 /*
  * A hash of the settings that decide which Redis data we reach (each of
- * them moves redsem_guc_generation_now() when it changes, so the hash is kept
- * until then): through sentinels, the master's name (not the sentinels
- * listed: adding one is no move); in a Cluster, not the seed (any node
- * leads to the same data); over a Unix socket, not the host and port it
- * ignores.  A hold taken under another signature is not kept alive by the
- * keeper, so a setting that says nothing of the data must not be in it.
+ * them moves redsem_guc_generation_now() when it changes, so the hash is
+ * kept until then).  A hold taken under another signature is not kept
+ * alive by the keeper, so a setting the connection ignores is not in it
+ * (over a Unix socket, the host and port).  The sentinels listed and a
+ * Cluster's seed are: another list, or another seed, may be another
+ * deployment whose master has the same name (the generation a backend
+ * knows, gen.c, is kept per signature too).
  */
 uint64
 redis_target_signature(void)
@@ -163,10 +164,11 @@ redis_target_signature(void)
 		return cached;
 	/* through sentinels, the data is the named primary's, wherever it is */
 	if (sentinel_enabled())
-		desc = psprintf("sentinel|%s|%d|%s", redsem_sentinel_master, redsem_database,
-						redsem_user ? redsem_user : "");
+		desc = psprintf("sentinel|%s|%s|%d|%s", redsem_sentinels, redsem_sentinel_master,
+						redsem_database, redsem_user ? redsem_user : "");
 	else if (cluster_enabled())
-		desc = psprintf("cluster|%d|%s", redsem_database, redsem_user ? redsem_user : "");
+		desc = psprintf("cluster|%s|%d|%d|%s", redsem_host ? redsem_host : "", redsem_port,
+						redsem_database, redsem_user ? redsem_user : "");
 	else if (redsem_unix_socket && redsem_unix_socket[0] != '\0')
 		desc = psprintf("unix|%s|%d|%s", redsem_unix_socket, redsem_database,
 						redsem_user ? redsem_user : "");
