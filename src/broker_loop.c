@@ -265,6 +265,18 @@ live_upstreams(void)
 	return n;
 }
 
+/* True (and *at set to now) if nothing was said since *at for BROKER_ACCEPT_LOG_MS */
+static bool
+log_due(TimestampTz *at)
+{
+	TimestampTz now = redsem_now();
+
+	if (*at != 0 && !TimestampDifferenceExceeds(*at, now, BROKER_ACCEPT_LOG_MS))
+		return false;
+	*at = now;
+	return true;
+}
+
 /*
  * Stop listening for BROKER_ACCEPT_PAUSE_MS after accept failed (errno
  * set): saying so at most every BROKER_ACCEPT_LOG_MS
@@ -277,9 +289,8 @@ pause_accepting(void)
 	TimestampTz now = redsem_now();
 	bool		no_fds = save_errno == EMFILE || save_errno == ENFILE;
 
-	if (logged_at == 0 || TimestampDifferenceExceeds(logged_at, now, BROKER_ACCEPT_LOG_MS))
+	if (log_due(&logged_at))
 	{
-		logged_at = now;
 		errno = save_errno;
 		ereport(LOG,
 				(errmsg("redsem broker could not accept a connection: %m"),
@@ -933,12 +944,10 @@ static void
 opener_not_started(int t, const RedisOutcome *outcome)
 {
 	static TimestampTz logged_at = 0;
-	TimestampTz now = redsem_now();
 
 	targets[t].failure = *outcome;
-	if (logged_at != 0 && !TimestampDifferenceExceeds(logged_at, now, BROKER_ACCEPT_LOG_MS))
+	if (!log_due(&logged_at))
 		return;
-	logged_at = now;
 	ereport(LOG,
 			(errmsg("redsem broker could not start a process to connect to Redis at %s",
 					target_text(t)),
@@ -2098,14 +2107,10 @@ wait_add(uint32 events, pgsocket fd, void *user_data)
 static void
 rebuild_wait_set(void)
 {
-	int			n = 4;
+	int			n = 4 + live_clients() + live_upstreams();
 
 	if (wait_set != NULL)
 		FreeWaitEventSet(wait_set);
-	for (int i = 0; i < n_clients; i++)
-		n += clients[i]->fd >= 0;
-	for (int i = 0; i < n_upstreams; i++)
-		n += upstreams[i]->ctx != NULL;
 	for (int i = 0; i < n_openings; i++)
 		n += openings[i]->o.pid != 0;
 	n += Max(BROKER_WAIT_SPARE, n / 2);
