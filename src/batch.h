@@ -15,6 +15,8 @@ typedef struct SemKeepItem
 	const char *id;
 	int64		lease_ms;		/* refresh: the new lease */
 	bool		release;		/* release it rather than refresh it */
+	bool		elsewhere;		/* taken under other connection settings:
+								 * does the Redis of these have it? */
 	/* what came back */
 	RedisOutcome outcome;		/* RS_OK, or why this one failed */
 	int64		value;			/* refresh: the lease, 0 if lost; release:

@@ -187,7 +187,7 @@ keeper_has_it(Hold *hold)
 	/* the kill(0) of shared_keeper_is_active only for a hold handed over */
 	return hold->shared_slot >= 0 &&
 		shared_hold_read(hold->shared_slot, hold->id, &copy) && copy.abandoned &&
-		shared_keeper_reaches_target(hold->target);
+		shared_keeper_reaches_target(copy.target);
 }
 
 /*
@@ -310,11 +310,21 @@ release_now(Hold *hold, TimestampTz deadline, bool interruptible)
 	return true;
 }
 
-/* True if the connection settings now name the Redis the hold lives on */
+/*
+ * True if the connection settings now name the Redis the hold lives on: the
+ * ones it was taken under, or ones the keeper found it under since
+ */
 static bool
-on_current_target(const Hold *hold)
+on_current_target(Hold *hold)
 {
-	return hold->target == redis_target_signature();
+	uint64		now = redis_target_signature();
+
+	if (hold->target == now)
+		return true;
+	if (shared_hold_target(hold->shared_slot, hold->id) != now)
+		return false;
+	hold->target = now;
+	return true;
 }
 
 /*
@@ -1086,7 +1096,7 @@ release_or_hand_over(Hold *hold, bool *held)
  * would forget a slot that still counts where it was taken.
  */
 static void
-refuse_other_target(const Hold *hold, const char *what)
+refuse_other_target(Hold *hold, const char *what)
 {
 	if (on_current_target(hold))
 		return;

@@ -72,6 +72,7 @@ typedef struct KeeperState
 	int			window_lines;
 	int			window_suppressed;
 	int			released_after_crash;
+	int			found_elsewhere;	/* holds found under new settings */
 	bool		succeeded;		/* a command succeeded this cycle */
 } KeeperState;
 
@@ -286,9 +287,13 @@ orphan_end(const SharedHold *h)
 									   KEEPER_ORPHAN_SLACK_MS);
 }
 
-/* Queue a refresh or release of hold c for the end of the cycle */
+/*
+ * Queue a refresh or release of hold c for the end of the cycle (elsewhere:
+ * c was taken under other connection settings than target's)
+ */
 static void
-queue_for_redis(KeeperBatch *batch, const HoldCopy *c, bool release)
+queue_for_redis(KeeperBatch *batch, const HoldCopy *c, bool release,
+				bool elsewhere)
 {
 	SemKeepItem *it = &batch->items[batch->n];
 
@@ -298,25 +303,58 @@ queue_for_redis(KeeperBatch *batch, const HoldCopy *c, bool release)
 	it->id = c->hold.id;
 	it->lease_ms = c->hold.lease_ms;
 	it->release = release;
+	it->elsewhere = elsewhere;
 	batch->owners[batch->n++] = c;
+}
+
+/*
+ * True if a hold taken under other connection settings is worth looking
+ * for on the Redis that target names: the keeper has not found it missing
+ * there yet.  Settings that changed without changing the data (a sentinel
+ * added to the list, another node of the Cluster as the seed, a host name
+ * for its address) reach the hold, and the refresh or release that finds
+ * it there moves it to target; its id is unique, so no other Redis has it.
+ */
+static bool
+worth_looking(const HoldCopy *c, uint64 target)
+{
+	return c->hold.not_found_under != target;
+}
+
+/*
+ * A live hold taken under other settings: refreshed on target's Redis,
+ * once, to see whether that is where it lives; ms until the next look
+ */
+static int64
+look_elsewhere(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
+			   uint64 target)
+{
+	if (!worth_looking(c, target))
+		return KEEPER_MAX_SLEEP_MS;
+	if (c->hold.retry_at > now)
+		return ms_until(now, c->hold.retry_at);
+	queue_for_redis(batch, c, false, true);
+	return KEEPER_MAX_SLEEP_MS;
 }
 
 /* Release an orphaned hold and stop tracking it; ms until the next look */
 static int64
 release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
-			   bool reachable)
+			   uint64 target)
 {
+	bool		reachable = (c->hold.target == target);
+
 	if (now > orphan_end(&c->hold))
 	{
 		/* it has ended by itself in Redis; nothing is left to release */
 		shared_hold_remove(c->slot, c->hold.id);
 		return KEEPER_MAX_SLEEP_MS;
 	}
-	if (!reachable)
+	if (!reachable && !worth_looking(c, target))
 		return KEEPER_MAX_SLEEP_MS;
 	if (c->hold.retry_at > now)
 		return ms_until(now, c->hold.retry_at);
-	queue_for_redis(batch, c, true);
+	queue_for_redis(batch, c, true, !reachable);
 	return KEEPER_MAX_SLEEP_MS;
 }
 
@@ -329,7 +367,7 @@ release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
  */
 static int64
 settle_sent_release(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
-					bool reachable)
+					uint64 target)
 {
 	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at,
 												  redsem_command_timeout_ms +
@@ -337,7 +375,7 @@ settle_sent_release(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 
 	if (now < due)
 		return ms_until(now, due);
-	return release_orphan(batch, c, now, reachable);
+	return release_orphan(batch, c, now, target);
 }
 
 /*
@@ -356,7 +394,7 @@ refresh_if_due(KeeperBatch *batch, const HoldCopy *c, TimestampTz now)
 		return ms_until(now, due);
 	if (c->hold.retry_at > now)
 		return ms_until(now, c->hold.retry_at);
-	queue_for_redis(batch, c, false);
+	queue_for_redis(batch, c, false, false);
 	return third;
 }
 
@@ -368,13 +406,15 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 	bool		reachable = (c->hold.target == target);
 
 	if (is_orphan(&c->hold))
-		return release_orphan(batch, c, now, reachable);
+		return release_orphan(batch, c, now, target);
 	if (c->hold.phase == PHASE_RELEASING)
-		return settle_sent_release(batch, c, now, reachable);
+		return settle_sent_release(batch, c, now, target);
 	if (c->hold.unkept != !reachable)
 		note_unkept(c, !reachable);
-	if (c->hold.phase != PHASE_HELD || c->hold.lost || !reachable)
+	if (c->hold.phase != PHASE_HELD || c->hold.lost)
 		return KEEPER_MAX_SLEEP_MS;
+	if (!reachable)
+		return look_elsewhere(batch, c, now, target);
 	return refresh_if_due(batch, c, now);
 }
 
@@ -441,19 +481,48 @@ release_put_off(const HoldCopy *c, const RedisOutcome *o)
 }
 
 /*
+ * What the Redis of target said of a hold taken under other settings: if
+ * it has the hold (a lease, an administrator's release, a live release),
+ * the hold is target's from now on and the answer counts as any other;
+ * if not (or it failed), the hold stays unkept and ends with its lease,
+ * and is not looked for there again.  ms until it needs a look again.
+ */
+static int64
+looked_elsewhere(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
+				 uint64 target, TimestampTz sent)
+{
+	if (it->outcome.status != RS_OK || it->value == 0)
+	{
+		shared_hold_not_found_under(c->slot, c->hold.id, target);
+		return KEEPER_MAX_SLEEP_MS;
+	}
+	shared_hold_move_target(c->slot, c->hold.id, target);
+	st->found_elsewhere++;
+	st->succeeded = true;
+	if (it->release)
+	{
+		orphan_released(st, c, true);
+		return KEEPER_MAX_SLEEP_MS;
+	}
+	return hold_refreshed(c, it->value, sent);
+}
+
+/*
  * What Redis said about one queued hold; ms until it needs a look again.
  * Connection trouble (the item was not answered, or the server cannot
  * serve us) is reported once for the cycle, not held against the hold.
  */
 static int64
 apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
-			 TimestampTz sent)
+			 uint64 target, TimestampTz sent)
 {
 	const RedisOutcome *o = &it->outcome;
 
 	if (o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
 		o->status == RS_OUT_OF_MEMORY)
 		return it->release ? release_put_off(c, o) : KEEPER_MAX_SLEEP_MS;
+	if (it->elsewhere)
+		return looked_elsewhere(st, c, it, target, sent);
 	if (o->status != RS_OK)
 		return hold_failed(st, c, it->release ? "release" : "refresh",
 						   redis_outcome_text(o));
@@ -480,7 +549,7 @@ guarded(KeeperState *st, KeeperBatch *batch, const HoldCopy *c, uint64 target,
 
 	PG_TRY();
 	{
-		next = it ? apply_result(st, c, it, sent) : keep_one(batch, c, target);
+		next = it ? apply_result(st, c, it, target, sent) : keep_one(batch, c, target);
 	}
 	PG_CATCH();
 	{
@@ -818,6 +887,7 @@ keeper_cycle(KeeperState *st)
 	shared_keeper_set_target(target);
 	valid_until = stop_lost_holders(st);
 	st->released_after_crash = 0;
+	st->found_elsewhere = 0;
 	st->succeeded = false;
 	batch.items = palloc(sizeof(SemKeepItem) * Max(n, 1));
 	batch.owners = palloc(sizeof(HoldCopy *) * Max(n, 1));
@@ -869,6 +939,12 @@ keeper_cycle(KeeperState *st)
 	if (queue_fleet_read_asked())
 		sleep_ms = Min(sleep_ms, KEEPER_RETRY_MIN_MS);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
+	if (st->found_elsewhere > 0)
+		ereport(LOG,
+				(errmsg_plural("redsem keeper found %d slot taken under the previous connection settings on the Redis the current ones name, and keeps it there",
+							   "redsem keeper found %d slots taken under the previous connection settings on the Redis the current ones name, and keeps them there",
+							   st->found_elsewhere, st->found_elsewhere),
+				 errdetail("The settings changed without changing the data they reach (for example a sentinel was added to the list).")));
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",

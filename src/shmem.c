@@ -604,6 +604,53 @@ shared_hold_set_unkept(int slot, const char *id, bool unkept)
 	LWLockRelease(shared->holds_lock);
 }
 
+/*
+ * Note that the Redis of target has the hold (the keeper found it there):
+ * it is kept from now on, and its backend releases it there
+ */
+void
+shared_hold_move_target(int slot, const char *id, uint64 target)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		h->target = target;
+		h->unkept = false;
+		h->not_found_under = 0;
+	}
+	LWLockRelease(shared->holds_lock);
+}
+
+/* Note that the Redis of target has no trace of the hold (not asked again) */
+void
+shared_hold_not_found_under(int slot, const char *id, uint64 target)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		h->not_found_under = target;
+	LWLockRelease(shared->holds_lock);
+}
+
+/* The signature a tracked hold lives under now, or 0 if it is not tracked */
+uint64
+shared_hold_target(int slot, const char *id)
+{
+	SharedHold *h;
+	uint64		target = 0;
+
+	if (slot < 0)
+		return 0;
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		target = h->target;
+	LWLockRelease(shared->holds_lock);
+	return target;
+}
+
 /* True if the keeper process is running */
 bool
 shared_keeper_is_active(void)

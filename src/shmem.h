@@ -98,7 +98,11 @@ typedef struct SharedHold
 								 * confirmed the lease (or the place in
 								 * line) with was sent, by redsem's clock */
 	TimestampTz stopped_at;		/* when stop was decided */
-	uint64		target;			/* redis_target_signature() at acquire */
+	uint64		target;			/* redis_target_signature() at acquire, or
+								 * the one the keeper found it under since */
+	uint64		not_found_under;	/* a signature the keeper looked for it
+									 * under and found no trace of it (0:
+									 * none) */
 	int			failures;		/* keeper's failed tries in a row */
 	TimestampTz retry_at;		/* keeper's next try after a failure */
 	TimestampTz logged_at;		/* keeper's last log line about it */
@@ -213,6 +217,9 @@ extern void shared_hold_set_ending(int slot, const char *id);
 extern void shared_hold_note_refresh(int slot, const char *id, int64 lease,
 									 TimestampTz sent);
 extern void shared_hold_set_unkept(int slot, const char *id, bool unkept);
+extern void shared_hold_move_target(int slot, const char *id, uint64 target);
+extern void shared_hold_not_found_under(int slot, const char *id, uint64 target);
+extern uint64 shared_hold_target(int slot, const char *id);
 
 extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, uint64 target, bool xact,

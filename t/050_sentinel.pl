@@ -184,6 +184,20 @@ SKIP:
 		'a reload that changes no redsem setting: no connection is made anew (the session\'s, the keeper\'s)');
 	$node->safe_psql('postgres', 'ALTER SYSTEM RESET work_mem; SELECT pg_reload_conf();');
 }
+
+note 'a reload that lists the sentinels anew (the same deployment): slots kept';
+# (a DBA adding a sentinel to the list, or removing one, changes the
+# settings, not the data: t/110 has the other cases)
+is($keep->query_ok(q{SELECT redsem_acquire('relist', 1, '2 s') IS NOT NULL;}), 't',
+	'a session holds a slot with a 2 s lease');
+my $relisted = join(',', reverse map { $_->address } @sentinels[ 1 .. $#sentinels ]);
+$node->safe_psql('postgres', "ALTER SYSTEM SET redsem.sentinels = '$relisted'; SELECT pg_reload_conf();");
+$keep->query_ok('SELECT 1;');
+RedsemTest::sleep_full(5);
+is($keep->query_ok(q{SELECT count(*) FROM redsem_held() WHERE keeper_error IS NULL;}), '1',
+	'one sentinel left out of the list, the others in another order: the slot is kept alive past its lease');
+is($keep->query_ok(q{SELECT redsem_release_all();}), '1', '... and its session releases it');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET redsem.sentinels; SELECT pg_reload_conf();');
 $keep->quit;
 
 # the error of $sql under $settings (SET commands), with its SQLSTATE
