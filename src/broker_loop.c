@@ -936,22 +936,31 @@ forget_broker(void)
 }
 
 /*
- * No opener could be started for target t (outcome: no socket pair or no
- * fork, the broker's own trouble, not the node's): remember why, saying
- * so at most every BROKER_ACCEPT_LOG_MS
+ * Say (at most every BROKER_ACCEPT_LOG_MS, as log_due) that no opener
+ * could be started for target t: no socket pair or no fork
  */
 static void
-opener_not_started(int t, const RedisOutcome *outcome)
+log_not_started(int t, const RedisOutcome *outcome)
 {
 	static TimestampTz logged_at = 0;
 
-	targets[t].failure = *outcome;
 	if (!log_due(&logged_at))
 		return;
 	ereport(LOG,
 			(errmsg("redsem broker could not start a process to connect to Redis at %s",
 					target_text(t)),
 			 errdetail_internal("%s", outcome->detail)));
+}
+
+/*
+ * An opener for target t could not be started: its waiters are answered
+ * that failure, and it is said (log_not_started); no node is forgotten
+ */
+static void
+opener_not_started(int t, const RedisOutcome *outcome)
+{
+	targets[t].failure = *outcome;
+	log_not_started(t, outcome);
 }
 
 /*
@@ -1019,7 +1028,10 @@ begin_ask(int t)
 	if (!broker_open_start(&op->o, NULL, 0, NULL, &target->profile,
 						   redsem_connect_timeout_ms, DT_NOEND, true, forget_broker,
 						   &outcome))
+	{
+		log_not_started(t, &outcome);	/* asked again at the next check */
 		return;
+	}
 	forked_at = redsem_now();
 	op->target = t;
 	op->side = false;
