@@ -97,10 +97,12 @@ gen_key(const char *prefix, int slot)
 }
 
 /*
- * True if this server saw slot's generation with a lmax below lease_ms,
- * or, unacked (a lease that waits for no replica), with an ul below it or
- * a ue due to move on (a refresh that lengthens a lease raises them first:
- * gen_raise)
+ * True unless this server saw slot's generation with a lmax of lease_ms at
+ * least and, unacked (a lease that waits for no replica), with an ul of it
+ * and a ue not due to move on (a refresh that lengthens a lease raises them
+ * first: gen_raise).  A generation not seen under these settings counts as
+ * below: a slot the keeper found under new settings (keeper.c), or whose
+ * entry another took, may be lengthened before any acquire saw it.
  */
 bool
 gen_lmax_below(const char *prefix, int slot, int64 lease_ms, bool unacked)
@@ -109,8 +111,8 @@ gen_lmax_below(const char *prefix, int slot, int64 lease_ms, bool unacked)
 
 	uint64		sig = gen_signature(prefix);
 
-	return shared_gen_read(gen_entry(slot, sig), sig, &g) &&
-		(g.lmax < lease_ms || (unacked && ue_due(&g, lease_ms)));
+	return !shared_gen_read(gen_entry(slot, sig), sig, &g) ||
+		g.lmax < lease_ms || (unacked && ue_due(&g, lease_ms));
 }
 
 /* Which Redis and prefix a generation was seen under */

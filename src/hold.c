@@ -312,19 +312,16 @@ release_now(Hold *hold, TimestampTz deadline, bool interruptible)
 
 /*
  * True if the connection settings now name the Redis the hold lives on: the
- * ones it was taken under, or ones the keeper found it under since
+ * ones it was taken under, or ones the keeper found it under since (either
+ * reaches it: a session may set its settings back)
  */
 static bool
-on_current_target(Hold *hold)
+on_current_target(const Hold *hold)
 {
 	uint64		now = redis_target_signature();
 
-	if (hold->target == now)
-		return true;
-	if (shared_hold_target(hold->shared_slot, hold->id) != now)
-		return false;
-	hold->target = now;
-	return true;
+	return hold->target == now ||
+		shared_hold_target(hold->shared_slot, hold->id) == now;
 }
 
 /*
@@ -1096,7 +1093,7 @@ release_or_hand_over(Hold *hold, bool *held)
  * would forget a slot that still counts where it was taken.
  */
 static void
-refuse_other_target(Hold *hold, const char *what)
+refuse_other_target(const Hold *hold, const char *what)
 {
 	if (on_current_target(hold))
 		return;

@@ -72,7 +72,10 @@ typedef struct KeeperState
 	int			window_lines;
 	int			window_suppressed;
 	int			released_after_crash;
-	int			found_elsewhere;	/* holds found under new settings */
+	int			found_elsewhere;	/* holds found under the keeper's settings
+									 * that were taken under others, not
+									 * said yet */
+	TimestampTz found_logged_at;
 	bool		succeeded;		/* a command succeeded this cycle */
 } KeeperState;
 
@@ -329,7 +332,8 @@ static int64
 look_elsewhere(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 			   uint64 target)
 {
-	if (!worth_looking(c, target))
+	/* (past it, the holder is being stopped: a found slot would outlive it) */
+	if (!worth_looking(c, target) || now >= shared_hold_valid_until(&c->hold))
 		return KEEPER_MAX_SLEEP_MS;
 	if (c->hold.retry_at > now)
 		return ms_until(now, c->hold.retry_at);
@@ -491,14 +495,16 @@ static int64
 looked_elsewhere(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 				 uint64 target, TimestampTz sent)
 {
-	if (it->outcome.status != RS_OK || it->value == 0)
+	if (it->outcome.status != RS_OK)
+		return hold_failed(st, c, "look for", redis_outcome_text(&it->outcome));
+	st->succeeded = true;
+	if (it->value == 0)
 	{
 		shared_hold_not_found_under(c->slot, c->hold.id, target);
 		return KEEPER_MAX_SLEEP_MS;
 	}
 	shared_hold_move_target(c->slot, c->hold.id, target);
 	st->found_elsewhere++;
-	st->succeeded = true;
 	if (it->release)
 	{
 		orphan_released(st, c, true);
@@ -871,6 +877,28 @@ ms_until_capped(TimestampTz when, int64 max)
 	return Min(ms_until(redsem_now(), when), max);
 }
 
+/*
+ * Say how many slots taken under other connection settings were found on
+ * the Redis the keeper's name, at most once per KEEPER_LOG_EVERY_MS
+ */
+static void
+report_found_elsewhere(KeeperState *st)
+{
+	TimestampTz now = redsem_now();
+
+	if (st->found_elsewhere == 0 ||
+		(st->found_logged_at != 0 &&
+		 !TimestampDifferenceExceeds(st->found_logged_at, now, KEEPER_LOG_EVERY_MS)))
+		return;
+	ereport(LOG,
+			(errmsg_plural("redsem keeper found %d slot taken under other connection settings than its own on the Redis its own name, and looks after it there",
+						   "redsem keeper found %d slots taken under other connection settings than its own on the Redis its own name, and looks after them there",
+						   st->found_elsewhere, st->found_elsewhere),
+			 errdetail("Both settings reach the same Redis data (for example, a sentinel was added to the list, or a host name was written for its address).")));
+	st->found_elsewhere = 0;
+	st->found_logged_at = now;
+}
+
 /* One pass over the holds; returns how long to sleep */
 static long
 keeper_cycle(KeeperState *st)
@@ -887,7 +915,6 @@ keeper_cycle(KeeperState *st)
 	shared_keeper_set_target(target);
 	valid_until = stop_lost_holders(st);
 	st->released_after_crash = 0;
-	st->found_elsewhere = 0;
 	st->succeeded = false;
 	batch.items = palloc(sizeof(SemKeepItem) * Max(n, 1));
 	batch.owners = palloc(sizeof(HoldCopy *) * Max(n, 1));
@@ -939,12 +966,7 @@ keeper_cycle(KeeperState *st)
 	if (queue_fleet_read_asked())
 		sleep_ms = Min(sleep_ms, KEEPER_RETRY_MIN_MS);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
-	if (st->found_elsewhere > 0)
-		ereport(LOG,
-				(errmsg_plural("redsem keeper found %d slot taken under the previous connection settings on the Redis the current ones name, and keeps it there",
-							   "redsem keeper found %d slots taken under the previous connection settings on the Redis the current ones name, and keeps them there",
-							   st->found_elsewhere, st->found_elsewhere),
-				 errdetail("The settings changed without changing the data they reach (for example a sentinel was added to the list).")));
+	report_found_elsewhere(st);
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",

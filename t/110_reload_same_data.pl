@@ -41,15 +41,21 @@ sub use_socket
 
 my $log_at = -s $node->logfile;
 my $s = RedsemTest::Session->new($node, name => 'holder');
-is($s->query_ok(q{SELECT redsem_acquire('sd', 1, '2 s') IS NOT NULL;}), 't', 'a session holds a slot with a 2 s lease');
+my $sd_id = $s->query_ok(q{SELECT redsem_acquire('sd', 1, '2 s');});
+ok($sd_id ne '', 'a session holds a slot with a 2 s lease');
 use_socket($link);
 $s->query_ok('SELECT 1;');		# (the session reloads too)
 RedsemTest::sleep_full(6);
 is(scalar(holders_of($redis, 'sd')), 1, 'the same Redis through another path: the hold is kept alive past its lease');
 is($s->query_ok(q{SELECT count(*) FROM redsem_held() WHERE keeper_error IS NULL;}), '1', '... with no keeper error');
 like(substr(slurp_file($node->logfile), $log_at),
-	qr/redsem keeper found 1 slot taken under the previous connection settings on the Redis the current ones name/,
+	qr/redsem keeper found 1 slot taken under other connection settings than its own on the Redis its own name/,
 	'... and the keeper says why, once');
+# (a lease made longer than any asked for is counted in the generation
+# first, I15: this server had seen none under the new settings)
+is($s->query_ok(qq{SELECT redsem_refresh('sd', '$sd_id', '1 hour');}), 't', '... its session lengthens its lease under the new settings');
+my $lmax = (split /:/, ($redis->cli('GET', 'redsem:gen') // ''))[1] // 0;
+cmp_ok($lmax, '>=', 3600000, '... which the generation counts first (its longest lease)');
 is($s->query_ok(q{SELECT redsem_release_all();}), '1', '... and its session releases it');
 is(scalar(holders_of($redis, 'sd')), 0, '... in Redis');
 
