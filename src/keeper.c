@@ -76,6 +76,7 @@ typedef struct KeeperState
 									 * that were taken under others, not
 									 * said yet */
 	TimestampTz found_logged_at;
+	TimestampTz look_logged_at; /* a failed look */
 	bool		succeeded;		/* a command succeeded this cycle */
 } KeeperState;
 
@@ -201,6 +202,23 @@ hold_line_allowed(KeeperState *st, TimestampTz now)
 }
 
 /*
+ * ms until the next try after failures failed ones: the back-off, but by
+ * half the time hold c's lease has left at the latest (a back-off past the
+ * lease's end would stop a holder that the next try might have kept)
+ */
+static int64
+retry_in_lease_ms(const HoldCopy *c, int failures, TimestampTz now)
+{
+	int64		retry = backoff_ms(failures);
+	TimestampTz valid_until = shared_hold_valid_until(&c->hold);
+
+	if (valid_until != DT_NOEND && valid_until > now)
+		retry = Min(retry, Max(TimestampDifferenceMilliseconds(now, valid_until) / 2,
+							   KEEPER_RETRY_LAST_MS));
+	return retry;
+}
+
+/*
  * A command for one hold failed: mark the hold, schedule its retry, and
  * log it (first failure, then at most every KEEPER_LOG_EVERY_MS per hold).
  * Returns the ms until its retry.
@@ -211,17 +229,8 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 {
 	TimestampTz now = redsem_now();
 	int			failures = c->hold.failures + 1;
-	int64		retry = backoff_ms(failures);
-	TimestampTz valid_until = shared_hold_valid_until(&c->hold);
+	int64		retry = retry_in_lease_ms(c, failures, now);
 	bool		log_it;
-
-	/*
-	 * (a back-off past the lease's end would stop a holder that the next
-	 * try might have kept: try again by half the time left, at the latest)
-	 */
-	if (valid_until != DT_NOEND && valid_until > now)
-		retry = Min(retry, Max(TimestampDifferenceMilliseconds(now, valid_until) / 2,
-							   KEEPER_RETRY_LAST_MS));
 
 	log_it = (c->hold.logged_at == 0 ||
 			  TimestampDifferenceExceeds(c->hold.logged_at, now, KEEPER_LOG_EVERY_MS)) &&
@@ -242,6 +251,32 @@ hold_failed(KeeperState *st, const HoldCopy *c, const char *what,
 								  st->window_suppressed) : "")));
 		st->window_suppressed = 0;
 	}
+	return retry;
+}
+
+/*
+ * A look for a hold taken under other settings failed (outcome o): tried
+ * again after the back-off; said once per KEEPER_LOG_EVERY_MS for all
+ * such holds (not in the per-hold lines' budget, which stops' lines need)
+ */
+static int64
+look_failed(KeeperState *st, const HoldCopy *c, const RedisOutcome *o)
+{
+	TimestampTz now = redsem_now();
+	int			failures = c->hold.failures + 1;
+	int64		retry = retry_in_lease_ms(c, failures, now);
+
+	shared_hold_note_failure(c->slot, c->hold.id, failures,
+							 TimestampTzPlusMilliseconds(now, retry),
+							 redis_outcome_text(o), 0);
+	if (st->look_logged_at != 0 &&
+		!TimestampDifferenceExceeds(st->look_logged_at, now, KEEPER_LOG_EVERY_MS))
+		return retry;
+	ereport(LOG,
+			(errmsg("redsem keeper could not look for slots taken under other connection settings on the Redis its own settings name"),
+			 errdetail("%s", redis_outcome_text(o)),
+			 errhint("It tries again, with back-off, until each slot's lease ends.")));
+	st->look_logged_at = now;
 	return retry;
 }
 
@@ -496,7 +531,7 @@ looked_elsewhere(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 				 uint64 target, TimestampTz sent)
 {
 	if (it->outcome.status != RS_OK)
-		return hold_failed(st, c, "look for", redis_outcome_text(&it->outcome));
+		return look_failed(st, c, &it->outcome);
 	st->succeeded = true;
 	if (it->value == 0)
 	{
@@ -891,8 +926,8 @@ report_found_elsewhere(KeeperState *st)
 		 !TimestampDifferenceExceeds(st->found_logged_at, now, KEEPER_LOG_EVERY_MS)))
 		return;
 	ereport(LOG,
-			(errmsg_plural("redsem keeper found %d slot taken under other connection settings than its own on the Redis its own name, and looks after it there",
-						   "redsem keeper found %d slots taken under other connection settings than its own on the Redis its own name, and looks after them there",
+			(errmsg_plural("redsem keeper found %d slot taken under other connection settings than its own on the Redis its own settings name, and looks after it there",
+						   "redsem keeper found %d slots taken under other connection settings than its own on the Redis its own settings name, and looks after them there",
 						   st->found_elsewhere, st->found_elsewhere),
 			 errdetail("Both settings reach the same Redis data (for example, a sentinel was added to the list, or a host name was written for its address).")));
 	st->found_elsewhere = 0;

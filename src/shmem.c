@@ -592,6 +592,16 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 	LWLockRelease(shared->holds_lock);
 }
 
+/* Forget a hold's failed tries: they were against another Redis (h locked) */
+static void
+forget_failures(SharedHold *h)
+{
+	h->failures = 0;
+	h->retry_at = 0;
+	h->logged_at = 0;
+	h->trouble[0] = '\0';
+}
+
 /* Flag whether a hold was taken under another Redis target than the keeper's */
 void
 shared_hold_set_unkept(int slot, const char *id, bool unkept)
@@ -599,8 +609,11 @@ shared_hold_set_unkept(int slot, const char *id, bool unkept)
 	SharedHold *h;
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	if ((h = tracked_hold(slot, id)) != NULL)
+	if ((h = tracked_hold(slot, id)) != NULL && h->unkept != unkept)
+	{
 		h->unkept = unkept;
+		forget_failures(h);
+	}
 	LWLockRelease(shared->holds_lock);
 }
 
@@ -619,6 +632,7 @@ shared_hold_move_target(int slot, const char *id, uint64 target)
 		h->target = target;
 		h->unkept = false;
 		h->not_found_under = 0;
+		forget_failures(h);
 	}
 	LWLockRelease(shared->holds_lock);
 }
@@ -631,7 +645,10 @@ shared_hold_not_found_under(int slot, const char *id, uint64 target)
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
+	{
 		h->not_found_under = target;
+		forget_failures(h);
+	}
 	LWLockRelease(shared->holds_lock);
 }
 
