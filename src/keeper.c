@@ -523,8 +523,9 @@ release_put_off(const HoldCopy *c, const RedisOutcome *o)
  * What the Redis of target said of a hold taken under other settings: if
  * it has the hold (a lease, an administrator's release, a live release),
  * the hold is target's from now on and the answer counts as any other;
- * if not (or it failed), the hold stays unkept and ends with its lease,
- * and is not looked for there again.  ms until it needs a look again.
+ * if not, the hold stays unkept and ends with its lease, and is not
+ * looked for there again; a look that failed is tried again (look_failed).
+ * ms until it needs a look again.
  */
 static int64
 looked_elsewhere(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
