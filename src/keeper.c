@@ -183,12 +183,32 @@ report_recovery(KeeperState *st)
 	st->trouble_suppressed = 0;
 }
 
+/*
+ * Once the per-hold lines' window is over, say how many it left out (a
+ * stop's line among them: none would count it otherwise)
+ */
+static void
+report_lines_left_out(KeeperState *st, TimestampTz now)
+{
+	if (st->window_suppressed == 0 ||
+		!TimestampDifferenceExceeds(st->window_start, now, KEEPER_LOG_EVERY_MS))
+		return;
+	ereport(LOG,
+			(errmsg_plural("redsem keeper left out %d line about single slots in the last %d s",
+						   "redsem keeper left out %d lines about single slots in the last %d s",
+						   st->window_suppressed, st->window_suppressed,
+						   KEEPER_LOG_EVERY_MS / 1000),
+			 errhint("redsem_server_holds() shows each slot's trouble, and the view redsem_stats counts the slots lost.")));
+	st->window_suppressed = 0;
+}
+
 /* True if one more per-hold log line fits in the current window */
 static bool
 hold_line_allowed(KeeperState *st, TimestampTz now)
 {
 	if (TimestampDifferenceExceeds(st->window_start, now, KEEPER_LOG_EVERY_MS))
 	{
+		report_lines_left_out(st, now);
 		st->window_start = now;
 		st->window_lines = 0;
 	}
@@ -1003,6 +1023,7 @@ keeper_cycle(KeeperState *st)
 		sleep_ms = Min(sleep_ms, KEEPER_RETRY_MIN_MS);
 	sleep_ms = Min(sleep_ms, ms_until_capped(valid_until, sleep_ms));
 	report_found_elsewhere(st);
+	report_lines_left_out(st, redsem_now());
 	if (st->released_after_crash > 0)
 		ereport(LOG,
 				(errmsg("redsem keeper released %d slot(s) held before the server restarted after a crash",
