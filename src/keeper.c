@@ -540,33 +540,24 @@ release_put_off(const HoldCopy *c, const RedisOutcome *o)
 }
 
 /*
- * What the Redis of target said of a hold taken under other settings: if
- * it has the hold (a lease, an administrator's release, a live release),
- * the hold is target's from now on and the answer counts as any other;
- * if not, the hold stays unkept and ends with its lease, and is not
- * looked for there again; a look that failed is tried again (look_failed).
- * ms until it needs a look again.
+ * Whether the Redis of target has a hold taken under other settings (its
+ * look, it, answered): if so (a lease, an administrator's release, a live
+ * release), the hold is target's from now on and the answer counts as any
+ * other; if not, the hold stays unkept and ends with its lease, and is not
+ * looked for there again.
  */
-static int64
-looked_elsewhere(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
-				 uint64 target, TimestampTz sent)
+static bool
+found_here(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
+		   uint64 target)
 {
-	if (it->outcome.status != RS_OK)
-		return look_failed(st, c, &it->outcome);
-	st->succeeded = true;
 	if (it->value == 0)
 	{
 		shared_hold_not_found_under(c->slot, c->hold.id, target);
-		return KEEPER_MAX_SLEEP_MS;
+		return false;
 	}
 	shared_hold_move_target(c->slot, c->hold.id, target);
 	st->found_elsewhere++;
-	if (it->release)
-	{
-		orphan_released(st, c, true);
-		return KEEPER_MAX_SLEEP_MS;
-	}
-	return hold_refreshed(c, it->value, sent);
+	return true;
 }
 
 /*
@@ -583,12 +574,14 @@ apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 	if (o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
 		o->status == RS_OUT_OF_MEMORY)
 		return it->release ? release_put_off(c, o) : KEEPER_MAX_SLEEP_MS;
-	if (it->elsewhere)
-		return looked_elsewhere(st, c, it, target, sent);
+	if (o->status != RS_OK && it->elsewhere)
+		return look_failed(st, c, o);	/* (tried again) */
 	if (o->status != RS_OK)
 		return hold_failed(st, c, it->release ? "release" : "refresh",
 						   redis_outcome_text(o));
 	st->succeeded = true;
+	if (it->elsewhere && !found_here(st, c, it, target))
+		return KEEPER_MAX_SLEEP_MS;
 	if (it->release)
 	{
 		orphan_released(st, c, it->value == 1);
