@@ -2418,16 +2418,22 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 -- mean, which at the lower bound, where the work runs as alone as the
 -- bounds allow, follows the mean up by ADAPT_RELEARN of the gap an
 -- interval, so that work grown slower for good is learnt); the gradient
--- g = ADAPT_TOLERANCE x base / mean; the throughput the limit gives when
--- all of it is in use, x = limit / s (Little's law); and the servers'
--- pressure.  In order:
+-- g = ADAPT_TOLERANCE x base / mean, and gs, the same with this
+-- interval's s for the mean; the throughput the limit gives when all of it is in
+-- use, x = limit / s (Little's law); and the servers' pressure.  The
+-- latency and headroom moves below need g and gs to agree (both under
+-- the band, both over it): the smoothed mean lags a step in the machine
+-- by an interval or two, so after a cut it would cut again on holds begun
+-- under the limit before (5 -> 4 -> 3 -> 2 when the best is 3), and when
+-- the machine slows it would still see room for a raise; one interval
+-- alone is noise.  In order:
 --   bounds    a limit out of [lo, hi] is brought into them;
 --   pressure  a server at ADAPT_PRESSURE_CUT times its line: down a stride;
 --   (fewer than ADAPT_MIN_SAMPLES releases: it holds still, and they are
 --   kept for the next interval, so that work whose holds take longer
 --   than an interval still moves it: adapt_tick);
---   latency   g < ADAPT_BAND_LOW (the mean above about twice the base):
---             down to limit x g, at most a stride;
+--   latency   g and gs < ADAPT_BAND_LOW (the mean above about twice the
+--             base): down to limit x the larger of them, at most a stride;
 --   no gain   a raise is judged ADAPT_JUDGE intervals after it: if all of
 --             the new limit was in use and x grew by less than ADAPT_GAIN
 --             of the raise's share (from 4 to 5: +25%, so x must grow 6%),
@@ -2440,13 +2446,21 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             ceiling it stays under until the mean at the limit it went
 --             back to moves by more than ADAPT_CHANGE (the work or the
 --             machine changed: measured ADAPT_JUDGE intervals after it
---             went back); judged at once if holds are over the latency
+--             went back, or after ADAPT_CEILING_TICKS intervals at the
+--             limit under it); judged at once if holds are over the latency
 --             line, and then the cut goes to the lower of the two;
---   headroom  g > ADAPT_BAND_HIGH (the mean under 1.67 times the base:
+--             a cut for latency is a ceiling too (the limit it came from
+--             was over the line: probing it again would only swing the
+--             limit until the work or the machine changes), and the next
+--             cut waits for an interval of holds begun under the new
+--             limit (its first interval, and ADAPT_JUDGE_HOLDS mean holds:
+--             holds begun before still finish slow);
+--   headroom  g and gs > ADAPT_BAND_HIGH (the mean under 1.67 times the base:
 --             room under the twice the latency step keeps it within),
 --             all of the limit in use or somebody waiting, every server
 --             under its line, and no ceiling in the way: up, at most a
---             stride (and to limit x g at most), then judged as above.
+--             stride (and to limit x the smaller at most), then judged
+--             as above.
 -- Between the bands it holds still, so that an integer limit does not
 -- swing with the noise of a few samples.  A stride is ADAPT_STEP of the
 -- limit, 1 at least.  So the limit climbs while the work gains from it and
@@ -2467,7 +2481,14 @@ local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- stopped running for longer than ADAPT_KEEP_MS (no keeper ticked: the
 -- semaphore went unused) are dropped at its first run after the pause (a
 -- burst of an hour ago says nothing of now); the releases since are kept.
-local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS = 2, 60000
+-- A ceiling (a raise that did not pay, a limit cut for latency) also ends
+-- after ADAPT_CEILING_TICKS intervals with releases at the limit under it
+-- (pt): its mean may have been measured after the change that should have
+-- ended it (a hog that stopped within the few intervals it takes), and
+-- then it would stay for good; so a settled limit probes the one above
+-- once a minute of use at most (of use: a semaphore used a few seconds
+-- now and then is not probed at each burst).
+local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS, ADAPT_CEILING_TICKS = 2, 60000, 60
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2593,15 +2614,18 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     elseif limit <= lo then         -- (at the floor the mean is the work's own)
         m.base = m.base + ADAPT_RELEARN * (m.mean - m.base)
     end
-    local g = ADAPT_TOLERANCE * m.base / m.mean
+    -- (the smoothed mean and this interval's must agree: over the line,
+    -- or with room under it; either alone is a transient or noise)
+    local g, gs = ADAPT_TOLERANCE * m.base / m.mean, ADAPT_TOLERANCE * m.base / s
+    local over = g < ADAPT_BAND_LOW and gs < ADAPT_BAND_LOW
     local back                      -- (a raise that did not pay: its from)
     if m.from then                  -- a raise being judged
         m.ticks = (m.ticks or 0) + 1
-        if g >= ADAPT_BAND_LOW and (m.ticks < ADAPT_JUDGE or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
+        if not over and (m.ticks < ADAPT_JUDGE or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
             return limit, nil
         end
         back = adapt_judge(m, limit, adapt_pooled(m, s), saturated)
-        if back and g >= ADAPT_BAND_LOW then return math.max(back, lo), 'no gain' end
+        if back and not over then return math.max(back, lo), 'no gain' end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
         if m.ticks > ADAPT_JUDGE and not adapt_young(m, now, ADAPT_JUDGE_HOLDS) then
@@ -2610,13 +2634,21 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     elseif m.ceiling and (m.mean > m.at * ADAPT_CHANGE or m.mean * ADAPT_CHANGE < m.at) then
         m.ceiling, m.at = nil, nil  -- (the work or the machine changed)
     end
-    if g < ADAPT_BAND_LOW then
-        -- (a value that may be NaN last: math.max and math.min skip it there)
-        local down = math.max(limit - stride, lo, math.floor(limit * g))
-        return math.max(math.min(down, back or down), lo), 'latency'
+    if m.ceiling and m.pt > ADAPT_CEILING_TICKS then
+        m.ceiling, m.at = nil, nil  -- (settled for long: probe again)
     end
-    if g > ADAPT_BAND_HIGH and saturated and pressure < 1 then
-        local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * g)))
+    if over then
+        if m.why == 'latency' and not back and (m.pt <= 1 or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
+            return limit, nil       -- (the last cut's holds are not in yet)
+        end
+        -- (a value that may be NaN last: math.max and math.min skip it there)
+        local down = math.max(limit - stride, lo, math.floor(limit * math.max(g, gs)))
+        down = math.max(math.min(down, back or down), lo)
+        if down < limit then m.ceiling, m.at, m.ticks = limit, nil, 0 end
+        return down, 'latency'
+    end
+    if g > ADAPT_BAND_HIGH and gs > ADAPT_BAND_HIGH and saturated and pressure < 1 then
+        local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * math.min(g, gs))))
         if m.ceiling then new = math.min(new, m.ceiling - 1) end
         if new > limit then
             m.from, m.x, m.ticks = limit, limit / adapt_pooled(m, s), 0
@@ -2635,7 +2667,7 @@ function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated, now)
     local new, why = adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     if new == limit then return limit, nil end
     m.pt, m.pn, m.ps = nil, nil, nil
-    m.moved = now or m.moved
+    m.moved, m.why = now or m.moved, why
     return new, why
 end
 

@@ -168,6 +168,52 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	is("$reply->[0] $reply->[1]", '8 no gain', '... judged once two mean holds have passed: back to 8');
 }
 
+# the smoothed mean and the newest interval must agree before the limit
+# moves for latency or headroom: when the machine slows, the smoothed mean
+# still shows room for a raise an interval after (bench/adaptive.sh: 4 to 5
+# as the hog started); after a cut it still shows holds begun under the
+# limit before, over the line (5, 4, 3 and then 2 when the best was 3)
+{
+	my $calm = '100|100|-|-|-|-|-|-|-|-|-|-|-|-|-|-|-|-|-';
+	my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 8, 1, 16, $calm, 10, 1900, 0, 1, 5000);
+	is("$reply->[0] '$reply->[1]'", "8 ''", 'room in the smoothed mean, none in this interval (1.9x the base): no raise');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 8, 1, 16, $calm, 10, 1100, 0, 1, 5000);
+	is("$reply->[0] $reply->[1]", '10 headroom', '... room in both: raised');
+	my $lagging = '100|300|set|1000|-|-|-|-|-|-|-|-|-|-|-|-|-|-|-';
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 4, 1, 16, $lagging, 10, 1800, 0, 1, 5000);
+	is("$reply->[0] '$reply->[1]'", "4 ''", 'a smoothed mean over the line, this interval under it (1.8x): no cut');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 4, 1, 16, $lagging, 10, 2500, 0, 1, 5000);
+	is("$reply->[0] $reply->[1]", '3 latency', '... both over it: cut');
+	# the next cut waits for holds begun under the new limit; the limit cut
+	# from is a ceiling
+	my @trace;
+	my ($limit, $mem) = @$reply[ 0, 2 ];
+	for my $iv ([ 6000, 3000, 1 ], [ 7000, 3000, 1 ], [ 8000, 1000, 1 ], [ 9000, 1000, 1 ], [ 10000, 1000, 1 ])
+	{
+		$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, 1, 16, $mem, 10, $iv->[1], 0, 1, $iv->[0]);
+		($limit, $mem) = @$reply[ 0, 2 ];
+		push @trace, $limit . ($reply->[1] eq '' ? '' : " $reply->[1]");
+	}
+	note("after a cut: @trace");
+	is($trace[0], '3', 'the interval after a cut, over the line still: no second cut yet');
+	is($trace[1], '2 latency', '... over it an interval later: cut');
+	is(join(',', @trace[ 2 .. 4 ]), '2,2,2', 'room again at once (the same work): no raise back into the ceiling');
+	# a ceiling ends after 60 seconds with releases under it (its mean
+	# measured after the change that should have ended it stays else)
+	my $t = 10000;
+	my $first;
+	for my $i (1 .. 70)
+	{
+		$t += 1000;
+		$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, 1, 16, $mem, 10, 1000, 0, 1, $t);
+		($limit, $mem) = @$reply[ 0, 2 ];
+		$first //= $i if $limit > 2;
+	}
+	ok(defined $first && $first > 55 && $first <= 62,
+		'a ceiling that stayed while nothing changed ends after about 60 seconds of releases: the limit above it is tried again ('
+		  . ($first // 'never') . ')');
+}
+
 # a cut for pressure leaves a ceiling's wait for its mean where it was
 # (it started it again before); a cut at the lower bound, which moves
 # nothing, is no move: why and when the limit last moved stay
