@@ -245,7 +245,7 @@ unlike(slurp_file($node->logfile), qr/secret/, 'the password is in no log line')
 my $too_many = $NREPLICAS + 1;
 like(error_of(qq{SET redsem.grant_replicas = $too_many; SET redsem.grant_replica_timeout = 100;},
 		q{SELECT redsem_acquire_xact('wait2', 1);}),
-	qr/08006: Redis at .* did not replicate a grant in time\n.*$NREPLICAS of the $too_many replicas/,
+	qr/08006: Redis at .* did not confirm a grant on its replicas\n.*$NREPLICAS of the $too_many replicas/,
 	'a grant that too few replicas acknowledge fails with 08006');
 is($node->safe_psql('postgres', q{SELECT permits_held FROM redsem_semaphore('wait2');}), '0',
 	'and its slot is given back');

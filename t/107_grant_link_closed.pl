@@ -54,7 +54,7 @@ print $f $s->backend_pid;
 close $f;
 my ($out, $err) = $s->query(q{SELECT redsem_acquire('glc', 1);});
 ok(-e $cut, 'the proxy closed the connection after passing on the grant');
-like($err, qr/ERROR:  08006: .*did not replicate a grant.*DETAIL:  the connection that carried the grant closed before its replicas were asked/s,
+like($err, qr/ERROR:  08006: .*did not confirm a grant on its replicas.*DETAIL:  the connection that carried the grant closed before its replicas were asked/s,
 	'the acquire fails: the WAIT would go on a connection that did not carry the grant');
 is($out, '', '... and returns no slot');
 $s->query_ok(q{SELECT 1;});

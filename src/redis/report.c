@@ -59,7 +59,7 @@ static const StatusInfo status_info[] = {
 		"unexpected reply from Redis", "unexpected reply from Redis at %s",
 	"Make sure redsem's settings point at a Redis server and that no other program writes to keys under redsem.key_prefix."},
 	[RS_NOT_REPLICATED] = {ERRCODE_CONNECTION_FAILURE,
-		"Redis replicas did not acknowledge in time", "Redis at %s did not replicate a grant in time",
+		"Redis replicas did not confirm a grant", "Redis at %s did not confirm a grant on its replicas",
 	"Check that the replicas of Redis are up and in sync, or lower redsem.grant_replicas."},
 	[RS_NOSCRIPT] = {0, "script not loaded", NULL, NULL},
 };
