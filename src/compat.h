@@ -136,16 +136,6 @@ redsem_find_setting(const char *name)
 #endif
 }
 
-/* True if the current or the session user owns the current database */
-#if PG_VERSION_NUM >= 160000
-#define redsem_owns_database() \
-	(object_ownercheck(DatabaseRelationId, MyDatabaseId, GetUserId()) || \
-	 object_ownercheck(DatabaseRelationId, MyDatabaseId, GetSessionUserId()))
-#else
-#define redsem_owns_database() \
-	(pg_database_ownercheck(MyDatabaseId, GetUserId()) || \
-	 pg_database_ownercheck(MyDatabaseId, GetSessionUserId()))
-#endif
 
 /*
  * True in a client backend (a session), the only kind of process that

@@ -13,6 +13,7 @@
 #include "utils/guc.h"
 
 #include "bounds.h"
+#include "compat.h"
 #include "guc.h"
 #include "timing.h"
 
@@ -30,6 +31,8 @@ char	   *redsem_key_prefix = NULL;
 int			redsem_max_lease_ms = 3600 * 1000;
 int			redsem_connect_timeout_ms = 2000;
 int			redsem_command_timeout_ms = 5000;
+int			redsem_connect_timeout_floor_ms = 2000;
+int			redsem_command_timeout_floor_ms = 5000;
 int			redsem_grant_replicas = 0;
 int			redsem_max_priority = REDSEM_MAX_PRIORITY;
 int			redsem_grant_replica_timeout_ms = 1000;
@@ -200,6 +203,57 @@ define_connection_gucs(void)
 							   check_key_prefix, NULL, NULL);
 }
 
+/*
+ * A timeout's value from the last source a role cannot write itself (the
+ * server's configuration, or the default), carried as the setting's
+ * "extra" so that it follows SET, RESET and rollback with the value
+ */
+typedef struct TimeoutFloor
+{
+	int			floor;
+} TimeoutFloor;
+
+/* The floor a new value of a timeout brings: its own, if trusted */
+static bool
+timeout_floor_extra(int newval, void **extra, GucSource source, int floor_now)
+{
+	TimeoutFloor *f = redsem_guc_malloc(sizeof(TimeoutFloor));
+
+	if (f == NULL)
+		return false;
+	f->floor = source <= PGC_S_GLOBAL ? newval : floor_now;
+	*extra = f;
+	return true;
+}
+
+/* Check hook of redsem.connect_timeout: note its floor */
+static bool
+check_connect_timeout(int *newval, void **extra, GucSource source)
+{
+	return timeout_floor_extra(*newval, extra, source, redsem_connect_timeout_floor_ms);
+}
+
+/* Assign hook of redsem.connect_timeout */
+static void
+assign_connect_timeout(int newval, void *extra)
+{
+	redsem_connect_timeout_floor_ms = extra ? ((TimeoutFloor *) extra)->floor : newval;
+}
+
+/* Check hook of redsem.command_timeout: note its floor */
+static bool
+check_command_timeout(int *newval, void **extra, GucSource source)
+{
+	return timeout_floor_extra(*newval, extra, source, redsem_command_timeout_floor_ms);
+}
+
+/* Assign hook of redsem.command_timeout */
+static void
+assign_command_timeout(int newval, void *extra)
+{
+	redsem_command_timeout_floor_ms = extra ? ((TimeoutFloor *) extra)->floor : newval;
+}
+
 /* Define the timeout settings */
 static void
 define_timeout_gucs(void)
@@ -216,13 +270,13 @@ define_timeout_gucs(void)
 							NULL,
 							&redsem_connect_timeout_ms, 2000, 1, 600000,
 							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+							check_connect_timeout, assign_connect_timeout, NULL);
 	DefineCustomIntVariable("redsem.command_timeout",
 							"Maximum time to wait for Redis to answer a command.",
 							NULL,
 							&redsem_command_timeout_ms, 5000, 1, 600000,
 							PGC_USERSET, GUC_UNIT_MS,
-							NULL, NULL, NULL);
+							check_command_timeout, assign_command_timeout, NULL);
 	DefineCustomIntVariable("redsem.max_priority",
 							"The highest priority this session may ask for in redsem_acquire, redsem_acquire_xact and redsem_guard.",
 							"Set it per role (ALTER ROLE ... SET) so that a role cannot push its callers ahead of everybody else's.",

@@ -20,6 +20,9 @@ extern char *redsem_key_prefix;
 extern int	redsem_connect_timeout_ms;
 extern int	redsem_max_lease_ms;
 extern int	redsem_command_timeout_ms;
+/* the timeouts' values from the server's configuration (not the role's) */
+extern int	redsem_connect_timeout_floor_ms;
+extern int	redsem_command_timeout_floor_ms;
 extern int	redsem_grant_replicas;
 extern int	redsem_max_priority;
 extern int	redsem_grant_replica_timeout_ms;

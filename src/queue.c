@@ -281,6 +281,37 @@ queue_error_context(void *arg)
 }
 
 /*
+ * acquire_slot for a statement of queue q.  With on_redis_error=run, a
+ * Redis that fails lets the statement run without a slot, so the role must
+ * not be able to make it fail: redsem's timeouts are at least what the
+ * server's configuration says (a session's or a role's own shorter ones
+ * made a queue's wait look like a Redis that does not answer)
+ */
+static AcquireResult
+acquire_with_server_timeouts(const QueueDef *q, AcquireArgs *args, char **id, Hold **hold)
+{
+	int			connect_ms = redsem_connect_timeout_ms;
+	int			command_ms = redsem_command_timeout_ms;
+	volatile AcquireResult result = ACQUIRE_FAILED;
+
+	if (!q->run_on_error)
+		return acquire_slot(args, HOLD_STATEMENT, id, hold);
+	redsem_connect_timeout_ms = Max(connect_ms, redsem_connect_timeout_floor_ms);
+	redsem_command_timeout_ms = Max(command_ms, redsem_command_timeout_floor_ms);
+	PG_TRY();
+	{
+		result = acquire_slot(args, HOLD_STATEMENT, id, hold);
+	}
+	PG_FINALLY();
+	{
+		redsem_connect_timeout_ms = connect_ms;
+		redsem_command_timeout_ms = command_ms;
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
  * Take a slot of queue q for the statement query (NULL: a utility).  A
  * session that already holds one (an open cursor) runs the statement under
  * it: it could never wait for its own slot.
@@ -320,7 +351,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	context.arg = unconstify(QueueDef *, q);
 	context.previous = error_context_stack;
 	error_context_stack = &context;
-	result = acquire_slot(&args, HOLD_STATEMENT, &id, &hold);
+	result = acquire_with_server_timeouts(q, &args, &id, &hold);
 	error_context_stack = context.previous;
 	if (result == ACQUIRE_FAILED)
 	{

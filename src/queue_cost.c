@@ -17,7 +17,11 @@
  */
 #include "postgres.h"
 
+#include "catalog/pg_database.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/syscache.h"
 
 #include "compat.h"
 #include "queue_cost.h"
@@ -50,6 +54,25 @@ static struct config_generic *records[N_COST_SETTINGS];
  */
 static bool untrusted_seen = false;
 
+/*
+ * True if the current or the session user could act as the current
+ * database's owner (and so ALTER DATABASE SET): a member of its role,
+ * inheriting or not (a NOINHERIT member can SET ROLE to it first)
+ */
+static bool
+may_act_as_database_owner(void)
+{
+	HeapTuple	tuple = SearchSysCache1(DATABASEOID, ObjectIdGetDatum(MyDatabaseId));
+	Oid			owner;
+
+	if (!HeapTupleIsValid(tuple))
+		return true;
+	owner = ((Form_pg_database) GETSTRUCT(tuple))->datdba;
+	ReleaseSysCache(tuple);
+	return is_member_of_role(GetUserId(), owner) ||
+		is_member_of_role(GetSessionUserId(), owner);
+}
+
 /* True if a value from source may have been set by the role itself */
 static bool
 untrusted_source(GucSource source)
@@ -57,7 +80,7 @@ untrusted_source(GucSource source)
 	if (source <= PGC_S_GLOBAL)
 		return false;
 	if (source == PGC_S_DATABASE)
-		return redsem_owns_database();
+		return may_act_as_database_owner();
 	return true;
 }
 

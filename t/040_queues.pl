@@ -347,7 +347,21 @@ my ($adm1, $byp1) = split m{/}, $admin->query_ok($counts);
 $ar->query_ok(q{SELECT pg_sleep(0);});
 is($admin->query_ok($counts), ($adm1 + 1) . "/$byp1", 'a value from ALTER ROLE (which a role may set for itself) does not count either');
 $ar->quit;
-$admin->query_ok(q{ALTER ROLE analyst RESET cpu_tuple_cost; ALTER ROLE analyst SET redsem.queue = 'analysts';});
+$admin->query_ok(q{ALTER ROLE analyst RESET cpu_tuple_cost;});
+# ALTER DATABASE counts as trusted only for roles that cannot act as the
+# database's owner: a NOINHERIT member of its role can SET ROLE to it and
+# lower the costs there (counted as trusted before: pg_database_ownercheck
+# looks at inherited privileges only)
+$admin->query_ok(q{CREATE ROLE dbo; CREATE DATABASE rep OWNER dbo; ALTER DATABASE rep SET cpu_tuple_cost = 0;
+	ALTER ROLE analyst NOINHERIT; GRANT dbo TO analyst;});
+$ar = RedsemTest::Session->new($node_a, name => 'mincost-dbo', user => 'analyst', dbname => 'rep');
+($adm1, $byp1) = split m{/}, $admin->query_ok($counts);
+$ar->query_ok(q{SELECT pg_sleep(0);});
+is($admin->query_ok($counts), ($adm1 + 1) . "/$byp1",
+	'a value from ALTER DATABASE, for a NOINHERIT member of the owner\'s role: does not count either');
+$ar->quit;
+$admin->query_ok(q{ALTER ROLE analyst INHERIT; REVOKE dbo FROM analyst; DROP DATABASE rep WITH (FORCE); DROP ROLE dbo;
+	ALTER ROLE analyst SET redsem.queue = 'analysts';});
 like(PostgreSQL::Test::Utils::slurp_file($node_a->logfile),
 	qr/statements of this session count as costly for statement queues from now on\n.*DETAIL:  These planner settings come from the session or the role, which could lower a statement's estimated cost: cpu_tuple_cost \(session\), cpu_operator_cost \(session\)\./,
 	'the server log says why, once per session, naming the settings');
