@@ -2558,9 +2558,10 @@ local function adapt_stride(limit)
 end
 
 -- True while fewer than holds mean holds have passed since the limit last
--- moved (now nil, as in some model tests: never).
+-- moved (now nil, as in some model tests: never; now before the move, a
+-- clock that went back: never either, or the wait would last the skew).
 local function adapt_young(m, now, holds)
-    return now and m.moved and m.mean and now - m.moved < holds * m.mean or false
+    return now and m.moved and m.mean and now >= m.moved and now - m.moved < holds * m.mean or false
 end
 
 -- The mean hold pooled at the limit as it stands (THE CONTROLLER, no

@@ -40,7 +40,7 @@ is($admin->query_ok(q{SELECT ran_unqueued FROM redsem_queues WHERE name = 'qrun'
 is($m->query_ok(q{SHOW redsem.command_timeout;}), '1ms', "the session's own value is left as it set it");
 
 $admin->query_ok(qq{SELECT redsem_release('queue:qrun', '$slot');});
-is($m->query_ok(q{SELECT 1;}), '1', 'once the slot is free, its statement runs');
+is($m->query_ok(q{SELECT 1 FROM (SELECT pg_sleep(0)) s;}), '1', 'once the slot is free, its statement runs (queued)');
 
 $m->quit;
 $admin->quit;
