@@ -301,13 +301,7 @@ queue_target(RedisCall *call, redisContext *c, const char *host, int port,
 	}
 	snprintf(portbuf, sizeof(portbuf), "%d", port);
 	snprintf(dbbuf, sizeof(dbbuf), "%d", redsem_database);
-	/*
-	 * (the broker keeps it for the link's life, statement queues' acquires
-	 * included: never shorter than the server's, or a role could make its
-	 * queue's Redis "fail" and run unqueued; see acquire_with_server_timeouts)
-	 */
-	snprintf(timeoutbuf, sizeof(timeoutbuf), "%d",
-			 Max(redsem_connect_timeout_ms, redsem_connect_timeout_floor_ms));
+	snprintf(timeoutbuf, sizeof(timeoutbuf), "%d", redsem_connect_timeout_ms);
 	{
 		const char *argv[REDSEM_BROKER_HEADER_ARGS] = {
 			"REDSEM.TARGET", host ? host : "", portbuf, unix_path ? unix_path : "",
