@@ -147,4 +147,14 @@ redsem_is_client_backend(void)
 	return MyBackendType == B_BACKEND;
 }
 
+/*
+ * Entry i (1-based) of this process's snapshot of the backends' status:
+ * renamed in PostgreSQL 17.
+ */
+#if PG_VERSION_NUM >= 170000
+#define redsem_local_beentry(i)	pgstat_get_local_beentry_by_index(i)
+#else
+#define redsem_local_beentry(i)	pgstat_fetch_stat_local_beentry(i)
+#endif
+
 #endif							/* REDSEM_COMPAT_H */

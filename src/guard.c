@@ -17,7 +17,11 @@
  * failure after it committed.  These hooks are installed last, outermost,
  * so that a statement queue's wait (src/queue.c) is inside them.  A cancel
  * that lands while a statement is parsed (waiting for a lock its parse
- * takes) is PostgreSQL's own; the next statement is then told why.
+ * takes) is PostgreSQL's own; the next statement is then told why.  A
+ * client's utility statement (PROCESS_UTILITY_TOPLEVEL: a DO, a CALL, a
+ * FETCH; never one run by SPI) that ends says so to the keeper's watch of
+ * a cancelled holder (src/escalate.c), since within a multi-statement
+ * Query the next statement has the same query_start.
  */
 #include "postgres.h"
 
@@ -29,6 +33,7 @@
 #include "utils/memutils.h"
 
 #include "compat.h"
+#include "escalate.h"
 #include "guard.h"
 #include "hold.h"
 #include "hooks.h"
@@ -155,9 +160,13 @@ guard_process_utility(PlannedStmt *pstmt, const char *queryString,
 	}
 	PG_CATCH();
 	{
+		if (context == PROCESS_UTILITY_TOPLEVEL)
+			escalate_statement_ended();
 		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
+	if (context == PROCESS_UTILITY_TOPLEVEL)
+		escalate_statement_ended();
 }
 
 /* Install the hooks (from _PG_init, preloaded or not) */

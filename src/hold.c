@@ -36,6 +36,7 @@
 
 #include "clock.h"
 #include "conn.h"
+#include "escalate.h"
 #include "guc.h"
 #include "hold.h"
 #include "hooks.h"
@@ -747,6 +748,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	Hold	   *hold;
 
 	check_session_limit(scope);
+	escalate_note_acquire(name);
 	target = redis_target_signature();
 	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
 	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,

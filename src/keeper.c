@@ -45,6 +45,7 @@
 #include "adaptive.h"
 #include "batch.h"
 #include "conn.h"
+#include "escalate.h"
 #include "fleet.h"
 #include "guc.h"
 #include "keeper.h"
@@ -891,8 +892,12 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 		if (kill(sn->pid, SIGTERM) == 0)
 			log_stop(st, sn, "terminated");
 	}
-	else if (kill(sn->pid, SIGINT) == 0)
-		log_stop(st, sn, "cancelled the statement of");
+	else
+	{
+		escalate_watch(sn->pid, sn->name, redsem_now());
+		if (kill(sn->pid, SIGINT) == 0)
+			log_stop(st, sn, "cancelled the statement of");
+	}
 }
 
 /*
@@ -914,6 +919,8 @@ stop_lost_holders(KeeperState *st)
 		for (int i = 0; i < n; i++)
 			stop_holder(st, &notices[i]);
 	} while (n == lengthof(notices));
+	/* (the keeper looks at least every KEEPER_MAX_SLEEP_MS: its watches' wake) */
+	escalate_look(redsem_now());
 	return earliest;
 }
 

@@ -14,6 +14,7 @@
 #include "broker.h"
 #include "cluster.h"
 #include "compat.h"
+#include "escalate.h"
 #include "guard.h"
 #include "guc.h"
 #include "hold.h"
@@ -57,6 +58,7 @@ _PG_init(void)
 		broker_define_gucs();
 		shmem_init();
 		queue_fleet_shmem_init();
+		escalate_shmem_init();
 		queue_conf_set_fleet_source(queue_fleet_config);
 		stats_reserve_room_for(queue_is_semaphore);
 		keeper_register();

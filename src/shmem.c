@@ -1071,6 +1071,31 @@ stoppable(const SharedHold *h)
 }
 
 /*
+ * Whether backend pid has an entry of semaphore name that is not stopped
+ * (src/escalate.c): a slot granted to it, or one it waits for
+ */
+HoldFreshness
+shared_hold_fresh(int pid, const char *name)
+{
+	HoldFreshness fresh = HOLD_FRESH_NONE;
+
+	if (shared == NULL)
+		return HOLD_FRESH_NONE;
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	for (int i = 0; i < hold_table_size && fresh != HOLD_FRESH_GRANTED; i++)
+	{
+		SharedHold *h = &hold_table[i];
+
+		if (h->in_use && h->pid == pid && h->stop == STOP_NONE &&
+			!h->abandoned && !h->ending && strcmp(h->name, name) == 0)
+			fresh = (h->phase == PHASE_HELD && h->returned) ?
+				HOLD_FRESH_GRANTED : HOLD_FRESH_WAITING;
+	}
+	LWLockRelease(shared->holds_lock);
+	return fresh;
+}
+
+/*
  * The keeper's look (src/timing.h): stop every held slot past its
  * valid_until, and hand back (up to max into out) the stopped holders it
  * has not signalled yet, now marked signalled.  *earliest: the next

@@ -248,6 +248,15 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
+/* What a backend has of a semaphore besides stopped entries (escalate.c) */
+typedef enum HoldFreshness
+{
+	HOLD_FRESH_NONE,
+	HOLD_FRESH_WAITING,			/* an entry not (yet) granted */
+	HOLD_FRESH_GRANTED
+} HoldFreshness;
+
+extern HoldFreshness shared_hold_fresh(int pid, const char *name);
 extern int	shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 								  TimestampTz *earliest);
 

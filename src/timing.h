@@ -158,7 +158,10 @@
  * A backend also looks at its own holds when it starts a statement and
  * before it commits, so a keeper that died does not leave a holder running
  * past that moment beyond its next statement.  A refresh that finds the
- * slot gone stops the holder at once.
+ * slot gone stops the holder at once.  A cancelled holder whose statement
+ * still runs REDSEM_STOP_ESCALATE_MS after the cancel, without taking the
+ * slot again (it caught the cancel), is terminated (src/escalate.c): long
+ * enough for a handler to log and ask again, short beside any lease.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
@@ -216,6 +219,7 @@
 
 #define REDSEM_CLOCK_RATE_DIVISOR	100
 #define REDSEM_STOP_ACT_MS			200
+#define REDSEM_STOP_ESCALATE_MS		2000
 
 #define SENTINEL_RETRY_MS			100
 #define CONNECT_CUT_SLACK_MS		100

@@ -1,0 +1,446 @@
+/*
+ * escalate.c
+ *		A holder that runs on after its stop is ended (the keeper's).
+ *
+ * Under redsem.on_slot_lost = cancel the keeper cancels the statement of a
+ * holder whose slot is lost (src/keeper.c), and the statement fails with
+ * 57014, which PL/pgSQL's WHEN OTHERS does not catch.  Code that catches
+ * query_canceled by name could still run on, beside the holder that takes
+ * the slot next.  So the keeper watches each backend it cancelled: if,
+ * REDSEM_STOP_ESCALATE_MS later the same client statement still runs
+ * (pg_stat_activity's state and query_start, and the backend's own word,
+ * in its AskSlot, that no client utility statement ended since: guard.c,
+ * for a multi-statement Query, whose statements share a query_start), and
+ * the backend is not waiting for its client (a cancel is not acted on
+ * then: a COPY FROM STDIN, a client that reads slowly) nor in an
+ * extension's wait (a Redis call of redsem's: a release, say), the keeper
+ * terminates the backend.  Catch and retry is a pattern to keep: each try
+ * to take a slot of that semaphore again (counted in the AskSlot) starts
+ * the count again, and a slot of it granted since ends the watch.  Without redsem's keeper there is no
+ * cancel and so no watch; with track_activities off (a superuser's
+ * setting) the statement cannot be told apart from the next one, and the
+ * keeper does not escalate.
+ */
+#include "postgres.h"
+
+#include <signal.h>
+
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/backend_status.h"
+#include "utils/memutils.h"
+#include "utils/wait_event.h"
+
+#include "bounds.h"
+#include "clock.h"
+#include "compat.h"
+#include "escalate.h"
+#include "shmem.h"
+#include "timing.h"
+
+/* One backend the keeper cancelled, and the statement it was running */
+typedef struct Watch
+{
+	int			pid;
+	int			procno;			/* its PGPROC's index: its AskSlot */
+	TimestampTz statement_start;	/* its query_start then */
+	TimestampTz counted_from;	/* the cancel, or its last try since */
+	uint32		asks_seen;		/* its AskSlot's count of tries then */
+	uint32		generation;		/* its AskSlot's when it was armed */
+	bool		in_slot;		/* its name is in the AskSlot (room was left) */
+	char		name[REDSEM_MAX_NAME_BYTES + 1];
+} Watch;
+
+/* The most backends watched at once; more are cancelled, not watched */
+#define ESCALATE_MAX_WATCHES	256
+
+static Watch watches[ESCALATE_MAX_WATCHES];
+static int	n_watches = 0;
+static bool snapshot_read = false;	/* this pass read the backends' status */
+static bool full_logged = false;
+static bool names_full_logged = false;
+
+/* The most semaphores one backend is watched for at once */
+#define ASK_NAMES	4
+
+/*
+ * Per backend (by its PGPROC's index): the semaphores the keeper watches it
+ * for and, for each, how many times it began to take a slot of it since;
+ * and whether a top-level statement of it ended since.  The keeper writes
+ * pid and the names, the backend the counts and ended, under mutex.
+ */
+typedef struct AskSlot
+{
+	slock_t		mutex;
+	int			pid;			/* the backend watched (0: none) */
+	uint32		generation;		/* moves when the slot is taken over */
+	int			n;
+	bool		ended;
+	uint32		asks[ASK_NAMES];
+	char		names[ASK_NAMES][REDSEM_MAX_NAME_BYTES + 1];
+} AskSlot;
+
+static AskSlot *ask_slots = NULL;
+
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+
+/* The shared memory the AskSlots take */
+static Size
+ask_slots_size(void)
+{
+	return mul_size(MaxBackends, sizeof(AskSlot));
+}
+
+/* Ask for the AskSlots' shared memory */
+static void
+escalate_shmem_request(void)
+{
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+	RequestAddinShmemSpace(ask_slots_size());
+}
+
+/* Attach to (or make) the AskSlots */
+static void
+escalate_shmem_startup(void)
+{
+	bool		found;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	ask_slots = ShmemInitStruct("redsem ask slots", ask_slots_size(), &found);
+	if (!found)
+	{
+		memset(ask_slots, 0, ask_slots_size());
+		for (int i = 0; i < MaxBackends; i++)
+			SpinLockInit(&ask_slots[i].mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* From _PG_init, when preloading: the AskSlots' hooks */
+void
+escalate_shmem_init(void)
+{
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = escalate_shmem_request;
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = escalate_shmem_startup;
+}
+
+/* The index of proc among the PGPROCs with an AskSlot, or -1 */
+static int
+procno_of(PGPROC *proc)
+{
+	long		i;
+
+	if (ask_slots == NULL || proc == NULL)
+		return -1;
+	i = proc - ProcGlobal->allProcs;
+	return (i >= 0 && i < MaxBackends) ? (int) i : -1;
+}
+
+/* This backend's AskSlot if the keeper watches it (one unlocked read), or NULL */
+static AskSlot *
+own_watched_slot(void)
+{
+	int			i = procno_of(MyProc);
+
+	if (i < 0 || ask_slots[i].pid != MyProcPid)
+		return NULL;
+	return &ask_slots[i];
+}
+
+/* This backend begins to take a slot of semaphore name: count it if watched */
+void
+escalate_note_acquire(const char *name)
+{
+	AskSlot    *a = own_watched_slot();
+
+	if (a == NULL)
+		return;
+	SpinLockAcquire(&a->mutex);
+	for (int i = 0; i < a->n && a->pid == MyProcPid; i++)
+		if (strcmp(a->names[i], name) == 0)
+			a->asks[i]++;
+	SpinLockRelease(&a->mutex);
+}
+
+/* A top-level statement of this backend ended (guard.c): say so if watched */
+void
+escalate_statement_ended(void)
+{
+	AskSlot    *a = own_watched_slot();
+
+	if (a == NULL)
+		return;
+	SpinLockAcquire(&a->mutex);
+	if (a->pid == MyProcPid)
+		a->ended = true;
+	SpinLockRelease(&a->mutex);
+}
+
+/*
+ * Add w's semaphore to its backend's AskSlot (a slot left by another
+ * backend, or by a statement that ended, is taken over: a new generation,
+ * which ends the watches armed before); without room, w is watched by its
+ * statement alone (its tries are not seen)
+ */
+static void
+ask_slot_watch(Watch *w)
+{
+	AskSlot    *a = &ask_slots[w->procno];
+	int			i;
+
+	SpinLockAcquire(&a->mutex);
+	if (a->pid != w->pid || a->ended)
+	{
+		a->pid = w->pid;
+		a->generation++;
+		a->n = 0;
+		a->ended = false;
+	}
+	for (i = 0; i < a->n && strcmp(a->names[i], w->name) != 0; i++)
+		;
+	if (i == a->n && a->n < ASK_NAMES)
+	{
+		a->asks[i] = 0;
+		strlcpy(a->names[i], w->name, sizeof(a->names[i]));
+		a->n++;
+	}
+	w->in_slot = i < a->n;
+	w->asks_seen = w->in_slot ? a->asks[i] : 0;
+	w->generation = a->generation;
+	SpinLockRelease(&a->mutex);
+	if (!w->in_slot && !names_full_logged)
+		ereport(LOG,
+				(errmsg("redsem keeper watches process %d for more than %d lost slots at once: its tries to take the slot of semaphore \"%s\" again are not seen",
+						w->pid, ASK_NAMES, w->name)));
+	names_full_logged = names_full_logged || !w->in_slot;
+}
+
+/*
+ * Read w's AskSlot: false if the watch is over there (its statement ended,
+ * or its slot was taken over); else *asks, its count of tries
+ */
+static bool
+ask_slot_read(const Watch *w, uint32 *asks)
+{
+	AskSlot    *a = &ask_slots[w->procno];
+	bool		on = false;
+
+	SpinLockAcquire(&a->mutex);
+	if (a->pid == w->pid && a->generation == w->generation && !a->ended)
+	{
+		*asks = w->asks_seen;
+		on = !w->in_slot;
+		for (int i = 0; i < a->n && w->in_slot; i++)
+		{
+			if (strcmp(a->names[i], w->name) == 0)
+			{
+				*asks = a->asks[i];
+				on = true;
+			}
+		}
+	}
+	SpinLockRelease(&a->mutex);
+	return on;
+}
+
+/* Remove w's semaphore from its AskSlot (the slot freed with its last) */
+static void
+ask_slot_forget(const Watch *w)
+{
+	AskSlot    *a = &ask_slots[w->procno];
+
+	SpinLockAcquire(&a->mutex);
+	if (a->pid == w->pid && a->generation == w->generation)
+	{
+		for (int i = 0; i < a->n && w->in_slot; i++)
+		{
+			if (strcmp(a->names[i], w->name) == 0)
+			{
+				a->n--;
+				a->asks[i] = a->asks[a->n];
+				memcpy(a->names[i], a->names[a->n], sizeof(a->names[i]));
+				break;
+			}
+		}
+		if (a->n == 0)
+			a->pid = 0;
+	}
+	SpinLockRelease(&a->mutex);
+}
+
+/*
+ * True if backend pid waits where a cancel is not acted on or is not its
+ * code running on: for its client, or in an extension's wait (a Redis call
+ * of redsem's; before PostgreSQL 17 every extension's wait is one)
+ */
+static bool
+waiting_aside(int pid)
+{
+	PGPROC	   *proc = BackendPidGetProc(pid);
+	uint32		class;
+
+	if (proc == NULL)
+		return false;
+	class = *((volatile uint32 *) &proc->wait_event_info) & 0xFF000000;
+	return class == PG_WAIT_CLIENT || class == PG_WAIT_EXTENSION;
+}
+
+/*
+ * pid's query_start, if it runs a client statement (its status as this
+ * pass of the keeper read it); false if not, or if the status could not
+ * be read (an ERROR, out of memory say, is swallowed: the keeper goes on)
+ */
+static bool
+running_statement(int pid, TimestampTz *start)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	volatile bool found = false;
+
+	PG_TRY();
+	{
+		int			n;
+
+		if (!snapshot_read)
+			pgstat_clear_backend_activity_snapshot();
+		snapshot_read = true;
+		n = pgstat_fetch_stat_numbackends();
+		for (int i = 1; i <= n && !found; i++)
+		{
+			LocalPgBackendStatus *local = redsem_local_beentry(i);
+			PgBackendStatus *st = local ? &local->backendStatus : NULL;
+
+			if (st != NULL && st->st_procpid == pid &&
+				(st->st_state == STATE_RUNNING || st->st_state == STATE_FASTPATH))
+			{
+				*start = st->st_activity_start_timestamp;
+				found = true;
+			}
+		}
+	}
+	PG_CATCH();
+	{
+		InterruptHoldoffCount = holdoff;
+		MemoryContextSwitchTo(cxt);
+		FlushErrorState();
+		found = false;
+	}
+	PG_END_TRY();
+	return found;
+}
+
+/*
+ * Watch pid, whose slot of semaphore name is lost and whose statement the
+ * keeper is about to cancel (before the signal, so that the statement
+ * watched is the one cancelled), if it is running one
+ */
+void
+escalate_watch(int pid, const char *name, TimestampTz now)
+{
+	Watch	   *w;
+
+	if (n_watches >= ESCALATE_MAX_WATCHES)
+	{
+		if (!full_logged)
+			ereport(LOG,
+					(errmsg("redsem keeper cancelled more holders at once than it can watch (%d): those beyond are not terminated if they run on",
+							ESCALATE_MAX_WATCHES)));
+		full_logged = true;
+		return;
+	}
+	w = &watches[n_watches];
+	w->pid = pid;
+	w->procno = procno_of(BackendPidGetProc(pid));
+	w->counted_from = now;
+	strlcpy(w->name, name, sizeof(w->name));
+	if (w->procno < 0 || !running_statement(pid, &w->statement_start))
+		return;
+	ask_slot_watch(w);
+	n_watches++;
+}
+
+/* Terminate w's backend, and log why */
+static void
+terminate(const Watch *w, TimestampTz now)
+{
+	if (BackendPidGetProc(w->pid) == NULL || kill(w->pid, SIGTERM) != 0)
+		return;
+	ereport(LOG,
+			(errmsg("redsem keeper terminated process %d: it ran on after its statement was cancelled for the lost slot of semaphore \"%s\"",
+					w->pid, w->name),
+			 errdetail("The same statement still ran " INT64_FORMAT " ms after the cancel (or its last try to take a slot of the semaphore again): its code caught the cancel (query_canceled).",
+					   (int64) TimestampDifferenceMilliseconds(w->counted_from, now)),
+			 errhint("Code that catches query_canceled must end its statement or take the slot again; redsem.on_slot_lost = terminate ends such sessions at once.")));
+}
+
+/*
+ * What becomes of watch w now: true to keep watching it.  It ends when its
+ * statement did, or a slot of its semaphore was granted to it again; its
+ * count starts again at each try to take one; past REDSEM_STOP_ESCALATE_MS
+ * its backend is terminated.
+ */
+static bool
+look_at(Watch *w, TimestampTz now)
+{
+	TimestampTz start;
+	uint32		asks;
+	HoldFreshness fresh;
+
+	if (BackendPidGetProc(w->pid) == NULL || !ask_slot_read(w, &asks) ||
+		!running_statement(w->pid, &start) || start != w->statement_start)
+		return false;
+	fresh = shared_hold_fresh(w->pid, w->name);
+	if (fresh == HOLD_FRESH_GRANTED)
+		return false;
+	if (fresh == HOLD_FRESH_WAITING || asks != w->asks_seen)
+	{
+		w->counted_from = now;
+		w->asks_seen = asks;
+		return true;
+	}
+	if (now < TimestampTzPlusMilliseconds(w->counted_from, REDSEM_STOP_ESCALATE_MS) ||
+		waiting_aside(w->pid))
+		return true;
+	terminate(w, now);
+	return false;
+}
+
+/*
+ * Look at the watched backends (the keeper, at least every
+ * KEEPER_MAX_SLEEP_MS): keep the watches that go on, end the others
+ */
+void
+escalate_look(TimestampTz now)
+{
+	int			kept = 0;
+
+	if (n_watches > 0)
+	{
+		snapshot_read = false;
+		for (int i = 0; i < n_watches; i++)
+		{
+			if (look_at(&watches[i], now))
+				watches[kept++] = watches[i];
+			else
+				ask_slot_forget(&watches[i]);
+		}
+		n_watches = kept;
+		full_logged = full_logged && n_watches >= ESCALATE_MAX_WATCHES;
+	}
+	/* (the next pass reads the status afresh, its watches' and looks') */
+	if (snapshot_read)
+		pgstat_clear_backend_activity_snapshot();
+	snapshot_read = false;
+}

@@ -1,0 +1,17 @@
+/*
+ * escalate.h
+ *		The keeper ends a holder that runs on after its statement was
+ *		cancelled for a lost slot (src/escalate.c).
+ */
+#ifndef REDSEM_ESCALATE_H
+#define REDSEM_ESCALATE_H
+
+#include "datatype/timestamp.h"
+
+extern void escalate_shmem_init(void);
+extern void escalate_note_acquire(const char *name);
+extern void escalate_statement_ended(void);
+extern void escalate_watch(int pid, const char *name, TimestampTz now);
+extern void escalate_look(TimestampTz now);
+
+#endif							/* REDSEM_ESCALATE_H */
