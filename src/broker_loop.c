@@ -1759,6 +1759,23 @@ bind_target(Client *c, const redisReply *cmd)
 	return true;
 }
 
+/* Take a bound client's new connect timeout (REDSEM.TIMEOUT); false if malformed */
+static bool
+set_connect_timeout(Client *c, const redisReply *cmd)
+{
+	char	   *end;
+	long		ms;
+
+	if (cmd->elements != 2 || c->target < 0 || cmd->element[1]->type != REDIS_REPLY_STRING)
+		return false;
+	errno = 0;
+	ms = strtol(cmd->element[1]->str, &end, 10);
+	if (errno != 0 || end == cmd->element[1]->str || *end != '\0' || ms < 1 || ms > PG_INT32_MAX)
+		return false;
+	c->connect_timeout_ms = (int) ms;
+	return true;
+}
+
 /*
  * Zero the passwords of a REDSEM.TARGET header before it is freed (the
  * target keeps its own copy; the link's read buffer is hiredis's, and is
@@ -1984,6 +2001,16 @@ process_client(Client *c)
 
 			wipe_header_passwords(cmd);
 			if (!bound)
+			{
+				close_client(c);
+				return;
+			}
+			drop_held(c, 1);
+			continue;
+		}
+		if (broker_is_command(cmd, REDSEM_BROKER_TIMEOUT))
+		{
+			if (!set_connect_timeout(c, cmd))
 			{
 				close_client(c);
 				return;

@@ -20,7 +20,14 @@ use RedsemTest;
 use Test::More;
 
 my $redis = RedsemTest::Redis->new;
-my $node = create_node('qot', $redis);
+# Redis 20 ms away (bench/delay_proxy.pl): a connection's set-up takes more
+# than 1 ms, less than the server's redsem.connect_timeout
+my $sock = PostgreSQL::Test::Utils::tempdir_short() . '/far.sock';
+my $proxy = IPC::Run::start(
+	[ 'perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $sock, $redis->socket, 20 ],
+	'<', '/dev/null', '>', "$PostgreSQL::Test::Utils::log_path/113_proxy.log", '2>&1');
+ok(defined wait_until(10, sub { -S $sock }), 'the delay proxy listens');
+my $node = create_node('qot', $redis, "redsem.unix_socket = '$sock'\n");
 my $admin = RedsemTest::Session->new($node, name => 'admin');
 $admin->query_ok(q{SELECT redsem_create_queue('qrun', 'active_statements=1 max_wait=2s on_redis_error=run');
 	CREATE ROLE mallory LOGIN; ALTER ROLE mallory SET redsem.queue = 'qrun';});
@@ -28,7 +35,24 @@ my $slot = $admin->query_ok(q{SELECT redsem_acquire('queue:qrun', lease => '60 s
 ok($slot ne '', 'the queue is full (its one slot taken)');
 
 my $m = RedsemTest::Session->new($node, name => 'mallory', user => 'mallory');
-$m->query_ok(q{SET redsem.command_timeout = 1; SET redsem.connect_timeout = 1;});
+# Its link (to Redis, or to the broker) made under a connect_timeout of
+# 1 ms, by a call outside the queue (a DO block is a utility statement, and
+# what runs inside it is nested): behind the broker, the broker opens what
+# that link's calls need within the link's connect_timeout, so a queue's
+# acquire must raise it there too (REDSEM.TIMEOUT)
+# Every link cut (behind the broker a new broker, with no connection to
+# Redis yet); the admin's next call opens the broker's shared one again, so
+# mallory's call outside the queue finds it, and its wait in line needs the
+# broker to open a connection for it
+drop_links($redis, $node);
+ok(wait_until(15, sub { my ($out) = $admin->query(q{SELECT redsem_release('warm', redsem_acquire('warm', 5));}, 10); ($out // '') eq 't' }),
+	'the admin reaches Redis again');
+$m->query_ok(q{SET redsem.connect_timeout = 1;});
+# (in direct mode its own connection cannot be made within 1 ms: the
+# queue's acquire makes it)
+$m->query_ok(q{DO $$ BEGIN PERFORM redsem_release('elsewhere', redsem_acquire('elsewhere', 5));
+	EXCEPTION WHEN OTHERS THEN NULL; END $$;});
+$m->query_ok(q{SET redsem.command_timeout = 1;});
 for my $i (1 .. 2)
 {
 	my ($out, $err) = $m->query(q{SELECT pg_sleep(0.01);}, 30);
@@ -45,4 +69,5 @@ is($m->query_ok(q{SELECT 1 FROM (SELECT pg_sleep(0)) s;}), '1', 'once the slot i
 $m->quit;
 $admin->quit;
 $node->stop;
+$proxy->kill_kill;
 done_testing();

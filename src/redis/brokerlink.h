@@ -30,6 +30,15 @@ struct redisContext;
 #define REDSEM_BROKER_HEADER_ARGS	18
 
 /*
+ * A later request of a link, with no reply: REDSEM.TIMEOUT connect_timeout_ms
+ * (the session's redsem.connect_timeout changed since the header, or a
+ * statement queue's acquire raised it to the server's: conn.c sends it
+ * before the next command, and the broker gives the opens that command
+ * asks for that long)
+ */
+#define REDSEM_BROKER_TIMEOUT	"REDSEM.TIMEOUT"
+
+/*
  * The words of the broker's answers to a request it did not send on,
  * having ended the link, one for each reason: the backend sends it again
  * on a new link, in any mode (conn.c: broker_says_retry).  Its target's last

@@ -77,6 +77,8 @@ typedef struct Link
 	bool		tls;			/* it speaks TLS */
 	uint64		secrets;		/* behind the broker: a digest of the
 								 * passwords its header carried (0: none) */
+	int			connect_timeout_ms; /* behind the broker: the one the broker
+									 * has for it (link_append) */
 
 	/*
 	 * True from sending a command until its reply is read.  Still true at
@@ -342,6 +344,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	link->generation = redsem_guc_generation_now();
 	link->tls = redis_target_tls();
 	link->secrets = redis_broker_wanted() ? redis_broker_link_secrets() : 0;
+	link->connect_timeout_ms = redsem_connect_timeout_ms;
 	route_changes++;
 	link_opens++;
 	return true;
@@ -465,6 +468,29 @@ exchange(RedisCall *call, Link *link, TimestampTz deadline, bool flush,
 }
 
 /*
+ * Append a command to link's output.  Behind the broker, a redsem.connect_timeout
+ * that is not the one the link's broker client has goes first
+ * (REDSEM.TIMEOUT): the broker gives the opens a command needs its link's
+ * value, and a statement queue's acquire raises the session's to the
+ * server's (queue.c: acquire_with_server_timeouts).
+ */
+static bool
+link_append(Link *link, int argc, const char **argv, const size_t *argvlen)
+{
+	if (redis_broker_wanted() && link->connect_timeout_ms != redsem_connect_timeout_ms)
+	{
+		char		ms[16];
+		const char *timeout_argv[] = {REDSEM_BROKER_TIMEOUT, ms};
+
+		snprintf(ms, sizeof(ms), "%d", redsem_connect_timeout_ms);
+		if (redisAppendCommandArgv(link->ctx, 2, timeout_argv, NULL) != REDIS_OK)
+			return false;
+		link->connect_timeout_ms = redsem_connect_timeout_ms;
+	}
+	return redisAppendCommandArgv(link->ctx, argc, argv, argvlen) == REDIS_OK;
+}
+
+/*
  * Send one command on link (open), preceded by ASKING if asking (a cluster
  * slot being migrated: the ASKING reply is read and dropped), and read its
  * reply
@@ -479,8 +505,8 @@ send_and_receive(RedisCall *call, Link *link, int argc, const char **argv,
 	RedisStatus status;
 
 	*reply = NULL;
-	if ((asking && redisAppendCommandArgv(link->ctx, 1, asking_argv, NULL) != REDIS_OK) ||
-		redisAppendCommandArgv(link->ctx, argc, argv, argvlen) != REDIS_OK)
+	if ((asking && !link_append(link, 1, asking_argv, NULL)) ||
+		!link_append(link, argc, argv, argvlen))
 		return RS_LOST;
 	status = exchange(call, link, deadline, true, true, asking ? 2 : 1, got);
 	if (asking && got[0] != NULL)
@@ -1300,7 +1326,7 @@ redis_send_deferred(RedisCall *call, int argc, const char **argv,
 		settle_owed(call, link, deadline);
 	/* behind replies still owed, the command goes out without a poll */
 	ok = usable_behind_owed(link) || ensure_connection(call, link, deadline);
-	if (ok && redisAppendCommandArgv(link->ctx, argc, argv, NULL) != REDIS_OK)
+	if (ok && !link_append(link, argc, argv, NULL))
 		status = RS_LOST;
 	else if (ok)
 		status = exchange(call, link, deadline, true, false, 0, NULL);
@@ -1346,7 +1372,7 @@ pipeline_exchange(RedisCall *call, Link *link, int n, const RedisCommand *cmds,
 				  TimestampTz deadline, redisReply **replies)
 {
 	for (int i = 0; i < n; i++)
-		if (redisAppendCommandArgv(link->ctx, cmds[i].argc, cmds[i].argv, NULL) != REDIS_OK)
+		if (!link_append(link, cmds[i].argc, cmds[i].argv, NULL))
 			return RS_LOST;
 	return exchange(call, link, deadline, true, true, n, replies);
 }
@@ -1480,13 +1506,12 @@ pipeline_node_pass(Pipeline *p, int node)
 		if (p->pc[i].asking)
 		{
 			which[count++] = -1;
-			if (redisAppendCommandArgv(link->ctx, 1, asking_argv, NULL) != REDIS_OK)
+			if (!link_append(link, 1, asking_argv, NULL))
 				status = RS_LOST;
 		}
 		which[count++] = i;
 		if (status == RS_OK &&
-			redisAppendCommandArgv(link->ctx, p->cmds[i].argc, p->cmds[i].argv,
-								   NULL) != REDIS_OK)
+			!link_append(link, p->cmds[i].argc, p->cmds[i].argv, NULL))
 			status = RS_LOST;
 	}
 	if (status == RS_OK)
