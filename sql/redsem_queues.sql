@@ -22,6 +22,7 @@ ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 on_redis_error=maybe';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 utility=perhaps';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 colour=blue';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 min_cost';
+ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 active_statements=2';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1; q1: active_statements=2';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 application_priority=grafana*';
 ALTER SYSTEM SET redsem.queues = 'q1: active_statements=1 application_priority=grafana*:101';

@@ -270,7 +270,8 @@ Datum
 redsem_stats_reset(PG_FUNCTION_ARGS)
 {
 	require_admin("reset redsem statistics");
-	stats_reset(PG_ARGISNULL(0) ? NULL : text_to_cstring(PG_GETARG_TEXT_PP(0)));
+	/* (a name no semaphore can have is an error, not a reset of nothing) */
+	stats_reset(PG_ARGISNULL(0) ? NULL : name_arg(fcinfo, 0));
 	PG_RETURN_VOID();
 }
 

@@ -407,12 +407,17 @@ resettable(const char *key, char *value)
 		strcmp(key, "application_priority") == 0;
 }
 
+/* The most options one definition has (each given once) */
+#define QUEUE_MAX_OPTIONS	8
+
 /* Parse "key=value key=value ..." up to ';' or the end into q */
 static bool
 parse_options(const char **p, QueueDef *q)
 {
 	char		key[64];
 	char		value[QUEUE_MAX_APPS_BYTES + 2];
+	char		seen[QUEUE_MAX_OPTIONS][64];
+	int			n_seen = 0;
 
 	for (;;)
 	{
@@ -432,8 +437,18 @@ parse_options(const char **p, QueueDef *q)
 								q->name, key);
 			return false;
 		}
+		for (int i = 0; i < n_seen; i++)
+		{
+			if (strcmp(seen[i], key) == 0)
+			{
+				GUC_check_errdetail("Queue \"%s\": option \"%s\" is given twice.", q->name, key);
+				return false;
+			}
+		}
 		if (!apply_option(q, key, value))
 			return false;
+		if (n_seen < QUEUE_MAX_OPTIONS)
+			strlcpy(seen[n_seen++], key, sizeof(seen[0]));
 	}
 }
 

@@ -229,6 +229,10 @@ is(stats('obs_other'), '1|0|0|0|1|0|0|0', 'obs_other: acquired 1, released 1');
 $ctl->query_ok(q{SELECT redsem_stats_reset('obs');});
 is($ctl->query_ok(q{SELECT string_agg(name, ',' ORDER BY name) FROM redsem_stats;}),
 	'obs_down,obs_other', "redsem_stats_reset('obs') forgets only obs");
+my (undef, $long_err) = $ctl->query(q{SELECT redsem_stats_reset(repeat('x', 201));});
+like($long_err, qr/22023: semaphore name is too long/, 'a name no semaphore can have is refused (22023)');
+(undef, $long_err) = $ctl->query(q{SELECT redsem_stats_reset('');});
+like($long_err, qr/22023: semaphore name must not be empty/, '... and so is an empty one');
 $ctl->query_ok(q{SELECT redsem_stats_reset();});
 is($ctl->query_ok('SELECT count(*) FROM redsem_stats;'), '0',
 	'redsem_stats_reset() forgets everything');
