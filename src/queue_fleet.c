@@ -85,12 +85,16 @@ static char *own_queues = NULL;	/* only redsem.queues defines them here */
 static char *differing_queues = NULL;	/* ...defines them otherwise */
 static TimestampTz next_cap_check = 0;
 
-/* Queues dropped lately, whose cap a late change may have stored again */
+/*
+ * Queues dropped lately, whose cap a late change may have stored again, and
+ * whose line's open limit (free_line) is removed when the entry's time is up
+ */
 typedef struct DroppedQueue
 {
 	char		semaphore[QUEUE_MAX_NAME_BYTES + 7];
 	int			active;			/* its cap when it was dropped */
 	TimestampTz until;
+	bool		done;			/* its time is up, the open limit removed */
 } DroppedQueue;
 static DroppedQueue dropped[QUEUE_MAX_QUEUES];
 static int	ndropped = 0;
@@ -372,6 +376,7 @@ note_dropped(const QueueDef *q)
 		memmove(dropped, dropped + 1, sizeof(DroppedQueue) * --ndropped);
 	strlcpy(dropped[ndropped].semaphore, q->semaphore, sizeof(dropped[ndropped].semaphore));
 	dropped[ndropped].active = q->active;
+	dropped[ndropped].done = false;
 	dropped[ndropped++].until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_CAP_CHECK_MS);
 }
 
@@ -668,7 +673,8 @@ copy_wanted(int exists, int64 version)
  * the definition of the second): only if the stored limit is still the
  * one read, and the definition read after it still says so, so that a
  * change made meanwhile is never undone.  Dropped queues whose cap a late
- * change stored again lose it the same way.
+ * change stored again lose it the same way; once their time is up, the
+ * open limit their drop left (free_line) goes too.
  */
 static void
 reconcile_caps(RedisCall *call, const QueueConfig *now)
@@ -697,14 +703,21 @@ reconcile_caps(RedisCall *call, const QueueConfig *now)
 	}
 	for (int i = 0; i < ndropped; i++)
 	{
+		DroppedQueue *d = &dropped[i];
+		const char *name = d->semaphore + strlen(REDSEM_QUEUE_PREFIX);
+		bool		over = d->until < redsem_now();
 		SemLimit	limit;
 
-		if (dropped[i].until < redsem_now() ||
-			def_in(now, dropped[i].semaphore + strlen(REDSEM_QUEUE_PREFIX)) != NULL ||
-			def_in(queue_setting_config(), dropped[i].semaphore + strlen(REDSEM_QUEUE_PREFIX)) != NULL)
+		if (d->done || def_in(now, name) != NULL || def_in(queue_setting_config(), name) != NULL)
 			continue;
-		if (sem_limit(call, dropped[i].semaphore, &limit) && limit.stored == dropped[i].active)
-			(void) sem_set_limit_if(call, dropped[i].semaphore, 0, dropped[i].active, &limit);
+		if (!sem_limit(call, d->semaphore, &limit))
+			return;
+		if (!over && limit.stored == d->active)
+			(void) sem_set_limit_if(call, d->semaphore, 0, d->active, &limit);
+		else if (over &&
+				 (limit.stored != REDSEM_MAX_HOLDERS ||
+				  sem_set_limit_if(call, d->semaphore, 0, REDSEM_MAX_HOLDERS, &limit)))
+			d->done = true;
 	}
 }
 
@@ -988,6 +1001,38 @@ no_such_queue(const char *name)
 }
 
 /*
+ * Let every statement waiting in dropped queue q's line in at once: raise
+ * its semaphore's stored limit, if it is still the cap read, to the most
+ * there can be, which admits them all (they run, as statements arriving
+ * now run unqueued).  That open limit stays stored for a while, so that a
+ * server that has not read the drop yet lets its statements in too,
+ * instead of storing the old cap again; each keeper that saw the drop
+ * removes it after QUEUE_FLEET_CAP_CHECK_MS (reconcile_caps).  False if
+ * nothing was raised (no cap stored, a change raced the drop, Redis
+ * failed: a warning says so): the caller removes the cap as before, and
+ * the line is let in as the running statements end.
+ */
+static bool
+free_line(const QueueDef *q)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+	int			cap;
+
+	call.elevel = WARNING;
+	if (!sem_limit(&call, q->semaphore, &limit) || limit.stored <= 0)
+		return false;
+	cap = (int) limit.stored;
+	if (!sem_set_limit_if(&call, q->semaphore, REDSEM_MAX_HOLDERS, cap, &limit) ||
+		limit.stored != REDSEM_MAX_HOLDERS)
+		return false;
+	/* (as apply_cap: a cap set ends an adaptive limit) */
+	(void) sem_adapt_note(&call, q->semaphore, false);
+	sem_pin_configured(&call, q->semaphore);
+	return true;
+}
+
+/*
  * Make the stored limit of q's semaphore its cap: it is what admissions
  * follow, on every server.  A failure warns (the definition is stored; the
  * first statement stores the cap if none is).
@@ -1258,8 +1303,15 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 				(errmsg("statement queue \"%s\" does not exist, skipping", q.name)));
 		PG_RETURN_BOOL(false);
 	}
-	apply_cap(&q, 0);
-	settle_cap(&q);
+	/*
+	 * (a queue this server's redsem.queues defines too stays, with its cap:
+	 * its line is not let in)
+	 */
+	if (def_in(queue_setting_config(), q.name) != NULL || !free_line(&q))
+	{
+		apply_cap(&q, 0);
+		settle_cap(&q);
+	}
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" dropped by role \"%s\"",
 					q.name, GetUserNameFromId(GetUserId(), false))));

@@ -9,7 +9,8 @@
 # forgetting the definitions (FLUSHALL) gets them back from a server's
 # copy, and a server restarted while Redis is away applies its copy from
 # the data directory; a definition a direct writer garbled is refused
-# loudly; a dropped queue stops queueing.
+# loudly; a dropped queue stops queueing, and the statements waiting in
+# its line when it is dropped run at once.
 
 use strict;
 use warnings FATAL => 'all';
@@ -22,6 +23,7 @@ use PostgreSQL::Test::Utils;
 use RedsemTest;
 use RedsemHistory;
 use Test::More;
+use Time::HiRes qw(time);
 
 my $redis = RedsemTest::Redis->new;
 my $a = create_node('fleet_a', $redis);
@@ -206,7 +208,48 @@ is($a->safe_psql('postgres', "SELECT redsem_drop_queue('gone')"), 't', 'a queue 
 like($err, qr/statement queue "gone" does not exist/, 'once');
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_drop_queue('gone', if_exists => true)");
 like($err, qr/does not exist, skipping/, 'if_exists only notes it');
-is($a->safe_psql('postgres', "SELECT redsem_limit('queue:gone')"), '', 'its cap went with it');
+is($a->safe_psql('postgres', "SELECT redsem_limit('queue:gone')"), '1000000',
+	'its cap went with it (an open limit stays for some seconds: below)');
+
+# --- a busy queue dropped: its line is let in at once, on both servers ---
+$a->safe_psql('postgres', "SELECT redsem_create_queue('busy', 'active_statements=1 max_wait=30s')");
+ok(defined wait_until(5, sub {
+			$b->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'busy'") eq '1' }),
+	'a queue "busy" is applied on both servers');
+my $long = RedsemTest::Session->new($a, name => 'busy long');
+$long->query_ok(q{SET redsem.queue = 'busy';});
+$long->send(q{SELECT count(*) FROM tq, pg_sleep(8);});
+ok(defined wait_until(10, sub {
+			$a->safe_psql('postgres', "SELECT running FROM redsem_queues WHERE name = 'busy'") eq '1' }),
+	'a long statement fills it');
+my @line;
+foreach my $n ($a, $b, $b)
+{
+	my $s = RedsemTest::Session->new($n, name => 'busy line');
+	$s->query_ok(q{SET redsem.queue = 'busy';});
+	$s->send(q{SELECT count(*) FROM tq;});
+	push @line, $s;
+}
+ok(defined wait_until(10, sub {
+			$a->safe_psql('postgres', "SELECT waiting FROM redsem_queues WHERE name = 'busy'") eq '3' }),
+	'three statements wait in its line, from both servers');
+my $dropped_at = time;
+$a->safe_psql('postgres', "SELECT redsem_drop_queue('busy')");
+my @ran = grep { my ($o, $e) = $_->wait_done(20); defined $o && $o eq '1' && $e eq '' } @line;
+my $took = time - $dropped_at;
+ok(@ran == 3 && $took < 3,
+	sprintf('dropping it lets the statements in its line run at once (%d of 3 ran, %.1f s)', scalar(@ran), $took));
+is(scalar(my @still = $long->wait_done(0)), 0, 'while its long statement runs on');
+is($a->safe_psql('postgres', "SELECT redsem_limit('queue:busy')"), '1000000',
+	'the drop left its semaphore an open limit, for statements of servers that have not read the drop yet');
+my $late = RedsemTest::Session->new($b, name => 'busy late');
+$late->query(q{SET redsem.queue = 'busy';});
+my ($late_out, undef, $late_s) = $late->query(q{SELECT count(*) FROM tq;}, 20);
+ok($late_out eq '1' && $late_s < 2, sprintf('a statement of it that comes now runs at once (%.1f s)', $late_s));
+ok(defined(($long->wait_done(20))[0]), 'the long statement ends');
+ok(defined wait_until(40, sub { $a->safe_psql('postgres', "SELECT redsem_limit('queue:busy')") eq '' }),
+	'the keepers remove the open limit later: no cap of the dropped queue is left stored');
+$late->quit;
 
 # --- restarted while Redis is away: the copy in the data directory ---
 $b->stop;
