@@ -54,7 +54,7 @@ static const struct config_enum_entry connection_mode_options[] = {
 	{NULL, 0, false}
 };
 
-/* Define redsem.connection_mode (a server-start setting: only while preloading) */
+/* Define redsem.connection_mode (a server-start setting: only while preloading) and redsem.broker_poll */
 void
 broker_define_gucs(void)
 {
@@ -64,6 +64,12 @@ broker_define_gucs(void)
 							 &redsem_connection_mode, REDSEM_CONNECTION_DIRECT,
 							 connection_mode_options, PGC_POSTMASTER, 0,
 							 NULL, NULL, NULL);
+	DefineCustomIntVariable("redsem.broker_poll",
+							"Microseconds the broker keeps polling its sockets after it handled anything, before it sleeps.",
+							"Calls and answers that come meanwhile are taken without waking the broker; it gives the CPU to others between polls. 0 makes it sleep at once.",
+							&redsem_broker_poll_us, BROKER_POLL_US, 0, 10000,
+							PGC_SIGHUP, 0,
+							NULL, NULL, NULL);
 }
 
 /*
@@ -351,6 +357,7 @@ current_settings(void)
 
 	s.command_timeout_ms = redsem_command_timeout_ms;
 	s.connect_timeout_ms = redsem_connect_timeout_ms;
+	s.poll_us = redsem_broker_poll_us;
 	return s;
 }
 

@@ -40,11 +40,13 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <errno.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "hiredis.h"
 
 #include "miscadmin.h"
+#include "portability/instr_time.h"
 #include "storage/latch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
@@ -2381,7 +2383,7 @@ static void
 read_settings(void)
 {
 	BrokerSettings s;
-	BrokerSettings last = {0, 0};
+	BrokerSettings last = {0, 0, 0};
 	bool		got = false;
 	ssize_t		n;
 
@@ -2401,6 +2403,7 @@ read_settings(void)
 		return;
 	redsem_command_timeout_ms = Max(last.command_timeout_ms, 1);
 	redsem_connect_timeout_ms = Max(last.connect_timeout_ms, 1);
+	redsem_broker_poll_us = Max(last.poll_us, 0);
 }
 
 /*
@@ -2421,6 +2424,39 @@ raise_fd_limit(void)
 }
 
 /*
+ * Wait for events on the wait set for up to timeout_ms; until
+ * redsem.broker_poll us after the last were handled (*active), poll first,
+ * yielding the CPU between polls (timing.h, BROKER_POLL_US), then sleep
+ * for what is left of timeout_ms
+ */
+static int
+wait_events(WaitEvent *events, int nevents, long timeout_ms, const instr_time *active)
+{
+	instr_time	start;
+	instr_time	now;
+	int64		polled_us = 0;
+
+	INSTR_TIME_SET_CURRENT(start);
+	while (redsem_broker_poll_us > 0 && polled_us < (int64) timeout_ms * 1000)
+	{
+		int			n = WaitEventSetWait(wait_set, 0, events, nevents, PG_WAIT_EXTENSION);
+
+		if (n > 0)
+			return n;
+		INSTR_TIME_SET_CURRENT(now);
+		INSTR_TIME_SUBTRACT(now, *active);
+		if ((int64) INSTR_TIME_GET_MICROSEC(now) >= redsem_broker_poll_us)
+			break;
+		sched_yield();
+		INSTR_TIME_SET_CURRENT(now);
+		INSTR_TIME_SUBTRACT(now, start);
+		polled_us = (int64) INSTR_TIME_GET_MICROSEC(now);
+	}
+	timeout_ms = Max(timeout_ms - (long) (polled_us / 1000), 0);
+	return WaitEventSetWait(wait_set, timeout_ms, events, nevents, PG_WAIT_EXTENSION);
+}
+
+/*
  * The broker's loop; ends the process once *stop_requested (SIGTERM).
  * settings_pipe: the supervisor's settings at each reload (non-blocking).
  */
@@ -2429,6 +2465,7 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 {
 	WaitEvent	events[64];
 	TimestampTz stop_by = 0;
+	instr_time	active;			/* when events last came */
 
 	broker_cxt = AllocSetContextCreate(TopMemoryContext, "redsem broker",
 									   ALLOCSET_DEFAULT_SIZES);
@@ -2436,6 +2473,7 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 	raise_fd_limit();
 	listen_broker();
 	ereport(LOG, (errmsg("redsem broker started")));
+	INSTR_TIME_SET_CURRENT(active);
 	while (keep_serving(stop_requested, &stop_by))
 	{
 		TimestampTz now;
@@ -2444,11 +2482,12 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 		if (set_dirty)
 			rebuild_wait_set();
 		update_interest();
-		n = WaitEventSetWait(wait_set, stop_by ? 50 : sleep_ms(redsem_now()), events,
-							 lengthof(events), PG_WAIT_EXTENSION);
+		n = wait_events(events, lengthof(events), stop_by ? 50 : sleep_ms(redsem_now()), &active);
 		for (int i = 0; i < n; i++)
 			handle_event(&events[i]);
 		forward_and_flush();
+		if (n > 0)
+			INSTR_TIME_SET_CURRENT(active);
 		now = redsem_now();
 		if (accept_paused_until != 0 && now >= accept_paused_until)
 		{

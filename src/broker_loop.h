@@ -18,6 +18,7 @@ typedef struct BrokerSettings
 {
 	int32		command_timeout_ms;
 	int32		connect_timeout_ms;
+	int32		poll_us;		/* redsem.broker_poll */
 } BrokerSettings;
 
 pg_noreturn extern void broker_loop(volatile sig_atomic_t *stop_requested, int settings_fd);

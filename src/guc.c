@@ -108,6 +108,7 @@ bool		redsem_loading = false;
 
 /* See guc.h */
 int			redsem_connection_mode = REDSEM_CONNECTION_DIRECT;
+int			redsem_broker_poll_us = BROKER_POLL_US;
 bool		redsem_broker_asked_unpreloaded = false;
 
 /* Any connection setting changed: reconnect at the next call */

@@ -39,6 +39,9 @@ typedef enum RedsemConnectionMode
 
 extern int	redsem_connection_mode;
 
+/* redsem.broker_poll: microseconds the broker polls after activity (broker.c) */
+extern int	redsem_broker_poll_us;
+
 /* Broker mode was asked for, but redsem is not preloaded (see broker.c) */
 extern bool redsem_broker_asked_unpreloaded;
 

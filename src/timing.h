@@ -301,7 +301,15 @@
  * command timeout.  A link closed within BROKER_FORK_SETTLE_MS of a fork
  * has the wait set made anew (the child may still hold the socket, which
  * the kernel then keeps reporting); later ones leave a dead entry.
+ *
+ * After it handled anything, the broker polls its sockets without sleeping
+ * for redsem.broker_poll (BROKER_POLL_US by default), giving the CPU to
+ * whoever wants it between two polls (sched_yield): a backend's next call
+ * and Redis's answer mostly come within that, and are then taken without
+ * the broker being woken, which is most of what the hop through it costs
+ * on a small machine (two wake-ups a call).  Idle for longer, it sleeps.
  */
+#define BROKER_POLL_US					200
 #define BROKER_CONNECT_RETRY_MS			10
 #define BROKER_QUICK_DEATH_MS			1000
 #define BROKER_RESTART_BACKOFF_MS		100

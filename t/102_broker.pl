@@ -9,7 +9,8 @@
 # direct); SIGKILL of the broker costs only the calls it carried (a clear
 # 08006 within 1 s, no crash-restart of the server, a new broker within
 # 1 s, no slot lost or doubled); a call to a stopped broker is cancelled
-# at once.
+# at once; after calls the broker polls (redsem.broker_poll, reloaded) and
+# then sleeps: idle, it uses no CPU to speak of.
 #
 # Timing rule: "within 1 s" bounds are the issue's; everything else waits
 # generously.
@@ -370,6 +371,41 @@ is(gave_up_count(), $given_up, '... and the broker gave nothing up');
 $node->safe_psql('postgres', 'ALTER SYSTEM RESET redsem.command_timeout');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 $slow->quit;
+
+###########################################################################
+note 'the broker polls after calls (redsem.broker_poll), and sleeps once idle';
+
+# (CPU ticks of the broker, utime + stime from /proc: an idle broker must
+# not spin, whatever the setting; a poll that never ended would take a CPU,
+# some 200 ticks in 2 s)
+sub broker_cpu_ticks
+{
+	my ($rest) = slurp_file('/proc/' . broker_pid() . '/stat') =~ /\)\s+(.*)$/s;
+	my @f = split ' ', $rest;
+	return $f[11] + $f[12];
+}
+$node->safe_psql('postgres', 'ALTER SYSTEM SET redsem.broker_poll = 10000');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+RedsemTest::sleep_full(1);
+my $poller = session('poller');
+my $calls_from = broker_cpu_ticks();
+$poller->query_ok(q{SELECT redsem_release('poll', redsem_acquire('poll', 1));}) for 1 .. 40;
+my $calls_ticks = broker_cpu_ticks() - $calls_from;
+# (each call's 10 ms of polling: some 40 ticks on a quiet machine, fewer
+# when other processes take the CPUs)
+cmp_ok($calls_ticks, '>=', 4, "the reloaded setting reached the broker: it polled after 40 calls ($calls_ticks CPU ticks)");
+my $idle_from = broker_cpu_ticks();
+RedsemTest::sleep_full(2);
+my $idle_ticks = broker_cpu_ticks() - $idle_from;
+cmp_ok($idle_ticks, '<=', 20, "idle for 2 s after calls, with polls of 10 ms, the broker used $idle_ticks CPU ticks");
+$node->safe_psql('postgres', 'ALTER SYSTEM SET redsem.broker_poll = 0');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+RedsemTest::sleep_full(1);
+is($poller->query_ok(q{SELECT redsem_release('poll', redsem_acquire('poll', 1));}), 't',
+	'with redsem.broker_poll = 0 calls go through as well');
+$node->safe_psql('postgres', 'ALTER SYSTEM RESET redsem.broker_poll');
+$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+$poller->quit;
 
 ###########################################################################
 note 'Redis down: the broker\'s failure to connect keeps direct mode\'s SQLSTATE';
