@@ -2403,6 +2403,10 @@ read_settings(void)
 		return;
 	redsem_command_timeout_ms = Max(last.command_timeout_ms, 1);
 	redsem_connect_timeout_ms = Max(last.connect_timeout_ms, 1);
+	if (Max(last.poll_us, 0) != redsem_broker_poll_us)
+		ereport(LOG,
+				(errmsg("redsem broker polls for %d microseconds after activity now (redsem.broker_poll)",
+						Max(last.poll_us, 0))));
 	redsem_broker_poll_us = Max(last.poll_us, 0);
 }
 
@@ -2486,8 +2490,6 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 		for (int i = 0; i < n; i++)
 			handle_event(&events[i]);
 		forward_and_flush();
-		if (n > 0)
-			INSTR_TIME_SET_CURRENT(active);
 		now = redsem_now();
 		if (accept_paused_until != 0 && now >= accept_paused_until)
 		{
@@ -2503,6 +2505,9 @@ broker_loop(volatile sig_atomic_t *stop_requested, int settings_pipe)
 		close_idle_sides(now);
 		end_unused_targets(now);
 		sweep_clients();
+		/* (the polls' time counts from here: the round's work is done) */
+		if (n > 0)
+			INSTR_TIME_SET_CURRENT(active);
 	}
 	_exit(0);
 }

@@ -13,7 +13,10 @@
  * The keeper stores a cap only when this server's definition of it
  * changed, or the queue was defined, while the keeper ran (not at its
  * start: a restarted server does not undo a cap set by hand since), and
- * tries again until Redis has taken it.  Queues defined in Redis
+ * tries again until Redis has taken it.  At its start it replaces only
+ * the open limit a drop of a fleet queue of that name may have left
+ * (queue_fleet.c, free_line: 1,000,000, removed by the keepers that saw
+ * the drop unless they all restarted meanwhile).  Queues defined in Redis
  * (queue_fleet.c) are not its: redsem_create_queue and redsem_alter_queue
  * set their caps.
  */
@@ -21,6 +24,7 @@
 
 #include "utils/memutils.h"
 
+#include "bounds.h"
 #include "clock.h"
 #include "queue_caps.h"
 #include "queue_conf.h"
@@ -34,6 +38,7 @@ typedef struct AppliedCap
 	char		semaphore[QUEUE_MAX_NAME_BYTES + 7];	/* "queue:" name */
 	int			active;
 	bool		pending;		/* changed, not yet stored in Redis */
+	bool		check_open;		/* found at start: replace an open limit */
 } AppliedCap;
 
 static AppliedCap caps[QUEUE_MAX_QUEUES];
@@ -74,11 +79,31 @@ note_definitions(const QueueConfig *conf)
 		next[n].active = q->active;
 		/* (a queue defined while the keeper runs counts as a change too) */
 		next[n].pending = started && (was == NULL || was->pending || was->active != q->active);
+		next[n].check_open = !started || (was != NULL && was->check_open);
 		n++;
 	}
 	memcpy(caps, next, sizeof(AppliedCap) * n);
 	ncaps = n;
 	started = true;
+}
+
+/*
+ * Replace the open limit a dropped fleet queue of c's name left, if that
+ * is what is stored (compare-and-set: a cap set meanwhile stays); false
+ * if Redis failed
+ */
+static bool
+replace_open_limit(RedisCall *call, AppliedCap *c)
+{
+	SemLimit	limit;
+
+	if (!sem_limit(call, c->semaphore, &limit))
+		return false;
+	if (limit.stored == REDSEM_MAX_HOLDERS && c->active != REDSEM_MAX_HOLDERS &&
+		!sem_set_limit_if(call, c->semaphore, c->active, REDSEM_MAX_HOLDERS, &limit))
+		return false;
+	c->check_open = false;
+	return true;
 }
 
 /* Store the pending caps in Redis (each cycle of the keeper) */
@@ -97,6 +122,15 @@ queue_caps_apply(void)
 		RedisCall	call;
 		SemLimit	limit;
 
+		if (caps[i].check_open && !caps[i].pending)
+		{
+			redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_TRY_MS), true, 0);
+			if (!replace_open_limit(&call, &caps[i]))
+			{
+				next_try = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_RETRY_MS);
+				break;
+			}
+		}
 		if (!caps[i].pending)
 			continue;
 		redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_TRY_MS), true, 0);
@@ -110,6 +144,7 @@ queue_caps_apply(void)
 			break;
 		}
 		caps[i].pending = false;
+		caps[i].check_open = false;
 		/* (a cap set ends an adaptive limit: its mark goes too) */
 		(void) sem_adapt_note(&call, caps[i].semaphore, false);
 		ereport(LOG,

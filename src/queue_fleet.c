@@ -372,6 +372,14 @@ def_in(const QueueConfig *conf, const char *name)
 static void
 note_dropped(const QueueDef *q)
 {
+	/* (a queue dropped again: its earlier entry goes) */
+	for (int i = 0; i < ndropped; i++)
+		if (strcmp(dropped[i].semaphore, q->semaphore) == 0)
+		{
+			memmove(dropped + i, dropped + i + 1, sizeof(DroppedQueue) * (ndropped - i - 1));
+			ndropped--;
+			break;
+		}
 	if (ndropped == QUEUE_MAX_QUEUES)
 		memmove(dropped, dropped + 1, sizeof(DroppedQueue) * --ndropped);
 	strlcpy(dropped[ndropped].semaphore, q->semaphore, sizeof(dropped[ndropped].semaphore));
@@ -708,8 +716,14 @@ reconcile_caps(RedisCall *call, const QueueConfig *now)
 		bool		over = d->until < redsem_now();
 		SemLimit	limit;
 
-		if (d->done || def_in(now, name) != NULL || def_in(queue_setting_config(), name) != NULL)
+		if (d->done)
 			continue;
+		/* (defined again: its definition's cap replaces the open limit) */
+		if (def_in(now, name) != NULL || def_in(queue_setting_config(), name) != NULL)
+		{
+			d->done = true;
+			continue;
+		}
 		if (!sem_limit(call, d->semaphore, &limit))
 			return;
 		if (!over && limit.stored == d->active)
@@ -1001,6 +1015,24 @@ no_such_queue(const char *name)
 }
 
 /*
+ * A queue of q's name created again while its drop raised the limit: give
+ * it its cap back (compare-and-set on the open limit)
+ */
+static void
+recap_if_created(const QueueDef *q)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	SemLimit	limit;
+	QueueDef	again;
+	char	   *text;
+
+	call.elevel = WARNING;
+	text = stored_def(&call, q->name, false);
+	if (text != NULL && parse_stored(q->name, text, &again))
+		(void) sem_set_limit_if(&call, q->semaphore, again.active, REDSEM_MAX_HOLDERS, &limit);
+}
+
+/*
  * Let every statement waiting in dropped queue q's line in at once: raise
  * its semaphore's stored limit, if it is still the cap read, to the most
  * there can be, which admits them all (they run, as statements arriving
@@ -1029,6 +1061,7 @@ free_line(const QueueDef *q)
 	/* (as apply_cap: a cap set ends an adaptive limit) */
 	(void) sem_adapt_note(&call, q->semaphore, false);
 	sem_pin_configured(&call, q->semaphore);
+	recap_if_created(q);
 	return true;
 }
 

@@ -199,7 +199,20 @@ my ($after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/
 is($after - $before, 2, 'costs one acquire and one release, as any statement');
 $f->quit;
 
+###########################################################################
+note 'a keeper that starts replaces the open limit a dropped fleet queue of the name left';
+
+# (a fleet queue's drop raises its semaphore's limit to 1,000,000 for some
+# seconds, and the keepers that saw it remove it; if they all restarted
+# meanwhile, it stays: a server whose redsem.queues defines the name then
+# puts its own cap there when its keeper starts)
 $_->quit foreach ($w, $h, $admin);
+my ($lib) = RedsemTest::redsem_library();
+$redis->cli('FCALL', $lib, '1', 'redsem:{queue:plain}:owner', 'set_limit', '1000000');
+is($node->safe_psql('postgres', "SELECT redsem_limit('queue:plain')"), '1000000', 'an open limit is stored');
+$node->restart;
+ok(defined wait_until(15, sub { $node->safe_psql('postgres', "SELECT redsem_limit('queue:plain')") eq '1' }),
+	'the restarted keeper puts the cap of its redsem.queues back');
 $node->stop;
 node_log_is_clean($node);
 $redis->stop;

@@ -218,7 +218,7 @@ ok(defined wait_until(5, sub {
 	'a queue "busy" is applied on both servers');
 my $long = RedsemTest::Session->new($a, name => 'busy long');
 $long->query_ok(q{SET redsem.queue = 'busy';});
-$long->send(q{SELECT count(*) FROM tq, pg_sleep(8);});
+$long->send(q{SELECT count(*) FROM tq, pg_sleep(120);});
 ok(defined wait_until(10, sub {
 			$a->safe_psql('postgres', "SELECT running FROM redsem_queues WHERE name = 'busy'") eq '1' }),
 	'a long statement fills it');
@@ -233,8 +233,8 @@ foreach my $n ($a, $b, $b)
 ok(defined wait_until(10, sub {
 			$a->safe_psql('postgres', "SELECT waiting FROM redsem_queues WHERE name = 'busy'") eq '3' }),
 	'three statements wait in its line, from both servers');
-my $dropped_at = time;
 $a->safe_psql('postgres', "SELECT redsem_drop_queue('busy')");
+my $dropped_at = time;
 my @ran = grep { my ($o, $e) = $_->wait_done(20); defined $o && $o eq '1' && $e eq '' } @line;
 my $took = time - $dropped_at;
 ok(@ran == 3 && $took < 3,
@@ -246,7 +246,8 @@ my $late = RedsemTest::Session->new($b, name => 'busy late');
 $late->query(q{SET redsem.queue = 'busy';});
 my ($late_out, undef, $late_s) = $late->query(q{SELECT count(*) FROM tq;}, 20);
 ok($late_out eq '1' && $late_s < 2, sprintf('a statement of it that comes now runs at once (%.1f s)', $late_s));
-ok(defined(($long->wait_done(20))[0]), 'the long statement ends');
+$a->safe_psql('postgres', 'SELECT pg_cancel_backend(' . $long->backend_pid . ')');
+ok(defined(($long->wait_done(20))[0]), 'the long statement is cancelled');
 ok(defined wait_until(40, sub { $a->safe_psql('postgres', "SELECT redsem_limit('queue:busy')") eq '' }),
 	'the keepers remove the open limit later: no cap of the dropped queue is left stored');
 $late->quit;
