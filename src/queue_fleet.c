@@ -1014,6 +1014,14 @@ no_such_queue(const char *name)
 			 errhint("Create it with redsem_create_queue().")));
 }
 
+/* After a cap of q was set: it ends an adaptive limit, whose mark goes too */
+static void
+cap_was_set(RedisCall *call, const QueueDef *q)
+{
+	(void) sem_adapt_note(call, q->semaphore, false);
+	sem_pin_configured(call, q->semaphore);
+}
+
 /*
  * A queue of q's name created again while its drop raised the limit: give
  * it its cap back (compare-and-set on the open limit)
@@ -1040,8 +1048,8 @@ recap_if_created(const QueueDef *q)
  * server that has not read the drop yet lets its statements in too,
  * instead of storing the old cap again; each keeper that saw the drop
  * removes it after QUEUE_FLEET_CAP_CHECK_MS (reconcile_caps).  False if
- * nothing was raised (no cap stored, a change raced the drop, Redis
- * failed: a warning says so): the caller removes the cap as before, and
+ * nothing was raised (no cap stored, a change raced the drop, or Redis
+ * failed, which warns): the caller removes the cap as before, and
  * the line is let in as the running statements end.
  */
 static bool
@@ -1058,9 +1066,7 @@ free_line(const QueueDef *q)
 	if (!sem_set_limit_if(&call, q->semaphore, REDSEM_MAX_HOLDERS, cap, &limit) ||
 		limit.stored != REDSEM_MAX_HOLDERS)
 		return false;
-	/* (as apply_cap: a cap set ends an adaptive limit) */
-	(void) sem_adapt_note(&call, q->semaphore, false);
-	sem_pin_configured(&call, q->semaphore);
+	cap_was_set(&call, q);
 	recap_if_created(q);
 	return true;
 }
@@ -1079,9 +1085,7 @@ apply_cap(const QueueDef *q, int cap)
 	call.elevel = WARNING;
 	if (sem_set_limit(&call, q->semaphore, cap, false, &limit))
 	{
-		/* (a cap set ends an adaptive limit: its mark goes too) */
-		(void) sem_adapt_note(&call, q->semaphore, false);
-		sem_pin_configured(&call, q->semaphore);
+		cap_was_set(&call, q);
 		return;
 	}
 	ereport(WARNING,

@@ -273,20 +273,6 @@ ok(defined wait_until(10, sub { !$redis->scan_keys('redsem:{*') }),
 $ctl->quit;
 node_log_is_clean($node);
 
-# CPU time (utime + stime, in clock ticks) used so far by process $pid, or
-# undef once it is gone.
-sub cpu_ticks
-{
-	my ($pid) = @_;
-	open(my $fh, '<', "/proc/$pid/stat") or return undef;
-	my $stat = <$fh>;
-	close $fh;
-	return undef unless defined $stat && $stat =~ /\)\s+(.*)$/;
-	my @f = split /\s+/, $1;
-	# after "(comm)": state is field 3, utime 14 and stime 15
-	return $f[11] + $f[12];
-}
-
 # --- (g) the postmaster dies while a session's exit waits on Redis ----------
 # The exit callback waits (at most 1 s) for a frozen Redis and cannot be
 # cancelled.  Once the postmaster is gone, that wait gives up at once rather

@@ -375,15 +375,9 @@ $slow->quit;
 ###########################################################################
 note 'the broker polls after calls (redsem.broker_poll), and sleeps once idle';
 
-# (CPU ticks of the broker, utime + stime from /proc: an idle broker must
-# not spin, whatever the setting; a poll that never ended would take a CPU,
-# some 200 ticks in 2 s)
-sub broker_cpu_ticks
-{
-	my ($rest) = slurp_file('/proc/' . broker_pid() . '/stat') =~ /\)\s+(.*)$/s;
-	my @f = split ' ', $rest;
-	return $f[11] + $f[12];
-}
+# (CPU ticks of the broker: an idle broker must not spin, whatever the
+# setting; a poll that never ended would take a CPU, some 200 ticks in 2 s)
+sub broker_cpu_ticks { return cpu_ticks(broker_pid()); }
 $node->safe_psql('postgres', 'ALTER SYSTEM SET redsem.broker_poll = 10000');
 $node->safe_psql('postgres', 'SELECT pg_reload_conf()');
 RedsemTest::sleep_full(1);

@@ -47,10 +47,7 @@ is(system('prlimit', "--pid=$broker", "--nofile=$limit:$limit"), 0, "the broker'
 # The CPU the broker has used, in seconds
 sub broker_cpu
 {
-	my $stat = slurp_file("/proc/$broker/stat");
-	$stat =~ s/^.*\)\s+//s;
-	my @f = split /\s+/, $stat;
-	return ($f[11] + $f[12]) / POSIX::sysconf(POSIX::_SC_CLK_TCK);
+	return cpu_ticks($broker) / POSIX::sysconf(POSIX::_SC_CLK_TCK);
 }
 
 my $log_start = -s $node->logfile;

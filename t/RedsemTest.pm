@@ -31,7 +31,7 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
-  processes holders_of broker_mode broker_pid_of drop_links write_password_file);
+  processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file);
 
 # A socket path must fit in sockaddr_un (108 bytes with the NUL).
 use constant MAX_SOCKET_PATH => 100;
@@ -353,6 +353,25 @@ sub cut_proxy
 END
 {
 	if ($$ == $cut_parent) { foreach my $pid (@cut_proxies) { kill 'CONT', $pid; kill 'TERM', $pid; } }
+}
+
+=item cpu_ticks($pid)
+
+CPU time (utime + stime, in clock ticks) process $pid has used so far, or
+undef once it is gone.
+
+=cut
+
+sub cpu_ticks
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return undef;
+	my $stat = <$fh>;
+	close $fh;
+	return undef unless defined $stat && $stat =~ /\)\s+(.*)$/;
+	my @f = split /\s+/, $1;
+	# after "(comm)": state is field 3, utime 14 and stime 15
+	return $f[11] + $f[12];
 }
 
 =item processes()
