@@ -366,8 +366,10 @@ def_in(const QueueConfig *conf, const char *name)
 }
 
 /*
- * Remember a dropped queue for QUEUE_FLEET_CAP_CHECK_MS: a change that
- * raced the drop may store its cap again (reconcile_caps)
+ * Remember a dropped queue for QUEUE_FLEET_CAP_CHECK_MS, or three of this
+ * server's reads if that is longer: a change that raced the drop may store
+ * its cap again, and a server that has not read the drop yet needs its
+ * open limit (reconcile_caps)
  */
 static void
 note_dropped(const QueueDef *q)
@@ -385,7 +387,8 @@ note_dropped(const QueueDef *q)
 	strlcpy(dropped[ndropped].semaphore, q->semaphore, sizeof(dropped[ndropped].semaphore));
 	dropped[ndropped].active = q->active;
 	dropped[ndropped].done = false;
-	dropped[ndropped++].until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_FLEET_CAP_CHECK_MS);
+	dropped[ndropped++].until = TimestampTzPlusMilliseconds(redsem_now(),
+															Max(QUEUE_FLEET_CAP_CHECK_MS, 3 * queue_poll_interval_ms));
 }
 
 /* Log, per queue, how the definitions read now differ from those before */

@@ -2789,8 +2789,10 @@ local function op_adapt_tick(server, p, tag)
             set('as', sum)
         end
     end
-    local new, why = adapt_step(limit, lo, hi, m, S.an, S.as, math.max(worst, 0) / 1000,
-        waiters > 0 or held >= limit, NOW_MS)
+    -- (a count or sum that is not a number steps on no releases: the
+    -- smoothed mean never takes an infinity or a NaN)
+    local new, why = adapt_step(limit, lo, hi, m, sane and S.an or 0, sane and S.as or 0,
+        math.max(worst, 0) / 1000, waiters > 0 or held >= limit, NOW_MS)
     if why then
         if why == 'pressure' and wtag ~= '' then why = wtag end
         m.why = why

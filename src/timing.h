@@ -381,7 +381,9 @@
  * definition of the other: the functions check once after each change,
  * and each keeper every QUEUE_FLEET_CAP_CHECK_MS (and when the definitions
  * changed) makes the caps its definitions' again, compare-and-set; for as
- * long it also removes the cap a late change stored for a dropped queue.
+ * long (or three reads, if redsem.queue_poll_interval makes that longer,
+ * as QUEUE_FLEET_SERVER_TTL_MS) it also removes the cap a late change
+ * stored for a dropped queue, and then the open limit the drop left.
  */
 #define QUEUE_FLEET_CAP_CHECK_MS	10000
 /*

@@ -317,6 +317,16 @@ $r->cmd('FCALL', $lib, 1, $sk, 'set_limit', '');
 	usleep(1_050_000);
 	$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
 	is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, 'a negative count is dropped at the next step');
+	# a sum that is not a number (written from outside) never reaches the
+	# smoothed mean: the view shows no infinity and no NaN after it
+	for my $bad (qw(inf nan)) {
+		$r->cmd('HSET', 'redsem:{adq}:state', 'an', 5, 'as', $bad);
+		usleep(1_050_000);
+		$r->cmd('FCALL', $lib, 1, $qk, 'adapt_tick', 'srv', 0, '');
+		unlike($r->cmd('HGET', 'redsem:{adq}:state', 'am') . '|' . ($r->cmd('HGET', 'redsem:{adq}:state', 'ac') // ''),
+			qr/inf|nan/i, "a sum of '$bad' leaves the controller's figures numbers");
+		is($r->cmd('HGET', 'redsem:{adq}:state', 'an') // 0, 0, "... and is dropped");
+	}
 	# releases kept when the controller stopped running for longer than a
 	# minute (nobody used the semaphore; here its last run made to be two
 	# minutes ago) are stale: dropped at its first run after the pause, and
