@@ -1107,6 +1107,27 @@ refuse_other_target(const Hold *hold, const char *what)
 }
 
 /*
+ * Raise 42501 if (name, id) is the slot a statement queue took for the
+ * session's running statement: given back from SQL (redsem_release), the
+ * statement would run on outside its queue, beside the next one let in.
+ * It is given back when the statement ends; administrators can force it.
+ */
+void
+hold_refuse_statement_slot(const char *name, const char *id, const char *what)
+{
+	Hold	   *hold = find_hold(name, id);
+
+	/* (one whose release failed is the statement's no longer: tried again) */
+	if (hold == NULL || hold->scope != HOLD_STATEMENT || hold->state == HOLD_ENDING)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			 errmsg("permission denied to %s the slot of statement queue semaphore \"%s\" held by a running statement", what, name),
+			 errdetail("A statement queue's slot belongs to the statement that took it and is given back when that statement ends."),
+			 errhint("Administrators can use redsem_force_release.")));
+}
+
+/*
  * redsem_release: release one of this session's slots.  Returns false if
  * (name, id) is not this session's; else *held says whether it was live.
  * A release that failed before (ENDING) is tried again.  A slot on another

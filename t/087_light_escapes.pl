@@ -103,6 +103,34 @@ foreach my $light ('SELECT 1;', 'SELECT count(*) > 0 FROM pg_locks;', 'SELECT co
 # (its statement would run on: quitting waits for it)
 $admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
 $report->quit;
+
+# A statement that gives back its own queue slot (redsem_held() shows its
+# id) and runs on: refused, and the slot still counts (a review found that
+# three such statements ran at once in a queue of one)
+my $run = RedsemTest::Session->new($node, name => 'giver', user => 'hostile');
+foreach my $what ('release', 'refresh')
+{
+	my $call = $what eq 'release' ? 'redsem_release(h.name, h.id)' : q{redsem_refresh(h.name, h.id, '1 s')};
+	($out, $err) = $run->query("SELECT $call, pg_sleep(0.3) FROM facts f, redsem_held() h
+		WHERE h.name = 'queue:rep' AND f.id = 1;", 30);
+	like($err, qr/42501.*permission denied to $what the slot of statement queue/s,
+		"a statement cannot $what its own queue slot");
+}
+# (one that catches the refusal runs on under its slot)
+$run->query_ok(q{CREATE FUNCTION give_back() RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM redsem_release(h.name, h.id) FROM redsem_held() h WHERE h.name = 'queue:rep';
+  RETURN true;
+EXCEPTION WHEN insufficient_privilege THEN RETURN false;
+END $$;});
+$run->send(q{SELECT give_back(), pg_sleep(2) FROM facts WHERE id = 1;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
+	'a statement that caught the refusal runs ...');
+sleep_full(0.5);
+is($admin->query_ok(q{SELECT permits_held FROM redsem_semaphore('queue:rep');}), '1', '... and its slot still counts');
+$run->quit;
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT permits_held FROM redsem_semaphore('queue:rep');}) eq '0' }),
+	'... and is given back when it ends');
 $_->quit foreach ($h, $admin);
 $node->stop;
 $redis->stop;
