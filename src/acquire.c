@@ -876,6 +876,13 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)
 		result = store_default_limit(args)
 			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
+	/* (removed again: a drop, or Redis forgot once more; queue.c asks) */
+	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)
+	{
+		hold_forget(*hold);
+		*hold = NULL;
+		return ACQUIRE_CAP_GONE;
+	}
 	if (result != ACQUIRE_FAILED &&
 		(r.state == SEM_OTHER_LIMIT || r.state == SEM_NO_LIMIT ||
 		 r.state == SEM_TOO_LARGE))

@@ -54,7 +54,9 @@ typedef enum AcquireResult
 {
 	ACQUIRE_GRANTED,
 	ACQUIRE_NOT_GRANTED,		/* no slot within the wait */
-	ACQUIRE_FAILED				/* Redis failed us (args->failure) */
+	ACQUIRE_FAILED,				/* Redis failed us (args->failure) */
+	ACQUIRE_CAP_GONE			/* (default_limit only) the limit it stored
+								 * went again: a drop, or Redis forgot */
 } AcquireResult;
 
 extern AcquireResult acquire_slot(AcquireArgs *args, HoldScope scope,

@@ -49,9 +49,13 @@
 #include "queue.h"
 #include "queue_conf.h"
 #include "queue_cost.h"
+#include "queue_fleet.h"
 #include "queue_light.h"
 #include "shmem.h"
 #include "timing.h"
+
+/* Times a statement stores its queue's cap again after Redis forgot it */
+#define QUEUE_CAP_GONE_TRIES 3
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
@@ -245,6 +249,20 @@ run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
 			 errhint("The queue is set to on_redis_error=run; with on_redis_error=fail such statements fail instead.")));
 }
 
+/*
+ * Report a statement that runs without a slot because its queue's cap was
+ * removed while it waited, after it had stored it again: only a drop
+ * removes a cap, and a dropped queue's line is let in (redsem_drop_queue)
+ */
+static void
+run_dropped(const QueueDef *q, const char *semaphore)
+{
+	stats_count(NULL, semaphore, STAT_UNQUEUED, 1);
+	ereport(NOTICE,
+			(errmsg("statement runs without a slot of redsem queue \"%s\": the queue was dropped while it waited", q->name),
+			 errdetail("Its cap was removed from Redis; the statements in a dropped queue's line run.")));
+}
+
 /* Remember that statement query runs under the slot id (NULL: borrowed) */
 static void
 note_statement(QueryDesc *query, const char *semaphore, const char *id)
@@ -312,6 +330,36 @@ acquire_with_server_timeouts(const QueueDef *q, AcquireArgs *args, char **id, Ho
 }
 
 /*
+ * acquire_with_server_timeouts, again (in the wait left) while the queue's
+ * cap, which the statement stored again, goes again and the queue is still
+ * defined: Redis forgot it once more.  ACQUIRE_CAP_GONE only once the
+ * queue is no longer defined (dropped); 55P03 after QUEUE_CAP_GONE_TRIES.
+ */
+static AcquireResult
+acquire_in_queue(const QueueDef *q, AcquireArgs *args, char **id, Hold **hold)
+{
+	TimestampTz started = redsem_now();
+
+	for (int tries = 1;; tries++)
+	{
+		AcquireResult result = acquire_with_server_timeouts(q, args, id, hold);
+
+		if (result != ACQUIRE_CAP_GONE || !queue_fleet_defines(q->name))
+			return result;
+		if (tries == QUEUE_CAP_GONE_TRIES)
+			ereport(ERROR,
+					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+					 errmsg("statement could not enter redsem queue \"%s\": its cap was removed from Redis %d times while it waited",
+							q->name, tries),
+					 errdetail("Redis forgot the queue's semaphore again and again (restarts without persistence, or failovers that lose writes)."),
+					 errhint("Retry the statement.")));
+		if (q->max_wait_ms >= 0)
+			args->wait_ms = Max(q->max_wait_ms -
+								(int) TimestampDifferenceMilliseconds(started, redsem_now()), 0);
+	}
+}
+
+/*
  * Take a slot of queue q for the statement query (NULL: a utility).  A
  * session that already holds one (an open cursor) runs the statement under
  * it: it could never wait for its own slot.
@@ -351,11 +399,16 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	context.arg = unconstify(QueueDef *, q);
 	context.previous = error_context_stack;
 	error_context_stack = &context;
-	result = acquire_with_server_timeouts(q, &args, &id, &hold);
+	result = acquire_in_queue(q, &args, &id, &hold);
 	error_context_stack = context.previous;
 	if (result == ACQUIRE_FAILED)
 	{
 		run_unqueued(q, args.name, &args.failure);
+		return;
+	}
+	if (result == ACQUIRE_CAP_GONE)
+	{
+		run_dropped(q, args.name);
 		return;
 	}
 	if (result == ACQUIRE_NOT_GRANTED)

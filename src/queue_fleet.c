@@ -366,11 +366,18 @@ def_in(const QueueConfig *conf, const char *name)
 }
 
 /*
- * Remember a dropped queue for QUEUE_FLEET_CAP_CHECK_MS, or three of this
- * server's reads if that is longer: a change that raced the drop may store
- * its cap again, and a server that has not read the drop yet needs its
- * open limit (reconcile_caps)
+ * How long a dropped queue is watched: QUEUE_FLEET_CAP_CHECK_MS, or three
+ * of this server's reads if that is longer.  A change that raced the drop
+ * may store its cap again meanwhile, and a server that has not read the
+ * drop yet needs its open limit (reconcile_caps).
  */
+static int
+drop_window_ms(void)
+{
+	return Max(QUEUE_FLEET_CAP_CHECK_MS, 3 * queue_poll_interval_ms);
+}
+
+/* Remember a dropped queue for drop_window_ms (reconcile_caps) */
 static void
 note_dropped(const QueueDef *q)
 {
@@ -387,8 +394,7 @@ note_dropped(const QueueDef *q)
 	strlcpy(dropped[ndropped].semaphore, q->semaphore, sizeof(dropped[ndropped].semaphore));
 	dropped[ndropped].active = q->active;
 	dropped[ndropped].done = false;
-	dropped[ndropped++].until = TimestampTzPlusMilliseconds(redsem_now(),
-															Max(QUEUE_FLEET_CAP_CHECK_MS, 3 * queue_poll_interval_ms));
+	dropped[ndropped++].until = TimestampTzPlusMilliseconds(redsem_now(), drop_window_ms());
 }
 
 /* Log, per queue, how the definitions read now differ from those before */
@@ -679,6 +685,36 @@ copy_wanted(int exists, int64 version)
 }
 
 /*
+ * Remove the open limits whose removal is due, as noted in Redis by the
+ * drops that left them (free_line), unless the queue is defined again: any
+ * keeper does it, so that one left when every keeper that saw the drop
+ * restarted within its window goes too
+ */
+static void
+remove_due_opens(RedisCall *call, const QueueConfig *now)
+{
+	char	  **names;
+	char	  **dues;
+	int			n;
+
+	if (!sem_queue_opens(call, &names, &dues, &n))
+		return;
+	for (int i = 0; i < n; i++)
+	{
+		char	   *semaphore = psprintf("%s%s", REDSEM_QUEUE_PREFIX, names[i]);
+		SemLimit	limit;
+
+		if (def_in(now, names[i]) == NULL && def_in(queue_setting_config(), names[i]) == NULL &&
+			(!sem_limit(call, semaphore, &limit) ||
+			 (limit.stored == REDSEM_MAX_HOLDERS &&
+			  (!sem_set_limit_if(call, semaphore, 0, REDSEM_MAX_HOLDERS, &limit) ||
+			   limit.stored == REDSEM_MAX_HOLDERS))))
+			continue;
+		(void) sem_queue_open_done(call, names[i], dues[i]);
+	}
+}
+
+/*
  * Make each queue's stored limit its definition's active_statements where
  * they differ (two changes at once may leave the cap of the first beside
  * the definition of the second): only if the stored limit is still the
@@ -736,6 +772,7 @@ reconcile_caps(RedisCall *call, const QueueConfig *now)
 				  sem_set_limit_if(call, d->semaphore, 0, REDSEM_MAX_HOLDERS, &limit)))
 			d->done = true;
 	}
+	remove_due_opens(call, now);
 }
 
 /* Sort n names, and their texts with them, by name */
@@ -1004,6 +1041,35 @@ stored_def(RedisCall *call, const char *name, bool wait)
 	return NULL;
 }
 
+/*
+ * Whether queue name is defined, in redsem.queues or in Redis; true when
+ * Redis cannot say (its definitions are gone, a copy is about to be stored
+ * back, or the call failed), so that only a drop counts as none (queue.c:
+ * a statement whose queue's cap went twice while it waited)
+ */
+bool
+queue_fleet_defines(const char *name)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+	int			exists;
+	int64		version;
+	bool		must_wait;
+	char	  **names;
+	char	  **texts;
+	int			n;
+
+	if (def_in(queue_setting_config(), name) != NULL)
+		return true;
+	call.elevel = LOG;
+	if (!sem_queues_get(&call, NULL, &exists, &version, &must_wait, &names, &texts, &n) ||
+		exists == 0 || must_wait)
+		return true;
+	for (int i = 0; i < n; i++)
+		if (strcmp(names[i], name) == 0)
+			return true;
+	return false;
+}
+
 /* Raise 42704: queue name is not defined in Redis */
 static void
 no_such_queue(const char *name)
@@ -1044,6 +1110,20 @@ recap_if_created(const QueueDef *q)
 }
 
 /*
+ * Note in Redis when the open limit free_line left on q's semaphore is to
+ * be removed, for the keepers that did not see the drop (a failure is
+ * logged: this server's keeper removes it anyway, unless it restarts)
+ */
+static void
+note_open(const QueueDef *q)
+{
+	RedisCall	call = REDIS_SQL_CALL;
+
+	call.elevel = LOG;
+	(void) sem_queue_open(&call, q->name, drop_window_ms());
+}
+
+/*
  * Let every statement waiting in dropped queue q's line in at once: raise
  * its semaphore's stored limit, if it is still the cap read, to the most
  * there can be, which admits them all (they run, as statements arriving
@@ -1070,6 +1150,7 @@ free_line(const QueueDef *q)
 		limit.stored != REDSEM_MAX_HOLDERS)
 		return false;
 	cap_was_set(&call, q);
+	note_open(q);
 	recap_if_created(q);
 	return true;
 }

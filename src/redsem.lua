@@ -388,7 +388,9 @@
 --     server parses it).  No change is made on definitions gone or stored
 --     back while a server seen lately has a newer copy.  The servers that
 --     read them are listed in <prefix>{queues}:servers and :seen, gone a
---     read's ttl after their last read.
+--     read's ttl after their last read.  A field '!<name>' is no queue's:
+--     it notes the open limit a drop left on that queue's semaphore, due
+--     for removal at its value (ms), until a keeper removed it.
 --  X4 Adaptive marks.  An adaptive semaphore (I16) has a mark in the
 --     index, ADAPTIVE_MARK and its name, scored -inf: X1 keeps it (a mark,
 --     like a pin, keeps the key), index_list leaves it out, and
@@ -3182,8 +3184,11 @@ INDEX_OPS = {
 -- are KEYS[2], <prefix>{queues}:servers (server -> "<until ms> <read ms>
 -- <version of its copy> <what it says of itself>"), and KEYS[3],
 -- <prefix>{queues}:seen (server -> until ms), both ending a read's ttl
--- after the last read.  These operations name those three keys (dispatch
--- checks their names), and only they write them.
+-- after the last read.  '!<name>' -> ms (no queue's name begins with '!'):
+-- the open limit the drop of queue <name> left on its semaphore is due
+-- for removal then (queue_open); being no definition, it counts no change.
+-- These operations name those three keys (dispatch checks their names),
+-- and only they write them.
 local QUEUE_MAX, QUEUE_TEXT_MAX, QUEUE_SERVER_MAX = 64, 2048, 4096
 
 -- A queue's name as the servers accept it: 1 to 63 of [A-Za-z0-9_.-].
@@ -3196,9 +3201,9 @@ local function queue_text_arg(v)
     if type(v) == 'string' and #v > 0 and #v <= QUEUE_TEXT_MAX then return v end
 end
 
--- True if field f of the definitions is a queue's (not '~' or '#').
+-- True if field f of the definitions is a queue's (not '~', '#' or '!...').
 local function is_queue_field(f)
-    return f ~= '~' and f ~= '#'
+    return f ~= '~' and f ~= '#' and string.byte(f) ~= 33
 end
 
 -- The definitions: {1 if they are there ('~' "1"), 2 if they are a copy
@@ -3212,7 +3217,7 @@ local function definitions(keys)
             reply[1] = all[i + 1] == 'r' and 2 or 1
         elseif all[i] == '#' then
             reply[2] = tonumber(all[i + 1]) or 0
-        else
+        elseif is_queue_field(all[i]) then
             reply[#reply + 1] = all[i]
             reply[#reply + 1] = all[i + 1]
         end
@@ -3327,6 +3332,38 @@ local function op_queue_drop(keys, name)
     return {1}
 end
 
+-- queue_open name ms: note that the drop of queue name left an open limit
+-- on its semaphore, due for removal in ms (a later drop's note replaces
+-- it); {1}, or {0} if the definitions are gone (Redis forgot them, and so
+-- the limit).
+local function op_queue_open(keys, name, ms)
+    if redis.call('EXISTS', keys[1]) == 0 then return {0} end
+    redis.call('HSET', keys[1], '!' .. name, int(NOW_MS + ms))
+    return {1}
+end
+
+-- queue_opens: {name, due ms, ...} of the open limits noted whose removal
+-- is due.
+local function op_queue_opens(keys)
+    local all = redis.call('HGETALL', keys[1])
+    local reply = {}
+    for i = 1, #all, 2 do
+        if string.byte(all[i]) == 33 and (tonumber(all[i + 1]) or 0) <= NOW_MS then
+            reply[#reply + 1] = string.sub(all[i], 2)
+            reply[#reply + 1] = all[i + 1]
+        end
+    end
+    return reply
+end
+
+-- queue_open_done name ms: forget the note of name if it still says ms (a
+-- later drop's stays); {1} forgotten, {0} not.
+local function op_queue_open_done(keys, name, ms)
+    if redis.call('HGET', keys[1], '!' .. name) ~= ms then return {0} end
+    redis.call('HDEL', keys[1], '!' .. name)
+    return {1}
+end
+
 -- queues_restore version name text...: a server's copy of the definitions
 -- (of that version; it may hold none), stored in place of what Redis has
 -- if that is gone or older (Redis forgot, or lost writes, or another
@@ -3398,6 +3435,31 @@ INDEX_OPS.queue_drop = {
         if #a == 2 and name then return true, name end
     end,
     run = op_queue_drop,
+    queues = true,
+}
+INDEX_OPS.queue_open = {
+    read = function(a)
+        local name, ms = queue_name_arg(a[2]), count_arg(a[3])
+        if #a == 3 and name and ms and ms <= 24 * 3600000 then return true, name, ms end
+    end,
+    run = op_queue_open,
+    queues = true,
+}
+INDEX_OPS.queue_opens = {
+    read = function(a)
+        if #a == 1 then return true end
+    end,
+    run = op_queue_opens,
+    queues = true,
+}
+INDEX_OPS.queue_open_done = {
+    read = function(a)
+        local name = queue_name_arg(a[2])
+        if #a == 3 and name and type(a[3]) == 'string' and string.find(a[3], '^%d+$') then
+            return true, name, a[3]
+        end
+    end,
+    run = op_queue_open_done,
     queues = true,
 }
 INDEX_OPS.queues_restore = {

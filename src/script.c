@@ -1403,6 +1403,63 @@ sem_queue_drop(RedisCall *call, const char *name, int *result)
 }
 
 /*
+ * Note in Redis that the drop of queue name left an open limit on its
+ * semaphore, due for removal in ms (queue_fleet.c free_line)
+ */
+bool
+sem_queue_open(RedisCall *call, const char *name, int ms)
+{
+	const char *args[2] = {name, psprintf("%d", ms)};
+	redisReply *reply;
+
+	if (!run_queues(call, NULL, "queue_open", 2, args, &reply))
+		return false;
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
+ * The queues whose open limit (sem_queue_open) is due for removal, with
+ * the due time noted (*dues, as text), *count of each
+ */
+bool
+sem_queue_opens(RedisCall *call, char ***names, char ***dues, int *count)
+{
+	redisReply *reply;
+
+	if (!run_queues(call, NULL, "queue_opens", 0, NULL, &reply))
+		return false;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 0)
+		return malformed(call, "(queues)", reply, "queue_opens did not answer pairs");
+	*count = 0;
+	*names = palloc(sizeof(char *) * (reply->elements / 2 + 1));
+	*dues = palloc(sizeof(char *) * (reply->elements / 2 + 1));
+	for (size_t i = 0; i + 1 < reply->elements; i += 2)
+	{
+		if (reply->element[i]->type != REDIS_REPLY_STRING ||
+			reply->element[i + 1]->type != REDIS_REPLY_STRING)
+			continue;
+		(*names)[*count] = reply_text(reply->element[i]);
+		(*dues)[(*count)++] = reply_text(reply->element[i + 1]);
+	}
+	freeReplyObject(reply);
+	return true;
+}
+
+/* Forget queue name's open limit note if it still says due */
+bool
+sem_queue_open_done(RedisCall *call, const char *name, const char *due)
+{
+	const char *args[2] = {name, due};
+	redisReply *reply;
+
+	if (!run_queues(call, NULL, "queue_open_done", 2, args, &reply))
+		return false;
+	freeReplyObject(reply);
+	return true;
+}
+
+/*
  * Store the n definitions (a copy of version; n may be 0) under prefix in
  * place of Redis's if those are gone or older; *restored false if it did
  * not take them.

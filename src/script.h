@@ -172,6 +172,11 @@ extern bool sem_queue_servers(RedisCall *call, int64 *now_ms, char ***servers,
 extern bool sem_queue_put(RedisCall *call, const char *name, const char *text,
 						  const char *was, int *result, char **existing);
 extern bool sem_queue_drop(RedisCall *call, const char *name, int *result);
+extern bool sem_queue_open(RedisCall *call, const char *name, int ms);
+extern bool sem_queue_opens(RedisCall *call, char ***names, char ***dues,
+							int *count);
+extern bool sem_queue_open_done(RedisCall *call, const char *name,
+								const char *due);
 extern bool sem_queues_restore(RedisCall *call, const char *prefix,
 							   int64 version, int n, char *const *names,
 							   char *const *texts, bool *restored,
