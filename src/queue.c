@@ -251,8 +251,9 @@ run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
 
 /*
  * Report a statement that runs without a slot because its queue's cap was
- * removed while it waited, after it had stored it again: only a drop
- * removes a cap, and a dropped queue's line is let in (redsem_drop_queue)
+ * removed while it waited, after it had stored it again, and the queue is
+ * no longer defined: dropped, and a dropped queue's line is let in
+ * (redsem_drop_queue)
  */
 static void
 run_dropped(const QueueDef *q, const char *semaphore)
