@@ -1113,7 +1113,7 @@ refuse_other_target(const Hold *hold, const char *what)
  * It is given back when the statement ends; administrators can force it.
  */
 void
-hold_refuse_statement_slot(const char *name, const char *id, const char *what)
+hold_refuse_statement_slot(const char *name, const char *id, bool release)
 {
 	Hold	   *hold = find_hold(name, id);
 
@@ -1122,7 +1122,9 @@ hold_refuse_statement_slot(const char *name, const char *id, const char *what)
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			 errmsg("permission denied to %s the slot of statement queue semaphore \"%s\" held by a running statement", what, name),
+			 release ?
+			 errmsg("permission denied to release the slot of statement queue semaphore \"%s\" held by a running statement", name) :
+			 errmsg("permission denied to refresh the slot of statement queue semaphore \"%s\" held by a running statement", name),
 			 errdetail("A statement queue's slot belongs to the statement that took it and is given back when that statement ends."),
 			 errhint("Administrators can use redsem_force_release.")));
 }

@@ -43,7 +43,7 @@ extern void hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 						   TimestampTz confirmed_at, int64 confirm_ms);
 extern void hold_forget(Hold *hold);
 extern bool hold_is_own(const char *id);
-extern void hold_refuse_statement_slot(const char *name, const char *id, const char *what);
+extern void hold_refuse_statement_slot(const char *name, const char *id, bool release);
 extern bool hold_release_id(const char *name, const char *id, bool *held);
 extern bool hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 							int64 *new_lease_ms);

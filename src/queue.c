@@ -350,8 +350,9 @@ acquire_in_queue(const QueueDef *q, AcquireArgs *args, char **id, Hold **hold)
 		if (tries == QUEUE_CAP_GONE_TRIES)
 			ereport(ERROR,
 					(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
-					 errmsg("statement could not enter redsem queue \"%s\": its cap was removed from Redis %d times while it waited",
-							q->name, tries),
+					 errmsg_plural("statement could not enter redsem queue \"%s\": its cap was removed from Redis %d time while it waited",
+								   "statement could not enter redsem queue \"%s\": its cap was removed from Redis %d times while it waited",
+								   tries, q->name, tries),
 					 errdetail("Redis forgot the queue's semaphore again and again (restarts without persistence, or failovers that lose writes)."),
 					 errhint("Retry the statement.")));
 		if (q->max_wait_ms >= 0)

@@ -686,9 +686,10 @@ copy_wanted(int exists, int64 version)
 
 /*
  * Remove the open limits whose removal is due, as noted in Redis by the
- * drops that left them (free_line), unless the queue is defined again: any
- * keeper does it, so that one left when every keeper that saw the drop
- * restarted within its window goes too
+ * drops that left them (free_line): any keeper does it, so that one left
+ * when every keeper that saw the drop restarted within its window goes
+ * too.  A queue defined in Redis again keeps its cap; one this server's
+ * redsem.queues defines gets that cap in place of the open limit.
  */
 static void
 remove_due_opens(RedisCall *call, const QueueConfig *now)
@@ -702,12 +703,15 @@ remove_due_opens(RedisCall *call, const QueueConfig *now)
 	for (int i = 0; i < n; i++)
 	{
 		char	   *semaphore = psprintf("%s%s", REDSEM_QUEUE_PREFIX, names[i]);
+		const QueueDef *local = def_in(queue_setting_config(), names[i]);
+		int			to = local ? local->active : 0;	/* (0: removed) */
 		SemLimit	limit;
 
-		if (def_in(now, names[i]) == NULL && def_in(queue_setting_config(), names[i]) == NULL &&
+		/* (defined in Redis again: reconcile_caps stored its cap) */
+		if (def_in(now, names[i]) == NULL &&
 			(!sem_limit(call, semaphore, &limit) ||
-			 (limit.stored == REDSEM_MAX_HOLDERS &&
-			  (!sem_set_limit_if(call, semaphore, 0, REDSEM_MAX_HOLDERS, &limit) ||
+			 (limit.stored == REDSEM_MAX_HOLDERS && to != REDSEM_MAX_HOLDERS &&
+			  (!sem_set_limit_if(call, semaphore, to, REDSEM_MAX_HOLDERS, &limit) ||
 			   limit.stored == REDSEM_MAX_HOLDERS))))
 			continue;
 		(void) sem_queue_open_done(call, names[i], dues[i]);
@@ -1058,11 +1062,21 @@ queue_fleet_defines(const char *name)
 	char	  **texts;
 	int			n;
 
-	if (def_in(queue_setting_config(), name) != NULL)
+	bool		here;
+	int64		mine;
+
+	if (def_in(queue_setting_config(), name) != NULL || fleet == NULL)
 		return true;
+	LWLockAcquire(fleet->lock, LW_SHARED);
+	here = fleet->target == redis_target_signature() &&
+		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") == 0;
+	mine = fleet->version;
+	LWLockRelease(fleet->lock);
+	/* (another Redis or prefix than this server's, or older than its copy) */
 	call.elevel = LOG;
-	if (!sem_queues_get(&call, NULL, &exists, &version, &must_wait, &names, &texts, &n) ||
-		exists == 0 || must_wait)
+	if (!here ||
+		!sem_queues_get(&call, NULL, &exists, &version, &must_wait, &names, &texts, &n) ||
+		exists == 0 || must_wait || version < mine)
 		return true;
 	for (int i = 0; i < n; i++)
 		if (strcmp(names[i], name) == 0)
@@ -1110,9 +1124,10 @@ recap_if_created(const QueueDef *q)
 }
 
 /*
- * Note in Redis when the open limit free_line left on q's semaphore is to
- * be removed, for the keepers that did not see the drop (a failure is
- * logged: this server's keeper removes it anyway, unless it restarts)
+ * Note in Redis when the open limit free_line is about to leave on q's
+ * semaphore is to be removed, for the keepers that did not see the drop (a
+ * failure is logged: this server's keeper removes it anyway, unless it
+ * restarts; a note without an open limit is only forgotten)
  */
 static void
 note_open(const QueueDef *q)
@@ -1146,11 +1161,12 @@ free_line(const QueueDef *q)
 	if (!sem_limit(&call, q->semaphore, &limit) || limit.stored <= 0)
 		return false;
 	cap = (int) limit.stored;
+	/* (noted first: a raise is never left without its note) */
+	note_open(q);
 	if (!sem_set_limit_if(&call, q->semaphore, REDSEM_MAX_HOLDERS, cap, &limit) ||
 		limit.stored != REDSEM_MAX_HOLDERS)
 		return false;
 	cap_was_set(&call, q);
-	note_open(q);
 	recap_if_created(q);
 	return true;
 }

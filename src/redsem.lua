@@ -381,7 +381,8 @@
 --  X2 Only up.  A touch never lowers an until (a pin stays pinned).
 --  X3 The statement queues' definitions, <prefix>{queues} (a HASH), are
 --     written only by their own operations (queue_put, queue_drop,
---     queues_restore), each leaving the field '~' and no TTL: '~' is gone
+--     queues_restore), each leaving the field '~' and no TTL (queue_open
+--     and queue_open_done write only notes, '!' fields, below): '~' is gone
 --     only when Redis forgot the hash; '#' counts the changes and never
 --     goes down but when Redis goes back (then a server's newer copy
 --     replaces it).  At most QUEUE_MAX queues; a text is opaque here (each
@@ -3332,12 +3333,11 @@ local function op_queue_drop(keys, name)
     return {1}
 end
 
--- queue_open name ms: note that the drop of queue name left an open limit
--- on its semaphore, due for removal in ms (a later drop's note replaces
--- it); {1}, or {0} if the definitions are gone (Redis forgot them, and so
--- the limit).
+-- queue_open name ms: note that the drop of queue name leaves an open
+-- limit on its semaphore, due for removal in ms (a later drop's note
+-- replaces it); {1}.  Definitions that are gone stay so: a hash of notes
+-- alone has no '~'.
 local function op_queue_open(keys, name, ms)
-    if redis.call('EXISTS', keys[1]) == 0 then return {0} end
     redis.call('HSET', keys[1], '!' .. name, int(NOW_MS + ms))
     return {1}
 end

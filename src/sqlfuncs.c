@@ -260,7 +260,7 @@ redsem_release(PG_FUNCTION_ARGS)
 	refuse_in_parallel_worker();
 	hold_init();
 	hold_flush_deferred();
-	hold_refuse_statement_slot(name, id, "release");
+	hold_refuse_statement_slot(name, id, true);
 	if (!hold_release_id(name, id, &held))
 		warn_not_own(name, id, "released");
 	PG_RETURN_BOOL(held);
@@ -280,7 +280,7 @@ redsem_refresh(PG_FUNCTION_ARGS)
 	refuse_in_parallel_worker();
 	hold_init();
 	hold_flush_deferred();
-	hold_refuse_statement_slot(name, id, "refresh");
+	hold_refuse_statement_slot(name, id, false);
 	if (!hold_refresh_id(name, id, lease_ms, &new_lease_ms))
 		warn_not_own(name, id, "refreshed");
 	PG_RETURN_BOOL(new_lease_ms > 0);
