@@ -603,12 +603,19 @@ note_trouble(const RedisCall *call, bool ok)
 	trouble_logged = !ok;
 }
 
+/* Whether the published definitions are of the Redis and prefix used now */
+static bool
+read_from_here(void)
+{
+	return fleet->target == redis_target_signature() &&
+		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") == 0;
+}
+
 /* Whether this server's copy is of the Redis and prefix it uses now */
 static bool
 copy_matches(void)
 {
-	return fleet->version > 0 && fleet->target == redis_target_signature() &&
-		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") == 0;
+	return fleet->version > 0 && read_from_here();
 }
 
 /*
@@ -929,9 +936,7 @@ warn_not_read_here(void)
 		return;
 	}
 	LWLockAcquire(fleet->lock, LW_SHARED);
-	elsewhere = fleet->from_redis &&
-		(fleet->target != redis_target_signature() ||
-		 strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") != 0);
+	elsewhere = fleet->from_redis && !read_from_here();
 	LWLockRelease(fleet->lock);
 	if (elsewhere)
 		ereport(WARNING,
@@ -1047,9 +1052,11 @@ stored_def(RedisCall *call, const char *name, bool wait)
 
 /*
  * Whether queue name is defined, in redsem.queues or in Redis; true when
- * Redis cannot say (its definitions are gone, a copy is about to be stored
- * back, or the call failed), so that only a drop counts as none (queue.c:
- * a statement whose queue's cap went twice while it waited)
+ * Redis cannot say (the session reaches another Redis or prefix than the
+ * server reads from, the definitions are gone, older than the server's
+ * copy or about to be stored back, or the call failed), so that only a
+ * drop counts as none (queue.c: a statement whose queue's cap went twice
+ * while it waited)
  */
 bool
 queue_fleet_defines(const char *name)
@@ -1061,18 +1068,15 @@ queue_fleet_defines(const char *name)
 	char	  **names;
 	char	  **texts;
 	int			n;
-
 	bool		here;
 	int64		mine;
 
 	if (def_in(queue_setting_config(), name) != NULL || fleet == NULL)
 		return true;
 	LWLockAcquire(fleet->lock, LW_SHARED);
-	here = fleet->target == redis_target_signature() &&
-		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") == 0;
+	here = read_from_here();
 	mine = fleet->version;
 	LWLockRelease(fleet->lock);
-	/* (another Redis or prefix than this server's, or older than its copy) */
 	call.elevel = LOG;
 	if (!here ||
 		!sem_queues_get(&call, NULL, &exists, &version, &must_wait, &names, &texts, &n) ||
