@@ -129,14 +129,19 @@ wait_call(const AcquireArgs *args, RedisCall *call)
  * that went silent.  For one that does not wait: only a connection that
  * broke (a stale one, to the old primary: each call already follows the
  * sentinels for a command's time).  A single Redis that is down fails its
- * callers at once, as it did; so does a statement queue whose failures
- * run the statement unqueued (elevel below ERROR: on_redis_error=run).
+ * callers at once, as it did.  A statement queue whose failures run the
+ * statement unqueued (elevel below ERROR: on_redis_error=run) tries once
+ * more after a connection that broke (once per break: not within a ride),
+ * and no more: a broker restarted (its links closed, Redis untouched) or
+ * a connection Redis closed is served by a new one, while a Redis that is
+ * down fails that try too (a refused connect at once; one that hangs
+ * within redsem.connect_timeout).
  */
 static bool
 failover_class(const AcquireArgs *args, const RedisOutcome *o)
 {
 	if (args->elevel < ERROR)
-		return false;
+		return o->status == RS_LOST && !riding(args);
 	if (args->wait_ms == 0)
 		return o->status == RS_LOST;
 	switch (o->status)
@@ -178,20 +183,21 @@ ride_until(const AcquireArgs *args)
  * failover an hour into a long wait rides as the first one did, is logged
  * and counted as it was).  The failure kept is the first of a ride (its
  * cause: a later try may only find the time left too short), unless a
- * later one is of another kind.
+ * later one is of another kind; so is the Redis error counted.
  */
 static bool
 ride_on(AcquireArgs *args, const RedisOutcome *o)
 {
 	static TimestampTz logged_at = 0;
-	bool		rides = failover_class(args, o);
 	bool		new_ride = !riding(args);
+	bool		rides = failover_class(args, o);
+	bool		other = new_ride || (!rides && o->status != args->failure.status);
 	TimestampTz now = redsem_now();
 
-	if (new_ride || !rides)
+	if (other)
 		args->failure = *o;
 	/* (its call was not counted: the acquire had ridden before) */
-	if ((new_ride || !rides) && args->rides > 0)
+	if (other && args->rides > 0)
 		stats_count(NULL, args->name, STAT_REDIS_ERRORS, 1);
 	if (new_ride && args->wait_ms != 0)
 		args->ride_from = now;

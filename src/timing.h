@@ -181,7 +181,9 @@
  * and once it rides, the calls of a wait end ACQUIRE_CALL_SLACK_MS after
  * it at the latest (its last look, which gives its place up, needs a
  * round trip).  One that does not wait rides only a connection that broke, within
- * one redsem.command_timeout.  A backend logs that it rides at most every
+ * one redsem.command_timeout; a statement queue's with on_redis_error=run
+ * only a connection that broke, with one more try (after the pause) per
+ * ride.  A backend logs that it rides at most every
  * ACQUIRE_RIDE_LOG_EVERY_MS.  The keeper's refreshes fail while a failover
  * runs and are retried with the back-off above: holds survive a
  * failover that ends within two thirds of their lease.

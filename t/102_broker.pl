@@ -196,6 +196,32 @@ ok(defined wait_until(20, sub { $redis->zcard('kill', 'owner') == 0 }),
   or diag($redis->cli('ZRANGE', 'redsem:{kill}:owner', '0', '-1', 'WITHSCORES'));
 
 ###########################################################################
+note 'SIGKILL of the broker under a statement queue whose failures run unqueued';
+
+# (a broker restarted is not Redis down: the waiting statement tries once
+# more over a new link and keeps waiting for its slot, instead of running
+# unqueued beside the holder, and the server's statements of the queue
+# with it for 5 s)
+$sa->query_ok(q{SELECT redsem_create_queue('kq', 'active_statements=1 on_redis_error=run');});
+my ($qa, $qb) = (session('queue a'), session('queue b'));
+$_->query_ok(q{SET redsem.queue = 'kq';}) for ($qa, $qb);
+$qa->send(q{SELECT pg_sleep(1.5), extract(epoch FROM clock_timestamp());});
+ok(defined wait_until(20, sub { scalar(holders('queue:kq')) == 1 }), 'a statement holds the queue\'s slot');
+$qb->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.1);});
+ok(defined wait_until(20, sub { $redis->zcard('queue:kq', 'waiting') == 1 }), 'another waits in line');
+kill 'KILL', broker_pid();
+my ($qa_out, $qa_err) = $qa->wait_done(20);
+my ($qb_out, $qb_err) = $qb->wait_done(20);
+is("$qa_err$qb_err", '', 'neither ran without a slot (no WARNING)');
+my ($qa_end) = ($qa_out // '') =~ /\|([\d.]+)/;
+my ($qb_start) = ($qb_out // '') =~ /^([\d.]+)\|/;
+ok(defined $qa_end && defined $qb_start && $qb_start >= $qa_end,
+	'the waiter ran after the holder ended, in its slot') or diag("holder: $qa_out; waiter: $qb_out");
+unlike(slurp_file($node->logfile), qr/without a slot of redsem queue "kq"/, 'the log shows no unqueued run');
+$sa->query_ok(q{SELECT redsem_drop_queue('kq');});
+$_->quit for ($qa, $qb);
+
+###########################################################################
 note 'a call to a stopped broker is cancelled at once';
 
 is($sa->query_ok(q{SELECT redsem_acquire('stop', 5, '60 s') IS NOT NULL;}), 't',
