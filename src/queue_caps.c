@@ -134,6 +134,11 @@ queue_caps_apply(void)
 		if (!caps[i].pending)
 			continue;
 		redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_TRY_MS), true, 0);
+		/*
+		 * (a cap set ends an adaptive limit: its mark goes first, so that
+		 * one made adaptive meanwhile, state then mark, keeps its mark)
+		 */
+		(void) sem_adapt_note(&call, caps[i].semaphore, false);
 		if (!sem_set_limit(&call, caps[i].semaphore, caps[i].active, false, &limit))
 		{
 			next_try = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_RETRY_MS);
@@ -145,8 +150,6 @@ queue_caps_apply(void)
 		}
 		caps[i].pending = false;
 		caps[i].check_open = false;
-		/* (a cap set ends an adaptive limit: its mark goes too) */
-		(void) sem_adapt_note(&call, caps[i].semaphore, false);
 		ereport(LOG,
 				(errmsg("redsem: statement queue \"%s\": cap set to %d for every server, from this server's redsem.queues",
 						caps[i].name, caps[i].active)));

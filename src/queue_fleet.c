@@ -1101,12 +1101,15 @@ no_such_queue(const char *name)
 			 errhint("Create it with redsem_create_queue().")));
 }
 
-/* After a cap of q was set: it ends an adaptive limit, whose mark goes too */
+/*
+ * Before a cap of q is set, which ends an adaptive limit: its mark goes
+ * first, so that an adaptive limit set meanwhile (state, then mark) keeps
+ * its mark; a mark left on a fixed limit only costs a keeper a look
+ */
 static void
-cap_was_set(RedisCall *call, const QueueDef *q)
+cap_to_be_set(RedisCall *call, const QueueDef *q)
 {
 	(void) sem_adapt_note(call, q->semaphore, false);
-	sem_pin_configured(call, q->semaphore);
 }
 
 /*
@@ -1167,10 +1170,11 @@ free_line(const QueueDef *q)
 	cap = (int) limit.stored;
 	/* (noted first: a raise is never left without its note) */
 	note_open(q);
+	cap_to_be_set(&call, q);
 	if (!sem_set_limit_if(&call, q->semaphore, REDSEM_MAX_HOLDERS, cap, &limit) ||
 		limit.stored != REDSEM_MAX_HOLDERS)
 		return false;
-	cap_was_set(&call, q);
+	sem_pin_configured(&call, q->semaphore);
 	recap_if_created(q);
 	return true;
 }
@@ -1187,16 +1191,17 @@ apply_cap(const QueueDef *q, int cap)
 	SemLimit	limit;
 
 	call.elevel = WARNING;
+	cap_to_be_set(&call, q);
 	if (sem_set_limit(&call, q->semaphore, cap, false, &limit))
 	{
-		cap_was_set(&call, q);
+		sem_pin_configured(&call, q->semaphore);
 		return;
 	}
 	ereport(WARNING,
 			(errcode(ERRCODE_CONNECTION_FAILURE),
 			 errmsg("the cap of statement queue \"%s\" is not applied yet", q->name),
 			 errdetail("Its definition is stored in Redis, but its semaphore's limit could not be set."),
-			 errhint("Run redsem_alter_queue('%s', 'active_statements=%d') again.", q->name, q->active)));
+			 errhint("Run redsem_set_limit('%s%s', %d), which stores it.", REDSEM_QUEUE_PREFIX, q->name, q->active)));
 }
 
 /*
@@ -1216,9 +1221,11 @@ settle_cap(const QueueDef *q)
 		SemLimit	limit;
 		QueueDef	now;
 		char	   *text;
+		int64		was;
 
 		if (!sem_limit(&call, q->semaphore, &limit))
 			return;
+		was = limit.stored;
 		text = stored_def(&call, q->name, false);
 		if (text == NULL)
 		{
@@ -1229,7 +1236,10 @@ settle_cap(const QueueDef *q)
 		}
 		if (!parse_stored(q->name, text, &now) || now.active == limit.stored)
 			return;
-		(void) sem_set_limit_if(&call, q->semaphore, now.active, (int) Max(limit.stored, 0), &limit);
+		/* (refused with the limit unchanged: an adaptive limit, left alone) */
+		if (!sem_set_limit_if(&call, q->semaphore, now.active, (int) Max(was, 0), &limit) ||
+			limit.stored == was)
+			return;
 	}
 }
 
@@ -1255,10 +1265,11 @@ wait_for_restore(int tries)
 
 /*
  * Change queue name's definition by options (alter) and return its new
- * text: read, changed, and stored only if nobody changed it meanwhile
+ * text: read, changed, and stored only if nobody changed it meanwhile;
+ * *new_cap: its active_statements changed (or the old text was unreadable)
  */
 static char *
-alter_def(const char *name, const char *options, QueueDef *q)
+alter_def(const char *name, const char *options, QueueDef *q, bool *new_cap)
 {
 	RedisCall	call = REDIS_SQL_CALL;
 
@@ -1268,14 +1279,18 @@ alter_def(const char *name, const char *options, QueueDef *q)
 		char	   *text;
 		char	   *existing;
 		int			result;
+		int			old_active = -1;
 
 		if (was == NULL)
 			no_such_queue(name);
 		blank_def(q, name);
 		GUC_check_errdetail_string = NULL;
-		if (!queue_parse_options(was, q))
+		if (queue_parse_options(was, q))
+			old_active = q->active;
+		else
 			blank_def(q, name); /* (a direct writer's: begin anew) */
 		apply_options(q, options);
+		*new_cap = q->active != old_active;
 		text = def_text(q);
 		(void) sem_queue_put(&call, name, text, was, &result, &existing);
 		if (result == 1)
@@ -1323,14 +1338,18 @@ read_back(void)
 }
 
 /*
- * After a definition was stored: its cap for every server, checked against
- * a change made at once (settle_cap), the log line (what: "created"...),
- * and this server's read of it (read_back)
+ * After a definition was stored: its cap for every server if new_cap (a
+ * queue created, its active_statements changed, or a limit set by hand:
+ * the other options leave an adaptive limit adaptive), checked against a
+ * change made at once (settle_cap, which leaves an adaptive limit alone),
+ * the log line (what: "created"...), and this server's read of it
+ * (read_back)
  */
 static void
-changed(const QueueDef *q, const char *what, const char *text)
+changed(const QueueDef *q, const char *what, const char *text, bool new_cap)
 {
-	apply_cap(q, q->active);
+	if (new_cap)
+		apply_cap(q, q->active);
 	settle_cap(q);
 	ereport(LOG,
 			(errmsg("redsem: statement queue \"%s\" %s by role \"%s\": %s",
@@ -1377,7 +1396,7 @@ redsem_create_queue(PG_FUNCTION_ARGS)
 				(errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
 				 errmsg("too many statement queues"),
 				 errdetail("At most %d can be defined.", QUEUE_MAX_QUEUES)));
-	changed(&q, "created", stored);
+	changed(&q, "created", stored, true);
 	warn_not_read_here();
 	warn_setting_differs(&q, false);
 	PG_RETURN_TEXT_P(cstring_to_text(stored));
@@ -1395,6 +1414,7 @@ redsem_alter_queue(PG_FUNCTION_ARGS)
 	QueueDef	q;
 	char	   *name;
 	char	   *stored;
+	bool		new_cap;
 
 	require_admin("change a statement queue");
 	name = queue_name_arg(fcinfo, 0);
@@ -1402,8 +1422,8 @@ redsem_alter_queue(PG_FUNCTION_ARGS)
 		reject_null("options");
 	hold_init();
 	restore_before_change();
-	stored = alter_def(name, text_to_cstring(PG_GETARG_TEXT_PP(1)), &q);
-	changed(&q, "changed", stored);
+	stored = alter_def(name, text_to_cstring(PG_GETARG_TEXT_PP(1)), &q, &new_cap);
+	changed(&q, "changed", stored, new_cap);
 	warn_not_read_here();
 	warn_setting_differs(&q, false);
 	PG_RETURN_TEXT_P(cstring_to_text(stored));
@@ -1475,6 +1495,7 @@ queue_fleet_set_limit(const char *semaphore, int active)
 	RedisCall	call = REDIS_SQL_CALL;
 	QueueDef	q;
 	char	   *text;
+	bool		new_cap;
 
 	if (active <= 0 || strncmp(semaphore, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0 ||
 		!queue_valid_name(name))
@@ -1482,8 +1503,9 @@ queue_fleet_set_limit(const char *semaphore, int active)
 	call.elevel = WARNING;
 	if (stored_def(&call, name, true) == NULL)
 		return false;
-	text = alter_def(name, psprintf("active_statements=%d", active), &q);
-	changed(&q, "changed (redsem_set_limit)", text);
+	text = alter_def(name, psprintf("active_statements=%d", active), &q, &new_cap);
+	/* (a limit set by hand is fixed, even at the same cap) */
+	changed(&q, "changed (redsem_set_limit)", text, true);
 	return true;
 }
 

@@ -255,8 +255,9 @@
 --     pass waiters below rp into the reserve (its class then holds at
 --     most k): it stands in line order only among its class (rline, the
 --     same places as waiting), and nobody is passed otherwise.  Promotion
---     takes the line in order (I4); when the first waiter is below rp and
---     does not fit, the first of rline is promoted while it fits in the
+--     takes the line in order (I4); when the first waiter does not fit
+--     (below rp, or, with tenants, of the class but behind another of it
+--     in rline), the first of rline is promoted while it fits in the
 --     reserve.  So the first waiter does not fit (its class's share), and
 --     the first of rline does not fit in the reserve unless it is the
 --     first waiter.  A holder keeps the class it came in with when the
@@ -1178,8 +1179,9 @@ end
 -- I3, I4, I6, I7, I11, I12: turn first waiters into holders while their
 -- permits fit; each gets a grant ticket (its fencing token), the
 -- promotion window and a wake-up carrying the ticket.  Once a first
--- waiter below a reserve's class does not fit, only the first of the
--- class may still come in, into the reserve.
+-- waiter does not fit (below a reserve's class, or, with tenants, of it
+-- but not the first of its line), only the first of the class may still
+-- come in, into the reserve.
 function promote()
     if S.gu then                    -- I15: nobody comes in before it ends
         if NOW_MS < S.gu or not GEN_SYNC then return end
@@ -1207,8 +1209,10 @@ function promote()
             turn_away(head)         -- can never fit: let it find out
             waiters = waiters - 1
         elseif line == K_WAITING and not fits_class(held, p, prio, limit) then
-            if of_class(prio) or not S.rk then return end
-            line = rline_key()      -- I11: the class may pass it
+            -- I11: the class may pass it (I12: a first waiter of the class
+            -- is the first of rline only while no tenant orders the line)
+            if not S.rk or (of_class(prio) and not S.tl) then return end
+            line = rline_key()
         elseif line ~= K_WAITING and not fits_reserve(held, p, limit) then
             return
         elseif not rate_open() then
@@ -2692,19 +2696,25 @@ function adapt_end()
     set('ac', false)
 end
 
--- adapt: {limit or '', lo or '', hi or '', base us or '', mean us or '',
--- last interval's mean hold us or '', its releases, why the limit last
--- moved or '', ms since or -1, pressure x1000 or -1, servers reporting}.
-local function adapt_reply()
+-- adapt: {limit in effect (set_adapt: the stored limit) or '', lo or '',
+-- hi or '', base us or '', mean us or '', last interval's mean hold us or
+-- '', its releases, why the limit last moved or '', ms since or -1,
+-- pressure x1000 or -1, servers reporting}.  Pressure and servers are the
+-- last step's while it is within ADAPT_FRESH_MS (no step since: nobody
+-- reports, -1 and 0).
+local function adapt_reply(stored)
     local lo, hi = adapt_bounds()
     local m = S.ad and adapt_memory(S.am) or {}
+    local limit = S.limit
+    if not stored then limit = limit_in_effect(member_count() > 0) end
+    local fresh = m.tick and NOW_MS - m.tick <= ADAPT_FRESH_MS
     local function us(v) return v and int(math.floor(v * 1000 + 0.5)) or '' end
-    return {S.limit and int(S.limit) or '', lo and int(lo) or '', hi and int(hi) or '',
+    return {limit and int(limit) or '', lo and int(lo) or '', hi and int(hi) or '',
             us(m.base), us(m.mean), us(m.last), int(m.n or 0), m.why or '',
             int(m.moved and math.max(NOW_MS - m.moved, 0) or -1),
-            int(m.pressure or -1), int(m.servers or 0)}
+            int(fresh and m.pressure or -1), int(fresh and m.servers or 0)}
 end
-OPS.adapt = {read = read_none, run = adapt_reply}
+OPS.adapt = {read = read_none, run = function() return adapt_reply(false) end}
 
 -- set_adapt lo hi [start] | set_adapt '': make the limit adaptive within
 -- [lo, hi], starting at start (else the stored limit, else the limit in
@@ -2713,10 +2723,10 @@ OPS.adapt = {read = read_none, run = adapt_reply}
 local function op_set_adapt(lo, hi, start)
     if not lo then
         if S.ad then adapt_end() end
-        return adapt_reply()
+        return adapt_reply(true)
     end
     local bounds = int(lo) .. '|' .. int(hi)
-    if S.ad == bounds and not start then return adapt_reply() end   -- (what it learnt stays)
+    if S.ad == bounds and not start then return adapt_reply(true) end   -- (what it learnt stays)
     local before = limit_in_effect(member_count() > 0)
     local limit = math.min(math.max(start or before or lo, lo), hi)
     set('ad', bounds)
@@ -2727,7 +2737,7 @@ local function op_set_adapt(lo, hi, start)
     set('an', 0)
     set('ac', false)
     if not is_empty() then promote() end
-    return adapt_reply()
+    return adapt_reply(true)
 end
 OPS.set_adapt = {
     read = function(a)

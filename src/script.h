@@ -134,7 +134,8 @@ typedef struct SemSummary
 /* An adaptive limit (I16), as the "adapt" operation reports it */
 typedef struct SemAdapt
 {
-	int64		limit;			/* the stored limit, or -1: none */
+	int64		limit;			/* "adapt": the limit in effect; "set_adapt":
+								 * the stored limit; or -1: none */
 	int64		min;			/* its bounds, or -1: not adaptive */
 	int64		max;
 	int64		base_us;		/* the controller's best recent mean hold, or -1 */

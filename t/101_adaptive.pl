@@ -241,6 +241,23 @@ $r->cmd('FCALL', $lib, 1, $q, 'set_limit', 3);
 is(join(' ', @{ $r->cmd('FCALL', $lib, 1, $q, 'adapt') }[ 0 .. 2 ]), '3  ', 'a limit set by hand fixes it');
 $r->cmd('FCALL', $lib, 1, $q, 'set_limit', '');
 
+# the view's limit is the limit in effect: a holder's, when none is stored
+my $fk = 'redsem:{adf}:owner';
+$r->cmd('FCALL', $lib, 1, $fk, 'acquire', 'f1', 3, 1, 30000, 0, 5000, 'o');
+is(join(' ', @{ $r->cmd('FCALL', $lib, 1, $fk, 'adapt') }[ 0 .. 2 ]), '3  ',
+	"not adaptive and no limit stored: the view's limit is the holders' limit in effect");
+$r->cmd('FCALL', $lib, 1, $fk, 'release', 'f1');
+
+# the pressure and the servers reporting are the last step's while it is
+# fresh; once no server has ticked for 2.5 s, nobody reports
+$r->cmd('FCALL', $lib, 1, $fk, 'set_adapt', 1, 8, 2);
+$r->cmd('FCALL', $lib, 1, $fk, 'adapt_tick', 'srv', 500, 'cpu');
+is(join(' ', @{ $r->cmd('FCALL', $lib, 1, $fk, 'adapt') }[ 9, 10 ]), '500 1', 'a server ticked: its pressure, one reporting');
+usleep(2_700_000);
+is(join(' ', @{ $r->cmd('FCALL', $lib, 1, $fk, 'adapt') }[ 9, 10 ]), '-1 0',
+	'2.5 s without a tick: no pressure, nobody reporting (a limit nothing moves shows)');
+$r->cmd('FCALL', $lib, 1, $fk, 'set_limit', '');
+
 # permits: at most the lower bound (always refused above it, never now and
 # then as the limit moves), named in the reply
 my $pk = 'redsem:{adp}:owner';
@@ -463,19 +480,25 @@ my @iv = RedsemHistory::logged_intervals('ad', $na, $nb);
 my $beyond = 0;
 for my $i (@iv)
 {
-	# the limit then: the highest read within 0.3 s (samples come every 0.1
-	# to 0.25 s and take a few ms to read, a start is logged some ms after
+	# the limit then: the highest read within 0.3 s (samples come every 0.2
+	# s and more, as long as reading both servers takes on a busy machine,
+	# a start is logged some ms after
 	# its grant, and the limit moves at most once every 0.9 s), with
 	# samples on both sides
 	my ($before) = grep { $_->[0] <= $i->{start} } reverse @samples;
 	my ($after) = grep { $_->[0] >= $i->{start} } @samples;
 	next unless $before && $after && $after->[0] - $before->[0] <= 0.5;
-	my @near = map { $_->[1] } grep { abs($_->[0] - $i->{start}) <= 0.3 } @samples;
+	# (and the samples on either side of it, at most 0.5 s apart: the
+	# limit moves at most once in 0.9 s, so at that instant it was one of
+	# theirs)
+	my @near = map { $_->[1] } ($before, $after, grep { abs($_->[0] - $i->{start}) <= 0.3 } @samples);
 	my $limit = max(@near);
 	my $inside = grep { $_->{start} <= $i->{start} && $_->{end} > $i->{start} } @iv;
 	next if $inside <= $limit;
 	$beyond++;
-	diag("start at $i->{start}: $inside running, the limit read around it at most $limit");
+	diag("start at $i->{start}: $inside running, the limit read around it at most $limit; samples near: "
+		  . join(', ', map { "$_->[0]=$_->[1]/$_->[2]" } grep { abs($_->[0] - $i->{start}) <= 1.5 } @samples)
+		  . '; running: ' . join(', ', map { "$_->{start}-$_->{end}" } grep { $_->{start} <= $i->{start} && $_->{end} > $i->{start} } @iv));
 }
 is($beyond, 0, 'no start made more run than the limit read around that instant');
 
@@ -491,5 +514,27 @@ is($na->safe_psql('postgres', q{SELECT limit_in_effect || ' ' || last_move || ' 
 	"$before true", 'without releases the limit holds still');
 
 $na->safe_psql('postgres', q{SELECT redsem_set_limit('ad', NULL)});
+
+# a statement queue made adaptive: only a change of its cap fixes it (its
+# other options, or the same cap again, leave it adaptive); a limit set by
+# hand fixes it even at the same number
+my $adaptive_q = sub {
+	$na->safe_psql('postgres', q{SELECT coalesce(min_holders || '-' || max_holders, 'fixed') || ' ' || limit_in_effect
+	  FROM redsem_adaptive_limit('queue:aq')});
+};
+$na->safe_psql('postgres', q{SELECT redsem_create_queue('aq', 'active_statements=3')});
+$na->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('queue:aq', 1, 8, 5)});
+is($adaptive_q->(), '1-8 5', 'a queue made adaptive');
+$na->safe_psql('postgres', q{SELECT redsem_alter_queue('aq', 'max_wait=30s')});
+$na->safe_psql('postgres', q{SELECT redsem_alter_queue('aq', 'min_cost=10')});
+is($adaptive_q->(), '1-8 5', '... stays adaptive when its other options change');
+$na->safe_psql('postgres', q{SELECT redsem_alter_queue('aq', 'active_statements=3')});
+is($adaptive_q->(), '1-8 5', '... and when the same cap is given again');
+$na->safe_psql('postgres', q{SELECT redsem_alter_queue('aq', 'active_statements=4')});
+is($adaptive_q->(), 'fixed 4', '... a new cap fixes it');
+$na->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('queue:aq', 1, 8, 6)});
+$na->safe_psql('postgres', q{SELECT redsem_set_limit('queue:aq', 4)});
+is($adaptive_q->(), 'fixed 4', '... as does a limit set by hand, at the same number');
+$na->safe_psql('postgres', q{SELECT redsem_drop_queue('aq')});
 $na->stop;
 done_testing();
