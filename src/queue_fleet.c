@@ -1153,8 +1153,9 @@ note_open(const QueueDef *q)
  * server that has not read the drop yet lets its statements in too,
  * instead of storing the old cap again; each keeper that saw the drop
  * removes it after QUEUE_FLEET_CAP_CHECK_MS (reconcile_caps).  False if
- * nothing was raised (no cap stored, a change raced the drop, or Redis
- * failed, which warns): the caller removes the cap as before, and
+ * nothing was raised (no cap stored, a change raced the drop, an adaptive
+ * limit, which a compare-and-set leaves alone, or Redis failed, which
+ * warns): the caller removes the cap as before, and
  * the line is let in as the running statements end.
  */
 static bool
