@@ -592,16 +592,18 @@ sub pid { return $_[0]->{pid}; }
 
 sub start
 {
-	my ($self) = @_;
+	my ($self, $socket) = @_;
 	my $n = ++$self->{starts};
 	my $log = "$PostgreSQL::Test::Utils::log_path/redis_"
 	  . basename_of_test() . "_$n.log";
 
+	# ($socket: another path, for restart)
+	$socket //= $self->{socket};
 	croak "redis already running" if $self->{pid};
-	unlink $self->{socket};
+	unlink $socket;
 	my @cmd = (
 		$self->{server}, '--port', '0',
-		'--unixsocket', $self->{socket},
+		'--unixsocket', $socket,
 		'--unixsocketperm', '700',
 		'--save', '',
 		'--appendonly', 'no',
@@ -616,8 +618,8 @@ sub start
 	my $ok = RedsemTest::wait_until(
 		30,
 		sub {
-			return 0 unless -S $self->{socket};
-			my $out = $self->cli('PING');
+			return 0 unless -S $socket;
+			my $out = do { local $self->{socket} = $socket; $self->cli('PING') };
 			return defined $out && $out eq 'PONG';
 		});
 	BAIL_OUT("redis-server did not start; see $log") unless defined $ok;
@@ -633,6 +635,35 @@ sub basename_of_test
 }
 
 =pod
+
+=item $redis->restart
+
+Restart the server without persistence (it comes back empty) with as short
+a gap as can be: a new server is started on a socket of its own first, the
+old one stopped, and the new socket renamed into the old one's path at
+once, so that clients whose connections broke at the stop find the new
+server when they connect again, even 100 ms later on a loaded machine
+(stop and start leave the path empty for as long as a start takes).
+
+=cut
+
+sub restart
+{
+	my ($self) = @_;
+	my ($old_pid, $old_harness) = @$self{qw(pid harness)};
+	# (a path of its own each time: a server unlinks the path it was
+	# started on when it stops, which must not be the next one's)
+	my $next = "$self->{socket}." . ($self->{starts} + 1);
+
+	$self->{pid} = undef;
+	$self->start($next);
+	my ($new_pid, $new_harness) = @$self{qw(pid harness)};
+	@$self{qw(pid harness)} = ($old_pid, $old_harness);
+	$self->stop;
+	rename($next, $self->{socket}) or croak "rename $next: $!";
+	@$self{qw(pid harness)} = ($new_pid, $new_harness);
+	return;
+}
 
 =item $redis->stop
 
