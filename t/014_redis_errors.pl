@@ -172,14 +172,18 @@ note 'a read-only replica, and one cut off from its primary';
 $s->query_ok(q{SET redsem.await_release = on;});
 is($s->query_ok(q{SELECT redsem_release('e_ro', redsem_acquire('e_ro', 1));}), 't',
 	'the session has a connection');
-# (all but the keeper's, which may come and go meanwhile)
-my $clients_before = grep { !/ name=redsem:[^ ]*:keeper:/ } ($redis->cli('CLIENT', 'LIST') // '') =~ /^(id=.*)$/mg;
+# Redis's clients but the keeper's, which may come and go meanwhile
+sub clients_but_keeper
+{
+	return scalar grep { !/ name=redsem:[^ ]*:keeper:/ } ($redis->cli('CLIENT', 'LIST') // '') =~ /^(id=.*)$/mg;
+}
+my $clients_before = clients_but_keeper();
 admin('REPLICAOF', '127.0.0.1', '1');
 ($out, $err) = $s->query(q{SELECT redsem_acquire('e_ro', 1);});
 like($err, qr/ERROR:  08006: Redis at .* cannot serve redsem now/, 'a read-only replica: 08006');
 like($err, qr/DETAIL:  READONLY/, '... with Redis\'s words');
 like($err, qr/HINT:  .*failover/, '... and a hint about failover');
-my $clients_after = grep { !/ name=redsem:[^ ]*:keeper:/ } ($redis->cli('CLIENT', 'LIST') // '') =~ /^(id=.*)$/mg;
+my $clients_after = clients_but_keeper();
 SKIP:
 {
 	# (the session drops its link to the broker, which keeps its own
