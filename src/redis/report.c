@@ -111,6 +111,21 @@ status_hint(const RedisOutcome *o)
 	return "The server is a read-only replica, is loading its data, or has lost its primary. redsem reconnects at the next call, so a failover behind the same address is followed.";
 }
 
+/*
+ * The message of a call that timed out on target: within how long, or, when
+ * the call's time had run out before this command (earlier commands of the
+ * call used it up, as in the keeper's budgets), that the server was given
+ * none, so that a node is not blamed for a silence it was never given time
+ * to break
+ */
+static char *
+timed_out_message(const RedisOutcome *o, const char *target)
+{
+	if (o->timeout_ms <= 0)
+		return psprintf("Redis at %s was given no time to answer: the call's time had run out before this command", target);
+	return psprintf(status_info[RS_TIMED_OUT].message, target, o->timeout_ms);
+}
+
 /* One sentence saying why a call to target failed */
 char *
 redis_outcome_sentence(const RedisOutcome *o, const char *target)
@@ -122,7 +137,7 @@ redis_outcome_sentence(const RedisOutcome *o, const char *target)
 		case RS_LOST:
 			return psprintf("lost connection to Redis at %s: %s", target, o->detail);
 		case RS_TIMED_OUT:
-			return psprintf("Redis at %s did not answer within %d ms", target, o->timeout_ms);
+			return timed_out_message(o, target);
 		default:
 			return psprintf("%s at %s: %s", redis_status_text(o->status), target, o->detail);
 	}
@@ -142,8 +157,7 @@ redis_report_at(int elevel, const RedisOutcome *o, const char *target)
 	if (o->status == RS_OK || o->status == RS_NOSCRIPT)
 		return;
 	message = o->status == RS_TIMED_OUT ?
-		psprintf(info->message, target, o->timeout_ms) :
-		psprintf(info->message, target);
+		timed_out_message(o, target) : psprintf(info->message, target);
 	ereport(elevel,
 			(errcode(info->sqlerrcode),
 			 errmsg_internal("%s", message),
