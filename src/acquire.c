@@ -122,6 +122,21 @@ wait_call(const AcquireArgs *args, RedisCall *call)
 }
 
 /*
+ * True if connect failure o is of a Redis that was there and went away: it
+ * found nothing serving at the address (no_server: stopped, restarting, cut
+ * off; not a refusal of our settings), and this acquire had a place in
+ * line, or rides a connection that broke or a server not serving yet
+ * (LOADING, as a restarted one is)
+ */
+static bool
+went_away(const AcquireArgs *args, const RedisOutcome *o)
+{
+	return o->no_server &&
+		(args->waited ||
+		 (riding(args) && (args->ride_cause == RS_LOST || args->ride_cause == RS_UNAVAILABLE)));
+}
+
+/*
  * True if a failure is one a failover causes, for this acquire.  For one
  * that waits: a connection that broke, a server that cannot serve (a
  * replica now, loading, no primary), too few replicas for a grant, and,
@@ -129,7 +144,10 @@ wait_call(const AcquireArgs *args, RedisCall *call)
  * that went silent.  For one that does not wait: only a connection that
  * broke (a stale one, to the old primary: each call already follows the
  * sentinels for a command's time).  A single Redis that is down fails its
- * callers at once, as it did.  A statement queue whose failures run the
+ * callers at once, as it did, unless it went away under them (restarted):
+ * a caller in line, or riding a connection that broke, rides finding
+ * nothing at its address too (went_away), within the wait.
+ * A statement queue whose failures run the
  * statement unqueued (elevel below ERROR: on_redis_error=run) tries once
  * more after a connection that broke (once per break: not within a ride),
  * and no more: a broker restarted (its links closed, Redis untouched) or
@@ -151,6 +169,7 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 		case RS_NOT_REPLICATED:
 			return true;
 		case RS_CONNECT_FAILED:
+			return sentinel_enabled() || cluster_enabled() || went_away(args, o);
 		case RS_TIMED_OUT:
 			return sentinel_enabled() || cluster_enabled();
 		default:
@@ -199,6 +218,8 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
 	/* (its call was not counted: the acquire had ridden before) */
 	if (other && args->rides > 0)
 		stats_count(NULL, args->name, STAT_REDIS_ERRORS, 1);
+	if (new_ride)
+		args->ride_cause = o->status;
 	if (new_ride && args->wait_ms != 0)
 		args->ride_from = now;
 	args->ride_last = now;
@@ -231,6 +252,19 @@ static bool
 call_failed(AcquireArgs *args, const RedisCall *call)
 {
 	args->failure = call->outcome;
+	return false;
+}
+
+/*
+ * Keep why the last call of a ride failed, unless the ride would have
+ * ridden it: then the ride's own failure stays (its cause, as ride_on
+ * keeps it); false
+ */
+static bool
+last_call_failed(AcquireArgs *args, const RedisCall *call)
+{
+	if (!riding(args) || !failover_class(args, &call->outcome))
+		args->failure = call->outcome;
 	return false;
 }
 
@@ -342,7 +376,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		if (left <= 0)
 		{
 			*sent = redsem_now();
-			return sem_give_up(&call, args->name, id, r) || call_failed(args, &call);
+			return sem_give_up(&call, args->name, id, r) || last_call_failed(args, &call);
 		}
 		if (!look_now)
 		{

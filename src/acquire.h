@@ -42,6 +42,7 @@ typedef struct AcquireArgs
 	TimestampTz deadline;		/* the end of the wait (DT_NOEND: none) */
 	TimestampTz ride_from;		/* the first failure of the ride now */
 	TimestampTz ride_last;		/* the last failure ridden */
+	RedisStatus ride_cause;		/* the status of the ride's first failure */
 	int			rides;			/* calls that failed and were tried again */
 } AcquireArgs;
 

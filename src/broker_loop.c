@@ -150,8 +150,8 @@ answer_failure(Client *c, const RedisOutcome *o)
 		close_client(c);
 		return;
 	}
-	len = snprintf(line, sizeof(line), "%s %d %s", REDSEM_BROKER_ERROR,
-				   (int) o->status, o->detail);
+	len = snprintf(line, sizeof(line), "%s %d%s %s", REDSEM_BROKER_ERROR,
+				   (int) o->status, o->no_server ? "+" : "", o->detail);
 
 	len = Min(len, (int) sizeof(line) - 1);
 	for (int i = 0; i < len; i++)
@@ -665,21 +665,42 @@ short_open_failed_node(int t)
 }
 
 /*
- * Target t could not be opened (outcome): remember why; a Cluster node's
- * slots are forgotten if node_failed
+ * Target t could not be opened (outcome): remember why, and, if refused
+ * (the open ended before its time: not a timeout, which is the opening
+ * client's own), whether nothing served there (no_server_lately); a
+ * Cluster node's slots are forgotten if node_failed
  */
 static void
-note_open_failure(int t, const RedisOutcome *outcome, bool node_failed)
+note_open_failure(int t, const RedisOutcome *outcome, bool node_failed, bool refused)
 {
 	Target	   *target = &targets[t];
 
 	target->failure = *outcome;
+	target->no_server_at = refused && outcome->status == RS_CONNECT_FAILED &&
+		outcome->no_server ? redsem_now() : 0;
 	if (target->cluster && node_failed)
 		broker_cluster_node_failed(t);
-	ereport(LOG,
-			(errmsg("redsem broker could not connect to Redis at %s",
-					target_text(t)),
-			 errdetail_internal("%s", outcome->detail)));
+	if (log_due(&target->failure_logged_at))
+		ereport(LOG,
+				(errmsg("redsem broker could not connect to Redis at %s",
+						target_text(t)),
+				 errdetail_internal("%s", outcome->detail)));
+}
+
+/*
+ * True if target t's last open found nothing serving at its address within
+ * BROKER_NO_SERVER_REUSE_MS (a single Redis's: through sentinels, each
+ * open asks them anew), whose failure is then the answer (timing.h)
+ */
+static bool
+no_server_lately(int t)
+{
+	Target	   *target = &targets[t];
+
+	return target->no_server_at != 0 && target->profile.sentinels[0] == '\0' &&
+		!TimestampDifferenceExceeds(target->no_server_at, redsem_now(),
+									BROKER_NO_SERVER_REUSE_MS) &&
+		!target_connected(t);
 }
 
 /* True if target t has an open connection */
@@ -1173,6 +1194,11 @@ new_upstream(Client *c, bool side, bool *wait)
 		timeout_outcome(c, &no_upstream);
 		return NULL;
 	}
+	if (!c->waiting && no_server_lately(t))
+	{
+		no_upstream = target->failure;
+		return NULL;
+	}
 	if (!c->waiting)
 	{
 		c->wait_start = redsem_now();
@@ -1304,9 +1330,14 @@ finish_opening(Opening *op)
 	set_dirty = true;
 	timed_out = redsem_now() >= TimestampTzPlusMilliseconds(deadline, -BROKER_SLOW_OPEN_MS);
 	if (ctx != NULL)
+	{
+		targets[t].no_server_at = 0;
+		targets[t].failure_logged_at = 0;	/* (the next outage is said) */
 		(void) upstream_opened(t, side, ctx, relay, outcome.detail);
+	}
 	else
-		note_open_failure(t, &outcome, !(timed_out && short_budget) || short_open_failed_node(t));
+		note_open_failure(t, &outcome, !(timed_out && short_budget) || short_open_failed_node(t),
+						  !timed_out);
 	/* (ended at its deadline, or nearly: it ran out of time) */
 	settle_waiters(t, side, ctx != NULL, timed_out);
 }
@@ -1334,7 +1365,8 @@ check_openings(TimestampTz now)
 		else
 			targets[op->target].opening_shared = false;
 		set_dirty = true;
-		note_open_failure(op->target, &outcome, !op->short_budget || short_open_failed_node(op->target));
+		note_open_failure(op->target, &outcome, !op->short_budget || short_open_failed_node(op->target),
+						  false);
 		settle_waiters(op->target, op->side, false, true);
 	}
 }
@@ -1347,10 +1379,12 @@ timeout_outcome(const Client *c, RedisOutcome *o)
 	o->status = RS_CONNECT_FAILED;
 	snprintf(o->detail, sizeof(o->detail), "no answer within %d ms (redsem.connect_timeout)",
 			 c->connect_timeout_ms);
+	o->no_server = true;
 	/* (through sentinels, as sentinel.c says of a primary not reached) */
 	if (targets[c->target].profile.sentinels[0] != '\0')
 	{
 		o->status = RS_UNAVAILABLE;
+		o->no_server = false;
 		strlcat(o->detail, " from the primary the sentinels name (a failover may be in progress)",
 				sizeof(o->detail));
 	}

@@ -452,4 +452,5 @@ broker_open_cancel(BrokerOpening *o, RedisOutcome *outcome)
 {
 	end_opening(o);
 	(void) redis_note(outcome, RS_CONNECT_FAILED, "no connection within redsem.connect_timeout");
+	outcome->no_server = true;
 }

@@ -85,6 +85,9 @@ typedef struct Target
 								 * links were last ended for it (0: they took it) */
 	TimestampTz short_failing;	/* opens a session gave less than the server's
 								 * connect timeout run out since (0: none) */
+	TimestampTz no_server_at;	/* its last open found nothing serving there:
+								 * when (0: not so; see timing.h) */
+	TimestampTz failure_logged_at;	/* when an open's failure was last logged */
 } Target;
 
 /* A connection to Redis */

@@ -414,12 +414,12 @@ release_ending_interruptible(TimestampTz deadline, bool defer)
 }
 
 /*
- * Release the ENDING holds within ms milliseconds, from a callback: any
- * error is caught and becomes a WARNING, and what was not released is left
- * to the keeper and to the session's next call.
+ * Release the ENDING holds by until, from a callback: any error is caught
+ * and becomes a WARNING, and what was not released is left to the keeper
+ * and to the session's next call.
  */
 static void
-release_ending_guarded(int ms, bool defer, const char *when)
+release_ending_until(TimestampTz until, bool defer, const char *when)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
@@ -435,8 +435,7 @@ release_ending_guarded(int ms, bool defer, const char *when)
 	PG_TRY();
 	{
 		redsem_fault("callback");
-		release_ending(TimestampTzPlusMilliseconds(redsem_now(), ms), false,
-					   defer);
+		release_ending(until, false, defer);
 	}
 	PG_CATCH();
 	{
@@ -458,6 +457,13 @@ release_ending_guarded(int ms, bool defer, const char *when)
 	}
 	PG_END_TRY();
 	proc_exit_inprogress = exiting;
+}
+
+/* Release the ENDING holds within ms milliseconds, from a callback (as above) */
+static void
+release_ending_guarded(int ms, bool defer, const char *when)
+{
+	release_ending_until(TimestampTzPlusMilliseconds(redsem_now(), ms), defer, when);
 }
 
 /*
@@ -615,13 +621,25 @@ any_hold(Hold *hold, SubTransactionId subxid)
 	return true;
 }
 
-/* Release everything the session still has, within a bounded time */
+/*
+ * Release everything the session still has, within a bounded time (a
+ * transaction's when the exit is a FATAL error, code 1: a terminate, whose
+ * sender may wait for it to go; src/timing.h): every release is sent at
+ * once, then their replies read, one round trip for all, and what failed
+ * tried once more, within the same time
+ */
 static void
 session_exit_callback(int code, Datum arg)
 {
+	TimestampTz until = TimestampTzPlusMilliseconds(redsem_now(), code == 0 ?
+													REDSEM_EXIT_CLEANUP_MS :
+													REDSEM_XACT_CLEANUP_MS);
+
 	(void) mark_matching(any_hold, InvalidSubTransactionId);
+	if (holds != NIL)
+		release_ending_until(until, true, "at session exit");
 	if (holds != NIL || sent != NIL)
-		release_ending_guarded(REDSEM_EXIT_CLEANUP_MS, false, "at session exit");
+		release_ending_until(until, false, "at session exit");
 	redis_disconnect();
 }
 

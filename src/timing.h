@@ -61,7 +61,9 @@
  * caller queues again within its wait.
  *
  * Callbacks at commit, abort and session exit never wait long for Redis:
- * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS.  What they could not
+ * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS (REDSEM_XACT_CLEANUP_MS
+ * too for an exit that is a FATAL error, pg_terminate_backend's: whoever
+ * ended the session waits for it to go).  What they could not
  * release is handed to the keeper, which retries (per hold, with
  * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS,
  * whether Redis refused the release or the connection failed under it) and
@@ -303,6 +305,12 @@
  * command timeout.  A link closed within BROKER_FORK_SETTLE_MS of a fork
  * has the wait set made anew (the child may still hold the socket, which
  * the kernel then keeps reporting); later ones leave a dead entry.
+ * An open that found nothing serving at a single Redis's address (stopped,
+ * restarting) is not tried again for BROKER_NO_SERVER_REUSE_MS: requests
+ * meanwhile get its failure at once.  Waiters ride a restart with a try
+ * every ACQUIRE_RIDE_PAUSE_MS (acquire.c), so their number costs no more
+ * than one opener's fork per that time; and the broker says it could not
+ * connect at most every BROKER_ACCEPT_LOG_MS per Redis.
  *
  * After it handled anything, the broker polls its sockets without sleeping
  * for redsem.broker_poll (BROKER_POLL_US by default), giving the CPU to
@@ -334,6 +342,7 @@
 #define BROKER_ACCEPT_PAUSE_MAX_MS		1000
 #define BROKER_FORK_SETTLE_MS			100
 #define BROKER_ACCEPT_LOG_MS			10000
+#define BROKER_NO_SERVER_REUSE_MS		ACQUIRE_RIDE_PAUSE_MS
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it

@@ -252,12 +252,15 @@ note sprintf("terminate of a backend stuck on a frozen Redis: gone after %.3f s"
 	time - $t0);
 cmp_ok(time - $t0, '<', 5, 'and it exits promptly');
 
+# (pg_terminate_backend with a timeout returns when the backend has exited:
+# its release at exit waits 50 ms for a frozen Redis, not 1 s, and the
+# keeper releases the slot once Redis answers)
 $t0 = time;
-$ctl->query_ok('SELECT pg_terminate_backend(' . $victim->backend_pid . ');');
-$gone = backend_gone($victim->backend_pid, 30);
-note sprintf("terminate of a holder while Redis is frozen: gone after %.3f s",
-	time - $t0);
-cmp_ok($gone // 99, '<', 5, 'a holder terminated while Redis is frozen exits promptly');
+is($ctl->query_ok('SELECT pg_terminate_backend(' . $victim->backend_pid . ', 10000);'), 't',
+	'a holder terminated while Redis is frozen exits');
+my $took = time - $t0;
+note sprintf("terminate of a holder while Redis is frozen: gone after %.3f s", $took);
+cmp_ok($took, '<', 0.8, 'promptly: its release waits no longer than a transaction\'s for the frozen Redis');
 
 $t0 = time;
 my $quitter_pid = $quitter->backend_pid;

@@ -82,11 +82,8 @@ foreach my $i (1 .. 4)
 ok(defined wait_until(10, sub { $a->safe_psql('postgres', "SELECT waiting FROM redsem_queues WHERE name = 'live'") eq '4' }),
 	'four wait in its line');
 
-# (restart: the new server is on the socket's path as the old one stops,
-# so that the waiters, whose connections break then, connect again within
-# their ride's pause even on a loaded machine; after stop and start, the
-# path stayed empty for as long as the start took, and a waiter that tried
-# meanwhile failed with 08001, as a single Redis's callers do)
+# (restart: the new server is on the socket's path as the old one stops;
+# a Redis down for a while under waiting statements is t/116's)
 $redis->restart;
 sleep_full(2.5);
 $a->safe_psql('postgres', "SELECT redsem_drop_queue('g2')");

@@ -665,6 +665,33 @@ sub restart
 	return;
 }
 
+=item $redis->come_back(grace_over => 1)
+
+Start a stopped server again on its path (it comes back empty).  With
+grace_over, its generation says that the grace after forgetting is over
+(end_grace) before any client can reach it: it is started on a path of its
+own, given the generation there, and renamed into place.
+
+=cut
+
+sub come_back
+{
+	my ($self, %opt) = @_;
+	my $next = "$self->{socket}." . ($self->{starts} + 1);
+
+	croak "redis already running" if $self->{pid};
+	$self->start($next);
+	if ($opt{grace_over})
+	{
+		local $self->{socket} = $next;
+		$self->end_grace;
+	}
+	rename($next, $self->{socket}) or croak "rename $next: $!";
+	return;
+}
+
+=pod
+
 =item $redis->stop
 
 Stop the server (SIGTERM, no save) and wait for it to exit.  Redis removes

@@ -151,6 +151,8 @@ connect_broker(RedisCall *call, TimestampTz deadline)
 			(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
 							  "could not connect to the redsem broker: %s",
 							  strerror(err));
+			/* (a broker being restarted serves again soon) */
+			call->outcome.no_server = broker_not_there_yet(err);
 			return -1;
 		}
 		redis_pause(BROKER_CONNECT_RETRY_MS, deadline, call->interruptible);
@@ -390,8 +392,8 @@ redis_broker_open(RedisCall *call, const char *host, int port,
 }
 
 /*
- * If msg is the broker's error reply "REDSEMBROKER <status> <detail>" (it
- * could not reach Redis for us), the status and detail it carries.
+ * If msg is the broker's error reply "REDSEMBROKER <status>[+] <detail>"
+ * (it could not reach Redis for us), the status and detail it carries.
  */
 bool
 redis_broker_error(const char *msg, RedisStatus *status, const char **detail)
@@ -408,6 +410,22 @@ redis_broker_error(const char *msg, RedisStatus *status, const char **detail)
 	if (end == msg + len + 1 || n <= RS_OK || n > RS_NOSCRIPT || n == RS_NOSCRIPT)
 		n = RS_CONNECT_FAILED;
 	*status = (RedisStatus) n;
+	if (*end == '+')
+		end++;
 	*detail = (*end == ' ') ? end + 1 : end;
 	return true;
+}
+
+/*
+ * True if msg is the broker's error reply and says that nothing served at
+ * Redis's address ("REDSEMBROKER <status>+ <detail>": see no_server)
+ */
+bool
+redis_broker_no_server(const char *msg)
+{
+	RedisStatus status;
+	const char *detail;
+
+	return redis_broker_error(msg, &status, &detail) && detail > msg &&
+		strncmp(detail - 2, "+ ", 2) == 0;
 }

@@ -71,5 +71,6 @@ extern uint64 redis_broker_link_secrets(void);
 extern bool redis_broker_secrets_changed(uint64 secrets);
 extern bool redis_broker_error(const char *msg, RedisStatus *status,
 							   const char **detail);
+extern bool redis_broker_no_server(const char *msg);
 
 #endif							/* REDSEM_BROKERLINK_H */

@@ -236,7 +236,7 @@ static bool is_redirect(const redisReply *reply);
 static bool
 hand_over(Link *link, redisReply *reply)
 {
-	RedisOutcome o = {RS_OK, 0, "", 0};
+	RedisOutcome o = {RS_OK, 0, "", 0, false};
 	bool		drop = false;
 
 	if (reply->type == REDIS_REPLY_ERROR)
@@ -267,7 +267,7 @@ deliver_read(Link *link, redisReply *reply)
 static void
 disconnect_link(Link *link)
 {
-	RedisOutcome lost = {RS_LOST, 0, "the connection closed before the reply was read", 0};
+	RedisOutcome lost = {RS_LOST, 0, "the connection closed before the reply was read", 0, false};
 
 	if (link->ctx == NULL)
 		return;

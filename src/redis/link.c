@@ -217,6 +217,7 @@ redis_absorb_error_reply(RedisCall *call, redisReply *reply, const char *what,
 	/* Redis never echoes a password in its error replies; nor the broker */
 	(void) redis_note(&call->outcome, status, "%s%s%s", what ? what : "",
 					  what ? ": " : "", error_words(msg));
+	call->outcome.no_server = redis_broker_no_server(msg);
 	freeReplyObject(reply);
 	return status;
 }
@@ -230,12 +231,16 @@ static bool
 note_connect_timeout(RedisCall *call, const char *what)
 {
 	if (connect_cut_short)
-		return redis_note(&call->outcome, RS_CONNECT_FAILED,
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
 						  "no answer%s%s within %d ms (the time this call had left, less than redsem.connect_timeout)",
 						  what ? " to " : "", what ? what : "", connect_budget_ms);
-	return redis_note(&call->outcome, RS_CONNECT_FAILED,
-					  "no answer%s%s within %d ms (redsem.connect_timeout)",
-					  what ? " to " : "", what ? what : "", redsem_connect_timeout_ms);
+	else
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED,
+						  "no answer%s%s within %d ms (redsem.connect_timeout)",
+						  what ? " to " : "", what ? what : "", redsem_connect_timeout_ms);
+	/* (a server stopped, frozen or cut off: nothing of our settings) */
+	call->outcome.no_server = true;
+	return false;
 }
 
 /* Wait for a non-blocking connect to finish, then check its outcome */
@@ -264,6 +269,7 @@ finish_connect(RedisCall *call, redisContext *c, TimestampTz deadline)
 	{
 		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
 				 strerror(soerr));
+		call->outcome.no_server = redis_no_server_error(soerr, NULL);
 		return false;
 	}
 	return true;
@@ -331,6 +337,9 @@ await_reply(RedisCall *call, redisContext *c, const char *what,
 		if (!c->err)
 			return note_connect_timeout(call, what);
 		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
+		/* (closed on us mid-way: a server going down; unless it said why) */
+		call->outcome.no_server = c->err == REDIS_ERR_EOF ||
+			redis_no_server_error(0, c->errstr);
 		redis_salvage_error_line(call, c);
 		if (call->outcome.status == RS_REFUSED)
 			call->outcome.status = RS_CONNECT_FAILED;
@@ -599,6 +608,7 @@ redis_open_context(RedisCall *call, const char *host, int port,
 	{
 		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s",
 						  c ? c->errstr : "out of memory");
+		call->outcome.no_server = c != NULL && redis_no_server_error(0, c->errstr);
 		if (c)
 			close_context(c);
 		ReleaseExternalFD();
@@ -682,6 +692,7 @@ redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
 	o->status = RS_OK;
 	o->timeout_ms = 0;
 	o->detail[0] = '\0';
+	o->no_server = false;
 	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
 		return false;
 	(void) redis_note(o, redis_error_class(reply->str ? reply->str : "", &drop),

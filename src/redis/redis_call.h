@@ -48,6 +48,11 @@ typedef struct RedisOutcome
 	char		detail[256];	/* Redis's words, or the system's */
 	int			node_plus1;		/* the Redis Cluster node that failed, plus
 								 * one; 0: the current target */
+	bool		no_server;		/* RS_CONNECT_FAILED: nothing served at the
+								 * address (refused, no socket, reset,
+								 * unreachable, no answer), as while a
+								 * server restarts; not a refusal of our
+								 * settings */
 } RedisOutcome;
 
 /*
@@ -104,6 +109,6 @@ typedef void (*RedisReplyHandler) (void *arg, struct redisReply *reply,
 								   const RedisOutcome *outcome);
 
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0}, 0, false, 0, 0, NULL, 0, false, 0}
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0, false}, 0, false, 0, 0, NULL, 0, false, 0}
 
 #endif							/* REDSEM_REDIS_CALL_H */

@@ -9,6 +9,8 @@
  */
 #include "postgres.h"
 
+#include <errno.h>
+
 #include "report.h"
 
 /* What to say about a status */
@@ -87,9 +89,26 @@ redis_note(RedisOutcome *o, RedisStatus status, const char *fmt,...)
 	va_list		args;
 
 	o->status = status;
+	o->no_server = false;
 	va_start(args, fmt);
 	vsnprintf(o->detail, sizeof(o->detail), fmt, args);
 	va_end(args);
+	return false;
+}
+
+/*
+ * True if err, or the system's words for an error (hiredis keeps only
+ * those), say that nothing served at the address
+ */
+bool
+redis_no_server_error(int err, const char *words)
+{
+	static const int gone[] = {ECONNREFUSED, ENOENT, ECONNRESET, EPIPE, ETIMEDOUT,
+	EHOSTUNREACH, ENETUNREACH};
+
+	for (int i = 0; i < (int) lengthof(gone); i++)
+		if (err == gone[i] || (words != NULL && strcmp(words, strerror(gone[i])) == 0))
+			return true;
 	return false;
 }
 
