@@ -377,6 +377,10 @@ release_ending(TimestampTz deadline, bool interruptible, bool defer)
 		reachable = false;
 		shared_hold_abandon(hold->shared_slot, hold->id);
 	}
+	/* replies of releases sent earlier read meanwhile, or in by now: counted */
+	if (!defer && !in_error_recursion_trouble())
+		redis_poll_deferred();
+	settle_sent();
 }
 
 /* Hand every ENDING hold to the keeper (allocates nothing) */
@@ -624,9 +628,10 @@ any_hold(Hold *hold, SubTransactionId subxid)
 /*
  * Release everything the session still has, within a bounded time (a
  * transaction's when the exit is a FATAL error, code 1: a terminate, whose
- * sender may wait for it to go; src/timing.h): every release is sent at
- * once, then their replies read, one round trip for all, and what failed
- * tried once more, within the same time
+ * sender may wait for it to go, a fast shutdown, an idle timeout; see
+ * src/timing.h): the releases are sent without waiting, then their replies
+ * read (a round trip per link for up to LINK_MAX_OWED of them), and what
+ * failed is tried once more, within the same time
  */
 static void
 session_exit_callback(int code, Datum arg)

@@ -62,8 +62,8 @@
  *
  * Callbacks at commit, abort and session exit never wait long for Redis:
  * REDSEM_XACT_CLEANUP_MS and REDSEM_EXIT_CLEANUP_MS (REDSEM_XACT_CLEANUP_MS
- * too for an exit that is a FATAL error, pg_terminate_backend's: whoever
- * ended the session waits for it to go).  What they could not
+ * too for an exit that is a FATAL error, such as pg_terminate_backend's:
+ * whoever ended the session may wait for it to go).  What they could not
  * release is handed to the keeper, which retries (per hold, with
  * back-off from KEEPER_RETRY_MIN_MS doubling up to KEEPER_RETRY_MAX_MS,
  * whether Redis refused the release or the connection failed under it) and
