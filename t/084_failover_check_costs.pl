@@ -52,6 +52,7 @@ note 'two servers alternating: the generation settles';
 	$_->query_ok("SELECT redsem_release('s', redsem_acquire('s', 1, '$LEASE'));") foreach ($sa, $sb, $sa, $sb);
 	sleep_full(3.5);    # a quarter and more of the lease: the next acquires look closer
 	my ($changes, $prev) = (0, $r->cli('GET', 'redsem:gen'));
+	my $t0 = rtime($r);
 	for my $i (1 .. 100)
 	{
 		(($i % 2) ? $sa : $sb)->query_ok("SELECT redsem_release('s', redsem_acquire('s', 1, '$LEASE'));");
@@ -59,7 +60,13 @@ note 'two servers alternating: the generation settles';
 		$changes++ if $g ne $prev;
 		$prev = $g;
 	}
-	cmp_ok($changes, '<=', 2, "100 alternating acquires rewrote the generation key $changes time(s)");
+	# (ue moves on once half a lease or less of it is left: a write at the
+	# first call and one more at most, then one per 3 s the loop takes on a
+	# loaded machine: CI's failed at 3 beside prove -j3's heaviest files)
+	my $took = rtime($r) - $t0;
+	my $bound = 2 + int($took / 3000);
+	cmp_ok($changes, '<=', $bound,
+		"100 alternating acquires in $took ms rewrote the generation key $changes time(s)");
 	$_->quit foreach ($sa, $sb);
 	$_->stop foreach ($a, $b);
 	$r->stop;
