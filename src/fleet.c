@@ -15,6 +15,7 @@
 
 #include "fmgr.h"
 #include "funcapi.h"
+#include "common/hashfn.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/memutils.h"
@@ -279,11 +280,78 @@ typedef struct GenKeep
 	int64		lease_ms;
 } GenKeep;
 
+/* True if hold h is one whose generation the keeper keeps (keep_generations) */
+static bool
+gen_kept(const SharedHold *h, uint64 target)
+{
+	return !h->abandoned && !h->lost && h->target == target && h->phase == PHASE_HELD;
+}
+
 /*
- * Every KEEPER_GEN_KEEP_MS: make each generation this server holds slots of
- * count the longest of those leases (gen_raise, I15), so that a slot kept
- * alive for days still sets the grace after Redis forgets.  False if a
- * call failed (then it is tried again at the next touch).
+ * True if the keeper's raise of its holds' generations is due
+ * (fleet_keep_generations): KEEPER_GEN_KEEP_MS after the last, and there
+ * is a hold to count
+ */
+bool
+fleet_gen_keep_due(const HoldCopy *holds, int n, uint64 target)
+{
+	if (redsem_now() < next_gen_keep)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (gen_kept(&holds[i].hold, target))
+			return true;
+	return false;
+}
+
+/*
+ * The generations raised since the keeper's count last ended (prefix's
+ * hash and slot; in TopMemoryContext): a count that ran out of its budget
+ * goes on from where it was at the next try, so a far Redis's round trips
+ * in turn need not all fit one budget
+ */
+static uint64 *gen_raised = NULL;
+static int	n_gen_raised = 0;
+static int	max_gen_raised = 0;
+
+/* The key of generation slot of prefix in gen_raised */
+static uint64
+kept_gen_key(const char *prefix, int slot)
+{
+	return ((uint64) hash_bytes((const unsigned char *) prefix, strlen(prefix)) << 32) |
+		(uint32) slot;
+}
+
+/* True if the generation of key was raised since the count last ended */
+static bool
+gen_was_raised(uint64 key)
+{
+	for (int i = 0; i < n_gen_raised; i++)
+		if (gen_raised[i] == key)
+			return true;
+	return false;
+}
+
+/* Note that the generation of key was raised */
+static void
+gen_note_raised(uint64 key)
+{
+	if (n_gen_raised == max_gen_raised)
+	{
+		int			max = Max(16, max_gen_raised * 2);
+
+		gen_raised = gen_raised == NULL
+			? MemoryContextAlloc(TopMemoryContext, sizeof(uint64) * max)
+			: repalloc(gen_raised, sizeof(uint64) * max);
+		max_gen_raised = max;
+	}
+	gen_raised[n_gen_raised++] = key;
+}
+
+/*
+ * Make each generation this server holds slots of count the longest of
+ * those leases (gen_raise, I15), so that a slot kept alive for days still
+ * sets the grace after Redis forgets; those raised by an earlier try of
+ * this count are skipped.  False if a call failed.
  */
 static bool
 keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
@@ -291,8 +359,6 @@ keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
 	GenKeep    *g;
 	int			m = 0;
 
-	if (redsem_now() < next_gen_keep)
-		return true;
 	g = palloc(sizeof(GenKeep) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
@@ -300,7 +366,7 @@ keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
 		int			slot;
 		int			k;
 
-		if (h->abandoned || h->lost || h->target != target || h->phase != PHASE_HELD)
+		if (!gen_kept(h, target))
 			continue;
 		slot = sem_gen_slot(h->prefix, h->name);
 		for (k = 0; k < m; k++)
@@ -317,10 +383,77 @@ keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
 		g[k].lease_ms = Max(g[k].lease_ms, h->lease_ms);
 	}
 	for (int k = 0; k < m; k++)
+	{
+		uint64		key = kept_gen_key(g[k].prefix, g[k].slot);
+
+		if (gen_was_raised(key))
+			continue;
 		if (!sem_gen_raise(call, g[k].prefix, g[k].name, g[k].lease_ms, false))
 			return false;
-	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
+		gen_note_raised(key);
+	}
+	n_gen_raised = 0;			/* the count ended */
 	return true;
+}
+
+/*
+ * Log that the keeper's count of its holds' leases in their generations
+ * failed, at most every KEEPER_LOG_EVERY_MS (it is tried again)
+ */
+void
+fleet_gen_keep_failed(const char *why)
+{
+	static TimestampTz logged_at = 0;
+
+	if (!redsem_once_every(&logged_at, KEEPER_LOG_EVERY_MS))
+		return;
+	ereport(LOG,
+			(errmsg("redsem keeper could not count its holds' leases in their semaphores' generations: %s", why),
+			 errdetail("Leases are not affected. It tries again; a slot kept for over half a day needs this to count in the grace that follows if Redis forgets.")));
+}
+
+/*
+ * The keeper's part every KEEPER_GEN_KEEP_MS (fleet_gen_keep_due), on a
+ * round of its own within budget_ms, not behind a touch of the index: on a
+ * far Redis the two calls in turn did not fit one touch's budget.  A try
+ * that failed after raising some generations goes on at the next round;
+ * one that raised none goes to fleet_gen_keep_failed, and is tried again
+ * FLEET_TOUCH_MS later.  (The keeper catches an ERROR raised here.)
+ */
+void
+fleet_keep_generations(const HoldCopy *holds, int n, uint64 target, int budget_ms)
+{
+	static TimestampTz last_try = 0;
+	static uint64 last_target = 0;
+	RedisCall	call;
+	int			raised_before;
+
+	/*
+	 * (a count left off long ago, its holds gone meanwhile, or on another
+	 * Redis, starts anew)
+	 */
+	if (TimestampDifferenceExceeds(last_try, redsem_now(), 2 * FLEET_TOUCH_MS) ||
+		target != last_target)
+		n_gen_raised = 0;
+	last_try = redsem_now();
+	last_target = target;
+	raised_before = n_gen_raised;
+	/* (the next try, should this one fail or raise an ERROR) */
+	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), FLEET_TOUCH_MS);
+	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
+	call.owe_late_reply = true;
+	if (keep_generations(&call, holds, n, target))
+	{
+		next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
+		return;
+	}
+	/* (ran out of its budget on its way: it goes on, nothing to log) */
+	if (n_gen_raised > raised_before)
+	{
+		next_gen_keep = redsem_now();
+		return;
+	}
+	fleet_gen_keep_failed(redis_outcome_text(&call.outcome));
 }
 
 /* True if the keeper's touch of the index is due (fleet_touch_index) */
@@ -426,8 +559,6 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 	/* (a failed touch keeps the list it had: ticks go on) */
 	if (ok)
 		note_adaptive(entries, adaptive, m);
-	if (ok)
-		ok = keep_generations(&call, holds, n, target);
 	if (!ok)
 		fleet_touch_failed(redis_outcome_text(&call.outcome));
 	else if (evicting || !unsure)

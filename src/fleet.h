@@ -23,6 +23,10 @@ extern void fleet_touch_index(const HoldCopy *holds, int n, uint64 target,
 extern const FleetName *fleet_adaptive_used(int *n);
 extern void fleet_adaptive_drop(int i);
 extern void fleet_touch_failed(const char *why);
+extern void fleet_gen_keep_failed(const char *why);
 extern bool fleet_touch_due(void);
+extern bool fleet_gen_keep_due(const HoldCopy *holds, int n, uint64 target);
+extern void fleet_keep_generations(const HoldCopy *holds, int n, uint64 target,
+								   int budget_ms);
 
 #endif							/* REDSEM_FLEET_H */

@@ -809,27 +809,31 @@ touch_budget_ms(const HoldCopy *holds, int n, const KeeperBatch *batch,
 	return share_of(shortest, FLEET_TOUCH_MIN_BUDGET_MS);
 }
 
+/* A part of the keeper's work over this server's holds (fleet.c) */
+typedef void (*FleetPart) (const HoldCopy *holds, int n, uint64 target, int budget_ms);
+
 /*
- * Note this server's semaphores in the fleet index (fleet.c), within
- * budget_ms; an ERROR there is caught and logged like a Redis failure,
- * never the keeper's end
+ * Run part within budget_ms: the fleet index's touch, or the count of the
+ * holds' leases in their generations (fleet.c); an ERROR there is caught
+ * and goes to failed like a Redis failure, never the keeper's end
  */
 static void
-touch_fleet_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
+run_fleet_part(FleetPart part, void (*failed) (const char *why),
+			   const HoldCopy *holds, int n, uint64 target, int budget_ms)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 	uint32		holdoff = InterruptHoldoffCount;
 
 	PG_TRY();
 	{
-		fleet_touch_index(holds, n, target, budget_ms);
+		part(holds, n, target, budget_ms);
 	}
 	PG_CATCH();
 	{
 		char		why[256];
 
 		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
-		fleet_touch_failed(why);
+		failed(why);
 	}
 	PG_END_TRY();
 }
@@ -996,12 +1000,19 @@ keeper_cycle(KeeperState *st)
 	valid_until = stop_lost_holders(st);
 	if (fleet_touch_due())
 	{
-		touch_fleet_index(holds, n, target,
-						  (int) ms_until_capped(valid_until,
-												touch_budget_ms(holds, n, &batch, target, sent)));
+		run_fleet_part(fleet_touch_index, fleet_touch_failed, holds, n, target,
+					   (int) ms_until_capped(valid_until,
+											 touch_budget_ms(holds, n, &batch, target, sent)));
 		valid_until = stop_lost_holders(st);
 	}
 	/* (not behind a touch: a late reply it left owed would cost the link) */
+	else if (fleet_gen_keep_due(holds, n, target))
+	{
+		run_fleet_part(fleet_keep_generations, fleet_gen_keep_failed, holds, n, target,
+					   (int) ms_until_capped(valid_until,
+											 touch_budget_ms(holds, n, &batch, target, sent)));
+		valid_until = stop_lost_holders(st);
+	}
 	else if (queue_fleet_poll_due())
 	{
 		run_part(queue_fleet_poll, (int) ms_until_capped(valid_until,

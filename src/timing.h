@@ -137,7 +137,10 @@
  * the keeper then logs a WARNING, again every FLEET_EVICTION_LOG_MS while
  * it lasts.  In a Cluster the touch also asks the other nodes of its
  * semaphores, within the same budget: a hung one costs no more than a hung
- * index node.
+ * index node.  The keeper's count of its holds' leases in their
+ * generations (KEEPER_GEN_KEEP_MS) is a round of its own, never behind a
+ * touch, with a budget reckoned the same way: each round adds one such
+ * part to the refreshes, whose time then stays as bounded.
  *
  * A holder runs only while its slot is surely its own (src/stop.c).  Every
  * time is read on redsem's clock (src/clock.h), which no change of the
