@@ -3,7 +3,7 @@
 # from a slow WAIT is returned only with enough lease left for the keeper to
 # keep it (two thirds of it, src/timing.h), or refreshed first (issue 48,
 # E6).  A replica that acknowledges late makes a 1 s grant come back with
-# some 200 ms left; the keeper is held up a little (as a busy machine may)
+# some 400 ms left; the keeper is held up a little (as a busy machine may)
 # right then.  The session must not be handed a slot whose lease runs out
 # before anybody can refresh it: a second session is never admitted beside
 # it on a semaphore of 1.
@@ -55,18 +55,28 @@ $sb->query_ok(q{SET redsem.grant_replicas = 0;});
 $replica->freeze;
 $sa->send(q{SELECT redsem_acquire('gl', 1, '1 s') IS NOT NULL;});
 ok(defined wait_until(10, sub { $primary->zcard('gl', 'owner') == 1 }), 'a is granted; its WAIT runs');
-my $granted = time;
-# the WAIT ends some 800 ms into a's 1 s lease, while the keeper is held up
-usleep(int(1_000_000 * ($granted + 0.8 - time))) if $granted + 0.8 > time;
+# a's deadline in Redis (ms of the wall clock the test shares): the WAIT
+# ends 0.4 s before it (less than the two thirds the keeper needs are
+# left: a's grant is refreshed before it is returned), while the keeper is
+# held up; reckoned from the deadline, not from when the test saw the
+# grant, which a loaded machine puts later
+my (undef, $deadline_ms) = split /\n/, scalar $primary->cli('ZRANGE', 'redsem:{gl}:timeout', 0, 0, 'WITHSCORES');
+ok(defined $deadline_ms && $deadline_ms =~ /^\d+$/, 'a\'s deadline is read from Redis');
+my $deadline = ($deadline_ms // 0) / 1000.0;
+usleep(int(1_000_000 * ($deadline - 0.4 - time))) if $deadline - 0.4 > time;
 kill 'STOP', $keeper;
 $replica->thaw;
 my $thawed = time;
+note sprintf('thawed %.3f s before the deadline', $deadline - $thawed);
 my ($out, $err) = $sa->wait_done(10);
 is($err, '', 'the replica acknowledges late');
 is($out, 't', 'a gets its slot');
 my $admitted = 0;
 my $probes = 0;
-while (time < $thawed + 0.7)
+# (a grant returned without its refresh is over at the deadline, and b is
+# admitted then; a refreshed one runs to 0.6 s past it, and the keeper has
+# 0.4 s left to refresh it once it goes on)
+while (time < $deadline + 0.2)
 {
 	$probes++;
 	$admitted++

@@ -217,6 +217,25 @@ note 'first come, first served; the wait shows in pg_stat_activity';
 sub analyst { return RedsemTest::Session->new($_[0] // $node_a, name => $_[1] // 'analyst', user => 'analyst'); }
 my $admin = RedsemTest::Session->new($node_a, name => 'admin');
 
+# A statement of $s that holds its queue's slot until unfill() (not a
+# sleep: on a loaded machine a second was sometimes over before the
+# checks that need the queue full were)
+sub fill
+{
+	my ($s) = @_;
+	$admin->query_ok(q{SELECT pg_advisory_lock(4040);});
+	$s->send(q{SELECT pg_advisory_xact_lock(4040) IS NULL;});
+	return;
+}
+
+# Let the statement of fill($s) end, and collect it
+sub unfill
+{
+	my ($s) = @_;
+	$admin->query_ok(q{SELECT pg_advisory_unlock(4040);});
+	return $s->wait_done(10);
+}
+
 sub waiting_count
 {
 	my ($queue) = @_;
@@ -227,7 +246,7 @@ sub waiting_count
 # first: their first statement would queue too)
 my @fifo = map { RedsemTest::Session->new($node_a, name => "fifo$_") } 0 .. 3;
 $_->query_ok(q{SET redsem.queue = 'fifo';}) foreach @fifo;
-$fifo[0]->send(q{SELECT pg_sleep(1);});
+fill($fifo[0]);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'fifo';}) eq '1' }),
 	'a long statement fills the queue "fifo"');
 foreach my $i (1 .. 3)
@@ -238,8 +257,8 @@ foreach my $i (1 .. 3)
 my $pids = join(',', map { $_->backend_pid } @fifo[ 1 .. 3 ]);
 is($admin->query_ok(qq{SELECT string_agg(DISTINCT wait_event_type, ',') FROM pg_stat_activity WHERE pid IN ($pids);}),
 	'Extension', 'pg_stat_activity shows the waiters waiting on an extension event');
+unfill($fifo[0]);
 my @started = map { ($_->wait_done(20))[0] } @fifo[ 1 .. 3 ];
-$fifo[0]->wait_done(20);
 ok($started[0] < $started[1] && $started[1] < $started[2],
 	'they ran one by one, in the order they came: ' . join(' < ', @started));
 my @holders = map { analyst($node_a, "holder$_") } 1 .. 2;
@@ -270,12 +289,12 @@ my $strict = RedsemTest::Session->new($node_a, name => 'strict');
 $strict->query_ok(q{SET redsem.queue = 'strict';});     # (superuser: may)
 my $other = RedsemTest::Session->new($node_a, name => 'other');
 $other->query_ok(q{SET redsem.queue = 'strict';});
-$other->send(q{SELECT pg_sleep(1);});
+fill($other);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }),
 	'a statement fills the queue "strict" (max_wait=300ms)');
 ($out, $err) = $strict->query(q{SELECT pg_sleep(0);});
 like($err, qr/55P03: statement could not enter redsem queue "strict" within 300 ms/, 'a statement that waited max_wait fails with 55P03');
-$other->wait_done(10);
+unfill($other);
 ($out, $err) = $strict->query(q{SELECT x / 0 FROM generate_series(1, 3) x;});
 like($err, qr/division by zero/, 'a statement fails');
 is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}), '0', 'and its slot is back');
@@ -286,11 +305,18 @@ note 'what passes without a slot, and what keeps one';
 
 my $cheap = RedsemTest::Session->new($node_a, name => 'cheap');
 $cheap->query_ok(q{SET redsem.queue = 'cheap';});
-my $before = $redis->cli('INFO', 'commandstats');
-my ($evalsha_before) = $before =~ /cmdstat_fcall:calls=(\d+)/;
-$cheap->query_ok(q{SELECT count(*) FROM generate_series(1, 1000) x WHERE random() >= 0;}) foreach 1 .. 5;
-my ($evalsha_after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
-is(($evalsha_after // 0) - ($evalsha_before // 0), 0, 'statements below min_cost pass without a Redis round trip');
+# (script calls counted in Redis, where the servers' keepers may call
+# too: a window without one of theirs, of three, shows it)
+my $calls;
+for my $try (1 .. 3)
+{
+	my ($evalsha_before) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
+	$cheap->query_ok(q{SELECT count(*) FROM generate_series(1, 1000) x WHERE random() >= 0;}) foreach 1 .. 5;
+	my ($evalsha_after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
+	$calls = ($evalsha_after // 0) - ($evalsha_before // 0);
+	last if $calls == 0;
+}
+is($calls, 0, 'statements below min_cost pass without a Redis round trip');
 is($admin->query_ok(q{SELECT bypassed >= 5 FROM redsem_queues WHERE name = 'cheap';}), 't', 'and are counted as bypassed');
 
 # min_cost counts the planner's estimate only while the role cannot lower it
@@ -366,13 +392,13 @@ like(PostgreSQL::Test::Utils::slurp_file($node_a->logfile),
 	qr/statements of this session count as costly for statement queues from now on\n.*DETAIL:  These planner settings come from the session or the role, which could lower a statement's estimated cost: cpu_tuple_cost \(session\), cpu_operator_cost \(session\)\./,
 	'the server log says why, once per session, naming the settings');
 
-$other->send(q{SELECT pg_sleep(1.5);});
+fill($other);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }),
 	'"strict" is full again');
 like($strict->query_ok(q{EXPLAIN SELECT count(*) FROM generate_series(1, 10);}), qr/Aggregate/, 'EXPLAIN does not wait');
 ($out, $err) = $strict->query(q{EXPLAIN ANALYZE SELECT pg_sleep(0);});
 like($err, qr/55P03/, 'EXPLAIN ANALYZE does (it runs the query)');
-$other->wait_done(10);
+unfill($other);
 
 is($strict->query_ok(q{SELECT q_nested() > 0;}), 't', 'queries nested in a function take no slot of their own (limit 1: no self-wait)');
 is($strict->query_ok(q{BEGIN; DECLARE c CURSOR FOR SELECT x FROM generate_series(1, 3) x WHERE random() >= 0; FETCH 1 FROM c;}), '1', 'a cursor is opened');
@@ -386,19 +412,19 @@ is($other->query_ok(q{SELECT 2;}), '2', 'closed, the slot is free');
 my $util = RedsemTest::Session->new($node_a, name => 'util');
 $util->query_ok(q{SET redsem.queue = 'utilities';});
 $other->query_ok(q{SET redsem.queue = 'utilities';});
-$other->send(q{SELECT pg_sleep(1.5);});
+fill($other);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'utilities';}) eq '1' }),
 	'"utilities" (utility=on) is full');
 ($out, $err) = $util->query(q{CALL q_proc();});
 like($err, qr/55P03/, 'in a queue with utility=on, CALL waits too');
 is($util->query_ok(q{SET work_mem = '8MB'; SHOW work_mem;}), '8MB', 'but SET and SHOW never do');
-$other->wait_done(10);
+unfill($other);
 $other->query_ok(q{SET redsem.queue = 'strict';});
-$other->send(q{SELECT pg_sleep(1);});
+fill($other);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }), '"strict" is full');
 ($out, $err) = $strict->query(q{CALL q_proc(); CREATE TEMP TABLE t1 (x int); DROP TABLE t1;});
 is($err, '', 'in a queue with utility=off, utility statements pass');
-$other->wait_done(10);
+unfill($other);
 
 ###########################################################################
 note 'assignment: roles cannot leave their queue; applications by name';
@@ -412,12 +438,12 @@ is($an->query_ok(q{SHOW redsem.queue;}), 'analysts', 'it stays in its queue');
 
 my $tool = RedsemTest::Session->new($node_a, name => 'tool', user => 'tool');
 $other->query_ok(q{SET redsem.queue = 'tools';});
-$other->send(q{SELECT pg_sleep(1);});
+fill($other);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'tools';}) eq '1' }), '"tools" is full');
 is($tool->query_ok(q{SELECT 'free';}), 'free', 'a session of another application runs');
 ($out, $err) = $tool->query(q{SET application_name = 'tableau-desktop'; SELECT pg_sleep(0);});
 like($err, qr/55P03: statement could not enter redsem queue "tools"/, 'one whose application_name matches tableau* queues in "tools"');
-$other->wait_done(10);
+unfill($other);
 
 ###########################################################################
 note 'Redis unusable: on_redis_error=fail fails (08001), =run runs with a WARNING';

@@ -193,10 +193,20 @@ note 'functions evaluated by the planner take no slot of their own';
 my $f = RedsemTest::Session->new($node, name => 'planner');
 $f->query_ok(q{SET redsem.queue = 'plain';});
 $f->query_ok(q{SELECT pg_sleep(0);});
-my ($before) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
-is($f->query_ok(q{SELECT p_const() WHERE random() >= 0;}), '3', 'a statement whose function the planner runs');
-my ($after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
-is($after - $before, 2, 'costs one acquire and one release, as any statement');
+# (script calls counted in Redis, where the keeper may call too: a
+# window without one of its calls, of three, shows it)
+my $calls;
+for my $try (1 .. 3)
+{
+	my ($before) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
+	is($f->query_ok(q{SELECT p_const() WHERE random() >= 0;}), '3', 'a statement whose function the planner runs')
+	  if $try == 1;
+	$f->query_ok(q{SELECT p_const() WHERE random() >= 0;}) if $try > 1;
+	my ($after) = $redis->cli('INFO', 'commandstats') =~ /cmdstat_fcall:calls=(\d+)/;
+	$calls = $after - $before;
+	last if $calls == 2;
+}
+is($calls, 2, 'costs one acquire and one release, as any statement');
 $f->quit;
 
 ###########################################################################

@@ -57,7 +57,9 @@ my $down_at = time;
 my $n = RedsemTest::Session->new($pg, name => 'newcomer');
 my (undef, $nerr, $nsecs) = $n->query(q{SELECT redsem_acquire('x', 1, wait => '5 s');});
 like($nerr, qr/ERROR:  08001: could not connect to Redis/, 'a caller that comes while Redis is down fails: 08001');
-cmp_ok($nsecs, '<', 1, sprintf('at once (%.2f s), though its wait was 5 s', $nsecs));
+# (a newcomer that rode the restart would take its 5 s; what a new psql,
+# backend and connect take on a loaded machine is well below 2.5 s)
+cmp_ok($nsecs, '<', 2.5, sprintf('at once (%.2f s), though its wait was 5 s', $nsecs));
 
 my ($sout, $serr, $ssecs) = $s->wait_done(15);
 like($serr // '', qr/ERROR:  08006: lost connection to Redis/,
