@@ -351,14 +351,19 @@ gen_note_raised(uint64 key)
  * Make each generation this server holds slots of count the longest of
  * those leases (gen_raise, I15), so that a slot kept alive for days still
  * sets the grace after Redis forgets; those raised by an earlier try of
- * this count are skipped.  False if a call failed.
+ * this count are skipped.  False if a call failed, or (*paused) if the
+ * call's time left was less than a raise of this try took: the next is
+ * not begun, so that no reply is left owed to cost the link.
  */
 static bool
-keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
+keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target,
+				 bool *paused)
 {
 	GenKeep    *g;
 	int			m = 0;
+	long		longest_ms = 0;
 
+	*paused = false;
 	g = palloc(sizeof(GenKeep) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
@@ -386,11 +391,20 @@ keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target)
 	{
 		uint64		key = kept_gen_key(g[k].prefix, g[k].slot);
 
+		TimestampTz start = redsem_now();
+
 		if (gen_was_raised(key))
 			continue;
+		if (longest_ms > 0 &&
+			TimestampDifferenceMilliseconds(start, call->deadline) < longest_ms)
+		{
+			*paused = true;
+			return false;
+		}
 		if (!sem_gen_raise(call, g[k].prefix, g[k].name, g[k].lease_ms, false))
 			return false;
 		gen_note_raised(key);
+		longest_ms = Max(longest_ms, Max(TimestampDifferenceMilliseconds(start, redsem_now()), 1));
 	}
 	n_gen_raised = 0;			/* the count ended */
 	return true;
@@ -416,41 +430,42 @@ fleet_gen_keep_failed(const char *why)
  * The keeper's part every KEEPER_GEN_KEEP_MS (fleet_gen_keep_due), on a
  * round of its own within budget_ms, not behind a touch of the index: on a
  * far Redis the two calls in turn did not fit one touch's budget.  A try
- * that failed after raising some generations goes on at the next round;
- * one that raised none goes to fleet_gen_keep_failed, and is tried again
- * FLEET_TOUCH_MS later.  (The keeper catches an ERROR raised here.)
+ * that raised some generations and ran out of time goes on
+ * KEEPER_MAX_SLEEP_MS later (the rounds between are the other parts'); one
+ * that raised none goes to fleet_gen_keep_failed, and is tried again
+ * FLEET_TOUCH_MS later.  A count begun over KEEPER_GEN_KEEP_MS ago, or on
+ * another Redis, starts anew.  (The keeper catches an ERROR raised here.)
  */
 void
 fleet_keep_generations(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 {
-	static TimestampTz last_try = 0;
-	static uint64 last_target = 0;
+	static TimestampTz count_began = 0;
+	static uint64 count_target = 0;
 	RedisCall	call;
 	int			raised_before;
+	bool		paused;
 
-	/*
-	 * (a count left off long ago, its holds gone meanwhile, or on another
-	 * Redis, starts anew)
-	 */
-	if (TimestampDifferenceExceeds(last_try, redsem_now(), 2 * FLEET_TOUCH_MS) ||
-		target != last_target)
+	if (n_gen_raised == 0 || target != count_target ||
+		TimestampDifferenceExceeds(count_began, redsem_now(), KEEPER_GEN_KEEP_MS))
+	{
 		n_gen_raised = 0;
-	last_try = redsem_now();
-	last_target = target;
+		count_began = redsem_now();
+		count_target = target;
+	}
 	raised_before = n_gen_raised;
 	/* (the next try, should this one fail or raise an ERROR) */
 	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), FLEET_TOUCH_MS);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
 	call.owe_late_reply = true;
-	if (keep_generations(&call, holds, n, target))
+	if (keep_generations(&call, holds, n, target, &paused))
 	{
 		next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
 		return;
 	}
-	/* (ran out of its budget on its way: it goes on, nothing to log) */
-	if (n_gen_raised > raised_before)
+	/* (raised some, then out of time: it goes on; nothing to log) */
+	if (paused || n_gen_raised > raised_before)
 	{
-		next_gen_keep = redsem_now();
+		next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_MAX_SLEEP_MS);
 		return;
 	}
 	fleet_gen_keep_failed(redis_outcome_text(&call.outcome));

@@ -129,18 +129,22 @@
  * refreshes due meanwhile come that much late, with two thirds of the time
  * they had left still to run (a hold whose refresh failed and waits for
  * its retry makes the budget small).  A touch that runs out of its budget
- * does not drop the keeper's connection: its reply is left owed, read and
- * dropped before the connection's next use (the next round's refreshes
- * wait for it first, within their own budget, which drops the connection
- * only if Redis really stopped answering).  A touch also tells whether
- * Redis may evict keys (a maxmemory and another policy than noeviction);
+ * does not drop the keeper's connection at once: its reply is left owed,
+ * read and dropped before the connection's next use if it came by then
+ * (if not, Redis is slow to answer, and the connection is dropped then
+ * rather than make the next round's refreshes wait behind it).  A touch
+ * also tells whether Redis may evict keys (a maxmemory and another policy than noeviction);
  * the keeper then logs a WARNING, again every FLEET_EVICTION_LOG_MS while
  * it lasts.  In a Cluster the touch also asks the other nodes of its
  * semaphores, within the same budget: a hung one costs no more than a hung
  * index node.  The keeper's count of its holds' leases in their
  * generations (KEEPER_GEN_KEEP_MS) is a round of its own, never behind a
  * touch, with a budget reckoned the same way: each round adds one such
- * part to the refreshes, whose time then stays as bounded.
+ * part to the refreshes, whose time then stays as bounded.  It begins no
+ * raise with less of its budget left than a raise of that round took (so
+ * it leaves no reply owed on a far Redis), and goes on where it was a
+ * round of KEEPER_MAX_SLEEP_MS later, the rounds between left to the
+ * statement queues' reads and the adaptive limits' ticks.
  *
  * A holder runs only while its slot is surely its own (src/stop.c).  Every
  * time is read on redsem's clock (src/clock.h), which no change of the
