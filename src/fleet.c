@@ -457,6 +457,8 @@ fleet_keep_generations(const HoldCopy *holds, int n, uint64 target, int budget_m
 	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), FLEET_TOUCH_MS);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
 	call.owe_late_reply = true;
+	/* (the keeper's upkeep, not a call of the semaphore's: redsem_stats) */
+	call.uncounted = true;
 	if (keep_generations(&call, holds, n, target, &paused))
 	{
 		next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
