@@ -271,14 +271,6 @@ static int	nadaptive_used = 0;
 /* When the keeper next raises its holds' generations (keep_generations) */
 static TimestampTz next_gen_keep = 0;
 
-/* One generation the keeper keeps: where, and the longest lease held there */
-typedef struct GenKeep
-{
-	const char *prefix;
-	const char *name;			/* a semaphore of it, to route the call */
-	int			slot;
-	int64		lease_ms;
-} GenKeep;
 
 /* True if hold h is one whose generation the keeper keeps (keep_generations) */
 static bool
@@ -305,20 +297,18 @@ fleet_gen_keep_due(const HoldCopy *holds, int n, uint64 target)
 
 /*
  * The generations raised since the keeper's count last ended (prefix's
- * hash and slot; in TopMemoryContext): a count that ran out of its budget
- * goes on from where it was at the next try, so a far Redis's round trips
- * in turn need not all fit one budget
+ * hash and slot; in TopMemoryContext): a try that some failed goes on with
+ * those alone at the next
  */
 static uint64 *gen_raised = NULL;
 static int	n_gen_raised = 0;
 static int	max_gen_raised = 0;
 
-/* The key of generation slot of prefix in gen_raised */
+/* The key of generation slot of prefix in gen_raised (64 bits of hash) */
 static uint64
 kept_gen_key(const char *prefix, int slot)
 {
-	return ((uint64) hash_bytes((const unsigned char *) prefix, strlen(prefix)) << 32) |
-		(uint32) slot;
+	return hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), (uint64) slot);
 }
 
 /* True if the generation of key was raised since the count last ended */
@@ -348,66 +338,66 @@ gen_note_raised(uint64 key)
 }
 
 /*
- * Make each generation this server holds slots of count the longest of
- * those leases (gen_raise, I15), so that a slot kept alive for days still
- * sets the grace after Redis forgets; those raised by an earlier try of
- * this count are skipped.  False if a call failed, or (*paused) if the
- * call's time left was less than a raise of this try took: the next is
- * not begun, so that no reply is left owed to cost the link.
+ * Gather into g the generations this server keeps and has not raised in
+ * this count, each with its longest lease (keys[k]: its key); their number
  */
-static bool
-keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target,
-				 bool *paused)
+static int
+gens_to_raise(const HoldCopy *holds, int n, uint64 target, GenRaise *g, uint64 *keys)
 {
-	GenKeep    *g;
 	int			m = 0;
-	long		longest_ms = 0;
 
-	*paused = false;
-	g = palloc(sizeof(GenKeep) * Max(n, 1));
 	for (int i = 0; i < n; i++)
 	{
 		const SharedHold *h = &holds[i].hold;
-		int			slot;
+		uint64		key;
 		int			k;
 
 		if (!gen_kept(h, target))
 			continue;
-		slot = sem_gen_slot(h->prefix, h->name);
-		for (k = 0; k < m; k++)
-			if (g[k].slot == slot && strcmp(g[k].prefix, h->prefix) == 0)
-				break;
+		key = kept_gen_key(h->prefix, sem_gen_slot(h->prefix, h->name));
+		if (gen_was_raised(key))
+			continue;
+		for (k = 0; k < m && keys[k] != key; k++)
+			;
 		if (k == m)
 		{
 			g[m].prefix = h->prefix;
 			g[m].name = h->name;
-			g[m].slot = slot;
 			g[m].lease_ms = 0;
-			m++;
+			keys[m++] = key;
 		}
 		g[k].lease_ms = Max(g[k].lease_ms, h->lease_ms);
 	}
+	return m;
+}
+
+/*
+ * Make each generation this server holds slots of count the longest of
+ * those leases (gen_raise, I15), so that a slot kept alive for days still
+ * sets the grace after Redis forgets: those not raised yet in this count,
+ * in one pipeline (in a Cluster, a node that fails or hangs fails only its
+ * own).  False if one failed (call->outcome); *progress: one was raised.
+ */
+static bool
+keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target,
+				 bool *progress)
+{
+	GenRaise   *g = palloc(sizeof(GenRaise) * Max(n, 1));
+	uint64	   *keys = palloc(sizeof(uint64) * Max(n, 1));
+	bool	   *raised = palloc0(sizeof(bool) * Max(n, 1));
+	int			m = gens_to_raise(holds, n, target, g, keys);
+	bool		all = m == 0 || sem_gen_raise_many(call, m, g, raised);
+
+	*progress = false;
 	for (int k = 0; k < m; k++)
-	{
-		uint64		key = kept_gen_key(g[k].prefix, g[k].slot);
-
-		TimestampTz start = redsem_now();
-
-		if (gen_was_raised(key))
-			continue;
-		if (longest_ms > 0 &&
-			TimestampDifferenceMilliseconds(start, call->deadline) < longest_ms)
+		if (raised[k])
 		{
-			*paused = true;
-			return false;
+			gen_note_raised(keys[k]);
+			*progress = true;
 		}
-		if (!sem_gen_raise(call, g[k].prefix, g[k].name, g[k].lease_ms, false))
-			return false;
-		gen_note_raised(key);
-		longest_ms = Max(longest_ms, Max(TimestampDifferenceMilliseconds(start, redsem_now()), 1));
-	}
-	n_gen_raised = 0;			/* the count ended */
-	return true;
+	if (all)
+		n_gen_raised = 0;		/* the count ended */
+	return all;
 }
 
 /*
@@ -430,7 +420,7 @@ fleet_gen_keep_failed(const char *why)
  * The keeper's part every KEEPER_GEN_KEEP_MS (fleet_gen_keep_due), on a
  * round of its own within budget_ms, not behind a touch of the index: on a
  * far Redis the two calls in turn did not fit one touch's budget.  A try
- * that raised some generations and ran out of time goes on
+ * that raised some generations but not all goes on with the rest
  * KEEPER_MAX_SLEEP_MS later (the rounds between are the other parts'); one
  * that raised none goes to fleet_gen_keep_failed, and is tried again
  * FLEET_TOUCH_MS later.  A count begun over KEEPER_GEN_KEEP_MS ago, or on
@@ -442,8 +432,7 @@ fleet_keep_generations(const HoldCopy *holds, int n, uint64 target, int budget_m
 	static TimestampTz count_began = 0;
 	static uint64 count_target = 0;
 	RedisCall	call;
-	int			raised_before;
-	bool		paused;
+	bool		progress;
 
 	if (n_gen_raised == 0 || target != count_target ||
 		TimestampDifferenceExceeds(count_began, redsem_now(), KEEPER_GEN_KEEP_MS))
@@ -452,20 +441,21 @@ fleet_keep_generations(const HoldCopy *holds, int n, uint64 target, int budget_m
 		count_began = redsem_now();
 		count_target = target;
 	}
-	raised_before = n_gen_raised;
 	/* (the next try, should this one fail or raise an ERROR) */
 	next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), FLEET_TOUCH_MS);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), budget_ms), true, 0);
+	/* (in a Cluster, a hung node reached first costs the others half) */
+	call.node_budget_ms = Max(budget_ms / 2, KEEPER_NODE_MIN_BUDGET_MS);
 	call.owe_late_reply = true;
 	/* (the keeper's upkeep, not a call of the semaphore's: redsem_stats) */
 	call.uncounted = true;
-	if (keep_generations(&call, holds, n, target, &paused))
+	if (keep_generations(&call, holds, n, target, &progress))
 	{
 		next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_GEN_KEEP_MS);
 		return;
 	}
-	/* (raised some, then out of time: it goes on; nothing to log) */
-	if (paused || n_gen_raised > raised_before)
+	/* (raised some: it goes on with the rest; nothing to log yet) */
+	if (progress)
 	{
 		next_gen_keep = TimestampTzPlusMilliseconds(redsem_now(), KEEPER_MAX_SLEEP_MS);
 		return;

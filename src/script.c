@@ -724,6 +724,71 @@ sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 }
 
 /*
+ * sem_gen_raise (not unacked) of n generations, each named by a semaphore
+ * of it and given a lease, in one pipeline: one round trip (in a Cluster,
+ * one write per node, a node that fails or hangs failing only its own
+ * within call->node_budget_ms).  raised[i]: whether generation i was.
+ * False if any was not (call->outcome: the first failure).  One whose node
+ * missed the library is sent again on its own, which loads it.  (The
+ * keeper's: a Cluster pipeline is never sent through the broker.)
+ */
+bool
+sem_gen_raise_many(RedisCall *call, int n, const GenRaise *gens, bool *raised)
+{
+	RedisCommand *cmds;
+	redisReply **replies;
+	RedisOutcome first = {RS_OK, 0, "", 0, false};
+	bool		all;
+
+	/* (one on its own: a late reply may then be left owed, owe_late_reply) */
+	if (n == 1)
+		return (raised[0] = sem_gen_raise(call, gens[0].prefix, gens[0].name,
+										  gens[0].lease_ms, false));
+	cmds = palloc(sizeof(RedisCommand) * n);
+	replies = palloc0(sizeof(redisReply *) * n);
+	for (int i = 0; i < n; i++)
+	{
+		const char **argv = palloc(sizeof(char *) * (3 + SCRIPT_NKEYS_MAX + 2));
+
+		cmds[i].argv = argv;
+		cmds[i].argc = fcall_head(argv, gens[i].prefix, gens[i].name, "gen_raise");
+		argv[cmds[i].argc++] = psprintf(INT64_FORMAT, gens[i].lease_ms);
+	}
+	all = redis_exec_pipeline(call, n, cmds, replies);
+	if (!all)
+		first = call->outcome;
+	for (int i = 0; i < n; i++)
+	{
+		RedisOutcome o = {RS_OK, 0, "", 0, false};
+
+		raised[i] = false;
+		if (replies[i] == NULL)
+		{
+			all = false;
+			continue;
+		}
+		(void) redis_reply_outcome(replies[i], &o);
+		if (o.status == RS_NOSCRIPT)
+			raised[i] = sem_gen_raise(call, gens[i].prefix, gens[i].name, gens[i].lease_ms, false);
+		else if (o.status == RS_OK)
+		{
+			if (replies[i]->type == REDIS_REPLY_STRING)
+				gen_note(gens[i].prefix, sem_gen_slot(gens[i].prefix, gens[i].name),
+						 replies[i]->str, false);
+			raised[i] = true;
+		}
+		if (!raised[i] && first.status == RS_OK)
+			first = o.status == RS_NOSCRIPT ? call->outcome : o;
+		if (!raised[i] && first.status == RS_OK)
+			(void) redis_note(&first, RS_MALFORMED, "gen_raise answered nothing");
+		all &= raised[i];
+		freeReplyObject(replies[i]);
+	}
+	call->outcome = first;
+	return all;
+}
+
+/*
  * Block on the caller's wake and nudge lists for up to timeout_ms.  *ticket
  * is the ticket pushed by a promotion (the caller was promoted and must
  * confirm); *nudge_ms, when not -1, is a nudge: look again in that many ms.

@@ -200,6 +200,16 @@ extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
 extern int	sem_gen_slot(const char *prefix, const char *name);
 extern bool sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 						  int64 lease_ms, bool unacked);
+
+/* One generation to raise (sem_gen_raise_many): a semaphore of it, and a lease */
+typedef struct GenRaise
+{
+	const char *prefix;
+	const char *name;
+	int64		lease_ms;
+} GenRaise;
+
+extern bool sem_gen_raise_many(RedisCall *call, int n, const GenRaise *gens, bool *raised);
 extern bool sem_refresh(RedisCall *call, const char *prefix, const char *name,
 						const char *id, int64 lease_ms, int64 *new_lease_ms);
 extern bool sem_wait_for_wake(RedisCall *call, const char *name,

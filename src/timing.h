@@ -140,11 +140,13 @@
  * index node.  The keeper's count of its holds' leases in their
  * generations (KEEPER_GEN_KEEP_MS) is a round of its own, never behind a
  * touch, with a budget reckoned the same way: each round adds one such
- * part to the refreshes, whose time then stays as bounded.  It begins no
- * raise with less of its budget left than a raise of that round took (so
- * it leaves no reply owed on a far Redis), and goes on where it was a
- * round of KEEPER_MAX_SLEEP_MS later, the rounds between left to the
- * statement queues' reads and the adaptive limits' ticks.
+ * part to the refreshes, whose time then stays as bounded.  It sends its
+ * raises in one pipeline (one round trip; in a Cluster one per node,
+ * nodes that failed recently last, each within half the budget, so a hung
+ * one costs the others half of it at most).  A try that raised some but
+ * not all goes on with the rest a round of KEEPER_MAX_SLEEP_MS later, the
+ * rounds between left to the statement queues' reads and the adaptive
+ * limits' ticks; one that raised none, FLEET_TOUCH_MS later.
  *
  * A holder runs only while its slot is surely its own (src/stop.c).  Every
  * time is read on redsem's clock (src/clock.h), which no change of the

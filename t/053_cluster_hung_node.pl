@@ -144,6 +144,60 @@ cmp_ok(time - $t1, '<', 0.9, 'without first waiting for the hung node (its relea
 kill 'CONT', $victim->pid;
 
 $_->quit foreach ($h, $probe, $b);
+
+note 'the keeper\'s count of leases in generations goes past the hung node';
+# A keeper that starts counts its holds' leases in their generations at
+# once (gen_raise, I15): with the node stopped, the generations on the
+# healthy nodes must still be counted, not wait behind one that hangs (the
+# victim's holds outlive the wait: a 50 s lease)
+my $gs = RedsemTest::Session->new($pg, name => 'gens');
+is($gs->query_ok(q{SELECT count(redsem_acquire('gk' || i, 1, lease => '50 s')) FROM generate_series(1, 24) i;}), '24',
+	'24 slots with a 50 s lease');
+# (rounds of the keeper's that do not wait 5 s on the node for its refreshes)
+$pg->append_conf('postgresql.conf', "redsem.command_timeout = '1s'\n");
+$pg->reload;
+# the old keeper stopped, so that only the new one can count again
+my $old_keeper = keeper_pid_of($pg);
+kill 'STOP', $old_keeper;
+# the generation keys that count this lease (no older hold had one as long),
+# on the healthy nodes: each set back to a lmax of 1 s, the rest kept
+my (%lowered, $on_victim);
+foreach my $n (@nodes)
+{
+	foreach my $k (split /\n/, ($n->cli('KEYS', 'redsem:gen*') // ''))
+	{
+		next unless ($n->cli('GET', $k) // '') =~ /^n\d{16}:50000:/;
+		if ($n == $victim) { $on_victim++; next; }
+		$lowered{$k} = $n;
+	}
+}
+# (the healthy nodes' only: the victim may be stopped)
+sub lower_gens
+{
+	foreach my $k (keys %lowered)
+	{
+		my $v = $lowered{$k}->cli('GET', $k) // '';
+		$lowered{$k}->cli('SET', $k, "$1:1000:$2") if $v =~ /^(n\d{16}):50000:(.*)$/;
+	}
+}
+lower_gens();
+cmp_ok(scalar(keys %lowered), '>', 0, scalar(keys %lowered) . ' generations on the healthy nodes set back');
+cmp_ok($on_victim // 0, '>', 0, ($on_victim // 0) . ' on the node that hangs');
+kill 'STOP', $victim->pid;
+kill 'TERM', $old_keeper;
+kill 'CONT', $old_keeper;
+wait_until(10, sub { !kill(0, $old_keeper) });
+# (anything it raised on its way out, set back again before the new one starts)
+lower_gens();
+my $counted = wait_until(30, sub {
+	!grep { ($lowered{$_}->cli('GET', $_) // '') !~ /^n\d{16}:50000:/ } keys %lowered
+});
+kill 'CONT', $victim->pid;
+ok(defined $counted, 'a new keeper counts the 50 s lease again in every generation on the healthy nodes'
+	  . (defined $counted ? sprintf(' (%.1f s)', $counted) : ''))
+  or diag(join("\n", map { "$_: " . ($lowered{$_}->cli('GET', $_) // '') } sort keys %lowered));
+isnt(keeper_pid_of($pg) // 0, $old_keeper, 'it is a new keeper');
+$gs->quit;
 $pg->stop;
 $other->stop;
 node_log_is_clean($pg);

@@ -137,22 +137,45 @@ note 'a refresh that lengthens a lease counts in the grace';
 }
 
 ###########################################################################
-note 'the keeper keeps its holds\' leases counted (a window may have started anew)';
+note 'the keeper keeps its holds\' leases counted (a window may have started anew), in every generation';
 {
+	# holds under two key prefixes: two generations, counted in one pipeline
 	my $k = create_node('forget_keeper', $redis, '');
-	my $s = RedsemTest::Session->new($k, name => 'kept');
-	$s->query_ok("SELECT redsem_acquire('kg', 1, '7 s') IS NOT NULL;");
-	my ($us, $rot, $ul, $ue, $era) =
-	  $redis->cli('GET', 'redsem:gen') =~ /^n(\d{16}):\d+:0:\d+:(\d+):(\d+):(\d+):([0-9a-f]*)$/;
-	ok(defined $us, 'a generation');
-	# as if a new window had started: lmax and lprev forget the 7 s lease
-	# (ul, ue and era stay as they were, as at a window's start: a ue set
-	# back would tell the next caller that knew it that writes were lost,
-	# and start a grace that the next case does not expect)
-	$redis->cli('SET', 'redsem:gen', "n$us:1000:0:0:$rot:$ul:$ue:$era");
-	ok(defined wait_until(25, sub { ($redis->cli('GET', 'redsem:gen') // '') =~ /^n$us:7000:/ }),
-		'the keeper counts its hold\'s 7 s lease again');
-	$s->quit;
+	my @keys = ('redsem:gen', 'pb:gen');
+	my @s;
+	foreach my $p ('redsem:', 'pb:')
+	{
+		my $s = RedsemTest::Session->new($k, name => "kept_$p");
+		$s->query_ok("SET redsem.key_prefix = '$p'; SELECT redsem_acquire('kg', 1, '9 s') IS NOT NULL;");
+		push @s, $s;
+	}
+	like($redis->cli('GET', $_) // '', qr/^n\d{16}:9000:0:\d+:\d+:\d+:\d+:[0-9a-f]*$/, "$_ counts the 9 s lease")
+	  foreach @keys;
+	# The keeper counts at its start, then hourly: the old one is stopped
+	# (it may be about to count), the generations set back, and a new one
+	# started.  As if a new window had started: lmax and lprev forget the
+	# 9 s lease (ul, ue and era stay as they were, as at a window's start: a
+	# ue set back would tell the next caller that knew it that writes were
+	# lost, and start a grace that the next case does not expect).
+	my $forget = sub {
+		foreach my $key (@keys)
+		{
+			my $v = $redis->cli('GET', $key) // '';
+			$redis->cli('SET', $key, $v) if $v =~ s/^(n\d{16}):9000:\d+:\d+:/$1:1000:0:0:/;
+		}
+	};
+	my $old = keeper_pid_of($k);
+	kill 'STOP', $old;
+	$forget->();
+	kill 'TERM', $old;
+	kill 'CONT', $old;
+	wait_until(10, sub { !kill(0, $old) });
+	$forget->();			# (what it may have counted on its way out)
+	ok(defined wait_until(25, sub { !grep { ($redis->cli('GET', $_) // '') !~ /^n\d{16}:9000:/ } @keys }),
+		'a new keeper counts its holds\' 9 s lease again in both generations')
+	  or diag(join(' ', map { $redis->cli('GET', $_) // '(none)' } @keys));
+	isnt(keeper_pid_of($k) // 0, $old, 'it is a new keeper');
+	$_->quit foreach @s;
 	$k->stop;
 }
 

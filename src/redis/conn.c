@@ -848,12 +848,18 @@ node_share_charge(NodeShares *shares, int node, TimestampTz began)
 		shares->spent_us[node] += Max(redsem_now() - began, 0);
 }
 
-/* Node failed within its share in shares: send it nothing more */
+/*
+ * Node failed within its share in shares: send it nothing more.  Unless
+ * it was given no time (the call's had run out on other nodes), it goes
+ * last in the next pipelines: a healthy node the budget did not reach must
+ * not go behind the hung one that used it up.
+ */
 static void
-node_share_failed(NodeShares *shares, int node)
+node_share_failed(NodeShares *shares, int node, bool given_time)
 {
 	shares->failed[node] = true;
-	node_failed_at[node] = redsem_now();
+	if (given_time)
+		node_failed_at[node] = redsem_now();
 }
 
 /*
@@ -981,13 +987,28 @@ route_take_share(Route *r)
 	return true;
 }
 
-/* Make link usable for the try (a Cluster node out of reach is noted) */
+/*
+ * True unless the call's time had run out before the try of r began (on
+ * other nodes): a node that used up its own share was given time
+ */
+static bool
+route_given_time(const Route *r)
+{
+	return r->deadline > (r->began != 0 ? r->began : redsem_now());
+}
+
+/*
+ * Make link usable for the try (a Cluster node out of reach is noted; not
+ * one given no time: its slots stay known)
+ */
 static bool
 route_connect(Route *r, Link *link)
 {
+	bool		given_time = route_given_time(r);
+
 	if (ensure_connection(r->call, link, r->until))
 		return true;
-	if (cluster_enabled() && !redis_broker_wanted())
+	if (cluster_enabled() && !redis_broker_wanted() && given_time)
 		cluster_node_failed(r->node);
 	return false;
 }
@@ -1135,7 +1156,7 @@ route_failed(Route *r, Link *link)
 	if (r->shares != NULL)
 	{
 		node_share_charge(r->shares, link_node(link), r->began);
-		node_share_failed(r->shares, link_node(link));
+		node_share_failed(r->shares, link_node(link), route_given_time(r));
 	}
 }
 

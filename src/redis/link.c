@@ -692,6 +692,7 @@ redis_reply_outcome(const redisReply *reply, RedisOutcome *o)
 	o->status = RS_OK;
 	o->timeout_ms = 0;
 	o->detail[0] = '\0';
+	o->node_plus1 = 0;
 	o->no_server = false;
 	if (reply == NULL || reply->type != REDIS_REPLY_ERROR)
 		return false;
