@@ -100,6 +100,13 @@ ALTER ROLE q_high SET redsem.queue = 'q1';
 ALTER ROLE q_high SET redsem.queue_priority = 10;
 GRANT EXECUTE ON FUNCTION pg_sleep(float8) TO PUBLIC;
 });
+# A statement that fills a queue until the test lets it go: it waits for
+# an advisory lock the test holds (in no queue: a superuser session of its
+# own), not for a sleep that a slow machine could outlast
+my $locker = RedsemTest::Session->new($na, name => 'locker');
+sub fill_from { $locker->query_ok('SELECT pg_advisory_lock(6506);'); return q{SELECT pg_advisory_xact_lock(6506) IS NULL;}; }
+sub fill_end { $locker->query_ok('SELECT pg_advisory_unlock(6506);'); }
+
 # queue_race(QUEUE, BUSY, LOW, HIGH, CHECK): BUSY fills the queue of one
 # slot, LOW queues, then HIGH; CHECK runs while both wait.  When LOW and
 # HIGH started their statements.  (Sessions are made first: their own
@@ -107,13 +114,14 @@ GRANT EXECUTE ON FUNCTION pg_sleep(float8) TO PUBLIC;
 sub queue_race
 {
 	my ($queue, $busy, $low, $high, $check) = @_;
-	$busy->send(q{SELECT pg_sleep(2);});
+	$busy->send(fill_from());
 	wait_until(20, sub { $redis->zcard("queue:$queue", 'owner') == 1 }) or diag("$queue did not fill");
 	$low->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
 	wait_until(20, sub { $redis->zcard("queue:$queue", 'waiting') == 1 }) or diag('the first did not queue');
 	$high->send(q{SELECT extract(epoch FROM clock_timestamp()), pg_sleep(0.3);});
 	wait_until(20, sub { $redis->zcard("queue:$queue", 'waiting') == 2 }) or diag('the second did not queue');
 	$check->() if $check;
+	fill_end();
 	my ($t_low) = $low->wait_done(60);
 	my ($t_high) = $high->wait_done(60);
 	$busy->wait_done(60);
@@ -153,10 +161,11 @@ $stars->quit;
 # a cap on the priority a role may ask for
 $na->safe_psql('postgres', q{CREATE ROLE capped LOGIN; ALTER ROLE capped SET redsem.max_priority = 0;});
 my $acap = RedsemTest::Session->new($na, name => 'acap', user => 'capped', app => 'dashboard');
-$acap->send(q{SELECT pg_sleep(1);});
+$acap->send(fill_from());
 wait_until(20, sub { $redis->zcard('queue:q2', 'owner') == 1 }) or diag('capped did not enter q2');
 is($na->safe_psql('postgres', q{SELECT priority FROM redsem_holders('queue:q2');}), '0',
 	'a role capped by redsem.max_priority = 0 naming itself "dashboard" gets priority 0, not 10');
+fill_end();
 $acap->wait_done(20);
 $acap->quit;
 ($ret, $out, $err) = $na->psql('postgres', q{SELECT redsem_acquire('pr_cap', 1, priority => 5);},
@@ -201,7 +210,7 @@ my ($got) = $in_line[0]->wait_done(20);
 is($got, 't', 'the waiting priority-0 session gets in');
 is($nb->safe_psql('postgres', q{SELECT permits_held || ' ' || waiting FROM redsem_semaphore('pr_res');}), '3 0',
 	'the waiting priority-0 session gets the freed permit, not the reserved one');
-$_->quit foreach @flood, $hi;
+$_->quit foreach @flood, $hi, $locker;
 $na->safe_psql('postgres', q{SELECT redsem_set_reserve('pr_res', NULL); SELECT redsem_set_limit('pr_res', NULL);});
 
 node_log_is_clean($_, $_->name . "'s log shows no crash") foreach ($na, $nb);

@@ -126,11 +126,16 @@ ALTER ROLE acme SET redsem.queue = 'qt';
 ALTER ROLE acme SET redsem.queue_tenant = '%u';
 GRANT EXECUTE ON FUNCTION pg_sleep(float8) TO PUBLIC;
 });
+# (the statement waits for an advisory lock the test holds until it has
+# looked, not for a sleep that a slow machine could outlast)
+my $locker = RedsemTest::Session->new($na, name => 'locker');
+$locker->query_ok('SELECT pg_advisory_lock(6606);');
 my $q = RedsemTest::Session->new($na, name => 'acme', user => 'acme');
-$q->send(q{SELECT pg_sleep(1.5);});
+$q->send(q{SELECT pg_advisory_xact_lock(6606) IS NULL;});
 wait_until(20, sub { $redis->zcard('queue:qt', 'owner') == 1 }) or diag('the statement did not queue');
 is($nb->safe_psql('postgres', q{SELECT tenant FROM redsem_holders('queue:qt');}), 'acme',
 	'a statement of role acme, queued with redsem.queue_tenant = \'%u\', holds as tenant acme');
+$locker->query_ok('SELECT pg_advisory_unlock(6606);');
 $q->wait_done(20);
 $q->quit;
 
@@ -141,13 +146,16 @@ CREATE ROLE appy LOGIN;
 ALTER ROLE appy SET redsem.queue = 'qt';
 ALTER ROLE appy SET redsem.queue_tenant = 'app:%a';
 });
+$locker->query_ok('SELECT pg_advisory_lock(6606);');
 my $qa = RedsemTest::Session->new($na, name => 'appy', user => 'appy', app => 'bi|tool');
-$qa->send(q{SELECT pg_sleep(1.5);});
+$qa->send(q{SELECT pg_advisory_xact_lock(6606) IS NULL;});
 wait_until(20, sub { $redis->zcard('queue:qt', 'owner') == 1 }) or diag('the statement did not queue');
 is($nb->safe_psql('postgres', q{SELECT tenant FROM redsem_holders('queue:qt');}), 'app:bi_tool',
 	'redsem.queue_tenant = \'app:%a\' with application_name "bi|tool": tenant "app:bi_tool"');
+$locker->query_ok('SELECT pg_advisory_unlock(6606);');
 $qa->wait_done(20);
 $qa->quit;
+$locker->quit;
 
 node_log_is_clean($_, $_->name . "'s log shows no crash") foreach ($na, $nb);
 $_->stop foreach ($na, $nb);
