@@ -216,33 +216,55 @@ nodes_evicting(RedisCall *call, const char *prefix, char *const *names, int n,
 }
 
 /*
- * Send the entries of one prefix, in calls of at most
- * FLEET_TOUCH_MAX_NAMES; *evicting: set if Redis (any node of theirs) may
- * evict keys; *unsure: set if a node could not be asked that (a node that
- * fails so is not a failed touch: the index has the names)
+ * Split the m entries (sorted by prefix) into groups of one prefix and at
+ * most FLEET_TOUCH_MAX_NAMES names (names: their names, adaptive: where
+ * each group's answers go); their number
  */
-static bool
-touch_prefix(RedisCall *call, const IndexEntry *e, int n, char **evicting,
-			 bool *unsure, bool *adaptive)
+static int
+touch_groups(const IndexEntry *entries, int m, const char **names, bool *adaptive,
+			 IndexTouch *groups)
 {
-	char	  **names = palloc(sizeof(char *) * n);
+	int			ngroups = 0;
 
-	for (int i = 0; i < n; i++)
-		names[i] = unconstify(char *, e[i].name);
-	for (int first = 0; first < n; first += FLEET_TOUCH_MAX_NAMES)
+	for (int i = 0; i < m; i++)
 	{
-		char	   *policy = NULL;
-
-		if (!sem_index_touch(call, e[0].prefix, (const char **) names + first,
-							 Min(n - first, FLEET_TOUCH_MAX_NAMES), FLEET_TTL_MS, &policy,
-							 adaptive + first))
-			return false;
-		if (*evicting == NULL)
-			*evicting = policy;
+		names[i] = entries[i].name;
+		if (i == 0 || strcmp(entries[i].prefix, entries[i - 1].prefix) != 0 ||
+			groups[ngroups - 1].n == FLEET_TOUCH_MAX_NAMES)
+		{
+			groups[ngroups].prefix = entries[i].prefix;
+			groups[ngroups].names = names + i;
+			groups[ngroups].adaptive = adaptive + i;
+			groups[ngroups++].n = 0;
+		}
+		groups[ngroups - 1].n++;
 	}
-	if (!nodes_evicting(call, e[0].prefix, names, n, evicting))
-		*unsure = true;
-	return true;
+	return ngroups;
+}
+
+/*
+ * Unless *evicting says so already, in a Cluster: whether the nodes of
+ * each prefix's semaphores may evict keys (nodes_evicting); *unsure: set
+ * if a node could not be asked that (a node that fails so is not a failed
+ * touch: the index has the names)
+ */
+static void
+touched_nodes_evicting(RedisCall *call, const IndexEntry *entries, int m,
+					   char **evicting, bool *unsure)
+{
+	for (int first = 0, last; first < m; first = last)
+	{
+		char	  **names;
+
+		for (last = first + 1; last < m &&
+			 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
+			;
+		names = palloc(sizeof(char *) * (last - first));
+		for (int i = first; i < last; i++)
+			names[i - first] = unconstify(char *, entries[i].name);
+		if (!nodes_evicting(call, entries[first].prefix, names, last - first, evicting))
+			*unsure = true;
+	}
 }
 
 /*
@@ -541,6 +563,10 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 	bool		unsure = false;
 	char	   *evicting = NULL;
 	bool	   *adaptive;
+	const char **names;
+	IndexTouch *groups;
+	bool	   *touched;
+	int			ngroups;
 
 	if (!fleet_touch_due())
 		return;
@@ -553,16 +579,18 @@ fleet_touch_index(const HoldCopy *holds, int n, uint64 target, int budget_ms)
 		return;
 	}
 	adaptive = palloc0(sizeof(bool) * m);
+	names = palloc(sizeof(char *) * m);
+	groups = palloc(sizeof(IndexTouch) * m);
+	touched = palloc(sizeof(bool) * m);
+	ngroups = touch_groups(entries, m, names, adaptive, groups);
 	redis_call_init(&call, TimestampTzPlusMilliseconds(now, budget_ms), true, 0);
 	call.owe_late_reply = true;
-	for (int first = 0, last; ok && first < m; first = last)
-	{
-		for (last = first + 1; last < m &&
-			 strcmp(entries[last].prefix, entries[first].prefix) == 0; last++)
-			;
-		ok = touch_prefix(&call, &entries[first], last - first, &evicting, &unsure,
-						  adaptive + first);
-	}
+	/* (in a Cluster, a hung index node reached first costs the others half) */
+	call.node_budget_ms = Max(budget_ms / 2, KEEPER_NODE_MIN_BUDGET_MS);
+	/* (every prefix's touch in one round trip: a far Redis fits the budget) */
+	ok = sem_index_touch_many(&call, ngroups, groups, FLEET_TTL_MS, &evicting, touched);
+	if (ok)
+		touched_nodes_evicting(&call, entries, m, &evicting, &unsure);
 	/* (a failed touch keeps the list it had: ticks go on) */
 	if (ok)
 		note_adaptive(entries, adaptive, m);

@@ -1213,23 +1213,13 @@ evicting_policy(const redisReply *reply, size_t i)
 }
 
 /*
- * Note in the index of prefix that the n names are in use until ttl_ms
- * from now (by Redis's clock).  At most FLEET_TOUCH_MAX_NAMES names.
- * *evicting: Redis's eviction policy if it may evict keys, else NULL;
- * adaptive[i]: whether names[i] is an adaptive semaphore (X4).
+ * Take an index_touch reply over names[0..n-1] apart (freed): *evicting
+ * and adaptive[] as sem_index_touch's.  False if it was malformed.
  */
-bool
-sem_index_touch(RedisCall *call, const char *prefix, const char **names,
-				int n, int ttl_ms, char **evicting, bool *adaptive)
+static bool
+absorb_touch_reply(RedisCall *call, redisReply *reply, const char *const *names, int n,
+				   char **evicting, bool *adaptive)
 {
-	const char **args = palloc(sizeof(char *) * (n + 1));
-	redisReply *reply;
-
-	Assert(n >= 1 && n <= FLEET_TOUCH_MAX_NAMES);
-	args[0] = psprintf("%d", ttl_ms);
-	memcpy(args + 1, names, sizeof(char *) * n);
-	if (!run_index(call, index_key(prefix), "index_touch", n + 1, args, &reply))
-		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
 		reply->element[1]->type != REDIS_REPLY_STRING)
 		return malformed(call, "(index)", reply, "index_touch did not answer a count and a policy");
@@ -1248,6 +1238,115 @@ sem_index_touch(RedisCall *call, const char *prefix, const char **names,
 	}
 	freeReplyObject(reply);
 	return true;
+}
+
+/* The arguments of an index_touch of names[0..n-1] (after the op) */
+static const char **
+touch_args(const char *const *names, int n, int ttl_ms)
+{
+	const char **args = palloc(sizeof(char *) * (n + 1));
+
+	Assert(n >= 1 && n <= FLEET_TOUCH_MAX_NAMES);
+	args[0] = psprintf("%d", ttl_ms);
+	memcpy(args + 1, names, sizeof(char *) * n);
+	return args;
+}
+
+/*
+ * Note in the index of prefix that the n names are in use until ttl_ms
+ * from now (by Redis's clock).  At most FLEET_TOUCH_MAX_NAMES names.
+ * *evicting: Redis's eviction policy if it may evict keys, else NULL;
+ * adaptive[i]: whether names[i] is an adaptive semaphore (X4).
+ */
+bool
+sem_index_touch(RedisCall *call, const char *prefix, const char **names,
+				int n, int ttl_ms, char **evicting, bool *adaptive)
+{
+	redisReply *reply;
+
+	if (!run_index(call, index_key(prefix), "index_touch", n + 1,
+				   touch_args(names, n, ttl_ms), &reply))
+		return false;
+	return absorb_touch_reply(call, reply, names, n, evicting, adaptive);
+}
+
+/*
+ * sem_index_touch of n groups of names (each of one prefix, at most
+ * FLEET_TOUCH_MAX_NAMES) in one pipeline: one round trip, however many
+ * key prefixes (in a Cluster, one per node of their indexes, in turn).
+ * touched[i]: whether group i was; *evicting: the first policy that may
+ * evict.  False if any was not (call->outcome: the first failure).  One
+ * group goes as one command (a late reply may then be left owed), and a
+ * group whose node missed the library goes again on its own, which loads
+ * it.  (The keeper's: a Cluster pipeline is never sent through the broker.)
+ */
+bool
+sem_index_touch_many(RedisCall *call, int n, const IndexTouch *groups, int ttl_ms,
+					 char **evicting, bool *touched)
+{
+	RedisCommand *cmds;
+	redisReply **replies;
+	RedisOutcome first = {RS_OK, 0, "", 0, false};
+	bool		all;
+
+	*evicting = NULL;
+	if (n == 1)
+		return (touched[0] = sem_index_touch(call, groups[0].prefix, groups[0].names,
+											 groups[0].n, ttl_ms, evicting, groups[0].adaptive));
+	cmds = palloc(sizeof(RedisCommand) * n);
+	replies = palloc0(sizeof(redisReply *) * n);
+	for (int i = 0; i < n; i++)
+	{
+		const char **args = touch_args(groups[i].names, groups[i].n, ttl_ms);
+		const char **argv = palloc(sizeof(char *) * (groups[i].n + 6));
+
+		cmds[i].argv = argv;
+		cmds[i].argc = 0;
+		argv[cmds[i].argc++] = "FCALL";
+		argv[cmds[i].argc++] = library_name();
+		argv[cmds[i].argc++] = "1";
+		argv[cmds[i].argc++] = index_key(groups[i].prefix);
+		argv[cmds[i].argc++] = "index_touch";
+		for (int k = 0; k <= groups[i].n; k++)
+			argv[cmds[i].argc++] = args[k];
+	}
+	call_prefix[0] = '\0';		/* (not a semaphore's: counted nowhere) */
+	all = redis_exec_pipeline(call, n, cmds, replies);
+	if (!all)
+		first = call->outcome;
+	for (int i = 0; i < n; i++)
+	{
+		RedisOutcome o = {RS_OK, 0, "", 0, false};
+		char	   *policy = NULL;
+
+		touched[i] = false;
+		if (replies[i] == NULL)
+		{
+			all = false;
+			continue;
+		}
+		(void) redis_reply_outcome(replies[i], &o);
+		if (o.status == RS_NOSCRIPT)
+		{
+			freeReplyObject(replies[i]);
+			touched[i] = sem_index_touch(call, groups[i].prefix, groups[i].names, groups[i].n,
+										 ttl_ms, &policy, groups[i].adaptive);
+		}
+		else if (o.status != RS_OK)
+			freeReplyObject(replies[i]);
+		else
+			touched[i] = absorb_touch_reply(call, replies[i], groups[i].names, groups[i].n,
+											&policy, groups[i].adaptive);
+		if (touched[i] && *evicting == NULL)
+			*evicting = policy;
+		if (!touched[i] && first.status == RS_OK)
+			first = o.status == RS_OK || o.status == RS_NOSCRIPT ? call->outcome : o;
+		if (!touched[i] && first.status == RS_OK)
+			(void) redis_note(&first, RS_MALFORMED, "index_touch answered nothing");
+		all &= touched[i];
+	}
+	call->outcome = first;
+	return all;
 }
 
 /* Pin a semaphore's name in the index (a stored limit), or let it go */

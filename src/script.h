@@ -152,6 +152,17 @@ typedef struct SemAdapt
 /* Names per index_touch call */
 #define FLEET_TOUCH_MAX_NAMES	1000
 
+/* One group of names to touch in the index of its prefix (sem_index_touch_many) */
+typedef struct IndexTouch
+{
+	const char *prefix;
+	const char **names;
+	int			n;
+	bool	   *adaptive;		/* out: as sem_index_touch's */
+} IndexTouch;
+
+extern bool sem_index_touch_many(RedisCall *call, int n, const IndexTouch *groups,
+								 int ttl_ms, char **evicting, bool *touched);
 extern bool sem_index_touch(RedisCall *call, const char *prefix,
 							const char **names, int n, int ttl_ms,
 							char **evicting, bool *adaptive);

@@ -121,7 +121,12 @@
  * during the touch, of the least lease, is refreshed only after it:
  * FLEET_TOUCH_MIN_BUDGET_MS at least, redsem.command_timeout at most).  A
  * touch then fits wherever a refresh does: a Redis 150 ms away gets some
- * 300 ms.  A backend that asks the keeper to wake while it works (a new
+ * 300 ms, and the indexes of every key prefix are touched in one pipeline,
+ * one round trip (in a Cluster one per node, in turn, each node within
+ * half the budget).  A pipeline of two or more commands that runs out of
+ * its budget drops the connection (only one command's reply can be left
+ * owed), and one met by a failover fails, as a touch may: the next, 10 s
+ * later, goes on.  A backend that asks the keeper to wake while it works (a new
  * hold) counts its request in shared memory as well as setting the latch,
  * since the keeper's own Redis waits reset its latch: the keeper looks
  * again at once instead of sleeping when a request came.  A hung index
@@ -129,7 +134,8 @@
  * refreshes due meanwhile come that much late, with two thirds of the time
  * they had left still to run (a hold whose refresh failed and waits for
  * its retry makes the budget small).  A touch that runs out of its budget
- * does not drop the keeper's connection at once: its reply is left owed,
+ * (of one command: one prefix) does not drop the keeper's connection at
+ * once: its reply is left owed,
  * read and dropped before the connection's next use if it came by then
  * (if not, Redis is slow to answer, and the connection is dropped then
  * rather than make the next round's refreshes wait behind it).  A touch

@@ -53,6 +53,13 @@ my $b = create_node('slow', $slow,
 my $ha = RedsemTest::Session->new($a, name => 'ha');
 is($ha->query_ok(q{SELECT redsem_acquire('fw_far', 2, '3 s') IS NOT NULL;}), 't',
 	'A: a slot through the far proxy (a 3 s lease: refreshed every second)');
+# (and two more key prefixes: three indexes to touch, in one round trip)
+my @hp = map {
+	my $h = RedsemTest::Session->new($a, name => "hp$_");
+	is($h->query_ok(qq{SET redsem.key_prefix = 'p$_:'; SELECT redsem_acquire('fw_p$_', 2, '3 s') IS NOT NULL;}), 't',
+		"A: a slot under key prefix p$_:");
+	$h;
+} (2, 3);
 my $hb = RedsemTest::Session->new($b, name => 'hb');
 is($hb->query_ok(q{SELECT redsem_acquire('fw_slow', 2, '6 s') IS NOT NULL;}), 't',
 	'B: a slot through the slow proxy (a 6 s lease: refreshed every 2 s)');
@@ -75,6 +82,8 @@ ok(defined wait_until(30, sub {
 	'B: the keeper\'s touch ran out of a budget above the old fixed 100 ms');
 ok(defined wait_until(10, sub { defined $slow->cli('ZSCORE', 'redsem:index', 'fw_slow') }),
 	'B: ... though it reached Redis, late');
+ok(defined wait_until(30, sub { defined $far->cli('ZSCORE', 'p2:index', 'fw_p2') && defined $far->cli('ZSCORE', 'p3:index', 'fw_p3') }),
+	'A: the indexes of the other two key prefixes name their semaphores too');
 
 # a touch or more (every 10 s) in the window, and refreshes around it
 my $before_a = connections_received($far);
@@ -92,10 +101,10 @@ is($hb->query_ok(q{SELECT count(*) FROM redsem_held() WHERE kept_alive AND lease
 # first touch, on its budget, before: two round trips of 150 ms in turn in
 # its 333 ms)
 unlike(slurp_file($a->logfile), qr/could not note its semaphores|could not refresh|could not count its holds' leases/,
-	'A: no touch, refresh or count of leases in the generations failed');
+	'A: no touch, refresh or count of leases in the generations failed (three key prefixes, all in one round trip)');
 unlike(slurp_file($b->logfile), qr/could not refresh/, 'B: no refresh failed');
 
-$_->quit foreach ($ha, $hb, $va);
+$_->quit foreach ($ha, $hb, $va, @hp);
 $a->stop;
 $b->stop;
 node_log_is_clean($a);
