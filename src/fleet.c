@@ -293,7 +293,6 @@ static int	nadaptive_used = 0;
 /* When the keeper next raises its holds' generations (keep_generations) */
 static TimestampTz next_gen_keep = 0;
 
-
 /* True if hold h is one whose generation the keeper keeps (keep_generations) */
 static bool
 gen_kept(const SharedHold *h, uint64 target)
@@ -318,9 +317,9 @@ fleet_gen_keep_due(const HoldCopy *holds, int n, uint64 target)
 }
 
 /*
- * The generations raised since the keeper's count last ended (prefix's
- * hash and slot; in TopMemoryContext): a try that some failed goes on with
- * those alone at the next
+ * The generations raised since the keeper's count last ended (kept_gen_key;
+ * in TopMemoryContext): a try that some failed goes on with those alone at
+ * the next
  */
 static uint64 *gen_raised = NULL;
 static int	n_gen_raised = 0;
@@ -397,8 +396,9 @@ gens_to_raise(const HoldCopy *holds, int n, uint64 target, GenRaise *g, uint64 *
  * Make each generation this server holds slots of count the longest of
  * those leases (gen_raise, I15), so that a slot kept alive for days still
  * sets the grace after Redis forgets: those not raised yet in this count,
- * in one pipeline (in a Cluster, a node that fails or hangs fails only its
- * own).  False if one failed (call->outcome); *progress: one was raised.
+ * in one pipeline (in a Cluster one per node, nodes that failed recently
+ * last, each within call->node_budget_ms).  False if one failed
+ * (call->outcome); *progress: one was raised.
  */
 static bool
 keep_generations(RedisCall *call, const HoldCopy *holds, int n, uint64 target,

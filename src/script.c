@@ -725,9 +725,9 @@ sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 
 /*
  * sem_gen_raise (not unacked) of n generations, each named by a semaphore
- * of it and given a lease, in one pipeline: one round trip (in a Cluster,
- * one write per node, a node that fails or hangs failing only its own
- * within call->node_budget_ms).  raised[i]: whether generation i was.
+ * of it and given a lease, in one pipeline: one round trip (in a Cluster
+ * one per node, in turn, nodes that failed recently last, each within
+ * call->node_budget_ms).  raised[i]: whether generation i was.
  * False if any was not (call->outcome: the first failure).  One whose node
  * missed the library is sent again on its own, which loads it.  (The
  * keeper's: a Cluster pipeline is never sent through the broker.)
