@@ -245,9 +245,11 @@ platform_line() {
     hiredis=$(pkg-config --modversion hiredis 2>/dev/null || echo '?')
     server=$("$REDSEM_TMPDIR/bin/redis-server" --version 2>/dev/null |
         sed -nE 's/^(Redis|Valkey) server v=([^ ]+).*/\1 \2/p')
-    if ldd "$("$REDSEM_PG_CONFIG" --pkglibdir)/redsem.so" 2>/dev/null | grep -q hiredis_ssl; then
-        tls=with
-    fi
+    # (ldd's output read whole: grep -q would stop reading at the first
+    # match, and a SIGPIPE to ldd then failed the pipe under pipefail)
+    local libs
+    libs=$(ldd "$("$REDSEM_PG_CONFIG" --pkglibdir)/redsem.so" 2>/dev/null || true)
+    [[ $libs != *hiredis_ssl* ]] || tls=with
     echo "PostgreSQL $pg, hiredis $hiredis $tls TLS, ${server:-$REDSEM_REDIS ?}"
 }
 
