@@ -724,28 +724,105 @@ sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 }
 
 /*
+ * What a keeper pipeline (run_pipeline) does with each item's answer:
+ * absorb takes item i's reply (not an error; absorb frees it) and says
+ * whether the item was done; alone sends item i again on its own, for a
+ * node that missed the library (which that loads).  what names the
+ * operation in a failure's words.
+ */
+typedef struct PipelineItems
+{
+	const char *what;
+	bool		(*absorb) (RedisCall *call, void *ctx, int i, redisReply *reply);
+	bool		(*alone) (RedisCall *call, void *ctx, int i);
+	void	   *ctx;
+} PipelineItems;
+
+/*
+ * Send the n commands in one pipeline: one round trip (in a Cluster one
+ * per node, in turn, nodes that failed recently last, each within
+ * call->node_budget_ms), each answer handed to items.  done[i]: whether
+ * item i was done.  False if any was not (call->outcome: the first
+ * failure).  (The keeper's: a Cluster pipeline is never sent through the
+ * broker.)
+ */
+static bool
+run_pipeline(RedisCall *call, int n, RedisCommand *cmds, const PipelineItems *items,
+			 bool *done)
+{
+	redisReply **replies = palloc0(sizeof(redisReply *) * n);
+	RedisOutcome first = {RS_OK, 0, "", 0, false};
+	bool		all = redis_exec_pipeline(call, n, cmds, replies);
+
+	if (!all)
+		first = call->outcome;
+	for (int i = 0; i < n; i++)
+	{
+		RedisOutcome o = {RS_OK, 0, "", 0, false};
+
+		done[i] = false;
+		if (replies[i] == NULL)
+		{
+			all = false;
+			continue;
+		}
+		(void) redis_reply_outcome(replies[i], &o);
+		if (o.status == RS_OK)
+			done[i] = items->absorb(call, items->ctx, i, replies[i]);
+		else
+		{
+			freeReplyObject(replies[i]);
+			if (o.status == RS_NOSCRIPT)
+				done[i] = items->alone(call, items->ctx, i);
+		}
+		/* (an answer that was not an error but failed: absorb's, or alone's, words) */
+		if (!done[i] && first.status == RS_OK)
+			first = o.status == RS_OK || o.status == RS_NOSCRIPT ? call->outcome : o;
+		if (!done[i] && first.status == RS_OK)
+			(void) redis_note(&first, RS_MALFORMED, "%s answered nothing", items->what);
+		all &= done[i];
+	}
+	pfree(replies);
+	call->outcome = first;
+	return all;
+}
+
+/* run_pipeline's absorb for gen_raise: note the generation Redis answered */
+static bool
+absorb_gen_raise(RedisCall *call, void *ctx, int i, redisReply *reply)
+{
+	const GenRaise *g = &((const GenRaise *) ctx)[i];
+
+	if (reply->type == REDIS_REPLY_STRING)
+		gen_note(g->prefix, sem_gen_slot(g->prefix, g->name), reply->str, false);
+	freeReplyObject(reply);
+	return true;
+}
+
+/* run_pipeline's alone for gen_raise */
+static bool
+gen_raise_alone(RedisCall *call, void *ctx, int i)
+{
+	const GenRaise *g = &((const GenRaise *) ctx)[i];
+
+	return sem_gen_raise(call, g->prefix, g->name, g->lease_ms, false);
+}
+
+/*
  * sem_gen_raise (not unacked) of n generations, each named by a semaphore
- * of it and given a lease, in one pipeline: one round trip (in a Cluster
- * one per node, in turn, nodes that failed recently last, each within
- * call->node_budget_ms).  raised[i]: whether generation i was.
- * False if any was not (call->outcome: the first failure).  One whose node
- * missed the library is sent again on its own, which loads it.  (The
- * keeper's: a Cluster pipeline is never sent through the broker.)
+ * of it and given a lease, in one pipeline (run_pipeline).  raised[i]:
+ * whether generation i was.  One generation goes as one command, so that a
+ * late reply may be left owed (owe_late_reply).
  */
 bool
 sem_gen_raise_many(RedisCall *call, int n, const GenRaise *gens, bool *raised)
 {
+	PipelineItems items = {"gen_raise", absorb_gen_raise, gen_raise_alone, (void *) gens};
 	RedisCommand *cmds;
-	redisReply **replies;
-	RedisOutcome first = {RS_OK, 0, "", 0, false};
-	bool		all;
 
-	/* (one on its own: a late reply may then be left owed, owe_late_reply) */
 	if (n == 1)
-		return (raised[0] = sem_gen_raise(call, gens[0].prefix, gens[0].name,
-										  gens[0].lease_ms, false));
+		return (raised[0] = gen_raise_alone(call, (void *) gens, 0));
 	cmds = palloc(sizeof(RedisCommand) * n);
-	replies = palloc0(sizeof(redisReply *) * n);
 	for (int i = 0; i < n; i++)
 	{
 		const char **argv = palloc(sizeof(char *) * (3 + SCRIPT_NKEYS_MAX + 2));
@@ -754,38 +831,7 @@ sem_gen_raise_many(RedisCall *call, int n, const GenRaise *gens, bool *raised)
 		cmds[i].argc = fcall_head(argv, gens[i].prefix, gens[i].name, "gen_raise");
 		argv[cmds[i].argc++] = psprintf(INT64_FORMAT, gens[i].lease_ms);
 	}
-	all = redis_exec_pipeline(call, n, cmds, replies);
-	if (!all)
-		first = call->outcome;
-	for (int i = 0; i < n; i++)
-	{
-		RedisOutcome o = {RS_OK, 0, "", 0, false};
-
-		raised[i] = false;
-		if (replies[i] == NULL)
-		{
-			all = false;
-			continue;
-		}
-		(void) redis_reply_outcome(replies[i], &o);
-		if (o.status == RS_NOSCRIPT)
-			raised[i] = sem_gen_raise(call, gens[i].prefix, gens[i].name, gens[i].lease_ms, false);
-		else if (o.status == RS_OK)
-		{
-			if (replies[i]->type == REDIS_REPLY_STRING)
-				gen_note(gens[i].prefix, sem_gen_slot(gens[i].prefix, gens[i].name),
-						 replies[i]->str, false);
-			raised[i] = true;
-		}
-		if (!raised[i] && first.status == RS_OK)
-			first = o.status == RS_NOSCRIPT ? call->outcome : o;
-		if (!raised[i] && first.status == RS_OK)
-			(void) redis_note(&first, RS_MALFORMED, "gen_raise answered nothing");
-		all &= raised[i];
-		freeReplyObject(replies[i]);
-	}
-	call->outcome = first;
-	return all;
+	return run_pipeline(call, n, cmds, &items, raised);
 }
 
 /*
@@ -1175,26 +1221,39 @@ index_key(const char *prefix)
 }
 
 /*
- * Run an index operation: "FCALL <library> 1 <key> op args...", key being
- * the index's (or, for index_policy, a semaphore's: the node to ask).
- * Returns true with a (non-error) reply that the caller frees.
+ * "FCALL <library> 1 <key> op args..." for an index operation, key being
+ * the index's (or, for index_policy, a semaphore's: the node to ask);
+ * *argc: how many entries
+ */
+static const char **
+index_argv(const char *key, const char *op, int nargs, const char *const *args, int *argc)
+{
+	const char **argv = palloc(sizeof(char *) * (5 + nargs));
+
+	*argc = 0;
+	argv[(*argc)++] = "FCALL";
+	argv[(*argc)++] = library_name();
+	argv[(*argc)++] = "1";
+	argv[(*argc)++] = key;
+	argv[(*argc)++] = op;
+	for (int i = 0; i < nargs; i++)
+		argv[(*argc)++] = args[i];
+	return argv;
+}
+
+/*
+ * Run an index operation (index_argv).  Returns true with a (non-error)
+ * reply that the caller frees.
  */
 static bool
 run_index(RedisCall *call, const char *key, const char *op, int nargs,
 		  const char **args, redisReply **reply)
 {
-	const char **argv = palloc(sizeof(char *) * (5 + nargs));
-	int			argc = 0;
+	int			argc;
+	const char **argv = index_argv(key, op, nargs, args, &argc);
 	bool		ok;
 
 	call_prefix[0] = '\0';	/* (not a semaphore's: counted nowhere) */
-	argv[argc++] = "FCALL";
-	argv[argc++] = library_name();
-	argv[argc++] = "1";
-	argv[argc++] = key;
-	argv[argc++] = op;
-	for (int i = 0; i < nargs; i++)
-		argv[argc++] = args[i];
 	ok = fcall_send(call, argc, argv, reply) || sem_call_failed(call, NULL);
 	pfree(argv);
 	return ok;
@@ -1270,82 +1329,79 @@ sem_index_touch(RedisCall *call, const char *prefix, const char **names,
 	return absorb_touch_reply(call, reply, names, n, evicting, adaptive);
 }
 
+/* What run_pipeline's handlers of index touches share */
+typedef struct TouchPipeline
+{
+	const IndexTouch *groups;
+	int			ttl_ms;
+	char	   *evicting;		/* the first policy that may evict */
+} TouchPipeline;
+
+/* Note a touched group's policy, if the first that may evict */
+static bool
+note_policy(TouchPipeline *t, bool touched, char *policy)
+{
+	if (touched && t->evicting == NULL)
+		t->evicting = policy;
+	return touched;
+}
+
+/* run_pipeline's absorb for index_touch */
+static bool
+absorb_index_touch(RedisCall *call, void *ctx, int i, redisReply *reply)
+{
+	TouchPipeline *t = ctx;
+	const IndexTouch *g = &t->groups[i];
+	char	   *policy = NULL;
+
+	bool		touched = absorb_touch_reply(call, reply, g->names, g->n, &policy, g->adaptive);
+
+	return note_policy(t, touched, policy);
+}
+
+/* run_pipeline's alone for index_touch */
+static bool
+index_touch_alone(RedisCall *call, void *ctx, int i)
+{
+	TouchPipeline *t = ctx;
+	const IndexTouch *g = &t->groups[i];
+	char	   *policy = NULL;
+
+	bool		touched = sem_index_touch(call, g->prefix, g->names, g->n, t->ttl_ms,
+										  &policy, g->adaptive);
+
+	return note_policy(t, touched, policy);
+}
+
 /*
  * sem_index_touch of n groups of names (each of one prefix, at most
- * FLEET_TOUCH_MAX_NAMES) in one pipeline: one round trip, however many
- * key prefixes (in a Cluster, one per node of their indexes, in turn).
- * touched[i]: whether group i was; *evicting: the first policy that may
- * evict.  False if any was not (call->outcome: the first failure).  One
- * group goes as one command (a late reply may then be left owed), and a
- * group whose node missed the library goes again on its own, which loads
- * it.  (The keeper's: a Cluster pipeline is never sent through the broker.)
+ * FLEET_TOUCH_MAX_NAMES) in one pipeline (run_pipeline): one round trip,
+ * however many key prefixes.  touched[i]: whether group i was; *evicting:
+ * the first policy that may evict.  One group goes as one command, so that
+ * a late reply may be left owed.
  */
 bool
 sem_index_touch_many(RedisCall *call, int n, const IndexTouch *groups, int ttl_ms,
 					 char **evicting, bool *touched)
 {
+	TouchPipeline t = {groups, ttl_ms, NULL};
+	PipelineItems items = {"index_touch", absorb_index_touch, index_touch_alone, &t};
 	RedisCommand *cmds;
-	redisReply **replies;
-	RedisOutcome first = {RS_OK, 0, "", 0, false};
 	bool		all;
 
-	*evicting = NULL;
 	if (n == 1)
-		return (touched[0] = sem_index_touch(call, groups[0].prefix, groups[0].names,
-											 groups[0].n, ttl_ms, evicting, groups[0].adaptive));
-	cmds = palloc(sizeof(RedisCommand) * n);
-	replies = palloc0(sizeof(redisReply *) * n);
-	for (int i = 0; i < n; i++)
+		all = (touched[0] = index_touch_alone(call, &t, 0));
+	else
 	{
-		const char **args = touch_args(groups[i].names, groups[i].n, ttl_ms);
-		const char **argv = palloc(sizeof(char *) * (groups[i].n + 6));
-
-		cmds[i].argv = argv;
-		cmds[i].argc = 0;
-		argv[cmds[i].argc++] = "FCALL";
-		argv[cmds[i].argc++] = library_name();
-		argv[cmds[i].argc++] = "1";
-		argv[cmds[i].argc++] = index_key(groups[i].prefix);
-		argv[cmds[i].argc++] = "index_touch";
-		for (int k = 0; k <= groups[i].n; k++)
-			argv[cmds[i].argc++] = args[k];
+		cmds = palloc(sizeof(RedisCommand) * n);
+		for (int i = 0; i < n; i++)
+			cmds[i].argv = index_argv(index_key(groups[i].prefix), "index_touch", groups[i].n + 1,
+									  touch_args(groups[i].names, groups[i].n, ttl_ms),
+									  &cmds[i].argc);
+		call_prefix[0] = '\0';	/* (not a semaphore's: counted nowhere) */
+		all = run_pipeline(call, n, cmds, &items, touched);
 	}
-	call_prefix[0] = '\0';		/* (not a semaphore's: counted nowhere) */
-	all = redis_exec_pipeline(call, n, cmds, replies);
-	if (!all)
-		first = call->outcome;
-	for (int i = 0; i < n; i++)
-	{
-		RedisOutcome o = {RS_OK, 0, "", 0, false};
-		char	   *policy = NULL;
-
-		touched[i] = false;
-		if (replies[i] == NULL)
-		{
-			all = false;
-			continue;
-		}
-		(void) redis_reply_outcome(replies[i], &o);
-		if (o.status == RS_NOSCRIPT)
-		{
-			freeReplyObject(replies[i]);
-			touched[i] = sem_index_touch(call, groups[i].prefix, groups[i].names, groups[i].n,
-										 ttl_ms, &policy, groups[i].adaptive);
-		}
-		else if (o.status != RS_OK)
-			freeReplyObject(replies[i]);
-		else
-			touched[i] = absorb_touch_reply(call, replies[i], groups[i].names, groups[i].n,
-											&policy, groups[i].adaptive);
-		if (touched[i] && *evicting == NULL)
-			*evicting = policy;
-		if (!touched[i] && first.status == RS_OK)
-			first = o.status == RS_OK || o.status == RS_NOSCRIPT ? call->outcome : o;
-		if (!touched[i] && first.status == RS_OK)
-			(void) redis_note(&first, RS_MALFORMED, "index_touch answered nothing");
-		all &= touched[i];
-	}
-	call->outcome = first;
+	*evicting = t.evicting;
 	return all;
 }
 
