@@ -215,7 +215,8 @@ count_results() {
 # in the copy, with the private Redis advertised to the TAP tests. Output is
 # shown and appended to LOG; returns make's status.
 run_part() {
-    local copy=$1 dir=$2 part=$3 log=$4 overrides status
+    local copy=$1 dir=$2 part=$3 log=$4 overrides status template=
+    [[ ! -d $dir/initdb-template ]] || template=$dir/initdb-template
     mapfile -t overrides < <(part_overrides "$part")
     redsem_log "make installcheck ($part) as postgres in $copy"
     set +e
@@ -226,12 +227,24 @@ run_part() {
             REDSEM_TEST_REDIS_SERVER="$REDSEM_TMPDIR/bin/redis-server" \
             REDSEM_TEST_REDIS_LOCALE="$REDSEM_TEST_REDIS_LOCALE" \
             REDSEM_TEST_CONNECTION_MODE="${REDSEM_TEST_CONNECTION_MODE:-}" \
+            ${template:+INITDB_TEMPLATE="$template"} \
             make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
             PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer -j3}" "${overrides[@]}"
     ) 2>&1 | tee -a "$log"
     status=${PIPESTATUS[0]}
     set -e
     return "$status"
+}
+
+# make_initdb_template DIR : one initdb, as postgres and in the locale the
+# TAP tests run initdb in (PostgreSQL::Test::Utils drops LC_ALL and sets
+# LC_MESSAGES=C), that every test server starts as a copy of
+# (INITDB_TEMPLATE; t/RedsemTest.pm). Without it each server runs initdb.
+make_initdb_template() {
+    redsem_as_postgres env -u LC_ALL LC_MESSAGES=C \
+        "$("$REDSEM_PG_CONFIG" --bindir)/initdb" -A trust -N -D "$1" >/dev/null && return
+    rm -rf "$1"
+    redsem_log "could not make an initdb template in $1: every test server runs initdb"
 }
 
 FAILED_PARTS=()
@@ -286,6 +299,7 @@ main() {
     redsem_make_locale "$dir/locale"
     redsem_start_redis "$dir"
     write_test_conf "$copy" "$dir/redis.sock"
+    make_initdb_template "$dir/initdb-template"
 
     local parts=("$SUITE")
     [[ $SUITE == all ]] && parts=(regress isolation tap)
