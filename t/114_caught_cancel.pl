@@ -53,29 +53,62 @@ sub forget
 # Wait until $sem has a holder in Redis
 sub held { my ($sem) = @_; return wait_until(10, sub { $redis->zcard($sem, 'owner') == 1 }); }
 
+# Start $sql in session $s, wait until it holds $sem, and make Redis forget
+# $sem; when it forgot
+sub run_and_forget
+{
+	my ($s, $sql, $sem) = @_;
+	$s->send($sql);
+	ok(held($sem), "the holder runs under its slot of $sem");
+	forget($sem);
+	return time;
+}
+
+# Check that session $s caught the cancel for $sem and was terminated for
+# running on, soon after $forgot
+sub check_terminated
+{
+	my ($s, $sem, $forgot) = @_;
+	ok($s->wait_exit(20), 'the session ended');
+	my $err = $s->stderr_so_far;
+	like($err, qr/caught: the slot of semaphore "\Q$sem\E" was lost/, 'the code caught the cancel');
+	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
+	cmp_ok(time - $forgot, '<', 10, 'within the lease and the escalation delay');
+	return;
+}
+
+# Check that session $s caught the cancel for $sem, was left alone and
+# printed what matches $done
+sub check_left_alone
+{
+	my ($s, $sem, $done) = @_;
+	my ($out, $err) = $s->wait_done(30);
+	like($err // '', qr/caught: the slot of semaphore "\Q$sem\E" was lost/, 'the code caught the cancel');
+	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
+	like($out // '', $done, 'the statement after the catch ran to its end');
+	return;
+}
+
+# A DO block that takes $sems (name => limit) and sleeps in a loop that
+# catches the cancel, at most $rounds rounds of 0.1 s (0: for ever);
+# $on_catch runs after the catch
+sub catch_loop
+{
+	my ($sems, $rounds, $on_catch) = @_;
+	my $takes = join('', map { "  PERFORM redsem_acquire('$_->[0]', $_->[1], '3 s');\n" } @$sems);
+	my $exit = $rounds ? "      n := n + 1;\n      EXIT WHEN n > $rounds;\n" : '';
+	return "DO \$\$ DECLARE n int := 0; BEGIN\n$takes  LOOP\n    BEGIN\n      PERFORM pg_sleep(0.1);\n$exit"
+	  . "    EXCEPTION WHEN query_canceled THEN\n      RAISE WARNING 'caught: %', SQLERRM;\n"
+	  . ($on_catch // '') . "    END;\n  END LOOP;\nEND \$\$;";
+}
+
 ###########################################################################
 note 'catch the cancel and run on: terminated';
 {
 	my $s = session('runs_on');
-	$s->send(q{DO $$ BEGIN
-  PERFORM redsem_acquire('esc_on', 1, '3 s');
-  LOOP
-    BEGIN
-      PERFORM pg_sleep(0.1);
-    EXCEPTION WHEN query_canceled THEN
-      RAISE WARNING 'caught: %', SQLERRM;
-    END;
-  END LOOP;
-END $$;});
-	ok(held('esc_on'), 'the holder runs under its slot');
+	my $forgot = run_and_forget($s, catch_loop([ [ 'esc_on', 1 ] ], 0), 'esc_on');
 	my $pid = $s->backend_pid;
-	forget('esc_on');
-	my $forgot = time;
-	ok($s->wait_exit(20), 'the session ended');
-	my $err = $s->stderr_so_far;
-	like($err, qr/caught: the slot of semaphore "esc_on" was lost/, 'the code caught the cancel');
-	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
-	cmp_ok(time - $forgot, '<', 10, 'within the lease and the escalation delay');
+	check_terminated($s, 'esc_on', $forgot);
 	like(slurp_file($node->logfile),
 		qr/redsem keeper terminated process $pid: it ran on after its statement was cancelled for the lost slot of semaphore "esc_on"/,
 		'the server log says why');
@@ -85,26 +118,10 @@ END $$;});
 note 'catch the cancel, back off, take the slot again: left alone';
 {
 	my $s = session('retries');
-	$s->send(q{DO $$ DECLARE n int := 0; BEGIN
-  PERFORM redsem_acquire('esc_retry', 1, '3 s');
-  LOOP
-    BEGIN
-      PERFORM pg_sleep(0.1);
-      n := n + 1;
-      EXIT WHEN n > 60;
-    EXCEPTION WHEN query_canceled THEN
-      RAISE WARNING 'caught: %', SQLERRM;
-      PERFORM pg_sleep(0.5);
-      PERFORM redsem_acquire('esc_retry', 1, '3 s');
-    END;
-  END LOOP;
-END $$; SELECT 'done';});
-	ok(held('esc_retry'), 'the holder runs under its slot');
-	forget('esc_retry');
-	my ($out, $err) = $s->wait_done(30);
-	like($err // '', qr/caught: the slot of semaphore "esc_retry" was lost/, 'the code caught the cancel');
-	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
-	is($out, 'done', 'the statement ran to its end under the slot it took again');
+	run_and_forget($s, catch_loop([ [ 'esc_retry', 1 ] ], 60,
+		"      PERFORM pg_sleep(0.5);\n      PERFORM redsem_acquire('esc_retry', 1, '3 s');\n")
+		  . " SELECT 'done';", 'esc_retry');
+	check_left_alone($s, 'esc_retry', qr/^done$/);
 	is($s->query_ok('SELECT 1;'), '1', 'the session goes on');
 	$s->quit;
 }
@@ -113,18 +130,13 @@ END $$; SELECT 'done';});
 note 'catch the cancel and end the statement; the next one runs long: left alone';
 {
 	my $s = session('ends');
-	$s->send(q{DO $$ BEGIN
+	run_and_forget($s, q{DO $$ BEGIN
   PERFORM redsem_acquire('esc_end', 1, '3 s');
   PERFORM pg_sleep(30);
 EXCEPTION WHEN query_canceled THEN
   RAISE WARNING 'caught: %', SQLERRM;
-END $$; SELECT pg_sleep(5); SELECT 'done';});
-	ok(held('esc_end'), 'the holder runs under its slot');
-	forget('esc_end');
-	my ($out, $err) = $s->wait_done(30);
-	like($err // '', qr/caught: the slot of semaphore "esc_end" was lost/, 'the code caught the cancel');
-	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
-	like($out // '', qr/done/, 'the next statement ran to its end');
+END $$; SELECT pg_sleep(5); SELECT 'done';}, 'esc_end');
+	check_left_alone($s, 'esc_end', qr/done/);
 	$s->quit;
 }
 
@@ -133,18 +145,13 @@ note 'the same, in one Query message with the statement after it: left alone';
 {
 	my $s = session('one_query');
 	# (psql sends statements joined by \; as one Query: one query_start)
-	$s->send(q{DO $$ BEGIN
+	run_and_forget($s, q{DO $$ BEGIN
   PERFORM redsem_acquire('esc_one', 1, '3 s');
   PERFORM pg_sleep(30);
 EXCEPTION WHEN query_canceled THEN
   RAISE WARNING 'caught: %', SQLERRM;
-END $$ \; SELECT pg_sleep(5) \; SELECT 'done';});
-	ok(held('esc_one'), 'the holder runs under its slot');
-	forget('esc_one');
-	my ($out, $err) = $s->wait_done(30);
-	like($err // '', qr/caught: the slot of semaphore "esc_one" was lost/, 'the code caught the cancel');
-	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
-	like($out // '', qr/done/, 'the statement after it ran to its end');
+END $$ \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_one');
+	check_left_alone($s, 'esc_one', qr/done/);
 	$s->quit;
 }
 
@@ -152,40 +159,18 @@ END $$ \; SELECT pg_sleep(5) \; SELECT 'done';});
 note "a statement queue's statement that catches the cancel: terminated";
 {
 	my $s = session('queued', 'queued');
-	$s->send(q{SELECT catcher();});
-	ok(held('queue:q114'), 'the statement runs under its queue slot');
-	forget('queue:q114');
-	ok($s->wait_exit(20), 'the session ended');
-	my $err = $s->stderr_so_far;
-	like($err, qr/caught: the slot of semaphore "queue:q114" was lost/, 'the code caught the cancel');
-	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
+	my $forgot = run_and_forget($s, q{SELECT catcher();}, 'queue:q114');
+	check_terminated($s, 'queue:q114', $forgot);
 }
 
 ###########################################################################
 note 'a slot of another semaphore held on does not count: terminated';
 {
 	my $s = session('two');
-	$s->send(q{DO $$ DECLARE n int := 0; BEGIN
-  PERFORM redsem_acquire('esc_two', 2, '3 s');
-  PERFORM redsem_acquire('esc_two_other', 1, '3 s');
-  LOOP
-    BEGIN
-      PERFORM pg_sleep(0.1);
-      n := n + 1;
-      EXIT WHEN n > 300;
-    EXCEPTION WHEN query_canceled THEN
-      RAISE WARNING 'caught: %', SQLERRM;
-    END;
-  END LOOP;
-END $$; SELECT 'done';});
-	ok(held('esc_two_other'), 'the holder runs under its slots');
-	forget('esc_two_other');
-	my $forgot = time;
-	ok($s->wait_exit(20), 'the session ended');
-	my $err = $s->stderr_so_far;
-	like($err, qr/caught: the slot of semaphore "esc_two_other" was lost/, 'the code caught the cancel');
-	like($err, qr/terminating connection/, 'a slot of another semaphore does not count: it was terminated');
-	cmp_ok(time - $forgot, '<', 10, 'within the lease and the escalation delay');
+	my $forgot = run_and_forget($s,
+		catch_loop([ [ 'esc_two', 2 ], [ 'esc_two_other', 1 ] ], 300) . " SELECT 'done';",
+		'esc_two_other');
+	check_terminated($s, 'esc_two_other', $forgot);
 }
 
 $node->stop;
