@@ -619,6 +619,9 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 		result = prev_planner(parse, query_string, cursorOptions, boundParams);
 	else
 		result = standard_planner(parse, query_string, cursorOptions, boundParams);
+	/* (again: a function the planner evaluated may have set one meanwhile) */
+	if (session_queue_now() != NULL)
+		(void) queue_costs_trusted();
 	return result;
 }
 

@@ -14,6 +14,15 @@
  *		from then on count as costly: it is queued (a plan made then may be
  *		kept, by PREPARE or the plan cache, after the setting is reset).
  *		The server log says so once per session, naming the settings.
+ *
+ *		A plan is looked at after it is made too: a function the planner
+ *		evaluates (to fold a constant, or to estimate a selectivity) may set
+ *		a cost setting while the plan is made.  It may also reset it before
+ *		the plan is done (RESET, or set_config with a null value, which give
+ *		the setting its trusted source back), so a cost setting changed in
+ *		the transaction at all (SET, RESET, set_config: each leaves the value
+ *		it replaced on the setting's stack until the transaction ends) counts
+ *		as one the session set.
  */
 #include "postgres.h"
 
@@ -84,6 +93,16 @@ untrusted_source(GucSource source)
 	return true;
 }
 
+/*
+ * True if a setting's value may have been set by the role itself, or was
+ * changed in this transaction (and perhaps reset since)
+ */
+static bool
+untrusted_setting(const struct config_generic *record)
+{
+	return record->stack != NULL || untrusted_source(record->source);
+}
+
 /* Say once, in the server log, which settings made the session's statements costly */
 static void
 report_untrusted(void)
@@ -92,9 +111,12 @@ report_untrusted(void)
 
 	initStringInfo(&names);
 	for (int i = 0; i < (int) N_COST_SETTINGS; i++)
-		if (records[i] != NULL && untrusted_source(records[i]->source))
+		if (records[i] != NULL && untrusted_setting(records[i]))
 			appendStringInfo(&names, "%s%s (%s)", names.len > 0 ? ", " : "",
-							 cost_settings[i], GucSource_Names[records[i]->source]);
+							 cost_settings[i],
+							 untrusted_source(records[i]->source) ?
+							 GucSource_Names[records[i]->source] :
+							 "changed in this transaction");
 	ereport(LOG,
 			(errmsg("redsem: statements of this session count as costly for statement queues from now on"),
 			 errdetail("These planner settings come from the session or the role, which could lower a statement's estimated cost: %s.",
@@ -106,8 +128,8 @@ report_untrusted(void)
 /*
  * True while no plan or statement of this session saw a cost setting from
  * where the role can write (called when a statement of a queue with
- * min_cost plans or starts, and for a catalog read that may be light:
- * queue_light.c)
+ * min_cost is planned, before and after, or starts, and for a catalog
+ * read that may be light: queue_light.c)
  */
 bool
 queue_costs_trusted(void)
@@ -118,7 +140,7 @@ queue_costs_trusted(void)
 	{
 		if (records[i] == NULL)
 			records[i] = redsem_find_setting(cost_settings[i]);
-		if (records[i] != NULL && untrusted_source(records[i]->source))
+		if (records[i] != NULL && untrusted_setting(records[i]))
 		{
 			untrusted_seen = true;
 			report_untrusted();

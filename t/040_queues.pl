@@ -361,6 +361,47 @@ like($mc->query_ok(q{EXPLAIN EXECUTE heavy;}), qr/cost=0\.00\.\.0\.00/, 'a plan 
 $mc->query_ok(q{EXECUTE heavy;});
 is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", '... and its statement is queued');
 $mc->quit;
+# ... or by a function the planner evaluates, the settings reset before the
+# statement runs (found by review: the settings were looked at only before
+# the plan was made, and at ExecutorStart), or even before the plan is done
+# (RESET, or set_config with a null value, give the trusted source back)
+$admin->query_ok(q{CREATE FUNCTION lowerer() RETURNS boolean IMMUTABLE LANGUAGE sql AS $$
+  SELECT set_config('cpu_tuple_cost', '0', false) IS NOT NULL AND set_config('cpu_operator_cost', '0', false) IS NOT NULL $$;
+CREATE FUNCTION unset() RETURNS boolean IMMUTABLE LANGUAGE sql AS $$
+  SELECT set_config('cpu_tuple_cost', NULL, false) IS NULL AND set_config('cpu_operator_cost', NULL, false) IS NULL $$;
+CREATE FUNCTION do_reset() RETURNS boolean VOLATILE LANGUAGE plpgsql AS $$
+  BEGIN RESET cpu_tuple_cost; RESET cpu_operator_cost; RETURN true; END $$;
+CREATE FUNCTION resetter() RETURNS boolean IMMUTABLE LANGUAGE sql AS $$ SELECT do_reset() $$;});
+my $admitted = q{SELECT admitted FROM redsem_queues WHERE name = 'mincost';};
+for my $case (['after', 'lowerer()', 1], ['unset', 'lowerer() AND unset()', 0], ['reset', 'lowerer() AND resetter()', 0])
+{
+	my ($name, $quals, $cheap) = @$case;
+	(my $sql = $heavy) =~ s/;$/ AND $quals;/;
+	$mc = RedsemTest::Session->new($node_a, name => "mincost-$name");
+	$mc->query_ok(q{SET redsem.queue = 'mincost';} . qq{ PREPARE heavy AS $sql});
+	my $plan = $mc->query_ok(q{EXPLAIN EXECUTE heavy;});
+	like($plan, qr/cost=0\.00\.\.0\.00/, "$name: a plan made cheap by a function the planner evaluates") if $cheap;
+	$mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost;});
+	# (the query of a function the planner evaluates is judged as a statement of its own)
+	my $adm = $admin->query_ok($admitted);
+	$mc->query_ok(q{EXECUTE heavy;});
+	is($admin->query_ok($admitted), $adm + 1, "$name: ... its statement is queued, the settings reset");
+	$mc->query_ok(q{SELECT pg_sleep(0);});
+	is($admin->query_ok($admitted), $adm + 2, "$name: ... and so are the session's statements after it");
+	$mc->quit;
+}
+# a setting changed and reset in the transaction counts (it may have been
+# lowered for part of a plan)
+$mc = RedsemTest::Session->new($node_a, name => 'mincost-txn');
+$mc->query_ok(q{SET redsem.queue = 'mincost';});
+my $adm = $admin->query_ok($admitted);
+$mc->query_ok(q{BEGIN; SET LOCAL cpu_tuple_cost = 0; RESET cpu_tuple_cost; SELECT pg_sleep(0); COMMIT;});
+is($admin->query_ok($admitted), $adm + 1, 'a cost setting changed and reset in the transaction: the statement is queued');
+$mc->quit;
+like(PostgreSQL::Test::Utils::slurp_file($node_a->logfile),
+	qr/DETAIL:  These planner settings come from the session or the role, which could lower a statement's estimated cost: cpu_tuple_cost \(changed in this transaction\)\./,
+	'the server log names a setting changed and reset so');
+$admin->query_ok(q{DROP FUNCTION lowerer(); DROP FUNCTION unset(); DROP FUNCTION resetter(); DROP FUNCTION do_reset();});
 $mc = RedsemTest::Session->new($node_a, name => 'mincost3');
 $mc->query_ok(q{SET redsem.queue = 'mincost'; SET work_mem = '4GB';});
 ($adm0, $byp0) = split m{/}, $admin->query_ok($counts);
