@@ -46,6 +46,7 @@
 #include "sqlargs.h"
 #include "stop.h"
 #include "timing.h"
+#include "watchdog.h"
 
 /* redsem.max_holds_per_session */
 int			redsem_max_holds_per_session = 1000;
@@ -118,6 +119,8 @@ static List *dooms = NIL;
 
 /* The stops counter as this session last looked at its holds */
 static uint64 stops_seen = 0;
+/* ... and of its watchdog's stops (watchdog_fires) */
+static int	fires_seen = 0;
 
 /* When this session's first hold still good runs past its valid_until */
 static TimestampTz next_look = 0;
@@ -127,6 +130,7 @@ static ProcessUtility_hook_type prev_process_utility = NULL;
 static void
 hold_free(Hold *hold)
 {
+	watchdog_unwatch(hold->shared_slot);
 	shared_hold_remove(hold->shared_slot, hold->id);
 	pfree(hold->prefix);
 	pfree(hold->name);
@@ -158,6 +162,7 @@ mark_ending(Hold *hold)
 		return;
 	hold->was_held = (hold->state == HOLD_HELD);
 	hold->state = HOLD_ENDING;
+	watchdog_unwatch(hold->shared_slot);
 	shared_hold_set_ending(hold->shared_slot, hold->id);
 }
 
@@ -851,6 +856,8 @@ hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 					redsem_valid_until(confirmed_at, confirm_ms > 0 ? confirm_ms : lease_ms));
 	shared_hold_set_phase(hold->shared_slot, hold->id, PHASE_HELD, ticket,
 						  confirmed_at, confirm_ms, true);
+	if (hold->on_lost != SLOT_LOST_WARN)
+		watchdog_watch(hold->shared_slot);
 }
 
 
@@ -884,6 +891,9 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	valid_until = redsem_valid_until(refreshed, kept);
 	out->kept_ms = kept;
 	out->unconfirmed_ms = TimestampDifferenceMilliseconds(refreshed, now);
+	/* (its watchdog took the stop on: stopped, though a refresh came since) */
+	if (hold->shared_slot >= 0 && pg_atomic_read_u64(&copy.stop_at) == SHARED_STOP_CLAIMED)
+		valid_until = Min(valid_until, now);
 	if (out->reason == STOP_NONE && now >= valid_until)
 	{
 		if (out->policy == SLOT_LOST_WARN)
@@ -943,7 +953,8 @@ bool
 hold_stop_look_due(bool at_commit)
 {
 	return holds != NIL &&
-		(at_commit || shared_stops_made() != stops_seen || redsem_now() >= next_look);
+		(at_commit || shared_stops_made() != stops_seen ||
+		 watchdog_fires() != fires_seen || redsem_now() >= next_look);
 }
 
 /*
@@ -964,6 +975,8 @@ hold_check_stopped(bool at_commit)
 	ListCell   *lc;
 	int			n = 0;
 
+	/* (an ERROR at the top level disabled the watchdog's timeout) */
+	watchdog_arm();
 	if (at_commit)
 		dooms_refuse();
 	if (!hold_stop_look_due(at_commit))
@@ -973,6 +986,7 @@ hold_check_stopped(bool at_commit)
 	{
 		/* (a look at commit skips the session's slots: it moves neither) */
 		stops_seen = shared_stops_made();
+		fires_seen = watchdog_fires();
 		next_look = DT_NOEND;
 	}
 	stopped = palloc(sizeof(StoppedHold) * list_length(holds));

@@ -891,7 +891,14 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 {
 	if (BackendPidGetProc(sn->pid) == NULL)
 		return;
-	if (sn->policy == SLOT_LOST_TERMINATE)
+	if (sn->self)
+	{
+		/* (its own watchdog stopped it: the keeper was late, logged why) */
+		if (sn->policy != SLOT_LOST_TERMINATE)
+			escalate_watch(sn->pid, sn->name, redsem_now());
+		log_stop(st, sn, "saw the watchdog stop");
+	}
+	else if (sn->policy == SLOT_LOST_TERMINATE)
 	{
 		if (kill(sn->pid, SIGTERM) == 0)
 			log_stop(st, sn, "terminated");

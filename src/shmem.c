@@ -234,6 +234,7 @@ abandon_previous_holds(void)
 		h->trouble[sizeof(h->trouble) - 1] = '\0';
 		h->abandoned = true;
 		h->pid = 0;
+		pg_atomic_write_u64(&h->stop_at, 0);
 		h->failures = 0;
 		h->retry_at = 0;
 		h->logged_at = 0;
@@ -542,6 +543,57 @@ shared_hold_note_failure(int slot, const char *id, int failures,
 	LWLockRelease(shared->holds_lock);
 }
 
+static bool stoppable(const SharedHold *h);
+
+/*
+ * Under holds_lock exclusive: set h's stop_at from its state (its
+ * valid_until while it is a slot to stop, else 0), unless its stop was
+ * claimed (SHARED_STOP_CLAIMED stays until the hold ends or is asked for
+ * anew: stopped once, stopped for good)
+ */
+static void
+note_stop_at(SharedHold *h)
+{
+	uint64		want = 0;
+	uint64		cur = pg_atomic_read_u64(&h->stop_at);
+
+	if (stoppable(h) && h->stop == STOP_NONE && !h->ending)
+		want = (uint64) Max(shared_hold_valid_until(h), SHARED_STOP_CLAIMED + 1);
+	while (cur != SHARED_STOP_CLAIMED && cur != want)
+		if (pg_atomic_compare_exchange_u64(&h->stop_at, &cur, want))
+			break;
+}
+
+/*
+ * The backend's watchdog, in a signal handler (no lock; atomics only): take
+ * on the stop of each of its slots (mine: by slot) past its stop_at.  The
+ * strongest policy of those it took on (SlotLostPolicy: cancel or
+ * terminate), -1 if none.
+ */
+int
+shared_hold_watchdog(const volatile bool *mine, int n, TimestampTz now)
+{
+	int			policy = -1;
+
+	if (shared == NULL)
+		return -1;
+	for (int i = 0; i < Min(n, hold_table_size); i++)
+	{
+		SharedHold *h = &hold_table[i];
+		uint64		at;
+
+		if (!mine[i])
+			continue;
+		at = pg_atomic_read_u64(&h->stop_at);
+		if (at <= SHARED_STOP_CLAIMED || now < (TimestampTz) at ||
+			!pg_atomic_compare_exchange_u64(&h->stop_at, &at, SHARED_STOP_CLAIMED))
+			continue;
+		if (policy < 0 || h->on_lost == SLOT_LOST_TERMINATE)
+			policy = h->on_lost;
+	}
+	return policy;
+}
+
 /*
  * The backend of a hold is giving it back (its scope ended): a refresh
  * racing that release finds the slot gone, which stops nobody
@@ -555,7 +607,10 @@ shared_hold_set_ending(int slot, const char *id)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
+	{
 		h->ending = true;
+		note_stop_at(h);
+	}
 	LWLockRelease(shared->holds_lock);
 }
 
@@ -588,6 +643,7 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 		h->failures = 0;
 		h->retry_at = 0;
 		h->trouble[0] = '\0';
+		note_stop_at(h);
 	}
 	LWLockRelease(shared->holds_lock);
 }
@@ -874,10 +930,12 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 			h->stop_signalled = false;
 			h->lost = false;
 			h->forced = false;
+			pg_atomic_write_u64(&h->stop_at, 0);
 		}
 		if (phase == PHASE_HELD)
 			h->acquired_at = confirmed_at;
 		due_ms = shared_hold_kept_ms(h) / KEEPER_REFRESH_FRACTION;
+		note_stop_at(h);
 	}
 	LWLockRelease(shared->holds_lock);
 	if (phase == PHASE_HELD)
@@ -906,6 +964,7 @@ shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 			h->lost = false;
 			h->forced = false;
 		}
+		note_stop_at(h);
 	}
 	LWLockRelease(shared->holds_lock);
 	wake_keeper_by(TimestampTzPlusMilliseconds(confirmed_at,
@@ -974,6 +1033,7 @@ shared_hold_remove(int slot, const char *id)
 	if ((h = tracked_hold(slot, id)) != NULL)
 	{
 		h->in_use = false;
+		note_stop_at(h);
 		shared->holds_in_use--;
 		if (h->role_counted)
 			(void) role_holds_add(h->role, -1);
@@ -991,7 +1051,10 @@ shared_hold_abandon(int slot, const char *id)
 		return;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
+	{
 		h->abandoned = true;
+		note_stop_at(h);
+	}
 	LWLockRelease(shared->holds_lock);
 	wake_keeper_by(DT_NOEND);
 }
@@ -1035,6 +1098,7 @@ mark_stopped(SharedHold *h, StopReason why, TimestampTz now)
 	h->stop = (uint8) why;
 	h->lost = true;
 	h->stopped_at = now;
+	note_stop_at(h);
 	pg_atomic_fetch_add_u64(&shared->stops, 1);
 	return true;
 }
@@ -1128,6 +1192,8 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		if (h->stop_signalled || n >= max)
 			continue;
 		h->stop_signalled = true;
+		/* (its backend's watchdog took the stop on first: it stopped itself) */
+		out[n].self = pg_atomic_read_u64(&h->stop_at) == SHARED_STOP_CLAIMED;
 		out[n].slot = i;
 		out[n].pid = h->pid;
 		out[n].policy = h->on_lost;

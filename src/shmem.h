@@ -107,10 +107,18 @@ typedef struct SharedHold
 	TimestampTz retry_at;		/* keeper's next try after a failure */
 	TimestampTz logged_at;		/* keeper's last log line about it */
 	char		trouble[160];	/* why the keeper's last try failed */
+	pg_atomic_uint64 stop_at;	/* read without the lock by its backend's
+								 * watchdog (hold.c): the valid_until of a
+								 * slot to stop when it passes, 0 if none,
+								 * SHARED_STOP_CLAIMED once the backend or
+								 * the keeper took the stop on */
 	char		prefix[REDSEM_MAX_PREFIX_BYTES + 1];
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
 	char		id[REDSEM_MAX_ID_BYTES + 1];
 } SharedHold;
+
+/* SharedHold.stop_at of a stop its backend or the keeper took on */
+#define SHARED_STOP_CLAIMED	1
 
 /* How long Redis keeps a hold from its last confirmation: window or lease */
 static inline int64
@@ -133,6 +141,7 @@ shared_hold_valid_until(const SharedHold *h)
 /* A holder the keeper is to stop (shared_hold_stops_due) */
 typedef struct StopNotice
 {
+	bool		self;			/* its backend's watchdog stopped it already */
 	int			slot;
 	int			pid;
 	uint8		policy;			/* SlotLostPolicy */
@@ -248,6 +257,7 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
+extern int	shared_hold_watchdog(const volatile bool *mine, int n, TimestampTz now);
 /* What a backend has of a semaphore besides stopped entries (escalate.c) */
 typedef enum HoldFreshness
 {

@@ -174,7 +174,11 @@
  * (a batch's and a touch's deadline is at most the earliest such moment).
  * A backend also looks at its own holds when it starts a statement and
  * before it commits, so a keeper that died does not leave a holder running
- * past that moment beyond its next statement.  A refresh that finds the
+ * past that moment beyond its next statement; and while it holds a slot to
+ * stop, its watchdog (src/watchdog.c) looks every REDSEM_WATCHDOG_MS and
+ * stops it at that moment if the keeper has not (a keeper stalled, alive
+ * but not running, is never restarted): at most REDSEM_WATCHDOG_MS late,
+ * within REDSEM_STOP_ACT_MS, the rest left to the signal and the abort.  A refresh that finds the
  * slot gone stops the holder at once.  A cancelled holder whose statement
  * still runs REDSEM_STOP_ESCALATE_MS after the cancel, without taking the
  * slot again (it caught the cancel), is terminated (src/escalate.c): long
@@ -238,6 +242,7 @@
 
 #define REDSEM_CLOCK_RATE_DIVISOR	100
 #define REDSEM_STOP_ACT_MS			200
+#define REDSEM_WATCHDOG_MS			100
 #define REDSEM_STOP_ESCALATE_MS		2000
 
 #define SENTINEL_RETRY_MS			100

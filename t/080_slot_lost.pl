@@ -197,6 +197,31 @@ note 'the keeper stopped: a backend finds its own hold past its valid time';
 }
 
 ###########################################################################
+note 'the keeper stalled: a running holder stops itself, before its lease ends in Redis';
+{
+	# (a keeper stopped, or starved of CPU, is alive: nothing restarts it;
+	# the backend's watchdog, src/watchdog.c, stops the statement instead)
+	my $keeper = keeper_pid_of($node);
+	my $s = session('watchdog');
+	$s->query_ok("SELECT redsem_acquire('wd', 1, '3 s') IS NOT NULL;");
+	$s->send(q{DO $$ BEGIN PERFORM pg_sleep(30); EXCEPTION WHEN query_canceled THEN
+		RAISE WARNING 'stopped at %', extract(epoch FROM clock_timestamp()); RAISE; END $$;});
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	my $id = $redis->cli('ZRANGE', 'redsem:{wd}:timeout', 0, 0);
+	my $deadline = $redis->cli('ZSCORE', 'redsem:{wd}:timeout', $id) / 1000.0;
+	my ($out, $err) = $s->wait_done(20);
+	kill 'CONT', $keeper;
+	my ($ended) = ($err // '') =~ /stopped at ([\d.]+)/;
+	like($err, lost_error('wd'), 'the statement is stopped though the keeper does not run');
+	like($err, qr/had not confirmed its lease of 3000 ms/, 'because its lease went unconfirmed');
+	ok(defined $ended && $ended < $deadline,
+		sprintf('before Redis would give its slot away (%.0f ms before)', 1000 * ($deadline - ($ended // 0))));
+	is($s->query_ok('SELECT 1;'), '1', 'the session goes on');
+	$s->quit;
+}
+
+###########################################################################
 note 'policies: terminate and warn, set by a superuser only';
 {
 	my ($ret, $out, $err) = $node->psql('postgres', 'SET redsem.on_slot_lost = warn', extra_params => [ '-U', 'app' ]);
