@@ -396,7 +396,11 @@ supervisor_sleep_ms(void)
 
 /*
  * The supervisor: keep one broker running, restart it when it dies (at
- * once, or after a back-off if it keeps dying), stop it at shutdown.
+ * once, or after a back-off if it keeps dying), stop it at shutdown.  It
+ * exits with code 1 after a SIGTERM: at shutdown the postmaster starts no
+ * worker again, and a SIGTERM from anyone else (pkill -f 'redsem broker'
+ * matches it too) must not leave the server without a broker (a worker
+ * that exits with 0 is never restarted).
  */
 void
 redsem_broker_supervisor_main(Datum main_arg)
@@ -420,5 +424,5 @@ redsem_broker_supervisor_main(Datum main_arg)
 		ResetLatch(MyLatch);
 	}
 	stop_broker();
-	proc_exit(0);
+	proc_exit(1);
 }

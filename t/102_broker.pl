@@ -253,6 +253,26 @@ $sa->query_ok(q{SELECT redsem_drop_queue('kq');});
 $_->quit for ($qa, $qb);
 
 ###########################################################################
+note 'SIGTERM of the broker supervisor (pkill -f "redsem broker" matches it): both come back';
+
+# (a background worker that exits with 0 is never restarted: the server
+# was left without a broker, every call failing, until a restart)
+{
+	my ($pm) = split /\n/, slurp_file($node->data_dir . '/postmaster.pid');
+	my ($sup) = map { $_->[0] } grep { $_->[1] == $pm && $_->[3] =~ /redsem broker supervisor/ } processes();
+	my $old = broker_pid();
+	ok(defined $sup && defined $old, 'a supervisor and its broker run');
+	kill 'TERM', $sup;
+	my $new;
+	ok(defined wait_until(20, sub { $new = broker_pid(); defined $new && $new != $old }),
+		'the postmaster starts the supervisor again, and it a broker');
+	my $st = session('after supervisor');
+	is($st->query_ok(q{SELECT redsem_release('sup', redsem_acquire('sup', 1, '60 s'));}), 't',
+		'calls go through the new broker');
+	$st->quit;
+}
+
+###########################################################################
 note 'a call to a stopped broker is cancelled at once';
 
 is($sa->query_ok(q{SELECT redsem_acquire('stop', 5, '60 s') IS NOT NULL;}), 't',
