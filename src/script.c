@@ -562,7 +562,8 @@ sem_wait_replicas(RedisCall *call, const char *name, int replicas,
 
 	snprintf(n, sizeof(n), "%d", replicas);
 	snprintf(t, sizeof(t), "%d", timeout_ms);
-	call->extra_wait_ms = timeout_ms;
+	/* (Redis ends a WAIT at its next timer tick too: src/timing.h) */
+	call->extra_wait_ms = (int) Min((int64) timeout_ms + REDIS_TICK_SLACK_MS, PG_INT32_MAX / 2);
 	if (!exec_counted(call, name, 3, argv, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_INTEGER)
@@ -855,7 +856,8 @@ sem_wait_for_wake(RedisCall *call, const char *name, const char *id,
 	argv[1] = sem_key(NULL, name, psprintf("wake:%s", id));
 	argv[2] = sem_key(NULL, name, psprintf("nudge:%s", id));
 	argv[3] = secs;
-	call->extra_wait_ms = (int) Min(timeout_ms, PG_INT32_MAX / 2);
+	/* (Redis ends a BLPOP at its next timer tick: src/timing.h) */
+	call->extra_wait_ms = (int) Min(timeout_ms + REDIS_TICK_SLACK_MS, PG_INT32_MAX / 2);
 	*ticket = 0;
 	*nudge_ms = -1;
 	if (!exec_counted(call, name, 4, argv, &reply))

@@ -34,7 +34,11 @@
  * nap is when the rate lets the waiter in, so it spends the last
  * REDIS_TICK_SLACK_MS of a nap in its own process instead (a wake-up
  * pushed meanwhile is seen at the look that follows): rates keep their
- * pace for any hz of 4 or more.  Every key of a
+ * pace for any hz of 4 or more.  For the same reason a BLPOP's (and a
+ * WAIT's) reply is given REDIS_TICK_SLACK_MS past its own timeout and
+ * redsem.command_timeout before the call gives up on it: with a short
+ * command timeout (below 100 ms) a wait that ran out was reported as a
+ * Redis that did not answer (08006) instead of as not obtained (55P03).  Every key of a
  * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
  * these two live in the script, and are repeated here as comments only.
  *

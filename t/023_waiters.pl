@@ -156,6 +156,20 @@ $left = ms_left('late', $out);
 ok($left > $WINDOW * 1000, "its 60 s lease runs at once ($left ms)");
 is($w->query_ok(qq{SELECT redsem_release('late', '$out');}), 't', 'the waiter releases');
 
+note 'a short redsem.command_timeout: a wait that runs out is not obtained, not a Redis that did not answer';
+
+# (Redis ends a BLPOP at its next timer tick, up to 100 ms late at the
+# default hz of 10: with a command timeout of 10 ms that was reported as
+# 08006 and the connection dropped)
+$hid = $h->query_ok(q{SELECT redsem_acquire('tick', 1, '60 s');});
+my @got = map {
+	my ($o, $e) = $w->query(q{SET redsem.command_timeout = 10; SELECT redsem_acquire('tick', 1, '60 s', '200 ms') IS NULL;});
+	($e // '') =~ /ERROR:  (\w+)/ ? $1 : $o;
+} 1 .. 5;
+is("@got", 't t t t t', 'five waits of 200 ms with a 10 ms command timeout return NULL');
+$w->query_ok(q{RESET redsem.command_timeout;});
+is($h->query_ok(qq{SELECT redsem_release('tick', '$hid');}), 't', 'the holder releases');
+
 $_->quit foreach ($h, $n, $w);
 node_log_is_clean($node);
 $node->stop;
