@@ -152,6 +152,16 @@ RESET ROLE;
 DROP ROLE regress_redsem_monitor;
 RESET redsem.password;
 SHOW redsem.password;
+-- never stored where every role reads it (pg_db_role_setting, pg_proc)
+ALTER ROLE CURRENT_USER SET redsem.password = 'not-to-be-stored';
+SELECT current_database() AS db \gset
+ALTER DATABASE :"db" SET redsem.password = 'not-to-be-stored';
+CREATE FUNCTION pg_temp.with_password() RETURNS int LANGUAGE sql
+  SET redsem.password = 'not-to-be-stored' AS 'SELECT 1';
+ALTER ROLE CURRENT_USER SET redsem.password = '';
+ALTER ROLE CURRENT_USER RESET redsem.password;
+SELECT count(*) AS rows_storing_it FROM pg_db_role_setting
+  WHERE array_to_string(setconfig, ' ') LIKE '%not-to-be-stored%';
 -- the password file's path is not a secret
 SHOW redsem.password_file;
 

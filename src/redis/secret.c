@@ -127,6 +127,28 @@ show_password(void)
 	return (redsem_password && redsem_password[0] != '\0') ? "********" : "";
 }
 
+/*
+ * Check a value of redsem.password: refused where it would be stored for
+ * every role to read (pg_db_role_setting, pg_proc.proconfig are readable by
+ * PUBLIC): ALTER ROLE/DATABASE ... SET and a function's SET clause are
+ * validated with source PGC_S_TEST, and their stored values come back as
+ * PGC_S_DATABASE, PGC_S_USER or PGC_S_DATABASE_USER.  The message never
+ * shows the value (the default one would).
+ */
+static bool
+check_password(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+	if (source != PGC_S_TEST && source != PGC_S_DATABASE &&
+		source != PGC_S_USER && source != PGC_S_DATABASE_USER)
+		return true;
+	GUC_check_errmsg("redsem.password cannot be set with ALTER ROLE, ALTER DATABASE or a function's SET clause");
+	GUC_check_errdetail("Such values are stored in pg_db_role_setting or pg_proc, which every role can read.");
+	GUC_check_errhint("Give the password in redsem.password_file (a file only the server's user can read), or in postgresql.conf.");
+	return false;
+}
+
 /* Define the password settings */
 void
 secret_define_gucs(void)
@@ -142,5 +164,5 @@ secret_define_gucs(void)
 							   "Shown masked; ignored when redsem.password_file is set.",
 							   &redsem_password, "",
 							   PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-							   NULL, redsem_assign_connection_string, show_password);
+							   check_password, redsem_assign_connection_string, show_password);
 }
