@@ -878,7 +878,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("role \"%s\" already holds or waits for %d redsem slots on this server",
 						rolename ? rolename : "?", role_has),
-				 errdetail("redsem.max_holds_per_role allows %d per role on this server.",
+				 errdetail("redsem.max_holds_per_role allows %d per role on this server. Slots still being given back (to a Redis that has not answered yet) count until the release is confirmed.",
 						   bound),
 				 errhint("Release slots in the role's sessions with redsem_release or redsem_release_all; a superuser can change the bound for a role with ALTER ROLE ... SET redsem.max_holds_per_role.")));
 	}

@@ -293,6 +293,15 @@ cmp_ok($cancel_took, '<', 1.0, sprintf('within 1 s (%.3f s)', $cancel_took));
 is($sa->query_ok(q{SELECT redsem_acquire('stop3', 5, '60 s') IS NOT NULL;}), 't',
 	'after SIGCONT the session\'s next call works');
 is($sa->query_ok(q{SELECT redsem_release_all() >= 2;}), 't', 'and it releases what it holds');
+# a call that times out on the stopped broker: the hint names the broker
+# too (Redis itself may be fine: the keeper's own connection still works)
+$stopped = broker_pid();
+kill 'STOP', $stopped;
+@r = $sa->query(q{SET redsem.command_timeout = 300; SELECT redsem_acquire('stop4', 5, '60 s');});
+kill 'CONT', $stopped;
+like($r[1] // '', qr/08006.*did not answer within 300 ms.*HINT:  Check the load on the Redis server and on this server's "redsem broker" process/s,
+	'a call timed out through a stopped broker: 08006, the hint names the broker');
+$sa->query_ok(q{RESET redsem.command_timeout; SELECT redsem_release_all();});
 
 ###########################################################################
 note 'a Redis that does not answer stalls only its own callers';

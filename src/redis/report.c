@@ -11,6 +11,7 @@
 
 #include <errno.h>
 
+#include "brokerlink.h"
 #include "report.h"
 
 /* What to say about a status */
@@ -123,6 +124,9 @@ redis_status_text(RedisStatus status)
 static const char *
 status_hint(const RedisOutcome *o)
 {
+	/* (through the broker, the silence may be the broker's own) */
+	if (o->status == RS_TIMED_OUT && redis_broker_wanted())
+		return "Check the load on the Redis server and on this server's \"redsem broker\" process (calls go through it: redsem.connection_mode is broker), or raise redsem.command_timeout.";
 	if (info_of(o->status)->hint != NULL)
 		return info_of(o->status)->hint;
 	if (strncmp(o->detail, "BUSY", 4) == 0)
