@@ -3,10 +3,6 @@
  *		The redsem broker's work (in the child broker.c forks): accept the
  *		links of client backends (brokerlink.c), forward their requests to
  *		Redis over a few connections it owns, and hand each reply back.
- *		This file is the loop itself, its listening socket and its wait
- *		set; its parts (broker_parts.h) are broker_clients.c (the links),
- *		broker_upstream.c (connections to Redis) and broker_forward.c
- *		(requests sent on).
  *
  * One WaitEventSet holds the latch, postmaster death, the listening socket,
  * every client and every upstream connection; it is rebuilt when sockets
@@ -55,26 +51,2059 @@
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
-#include "broker_loop.h"
-#include "broker_parts.h"
+#include "broker_cluster.h"
+#include "broker_state.h"
 #include "broker_wait.h"
+#include "broker_loop.h"
+#include "broker_open.h"
 #include "brokerlink.h"
 #include "clock.h"
 #include "compat.h"
+#include "conn.h"
 #include "guc.h"
+#include "link.h"
+#include "profile.h"
+#include "timing.h"
 
-int			listen_fd = -1;		/* the socket backends link to */
-int			settings_fd = -1;	/* the supervisor's pipe (broker.c) */
-/* Every socket the broker waits on (rebuild_wait_set) */
-WaitEventSet *wait_set;
+/* An upstream connection being opened by an opener (broker_open.c) */
+typedef struct Opening
+{
+	SockKind	kind;			/* first: what the event's user data is */
+	BrokerOpening o;			/* o.pid 0: a free slot */
+	int			target;
+	bool		side;
+	bool		short_budget;	/* given less than the server's connect timeout */
+	int			pos;
+} Opening;
+
+static Opening **openings;
+static int	n_openings;
+static int	listen_fd = -1;
 /*
  * The wait set's room for more sockets, and its dead entries (of links
- * closed since it was made)
+ * closed since it was made); the least room it is made with
  */
-int			wait_set_room = 0;
-int			wait_set_dead = 0;
+static int	wait_set_room = 0;
+static int	wait_set_dead = 0;
+#define BROKER_WAIT_SPARE	64
+static int	wait_add(uint32 events, pgsocket fd, void *user_data);
+static uint32 client_events(const Client *c);
+/* Why new_upstream found none, not waiting for one: what its client is told */
+static RedisOutcome no_upstream;
+/* Until when the listener is left alone after accept failed (0: not) */
+static TimestampTz accept_paused_until = 0;
+/* ... for how long, last (doubled at each failure in a row) */
+static int	accept_pause_ms = BROKER_ACCEPT_PAUSE_MS / 2;
+/* When the broker last forked (an opener) */
+static TimestampTz forked_at = 0;
+static int	settings_fd = -1;	/* the supervisor's pipe (broker.c) */
+static WaitEventSet *wait_set;
 
+static void close_client(Client *c);
+static bool target_connected(int t);
+static void connections_gone(int t);
+static void timeout_outcome(const Client *c, RedisOutcome *o);
+static bool take_request(Client *c);
+static void fail_upstream(Upstream *u, const char *why);
+static void process_client(Client *c);
 static void read_settings(void);
+
+/*
+ * Close a connection to Redis: its context, and so its relay for TLS (0:
+ * none), reaped once it has ended (broker_open.c)
+ */
+static void
+close_connection(redisContext *ctx, pid_t relay)
+{
+	redis_close_context(ctx);
+	broker_reap_later(relay);
+}
+
+static void client_read(Client *c);
+static bool take_request(Client *c);
+/* The most requests of a link answer_failure answers one by one */
+#define BROKER_ANSWER_DRAIN_MAX	64
+static void drop_held(Client *c, int n);
+
+/*
+ * Answer a client that its target cannot be reached: the status and
+ * words link.c found (never a secret: outcomes carry none), on one line
+ * for each request it sent that was not sent on (those held, ASKING and
+ * its command alike, and those it sent behind them), each read as its
+ * reply (none would be read as a connection lost, perhaps applied); then
+ * the link ends
+ */
+static void
+answer_failure(Client *c, const RedisOutcome *o)
+{
+	char		line[320];
+	int			len;
+	int			n;
+
+	/*
+	 * (with replies still owed, an answer now would be read as theirs:
+	 * close instead, a connection lost, whose commands may have been
+	 * applied, as they may)
+	 */
+	if (c->outstanding > 0)
+	{
+		close_client(c);
+		return;
+	}
+	len = snprintf(line, sizeof(line), "%s %d%s %s", REDSEM_BROKER_ERROR,
+				   (int) o->status, o->no_server ? "+" : "", o->detail);
+
+	len = Min(len, (int) sizeof(line) - 1);
+	for (int i = 0; i < len; i++)
+		if (line[i] == '\r' || line[i] == '\n')
+			line[i] = ' ';
+	n = c->n_held;
+	drop_held(c, c->n_held);
+	client_read(c);
+	while (c->fd >= 0 && n < BROKER_ANSWER_DRAIN_MAX && take_request(c))
+	{
+		n++;
+		drop_held(c, 1);
+	}
+	if (c->fd < 0)
+		return;
+	/* (more than a backend ever sends behind one: not answered, dropped) */
+	if (n >= BROKER_ANSWER_DRAIN_MAX)
+	{
+		close_client(c);
+		return;
+	}
+	for (int i = 0; i < Max(n, 1); i++)
+		broker_out_line(c, '-', line, len);
+	c->closing = true;
+}
+
+/* ---- clients ---- */
+
+/* The client a pending command is for, or NULL if it has left since */
+static Client *
+pending_client(const Pending *p)
+{
+	Client	   *c;
+
+	if (p->what != PEND_CLIENT)
+		return NULL;			/* (the broker's own) */
+	c = clients[p->client];
+	return (c->fd >= 0 && c->generation == p->generation) ? c : NULL;
+}
+
+/* A free client slot (a new one if none) */
+static Client *
+free_client_slot(void)
+{
+	Client	   *c;
+
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd < 0 && clients[i]->reader == NULL)
+			return clients[i];
+	clients = clients ? repalloc(clients, sizeof(Client *) * (n_clients + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Client *));
+	c = MemoryContextAllocZero(broker_cxt, sizeof(Client));
+	c->kind = SOCK_CLIENT;
+	c->index = n_clients;
+	c->fd = -1;
+	clients[n_clients++] = c;
+	return c;
+}
+
+
+/* Take a new client on fd */
+static void
+add_client(int fd)
+{
+	Client	   *c = free_client_slot();
+
+	c->fd = fd;
+	c->generation++;
+	c->reader = redisReaderCreate();
+	if (c->reader == NULL)
+		elog(ERROR, "out of memory");
+	c->target = -1;
+	c->home = c->ask_node = -1;
+	c->after_asking = false;
+	c->connect_timeout_ms = redsem_connect_timeout_ms;
+	c->waiting = c->waiting_side = false;
+	c->waiting_pool = -1;
+	c->last_up = -1;
+	c->outstanding = 0;
+	c->on_side = c->in_pool = c->closing = c->process = false;
+	c->reroute = NULL;
+	c->n_held = 0;
+	c->out_len = c->out_off = 0;
+	c->pos = -1;
+	if (wait_set != NULL && !set_dirty && wait_set_room > 0)
+	{
+		c->events = client_events(c);
+		c->pos = wait_add(c->events, c->fd, c);
+	}
+	else
+		set_dirty = true;
+}
+
+/* How many backends are linked now */
+static int
+live_clients(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < n_clients; i++)
+		n += clients[i]->fd >= 0;
+	return n;
+}
+
+/* How many connections to Redis are open now */
+static int
+live_upstreams(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < n_upstreams; i++)
+		n += upstreams[i]->ctx != NULL;
+	return n;
+}
+
+/* True (and *at set to now) if nothing was said since *at for BROKER_ACCEPT_LOG_MS */
+static bool
+log_due(TimestampTz *at)
+{
+	TimestampTz now = redsem_now();
+
+	if (*at != 0 && !TimestampDifferenceExceeds(*at, now, BROKER_ACCEPT_LOG_MS))
+		return false;
+	*at = now;
+	return true;
+}
+
+/*
+ * Stop listening for BROKER_ACCEPT_PAUSE_MS after accept failed (errno
+ * set): saying so at most every BROKER_ACCEPT_LOG_MS
+ */
+static void
+pause_accepting(void)
+{
+	static TimestampTz logged_at = 0;
+	int			save_errno = errno;
+	TimestampTz now = redsem_now();
+	bool		no_fds = save_errno == EMFILE || save_errno == ENFILE;
+
+	if (log_due(&logged_at))
+	{
+		errno = save_errno;
+		ereport(LOG,
+				(errmsg("redsem broker could not accept a connection: %m"),
+				 no_fds ? errdetail("The broker holds %d links to backends and %d connections to Redis.",
+									live_clients(), live_upstreams()) : 0,
+				 no_fds ? errhint("Raise the open-file limit of the PostgreSQL server (ulimit -n, or LimitNOFILE= in its systemd unit); the broker tries again every %d ms to %d ms meanwhile.",
+								  BROKER_ACCEPT_PAUSE_MS, BROKER_ACCEPT_PAUSE_MAX_MS) : 0));
+	}
+	/* (doubled while it keeps failing: each pause and resume makes the wait set anew) */
+	accept_pause_ms = Min(accept_pause_ms * 2, BROKER_ACCEPT_PAUSE_MAX_MS);
+	accept_paused_until = TimestampTzPlusMilliseconds(now, accept_pause_ms);
+	set_dirty = true;
+}
+
+/* Accept every waiting backend; a peer of another user is shut out */
+static void
+accept_clients(void)
+{
+	for (;;)
+	{
+		int			fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (fd < 0)
+		{
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+				errno != ECONNABORTED)
+				pause_accepting();
+			return;
+		}
+		accept_pause_ms = BROKER_ACCEPT_PAUSE_MS / 2;
+		if (!redis_broker_peer_is_ours(fd))
+		{
+			ereport(LOG,
+					(errmsg("redsem broker refused a connection from a process of another user")));
+			close(fd);
+			continue;
+		}
+		add_client(fd);
+	}
+}
+
+/* True if every command pending on upstream u is client c's */
+static bool
+only_client_of(Upstream *u, Client *c)
+{
+	for (int k = 0; k < u->count; k++)
+	{
+		Client	   *o = pending_client(&u->fifo[(u->head + k) % u->cap]);
+
+		if (o != NULL && o != c)	/* (NULL: one that left) */
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Close the side connection that carries c's BLPOP: a BLPOP left blocking
+ * for a client gone would take the next wake-up of its keys (Redis serves
+ * the longest blocked first) and drop it; closed, Redis unblocks it without
+ * popping anything, as when a backend's own connection closes.  A side
+ * connection that also carries others' commands (a WAIT's, which took the
+ * shared one) is left to answer them; c's replies are dropped.
+ */
+static void
+close_side_of(Client *c)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+		int			t = u->target;
+
+		if (u->ctx != NULL && u->side && !u->pool && u->count > 0 && only_client_of(u, c))
+		{
+			close_connection(u->ctx, u->relay);
+			u->ctx = NULL;
+			u->relay = 0;
+			u->target = -1;
+			while (u->count > 0)
+				broker_fifo_pop(u);
+			set_dirty = true;
+			if (!target_connected(t))
+				connections_gone(t);
+		}
+	}
+}
+
+/* Close a client's link; replies still owed to it will be dropped */
+static void
+close_client(Client *c)
+{
+	if (c->fd < 0)
+		return;
+	if (c->on_side)
+		close_side_of(c);
+	if (c->in_pool)
+		broker_pool_leave(c);
+	close(c->fd);
+	c->fd = -1;
+	c->generation++;
+	for (int i = 0; i < c->n_held; i++)
+		freeReplyObject(c->held[i]);
+	c->n_held = 0;
+	c->outstanding = 0;
+	c->on_side = c->in_pool = false;
+	c->waiting = c->waiting_side = false;
+	/*
+	 * (its entry in the wait set stays, dead: the kernel forgot the socket
+	 * with its close, and an event naming it is ignored; the set is made
+	 * anew once such entries are many)
+	 */
+	if (c->pos >= 0 && ++wait_set_dead > Max(BROKER_WAIT_SPARE, n_clients / 4))
+		set_dirty = true;
+	/*
+	 * (an opener forked just now may not have closed its copy of the
+	 * socket yet: the kernel would keep reporting its peer's close)
+	 */
+	if (c->pos >= 0 && redsem_now() < TimestampTzPlusMilliseconds(forked_at, BROKER_FORK_SETTLE_MS))
+		set_dirty = true;
+	c->pos = -1;
+	/* the slot is reused only after the sweep (events may still name it) */
+}
+
+/* Write out what a client's output holds; close it if it is done */
+static void
+client_write(Client *c)
+{
+	while (c->fd >= 0 && c->out_off < c->out_len)
+	{
+		ssize_t		n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off,
+							 MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n < 0)
+		{
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				return;
+			close_client(c);
+			return;
+		}
+		c->out_off += n;
+	}
+	c->out_off = c->out_len = 0;
+	if (c->closing)
+		close_client(c);
+}
+
+/* Close a client whose what (requests, replies) passed BROKER_CLIENT_BUFFER_MAX */
+static void
+close_overflowing(Client *c, const char *what)
+{
+	ereport(LOG,
+			(errmsg("redsem broker closed a backend's link holding more than %d MB of %s",
+					BROKER_CLIENT_BUFFER_MAX / (1024 * 1024), what)));
+	close_client(c);
+}
+
+/* Read what a client sent into its reader; close it at EOF */
+static void
+client_read(Client *c)
+{
+	char		buf[16384];
+
+	while (c->fd >= 0)
+	{
+		ssize_t		n = recv(c->fd, buf, sizeof(buf), MSG_DONTWAIT);
+
+		if (n > 0)
+		{
+			if (redisReaderFeed(c->reader, buf, n) != REDIS_OK)
+			{
+				close_client(c);
+				return;
+			}
+			if (c->reader->len - c->reader->pos > BROKER_CLIENT_BUFFER_MAX)
+			{
+				close_overflowing(c, "requests");
+				return;
+			}
+			c->process = true;
+			/* a short read drained the socket: the wait (level-triggered) says if more came */
+			if ((size_t) n < sizeof(buf))
+				return;
+			continue;
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+			return;
+		close_client(c);
+		return;
+	}
+}
+
+/* ---- upstream connections ---- */
+
+/* A free upstream slot (a new one if none) */
+static Upstream *
+free_upstream_slot(void)
+{
+	Upstream   *u;
+
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->ctx == NULL && upstreams[i]->target < 0)
+			return upstreams[i];
+	upstreams = upstreams ? repalloc(upstreams, sizeof(Upstream *) * (n_upstreams + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Upstream *));
+	u = MemoryContextAllocZero(broker_cxt, sizeof(Upstream));
+	u->kind = SOCK_UPSTREAM;
+	u->index = n_upstreams;
+	u->target = -1;
+	upstreams[n_upstreams++] = u;
+	return u;
+}
+
+/* True if header element i (of REDSEM.TARGET) is s */
+static bool
+header_is(const redisReply *cmd, int i, const char *s)
+{
+	return strcmp(cmd->element[i]->str, s) == 0;
+}
+
+/* True if target t is the one header cmd names */
+static bool
+target_is(const Target *t, const redisReply *cmd)
+{
+	const char *path = cmd->element[3]->str;
+	const RedisProfile *p = &t->profile;
+
+	return header_is(cmd, 1, t->host) && t->port == atoi(cmd->element[2]->str) &&
+		(path[0] == '\0' ? t->path == NULL : (t->path != NULL && header_is(cmd, 3, t->path))) &&
+		p->database == atoi(cmd->element[4]->str) && header_is(cmd, 5, p->user) &&
+		header_is(cmd, 6, p->password) && p->tls == header_is(cmd, 7, "1") &&
+		header_is(cmd, 8, p->tls_ca_file) && header_is(cmd, 9, p->tls_cert_file) &&
+		header_is(cmd, 10, p->tls_key_file) && header_is(cmd, 11, p->tls_server_name) &&
+		t->cluster == header_is(cmd, 13, "1") && header_is(cmd, 14, p->sentinels) &&
+		header_is(cmd, 15, p->sentinel_master) && header_is(cmd, 16, p->sentinel_user) &&
+		header_is(cmd, 17, p->sentinel_password);
+}
+
+/* A copy of header element i, in the broker's context */
+static char *
+header_copy(const redisReply *cmd, int i)
+{
+	return MemoryContextStrdup(broker_cxt, cmd->element[i]->str);
+}
+
+/* The target a REDSEM.TARGET header names, added if new */
+static int
+find_target(const redisReply *cmd)
+{
+	Target	   *t;
+	int			i;
+
+	for (i = 0; i < n_targets; i++)
+		if (!targets[i].free && target_is(&targets[i], cmd))
+			return i;
+	i = broker_free_target_slot();
+	t = &targets[i];
+	memset(t, 0, sizeof(Target));
+	t->host = header_copy(cmd, 1);
+	t->port = atoi(cmd->element[2]->str);
+	t->path = cmd->element[3]->str[0] != '\0' ? header_copy(cmd, 3) : NULL;
+	t->profile.database = atoi(cmd->element[4]->str);
+	t->profile.user = header_copy(cmd, 5);
+	t->profile.password = header_copy(cmd, 6);
+	t->profile.tls = header_is(cmd, 7, "1");
+	t->profile.tls_ca_file = header_copy(cmd, 8);
+	t->profile.tls_cert_file = header_copy(cmd, 9);
+	t->profile.tls_key_file = header_copy(cmd, 10);
+	t->profile.tls_server_name = header_copy(cmd, 11);
+	t->cluster = header_is(cmd, 13, "1");
+	t->profile.sentinels = header_copy(cmd, 14);
+	t->profile.sentinel_master = header_copy(cmd, 15);
+	t->profile.sentinel_user = header_copy(cmd, 16);
+	t->profile.sentinel_password = header_copy(cmd, 17);
+	t->shared = -1;
+	return i;
+}
+
+/* Free target t's strings (a password among them) and its entry */
+static void
+free_target(int t)
+{
+	Target	   *target = &targets[t];
+	RedisProfile *p = &target->profile;
+	const char *strings[] = {target->host, target->path, p->user, p->password,
+		p->tls_ca_file, p->tls_cert_file, p->tls_key_file, p->tls_server_name,
+	p->sentinels, p->sentinel_master, p->sentinel_user, p->sentinel_password};
+
+	broker_cluster_forget(t);
+	for (int i = 0; i < (int) lengthof(strings); i++)
+		if (strings[i] != NULL)
+		{
+			char	   *s = unconstify(char *, strings[i]);
+
+			explicit_bzero(s, strlen(s));
+			pfree(s);
+		}
+	memset(target, 0, sizeof(Target));
+	target->free = true;
+	target->shared = -1;
+}
+
+/*
+ * Target t, for messages: its Unix socket, host:port, or the primary its
+ * sentinels name (a static buffer)
+ */
+static const char *
+target_text(int t)
+{
+	static char buf[MAXPGPATH + 1024];
+	const RedisProfile *p = &targets[t].profile;
+
+	if (p->sentinels[0] != '\0' && targets[t].primary[0] != '\0')
+		snprintf(buf, sizeof(buf), "%s (primary \"%s\" of sentinels %s)",
+				 targets[t].primary, p->sentinel_master, p->sentinels);
+	else if (p->sentinels[0] != '\0')
+		snprintf(buf, sizeof(buf), "primary \"%s\" of sentinels %s",
+				 p->sentinel_master, p->sentinels);
+	else if (targets[t].path != NULL)
+		snprintf(buf, sizeof(buf), "unix socket \"%s\"", targets[t].path);
+	else
+		snprintf(buf, sizeof(buf), "%s:%d", targets[t].host, targets[t].port);
+	return buf;
+}
+
+/* A new upstream connection of target t on ctx (a side one if side) */
+static Upstream *
+add_upstream(int t, bool side, redisContext *ctx, pid_t relay)
+{
+	Upstream   *u = free_upstream_slot();
+
+	u->target = t;
+	u->side = side;
+	u->ctx = ctx;
+	u->relay = relay;
+	u->want_write = false;
+	u->pos = -1;
+	u->head = u->count = 0;
+	u->idle_since = redsem_now();
+	u->gen++;
+	u->was_shared = false;
+	u->pool = false;
+	u->retired = false;
+	/* (a shared one opened while another took the role stays a side one) */
+	if (!side && targets[t].shared >= 0)
+		u->side = true;
+	else if (!side)
+	{
+		targets[t].shared = u->index;
+		u->was_shared = true;
+	}
+	set_dirty = true;
+	return u;
+}
+
+/*
+ * True if an open of target t that ran out of a time a session gave it,
+ * shorter than the server's connect timeout, says the node failed: only
+ * once such opens have gone on failing, none opening, for the server's
+ * connect timeout (one alone says nothing of the node, and the slot map
+ * is every session's: a session of 1 ms would have had it forget a node
+ * that answers; a node gone dark must still be forgotten)
+ */
+static bool
+short_open_failed_node(int t)
+{
+	TimestampTz now = redsem_now();
+
+	if (targets[t].short_failing == 0)
+		targets[t].short_failing = now;
+	return now >= TimestampTzPlusMilliseconds(targets[t].short_failing, redsem_connect_timeout_ms);
+}
+
+/*
+ * Target t could not be opened (outcome): remember why, and, if refused
+ * (the open ended before its time: not a timeout, which is the opening
+ * client's own), whether nothing served there (no_server_lately); a
+ * Cluster node's slots are forgotten if node_failed
+ */
+static void
+note_open_failure(int t, const RedisOutcome *outcome, bool node_failed, bool refused)
+{
+	Target	   *target = &targets[t];
+
+	target->failure = *outcome;
+	target->no_server_at = refused && outcome->status == RS_CONNECT_FAILED &&
+		outcome->no_server ? redsem_now() : 0;
+	if (target->cluster && node_failed)
+		broker_cluster_node_failed(t);
+	if (log_due(&target->failure_logged_at))
+		ereport(LOG,
+				(errmsg("redsem broker could not connect to Redis at %s",
+						target_text(t)),
+				 errdetail_internal("%s", outcome->detail)));
+}
+
+/*
+ * True if target t's last open found nothing serving at its address within
+ * BROKER_NO_SERVER_REUSE_MS (a single Redis's: through sentinels, each
+ * open asks them anew), whose failure is then the answer (timing.h)
+ */
+static bool
+no_server_lately(int t)
+{
+	Target	   *target = &targets[t];
+
+	return target->no_server_at != 0 && target->profile.sentinels[0] == '\0' &&
+		!TimestampDifferenceExceeds(target->no_server_at, redsem_now(),
+									BROKER_NO_SERVER_REUSE_MS) &&
+		!target_connected(t);
+}
+
+/* True if target t has an open connection */
+static bool
+target_connected(int t)
+{
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->target == t && upstreams[i]->ctx != NULL)
+			return true;
+	return false;
+}
+
+/*
+ * Mark target t's clients' links to end once they owe nothing, saying why
+ * (one of brokerlink.h's answers that the backend sends again on a new
+ * link); only those that sent a command if used_only.  A reason already
+ * marked is kept.
+ */
+static void
+mark_reroute(int t, bool used_only, const char *why)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd >= 0 && c->target == t && c->reroute == NULL &&
+			(!used_only || c->last_up >= 0))
+			c->reroute = why;
+	}
+}
+
+/*
+ * Target t's last connection closed: a Redis restarted meanwhile would go
+ * unseen (in direct mode a backend's own connection would break), so it is
+ * a change of route for every client that used it.  A Cluster node's slots
+ * are stamped (broker_cluster.c); any other target's clients are ended
+ * (end_rerouted_links), so that each links anew and its next acquire checks
+ * the era (I15).
+ */
+static void
+connections_gone(int t)
+{
+	if (targets[t].cluster)
+	{
+		broker_cluster_node_lost(t);
+		return;
+	}
+	/* (a link that sent nothing yet checks the era at its first acquire) */
+	mark_reroute(t, true, REDSEM_BROKER_RETRY);
+}
+
+/* Close an upstream that owes no reply (its clients keep their links) */
+static void
+close_upstream(Upstream *u)
+{
+	int			t = u->target;
+
+	close_connection(u->ctx, u->relay);
+	u->ctx = NULL;
+	u->relay = 0;
+	u->target = -1;
+	set_dirty = true;
+	if (t >= 0 && !target_connected(t))
+		connections_gone(t);
+}
+
+/*
+ * End the links marked to end (Client.reroute: their target's route
+ * changed) whose replies are all in: a backend then links anew, which
+ * counts as a change of route, so that its next acquire checks the era
+ * (I15) as after any failover.  A request it sent that was not forwarded
+ * is answered with the reason (RS_UNAVAILABLE, words the backend knows to
+ * send again on a new link) rather than dropped, which it would read as a
+ * connection lost with the request perhaps applied.  Run from the loop,
+ * never inside a client's own processing.
+ */
+static void
+end_rerouted_links(void)
+{
+	RedisOutcome o;
+
+	memset(&o, 0, sizeof(o));
+	o.status = RS_UNAVAILABLE;
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd < 0 || !c->reroute || c->closing || c->outstanding > 0)
+			continue;
+		strlcpy(o.detail, c->reroute, sizeof(o.detail));
+		c->waiting = c->waiting_side = false;
+		if (c->n_held == 0)
+		{
+			client_read(c);
+			if (c->fd < 0)
+				continue;
+			(void) take_request(c);
+		}
+		if (c->fd >= 0 && c->n_held > 0)
+			answer_failure(c, &o);
+		else if (c->fd < 0)
+			continue;
+		else if (c->out_off < c->out_len)
+			c->closing = true;
+		else
+			close_client(c);
+	}
+}
+
+static void settle_waiters(int t, bool side, bool opened, bool timed_out);
+
+/*
+ * End target t's openings under way (not its asks of the sentinels): begun
+ * before it moved, each may be waiting on a primary that hangs, for as
+ * long as the session that began it allowed, while no other could begin
+ * one.  Their waiters with time left have one begun anew; the others are
+ * told the primary moved (which their backends try again).
+ */
+static void
+cancel_openings(int t)
+{
+	bool		any = false;
+
+	for (int i = 0; i < n_openings; i++)
+	{
+		Opening    *op = openings[i];
+		RedisOutcome outcome;
+
+		if (op->o.pid == 0 || op->target != t || op->o.ask)
+			continue;
+		broker_open_cancel(&op->o, &outcome);
+		if (op->side)
+			targets[t].opening_sides--;
+		else
+			targets[t].opening_shared = false;
+		any = true;
+	}
+	if (!any)
+		return;
+	memset(&targets[t].failure, 0, sizeof(targets[t].failure));
+	targets[t].failure.status = RS_UNAVAILABLE;
+	strlcpy(targets[t].failure.detail, REDSEM_BROKER_MOVED, sizeof(targets[t].failure.detail));
+	set_dirty = true;
+	settle_waiters(t, false, false, true);
+	settle_waiters(t, true, false, true);
+}
+
+/*
+ * Stop using target t's connections: through sentinels, the server they
+ * reach is not the primary now (it said so, or the sentinels name
+ * another).  A wait pool, or a client's own BLPOP, fails (its waiters try
+ * again, reaching the primary); an idle connection closes; a busy one takes
+ * no new command and closes once its replies are in.  Every client of the
+ * target that sent a command ends its link once it is owed nothing
+ * (end_rerouted_links; it forwards nothing more meanwhile), and the
+ * target's next command opens anew, asking the sentinels; so do the
+ * waiters of an opening under way, which is ended (cancel_openings).
+ */
+static void
+retire_target(int t, const char *why)
+{
+	targets[t].shared = -1;
+	cancel_openings(t);
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx == NULL || u->target != t || u->retired)
+			continue;
+		ereport(LOG,
+				(errmsg("redsem broker stops using a connection to %s", target_text(t)),
+				 errdetail_internal("%s", why)));
+		u->side = true;
+		u->retired = true;
+		/* (a BLPOP there, its waiter's or a pool's, would wait for nothing) */
+		if (u->pool || (!u->was_shared && u->count > 0))
+			fail_upstream(u, why);
+		else if (u->count == 0)
+			close_upstream(u);
+	}
+	/*
+	 * (a link that has sent nothing yet, one waiting for the open that
+	 * found the new primary, is new to its backend: its first acquire
+	 * checks the era anyway)
+	 */
+	mark_reroute(t, true, REDSEM_BROKER_MOVED);
+	set_dirty = true;
+	SetLatch(MyLatch);			/* (end_rerouted_links, at the next turn) */
+}
+
+/*
+ * A connection opened for target t (a side one if side): an upstream.
+ * Through sentinels, at primary (the address its opener found): one found
+ * elsewhere than the target's other connections means those reach a
+ * primary of before a failover, and they are retired first.
+ */
+static Upstream *
+upstream_opened(int t, bool side, redisContext *ctx, pid_t relay, const char *primary)
+{
+	Target	   *target = &targets[t];
+
+	target->short_failing = 0;
+
+	if (target->profile.sentinels[0] != '\0')
+	{
+		if (target->primary[0] != '\0' && strcmp(target->primary, primary) != 0)
+			retire_target(t, psprintf("the sentinels name %s as the primary now", primary));
+		if (strcmp(target->primary, primary) != 0)
+			target->primary_at = redsem_now();
+		strlcpy(target->primary, primary, sizeof(target->primary));
+		target->next_ask = TimestampTzPlusMilliseconds(redsem_now(), SENTINEL_RECHECK_MS);
+	}
+	return add_upstream(t, side, ctx, relay);
+}
+
+/* A free opening slot (a new one if none) */
+static Opening *
+free_opening_slot(void)
+{
+	Opening    *op;
+
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid == 0)
+			return openings[i];
+	openings = openings ? repalloc(openings, sizeof(Opening *) * (n_openings + 1)) :
+		MemoryContextAlloc(broker_cxt, sizeof(Opening *));
+	op = MemoryContextAllocZero(broker_cxt, sizeof(Opening));
+	op->kind = SOCK_OPENING;
+	op->pos = -1;
+	openings[n_openings++] = op;
+	return op;
+}
+
+/*
+ * In an opener, right after fork: close what it must not hold of the
+ * broker (a client the broker closes must see its link end at once; a side
+ * connection the broker closes must close in Redis, which unblocks its
+ * BLPOP)
+ */
+static void
+forget_broker(void)
+{
+	if (listen_fd >= 0)
+		close(listen_fd);
+	if (settings_fd >= 0)
+		close(settings_fd);
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0)
+			close(clients[i]->fd);
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->ctx != NULL)
+			close(upstreams[i]->ctx->fd);
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid != 0)
+			close(openings[i]->o.fd);
+}
+
+/*
+ * Say (at most every BROKER_ACCEPT_LOG_MS, as log_due) that no opener
+ * could be started for target t: no socket pair or no fork
+ */
+static void
+log_not_started(int t, const RedisOutcome *outcome)
+{
+	static TimestampTz logged_at = 0;
+
+	if (!log_due(&logged_at))
+		return;
+	ereport(LOG,
+			(errmsg("redsem broker could not start a process to connect to Redis at %s",
+					target_text(t)),
+			 errdetail_internal("%s", outcome->detail)));
+}
+
+/*
+ * An opener for target t could not be started: its waiters are answered
+ * that failure, and it is said (log_not_started); no node is forgotten
+ */
+static void
+opener_not_started(int t, const RedisOutcome *outcome)
+{
+	targets[t].failure = *outcome;
+	log_not_started(t, outcome);
+}
+
+/*
+ * Have an opener open a connection to target t for client c (a side one
+ * if side), within what is left of c's connect timeout; false, the
+ * target's failure noted, if none could be forked
+ */
+static bool
+start_opening(int t, bool side, Client *c)
+{
+	Target	   *target = &targets[t];
+	Opening    *op = free_opening_slot();
+	RedisOutcome outcome;
+	/*
+	 * (its whole connect timeout when it begins to wait now, so that a
+	 * failure names the setting as direct mode does; what is left of it
+	 * when it has waited already, for another's open or its own)
+	 */
+	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
+
+	if (!broker_open_start(&op->o, target->host, target->port, target->path,
+						   &target->profile, c->connect_timeout_ms, by, false, forget_broker,
+						   &outcome))
+	{
+		opener_not_started(t, &outcome);
+		return false;
+	}
+	forked_at = redsem_now();
+	op->target = t;
+	op->side = side;
+	op->pos = -1;
+	op->short_budget = c->connect_timeout_ms < redsem_connect_timeout_ms ||
+		(by != DT_NOEND && op->o.deadline == by);
+	c->tried = true;
+	if (side)
+		target->opening_sides++;
+	else
+		target->opening_shared = true;
+	set_dirty = true;
+	return true;
+}
+
+/*
+ * True if what an opening begun at started found of target t's primary is
+ * older than the primary the target moved to last: a slow opener that
+ * reached the old primary before a failover must not move it back
+ */
+static bool
+found_before_last_move(int t, TimestampTz started)
+{
+	return started < targets[t].primary_at;
+}
+
+/*
+ * Have an opener ask target t's sentinels where the primary is now (its
+ * answer: sentinels_answered), within the server's redsem.connect_timeout
+ */
+static void
+begin_ask(int t)
+{
+	Target	   *target = &targets[t];
+	Opening    *op = free_opening_slot();
+	RedisOutcome outcome;
+
+	if (!broker_open_start(&op->o, NULL, 0, NULL, &target->profile,
+						   redsem_connect_timeout_ms, DT_NOEND, true, forget_broker,
+						   &outcome))
+	{
+		log_not_started(t, &outcome);	/* asked again at the next check */
+		return;
+	}
+	forked_at = redsem_now();
+	op->target = t;
+	op->side = false;
+	op->pos = -1;
+	target->asking = true;
+	set_dirty = true;
+}
+
+/*
+ * Target t's sentinels refused the password its links' headers carried (a
+ * DBA rotated it since; the target's connections to the primary, set up
+ * before, still work): its links end once they owe nothing, so that each
+ * backend links again with what its password files say now, as a session
+ * in direct mode reads them for each new connection.  Said once while they
+ * keep refusing; while they do (a file still wrong: the backends link
+ * again just the same), no more often than SENTINEL_REFUSED_RELINK_MS.
+ */
+static void
+sentinels_refused(int t, const RedisOutcome *outcome)
+{
+	TimestampTz now = redsem_now();
+
+	if (targets[t].refused_at == 0)
+		ereport(LOG,
+				(errmsg("redsem broker: the sentinels refused a target's password; its backends link again, reading their password files"),
+				 errdetail_internal("%s", outcome->detail)));
+	else if (now < TimestampTzPlusMilliseconds(targets[t].refused_at, SENTINEL_REFUSED_RELINK_MS))
+		return;
+	targets[t].refused_at = now;
+	mark_reroute(t, false, REDSEM_BROKER_REFUSED);
+}
+
+/*
+ * The sentinels of target t answered (outcome): a primary elsewhere than
+ * the one its connections reach retires them; a refused password ends its
+ * links (sentinels_refused); no answer changes nothing
+ */
+static void
+sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
+{
+	Target	   *target = &targets[t];
+
+	target->asking = false;
+	if (outcome->status == RS_BAD_PASSWORD || outcome->status == RS_AUTH_FAILED)
+	{
+		sentinels_refused(t, outcome);
+		return;
+	}
+	if (outcome->status == RS_OK)
+		target->refused_at = 0;
+	if (outcome->status != RS_OK || outcome->detail[0] == '\0' ||
+		target->primary[0] == '\0' || strcmp(target->primary, outcome->detail) == 0 ||
+		found_before_last_move(t, started))
+		return;
+	retire_target(t, psprintf("the sentinels name %s as the primary now", outcome->detail));
+	strlcpy(target->primary, outcome->detail, sizeof(target->primary));
+	target->primary_at = redsem_now();
+}
+
+/*
+ * True if target t's sentinels are to be asked where the primary is, when
+ * it is time (check_sentinels): found through sentinels, a primary found,
+ * no ask under way, a client linked
+ */
+static bool
+sentinels_to_ask(int t)
+{
+	Target	   *target = &targets[t];
+
+	if (target->free || target->profile.sentinels[0] == '\0' || target->asking ||
+		target->primary[0] == '\0')
+		return false;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			return true;
+	return false;
+}
+
+/*
+ * Every SENTINEL_RECHECK_MS, ask the sentinels of each target that has
+ * clients where the primary is (a primary replaced by SENTINEL FAILOVER
+ * takes writes until the sentinels turn it into a replica, and one that
+ * hangs answers nothing: the broker's connections would stay with it,
+ * where a session's next connection in direct mode asks anew).
+ */
+static void
+check_sentinels(TimestampTz now)
+{
+	for (int t = 0; t < n_targets; t++)
+	{
+		if (!sentinels_to_ask(t) || now < targets[t].next_ask)
+			continue;
+		targets[t].next_ask = TimestampTzPlusMilliseconds(now, SENTINEL_RECHECK_MS);
+		begin_ask(t);
+	}
+}
+
+/*
+ * How many side connections the clients of target t wait for: one each,
+ * but one per wait pool for those whose BLPOP waits for its pool's
+ */
+static int
+side_waiters(int t)
+{
+	int			n = 0;
+
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+		bool		counted = false;
+
+		if (c->fd < 0 || c->target != t || !c->waiting_side)
+			continue;
+		for (int k = 0; k < i && c->waiting_pool >= 0 && !counted; k++)
+			counted = clients[k]->fd >= 0 && clients[k]->target == t &&
+				clients[k]->waiting_side && clients[k]->waiting_pool == c->waiting_pool;
+		n += !counted;
+	}
+	return n;
+}
+
+/*
+ * A new upstream of c's target (a side one if side): NULL with *wait set,
+ * c waiting for an opener to open it (one more side connection per client
+ * waiting for one); NULL alone once c's wait has run out, or no opener
+ * could be forked (no_upstream says which, and is answered).
+ */
+static Upstream *
+new_upstream(Client *c, bool side, bool *wait)
+{
+	int			t = c->target;
+	Target	   *target = &targets[t];
+
+	if (c->waiting && redsem_now() >= c->wait_until)
+	{
+		c->waiting = c->waiting_side = false;
+		timeout_outcome(c, &no_upstream);
+		return NULL;
+	}
+	if (!c->waiting && no_server_lately(t))
+	{
+		no_upstream = target->failure;
+		return NULL;
+	}
+	if (!c->waiting)
+	{
+		c->wait_start = redsem_now();
+		c->wait_until = TimestampTzPlusMilliseconds(c->wait_start, c->connect_timeout_ms);
+		c->tried = false;
+	}
+	c->waiting = true;
+	c->waiting_side = side;
+	if (side ? target->opening_sides < side_waiters(t) : !target->opening_shared)
+	{
+		if (!start_opening(t, side, c))
+		{
+			c->waiting = c->waiting_side = false;
+			no_upstream = target->failure;
+			return NULL;
+		}
+	}
+	*wait = true;
+	return NULL;
+}
+
+static void promote_idle_side(int t);
+
+/*
+ * The shared upstream of c's target (an idle side connection promoted if
+ * it has none: a WAIT took it), or new_upstream's answer
+ */
+static Upstream *
+shared_upstream(Client *c, bool *wait)
+{
+	if (targets[c->target].shared < 0)
+		promote_idle_side(c->target);
+	if (targets[c->target].shared >= 0)
+		return upstreams[targets[c->target].shared];
+	return new_upstream(c, false, wait);
+}
+
+/* An idle side connection of c's target (for a BLPOP), or new_upstream's answer */
+static Upstream *
+side_upstream(Client *c, bool *wait)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		/*
+		 * (not one that had the shared role: it may carry a client's
+		 * writes, whose WAIT must not queue behind a BLPOP)
+		 */
+		if (u->ctx != NULL && u->side && !u->was_shared && !u->pool && !u->retired &&
+			u->target == c->target && u->count == 0)
+			return u;
+	}
+	return new_upstream(c, true, wait);
+}
+
+/*
+ * The clients of target t that wait for an upstream (a side one if side),
+ * once an opening of it ended: looked at again (it opened, or it ran out
+ * of its own time, which may be shorter than theirs: each then has one
+ * opened within what is left of its own, as direct mode would), or
+ * answered the target's failure (refused, a wrong password...: at once,
+ * as in direct mode)
+ */
+static void
+settle_waiters(int t, bool side, bool opened, bool timed_out)
+{
+	Target	   *target = &targets[t];
+	TimestampTz now = redsem_now();
+
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+		bool		again;
+
+		if (c->fd < 0 || c->target != t || !c->waiting || c->waiting_side != side)
+			continue;
+		again = opened || (now < c->wait_until &&
+						   (timed_out || (side && target->opening_sides > 0)));
+		if (!again)
+		{
+			c->waiting = c->waiting_side = false;
+			answer_failure(c, &target->failure);
+		}
+		else
+			c->tried = false;	/* (its open ended: answered at its own timeout) */
+		c->process = true;
+		SetLatch(MyLatch);		/* (looked at in the next turn, at once) */
+	}
+}
+
+/*
+ * An opener has answered: the upstream it opened, or the target's failure
+ * (or, for one that asked, the sentinels' answer)
+ */
+static void
+finish_opening(Opening *op)
+{
+	int			t = op->target;
+	bool		side = op->side;
+	bool		ask = op->o.ask;
+	TimestampTz started = op->o.started;
+	TimestampTz deadline = op->o.deadline;
+	bool		short_budget = op->short_budget;
+	bool		timed_out;
+	RedisOutcome outcome;
+	pid_t		relay;
+	redisContext *ctx = broker_open_finish(&op->o, &outcome, &relay);
+
+	if (ask)
+	{
+		set_dirty = true;
+		sentinels_answered(t, &outcome, started);
+		return;
+	}
+	/* (through sentinels, a primary found before the target moved: stale) */
+	if (ctx != NULL && targets[t].profile.sentinels[0] != '\0' &&
+		strcmp(targets[t].primary, outcome.detail) != 0 && found_before_last_move(t, started))
+	{
+		close_connection(ctx, relay);
+		ctx = NULL;
+		(void) redis_note(&outcome, RS_UNAVAILABLE, "the primary found (%s) is no longer the one the sentinels name",
+						  outcome.detail);
+	}
+	if (side)
+		targets[t].opening_sides--;
+	else
+		targets[t].opening_shared = false;
+	set_dirty = true;
+	timed_out = redsem_now() >= TimestampTzPlusMilliseconds(deadline, -BROKER_SLOW_OPEN_MS);
+	if (ctx != NULL)
+	{
+		targets[t].no_server_at = 0;
+		targets[t].failure_logged_at = 0;	/* (the next outage is said) */
+		(void) upstream_opened(t, side, ctx, relay, outcome.detail);
+	}
+	else
+		note_open_failure(t, &outcome, !(timed_out && short_budget) || short_open_failed_node(t),
+						  !timed_out);
+	/* (ended at its deadline, or nearly: it ran out of time) */
+	settle_waiters(t, side, ctx != NULL, timed_out);
+}
+
+/* Give up every opening past its time (its opener killed) */
+static void
+check_openings(TimestampTz now)
+{
+	for (int i = 0; i < n_openings; i++)
+	{
+		Opening    *op = openings[i];
+		RedisOutcome outcome;
+
+		if (op->o.pid == 0 || now < op->o.kill_at)
+			continue;
+		broker_open_cancel(&op->o, &outcome);
+		if (op->o.ask)
+		{
+			set_dirty = true;
+			sentinels_answered(op->target, &outcome, op->o.started);
+			continue;
+		}
+		if (op->side)
+			targets[op->target].opening_sides--;
+		else
+			targets[op->target].opening_shared = false;
+		set_dirty = true;
+		note_open_failure(op->target, &outcome, !op->short_budget || short_open_failed_node(op->target),
+						  false);
+		settle_waiters(op->target, op->side, false, true);
+	}
+}
+
+/* What client c is told when no connection came within its connect timeout */
+static void
+timeout_outcome(const Client *c, RedisOutcome *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->status = RS_CONNECT_FAILED;
+	snprintf(o->detail, sizeof(o->detail), "no answer within %d ms (redsem.connect_timeout)",
+			 c->connect_timeout_ms);
+	o->no_server = true;
+	/* (through sentinels, as sentinel.c says of a primary not reached) */
+	if (targets[c->target].profile.sentinels[0] != '\0')
+	{
+		o->status = RS_UNAVAILABLE;
+		o->no_server = false;
+		strlcat(o->detail, " from the primary the sentinels name (a failover may be in progress)",
+				sizeof(o->detail));
+	}
+}
+
+/*
+ * Answer every client still waiting for another session's open once its
+ * own connect timeout has run out (that open may have been given longer),
+ * as direct mode would have failed its connect; a client that began the
+ * open it waits for hears that open's own words at its end
+ */
+static void
+check_waiters(TimestampTz now)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+		RedisOutcome o;
+
+		if (c->fd < 0 || !c->waiting || c->tried || now < c->wait_until)
+			continue;
+		timeout_outcome(c, &o);
+		c->waiting = c->waiting_side = false;
+		answer_failure(c, &o);
+	}
+}
+
+/* Close every client bound to target t */
+static void
+close_target_clients(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			close_client(clients[i]);
+}
+
+/*
+ * Give up an upstream: close it, and every client that had a command on
+ * it; for a shared one, every client of its target too, so each opens a
+ * fresh link (and an acquire checks its era again)
+ */
+static void
+fail_upstream(Upstream *u, const char *why)
+{
+	int			t = u->target;
+	redisContext *ctx = u->ctx;
+	pid_t		relay = u->relay;
+	Client	  **owed = palloc(sizeof(Client *) * (u->count + broker_pool_members(u) + 1));
+	int			n = 0;
+
+	ereport(LOG,
+			(errmsg("redsem broker closed its connection to Redis at %s: %s",
+					target_text(t), why)));
+	/*
+	 * (detached first: closing a client may look at the upstreams, and
+	 * must not find this one half failed)
+	 */
+	u->ctx = NULL;
+	u->relay = 0;
+	if (u->pool)
+		n = broker_pool_fail(u, owed);
+	while (u->count > 0)
+	{
+		Client	   *c = pending_client(broker_fifo_head(u));
+
+		if (c != NULL)
+			owed[n++] = c;
+		broker_fifo_pop(u);
+	}
+	for (int i = 0; i < n; i++)
+		close_client(owed[i]);
+	pfree(owed);
+	close_connection(ctx, relay);
+	if (!u->side)
+	{
+		targets[t].shared = -1;
+		close_target_clients(t);
+	}
+	u->target = -1;
+	set_dirty = true;
+	/* (a Cluster node that lost any connection may have restarted) */
+	if (targets[t].cluster)
+		broker_cluster_node_lost(t);
+	else if (!target_connected(t))
+		connections_gone(t);
+}
+
+/*
+ * True if a backend is linked for target t (or, for a Cluster node, for a
+ * seed whose map knows it)
+ */
+static bool
+target_has_clients(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && (clients[i]->target == t || clients[i]->home == t))
+			return true;
+	return targets[t].cluster && broker_cluster_node_in_use(t);
+}
+
+/*
+ * Close a side connection left idle for BROKER_SIDE_IDLE_MS; but one that
+ * is its target's last while backends are linked for it takes the shared
+ * role instead (the connection a WAIT took, none opened since): closing it
+ * would be a change of route for them all (connections_gone)
+ */
+static void
+close_idle_sides(TimestampTz now)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+		int			t = u->target;
+
+		if (u->ctx == NULL || !u->side || u->count > 0 ||
+			now - u->idle_since < (TimestampTz) BROKER_SIDE_IDLE_MS * 1000)
+			continue;
+		if (targets[t].shared < 0 && !u->pool && !u->retired && target_has_clients(t))
+			promote_idle_side(t);
+		else
+			close_upstream(u);
+	}
+}
+
+/*
+ * True if target t is in use: a backend is linked for it, a connection of
+ * it owes a reply, or an opener works for it
+ */
+static bool
+target_in_use(int t)
+{
+	const Target *target = &targets[t];
+
+	if (target->opening_shared || target->opening_sides > 0 || target->asking)
+		return true;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			return true;
+	if (broker_cluster_home_in_use(t))
+		return true;
+	for (int i = 0; i < n_upstreams; i++)
+		if (upstreams[i]->target == t && upstreams[i]->ctx != NULL && upstreams[i]->count > 0)
+			return true;
+	for (int i = 0; i < n_openings; i++)
+		if (openings[i]->o.pid != 0 && openings[i]->target == t)
+			return true;
+	return false;
+}
+
+/*
+ * End the targets unused for BROKER_TARGET_IDLE_MS (timing.h): close their
+ * connections (none owes a reply), then, once no wait pool names them any
+ * more (an empty pool whose connection closed is freed by the next kick:
+ * at the next look), free their entries
+ */
+static void
+end_unused_targets(TimestampTz now)
+{
+	static TimestampTz next_look = 0;
+
+	/* (once a second: it looks at every client for each target) */
+	if (now < next_look)
+		return;
+	next_look = TimestampTzPlusMilliseconds(now, 1000);
+	for (int t = 0; t < n_targets; t++)
+	{
+		Target	   *target = &targets[t];
+
+		if (target->free)
+			continue;
+		if (target_in_use(t))
+		{
+			target->unused_since = 0;
+			continue;
+		}
+		if (target->unused_since == 0)
+			target->unused_since = now;
+		if (now - target->unused_since < (TimestampTz) BROKER_TARGET_IDLE_MS * 1000)
+			continue;
+		/* (an upstream without a connection has no target: close_upstream) */
+		for (int i = 0; i < n_upstreams; i++)
+			if (upstreams[i]->target == t && upstreams[i]->ctx != NULL)
+				close_upstream(upstreams[i]);
+		target->shared = -1;
+		if (!broker_pool_of(t))
+			free_target(t);
+	}
+}
+
+/* Write what an upstream has buffered, as far as the socket takes it */
+static void
+upstream_write(Upstream *u)
+{
+	int			done = 0;
+
+	if (u->ctx == NULL || !u->want_write)
+		return;
+	if (redisBufferWrite(u->ctx, &done) != REDIS_OK)
+	{
+		fail_upstream(u, u->ctx->errstr);
+		return;
+	}
+	u->want_write = !done;
+}
+
+/*
+ * True if reply, read on u, says that u's server is not the primary now
+ * (READONLY, MASTERDOWN, LOADING...: a backend's own connection would be
+ * dropped) and u's target is found through sentinels
+ */
+static bool
+says_not_primary(const Upstream *u, const redisReply *reply)
+{
+	RedisOutcome o;
+
+	return targets[u->target].profile.sentinels[0] != '\0' &&
+		redis_reply_outcome(reply, &o) && o.status == RS_UNAVAILABLE;
+}
+
+/*
+ * Hand a reply read on an upstream to the client of its oldest command;
+ * through sentinels, one from a server that is no primary now retires the
+ * target's connections
+ */
+static void
+deliver(Upstream *u, redisReply *reply)
+{
+	Pending		pend = *broker_fifo_head(u);
+	Client	   *c = pending_client(&pend);
+	bool		not_primary = says_not_primary(u, reply);
+
+	broker_fifo_pop(u);
+	if (pend.what != PEND_CLIENT)
+		broker_pool_reply(&pend, reply);
+	else if (c != NULL)
+	{
+		broker_cluster_reply(c, reply, pend.sees);
+		broker_cluster_served(c, u->target, &pend, reply);
+		broker_encode_reply(c, reply);
+		c->outstanding--;
+		/*
+		 * (ASKING's reply comes before its BLPOP's; a WAIT follows the
+		 * client's own earlier commands on its connection)
+		 */
+		if (c->outstanding == 0)
+			c->on_side = false;
+		c->process = true;
+	}
+	if (u->side && u->count == 0)
+		u->idle_since = redsem_now();
+	freeReplyObject(reply);
+	if (not_primary && u->ctx != NULL && !u->retired)
+		retire_target(u->target, "its server answered that it is not the primary now");
+	if (u->ctx != NULL && u->retired && u->count == 0)
+		close_upstream(u);
+}
+
+/* Read what an upstream sent and hand over every whole reply */
+static void
+upstream_read(Upstream *u)
+{
+	void	   *r;
+
+	if (u->ctx == NULL)
+		return;
+	if (redisBufferRead(u->ctx) != REDIS_OK)
+	{
+		fail_upstream(u, u->ctx->errstr);
+		return;
+	}
+	for (;;)
+	{
+		if (redisGetReplyFromReader(u->ctx, &r) != REDIS_OK)
+		{
+			fail_upstream(u, u->ctx->errstr);
+			return;
+		}
+		if (r == NULL)
+			return;
+		if (u->count == 0)
+		{
+			freeReplyObject(r);
+			fail_upstream(u, "a reply nobody asked for");
+			return;
+		}
+		deliver(u, (redisReply *) r);
+		if (u->ctx == NULL)
+			return;				/* (closed or failed on that reply) */
+	}
+}
+
+/* ---- forwarding ---- */
+
+/* An integer argument of a request (0 if absent or not a number) */
+static double
+number_arg(const redisReply *cmd, size_t i)
+{
+	return i < cmd->elements ? strtod(cmd->element[i]->str, NULL) : 0;
+}
+
+/*
+ * How long past sending a command may go unanswered before its upstream
+ * is given up: redsem.command_timeout, the margin, and its own wait (BLPOP
+ * and WAIT; one that waits for ever has no bound)
+ */
+static TimestampTz
+command_deadline(const redisReply *cmd)
+{
+	double		wait_ms = 0;
+
+	if (broker_is_command(cmd, "BLPOP"))
+		wait_ms = number_arg(cmd, cmd->elements - 1) * 1000.0;
+	else if (broker_is_command(cmd, "WAIT"))
+		wait_ms = number_arg(cmd, 2);
+	if ((broker_is_command(cmd, "BLPOP") || broker_is_command(cmd, "WAIT")) && wait_ms <= 0)
+		return DT_NOEND;
+	return broker_command_deadline((int64) wait_ms);
+}
+
+/* Queue a client's request on an upstream; false if out of memory */
+static bool
+send_upstream(Client *c, Upstream *u, const redisReply *cmd)
+{
+	const char **argv = palloc(sizeof(char *) * cmd->elements);
+	size_t	   *argvlen = palloc(sizeof(size_t) * cmd->elements);
+	char	   *formatted;
+	int			len;
+	Pending		p;
+
+	for (size_t i = 0; i < cmd->elements; i++)
+	{
+		argv[i] = cmd->element[i]->str;
+		argvlen[i] = (size_t) cmd->element[i]->len;
+	}
+	len = redisFormatCommandArgv(&formatted, (int) cmd->elements, argv, argvlen);
+	pfree(argv);
+	pfree(argvlen);
+	p.what = PEND_CLIENT;
+	p.client = c->index;
+	p.generation = c->generation;
+	p.deadline = command_deadline(cmd);
+	broker_cluster_pending(c, cmd, &p);
+	if (!broker_queue_formatted(u, formatted, len, p))
+		return false;
+	c->outstanding++;
+	c->last_up = u->index;
+	c->last_up_gen = u->gen;
+	return true;
+}
+
+/* Take the next whole request a client sent into held; false if none */
+static bool
+take_request(Client *c)
+{
+	void	   *r = NULL;
+	redisReply *cmd;
+
+	if (c->n_held >= (int) lengthof(c->held))
+		return false;
+	if (redisReaderGetReply(c->reader, &r) != REDIS_OK)
+	{
+		close_client(c);
+		return false;
+	}
+	if (r == NULL)
+		return false;
+	cmd = (redisReply *) r;
+	if (cmd->type != REDIS_REPLY_ARRAY || cmd->elements == 0)
+	{
+		freeReplyObject(cmd);
+		close_client(c);
+		return false;
+	}
+	for (size_t i = 0; i < cmd->elements; i++)
+		if (cmd->element[i]->type != REDIS_REPLY_STRING)
+		{
+			freeReplyObject(cmd);
+			close_client(c);
+			return false;
+		}
+	c->held[c->n_held++] = cmd;
+	return true;
+}
+
+/* Drop the first n held requests of a client */
+static void
+drop_held(Client *c, int n)
+{
+	for (int i = 0; i < n; i++)
+		freeReplyObject(c->held[i]);
+	for (int i = n; i < c->n_held; i++)
+		c->held[i - n] = c->held[i];
+	c->n_held -= n;
+}
+
+/* Bind a client to the target its REDSEM.TARGET header names */
+static bool
+bind_target(Client *c, const redisReply *cmd)
+{
+	if (cmd->elements != REDSEM_BROKER_HEADER_ARGS || c->target >= 0)
+		return false;
+	for (size_t i = 1; i < cmd->elements; i++)
+		if (cmd->element[i]->type != REDIS_REPLY_STRING)
+			return false;
+	c->target = find_target(cmd);
+	c->connect_timeout_ms = Max(atoi(cmd->element[12]->str), 1);
+	broker_cluster_bind(c);
+	return true;
+}
+
+/* Take a bound client's new connect timeout (REDSEM.TIMEOUT); false if malformed */
+static bool
+set_connect_timeout(Client *c, const redisReply *cmd)
+{
+	char	   *end;
+	long		ms;
+
+	if (cmd->elements != 2 || c->target < 0 || cmd->element[1]->type != REDIS_REPLY_STRING)
+		return false;
+	errno = 0;
+	ms = strtol(cmd->element[1]->str, &end, 10);
+	if (errno != 0 || end == cmd->element[1]->str || *end != '\0' || ms < 1 || ms > PG_INT32_MAX)
+		return false;
+	c->connect_timeout_ms = (int) ms;
+	return true;
+}
+
+/*
+ * Zero the passwords of a REDSEM.TARGET header before it is freed (the
+ * target keeps its own copy; the link's read buffer is hiredis's, and is
+ * freed unzeroed)
+ */
+static void
+wipe_header_passwords(redisReply *cmd)
+{
+	static const int secret[] = {6, 17};
+
+	for (int i = 0; i < (int) lengthof(secret); i++)
+		if ((size_t) secret[i] < cmd->elements && cmd->element[secret[i]]->type == REDIS_REPLY_STRING)
+			explicit_bzero(cmd->element[secret[i]]->str, cmd->element[secret[i]]->len);
+}
+
+/* The connection that carried c's last command, if it is still that one */
+static Upstream *
+last_upstream(const Client *c)
+{
+	Upstream   *u;
+
+	if (c->last_up < 0)
+		return NULL;
+	u = upstreams[c->last_up];
+	return (u->ctx != NULL && u->gen == c->last_up_gen) ? u : NULL;
+}
+
+/*
+ * Send held[0 .. n-1] of a client on upstream u; if there is none, leave
+ * them held while one is being opened for it (wait), else answer the
+ * failure and close the client
+ */
+static bool
+send_held(Client *c, Upstream *u, int n, bool wait)
+{
+	if (u == NULL)
+	{
+		if (!wait)
+			answer_failure(c, &no_upstream);
+		return false;
+	}
+	c->waiting = c->waiting_side = false;
+	for (int i = 0; i < n; i++)
+		if (!send_upstream(c, u, c->held[i]))
+		{
+			fail_upstream(u, "out of memory");
+			return false;
+		}
+	drop_held(c, n);
+	return true;
+}
+
+/*
+ * Send held[0 .. n-1] of a client on its target's shared upstream (n = 2:
+ * ASKING and the command it applies to, back to back)
+ */
+static bool
+send_shared(Client *c, int n)
+{
+	bool		wait = false;
+	Upstream   *prev = last_upstream(c);
+	Upstream   *u;
+
+	/*
+	 * (replies it is still owed on a connection that is no longer the
+	 * shared one, which a WAIT took, come first: later ones could overtake)
+	 */
+	if (c->outstanding > 0 && prev != NULL && prev->index != targets[c->target].shared)
+		return false;
+	u = shared_upstream(c, &wait);
+	return send_held(c, u, n, wait);
+}
+
+/*
+ * Send a client's BLPOP (n = 1), or ASKING and its BLPOP (n = 2: a wake key
+ * in a slot being migrated), on a side connection of its target
+ */
+static bool
+send_side(Client *c, int n)
+{
+	bool		wait = false;
+	Upstream   *u;
+
+	c->waiting_pool = -1;
+	u = side_upstream(c, &wait);
+	if (!send_held(c, u, n, wait))
+		return false;
+	c->on_side = true;
+	return true;
+}
+
+/*
+ * Put a client's BLPOP of its wake and nudge keys in the wait pool of its
+ * target (and slot): one BLPOP on the pool's connection waits for every
+ * waiter in it (broker_wait.c).  A pool without a connection takes an idle
+ * side one, or has one opened while the client waits.  While the pool's
+ * BLPOP out cannot be ended (no other connection of the target to send
+ * CLIENT UNBLOCK on: a WAIT holds it), the client's BLPOP goes on a side
+ * connection of its own.
+ */
+static bool
+send_pool(Client *c)
+{
+	int			p = broker_pool_for(c, c->held[0]);
+
+	if (!broker_pool_usable(p))
+	{
+		bool		wait = false;
+		Upstream   *u;
+
+		c->waiting_pool = p;
+		u = side_upstream(c, &wait);
+
+		if (u == NULL)
+		{
+			if (!wait)
+				answer_failure(c, &no_upstream);
+			return false;
+		}
+		broker_pool_attach(p, u);
+	}
+	else if (!broker_pool_can_take(p))
+		return send_side(c, 1); /* (its BLPOP out cannot be ended now) */
+	c->waiting = c->waiting_side = false;
+	c->waiting_pool = -1;
+	broker_pool_join(p, c, c->held[0]);
+	drop_held(c, 1);
+	return true;
+}
+
+/* Look again at the clients of target t waiting for a shared connection */
+static void
+wake_shared_waiters(int t)
+{
+	for (int i = 0; i < n_clients; i++)
+	{
+		Client	   *c = clients[i];
+
+		if (c->fd >= 0 && c->target == t && c->waiting && !c->waiting_side)
+		{
+			c->process = true;
+			SetLatch(MyLatch);
+		}
+	}
+}
+
+/* Give the shared role of target t to an idle side connection, if it has one */
+static void
+promote_idle_side(int t)
+{
+	for (int i = 0; i < n_upstreams; i++)
+	{
+		Upstream   *u = upstreams[i];
+
+		if (u->ctx != NULL && u->side && !u->pool && !u->retired && u->target == t &&
+			u->count == 0)
+		{
+			u->side = false;
+			u->was_shared = true;
+			targets[t].shared = u->index;
+			wake_shared_waiters(t);
+			return;
+		}
+	}
+}
+
+/*
+ * Send a client's WAIT on the connection that carried its last command,
+ * where its writes went (Redis's WAIT waits for the writes of the
+ * connection it is sent on; behind another client's WAIT there, if one
+ * took it); if that was the shared connection, it becomes a side one
+ * carrying the WAIT, and an idle side connection (or one opened at the
+ * next call) takes the shared role: nobody else's call waits behind a
+ * WAIT.  The client's later requests wait for its reply, as after a BLPOP.
+ * A client whose connection is gone since (it failed) is closed: its
+ * writes' fate is unknown, as after a lost connection.
+ */
+static bool
+send_wait(Client *c)
+{
+	Upstream   *u = last_upstream(c);
+	bool		wait = false;
+
+	if (u == NULL && c->last_up >= 0)
+	{
+		close_client(c);
+		return false;
+	}
+	if (u == NULL)
+		u = shared_upstream(c, &wait); /* (no command yet: nothing to wait for) */
+	if (!send_held(c, u, 1, wait))
+		return false;
+	if (!u->side)
+	{
+		u->side = true;
+		targets[u->target].shared = -1;
+		promote_idle_side(u->target);
+		set_dirty = true;
+	}
+	c->on_side = true;
+	return true;
+}
+
+/*
+ * Forward what a client sent, in order, as far as its ordering allows: a
+ * BLPOP waits until its earlier replies are back, and nothing goes after
+ * a BLPOP until its reply is back
+ */
+static void
+process_client(Client *c)
+{
+	c->process = false;
+	while (c->fd >= 0 && !c->closing && !c->reroute && !c->on_side && !c->in_pool)
+	{
+		redisReply *cmd;
+
+		if (c->n_held == 0 && !take_request(c))
+			return;
+		cmd = c->held[0];
+		if (broker_is_command(cmd, "REDSEM.TARGET"))
+		{
+			bool		bound = bind_target(c, cmd);
+
+			wipe_header_passwords(cmd);
+			if (!bound)
+			{
+				close_client(c);
+				return;
+			}
+			drop_held(c, 1);
+			continue;
+		}
+		if (broker_is_command(cmd, REDSEM_BROKER_TIMEOUT))
+		{
+			if (!set_connect_timeout(c, cmd))
+			{
+				close_client(c);
+				return;
+			}
+			drop_held(c, 1);
+			continue;
+		}
+		if (c->target < 0)
+		{
+			close_client(c);
+			return;
+		}
+		switch (broker_cluster_route(c))
+		{
+			case CLUSTER_HOLD:
+				return;
+			case CLUSTER_ANSWERED:
+				drop_held(c, 1);
+				continue;
+			case CLUSTER_GO:
+				break;
+		}
+		if (broker_is_command(cmd, "BLPOP"))
+		{
+			/* (a wake and a nudge key, and the timeout: a waiter's) */
+			bool		pooled = cmd->elements == 4;
+
+			if (c->outstanding > 0 || !(pooled ? send_pool(c) : send_side(c, 1)))
+				return;
+			continue;
+		}
+		if (broker_is_command(cmd, "WAIT"))
+		{
+			if (!send_wait(c))
+				return;
+			continue;
+		}
+		if (broker_is_command(cmd, "ASKING"))
+		{
+			if (c->n_held < 2 && !take_request(c))
+				return;
+			if (broker_is_command(c->held[1], "BLPOP"))
+			{
+				if (c->outstanding > 0 || !send_side(c, 2))
+					return;
+				continue;
+			}
+			if (!send_shared(c, 2))
+				return;
+			continue;
+		}
+		if (!send_shared(c, 1))
+			return;
+	}
+}
+
+/* ---- the loop ---- */
 
 /* Open the listening socket at the broker's address */
 static void
@@ -123,7 +2152,7 @@ sweep_clients(void)
 }
 
 /* The events a client's socket is waited for */
-uint32
+static uint32
 client_events(const Client *c)
 {
 	return WL_SOCKET_READABLE | (c->out_off < c->out_len ? WL_SOCKET_WRITEABLE : 0);
@@ -137,7 +2166,7 @@ upstream_events(const Upstream *u)
 }
 
 /* Add a socket to the wait set (room for it counted) */
-int
+static int
 wait_add(uint32 events, pgsocket fd, void *user_data)
 {
 	wait_set_room--;

@@ -1,7 +1,7 @@
 /*
  * broker_state.c
- *		The broker's state, shared by its loop (broker_loop.c and its
- *		parts) and its wait pools (broker_wait.c): its clients, targets and upstream
+ *		The broker's state, shared by its loop (broker_loop.c) and its wait
+ *		pools (broker_wait.c): its clients, targets and upstream
  *		connections; encoding replies onto a client's output; the FIFO of
  *		an upstream and queueing a command on it; a target's entry, and a
  *		Cluster node's target (broker_cluster.c).

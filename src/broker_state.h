@@ -1,10 +1,10 @@
 /*
  * broker_state.h
  *		The broker's state (broker_state.c), shared by its loop
- *		(broker_loop.c and the parts broker_parts.h names), its wait pools
- *		(broker_wait.c) and its Cluster routing (broker_cluster.c): its
- *		clients (backends' links), targets and upstream connections.  Only
- *		the broker child uses it.
+ *		(broker_loop.c), its wait pools (broker_wait.c) and its Cluster
+ *		routing (broker_cluster.c): its clients
+ *		(backends' links), targets and upstream connections.  Only the
+ *		broker child uses it.
  */
 #ifndef REDSEM_BROKER_STATE_H
 #define REDSEM_BROKER_STATE_H
