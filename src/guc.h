@@ -7,6 +7,8 @@
 #ifndef REDSEM_GUC_H
 #define REDSEM_GUC_H
 
+#include "compat.h"
+
 extern char *redsem_host;
 extern int	redsem_port;
 extern char *redsem_unix_socket;
@@ -38,6 +40,15 @@ typedef enum RedsemConnectionMode
 } RedsemConnectionMode;
 
 extern int	redsem_connection_mode;
+
+/* True if this process's data connections go through the broker */
+static inline bool
+redsem_broker_wanted(void)
+{
+	return redsem_preloaded &&
+		redsem_connection_mode == REDSEM_CONNECTION_BROKER &&
+		redsem_is_client_backend();
+}
 
 /* redsem.broker_poll: microseconds the broker polls after activity (broker.c) */
 extern int	redsem_broker_poll_us;

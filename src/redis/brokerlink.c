@@ -68,15 +68,6 @@ redis_broker_peer_is_ours(int fd)
 		cred.uid == geteuid();
 }
 
-/* True if this process's data connections go through the broker */
-bool
-redis_broker_wanted(void)
-{
-	return redsem_preloaded &&
-		redsem_connection_mode == REDSEM_CONNECTION_BROKER &&
-		redsem_is_client_backend();
-}
-
 /*
  * Broker mode was asked for in a server where redsem is not preloaded:
  * there is no broker.  A call from SQL raises 55000; any other fails to
@@ -403,7 +394,7 @@ redis_broker_error(const char *msg, RedisStatus *status, const char **detail)
 	long		n;
 
 	/* (only the broker speaks so: in direct mode it is Redis's words) */
-	if (!redis_broker_wanted() ||
+	if (!redsem_broker_wanted() ||
 		strncmp(msg, REDSEM_BROKER_ERROR, len) != 0 || msg[len] != ' ')
 		return false;
 	n = strtol(msg + len + 1, &end, 10);

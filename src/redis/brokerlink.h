@@ -55,7 +55,6 @@ struct redisContext;
 /* The error code the broker answers with when it cannot reach Redis */
 #define REDSEM_BROKER_ERROR		"REDSEMBROKER"
 
-extern bool redis_broker_wanted(void);
 extern struct redisContext *redis_context_on_fd(int fd, RedisOutcome *outcome);
 extern bool redis_broker_available(RedisCall *call);
 extern struct redisContext *redis_broker_open(RedisCall *call, const char *host,

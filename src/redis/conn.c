@@ -134,7 +134,7 @@ static int	described_node = 0;
 static int
 node_address(int node)
 {
-	return redis_broker_wanted() ? 0 : node;
+	return redsem_broker_wanted() ? 0 : node;
 }
 
 /* The node an outcome names for link (plus one; 0 outside a cluster) */
@@ -308,7 +308,7 @@ redis_open_following(RedisCall *call, const char *host, int port,
 {
 	for (;;)
 	{
-		redisContext *c = sentinel_enabled() && !redis_broker_wanted()
+		redisContext *c = sentinel_enabled() && !redsem_broker_wanted()
 			? sentinel_connect_primary(call, deadline)
 			: redis_open_target(call, host, port, unix_path,
 								redis_connect_deadline(deadline));
@@ -343,7 +343,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	link->ctx = c;
 	link->generation = redsem_guc_generation_now();
 	link->tls = redis_target_tls();
-	link->secrets = redis_broker_wanted() ? redis_broker_link_secrets() : 0;
+	link->secrets = redsem_broker_wanted() ? redis_broker_link_secrets() : 0;
 	link->connect_timeout_ms = redsem_connect_timeout_ms;
 	route_changes++;
 	link_opens++;
@@ -375,8 +375,8 @@ void
 redis_known_nodes(const RedisCall *call, const char *const *keys, int n, int *nodes)
 {
 	for (int i = 0; i < n; i++)
-		nodes[i] = redis_broker_wanted() ? -1 : cluster_known_node(keys[i]);
-	if (!redis_broker_wanted())
+		nodes[i] = redsem_broker_wanted() ? -1 : cluster_known_node(keys[i]);
+	if (!redsem_broker_wanted())
 		return;
 	for (int first = 0; first < n; first += NODE_OF_BATCH)
 	{
@@ -477,7 +477,7 @@ exchange(RedisCall *call, Link *link, TimestampTz deadline, bool flush,
 static bool
 link_append(Link *link, int argc, const char **argv, const size_t *argvlen)
 {
-	if (redis_broker_wanted() && link->connect_timeout_ms != redsem_connect_timeout_ms)
+	if (redsem_broker_wanted() && link->connect_timeout_ms != redsem_connect_timeout_ms)
 	{
 		char		ms[16];
 		const char *timeout_argv[] = {REDSEM_BROKER_TIMEOUT, ms};
@@ -714,7 +714,7 @@ broker_says_retry(const RedisOutcome *outcome)
 		REDSEM_BROKER_REFUSED, REDSEM_BROKER_RELINK
 	};
 
-	if (!redis_broker_wanted() || outcome->status != RS_UNAVAILABLE)
+	if (!redsem_broker_wanted() || outcome->status != RS_UNAVAILABLE)
 		return false;
 	for (size_t i = 0; i < lengthof(reasons); i++)
 		if (strstr(outcome->detail, reasons[i]) != NULL)
@@ -918,7 +918,7 @@ broker_lane(int argc, const char **argv, int current, bool deferred)
 static int
 command_node(int argc, const char **argv, int current, bool deferred)
 {
-	if (cluster_enabled() && redis_broker_wanted())
+	if (cluster_enabled() && redsem_broker_wanted())
 		return broker_lane(argc, argv, current, deferred);
 	return cluster_enabled() ? cluster_node_for(argc, argv, current) : 0;
 }
@@ -1008,7 +1008,7 @@ route_connect(Route *r, Link *link)
 
 	if (ensure_connection(r->call, link, r->until))
 		return true;
-	if (cluster_enabled() && !redis_broker_wanted() && given_time)
+	if (cluster_enabled() && !redsem_broker_wanted() && given_time)
 		cluster_node_failed(r->node);
 	return false;
 }
@@ -1042,7 +1042,7 @@ route_redirect(Route *r, redisReply **reply)
 	int			next = -1;
 
 	if (cluster_enabled() && r->redirects < CLUSTER_MAX_REDIRECTS)
-		next = redis_broker_wanted() ? broker_redirect(r, msg) : cluster_redirect(msg, &r->asking);
+		next = redsem_broker_wanted() ? broker_redirect(r, msg) : cluster_redirect(msg, &r->asking);
 	if (next < 0)
 	{
 		r->asking = false;
@@ -1127,7 +1127,7 @@ route_exchange(Route *r, Link *link, redisReply **reply)
 	RedisStatus status = send_and_receive(r->call, link, r->argc, r->argv,
 										  r->argvlen, r->until, r->asking, reply);
 
-	if (cluster_enabled() && !redis_broker_wanted() && !r->asking && status == RS_OK &&
+	if (cluster_enabled() && !redsem_broker_wanted() && !r->asking && status == RS_OK &&
 		(*reply)->type != REDIS_REPLY_ERROR)
 		cluster_note_served(r->argc, r->argv, r->node);
 	r->asking = false;
@@ -1595,7 +1595,7 @@ pipeline_by_node(RedisCall *call, int n, const RedisCommand *cmds,
 	Pipeline	p;
 
 	/* (the keeper's only, which is never behind the broker: its routing is its own) */
-	Assert(!redis_broker_wanted());
+	Assert(!redsem_broker_wanted());
 	memset(&p, 0, sizeof(p));
 	p.call = call;
 	p.n = n;

@@ -646,7 +646,7 @@ redis_open_target(RedisCall *call, const char *host, int port,
 
 	if (!redis_broker_available(call))
 		return NULL;
-	if (redis_broker_wanted())
+	if (redsem_broker_wanted())
 		return redis_broker_open(call, host, port, unix_path, deadline);
 	c = redis_open_context(call, host, port, unix_path, deadline);
 	if (c == NULL || !redis_setup_context(call, c, deadline))
@@ -658,7 +658,7 @@ redis_open_target(RedisCall *call, const char *host, int port,
 bool
 redis_target_tls(void)
 {
-	return redsem_tls && !redis_broker_wanted();
+	return redsem_tls && !redsem_broker_wanted();
 }
 
 /*

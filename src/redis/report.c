@@ -11,7 +11,7 @@
 
 #include <errno.h>
 
-#include "brokerlink.h"
+#include "guc.h"
 #include "report.h"
 
 /* What to say about a status */
@@ -125,7 +125,7 @@ static const char *
 status_hint(const RedisOutcome *o)
 {
 	/* (through the broker, the silence may be the broker's own) */
-	if (o->status == RS_TIMED_OUT && redis_broker_wanted())
+	if (o->status == RS_TIMED_OUT && redsem_broker_wanted())
 		return "Check the load on the Redis server and on this server's \"redsem broker\" process (calls go through it: redsem.connection_mode is broker), or raise redsem.command_timeout.";
 	if (info_of(o->status)->hint != NULL)
 		return info_of(o->status)->hint;
