@@ -130,7 +130,9 @@ static ProcessUtility_hook_type prev_process_utility = NULL;
 static void
 hold_free(Hold *hold)
 {
-	watchdog_unwatch(hold->shared_slot);
+	/* (an ENDING one was unwatched then: its slot may be another's since) */
+	if (hold->state != HOLD_ENDING)
+		watchdog_unwatch(hold->shared_slot);
 	shared_hold_remove(hold->shared_slot, hold->id);
 	pfree(hold->prefix);
 	pfree(hold->name);
@@ -584,6 +586,9 @@ xact_callback(XactEvent event, void *arg)
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
 				release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 									   "at the end of the transaction");
+			/* (an ERROR's recovery disabled every timeout just before) */
+			if (event == XACT_EVENT_ABORT)
+				watchdog_arm();
 			break;
 		default:
 			break;

@@ -441,7 +441,8 @@ settle_sent_release(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 /*
  * Refresh a live hold whose lease (or, while it is an unconfirmed
  * promotion, whose window) is a third used up, or soon will be (see
- * KEEPER_BATCH_EARLY_DIVISOR); ms until it is next due.
+ * KEEPER_BATCH_EARLY_DIVISOR), or that an administrator force-released
+ * (refresh_now: to find it so at once); ms until it is next due.
  */
 static int64
 refresh_if_due(KeeperBatch *batch, const HoldCopy *c, TimestampTz now)
@@ -450,7 +451,7 @@ refresh_if_due(KeeperBatch *batch, const HoldCopy *c, TimestampTz now)
 	TimestampTz due = TimestampTzPlusMilliseconds(c->hold.refreshed_at, third);
 	int64		early = third / KEEPER_BATCH_EARLY_DIVISOR;
 
-	if (due > TimestampTzPlusMilliseconds(now, early))
+	if (due > TimestampTzPlusMilliseconds(now, early) && !c->hold.refresh_now)
 		return ms_until(now, due);
 	if (c->hold.retry_at > now)
 		return ms_until(now, c->hold.retry_at);
@@ -884,21 +885,25 @@ log_stop(KeeperState *st, const StopNotice *sn, const char *done)
 /*
  * Stop a holder as its policy says: cancel its statement (its session is
  * told why, src/guard.c) or end its session.  A backend gone meanwhile is
- * left alone: its exit releases what it held.
+ * left alone: its exit releases what it held.  One its own watchdog
+ * stopped (src/watchdog.c) is only watched, if it lives.
  */
 static void
 stop_holder(KeeperState *st, const StopNotice *sn)
 {
-	if (BackendPidGetProc(sn->pid) == NULL)
-		return;
 	if (sn->self)
 	{
-		/* (its own watchdog stopped it: the keeper was late, logged why) */
-		if (sn->policy != SLOT_LOST_TERMINATE)
+		/*
+		 * (its own watchdog stopped it, the keeper late: its session logged
+		 * the error; the keeper's log line budget is kept for its own stops)
+		 */
+		if (sn->policy != SLOT_LOST_TERMINATE && BackendPidGetProc(sn->pid) != NULL)
 			escalate_watch(sn->pid, sn->name, redsem_now());
-		log_stop(st, sn, "saw the watchdog stop");
+		return;
 	}
-	else if (sn->policy == SLOT_LOST_TERMINATE)
+	if (BackendPidGetProc(sn->pid) == NULL)
+		return;
+	if (sn->policy == SLOT_LOST_TERMINATE)
 	{
 		if (kill(sn->pid, SIGTERM) == 0)
 			log_stop(st, sn, "terminated");

@@ -643,6 +643,7 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 		h->failures = 0;
 		h->retry_at = 0;
 		h->trouble[0] = '\0';
+		h->refresh_now = false;
 		note_stop_at(h);
 	}
 	LWLockRelease(shared->holds_lock);
@@ -1116,11 +1117,43 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 	if ((h = tracked_hold(slot, id)) != NULL)
 	{
 		newly = mark_stopped(h, why, now);
-		/* its own backend found it: nobody is to be signalled */
-		h->stop_signalled = true;
+		/*
+		 * its own backend found it: nobody is to be signalled; but a stop
+		 * its watchdog took on is left to the keeper to log and to watch
+		 * (src/escalate.c: a holder that caught the cancel and runs on)
+		 */
+		if (pg_atomic_read_u64(&h->stop_at) != SHARED_STOP_CLAIMED)
+			h->stop_signalled = true;
 	}
 	LWLockRelease(shared->holds_lock);
 	return newly;
+}
+
+/*
+ * An administrator force-released slot id of semaphore name: if its holder
+ * runs on this server, the keeper refreshes it at once (and so finds it
+ * force-released and stops its holder now, not at its next refresh, up to
+ * a third of its lease later).  True if it was found here.
+ */
+bool
+shared_hold_refresh_now(const char *name, const char *id)
+{
+	bool		found = false;
+
+	if (shared == NULL)
+		return false;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	for (int i = 0; i < hold_table_size && !found; i++)
+	{
+		SharedHold *h = &hold_table[i];
+
+		if (h->in_use && strcmp(h->id, id) == 0 && strcmp(h->name, name) == 0)
+			found = h->refresh_now = true;
+	}
+	LWLockRelease(shared->holds_lock);
+	if (found)
+		wake_keeper_by(DT_NOBEGIN);
+	return found;
 }
 
 /*
@@ -1179,11 +1212,15 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 	{
 		SharedHold *h = &hold_table[i];
 		TimestampTz valid_until;
+		/* (its backend's watchdog took the stop on: it stopped itself) */
+		bool		self = h->in_use && h->pid != 0 && !h->stop_signalled &&
+			pg_atomic_read_u64(&h->stop_at) == SHARED_STOP_CLAIMED;
 
-		if (!stoppable(h))
+		/* (a self-stopped session slot is given up at once: still told) */
+		if (!stoppable(h) && !self)
 			continue;
 		valid_until = shared_hold_valid_until(h);
-		if (h->stop == STOP_NONE && now < valid_until)
+		if (h->stop == STOP_NONE && now < valid_until && !self)
 		{
 			*earliest = Min(*earliest, valid_until);
 			continue;
@@ -1192,8 +1229,7 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		if (h->stop_signalled || n >= max)
 			continue;
 		h->stop_signalled = true;
-		/* (its backend's watchdog took the stop on first: it stopped itself) */
-		out[n].self = pg_atomic_read_u64(&h->stop_at) == SHARED_STOP_CLAIMED;
+		out[n].self = self;
 		out[n].slot = i;
 		out[n].pid = h->pid;
 		out[n].policy = h->on_lost;

@@ -85,6 +85,8 @@ typedef struct SharedHold
 	bool		stop_signalled; /* the keeper stopped its backend */
 	bool		returned;		/* the acquire returned the slot: work may
 								 * run under it (only then is it stopped) */
+	bool		refresh_now;	/* the keeper refreshes it at once (an
+								 * administrator force-released it) */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			permits;
@@ -257,6 +259,7 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
+extern bool shared_hold_refresh_now(const char *name, const char *id);
 extern int	shared_hold_watchdog(const volatile bool *mine, int n, TimestampTz now);
 /* What a backend has of a semaphore besides stopped entries (escalate.c) */
 typedef enum HoldFreshness

@@ -317,6 +317,9 @@ redsem_force_release(PG_FUNCTION_ARGS)
 	{
 		(void) sem_force_release(&call, name, id, &held);
 		hold_forget_id(name, id);
+		/* (a holder on this server is stopped now; elsewhere, at its refresh) */
+		if (held)
+			(void) shared_hold_refresh_now(name, id);
 	}
 	if (held)
 		ereport(LOG,

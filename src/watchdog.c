@@ -13,9 +13,11 @@
  * the stop on with a compare-and-swap, which the keeper's own stop sees
  * (so only one of them signals), and interrupts the backend as the
  * keeper would: a cancel, or for terminate a FATAL.  The session is then
- * told why as after the keeper's cancel (src/guard.c, src/hold.c).  An
- * ERROR at the top level disables every timeout (PostgresMain): the next
- * statement arms it again, before it runs.  Where 64-bit atomics are
+ * told why as after the keeper's cancel (src/guard.c, src/hold.c), and the
+ * keeper, when it runs, watches a holder that caught the cancel
+ * (src/escalate.c), as after its own.  An ERROR at the top level
+ * disables every timeout (PostgresMain) before the transaction's abort,
+ * which arms it again (as does each statement's look at its holds).  Where 64-bit atomics are
  * emulated with a spinlock (not in a signal handler) there is no
  * watchdog, and a stalled keeper's holders are stopped at their next
  * statement, as before.

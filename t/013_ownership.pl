@@ -107,12 +107,21 @@ is($redis->cli('EXISTS', "redsem:{own}:forced:$id"), '0', 'the marker that told 
 is($alice->query_ok(qq{SELECT redsem_release('own', '$id');}), 'f',
 	'alice\'s own release returns false, without a WARNING: it was hers');
 is($mallory->query_ok(qq{SELECT redsem_release('own', '$m');}), 't', 'mallory releases hers');
+# (a holder on the server that force-releases is stopped at once: the
+# keeper refreshes it then, not at its next refresh, 20 s later)
 my $long = $alice->query_ok(q{SELECT redsem_acquire('own_long', 1, '60 s');});
+$off = -s $node->logfile;
+my $forced_at = time;
 $dba->query_ok(qq{SELECT redsem_force_release('own_long', '$long');});
+ok(defined wait_until(10, sub { slurp_file($node->logfile, $off) =~
+		/redsem keeper found the slot of semaphore "own_long" held by process \d+ force-released by an administrator/ }),
+	'a 60 s slot force-released on its holder\'s server: its keeper finds it at once');
+cmp_ok(time - $forced_at, '<', 5, '... well before its next refresh (20 s)');
 ($out, $err) = $alice->query(qq{SELECT redsem_refresh('own_long', '$long');});
-is($out, 'f', 'a force-released slot cannot be refreshed by its holder');
-like($err, qr/NOTICE:  00000: slot \Q$long\E of redsem semaphore "own_long" was force-released by an administrator/,
-	'who is told why');
+like($err, qr/ERROR:  57014: the slot of semaphore "own_long" was lost\nDETAIL:  An administrator force-released it/,
+	'its holder is told why');
+($out, $err) = $alice->query(qq{SELECT redsem_refresh('own_long', '$long');});
+is($out, 'f', 'and the slot cannot be refreshed: the session gave it up');
 
 ###########################################################################
 note 'a waiting place is owned too';

@@ -72,6 +72,27 @@ note 'a slot whose keys are deleted: the running statement is cancelled at the n
 }
 
 ###########################################################################
+note 'the keeper stalled, the holder stopped itself and caught the cancel: the keeper, back, terminates it';
+{
+	my $keeper = keeper_pid_of($node);
+	my $s = session('watchdog_catcher');
+	$s->query_ok("SELECT redsem_acquire('wdc', 1, '3 s') IS NOT NULL;");
+	$s->send(q{DO $$ DECLARE n int := 0; BEGIN LOOP BEGIN PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300;
+		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdc" was lost/, 15),
+		'its watchdog cancelled it; the code caught that');
+	kill 'CONT', $keeper;
+	my $back = time;
+	ok($s->wait_exit(20), 'the session ended');
+	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
+	like(slurp_file($node->logfile), qr/redsem keeper terminated process \d+: it ran on after its statement was cancelled for the lost slot of semaphore "wdc"/,
+		'the server log says why');
+}
+
+###########################################################################
 note 'a statement queue slot and a plain cancel';
 {
 	my $q = session('queued', user => 'queued');
