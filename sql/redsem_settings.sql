@@ -154,6 +154,7 @@ RESET redsem.password;
 SHOW redsem.password;
 -- never stored where every role reads it (pg_db_role_setting, pg_proc)
 ALTER ROLE CURRENT_USER SET redsem.password = 'not-to-be-stored';
+ALTER ROLE ALL SET redsem.password = 'not-to-be-stored';
 SELECT current_database() AS db \gset
 ALTER DATABASE :"db" SET redsem.password = 'not-to-be-stored';
 CREATE FUNCTION pg_temp.with_password() RETURNS int LANGUAGE sql

@@ -132,7 +132,8 @@ show_password(void)
  * every role to read (pg_db_role_setting, pg_proc.proconfig are readable by
  * PUBLIC): ALTER ROLE/DATABASE ... SET and a function's SET clause are
  * validated with source PGC_S_TEST, and their stored values come back as
- * PGC_S_DATABASE, PGC_S_USER or PGC_S_DATABASE_USER.  The message never
+ * PGC_S_GLOBAL (ALTER ROLE ALL), PGC_S_DATABASE, PGC_S_USER or
+ * PGC_S_DATABASE_USER.  The message never
  * shows the value (the default one would).
  */
 static bool
@@ -140,7 +141,7 @@ check_password(char **newval, void **extra, GucSource source)
 {
 	if (*newval == NULL || (*newval)[0] == '\0')
 		return true;
-	if (source != PGC_S_TEST && source != PGC_S_DATABASE &&
+	if (source != PGC_S_TEST && source != PGC_S_GLOBAL && source != PGC_S_DATABASE &&
 		source != PGC_S_USER && source != PGC_S_DATABASE_USER)
 		return true;
 	GUC_check_errmsg("redsem.password cannot be set with ALTER ROLE, ALTER DATABASE or a function's SET clause");
