@@ -1119,7 +1119,7 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 		newly = mark_stopped(h, why, now);
 		/*
 		 * its own backend found it: nobody is to be signalled; but a stop
-		 * its watchdog took on is left to the keeper to log and to watch
+		 * its watchdog took on is left to the keeper to watch
 		 * (src/escalate.c: a holder that caught the cancel and runs on)
 		 */
 		if (pg_atomic_read_u64(&h->stop_at) != SHARED_STOP_CLAIMED)
@@ -1216,7 +1216,7 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		bool		self = h->in_use && h->pid != 0 && !h->stop_signalled &&
 			pg_atomic_read_u64(&h->stop_at) == SHARED_STOP_CLAIMED;
 
-		/* (a self-stopped session slot is given up at once: still told) */
+		/* (handed over even once its session gave the slot up: ending) */
 		if (!stoppable(h) && !self)
 			continue;
 		valid_until = shared_hold_valid_until(h);

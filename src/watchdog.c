@@ -17,10 +17,10 @@
  * keeper, when it runs, watches a holder that caught the cancel
  * (src/escalate.c), as after its own.  An ERROR at the top level
  * disables every timeout (PostgresMain) before the transaction's abort,
- * which arms it again (as does each statement's look at its holds).  Where 64-bit atomics are
- * emulated with a spinlock (not in a signal handler) there is no
- * watchdog, and a stalled keeper's holders are stopped at their next
- * statement, as before.
+ * which arms it again (as does each statement's look at its holds).
+ * Where 64-bit atomics are emulated with a spinlock (not in a signal
+ * handler) there is no watchdog, and a stalled keeper's holders are
+ * stopped at their next statement, as before.
  */
 #include "postgres.h"
 
