@@ -44,7 +44,11 @@ static bool registered = false;
 /* How many times the handler took a stop on (only it writes it) */
 static volatile sig_atomic_t fires = 0;
 
-/* The timeout's handler (a signal handler: atomics, flags and SetLatch only) */
+/*
+ * The timeout's handler (a signal handler: atomics, flags and SetLatch
+ * only; unused where there is no watchdog)
+ */
+pg_attribute_unused()
 static void
 watchdog_handler(void)
 {
