@@ -64,9 +64,13 @@ SELECT redsem_acquire('exp_mixed', 2) IS NULL AS full_again;
 SELECT redsem_force_release('exp_mixed', 'other.4') AS long_force_released,
        redsem_release('exp_mixed', :'n') AS new_released;
 -- the other server's next refresh learns that an administrator released it
--- (-1), and that reading takes the marker away
+-- (-1, nothing renewed); the slot still counts until that server, having
+-- stopped its holder, gives it back, and its mark goes with it
 \! test/other_server.sh exp_mixed refresh other.4 0
-\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" exists 'redsem:{exp_mixed}:forced:other.4'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hexists 'redsem:{exp_mixed}:state' 'f:other.4'
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" zcard 'redsem:{exp_mixed}:owner'
+\! test/other_server.sh exp_mixed release other.4
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hexists 'redsem:{exp_mixed}:state' 'f:other.4'
 
 --
 -- A waiter gets the slot as soon as the lease ahead of it runs out

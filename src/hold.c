@@ -126,6 +126,53 @@ static int	fires_seen = 0;
 static TimestampTz next_look = 0;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
+/*
+ * The last few slots whose loss this session was told and whose entries
+ * are gone ("name\0id", in TopMemoryContext): its own redsem_release of one
+ * returns false without the WARNING for a slot never held.
+ */
+#define TOLD_LOST_KEPT 8
+static char *told_lost[TOLD_LOST_KEPT];
+static int	told_lost_next = 0;
+
+/* Remember that the lost slot (name, id), told to this session, is gone */
+static void
+remember_told_lost(const char *name, const char *id)
+{
+	size_t		nlen = strlen(name) + 1;
+	char	   *entry;
+
+	/* (also called from the transaction callbacks: no ERROR, even for OOM) */
+	entry = MemoryContextAllocExtended(TopMemoryContext, nlen + strlen(id) + 1,
+									   MCXT_ALLOC_NO_OOM);
+	if (entry == NULL)
+		return;
+	memcpy(entry, name, nlen);
+	strcpy(entry + nlen, id);
+	if (told_lost[told_lost_next] != NULL)
+		pfree(told_lost[told_lost_next]);
+	told_lost[told_lost_next] = entry;
+	told_lost_next = (told_lost_next + 1) % TOLD_LOST_KEPT;
+}
+
+/* True (and forgotten) if (name, id) is a lost slot this session was told */
+bool
+hold_take_told_lost(const char *name, const char *id)
+{
+	for (int i = 0; i < TOLD_LOST_KEPT; i++)
+	{
+		char	   *e = told_lost[i];
+
+		if (e != NULL && strcmp(e, name) == 0 && strcmp(e + strlen(e) + 1, id) == 0)
+		{
+			pfree(e);
+			told_lost[i] = NULL;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* Free one entry, and stop the keeper tracking it */
 static void
 hold_free(Hold *hold)
@@ -133,6 +180,8 @@ hold_free(Hold *hold)
 	/* (an ENDING one was unwatched then: its slot may be another's since) */
 	if (hold->state != HOLD_ENDING)
 		watchdog_unwatch(hold->shared_slot);
+	if (hold->stop_reported)
+		remember_told_lost(hold->name, hold->id);
 	shared_hold_remove(hold->shared_slot, hold->id);
 	pfree(hold->prefix);
 	pfree(hold->name);
@@ -1223,6 +1272,15 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 		hold->refreshed_at = sent;
 		hold->lease_ms = *new_lease_ms;
 		shared_hold_refreshed(hold->shared_slot, hold->id, *new_lease_ms, sent);
+	}
+	else if (*new_lease_ms < 0 && hold->shared_slot >= 0)
+	{
+		/*
+		 * Force-released, it still counts until given back: stopped and
+		 * ended as when the keeper finds it so (src/redsem.lua: I17)
+		 */
+		shared_hold_note_refresh(hold->shared_slot, hold->id, -1, sent);
+		shared_keeper_wake();
 	}
 	else
 	{

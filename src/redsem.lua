@@ -53,6 +53,10 @@
 --                        wt      "1" while weights stores a weight
 --                        gu      while waiters came in a grace
 --                                period (I15): when it ends (ms)
+--                        fz      the holders force-released and
+--                                still counted (I17), if any
+--                        f:<id>  "1": an administrator released that
+--                                holder, which still counts (I17)
 --                        ad      an adaptive limit's bounds (I16),
 --                                "lo|hi"; limit is then the one the
 --                                controller set last
@@ -84,11 +88,6 @@
 --                                           name it.
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
--- <base>forced:<id> STRING                 "1": the member was released
---                                           by an administrator
---                                           (force_release); its
---                                           holder's next refresh reads
---                                           and deletes it
 -- <base>nudge:<id> LIST                     "n0": look again at once (the
 --                                           waiter was turned away: I4, I9)
 -- <base>rline      ZSET  id -> place        with a stored reserve, the
@@ -188,9 +187,7 @@
 --     has its own, 4 x ADAPT_FRESH_MS from the last tick.  The one exception is a state holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
---     member.  A forced: marker lives until the deadline its member had
---     (GRACE_MS at least), or until the holder's next refresh reads it: no
---     longer than the slot would have.
+--     member.
 --  I6 Promotion window.  A promoted waiter holds for min(lease,
 --     PROMOTION_WINDOW_MS) until it confirms (wait_check, give_up, or a
 --     refresh: its server's keeper sends one for a waiter that took its
@@ -283,7 +280,7 @@
 --     decided only among tenants that wait.  Weights are configuration:
 --     the weights key has no TTL (I5).
 -- I13 One read.  The state has its field x ("1") exactly while it has
---     any of xh, xw, era, rt, rk, wt, gu or ad (EXTRA), so that a call reads
+--     any of xh, xw, era, rt, rk, wt, gu, ad or fz (EXTRA), so that a call reads
 --     limit, cur, tl, tt and x alone unless x is there: the write that
 --     sets the first EXTRA field sets x, the one that deletes the last
 --     deletes x (or the whole state goes).  (A
@@ -299,7 +296,7 @@
 --     acquire, its tenant's; a ZCARD for each sorted set, which refuses a
 --     set too); a fast path reads each key before it writes it, or leaves
 --     only what the member's give-back (a release) tidies; wake:, nudge:
---     and forced: keys are written over whatever is there.  Not covered:
+--     keys are written over whatever is there.  Not covered:
 --     the line of any other tenant, which a promotion, an expiry or a
 --     give-up may write after other writes (probing every tenant's line
 --     would cost a command per tenant waiting); and KEYS[2], which an
@@ -365,6 +362,18 @@
 --     ticking stops counting after ADAPT_FRESH_MS.  A limit stored by hand
 --     (set_limit) ends it, where it is; a keeper's compare-and-set of a
 --     statement queue's cap (set_limit N if=M) leaves it alone.
+-- I17 Forced.  An administrator's release of a holder (release id
+--     forced) takes nothing away at once: the holder still counts, so
+--     nobody is admitted beside a holder that may still run.  The state
+--     marks it (f:<id>: as long-lived as the member, as the state is) and
+--     fz counts such holders.  Its refresh answers -1
+--     and renews nothing (its server then stops it); its confirmation of
+--     a promotion (wait_check, give_up) removes it and answers lost (a
+--     waiter still waiting has run nothing).  It goes as any holder: its
+--     own release once stopped, or its deadline, which its server's
+--     stop comes before (I2).  remove() deletes the mark and counts fz
+--     down; while fz is 0 no call looks for a mark.  A waiter released
+--     so leaves the line at once.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -1101,6 +1110,15 @@ function remove(id, tenant)
         REMOVED = true
         if MEMBERS then MEMBERS = math.max(MEMBERS - 1, 0) end
         count_permits(waiting, p, -1)
+        if S.fz > 0 then            -- I17: a forced holder is gone
+            local f = 'f:' .. id
+            local mark = W[f]
+            if mark == nil then mark = redis.call('HGET', K_STATE, f) end
+            if mark then
+                set('fz', S.fz - 1)
+                set(f, false)
+            end
+        end
     end
     if S.hh > 0 then                -- I11: a holder of the reserve's class
         local f = 'h:' .. id
@@ -1279,7 +1297,7 @@ do -- 8 THE STATE ----------------------------------------------------------
 local CONFIG = {'limit', 'rt', 'rb', 'rs', 'tat', 'rk', 'rp', 'wt', 'ad', 'am', 'as', 'an', 'ac'}
 -- The state's fields a call reads only when x says that one may be there
 -- (EXTRA: read_state), and, of those, the configuration's.
-local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad'}
+local EXTRA = {'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad', 'fz'}
 local CONFIG_EXTRA = {'rt', 'rk', 'wt', 'ad'}
 
 -- True if the state stores a limit, a rate, a reserve or weights (I5).
@@ -1307,7 +1325,7 @@ end
 -- The state rebuilt from its configuration c alone: S forgets what went
 -- with the members (their counts, the limit in effect, the era, the lines).
 local function keep_config(c)
-    S.cur, S.xh, S.xw, S.era, S.hh, S.tl, S.tt, S.gu = nil, 0, 0, nil, 0, false, 0, nil
+    S.cur, S.xh, S.xw, S.era, S.hh, S.tl, S.tt, S.gu, S.fz = nil, 0, 0, nil, 0, false, 0, nil, 0
     S.x = c.x ~= nil
 end
 
@@ -1347,18 +1365,18 @@ end
 function read_state()
     local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
     S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
-         tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false}
+         tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false, fz = 0}
     if S.x then                     -- (I13: EXTRA fields only if x says so)
         -- (in EXTRA's order, then the rest of an adaptive limit, I16: one
         -- call, as every operation on an adaptive semaphore needs them)
         v = redis.call('HMGET', K_STATE, 'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad',
-                       'am', 'as', 'an', 'ac')
+                       'fz', 'am', 'as', 'an', 'ac')
         S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
-        S.gu, S.ad = tonumber(v[7]), v[8] or nil
+        S.gu, S.ad, S.fz = tonumber(v[7]), v[8] or nil, tonumber(v[9]) or 0
         if S.ad then
-            S.am, S.as, S.an, S.ac = v[9] or nil, tonumber(v[10]) or 0, tonumber(v[11]) or 0, tonumber(v[12])
+            S.am, S.as, S.an, S.ac = v[10] or nil, tonumber(v[11]) or 0, tonumber(v[12]) or 0, tonumber(v[13])
         end
     end
     if S.rt then                    -- the rest of a rate, only if there is one
@@ -1369,7 +1387,7 @@ function read_state()
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')
         S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
     end
-    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt > 0 or S.tl) and
+    if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt + S.fz > 0 or S.tl) and
        redis.call('EXISTS', K_OWNER) == 0 then
         redis.call('DEL', K_STATE, tenant_key())
         local c = config()
@@ -1626,7 +1644,13 @@ local function waiting_reply(id, limit)
 end
 
 -- I6: a holder confirms: its full lease starts now; its wake-up is spent.
+-- One an administrator released meanwhile has run nothing: it goes (I17).
 local function confirm(id)
+    if S.fz > 0 and redis.call('HGET', K_STATE, 'f:' .. id) then
+        remove(id)
+        if not is_empty() then promote() end
+        return {'lost'}
+    end
     local lease = parse_info(redis.call('HGET', K_INFO, id))
     set_deadline(id, NOW_MS + lease, true)
     redis.call('DEL', wake_key(id))
@@ -1996,21 +2020,34 @@ end -- 10 ACQUIRE AND WAIT
 
 do -- 11 RELEASE AND REFRESH -----------------------------------------------
 
+-- I17: true if id is a holder an administrator released, still counted.
+local function is_forced(id)
+    if S.fz == 0 then return false end
+    local mark = W and W['f:' .. id]
+    if mark == nil then mark = redis.call('HGET', K_STATE, 'f:' .. id) end
+    return not not mark
+end
+
+-- I17: an administrator releases holder id: 1, or 0 if one did already.
+local function force(id)
+    if is_forced(id) then return 0 end
+    set('f:' .. id, '1')
+    set('fz', S.fz + 1)
+    return 1
+end
+
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
--- release id [forced]: 1 if the caller held a slot.  "forced" (an
--- administrator's) leaves a marker, so that the holder learns why.
+-- release id forced (an administrator's): a waiter leaves the line (0); a
+-- holder is marked and still counts (I17).
 local function op_release(id, forced)
-    local deadline = forced and tonumber(redis.call('ZSCORE', K_TIMEOUT, id))
-    local since = S.ad and not forced and select(3, parse_info(redis.call('HGET', K_INFO, id)))
+    if forced and is_member(id) and not is_waiting(id) then return force(id) end
+    local since = S.ad and not forced and not is_forced(id) and
+        select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
     if waited == nil then return 0 end
     if since and not waited then    -- I16: how long it held, a sample
         set('as', S.as + math.min(math.max(NOW_MS - since, 0), S.ac or math.huge))
         set('an', S.an + 1)
-    end
-    if forced then
-        local ttl = math.max((deadline or NOW_MS) - NOW_MS, GRACE_MS)
-        redis.call('SET', BASE .. 'forced:' .. id, '1', 'PX', int(ttl))
     end
     if not is_empty() then promote() end
     if waited then return 0 end
@@ -2029,14 +2066,14 @@ OPS.release = {
 
 -- refresh id lease_ms(0 = as acquired): the new lease in ms, or 0 if the
 -- caller holds no slot (then nothing of it remains, unless it waits), -1
--- if an administrator released it.
+-- if an administrator released it (I17: nothing renewed).
 local function op_refresh(id, lease)
     if not is_member(id) then
         redis.call('DEL', wake_key(id), nudge_key(id))
-        if redis.call('DEL', BASE .. 'forced:' .. id) == 1 then return -1 end
         return 0
     end
     if is_waiting(id) then return 0 end
+    if is_forced(id) then return -1 end
     if lease <= 0 then
         lease = parse_info(redis.call('HGET', K_INFO, id)) or 0
         if lease <= 0 then return 0 end
@@ -2053,11 +2090,11 @@ end
 -- (An id given twice makes the order matter: then one by one.)
 -- fast: as a fast path, which answers only a batch of holders refreshed
 -- by the lease given, nobody due, no rate (whose housekeeping may let a
--- waiter in) and the keys' TTL covering every new deadline already (as
+-- waiter in), no forced holder (I17) and the keys' TTL covering every new deadline already (as
 -- ttl_needed() would find it), and otherwise returns nil having written
 -- nothing; its one write, timeout, is a key it read first.
 local function op_refresh_many(pairs, fast)
-    if fast and (S.rt or any_due()) then return nil end
+    if fast and (S.rt or S.fz > 0 or any_due()) then return nil end
     local ids, out, renew, seen, last = {}, {}, {}, {}, 0
     for i = 1, #pairs, 2 do
         if seen[pairs[i]] then
@@ -2074,9 +2111,9 @@ local function op_refresh_many(pairs, fast)
     local waits = redis.call('ZMSCORE', K_WAITING, unpack(ids))
     for k, id in ipairs(ids) do
         local lease = pairs[2 * k]
-        if not owned[k] or waits[k] or lease <= 0 then
+        if not owned[k] or waits[k] or lease <= 0 or is_forced(id) then
             if fast then return nil end
-            out[k] = op_refresh(id, lease)  -- lost, waiting, or "as acquired"
+            out[k] = op_refresh(id, lease)  -- lost, waiting, "as acquired", forced
         else
             local deadline = NOW_MS + lease
             renew[#renew + 1] = int(deadline)
@@ -2975,7 +3012,7 @@ end
 -- An adaptive limit's holder (I16) leaves its hold time as a sample, as
 -- op_release does: its state stores a limit, so has no TTL to see to.
 function fast_release(id)
-    if S.xh + S.xw > 0 or S.tl or S.rk then return nil end
+    if S.xh + S.xw > 0 or S.tl or S.rk or S.fz > 0 then return nil end
     if member_count() == 1 then
         if S.ad then return nil end -- (its sample: the general path's)
         return fast_last(id)

@@ -93,17 +93,21 @@ ok(defined wait_until(10, sub { slurp_file($node->logfile, $off) =~
 	'the server log says who force-released what');
 is($dba->query_ok(qq{SELECT redsem_force_release('own', '$id');}), 'f',
 	'a second force-release returns false');
-my $m = $mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s');});
-like($m, qr/^[0-9a-f]{16}\./, 'now mallory gets the slot');
 ok(defined wait_until(30, sub {
 	slurp_file($node->logfile, $off) =~ /redsem keeper found the slot of semaphore "own" held by process \d+ force-released/ }),
 	'the keeper finds alice\'s slot force-released');
+# (alice may still run under it: it counts until she gives it back)
+is($mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s') IS NULL;}), 't',
+	'mallory cannot get in yet: the slot counts until alice gives it back');
+is($redis->zcard('own', 'owner'), 1, '... Redis still counts alice');
 ($out, $err) = $alice->query(q{SELECT count(*) FROM redsem_held();});
 like($err, qr/ERROR:  57014: the slot of semaphore "own" was lost\nDETAIL:  An administrator force-released it/,
 	'alice\'s next statement is told, saying an administrator force-released it (not that its lease ran out)');
 like(slurp_file($node->logfile, $off), qr/redsem keeper found the slot of semaphore "own" held by process \d+ force-released by an administrator/,
 	'and so does the keeper\'s log line');
-is($redis->cli('EXISTS', "redsem:{own}:forced:$id"), '0', 'the marker that told it is gone');
+my $m = $mallory->query_ok(q{SELECT redsem_acquire('own', 1, '60 s', '10 s');});
+like($m, qr/^[0-9a-f]{16}\./, 'now mallory gets the slot');
+is($redis->cli('HEXISTS', 'redsem:{own}:state', "f:$id"), '0', 'the mark that told it is gone');
 is($alice->query_ok(qq{SELECT redsem_release('own', '$id');}), 'f',
 	'alice\'s own release returns false, without a WARNING: it was hers');
 is($mallory->query_ok(qq{SELECT redsem_release('own', '$m');}), 't', 'mallory releases hers');
@@ -122,6 +126,63 @@ like($err, qr/ERROR:  57014: the slot of semaphore "own_long" was lost\nDETAIL: 
 	'its holder is told why');
 ($out, $err) = $alice->query(qq{SELECT redsem_refresh('own_long', '$long');});
 is($out, 'f', 'and the slot cannot be refreshed: the session gave it up');
+ok(defined wait_until(10, sub { $redis->zcard('own_long', 'owner') == 0 }),
+	'... and it is gone from Redis (the keeper released what the session gave up)');
+
+###########################################################################
+note 'a holder force-released from another server runs beside nobody';
+
+# Another server's redsem_force_release is the script's forced release,
+# without this server's keeper being told: the holder's keeper learns it at
+# its next refresh (a third of the 3 s lease).  Until the holder has
+# stopped and given its slot back, the waiter behind it is not let in.
+my $runner = RedsemTest::Session->new($node, name => 'runner', user => 'alice');
+$runner->send(q{BEGIN; SELECT redsem_acquire_xact('own_far', 1, '3 s') IS NOT NULL; SELECT pg_sleep(60); COMMIT;});
+ok(defined wait_until(10, sub { $redis->zcard('own_far', 'owner') == 1 }), 'a statement runs under the only slot of "own_far"');
+$mallory->send(q{SELECT redsem_acquire('own_far', 1, '3 s', '30 s') IS NOT NULL, extract(epoch FROM clock_timestamp());});
+ok(defined wait_until(10, sub { $redis->zcard('own_far', 'waiting') == 1 }), 'mallory waits behind it');
+my ($far) = split /\n/, ($redis->cli('ZRANGE', 'redsem:{own_far}:owner', '0', '0') // '');
+my ($lib) = RedsemTest::redsem_library();
+$off = -s $node->logfile;
+is($redis->cli('FCALL', $lib, '1', 'redsem:{own_far}:owner', 'release', $far, 'forced'), '1',
+	'another server force-releases the running holder');
+usleep(300_000);
+is($redis->zcard('own_far', 'owner') . '|' . $redis->zcard('own_far', 'waiting'), '2|1',
+	'... which still counts: mallory still waits');
+($out, $err) = $mallory->wait_done(15);
+like("$out|$err", qr/^t\|[0-9.]+\|$/, 'mallory gets the slot once the holder is stopped');
+my ($granted) = ($out // '') =~ /\|([0-9.]+)/;
+($out, $err) = $runner->wait_done(10);
+like($err, qr/ERROR:  57014: the slot of semaphore "own_far" was lost\nDETAIL:  An administrator force-released it/,
+	'the holder was told, with the reason');
+# (the error is logged before its transaction aborts and gives the slot back)
+my ($told) = slurp_file($node->logfile, $off) =~
+  /^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \S+) \[\d+\] .*ERROR:  (?:57014: )?the slot of semaphore "own_far" was lost/m;
+ok(defined $told, 'the holder\'s error is in the server log');
+my $told_epoch = $node->safe_psql('postgres', "SELECT extract(epoch FROM '$told'::timestamptz)");
+cmp_ok($told_epoch, '<=', $granted // 0, '... stamped before mallory was granted the slot: they never ran together');
+is($mallory->query_ok(q{SELECT redsem_release_all();}), '1', 'mallory gives that slot back');
+
+# A holder's own redsem_refresh may learn it first (its keeper refreshes a
+# 60 s lease only every 20 s): it is stopped as when the keeper learns it,
+# and the slot given back, long before its lease would run out.
+my $self = $alice->query_ok(q{SELECT redsem_acquire('own_self', 1, '60 s');});
+is($redis->cli('FCALL', $lib, '1', 'redsem:{own_self}:owner', 'release', $self, 'forced'), '1',
+	'another server force-releases alice\'s 60 s slot');
+($out, $err) = $alice->query(qq{SELECT redsem_refresh('own_self', '$self');});
+like($err, qr/NOTICE:  00000: slot \Q$self\E of redsem semaphore "own_self" was force-released by an administrator/,
+	'alice\'s own refresh learns it, with a NOTICE saying so');
+# (it returns false, and the keeper, woken, cancels that statement if it
+# still runs, or the next one is told)
+my $refresh_out = $out;
+my $stop_told = $err =~ /ERROR/ ? $err : ($alice->query(q{SELECT 1;}))[1];
+like($stop_told, qr/ERROR:  57014: the slot of semaphore "own_self" was lost\nDETAIL:  An administrator force-released it/,
+	'alice is stopped, as when the keeper finds it');
+ok($refresh_out eq 'f' || $err =~ /ERROR/, '... her refresh having returned false (or been cancelled)');
+ok(defined wait_until(10, sub { $redis->zcard('own_self', 'owner') == 0 }),
+	'and the slot is given back then, not when its lease runs out');
+is($alice->query_ok(qq{SELECT redsem_release('own_self', '$self');}), 'f',
+	'her own release of it then returns false, without a WARNING');
 
 ###########################################################################
 note 'a waiting place is owned too';

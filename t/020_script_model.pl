@@ -152,7 +152,7 @@ sub violations
 	my %state = @{ $r->cmd('HGETALL', $ks) };
 	my (@ids, %ticket);
 	# (I13: a call reads the fields after cur only if x is there)
-	my @extra = grep { exists $state{$_} } qw(xh xw era rt rk wt);
+	my @extra = grep { exists $state{$_} } qw(xh xw era rt rk wt gu ad fz);
 	push @bad, "the state has @extra but no x" if @extra && !exists $state{x};
 	push @bad, "the state has x but none of the fields it announces" if !@extra && exists $state{x};
 	# (I12: the per-tenant counts live in the tenant hash, never in the
@@ -224,6 +224,13 @@ sub violations
 	push @bad, tenant_violations($name, \%state, \%waiting, \%tenant, \%p, \@holders);
 	my %rline = @{ $r->cmd('ZRANGE', "m:{$name}:rline", 0, -1, 'WITHSCORES') };
 	push @bad, reserve_violations($name, \%state, \%ticket, \%waiting, \%rline, \%p, \@holders);
+	# I17: fz counts the holders an administrator released, each marked
+	my @marked = map { substr($_, 2) } grep { /^f:/ } keys %state;
+	push @bad, "$_ is marked forced but is no holder"
+	  foreach grep { !exists $ticket{$_} || exists $waiting{$_} } @marked;
+	push @bad, "state counts fz " . ($state{fz} // 0) . ", the marks say " . scalar(@marked)
+	  if ($state{fz} // 0) != @marked;
+	push @bad, "the state has mark $_ that is not \"1\"" foreach grep { $state{"f:$_"} ne '1' } @marked;
 	my $held = sum0(map { $p{$_} } @holders);
 	my $xh = sum0(map { $p{$_} - 1 } @holders);
 	my $xw = sum0(map { $p{$_} - 1 } @waiters);
@@ -868,6 +875,40 @@ check_all('an acquire that renews the keys');
 is(ev('fast', 'release', $_), 1, "$_ releases") foreach qw(c a);
 delete @c{qw(a c)};
 is(scalar(@{ $r->cmd('KEYS', 'm:{fast}:[otiw]*') }), 1, 'the last release leaves only the ticket');
+
+# I17: an administrator's release of a holder leaves it counted, marked in
+# the state, renewed no more.  Its deadline passing with nobody calling
+# (its mark outliving nothing), the next call drops it and counts fz down;
+# with a stored limit, the state kept as configuration once every other key
+# expired forgets it too.
+%limit = (forcex => 2);
+is(state_of(ev('forcex', 'acquire', 'a', 2, 1, 60000, 0, 1000, 'model')), 'held', 'a holds "forcex"');
+is(state_of(ev('forcex', 'acquire', 'b', 2, 1, 300, 0, 1000, 'model')), 'held', 'b holds it for 300 ms');
+is(ev('forcex', 'release', 'b', 'forced'), 1, 'an administrator releases b');
+is(ev('forcex', 'release', 'b', 'forced'), 0, '... once: a second time says 0');
+is(state_of(ev('forcex', 'acquire', 'c', 2, 1, 60000, 0, 1000, 'model')), 'busy', 'b still counts');
+is(ev('forcex', 'refresh', 'b', 300), -1, 'b\'s refresh says -1');
+$c{a} = { sem => 'forcex', state => 'holding', until => now_ms() + 59000, p => 1 };
+check_all('a holder force-released');
+usleep(1_600_000);
+is(ev('forcex', 'refresh', 'a', 60000), 60000, 'past b\'s deadline, a refreshes');
+is(join(',', grep { /^f/ } sort @{ $r->cmd('HKEYS', 'm:{forcex}:state') }), '', '... and b went, with its mark and fz');
+check_all('a forced holder expired');
+is(ev('forcex', 'release', 'a'), 1, 'a releases');
+delete $c{a};
+%limit = (forcey => 2);
+is_deeply(ev('forcey', 'set_limit', 2), [ 2, 2, 0, 0 ], 'the limit of "forcey" is set to 2');
+is(state_of(ev('forcey', 'acquire', 'b', '', 1, 300, 0, 1000, 'model')), 'held', 'b holds "forcey" for 300 ms');
+is(ev('forcey', 'release', 'b', 'forced'), 1, 'an administrator releases b');
+usleep(3_000_000);
+is($r->cmd('EXISTS', 'm:{forcey}:owner'), 0, 'nobody calling, every key but the state expired');
+is(state_of(ev('forcey', 'acquire', 'c', '', 1, 60000, 0, 1000, 'model')), 'held', 'c is granted');
+is(join(',', grep { /^f/ } sort @{ $r->cmd('HKEYS', 'm:{forcey}:state') }), '', '... and the state forgot b\'s mark and fz');
+$c{c} = { sem => 'forcey', state => 'holding', until => now_ms() + 59000, p => 1 };
+check_all('a forced holder whose keys expired');
+is(ev('forcey', 'release', 'c'), 1, 'c releases');
+delete $c{c};
+is_deeply(ev('forcey', 'set_limit', ''), [ '', '', 0, 0 ], 'the stored limit is removed');
 
 # I14: another program's key under waiting stops a release before it
 # writes anything; once that key is gone, the release works.
@@ -1683,8 +1724,11 @@ my %actions = (
 		my $id = pick(ids_in('waiting')) // return;
 		my $sem = $c{$id}{sem};
 		my $t = now_ms();
+		my $forced = $c{$id}{forced};
 		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 150 + int(rand(450))), $t);
-		return ("$id re-checks on $sem: $st", $st =~ /^(held|waiting|lost)$/);
+		# (I17: promoted, then force-released: it goes)
+		return ("$id re-checks on $sem" . ($forced ? ' (forced)' : '') . ": $st",
+			$forced ? $st eq 'lost' : $st =~ /^(held|waiting|lost)$/);
 	},
 	wake => sub {
 		my $id = pick(ids_in('waiting')) // return;
@@ -1698,6 +1742,7 @@ my %actions = (
 		if (int(rand(2)))
 		{
 			# woken in good time: its server's keeper confirms it with a refresh
+			my $forced = $c{$id}{forced};
 			my $got = ev($sem, 'refresh', $id, 80 + int(rand(320)));
 			return ("$id woken on $sem, keeper refresh error: $got->{msg}", 0)
 			  if RedsemTest::RESP::is_error($got);
@@ -1706,18 +1751,23 @@ my %actions = (
 				$c{$id} = { sem => $sem, state => 'holding', until => $t + $got, p => $c{$id}{p} };
 			}
 			else { delete $c{$id}; }
-			return ("$id woken on $sem (ticket $pushed), confirmed by a refresh: $got", $got >= 0);
+			# (I17: a forced one is not renewed: -1, or 0 once its window passed)
+			return ("$id woken on $sem (ticket $pushed), confirmed by a refresh: $got",
+				$forced ? $got <= 0 : $got >= 0);
 		}
+		my $forced = $c{$id}{forced};
 		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 500), $t);
 		# woken means promoted: it holds, or its window passed; never waiting
-		return ("$id woken on $sem (ticket $pushed), confirms: $st", $st =~ /^(held|lost)$/);
+		return ("$id woken on $sem (ticket $pushed), confirms: $st",
+			$forced ? $st eq 'lost' : $st =~ /^(held|lost)$/);
 	},
 	give_up => sub {
 		my $id = pick(ids_in('waiting')) // return;
 		my $sem = $c{$id}{sem};
 		my $t = now_ms();
+		my $forced = $c{$id}{forced};
 		my $st = absorb($id, $sem, ev($sem, 'give_up', $id), $t);
-		return ("$id gives up on $sem: $st", $st =~ /^(held|gone|lost)$/);
+		return ("$id gives up on $sem: $st", $forced ? $st eq 'lost' : $st =~ /^(held|gone|lost)$/);
 	},
 	release => sub {
 		my $id = pick(ids_in('holding')) // return;
@@ -1739,10 +1789,11 @@ my %actions = (
 		my $alive = $m->{until} > now_ms() + 1;
 		return ("$id refresh error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
 		if ($got > 0) { $m->{until} = $t + $got; }
-		else { delete $c{$id}; }
+		elsif ($got == 0) { delete $c{$id}; }
+		# (I17: a forced holder still counts, renewed no more: -1)
 		return ("$id refreshes on $m->{sem} ("
-			  . ($m->{until} - $t) . " ms left, new lease $lease): $got",
-			!$alive || $got > 0);
+			  . ($m->{until} - $t) . " ms left, new lease $lease" . ($m->{forced} ? ', forced' : '') . "): $got",
+			$m->{forced} ? ($got == -1 || ($got == 0 && !$alive)) : (!$alive || $got > 0));
 	},
 	refresh_many => sub {
 		my $sem = pick(@sems);
@@ -1762,6 +1813,15 @@ my %actions = (
 		for my $i (0 .. $#ids)
 		{
 			my $m = $c{ $ids[$i] } // next;
+			if ($m->{forced})
+			{
+				# I17: renewed no more: -1 while it counts
+				my $alive = $m->{state} eq 'waiting' || $m->{until} > now_ms() + 1;
+				$fine &&= ($got->[$i] // -9) == -1 || (($got->[$i] // -9) == 0 && !$alive)
+				  || ($m->{state} eq 'waiting' && ($got->[$i] // -9) == 0);
+				delete $c{ $ids[$i] } if ($got->[$i] // 0) == 0 || $m->{state} eq 'waiting';
+				next;
+			}
 			if ($m->{state} eq 'waiting')
 			{
 				# 0 while it waits; once promoted, the refresh confirms it
@@ -1776,6 +1836,21 @@ my %actions = (
 			else { delete $c{ $ids[$i] }; }
 		}
 		return ("refresh_many on $sem for @ids: " . join(' ', @$got), $fine);
+	},
+	# An administrator's release (I17): a waiter leaves the line (0); a
+	# holder (one the model still sees waiting may have been promoted)
+	# stays counted, marked (1, then 0 if forced again), until it goes.
+	force => sub {
+		my $id = pick(sort keys %c) // return;
+		my $m = $c{$id};
+		my $got = ev($m->{sem}, 'release', $id, 'forced');
+		return ("$id force-release error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
+		my $alive = $m->{state} eq 'holding' && $m->{until} > now_ms() + 1;
+		my $again = $m->{forced};
+		if ($got == 1) { $m->{forced} = 1; }
+		elsif ($m->{state} eq 'waiting' || !$again) { delete $c{$id}; }
+		return ("$id ($m->{state}" . ($again ? ', forced before' : '') . ") force-released on $m->{sem}: $got",
+			$alive ? $got == ($again ? 0 : 1) : ($got == 0 || $got == 1) && !($again && $got == 1));
 	},
 	die => sub {
 		my $id = pick(sort keys %c) // return;
@@ -1840,7 +1915,7 @@ my %actions = (
 		my $k = pick(grep { !$r->cmd('EXISTS', $_) } map { $b . $_ }
 			  (qw(owner timeout ticket info waiting state tenant tq rline weights tline:),
 				$kind eq 'acquire' ? "tline:$ten" : (),
-				"wake:$id", "nudge:$id", "forced:$id", map { ("wake:$_", "nudge:$_") } @others)) // return;
+				"wake:$id", "nudge:$id", map { ("wake:$_", "nudge:$_") } @others)) // return;
 		# (a set where a sorted set belongs: commands that read several
 		# sorted sets at once, such as ZINTERCARD, accept it; the probe's
 		# ZCARD of each must stop it)
@@ -1872,7 +1947,7 @@ my @weighted = (
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
 	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2,
-	('set_reserve') x 2, ('set_weight') x 2, ('conflict') x ($CONFLICTS ? 3 : 0));
+	('set_reserve') x 2, ('set_weight') x 2, ('force') x 3, ('conflict') x ($CONFLICTS ? 3 : 0));
 
 my $ok = 1;
 my $t_start = time;
