@@ -38,8 +38,11 @@
 /*
  * The settings a plan's total cost depends on and a role may set: the
  * unit costs, the parallel plan's, the memory a sort or hash may assume,
- * and how a cached plan is chosen.  (enable_* only ever make the chosen
- * plan costlier; per-tablespace and per-table settings need ownership.)
+ * how a cached plan is chosen, and the two enable_* that are off by default
+ * (turned on, they let the planner find a cheaper plan over partitions; the
+ * others, on by default, can only be turned off, which only ever makes the
+ * chosen plan costlier).  Per-tablespace and per-table settings need
+ * ownership.
  */
 static const char *const cost_settings[] = {
 	"seq_page_cost", "random_page_cost", "cpu_tuple_cost",
@@ -48,7 +51,8 @@ static const char *const cost_settings[] = {
 	"min_parallel_index_scan_size", "max_parallel_workers_per_gather",
 	"parallel_leader_participation", "effective_cache_size", "work_mem",
 	"hash_mem_multiplier", "recursive_worktable_factor", "plan_cache_mode",
-	"cursor_tuple_fraction",
+	"cursor_tuple_fraction", "enable_partitionwise_join",
+	"enable_partitionwise_aggregate",
 };
 
 #define N_COST_SETTINGS lengthof(cost_settings)

@@ -408,6 +408,14 @@ $mc->query_ok(q{SET redsem.queue = 'mincost'; SET work_mem = '4GB';});
 $mc->query_ok(q{SELECT pg_sleep(0);});
 is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", 'work_mem set by the session: even a cheap statement is queued');
 $mc->quit;
+# (off by default, turned on it lets the planner find a cheaper plan over
+# partitions)
+$mc = RedsemTest::Session->new($node_a, name => 'mincost4');
+$mc->query_ok(q{SET redsem.queue = 'mincost'; SET enable_partitionwise_aggregate = on;});
+($adm0, $byp0) = split m{/}, $admin->query_ok($counts);
+$mc->query_ok(q{SELECT pg_sleep(0);});
+is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", 'enable_partitionwise_aggregate turned on by the session: even a cheap statement is queued');
+$mc->quit;
 $admin->query_ok(q{ALTER ROLE analyst SET cpu_tuple_cost = 0; ALTER ROLE analyst SET redsem.queue = 'mincost';});
 my $ar = RedsemTest::Session->new($node_a, name => 'mincost-role', user => 'analyst');
 my ($adm1, $byp1) = split m{/}, $admin->query_ok($counts);
