@@ -506,6 +506,58 @@ reads_only(const QueryDesc *query)
 	return dest != DestIntoRel && dest != DestTransientRel;
 }
 
+/*
+ * The key of the entry of a statement being planned (queue_planner): its
+ * Query, then its plan until it runs; no QueryDesc shares their address
+ */
+static QueryDesc *
+planning_key(void *query_or_plan)
+{
+	return (QueryDesc *) query_or_plan;
+}
+
+/* Re-key the entry of key from to key to (a statement's, planned or run) */
+static void
+rekey_statement(QueryDesc *from, QueryDesc *to)
+{
+	ListCell   *lc;
+
+	foreach(lc, queued)
+	{
+		QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
+
+		if (qs->query == from)
+		{
+			qs->query = to;
+			return;
+		}
+	}
+}
+
+/*
+ * True if statement query runs a plan whose planning took a slot
+ * (queue_planner): that slot is now the statement's
+ */
+static bool
+adopt_planning_slot(QueryDesc *query)
+{
+	ListCell   *lc;
+
+	if (query->plannedstmt == NULL)
+		return false;
+	foreach(lc, queued)
+	{
+		QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
+
+		if (qs->query == planning_key(query->plannedstmt))
+		{
+			qs->query = query;
+			return true;
+		}
+	}
+	return false;
+}
+
 /* ExecutorStart: a top-level statement of a queued session takes a slot */
 static void
 queue_executor_start(QueryDesc *query, int eflags)
@@ -514,7 +566,9 @@ queue_executor_start(QueryDesc *query, int eflags)
 
 	/* (an entry left by an error in a subtransaction may have its address) */
 	light_running = list_delete_ptr(light_running, query);
-	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
+	if (queued != NIL && adopt_planning_slot(query))
+		;						/* its planning's slot (queue_planner) */
+	else if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
 	{
 		if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
 		{
@@ -599,13 +653,24 @@ queue_executor_end(QueryDesc *query)
  * planner: what runs while a top-level statement is planned (a function
  * the planner evaluates ahead of time, or to estimate a selectivity) is
  * not nested: its queries are judged, and queued, as top-level statements
- * of their own (the statement being planned holds no slot yet)
+ * of their own, under the slot the planning holds if it holds one.  A
+ * top-level statement that calls a function of the users the planner may
+ * run takes a slot while it is planned: that function's own work (a loop)
+ * is no query, and is over before the plan exists to be judged.  The plan
+ * keeps that slot for its run (adopt_planning_slot), so the statement
+ * waits once; a plan never run gives it back with its transaction.
  */
 static PlannedStmt *
 queue_planner(Query *parse, const char *query_string, int cursorOptions,
 			  ParamListInfo boundParams)
 {
 	PlannedStmt *result;
+	const QueueDef *q = queue_to_use();
+	bool		slot = (q != NULL && queue_planning_runs_user_code(parse));
+
+	/* (an error leaves the entry to the end of the transaction: forget_statements) */
+	if (slot)
+		enter_queue(q, planning_key(parse));
 
 	/*
 	 * a plan made with cost settings the role could lower (queue_cost.c), at
@@ -622,6 +687,8 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 	/* (again: a function the planner evaluated may have set one meanwhile) */
 	if (session_queue_now() != NULL)
 		(void) queue_costs_trusted();
+	if (slot)
+		rekey_statement(planning_key(parse), planning_key(result));
 	return result;
 }
 

@@ -40,7 +40,9 @@
  */
 #include "postgres.h"
 
+#include "access/htup_details.h"
 #include "access/transam.h"
+#include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/pg_list.h"
@@ -344,4 +346,55 @@ queue_statement_is_light(const PlannedStmt *stmt)
 	if (why != NULL)
 		elog(DEBUG1, "redsem: statement queues: %s", why);
 	return why == NULL;
+}
+
+/*
+ * True if function funcid is one of the users' whose body the planner may
+ * run while it plans: not volatile (an immutable one is folded when its
+ * arguments are constants, a stable one evaluated to estimate a
+ * selectivity), in a language a role may write in (C and internal ones
+ * come from superusers)
+ */
+static bool
+planner_may_run(Oid funcid, void *context)
+{
+	HeapTuple	tuple;
+	Form_pg_proc proc;
+	bool		may;
+
+	if (funcid < FirstNormalObjectId)
+		return false;
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	if (!HeapTupleIsValid(tuple))
+		return true;
+	proc = (Form_pg_proc) GETSTRUCT(tuple);
+	may = proc->provolatile != PROVOLATILE_VOLATILE &&
+		proc->prolang != ClanguageId && proc->prolang != INTERNALlanguageId;
+	ReleaseSysCache(tuple);
+	return may;
+}
+
+/* True if node (a query, an expression or a list) calls such a function */
+static bool
+planner_may_run_walker(Node *node, void *context)
+{
+	if (node == NULL)
+		return false;
+	if (IsA(node, Query))
+		return query_tree_walker((Query *) node, planner_may_run_walker, context, 0);
+	if (check_functions_in_node(node, planner_may_run, context))
+		return true;
+	return expression_tree_walker(node, planner_may_run_walker, context);
+}
+
+/*
+ * True if planning the query may run code of the users: a PL/pgSQL loop
+ * in an immutable function called with constants runs to its end before
+ * the plan exists, so before the plan could be judged (queue.c takes a
+ * slot for the planning then)
+ */
+bool
+queue_planning_runs_user_code(Query *parse)
+{
+	return planner_may_run_walker((Node *) parse, NULL);
 }

@@ -36,6 +36,8 @@ ALTER ROLE longie SET redsem.queue = 'long';
 CREATE TABLE facts AS SELECT g AS id FROM generate_series(1, 100) g;
 GRANT SELECT ON facts TO analyst, softie, longie;
 CREATE FUNCTION plus_one(int) RETURNS int LANGUAGE plpgsql STABLE AS 'BEGIN RETURN $1 + 1; END';
+CREATE FUNCTION folded(int) RETURNS int LANGUAGE plpgsql IMMUTABLE
+	AS 'BEGIN RAISE NOTICE ''folded ran''; RETURN $1 + 1; END';
 });
 
 # The queue "rep" is full: an analyst's report holds its only slot
@@ -80,6 +82,16 @@ foreach my $what (sort keys %heavy)
 {
 	my ($out, $err) = $a->query($heavy{$what}, 30);
 	like($err, qr/55P03: statement could not enter redsem queue "rep"/, "$what queues");
+}
+
+# An immutable function of the users called with constants runs while the
+# statement is planned (folded into a constant: the plan left is a bare
+# Result, as SELECT 1's): the planning waits for a slot, before it runs
+foreach my $sql ('SELECT folded(1);', 'EXPLAIN SELECT folded(1);', 'SELECT 1 WHERE folded(1) > 0;')
+{
+	my ($out, $err) = $a->query($sql, 30);
+	like($err, qr/55P03: statement could not enter redsem queue "rep"/, "$sql queues before it is planned");
+	unlike($err, qr/folded ran/, '... and the function did not run');
 }
 
 # A session that lowered its cost settings: its catalog reads queue (their
