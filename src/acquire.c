@@ -931,6 +931,9 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		refuse_limit(args, &r);
 	}
 	count_acquire(args, result, started);
+	/* (no answer: Redis may still take it, late; before the ERROR below) */
+	if (result == ACQUIRE_FAILED)
+		hold_mark_unsure(*hold);
 	if (result == ACQUIRE_FAILED && args->elevel >= ERROR)
 		redis_report(args->elevel, &args->failure);
 	if (result != ACQUIRE_GRANTED)

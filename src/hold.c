@@ -84,6 +84,8 @@ struct Hold
 	uint64		writes_at_begin;	/* redis_writes_started() when taken */
 	/* on the sent list: what the reply to its release said, once read */
 	bool		reply_in;
+	bool		unsure;			/* its acquire got no answer (it may reach
+								 * Redis late: keeper.c) */
 	bool		release_ok;		/* Redis took the release */
 	bool		live_at_release;	/* ... of a live slot */
 };
@@ -173,6 +175,21 @@ hold_take_told_lost(const char *name, const char *id)
 	return false;
 }
 
+/*
+ * Stop the keeper tracking a hold, or, if its acquire got no answer and
+ * may reach Redis late, have the keeper release it again for a while
+ */
+static void
+untrack(Hold *hold)
+{
+	if (hold->unsure && hold->writes_at_begin != redis_writes_started())
+		shared_hold_watch_unsure(hold->shared_slot, hold->id,
+								 TimestampTzPlusMilliseconds(redsem_now(),
+															 KEEPER_UNSURE_LOOK_MS));
+	else
+		shared_hold_remove(hold->shared_slot, hold->id);
+}
+
 /* Free one entry, and stop the keeper tracking it */
 static void
 hold_free(Hold *hold)
@@ -182,7 +199,7 @@ hold_free(Hold *hold)
 		watchdog_unwatch(hold->shared_slot);
 	if (hold->stop_reported)
 		remember_told_lost(hold->name, hold->id);
-	shared_hold_remove(hold->shared_slot, hold->id);
+	untrack(hold);
 	pfree(hold->prefix);
 	pfree(hold->name);
 	pfree(hold->id);
@@ -282,8 +299,10 @@ release_reply_in(void *arg, struct redisReply *reply,
 	hold->release_ok = reply != NULL &&
 		sem_release_reply(reply, &hold->live_at_release);
 	hold->reply_in = true;
+	if (hold->release_ok && hold->live_at_release)
+		hold->unsure = false;	/* (it had reached Redis: released now) */
 	if (hold->release_ok)
-		shared_hold_remove(hold->shared_slot, hold->id);
+		untrack(hold);
 	else
 		shared_hold_abandon(hold->shared_slot, hold->id);
 }
@@ -363,6 +382,8 @@ release_now(Hold *hold, TimestampTz deadline, bool interruptible)
 	call.uncounted = !hold->was_held;	/* its acquire's error counted */
 	if (!sem_release(&call, hold->prefix, hold->name, hold->id, &live))
 		return false;
+	if (live)
+		hold->unsure = false;	/* (it had reached Redis: released now) */
 	count_end(hold, live);
 	return true;
 }
@@ -855,6 +876,14 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	holds = lappend(holds, hold);
 	MemoryContextSwitchTo(old);
 	return hold;
+}
+
+/* The acquire got no answer: Redis may still take it, late */
+void
+hold_mark_unsure(Hold *hold)
+{
+	hold->unsure = true;
+	shared_hold_set_unsure(hold->shared_slot, hold->id);
 }
 
 /* The acquire is in line (or re-checked its place at checked_at) */

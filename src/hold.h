@@ -39,6 +39,7 @@ extern void hold_mark_waiting(Hold *hold, TimestampTz checked_at);
 extern bool hold_keeper_can_confirm(Hold *hold);
 extern void hold_mark_promoted(Hold *hold, int64 ticket, int64 window_ms,
 							   TimestampTz at);
+extern void hold_mark_unsure(Hold *hold);
 extern void hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 						   TimestampTz confirmed_at, int64 confirm_ms);
 extern void hold_forget(Hold *hold);

@@ -480,12 +480,52 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 }
 
 /*
+ * Until when an orphan whose acquire got no answer is released again, in
+ * case that acquire reaches Redis late (timing.h)
+ */
+static TimestampTz
+unsure_end(const SharedHold *h)
+{
+	return Min(orphan_end(h),
+			   TimestampTzPlusMilliseconds(h->acquired_at, KEEPER_UNSURE_MAX_MS));
+}
+
+/*
+ * A released orphan whose acquire got no answer: looked at again later
+ * while that acquire may still reach Redis, else no longer tracked; true
+ * if it was one (false: an ordinary orphan)
+ */
+static bool
+unsure_looks_again(const HoldCopy *c, bool live)
+{
+	TimestampTz now = redsem_now();
+
+	if (!c->hold.unsure)
+		return false;
+	if (live)
+		ereport(LOG,
+				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
+						c->hold.name),
+				 errdetail("The acquire reached Redis after its session had given it up (a network path that held it, then healed).")));
+	else if (now < unsure_end(&c->hold))
+	{
+		shared_hold_look_again(c->slot, c->hold.id,
+							   TimestampTzPlusMilliseconds(now, KEEPER_UNSURE_LOOK_MS));
+		return true;
+	}
+	shared_hold_remove(c->slot, c->hold.id);
+	return true;
+}
+
+/*
  * A released orphan: count it (a sent release whose backend lives is
  * counted by that backend) and stop tracking it
  */
 static void
 orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 {
+	if (unsure_looks_again(c, live))
+		return;
 	if (c->hold.phase == PHASE_HELD ||
 		(c->hold.phase == PHASE_RELEASING && is_orphan(&c->hold)))
 		stats_count(c->hold.prefix, c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);

@@ -1042,6 +1042,65 @@ shared_hold_remove(int slot, const char *id)
 	LWLockRelease(shared->holds_lock);
 }
 
+/*
+ * Hand the keeper a hold whose acquire got no answer, given back by its
+ * backend: released again at look_at and after, in case the acquire
+ * reaches Redis late (keeper.c).  It no longer counts toward its role.
+ * With the table more than half full (a long outage's failed acquires) it
+ * is dropped instead: room for new holds comes first.
+ */
+void
+shared_hold_watch_unsure(int slot, const char *id, TimestampTz look_at)
+{
+	SharedHold *h;
+
+	if (shared == NULL)
+		return;
+	if (shared->holds_in_use > hold_table_size / 2)
+	{
+		shared_hold_remove(slot, id);
+		return;
+	}
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		h->abandoned = true;
+		h->unsure = true;
+		h->retry_at = look_at;
+		if (h->role_counted)
+			(void) role_holds_add(h->role, -1);
+		h->role_counted = false;
+		note_stop_at(h);
+	}
+	LWLockRelease(shared->holds_lock);
+}
+
+/* Note that a hold's acquire got no answer (see shared_hold_watch_unsure) */
+void
+shared_hold_set_unsure(int slot, const char *id)
+{
+	SharedHold *h;
+
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		h->unsure = true;
+	LWLockRelease(shared->holds_lock);
+}
+
+/* The keeper looks at a hold again at look_at (not before) */
+void
+shared_hold_look_again(int slot, const char *id, TimestampTz look_at)
+{
+	SharedHold *h;
+
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+		h->retry_at = look_at;
+	LWLockRelease(shared->holds_lock);
+}
+
 /* Hand a hold to the keeper for release: its owner could not do it */
 void
 shared_hold_abandon(int slot, const char *id)

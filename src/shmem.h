@@ -87,6 +87,9 @@ typedef struct SharedHold
 								 * run under it (only then is it stopped) */
 	bool		refresh_now;	/* the keeper refreshes it at once (an
 								 * administrator force-released it) */
+	bool		unsure;			/* its acquire got no answer and was given
+								 * back: the keeper releases it again if
+								 * the acquire reaches Redis late */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			permits;
@@ -255,6 +258,9 @@ extern void shared_hold_refreshed(int slot, const char *id, int64 lease_ms,
 								  TimestampTz confirmed_at);
 extern void shared_hold_remove(int slot, const char *id);
 extern void shared_hold_abandon(int slot, const char *id);
+extern void shared_hold_set_unsure(int slot, const char *id);
+extern void shared_hold_watch_unsure(int slot, const char *id, TimestampTz look_at);
+extern void shared_hold_look_again(int slot, const char *id, TimestampTz look_at);
 extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,

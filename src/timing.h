@@ -86,6 +86,16 @@
  * release, not when its lease runs out.  A release given twice is a no-op
  * the second time.
  *
+ * An acquire that got no answer may still reach Redis after the release
+ * that gave it back: a network path that heals delivers what the old
+ * connection had sent (TCP retransmits it for up to some 15 minutes, even
+ * after the socket is closed), while the release went on a new one.  So
+ * the keeper releases such a hold again every KEEPER_UNSURE_LOOK_MS until
+ * KEEPER_UNSURE_MAX_MS after it was asked for (or until the hold would
+ * have ended by itself, if sooner): a late grant is given back within
+ * KEEPER_UNSURE_LOOK_MS plus a keeper cycle, not when its lease (up to
+ * redsem.max_lease) runs out.
+ *
  * In a Redis Cluster, the keeper gives each node a share of a batch's time:
  * a third of the shortest lease time left among the live holds the batch
  * refreshes (KEEPER_NODE_MIN_BUDGET_MS at least, redsem.command_timeout at
@@ -243,6 +253,8 @@
 #define KEEPER_LOG_EVERY_MS			30000
 #define KEEPER_NODE_MIN_BUDGET_MS	100
 #define KEEPER_SENT_RELEASE_SETTLE_MS	1000
+#define KEEPER_UNSURE_LOOK_MS		2000
+#define KEEPER_UNSURE_MAX_MS		(16 * 60 * 1000)
 
 #define REDSEM_CLOCK_RATE_DIVISOR	100
 #define REDSEM_STOP_ACT_MS			200

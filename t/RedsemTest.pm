@@ -1043,7 +1043,11 @@ Redis never sees the command.
   $proxy->stop;
 
 Each client connection is served by its own process, so blocking commands
-(BLPOP) block only their own client.  A corrupt function that returns a
+(BLPOP) block only their own client.  A corrupt function that returns
+{ late => N } has the command passed on to Redis N seconds later, without
+an answer, and then closes the connection, dropping what its client sent
+after the command (a network path that held a connection's bytes, then
+delivered some of them once its client had given it up).  A corrupt function that returns a
 code reference has the command relayed and its reply passed on, and then
 closes that client's connection (and its connection to Redis) and runs the
 code.
@@ -1102,6 +1106,15 @@ sub serve
 		my $cmd = $client->_reply;
 		last unless ref $cmd eq 'ARRAY';
 		my $fake = $corrupt->(@$cmd);
+		if (ref $fake eq 'HASH' && $fake->{late})
+		{
+			# no answer; the command reaches Redis late, and what the client
+			# sent after it never does
+			sleep $fake->{late};
+			$redis->send_raw(RedsemTest::RESP::encode(@$cmd));
+			$redis->_raw;
+			last;
+		}
 		if (defined $fake && ref $fake ne 'CODE')
 		{
 			$client->send_raw($fake);
