@@ -93,6 +93,28 @@ note 'the keeper stalled, the holder stopped itself and caught the cancel: the k
 }
 
 ###########################################################################
+note 'the same with a transaction\'s slot, and its statement a function that catches the cancel';
+{
+	my $keeper = keeper_pid_of($node);
+	my $s = session('watchdog_catcher_xact');
+	$node->safe_psql('postgres', q{CREATE FUNCTION stubborn() RETURNS int LANGUAGE plpgsql AS $$
+		DECLARE n int := 0; BEGIN LOOP BEGIN PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300;
+		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; RETURN n; END $$;});
+	$s->send(q{BEGIN; SELECT redsem_acquire_xact('wdx', 1, '3 s') IS NOT NULL; SELECT stubborn(); COMMIT;});
+	ok(defined wait_until(10, sub { $redis->zcard('wdx', 'owner') == 1 }), 'wdx: it holds');
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdx" was lost/, 15),
+		'its watchdog cancelled it; the code caught that');
+	usleep(3_000_000);
+	kill 'CONT', $keeper;
+	my $back = time;
+	ok($s->wait_exit(20), 'the session ended');
+	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
+}
+
+###########################################################################
 note 'a statement queue slot and a plain cancel';
 {
 	my $q = session('queued', user => 'queued');
