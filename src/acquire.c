@@ -931,8 +931,11 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		refuse_limit(args, &r);
 	}
 	count_acquire(args, result, started);
-	/* (no answer: Redis may still take it, late; before the ERROR below) */
-	if (result == ACQUIRE_FAILED)
+	/*
+	 * (a request that got no answer, the last or one ridden through: Redis
+	 * may still take it, late; marked before the ERROR below)
+	 */
+	if (result == ACQUIRE_FAILED || args->rides > 0)
 		hold_mark_unsure(*hold);
 	if (result == ACQUIRE_FAILED && args->elevel >= ERROR)
 		redis_report(args->elevel, &args->failure);

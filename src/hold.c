@@ -299,8 +299,6 @@ release_reply_in(void *arg, struct redisReply *reply,
 	hold->release_ok = reply != NULL &&
 		sem_release_reply(reply, &hold->live_at_release);
 	hold->reply_in = true;
-	if (hold->release_ok && hold->live_at_release)
-		hold->unsure = false;	/* (it had reached Redis: released now) */
 	if (hold->release_ok)
 		untrack(hold);
 	else
@@ -382,8 +380,6 @@ release_now(Hold *hold, TimestampTz deadline, bool interruptible)
 	call.uncounted = !hold->was_held;	/* its acquire's error counted */
 	if (!sem_release(&call, hold->prefix, hold->name, hold->id, &live))
 		return false;
-	if (live)
-		hold->unsure = false;	/* (it had reached Redis: released now) */
 	count_end(hold, live);
 	return true;
 }

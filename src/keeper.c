@@ -397,6 +397,18 @@ look_elsewhere(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 	return KEEPER_MAX_SLEEP_MS;
 }
 
+/*
+ * Until when an orphan whose acquire got no answer is released again, in
+ * case that acquire reaches Redis late (timing.h): a late grant starts a
+ * lease of its own, so not the orphan's end
+ */
+static TimestampTz
+unsure_end(const SharedHold *h)
+{
+	return TimestampTzPlusMilliseconds(Max(h->acquired_at, h->refreshed_at),
+									   KEEPER_UNSURE_MAX_MS);
+}
+
 /* Release an orphaned hold and stop tracking it; ms until the next look */
 static int64
 release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
@@ -404,7 +416,7 @@ release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 {
 	bool		reachable = (c->hold.target == target);
 
-	if (now > orphan_end(&c->hold))
+	if (now > (c->hold.unsure ? unsure_end(&c->hold) : orphan_end(&c->hold)))
 	{
 		/* it has ended by itself in Redis; nothing is left to release */
 		shared_hold_remove(c->slot, c->hold.id);
@@ -477,17 +489,6 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 	if (!reachable)
 		return look_elsewhere(batch, c, now, target);
 	return refresh_if_due(batch, c, now);
-}
-
-/*
- * Until when an orphan whose acquire got no answer is released again, in
- * case that acquire reaches Redis late (timing.h)
- */
-static TimestampTz
-unsure_end(const SharedHold *h)
-{
-	return Min(orphan_end(h),
-			   TimestampTzPlusMilliseconds(h->acquired_at, KEEPER_UNSURE_MAX_MS));
 }
 
 /*

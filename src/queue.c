@@ -508,54 +508,12 @@ reads_only(const QueryDesc *query)
 
 /*
  * The key of the entry of a statement being planned (queue_planner): its
- * Query, then its plan until it runs; no QueryDesc shares their address
+ * Query, which no QueryDesc shares an address with
  */
 static QueryDesc *
-planning_key(void *query_or_plan)
+planning_key(Query *parse)
 {
-	return (QueryDesc *) query_or_plan;
-}
-
-/* Re-key the entry of key from to key to (a statement's, planned or run) */
-static void
-rekey_statement(QueryDesc *from, QueryDesc *to)
-{
-	ListCell   *lc;
-
-	foreach(lc, queued)
-	{
-		QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
-
-		if (qs->query == from)
-		{
-			qs->query = to;
-			return;
-		}
-	}
-}
-
-/*
- * True if statement query runs a plan whose planning took a slot
- * (queue_planner): that slot is now the statement's
- */
-static bool
-adopt_planning_slot(QueryDesc *query)
-{
-	ListCell   *lc;
-
-	if (query->plannedstmt == NULL)
-		return false;
-	foreach(lc, queued)
-	{
-		QueuedStatement *qs = (QueuedStatement *) lfirst(lc);
-
-		if (qs->query == planning_key(query->plannedstmt))
-		{
-			qs->query = query;
-			return true;
-		}
-	}
-	return false;
+	return (QueryDesc *) (void *) parse;
 }
 
 /* ExecutorStart: a top-level statement of a queued session takes a slot */
@@ -566,9 +524,7 @@ queue_executor_start(QueryDesc *query, int eflags)
 
 	/* (an entry left by an error in a subtransaction may have its address) */
 	light_running = list_delete_ptr(light_running, query);
-	if (queued != NIL && adopt_planning_slot(query))
-		;						/* its planning's slot (queue_planner) */
-	else if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
 	{
 		if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
 		{
@@ -656,9 +612,9 @@ queue_executor_end(QueryDesc *query)
  * of their own, under the slot the planning holds if it holds one.  A
  * top-level statement that calls a function of the users the planner may
  * run takes a slot while it is planned: that function's own work (a loop)
- * is no query, and is over before the plan exists to be judged.  The plan
- * keeps that slot for its run (adopt_planning_slot), so the statement
- * waits once; a plan never run gives it back with its transaction.
+ * is no query, and is over before the plan exists to be judged.  It gives
+ * the slot back once planned, and its run is judged as any statement's (a
+ * plan cache runs a copy of the plan, which nothing could tie to it).
  */
 static PlannedStmt *
 queue_planner(Query *parse, const char *query_string, int cursorOptions,
@@ -688,7 +644,7 @@ queue_planner(Query *parse, const char *query_string, int cursorOptions,
 	if (session_queue_now() != NULL)
 		(void) queue_costs_trusted();
 	if (slot)
-		rekey_statement(planning_key(parse), planning_key(result));
+		leave_queue(planning_key(parse));
 	return result;
 }
 

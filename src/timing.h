@@ -90,11 +90,11 @@
  * that gave it back: a network path that heals delivers what the old
  * connection had sent (TCP retransmits it for up to some 15 minutes, even
  * after the socket is closed), while the release went on a new one.  So
- * the keeper releases such a hold again every KEEPER_UNSURE_LOOK_MS until
- * KEEPER_UNSURE_MAX_MS after it was asked for (or until the hold would
- * have ended by itself, if sooner): a late grant is given back within
- * KEEPER_UNSURE_LOOK_MS plus a keeper cycle, not when its lease (up to
- * redsem.max_lease) runs out.
+ * the keeper releases such a hold (and one whose acquire rode through a
+ * request that got no answer) again every KEEPER_UNSURE_LOOK_MS, once its
+ * session gave it up, until KEEPER_UNSURE_MAX_MS after its last request: a
+ * late grant is given back within KEEPER_UNSURE_LOOK_MS plus a keeper
+ * cycle, not when its lease (up to redsem.max_lease) runs out.
  *
  * In a Redis Cluster, the keeper gives each node a share of a batch's time:
  * a third of the shortest lease time left among the live holds the batch
