@@ -510,8 +510,13 @@ unsure_looks_again(const HoldCopy *c, bool live)
 				 errdetail("The acquire reached Redis after its session had given it up (a network path that held it, then healed).")));
 	else if (now < unsure_end(&c->hold))
 	{
+		/* (less often as it ages: a delivery held long is rare) */
+		int64		age = TimestampDifferenceMilliseconds(Max(c->hold.acquired_at,
+															  c->hold.refreshed_at), now);
+
 		shared_hold_look_again(c->slot, c->hold.id,
-							   TimestampTzPlusMilliseconds(now, KEEPER_UNSURE_LOOK_MS));
+							   TimestampTzPlusMilliseconds(now, Max(KEEPER_UNSURE_LOOK_MS,
+																	age / KEEPER_UNSURE_AGE_DIVISOR)));
 		return true;
 	}
 	shared_hold_remove(c->slot, c->hold.id);

@@ -91,10 +91,13 @@
  * connection had sent (TCP retransmits it for up to some 15 minutes, even
  * after the socket is closed), while the release went on a new one.  So
  * the keeper releases such a hold (and one whose acquire rode through a
- * request that got no answer) again every KEEPER_UNSURE_LOOK_MS, once its
- * session gave it up, until KEEPER_UNSURE_MAX_MS after its last request: a
- * late grant is given back within KEEPER_UNSURE_LOOK_MS plus a keeper
- * cycle, not when its lease (up to redsem.max_lease) runs out.
+ * request that got no answer) again, once its session gave it up, every
+ * KEEPER_UNSURE_LOOK_MS or a KEEPER_UNSURE_AGE_DIVISOR-th of the time since
+ * its last request if longer (some 40 releases over a watch, not 480: a
+ * failover rides many acquires through), until KEEPER_UNSURE_MAX_MS after
+ * that request: a late grant is given back within seconds (a minute or two
+ * if it comes many minutes late), not when its lease (up to
+ * redsem.max_lease) runs out.
  *
  * In a Redis Cluster, the keeper gives each node a share of a batch's time:
  * a third of the shortest lease time left among the live holds the batch
@@ -254,6 +257,7 @@
 #define KEEPER_NODE_MIN_BUDGET_MS	100
 #define KEEPER_SENT_RELEASE_SETTLE_MS	1000
 #define KEEPER_UNSURE_LOOK_MS		2000
+#define KEEPER_UNSURE_AGE_DIVISOR	8
 #define KEEPER_UNSURE_MAX_MS		(16 * 60 * 1000)
 
 #define REDSEM_CLOCK_RATE_DIVISOR	100
