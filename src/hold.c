@@ -175,6 +175,8 @@ hold_take_told_lost(const char *name, const char *id)
 	return false;
 }
 
+static bool never_sent(Hold *hold);
+
 /*
  * Stop the keeper tracking a hold, or, if its acquire got no answer and
  * may reach Redis late, have the keeper release it again for a while
@@ -182,7 +184,7 @@ hold_take_told_lost(const char *name, const char *id)
 static void
 untrack(Hold *hold)
 {
-	if (hold->unsure && hold->writes_at_begin != redis_writes_started())
+	if (hold->unsure && !never_sent(hold))
 		shared_hold_watch_unsure(hold->shared_slot, hold->id,
 								 TimestampTzPlusMilliseconds(redsem_now(),
 															 KEEPER_UNSURE_LOOK_MS));
