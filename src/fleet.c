@@ -293,11 +293,16 @@ static int	nadaptive_used = 0;
 /* When the keeper next raises its holds' generations (keep_generations) */
 static TimestampTz next_gen_keep = 0;
 
-/* True if hold h is one whose generation the keeper keeps (keep_generations) */
+/*
+ * True if hold h is one whose generation the keeper keeps (keep_generations):
+ * held, or in line (a wait longer than a window would be granted a lease
+ * the generation no longer counts)
+ */
 static bool
 gen_kept(const SharedHold *h, uint64 target)
 {
-	return !h->abandoned && !h->lost && h->target == target && h->phase == PHASE_HELD;
+	return !h->abandoned && !h->lost && h->target == target &&
+		(h->phase == PHASE_HELD || h->phase == PHASE_WAITING);
 }
 
 /*
@@ -435,7 +440,7 @@ fleet_gen_keep_failed(const char *why)
 		return;
 	ereport(LOG,
 			(errmsg("redsem keeper could not count its holds' leases in their semaphores' generations: %s", why),
-			 errdetail("Leases are not affected. It tries again; a slot kept for over half a day needs this to count in the grace that follows if Redis forgets.")));
+			 errdetail("Leases are not affected. It tries again; a slot kept or waited for over five minutes needs this to count in the grace that follows if Redis forgets.")));
 }
 
 /*

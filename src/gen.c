@@ -26,9 +26,11 @@
 #include "redis/cluster.h"
 #include "redis/conn.h"
 #include "shmem.h"
+#include "timing.h"
 
 static uint64 gen_signature(const char *prefix);
 static bool ue_due(const SharedGenSeen *g, int64 lease_ms);
+static bool window_due(const SharedGenSeen *g);
 
 /* Per backend: the tag of each slot's key, once found (0: not yet; tags
  * are stored plus one) */
@@ -149,6 +151,21 @@ ue_due(const SharedGenSeen *g, int64 lease_ms)
 }
 
 /*
+ * True if g's window is due to end: by the wall clock here, once
+ * GEN_LOOK_EVERY_MS have passed since it was last noted (a clock ahead of
+ * Redis's would find it due at every call), or a window after it was last
+ * noted, by redsem's clock (a clock behind Redis's would find it due late)
+ */
+static bool
+window_due(const SharedGenSeen *g)
+{
+	int64		since_ms = (redsem_now() - g->looked) / (USECS_PER_SEC / 1000);
+
+	return since_ms >= GEN_WINDOW_MS ||
+		(unix_ms() - g->rot >= GEN_WINDOW_MS && since_ms >= GEN_LOOK_EVERY_MS);
+}
+
+/*
  * What era_checked keeps for a check under signature sig after
  * route_changes (never 0): another prefix, Redis or route is unchecked
  */
@@ -175,8 +192,7 @@ era_checked_of(int slot)
  * ("" if nothing; never in a grace, so that the script's look at a text
  * it knows cannot skip one), and the flags that make the script look
  * closer: 'g' if lease_ms is longer than its lmax, its window is due to
- * end (by the wall clock here: a clock off by minutes moves that by as
- * much, within the half day a window lasts), or, unacked, ul or ue must
+ * end (window_due), or, unacked, ul or ue must
  * move on (ue_due); 'e'
  * if this backend has not checked the slot's era since it last opened a
  * link or followed a redirection (the primary may be another); 'u' if the
@@ -200,8 +216,7 @@ gen_known(const char *prefix, int slot, int64 lease_ms, bool unacked,
 		snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":"
 				 INT64_FORMAT ":" INT64_FORMAT ":" INT64_FORMAT ":%s",
 				 g.us, g.lmax, g.lprev, g.rot, g.ul, g.ue, g.era);
-		if (lease_ms > g.lmax || unix_ms() - g.rot >= GEN_WINDOW_MS ||
-			(unacked && ue_due(&g, lease_ms)))
+		if (lease_ms > g.lmax || window_due(&g) || (unacked && ue_due(&g, lease_ms)))
 			*f++ = 'g';
 	}
 	*f = '\0';
@@ -255,6 +270,7 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	/* (ue moved on by another: as fresh as when it moved, about now) */
 	g.noted = ue_fresh || !shared_gen_read(gen_entry(slot, sig), sig, &before) || before.ue < ue
 		? redsem_now() : before.noted;
+	g.looked = redsem_now();
 	strlcpy(g.era, text + era_at, sizeof(g.era));
 	shared_gen_write(gen_entry(slot, sig), sig, &g);
 }

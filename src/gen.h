@@ -13,8 +13,8 @@
  * current_era in src/redsem.lua) */
 #define GEN_TEXT_LEN 200
 /* After how long a generation's lmax starts anew: GEN_WINDOW_MS in
- * src/redsem.lua */
-#define GEN_WINDOW_MS (INT64CONST(43200000))
+ * src/redsem.lua (src/timing.h says why five minutes) */
+#define GEN_WINDOW_MS (INT64CONST(300000))
 
 extern int	gen_slot(const char *prefix, const char *sem_key);
 extern char *gen_key(const char *prefix, int slot);

@@ -324,8 +324,9 @@
 --     the leases asked for by callers that hold or wait (a refresh that
 --     lengthens a lease raises it first: gen_raise), and every
 --     GEN_WINDOW_MS lprev takes lmax and lmax starts anew (each keeper
---     raises lmax to its holds' leases every hour: a slot kept for days
---     still counts).  A failover can forget too: a promoted replica
+--     raises lmax to the leases of its holds and waits every minute: a
+--     slot kept for days still counts, and a lease nobody holds or waits
+--     for any more stops counting within two windows).  A failover can forget too: a promoted replica
 --     lacks the grants its primary had not yet sent it.  So the
 --     generation also notes, in ue, until when the lease of the latest
 --     grant that waited for no replica (redsem.grant_replicas 0), or of a
@@ -431,9 +432,10 @@ local GRACE_TEXT = '1000'           -- (GRACE_MS as text: no conversion per call
 local PROMOTION_WINDOW_MS = 5000
 -- I15: the longest lease (a day: REDSEM_MAX_LEASE_MS), the bound of a
 -- generation's numbers; and the window after which a generation's lmax
--- starts anew (half a day: GEN_WINDOW_MS in src/gen.h)
+-- starts anew (five minutes: GEN_WINDOW_MS in src/gen.h; src/timing.h
+-- says why)
 local GEN_KEEP_MS = 86400000
-local GEN_WINDOW_MS = 43200000
+local GEN_WINDOW_MS = 300000
 -- I15: an acquire's generation flags, as src/gen.c writes them (a table
 -- look, cheaper than a pattern, for every acquire)
 local GEN_FLAGS = {[''] = true, e = true, u = true, g = true, eu = true, eg = true, ug = true,
@@ -1837,7 +1839,7 @@ local function with_gen(reply, n)
 end
 
 -- gen_raise lease_ms ['u']: a refresh is to lengthen a lease to lease_ms
--- (or a keeper counts the leases it keeps, every hour): the lmax of its
+-- (or a keeper counts the leases it keeps, every minute): the lmax of its
 -- generation follows first; with 'u' (a lease that waits for no
 -- replica), ul and ue too, as for such a grant (I15).  The generation's
 -- text, or '' if there is none.

@@ -1572,7 +1572,8 @@ shared_gen_read(int slot, uint64 sig, SharedGenSeen *out)
 
 /*
  * Note slot's generation under sig, as a reply told it; a reply older than
- * the one noted (the same generation and window, a smaller lmax) is not
+ * the one noted (the same generation and window, a smaller lmax) is not,
+ * but when it was looked at is
  */
 void
 shared_gen_write(int slot, uint64 sig, const SharedGenSeen *in)
@@ -1589,5 +1590,7 @@ shared_gen_write(int slot, uint64 sig, const SharedGenSeen *in)
 		g->sig = sig;
 		g->seen = *in;
 	}
+	else
+		g->seen.looked = Max(g->seen.looked, in->looked);
 	SpinLockRelease(&g->mutex);
 }

@@ -304,7 +304,10 @@ typedef struct SharedGenSeen
 	int64		ul;				/* the longest lease of grants that waited
 								 * for no replica, since ue last passed */
 	int64		ue;				/* until when the latest of them may run (ms) */
-	TimestampTz noted;			/* when this server noted it (redsem's clock) */
+	TimestampTz noted;			/* when this server noted its ue (redsem's
+								 * clock) */
+	TimestampTz looked;			/* when this server last noted it (redsem's
+								 * clock) */
 	char		era[41];		/* the primary it was last checked on */
 } SharedGenSeen;
 

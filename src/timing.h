@@ -386,12 +386,29 @@
 
 /*
  * How often the keeper makes sure that the generation of each semaphore it
- * keeps a hold of counts that hold's lease (I15 in src/redsem.lua): an
- * acquire counts its lease, but a slot its keeper refreshes for longer
- * than a window (half a day: GEN_WINDOW_MS) would otherwise drop out of
- * the grace after a window or two.  Far less than a window.
+ * keeps a hold of (or a wait for) counts that lease (I15 in
+ * src/redsem.lua): an acquire counts its lease, but a slot its keeper
+ * refreshes for longer than a window (GEN_WINDOW_MS, src/gen.h) would
+ * otherwise drop out of the grace after a window or two.
+ *
+ * The window sets how long a lease asked for counts in the grace that
+ * follows if Redis forgets: between one and two windows after it was last
+ * asked for or counted here.  Five minutes: a one-hour lease asked for and
+ * given back at once no longer makes every Redis restart of the next day
+ * admit nobody for an hour (the window was half a day), and each server
+ * looks at the generation once a window at most (GEN_LOOK_EVERY_MS), a
+ * write and a longer reply.  This count runs five times a window, so that
+ * two failed tries in a row still leave the lease counted; it reads (and
+ * writes only when it raises) one key per generation.
  */
-#define KEEPER_GEN_KEEP_MS			(3600 * 1000)
+#define KEEPER_GEN_KEEP_MS			(60 * 1000)
+/*
+ * A server whose wall clock is ahead of Redis's by more than a window
+ * would find its generation's window due at every acquire; it looks at
+ * most this often then (gen_known: a window is also due once it is a
+ * window old by redsem's clock, whatever the wall clocks say).
+ */
+#define GEN_LOOK_EVERY_MS			(20 * 1000)
 /*
  * A statement queue's cap that this server's definition changed is stored
  * by the keeper (queue_caps.c) in a try of QUEUE_CAP_TRY_MS at most, and

@@ -137,7 +137,35 @@ note 'a refresh that lengthens a lease counts in the grace';
 }
 
 ###########################################################################
-note 'the keeper keeps its holds\' leases counted (a window may have started anew), in every generation';
+note 'a long lease given back stops counting in the grace two windows (five minutes each) later';
+{
+	my $s = session('long');
+	my $id = $s->query_ok("SELECT redsem_acquire('long1', 1, '1 hour');");
+	$s->query_ok("SELECT redsem_release('long1', '$id');");
+	$s->quit;
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:3600000:0:/, 'the generation counts the hour');
+	# a window passes: the window's start is set back five minutes
+	my $window_passes = sub {
+		my $v = $redis->cli('GET', 'redsem:gen');
+		$v =~ s/^(n\d{16}:\d+:\d+:\d+):(\d+):/"$1:" . ($2 - 300000) . ':'/e or die "no generation: $v";
+		$redis->cli('SET', 'redsem:gen', $v);
+	};
+	$window_passes->();
+	is(try_once('long2', '2 s'), 't', 'an acquire a window later');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:2000:0:3600000:/,
+		'... starts a new window: the hour counts as the window before\'s');
+	$window_passes->();
+	is(try_once('long2', '2 s'), 't', 'an acquire a window later again');
+	like($redis->cli('GET', 'redsem:gen'), qr/^n\d{16}:2000:0:2000:/, '... and the hour no longer counts');
+	$redis->cli('FLUSHALL');
+	my $t0 = time;
+	is(try_once('long3', '2 s'), 'f', 'Redis forgets: a grace starts');
+	ok(defined wait_until(10, sub { try_once('long3', '2 s') eq 't' }), 'and ends');
+	cmp_ok(time - $t0, '<', 6, 'as long as the leases asked for since (2 s), not the hour given back');
+}
+
+###########################################################################
+note 'the keeper keeps the leases of its holds and waits counted (a window may have started anew), in every generation';
 {
 	# holds under two key prefixes: two generations, counted in one pipeline
 	my $k = create_node('forget_keeper', $redis, '');
@@ -151,6 +179,11 @@ note 'the keeper keeps its holds\' leases counted (a window may have started ane
 	}
 	like($redis->cli('GET', $_) // '', qr/^n\d{16}:9000:0:\d+:\d+:\d+:\d+:[0-9a-f]*$/, "$_ counts the 9 s lease")
 	  foreach @keys;
+	# and one that waits (under redsem:, behind the holder) for a 12 s lease
+	my $w = RedsemTest::Session->new($k, name => 'kept_waiter');
+	$w->send("SELECT redsem_acquire('kg', 1, '12 s', wait => '60 s') IS NOT NULL;");
+	ok(wait_until(10, sub { $redis->zcard('kg', 'waiting') == 1 }), 'a session waits for a 12 s lease');
+	my %lease = ('redsem:gen' => 12000, 'pb:gen' => 9000);
 	# The keeper counts at its start, then hourly: the old one is stopped
 	# (it may be about to count), the generations set back, and a new one
 	# started.  As if a new window had started: lmax and lprev forget the
@@ -161,7 +194,7 @@ note 'the keeper keeps its holds\' leases counted (a window may have started ane
 		foreach my $key (@keys)
 		{
 			my $v = $redis->cli('GET', $key) // '';
-			$redis->cli('SET', $key, $v) if $v =~ s/^(n\d{16}):9000:\d+:\d+:/$1:1000:0:0:/;
+			$redis->cli('SET', $key, $v) if $v =~ s/^(n\d{16}):$lease{$key}:\d+:\d+:/$1:1000:0:0:/;
 		}
 	};
 	my $old = keeper_pid_of($k);
@@ -171,11 +204,13 @@ note 'the keeper keeps its holds\' leases counted (a window may have started ane
 	kill 'CONT', $old;
 	wait_until(10, sub { !kill(0, $old) });
 	$forget->();			# (what it may have counted on its way out)
-	ok(defined wait_until(25, sub { !grep { ($redis->cli('GET', $_) // '') !~ /^n\d{16}:9000:/ } @keys }),
-		'a new keeper counts its holds\' 9 s lease again in both generations')
+	ok(defined wait_until(25, sub { !grep { ($redis->cli('GET', $_) // '') !~ /^n\d{16}:$lease{$_}:/ } @keys }),
+		'a new keeper counts the waiter\'s 12 s lease again, and the holds\' 9 s lease in the other generation')
 	  or diag(join(' ', map { $redis->cli('GET', $_) // '(none)' } @keys));
 	isnt(keeper_pid_of($k) // 0, $old, 'it is a new keeper');
 	$_->quit foreach @s;
+	$w->wait_done(20);
+	$w->quit;
 	$k->stop;
 }
 
