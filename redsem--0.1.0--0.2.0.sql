@@ -252,12 +252,12 @@ COMMENT ON FUNCTION redsem_stats_reset(text) IS
 
 -- Slots are owned: release and refresh serve the session's own slots only;
 -- administrators force-release
-CREATE FUNCTION redsem_force_release(name text, id text)
+CREATE FUNCTION redsem_force_release(name text, id text, holder_gone boolean DEFAULT false)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'redsem_force_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_force_release(text, text) IS
-'release anybody''s slot or place in line (administrators); true if it was a live slot';
+COMMENT ON FUNCTION redsem_force_release(text, text, boolean) IS
+'release anybody''s slot or place in line (administrators); the slot counts until its holder is stopped, unless holder_gone; true if it was a live slot';
 
 
 COMMENT ON FUNCTION redsem_release(text, text) IS

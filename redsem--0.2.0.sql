@@ -74,12 +74,12 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 COMMENT ON FUNCTION redsem_release_all() IS
 'release every session-scoped slot of this session; returns how many were live';
 
-CREATE FUNCTION redsem_force_release(name text, id text)
+CREATE FUNCTION redsem_force_release(name text, id text, holder_gone boolean DEFAULT false)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'redsem_force_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
-COMMENT ON FUNCTION redsem_force_release(text, text) IS
-'release anybody''s slot or place in line (administrators); true if it was a live slot';
+COMMENT ON FUNCTION redsem_force_release(text, text, boolean) IS
+'release anybody''s slot or place in line (administrators); the slot counts until its holder is stopped, unless holder_gone; true if it was a live slot';
 
 -- Limits kept with the semaphore, in Redis, for every server
 

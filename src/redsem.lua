@@ -365,7 +365,8 @@
 --     statement queue's cap (set_limit N if=M) leaves it alone.
 -- I17 Forced.  An administrator's release of a holder (release id
 --     forced) takes nothing away at once: the holder still counts, so
---     nobody is admitted beside a holder that may still run.  The state
+--     nobody is admitted beside a holder that may still run (but for
+--     release id gone: the administrator says it no longer runs).  The state
 --     marks it (f:<id>: as long-lived as the member, as the state is) and
 --     fz counts such holders.  Its refresh answers -1
 --     and renews nothing (its server then stops it); its confirmation of
@@ -2040,10 +2041,12 @@ end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 -- release id forced (an administrator's): a waiter leaves the line (0); a
--- holder is marked and still counts (I17).
-local function op_release(id, forced)
+-- holder is marked and still counts (I17).  release id gone (an
+-- administrator's who knows its holder no longer runs): as release id,
+-- marked or not, without a sample.
+local function op_release(id, forced, gone)
     if forced and is_member(id) and not is_waiting(id) then return force(id) end
-    local since = S.ad and not forced and not is_forced(id) and
+    local since = S.ad and not forced and not gone and not is_forced(id) and
         select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
     if waited == nil then return 0 end
@@ -2058,11 +2061,13 @@ end
 OPS.release = {
     read = function(a)
         local id = id_arg(a[2])
-        if id and (a[3] == nil or a[3] == 'forced') then return true, id, a[3] == 'forced' end
+        if id and (a[3] == nil or a[3] == 'forced' or a[3] == 'gone') then
+            return true, id, a[3] == 'forced', a[3] == 'gone'
+        end
     end,
     run = op_release,
-    fast = function(id, forced)
-        if not forced then return fast_release(id) end
+    fast = function(id, forced, gone)
+        if not forced and not gone then return fast_release(id) end
     end,
 }
 

@@ -604,17 +604,17 @@ sem_give_up(RedisCall *call, const char *name, const char *id,
 		decode_state(call, name, reply, result);
 }
 
-/* The release operation, forced or not */
+/* The release operation; how: NULL, or an administrator's "forced" or "gone" */
 static bool
 release_call(RedisCall *call, const char *prefix, const char *name,
-			 const char *id, bool forced, bool *was_held)
+			 const char *id, const char *how, bool *was_held)
 {
-	const char *args[2] = {id, "forced"};
+	const char *args[2] = {id, how};
 	redisReply *reply;
 	int64		held;
 
 	redsem_fault("release");
-	if (!run_script(call, prefix, name, "release", forced ? 2 : 1, args, &reply))
+	if (!run_script(call, prefix, name, "release", how ? 2 : 1, args, &reply))
 		return false;
 	if (!reply_int64(reply, &held) || (held != 0 && held != 1))
 		return malformed(call, name, reply, "release did not answer 0 or 1");
@@ -628,7 +628,7 @@ bool
 sem_release(RedisCall *call, const char *prefix, const char *name,
 			const char *id, bool *was_held)
 {
-	return release_call(call, prefix, name, id, false, was_held);
+	return release_call(call, prefix, name, id, NULL, was_held);
 }
 
 /*
@@ -663,14 +663,16 @@ sem_release_reply(const redisReply *reply, bool *was_held)
 }
 
 /*
- * An administrator's release of another session's slot: the same, leaving
- * a marker so that its holder learns why it lost the slot.
+ * An administrator's release of another session's slot: a place in line is
+ * given up; a slot still counts, marked so that its holder learns why it
+ * lost it, until its holder gives it back (I17), unless holder_gone (the
+ * administrator knows it no longer runs): then it is released at once.
  */
 bool
 sem_force_release(RedisCall *call, const char *name, const char *id,
-				  bool *was_held)
+				  bool holder_gone, bool *was_held)
 {
-	return release_call(call, NULL, name, id, true, was_held);
+	return release_call(call, NULL, name, id, holder_gone ? "gone" : "forced", was_held);
 }
 
 

@@ -207,7 +207,7 @@ extern bool sem_adapt_tick(RedisCall *call, const char *prefix,
 						   const char *name, const char *server, int pressure,
 						   const char *tag, bool *adaptive, bool *ran);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
-							  bool *was_held);
+							  bool holder_gone, bool *was_held);
 extern int	sem_gen_slot(const char *prefix, const char *name);
 extern bool sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 						  int64 lease_ms, bool unacked);

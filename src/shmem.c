@@ -1216,6 +1216,31 @@ shared_hold_refresh_now(const char *name, const char *id)
 }
 
 /*
+ * The process of this server that holds slot id of semaphore name (or whose
+ * acquire of it may still be granted), or 0 if none does (none here, it
+ * waits in line, or its backend is gone and the keeper releases it)
+ */
+int
+shared_hold_holder_pid(const char *name, const char *id)
+{
+	int			pid = 0;
+
+	if (shared == NULL)
+		return 0;
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	for (int i = 0; i < hold_table_size && pid == 0; i++)
+	{
+		SharedHold *h = &hold_table[i];
+
+		if (h->in_use && !h->abandoned && h->phase != PHASE_WAITING &&
+			strcmp(h->id, id) == 0 && strcmp(h->name, name) == 0)
+			pid = h->pid;
+	}
+	LWLockRelease(shared->holds_lock);
+	return pid;
+}
+
+/*
  * True if h is a live holder's slot, returned to its caller, that its
  * policy lets be stopped (an acquire still running checks its grant itself)
  */

@@ -266,6 +266,7 @@ extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
 extern bool shared_hold_refresh_now(const char *name, const char *id);
+extern int	shared_hold_holder_pid(const char *name, const char *id);
 extern int	shared_hold_watchdog(const volatile bool *mine, int n, TimestampTz now);
 /* What a backend has of a semaphore besides stopped entries (escalate.c) */
 typedef enum HoldFreshness

@@ -8,6 +8,7 @@
 #include "access/parallel.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/procarray.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
@@ -298,33 +299,57 @@ redsem_release_all(PG_FUNCTION_ARGS)
 }
 
 /*
- * redsem_force_release(name, id): release anybody's slot or place in line
- * (superusers and members of redsem_admin: require_admin).  Logged.
+ * holder_gone of a slot whose holder runs on this server is refused: it is
+ * not gone, and freeing its slot at once would let the next one run beside it
+ */
+static void
+refuse_holder_here(const char *name, const char *id)
+{
+	int			pid = shared_hold_holder_pid(name, id);
+
+	if (pid != 0 && pid != MyProcPid && BackendPidGetProc(pid) != NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("the holder of slot \"%s\" of semaphore \"%s\" runs on this server", id, name),
+				 errdetail("It is process %d; holder_gone => true frees a slot at once only for a holder that no longer runs.", pid),
+				 errhint("Leave holder_gone out to have it stopped first, or end it with pg_terminate_backend(%d).", pid)));
+}
+
+/*
+ * redsem_force_release(name, id, holder_gone): release anybody's slot or
+ * place in line (superusers and members of redsem_admin: require_admin);
+ * the slot still counts until its holder is stopped, unless holder_gone
+ * (I17).  Logged.
  */
 Datum
 redsem_force_release(PG_FUNCTION_ARGS)
 {
 	char	   *name;
 	char	   *id;
+	bool		holder_gone;
 	RedisCall	call = REDIS_SQL_CALL;
 	bool		held = false;
 
 	require_admin("force-release a slot of a redsem semaphore");
 	name = name_arg(fcinfo, 0);
 	id = id_arg(fcinfo, 1);
+	holder_gone = PG_NARGS() > 2 && !PG_ARGISNULL(2) && PG_GETARG_BOOL(2);
 	refuse_in_parallel_worker();
 	hold_init();
 	if (!hold_release_id(name, id, &held))
 	{
-		(void) sem_force_release(&call, name, id, &held);
+		if (holder_gone)
+			refuse_holder_here(name, id);
+		(void) sem_force_release(&call, name, id, holder_gone, &held);
 		hold_forget_id(name, id);
 		/* (a holder on this server is stopped now; elsewhere, at its refresh) */
-		if (held)
+		if (held && !holder_gone)
 			(void) shared_hold_refresh_now(name, id);
 	}
 	if (held)
 		ereport(LOG,
-				(errmsg("redsem: slot \"%s\" of semaphore \"%s\" force-released by role \"%s\"",
-						id, name, GetUserNameFromId(GetUserId(), false))));
+				(errmsg("redsem: slot \"%s\" of semaphore \"%s\" force-released by role \"%s\"%s",
+						id, name, GetUserNameFromId(GetUserId(), false),
+						holder_gone ? ", its holder said to be gone: freed at once" : "")));
 	PG_RETURN_BOOL(held);
 }

@@ -185,6 +185,44 @@ is($alice->query_ok(qq{SELECT redsem_release('own_self', '$self');}), 'f',
 	'her own release of it then returns false, without a WARNING');
 
 ###########################################################################
+note 'a slot of a server that is gone: holder_gone frees it at once';
+
+# Another server holds a 60 s slot and stops without giving it back (as if
+# it crashed): Redis keeps it until its lease runs out.  The forced release
+# still counts it (its holder might run); holder_gone, the administrator's
+# word that it does not, frees it at once.
+{
+	my $other = create_node('own_gone', $redis);
+	my $gh = RedsemTest::Session->new($other, name => 'gone_holder');
+	my $gid = $gh->query_ok(q{SELECT redsem_acquire('own_gone', 1, '60 s');});
+	$other->stop('immediate');
+	eval { $gh->quit; };
+	$mallory->send(q{SELECT redsem_acquire('own_gone', 1, '3 s', '30 s') IS NOT NULL;});
+	ok(defined wait_until(10, sub { $redis->zcard('own_gone', 'waiting') == 1 }), 'mallory waits behind a slot of a server that is gone');
+	is($dba->query_ok(qq{SELECT redsem_force_release('own_gone', '$gid');}), 't', 'dba force-releases it');
+	usleep(1_000_000);
+	is($redis->zcard('own_gone', 'waiting'), 1, '... which still counts (its holder might run): mallory still waits');
+	$off = -s $node->logfile;
+	my $t0 = time;
+	is($dba->query_ok(qq{SELECT redsem_force_release('own_gone', '$gid', holder_gone => true);}), 't',
+		'dba says its holder is gone');
+	($out, $err) = $mallory->wait_done(15);
+	is("$out|$err", 't|', 'mallory gets the slot');
+	cmp_ok(time - $t0, '<', 3, '... at once, not when the 60 s lease runs out');
+	like(slurp_file($node->logfile, $off), qr/slot "\Q$gid\E" of semaphore "own_gone" force-released by role "dba", its holder said to be gone: freed at once/,
+		'the server log says so');
+	is($mallory->query_ok(q{SELECT redsem_release_all();}), '1', 'mallory gives it back');
+
+	# a holder of this server is not gone: refused, and nothing changes
+	my $here = $alice->query_ok(q{SELECT redsem_acquire('own_here', 1, '60 s');});
+	($out, $err) = $dba->query(qq{SELECT redsem_force_release('own_here', '$here', holder_gone => true);});
+	like($err, qr/ERROR:  55006: the holder of slot "\Q$here\E" of semaphore "own_here" runs on this server\nDETAIL:  It is process \d+; .*\nHINT:  Leave holder_gone out to have it stopped first, or end it with pg_terminate_backend\(\d+\)/,
+		'holder_gone for a holder that runs on this server is refused, naming its process');
+	is($redis->cli('HGET', 'redsem:{own_here}:state', "f:$here") // '', '', '... its slot is not marked force-released');
+	is($alice->query_ok(qq{SELECT redsem_release('own_here', '$here');}), 't', '... and is still alice\'s to give back');
+}
+
+###########################################################################
 note 'a waiting place is owned too';
 
 $id = $alice->query_ok(q{SELECT redsem_acquire('own2', 1, '60 s');});

@@ -1852,6 +1852,18 @@ my %actions = (
 		return ("$id ($m->{state}" . ($again ? ', forced before' : '') . ") force-released on $m->{sem}: $got",
 			$alive ? $got == ($again ? 0 : 1) : ($got == 0 || $got == 1) && !($again && $got == 1));
 	},
+	# An administrator's release of a holder said to be gone: it goes at
+	# once, marked or not (1 if it was a live holder; one the model still
+	# sees waiting may have been promoted).
+	gone => sub {
+		my $id = pick(sort keys %c) // return;
+		my $m = delete $c{$id};
+		my $got = ev($m->{sem}, 'release', $id, 'gone');
+		return ("$id release-gone error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
+		my $alive = $m->{state} eq 'holding' && $m->{until} > now_ms() + 1;
+		return ("$id ($m->{state}" . ($m->{forced} ? ', forced before' : '') . ") released as gone on $m->{sem}: $got",
+			$alive ? $got == 1 : ($got == 0 || $got == 1));
+	},
 	die => sub {
 		my $id = pick(sort keys %c) // return;
 		my $m = delete $c{$id};
@@ -1947,7 +1959,7 @@ my @weighted = (
 	('wake') x 14, ('give_up') x 4, ('release') x 10, ('refresh') x 10,
 	('die') x 4, ('duplicate') x 1, ('read') x 3, ('sleep') x 14,
 	('wrong_limit') x 2, ('set_limit') x 2, ('refresh_many') x 4, ('set_rate') x 2,
-	('set_reserve') x 2, ('set_weight') x 2, ('force') x 3, ('conflict') x ($CONFLICTS ? 3 : 0));
+	('set_reserve') x 2, ('set_weight') x 2, ('force') x 3, ('gone') x 2, ('conflict') x ($CONFLICTS ? 3 : 0));
 
 my $ok = 1;
 my $t_start = time;
