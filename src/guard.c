@@ -37,11 +37,13 @@
 #include "guard.h"
 #include "hold.h"
 #include "hooks.h"
+#include "stop.h"
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
 static ExecutorFinish_hook_type prev_executor_finish = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
+static emit_log_hook_type prev_emit_log = NULL;
 
 /*
  * In a PG_CATCH: if the error is a cancel and one of this session's holds
@@ -169,6 +171,31 @@ guard_process_utility(PlannedStmt *pstmt, const char *queryString,
 		escalate_statement_ended();
 }
 
+/*
+ * emit_log_hook: the FATAL of a session ended because a slot of policy
+ * terminate was lost (the keeper's SIGTERM, or the watchdog's) says so,
+ * instead of PostgreSQL's "due to administrator command" alone
+ */
+static void
+guard_emit_log(ErrorData *edata)
+{
+	static bool busy = false;
+	StoppedHold s;
+	int			others;
+
+	if (!busy && edata->elevel == FATAL && edata->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN &&
+		edata->message_id != NULL &&
+		strcmp(edata->message_id, "terminating connection due to administrator command") == 0)
+	{
+		busy = true;
+		if (hold_terminated(&s, &others))
+			stop_reword_terminate(edata, &s, others);
+		busy = false;
+	}
+	if (prev_emit_log)
+		prev_emit_log(edata);
+}
+
 /* Install the hooks (from _PG_init, preloaded or not) */
 void
 guard_install_hooks(void)
@@ -181,4 +208,6 @@ guard_install_hooks(void)
 	ExecutorFinish_hook = guard_executor_finish;
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = guard_process_utility;
+	prev_emit_log = emit_log_hook;
+	emit_log_hook = guard_emit_log;
 }

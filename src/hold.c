@@ -994,6 +994,52 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 }
 
 /*
+ * The first of this session's slots stopped under policy terminate, for the
+ * words of the FATAL that ends the session (src/guard.c), and *others, how
+ * many more; false if none.  Reads only (a report is under way): it marks,
+ * tells and gives up nothing.
+ */
+bool
+hold_terminated(StoppedHold *out, int *others)
+{
+	TimestampTz now = redsem_now();
+	bool		found = false;
+	ListCell   *lc;
+
+	*others = 0;
+	foreach(lc, holds)
+	{
+		Hold	   *hold = (Hold *) lfirst(lc);
+		SharedHold	copy;
+		StopReason	why;
+
+		if (hold->state != HOLD_HELD || hold->on_lost != SLOT_LOST_TERMINATE ||
+			hold->shared_slot < 0 || !shared_hold_read(hold->shared_slot, hold->id, &copy))
+			continue;
+		why = (StopReason) copy.stop;
+		if (why == STOP_NONE &&
+			(pg_atomic_read_u64(&copy.stop_at) == SHARED_STOP_CLAIMED ||
+			 now >= redsem_valid_until(copy.refreshed_at, shared_hold_kept_ms(&copy))))
+			why = STOP_UNCONFIRMED;
+		if (why == STOP_NONE)
+			continue;
+		if (found)
+		{
+			(*others)++;
+			continue;
+		}
+		found = true;
+		out->name = hold->name;
+		out->reason = why;
+		out->policy = SLOT_LOST_TERMINATE;
+		out->in_xact = (hold->scope != HOLD_SESSION);
+		out->kept_ms = shared_hold_kept_ms(&copy);
+		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at, now);
+	}
+	return found;
+}
+
+/*
  * A stopped hold is told once; one of the session's own scope is then given
  * up (the keeper releases it, if Redis still has it), so the session goes
  * on without it; a transaction's or statement's goes with the abort, and

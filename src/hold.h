@@ -7,6 +7,8 @@
 
 #include "datatype/timestamp.h"
 
+#include "stop.h"
+
 typedef enum HoldScope
 {
 	HOLD_SESSION,
@@ -57,6 +59,7 @@ extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);
 extern bool hold_stop_look_due(bool at_commit);
 extern void hold_check_stopped(bool at_commit);
+extern bool hold_terminated(StoppedHold *out, int *others);
 
 extern int	redsem_max_holds_per_session;
 extern bool redsem_await_release;

@@ -83,6 +83,24 @@ report_one(const StoppedHold *s, int others, int elevel)
 }
 
 /*
+ * Put the words of a lost slot into the FATAL that PostgreSQL raises when
+ * the keeper or the watchdog ends a session under policy terminate, which
+ * would otherwise only say "due to administrator command" (src/guard.c:
+ * emit_log_hook, while the error is reported: nothing here may raise).
+ * The SQLSTATE stays 57P01.
+ */
+void
+stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others)
+{
+	edata->message = psprintf("terminating connection because the slot of semaphore \"%s\" was lost",
+							  s->name);
+	edata->detail = psprintf("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms),
+							 others > 0 ?
+							 psprintf(" %d other slot(s) of this session were lost as well.", others) : "");
+	edata->hint = pstrdup("redsem.on_slot_lost is terminate for this slot: the session of a holder whose slot is lost ends.");
+}
+
+/*
  * Tell this session of the slots it lost: one WARNING for those whose
  * policy was warn (naming the first), then one ERROR (FATAL for
  * terminate) for the others.

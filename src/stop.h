@@ -26,5 +26,6 @@ extern void stop_define_gucs(void);
 extern char *stop_reason_detail(StopReason why, int64 kept_ms,
 								int64 unconfirmed_ms);
 extern void stop_report(const StoppedHold *stopped, int n);
+extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
 
 #endif							/* REDSEM_STOP_H */

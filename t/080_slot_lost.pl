@@ -276,9 +276,36 @@ note 'policies: terminate and warn, set by a superuser only';
 	ok(defined wait_until(10, sub { $redis->zcard('term', 'owner') == 1 }), 'term: it holds');  # (not a fixed sleep: a slow first call)
 	forget('term');
 	ok($s->wait_exit(10), 'terminate: the session ends');
-	like($s->stderr_so_far, qr/terminating connection/, 'as an administrator ends it');
+	like($s->stderr_so_far,
+		qr/FATAL:  57P01: terminating connection because the slot of semaphore "term" was lost\nDETAIL:  Redis no longer had the slot when it was refreshed.*\nHINT:  redsem.on_slot_lost is terminate/,
+		'as an administrator ends it (57P01), saying why');
 	ok(wait_until(5, sub { slurp_file($node->logfile) =~ /redsem keeper terminated process \d+: the slot of semaphore "term" was lost/ }),
 		'and the log says why');
+
+	# its own watchdog ends it (the keeper stalled): the same words, in
+	# the session and in the server log
+	my $keeper = keeper_pid_of($node);
+	my $off = -s $node->logfile;
+	$s = session('terminated_self', user => 'app');
+	$s->send("SELECT redsem_acquire('termw', 1, '3 s') IS NOT NULL; SELECT pg_sleep(30);");
+	ok(defined wait_until(10, sub { $redis->zcard('termw', 'owner') == 1 }), 'termw: it holds');
+	kill 'STOP', $keeper;
+	my $ended = $s->wait_exit(10);
+	kill 'CONT', $keeper;
+	ok($ended, 'its keeper stalled: its watchdog ends the session');
+	like($s->stderr_so_far,
+		qr/FATAL:  57P01: terminating connection because the slot of semaphore "termw" was lost\nDETAIL:  Redis had not confirmed its lease of 3000 ms for \d+ ms/,
+		'saying why');
+	like(slurp_file($node->logfile, $off), qr/FATAL:  (?:57P01: )?terminating connection because the slot of semaphore "termw" was lost/,
+		'so does the server log');
+	# an administrator's own pg_terminate_backend of a session whose slots
+	# are fine keeps PostgreSQL's words
+	$s = session('terminated_by_dba', user => 'app');
+	$s->send("SELECT redsem_acquire('termd', 1, '60 s') IS NOT NULL; SELECT pg_sleep(30);");
+	ok(defined wait_until(10, sub { $redis->zcard('termd', 'owner') == 1 }), 'termd: it holds');
+	$node->safe_psql('postgres', "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'app' AND state = 'active' AND query LIKE '%pg_sleep(30)%'");
+	ok($s->wait_exit(10), 'a session ended by pg_terminate_backend');
+	like($s->stderr_so_far, qr/FATAL:  57P01: terminating connection due to administrator command/, 'says what PostgreSQL says');
 
 	$node->safe_psql('postgres', 'ALTER ROLE app SET redsem.on_slot_lost = warn');
 	$s = session('warned', user => 'app');
