@@ -326,8 +326,9 @@
 --     GEN_WINDOW_MS lprev takes lmax and lmax starts anew (each keeper
 --     raises lmax to the leases of its holds and waits every minute: a
 --     slot kept for days still counts, and a lease nobody holds or waits
---     for any more stops counting within two windows).  A failover can forget too: a promoted replica
---     lacks the grants its primary had not yet sent it.  So the
+--     for any more stops counting within two windows).  A failover can
+--     forget too: a promoted replica lacks the grants its primary had not
+--     yet sent it.  So the
 --     generation also notes, in ue, until when the lease of the latest
 --     grant that waited for no replica (redsem.grant_replicas 0), or of a
 --     refresh that lengthened one, may run (servers pass 'g' once a
@@ -366,8 +367,9 @@
 -- I17 Forced.  An administrator's release of a holder (release id
 --     forced) takes nothing away at once: the holder still counts, so
 --     nobody is admitted beside a holder that may still run (but for
---     release id gone: the administrator says it no longer runs).  The state
---     marks it (f:<id>: as long-lived as the member, as the state is) and
+--     release id gone: the administrator says it no longer runs).  The
+--     state marks it (f:<id>: as long-lived as the member, as the state
+--     is) and
 --     fz counts such holders.  Its refresh answers -1
 --     and renews nothing (its server then stops it); its confirmation of
 --     a promotion (wait_check, give_up) removes it and answers lost (a
