@@ -86,6 +86,32 @@ like(slurp_file($pg->logfile), qr/redsem: a call for semaphore "r" failed as a f
 	'the server log says that a call was ridden through');
 is($w->query_ok(q{SELECT count(*) FROM redsem_held() WHERE name = 'r';}), '1', 'the waiter holds it');
 
+###########################################################################
+note 'a single Redis that goes silent (frozen) under waiters: they ride it within their wait';
+{
+	my $fh = RedsemTest::Session->new($pg, name => 'frozen holder');
+	is($fh->query_ok(q{SELECT redsem_acquire('fz1', 1, lease => '30 s') IS NOT NULL;}), 't', 'a holder takes the only slot of "fz1"');
+	my $fw = RedsemTest::Session->new($pg, name => 'frozen long waiter');
+	$fw->send(q{SET redsem.command_timeout = 500; SELECT redsem_acquire('fz1', 1, lease => '5 s', wait => '20 s') IS NOT NULL;});
+	my $fs = RedsemTest::Session->new($pg, name => 'frozen short waiter');
+	$fs->send(q{SET redsem.command_timeout = 500; SELECT redsem_acquire('fz1', 1, lease => '5 s', wait => '3 s') IS NOT NULL;});
+	ok(defined wait_until(10, sub { $redis->zcard('fz1', 'waiting') == 2 }), 'two wait in its line (command_timeout 500 ms)');
+	$redis->freeze;
+	my $frozen_at = time;
+	my ($fsout, $fserr, $fssecs) = $fs->wait_done(15);
+	like($fserr // '', qr/ERROR:  08006: /, 'the waiter whose wait runs out while Redis is silent fails: 08006');
+	cmp_ok($fssecs // 0, '>=', 2.8, sprintf('when its wait of 3 s ends (%.2f s), not at its command\'s timeout', $fssecs // 0));
+	sleep_full(4 - (time - $frozen_at));
+	ok(!$fw->wait_done(0.01), 'the other still waits, 4 s into the silence');
+	$redis->thaw;
+	is($fh->query_ok(q{SELECT redsem_release_all();}), '1', 'the holder gives its slot back');
+	my ($fwout, $fwerr) = $fw->wait_done(25);
+	is($fwout // '', 't', 'the waiter with wait left gets the slot');
+	unlike($fwerr // '', qr/ERROR/, 'with no error');
+	is($fw->query_ok(q{SELECT redsem_release_all();}), '1', 'and gives it back');
+	$_->quit foreach ($fh, $fw, $fs);
+}
+
 $_->quit foreach ($h, $w, $s, $n, $qh, $qw);
 node_log_is_clean($pg, 'no crash');
 $pg->stop;
