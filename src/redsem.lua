@@ -1843,7 +1843,7 @@ end
 
 -- gen_raise lease_ms ['u']: a refresh is to lengthen a lease to lease_ms
 -- (or a keeper counts the leases it keeps, every minute): the lmax of its
--- generation follows first; with 'u' (a lease that waits for no
+-- generation follows first (in a new window if the last is over); with 'u' (a lease that waits for no
 -- replica), ul and ue too, as for such a grant (I15).  The generation's
 -- text, or '' if there is none.
 local function op_gen_raise(lease, unacked_lease)
@@ -1852,7 +1852,14 @@ local function op_gen_raise(lease, unacked_lease)
     local f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
     if not f then return '' end
     local move = false
-    if unacked_lease then ul, ue, move = unacked(ul, ue, lease) end
+    -- (a window due to end ends here too: keepers alone, with no acquire,
+    -- move it on)
+    if NOW_MS - rot >= GEN_WINDOW_MS then lprev, lmax, rot, move = lmax, 0, NOW_MS, true end
+    if unacked_lease then
+        local u_move
+        ul, ue, u_move = unacked(ul, ue, lease)
+        move = move or u_move
+    end
     if lease <= lmax and not move then return cur end
     cur = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
     redis.call('SET', K_GEN, cur)

@@ -322,6 +322,15 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	like(scalar $redis->cli('FCALL', $lib, 1, 'redsem:{fx}:owner', 'give_up', 'nobody'),
 		qr/^lost/, 'a call without the key (give_up) promotes nobody either');
 	ok($redis->cli('ZSCORE', 'redsem:{fx}:waiting', 'w') ne '', 'the waiter is still in line');
+	# a keeper's count (gen_raise) ends a window that is over, as an
+	# acquire does: keepers alone, with no acquire, move it on
+	my ($tsec, $tus) = split /\n/, scalar $redis->cli('TIME');
+	my $tnow = $tsec * 1000 + int($tus / 1000);
+	$redis->cli('SET', 'redsem:gen', 'n1700000000000000:3600000:0:7000:' . ($tnow - 300500) . ':0:0:');
+	like(scalar $redis->cli('FCALL', $lib, 2, 'redsem:{fk}:owner', 'redsem:gen', 'gen_raise', 2000),
+		qr/^n1700000000000000:2000:0:3600000:\d+:0:0:$/, 'gen_raise in a window that is over: a new window, the hour now the one before');
+	like(scalar $redis->cli('FCALL', $lib, 2, 'redsem:{fk}:owner', 'redsem:gen', 'gen_raise', 1000),
+		qr/^n1700000000000000:2000:0:3600000:/, '... and within the window nothing moves');
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
