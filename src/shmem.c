@@ -104,14 +104,16 @@ typedef struct SharedSemStats
 
 /*
  * How many entries of the hold table count toward one role's bound
- * (redsem.max_holds_per_role), under holds_lock; a role with none has no
- * entry.  Each counted hold names one role, so the hash never needs more
- * entries than the hold table has.
+ * (redsem.max_holds_per_role), under holds_lock, and how many of its failed
+ * acquires the keeper watches (shared_hold_watch_unsure: no more than the
+ * same bound); a role with neither has no entry.  Each counted entry names
+ * one role, so the hash never needs more entries than the hold table has.
  */
 typedef struct RoleHolds
 {
 	Oid			role;			/* hash key */
 	int			holds;
+	int			watches;
 } RoleHolds;
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
@@ -252,25 +254,44 @@ shared_hold_reserve(void)
 }
 
 /*
- * Under holds_lock held exclusive (or alone, at startup): add delta to the
- * count of role's entries, its hash entry made or removed as needed.
- * False if there was no room for a new one (never: see RoleHolds).
+ * Under holds_lock held exclusive (or alone, at startup): add to the counts
+ * of role's held entries and watched ones, its hash entry made or removed
+ * as needed.  False if there was no room for a new one (never: see
+ * RoleHolds).
  */
 static bool
-role_holds_add(Oid role, int delta)
+role_count_add(Oid role, int holds, int watches)
 {
 	bool		found;
 	RoleHolds  *r = hash_search(role_holds, &role,
-								delta > 0 ? HASH_ENTER_NULL : HASH_FIND, &found);
+								holds > 0 || watches > 0 ? HASH_ENTER_NULL : HASH_FIND,
+								&found);
 
 	if (r == NULL)
 		return false;
-	if (delta > 0 && !found)
-		r->holds = 0;
-	r->holds += delta;
-	if (r->holds <= 0)
+	if (!found)
+		r->holds = r->watches = 0;
+	r->holds += holds;
+	r->watches += watches;
+	if (r->holds <= 0 && r->watches <= 0)
 		hash_search(role_holds, &role, HASH_REMOVE, NULL);
 	return true;
+}
+
+/* role_count_add of held entries only */
+static bool
+role_holds_add(Oid role, int delta)
+{
+	return role_count_add(role, delta, 0);
+}
+
+/* How many of role's failed acquires the keeper watches (under holds_lock) */
+static int
+role_watches(Oid role)
+{
+	RoleHolds  *r = hash_search(role_holds, &role, HASH_FIND, NULL);
+
+	return r != NULL ? r->watches : 0;
 }
 
 /*
@@ -324,6 +345,8 @@ redsem_shmem_startup(void)
 			shared->holds_in_use++;
 			if (h->role_counted && !role_holds_add(h->role, 1))
 				h->role_counted = false;
+			if (h->watch_counted && !role_count_add(h->role, 0, 1))
+				h->watch_counted = false;
 		}
 	}
 	memset(&info, 0, sizeof(info));
@@ -853,6 +876,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		memset(h, 0, sizeof(*h));
 		h->role = role;
 		h->role_counted = role_bounded;
+		h->watch_bound = bound;
 		h->pid = MyProcPid;
 		h->xact = xact;
 		h->on_lost = (uint8) on_lost;
@@ -1038,41 +1062,67 @@ shared_hold_remove(int slot, const char *id)
 		shared->holds_in_use--;
 		if (h->role_counted)
 			(void) role_holds_add(h->role, -1);
+		if (h->watch_counted)
+			(void) role_count_add(h->role, 0, -1);
 	}
 	LWLockRelease(shared->holds_lock);
 }
 
 /*
+ * Under holds_lock: count a hold whose acquire got no answer, and whose
+ * release Redis took, among its role's watches instead of its holds.  A
+ * role bounded by redsem.max_holds_per_role has no more watched than that
+ * bound, so that one whose acquires keep failing (a short
+ * redsem.command_timeout of its own) cannot take the room of the others'
+ * watches; false if it has that many already: then the hold is to be
+ * dropped (a late grant of it lasts its lease).
+ */
+static bool
+count_as_watch(SharedHold *h)
+{
+	if (h->watch_counted || !h->role_counted)
+		return true;
+	if (h->watch_bound > 0 && role_watches(h->role) >= h->watch_bound)
+		return false;
+	if (role_count_add(h->role, -1, 1))
+	{
+		h->role_counted = false;
+		h->watch_counted = true;
+	}
+	return true;
+}
+
+/*
  * Hand the keeper a hold whose acquire got no answer, given back by its
  * backend: released again at look_at and after, in case the acquire
- * reaches Redis late (keeper.c).  It no longer counts toward its role.
- * With the table more than half full (a long outage's failed acquires) it
- * is dropped instead: room for new holds comes first.
+ * reaches Redis late (keeper.c).  It counts toward its role's watches, no
+ * longer its holds (count_as_watch), or is dropped when the role has its
+ * bound of watches, or when the table is more than half full (a long
+ * outage's failed acquires): room for new holds comes first.
  */
 void
 shared_hold_watch_unsure(int slot, const char *id, TimestampTz look_at)
 {
 	SharedHold *h;
+	bool		drop = false;
 
 	if (shared == NULL)
 		return;
-	if (shared->holds_in_use > hold_table_size / 2)
-	{
-		shared_hold_remove(slot, id);
-		return;
-	}
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
 	{
-		h->abandoned = true;
-		h->unsure = true;
-		h->retry_at = look_at;
-		if (h->role_counted)
-			(void) role_holds_add(h->role, -1);
-		h->role_counted = false;
-		note_stop_at(h);
+		drop = shared->holds_in_use > hold_table_size / 2 || !count_as_watch(h);
+		if (!drop)
+		{
+			h->abandoned = true;
+			h->unsure = true;
+			h->retry_at = look_at;
+			note_stop_at(h);
+		}
 	}
 	LWLockRelease(shared->holds_lock);
+	if (drop)
+		shared_hold_remove(slot, id);
 }
 
 /* Note that a hold's acquire got no answer (see shared_hold_watch_unsure) */
@@ -1089,19 +1139,30 @@ shared_hold_set_unsure(int slot, const char *id)
 	LWLockRelease(shared->holds_lock);
 }
 
-/* The keeper looks at a hold again at look_at (not before) */
+/*
+ * The keeper released a hold whose acquire got no answer, handed to it
+ * unreleased (its backend's release failed): it looks at it again at
+ * look_at, as a watch of its role now (count_as_watch), or drops it when
+ * the role has its bound of watches
+ */
 void
 shared_hold_look_again(int slot, const char *id, TimestampTz look_at)
 {
 	SharedHold *h;
+	bool		drop = false;
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		drop = !count_as_watch(h);
 		h->retry_at = look_at;
+	}
 	LWLockRelease(shared->holds_lock);
+	if (drop)
+		shared_hold_remove(slot, id);
 }
 
-/* Hand a hold to the keeper for release: its owner could not do it */
+/* Hand a hold to the keeper: its backend is gone or could not release it */
 void
 shared_hold_abandon(int slot, const char *id)
 {

@@ -79,6 +79,8 @@ typedef struct SharedHold
 	bool		unkept;			/* taken under another Redis target */
 	bool		role_counted;	/* counts toward its role's
 								 * redsem.max_holds_per_role */
+	bool		watch_counted;	/* a watched failed acquire counted among
+								 * its role's watches (shmem.c) */
 	uint8		phase;			/* HoldPhase */
 	uint8		on_lost;		/* SlotLostPolicy, when it was taken */
 	uint8		stop;			/* StopReason */
@@ -92,6 +94,8 @@ typedef struct SharedHold
 								 * the acquire reaches Redis late */
 	int			pid;
 	Oid			role;			/* the session's login role */
+	int			watch_bound;	/* how many failed acquires of its role the
+								 * keeper may watch (0: no bound) */
 	int			permits;
 	int64		lease_ms;
 	int64		confirm_ms;		/* promoted, not yet confirmed: Redis keeps

@@ -13,6 +13,14 @@
 # lease of an hour for 4 s, unanswered (the session gives up after
 # redsem.command_timeout, 1 s), passes it on, and drops what the session
 # sent after it on that connection; every other connection goes on.
+#
+# Then the bound on what one role's failed acquires may keep watched: a
+# role bounded by redsem.max_holds_per_role has no more of them watched
+# than that bound (a role whose acquires keep failing, a short
+# redsem.command_timeout of its own, would otherwise fill half the table
+# for 16 minutes, and nobody else's failed acquire would be watched); an
+# unbounded role's still are.  Acquires asking for half an hour are held
+# by the proxy for two minutes: they stay watched for the rest of the test.
 
 use strict;
 use warnings FATAL => 'all';
@@ -30,8 +38,9 @@ my $redis = RedsemTest::Redis->new;
 my $breaking = PostgreSQL::Test::Utils::tempdir_short() . '/breaking';
 my $proxy = RedsemTest::Proxy->new($redis, sub {
 	my @cmd = @_;
-	return { late => 4 } if -e $breaking && ($cmd[0] // '') =~ /^FCALL/i
-	  && (grep { $_ eq 'acquire' } @cmd) && (grep { $_ eq '3600000' } @cmd);
+	my $acquire = ($cmd[0] // '') =~ /^FCALL/i && grep { $_ eq 'acquire' } @cmd;
+	return { late => 4 } if -e $breaking && $acquire && (grep { $_ eq '3600000' } @cmd);
+	return { late => 120 } if $acquire && (grep { $_ eq '1800000' } @cmd);
 	return undef;
 });
 my $node = create_node('late', $proxy, "redsem.command_timeout = '1s'\n");
@@ -53,6 +62,44 @@ like(slurp_file($node->logfile, $off),
 	'and says so in the server log');
 is($s->query_ok(q{SELECT redsem_acquire('late', 1) IS NOT NULL;}), 't', 'the slot can be taken again');
 is($s->query_ok(q{SELECT redsem_release_all();}), '1', 'and given back');
+
+$node->safe_psql('postgres', q{CREATE ROLE flaky LOGIN; ALTER ROLE flaky SET redsem.max_holds_per_role = 2;});
+my $f = RedsemTest::Session->new($node, name => 'flaky', user => 'flaky');
+my $watched = q{SELECT count(*) FROM redsem_server_holds() WHERE lease = '30 min' AND state = 'releasing';};
+# (the release of a failed acquire is confirmed at a later call: until
+# then it counts toward the role's bound)
+for my $i (1 .. 3)
+{
+	wait_until(20, sub {
+		($out, $err) = $f->query(qq{SELECT redsem_acquire('held$i', 1, '30 min');}, 30);
+		return 1 if $err =~ /ERROR:  08006: /;
+		$f->query(q{SELECT redsem_limit('free') IS NULL;});
+		return 0;
+	});
+	like($err, qr/ERROR:  08006: /, "the role's acquire $i gets no answer");
+}
+# (given back at the latest when the session ends: a release that failed
+# is the keeper's until then, and counts toward the role's holds)
+$f->quit;
+my $n;
+wait_until(20, sub {
+	$n = $node->safe_psql('postgres', q{SELECT count(*) FROM redsem_server_holds() WHERE name LIKE 'held%';});
+	return $n eq '2';
+});
+is($n, '2', "the keeper watches two of them: the role's bound");
+is($node->safe_psql('postgres', $watched), '2', 'both given back and watched');
+$f = RedsemTest::Session->new($node, name => 'flaky2', user => 'flaky');
+is($f->query_ok(q{SELECT redsem_release('free', redsem_acquire('free', 1));}), 't',
+	'the watched ones do not count toward its holds');
+($out, $err) = $s->query(q{SELECT redsem_acquire('held4', 1, '30 min');}, 30);
+like($err, qr/ERROR:  08006: /, "a superuser's acquire gets no answer");
+wait_until(20, sub {
+	$s->query(q{SELECT redsem_limit('free') IS NULL;});
+	$n = $node->safe_psql('postgres', $watched);
+	return $n eq '3';
+});
+is($n, '3', 'and is watched: its role has no bound');
+$f->quit;
 $s->quit;
 node_log_is_clean($node);
 $node->stop;
