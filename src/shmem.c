@@ -220,6 +220,9 @@ random_tag(void)
  * After a crash-restart, in the postmaster: every hold still listed belonged
  * to a backend that is gone.  Hand them all to the keeper.  The entries may
  * have been half written when their backend died: terminate every string.
+ * An acquire that was asking or waiting may have had a request on its way,
+ * which may still reach Redis: the keeper watches it for a late grant once
+ * it has released it (unsure, as for a request that got no answer).
  */
 static void
 abandon_previous_holds(void)
@@ -235,6 +238,8 @@ abandon_previous_holds(void)
 		h->id[sizeof(h->id) - 1] = '\0';
 		h->trouble[sizeof(h->trouble) - 1] = '\0';
 		h->abandoned = true;
+		if (h->phase == PHASE_PENDING || h->phase == PHASE_WAITING)
+			h->unsure = true;
 		h->pid = 0;
 		pg_atomic_write_u64(&h->stop_at, 0);
 		h->failures = 0;

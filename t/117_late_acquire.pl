@@ -21,6 +21,11 @@
 # for 16 minutes, and nobody else's failed acquire would be watched); an
 # unbounded role's still are.  Acquires asking for half an hour are held
 # by the proxy for two minutes: they stay watched for the rest of the test.
+#
+# Last, an acquire in flight when its server crash-restarts: its session is
+# gone, the keeper releases it (nothing in Redis yet), and watches it as
+# one that got no answer; the proxy passes the request on 8 s late, and the
+# keeper gives the slot back within seconds.
 
 use strict;
 use warnings FATAL => 'all';
@@ -41,9 +46,10 @@ my $proxy = RedsemTest::Proxy->new($redis, sub {
 	my $acquire = ($cmd[0] // '') =~ /^FCALL/i && grep { $_ eq 'acquire' } @cmd;
 	return { late => 4 } if -e $breaking && $acquire && (grep { $_ eq '3600000' } @cmd);
 	return { late => 120 } if $acquire && (grep { $_ eq '1800000' } @cmd);
+	return { late => 8 } if $acquire && (grep { $_ eq '3540000' } @cmd);
 	return undef;
 });
-my $node = create_node('late', $proxy, "redsem.command_timeout = '1s'\n");
+my $node = create_node('late', $proxy, "redsem.command_timeout = '1s'\nrestart_after_crash = on\n");
 my $s = RedsemTest::Session->new($node, name => 'late');
 # (the library loaded first: a delayed FCALL before it would fail)
 is($s->query_ok(q{SELECT redsem_release('warm', redsem_acquire('warm', 1));}), 't', 'a first call loads the library');
@@ -102,6 +108,26 @@ is($n, '3', 'and is watched: its role has no bound');
 $f->quit;
 $s->quit;
 node_log_is_clean($node);
+
+my $c = RedsemTest::Session->new($node, name => 'crash');
+$c->query_ok(q{SET redsem.command_timeout = '20s';});
+$c->send(q{SELECT redsem_acquire('crashed', 1, '59 min');});
+ok(defined wait_until(10, sub {
+	$node->safe_psql('postgres', q{SELECT count(*) FROM redsem_server_holds() WHERE name = 'crashed' AND state = 'asking';}) eq '1' }),
+	'an acquire is on its way');
+$off = -s $node->logfile;
+kill 'KILL', $c->backend_pid;
+ok(defined wait_until(60, sub {
+	my ($ok) = eval { $node->safe_psql('postgres', q{SELECT 1;}) };
+	defined $ok && $ok eq '1' }), 'its server restarted after the crash');
+ok(defined wait_until(20, sub { $redis->zcard('crashed', 'owner') == 1 }),
+	'the acquire reaches Redis after the restart, and is granted a slot of 59 minutes');
+ok(defined wait_until(15, sub { $redis->zcard('crashed', 'owner') == 0 }),
+	'the keeper gives that slot back within seconds');
+like(slurp_file($node->logfile, $off),
+	qr/redsem keeper released a slot of semaphore "crashed" granted late to an acquire that had failed/,
+	'and says so in the server log');
+eval { $c->quit };
 $node->stop;
 $proxy->stop;
 $redis->stop;
