@@ -1352,7 +1352,7 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 		 * Force-released, it still counts until given back: stopped and
 		 * ended as when the keeper finds it so (src/redsem.lua: I17)
 		 */
-		shared_hold_note_refresh(hold->shared_slot, hold->id, -1, sent);
+		(void) shared_hold_note_refresh(hold->shared_slot, hold->id, -1, sent);
 		shared_keeper_wake();
 	}
 	else

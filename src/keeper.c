@@ -303,12 +303,13 @@ look_failed(KeeperState *st, const HoldCopy *c, const RedisOutcome *o)
 
 /*
  * Record a refresh: a new lease (> 0), a slot found gone (0), or one an
- * administrator released (-1)
+ * administrator released (-1); true if the slot was lost (not given back
+ * by its backend meanwhile: shared_hold_note_refresh)
  */
-static void
+static bool
 note_refresh(const HoldCopy *c, int64 lease, TimestampTz sent)
 {
-	shared_hold_note_refresh(c->slot, c->hold.id, lease, sent);
+	return shared_hold_note_refresh(c->slot, c->hold.id, lease, sent);
 }
 
 /* Flag whether a hold was taken under another Redis target than ours */
@@ -544,9 +545,11 @@ orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 static int64
 hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 {
-	note_refresh(c, lease, sent);
-	if (lease > 0)
-		return Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1);
+	int64		since = TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent);
+
+	/* (not lost: its backend's own release reached Redis first) */
+	if (!note_refresh(c, lease, sent) || lease > 0)
+		return lease > 0 ? Max(c->hold.lease_ms / KEEPER_REFRESH_FRACTION, 1) : KEEPER_MAX_SLEEP_MS;
 	stats_count(c->hold.prefix, c->hold.name, STAT_LOST, 1);
 	if (lease < 0)
 	{
@@ -556,16 +559,24 @@ hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 		return KEEPER_MAX_SLEEP_MS;
 	}
 	/* an unconfirmed promotion lived its window, not its lease */
-	ereport(LOG,
-			(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
-					c->hold.name, c->hold.pid),
-			 c->hold.confirm_ms > 0 ?
-			 errdetail("It was promoted from the line and not confirmed within its promotion window of " INT64_FORMAT " ms; its last look in line was %ld ms ago.",
-					   c->hold.confirm_ms,
-					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent)) :
-			 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed %ld ms ago.",
-					   c->hold.lease_ms,
-					   TimestampDifferenceMilliseconds(c->hold.refreshed_at, sent))));
+	if (c->hold.confirm_ms > 0)
+		ereport(LOG,
+				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
+						c->hold.name, c->hold.pid),
+				 errdetail("It was promoted from the line and not confirmed within its promotion window of " INT64_FORMAT " ms; its last look in line was " INT64_FORMAT " ms ago.",
+						   c->hold.confirm_ms, since)));
+	else if (since < c->hold.lease_ms)
+		ereport(LOG,
+				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
+						c->hold.name, c->hold.pid),
+				 errdetail("Redis no longer had it though its lease of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction).",
+						   c->hold.lease_ms, c->hold.lease_ms - since)));
+	else
+		ereport(LOG,
+				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
+						c->hold.name, c->hold.pid),
+				 errdetail("Its lease of " INT64_FORMAT " ms ran out before it could be refreshed; it was last confirmed " INT64_FORMAT " ms ago.",
+						   c->hold.lease_ms, since)));
 	return KEEPER_MAX_SLEEP_MS;
 }
 

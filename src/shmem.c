@@ -644,13 +644,17 @@ shared_hold_set_ending(int slot, const char *id)
 
 /*
  * The keeper refreshed a hold: a new lease (> 0, confirmed at sent), a slot
- * found gone (0), or one an administrator released (-1); failures cleared
+ * found gone (0), or one an administrator released (-1); failures cleared.
+ * True if the slot was lost: gone or released by an administrator, not by
+ * its backend's own release, which may have reached Redis just before the
+ * refresh (then the entry is ending, or no longer tracked).
  */
-void
+bool
 shared_hold_note_refresh(int slot, const char *id, int64 lease,
 						 TimestampTz sent)
 {
 	SharedHold *h;
+	bool		lost = false;
 
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
@@ -664,7 +668,7 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 			h->lost = true;		/* (its backend's own release took it) */
 		else
 		{
-			h->lost = true;
+			h->lost = lost = true;
 			h->forced = (lease < 0);
 			mark_stopped(h, lease < 0 ? STOP_FORCED : STOP_GONE, redsem_now());
 		}
@@ -675,6 +679,7 @@ shared_hold_note_refresh(int slot, const char *id, int64 lease,
 		note_stop_at(h);
 	}
 	LWLockRelease(shared->holds_lock);
+	return lost;
 }
 
 /* Forget a hold's failed tries: they were against another Redis (h locked) */

@@ -232,7 +232,7 @@ extern void shared_hold_note_failure(int slot, const char *id, int failures,
 									 TimestampTz retry_at, const char *text,
 									 TimestampTz logged_at);
 extern void shared_hold_set_ending(int slot, const char *id);
-extern void shared_hold_note_refresh(int slot, const char *id, int64 lease,
+extern bool shared_hold_note_refresh(int slot, const char *id, int64 lease,
 									 TimestampTz sent);
 extern void shared_hold_set_unkept(int slot, const char *id, bool unkept);
 extern void shared_hold_move_target(int slot, const char *id, uint64 target);

@@ -1,6 +1,8 @@
 
 # 098_release_refresh_race.pl - a keeper refresh that crosses the holder's
-# own release finds the slot gone: that stops nobody (issue 48, A).  The
+# own release finds the slot gone: that stops nobody (issue 48, A), and is
+# neither logged nor counted as a lost slot (a false alarm for whoever
+# watches redsem_stats.lost: seen 3 times in 5,000 holds by a review).  The
 # keeper's refresh is held back 0.4 s by a proxy on its connection while
 # the holder gives its slot back (an explicit release, and a transaction
 # slot's release sent by COMMIT without waiting).  These cases passed
@@ -45,8 +47,10 @@ ok(defined wait_until(5, sub { -e $seen }), 'a refresh of it is on its way, held
 unlink $flag;
 is($s->query_ok(qq{SELECT redsem_release('rr', '$id');}), 't', 'A gives the slot back meanwhile: it was live');
 sleep_full(1);
-like(slurp_file($node->logfile), qr/found the slot of semaphore "rr" held by process \d+ already gone/,
-	'the refresh found the slot gone');
+unlike(slurp_file($node->logfile), qr/found the slot of semaphore "rr" held by process \d+ already gone/,
+	'the refresh that found the slot gone does not log it as lost');
+is($s->query_ok(q{SELECT coalesce(sum(lost), 0) FROM redsem_stats WHERE name = 'rr';}), '0',
+	'nor count it as lost');
 my ($out, $err) = $s->query(q{SELECT 1;});
 is($out, '1', "A's next statement runs");
 unlike($err, qr/lost/, 'and A is not told its slot was lost');
@@ -67,6 +71,9 @@ sleep_full(1);
 is($out, '1', "A's statement after the COMMIT runs");
 unlike($err, qr/lost/, 'and A is not told its slot was lost');
 unlike(slurp_file($node->logfile), qr/redsem keeper (cancelled|terminated|stopped)/, 'the keeper stopped nobody');
+unlike(slurp_file($node->logfile), qr/already gone/, 'nor logged a slot as lost');
+is($s->query_ok(q{SELECT coalesce(sum(lost), 0) FROM redsem_stats WHERE name = 'rx';}), '0',
+	'nor counted one');
 $s->quit;
 $proxy->stop;
 $node->stop;
