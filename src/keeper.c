@@ -569,7 +569,7 @@ hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 		ereport(LOG,
 				(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
 						c->hold.name, c->hold.pid),
-				 errdetail("Redis no longer had it though its lease of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction).",
+				 errdetail("Redis no longer had it though its lease of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction), or an administrator freed it with redsem_force_release(..., holder_gone => true).",
 						   c->hold.lease_ms, c->hold.lease_ms - since)));
 	else
 		ereport(LOG,
