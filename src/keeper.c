@@ -417,7 +417,9 @@ release_orphan(KeeperBatch *batch, const HoldCopy *c, TimestampTz now,
 {
 	bool		reachable = (c->hold.target == target);
 
-	if (now > (c->hold.unsure ? unsure_end(&c->hold) : orphan_end(&c->hold)))
+	/* (an unsure one whose release never got through may live its lease) */
+	if (now > (c->hold.unsure ? Max(unsure_end(&c->hold), orphan_end(&c->hold)) :
+			   orphan_end(&c->hold)))
 	{
 		/* it has ended by itself in Redis; nothing is left to release */
 		shared_hold_remove(c->slot, c->hold.id);

@@ -1151,9 +1151,10 @@ shared_hold_set_unsure(int slot, const char *id)
 
 /*
  * The keeper released a hold whose acquire got no answer, handed to it
- * unreleased (its backend's release failed): it looks at it again at
- * look_at, as a watch of its role now (count_as_watch), or drops it when
- * the role has its bound of watches
+ * unreleased (its backend's release failed, or a crash-restart came): it
+ * looks at it again at look_at, as a watch of its role now
+ * (count_as_watch), or drops it when the role has its bound of watches or
+ * the table is more than half full, as shared_hold_watch_unsure does
  */
 void
 shared_hold_look_again(int slot, const char *id, TimestampTz look_at)
@@ -1164,7 +1165,7 @@ shared_hold_look_again(int slot, const char *id, TimestampTz look_at)
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
 	{
-		drop = !count_as_watch(h);
+		drop = shared->holds_in_use > hold_table_size / 2 || !count_as_watch(h);
 		h->retry_at = look_at;
 	}
 	LWLockRelease(shared->holds_lock);

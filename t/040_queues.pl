@@ -338,6 +338,16 @@ $mc->query_ok(q{RESET cpu_tuple_cost; RESET cpu_operator_cost;});
 $mc->query_ok(q{SELECT pg_sleep(0);});
 is($admin->query_ok($counts), ($adm0 + 3) . "/$byp0", 'once seen, for the rest of the session: even a cheap statement is queued');
 $mc->quit;
+# a LIMIT (or EXISTS) costs its rows only: the costliest node counts
+$mc = RedsemTest::Session->new($node_a, name => 'mincost_limit');
+$mc->query_ok(q{SET redsem.queue = 'mincost';});
+my $limited = q{SELECT x FROM generate_series(1, 1000000) x WHERE x % 7 = 3 LIMIT 1;};
+cmp_ok(($mc->query_ok("EXPLAIN $limited") =~ /^Limit\s+\(cost=[\d.]+\.\.([\d.]+)/)[0], '<', 1000,
+	'mincost: a LIMIT over a costly scan');
+($adm0, $byp0) = split m{/}, $admin->query_ok($counts);
+$mc->query_ok($limited);
+is($admin->query_ok($counts), ($adm0 + 1) . "/$byp0", '... is queued: its costliest node counts, not the LIMIT');
+$mc->quit;
 # a plan made while the costs were lowered, kept by PREPARE after RESET
 $mc = RedsemTest::Session->new($node_a, name => 'mincost2');
 $mc->query_ok(q{SET redsem.queue = 'mincost';});
