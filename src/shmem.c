@@ -585,7 +585,7 @@ note_stop_at(SharedHold *h)
 	uint64		want = 0;
 	uint64		cur = pg_atomic_read_u64(&h->stop_at);
 
-	if (stoppable(h) && h->stop == STOP_NONE && !h->ending)
+	if (stoppable(h) && h->stop == STOP_NONE)
 		want = (uint64) Max(shared_hold_valid_until(h), SHARED_STOP_CLAIMED + 1);
 	while (cur != SHARED_STOP_CLAIMED && cur != want)
 		if (pg_atomic_compare_exchange_u64(&h->stop_at, &cur, want))
@@ -1314,13 +1314,17 @@ shared_hold_holder_pid(const char *name, const char *id)
 
 /*
  * True if h is a live holder's slot, returned to its caller, that its
- * policy lets be stopped (an acquire still running checks its grant itself)
+ * policy lets be stopped (an acquire still running checks its grant itself;
+ * one its backend is giving back has no work under it: a stop would only
+ * cancel the release, redsem_release() say, waiting on a Redis that does
+ * not answer)
  */
 static bool
 stoppable(const SharedHold *h)
 {
 	return h->in_use && h->phase == PHASE_HELD && h->returned &&
-		!h->abandoned && h->pid != 0 && h->on_lost != SLOT_LOST_WARN;
+		!h->abandoned && !h->ending && h->pid != 0 &&
+		h->on_lost != SLOT_LOST_WARN;
 }
 
 /*

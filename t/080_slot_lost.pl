@@ -225,6 +225,33 @@ note 'cut off from Redis: every holder is stopped before its lease ends in Redis
 }
 
 ###########################################################################
+note 'cut off while giving the slot back: the release is not cancelled, it fails as a release';
+{
+	# (before, the keeper stopped the slot being given back when its lease
+	# ran out during redsem_release's wait: PostgreSQL's bare "canceling
+	# statement due to user request", nothing naming the semaphore)
+	# (the server's setting: in broker mode the broker gives up at it)
+	$node->safe_psql('postgres', 'ALTER SYSTEM SET redsem.command_timeout = 5000; SELECT pg_reload_conf();');
+	usleep(1_000_000);
+	my $s = session('cut_release');
+	my $id = $s->query_ok("SELECT redsem_acquire('cutrel', 1, '3 s');");
+	usleep(1_200_000);
+	kill 'STOP', $proxy_pid;
+	my ($out, $err, $secs) = $s->query("SELECT redsem_release('cutrel', '$id');");
+	kill 'CONT', $proxy_pid;
+	unlike($err // '', qr/canceling statement due to user request/, 'the release is not cancelled when its lease runs out under it');
+	like($err // '', qr/ERROR:  08006: /, 'it fails as a release that Redis did not answer (08006)');
+	like($err // '', qr/giving back slot \Q$id\E of redsem semaphore "cutrel"/, 'naming the slot it gives back');
+	cmp_ok($secs, '>=', 4.5, sprintf('at its command timeout (%.2f s), past the lease of 3 s', $secs));
+	is($s->query_ok('SELECT 1;'), '1', 'the session goes on, told of nothing else');
+	is($node->safe_psql('postgres', "SELECT redsem_acquire('cutrel', 1, '3 s', wait => '10 s') IS NOT NULL"), 't',
+		'the slot is free again once the cut heals (the keeper gave it back)');
+	$s->quit;
+	$node->safe_psql('postgres', 'ALTER SYSTEM RESET redsem.command_timeout; SELECT pg_reload_conf();');
+	usleep(1_000_000);
+}
+
+###########################################################################
 note 'the keeper stopped: a backend finds its own hold past its valid time';
 {
 	my $keeper = keeper_pid_of($node);
