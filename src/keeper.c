@@ -506,10 +506,16 @@ unsure_looks_again(const HoldCopy *c, bool live)
 
 	if (!c->hold.unsure)
 		return false;
+	/* (pid 0: its server crash-restarted while it asked, src/shmem.c) */
 	if (live)
 		ereport(LOG,
-				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
+				(c->hold.pid == 0 ?
+				 errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that was under way when the server restarted after a crash",
+						c->hold.name) :
+				 errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
 						c->hold.name),
+				 c->hold.pid == 0 ?
+				 errdetail("The acquire reached Redis after the restart had given it up.") :
 				 errdetail("The acquire reached Redis after its session had given it up (a network path that held it, then healed).")));
 	else if (now < unsure_end(&c->hold))
 	{

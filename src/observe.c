@@ -478,6 +478,8 @@ redsem_queues(PG_FUNCTION_ARGS)
 static const char *
 server_hold_state(const SharedHold *h)
 {
+	if (h->watching)
+		return "watching";
 	if (h->abandoned)
 		return "releasing";
 	if (h->lost)

@@ -1126,6 +1126,7 @@ shared_hold_watch_unsure(int slot, const char *id, TimestampTz look_at)
 		{
 			h->abandoned = true;
 			h->unsure = true;
+			h->watching = true;
 			h->retry_at = look_at;
 			note_stop_at(h);
 		}
@@ -1167,6 +1168,7 @@ shared_hold_look_again(int slot, const char *id, TimestampTz look_at)
 	{
 		drop = shared->holds_in_use > hold_table_size / 2 || !count_as_watch(h);
 		h->retry_at = look_at;
+		h->watching = true;
 	}
 	LWLockRelease(shared->holds_lock);
 	if (drop)

@@ -92,6 +92,8 @@ typedef struct SharedHold
 	bool		unsure;			/* its acquire got no answer and was given
 								 * back: the keeper releases it again if
 								 * the acquire reaches Redis late */
+	bool		watching;		/* ... and that release went through: only
+								 * watched now (redsem_server_holds) */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			watch_bound;	/* how many failed acquires of its role the

@@ -71,7 +71,7 @@ is($s->query_ok(q{SELECT redsem_release_all();}), '1', 'and given back');
 
 $node->safe_psql('postgres', q{CREATE ROLE flaky LOGIN; ALTER ROLE flaky SET redsem.max_holds_per_role = 2;});
 my $f = RedsemTest::Session->new($node, name => 'flaky', user => 'flaky');
-my $watched = q{SELECT count(*) FROM redsem_server_holds() WHERE lease = '30 min' AND state = 'releasing';};
+my $watched = q{SELECT count(*) FROM redsem_server_holds() WHERE lease = '30 min' AND state = 'watching';};
 # (the release of a failed acquire is confirmed at a later call: until
 # then it counts toward the role's bound)
 for my $i (1 .. 3)
@@ -120,11 +120,15 @@ kill 'KILL', $c->backend_pid;
 ok(defined wait_until(60, sub {
 	my ($ok) = eval { $node->safe_psql('postgres', q{SELECT 1;}) };
 	defined $ok && $ok eq '1' }), 'its server restarted after the crash');
+# (until the request comes, 8 s after it was sent: a restart takes less)
+ok(defined wait_until(6, sub {
+	$node->safe_psql('postgres', q{SELECT state FROM redsem_server_holds() WHERE name = 'crashed';}) eq 'watching' }),
+	'the keeper gave it back and watches it, shown as watching');
 # (the slot is seen only between two looks of the keeper: its log line is
 # what says it was granted)
 ok(defined wait_until(30, sub {
 	slurp_file($node->logfile, $off) =~
-	  /redsem keeper released a slot of semaphore "crashed" granted late to an acquire that had failed/ }),
+	  /redsem keeper released a slot of semaphore "crashed" granted late to an acquire that was under way when the server restarted after a crash/ }),
 	'the acquire reaches Redis after the restart, is granted a slot of 59 minutes, and the keeper gives it back');
 is($redis->zcard('crashed', 'owner'), 0, 'nobody holds it');
 eval { $c->quit };
