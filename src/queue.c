@@ -479,52 +479,6 @@ leave_queue(QueryDesc *query)
 	}
 }
 
-static Cost plan_max_cost(const Plan *plan);
-
-/* The highest total cost of the plans of a list (plan_max_cost) */
-static Cost
-plans_max_cost(const List *plans)
-{
-	Cost		max = 0;
-	ListCell   *lc;
-
-	foreach(lc, plans)
-		max = Max(max, plan_max_cost((const Plan *) lfirst(lc)));
-	return max;
-}
-
-/*
- * The highest total cost of a node of the plan tree: a LIMIT or EXISTS
- * costs its rows only, and would hide a costly join beneath it
- */
-static Cost
-plan_max_cost(const Plan *plan)
-{
-	Cost		max;
-
-	if (plan == NULL)
-		return 0;
-	max = Max(plan->total_cost,
-			  Max(plan_max_cost(plan->lefttree), plan_max_cost(plan->righttree)));
-	switch (nodeTag(plan))
-	{
-		case T_Append:
-			return Max(max, plans_max_cost(((const Append *) plan)->appendplans));
-		case T_MergeAppend:
-			return Max(max, plans_max_cost(((const MergeAppend *) plan)->mergeplans));
-		case T_SubqueryScan:
-			return Max(max, plan_max_cost(((const SubqueryScan *) plan)->subplan));
-		case T_BitmapAnd:
-			return Max(max, plans_max_cost(((const BitmapAnd *) plan)->bitmapplans));
-		case T_BitmapOr:
-			return Max(max, plans_max_cost(((const BitmapOr *) plan)->bitmapplans));
-		case T_CustomScan:
-			return Max(max, plans_max_cost(((const CustomScan *) plan)->custom_plans));
-		default:
-			return max;
-	}
-}
-
 /*
  * True if the plan's cost (its costliest node's, or a subplan's) is below
  * the queue's threshold, estimated with cost settings the role could not
@@ -536,7 +490,7 @@ passes_by_cost(const QueueDef *q, const QueryDesc *query)
 	PlannedStmt *stmt = query->plannedstmt;
 
 	if (stmt == NULL || stmt->planTree == NULL ||
-		Max(plan_max_cost(stmt->planTree), plans_max_cost(stmt->subplans)) >= q->min_cost ||
+		queue_plan_max_cost(stmt) >= q->min_cost ||
 		!queue_costs_trusted())
 		return false;
 	stats_count(NULL, q->semaphore, STAT_BYPASSED, 1);

@@ -153,3 +153,85 @@ queue_costs_trusted(void)
 	}
 	return true;
 }
+
+static bool walk_plan(const Plan *plan, QueuePlanVisit visit, void *arg);
+
+/* Walk each plan of a list (walk_plan); false if a visit stopped it */
+static bool
+walk_plans(const List *plans, QueuePlanVisit visit, void *arg)
+{
+	ListCell   *lc;
+
+	foreach(lc, plans)
+		if (!walk_plan((const Plan *) lfirst(lc), visit, arg))
+			return false;
+	return true;
+}
+
+/*
+ * Visit every node of a plan tree, each before its children: the left and
+ * right trees, and the plans a node holds in a list or field of its own
+ */
+static bool
+walk_plan(const Plan *plan, QueuePlanVisit visit, void *arg)
+{
+	if (plan == NULL)
+		return true;
+	if (!visit(plan, arg) ||
+		!walk_plan(plan->lefttree, visit, arg) ||
+		!walk_plan(plan->righttree, visit, arg))
+		return false;
+	switch (nodeTag(plan))
+	{
+		case T_Append:
+			return walk_plans(((const Append *) plan)->appendplans, visit, arg);
+		case T_MergeAppend:
+			return walk_plans(((const MergeAppend *) plan)->mergeplans, visit, arg);
+		case T_SubqueryScan:
+			return walk_plan(((const SubqueryScan *) plan)->subplan, visit, arg);
+		case T_BitmapAnd:
+			return walk_plans(((const BitmapAnd *) plan)->bitmapplans, visit, arg);
+		case T_BitmapOr:
+			return walk_plans(((const BitmapOr *) plan)->bitmapplans, visit, arg);
+		case T_CustomScan:
+			return walk_plans(((const CustomScan *) plan)->custom_plans, visit, arg);
+		default:
+			return true;
+	}
+}
+
+/*
+ * Visit every node of statement stmt's plan and of its subplans (those of
+ * its SubPlan expressions, EXISTS and the like); false if a visit stopped
+ * the walk
+ */
+bool
+queue_plan_walk(const PlannedStmt *stmt, QueuePlanVisit visit, void *arg)
+{
+	return walk_plan(stmt->planTree, visit, arg) &&
+		walk_plans(stmt->subplans, visit, arg);
+}
+
+/* Note a node's total cost if it is the highest seen (a QueuePlanVisit) */
+static bool
+note_max_cost(const Plan *plan, void *arg)
+{
+	Cost	   *max = (Cost *) arg;
+
+	*max = Max(*max, plan->total_cost);
+	return true;
+}
+
+/*
+ * The highest total cost of a node of statement stmt's plan or subplans,
+ * for a queue's min_cost: a LIMIT or EXISTS costs its rows only, and would
+ * hide a costly join beneath it
+ */
+Cost
+queue_plan_max_cost(const PlannedStmt *stmt)
+{
+	Cost		max = 0;
+
+	(void) queue_plan_walk(stmt, note_max_cost, &max);
+	return max;
+}

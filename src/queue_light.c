@@ -168,33 +168,13 @@ light_expr(const void *node)
 	return !heavy_expr_walker((Node *) unconstify(void *, node), NULL);
 }
 
-/* The plan walk's findings: the costliest node seen */
-typedef struct LightWalk
-{
-	Cost		max_cost;
-} LightWalk;
-
-static bool plan_is_light(const Plan *plan, LightWalk *walk);
-
-/* True if every plan of the list is light */
-static bool
-plans_are_light(const List *plans, LightWalk *walk)
-{
-	ListCell   *lc;
-
-	foreach(lc, plans)
-		if (!plan_is_light((const Plan *) lfirst(lc), walk))
-			return false;
-	return true;
-}
-
 /*
  * True if plan node's own expressions (beyond its output and filter)
  * cannot be heavy, for the kinds of node a light plan may have; false for
  * any other kind
  */
 static bool
-node_is_light(const Plan *plan, LightWalk *walk)
+node_is_light(const Plan *plan)
 {
 	switch (nodeTag(plan))
 	{
@@ -226,20 +206,17 @@ node_is_light(const Plan *plan, LightWalk *walk)
 		case T_TidRangeScan:
 			return light_expr(((const TidRangeScan *) plan)->tidrangequals);
 		case T_SubqueryScan:
-			return plan_is_light(((const SubqueryScan *) plan)->subplan, walk);
+		case T_Append:
+		case T_MergeAppend:
+		case T_BitmapAnd:
+		case T_BitmapOr:
+			/* (their plans: queue_plan_walk) */
+			return true;
 		case T_FunctionScan:
 			/* (its functions in FROM: heavy_function, as everywhere) */
 			return light_expr(((const FunctionScan *) plan)->functions);
 		case T_ValuesScan:
 			return light_expr(((const ValuesScan *) plan)->values_lists);
-		case T_Append:
-			return plans_are_light(((const Append *) plan)->appendplans, walk);
-		case T_MergeAppend:
-			return plans_are_light(((const MergeAppend *) plan)->mergeplans, walk);
-		case T_BitmapAnd:
-			return plans_are_light(((const BitmapAnd *) plan)->bitmapplans, walk);
-		case T_BitmapOr:
-			return plans_are_light(((const BitmapOr *) plan)->bitmapplans, walk);
 		case T_NestLoop:
 			return light_expr(((const Join *) plan)->joinqual);
 		case T_MergeJoin:
@@ -264,16 +241,18 @@ node_is_light(const Plan *plan, LightWalk *walk)
 	}
 }
 
-/* True if no node of the plan tree may be heavy (above); notes the costliest */
+/*
+ * True if plan node cannot be heavy (above), for queue_plan_walk; notes the
+ * costliest node seen in arg (a Cost)
+ */
 static bool
-plan_is_light(const Plan *plan, LightWalk *walk)
+light_node(const Plan *plan, void *arg)
 {
-	if (plan == NULL)
-		return true;
-	walk->max_cost = Max(walk->max_cost, plan->total_cost);
+	Cost	   *max_cost = (Cost *) arg;
+
+	*max_cost = Max(*max_cost, plan->total_cost);
 	return light_expr(plan->targetlist) && light_expr(plan->qual) &&
-		node_is_light(plan, walk) &&
-		plan_is_light(plan->lefttree, walk) && plan_is_light(plan->righttree, walk);
+		node_is_light(plan);
 }
 
 /*
@@ -313,7 +292,7 @@ static const char *
 heavy_because(const PlannedStmt *stmt)
 {
 	const Plan *top = stmt->planTree;
-	LightWalk	walk = {0};
+	Cost		max_cost = 0;
 
 	if (stmt->commandType != CMD_SELECT || stmt->hasModifyingCTE ||
 		stmt->rowMarks != NIL || top == NULL)
@@ -325,12 +304,12 @@ heavy_because(const PlannedStmt *stmt)
 		return "it reads a user's relation";
 	if (!builtin_functions_only(stmt->invalItems))
 		return "it calls a user's function";
-	if (!plan_is_light(top, &walk) || !plans_are_light(stmt->subplans, &walk))
+	if (!queue_plan_walk(stmt, light_node, &max_cost))
 		return "it calls a volatile function or one that reads data, or has a plan node that may be heavy";
 	/* a lone Result: expressions of built-in functions over no table */
 	if (IsA(top, Result) && top->lefttree == NULL && stmt->subplans == NIL)
 		return NULL;
-	if (walk.max_cost > QUEUE_LIGHT_MAX_COST)
+	if (max_cost > QUEUE_LIGHT_MAX_COST)
 		return "its estimated cost is above the bound of a light statement";
 	if (!queue_costs_trusted())
 		return "the session changed its cost settings";
