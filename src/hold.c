@@ -129,17 +129,18 @@ static TimestampTz next_look = 0;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 
 /*
- * The last few slots whose loss this session was told and whose entries
- * are gone ("name\0id", in TopMemoryContext): its own redsem_release of one
- * returns false without the WARNING for a slot never held.
+ * The last few slots of this session that ended without its knowing how
+ * ("name\0id", in TopMemoryContext): told lost, or given back by the keeper
+ * after the session's own release failed.  Its redsem_release of one (a
+ * retry) returns false without the WARNING for a slot never held.
  */
-#define TOLD_LOST_KEPT 8
-static char *told_lost[TOLD_LOST_KEPT];
-static int	told_lost_next = 0;
+#define ENDED_KEPT 8
+static char *ended_slots[ENDED_KEPT];
+static int	ended_next = 0;
 
-/* Remember that the lost slot (name, id), told to this session, is gone */
+/* Remember that slot (name, id) of this session ended that way (above) */
 static void
-remember_told_lost(const char *name, const char *id)
+remember_ended(const char *name, const char *id)
 {
 	size_t		nlen = strlen(name) + 1;
 	char	   *entry;
@@ -151,24 +152,24 @@ remember_told_lost(const char *name, const char *id)
 		return;
 	memcpy(entry, name, nlen);
 	strcpy(entry + nlen, id);
-	if (told_lost[told_lost_next] != NULL)
-		pfree(told_lost[told_lost_next]);
-	told_lost[told_lost_next] = entry;
-	told_lost_next = (told_lost_next + 1) % TOLD_LOST_KEPT;
+	if (ended_slots[ended_next] != NULL)
+		pfree(ended_slots[ended_next]);
+	ended_slots[ended_next] = entry;
+	ended_next = (ended_next + 1) % ENDED_KEPT;
 }
 
-/* True (and forgotten) if (name, id) is a lost slot this session was told */
+/* True (and forgotten) if (name, id) is a slot of this session that ended so */
 bool
-hold_take_told_lost(const char *name, const char *id)
+hold_take_ended(const char *name, const char *id)
 {
-	for (int i = 0; i < TOLD_LOST_KEPT; i++)
+	for (int i = 0; i < ENDED_KEPT; i++)
 	{
-		char	   *e = told_lost[i];
+		char	   *e = ended_slots[i];
 
 		if (e != NULL && strcmp(e, name) == 0 && strcmp(e + strlen(e) + 1, id) == 0)
 		{
 			pfree(e);
-			told_lost[i] = NULL;
+			ended_slots[i] = NULL;
 			return true;
 		}
 	}
@@ -200,7 +201,7 @@ hold_free(Hold *hold)
 	if (hold->state != HOLD_ENDING)
 		watchdog_unwatch(hold->shared_slot);
 	if (hold->stop_reported)
-		remember_told_lost(hold->name, hold->id);
+		remember_ended(hold->name, hold->id);
 	untrack(hold);
 	pfree(hold->prefix);
 	pfree(hold->name);
@@ -412,6 +413,7 @@ static void
 release_ending(TimestampTz deadline, bool interruptible, bool defer)
 {
 	bool		reachable = !in_error_recursion_trouble();
+	bool		taken;
 	ListCell   *lc;
 
 	if (!defer && sent != NIL && reachable)
@@ -423,8 +425,12 @@ release_ending(TimestampTz deadline, bool interruptible, bool defer)
 
 		if (hold->state != HOLD_ENDING)
 			continue;
-		if (keeper_took_it(hold) || never_sent(hold))
+		taken = keeper_took_it(hold);
+		if (taken || never_sent(hold))
 		{
+			/* (its release failed before: a retry of it is not told off) */
+			if (taken && !hold->stop_reported)
+				remember_ended(hold->name, hold->id);
 			holds = foreach_delete_current(holds, lc);
 			hold_free(hold);
 			continue;

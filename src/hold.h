@@ -51,7 +51,7 @@ extern bool hold_release_id(const char *name, const char *id, bool *held);
 extern bool hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 							int64 *new_lease_ms);
 extern void hold_forget_id(const char *name, const char *id);
-extern bool hold_take_told_lost(const char *name, const char *id);
+extern bool hold_take_ended(const char *name, const char *id);
 extern void hold_release_quietly(const char *name, const char *id);
 extern void hold_span_xacts(const char *name, const char *id, bool on);
 extern int	hold_snapshot(HeldInfo **out);

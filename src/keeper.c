@@ -495,57 +495,78 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 }
 
 /*
- * A released orphan whose acquire got no answer: looked at again later
- * while that acquire may still reach Redis, else no longer tracked; true
- * if it was one (false: an ordinary orphan)
+ * True if a released orphan whose acquire got no answer, found live, was
+ * granted late: not a slot its session held (an acquire that rode through
+ * a request without answer and was granted is given back as any orphan
+ * the first time, then watched)
  */
 static bool
-unsure_looks_again(const HoldCopy *c, bool live)
+granted_late(const SharedHold *h)
+{
+	return h->watching || h->phase == PHASE_PENDING || h->phase == PHASE_WAITING;
+}
+
+/* Log that the keeper gave back a slot granted late (granted_late) */
+static void
+log_late_grant(const HoldCopy *c)
+{
+	if (c->hold.crash_asked)
+		ereport(LOG,
+				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that was under way when the server restarted after a crash",
+						c->hold.name),
+				 errdetail("The acquire reached Redis after the restart had given it up.")));
+	else
+		ereport(LOG,
+				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
+						c->hold.name),
+				 errdetail("The acquire reached Redis after its session had given it up (a network path that held it, then healed).")));
+}
+
+/*
+ * A released orphan whose acquire got no answer: looked at again later
+ * while that acquire may still reach Redis; true if so
+ */
+static bool
+watch_unsure(const HoldCopy *c)
 {
 	TimestampTz now = redsem_now();
+	int64		age;
 
-	if (!c->hold.unsure)
+	if (!c->hold.unsure || now >= unsure_end(&c->hold))
 		return false;
-	/* (pid 0: its server crash-restarted while it asked, src/shmem.c) */
-	if (live)
-		ereport(LOG,
-				(c->hold.pid == 0 ?
-				 errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that was under way when the server restarted after a crash",
-						c->hold.name) :
-				 errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
-						c->hold.name),
-				 c->hold.pid == 0 ?
-				 errdetail("The acquire reached Redis after the restart had given it up.") :
-				 errdetail("The acquire reached Redis after its session had given it up (a network path that held it, then healed).")));
-	else if (now < unsure_end(&c->hold))
-	{
-		/* (less often as it ages: a delivery held long is rare) */
-		int64		age = TimestampDifferenceMilliseconds(Max(c->hold.acquired_at,
-															  c->hold.refreshed_at), now);
-
-		shared_hold_look_again(c->slot, c->hold.id,
-							   TimestampTzPlusMilliseconds(now, Max(KEEPER_UNSURE_LOOK_MS,
-																	age / KEEPER_UNSURE_AGE_DIVISOR)));
-		return true;
-	}
-	shared_hold_remove(c->slot, c->hold.id);
+	/* (less often as it ages: a delivery held long is rare) */
+	age = TimestampDifferenceMilliseconds(Max(c->hold.acquired_at,
+											  c->hold.refreshed_at), now);
+	shared_hold_look_again(c->slot, c->hold.id,
+						   TimestampTzPlusMilliseconds(now, Max(KEEPER_UNSURE_LOOK_MS,
+																age / KEEPER_UNSURE_AGE_DIVISOR)));
 	return true;
 }
 
 /*
  * A released orphan: count it (a sent release whose backend lives is
- * counted by that backend) and stop tracking it
+ * counted by that backend; a watched one was counted when first released)
+ * and stop tracking it, unless it is to be watched for a late grant; one
+ * found granted late is logged, not counted, and watched no more
  */
 static void
 orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 {
-	if (unsure_looks_again(c, live))
+	bool		late = live && c->hold.unsure && granted_late(&c->hold);
+
+	if (late)
+		log_late_grant(c);
+	else if (!c->hold.watching)
+	{
+		if (c->hold.phase == PHASE_HELD ||
+			(c->hold.phase == PHASE_RELEASING && is_orphan(&c->hold)))
+			stats_count(c->hold.prefix, c->hold.name,
+						live ? STAT_RELEASED : STAT_EXPIRED, 1);
+		if (c->hold.pid == 0 && live)
+			st->released_after_crash++;
+	}
+	if (!late && watch_unsure(c))
 		return;
-	if (c->hold.phase == PHASE_HELD ||
-		(c->hold.phase == PHASE_RELEASING && is_orphan(&c->hold)))
-		stats_count(c->hold.prefix, c->hold.name, live ? STAT_RELEASED : STAT_EXPIRED, 1);
-	if (c->hold.pid == 0 && live)
-		st->released_after_crash++;
 	shared_hold_remove(c->slot, c->hold.id);
 }
 

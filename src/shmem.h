@@ -92,8 +92,10 @@ typedef struct SharedHold
 	bool		unsure;			/* its acquire got no answer and was given
 								 * back: the keeper releases it again if
 								 * the acquire reaches Redis late */
-	bool		watching;		/* ... and that release went through: only
+	bool		watching;		/* ... and released once since: only
 								 * watched now (redsem_server_holds) */
+	bool		crash_asked;	/* ... asked or waited when its server
+								 * crash-restarted (no session failed it) */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			watch_bound;	/* how many failed acquires of its role the

@@ -262,8 +262,8 @@ redsem_release(PG_FUNCTION_ARGS)
 	hold_init();
 	hold_flush_deferred();
 	hold_refuse_statement_slot(name, id, true);
-	/* (a slot it was told it lost was its own: false, without a WARNING) */
-	if (!hold_release_id(name, id, &held) && !hold_take_told_lost(name, id))
+	/* (one it lost, or whose failed release the keeper finished: false) */
+	if (!hold_release_id(name, id, &held) && !hold_take_ended(name, id))
 		warn_not_own(name, id, "released");
 	PG_RETURN_BOOL(held);
 }

@@ -246,6 +246,9 @@ note 'cut off while giving the slot back: the release is not cancelled, it fails
 	is($s->query_ok('SELECT 1;'), '1', 'the session goes on, told of nothing else');
 	is($node->safe_psql('postgres', "SELECT redsem_acquire('cutrel', 1, '3 s', wait => '10 s') IS NOT NULL"), 't',
 		'the slot is free again once the cut heals (the keeper gave it back)');
+	my ($rout, $rerr) = $s->query("SELECT redsem_release('cutrel', '$id');");
+	is($rout, 'f', 'a retry of the release finds nothing left to give back');
+	is($rerr, '', 'and is not told the slot was never its own');
 	$s->quit;
 	$node->safe_psql('postgres', 'ALTER SYSTEM RESET redsem.command_timeout; SELECT pg_reload_conf();');
 	usleep(1_000_000);
