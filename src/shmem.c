@@ -238,8 +238,9 @@ abandon_previous_holds(void)
 		h->id[sizeof(h->id) - 1] = '\0';
 		h->trouble[sizeof(h->trouble) - 1] = '\0';
 		h->abandoned = true;
+		/* (one that had failed before, watched or not, is unsure already) */
 		if ((h->phase == PHASE_PENDING || h->phase == PHASE_WAITING) &&
-			!h->watching)
+			!h->unsure)
 			h->unsure = h->crash_asked = true;
 		h->pid = 0;
 		pg_atomic_write_u64(&h->stop_at, 0);
