@@ -158,6 +158,18 @@ remember_ended(const char *name, const char *id)
 	ended_next = (ended_next + 1) % ENDED_KEPT;
 }
 
+/* Forget the slots that ended so (DISCARD ALL: the next client's session) */
+static void
+forget_ended(void)
+{
+	for (int i = 0; i < ENDED_KEPT; i++)
+	{
+		if (ended_slots[i] != NULL)
+			pfree(ended_slots[i]);
+		ended_slots[i] = NULL;
+	}
+}
+
 /* True (and forgotten) if (name, id) is a slot of this session that ended so */
 bool
 hold_take_ended(const char *name, const char *id)
@@ -246,8 +258,9 @@ keeper_took_it(Hold *hold)
 {
 	SharedHold	copy;
 
+	/* (or released it and only watches it now for a late grant) */
 	return hold->shared_slot >= 0 &&
-		!shared_hold_read(hold->shared_slot, hold->id, &copy);
+		(!shared_hold_read(hold->shared_slot, hold->id, &copy) || copy.watching);
 }
 
 /*
@@ -767,6 +780,7 @@ discard_all(void)
 {
 	int			left;
 
+	forget_ended();
 	if (!mark_matching(any_hold, InvalidSubTransactionId))
 		return;
 	release_ending_interruptible(TimestampTzPlusMilliseconds(redsem_now(),
@@ -1312,9 +1326,10 @@ hold_release_id(const char *name, const char *id, bool *held)
 
 	if (hold == NULL || hold->state == HOLD_PENDING)
 		return false;
+	/* (given back by the keeper: nothing left, as a retry finds, false) */
 	if (hold->state == HOLD_ENDING && (keeper_took_it(hold) || never_sent(hold)))
 	{
-		*held = hold->was_held;
+		*held = false;
 		hold_drop(hold);
 		return true;
 	}

@@ -503,7 +503,7 @@ keep_one(KeeperBatch *batch, const HoldCopy *c, uint64 target)
 static bool
 granted_late(const SharedHold *h)
 {
-	return h->watching || h->phase == PHASE_PENDING || h->phase == PHASE_WAITING;
+	return h->watching || !h->granted;
 }
 
 /* Log that the keeper gave back a slot granted late (granted_late) */
@@ -515,6 +515,11 @@ log_late_grant(const HoldCopy *c)
 				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that was under way when the server restarted after a crash",
 						c->hold.name),
 				 errdetail("The acquire reached Redis after the restart had given it up.")));
+	else if (c->hold.granted)
+		ereport(LOG,
+				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late again to the id of a slot already given back",
+						c->hold.name),
+				 errdetail("A request of its acquire that got no answer (one it rode through) reached Redis after the slot was given back.")));
 	else
 		ereport(LOG,
 				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
@@ -545,7 +550,8 @@ watch_unsure(const HoldCopy *c)
 
 /*
  * A released orphan: count it (a sent release whose backend lives is
- * counted by that backend; a watched one was counted when first released)
+ * counted by that backend; a watched one was counted when first released;
+ * a failed acquire, or a place in line, never had a slot to count)
  * and stop tracking it, unless it is to be watched for a late grant; one
  * found granted late is logged, not counted, and watched no more
  */
@@ -556,7 +562,7 @@ orphan_released(KeeperState *st, const HoldCopy *c, bool live)
 
 	if (late)
 		log_late_grant(c);
-	else if (!c->hold.watching)
+	else if (!c->hold.watching && c->hold.granted)
 	{
 		if (c->hold.phase == PHASE_HELD ||
 			(c->hold.phase == PHASE_RELEASING && is_orphan(&c->hold)))

@@ -41,12 +41,24 @@ use Test::More;
 my $redis = RedsemTest::Redis->new;
 # (while the file is there: the session's tries again within its wait too)
 my $breaking = PostgreSQL::Test::Utils::tempdir_short() . '/breaking';
+# (while the file is there: releases of "lateb" get an error reply)
+my $blocking = PostgreSQL::Test::Utils::tempdir_short() . '/blocking';
+# (once, when the file is there: an acquire's connection closes unanswered)
+my $dropping = PostgreSQL::Test::Utils::tempdir_short() . '/dropping';
 my $proxy = RedsemTest::Proxy->new($redis, sub {
 	my @cmd = @_;
 	my $acquire = ($cmd[0] // '') =~ /^FCALL/i && grep { $_ eq 'acquire' } @cmd;
 	return { late => 4 } if -e $breaking && $acquire && (grep { $_ eq '3600000' } @cmd);
 	return { late => 120 } if $acquire && (grep { $_ eq '1800000' } @cmd);
 	return { late => 8 } if $acquire && (grep { $_ eq '3540000' } @cmd);
+	return { late => 4 } if $acquire && (grep { $_ eq '3420000' } @cmd);
+	return "-ERR injected\r\n" if -e $blocking && ($cmd[0] // '') =~ /^FCALL/i &&
+	  (grep { $_ eq 'release' } @cmd) && (grep { /\{(lateb|rideb)\}/ } @cmd);
+	if ($acquire && (grep { $_ eq '1680000' } @cmd) && -e $dropping)
+	{
+		unlink $dropping;
+		return { late => 0 };    # passed on, its reply dropped: the acquire rides on
+	}
 	return undef;
 });
 my $node = create_node('late', $proxy, "redsem.command_timeout = '1s'\nrestart_after_crash = on\n");
@@ -68,6 +80,49 @@ like(slurp_file($node->logfile, $off),
 	'and says so in the server log');
 is($s->query_ok(q{SELECT redsem_acquire('late', 1) IS NOT NULL;}), 't', 'the slot can be taken again');
 is($s->query_ok(q{SELECT redsem_release_all();}), '1', 'and given back');
+
+# A failed acquire whose release does not get through either (a path
+# that holds the acquire often fails what follows): the keeper's release,
+# once it gets through, finds the late grant, and says so; it counts no
+# slot given back, as the session never had one
+PostgreSQL::Test::Utils::append_to_file($blocking, '');
+$off = -s $node->logfile;
+($out, $err) = $s->query(q{SELECT redsem_acquire('lateb', 1, '57 min');}, 30);
+like($err, qr/ERROR:  08006: /, 'an acquire gets no answer');
+# (a later call reads the reply of the release sent at the end of the
+# failed statement: an error, so the keeper has it)
+$s->query(q{SELECT redsem_limit('free') IS NULL;});
+ok(defined wait_until(10, sub { $redis->zcard('lateb', 'owner') == 1 }),
+	'it reaches Redis late and is granted, its release refused meanwhile');
+unlink $blocking;
+ok(defined wait_until(20, sub { $redis->zcard('lateb', 'owner') == 0 }),
+	'once releases get through, the keeper gives the slot back');
+ok(defined wait_until(10, sub {
+	slurp_file($node->logfile, $off) =~
+	  /redsem keeper released a slot of semaphore "lateb" granted late to an acquire that had failed/ }),
+	'and says it was granted late');
+is($node->safe_psql('postgres', q{SELECT released || '/' || expired FROM redsem_stats WHERE name = 'lateb';}), '0/0',
+	'and counts no slot given back or expired: the session never had it');
+
+# A slot granted to an acquire that rode through a request without answer
+# is watched once given back; when its session's release fails, the
+# keeper's gets through and watches it: the session then has nothing left
+# to give back, nor to count
+PostgreSQL::Test::Utils::append_to_file($dropping, '');
+my $rid = $s->query_ok(q{SELECT redsem_acquire('rideb', 1, '28 min', wait => '10 s');});
+like($rid, qr/^\S+$/, 'an acquire whose first request got no answer rides on and is granted');
+PostgreSQL::Test::Utils::append_to_file($blocking, '');
+($out, $err) = $s->query(qq{SELECT redsem_release('rideb', '$rid');});
+like($err, qr/ERROR/, 'its release is refused');
+unlink $blocking;
+ok(defined wait_until(20, sub {
+	$node->safe_psql('postgres', q{SELECT state FROM redsem_server_holds() WHERE name = 'rideb';}) eq 'watching' }),
+	'the keeper gives it back, and watches it');
+($out, $err) = $s->query(qq{SELECT redsem_release('rideb', '$rid');});
+is($out, 'f', 'a retry of the release finds nothing left');
+is($err, '', 'with no WARNING');
+is($node->safe_psql('postgres', q{SELECT acquired || '/' || released || '/' || expired FROM redsem_stats WHERE name = 'rideb';}), '1/1/0',
+	'the slot is counted once: acquired, released, not expired');
 
 $node->safe_psql('postgres', q{CREATE ROLE flaky LOGIN; ALTER ROLE flaky SET redsem.max_holds_per_role = 2;});
 my $f = RedsemTest::Session->new($node, name => 'flaky', user => 'flaky');
