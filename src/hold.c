@@ -780,12 +780,16 @@ discard_all(void)
 {
 	int			left;
 
-	forget_ended();
 	if (!mark_matching(any_hold, InvalidSubTransactionId))
+	{
+		forget_ended();
 		return;
+	}
 	release_ending_interruptible(TimestampTzPlusMilliseconds(redsem_now(),
 															 redsem_command_timeout_ms),
 								 false);
+	/* (after the releases: one the keeper finished is remembered there) */
+	forget_ended();
 	left = count_ending();
 	if (left > 0)
 		ereport(WARNING,

@@ -970,10 +970,10 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 			pg_atomic_write_u64(&h->stop_at, 0);
 		}
 		if (phase == PHASE_HELD)
-		{
 			h->acquired_at = confirmed_at;
+		/* (a promotion may yet fail the acquire: granted once returned) */
+		if (phase == PHASE_HELD && returned)
 			h->granted = true;
-		}
 		due_ms = shared_hold_kept_ms(h) / KEEPER_REFRESH_FRACTION;
 		note_stop_at(h);
 	}

@@ -96,8 +96,8 @@ typedef struct SharedHold
 								 * watched now (redsem_server_holds) */
 	bool		crash_asked;	/* ... asked or waited when its server
 								 * crash-restarted (no session failed it) */
-	bool		granted;		/* Redis granted it a slot once (phase
-								 * HELD), not only a place in line */
+	bool		granted;		/* its acquire returned the slot once: the
+								 * session had it, not only a place in line */
 	int			pid;
 	Oid			role;			/* the session's login role */
 	int			watch_bound;	/* how many failed acquires of its role the
