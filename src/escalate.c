@@ -6,7 +6,10 @@
  * holder whose slot is lost (src/keeper.c), and the statement fails with
  * 57014, which PL/pgSQL's WHEN OTHERS does not catch.  Code that catches
  * query_canceled by name could still run on, beside the holder that takes
- * the slot next.  So the keeper watches each backend it cancelled: if,
+ * the slot next.  So the keeper watches each backend it cancelled, and
+ * each whose session told the stop itself at a statement's start before
+ * the keeper's signal (which the keeper then does not send, src/shmem.c):
+ * if,
  * REDSEM_STOP_ESCALATE_MS later the same client statement still runs
  * (pg_stat_activity's state and query_start, and the backend's own word,
  * in its AskSlot, that no client utility statement ended since: guard.c,
@@ -344,10 +347,12 @@ running_statement(int pid, TimestampTz *start)
 /*
  * Watch pid, whose slot of semaphore name is lost and whose statement the
  * keeper is about to cancel (before the signal, so that the statement
- * watched is the one cancelled), if it is running one
+ * watched is the one cancelled), if it is running one; told_in (not 0):
+ * the query_start of the statement its session told the stop in itself,
+ * watched only if it still runs
  */
 void
-escalate_watch(int pid, const char *name, TimestampTz now)
+escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 {
 	Watch	   *w;
 
@@ -365,7 +370,8 @@ escalate_watch(int pid, const char *name, TimestampTz now)
 	w->procno = procno_of(BackendPidGetProc(pid));
 	w->counted_from = now;
 	strlcpy(w->name, name, sizeof(w->name));
-	if (w->procno < 0 || !running_statement(pid, &w->statement_start))
+	if (w->procno < 0 || !running_statement(pid, &w->statement_start) ||
+		(told_in != 0 && w->statement_start != told_in))
 		return;
 	ask_slot_watch(w);
 	n_watches++;

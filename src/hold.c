@@ -31,6 +31,7 @@
 #include "tcop/utility.h"
 #include "utils/elog.h"
 #include "utils/guc.h"
+#include "utils/backend_status.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -123,6 +124,8 @@ static List *dooms = NIL;
 static uint64 stops_seen = 0;
 /* ... and of its watchdog's stops (watchdog_fires) */
 static int	fires_seen = 0;
+/* The next look is made for a cancel in hand (hold_check_stopped_cancelled) */
+static bool cancel_in_hand = false;
 
 /* When this session's first hold still good runs past its valid_until */
 static TimestampTz next_look = 0;
@@ -670,6 +673,7 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			dooms_forget(InvalidSubTransactionId);
+			stop_forget_owed_cancel();
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
 				release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 									   "at the end of the transaction");
@@ -984,6 +988,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	out->policy = hold->on_lost;
 	out->in_xact = (hold->scope != HOLD_SESSION);
 	out->reason = STOP_NONE;
+	out->cancel_coming = false;
 	if (hold->shared_slot >= 0)
 	{
 		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
@@ -991,6 +996,9 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 		refreshed = copy.refreshed_at;
 		kept = shared_hold_kept_ms(&copy);
 		out->reason = (StopReason) copy.stop;
+		/* (its watchdog took the stop on: its cancel is pending here) */
+		out->cancel_coming = pg_atomic_read_u64(&copy.stop_at) == SHARED_STOP_CLAIMED &&
+			!copy.told;
 	}
 	/* (not preloaded: nobody refreshed it since it was granted) */
 	valid_until = redsem_valid_until(refreshed, kept);
@@ -1069,16 +1077,24 @@ hold_terminated(StoppedHold *out, int *others)
  * on without it; a transaction's or statement's goes with the abort, and
  * its transaction cannot commit (hold_check_stopped at COMMIT).  With
  * policy warn it stays, as it was (an unconfirmed lease may yet be
- * confirmed: only a lost slot is told, once).
+ * confirmed: only a lost slot is told, once).  The keeper is told that the
+ * session told it (it then watches whether code caught the error and runs
+ * on, src/escalate.c, instead of signalling); told->cancel_coming is set
+ * if its signal was sent before.
  */
 static void
-hold_stop_told(Hold *hold, const StoppedHold *told)
+hold_stop_told(Hold *hold, StoppedHold *told)
 {
 	if (told->policy == SLOT_LOST_WARN && told->reason == STOP_UNCONFIRMED)
 		return;
 	hold->stop_reported = true;
 	if (told->policy == SLOT_LOST_WARN)
 		return;
+	/* (the keeper signals it no more; a signal sent before is on its way) */
+	if (hold->shared_slot >= 0 &&
+		shared_hold_told(hold->shared_slot, hold->id,
+						 MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0))
+		told->cancel_coming = true;
 	if (hold->scope != HOLD_SESSION)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -1125,7 +1141,9 @@ hold_check_stopped(bool at_commit)
 	Hold	  **which;
 	ListCell   *lc;
 	int			n = 0;
+	bool		in_hand = cancel_in_hand;
 
+	cancel_in_hand = false;
 	/* (an ERROR at the top level disabled the watchdog's timeout) */
 	watchdog_arm();
 	if (at_commit)
@@ -1154,10 +1172,28 @@ hold_check_stopped(bool at_commit)
 	}
 	/* told (and given up) before the report raises */
 	for (int i = 0; i < n; i++)
+	{
 		hold_stop_told(which[i], &stopped[i]);
+		/* (a cancel in hand is the one on its way, if any) */
+		if (in_hand)
+			stop_forget_owed_cancel();
+		else if (stopped[i].cancel_coming)
+			stop_owe_cancel(&stopped[i]);
+	}
 	stop_report(stopped, n);
 	pfree(stopped);
 	pfree(which);
+}
+
+/*
+ * As hold_check_stopped, for a statement being cancelled (src/guard.c): a
+ * cancel on its way for a stop told now is the one in hand
+ */
+void
+hold_check_stopped_cancelled(void)
+{
+	cancel_in_hand = true;
+	hold_check_stopped(false);
 }
 
 /* Drop an entry that Redis no longer knows about */

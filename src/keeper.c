@@ -970,8 +970,10 @@ log_stop(KeeperState *st, const StopNotice *sn, const char *done)
 /*
  * Stop a holder as its policy says: cancel its statement (its session is
  * told why, src/guard.c) or end its session.  A backend gone meanwhile is
- * left alone: its exit releases what it held.  One its own watchdog
- * stopped (src/watchdog.c) is only watched, if it lives.
+ * left alone: its exit releases what it held.  One that stopped itself
+ * (its watchdog, src/watchdog.c, or its session told the stop at a
+ * statement's start, before the keeper) is only watched, if it lives, as is
+ * one whose session tells the stop before the signal goes.
  */
 static void
 stop_holder(KeeperState *st, const StopNotice *sn)
@@ -979,24 +981,24 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 	if (sn->self)
 	{
 		/*
-		 * (its own watchdog stopped it, the keeper late: its session logged
-		 * the error; the keeper's log line budget is kept for its own stops)
+		 * (the keeper late: its session logged the error; the keeper's log
+		 * line budget is kept for its own stops)
 		 */
 		if (sn->policy != SLOT_LOST_TERMINATE && BackendPidGetProc(sn->pid) != NULL)
-			escalate_watch(sn->pid, sn->name, redsem_now());
+			escalate_watch(sn->pid, sn->name, redsem_now(), sn->told_in);
 		return;
 	}
 	if (BackendPidGetProc(sn->pid) == NULL)
 		return;
 	if (sn->policy == SLOT_LOST_TERMINATE)
 	{
-		if (kill(sn->pid, SIGTERM) == 0)
+		if (shared_hold_signal(sn, SIGTERM))
 			log_stop(st, sn, "terminated");
 	}
 	else
 	{
-		escalate_watch(sn->pid, sn->name, redsem_now());
-		if (kill(sn->pid, SIGINT) == 0)
+		escalate_watch(sn->pid, sn->name, redsem_now(), 0);
+		if (shared_hold_signal(sn, SIGINT))
 			log_stop(st, sn, "cancelled the statement of");
 	}
 }

@@ -965,6 +965,9 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 			/* a new try of the acquire: what stopped the last is over */
 			h->stop = STOP_NONE;
 			h->stop_signalled = false;
+			h->signal_sent = false;
+			h->told = false;
+			h->told_in = 0;
 			h->lost = false;
 			h->forced = false;
 			pg_atomic_write_u64(&h->stop_at, 0);
@@ -1253,18 +1256,59 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
-	{
 		newly = mark_stopped(h, why, now);
-		/*
-		 * its own backend found it: nobody is to be signalled; but a stop
-		 * its watchdog took on is left to the keeper to watch
-		 * (src/escalate.c: a holder that caught the cancel and runs on)
-		 */
-		if (pg_atomic_read_u64(&h->stop_at) != SHARED_STOP_CLAIMED)
-			h->stop_signalled = true;
-	}
 	LWLockRelease(shared->holds_lock);
 	return newly;
+}
+
+/*
+ * A backend told its session of the stop of one of its holds, in the
+ * statement that started at told_in (its query_start): the keeper signals
+ * it no more (shared_hold_signal), and only watches whether its code caught
+ * the error and runs on (src/escalate.c).  True if the keeper's signal was
+ * sent before: a cancel of the same stop is on its way.
+ */
+bool
+shared_hold_told(int slot, const char *id, TimestampTz told_in)
+{
+	SharedHold *h;
+	bool		sent = false;
+
+	if (shared == NULL)
+		return false;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(slot, id)) != NULL)
+	{
+		sent = h->signal_sent;
+		h->told = true;
+		h->told_in = told_in;
+	}
+	LWLockRelease(shared->holds_lock);
+	return sent;
+}
+
+/*
+ * The keeper signals the backend of stopped hold sn with sig, unless its
+ * session told the stop itself meanwhile.  The signal is sent under the
+ * lock that shared_hold_told takes, so a session that tells a stop knows
+ * whether a cancel of it is on its way (else it would get that cancel
+ * after its own error, perhaps in the handler of code that caught it).
+ * True if sent.
+ */
+bool
+shared_hold_signal(const StopNotice *sn, int sig)
+{
+	SharedHold *h;
+	bool		sent = false;
+
+	if (shared == NULL)
+		return false;
+	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	if ((h = tracked_hold(sn->slot, sn->id)) != NULL && h->pid == sn->pid &&
+		!h->told)
+		sent = h->signal_sent = (kill(sn->pid, sig) == 0);
+	LWLockRelease(shared->holds_lock);
+	return sent;
 }
 
 /*
@@ -1379,9 +1423,12 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 	{
 		SharedHold *h = &hold_table[i];
 		TimestampTz valid_until;
-		/* (its backend's watchdog took the stop on: it stopped itself) */
+		/*
+		 * (its backend's watchdog took the stop on, or its session told it:
+		 * it stopped itself)
+		 */
 		bool		self = h->in_use && h->pid != 0 && !h->stop_signalled &&
-			pg_atomic_read_u64(&h->stop_at) == SHARED_STOP_CLAIMED;
+			(h->told || pg_atomic_read_u64(&h->stop_at) == SHARED_STOP_CLAIMED);
 
 		/* (handed over even once its session gave the slot up: ending) */
 		if (!stoppable(h) && !self)
@@ -1399,6 +1446,7 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		out[n].self = self;
 		out[n].slot = i;
 		out[n].pid = h->pid;
+		out[n].told_in = h->told ? h->told_in : 0;
 		out[n].policy = h->on_lost;
 		out[n].reason = h->stop;
 		out[n].kept_ms = shared_hold_kept_ms(h);
@@ -1407,6 +1455,7 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		out[n].late_ms = h->stopped_at > valid_until ?
 			TimestampDifferenceMilliseconds(valid_until, h->stopped_at) : 0;
 		strlcpy(out[n].name, h->name, sizeof(out[n].name));
+		strlcpy(out[n].id, h->id, sizeof(out[n].id));
 		n++;
 	}
 	LWLockRelease(shared->holds_lock);

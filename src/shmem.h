@@ -84,7 +84,10 @@ typedef struct SharedHold
 	uint8		phase;			/* HoldPhase */
 	uint8		on_lost;		/* SlotLostPolicy, when it was taken */
 	uint8		stop;			/* StopReason */
-	bool		stop_signalled; /* the keeper stopped its backend */
+	bool		stop_signalled; /* the keeper took on stopping its backend */
+	bool		signal_sent;	/* ... and signalled it (shared_hold_signal) */
+	bool		told;			/* its session told the stop itself: the
+								 * keeper signals it no more, only watches */
 	bool		returned;		/* the acquire returned the slot: work may
 								 * run under it (only then is it stopped) */
 	bool		refresh_now;	/* the keeper refreshes it at once (an
@@ -113,6 +116,8 @@ typedef struct SharedHold
 								 * confirmed the lease (or the place in
 								 * line) with was sent, by redsem's clock */
 	TimestampTz stopped_at;		/* when stop was decided */
+	TimestampTz told_in;		/* the query_start of the statement told
+								 * (0: unknown, track_activities off) */
 	uint64		target;			/* redis_target_signature() at acquire, or
 								 * the one the keeper found it under since */
 	uint64		not_found_under;	/* a signature the keeper looked for it
@@ -156,9 +161,11 @@ shared_hold_valid_until(const SharedHold *h)
 /* A holder the keeper is to stop (shared_hold_stops_due) */
 typedef struct StopNotice
 {
-	bool		self;			/* its backend's watchdog stopped it already */
+	bool		self;			/* its backend's watchdog stopped it, or its
+								 * session told the stop: not signalled */
 	int			slot;
 	int			pid;
+	TimestampTz told_in;		/* SharedHold.told_in if its session told it */
 	uint8		policy;			/* SlotLostPolicy */
 	uint8		reason;			/* StopReason */
 	int64		kept_ms;		/* the lease (or window) it had */
@@ -166,6 +173,7 @@ typedef struct StopNotice
 								 * stop */
 	int64		late_ms;		/* past its valid_until at the stop */
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
+	char		id[REDSEM_MAX_ID_BYTES + 1];
 } StopNotice;
 
 /* A copy of one entry of the hold table, with its slot (the keeper's view) */
@@ -275,6 +283,8 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
+extern bool shared_hold_told(int slot, const char *id, TimestampTz told_in);
+extern bool shared_hold_signal(const StopNotice *sn, int sig);
 extern bool shared_hold_refresh_now(const char *name, const char *id);
 extern int	shared_hold_holder_pid(const char *name, const char *id);
 extern int	shared_hold_watchdog(const volatile bool *mine, int n, TimestampTz now);

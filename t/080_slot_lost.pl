@@ -93,6 +93,33 @@ note 'the keeper stalled, the holder stopped itself and caught the cancel: the k
 }
 
 ###########################################################################
+note 'the same in a tight loop: its watchdog\'s cancel is told as the lost slot, never bare';
+{
+	# (its statements start so often that one of them may find the stop
+	# between the watchdog's claim and the cancel it set pending: the
+	# session then tells the stop itself, and the pending cancel, when it
+	# comes, is told as the same stop, src/stop.c)
+	my $keeper = keeper_pid_of($node);
+	my $s = session('watchdog_tight');
+	$s->query_ok("SELECT redsem_acquire('wdt', 1, '3 s') IS NOT NULL;");
+	$s->send(q{DO $$ BEGIN LOOP BEGIN PERFORM 1;
+		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdt" was lost/, 15),
+		'its watchdog stopped it; the code caught that');
+	usleep(500_000);
+	kill 'CONT', $keeper;
+	ok($s->wait_exit(20), 'the session ended (the keeper, back, terminated it)');
+	my $err = $s->stderr_so_far;
+	unlike($err, qr/canceling statement due to user request/, 'no bare cancel, caught or not');
+	my @caught = $err =~ /caught: ([^\n]*)/g;
+	ok(@caught >= 1 && @caught <= 2 && !grep({ !/was lost/ } @caught),
+		'the stop was told once (twice if the watchdog\'s cancel was pending), as the lost slot')
+	  or diag explain \@caught;
+}
+
+###########################################################################
 note 'the same with a transaction\'s slot, and its statement a function that catches the cancel';
 {
 	my $keeper = keeper_pid_of($node);

@@ -173,5 +173,31 @@ note 'a slot of another semaphore held on does not count: terminated';
 	check_terminated($s, 'esc_two_other', $forgot);
 }
 
+###########################################################################
+note 'a tight loop that catches: the stop is told once, never as a bare cancel';
+{
+	# (its statements start so often that it finds the keeper's stop at one
+	# of them, between the keeper's mark and its signal: the signal is then
+	# not sent, and the escalation still ends the session)
+	my $s = session('tight');
+	my $forgot = run_and_forget($s, q{DO $$ BEGIN
+  PERFORM redsem_acquire('esc_tight', 1, '3 s');
+  LOOP
+    BEGIN
+      PERFORM 1;
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught: %', SQLERRM;
+    END;
+  END LOOP;
+END $$;}, 'esc_tight');
+	check_terminated($s, 'esc_tight', $forgot);
+	my $err = $s->stderr_so_far;
+	unlike($err, qr/canceling statement due to user request/, 'no bare cancel');
+	my @caught = $err =~ /caught: ([^\n]*)/g;
+	ok(@caught >= 1 && @caught <= 2 && !grep({ !/was lost/ } @caught),
+		'the stop was told once (twice if its signal was on its way), as the lost slot')
+	  or diag explain \@caught;
+}
+
 $node->stop;
 done_testing();
