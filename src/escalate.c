@@ -85,11 +85,23 @@ typedef struct AskSlot
 	uint32		generation;		/* moves when the slot is taken over */
 	int			n;
 	bool		ended;
+	TimestampTz told_in;		/* the statement its session told a stop in */
 	uint32		asks[ASK_NAMES];
+	bool		asked[ASK_NAMES];	/* its session told the stop of this
+									 * one itself: the keeper is to watch */
 	char		names[ASK_NAMES][REDSEM_MAX_NAME_BYTES + 1];
 } AskSlot;
 
+/* The AskSlots, and how many watches sessions asked for (escalate_note_told) */
+typedef struct AskSlots
+{
+	pg_atomic_uint32 asked;
+	AskSlot		slots[FLEXIBLE_ARRAY_MEMBER];
+} AskSlots;
+
+static AskSlots *ask_shared = NULL;
 static AskSlot *ask_slots = NULL;
+static uint32 asked_seen = 0;	/* the keeper's: ask_shared->asked last read */
 
 static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
@@ -98,7 +110,7 @@ static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 static Size
 ask_slots_size(void)
 {
-	return mul_size(MaxBackends, sizeof(AskSlot));
+	return add_size(offsetof(AskSlots, slots), mul_size(MaxBackends, sizeof(AskSlot)));
 }
 
 /* Ask for the AskSlots' shared memory */
@@ -119,10 +131,12 @@ escalate_shmem_startup(void)
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	ask_slots = ShmemInitStruct("redsem ask slots", ask_slots_size(), &found);
+	ask_shared = ShmemInitStruct("redsem ask slots", ask_slots_size(), &found);
+	ask_slots = ask_shared->slots;
 	if (!found)
 	{
-		memset(ask_slots, 0, ask_slots_size());
+		memset(ask_shared, 0, ask_slots_size());
+		pg_atomic_init_u32(&ask_shared->asked, 0);
 		for (int i = 0; i < MaxBackends; i++)
 			SpinLockInit(&ask_slots[i].mutex);
 	}
@@ -192,10 +206,39 @@ escalate_statement_ended(void)
 }
 
 /*
- * Add w's semaphore to its backend's AskSlot (a slot left by another
- * backend, or by a statement that ended, is taken over: a new generation,
- * which ends the watches armed before); without room, w is watched by its
- * statement alone (its tries are not seen)
+ * Add semaphore name to AskSlot a for backend pid, under a's mutex (a slot
+ * left by another backend, or by a statement that ended, is taken over: a
+ * new generation, which ends the watches armed before); the index of name
+ * there, or -1 without room
+ */
+static int
+ask_slot_add_locked(AskSlot *a, int pid, const char *name)
+{
+	int			i;
+
+	if (a->pid != pid || a->ended)
+	{
+		a->pid = pid;
+		a->generation++;
+		a->n = 0;
+		a->ended = false;
+	}
+	for (i = 0; i < a->n && strcmp(a->names[i], name) != 0; i++)
+		;
+	if (i < a->n)
+		return i;
+	if (a->n == ASK_NAMES)
+		return -1;
+	a->asks[i] = 0;
+	a->asked[i] = false;
+	strlcpy(a->names[i], name, sizeof(a->names[i]));
+	a->n++;
+	return i;
+}
+
+/*
+ * Add w's semaphore to its backend's AskSlot; without room, w is watched by
+ * its statement alone (its tries are not seen)
  */
 static void
 ask_slot_watch(Watch *w)
@@ -204,22 +247,8 @@ ask_slot_watch(Watch *w)
 	int			i;
 
 	SpinLockAcquire(&a->mutex);
-	if (a->pid != w->pid || a->ended)
-	{
-		a->pid = w->pid;
-		a->generation++;
-		a->n = 0;
-		a->ended = false;
-	}
-	for (i = 0; i < a->n && strcmp(a->names[i], w->name) != 0; i++)
-		;
-	if (i == a->n && a->n < ASK_NAMES)
-	{
-		a->asks[i] = 0;
-		strlcpy(a->names[i], w->name, sizeof(a->names[i]));
-		a->n++;
-	}
-	w->in_slot = i < a->n;
+	i = ask_slot_add_locked(a, w->pid, w->name);
+	w->in_slot = i >= 0;
 	w->asks_seen = w->in_slot ? a->asks[i] : 0;
 	w->generation = a->generation;
 	SpinLockRelease(&a->mutex);
@@ -228,6 +257,47 @@ ask_slot_watch(Watch *w)
 				(errmsg("redsem keeper watches process %d for more than %d lost slots at once: its tries to take the slot of semaphore \"%s\" again are not seen",
 						w->pid, ASK_NAMES, w->name)));
 	names_full_logged = names_full_logged || !w->in_slot;
+}
+
+/*
+ * This backend told its session of the stop of its slot of semaphore name
+ * itself (src/hold.c), in the statement that started at told_in: the keeper
+ * is asked to watch it (escalate_look), and its AskSlot is armed now, so
+ * that the end of that statement, before the keeper comes to watch, is seen
+ */
+void
+escalate_note_told(const char *name, TimestampTz told_in)
+{
+	int			i = procno_of(MyProc);
+	int			at;
+
+	if (i < 0 || told_in == 0)
+		return;
+	SpinLockAcquire(&ask_slots[i].mutex);
+	at = ask_slot_add_locked(&ask_slots[i], MyProcPid, name);
+	if (at >= 0)
+	{
+		ask_slots[i].asked[at] = true;
+		ask_slots[i].told_in = told_in;
+	}
+	SpinLockRelease(&ask_slots[i].mutex);
+	if (at < 0)
+		return;
+	pg_atomic_fetch_add_u32(&ask_shared->asked, 1);
+	shared_keeper_wake();
+}
+
+/* True if backend pid's AskSlot (at procno) is its own, its statement on */
+static bool
+ask_slot_open(int procno, int pid)
+{
+	AskSlot    *a = &ask_slots[procno];
+	bool		open;
+
+	SpinLockAcquire(&a->mutex);
+	open = a->pid == pid && !a->ended;
+	SpinLockRelease(&a->mutex);
+	return open;
 }
 
 /*
@@ -258,7 +328,10 @@ ask_slot_read(const Watch *w, uint32 *asks)
 	return on;
 }
 
-/* Remove w's semaphore from its AskSlot (the slot freed with its last) */
+/*
+ * Remove w's semaphore from its AskSlot (the slot freed with its last),
+ * unless its session asked for a watch of it since (escalate_note_told)
+ */
 static void
 ask_slot_forget(const Watch *w)
 {
@@ -271,8 +344,11 @@ ask_slot_forget(const Watch *w)
 		{
 			if (strcmp(a->names[i], w->name) == 0)
 			{
+				if (a->asked[i])
+					break;
 				a->n--;
 				a->asks[i] = a->asks[a->n];
+				a->asked[i] = a->asked[a->n];
 				memcpy(a->names[i], a->names[a->n], sizeof(a->names[i]));
 				break;
 			}
@@ -349,13 +425,17 @@ running_statement(int pid, TimestampTz *start)
  * keeper is about to cancel (before the signal, so that the statement
  * watched is the one cancelled), if it is running one; told_in (not 0):
  * the query_start of the statement its session told the stop in itself,
- * watched only if it still runs
+ * watched only if it still runs (and, in a multi-statement Query, whose
+ * statements share a query_start, had not ended: escalate_note_told)
  */
-void
+bool
 escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 {
 	Watch	   *w;
 
+	for (int i = 0; i < n_watches; i++)
+		if (watches[i].pid == pid && strcmp(watches[i].name, name) == 0)
+			return false;
 	if (n_watches >= ESCALATE_MAX_WATCHES)
 	{
 		if (!full_logged)
@@ -363,7 +443,7 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 					(errmsg("redsem keeper cancelled more holders at once than it can watch (%d): those beyond are not terminated if they run on",
 							ESCALATE_MAX_WATCHES)));
 		full_logged = true;
-		return;
+		return false;
 	}
 	w = &watches[n_watches];
 	w->pid = pid;
@@ -371,10 +451,67 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 	w->counted_from = now;
 	strlcpy(w->name, name, sizeof(w->name));
 	if (w->procno < 0 || !running_statement(pid, &w->statement_start) ||
-		(told_in != 0 && w->statement_start != told_in))
-		return;
+		(told_in != 0 &&
+		 (w->statement_start != told_in || !ask_slot_open(w->procno, pid))))
+		return false;
 	ask_slot_watch(w);
 	n_watches++;
+	return true;
+}
+
+/* Watch pid for semaphore name no more (armed before a signal not sent) */
+void
+escalate_unwatch(int pid, const char *name)
+{
+	for (int i = 0; i < n_watches; i++)
+	{
+		if (watches[i].pid == pid && strcmp(watches[i].name, name) == 0)
+		{
+			ask_slot_forget(&watches[i]);
+			watches[i] = watches[--n_watches];
+			return;
+		}
+	}
+}
+
+/*
+ * Arm the watches sessions asked for, having told a stop themselves
+ * (escalate_note_told), if any was asked for since the last look
+ */
+static void
+watch_asked(TimestampTz now)
+{
+	uint32		asked = pg_atomic_read_u32(&ask_shared->asked);
+
+	if (asked == asked_seen)
+		return;
+	asked_seen = asked;
+	for (int i = 0; i < MaxBackends; i++)
+	{
+		AskSlot    *a = &ask_slots[i];
+		char		name[REDSEM_MAX_NAME_BYTES + 1];
+		int			pid = 0;
+		TimestampTz told_in = 0;
+
+		for (;;)
+		{
+			SpinLockAcquire(&a->mutex);
+			pid = 0;
+			for (int j = 0; j < a->n && pid == 0; j++)
+			{
+				if (!a->asked[j])
+					continue;
+				a->asked[j] = false;
+				pid = a->pid;
+				told_in = a->told_in;
+				strlcpy(name, a->names[j], sizeof(name));
+			}
+			SpinLockRelease(&a->mutex);
+			if (pid == 0)
+				break;
+			(void) escalate_watch(pid, name, now, told_in);
+		}
+	}
 }
 
 /* Terminate w's backend, and log why */
@@ -384,9 +521,9 @@ terminate(const Watch *w, TimestampTz now)
 	if (BackendPidGetProc(w->pid) == NULL || kill(w->pid, SIGTERM) != 0)
 		return;
 	ereport(LOG,
-			(errmsg("redsem keeper terminated process %d: it ran on after its statement was cancelled for the lost slot of semaphore \"%s\"",
+			(errmsg("redsem keeper terminated process %d: it ran on after its statement was stopped for the lost slot of semaphore \"%s\"",
 					w->pid, w->name),
-			 errdetail("The same statement still ran " INT64_FORMAT " ms after the cancel (or its last try to take a slot of the semaphore again): its code caught the cancel (query_canceled).",
+			 errdetail("The same statement still ran " INT64_FORMAT " ms after the stop (or its last try to take a slot of the semaphore again): its code caught the error that told it (query_canceled).",
 					   (int64) TimestampDifferenceMilliseconds(w->counted_from, now)),
 			 errhint("Code that catches query_canceled must end its statement or take the slot again; redsem.on_slot_lost = terminate ends such sessions at once.")));
 }
@@ -432,6 +569,8 @@ escalate_look(TimestampTz now)
 {
 	int			kept = 0;
 
+	if (ask_shared != NULL)
+		watch_asked(now);
 	if (n_watches > 0)
 	{
 		snapshot_read = false;

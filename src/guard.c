@@ -45,37 +45,24 @@ static ExecutorFinish_hook_type prev_executor_finish = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static emit_log_hook_type prev_emit_log = NULL;
 
-/* True if edata is PostgreSQL's cancel of a SIGINT (not a timeout's) */
-static bool
-plain_cancel(const ErrorData *edata)
-{
-	return edata->message_id != NULL &&
-		strcmp(edata->message_id, "canceling statement due to user request") == 0;
-}
-
 /*
  * In a PG_CATCH: if the error is a cancel and one of this session's holds
- * was stopped, raise the error that says so instead (also for the cancel of
- * a stop the session told already, src/stop.c); else re-throw it.
+ * was stopped, raise the error that says so instead; else re-throw it.
  */
 static void
 rethrow_as_stop(MemoryContext cxt)
 {
 	ErrorData  *edata;
-	StoppedHold owed;
 
 	MemoryContextSwitchTo(cxt);
 	edata = CopyErrorData();
-	if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED)
+	if (edata->sqlerrcode != ERRCODE_QUERY_CANCELED || !hold_stop_look_due(false))
 	{
 		FreeErrorData(edata);
 		PG_RE_THROW();
 	}
 	FlushErrorState();
-	if (hold_stop_look_due(false))
-		hold_check_stopped_cancelled();
-	if (plain_cancel(edata) && stop_take_owed_cancel(&owed))
-		stop_report(&owed, 1);
+	hold_check_stopped(false);
 	ReThrowError(edata);		/* nothing of ours: the cancel as it was */
 }
 

@@ -124,8 +124,6 @@ static List *dooms = NIL;
 static uint64 stops_seen = 0;
 /* ... and of its watchdog's stops (watchdog_fires) */
 static int	fires_seen = 0;
-/* The next look is made for a cancel in hand (hold_check_stopped_cancelled) */
-static bool cancel_in_hand = false;
 
 /* When this session's first hold still good runs past its valid_until */
 static TimestampTz next_look = 0;
@@ -673,7 +671,6 @@ xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 		case XACT_EVENT_PREPARE:
 			dooms_forget(InvalidSubTransactionId);
-			stop_forget_owed_cancel();
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
 				release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 									   "at the end of the transaction");
@@ -1080,7 +1077,8 @@ hold_terminated(StoppedHold *out, int *others)
  * confirmed: only a lost slot is told, once).  The keeper is told that the
  * session told it (it then watches whether code caught the error and runs
  * on, src/escalate.c, instead of signalling); told->cancel_coming is set
- * if its signal was sent before.
+ * if its signal was sent before (it is this stop's: hold_check_stopped
+ * drops it).
  */
 static void
 hold_stop_told(Hold *hold, StoppedHold *told)
@@ -1091,9 +1089,10 @@ hold_stop_told(Hold *hold, StoppedHold *told)
 	if (told->policy == SLOT_LOST_WARN)
 		return;
 	/* (the keeper signals it no more; a signal sent before is on its way) */
-	if (hold->shared_slot >= 0 &&
-		shared_hold_told(hold->shared_slot, hold->id,
-						 MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0))
+	if (hold->shared_slot >= 0 && told->policy == SLOT_LOST_CANCEL)
+		escalate_note_told(hold->name,
+						   MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0);
+	if (hold->shared_slot >= 0 && shared_hold_told(hold->shared_slot, hold->id))
 		told->cancel_coming = true;
 	if (hold->scope != HOLD_SESSION)
 	{
@@ -1141,9 +1140,6 @@ hold_check_stopped(bool at_commit)
 	Hold	  **which;
 	ListCell   *lc;
 	int			n = 0;
-	bool		in_hand = cancel_in_hand;
-
-	cancel_in_hand = false;
 	/* (an ERROR at the top level disabled the watchdog's timeout) */
 	watchdog_arm();
 	if (at_commit)
@@ -1174,26 +1170,12 @@ hold_check_stopped(bool at_commit)
 	for (int i = 0; i < n; i++)
 	{
 		hold_stop_told(which[i], &stopped[i]);
-		/* (a cancel in hand is the one on its way, if any) */
-		if (in_hand)
-			stop_forget_owed_cancel();
-		else if (stopped[i].cancel_coming)
-			stop_owe_cancel(&stopped[i]);
+		if (stopped[i].cancel_coming)
+			stop_absorb_cancel();
 	}
 	stop_report(stopped, n);
 	pfree(stopped);
 	pfree(which);
-}
-
-/*
- * As hold_check_stopped, for a statement being cancelled (src/guard.c): a
- * cancel on its way for a stop told now is the one in hand
- */
-void
-hold_check_stopped_cancelled(void)
-{
-	cancel_in_hand = true;
-	hold_check_stopped(false);
 }
 
 /* Drop an entry that Redis no longer knows about */

@@ -59,7 +59,6 @@ extern int	hold_release_session(void);
 extern void hold_flush_deferred(void);
 extern bool hold_stop_look_due(bool at_commit);
 extern void hold_check_stopped(bool at_commit);
-extern void hold_check_stopped_cancelled(void);
 extern bool hold_terminated(StoppedHold *out, int *others);
 
 extern int	redsem_max_holds_per_session;

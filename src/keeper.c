@@ -970,10 +970,11 @@ log_stop(KeeperState *st, const StopNotice *sn, const char *done)
 /*
  * Stop a holder as its policy says: cancel its statement (its session is
  * told why, src/guard.c) or end its session.  A backend gone meanwhile is
- * left alone: its exit releases what it held.  One that stopped itself
- * (its watchdog, src/watchdog.c, or its session told the stop at a
- * statement's start, before the keeper) is only watched, if it lives, as is
- * one whose session tells the stop before the signal goes.
+ * left alone: its exit releases what it held.  One its watchdog stopped
+ * (src/watchdog.c) is only watched, if it lives; one whose session told the
+ * stop itself, at a statement's start, asked to be watched
+ * (src/escalate.c) and is not signalled, also if it tells the stop between
+ * this listing and the signal.
  */
 static void
 stop_holder(KeeperState *st, const StopNotice *sn)
@@ -984,8 +985,9 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 		 * (the keeper late: its session logged the error; the keeper's log
 		 * line budget is kept for its own stops)
 		 */
-		if (sn->policy != SLOT_LOST_TERMINATE && BackendPidGetProc(sn->pid) != NULL)
-			escalate_watch(sn->pid, sn->name, redsem_now(), sn->told_in);
+		if (!sn->told && sn->policy != SLOT_LOST_TERMINATE &&
+			BackendPidGetProc(sn->pid) != NULL)
+			(void) escalate_watch(sn->pid, sn->name, redsem_now(), 0);
 		return;
 	}
 	if (BackendPidGetProc(sn->pid) == NULL)
@@ -997,9 +999,13 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 	}
 	else
 	{
-		escalate_watch(sn->pid, sn->name, redsem_now(), 0);
+		/* (armed before the signal: the statement watched is the one cancelled) */
+		bool		armed = escalate_watch(sn->pid, sn->name, redsem_now(), 0);
+
 		if (shared_hold_signal(sn, SIGINT))
 			log_stop(st, sn, "cancelled the statement of");
+		else if (armed)
+			escalate_unwatch(sn->pid, sn->name);
 	}
 }
 

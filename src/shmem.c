@@ -967,7 +967,6 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 			h->stop_signalled = false;
 			h->signal_sent = false;
 			h->told = false;
-			h->told_in = 0;
 			h->lost = false;
 			h->forced = false;
 			pg_atomic_write_u64(&h->stop_at, 0);
@@ -1262,14 +1261,13 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 }
 
 /*
- * A backend told its session of the stop of one of its holds, in the
- * statement that started at told_in (its query_start): the keeper signals
- * it no more (shared_hold_signal), and only watches whether its code caught
- * the error and runs on (src/escalate.c).  True if the keeper's signal was
- * sent before: a cancel of the same stop is on its way.
+ * A backend told its session of the stop of one of its holds: the keeper
+ * signals it no more (shared_hold_signal; the session asked it to watch
+ * whether its code caught the error and runs on, src/escalate.c).  True if
+ * the keeper's signal was sent before.
  */
 bool
-shared_hold_told(int slot, const char *id, TimestampTz told_in)
+shared_hold_told(int slot, const char *id)
 {
 	SharedHold *h;
 	bool		sent = false;
@@ -1281,7 +1279,6 @@ shared_hold_told(int slot, const char *id, TimestampTz told_in)
 	{
 		sent = h->signal_sent;
 		h->told = true;
-		h->told_in = told_in;
 	}
 	LWLockRelease(shared->holds_lock);
 	return sent;
@@ -1304,8 +1301,9 @@ shared_hold_signal(const StopNotice *sn, int sig)
 	if (shared == NULL)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
+	/* (still the stop listed: a release since may have reset the entry) */
 	if ((h = tracked_hold(sn->slot, sn->id)) != NULL && h->pid == sn->pid &&
-		!h->told)
+		h->stop != STOP_NONE && h->stop_signalled && !h->told)
 		sent = h->signal_sent = (kill(sn->pid, sig) == 0);
 	LWLockRelease(shared->holds_lock);
 	return sent;
@@ -1446,7 +1444,7 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		out[n].self = self;
 		out[n].slot = i;
 		out[n].pid = h->pid;
-		out[n].told_in = h->told ? h->told_in : 0;
+		out[n].told = h->told;
 		out[n].policy = h->on_lost;
 		out[n].reason = h->stop;
 		out[n].kept_ms = shared_hold_kept_ms(h);

@@ -116,8 +116,6 @@ typedef struct SharedHold
 								 * confirmed the lease (or the place in
 								 * line) with was sent, by redsem's clock */
 	TimestampTz stopped_at;		/* when stop was decided */
-	TimestampTz told_in;		/* the query_start of the statement told
-								 * (0: unknown, track_activities off) */
 	uint64		target;			/* redis_target_signature() at acquire, or
 								 * the one the keeper found it under since */
 	uint64		not_found_under;	/* a signature the keeper looked for it
@@ -165,7 +163,8 @@ typedef struct StopNotice
 								 * session told the stop: not signalled */
 	int			slot;
 	int			pid;
-	TimestampTz told_in;		/* SharedHold.told_in if its session told it */
+	bool		told;			/* its session told the stop (it asked the
+								 * keeper to watch it, src/escalate.c) */
 	uint8		policy;			/* SlotLostPolicy */
 	uint8		reason;			/* StopReason */
 	int64		kept_ms;		/* the lease (or window) it had */
@@ -283,7 +282,7 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
-extern bool shared_hold_told(int slot, const char *id, TimestampTz told_in);
+extern bool shared_hold_told(int slot, const char *id);
 extern bool shared_hold_signal(const StopNotice *sn, int sig);
 extern bool shared_hold_refresh_now(const char *name, const char *id);
 extern int	shared_hold_holder_pid(const char *name, const char *id);

@@ -16,26 +16,15 @@
  */
 #include "postgres.h"
 
+#include "miscadmin.h"
 #include "utils/elog.h"
 #include "utils/guc.h"
+#include "utils/timeout.h"
 
-#include "bounds.h"
-#include "clock.h"
 #include "stop.h"
-#include "timing.h"
 
 /* redsem.on_slot_lost */
 int			redsem_on_slot_lost = SLOT_LOST_CANCEL;
-
-/*
- * A cancel of a stop this session told itself, still on its way (the
- * keeper's signal, sent just before, or the watchdog's), until when it is
- * expected (REDSEM_OWED_CANCEL_MS); name: its own copy
- */
-static bool owed = false;
-static StoppedHold owed_stop;
-static char owed_name[REDSEM_MAX_NAME_BYTES + 1];
-static TimestampTz owed_until = 0;
 
 static const struct config_enum_entry slot_lost_options[] = {
 	{"cancel", SLOT_LOST_CANCEL, false},
@@ -135,10 +124,16 @@ stop_report(const StoppedHold *stopped, int n)
 			else
 				others_warned++;
 		}
-		else if (first == NULL)
-			first = &stopped[i];
 		else
-			others++;
+		{
+			if (first != NULL)
+				others++;
+			/* (one of policy terminate ends the session, whatever the rest) */
+			if (first == NULL ||
+				(stopped[i].policy == SLOT_LOST_TERMINATE &&
+				 first->policy != SLOT_LOST_TERMINATE))
+				first = &stopped[i];
+		}
 	}
 	if (first_warned != NULL)
 		report_one(first_warned, others_warned, WARNING);
@@ -147,39 +142,19 @@ stop_report(const StoppedHold *stopped, int n)
 				   first->policy == SLOT_LOST_TERMINATE ? FATAL : ERROR);
 }
 
+
 /*
- * This session told stop s itself while a cancel of it is on its way: when
- * that cancel comes (PostgreSQL's bare "canceling statement due to user
- * request", perhaps in the handler of code that caught the error just
- * raised) it is told as s again (src/guard.c), not as a user's cancel
+ * The cancel of a stop this session tells now is pending (the keeper's
+ * signal, sent before the session told it, or its watchdog's): the error
+ * that tells the stop is that cancel, so it is dropped (else it would come
+ * after, perhaps in the handler of code that caught the error, as a bare
+ * cancel), unless a timeout's cancel is pending too
  */
 void
-stop_owe_cancel(const StoppedHold *s)
+stop_absorb_cancel(void)
 {
-	if (owed || s->policy != SLOT_LOST_CANCEL)
-		return;
-	owed_stop = *s;
-	strlcpy(owed_name, s->name, sizeof(owed_name));
-	owed_stop.name = owed_name;
-	owed_until = TimestampTzPlusMilliseconds(redsem_now(), REDSEM_OWED_CANCEL_MS);
-	owed = true;
-}
-
-/* The stop a cancel that came now is owed to, if any (then no longer owed) */
-bool
-stop_take_owed_cancel(StoppedHold *out)
-{
-	bool		found = owed && redsem_now() < owed_until;
-
-	if (found)
-		*out = owed_stop;
-	owed = false;
-	return found;
-}
-
-/* No cancel is owed any more (the transaction ended, or one came) */
-void
-stop_forget_owed_cancel(void)
-{
-	owed = false;
+	if (QueryCancelPending &&
+		!get_timeout_indicator(STATEMENT_TIMEOUT, false) &&
+		!get_timeout_indicator(LOCK_TIMEOUT, false))
+		QueryCancelPending = false;
 }

@@ -18,9 +18,9 @@ typedef struct StoppedHold
 								 * the transaction cannot commit */
 	int64		kept_ms;		/* the lease (or window) it had */
 	int64		unconfirmed_ms; /* from its last confirmed request to now */
-	bool		cancel_coming;	/* a cancel of it is on its way: its
-								 * watchdog's, or the keeper's sent before the
-								 * session told it */
+	bool		cancel_coming;	/* a cancel of it was sent to this backend:
+								 * its watchdog's, or the keeper's sent
+								 * before the session told it */
 } StoppedHold;
 
 extern int	redsem_on_slot_lost;
@@ -30,8 +30,6 @@ extern char *stop_reason_detail(StopReason why, int64 kept_ms,
 								int64 unconfirmed_ms);
 extern void stop_report(const StoppedHold *stopped, int n);
 extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
-extern void stop_owe_cancel(const StoppedHold *s);
-extern bool stop_take_owed_cancel(StoppedHold *out);
-extern void stop_forget_owed_cancel(void);
+extern void stop_absorb_cancel(void);
 
 #endif							/* REDSEM_STOP_H */

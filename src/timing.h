@@ -199,12 +199,7 @@
  * slot gone stops the holder at once.  A cancelled holder whose statement
  * still runs REDSEM_STOP_ESCALATE_MS after the cancel, without taking the
  * slot again (it caught the cancel), is terminated (src/escalate.c): long
- * enough for a handler to log and ask again, short beside any lease.  A
- * session that tells a stop itself while the keeper's signal of it is
- * already sent (or its watchdog's) gets that cancel within microseconds,
- * at its next CHECK_FOR_INTERRUPTS, unless interrupts are held off: one
- * that comes within REDSEM_OWED_CANCEL_MS (or before the transaction ends)
- * is told as that stop again (src/stop.c), not as a user's cancel.
+ * enough for a handler to log and ask again, short beside any lease.
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
@@ -269,7 +264,6 @@
 #define REDSEM_STOP_ACT_MS			200
 #define REDSEM_WATCHDOG_MS			100
 #define REDSEM_STOP_ESCALATE_MS		2000
-#define REDSEM_OWED_CANCEL_MS		1000
 
 #define SENTINEL_RETRY_MS			100
 #define CONNECT_CUT_SLACK_MS		100

@@ -88,7 +88,7 @@ note 'the keeper stalled, the holder stopped itself and caught the cancel: the k
 	ok($s->wait_exit(20), 'the session ended');
 	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
 	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
-	like(slurp_file($node->logfile), qr/redsem keeper terminated process \d+: it ran on after its statement was cancelled for the lost slot of semaphore "wdc"/,
+	like(slurp_file($node->logfile), qr/redsem keeper terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "wdc"/,
 		'the server log says why');
 }
 
@@ -117,6 +117,28 @@ note 'the same in a tight loop: its watchdog\'s cancel is told as the lost slot,
 	ok(@caught >= 1 && @caught <= 2 && !grep({ !/was lost/ } @caught),
 		'the stop was told once (twice if the watchdog\'s cancel was pending), as the lost slot')
 	  or diag explain \@caught;
+}
+
+###########################################################################
+note 'its watchdog\'s stop caught, the DO ends; the next statement of its Query runs long: left alone';
+{
+	# (the keeper, back, must see that the statement told ended, though the
+	# next one of the same Query has its query_start: src/escalate.c)
+	my $keeper = keeper_pid_of($node);
+	my $s = session('watchdog_then_long');
+	$s->query_ok("SELECT redsem_acquire('wdl', 1, '3 s') IS NOT NULL;");
+	$s->send(q{DO $$ BEGIN LOOP BEGIN PERFORM pg_sleep(0.05);
+		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; EXIT; END; END LOOP; END $$ \; SELECT pg_sleep(6) \; SELECT 'done';});
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdl" was lost/, 15),
+		'its watchdog stopped it; the code caught that and ended the DO');
+	usleep(500_000);
+	kill 'CONT', $keeper;
+	my ($out, $err) = $s->wait_done(30);
+	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
+	like($out // "", qr/done/, "the statement after the DO ran to its end") or diag $err;
+	$s->quit;
 }
 
 ###########################################################################

@@ -110,7 +110,7 @@ note 'catch the cancel and run on: terminated';
 	my $pid = $s->backend_pid;
 	check_terminated($s, 'esc_on', $forgot);
 	like(slurp_file($node->logfile),
-		qr/redsem keeper terminated process $pid: it ran on after its statement was cancelled for the lost slot of semaphore "esc_on"/,
+		qr/redsem keeper terminated process $pid: it ran on after its statement was stopped for the lost slot of semaphore "esc_on"/,
 		'the server log says why');
 }
 
@@ -197,6 +197,49 @@ END $$;}, 'esc_tight');
 	ok(@caught >= 1 && @caught <= 2 && !grep({ !/was lost/ } @caught),
 		'the stop was told once (twice if its signal was on its way), as the lost slot')
 	  or diag explain \@caught;
+}
+
+###########################################################################
+note 'the tight loop ends after the catch; the next statement of its Query runs long: left alone';
+{
+	# (its session told the stop itself: the keeper, which watches it from
+	# a moment later, must see that the DO ended though the long statement
+	# after it has the same query_start)
+	my $s = session('tight_ends');
+	run_and_forget($s, q{DO $$ BEGIN
+  PERFORM redsem_acquire('esc_tight_end', 1, '3 s');
+  LOOP
+    BEGIN
+      PERFORM 1;
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught: %', SQLERRM;
+      EXIT;
+    END;
+  END LOOP;
+END $$ \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_tight_end');
+	check_left_alone($s, 'esc_tight_end', qr/done/);
+	$s->quit;
+}
+
+###########################################################################
+note "a transaction's slot: the loop catches its loss and the statement runs on: terminated";
+{
+	# (whether its session told the stop first or the keeper's cancel came
+	# first, the slot's release at the rollback of the block must not end
+	# the watch)
+	my $s = session('tight_xact');
+	my $forgot = run_and_forget($s, q{DO $$ BEGIN
+  BEGIN
+    PERFORM redsem_acquire_xact('esc_tight_x', 1, '3 s');
+    LOOP
+      PERFORM 1;
+    END LOOP;
+  EXCEPTION WHEN query_canceled THEN
+    RAISE WARNING 'caught: %', SQLERRM;
+  END;
+  PERFORM pg_sleep(12);
+END $$;}, 'esc_tight_x');
+	check_terminated($s, 'esc_tight_x', $forgot);
 }
 
 $node->stop;
