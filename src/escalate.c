@@ -55,6 +55,7 @@ typedef struct Watch
 	TimestampTz statement_start;	/* its query_start then */
 	TimestampTz counted_from;	/* the cancel, or its last try since */
 	uint32		asks_seen;		/* its AskSlot's count of tries then */
+	uint32		grants_seen;	/* ... and of grants */
 	uint32		generation;		/* its AskSlot's when it was armed */
 	bool		in_slot;		/* its name is in the AskSlot (room was left) */
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
@@ -74,9 +75,10 @@ static bool names_full_logged = false;
 
 /*
  * Per backend (by its PGPROC's index): the semaphores the keeper watches it
- * for and, for each, how many times it began to take a slot of it since;
- * and whether a top-level statement of it ended since.  The keeper writes
- * pid and the names, the backend the counts and ended, under mutex.
+ * for (or is asked to) and, for each, how many times it began to take a
+ * slot of it since, and was granted one; and whether a top-level statement
+ * of it ended since.  The keeper writes pid and the names, the backend the
+ * counts, ended and its asks (escalate_note_told), under mutex.
  */
 typedef struct AskSlot
 {
@@ -85,10 +87,11 @@ typedef struct AskSlot
 	uint32		generation;		/* moves when the slot is taken over */
 	int			n;
 	bool		ended;
-	TimestampTz told_in;		/* the statement its session told a stop in */
 	uint32		asks[ASK_NAMES];
+	uint32		grants[ASK_NAMES];
 	bool		asked[ASK_NAMES];	/* its session told the stop of this
 									 * one itself: the keeper is to watch */
+	TimestampTz told_in[ASK_NAMES]; /* ... in the statement started then */
 	char		names[ASK_NAMES][REDSEM_MAX_NAME_BYTES + 1];
 } AskSlot;
 
@@ -191,6 +194,21 @@ escalate_note_acquire(const char *name)
 	SpinLockRelease(&a->mutex);
 }
 
+/* This backend was granted a slot of semaphore name: count it if watched */
+void
+escalate_note_granted(const char *name)
+{
+	AskSlot    *a = own_watched_slot();
+
+	if (a == NULL)
+		return;
+	SpinLockAcquire(&a->mutex);
+	for (int i = 0; i < a->n && a->pid == MyProcPid; i++)
+		if (strcmp(a->names[i], name) == 0)
+			a->grants[i]++;
+	SpinLockRelease(&a->mutex);
+}
+
 /* A top-level statement of this backend ended (guard.c): say so if watched */
 void
 escalate_statement_ended(void)
@@ -230,7 +248,9 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 	if (a->n == ASK_NAMES)
 		return -1;
 	a->asks[i] = 0;
+	a->grants[i] = 0;
 	a->asked[i] = false;
+	a->told_in[i] = 0;
 	strlcpy(a->names[i], name, sizeof(a->names[i]));
 	a->n++;
 	return i;
@@ -238,18 +258,26 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 
 /*
  * Add w's semaphore to its backend's AskSlot; without room, w is watched by
- * its statement alone (its tries are not seen)
+ * its statement alone (its tries are not seen).  told: its session asked
+ * for the watch, with its AskSlot armed then: false if a top-level
+ * statement ended since (the one told, before the keeper came to watch).
  */
-static void
-ask_slot_watch(Watch *w)
+static bool
+ask_slot_watch(Watch *w, bool told)
 {
 	AskSlot    *a = &ask_slots[w->procno];
 	int			i;
 
 	SpinLockAcquire(&a->mutex);
+	if (told && (a->pid != w->pid || a->ended))
+	{
+		SpinLockRelease(&a->mutex);
+		return false;
+	}
 	i = ask_slot_add_locked(a, w->pid, w->name);
 	w->in_slot = i >= 0;
 	w->asks_seen = w->in_slot ? a->asks[i] : 0;
+	w->grants_seen = w->in_slot ? a->grants[i] : 0;
 	w->generation = a->generation;
 	SpinLockRelease(&a->mutex);
 	if (!w->in_slot && !names_full_logged)
@@ -257,6 +285,7 @@ ask_slot_watch(Watch *w)
 				(errmsg("redsem keeper watches process %d for more than %d lost slots at once: its tries to take the slot of semaphore \"%s\" again are not seen",
 						w->pid, ASK_NAMES, w->name)));
 	names_full_logged = names_full_logged || !w->in_slot;
+	return true;
 }
 
 /*
@@ -278,7 +307,7 @@ escalate_note_told(const char *name, TimestampTz told_in)
 	if (at >= 0)
 	{
 		ask_slots[i].asked[at] = true;
-		ask_slots[i].told_in = told_in;
+		ask_slots[i].told_in[at] = told_in;
 	}
 	SpinLockRelease(&ask_slots[i].mutex);
 	if (at < 0)
@@ -287,25 +316,13 @@ escalate_note_told(const char *name, TimestampTz told_in)
 	shared_keeper_wake();
 }
 
-/* True if backend pid's AskSlot (at procno) is its own, its statement on */
-static bool
-ask_slot_open(int procno, int pid)
-{
-	AskSlot    *a = &ask_slots[procno];
-	bool		open;
-
-	SpinLockAcquire(&a->mutex);
-	open = a->pid == pid && !a->ended;
-	SpinLockRelease(&a->mutex);
-	return open;
-}
-
 /*
  * Read w's AskSlot: false if the watch is over there (its statement ended,
- * or its slot was taken over); else *asks, its count of tries
+ * or its slot was taken over); else *asks and *grants, its counts of tries
+ * and grants
  */
 static bool
-ask_slot_read(const Watch *w, uint32 *asks)
+ask_slot_read(const Watch *w, uint32 *asks, uint32 *grants)
 {
 	AskSlot    *a = &ask_slots[w->procno];
 	bool		on = false;
@@ -314,18 +331,32 @@ ask_slot_read(const Watch *w, uint32 *asks)
 	if (a->pid == w->pid && a->generation == w->generation && !a->ended)
 	{
 		*asks = w->asks_seen;
+		*grants = w->grants_seen;
 		on = !w->in_slot;
 		for (int i = 0; i < a->n && w->in_slot; i++)
 		{
 			if (strcmp(a->names[i], w->name) == 0)
 			{
 				*asks = a->asks[i];
+				*grants = a->grants[i];
 				on = true;
 			}
 		}
 	}
 	SpinLockRelease(&a->mutex);
 	return on;
+}
+
+/* Remove the i-th semaphore of AskSlot a, under its mutex */
+static void
+ask_slot_remove_locked(AskSlot *a, int i)
+{
+	a->n--;
+	a->asks[i] = a->asks[a->n];
+	a->grants[i] = a->grants[a->n];
+	a->asked[i] = a->asked[a->n];
+	a->told_in[i] = a->told_in[a->n];
+	memcpy(a->names[i], a->names[a->n], sizeof(a->names[i]));
 }
 
 /*
@@ -346,10 +377,7 @@ ask_slot_forget(const Watch *w)
 			{
 				if (a->asked[i])
 					break;
-				a->n--;
-				a->asks[i] = a->asks[a->n];
-				a->asked[i] = a->asked[a->n];
-				memcpy(a->names[i], a->names[a->n], sizeof(a->names[i]));
+				ask_slot_remove_locked(a, i);
 				break;
 			}
 		}
@@ -420,6 +448,24 @@ running_statement(int pid, TimestampTz *start)
 	return found;
 }
 
+/* The index of the watch of pid for semaphore name, or -1 */
+static int
+find_watch(int pid, const char *name)
+{
+	for (int i = 0; i < n_watches; i++)
+		if (watches[i].pid == pid && strcmp(watches[i].name, name) == 0)
+			return i;
+	return -1;
+}
+
+/* End the watch at index i */
+static void
+drop_watch(int i)
+{
+	ask_slot_forget(&watches[i]);
+	watches[i] = watches[--n_watches];
+}
+
 /*
  * Watch pid, whose slot of semaphore name is lost and whose statement the
  * keeper is about to cancel (before the signal, so that the statement
@@ -431,12 +477,20 @@ running_statement(int pid, TimestampTz *start)
 bool
 escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 {
-	Watch	   *w;
+	Watch		cand;
+	int			at = find_watch(pid, name);
 
-	for (int i = 0; i < n_watches; i++)
-		if (watches[i].pid == pid && strcmp(watches[i].name, name) == 0)
-			return false;
-	if (n_watches >= ESCALATE_MAX_WATCHES)
+	cand.pid = pid;
+	cand.procno = procno_of(BackendPidGetProc(pid));
+	cand.counted_from = now;
+	strlcpy(cand.name, name, sizeof(cand.name));
+	if (cand.procno < 0 || !running_statement(pid, &cand.statement_start) ||
+		(told_in != 0 && cand.statement_start != told_in))
+		return false;
+	/* (one of an earlier statement is replaced: it is over) */
+	if (at >= 0 && watches[at].statement_start == cand.statement_start)
+		return false;
+	if (at < 0 && n_watches >= ESCALATE_MAX_WATCHES)
 	{
 		if (!full_logged)
 			ereport(LOG,
@@ -445,17 +499,15 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 		full_logged = true;
 		return false;
 	}
-	w = &watches[n_watches];
-	w->pid = pid;
-	w->procno = procno_of(BackendPidGetProc(pid));
-	w->counted_from = now;
-	strlcpy(w->name, name, sizeof(w->name));
-	if (w->procno < 0 || !running_statement(pid, &w->statement_start) ||
-		(told_in != 0 &&
-		 (w->statement_start != told_in || !ask_slot_open(w->procno, pid))))
+	if (!ask_slot_watch(&cand, told_in != 0))
+	{
+		if (at >= 0)
+			drop_watch(at);
 		return false;
-	ask_slot_watch(w);
-	n_watches++;
+	}
+	if (at < 0)
+		at = n_watches++;
+	watches[at] = cand;
 	return true;
 }
 
@@ -463,20 +515,44 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 void
 escalate_unwatch(int pid, const char *name)
 {
-	for (int i = 0; i < n_watches; i++)
+	int			at = find_watch(pid, name);
+
+	if (at >= 0)
+		drop_watch(at);
+}
+
+/*
+ * Remove semaphore name from backend pid's AskSlot at procno, if that is
+ * still the generation gen and no watch was asked for it again (an ask the
+ * keeper declined: the statement told had ended)
+ */
+static void
+ask_slot_decline(int procno, int pid, uint32 gen, const char *name)
+{
+	AskSlot    *a = &ask_slots[procno];
+
+	SpinLockAcquire(&a->mutex);
+	if (a->pid == pid && a->generation == gen)
 	{
-		if (watches[i].pid == pid && strcmp(watches[i].name, name) == 0)
+		for (int i = 0; i < a->n; i++)
 		{
-			ask_slot_forget(&watches[i]);
-			watches[i] = watches[--n_watches];
-			return;
+			if (strcmp(a->names[i], name) == 0)
+			{
+				if (!a->asked[i])
+					ask_slot_remove_locked(a, i);
+				break;
+			}
 		}
+		if (a->n == 0)
+			a->pid = 0;
 	}
+	SpinLockRelease(&a->mutex);
 }
 
 /*
  * Arm the watches sessions asked for, having told a stop themselves
- * (escalate_note_told), if any was asked for since the last look
+ * (escalate_note_told), if any was asked for since the last look; an ask
+ * declined (its statement ended) leaves nothing in the AskSlot
  */
 static void
 watch_asked(TimestampTz now)
@@ -486,30 +562,37 @@ watch_asked(TimestampTz now)
 	if (asked == asked_seen)
 		return;
 	asked_seen = asked;
+	/* (the backends' status read afresh: an ask may be newer than a read) */
+	if (snapshot_read)
+		pgstat_clear_backend_activity_snapshot();
+	snapshot_read = false;
 	for (int i = 0; i < MaxBackends; i++)
 	{
 		AskSlot    *a = &ask_slots[i];
-		char		name[REDSEM_MAX_NAME_BYTES + 1];
-		int			pid = 0;
-		TimestampTz told_in = 0;
 
 		for (;;)
 		{
+			char		name[REDSEM_MAX_NAME_BYTES + 1];
+			int			pid = 0;
+			uint32		gen = 0;
+			TimestampTz told_in = 0;
+
 			SpinLockAcquire(&a->mutex);
-			pid = 0;
 			for (int j = 0; j < a->n && pid == 0; j++)
 			{
 				if (!a->asked[j])
 					continue;
 				a->asked[j] = false;
 				pid = a->pid;
-				told_in = a->told_in;
+				gen = a->generation;
+				told_in = a->told_in[j];
 				strlcpy(name, a->names[j], sizeof(name));
 			}
 			SpinLockRelease(&a->mutex);
 			if (pid == 0)
 				break;
-			(void) escalate_watch(pid, name, now, told_in);
+			if (!escalate_watch(pid, name, now, told_in) && find_watch(pid, name) < 0)
+				ask_slot_decline(i, pid, gen, name);
 		}
 	}
 }
@@ -539,13 +622,15 @@ look_at(Watch *w, TimestampTz now)
 {
 	TimestampTz start;
 	uint32		asks;
+	uint32		grants;
 	HoldFreshness fresh;
 
-	if (BackendPidGetProc(w->pid) == NULL || !ask_slot_read(w, &asks) ||
+	if (BackendPidGetProc(w->pid) == NULL || !ask_slot_read(w, &asks, &grants) ||
 		!running_statement(w->pid, &start) || start != w->statement_start)
 		return false;
+	/* (granted a slot of it again since: held still, or given back) */
 	fresh = shared_hold_fresh(w->pid, w->name);
-	if (fresh == HOLD_FRESH_GRANTED)
+	if (fresh == HOLD_FRESH_GRANTED || grants != w->grants_seen)
 		return false;
 	if (fresh == HOLD_FRESH_WAITING || asks != w->asks_seen)
 	{

@@ -964,6 +964,7 @@ hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 						  confirmed_at, confirm_ms, true);
 	if (hold->on_lost != SLOT_LOST_WARN)
 		watchdog_watch(hold->shared_slot);
+	escalate_note_granted(hold->name);
 }
 
 

@@ -102,7 +102,7 @@ note 'the same in a tight loop: its watchdog\'s cancel is told as the lost slot,
 	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_tight');
 	$s->query_ok("SELECT redsem_acquire('wdt', 1, '3 s') IS NOT NULL;");
-	$s->send(q{DO $$ BEGIN LOOP BEGIN PERFORM 1;
+	$s->send(q{DO $$ BEGIN LOOP BEGIN LOOP PERFORM 1; END LOOP;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
 	usleep(300_000);
 	kill 'STOP', $keeper;
@@ -127,8 +127,8 @@ note 'its watchdog\'s stop caught, the DO ends; the next statement of its Query 
 	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_then_long');
 	$s->query_ok("SELECT redsem_acquire('wdl', 1, '3 s') IS NOT NULL;");
-	$s->send(q{DO $$ BEGIN LOOP BEGIN PERFORM pg_sleep(0.05);
-		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; EXIT; END; END LOOP; END $$ \; SELECT pg_sleep(6) \; SELECT 'done';});
+	$s->send(q{DO $$ BEGIN BEGIN LOOP PERFORM pg_sleep(0.05); END LOOP;
+		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END $$ \; SELECT pg_sleep(6) \; SELECT 'done';});
 	usleep(300_000);
 	kill 'STOP', $keeper;
 	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdl" was lost/, 15),

@@ -178,13 +178,16 @@ note 'a tight loop that catches: the stop is told once, never as a bare cancel';
 {
 	# (its statements start so often that it finds the keeper's stop at one
 	# of them, between the keeper's mark and its signal: the signal is then
-	# not sent, and the escalation still ends the session)
+	# not sent, and the escalation still ends the session; the block holds
+	# the loop, so that a cancel lands in it, not between two tries)
 	my $s = session('tight');
 	my $forgot = run_and_forget($s, q{DO $$ BEGIN
   PERFORM redsem_acquire('esc_tight', 1, '3 s');
   LOOP
     BEGIN
-      PERFORM 1;
+      LOOP
+        PERFORM 1;
+      END LOOP;
     EXCEPTION WHEN query_canceled THEN
       RAISE WARNING 'caught: %', SQLERRM;
     END;
@@ -208,14 +211,13 @@ note 'the tight loop ends after the catch; the next statement of its Query runs 
 	my $s = session('tight_ends');
 	run_and_forget($s, q{DO $$ BEGIN
   PERFORM redsem_acquire('esc_tight_end', 1, '3 s');
-  LOOP
-    BEGIN
+  BEGIN
+    LOOP
       PERFORM 1;
-    EXCEPTION WHEN query_canceled THEN
-      RAISE WARNING 'caught: %', SQLERRM;
-      EXIT;
-    END;
-  END LOOP;
+    END LOOP;
+  EXCEPTION WHEN query_canceled THEN
+    RAISE WARNING 'caught: %', SQLERRM;
+  END;
 END $$ \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_tight_end');
 	check_left_alone($s, 'esc_tight_end', qr/done/);
 	$s->quit;
@@ -240,6 +242,39 @@ note "a transaction's slot: the loop catches its loss and the statement runs on:
   PERFORM pg_sleep(12);
 END $$;}, 'esc_tight_x');
 	check_terminated($s, 'esc_tight_x', $forgot);
+}
+
+###########################################################################
+note 'after five slots lost while idle (each told at the next statement), a tight catching loop: terminated';
+{
+	# (each told stop asks the keeper for a watch, which it declines: the
+	# statement told had ended; the ask must leave no name behind, or the
+	# backend's room for asks fills up and the loop is never watched)
+	my $s = session('leaky');
+	for my $i (1 .. 5)
+	{
+		$s->query_ok("SELECT redsem_acquire('leak$i', 1, '3 s') IS NOT NULL;");
+		forget("leak$i");
+		ok(wait_until(10, sub {
+			$node->safe_psql('postgres',
+				"SELECT count(*) FROM redsem_server_holds() WHERE name = 'leak$i' AND state = 'lost'") eq '1' }),
+			"leak$i: the keeper finds the slot gone");
+		my ($out, $err) = $s->query('SELECT 1;');
+		like($err // '', qr/the slot of semaphore "leak$i" was lost/, "leak$i: the next statement is told");
+	}
+	my $forgot = run_and_forget($s, q{DO $$ BEGIN
+  PERFORM redsem_acquire('esc_leaky', 1, '3 s');
+  LOOP
+    BEGIN
+      LOOP
+        PERFORM 1;
+      END LOOP;
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught: %', SQLERRM;
+    END;
+  END LOOP;
+END $$;}, 'esc_leaky');
+	check_terminated($s, 'esc_leaky', $forgot);
 }
 
 $node->stop;
