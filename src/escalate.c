@@ -92,6 +92,8 @@ typedef struct AskSlot
 	bool		asked[ASK_NAMES];	/* its session told the stop of this
 									 * one itself: the keeper is to watch */
 	TimestampTz told_in[ASK_NAMES]; /* ... in the statement started then */
+	uint32		told_asks[ASK_NAMES];	/* ... and asks and grants then */
+	uint32		told_grants[ASK_NAMES];
 	char		names[ASK_NAMES][REDSEM_MAX_NAME_BYTES + 1];
 } AskSlot;
 
@@ -276,8 +278,9 @@ ask_slot_watch(Watch *w, bool told)
 	}
 	i = ask_slot_add_locked(a, w->pid, w->name);
 	w->in_slot = i >= 0;
-	w->asks_seen = w->in_slot ? a->asks[i] : 0;
-	w->grants_seen = w->in_slot ? a->grants[i] : 0;
+	/* (a told one counts from the tell: a try or grant since ends it) */
+	w->asks_seen = !w->in_slot ? 0 : told ? a->told_asks[i] : a->asks[i];
+	w->grants_seen = !w->in_slot ? 0 : told ? a->told_grants[i] : a->grants[i];
 	w->generation = a->generation;
 	SpinLockRelease(&a->mutex);
 	if (!w->in_slot && !names_full_logged)
@@ -292,28 +295,33 @@ ask_slot_watch(Watch *w, bool told)
  * This backend told its session of the stop of its slot of semaphore name
  * itself (src/hold.c), in the statement that started at told_in: the keeper
  * is asked to watch it (escalate_look), and its AskSlot is armed now, so
- * that the end of that statement, before the keeper comes to watch, is seen
+ * that the end of that statement, and its tries and grants, before the
+ * keeper comes to watch, are seen.  False if it cannot be asked (no room,
+ * no status): the keeper is then to cancel it as before.
  */
-void
+bool
 escalate_note_told(const char *name, TimestampTz told_in)
 {
 	int			i = procno_of(MyProc);
 	int			at;
 
 	if (i < 0 || told_in == 0)
-		return;
+		return false;
 	SpinLockAcquire(&ask_slots[i].mutex);
 	at = ask_slot_add_locked(&ask_slots[i], MyProcPid, name);
 	if (at >= 0)
 	{
 		ask_slots[i].asked[at] = true;
 		ask_slots[i].told_in[at] = told_in;
+		ask_slots[i].told_asks[at] = ask_slots[i].asks[at];
+		ask_slots[i].told_grants[at] = ask_slots[i].grants[at];
 	}
 	SpinLockRelease(&ask_slots[i].mutex);
 	if (at < 0)
-		return;
+		return false;
 	pg_atomic_fetch_add_u32(&ask_shared->asked, 1);
 	shared_keeper_wake();
+	return true;
 }
 
 /*
@@ -356,28 +364,30 @@ ask_slot_remove_locked(AskSlot *a, int i)
 	a->grants[i] = a->grants[a->n];
 	a->asked[i] = a->asked[a->n];
 	a->told_in[i] = a->told_in[a->n];
+	a->told_asks[i] = a->told_asks[a->n];
+	a->told_grants[i] = a->told_grants[a->n];
 	memcpy(a->names[i], a->names[a->n], sizeof(a->names[i]));
 }
 
 /*
- * Remove w's semaphore from its AskSlot (the slot freed with its last),
- * unless its session asked for a watch of it since (escalate_note_told)
+ * Remove semaphore name (NULL: none) from backend pid's AskSlot at procno,
+ * if that is still its generation gen and the session asked for no watch
+ * of it since (escalate_note_told); the slot is freed with its last name
  */
 static void
-ask_slot_forget(const Watch *w)
+ask_slot_drop(int procno, int pid, uint32 gen, const char *name)
 {
-	AskSlot    *a = &ask_slots[w->procno];
+	AskSlot    *a = &ask_slots[procno];
 
 	SpinLockAcquire(&a->mutex);
-	if (a->pid == w->pid && a->generation == w->generation)
+	if (a->pid == pid && a->generation == gen)
 	{
-		for (int i = 0; i < a->n && w->in_slot; i++)
+		for (int i = 0; i < a->n && name != NULL; i++)
 		{
-			if (strcmp(a->names[i], w->name) == 0)
+			if (strcmp(a->names[i], name) == 0)
 			{
-				if (a->asked[i])
-					break;
-				ask_slot_remove_locked(a, i);
+				if (!a->asked[i])
+					ask_slot_remove_locked(a, i);
 				break;
 			}
 		}
@@ -385,6 +395,13 @@ ask_slot_forget(const Watch *w)
 			a->pid = 0;
 	}
 	SpinLockRelease(&a->mutex);
+}
+
+/* Remove w's semaphore from its AskSlot (its watch ended) */
+static void
+ask_slot_forget(const Watch *w)
+{
+	ask_slot_drop(w->procno, w->pid, w->generation, w->name);
 }
 
 /*
@@ -487,9 +504,10 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 	if (cand.procno < 0 || !running_statement(pid, &cand.statement_start) ||
 		(told_in != 0 && cand.statement_start != told_in))
 		return false;
-	/* (one of an earlier statement is replaced: it is over) */
-	if (at >= 0 && watches[at].statement_start == cand.statement_start)
-		return false;
+	/*
+	 * (one listed is armed again: of an earlier statement, it is over; of
+	 * this one, the slot was lost again, perhaps after a grant that ends it)
+	 */
 	if (at < 0 && n_watches >= ESCALATE_MAX_WATCHES)
 	{
 		if (!full_logged)
@@ -519,34 +537,6 @@ escalate_unwatch(int pid, const char *name)
 
 	if (at >= 0)
 		drop_watch(at);
-}
-
-/*
- * Remove semaphore name from backend pid's AskSlot at procno, if that is
- * still the generation gen and no watch was asked for it again (an ask the
- * keeper declined: the statement told had ended)
- */
-static void
-ask_slot_decline(int procno, int pid, uint32 gen, const char *name)
-{
-	AskSlot    *a = &ask_slots[procno];
-
-	SpinLockAcquire(&a->mutex);
-	if (a->pid == pid && a->generation == gen)
-	{
-		for (int i = 0; i < a->n; i++)
-		{
-			if (strcmp(a->names[i], name) == 0)
-			{
-				if (!a->asked[i])
-					ask_slot_remove_locked(a, i);
-				break;
-			}
-		}
-		if (a->n == 0)
-			a->pid = 0;
-	}
-	SpinLockRelease(&a->mutex);
 }
 
 /*
@@ -592,7 +582,7 @@ watch_asked(TimestampTz now)
 			if (pid == 0)
 				break;
 			if (!escalate_watch(pid, name, now, told_in) && find_watch(pid, name) < 0)
-				ask_slot_decline(i, pid, gen, name);
+				ask_slot_drop(i, pid, gen, name);
 		}
 	}
 }

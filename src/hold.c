@@ -1090,10 +1090,12 @@ hold_stop_told(Hold *hold, StoppedHold *told)
 	if (told->policy == SLOT_LOST_WARN)
 		return;
 	/* (the keeper signals it no more; a signal sent before is on its way) */
-	if (hold->shared_slot >= 0 && told->policy == SLOT_LOST_CANCEL)
-		escalate_note_told(hold->name,
-						   MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0);
-	if (hold->shared_slot >= 0 && shared_hold_told(hold->shared_slot, hold->id))
+	/* (not asked for a watch: the keeper's cancel and its watch, as before) */
+	if (hold->shared_slot >= 0 &&
+		(told->policy != SLOT_LOST_CANCEL ||
+		 escalate_note_told(hold->name,
+							MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0)) &&
+		shared_hold_told(hold->shared_slot, hold->id))
 		told->cancel_coming = true;
 	if (hold->scope != HOLD_SESSION)
 	{
