@@ -987,6 +987,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	out->in_xact = (hold->scope != HOLD_SESSION);
 	out->reason = STOP_NONE;
 	out->cancel_coming = false;
+	out->keeper_sent = false;
 	if (hold->shared_slot >= 0)
 	{
 		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
@@ -1096,7 +1097,7 @@ hold_stop_told(Hold *hold, StoppedHold *told)
 		 escalate_note_told(hold->name,
 							MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0)) &&
 		shared_hold_told(hold->shared_slot, hold->id))
-		told->cancel_coming = true;
+		told->cancel_coming = told->keeper_sent = true;
 	if (hold->scope != HOLD_SESSION)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -1174,7 +1175,7 @@ hold_check_stopped(bool at_commit)
 	{
 		hold_stop_told(which[i], &stopped[i]);
 		if (stopped[i].cancel_coming)
-			stop_absorb_cancel();
+			stop_absorb_cancel(stopped[i].keeper_sent);
 	}
 	stop_report(stopped, n);
 	pfree(stopped);

@@ -22,6 +22,7 @@
 #include "utils/timeout.h"
 
 #include "stop.h"
+#include "timing.h"
 
 /* redsem.on_slot_lost */
 int			redsem_on_slot_lost = SLOT_LOST_CANCEL;
@@ -148,11 +149,15 @@ stop_report(const StoppedHold *stopped, int n)
  * signal, sent before the session told it, or its watchdog's): the error
  * that tells the stop is that cancel, so it is dropped (else it would come
  * after, perhaps in the handler of code that caught the error, as a bare
- * cancel), unless a timeout's cancel is pending too
+ * cancel), unless a timeout's cancel is pending too.  The keeper's signal,
+ * sent from another process just now, may take a moment to come in: it is
+ * waited for up to REDSEM_SIGNAL_IN_MS (src/timing.h).
  */
 void
-stop_absorb_cancel(void)
+stop_absorb_cancel(bool keeper_sent)
 {
+	for (int i = 0; keeper_sent && !QueryCancelPending && i < REDSEM_SIGNAL_IN_MS * 10; i++)
+		pg_usleep(100L);		/* (the signal ends the sleep) */
 	if (QueryCancelPending &&
 		!get_timeout_indicator(STATEMENT_TIMEOUT, false) &&
 		!get_timeout_indicator(LOCK_TIMEOUT, false))

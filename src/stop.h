@@ -20,7 +20,8 @@ typedef struct StoppedHold
 	int64		unconfirmed_ms; /* from its last confirmed request to now */
 	bool		cancel_coming;	/* a cancel of it was sent to this backend:
 								 * its watchdog's, or the keeper's sent
-								 * before the session told it */
+								 * before the session told it ... */
+	bool		keeper_sent;	/* ... the keeper's (it may not be in yet) */
 } StoppedHold;
 
 extern int	redsem_on_slot_lost;
@@ -30,6 +31,6 @@ extern char *stop_reason_detail(StopReason why, int64 kept_ms,
 								int64 unconfirmed_ms);
 extern void stop_report(const StoppedHold *stopped, int n);
 extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
-extern void stop_absorb_cancel(void);
+extern void stop_absorb_cancel(bool keeper_sent);
 
 #endif							/* REDSEM_STOP_H */

@@ -199,7 +199,11 @@
  * slot gone stops the holder at once.  A cancelled holder whose statement
  * still runs REDSEM_STOP_ESCALATE_MS after the cancel, without taking the
  * slot again (it caught the cancel), is terminated (src/escalate.c): long
- * enough for a handler to log and ask again, short beside any lease.
+ * enough for a handler to log and ask again, short beside any lease.  A
+ * session that tells a stop itself just after the keeper signalled it
+ * waits up to REDSEM_SIGNAL_IN_MS for that signal to come in (it has most
+ * often come already: a signal to a process running on another CPU takes
+ * microseconds), and drops it: its own error is that cancel (src/stop.c).
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
@@ -264,6 +268,7 @@
 #define REDSEM_STOP_ACT_MS			200
 #define REDSEM_WATCHDOG_MS			100
 #define REDSEM_STOP_ESCALATE_MS		2000
+#define REDSEM_SIGNAL_IN_MS			5
 
 #define SENTINEL_RETRY_MS			100
 #define CONNECT_CUT_SLACK_MS		100
