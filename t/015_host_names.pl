@@ -159,11 +159,17 @@ usleep(400_000);
 $node->safe_psql('postgres', 'NOTIFY redsem_wake;');
 (undef, $err) = $s->wait_done(30);
 is($err, '', 'the lookup that answered before its wake-up was written: acquire and release work');
-ok(defined wait_until(10, sub { slurp_file($lookups) =~ /^eventfd write delayed$/m }),
-	'the thread wrote its wake-up late');
+SKIP:
+{
+	# (in broker mode the backend has no lookup thread to race: the
+	# broker's opener looks the name up, and the NOTIFY does not reach it)
+	skip 'broker mode: the backend looks nothing up', 2 if broker_mode();
+	ok(defined wait_until(10, sub { slurp_file($lookups) =~ /^eventfd write delayed$/m }),
+		'the thread wrote its wake-up late');
+	unlike(slurp_file($lookups), qr/no longer an eventfd/,
+		'to its own eventfd, still open: never to a descriptor the backend closed or reused');
+}
 unlink("$tmp/write_delay");
-unlike(slurp_file($lookups), qr/no longer an eventfd/,
-	'to its own eventfd, still open: never to a descriptor the backend closed or reused');
 # (psql prints the NOTIFY after whichever result came with it: this one, on a slow machine)
 is($s->query_ok($ROUND) =~ s/\n?Asynchronous notification "redsem_wake" received[^\n]*//r, 't',
 	'the connection to Redis is intact');
