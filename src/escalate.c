@@ -9,8 +9,7 @@
  * the slot next.  So the keeper watches each backend it cancelled, and
  * each whose session told the stop itself at a statement's start before
  * the keeper's signal (which the keeper then does not send, src/shmem.c):
- * if,
- * REDSEM_STOP_ESCALATE_MS later the same client statement still runs
+ * if, REDSEM_STOP_ESCALATE_MS later, the same client statement still runs
  * (pg_stat_activity's state and query_start, and the backend's own word,
  * in its AskSlot, that no client utility statement ended since: guard.c,
  * for a multi-statement Query, whose statements share a query_start), and
@@ -19,7 +18,11 @@
  * extension's wait (a Redis call of redsem's: a release, say), the keeper
  * terminates the backend.  Catch and retry is a pattern to keep: each try
  * to take a slot of that semaphore again (counted in the AskSlot) starts
- * the count again, and a slot of it granted since ends the watch.  Without redsem's keeper there is no
+ * the count again, and a slot of it granted since ends the watch.  The
+ * AskSlot has room for ASK_NAMES semaphores: beyond, a try of any
+ * semaphore starts the count again, and a statement that lost several
+ * slots beyond at once, told by its session, is watched until it ends
+ * (which it lost is not kept).  Without redsem's keeper there is no
  * cancel and so no watch; with track_activities off (a superuser's
  * setting) the statement cannot be told apart from the next one, and the
  * keeper does not escalate.
@@ -58,6 +61,8 @@ typedef struct Watch
 	uint32		grants_seen;	/* ... and of grants */
 	uint32		generation;		/* its AskSlot's when it was armed */
 	bool		in_slot;		/* its name is in the AskSlot (room was left) */
+	bool		whole;			/* it watches its statement for several
+								 * slots lost without room (not named) */
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
 } Watch;
 
@@ -69,6 +74,8 @@ static int	n_watches = 0;
 static bool snapshot_read = false;	/* this pass read the backends' status */
 static bool full_logged = false;
 static bool names_full_logged = false;
+static Watch replaced;			/* the watch escalate_watch replaced last */
+static bool replaced_valid = false;
 
 /* The most semaphores one backend is watched for at once */
 #define ASK_NAMES	4
@@ -95,6 +102,13 @@ typedef struct AskSlot
 	uint32		told_asks[ASK_NAMES];	/* ... and asks and grants then */
 	uint32		told_grants[ASK_NAMES];
 	char		names[ASK_NAMES][REDSEM_MAX_NAME_BYTES + 1];
+	uint32		any_asks;		/* tries to take a slot of any semaphore */
+	/* asks that found no room, of one statement: the keeper is to watch */
+	bool		over_asked;
+	int			over_n;			/* how many (more than one: not named) */
+	TimestampTz over_told_in;
+	uint32		over_told_asks; /* ... any_asks then */
+	char		over_name[REDSEM_MAX_NAME_BYTES + 1];	/* the first's */
 } AskSlot;
 
 /* The AskSlots, and how many watches sessions asked for (escalate_note_told) */
@@ -181,9 +195,12 @@ own_watched_slot(void)
 	return &ask_slots[i];
 }
 
-/* This backend begins to take a slot of semaphore name: count it if watched */
+/*
+ * This backend begins to take a slot of semaphore name (granted false), or
+ * was granted one (true): count it if watched
+ */
 void
-escalate_note_acquire(const char *name)
+escalate_note_try(const char *name, bool granted)
 {
 	AskSlot    *a = own_watched_slot();
 
@@ -192,22 +209,9 @@ escalate_note_acquire(const char *name)
 	SpinLockAcquire(&a->mutex);
 	for (int i = 0; i < a->n && a->pid == MyProcPid; i++)
 		if (strcmp(a->names[i], name) == 0)
-			a->asks[i]++;
-	SpinLockRelease(&a->mutex);
-}
-
-/* This backend was granted a slot of semaphore name: count it if watched */
-void
-escalate_note_granted(const char *name)
-{
-	AskSlot    *a = own_watched_slot();
-
-	if (a == NULL)
-		return;
-	SpinLockAcquire(&a->mutex);
-	for (int i = 0; i < a->n && a->pid == MyProcPid; i++)
-		if (strcmp(a->names[i], name) == 0)
-			a->grants[i]++;
+			(granted ? a->grants : a->asks)[i]++;
+	if (!granted && a->pid == MyProcPid)
+		a->any_asks++;
 	SpinLockRelease(&a->mutex);
 }
 
@@ -242,6 +246,7 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 		a->generation++;
 		a->n = 0;
 		a->ended = false;
+		a->over_asked = false;
 	}
 	for (i = 0; i < a->n && strcmp(a->names[i], name) != 0; i++)
 		;
@@ -253,14 +258,19 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 	a->grants[i] = 0;
 	a->asked[i] = false;
 	a->told_in[i] = 0;
+	a->told_asks[i] = 0;
+	a->told_grants[i] = 0;
 	strlcpy(a->names[i], name, sizeof(a->names[i]));
 	a->n++;
 	return i;
 }
 
 /*
- * Add w's semaphore to its backend's AskSlot; without room, w is watched by
- * its statement alone (its tries are not seen).  told: its session asked
+ * Add w's semaphore to its backend's AskSlot; without room, a try to take a
+ * slot of any semaphore starts w's count again, and one of its semaphore
+ * held again ends it (shared_hold_fresh); w->whole (several of one
+ * statement without room: which is not kept) only the statement's end
+ * ends.  told: its session asked
  * for the watch, with its AskSlot armed then: false if a top-level
  * statement ended since (the one told, before the keeper came to watch).
  */
@@ -276,17 +286,29 @@ ask_slot_watch(Watch *w, bool told)
 		SpinLockRelease(&a->mutex);
 		return false;
 	}
-	i = ask_slot_add_locked(a, w->pid, w->name);
+	i = w->whole ? -1 : ask_slot_add_locked(a, w->pid, w->name);
 	w->in_slot = i >= 0;
 	/* (a told one counts from the tell: a try or grant since ends it) */
-	w->asks_seen = !w->in_slot ? 0 : told ? a->told_asks[i] : a->asks[i];
-	w->grants_seen = !w->in_slot ? 0 : told ? a->told_grants[i] : a->grants[i];
+	if (w->in_slot)
+	{
+		w->asks_seen = told ? a->told_asks[i] : a->asks[i];
+		w->grants_seen = told ? a->told_grants[i] : a->grants[i];
+	}
+	else
+	{
+		/* (without room: a try of any semaphore starts the count again) */
+		w->asks_seen = told ? a->over_told_asks : a->any_asks;
+		w->grants_seen = 0;
+	}
 	w->generation = a->generation;
 	SpinLockRelease(&a->mutex);
 	if (!w->in_slot && !names_full_logged)
 		ereport(LOG,
-				(errmsg("redsem keeper watches process %d for more than %d lost slots at once: its tries to take the slot of semaphore \"%s\" again are not seen",
-						w->pid, ASK_NAMES, w->name)));
+				(errmsg("redsem keeper watches process %d for more than %d lost slots at once: %s",
+						w->pid, ASK_NAMES,
+						w->whole ?
+						"its statement is watched until it ends (the slots it takes again are not told apart)" :
+						"a try to take a slot of any semaphore again counts as a try of each beyond")));
 	names_full_logged = names_full_logged || !w->in_slot;
 	return true;
 }
@@ -294,33 +316,48 @@ ask_slot_watch(Watch *w, bool told)
 /*
  * This backend told its session of the stop of its slot of semaphore name
  * itself (src/hold.c), in the statement that started at told_in: the keeper
- * is asked to watch it (escalate_look), and its AskSlot is armed now, so
- * that the end of that statement, and its tries and grants, before the
- * keeper comes to watch, are seen.  False if it cannot be asked (no room,
- * no status): the keeper is then to cancel it as before.
+ * is asked to watch it (escalate_look, once the caller woke it), and its
+ * AskSlot is armed now, so that the end of that statement, and its tries
+ * and grants, before the keeper comes to watch, are seen.  Without room for
+ * the name, the ask is kept aside: the keeper watches the statement alone.
+ * Without a statement's status (track_activities off) there is nothing to
+ * watch (the keeper could not tell the statement from the next): true, as
+ * for an ask made.  False only for a backend without an AskSlot: the keeper
+ * is then to cancel it as before.
  */
 bool
 escalate_note_told(const char *name, TimestampTz told_in)
 {
 	int			i = procno_of(MyProc);
+	AskSlot    *a;
 	int			at;
 
-	if (i < 0 || told_in == 0)
+	if (i < 0)
 		return false;
-	SpinLockAcquire(&ask_slots[i].mutex);
-	at = ask_slot_add_locked(&ask_slots[i], MyProcPid, name);
+	if (told_in == 0)
+		return true;
+	a = &ask_slots[i];
+	SpinLockAcquire(&a->mutex);
+	at = ask_slot_add_locked(a, MyProcPid, name);
 	if (at >= 0)
 	{
-		ask_slots[i].asked[at] = true;
-		ask_slots[i].told_in[at] = told_in;
-		ask_slots[i].told_asks[at] = ask_slots[i].asks[at];
-		ask_slots[i].told_grants[at] = ask_slots[i].grants[at];
+		a->asked[at] = true;
+		a->told_in[at] = told_in;
+		a->told_asks[at] = a->asks[at];
+		a->told_grants[at] = a->grants[at];
 	}
-	SpinLockRelease(&ask_slots[i].mutex);
-	if (at < 0)
-		return false;
+	else if (!a->over_asked || a->over_told_in != told_in)
+	{
+		a->over_asked = true;
+		a->over_n = 1;
+		a->over_told_in = told_in;
+		a->over_told_asks = a->any_asks;
+		strlcpy(a->over_name, name, sizeof(a->over_name));
+	}
+	else
+		a->over_n++;			/* (one watch, of the whole statement) */
+	SpinLockRelease(&a->mutex);
 	pg_atomic_fetch_add_u32(&ask_shared->asked, 1);
-	shared_keeper_wake();
 	return true;
 }
 
@@ -338,7 +375,7 @@ ask_slot_read(const Watch *w, uint32 *asks, uint32 *grants)
 	SpinLockAcquire(&a->mutex);
 	if (a->pid == w->pid && a->generation == w->generation && !a->ended)
 	{
-		*asks = w->asks_seen;
+		*asks = w->in_slot ? w->asks_seen : a->any_asks;
 		*grants = w->grants_seen;
 		on = !w->in_slot;
 		for (int i = 0; i < a->n && w->in_slot; i++)
@@ -355,29 +392,46 @@ ask_slot_read(const Watch *w, uint32 *asks, uint32 *grants)
 	return on;
 }
 
-/* Remove the i-th semaphore of AskSlot a, under its mutex */
+/* Remove the i-th semaphore of AskSlot a, under its mutex (the last moves in) */
 static void
 ask_slot_remove_locked(AskSlot *a, int i)
 {
-	a->n--;
-	a->asks[i] = a->asks[a->n];
-	a->grants[i] = a->grants[a->n];
-	a->asked[i] = a->asked[a->n];
-	a->told_in[i] = a->told_in[a->n];
-	a->told_asks[i] = a->told_asks[a->n];
-	a->told_grants[i] = a->told_grants[a->n];
-	memcpy(a->names[i], a->names[a->n], sizeof(a->names[i]));
+	int			j = --a->n;
+
+	if (i == j)
+		return;
+	a->asks[i] = a->asks[j];
+	a->grants[i] = a->grants[j];
+	a->asked[i] = a->asked[j];
+	a->told_in[i] = a->told_in[j];
+	a->told_asks[i] = a->told_asks[j];
+	a->told_grants[i] = a->told_grants[j];
+	memcpy(a->names[i], a->names[j], sizeof(a->names[i]));
+}
+
+/* True if the keeper watches backend pid at procno in generation gen */
+static bool
+slot_watched(int procno, int pid, uint32 gen)
+{
+	for (int i = 0; i < n_watches; i++)
+		if (watches[i].procno == procno && watches[i].pid == pid &&
+			watches[i].generation == gen)
+			return true;
+	return false;
 }
 
 /*
  * Remove semaphore name (NULL: none) from backend pid's AskSlot at procno,
  * if that is still its generation gen and the session asked for no watch
- * of it since (escalate_note_told); the slot is freed with its last name
+ * of it since (escalate_note_told); the slot is freed with its last name,
+ * unless a watch of the statement alone (no room was left for its name)
+ * or an ask of one is left
  */
 static void
 ask_slot_drop(int procno, int pid, uint32 gen, const char *name)
 {
 	AskSlot    *a = &ask_slots[procno];
+	bool		watched = slot_watched(procno, pid, gen);
 
 	SpinLockAcquire(&a->mutex);
 	if (a->pid == pid && a->generation == gen)
@@ -391,13 +445,13 @@ ask_slot_drop(int procno, int pid, uint32 gen, const char *name)
 				break;
 			}
 		}
-		if (a->n == 0)
+		if (a->n == 0 && !watched && !a->over_asked)
 			a->pid = 0;
 	}
 	SpinLockRelease(&a->mutex);
 }
 
-/* Remove w's semaphore from its AskSlot (its watch ended) */
+/* Remove w's semaphore from its AskSlot (its watch ended, and is unlisted) */
 static void
 ask_slot_forget(const Watch *w)
 {
@@ -465,12 +519,13 @@ running_statement(int pid, TimestampTz *start)
 	return found;
 }
 
-/* The index of the watch of pid for semaphore name, or -1 */
+/* The index of the watch of pid for semaphore name (or its whole statement), or -1 */
 static int
-find_watch(int pid, const char *name)
+find_watch(int pid, const char *name, bool whole)
 {
 	for (int i = 0; i < n_watches; i++)
-		if (watches[i].pid == pid && strcmp(watches[i].name, name) == 0)
+		if (watches[i].pid == pid && watches[i].whole == whole &&
+			strcmp(watches[i].name, name) == 0)
 			return i;
 	return -1;
 }
@@ -479,8 +534,10 @@ find_watch(int pid, const char *name)
 static void
 drop_watch(int i)
 {
-	ask_slot_forget(&watches[i]);
+	Watch		w = watches[i];
+
 	watches[i] = watches[--n_watches];
+	ask_slot_forget(&w);
 }
 
 /*
@@ -489,17 +546,20 @@ drop_watch(int i)
  * watched is the one cancelled), if it is running one; told_in (not 0):
  * the query_start of the statement its session told the stop in itself,
  * watched only if it still runs (and, in a multi-statement Query, whose
- * statements share a query_start, had not ended: escalate_note_told)
+ * statements share a query_start, had not ended: escalate_note_told);
+ * whole: several slots it told lost in it found no room in its AskSlot
+ * (name is the first's), the statement is watched until it ends
  */
-bool
-escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
+static bool
+watch_arm(int pid, const char *name, TimestampTz now, TimestampTz told_in, bool whole)
 {
 	Watch		cand;
-	int			at = find_watch(pid, name);
+	int			at = find_watch(pid, name, whole);
 
 	cand.pid = pid;
 	cand.procno = procno_of(BackendPidGetProc(pid));
 	cand.counted_from = now;
+	cand.whole = whole;
 	strlcpy(cand.name, name, sizeof(cand.name));
 	if (cand.procno < 0 || !running_statement(pid, &cand.statement_start) ||
 		(told_in != 0 && cand.statement_start != told_in))
@@ -523,20 +583,41 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 			drop_watch(at);
 		return false;
 	}
-	if (at < 0)
+	replaced_valid = at >= 0;
+	if (at >= 0)
+		replaced = watches[at];
+	else
 		at = n_watches++;
 	watches[at] = cand;
 	return true;
 }
 
-/* Watch pid for semaphore name no more (armed before a signal not sent) */
+/* Watch pid for its lost slot of semaphore name (watch_arm) */
+bool
+escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
+{
+	return watch_arm(pid, name, now, told_in, false);
+}
+
+/*
+ * Undo the last escalate_watch of pid for semaphore name (armed before a
+ * signal not sent): the watch it replaced is put back, if that one's
+ * AskSlot was not taken over since (its statement ended, it is over)
+ */
 void
 escalate_unwatch(int pid, const char *name)
 {
-	int			at = find_watch(pid, name);
+	int			at = find_watch(pid, name, false);
 
-	if (at >= 0)
+	if (at < 0)
+		return;
+	if (replaced_valid && replaced.pid == pid && !replaced.whole &&
+		strcmp(replaced.name, name) == 0 &&
+		replaced.generation == watches[at].generation)
+		watches[at] = replaced;
+	else
 		drop_watch(at);
+	replaced_valid = false;
 }
 
 /*
@@ -566,6 +647,7 @@ watch_asked(TimestampTz now)
 			int			pid = 0;
 			uint32		gen = 0;
 			TimestampTz told_in = 0;
+			bool		whole = false;
 
 			SpinLockAcquire(&a->mutex);
 			for (int j = 0; j < a->n && pid == 0; j++)
@@ -578,11 +660,21 @@ watch_asked(TimestampTz now)
 				told_in = a->told_in[j];
 				strlcpy(name, a->names[j], sizeof(name));
 			}
+			if (pid == 0 && a->over_asked)
+			{
+				a->over_asked = false;
+				pid = a->pid;
+				gen = a->generation;
+				told_in = a->over_told_in;
+				whole = a->over_n > 1;
+				strlcpy(name, a->over_name, sizeof(name));
+			}
 			SpinLockRelease(&a->mutex);
 			if (pid == 0)
 				break;
-			if (!escalate_watch(pid, name, now, told_in) && find_watch(pid, name) < 0)
-				ask_slot_drop(i, pid, gen, name);
+			if (!watch_arm(pid, name, now, told_in, whole) &&
+				find_watch(pid, name, false) < 0)
+				ask_slot_drop(i, pid, gen, whole ? NULL : name);
 		}
 	}
 }
@@ -603,9 +695,9 @@ terminate(const Watch *w, TimestampTz now)
 
 /*
  * What becomes of watch w now: true to keep watching it.  It ends when its
- * statement did, or a slot of its semaphore was granted to it again; its
- * count starts again at each try to take one; past REDSEM_STOP_ESCALATE_MS
- * its backend is terminated.
+ * statement did, or a slot of its semaphore was granted to it again (not
+ * one of its whole statement); its count starts again at each try to take
+ * one; past REDSEM_STOP_ESCALATE_MS its backend is terminated.
  */
 static bool
 look_at(Watch *w, TimestampTz now)
@@ -620,7 +712,7 @@ look_at(Watch *w, TimestampTz now)
 		return false;
 	/* (granted a slot of it again since: held still, or given back) */
 	fresh = shared_hold_fresh(w->pid, w->name);
-	if (fresh == HOLD_FRESH_GRANTED || grants != w->grants_seen)
+	if (!w->whole && (fresh == HOLD_FRESH_GRANTED || grants != w->grants_seen))
 		return false;
 	if (fresh == HOLD_FRESH_WAITING || asks != w->asks_seen)
 	{
@@ -648,15 +740,22 @@ escalate_look(TimestampTz now)
 		watch_asked(now);
 	if (n_watches > 0)
 	{
+		static Watch over[ESCALATE_MAX_WATCHES];
+		int			n_over = 0;
+
 		snapshot_read = false;
 		for (int i = 0; i < n_watches; i++)
 		{
 			if (look_at(&watches[i], now))
 				watches[kept++] = watches[i];
 			else
-				ask_slot_forget(&watches[i]);
+				over[n_over++] = watches[i];
 		}
 		n_watches = kept;
+		replaced_valid = false;
+		/* (unlisted first: an AskSlot is freed when none of its watches is left) */
+		for (int i = 0; i < n_over; i++)
+			ask_slot_forget(&over[i]);
 		full_logged = full_logged && n_watches >= ESCALATE_MAX_WATCHES;
 	}
 	/* (the next pass reads the status afresh, its watches' and looks') */

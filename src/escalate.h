@@ -9,8 +9,7 @@
 #include "datatype/timestamp.h"
 
 extern void escalate_shmem_init(void);
-extern void escalate_note_acquire(const char *name);
-extern void escalate_note_granted(const char *name);
+extern void escalate_note_try(const char *name, bool granted);
 extern void escalate_statement_ended(void);
 extern bool escalate_note_told(const char *name, TimestampTz told_in);
 extern bool escalate_watch(int pid, const char *name, TimestampTz now,

@@ -874,7 +874,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	Hold	   *hold;
 
 	check_session_limit(scope);
-	escalate_note_acquire(name);
+	escalate_note_try(name, false);
 	target = redis_target_signature();
 	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
 	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,
@@ -964,7 +964,7 @@ hold_mark_held(Hold *hold, int64 ticket, int64 lease_ms,
 						  confirmed_at, confirm_ms, true);
 	if (hold->on_lost != SLOT_LOST_WARN)
 		watchdog_watch(hold->shared_slot);
-	escalate_note_granted(hold->name);
+	escalate_note_try(hold->name, true);
 }
 
 
@@ -987,7 +987,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	out->in_xact = (hold->scope != HOLD_SESSION);
 	out->reason = STOP_NONE;
 	out->cancel_coming = false;
-	out->keeper_sent = false;
+	out->keeper_sent_at = 0;
 	if (hold->shared_slot >= 0)
 	{
 		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
@@ -1079,12 +1079,14 @@ hold_terminated(StoppedHold *out, int *others)
  * confirmed: only a lost slot is told, once).  The keeper is told that the
  * session told it (it then watches whether code caught the error and runs
  * on, src/escalate.c, instead of signalling); told->cancel_coming is set
- * if its signal was sent before (it is this stop's: hold_check_stopped
+ * if its cancel was sent before (it is this stop's: hold_check_stopped
  * drops it).
  */
 static void
 hold_stop_told(Hold *hold, StoppedHold *told)
 {
+	TimestampTz sent;
+
 	if (told->policy == SLOT_LOST_WARN && told->reason == STOP_UNCONFIRMED)
 		return;
 	hold->stop_reported = true;
@@ -1093,11 +1095,20 @@ hold_stop_told(Hold *hold, StoppedHold *told)
 	/* (the keeper signals it no more; a signal sent before is on its way) */
 	/* (not asked for a watch: the keeper's cancel and its watch, as before) */
 	if (hold->shared_slot >= 0 &&
-		(told->policy != SLOT_LOST_CANCEL ||
+		(told->policy == SLOT_LOST_TERMINATE ||
 		 escalate_note_told(hold->name,
-							MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0)) &&
-		shared_hold_told(hold->shared_slot, hold->id))
-		told->cancel_coming = told->keeper_sent = true;
+							MyBEEntry ? MyBEEntry->st_activity_start_timestamp : 0)))
+	{
+		sent = shared_hold_told(hold->shared_slot, hold->id);
+		/* (woken once told: its next pass arms the watch, signals nothing) */
+		shared_keeper_wake();
+		/* (a SIGTERM of policy terminate is not dropped: the session ends) */
+		if (sent != 0 && told->policy == SLOT_LOST_CANCEL)
+		{
+			told->cancel_coming = true;
+			told->keeper_sent_at = sent;
+		}
+	}
 	if (hold->scope != HOLD_SESSION)
 	{
 		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
@@ -1144,6 +1155,9 @@ hold_check_stopped(bool at_commit)
 	Hold	  **which;
 	ListCell   *lc;
 	int			n = 0;
+	bool		cancel_coming = false;
+	TimestampTz keeper_sent_at = 0;
+
 	/* (an ERROR at the top level disabled the watchdog's timeout) */
 	watchdog_arm();
 	if (at_commit)
@@ -1174,9 +1188,12 @@ hold_check_stopped(bool at_commit)
 	for (int i = 0; i < n; i++)
 	{
 		hold_stop_told(which[i], &stopped[i]);
-		if (stopped[i].cancel_coming)
-			stop_absorb_cancel(stopped[i].keeper_sent);
+		cancel_coming = cancel_coming || stopped[i].cancel_coming;
+		keeper_sent_at = Max(keeper_sent_at, stopped[i].keeper_sent_at);
 	}
+	/* (once for all: one cancel is pending, however many signals came) */
+	if (cancel_coming)
+		stop_absorb_cancel(keeper_sent_at);
 	stop_report(stopped, n);
 	pfree(stopped);
 	pfree(which);

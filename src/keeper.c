@@ -1002,6 +1002,7 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 		/* (armed before the signal: the statement watched is the one cancelled) */
 		bool		armed = escalate_watch(sn->pid, sn->name, redsem_now(), 0);
 
+		/* (not sent: the watch it replaced, if any, is put back) */
 		if (shared_hold_signal(sn, SIGINT))
 			log_stop(st, sn, "cancelled the statement of");
 		else if (armed)

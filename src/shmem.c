@@ -965,7 +965,7 @@ shared_hold_set_phase(int slot, const char *id, HoldPhase phase, int64 ticket,
 			/* a new try of the acquire: what stopped the last is over */
 			h->stop = STOP_NONE;
 			h->stop_signalled = false;
-			h->signal_sent = false;
+			h->signal_sent_at = 0;
 			h->told = false;
 			h->lost = false;
 			h->forced = false;
@@ -1263,21 +1263,21 @@ shared_hold_stop(int slot, const char *id, StopReason why, TimestampTz now)
 /*
  * A backend told its session of the stop of one of its holds: the keeper
  * signals it no more (shared_hold_signal; the session asked it to watch
- * whether its code caught the error and runs on, src/escalate.c).  True if
- * the keeper's signal was sent before.
+ * whether its code caught the error and runs on, src/escalate.c).  When the
+ * keeper's signal was sent before, 0 if it was not.
  */
-bool
+TimestampTz
 shared_hold_told(int slot, const char *id)
 {
 	SharedHold *h;
-	bool		sent = false;
+	TimestampTz sent = 0;
 
 	if (shared == NULL)
-		return false;
+		return 0;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if ((h = tracked_hold(slot, id)) != NULL)
 	{
-		sent = h->signal_sent;
+		sent = h->signal_sent_at;
 		h->told = true;
 	}
 	LWLockRelease(shared->holds_lock);
@@ -1304,7 +1304,11 @@ shared_hold_signal(const StopNotice *sn, int sig)
 	/* (still the stop listed: a release since may have reset the entry) */
 	if ((h = tracked_hold(sn->slot, sn->id)) != NULL && h->pid == sn->pid &&
 		h->stop != STOP_NONE && h->stop_signalled && !h->told)
-		sent = h->signal_sent = (kill(sn->pid, sig) == 0);
+	{
+		sent = (kill(sn->pid, sig) == 0);
+		/* (after the kill: the signal is pending at the backend by then) */
+		h->signal_sent_at = sent ? redsem_now() : 0;
+	}
 	LWLockRelease(shared->holds_lock);
 	return sent;
 }

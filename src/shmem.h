@@ -85,7 +85,6 @@ typedef struct SharedHold
 	uint8		on_lost;		/* SlotLostPolicy, when it was taken */
 	uint8		stop;			/* StopReason */
 	bool		stop_signalled; /* the keeper took on stopping its backend */
-	bool		signal_sent;	/* ... and signalled it (shared_hold_signal) */
 	bool		told;			/* its session told the stop itself: the
 								 * keeper signals it no more, only watches */
 	bool		returned;		/* the acquire returned the slot: work may
@@ -116,6 +115,8 @@ typedef struct SharedHold
 								 * confirmed the lease (or the place in
 								 * line) with was sent, by redsem's clock */
 	TimestampTz stopped_at;		/* when stop was decided */
+	TimestampTz signal_sent_at; /* when the keeper signalled its backend
+								 * for it (shared_hold_signal), 0: not */
 	uint64		target;			/* redis_target_signature() at acquire, or
 								 * the one the keeper found it under since */
 	uint64		not_found_under;	/* a signature the keeper looked for it
@@ -282,7 +283,7 @@ extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
-extern bool shared_hold_told(int slot, const char *id);
+extern TimestampTz shared_hold_told(int slot, const char *id);
 extern bool shared_hold_signal(const StopNotice *sn, int sig);
 extern bool shared_hold_refresh_now(const char *name, const char *id);
 extern int	shared_hold_holder_pid(const char *name, const char *id);

@@ -21,6 +21,7 @@
 #include "utils/guc.h"
 #include "utils/timeout.h"
 
+#include "clock.h"
 #include "stop.h"
 #include "timing.h"
 
@@ -150,13 +151,18 @@ stop_report(const StoppedHold *stopped, int n)
  * that tells the stop is that cancel, so it is dropped (else it would come
  * after, perhaps in the handler of code that caught the error, as a bare
  * cancel), unless a timeout's cancel is pending too.  The keeper's signal,
- * sent from another process just now, may take a moment to come in: it is
- * waited for up to REDSEM_SIGNAL_IN_MS (src/timing.h).
+ * sent from another process at keeper_sent_at (0: none), may take a moment
+ * to come in: it is waited for until REDSEM_SIGNAL_IN_MS after it was sent
+ * (src/timing.h), no longer (one sent before has come in: acted on, or
+ * dropped while the session was idle).
  */
 void
-stop_absorb_cancel(bool keeper_sent)
+stop_absorb_cancel(TimestampTz keeper_sent_at)
 {
-	for (int i = 0; keeper_sent && !QueryCancelPending && i < REDSEM_SIGNAL_IN_MS * 10; i++)
+	TimestampTz until = keeper_sent_at == 0 ? 0 :
+		TimestampTzPlusMilliseconds(keeper_sent_at, REDSEM_SIGNAL_IN_MS);
+
+	while (!QueryCancelPending && redsem_now() < until)
 		pg_usleep(100L);		/* (the signal ends the sleep) */
 	if (QueryCancelPending &&
 		!get_timeout_indicator(STATEMENT_TIMEOUT, false) &&

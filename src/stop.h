@@ -21,7 +21,8 @@ typedef struct StoppedHold
 	bool		cancel_coming;	/* a cancel of it was sent to this backend:
 								 * its watchdog's, or the keeper's sent
 								 * before the session told it ... */
-	bool		keeper_sent;	/* ... the keeper's (it may not be in yet) */
+	TimestampTz keeper_sent_at; /* ... when the keeper's was (it may not be
+								 * in yet), 0: its watchdog's */
 } StoppedHold;
 
 extern int	redsem_on_slot_lost;
@@ -31,6 +32,6 @@ extern char *stop_reason_detail(StopReason why, int64 kept_ms,
 								int64 unconfirmed_ms);
 extern void stop_report(const StoppedHold *stopped, int n);
 extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
-extern void stop_absorb_cancel(bool keeper_sent);
+extern void stop_absorb_cancel(TimestampTz keeper_sent_at);
 
 #endif							/* REDSEM_STOP_H */

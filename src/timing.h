@@ -201,9 +201,10 @@
  * slot again (it caught the cancel), is terminated (src/escalate.c): long
  * enough for a handler to log and ask again, short beside any lease.  A
  * session that tells a stop itself just after the keeper signalled it
- * waits up to REDSEM_SIGNAL_IN_MS for that signal to come in (it has most
- * often come already: a signal to a process running on another CPU takes
- * microseconds), and drops it: its own error is that cancel (src/stop.c).
+ * waits for that signal to come in until REDSEM_SIGNAL_IN_MS after it was
+ * sent (it has most often come already: a signal to a process running on
+ * another CPU takes microseconds), and drops it: its own error is that
+ * cancel (src/stop.c).
  *
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS

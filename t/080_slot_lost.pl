@@ -164,6 +164,35 @@ note 'the same with a transaction\'s slot, and its statement a function that cat
 }
 
 ###########################################################################
+note 'six slots lost at once while the keeper stalls, the loop catches: the keeper, back, terminates it';
+{
+	# (its session tells the six stops itself and asks the keeper to watch
+	# each: four have room in its AskSlot, the two beyond are asked for
+	# aside, and watched by their statement, until it ends: src/escalate.c)
+	my $keeper = keeper_pid_of($node);
+	my $s = session('watchdog_six');
+	$s->query_ok("SELECT redsem_acquire('wd6_$_', 1, '3 s') IS NOT NULL;") foreach 1 .. 6;
+	$s->send(q{DO $$ BEGIN LOOP BEGIN LOOP PERFORM 1; END LOOP;
+		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wd6_\d" was lost/, 15),
+		'its watchdog stopped it; the code caught that');
+	# (all six past their valid_until, and told, before the keeper is back)
+	usleep(1_500_000);
+	kill 'CONT', $keeper;
+	my $back = time;
+	ok($s->wait_exit(20), 'the session ended');
+	my $err = $s->stderr_so_far;
+	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
+	unlike($err, qr/canceling statement due to user request/, 'no bare cancel');
+	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
+	like(slurp_file($node->logfile),
+		qr/redsem keeper watches process \d+ for more than 4 lost slots at once: its statement is watched until it ends/,
+		'the slots beyond its room were watched by their statement');
+}
+
+###########################################################################
 note 'a statement queue slot and a plain cancel';
 {
 	my $q = session('queued', user => 'queued');

@@ -102,6 +102,19 @@ sub catch_loop
 	  . ($on_catch // '') . "    END;\n  END LOOP;\nEND \$\$;";
 }
 
+# A DO block that takes $sems (name => limit) and runs a tight loop of
+# statements in a block that catches the cancel, for ever; $on_catch runs
+# after the catch (the block holds the loop, so that a cancel lands in it,
+# not between two tries)
+sub tight_loop
+{
+	my ($sems, $on_catch) = @_;
+	my $takes = join('', map { "  PERFORM redsem_acquire('$_->[0]', $_->[1], '3 s');\n" } @$sems);
+	return "DO \$\$ BEGIN\n$takes  LOOP\n    BEGIN\n      LOOP\n        PERFORM 1;\n      END LOOP;\n"
+	  . "    EXCEPTION WHEN query_canceled THEN\n      RAISE WARNING 'caught: %', SQLERRM;\n"
+	  . ($on_catch // '') . "    END;\n  END LOOP;\nEND \$\$;";
+}
+
 ###########################################################################
 note 'catch the cancel and run on: terminated';
 {
@@ -181,18 +194,7 @@ note 'a tight loop that catches: the stop is told once, never as a bare cancel';
 	# not sent, and the escalation still ends the session; the block holds
 	# the loop, so that a cancel lands in it, not between two tries)
 	my $s = session('tight');
-	my $forgot = run_and_forget($s, q{DO $$ BEGIN
-  PERFORM redsem_acquire('esc_tight', 1, '3 s');
-  LOOP
-    BEGIN
-      LOOP
-        PERFORM 1;
-      END LOOP;
-    EXCEPTION WHEN query_canceled THEN
-      RAISE WARNING 'caught: %', SQLERRM;
-    END;
-  END LOOP;
-END $$;}, 'esc_tight');
+	my $forgot = run_and_forget($s, tight_loop([ [ 'esc_tight', 1 ] ]), 'esc_tight');
 	check_terminated($s, 'esc_tight', $forgot);
 	my $err = $s->stderr_so_far;
 	unlike($err, qr/canceling statement due to user request/, 'no bare cancel');
@@ -262,19 +264,65 @@ note 'after five slots lost while idle (each told at the next statement), a tigh
 		my ($out, $err) = $s->query('SELECT 1;');
 		like($err // '', qr/the slot of semaphore "leak$i" was lost/, "leak$i: the next statement is told");
 	}
-	my $forgot = run_and_forget($s, q{DO $$ BEGIN
-  PERFORM redsem_acquire('esc_leaky', 1, '3 s');
-  LOOP
-    BEGIN
-      LOOP
-        PERFORM 1;
-      END LOOP;
-    EXCEPTION WHEN query_canceled THEN
-      RAISE WARNING 'caught: %', SQLERRM;
-    END;
-  END LOOP;
-END $$;}, 'esc_leaky');
+	my $forgot = run_and_forget($s, tight_loop([ [ 'esc_leaky', 1 ] ]), 'esc_leaky');
 	check_terminated($s, 'esc_leaky', $forgot);
+}
+
+###########################################################################
+note 'six slots lost at once, a tight loop catches and takes back four: terminated';
+{
+	# (the two beyond the room of its AskSlot are watched, whether the
+	# keeper cancelled the statement or its session told the stops first;
+	# the handler takes the four back once, in a block of its own; the
+	# keeper finds the six gone in one or more passes, so a later cancel
+	# may land in a handler, or between two tries, where PL/pgSQL, not a
+	# statement, takes it in, as a bare cancel: an outer block catches those)
+	my $s = session('six');
+	my $take = sub { join('', map { "$_[0]PERFORM redsem_acquire('esc_six$_', 10, '3 s');\n" } @_[ 1 .. $#_ ]) };
+	my $catch = sub { "$_[0]EXCEPTION WHEN query_canceled THEN\n$_[0]  RAISE WARNING 'caught: %', SQLERRM;\n" };
+	$s->send("DO \$\$ DECLARE again bool := false; BEGIN\n" . $take->('  ', 1 .. 6)
+		  . "  LOOP\n    BEGIN\n      LOOP\n        BEGIN\n          LOOP\n            PERFORM 1;\n          END LOOP;\n"
+		  . $catch->('        ') . "          IF NOT again THEN\n            again := true;\n            BEGIN\n"
+		  . $take->('              ', 1 .. 4) . $catch->('            ') . "            END;\n          END IF;\n"
+		  . "        END;\n      END LOOP;\n" . $catch->('    ') . "    END;\n  END LOOP;\nEND \$\$;");
+	ok(wait_until(10, sub { $redis->zcard('esc_six6', 'owner') == 1 }), 'the holder runs under its six slots');
+	forget("esc_six$_") foreach 1 .. 6;
+	my $forgot = time;
+	ok($s->wait_exit(20), 'the session ended');
+	my $err = $s->stderr_so_far;
+	like($err, qr/caught: the slot of semaphore "esc_six\d" was lost/, 'the code caught the cancel');
+	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
+	cmp_ok(time - $forgot, '<', 12, 'within the lease and the escalation delay');
+}
+
+###########################################################################
+note 'track_activities off: a tight loop catches the stop once, never a bare cancel after it';
+{
+	# (the keeper cannot tell its statements apart and does not watch it;
+	# its session, telling the stop itself, must still not get the keeper's
+	# cancel after its own error: the block after the catch would catch it)
+	$node->safe_psql('postgres', 'CREATE ROLE untracked LOGIN; ALTER ROLE untracked SET track_activities = off');
+	my $s = session('untracked', 'untracked');
+	run_and_forget($s, q{DO $$ BEGIN
+  PERFORM redsem_acquire('esc_untracked', 1, '3 s');
+  BEGIN
+    LOOP
+      PERFORM 1;
+    END LOOP;
+  EXCEPTION WHEN query_canceled THEN
+    RAISE WARNING 'caught: %', SQLERRM;
+  END;
+  BEGIN
+    PERFORM pg_sleep(1);
+  EXCEPTION WHEN query_canceled THEN
+    RAISE WARNING 'caught later: %', SQLERRM;
+  END;
+END $$; SELECT 'done';}, 'esc_untracked');
+	my ($out, $err) = $s->wait_done(30);
+	like($err // '', qr/caught: the slot of semaphore "esc_untracked" was lost/, 'the code caught the stop');
+	unlike($err // '', qr/caught later|canceling statement due to user request/, 'no cancel came after it');
+	like($out // '', qr/done/, 'the statements after it ran');
+	$s->quit;
 }
 
 $node->stop;
