@@ -11,7 +11,7 @@
  * the keeper's signal (which the keeper then does not send, src/shmem.c):
  * if, REDSEM_STOP_ESCALATE_MS later, the same client statement still runs
  * (pg_stat_activity's state and query_start, and the backend's own word,
- * in its AskSlot, that no client utility statement ended since: guard.c,
+ * in its AskSlot, that no client statement ended since: guard.c,
  * for a multi-statement Query, whose statements share a query_start), and
  * the backend is not waiting for its client (a cancel is not acted on
  * then: a COPY FROM STDIN, a client that reads slowly) nor in an

@@ -18,10 +18,11 @@
  * so that a statement queue's wait (src/queue.c) is inside them.  A cancel
  * that lands while a statement is parsed (waiting for a lock its parse
  * takes) is PostgreSQL's own; the next statement is then told why.  A
- * client's utility statement (PROCESS_UTILITY_TOPLEVEL: a DO, a CALL, a
- * FETCH; never one run by SPI) that ends says so to the keeper's watch of
- * a cancelled holder (src/escalate.c), since within a multi-statement
- * Query the next statement has the same query_start.
+ * client's statement that ends (a utility statement of
+ * PROCESS_UTILITY_TOPLEVEL: a DO, a CALL, a FETCH, never one run by SPI; a
+ * query whose executor ends outside any other's: exec_depth) says so to
+ * the keeper's watch of a cancelled holder (src/escalate.c), since within
+ * a multi-statement Query the next statement has the same query_start.
  */
 #include "postgres.h"
 
@@ -42,8 +43,16 @@
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
 static ExecutorFinish_hook_type prev_executor_finish = NULL;
+static ExecutorEnd_hook_type prev_executor_end = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static emit_log_hook_type prev_emit_log = NULL;
+
+/*
+ * How many executor or utility calls of this backend are under way: a
+ * query whose executor ends at 0 is a client's (or its portal's), one run
+ * by SPI or by a function ends inside another's call
+ */
+static int	exec_depth = 0;
 
 /*
  * In a PG_CATCH: if the error is a cancel and one of this session's holds
@@ -77,6 +86,7 @@ guard_executor_start(QueryDesc *query, int eflags)
 
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0)
 		hold_check_stopped(false);
+	exec_depth++;
 	PG_TRY();
 	{
 		if (prev_executor_start)
@@ -86,9 +96,11 @@ guard_executor_start(QueryDesc *query, int eflags)
 	}
 	PG_CATCH();
 	{
+		exec_depth--;
 		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
+	exec_depth--;
 }
 
 /*
@@ -103,6 +115,7 @@ guard_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 	MemoryContext cxt = CurrentMemoryContext;
 
 	hold_check_stopped(false);
+	exec_depth++;
 	PG_TRY();
 	{
 		if (prev_executor_run)
@@ -112,9 +125,11 @@ guard_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 	}
 	PG_CATCH();
 	{
+		exec_depth--;
 		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
+	exec_depth--;
 }
 
 /* ExecutorFinish (AFTER triggers): a cancel for a lost slot says so */
@@ -123,6 +138,7 @@ guard_executor_finish(QueryDesc *query)
 {
 	MemoryContext cxt = CurrentMemoryContext;
 
+	exec_depth++;
 	PG_TRY();
 	{
 		if (prev_executor_finish)
@@ -132,9 +148,23 @@ guard_executor_finish(QueryDesc *query)
 	}
 	PG_CATCH();
 	{
+		exec_depth--;
 		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
+	exec_depth--;
+}
+
+/* ExecutorEnd: a client's query ended (outside any other's call) */
+static void
+guard_executor_end(QueryDesc *query)
+{
+	if (exec_depth == 0)
+		escalate_statement_ended();
+	if (prev_executor_end)
+		prev_executor_end(query);
+	else
+		standard_ExecutorEnd(query);
 }
 
 /* True for statements that must always run: transaction control, DISCARD */
@@ -155,6 +185,7 @@ guard_process_utility(PlannedStmt *pstmt, const char *queryString,
 
 	if (!always_runs(pstmt->utilityStmt))
 		hold_check_stopped(false);
+	exec_depth++;
 	PG_TRY();
 	{
 		redsem_next_utility(prev_process_utility, pstmt, queryString,
@@ -162,11 +193,13 @@ guard_process_utility(PlannedStmt *pstmt, const char *queryString,
 	}
 	PG_CATCH();
 	{
+		exec_depth--;
 		if (context == PROCESS_UTILITY_TOPLEVEL)
 			escalate_statement_ended();
 		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
+	exec_depth--;
 	if (context == PROCESS_UTILITY_TOPLEVEL)
 		escalate_statement_ended();
 }
@@ -206,6 +239,8 @@ guard_install_hooks(void)
 	ExecutorRun_hook = guard_executor_run;
 	prev_executor_finish = ExecutorFinish_hook;
 	ExecutorFinish_hook = guard_executor_finish;
+	prev_executor_end = ExecutorEnd_hook;
+	ExecutorEnd_hook = guard_executor_end;
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = guard_process_utility;
 	prev_emit_log = emit_log_hook;

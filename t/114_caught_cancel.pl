@@ -38,6 +38,14 @@ CREATE FUNCTION catcher() RETURNS void LANGUAGE plpgsql AS $$ BEGIN
       RAISE WARNING 'caught: %', SQLERRM;
     END;
   END LOOP;
+END $$;
+CREATE FUNCTION catch_once(sem text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN
+  PERFORM redsem_acquire(sem, 1, '3 s');
+  PERFORM pg_sleep(30);
+  RETURN 'slept';
+EXCEPTION WHEN query_canceled THEN
+  RAISE WARNING 'caught: %', SQLERRM;
+  RETURN 'caught';
 END $$;});
 
 sub session { return RedsemTest::Session->new($node, name => $_[0], user => $_[1] // 'app'); }
@@ -165,6 +173,17 @@ EXCEPTION WHEN query_canceled THEN
   RAISE WARNING 'caught: %', SQLERRM;
 END $$ \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_one');
 	check_left_alone($s, 'esc_one', qr/done/);
+	$s->quit;
+}
+
+###########################################################################
+note 'a SELECT whose function catches the cancel and returns; the next statement of its Query runs long: left alone';
+{
+	# (a query's end, not only a utility statement's, tells the keeper's
+	# watch that the statement cancelled ended, src/guard.c)
+	my $s = session('one_query_select');
+	run_and_forget($s, q{SELECT catch_once('esc_sel') \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_sel');
+	check_left_alone($s, 'esc_sel', qr/done/);
 	$s->quit;
 }
 
