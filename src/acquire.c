@@ -586,7 +586,8 @@ grant_lease_needed_ms(int64 lease_ms)
 
 /*
  * A grant back from its WAIT with less lease left than the keeper counts
- * on (grant_lease_needed_ms): refresh it here, one round trip, so that the
+ * on (grant_lease_needed_ms), or whose answer came after its valid time
+ * (confirm_slow_grant): refresh it here, one round trip, so that the
  * keeper takes it over like a hold it refreshed on time.  *sent and r->ms
  * become the refresh's, *left what is left of its lease now; r->state is
  * SEM_LOST if the slot was gone by then.  False if Redis failed.
@@ -610,7 +611,7 @@ refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 	}
 	r->ms = lease;
 	ereport(DEBUG1,
-			(errmsg("redsem: a slot of semaphore \"%s\" came back from WAIT with too little lease left for the keeper; refreshed (" INT64_FORMAT " ms left)",
+			(errmsg("redsem: a slot of semaphore \"%s\" was granted with too little lease left for the keeper; refreshed (" INT64_FORMAT " ms left)",
 					args->name, *left)));
 	return true;
 }
@@ -622,6 +623,28 @@ typedef enum GrantFate
 	GRANT_FAILED,				/* Redis failed: the failure kept */
 	GRANT_STALE					/* give it back, queue again */
 } GrantFate;
+
+/*
+ * A grant whose answer took so long (Redis or the path to it stalled) that
+ * its valid time had passed when it came (src/timing.h): returned as it
+ * is, its session would be told at its next statement that the slot was
+ * lost.  It is refreshed first, and used if that confirms it in time; else
+ * it is given back and the acquire queues again.
+ */
+static GrantFate
+confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
+				   TimestampTz *sent)
+{
+	int64		left;
+
+	if (redsem_now() < redsem_valid_until(*sent, r->ms))
+		return GRANT_USABLE;
+	if (!refresh_late_grant(args, id, r, sent, &left))
+		return GRANT_FAILED;
+	if (r->state == SEM_HELD && redsem_now() < redsem_valid_until(*sent, r->ms))
+		return GRANT_USABLE;
+	return GRANT_STALE;
+}
 
 /*
  * With redsem.grant_replicas, a grant goes to its WAIT (grant_replicated)
@@ -641,7 +664,7 @@ settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 	if (!grant_is_live(r, *sent))
 		return GRANT_STALE;
 	if (redsem_grant_replicas == 0)
-		return GRANT_USABLE;
+		return confirm_slow_grant(args, id, r, sent);
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
 	left = r->ms - ms_since(*sent);
