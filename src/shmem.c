@@ -1301,9 +1301,13 @@ shared_hold_signal(const StopNotice *sn, int sig)
 	if (shared == NULL)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
-	/* (still the stop listed: a release since may have reset the entry) */
+	/*
+	 * (still the stop listed: a release since may have reset the entry; one
+	 * under way, or the slot given up, leaves no work under it to stop)
+	 */
 	if ((h = tracked_hold(sn->slot, sn->id)) != NULL && h->pid == sn->pid &&
-		h->stop != STOP_NONE && h->stop_signalled && !h->told)
+		h->stop != STOP_NONE && h->stop_signalled && !h->told &&
+		!h->ending && !h->abandoned)
 	{
 		sent = (kill(sn->pid, sig) == 0);
 		/* (after the kill: the signal is pending at the backend by then) */
