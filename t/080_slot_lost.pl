@@ -52,6 +52,21 @@ sub forget
 # The lost-slot error, with its SQLSTATE (psql runs with VERBOSITY verbose)
 sub lost_error { my ($sem) = @_; return qr/ERROR:  57014: the slot of semaphore "\Q$sem\E" was lost/; }
 
+# Stall the keeper while session $s runs, until its watchdog stopped it and
+# its code caught that (stderr matching $caught), then $after_us more;
+# resume the keeper, and return when
+sub stall_keeper_until_caught
+{
+	my ($s, $caught, $after_us) = @_;
+	my $keeper = keeper_pid_of($node);
+	usleep(300_000);
+	kill 'STOP', $keeper;
+	ok(defined $s->wait_stderr($caught, 15), 'its watchdog stopped it; the code caught that');
+	usleep($after_us);
+	kill 'CONT', $keeper;
+	return time;
+}
+
 ###########################################################################
 note 'a slot whose keys are deleted: the running statement is cancelled at the next refresh';
 {
@@ -74,17 +89,11 @@ note 'a slot whose keys are deleted: the running statement is cancelled at the n
 ###########################################################################
 note 'the keeper stalled, the holder stopped itself and caught the cancel: the keeper, back, terminates it';
 {
-	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_catcher');
 	$s->query_ok("SELECT redsem_acquire('wdc', 1, '3 s') IS NOT NULL;");
 	$s->send(q{DO $$ DECLARE n int := 0; BEGIN LOOP BEGIN PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
-	usleep(300_000);
-	kill 'STOP', $keeper;
-	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdc" was lost/, 15),
-		'its watchdog cancelled it; the code caught that');
-	kill 'CONT', $keeper;
-	my $back = time;
+	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdc" was lost/, 0);
 	ok($s->wait_exit(20), 'the session ended');
 	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
 	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
@@ -99,17 +108,11 @@ note 'the same in a tight loop: its watchdog\'s cancel is told as the lost slot,
 	# between the watchdog's claim and the cancel it set pending: the
 	# session then tells the stop itself, and the pending cancel, when it
 	# comes, is told as the same stop, src/stop.c)
-	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_tight');
 	$s->query_ok("SELECT redsem_acquire('wdt', 1, '3 s') IS NOT NULL;");
 	$s->send(q{DO $$ BEGIN LOOP BEGIN LOOP PERFORM 1; END LOOP;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
-	usleep(300_000);
-	kill 'STOP', $keeper;
-	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdt" was lost/, 15),
-		'its watchdog stopped it; the code caught that');
-	usleep(500_000);
-	kill 'CONT', $keeper;
+	stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdt" was lost/, 500_000);
 	ok($s->wait_exit(20), 'the session ended (the keeper, back, terminated it)');
 	my $err = $s->stderr_so_far;
 	unlike($err, qr/canceling statement due to user request/, 'no bare cancel, caught or not');
@@ -124,17 +127,11 @@ note 'its watchdog\'s stop caught, the DO ends; the next statement of its Query 
 {
 	# (the keeper, back, must see that the statement told ended, though the
 	# next one of the same Query has its query_start: src/escalate.c)
-	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_then_long');
 	$s->query_ok("SELECT redsem_acquire('wdl', 1, '3 s') IS NOT NULL;");
 	$s->send(q{DO $$ BEGIN BEGIN LOOP PERFORM pg_sleep(0.05); END LOOP;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END $$ \; SELECT pg_sleep(6) \; SELECT 'done';});
-	usleep(300_000);
-	kill 'STOP', $keeper;
-	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdl" was lost/, 15),
-		'its watchdog stopped it; the code caught that and ended the DO');
-	usleep(500_000);
-	kill 'CONT', $keeper;
+	stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdl" was lost/, 500_000);
 	my ($out, $err) = $s->wait_done(30);
 	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
 	like($out // "", qr/done/, "the statement after the DO ran to its end") or diag $err;
@@ -144,20 +141,13 @@ note 'its watchdog\'s stop caught, the DO ends; the next statement of its Query 
 ###########################################################################
 note 'the same with a transaction\'s slot, and its statement a function that catches the cancel';
 {
-	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_catcher_xact');
 	$node->safe_psql('postgres', q{CREATE FUNCTION stubborn() RETURNS int LANGUAGE plpgsql AS $$
 		DECLARE n int := 0; BEGIN LOOP BEGIN PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; RETURN n; END $$;});
 	$s->send(q{BEGIN; SELECT redsem_acquire_xact('wdx', 1, '3 s') IS NOT NULL; SELECT stubborn(); COMMIT;});
 	ok(defined wait_until(10, sub { $redis->zcard('wdx', 'owner') == 1 }), 'wdx: it holds');
-	usleep(300_000);
-	kill 'STOP', $keeper;
-	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wdx" was lost/, 15),
-		'its watchdog cancelled it; the code caught that');
-	usleep(3_000_000);
-	kill 'CONT', $keeper;
-	my $back = time;
+	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdx" was lost/, 3_000_000);
 	ok($s->wait_exit(20), 'the session ended');
 	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
 	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
@@ -198,19 +188,12 @@ note 'six slots lost at once while the keeper stalls, the loop catches: the keep
 	# (its session tells the six stops itself and asks the keeper to watch
 	# each: four have room in its AskSlot, the two beyond are asked for
 	# aside, and watched by their statement, until it ends: src/escalate.c)
-	my $keeper = keeper_pid_of($node);
 	my $s = session('watchdog_six');
 	$s->query_ok("SELECT redsem_acquire('wd6_$_', 1, '3 s') IS NOT NULL;") foreach 1 .. 6;
 	$s->send(q{DO $$ BEGIN LOOP BEGIN LOOP PERFORM 1; END LOOP;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
-	usleep(300_000);
-	kill 'STOP', $keeper;
-	ok(defined $s->wait_stderr(qr/caught: the slot of semaphore "wd6_\d" was lost/, 15),
-		'its watchdog stopped it; the code caught that');
 	# (all six past their valid_until, and told, before the keeper is back)
-	usleep(1_500_000);
-	kill 'CONT', $keeper;
-	my $back = time;
+	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wd6_\d" was lost/, 1_500_000);
 	ok($s->wait_exit(20), 'the session ended');
 	my $err = $s->stderr_so_far;
 	like($err, qr/terminating connection due to administrator command/, 'it was terminated');

@@ -123,6 +123,16 @@ sub tight_loop
 	  . ($on_catch // '') . "    END;\n  END LOOP;\nEND \$\$;";
 }
 
+# A DO block that takes $sem and runs a tight loop of statements in a
+# block that catches the cancel once, then $after (no semicolon after it)
+sub tight_once
+{
+	my ($sem, $after) = @_;
+	return "DO \$\$ BEGIN\n  PERFORM redsem_acquire('$sem', 1, '3 s');\n  BEGIN\n    LOOP\n      PERFORM 1;\n"
+	  . "    END LOOP;\n  EXCEPTION WHEN query_canceled THEN\n    RAISE WARNING 'caught: %', SQLERRM;\n  END;\n"
+	  . ($after // '') . "END \$\$";
+}
+
 ###########################################################################
 note 'catch the cancel and run on: terminated';
 {
@@ -230,16 +240,7 @@ note 'the tight loop ends after the catch; the next statement of its Query runs 
 	# a moment later, must see that the DO ended though the long statement
 	# after it has the same query_start)
 	my $s = session('tight_ends');
-	run_and_forget($s, q{DO $$ BEGIN
-  PERFORM redsem_acquire('esc_tight_end', 1, '3 s');
-  BEGIN
-    LOOP
-      PERFORM 1;
-    END LOOP;
-  EXCEPTION WHEN query_canceled THEN
-    RAISE WARNING 'caught: %', SQLERRM;
-  END;
-END $$ \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_tight_end');
+	run_and_forget($s, tight_once('esc_tight_end') . q{ \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_tight_end');
 	check_left_alone($s, 'esc_tight_end', qr/done/);
 	$s->quit;
 }
@@ -322,21 +323,9 @@ note 'track_activities off: a tight loop catches the stop once, never a bare can
 	# cancel after its own error: the block after the catch would catch it)
 	$node->safe_psql('postgres', 'CREATE ROLE untracked LOGIN; ALTER ROLE untracked SET track_activities = off');
 	my $s = session('untracked', 'untracked');
-	run_and_forget($s, q{DO $$ BEGIN
-  PERFORM redsem_acquire('esc_untracked', 1, '3 s');
-  BEGIN
-    LOOP
-      PERFORM 1;
-    END LOOP;
-  EXCEPTION WHEN query_canceled THEN
-    RAISE WARNING 'caught: %', SQLERRM;
-  END;
-  BEGIN
-    PERFORM pg_sleep(1);
-  EXCEPTION WHEN query_canceled THEN
-    RAISE WARNING 'caught later: %', SQLERRM;
-  END;
-END $$; SELECT 'done';}, 'esc_untracked');
+	run_and_forget($s, tight_once('esc_untracked', "  BEGIN\n    PERFORM pg_sleep(1);\n"
+		  . "  EXCEPTION WHEN query_canceled THEN\n    RAISE WARNING 'caught later: %', SQLERRM;\n  END;\n")
+		  . q{; SELECT 'done';}, 'esc_untracked');
 	my ($out, $err) = $s->wait_done(30);
 	like($err // '', qr/caught: the slot of semaphore "esc_untracked" was lost/, 'the code caught the stop');
 	unlike($err // '', qr/caught later|canceling statement due to user request/, 'no cancel came after it');
