@@ -39,7 +39,6 @@
 #include "hold.h"
 #include "hooks.h"
 #include "stop.h"
-#include "watchdog.h"
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
@@ -156,23 +155,12 @@ guard_executor_finish(QueryDesc *query)
 	exec_depth--;
 }
 
-/*
- * A client's statement ended: the keeper's watch of it is over, and the
- * watchdog rests until the next one
- */
-static void
-client_statement_ended(void)
-{
-	escalate_statement_ended();
-	watchdog_rest();
-}
-
 /* ExecutorEnd: a client's query ended (outside any other's call) */
 static void
 guard_executor_end(QueryDesc *query)
 {
 	if (exec_depth == 0)
-		client_statement_ended();
+		escalate_statement_ended();
 	if (prev_executor_end)
 		prev_executor_end(query);
 	else
@@ -207,13 +195,13 @@ guard_process_utility(PlannedStmt *pstmt, const char *queryString,
 	{
 		exec_depth--;
 		if (context == PROCESS_UTILITY_TOPLEVEL)
-			client_statement_ended();
+			escalate_statement_ended();
 		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
 	exec_depth--;
 	if (context == PROCESS_UTILITY_TOPLEVEL)
-		client_statement_ended();
+		escalate_statement_ended();
 }
 
 /*

@@ -674,6 +674,9 @@ xact_callback(XactEvent event, void *arg)
 			if (mark_matching(ends_with_xact, InvalidSubTransactionId))
 				release_ending_guarded(REDSEM_XACT_CLEANUP_MS, !redsem_await_release,
 									   "at the end of the transaction");
+			/* (an ERROR's recovery disabled every timeout just before) */
+			if (event == XACT_EVENT_ABORT)
+				watchdog_arm();
 			break;
 		default:
 			break;
@@ -1155,9 +1158,8 @@ hold_check_stopped(bool at_commit)
 	bool		cancel_coming = false;
 	TimestampTz keeper_sent_at = 0;
 
-	/* (a statement starts: the watchdog runs while it does, src/watchdog.c) */
-	if (!at_commit)
-		watchdog_arm();
+	/* (an ERROR at the top level disabled the watchdog's timeout) */
+	watchdog_arm();
 	if (at_commit)
 		dooms_refuse();
 	if (!hold_stop_look_due(at_commit))

@@ -192,8 +192,7 @@
  * A backend also looks at its own holds when it starts a statement and
  * before it commits, so a keeper that died does not leave a holder running
  * past that moment beyond its next statement; and while it holds a slot to
- * stop and runs a statement, its watchdog (src/watchdog.c) looks every
- * REDSEM_WATCHDOG_MS and
+ * stop, its watchdog (src/watchdog.c) looks every REDSEM_WATCHDOG_MS and
  * stops it at that moment if the keeper has not (a keeper stalled, alive
  * but not running, is never restarted): at most REDSEM_WATCHDOG_MS late,
  * within REDSEM_STOP_ACT_MS, the rest left to the signal and the abort.  A refresh that finds the

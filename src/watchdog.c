@@ -6,11 +6,7 @@
  *		holder's lease runs out and Redis gives its slot to another.
  *
  * While a backend holds slots a policy stops (redsem.on_slot_lost cancel
- * or terminate) and runs a client's statement, a timeout fires every
- * REDSEM_WATCHDOG_MS (src/timing.h); between statements it rests (armed
- * at each statement's look at its holds, src/hold.c, disarmed at its end,
- * src/guard.c), for nothing of the session runs then, and a slot lost
- * meanwhile is told at the next statement's look.
+ * or terminate), a timeout fires every REDSEM_WATCHDOG_MS (src/timing.h).
  * Its handler reads, without a lock, the stop_at of each of the backend's
  * entries in the hold table (their valid_until, kept up to date by every
  * change under the table's lock, src/shmem.c); for one past it, it takes
@@ -20,7 +16,8 @@
  * told why as after the keeper's cancel (src/guard.c, src/hold.c), and the
  * keeper, when it runs, watches a holder that caught the cancel
  * (src/escalate.c), as after its own.  An ERROR at the top level
- * disables every timeout (PostgresMain): the next statement arms it.
+ * disables every timeout (PostgresMain) before the transaction's abort,
+ * which arms it again (as does each statement's look at its holds).
  * Where 64-bit atomics are emulated with a spinlock (not in a signal
  * handler) there is no watchdog, and a stalled keeper's holders are
  * stopped at their next statement, as before.
@@ -89,14 +86,6 @@ watchdog_arm(void)
 														 REDSEM_WATCHDOG_MS),
 							 REDSEM_WATCHDOG_MS);
 #endif
-}
-
-/* Disarm the timeout: a client's statement ended (src/guard.c) */
-void
-watchdog_rest(void)
-{
-	if (registered && get_timeout_active(watchdog_timeout))
-		disable_timeout(watchdog_timeout, false);
 }
 
 /* Watch the entry in slot (a slot this backend's holder was just granted) */

@@ -6,7 +6,6 @@
 #define REDSEM_WATCHDOG_H
 
 extern void watchdog_arm(void);
-extern void watchdog_rest(void);
 extern void watchdog_watch(int slot);
 extern void watchdog_unwatch(int slot);
 extern int	watchdog_fires(void);

@@ -154,35 +154,6 @@ note 'the same with a transaction\'s slot, and its statement a function that cat
 }
 
 ###########################################################################
-note 'an idle holder is not woken by its watchdog';
-{
-	# (its watchdog ticks every 100 ms while a statement of it runs, and
-	# rests between statements: a slot lost meanwhile is told at the next)
-	my $s = session('idle_holder');
-	$s->query_ok("SELECT redsem_acquire('idlew', 1, '30 s') IS NOT NULL;");
-	my $pid = $s->backend_pid;
-	my $switches = sub {
-		my $st = slurp_file("/proc/$pid/status");
-		my ($v) = $st =~ /^voluntary_ctxt_switches:\s+(\d+)/m;
-		my ($n) = $st =~ /^nonvoluntary_ctxt_switches:\s+(\d+)/m;
-		return $v + $n;
-	};
-	usleep(300_000);
-	my $before = $switches->();
-	usleep(2_000_000);
-	my $woken = $switches->() - $before;
-	cmp_ok($woken, '<', 8, "idle for 2 s with a slot, its backend was woken $woken times (its watchdog ticks only while a statement runs)");
-	$s->query_ok('BEGIN;');
-	$before = $switches->();
-	usleep(2_000_000);
-	$woken = $switches->() - $before;
-	cmp_ok($woken, '<', 8, "idle in a transaction, too ($woken)");
-	$s->query_ok('COMMIT;');
-	$s->query_ok("SELECT redsem_release_all();");
-	$s->quit;
-}
-
-###########################################################################
 note 'six slots lost at once while the keeper stalls, the loop catches: the keeper, back, terminates it';
 {
 	# (its session tells the six stops itself and asks the keeper to watch
