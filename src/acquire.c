@@ -637,7 +637,8 @@ confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
 {
 	int64		left;
 
-	if (redsem_now() < redsem_valid_until(*sent, r->ms))
+	/* (a promotion the keeper confirms came in time: promoted_in_time) */
+	if (r->confirm_ms > 0 || redsem_now() < redsem_valid_until(*sent, r->ms))
 		return GRANT_USABLE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;

@@ -29,8 +29,10 @@
 #include "executor/executor.h"
 #include "nodes/parsenodes.h"
 #include "tcop/utility.h"
+#include "utils/backend_status.h"
 #include "utils/elog.h"
 #include "utils/errcodes.h"
+#include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
 
 #include "compat.h"
@@ -155,11 +157,27 @@ guard_executor_finish(QueryDesc *query)
 	exec_depth--;
 }
 
+/*
+ * True if a query that ends outside any executor or utility call is SPI's
+ * of code the client's statement still runs: a trigger fired at commit (a
+ * deferred one, after the statement's own executor ended), or a function
+ * called through the fastpath protocol (PQfn: no hook sees its start)
+ */
+static bool
+statement_runs_on(void)
+{
+	LOCAL_FCINFO(fcinfo, 0);
+
+	InitFunctionCallInfoData(*fcinfo, NULL, 0, InvalidOid, NULL, NULL);
+	return DatumGetInt32(pg_trigger_depth(fcinfo)) > 0 ||
+		(MyBEEntry != NULL && MyBEEntry->st_state == STATE_FASTPATH);
+}
+
 /* ExecutorEnd: a client's query ended (outside any other's call) */
 static void
 guard_executor_end(QueryDesc *query)
 {
-	if (exec_depth == 0)
+	if (exec_depth == 0 && !statement_runs_on())
 		escalate_statement_ended();
 	if (prev_executor_end)
 		prev_executor_end(query);

@@ -39,6 +39,19 @@ CREATE FUNCTION catcher() RETURNS void LANGUAGE plpgsql AS $$ BEGIN
     END;
   END LOOP;
 END $$;
+CREATE TABLE deferred_t(x int);
+CREATE FUNCTION deferred_catcher() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  LOOP
+    BEGIN
+      PERFORM pg_sleep(0.1);
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught: %', SQLERRM;
+    END;
+  END LOOP;
+END $$;
+CREATE CONSTRAINT TRIGGER deferred_catcher AFTER INSERT ON deferred_t DEFERRABLE INITIALLY DEFERRED
+  FOR EACH ROW EXECUTE FUNCTION deferred_catcher();
+GRANT ALL ON deferred_t TO app;
 CREATE FUNCTION catch_once(sem text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN
   PERFORM redsem_acquire(sem, 1, '3 s');
   PERFORM pg_sleep(30);
@@ -195,6 +208,18 @@ note 'a SELECT whose function catches the cancel and returns; the next statement
 	run_and_forget($s, q{SELECT catch_once('esc_sel') \; SELECT pg_sleep(5) \; SELECT 'done';}, 'esc_sel');
 	check_left_alone($s, 'esc_sel', qr/done/);
 	$s->quit;
+}
+
+###########################################################################
+note 'a trigger fired at commit catches the cancel and runs on: terminated';
+{
+	# (the statement's own executor ended before the commit fired the
+	# trigger: the queries the trigger runs end outside any other's call,
+	# but the client's statement still runs)
+	my $s = session('deferred');
+	$s->query_ok("SELECT redsem_acquire('esc_deferred', 1, '3 s') IS NOT NULL;");
+	my $forgot = run_and_forget($s, q{INSERT INTO deferred_t VALUES (1);}, 'esc_deferred');
+	check_terminated($s, 'esc_deferred', $forgot);
 }
 
 ###########################################################################
