@@ -31,7 +31,8 @@ use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
-  processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file);
+  processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file
+  check_told_once);
 
 # Servers start as a copy of one initdb made before the suite
 # (scripts/test.sh sets INITDB_TEMPLATE): the suite is CPU-bound on 2 cores,
@@ -488,6 +489,31 @@ sub keeper_pid_of
 		return $pid if $ppid == $pm && $state ne 'Z' && $cmd =~ /redsem keeper/;
 	}
 	return undef;
+}
+
+=item check_told_once($err, $name)
+
+Check what code that catches query_canceled printed ("caught: ...") in
+$err: the stop was told as the lost slot (twice at most, if a cancel was
+on its way), and no bare "canceling statement due to user request" came
+after it.  One may come before: a cancel that lands between two
+statements of PL/pgSQL, outside any executor call, is PostgreSQL's own
+(the next statement tells the stop).  $name names the checks.
+
+=cut
+
+sub check_told_once
+{
+	my ($err, $name) = @_;
+	my @caught = $err =~ /caught: ([^\n]*)/g;
+	my ($first) = grep { $caught[$_] =~ /was lost/ } 0 .. $#caught;
+	ok(defined $first, "$name: the stop was told as the lost slot") or diag explain \@caught;
+	return unless defined $first;
+	my @after = @caught[ $first .. $#caught ];
+	ok(!grep({ !/was lost/ } @after) && @after <= 2 && $first <= 1,
+		"$name: told once (twice if a cancel was on its way), no bare cancel after it")
+	  or diag explain \@caught;
+	return;
 }
 
 =item holders_of($redis, $sem)
