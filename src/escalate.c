@@ -57,6 +57,8 @@ typedef struct Watch
 	int			procno;			/* its PGPROC's index: its AskSlot */
 	TimestampTz statement_start;	/* its query_start then */
 	TimestampTz counted_from;	/* the cancel, or its last try since */
+	TimestampTz since;			/* the stop (the cancel, or the tell): a
+								 * slot granted since ends the watch */
 	uint32		asks_seen;		/* its AskSlot's count of tries then */
 	uint32		grants_seen;	/* ... and of grants */
 	uint32		generation;		/* its AskSlot's when it was armed */
@@ -99,6 +101,7 @@ typedef struct AskSlot
 	bool		asked[ASK_NAMES];	/* its session told the stop of this
 									 * one itself: the keeper is to watch */
 	TimestampTz told_in[ASK_NAMES]; /* ... in the statement started then */
+	TimestampTz told_at[ASK_NAMES]; /* ... at this time */
 	uint32		told_asks[ASK_NAMES];	/* ... and asks and grants then */
 	uint32		told_grants[ASK_NAMES];
 	char		names[ASK_NAMES][REDSEM_MAX_NAME_BYTES + 1];
@@ -107,6 +110,7 @@ typedef struct AskSlot
 	bool		over_asked;
 	int			over_n;			/* how many (more than one: not named) */
 	TimestampTz over_told_in;
+	TimestampTz over_told_at;
 	uint32		over_told_asks; /* ... any_asks then */
 	char		over_name[REDSEM_MAX_NAME_BYTES + 1];	/* the first's */
 } AskSlot;
@@ -260,6 +264,7 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 	a->told_in[i] = 0;
 	a->told_asks[i] = 0;
 	a->told_grants[i] = 0;
+	a->told_at[i] = 0;
 	strlcpy(a->names[i], name, sizeof(a->names[i]));
 	a->n++;
 	return i;
@@ -289,6 +294,9 @@ ask_slot_watch(Watch *w, bool told)
 	i = w->whole ? -1 : ask_slot_add_locked(a, w->pid, w->name);
 	w->in_slot = i >= 0;
 	/* (a told one counts from the tell: a try or grant since ends it) */
+	w->since = w->counted_from;
+	if (told)
+		w->since = (w->in_slot && a->told_at[i] != 0) ? a->told_at[i] : a->over_told_at;
 	if (w->in_slot)
 	{
 		w->asks_seen = told ? a->told_asks[i] : a->asks[i];
@@ -331,18 +339,21 @@ escalate_note_told(const char *name, TimestampTz told_in)
 	int			i = procno_of(MyProc);
 	AskSlot    *a;
 	int			at;
+	TimestampTz now;
 
 	if (i < 0)
 		return false;
 	if (told_in == 0)
 		return true;
 	a = &ask_slots[i];
+	now = redsem_now();
 	SpinLockAcquire(&a->mutex);
 	at = ask_slot_add_locked(a, MyProcPid, name);
 	if (at >= 0)
 	{
 		a->asked[at] = true;
 		a->told_in[at] = told_in;
+		a->told_at[at] = now;
 		a->told_asks[at] = a->asks[at];
 		a->told_grants[at] = a->grants[at];
 	}
@@ -351,6 +362,7 @@ escalate_note_told(const char *name, TimestampTz told_in)
 		a->over_asked = true;
 		a->over_n = 1;
 		a->over_told_in = told_in;
+		a->over_told_at = now;
 		a->over_told_asks = a->any_asks;
 		strlcpy(a->over_name, name, sizeof(a->over_name));
 	}
@@ -404,6 +416,7 @@ ask_slot_remove_locked(AskSlot *a, int i)
 	a->grants[i] = a->grants[j];
 	a->asked[i] = a->asked[j];
 	a->told_in[i] = a->told_in[j];
+	a->told_at[i] = a->told_at[j];
 	a->told_asks[i] = a->told_asks[j];
 	a->told_grants[i] = a->told_grants[j];
 	memcpy(a->names[i], a->names[j], sizeof(a->names[i]));
@@ -711,7 +724,7 @@ look_at(Watch *w, TimestampTz now)
 		!running_statement(w->pid, &start) || start != w->statement_start)
 		return false;
 	/* (granted a slot of it again since: held still, or given back) */
-	fresh = shared_hold_fresh(w->pid, w->name);
+	fresh = shared_hold_fresh(w->pid, w->name, w->since);
 	if (!w->whole && (fresh == HOLD_FRESH_GRANTED || grants != w->grants_seen))
 		return false;
 	if (fresh == HOLD_FRESH_WAITING || asks != w->asks_seen)

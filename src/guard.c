@@ -28,6 +28,7 @@
 
 #include "executor/executor.h"
 #include "nodes/parsenodes.h"
+#include "optimizer/planner.h"
 #include "tcop/utility.h"
 #include "utils/backend_status.h"
 #include "utils/elog.h"
@@ -46,13 +47,15 @@ static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
 static ExecutorFinish_hook_type prev_executor_finish = NULL;
 static ExecutorEnd_hook_type prev_executor_end = NULL;
+static planner_hook_type prev_planner = NULL;
 static ProcessUtility_hook_type prev_process_utility = NULL;
 static emit_log_hook_type prev_emit_log = NULL;
 
 /*
- * How many executor or utility calls of this backend are under way: a
- * query whose executor ends at 0 is a client's (or its portal's), one run
- * by SPI or by a function ends inside another's call
+ * How many executor, utility or planner calls of this backend are under
+ * way: a query whose executor ends at 0 is a client's (or its portal's),
+ * one run by SPI or by a function (one the planner runs included) ends
+ * inside another's call
  */
 static int	exec_depth = 0;
 
@@ -158,6 +161,35 @@ guard_executor_finish(QueryDesc *query)
 }
 
 /*
+ * planner: a function it runs (an immutable one with constant arguments, a
+ * stable one for an estimate) runs inside the planning, not as a client's
+ * statement of its own
+ */
+static PlannedStmt *
+guard_planner(Query *parse, const char *query_string, int cursorOptions,
+			  ParamListInfo boundParams)
+{
+	PlannedStmt *result;
+
+	exec_depth++;
+	PG_TRY();
+	{
+		if (prev_planner)
+			result = prev_planner(parse, query_string, cursorOptions, boundParams);
+		else
+			result = standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+	PG_CATCH();
+	{
+		exec_depth--;
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	exec_depth--;
+	return result;
+}
+
+/*
  * True if a query that ends outside any executor or utility call is SPI's
  * of code the client's statement still runs: a trigger fired at commit (a
  * deferred one, after the statement's own executor ended), or a function
@@ -259,6 +291,8 @@ guard_install_hooks(void)
 	ExecutorFinish_hook = guard_executor_finish;
 	prev_executor_end = ExecutorEnd_hook;
 	ExecutorEnd_hook = guard_executor_end;
+	prev_planner = planner_hook;
+	planner_hook = guard_planner;
 	prev_process_utility = ProcessUtility_hook;
 	ProcessUtility_hook = guard_process_utility;
 	prev_emit_log = emit_log_hook;

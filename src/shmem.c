@@ -1389,7 +1389,7 @@ stoppable(const SharedHold *h)
  * (src/escalate.c): a slot granted to it, or one it waits for
  */
 HoldFreshness
-shared_hold_fresh(int pid, const char *name)
+shared_hold_fresh(int pid, const char *name, TimestampTz since)
 {
 	HoldFreshness fresh = HOLD_FRESH_NONE;
 
@@ -1402,8 +1402,13 @@ shared_hold_fresh(int pid, const char *name)
 
 		if (h->in_use && h->pid == pid && h->stop == STOP_NONE &&
 			!h->abandoned && !h->ending && strcmp(h->name, name) == 0)
-			fresh = (h->phase == PHASE_HELD && h->returned) ?
-				HOLD_FRESH_GRANTED : HOLD_FRESH_WAITING;
+		{
+			/* (a slot held from before since is not one taken again) */
+			if (h->phase != PHASE_HELD || !h->returned)
+				fresh = HOLD_FRESH_WAITING;
+			else if (h->acquired_at >= since)
+				fresh = HOLD_FRESH_GRANTED;
+		}
 	}
 	LWLockRelease(shared->holds_lock);
 	return fresh;

@@ -296,7 +296,7 @@ typedef enum HoldFreshness
 	HOLD_FRESH_GRANTED
 } HoldFreshness;
 
-extern HoldFreshness shared_hold_fresh(int pid, const char *name);
+extern HoldFreshness shared_hold_fresh(int pid, const char *name, TimestampTz since);
 extern int	shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 								  TimestampTz *earliest);
 

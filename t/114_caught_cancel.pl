@@ -52,6 +52,16 @@ END $$;
 CREATE CONSTRAINT TRIGGER deferred_catcher AFTER INSERT ON deferred_t DEFERRABLE INITIALLY DEFERRED
   FOR EACH ROW EXECUTE FUNCTION deferred_catcher();
 GRANT ALL ON deferred_t TO app;
+CREATE FUNCTION plan_catcher(sem text) RETURNS int LANGUAGE plpgsql IMMUTABLE AS $$ BEGIN
+  PERFORM redsem_acquire(sem, 1, '3 s');
+  LOOP
+    BEGIN
+      PERFORM pg_sleep(0.05);
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught: %', SQLERRM;
+    END;
+  END LOOP;
+END $$;
 CREATE FUNCTION catch_once(sem text) RETURNS text LANGUAGE plpgsql AS $$ BEGIN
   PERFORM redsem_acquire(sem, 1, '3 s');
   PERFORM pg_sleep(30);
@@ -220,6 +230,39 @@ note 'a trigger fired at commit catches the cancel and runs on: terminated';
 	$s->query_ok("SELECT redsem_acquire('esc_deferred', 1, '3 s') IS NOT NULL;");
 	my $forgot = run_and_forget($s, q{INSERT INTO deferred_t VALUES (1);}, 'esc_deferred');
 	check_terminated($s, 'esc_deferred', $forgot);
+}
+
+###########################################################################
+note 'a function the planner runs catches the cancel and runs on: terminated';
+{
+	# (an immutable function with a constant argument runs while the
+	# statement is planned: its queries end inside the planning, not as
+	# statements of the client's)
+	my $s = session('planned');
+	my $forgot = run_and_forget($s, q{SELECT plan_catcher('esc_plan');}, 'esc_plan');
+	check_terminated($s, 'esc_plan', $forgot);
+}
+
+###########################################################################
+note 'a second slot of the semaphore, held from before, does not end the watch: terminated';
+{
+	my $s = session('second');
+	$s->send(q{DO $$ BEGIN
+  RAISE WARNING 'lost id: %', redsem_acquire('esc_second', 2, '3 s');
+  PERFORM redsem_acquire('esc_second', 2, '3 s');
+  LOOP
+    BEGIN
+      PERFORM pg_sleep(0.1);
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught: %', SQLERRM;
+    END;
+  END LOOP;
+END $$;});
+	ok(defined $s->wait_stderr(qr/lost id: \S+/, 10), 'the holder runs under two slots of esc_second');
+	ok(wait_until(10, sub { $redis->zcard('esc_second', 'owner') == 2 }), 'both taken');
+	my ($id) = $s->stderr_so_far =~ /lost id: (\S+)/;
+	$node->safe_psql('postgres', "SELECT redsem_force_release('esc_second', '$id')");
+	check_terminated($s, 'esc_second', time);
 }
 
 ###########################################################################
