@@ -354,33 +354,6 @@ note 'after five slots lost while idle (each told at the next statement), a tigh
 }
 
 ###########################################################################
-note 'six slots lost at once, a tight loop catches and takes back four: terminated';
-{
-	# (the two beyond the room of its AskSlot are watched, whether the
-	# keeper cancelled the statement or its session told the stops first;
-	# the handler takes the four back once, in a block of its own; the
-	# keeper finds the six gone in one or more passes, so a later cancel
-	# may land in a handler, or between two tries, where PL/pgSQL, not a
-	# statement, takes it in, as a bare cancel: an outer block catches those)
-	my $s = session('six');
-	my $take = sub { join('', map { "$_[0]PERFORM redsem_acquire('esc_six$_', 10, '3 s');\n" } @_[ 1 .. $#_ ]) };
-	my $catch = sub { "$_[0]EXCEPTION WHEN query_canceled THEN\n$_[0]  RAISE WARNING 'caught: %', SQLERRM;\n" };
-	$s->send("DO \$\$ DECLARE again bool := false; BEGIN\n" . $take->('  ', 1 .. 6)
-		  . "  LOOP\n    BEGIN\n      LOOP\n        BEGIN\n          LOOP\n            PERFORM 1;\n          END LOOP;\n"
-		  . $catch->('        ') . "          IF NOT again THEN\n            again := true;\n            BEGIN\n"
-		  . $take->('              ', 1 .. 4) . $catch->('            ') . "            END;\n          END IF;\n"
-		  . "        END;\n      END LOOP;\n" . $catch->('    ') . "    END;\n  END LOOP;\nEND \$\$;");
-	ok(wait_until(10, sub { $redis->zcard('esc_six6', 'owner') == 1 }), 'the holder runs under its six slots');
-	forget("esc_six$_") foreach 1 .. 6;
-	my $forgot = time;
-	ok($s->wait_exit(20), 'the session ended');
-	my $err = $s->stderr_so_far;
-	like($err, qr/caught: the slot of semaphore "esc_six\d" was lost/, 'the code caught the cancel');
-	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
-	cmp_ok(time - $forgot, '<', 12, 'within the lease and the escalation delay');
-}
-
-###########################################################################
 note 'track_activities off: a tight loop catches the stop once, never a bare cancel after it';
 {
 	# (the keeper cannot tell its statements apart and does not watch it;
