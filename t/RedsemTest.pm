@@ -846,6 +846,23 @@ sub zcard
 
 =pod
 
+=item $redis->owner_waiting($semaphore)
+
+"owner|waiting": both ZCARDs read at one instant (one script), so a
+hand-off between two separate reads cannot show as two holders.
+
+=cut
+
+sub owner_waiting
+{
+	my ($self, $name) = @_;
+	return $self->cli('EVAL',
+		"return redis.call('ZCARD', KEYS[1]) .. '|' .. redis.call('ZCARD', KEYS[2])",
+		2, "redsem:{$name}:owner", "redsem:{$name}:waiting") // '';
+}
+
+=pod
+
 =item $redis->scan_keys($pattern)
 
 The keys matching $pattern, sorted.
