@@ -616,6 +616,21 @@ refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 	return true;
 }
 
+/*
+ * True if a bounded wait has less left than the last ask's or give-back's
+ * round trip took: another as slow would be answered only after the wait
+ * (a path to Redis that stays slow would otherwise overrun the wait by a
+ * try's round trips).  A caller that does not wait makes its one try in
+ * full.
+ */
+static bool
+no_time_for_another(const AcquireArgs *args)
+{
+	if (args->wait_ms <= 0 || args->deadline == DT_NOEND || args->try_rt_ms < 0)
+		return false;
+	return ms_left(args->deadline) < args->try_rt_ms;
+}
+
 /* What becomes of a grant (settle_grant) */
 typedef enum GrantFate
 {
@@ -640,6 +655,9 @@ confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
 	/* (a promotion the keeper confirms came in time: promoted_in_time) */
 	if (r->confirm_ms > 0 || redsem_now() < redsem_valid_until(*sent, r->ms))
 		return GRANT_USABLE;
+	/* a refresh as slow as the grant would end past the wait: give it back */
+	if (no_time_for_another(args))
+		return GRANT_STALE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;
 	if (r->state == SEM_HELD && redsem_now() < redsem_valid_until(*sent, r->ms))
@@ -793,6 +811,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 	for (;;)
 	{
 		RedisCall	call;
+		TimestampTz dropping;
 
 		wait_call(args, &call);
 		*sent = redsem_now();
@@ -804,9 +823,11 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 			return ACQUIRE_FAILED;
 		}
 		asked = true;
+		args->try_rt_ms = ms_since(*sent);
 		note_limit(args, r);
 		if (r->state == SEM_WAITING)
 		{
+			args->try_rt_ms = -1;
 			args->waited = true;
 			hold_mark_waiting(hold, *sent);
 			if (!wait_in_line_shown(args, hold, id, r, sent, deadline))
@@ -826,13 +847,16 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 			case GRANT_STALE:
 				break;
 		}
+		dropping = redsem_now();
 		if (!drop_stale_grant(args, id))
 		{
 			if (ride_on(args, &args->failure))
 				continue;
 			return ACQUIRE_FAILED;
 		}
-		if (args->wait_ms == 0 || ms_left(deadline) <= 0)
+		args->try_rt_ms = ms_since(dropping);
+		if (args->wait_ms == 0 || ms_left(deadline) <= 0 ||
+			no_time_for_another(args))
 		{
 			r->state = SEM_LOST;
 			return ACQUIRE_NOT_GRANTED;
@@ -936,6 +960,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->deadline = deadline;
 	args->ride_from = args->ride_last = started;
 	args->rides = 0;
+	args->try_rt_ms = -1;
 	result = take_slot(args, *hold, buf, deadline, &r, &sent);
 	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)
 		result = store_default_limit(args)

@@ -37,6 +37,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
+use Time::HiRes ();
 
 my $redis = RedsemTest::Redis->new;
 # (while the file is there: the session's tries again within its wait too)
@@ -163,6 +164,32 @@ is($n, '3', 'and is watched: its role has no bound');
 $f->quit;
 $s->quit;
 node_log_is_clean($node);
+
+note 'a path that stays slower than the valid time of a lease: the wait still ends in time';
+{
+	# (each reply 1.85 s late: a grant of a 2 s lease comes after its valid
+	# time, 1.78 s, and so would its refresh.  With 3 s of wait, 1.15 s is
+	# left when the grant comes, less than its round trip took: it is given
+	# back at once, not refreshed first, and no other try is begun)
+	my $slow_sock = PostgreSQL::Test::Utils::tempdir_short() . '/slow.sock';
+	my $slow = IPC::Run::start(
+		[ 'perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $slow_sock, $redis->socket, 1850 ],
+		'<', '/dev/null', '>', "$PostgreSQL::Test::Utils::log_path/117_slow_proxy.log", '2>&1');
+	ok(defined wait_until(10, sub { -S $slow_sock }), 'a proxy that delays every reply listens');
+	my $w = RedsemTest::Session->new($node, name => 'slowpath');
+	$w->query_ok(qq{SET redsem.unix_socket = '$slow_sock'; SET redsem.command_timeout = '10s';});
+	is($w->query_ok(q{SELECT redsem_release('slowwarm', redsem_acquire('slowwarm', 1, '60 s'));}, 120), 't',
+		'the session connects through it (a long lease is not late)');
+	my $t0 = Time::HiRes::time();
+	my ($out, $err) = $w->query(q{SELECT redsem_acquire('slowpath', 1, '2 s', wait => '3 s') IS NULL;}, 60);
+	my $secs = Time::HiRes::time() - $t0;
+	is("$out|$err", 't|', 'an acquire whose grant comes too late returns NULL, no slot in time');
+	cmp_ok($secs, '<', 4.5, sprintf('after the grant and its give-back, not a refresh and a try more (%.2f s)', $secs));
+	is($redis->owner_waiting('slowpath'), '0|0', 'the late grant was given back');
+	is($w->query_ok(q{SELECT count(*) FROM redsem_held();}), '0', 'the session holds nothing, and is told nothing');
+	$w->quit;
+	$slow->kill_kill;
+}
 
 my $c = RedsemTest::Session->new($node, name => 'crash');
 $c->query_ok(q{SET redsem.command_timeout = '20s';});
