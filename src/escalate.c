@@ -19,10 +19,10 @@
  * terminates the backend.  Catch and retry is a pattern to keep: each try
  * to take a slot of that semaphore again (counted in the AskSlot) starts
  * the count again, and a slot of it granted since ends the watch.  The
- * AskSlot has room for ASK_NAMES semaphores: beyond, a try of any
- * semaphore starts the count again, and a statement that lost several
- * slots beyond at once, told by its session, is watched until it ends
- * (which it lost is not kept).  Without redsem's keeper there is no
+ * AskSlot has room for ASK_NAMES semaphores, and one more counted aside
+ * (over_name); beyond, a try of any semaphore starts the count again, and
+ * a statement that lost several slots beyond at once, told by its session,
+ * is watched until it ends (which it lost is not kept).  Without redsem's keeper there is no
  * cancel and so no watch; with track_activities off (a superuser's
  * setting) the statement cannot be told apart from the next one, and the
  * keeper does not escalate.
@@ -112,7 +112,10 @@ typedef struct AskSlot
 	TimestampTz over_told_in;
 	TimestampTz over_told_at;
 	uint32		over_told_asks; /* ... any_asks then */
-	char		over_name[REDSEM_MAX_NAME_BYTES + 1];	/* the first's */
+	/* the one semaphore watched without room, and its tries and grants */
+	char		over_name[REDSEM_MAX_NAME_BYTES + 1];
+	uint32		over_asks;
+	uint32		over_grants;
 } AskSlot;
 
 /* The AskSlots, and how many watches sessions asked for (escalate_note_told) */
@@ -214,6 +217,8 @@ escalate_note_try(const char *name, bool granted)
 	for (int i = 0; i < a->n && a->pid == MyProcPid; i++)
 		if (strcmp(a->names[i], name) == 0)
 			(granted ? a->grants : a->asks)[i]++;
+	if (a->pid == MyProcPid && strcmp(a->over_name, name) == 0)
+		(*(granted ? &a->over_grants : &a->over_asks))++;
 	if (!granted && a->pid == MyProcPid)
 		a->any_asks++;
 	SpinLockRelease(&a->mutex);
@@ -251,6 +256,7 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 		a->n = 0;
 		a->ended = false;
 		a->over_asked = false;
+		a->over_name[0] = '\0';
 	}
 	for (i = 0; i < a->n && strcmp(a->names[i], name) != 0; i++)
 		;
@@ -271,6 +277,26 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 }
 
 /*
+ * True if semaphore name, watched without room in AskSlot a, is counted by
+ * name there (under a's mutex): a told one is, from its tell on
+ * (escalate_note_told); one the keeper watches takes the place if no ask
+ * waits for it and no other watch of the backend is counted there
+ * (other_aside).  Else a try of any semaphore counts, and no grant.
+ */
+static bool
+aside_name_locked(AskSlot *a, const char *name, bool told, bool other_aside)
+{
+	if (strcmp(a->over_name, name) == 0)
+		return true;
+	if (told || a->over_asked || other_aside)
+		return false;
+	strlcpy(a->over_name, name, sizeof(a->over_name));
+	a->over_asks = 0;
+	a->over_grants = 0;
+	return true;
+}
+
+/*
  * Add w's semaphore to its backend's AskSlot; without room, a try to take a
  * slot of any semaphore starts w's count again, and one of its semaphore
  * held again ends it (shared_hold_fresh); w->whole (several of one
@@ -283,8 +309,13 @@ static bool
 ask_slot_watch(Watch *w, bool told)
 {
 	AskSlot    *a = &ask_slots[w->procno];
+	bool		other_aside = false;
 	int			i;
 
+	for (int j = 0; j < n_watches; j++)
+		other_aside = other_aside ||
+			(watches[j].pid == w->pid && !watches[j].in_slot &&
+			 !watches[j].whole && strcmp(watches[j].name, w->name) != 0);
 	SpinLockAcquire(&a->mutex);
 	if (told && (a->pid != w->pid || a->ended))
 	{
@@ -301,6 +332,12 @@ ask_slot_watch(Watch *w, bool told)
 	{
 		w->asks_seen = told ? a->told_asks[i] : a->asks[i];
 		w->grants_seen = told ? a->told_grants[i] : a->grants[i];
+	}
+	else if (!w->whole && aside_name_locked(a, w->name, told, other_aside))
+	{
+		/* (the one without room is counted by name: aside_name_locked) */
+		w->asks_seen = told ? 0 : a->over_asks;
+		w->grants_seen = told ? 0 : a->over_grants;
 	}
 	else
 	{
@@ -365,6 +402,8 @@ escalate_note_told(const char *name, TimestampTz told_in)
 		a->over_told_at = now;
 		a->over_told_asks = a->any_asks;
 		strlcpy(a->over_name, name, sizeof(a->over_name));
+		a->over_asks = 0;
+		a->over_grants = 0;
 	}
 	else
 		a->over_n++;			/* (one watch, of the whole statement) */
@@ -390,6 +429,11 @@ ask_slot_read(const Watch *w, uint32 *asks, uint32 *grants)
 		*asks = w->in_slot ? w->asks_seen : a->any_asks;
 		*grants = w->grants_seen;
 		on = !w->in_slot;
+		if (!w->in_slot && !w->whole && strcmp(a->over_name, w->name) == 0)
+		{
+			*asks = a->over_asks;
+			*grants = a->over_grants;
+		}
 		for (int i = 0; i < a->n && w->in_slot; i++)
 		{
 			if (strcmp(a->names[i], w->name) == 0)

@@ -357,6 +357,31 @@ note 'after five slots lost while idle (each told at the next statement), a tigh
 }
 
 ###########################################################################
+note 'five slots lost at once; the code takes each back, gives it back and works on: left alone';
+{
+	# (the AskSlot names four; the fifth is watched aside, and its grant,
+	# given back at once, must end its watch as the named ones' do)
+	my @sems = map { [ "esc_five$_", 1 ] } 1 .. 5;
+	my $s = session('five');
+	my $retake = join('', map { "      PERFORM redsem_release('$_->[0]', redsem_acquire('$_->[0]', 1, '3 s'));
+" } @sems);
+	$s->send(catch_loop(\@sems, 0, $retake . "      PERFORM pg_sleep(3);
+      EXIT;
+") . " SELECT 'done';");
+	ok(wait_until(10, sub { (grep { $redis->zcard($_->[0], 'owner') == 1 } @sems) == 5 }),
+		'the holder runs under five slots');
+	# (all five forgotten at one instant: one DEL, between two refreshes)
+	$redis->cli('DEL', map { $redis->scan_keys("redsem:{$_->[0]}:*") } @sems);
+	my ($out, $err) = $s->wait_done(30);
+	$err //= $s->stderr_so_far;    # (ended: terminated)
+	like($err // '', qr/caught: the slot of semaphore "esc_five\d" was lost/, 'the code caught the cancel');
+	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
+	like($out // '', qr/done/, 'the statement ran to its end');
+	is($s->query_ok('SELECT count(*) FROM redsem_held();'), '0', 'and gave every slot back');
+	$s->quit;
+}
+
+###########################################################################
 note 'track_activities off: a tight loop catches the stop once, never a bare cancel after it';
 {
 	# (the keeper cannot tell its statements apart and does not watch it;
