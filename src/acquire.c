@@ -618,10 +618,11 @@ refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 
 /*
  * True if a bounded wait has less left than the last ask's or give-back's
- * round trip took: another as slow would be answered only after the wait
- * (a path to Redis that stays slow would otherwise overrun the wait by a
- * try's round trips).  A caller that does not wait makes its one try in
- * full.
+ * round trip took (not one that opened a connection first: its time says
+ * nothing of the path's): another as slow would be answered only after
+ * the wait (a path to Redis that stays slow would otherwise overrun the
+ * wait by a try's round trips).  A caller that does not wait makes its
+ * one try in full.
  */
 static bool
 no_time_for_another(const AcquireArgs *args)
@@ -812,6 +813,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 	{
 		RedisCall	call;
 		TimestampTz dropping;
+		uint64		opens = redis_link_opens();
 
 		wait_call(args, &call);
 		*sent = redsem_now();
@@ -823,7 +825,8 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 			return ACQUIRE_FAILED;
 		}
 		asked = true;
-		args->try_rt_ms = ms_since(*sent);
+		/* (a connection opened for it: its time says nothing of the path's) */
+		args->try_rt_ms = redis_link_opens() == opens ? ms_since(*sent) : -1;
 		note_limit(args, r);
 		if (r->state == SEM_WAITING)
 		{
@@ -848,13 +851,14 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 				break;
 		}
 		dropping = redsem_now();
+		opens = redis_link_opens();
 		if (!drop_stale_grant(args, id))
 		{
 			if (ride_on(args, &args->failure))
 				continue;
 			return ACQUIRE_FAILED;
 		}
-		args->try_rt_ms = ms_since(dropping);
+		args->try_rt_ms = redis_link_opens() == opens ? ms_since(dropping) : -1;
 		if (args->wait_ms == 0 || ms_left(deadline) <= 0 ||
 			no_time_for_another(args))
 		{
