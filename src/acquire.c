@@ -448,8 +448,10 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 			/*
 			 * our place expired, our promotion window passed, the limit
 			 * fell below our permits, or a failover lost the line: queue
-			 * again
+			 * again, unless the wait is over (a slow path answered late)
 			 */
+			if (ms_left(deadline) <= 0)
+				return true;
 			*sent = redsem_now();
 			if (!sem_acquire(&call, args->name, id, args->max_holders,
 							 args->permits, args->lease_ms, true,
@@ -617,12 +619,13 @@ refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 }
 
 /*
- * True if a bounded wait has less left than the last ask's or give-back's
- * round trip took (not one that opened a connection first: its time says
- * nothing of the path's): another as slow would be answered only after
- * the wait (a path to Redis that stays slow would otherwise overrun the
- * wait by a try's round trips).  A caller that does not wait makes its
- * one try in full.
+ * True if a bounded wait has less left than the last give-back's round
+ * trip took (not one that opened a connection first: its time says
+ * nothing of the path's): another try as slow would be answered only
+ * after the wait (a path to Redis that stays slow would otherwise overrun
+ * the wait by a try's round trips).  A caller that does not wait makes its
+ * one try in full.  (A late grant is still refreshed within the wait: one
+ * slow reply, a stall of Redis, says little of the next.)
  */
 static bool
 no_time_for_another(const AcquireArgs *args)
@@ -656,8 +659,8 @@ confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
 	/* (a promotion the keeper confirms came in time: promoted_in_time) */
 	if (r->confirm_ms > 0 || redsem_now() < redsem_valid_until(*sent, r->ms))
 		return GRANT_USABLE;
-	/* a refresh as slow as the grant would end past the wait: give it back */
-	if (no_time_for_another(args))
+	/* (past a bounded wait: given back, not refreshed) */
+	if (args->wait_ms > 0 && args->deadline != DT_NOEND && ms_left(args->deadline) <= 0)
 		return GRANT_STALE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;
@@ -716,7 +719,7 @@ drop_stale_grant(AcquireArgs *args, const char *id)
 	if (!sem_release(&call, NULL, args->name, id, &live))
 		return call_failed(args, &call);
 	ereport(DEBUG1,
-			(errmsg("redsem: a slot of semaphore \"%s\" was granted after its lease had run out; queueing again",
+			(errmsg("redsem: a slot of semaphore \"%s\" was granted too late to be counted on (past its valid time); it was given back",
 					args->name)));
 	return true;
 }
@@ -813,7 +816,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 	{
 		RedisCall	call;
 		TimestampTz dropping;
-		uint64		opens = redis_link_opens();
+		uint64		opens;
 
 		wait_call(args, &call);
 		*sent = redsem_now();
@@ -825,12 +828,9 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 			return ACQUIRE_FAILED;
 		}
 		asked = true;
-		/* (a connection opened for it: its time says nothing of the path's) */
-		args->try_rt_ms = redis_link_opens() == opens ? ms_since(*sent) : -1;
 		note_limit(args, r);
 		if (r->state == SEM_WAITING)
 		{
-			args->try_rt_ms = -1;
 			args->waited = true;
 			hold_mark_waiting(hold, *sent);
 			if (!wait_in_line_shown(args, hold, id, r, sent, deadline))

@@ -44,8 +44,8 @@ typedef struct AcquireArgs
 	TimestampTz ride_last;		/* the last failure ridden */
 	RedisStatus ride_cause;		/* the status of the ride's first failure */
 	int			rides;			/* calls that failed and were tried again */
-	int64		try_rt_ms;		/* the round trip of the last ask or give
-								 * back (-1: not known; a wait in line) */
+	int64		try_rt_ms;		/* the round trip of the last give-back
+								 * (-1: none, or not known) */
 } AcquireArgs;
 
 /* The DETAIL of a wait that ran out in a grace period (I15) */

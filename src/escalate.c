@@ -20,7 +20,7 @@
  * to take a slot of that semaphore again (counted in the AskSlot) starts
  * the count again, and a slot of it granted since ends the watch.  The
  * AskSlot has room for ASK_NAMES semaphores, and one more counted aside
- * (over_name); beyond, a try of any semaphore starts the count again, and
+ * (aside_name, kept while a watch counts by it); beyond, a try of any semaphore starts the count again, and
  * a statement that lost several slots beyond at once, told by its session,
  * is watched until it ends (which it lost is not kept).  Without redsem's keeper there is no
  * cancel and so no watch; with track_activities off (a superuser's
@@ -76,6 +76,7 @@ static int	n_watches = 0;
 static bool snapshot_read = false;	/* this pass read the backends' status */
 static bool full_logged = false;
 static bool names_full_logged = false;
+static int	find_watch(int pid, const char *name, bool whole);
 static Watch replaced;			/* the watch escalate_watch replaced last */
 static bool replaced_valid = false;
 
@@ -112,10 +113,14 @@ typedef struct AskSlot
 	TimestampTz over_told_in;
 	TimestampTz over_told_at;
 	uint32		over_told_asks; /* ... any_asks then */
-	/* the one semaphore watched without room, and its tries and grants */
-	char		over_name[REDSEM_MAX_NAME_BYTES + 1];
-	uint32		over_asks;
-	uint32		over_grants;
+	char		over_name[REDSEM_MAX_NAME_BYTES + 1];	/* the first's */
+	/* the one semaphore counted by name without room, while watched so */
+	char		aside_name[REDSEM_MAX_NAME_BYTES + 1];
+	bool		aside_in_use;	/* a watch counts by it */
+	uint32		aside_asks;
+	uint32		aside_grants;
+	uint32		aside_told_asks;	/* ... at its session's tell */
+	uint32		aside_told_grants;
 } AskSlot;
 
 /* The AskSlots, and how many watches sessions asked for (escalate_note_told) */
@@ -217,8 +222,8 @@ escalate_note_try(const char *name, bool granted)
 	for (int i = 0; i < a->n && a->pid == MyProcPid; i++)
 		if (strcmp(a->names[i], name) == 0)
 			(granted ? a->grants : a->asks)[i]++;
-	if (a->pid == MyProcPid && strcmp(a->over_name, name) == 0)
-		(*(granted ? &a->over_grants : &a->over_asks))++;
+	if (a->pid == MyProcPid && strcmp(a->aside_name, name) == 0)
+		(*(granted ? &a->aside_grants : &a->aside_asks))++;
 	if (!granted && a->pid == MyProcPid)
 		a->any_asks++;
 	SpinLockRelease(&a->mutex);
@@ -256,7 +261,8 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 		a->n = 0;
 		a->ended = false;
 		a->over_asked = false;
-		a->over_name[0] = '\0';
+		a->aside_name[0] = '\0';
+		a->aside_in_use = false;
 	}
 	for (i = 0; i < a->n && strcmp(a->names[i], name) != 0; i++)
 		;
@@ -280,19 +286,22 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
  * True if semaphore name, watched without room in AskSlot a, is counted by
  * name there (under a's mutex): a told one is, from its tell on
  * (escalate_note_told); one the keeper watches takes the place if no ask
- * waits for it and no other watch of the backend is counted there
- * (other_aside).  Else a try of any semaphore counts, and no grant.
+ * waits for it and no other watch of the backend counts there (in use, or
+ * other_aside).  Else a try of any semaphore counts, and no grant.
  */
 static bool
 aside_name_locked(AskSlot *a, const char *name, bool told, bool other_aside)
 {
-	if (strcmp(a->over_name, name) == 0)
-		return true;
-	if (told || a->over_asked || other_aside)
+	if (strcmp(a->aside_name, name) != 0 &&
+		(told || a->over_asked || other_aside || a->aside_in_use))
 		return false;
-	strlcpy(a->over_name, name, sizeof(a->over_name));
-	a->over_asks = 0;
-	a->over_grants = 0;
+	if (strcmp(a->aside_name, name) != 0)
+	{
+		strlcpy(a->aside_name, name, sizeof(a->aside_name));
+		a->aside_asks = a->aside_grants = 0;
+		a->aside_told_asks = a->aside_told_grants = 0;
+	}
+	a->aside_in_use = true;
 	return true;
 }
 
@@ -336,8 +345,8 @@ ask_slot_watch(Watch *w, bool told)
 	else if (!w->whole && aside_name_locked(a, w->name, told, other_aside))
 	{
 		/* (the one without room is counted by name: aside_name_locked) */
-		w->asks_seen = told ? 0 : a->over_asks;
-		w->grants_seen = told ? 0 : a->over_grants;
+		w->asks_seen = told ? a->aside_told_asks : a->aside_asks;
+		w->grants_seen = told ? a->aside_told_grants : a->aside_grants;
 	}
 	else
 	{
@@ -402,8 +411,14 @@ escalate_note_told(const char *name, TimestampTz told_in)
 		a->over_told_at = now;
 		a->over_told_asks = a->any_asks;
 		strlcpy(a->over_name, name, sizeof(a->over_name));
-		a->over_asks = 0;
-		a->over_grants = 0;
+		/* (counted by name aside, unless a watch counts another there) */
+		if (!a->aside_in_use && strcmp(a->aside_name, name) != 0)
+		{
+			strlcpy(a->aside_name, name, sizeof(a->aside_name));
+			a->aside_asks = a->aside_grants = 0;
+		}
+		a->aside_told_asks = a->aside_asks;
+		a->aside_told_grants = a->aside_grants;
 	}
 	else
 		a->over_n++;			/* (one watch, of the whole statement) */
@@ -429,10 +444,10 @@ ask_slot_read(const Watch *w, uint32 *asks, uint32 *grants)
 		*asks = w->in_slot ? w->asks_seen : a->any_asks;
 		*grants = w->grants_seen;
 		on = !w->in_slot;
-		if (!w->in_slot && !w->whole && strcmp(a->over_name, w->name) == 0)
+		if (!w->in_slot && !w->whole && strcmp(a->aside_name, w->name) == 0)
 		{
-			*asks = a->over_asks;
-			*grants = a->over_grants;
+			*asks = a->aside_asks;
+			*grants = a->aside_grants;
 		}
 		for (int i = 0; i < a->n && w->in_slot; i++)
 		{
@@ -489,10 +504,14 @@ ask_slot_drop(int procno, int pid, uint32 gen, const char *name)
 {
 	AskSlot    *a = &ask_slots[procno];
 	bool		watched = slot_watched(procno, pid, gen);
+	bool		named = name != NULL && find_watch(pid, name, false) >= 0;
 
 	SpinLockAcquire(&a->mutex);
 	if (a->pid == pid && a->generation == gen)
 	{
+		/* (no watch counts by the name aside any more: free its place) */
+		if (name != NULL && !named && strcmp(a->aside_name, name) == 0)
+			a->aside_in_use = false;
 		for (int i = 0; i < a->n && name != NULL; i++)
 		{
 			if (strcmp(a->names[i], name) == 0)

@@ -382,6 +382,55 @@ note 'five slots lost at once; the code takes each back, gives it back and works
 }
 
 ###########################################################################
+note 'a sixth slot lost later does not take the fifth out of its count by name: terminated';
+{
+	# (five lost at once, a sixth 0.8 s later, told by the session; the code
+	# takes back all but the fifth and loops on an unrelated semaphore: the
+	# fifth's watch, counted by name aside, must not fall back to counting
+	# any semaphore's tries when the sixth's tell comes; helper-109's B-2)
+	my $s = session('sixth');
+	$s->send(<<'EOS' . " SELECT 'done';");
+DO $$ DECLARE first timestamptz; retaken timestamptz; BEGIN
+  PERFORM redsem_acquire('esc_sx1', 1, '3 s');
+  PERFORM redsem_acquire('esc_sx2', 1, '3 s');
+  PERFORM redsem_acquire('esc_sx3', 1, '3 s');
+  PERFORM redsem_acquire('esc_sx4', 1, '3 s');
+  PERFORM redsem_acquire('esc_sx5', 1, '3 s');
+  PERFORM redsem_acquire('esc_sx6', 1, '3 s');
+  LOOP
+    BEGIN
+      PERFORM pg_sleep(0.1);
+      IF first IS NOT NULL AND retaken IS NULL AND clock_timestamp() > first + interval '1.5 s' THEN
+        PERFORM redsem_release('esc_sx1', redsem_acquire('esc_sx1', 1, '3 s'));
+        PERFORM redsem_release('esc_sx2', redsem_acquire('esc_sx2', 1, '3 s'));
+        PERFORM redsem_release('esc_sx3', redsem_acquire('esc_sx3', 1, '3 s'));
+        PERFORM redsem_release('esc_sx4', redsem_acquire('esc_sx4', 1, '3 s'));
+        PERFORM redsem_release('esc_sx6', redsem_acquire('esc_sx6', 1, '3 s'));
+        retaken := clock_timestamp();
+        RAISE WARNING 'retaken at %', retaken;
+      END IF;
+      IF retaken IS NOT NULL THEN PERFORM redsem_release('other', redsem_acquire('other', 1, '3 s')); PERFORM pg_sleep(0.4); END IF;
+      EXIT WHEN retaken IS NOT NULL AND clock_timestamp() > retaken + interval '9 s';
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught at %: %', clock_timestamp(), SQLERRM;
+      IF first IS NULL THEN first := clock_timestamp(); END IF;
+    END;
+  END LOOP;
+END $$;
+EOS
+	ok(wait_until(10, sub { (grep { $redis->zcard("esc_sx$_", 'owner') == 1 } 1 .. 6) == 6 }),
+		'the holder runs under six slots');
+	my $forgot = time;
+	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_sx$_}:*") } 1 .. 5);
+	usleep(800_000);
+	$redis->cli('DEL', $redis->scan_keys('redsem:{esc_sx6}:*'));
+	ok($s->wait_exit(20), 'the session ended');
+	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	like(slurp_file($node->logfile), qr/terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "esc_sx5"/,
+		'for the fifth slot, never taken again');
+}
+
+###########################################################################
 note 'track_activities off: a tight loop catches the stop once, never a bare cancel after it';
 {
 	# (the keeper cannot tell its statements apart and does not watch it;
