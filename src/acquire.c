@@ -618,6 +618,14 @@ refresh_late_grant(AcquireArgs *args, const char *id, SemResult *r,
 	return true;
 }
 
+/* True if a bounded wait is over (a caller that does not wait has none) */
+static bool
+bounded_wait_over(const AcquireArgs *args)
+{
+	return args->wait_ms > 0 && args->deadline != DT_NOEND &&
+		ms_left(args->deadline) <= 0;
+}
+
 /*
  * True if a bounded wait has less left than the last give-back's round
  * trip took (not one that opened a connection first: its time says
@@ -660,7 +668,7 @@ confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
 	if (r->confirm_ms > 0 || redsem_now() < redsem_valid_until(*sent, r->ms))
 		return GRANT_USABLE;
 	/* (past a bounded wait: given back, not refreshed) */
-	if (args->wait_ms > 0 && args->deadline != DT_NOEND && ms_left(args->deadline) <= 0)
+	if (bounded_wait_over(args))
 		return GRANT_STALE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;
@@ -680,14 +688,16 @@ confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
  */
 static GrantFate
 settle_grant(AcquireArgs *args, const char *id, SemResult *r,
-			 TimestampTz *sent)
+			 TimestampTz *sent, const char **why)
 {
 	int64		left;
 
+	*why = "past its valid time";
 	if (!grant_is_live(r, *sent))
 		return GRANT_STALE;
 	if (redsem_grant_replicas == 0)
 		return confirm_slow_grant(args, id, r, sent);
+	*why = "too little of its lease was left once its replicas had it";
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
 	left = r->ms - ms_since(*sent);
@@ -708,9 +718,9 @@ settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 	return GRANT_STALE;
 }
 
-/* Give back a grant that came too late to be used */
+/* Give back a grant that came too late to be used (why: its DEBUG line says) */
 static bool
-drop_stale_grant(AcquireArgs *args, const char *id)
+drop_stale_grant(AcquireArgs *args, const char *id, const char *why)
 {
 	RedisCall	call;
 	bool		live;
@@ -719,8 +729,8 @@ drop_stale_grant(AcquireArgs *args, const char *id)
 	if (!sem_release(&call, NULL, args->name, id, &live))
 		return call_failed(args, &call);
 	ereport(DEBUG1,
-			(errmsg("redsem: a slot of semaphore \"%s\" was granted too late to be counted on (past its valid time); it was given back",
-					args->name)));
+			(errmsg("redsem: a slot of semaphore \"%s\" was granted too late to be counted on (%s); it was given back",
+					args->name, why)));
 	return true;
 }
 
@@ -782,7 +792,8 @@ count_acquire(const AcquireArgs *args, AcquireResult result,
 /*
  * Ask Redis for a slot or a place in line; after a failed call (asked: the
  * request may have reached Redis), look at our place first and ask anew
- * only if Redis has none.  False if the call failed (the call's outcome).
+ * only if Redis has none, and a bounded wait is not over (r->state stays
+ * SEM_LOST: not granted).  False if the call failed (the call's outcome).
  */
 static bool
 ask(AcquireArgs *args, RedisCall *call, const char *id, bool asked,
@@ -792,7 +803,7 @@ ask(AcquireArgs *args, RedisCall *call, const char *id, bool asked,
 	{
 		if (!sem_wait_check(call, args->name, id, r))
 			return false;
-		if (r->state != SEM_LOST)
+		if (r->state != SEM_LOST || bounded_wait_over(args))
 			return true;
 	}
 	return sem_acquire(call, args->name, id, args->max_holders,
@@ -817,6 +828,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		RedisCall	call;
 		TimestampTz dropping;
 		uint64		opens;
+		const char *why;
 
 		wait_call(args, &call);
 		*sent = redsem_now();
@@ -838,7 +850,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		if (r->state != SEM_HELD)
 			return ACQUIRE_NOT_GRANTED;
-		switch (settle_grant(args, id, r, sent))
+		switch (settle_grant(args, id, r, sent, &why))
 		{
 			case GRANT_USABLE:
 				return ACQUIRE_GRANTED;
@@ -852,7 +864,7 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		dropping = redsem_now();
 		opens = redis_link_opens();
-		if (!drop_stale_grant(args, id))
+		if (!drop_stale_grant(args, id, why))
 		{
 			if (ride_on(args, &args->failure))
 				continue;

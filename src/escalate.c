@@ -333,6 +333,9 @@ ask_slot_watch(Watch *w, bool told)
 	}
 	i = w->whole ? -1 : ask_slot_add_locked(a, w->pid, w->name);
 	w->in_slot = i >= 0;
+	/* (counted by its name now, not aside: the place aside is free again) */
+	if (w->in_slot && strcmp(a->aside_name, w->name) == 0)
+		a->aside_in_use = false;
 	/* (a told one counts from the tell: a try or grant since ends it) */
 	w->since = w->counted_from;
 	if (told)
@@ -479,6 +482,32 @@ ask_slot_remove_locked(AskSlot *a, int i)
 	a->told_asks[i] = a->told_asks[j];
 	a->told_grants[i] = a->told_grants[j];
 	memcpy(a->names[i], a->names[j], sizeof(a->names[i]));
+}
+
+/*
+ * A keeper (re)started: the watches of one before it are gone with its
+ * memory, so what they kept in the AskSlots goes too (their names, the
+ * place aside); the asks sessions made and no keeper took up stay, and
+ * are armed at its first look (watch_asked)
+ */
+void
+escalate_keeper_start(void)
+{
+	if (ask_slots == NULL)
+		return;
+	for (int i = 0; i < MaxBackends; i++)
+	{
+		AskSlot    *a = &ask_slots[i];
+
+		SpinLockAcquire(&a->mutex);
+		a->aside_in_use = false;
+		for (int j = a->n - 1; j >= 0; j--)
+			if (!a->asked[j])
+				ask_slot_remove_locked(a, j);
+		if (a->n == 0 && !a->over_asked)
+			a->pid = 0;
+		SpinLockRelease(&a->mutex);
+	}
 }
 
 /* True if the keeper watches backend pid at procno in generation gen */
@@ -676,6 +705,25 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 }
 
 /*
+ * A watch put back that counted by its name aside takes that place again,
+ * if nobody took it meanwhile (else its counts read from another start:
+ * its count starts again, look_at)
+ */
+static void
+aside_restore(const Watch *w)
+{
+	AskSlot    *a = &ask_slots[w->procno];
+
+	if (w->in_slot || w->whole)
+		return;
+	SpinLockAcquire(&a->mutex);
+	if (a->pid == w->pid && a->generation == w->generation &&
+		strcmp(a->aside_name, w->name) == 0)
+		a->aside_in_use = true;
+	SpinLockRelease(&a->mutex);
+}
+
+/*
  * Undo the last escalate_watch of pid for semaphore name (armed before a
  * signal not sent): the watch it replaced is put back, if that one's
  * AskSlot was not taken over since (its statement ended, it is over)
@@ -690,7 +738,10 @@ escalate_unwatch(int pid, const char *name)
 	if (replaced_valid && replaced.pid == pid && !replaced.whole &&
 		strcmp(replaced.name, name) == 0 &&
 		replaced.generation == watches[at].generation)
+	{
 		watches[at] = replaced;
+		aside_restore(&replaced);
+	}
 	else
 		drop_watch(at);
 	replaced_valid = false;

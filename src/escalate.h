@@ -16,5 +16,6 @@ extern bool escalate_watch(int pid, const char *name, TimestampTz now,
 						   TimestampTz told_in);
 extern void escalate_unwatch(int pid, const char *name);
 extern void escalate_look(TimestampTz now);
+extern void escalate_keeper_start(void);
 
 #endif							/* REDSEM_ESCALATE_H */

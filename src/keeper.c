@@ -1170,6 +1170,8 @@ redsem_keeper_main(Datum main_arg)
 	memset(&st, 0, sizeof(st));
 	redis_set_connection_purpose("keeper");
 	shared_keeper_attach(MyLatch, MyProcPid);
+	/* (a keeper before this one left its watches' names in the AskSlots) */
+	escalate_keeper_start();
 	on_shmem_exit(keeper_detach, (Datum) 0);
 	cycle_context = AllocSetContextCreate(TopMemoryContext, "redsem keeper",
 										  ALLOCSET_DEFAULT_SIZES);

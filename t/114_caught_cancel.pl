@@ -431,6 +431,67 @@ EOS
 }
 
 ###########################################################################
+note 'a keeper restarted while it watched four: the names of its watches go with it; two lost later are each counted by name: terminated';
+{
+	# (the old keeper watches esc_kr1..4 in the AskSlot's four names and is
+	# restarted; the code takes those back meanwhile, unseen.  Then esc_kr5
+	# and esc_kr6 are lost at once: the code takes back esc_kr5 alone and
+	# loops on an unrelated semaphore.  Names left by the dead keeper's
+	# watches left no room: esc_kr6 was counted by any semaphore's try, and
+	# the loop ran on; helper-110's E-2)
+	my $s = session('keeper_restart');
+	$s->send(<<'EOS' . " SELECT 'done';");
+DO $$ DECLARE first timestamptz; retaken timestamptz; lost5 timestamptz; took5 timestamptz; BEGIN
+  PERFORM redsem_acquire('esc_kr1', 1, '3 s');
+  PERFORM redsem_acquire('esc_kr2', 1, '3 s');
+  PERFORM redsem_acquire('esc_kr3', 1, '3 s');
+  PERFORM redsem_acquire('esc_kr4', 1, '3 s');
+  PERFORM redsem_acquire('esc_kr5', 1, '3 s');
+  PERFORM redsem_acquire('esc_kr6', 1, '3 s');
+  LOOP
+    BEGIN
+      PERFORM pg_sleep(0.1);
+      IF first IS NOT NULL AND retaken IS NULL AND clock_timestamp() > first + interval '1.2 s' THEN
+        PERFORM redsem_release('esc_kr1', redsem_acquire('esc_kr1', 1, '3 s'));
+        PERFORM redsem_release('esc_kr2', redsem_acquire('esc_kr2', 1, '3 s'));
+        PERFORM redsem_release('esc_kr3', redsem_acquire('esc_kr3', 1, '3 s'));
+        PERFORM redsem_release('esc_kr4', redsem_acquire('esc_kr4', 1, '3 s'));
+        retaken := clock_timestamp();
+        RAISE WARNING 'retaken at %', retaken;
+      END IF;
+      IF lost5 IS NOT NULL AND took5 IS NULL AND clock_timestamp() > lost5 + interval '1.2 s' THEN
+        PERFORM redsem_release('esc_kr5', redsem_acquire('esc_kr5', 1, '3 s'));
+        took5 := clock_timestamp();
+      END IF;
+      IF took5 IS NOT NULL THEN PERFORM redsem_release('esc_krother', redsem_acquire('esc_krother', 1, '3 s')); PERFORM pg_sleep(0.4); END IF;
+      EXIT WHEN took5 IS NOT NULL AND clock_timestamp() > took5 + interval '9 s';
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught at %: %', clock_timestamp(), SQLERRM;
+      IF first IS NULL THEN first := clock_timestamp(); END IF;
+      IF lost5 IS NULL AND SQLERRM ~ 'esc_kr[56]' THEN lost5 := clock_timestamp(); END IF;
+    END;
+  END LOOP;
+END $$;
+EOS
+	ok(wait_until(10, sub { (grep { $redis->zcard("esc_kr$_", 'owner') == 1 } 1 .. 6) == 6 }),
+		'the holder runs under six slots');
+	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_kr$_}:*") } 1 .. 4);
+	ok(defined $s->wait_stderr(qr/caught at/, 10), 'the code caught the stop of the first four');
+	# (the keeper watches them from its next look; restarted before it would escalate)
+	usleep(300_000);
+	my $old = keeper_pid_of($node);
+	kill 'TERM', $old;
+	ok(wait_until(15, sub { my $k = keeper_pid_of($node); defined $k && $k != $old }), 'the keeper was restarted');
+	ok(defined $s->wait_stderr(qr/retaken at/, 10), 'the code took the first four back');
+	usleep(500_000);
+	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_kr$_}:*") } 5 .. 6);
+	ok($s->wait_exit(25), 'the session ended');
+	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	like(slurp_file($node->logfile), qr/terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "esc_kr6"/,
+		'for the sixth slot, never taken again');
+}
+
+###########################################################################
 note 'track_activities off: a tight loop catches the stop once, never a bare cancel after it';
 {
 	# (the keeper cannot tell its statements apart and does not watch it;
