@@ -91,7 +91,7 @@ note 'the keeper stalled, the holder stopped itself and caught the cancel: the k
 {
 	my $s = session('watchdog_catcher');
 	$s->query_ok("SELECT redsem_acquire('wdc', 1, '3 s') IS NOT NULL;");
-	$s->send(q{DO $$ DECLARE n int := 0; BEGIN LOOP BEGIN PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300;
+	$s->send(q{DO $$ DECLARE n int := 0; BEGIN LOOP BEGIN LOOP PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300; END LOOP; EXIT;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
 	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdc" was lost/, 0);
 	ok($s->wait_exit(20), 'the session ended');
@@ -138,7 +138,7 @@ note 'the same with a transaction\'s slot, and its statement a function that cat
 {
 	my $s = session('watchdog_catcher_xact');
 	$node->safe_psql('postgres', q{CREATE FUNCTION stubborn() RETURNS int LANGUAGE plpgsql AS $$
-		DECLARE n int := 0; BEGIN LOOP BEGIN PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300;
+		DECLARE n int := 0; BEGIN LOOP BEGIN LOOP PERFORM pg_sleep(0.1); n := n + 1; EXIT WHEN n > 300; END LOOP; EXIT;
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; RETURN n; END $$;});
 	$s->send(q{BEGIN; SELECT redsem_acquire_xact('wdx', 1, '3 s') IS NOT NULL; SELECT stubborn(); COMMIT;});
 	ok(defined wait_until(10, sub { $redis->zcard('wdx', 'owner') == 1 }), 'wdx: it holds');
