@@ -660,7 +660,7 @@ typedef enum GrantFate
  */
 static GrantFate
 confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
-				   TimestampTz *sent)
+				   TimestampTz *sent, const char **why)
 {
 	int64		left;
 
@@ -668,12 +668,16 @@ confirm_slow_grant(AcquireArgs *args, const char *id, SemResult *r,
 	if (r->confirm_ms > 0 || redsem_now() < redsem_valid_until(*sent, r->ms))
 		return GRANT_USABLE;
 	/* (past a bounded wait: given back, not refreshed) */
+	*why = "past its valid time, and the wait was over";
 	if (bounded_wait_over(args))
 		return GRANT_STALE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;
 	if (r->state == SEM_HELD && redsem_now() < redsem_valid_until(*sent, r->ms))
 		return GRANT_USABLE;
+	*why = r->state == SEM_HELD ?
+		"past its valid time, and its refresh came too late as well" :
+		"past its valid time, and its refresh found it gone";
 	return GRANT_STALE;
 }
 
@@ -692,24 +696,26 @@ settle_grant(AcquireArgs *args, const char *id, SemResult *r,
 {
 	int64		left;
 
-	*why = "past its valid time";
+	*why = "its lease had run out when the answer came";
 	if (!grant_is_live(r, *sent))
 		return GRANT_STALE;
 	if (redsem_grant_replicas == 0)
-		return confirm_slow_grant(args, id, r, sent);
-	*why = "too little of its lease was left once its replicas had it";
+		return confirm_slow_grant(args, id, r, sent, why);
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
 	left = r->ms - ms_since(*sent);
 	if (left >= grant_lease_needed_ms(args->lease_ms))
 		return GRANT_USABLE;
 	/* a grant whose lease ran out during the WAIT is not refreshed */
+	*why = "its lease ran out while its replicas were asked";
 	if (left <= 0)
 		return GRANT_STALE;
 	if (!refresh_late_grant(args, id, r, sent, &left))
 		return GRANT_FAILED;
+	*why = "its refresh, after its replicas were asked, found it gone";
 	if (r->state != SEM_HELD)
 		return GRANT_STALE;
+	*why = "too little of its lease was left once its replicas had it";
 	/* the replicas learn the refresh too: a failover must not undo it */
 	if (!grant_replicated(args))
 		return GRANT_FAILED;
@@ -803,8 +809,14 @@ ask(AcquireArgs *args, RedisCall *call, const char *id, bool asked,
 	{
 		if (!sem_wait_check(call, args->name, id, r))
 			return false;
-		if (r->state != SEM_LOST || bounded_wait_over(args))
+		if (r->state != SEM_LOST)
 			return true;
+		/* (its wait went by riding the failure: a wait that timed out) */
+		if (bounded_wait_over(args))
+		{
+			args->waited = true;
+			return true;
+		}
 	}
 	return sem_acquire(call, args->name, id, args->max_holders,
 					   args->permits, args->lease_ms, args->wait_ms != 0,
@@ -874,6 +886,8 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		if (args->wait_ms == 0 || ms_left(deadline) <= 0 ||
 			no_time_for_another(args))
 		{
+			/* (a caller that waited: its wait timed out, not refused) */
+			args->waited = args->waited || args->wait_ms != 0;
 			r->state = SEM_LOST;
 			return ACQUIRE_NOT_GRANTED;
 		}

@@ -333,6 +333,20 @@ ask_slot_watch(Watch *w, bool told)
 	}
 	i = w->whole ? -1 : ask_slot_add_locked(a, w->pid, w->name);
 	w->in_slot = i >= 0;
+	/*
+	 * (a told ask made without room, counted by name aside since its tell,
+	 * that finds room now, a keeper's restart having freed the names: its
+	 * counts move into the name, or a grant since the tell would be missed)
+	 */
+	if (told && w->in_slot && a->told_at[i] == 0 &&
+		strcmp(a->aside_name, w->name) == 0)
+	{
+		a->asks[i] = a->aside_asks;
+		a->grants[i] = a->aside_grants;
+		a->told_asks[i] = a->aside_told_asks;
+		a->told_grants[i] = a->aside_told_grants;
+		a->told_at[i] = a->over_told_at;
+	}
 	/* (counted by its name now, not aside: the place aside is free again) */
 	if (w->in_slot && strcmp(a->aside_name, w->name) == 0)
 		a->aside_in_use = false;
@@ -705,22 +719,27 @@ escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
 }
 
 /*
- * A watch put back that counted by its name aside takes that place again,
- * if nobody took it meanwhile (else its counts read from another start:
- * its count starts again, look_at)
+ * A watch put back that counted by its name aside takes that place again;
+ * false if another semaphore took it meanwhile (the watch would count any
+ * semaphore's try, and no grant)
  */
-static void
+static bool
 aside_restore(const Watch *w)
 {
 	AskSlot    *a = &ask_slots[w->procno];
+	bool		kept = false;
 
 	if (w->in_slot || w->whole)
-		return;
+		return true;
 	SpinLockAcquire(&a->mutex);
 	if (a->pid == w->pid && a->generation == w->generation &&
 		strcmp(a->aside_name, w->name) == 0)
+	{
 		a->aside_in_use = true;
+		kept = true;
+	}
 	SpinLockRelease(&a->mutex);
+	return kept;
 }
 
 /*
@@ -739,8 +758,18 @@ escalate_unwatch(int pid, const char *name)
 		strcmp(replaced.name, name) == 0 &&
 		replaced.generation == watches[at].generation)
 	{
-		watches[at] = replaced;
-		aside_restore(&replaced);
+		if (aside_restore(&replaced))
+			watches[at] = replaced;
+		else
+		{
+			/*
+			 * (its place aside was taken: the new watch, counting by the
+			 * name, goes on for the statement and the stop put back)
+			 */
+			watches[at].statement_start = replaced.statement_start;
+			watches[at].counted_from = replaced.counted_from;
+			watches[at].since = replaced.since;
+		}
 	}
 	else
 		drop_watch(at);

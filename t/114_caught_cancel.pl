@@ -42,6 +42,8 @@ CREATE FUNCTION catcher() RETURNS void LANGUAGE plpgsql AS $$ BEGIN
   END LOOP;
 END $$;
 CREATE TABLE deferred_t(x int);
+CREATE TABLE esc_gate(tag text);
+GRANT SELECT ON esc_gate TO app;
 CREATE FUNCTION deferred_catcher() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
   LOOP
     BEGIN
@@ -449,8 +451,9 @@ EOS
 ###########################################################################
 note 'a keeper restarted while it watched four: the names of its watches go with it; two lost later are each counted by name: terminated';
 {
-	# (the old keeper watches esc_kr1..4 in the AskSlot's four names and is
-	# restarted; the code takes those back meanwhile, unseen.  Then esc_kr5
+	# (the old keeper watches esc_kr1..4 in the AskSlot's four names (armed
+	# with its cancel, or at its look after the session's tell) and is
+	# restarted; the code takes those back once the new keeper is up (esc_gate).  Then esc_kr5
 	# and esc_kr6 are lost at once: the code takes back esc_kr5 alone and
 	# loops on an unrelated semaphore.  Names left by the dead keeper's
 	# watches left no room: esc_kr6 was counted by any semaphore's try, and
@@ -462,13 +465,13 @@ DO $$ DECLARE first timestamptz; retaken timestamptz; lost5 timestamptz; took5 t
   PERFORM redsem_acquire('esc_kr2', 1, '3 s');
   PERFORM redsem_acquire('esc_kr3', 1, '3 s');
   PERFORM redsem_acquire('esc_kr4', 1, '3 s');
-  PERFORM redsem_acquire('esc_kr5', 1, '3 s');
-  PERFORM redsem_acquire('esc_kr6', 1, '3 s');
+  PERFORM redsem_acquire('esc_kr5', 1, '6 s');
+  PERFORM redsem_acquire('esc_kr6', 1, '6 s');
   LOOP
     BEGIN
       LOOP
         PERFORM pg_sleep(0.1);
-        IF first IS NOT NULL AND retaken IS NULL AND clock_timestamp() > first + interval '1.2 s' THEN
+        IF first IS NOT NULL AND retaken IS NULL AND EXISTS (SELECT FROM esc_gate WHERE tag = 'kr') THEN
           PERFORM redsem_release('esc_kr1', redsem_acquire('esc_kr1', 1, '3 s'));
           PERFORM redsem_release('esc_kr2', redsem_acquire('esc_kr2', 1, '3 s'));
           PERFORM redsem_release('esc_kr3', redsem_acquire('esc_kr3', 1, '3 s'));
@@ -477,7 +480,7 @@ DO $$ DECLARE first timestamptz; retaken timestamptz; lost5 timestamptz; took5 t
           RAISE WARNING 'retaken at %', retaken;
         END IF;
         IF lost5 IS NOT NULL AND took5 IS NULL AND clock_timestamp() > lost5 + interval '1.2 s' THEN
-          PERFORM redsem_release('esc_kr5', redsem_acquire('esc_kr5', 1, '3 s'));
+          PERFORM redsem_release('esc_kr5', redsem_acquire('esc_kr5', 1, '6 s'));
           took5 := clock_timestamp();
         END IF;
         IF took5 IS NOT NULL THEN PERFORM redsem_release('esc_krother', redsem_acquire('esc_krother', 1, '3 s')); PERFORM pg_sleep(0.4); END IF;
@@ -496,11 +499,12 @@ EOS
 		'the holder runs under six slots');
 	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_kr$_}:*") } 1 .. 4);
 	ok(defined $s->wait_stderr(qr/caught at/, 10), 'the code caught the stop of the first four');
-	# (the keeper watches them from its next look; restarted before it would escalate)
+	# (restarted before it would escalate)
 	usleep(300_000);
 	my $old = keeper_pid_of($node);
 	kill 'TERM', $old;
 	ok(wait_until(15, sub { my $k = keeper_pid_of($node); defined $k && $k != $old }), 'the keeper was restarted');
+	$node->safe_psql('postgres', "INSERT INTO esc_gate VALUES ('kr')");    # (the code takes them back now)
 	ok(defined $s->wait_stderr(qr/retaken at/, 10), 'the code took the first four back');
 	usleep(500_000);
 	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_kr$_}:*") } 5 .. 6);
@@ -508,6 +512,67 @@ EOS
 	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
 	like(slurp_file($node->logfile), qr/terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "esc_kr6"/,
 		'for the sixth slot, never taken again');
+}
+
+###########################################################################
+note 'a slot lost while the keeper restarts, its ask kept aside, taken back before the new keeper looks: left alone';
+{
+	# (the old keeper's watches of esc_hx1..4 fill the AskSlot's names; with
+	# the keeper away, esc_hx5's lease is not refreshed and the session's
+	# watchdog stops it: its ask finds no room and is counted aside; the
+	# code takes it back and gives it back at once.  The new keeper frees
+	# the old names and arms that ask in a name: the grant since its tell
+	# must be seen there, or well-behaved code is terminated; helper-111)
+	my $s = session('hx');
+	$s->send(<<'EOS' . " SELECT 'done';");
+DO $$ DECLARE lost5 timestamptz; took5 timestamptz; retaken timestamptz; BEGIN
+  PERFORM redsem_acquire('esc_hx1', 1, '3 s');
+  PERFORM redsem_acquire('esc_hx2', 1, '3 s');
+  PERFORM redsem_acquire('esc_hx3', 1, '3 s');
+  PERFORM redsem_acquire('esc_hx4', 1, '3 s');
+  PERFORM redsem_acquire('esc_hx5', 1, '1 s');
+  LOOP
+    BEGIN
+      LOOP
+        PERFORM pg_sleep(0.05);
+        IF lost5 IS NOT NULL AND took5 IS NULL THEN
+          PERFORM redsem_release('esc_hx5', redsem_acquire('esc_hx5', 1, '1 s', '3 s'));
+          took5 := clock_timestamp();
+          RAISE WARNING 'took5 at %', took5;
+        END IF;
+        IF retaken IS NULL AND EXISTS (SELECT FROM esc_gate WHERE tag = 'hx') THEN
+          PERFORM redsem_release('esc_hx1', redsem_acquire('esc_hx1', 1, '3 s'));
+          PERFORM redsem_release('esc_hx2', redsem_acquire('esc_hx2', 1, '3 s'));
+          PERFORM redsem_release('esc_hx3', redsem_acquire('esc_hx3', 1, '3 s'));
+          PERFORM redsem_release('esc_hx4', redsem_acquire('esc_hx4', 1, '3 s'));
+          retaken := clock_timestamp();
+        END IF;
+        EXIT WHEN took5 IS NOT NULL AND retaken IS NOT NULL AND clock_timestamp() > retaken + interval '5 s';
+      END LOOP;
+      EXIT;
+    EXCEPTION WHEN query_canceled THEN
+      RAISE WARNING 'caught at %: %', clock_timestamp(), SQLERRM;
+      IF lost5 IS NULL AND SQLERRM ~ 'esc_hx5' THEN lost5 := clock_timestamp(); END IF;
+    END;
+  END LOOP;
+END $$;
+EOS
+	ok(wait_until(10, sub { (grep { $redis->zcard("esc_hx$_", 'owner') == 1 } 1 .. 5) == 5 }),
+		'the holder runs under five slots');
+	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_hx$_}:*") } 1 .. 4);
+	ok(defined $s->wait_stderr(qr/caught at/, 10), 'the code caught the stop of the first four');
+	usleep(300_000);
+	my $old = keeper_pid_of($node);
+	kill 'TERM', $old;
+	ok(defined $s->wait_stderr(qr/took5 at/, 10), 'the fifth, stopped while the keeper was away, was taken back');
+	ok(wait_until(15, sub { my $k = keeper_pid_of($node); defined $k && $k != $old }), 'the keeper was restarted');
+	$node->safe_psql('postgres', "INSERT INTO esc_gate VALUES ('hx')");    # (the code takes back the four)
+	my ($out, $err) = $s->wait_done(30);
+	$err //= $s->stderr_so_far;    # (ended: terminated)
+	unlike($err // '', qr/terminating connection/, 'the session was not terminated');
+	like($out // '', qr/done/, 'the statement ran to its end');
+	is($s->query_ok('SELECT count(*) FROM redsem_held();'), '0', 'and gave every slot back');
+	$s->quit;
 }
 
 ###########################################################################
