@@ -247,12 +247,15 @@ escalate_statement_ended(void)
  * Add semaphore name to AskSlot a for backend pid, under a's mutex (a slot
  * left by another backend, or by a statement that ended, is taken over: a
  * new generation, which ends the watches armed before); the index of name
- * there, or -1 without room
+ * there, or -1 without room; *created (if not NULL): the entry is new
  */
 static int
-ask_slot_add_locked(AskSlot *a, int pid, const char *name)
+ask_slot_add_locked(AskSlot *a, int pid, const char *name, bool *created)
 {
 	int			i;
+
+	if (created != NULL)
+		*created = false;
 
 	if (a->pid != pid || a->ended)
 	{
@@ -279,6 +282,8 @@ ask_slot_add_locked(AskSlot *a, int pid, const char *name)
 	a->told_at[i] = 0;
 	strlcpy(a->names[i], name, sizeof(a->names[i]));
 	a->n++;
+	if (created != NULL)
+		*created = true;
 	return i;
 }
 
@@ -306,6 +311,25 @@ aside_name_locked(AskSlot *a, const char *name, bool told, bool other_aside)
 }
 
 /*
+ * When the session told the stop of w's semaphore that it asked a watch for
+ * (its name's tell, or the ask made without room)
+ */
+static TimestampTz
+told_since(const Watch *w)
+{
+	AskSlot    *a = &ask_slots[w->procno];
+	TimestampTz at;
+
+	SpinLockAcquire(&a->mutex);
+	at = a->over_told_at;
+	for (int i = 0; i < a->n; i++)
+		if (strcmp(a->names[i], w->name) == 0 && a->told_at[i] != 0)
+			at = a->told_at[i];
+	SpinLockRelease(&a->mutex);
+	return at;
+}
+
+/*
  * Add w's semaphore to its backend's AskSlot; without room, a try to take a
  * slot of any semaphore starts w's count again, and one of its semaphore
  * held again ends it (shared_hold_fresh); w->whole (several of one
@@ -319,6 +343,7 @@ ask_slot_watch(Watch *w, bool told)
 {
 	AskSlot    *a = &ask_slots[w->procno];
 	bool		other_aside = false;
+	bool		created = false;
 	int			i;
 
 	for (int j = 0; j < n_watches; j++)
@@ -331,15 +356,15 @@ ask_slot_watch(Watch *w, bool told)
 		SpinLockRelease(&a->mutex);
 		return false;
 	}
-	i = w->whole ? -1 : ask_slot_add_locked(a, w->pid, w->name);
+	i = w->whole ? -1 : ask_slot_add_locked(a, w->pid, w->name, &created);
 	w->in_slot = i >= 0;
 	/*
 	 * (a told ask made without room, counted by name aside since its tell,
 	 * that finds room now, a keeper's restart having freed the names: its
-	 * counts move into the name, or a grant since the tell would be missed)
+	 * counts move into the new name, or a grant since the tell would be
+	 * missed; never into one a watch reads)
 	 */
-	if (told && w->in_slot && a->told_at[i] == 0 &&
-		strcmp(a->aside_name, w->name) == 0)
+	if (told && created && strcmp(a->aside_name, w->name) == 0)
 	{
 		a->asks[i] = a->aside_asks;
 		a->grants[i] = a->aside_grants;
@@ -411,7 +436,7 @@ escalate_note_told(const char *name, TimestampTz told_in)
 	a = &ask_slots[i];
 	now = redsem_now();
 	SpinLockAcquire(&a->mutex);
-	at = ask_slot_add_locked(a, MyProcPid, name);
+	at = ask_slot_add_locked(a, MyProcPid, name, NULL);
 	if (at >= 0)
 	{
 		a->asked[at] = true;
@@ -434,8 +459,12 @@ escalate_note_told(const char *name, TimestampTz told_in)
 			strlcpy(a->aside_name, name, sizeof(a->aside_name));
 			a->aside_asks = a->aside_grants = 0;
 		}
-		a->aside_told_asks = a->aside_asks;
-		a->aside_told_grants = a->aside_grants;
+		/* (another's place: its counts at its own tell stay) */
+		if (strcmp(a->aside_name, name) == 0)
+		{
+			a->aside_told_asks = a->aside_asks;
+			a->aside_told_grants = a->aside_grants;
+		}
 	}
 	else
 		a->over_n++;			/* (one watch, of the whole statement) */
@@ -574,7 +603,8 @@ ask_slot_drop(int procno, int pid, uint32 gen, const char *name)
 static void
 ask_slot_forget(const Watch *w)
 {
-	ask_slot_drop(w->procno, w->pid, w->generation, w->name);
+	/* (a whole statement's watch holds no name: its first's may be another's) */
+	ask_slot_drop(w->procno, w->pid, w->generation, w->whole ? NULL : w->name);
 }
 
 /*
@@ -696,6 +726,9 @@ watch_arm(int pid, const char *name, TimestampTz now, TimestampTz told_in, bool 
 		full_logged = true;
 		return false;
 	}
+	/* (a newer stop's watch goes on: the told one is older, superseded) */
+	if (at >= 0 && told_in != 0 && told_since(&cand) < watches[at].since)
+		return true;
 	if (!ask_slot_watch(&cand, told_in != 0))
 	{
 		if (at >= 0)
