@@ -65,8 +65,18 @@ typedef struct Watch
 	bool		in_slot;		/* its name is in the AskSlot (room was left) */
 	bool		whole;			/* it watches its statement for several
 								 * slots lost without room (not named) */
+	bool		signalled;		/* armed for the keeper's own signal: since
+								 * is that stop's time */
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
 } Watch;
+
+/* A stop a session told itself, as it asked for its watch */
+typedef struct Tell
+{
+	TimestampTz in;				/* the statement's query_start */
+	TimestampTz at;				/* when it told it */
+	uint32		generation;		/* its AskSlot's then */
+} Tell;
 
 /* The most backends watched at once; more are cancelled, not watched */
 #define ESCALATE_MAX_WATCHES	256
@@ -308,25 +318,6 @@ aside_name_locked(AskSlot *a, const char *name, bool told, bool other_aside)
 	}
 	a->aside_in_use = true;
 	return true;
-}
-
-/*
- * When the session told the stop of w's semaphore that it asked a watch for
- * (its name's tell, or the ask made without room)
- */
-static TimestampTz
-told_since(const Watch *w)
-{
-	AskSlot    *a = &ask_slots[w->procno];
-	TimestampTz at;
-
-	SpinLockAcquire(&a->mutex);
-	at = a->over_told_at;
-	for (int i = 0; i < a->n; i++)
-		if (strcmp(a->names[i], w->name) == 0 && a->told_at[i] != 0)
-			at = a->told_at[i];
-	SpinLockRelease(&a->mutex);
-	return at;
 }
 
 /*
@@ -690,25 +681,41 @@ drop_watch(int i)
 }
 
 /*
- * Watch pid, whose slot of semaphore name is lost and whose statement the
- * keeper is about to cancel (before the signal, so that the statement
- * watched is the one cancelled), if it is running one; told_in (not 0):
- * the query_start of the statement its session told the stop in itself,
- * watched only if it still runs (and, in a multi-statement Query, whose
- * statements share a query_start, had not ended: escalate_note_told);
- * whole: several slots it told lost in it found no room in its AskSlot
- * (name is the first's), the statement is watched until it ends
+ * True if the keeper's watch w, of its own signal, is of a stop newer than
+ * tell, in the same statement: that watch goes on (the told stop is older,
+ * and a grant since it may be of the slot the newer stop took away)
  */
 static bool
-watch_arm(int pid, const char *name, TimestampTz now, TimestampTz told_in, bool whole)
+newer_than_tell(const Watch *w, const Watch *cand, const Tell *tell)
+{
+	return w->signalled && w->statement_start == cand->statement_start &&
+		w->generation == tell->generation && tell->at != 0 && tell->at < w->since;
+}
+
+/*
+ * Watch pid, whose slot of semaphore name is lost and whose statement the
+ * keeper is about to cancel (before the signal, so that the statement
+ * watched is the one cancelled; signalled: it sends one), if it is running
+ * one; tell (not NULL): its session told the stop itself, in the statement
+ * of query_start tell->in, watched only if that still runs (and, in a
+ * multi-statement Query, whose statements share a query_start, had not
+ * ended: escalate_note_told); whole: several slots it told lost in it
+ * found no room in its AskSlot (name is the first's), the statement is
+ * watched until it ends
+ */
+static bool
+watch_arm(int pid, const char *name, TimestampTz now, const Tell *tell,
+		  bool whole, bool signalled)
 {
 	Watch		cand;
 	int			at = find_watch(pid, name, whole);
+	TimestampTz told_in = tell != NULL ? tell->in : 0;
 
 	cand.pid = pid;
 	cand.procno = procno_of(BackendPidGetProc(pid));
 	cand.counted_from = now;
 	cand.whole = whole;
+	cand.signalled = signalled;
 	strlcpy(cand.name, name, sizeof(cand.name));
 	if (cand.procno < 0 || !running_statement(pid, &cand.statement_start) ||
 		(told_in != 0 && cand.statement_start != told_in))
@@ -727,7 +734,7 @@ watch_arm(int pid, const char *name, TimestampTz now, TimestampTz told_in, bool 
 		return false;
 	}
 	/* (a newer stop's watch goes on: the told one is older, superseded) */
-	if (at >= 0 && told_in != 0 && told_since(&cand) < watches[at].since)
+	if (at >= 0 && tell != NULL && newer_than_tell(&watches[at], &cand, tell))
 		return true;
 	if (!ask_slot_watch(&cand, told_in != 0))
 	{
@@ -746,9 +753,9 @@ watch_arm(int pid, const char *name, TimestampTz now, TimestampTz told_in, bool 
 
 /* Watch pid for its lost slot of semaphore name (watch_arm) */
 bool
-escalate_watch(int pid, const char *name, TimestampTz now, TimestampTz told_in)
+escalate_watch(int pid, const char *name, TimestampTz now, bool signalled)
 {
-	return watch_arm(pid, name, now, told_in, false);
+	return watch_arm(pid, name, now, NULL, false, signalled);
 }
 
 /*
@@ -802,6 +809,7 @@ escalate_unwatch(int pid, const char *name)
 			watches[at].statement_start = replaced.statement_start;
 			watches[at].counted_from = replaced.counted_from;
 			watches[at].since = replaced.since;
+			watches[at].signalled = replaced.signalled;
 		}
 	}
 	else
@@ -835,7 +843,7 @@ watch_asked(TimestampTz now)
 			char		name[REDSEM_MAX_NAME_BYTES + 1];
 			int			pid = 0;
 			uint32		gen = 0;
-			TimestampTz told_in = 0;
+			Tell		tell = {0, 0, 0};
 			bool		whole = false;
 
 			SpinLockAcquire(&a->mutex);
@@ -846,7 +854,8 @@ watch_asked(TimestampTz now)
 				a->asked[j] = false;
 				pid = a->pid;
 				gen = a->generation;
-				told_in = a->told_in[j];
+				tell.in = a->told_in[j];
+				tell.at = a->told_at[j];
 				strlcpy(name, a->names[j], sizeof(name));
 			}
 			if (pid == 0 && a->over_asked)
@@ -854,14 +863,16 @@ watch_asked(TimestampTz now)
 				a->over_asked = false;
 				pid = a->pid;
 				gen = a->generation;
-				told_in = a->over_told_in;
+				tell.in = a->over_told_in;
+				tell.at = a->over_told_at;
 				whole = a->over_n > 1;
 				strlcpy(name, a->over_name, sizeof(name));
 			}
 			SpinLockRelease(&a->mutex);
 			if (pid == 0)
 				break;
-			if (!watch_arm(pid, name, now, told_in, whole) &&
+			tell.generation = gen;
+			if (!watch_arm(pid, name, now, &tell, whole, false) &&
 				find_watch(pid, name, false) < 0)
 				ask_slot_drop(i, pid, gen, whole ? NULL : name);
 		}

@@ -13,7 +13,7 @@ extern void escalate_note_try(const char *name, bool granted);
 extern void escalate_statement_ended(void);
 extern bool escalate_note_told(const char *name, TimestampTz told_in);
 extern bool escalate_watch(int pid, const char *name, TimestampTz now,
-						   TimestampTz told_in);
+						   bool signalled);
 extern void escalate_unwatch(int pid, const char *name);
 extern void escalate_look(TimestampTz now);
 extern void escalate_keeper_start(void);

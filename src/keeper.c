@@ -987,7 +987,7 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 		 */
 		if (!sn->told && sn->policy != SLOT_LOST_TERMINATE &&
 			BackendPidGetProc(sn->pid) != NULL)
-			(void) escalate_watch(sn->pid, sn->name, redsem_now(), 0);
+			(void) escalate_watch(sn->pid, sn->name, redsem_now(), false);
 		return;
 	}
 	if (BackendPidGetProc(sn->pid) == NULL)
@@ -1000,7 +1000,7 @@ stop_holder(KeeperState *st, const StopNotice *sn)
 	else
 	{
 		/* (armed before the signal: the statement watched is the one cancelled) */
-		bool		armed = escalate_watch(sn->pid, sn->name, redsem_now(), 0);
+		bool		armed = escalate_watch(sn->pid, sn->name, redsem_now(), true);
 
 		/* (not sent: the watch it replaced, if any, is put back) */
 		if (shared_hold_signal(sn, SIGINT))
