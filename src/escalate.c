@@ -807,14 +807,34 @@ escalate_unwatch(int pid, const char *name)
 			 * name, goes on for the statement and the stop put back)
 			 */
 			watches[at].statement_start = replaced.statement_start;
-			watches[at].counted_from = replaced.counted_from;
 			watches[at].since = replaced.since;
 			watches[at].signalled = replaced.signalled;
+			/* (its count starts now: tries since its last look are not seen) */
+			watches[at].counted_from = redsem_now();
 		}
 	}
 	else
 		drop_watch(at);
 	replaced_valid = false;
+}
+
+/*
+ * Arm a watch a session asked for (watch_arm); one this pass's status,
+ * read before, does not see running (its statement may have started
+ * since: the ask would be lost) is tried once more on a fresh read
+ */
+static bool
+arm_asked(int pid, const char *name, TimestampTz now, const Tell *tell, bool whole)
+{
+	bool		fresh = !snapshot_read;
+
+	if (watch_arm(pid, name, now, tell, whole, false))
+		return true;
+	if (fresh)
+		return false;
+	pgstat_clear_backend_activity_snapshot();
+	snapshot_read = false;
+	return watch_arm(pid, name, now, tell, whole, false);
 }
 
 /*
@@ -872,7 +892,7 @@ watch_asked(TimestampTz now)
 			if (pid == 0)
 				break;
 			tell.generation = gen;
-			if (!watch_arm(pid, name, now, &tell, whole, false) &&
+			if (!arm_asked(pid, name, now, &tell, whole) &&
 				find_watch(pid, name, false) < 0)
 				ask_slot_drop(i, pid, gen, whole ? NULL : name);
 		}
