@@ -70,12 +70,19 @@ typedef struct Watch
 	char		name[REDSEM_MAX_NAME_BYTES + 1];
 } Watch;
 
-/* A stop a session told itself, as it asked for its watch */
+/*
+ * A stop a session told itself, as it asked for its watch: copied from its
+ * AskSlot with the ask, under the same lock (a newer tell overwrites them)
+ */
 typedef struct Tell
 {
 	TimestampTz in;				/* the statement's query_start */
 	TimestampTz at;				/* when it told it */
 	uint32		generation;		/* its AskSlot's then */
+	uint32		any_asks;		/* its tries of any semaphore then */
+	bool		aside;			/* made without room, counted by name aside */
+	uint32		aside_asks;		/* ... and those counts then */
+	uint32		aside_grants;
 } Tell;
 
 /* The most backends watched at once; more are cancelled, not watched */
@@ -330,9 +337,10 @@ aside_name_locked(AskSlot *a, const char *name, bool told, bool other_aside)
  * statement ended since (the one told, before the keeper came to watch).
  */
 static bool
-ask_slot_watch(Watch *w, bool told)
+ask_slot_watch(Watch *w, const Tell *tell)
 {
 	AskSlot    *a = &ask_slots[w->procno];
+	bool		told = tell != NULL;
 	bool		other_aside = false;
 	bool		created = false;
 	int			i;
@@ -355,21 +363,19 @@ ask_slot_watch(Watch *w, bool told)
 	 * counts move into the new name, or a grant since the tell would be
 	 * missed; never into one a watch reads)
 	 */
-	if (told && created && strcmp(a->aside_name, w->name) == 0)
+	if (told && created && tell->aside && strcmp(a->aside_name, w->name) == 0)
 	{
 		a->asks[i] = a->aside_asks;
 		a->grants[i] = a->aside_grants;
-		a->told_asks[i] = a->aside_told_asks;
-		a->told_grants[i] = a->aside_told_grants;
-		a->told_at[i] = a->over_told_at;
+		a->told_asks[i] = tell->aside_asks;
+		a->told_grants[i] = tell->aside_grants;
+		a->told_at[i] = tell->at;
 	}
 	/* (counted by its name now, not aside: the place aside is free again) */
 	if (w->in_slot && strcmp(a->aside_name, w->name) == 0)
 		a->aside_in_use = false;
 	/* (a told one counts from the tell: a try or grant since ends it) */
-	w->since = w->counted_from;
-	if (told)
-		w->since = (w->in_slot && a->told_at[i] != 0) ? a->told_at[i] : a->over_told_at;
+	w->since = told ? tell->at : w->counted_from;
 	if (w->in_slot)
 	{
 		w->asks_seen = told ? a->told_asks[i] : a->asks[i];
@@ -378,13 +384,15 @@ ask_slot_watch(Watch *w, bool told)
 	else if (!w->whole && aside_name_locked(a, w->name, told, other_aside))
 	{
 		/* (the one without room is counted by name: aside_name_locked) */
-		w->asks_seen = told ? a->aside_told_asks : a->aside_asks;
-		w->grants_seen = told ? a->aside_told_grants : a->aside_grants;
+		w->asks_seen = !told ? a->aside_asks :
+			tell->aside ? tell->aside_asks : a->aside_told_asks;
+		w->grants_seen = !told ? a->aside_grants :
+			tell->aside ? tell->aside_grants : a->aside_told_grants;
 	}
 	else
 	{
 		/* (without room: a try of any semaphore starts the count again) */
-		w->asks_seen = told ? a->over_told_asks : a->any_asks;
+		w->asks_seen = told ? tell->any_asks : a->any_asks;
 		w->grants_seen = 0;
 	}
 	w->generation = a->generation;
@@ -555,6 +563,15 @@ slot_watched(int procno, int pid, uint32 gen)
 	return false;
 }
 
+/* True if the keeper watches pid for semaphore name by name, armed in generation gen */
+static bool
+named_watch_in(int pid, const char *name, uint32 gen)
+{
+	int			at = find_watch(pid, name, false);
+
+	return at >= 0 && watches[at].generation == gen;
+}
+
 /*
  * Remove semaphore name (NULL: none) from backend pid's AskSlot at procno,
  * if that is still its generation gen and the session asked for no watch
@@ -567,7 +584,7 @@ ask_slot_drop(int procno, int pid, uint32 gen, const char *name)
 {
 	AskSlot    *a = &ask_slots[procno];
 	bool		watched = slot_watched(procno, pid, gen);
-	bool		named = name != NULL && find_watch(pid, name, false) >= 0;
+	bool		named = name != NULL && named_watch_in(pid, name, gen);
 
 	SpinLockAcquire(&a->mutex);
 	if (a->pid == pid && a->generation == gen)
@@ -736,7 +753,7 @@ watch_arm(int pid, const char *name, TimestampTz now, const Tell *tell,
 	/* (a newer stop's watch goes on: the told one is older, superseded) */
 	if (at >= 0 && tell != NULL && newer_than_tell(&watches[at], &cand, tell))
 		return true;
-	if (!ask_slot_watch(&cand, told_in != 0))
+	if (!ask_slot_watch(&cand, told_in != 0 ? tell : NULL))
 	{
 		if (at >= 0)
 			drop_watch(at);
@@ -819,18 +836,28 @@ escalate_unwatch(int pid, const char *name)
 }
 
 /*
- * Arm a watch a session asked for (watch_arm); one this pass's status,
- * read before, does not see running (its statement may have started
- * since: the ask would be lost) is tried once more on a fresh read
+ * Arm a watch a session asked for (watch_arm), at procno; one this pass's
+ * status, read before, does not see running (its statement may have
+ * started since: the ask would be lost) is tried once more on a fresh
+ * read, unless its AskSlot says the statement told in ended (the common
+ * case: a session idle when it was told)
  */
 static bool
-arm_asked(int pid, const char *name, TimestampTz now, const Tell *tell, bool whole)
+arm_asked(int procno, int pid, const char *name, TimestampTz now,
+		  const Tell *tell, bool whole)
 {
 	bool		fresh = !snapshot_read;
+	AskSlot    *a = &ask_slots[procno];
+	bool		over;
 
 	if (watch_arm(pid, name, now, tell, whole, false))
 		return true;
 	if (fresh)
+		return false;
+	SpinLockAcquire(&a->mutex);
+	over = a->pid != pid || a->generation != tell->generation || a->ended;
+	SpinLockRelease(&a->mutex);
+	if (over)
 		return false;
 	pgstat_clear_backend_activity_snapshot();
 	snapshot_read = false;
@@ -862,18 +889,18 @@ watch_asked(TimestampTz now)
 		{
 			char		name[REDSEM_MAX_NAME_BYTES + 1];
 			int			pid = 0;
-			uint32		gen = 0;
-			Tell		tell = {0, 0, 0};
+			Tell		tell = {0};
 			bool		whole = false;
 
 			SpinLockAcquire(&a->mutex);
+			tell.generation = a->generation;
+			tell.any_asks = a->any_asks;
 			for (int j = 0; j < a->n && pid == 0; j++)
 			{
 				if (!a->asked[j])
 					continue;
 				a->asked[j] = false;
 				pid = a->pid;
-				gen = a->generation;
 				tell.in = a->told_in[j];
 				tell.at = a->told_at[j];
 				strlcpy(name, a->names[j], sizeof(name));
@@ -882,19 +909,22 @@ watch_asked(TimestampTz now)
 			{
 				a->over_asked = false;
 				pid = a->pid;
-				gen = a->generation;
 				tell.in = a->over_told_in;
 				tell.at = a->over_told_at;
+				tell.any_asks = a->over_told_asks;
+				tell.aside = strcmp(a->aside_name, a->over_name) == 0;
+				tell.aside_asks = a->aside_told_asks;
+				tell.aside_grants = a->aside_told_grants;
 				whole = a->over_n > 1;
 				strlcpy(name, a->over_name, sizeof(name));
 			}
 			SpinLockRelease(&a->mutex);
 			if (pid == 0)
 				break;
-			tell.generation = gen;
-			if (!arm_asked(pid, name, now, &tell, whole) &&
-				find_watch(pid, name, false) < 0)
-				ask_slot_drop(i, pid, gen, whole ? NULL : name);
+			/* (a watch of an earlier generation is over: it keeps no name) */
+			if (!arm_asked(i, pid, name, now, &tell, whole) &&
+				!named_watch_in(pid, name, tell.generation))
+				ask_slot_drop(i, pid, tell.generation, whole ? NULL : name);
 		}
 	}
 }
