@@ -198,6 +198,10 @@ one_client() {
     R["$1 call ms"]=$call
     R["$1 calls per tx"]=$(bench_div "$(bench_roundtrips "$stats")" "$tx" '%.2f')
     R["$1 add us"]=$(awk -v a="$call" -v b="$base" 'BEGIN { printf "%.0f", (a - b) * 1000 }')
+    # the same over TLS on loopback, where this build has TLS (through the
+    # broker: its hop and the connection's relay process)
+    [[ -z $TLS_PORT ]] || R["$1 tls call ms"]=$(PGOPTIONS="-c redsem.tls=on -c redsem.unix_socket= \
+-c redsem.host=127.0.0.1 -c redsem.port=$TLS_PORT -c redsem.tls_ca_file=$tls/ca.crt" one_ms "$BENCH_TMP/one.sql")
     [[ $1 == direct ]] && relay_client
     return 0
 }
@@ -337,6 +341,7 @@ row "one client: SELECT 1 (ms)" "base ms"
 row "one client: a slot taken and given (ms)" "call ms"
 row "  Redis calls per transaction" "calls per tx"
 row "  what the calls add (us)" "add us"
+row "  the same over TLS on loopback (ms)" "tls call ms"
 row "first call, Unix socket (ms)" "unix first"
 row "warm call, Unix socket (ms)" "unix warm"
 row "  warm call after a pause (ms)" "unix paused"
@@ -364,6 +369,12 @@ if [[ " $MODES " == *" direct "* && " $MODES " == *" broker "* ]]; then
         'BEGIN { if (c + 0 == 0) print "n/a"; else printf "%.0f", (b - d) / c }')
     printf 'the hop through the broker: %s us per Redis call, %s PING round trips (target <= 0.25)\n' \
         "$hop" "$(bench_div "$hop" "$ping_us" '%.2f')"
+    if [[ -n ${R["broker tls call ms"]:-} && -n ${R["direct tls call ms"]:-} ]]; then
+        hop=$(awk -v b="${R["broker tls call ms"]}" -v d="${R["direct tls call ms"]}" -v c="${R["direct calls per tx"]}" \
+            'BEGIN { if (c + 0 == 0) print "n/a"; else printf "%.0f", (b - d) * 1000 / c }')
+        printf 'the hop over TLS (the broker and the connection'"'"'s relay): %s us per Redis call, %s PING round trips\n' \
+            "$hop" "$(bench_div "$hop" "$ping_us" '%.2f')"
+    fi
     if [[ -n ${R["relay add us"]:-} ]]; then
         relay_hop=$(bench_div "${R["relay add us"]}" "${R["direct calls per tx"]}" '%.0f')
         printf 'the hop through a byte relay (socat), direct mode: %s us per Redis call, %s PING round trips (what any process in the path costs here)\n' \

@@ -198,7 +198,7 @@ relay_for_broker(int sock, RedisOutcome *outcome, redisContext *ctx)
 	close(sock);
 	(void) prctl(PR_SET_NAME, "redsem relay");
 	init_ps_display("redsem relay");
-	tls_relay(ctx, sv[1]);
+	tls_relay(ctx, sv[1], redsem_broker_poll_us);
 }
 
 /*

@@ -364,6 +364,8 @@
  * and Redis's answer mostly come within that, and are then taken without
  * the broker being woken, which is most of what the hop through it costs
  * on a small machine (two wake-ups a call).  Idle for longer, it sleeps.
+ * A TLS connection's relay process (src/redis/tls.c) polls as long after
+ * bytes last moved through it, for the same reason.
  */
 #define BROKER_POLL_US					200
 #define BROKER_CONNECT_RETRY_MS			10

@@ -17,9 +17,11 @@
 
 #include <arpa/inet.h>
 #include <poll.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "hiredis.h"
+#include "portability/instr_time.h"
 #include "storage/latch.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -139,7 +141,7 @@ tls_relay_ready(redisContext *c)
 
 /* Never called in a build without TLS (no TLS connection is ever open) */
 void
-tls_relay(redisContext *c, int plain)
+tls_relay(redisContext *c, int plain, int poll_us)
 {
 	_exit(1);
 }
@@ -520,6 +522,26 @@ relay_end(void)
 }
 
 /*
+ * True while the relay is to poll rather than sleep: within poll_us
+ * microseconds of when bytes last moved (moved_at), as the broker polls
+ * after activity (redsem.broker_poll); it yields the CPU first
+ */
+static bool
+relay_polling(const instr_time *moved_at, int poll_us)
+{
+	instr_time	now;
+
+	if (poll_us <= 0)
+		return false;
+	INSTR_TIME_SET_CURRENT(now);
+	INSTR_TIME_SUBTRACT(now, *moved_at);
+	if ((int64) INSTR_TIME_GET_MICROSEC(now) >= poll_us)
+		return false;
+	sched_yield();
+	return true;
+}
+
+/*
  * Become the relay of TLS connection c (tls_relay_ready), set up by this
  * process (a broker's opener), for the broker, which has the other end of
  * the non-blocking socket pair whose end plain is: what either sends is
@@ -527,15 +549,20 @@ relay_end(void)
  * is the state of the process that made it and cannot be handed over, as
  * a socket can; so the broker opens TLS connections without waiting for
  * them, as it does the others, and talks to them in the clear over a local
- * socket.  Never returns.
+ * socket.  Like the broker, it polls for poll_us microseconds after bytes
+ * moved before it sleeps (the broker's redsem.broker_poll when it was
+ * forked): a request's answer mostly comes within that, and is passed on
+ * without two wake-ups.  Never returns.
  */
 void
-tls_relay(redisContext *c, int plain)
+tls_relay(redisContext *c, int plain, int poll_us)
 {
 	SSL		   *ssl = session_of(c);
+	instr_time	moved_at;
 
 	if (ssl == NULL)
 		_exit(1);
+	INSTR_TIME_SET_CURRENT(moved_at);
 	for (;;)
 	{
 		struct pollfd p[2] = {{c->fd, 0, 0}, {plain, 0, 0}};
@@ -545,6 +572,8 @@ tls_relay(redisContext *c, int plain)
 			!relay_up(ssl, plain, &relay_from_broker, p, &moved))
 			relay_end();
 		if (moved)
+			INSTR_TIME_SET_CURRENT(moved_at);
+		if (moved || relay_polling(&moved_at, poll_us))
 			continue;
 		/*
 		 * (a socket nothing is waited for is left out: poll reports an

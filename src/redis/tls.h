@@ -22,7 +22,7 @@ extern bool tls_start(RedisCall *call, struct redisContext *c,
 					  const char *host, TimestampTz deadline);
 extern bool tls_idle_input_ok(struct redisContext *c);
 extern bool tls_relay_ready(struct redisContext *c);
-pg_noreturn extern void tls_relay(struct redisContext *c, int plain);
+pg_noreturn extern void tls_relay(struct redisContext *c, int plain, int poll_us);
 extern const char *tls_refusal(char *buf, size_t len, const char *fallback);
 
 #endif							/* REDSEM_TLS_H */
