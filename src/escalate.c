@@ -79,6 +79,9 @@ typedef struct Tell
 	TimestampTz in;				/* the statement's query_start */
 	TimestampTz at;				/* when it told it */
 	uint32		generation;		/* its AskSlot's then */
+	bool		named;			/* made with room: counted by its name */
+	uint32		asks;			/* ... and its counts then */
+	uint32		grants;
 	uint32		any_asks;		/* its tries of any semaphore then */
 	bool		aside;			/* made without room, counted by name aside */
 	uint32		aside_asks;		/* ... and those counts then */
@@ -350,7 +353,8 @@ ask_slot_watch(Watch *w, const Tell *tell)
 			(watches[j].pid == w->pid && !watches[j].in_slot &&
 			 !watches[j].whole && strcmp(watches[j].name, w->name) != 0);
 	SpinLockAcquire(&a->mutex);
-	if (told && (a->pid != w->pid || a->ended))
+	/* (another generation: the told statement is over, its names gone) */
+	if (told && (a->pid != w->pid || a->generation != tell->generation || a->ended))
 	{
 		SpinLockRelease(&a->mutex);
 		return false;
@@ -378,8 +382,8 @@ ask_slot_watch(Watch *w, const Tell *tell)
 	w->since = told ? tell->at : w->counted_from;
 	if (w->in_slot)
 	{
-		w->asks_seen = told ? a->told_asks[i] : a->asks[i];
-		w->grants_seen = told ? a->told_grants[i] : a->grants[i];
+		w->asks_seen = !told ? a->asks[i] : tell->named ? tell->asks : a->told_asks[i];
+		w->grants_seen = !told ? a->grants[i] : tell->named ? tell->grants : a->told_grants[i];
 	}
 	else if (!w->whole && aside_name_locked(a, w->name, told, other_aside))
 	{
@@ -903,6 +907,9 @@ watch_asked(TimestampTz now)
 				pid = a->pid;
 				tell.in = a->told_in[j];
 				tell.at = a->told_at[j];
+				tell.named = true;
+				tell.asks = a->told_asks[j];
+				tell.grants = a->told_grants[j];
 				strlcpy(name, a->names[j], sizeof(name));
 			}
 			if (pid == 0 && a->over_asked)
