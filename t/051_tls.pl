@@ -178,13 +178,29 @@ sub slurp_or_empty
 
 SKIP:
 {
-	skip 'direct mode: the backends do their own TLS', 9 unless broker_mode();
+	skip 'direct mode: the backends do their own TLS', 10 unless broker_mode();
 	is($node->safe_psql('postgres', "$base $take"), 't', 'a slot is taken over TLS through the broker');
 	my @relays = processes_named('redsem relay', 'redsem broker');
 	ok(@relays >= 1, 'the broker talks to the TLS server through a relay process of its own ('
 		  . scalar(@relays) . ')');
 	like($redis->cli('CLIENT', 'LIST'), qr/name=redsem:[^ ]*:broker:\d+ /,
 		'the TLS server sees the connection named after the broker');
+
+	# The relay polls only for redsem.broker_poll after bytes moved: idle,
+	# it sleeps (a relay that spun would use about all of a CPU here)
+	my $cpu = sub {
+		my $ticks = 0;
+		for my $pid (@relays)
+		{
+			my @f = split ' ', (slurp_or_empty("/proc/$pid/stat") =~ s/^.*\) //r);
+			$ticks += ($f[11] // 0) + ($f[12] // 0);
+		}
+		return $ticks;
+	};
+	my $before = $cpu->();
+	Time::HiRes::sleep(1.5);
+	my $idle = $cpu->() - $before;
+	ok($idle < 15, "an idle relay sleeps: $idle clock ticks of CPU in 1.5 s");
 
 	# A TLS server that never answers the handshake: its open waits out
 	# its connect timeout in an opener, and the broker serves the others
