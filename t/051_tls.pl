@@ -200,7 +200,9 @@ SKIP:
 	my $before = $cpu->();
 	Time::HiRes::sleep(1.5);
 	my $idle = $cpu->() - $before;
-	ok($idle < 15, "an idle relay sleeps: $idle clock ticks of CPU in 1.5 s");
+	my $alive = grep { -e "/proc/$_" } @relays;
+	ok($idle < 15 && $alive == @relays,
+		"an idle relay sleeps: $idle clock ticks of CPU in 1.5 s ($alive of " . scalar(@relays) . ' relays still there)');
 
 	# A TLS server that never answers the handshake: its open waits out
 	# its connect timeout in an opener, and the broker serves the others

@@ -440,11 +440,14 @@ EOS
 		'the holder runs under six slots');
 	my $forgot = time;
 	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_sx$_}:*") } 1 .. 5);
-	# (the sixth only once the five's stop came: a DEL a fixed time later
-	# could fall before the keeper's next refresh, which then found all six
-	# at once, and which of the fifth and sixth took the place aside was
-	# the hold table's order)
+	# (the sixth only once the five's stop came, and 0.7 s more: a DEL a
+	# fixed time after theirs could fall before the keeper's next refresh,
+	# which then found all six at once, and which of the fifth and sixth
+	# took the place aside was the hold table's order; holds taken a few
+	# ms apart may be refreshed in two passes up to half a refresh period
+	# apart, which the 0.7 s waits out; helper-116)
 	ok(defined $s->wait_stderr(qr/caught at/, 10), 'the code caught the stop of the five');
+	usleep(700_000);
 	$redis->cli('DEL', $redis->scan_keys('redsem:{esc_sx6}:*'));
 	ok($s->wait_exit(20), 'the session ended');
 	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
