@@ -107,6 +107,11 @@ cmp_ok($elapsed, '<', 5, 'without waiting its 30 s');
 }
 
 $redis->start;
+# (broker mode: an open that found nothing serving is not tried again for
+# BROKER_NO_SERVER_REUSE_MS, 100 ms, and calls meanwhile get its failure at
+# once; the new session's failed call above is that recent when Redis
+# starts quickly: seen once in CI)
+Time::HiRes::sleep(0.15) if broker_mode();
 
 # The restarted Redis forgot its slots: the first acquire would start a
 # grace period as long as the longest lease (I15, t/082_forget_grace.pl).
