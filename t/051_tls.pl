@@ -190,11 +190,7 @@ SKIP:
 	# it sleeps (a relay that spun would use about all of a CPU here)
 	my $cpu = sub {
 		my $ticks = 0;
-		for my $pid (@relays)
-		{
-			my @f = split ' ', (slurp_or_empty("/proc/$pid/stat") =~ s/^.*\) //r);
-			$ticks += ($f[11] // 0) + ($f[12] // 0);
-		}
+		$ticks += cpu_ticks($_) // 0 for @relays;
 		return $ticks;
 	};
 	my $before = $cpu->();
