@@ -265,8 +265,8 @@ $off = log_size();
 kill 'KILL', $v->backend_pid;
 $t0 = time;
 
-# poll_query_until retries while the server is restarting.
-ok($node->poll_query_until('postgres',
+# (poll_through_restart: tries while the server restarts fail quietly)
+ok(poll_through_restart($node,
 		q{SELECT redsem_acquire('crash', 1, '60 s') IS NOT NULL}),
 	'the slot becomes free again');
 my $crash_free = time - $t0;
@@ -298,7 +298,7 @@ foreach my $round (1 .. 3)
 	kill 'KILL', $pid;
 	my $t_kill = time;
 	ok(defined $granted, "round $round: a slot was granted and its backend SIGKILLed at once");
-	ok($node->poll_query_until('postgres',
+	ok(poll_through_restart($node,
 			q{SELECT redsem_release('quick', redsem_acquire('quick', 1, '60 s'))}),
 		"round $round: the slot is free again");
 	my $took = time - $t_kill;

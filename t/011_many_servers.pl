@@ -240,7 +240,7 @@ kill 'KILL', $s{b}->backend_pid;
 ok(defined wait_until(60, sub {
 	slurp_file($node_b->logfile, $off) =~ /released 1 slot\(s\) held before the server restarted/ }),
 	"b crash-restarted and its keeper released b's 1 slot");
-ok($node_b->poll_query_until('postgres', 'SELECT redsem_keeper_active()'),
+ok(poll_through_restart($node_b, 'SELECT redsem_keeper_active()'),
 	"b is back, with its keeper");
 is($node_a->safe_psql('postgres',
 		q{SELECT server, id FROM redsem_holders('mix') ORDER BY position}),

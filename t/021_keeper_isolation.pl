@@ -167,7 +167,7 @@ like($gid, qr/^[0-9a-f]{16}\./, 'after2 holds a slot with a 60 s lease');
 $off = -s $node->logfile;
 kill 'KILL', $g->backend_pid;
 my $t_kill = time;
-ok($node->poll_query_until('postgres',
+ok(poll_through_restart($node,
 		q{SELECT redsem_release('after2', redsem_acquire('after2', 1, '60 s'))}),
 	'after the crash-restart, after2\'s slot is free again');
 cmp_ok(time - $t_kill, '<', 15, sprintf('... within %.1f s of the kill', time - $t_kill));

@@ -32,7 +32,7 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
   processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file
-  check_told_once);
+  check_told_once poll_through_restart);
 
 # Servers start as a copy of one initdb made before the suite
 # (scripts/test.sh sets INITDB_TEMPLATE): the suite is CPU-bound on 2 cores,
@@ -223,6 +223,26 @@ sub long_last_arg
 	return ([], '/dev/null') unless @$args && length($args->[-1]) > 65536;
 	my $text = pop @$args;
 	return ([ '-x' ], \$text);
+}
+
+=pod
+
+=item poll_through_restart($node, $sql, $timeout_s)
+
+Run $sql in a new session every 20 ms until it answers 't', for at most
+$timeout_s seconds (60 by default).  For polls across a crash-restart:
+Cluster's poll_query_until dies there when psql, refused while the server
+restarts, exits before IPC::Run has written the query to its stdin
+("ack Broken pipe"); here that try just fails.
+
+=cut
+
+sub poll_through_restart
+{
+	my ($node, $sql, $timeout) = @_;
+	return defined wait_until($timeout // 60, sub {
+		my $out = eval { $node->safe_psql('postgres', $sql) };
+		defined $out && $out eq 't' });
 }
 
 =pod
