@@ -1134,23 +1134,30 @@ sub new
 	croak "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
+		# (a fork of the test: it must never leave by a way that runs the
+		# test's END blocks, which would stop the proxies, unlinking this
+		# socket, and print a TAP summary of their own)
 		POSIX::setpgid(0, 0);
 		$SIG{CHLD} = 'IGNORE';
-		while (1)
-		{
-			my $c = $listener->accept or next;
-			my $kid = fork;
-			if (defined $kid && $kid == 0)
+		eval {
+			while (1)
 			{
-				close $listener;
-				eval { serve($c, $redis->socket, $corrupt); };
-				POSIX::_exit(0);
+				my $c = $listener->accept or next;
+				my $kid = fork;
+				if (defined $kid && $kid == 0)
+				{
+					close $listener;
+					eval { serve($c, $redis->socket, $corrupt); };
+					POSIX::_exit(0);
+				}
+				close $c;
 			}
-			close $c;
-		}
+		};
+		print STDERR "proxy $path ended: $@";
+		POSIX::_exit(1);
 	}
 	close $listener;
-	my $self = bless { pid => $pid, socket => $path }, $class;
+	my $self = bless { pid => $pid, socket => $path, owner => $$ }, $class;
 	push @all_proxies, $self;
 	return $self;
 }
@@ -1213,9 +1220,11 @@ sub stop
 	return;
 }
 
+# (only in the process that made them: a fork of the test that exits
+# must not stop them)
 END
 {
-	$_->stop foreach @all_proxies;
+	$_->stop foreach grep { $_->{owner} == $$ } @all_proxies;
 }
 
 =pod
