@@ -2504,10 +2504,13 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             holds begun under the one before),
 --             the limit goes back, and the one that did not pay is a
 --             ceiling it stays under until the mean at the limit it went
---             back to moves by more than ADAPT_CHANGE (the work or the
---             machine changed: measured ADAPT_JUDGE intervals after it
---             went back, or after ADAPT_CEILING_TICKS intervals at the
---             limit under it); judged at once if holds are over the latency
+--             back to falls by more than ADAPT_CHANGE (the work or the
+--             machine got faster, so the knee may be higher: measured
+--             ADAPT_JUDGE intervals after it went back; holds grown
+--             slower leave it, since a slower machine's knee is no
+--             higher, and probing over it then only adds latency), or
+--             after ADAPT_CEILING_TICKS intervals at the limit under it;
+--             judged at once if holds are over the latency
 --             line, and then the cut goes to the lower of the two;
 --             a cut for latency is a ceiling too (the limit it came from
 --             was over the line: probing it again would only swing the
@@ -2692,8 +2695,8 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
         if m.ticks > ADAPT_JUDGE and not adapt_young(m, now, ADAPT_JUDGE_HOLDS) then
             m.at, m.ticks = m.mean, nil
         end
-    elseif m.ceiling and (m.mean > m.at * ADAPT_CHANGE or m.mean * ADAPT_CHANGE < m.at) then
-        m.ceiling, m.at = nil, nil  -- (the work or the machine changed)
+    elseif m.ceiling and m.mean * ADAPT_CHANGE < m.at then
+        m.ceiling, m.at = nil, nil  -- (the work or the machine got faster)
     end
     if m.ceiling and m.pt > ADAPT_CEILING_TICKS then
         m.ceiling, m.at = nil, nil  -- (settled for long: probe again)

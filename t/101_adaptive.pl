@@ -214,6 +214,22 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 		  . ($first // 'never') . ')');
 }
 
+# a ceiling ends when the mean at the limit under it falls by more than a
+# quarter (the machine or the work got faster: the knee may be higher),
+# not when it rises (a slower machine's knee is no higher: head to head in
+# bench/adaptive.sh the limit probed over its ceiling each time the
+# machine slowed, at the guarded p99's cost)
+{
+	# a ceiling at 6, its mean measured at 100 ms under it, at 5
+	my $mem = '100|100|no gain|1000|-|-|-|-|-|-|-|-|6|100|5|-|-|-|-';
+	my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 5, 1, 16, $mem, 10, 1600, 0, 1, 9000);
+	my @f = split /\|/, $reply->[2], -1;
+	is("$reply->[0] '$reply->[1]' $f[12]", "5 '' 6", 'holds 30% slower under a ceiling, room by the base: the ceiling stays');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 5, 1, 16, $mem, 10, 400, 0, 1, 9000);
+	@f = split /\|/, $reply->[2], -1;
+	is("$reply->[0] $reply->[1] $f[12]", '6 headroom -', 'holds 30% faster: the ceiling ends, and the limit is raised');
+}
+
 # a cut for pressure leaves a ceiling's wait for its mean where it was
 # (it started it again before); a cut at the lower bound, which moves
 # nothing, is no move: why and when the limit last moved stay
