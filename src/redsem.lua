@@ -2504,11 +2504,12 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             holds begun under the one before),
 --             the limit goes back, and the one that did not pay is a
 --             ceiling it stays under until the mean at the limit it went
---             back to falls by more than ADAPT_CHANGE (the work or the
---             machine got faster, so the knee may be higher: measured
---             ADAPT_JUDGE intervals after it went back; holds grown
---             slower leave it, since a slower machine's knee is no
---             higher, and probing over it then only adds latency), or
+--             back to falls under 1/ADAPT_CHANGE of what it was (by
+--             more than a fifth: the work or the machine got faster, so
+--             the knee may be higher; measured ADAPT_JUDGE intervals
+--             after it went back; holds grown slower keep it, since a
+--             slower machine's knee is no higher, and probing over it
+--             then only adds latency), or
 --             after ADAPT_CEILING_TICKS intervals at the limit under it;
 --             judged at once if holds are over the latency
 --             line, and then the cut goes to the lower of the two;

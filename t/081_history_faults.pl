@@ -54,8 +54,10 @@ my ($proxy_sock, $proxy_pid) = cut_proxy($redis);
 # (fopen allocates).  Read on every call (FAKETIME_NO_CACHE) that aborted
 # a backend of the server in about one case in thirty, the cut and the hang
 # included (seen in CI: "malloc assertion failure in sysmalloc"), so the
-# other cases run on servers without it, and C reads the file at most once
-# a second (the steps are 1.25 s apart).
+# other cases run on servers without it, and C re-reads the file only when
+# a call comes more than a second after the second it last read it in
+# (FAKETIME_CACHE_DURATION=1: every 2 s or less for a busy process), so
+# each offset is held 3 s and the case checks that C's clock moved.
 my $faketime = '/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1';
 ($faketime) = glob('/usr/lib/*/faketime/libfaketime.so.1') unless -e $faketime;
 my $offset_file = PostgreSQL::Test::Utils::tempdir_short() . '/faketime';
@@ -116,17 +118,29 @@ sub freeze
 	return;
 }
 
-# Step server A's wall clock back 30 s, and forward again halfway through
+# Step server C's wall clock back 30 s for 3 s (longer than the 2 s
+# libfaketime may take to re-read the file), then forward again; note in
+# $clock_seen whether C's clock was seen behind
+my $clock_seen = 0;
 sub step_clock
 {
 	for my $offset ('-30', '+0')
 	{
+		my $start = time;
 		open(my $fh, '>', $offset_file) or die $!;
 		print $fh "$offset\n";
 		close $fh;
-		sleep_full($FAULT_S / 2);
+		$clock_seen ||= defined wait_until(2.8, sub { clock_lag($c) > 20 }) if $offset eq '-30';
+		sleep_full(3 - (time - $start)) if time - $start < 3;
 	}
 	return;
+}
+
+# How many seconds a new session of $node finds its wall clock behind ours
+sub clock_lag
+{
+	my ($node) = @_;
+	return time - $node->safe_psql('postgres', 'SELECT extract(epoch FROM clock_timestamp())');
 }
 
 # Pause a backend of server B that holds a slot now
@@ -177,6 +191,7 @@ for my $f (@faults)
 		is($r->{over}, 0, "$name: never more than 2 at once ($r->{grants} works, $r->{lost} stopped)");
 		cmp_ok($r->{lost}, '>=', 1, "$name: the holders cut off were stopped")
 		  if $name eq 'cut' || $name eq 'hang';
+		ok($clock_seen, 'clock: server C saw its wall clock 30 s behind') if $name eq 'clock';
 	}
 }
 

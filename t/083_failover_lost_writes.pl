@@ -24,6 +24,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use RedsemHistory;
+use POSIX ();
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -50,8 +51,10 @@ sub sentinel_set
 	die "fork: $!" unless defined $proxy_pid;
 	if ($proxy_pid == 0)
 	{
+		# (a failed exec must not run the test's END blocks: _exit)
 		exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $primary->address, 0)
-		  or die "exec: $!";
+		  or print STDERR "exec of the proxy failed: $!\n";
+		POSIX::_exit(127);
 	}
 	push @proxies, $proxy_pid;
 	my $replica = RedsemTest::TcpServer->new(name => "lw_${tag}_b", conf => [ @fast, "replicaof 127.0.0.1 $proxy_port" ]);

@@ -214,8 +214,8 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 		  . ($first // 'never') . ')');
 }
 
-# a ceiling ends when the mean at the limit under it falls by more than a
-# quarter (the machine or the work got faster: the knee may be higher),
+# a ceiling ends when the mean at the limit under it falls under 80% of
+# what it was (the machine or the work got faster: the knee may be higher),
 # not when it rises (a slower machine's knee is no higher: head to head in
 # bench/adaptive.sh the limit probed over its ceiling each time the
 # machine slowed, at the guarded p99's cost)
@@ -228,6 +228,14 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 5, 1, 16, $mem, 10, 400, 0, 1, 9000);
 	@f = split /\|/, $reply->[2], -1;
 	is("$reply->[0] $reply->[1] $f[12]", '6 headroom -', 'holds 30% faster: the ceiling ends, and the limit is raised');
+	# the line: a mean (smoothed by half) at 85% of what it was keeps the
+	# ceiling, at 75% ends it
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 5, 1, 16, $mem, 10, 700, 0, 1, 9000);
+	@f = split /\|/, $reply->[2], -1;
+	is("$reply->[0] '$reply->[1]' $f[12]", "5 '' 6", 'a mean 15% lower under a ceiling: the ceiling stays');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 5, 1, 16, $mem, 10, 500, 0, 1, 9000);
+	@f = split /\|/, $reply->[2], -1;
+	is($f[12], '-', 'a mean 25% lower under a ceiling: the ceiling ends');
 }
 
 # a cut for pressure leaves a ceiling's wait for its mean where it was

@@ -229,8 +229,10 @@ sub long_last_arg
 
 =item poll_through_restart($node, $sql, $timeout_s)
 
-Run $sql in a new session every 20 ms until it answers 't', for at most
-$timeout_s seconds (60 by default).  For polls across a crash-restart:
+Run $sql in a new session every 100 ms until it answers 't', for at most
+$timeout_s seconds (PG_TEST_TIMEOUT_DEFAULT's, 180 unless set, by
+default); on a timeout, print its last answer and error.  For polls
+across a crash-restart:
 Cluster's poll_query_until dies there when psql, refused while the server
 restarts, exits before IPC::Run has written the query to its stdin
 ("ack Broken pipe"); here that try just fails.
@@ -240,9 +242,17 @@ restarts, exits before IPC::Run has written the query to its stdin
 sub poll_through_restart
 {
 	my ($node, $sql, $timeout) = @_;
-	return defined wait_until($timeout // 60, sub {
-		my $out = eval { $node->safe_psql('postgres', $sql) };
-		defined $out && $out eq 't' });
+	my ($out, $err);
+	my $ok = defined wait_until($timeout // $PostgreSQL::Test::Utils::timeout_default, sub {
+		$out = eval { $node->safe_psql('postgres', $sql) };
+		$err = $@;
+		return 1 if defined $out && $out eq 't';
+		usleep(80_000);
+		return 0;
+	});
+	Test::More::diag("poll_through_restart gave up on: $sql\nlast answer: "
+		  . ($out // '(none)') . "\nlast error: " . ($err || '(none)')) unless $ok;
+	return $ok;
 }
 
 =pod
@@ -380,8 +390,10 @@ sub cut_proxy
 	croak "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
+		# (a failed exec must not run the test's END blocks: _exit)
 		exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $sock, $redis->socket, 0)
-		  or die "exec: $!";
+		  or print STDERR "exec of the cut proxy failed: $!\n";
+		POSIX::_exit(127);
 	}
 	push @cut_proxies, $pid;
 	wait_until(10, sub { -S $sock }) or croak 'the proxy did not start';
@@ -899,6 +911,7 @@ sub scan_keys
 
 END
 {
+	local $?;    # (the test's exit status)
 	foreach my $r (@all_servers)
 	{
 		eval { $r->stop; 1 } or kill 'KILL', ($r->{pid} // 0);
@@ -1156,6 +1169,8 @@ sub new
 		print STDERR "proxy $path ended: $@";
 		POSIX::_exit(1);
 	}
+	# (the child makes its own group too, but stop may come before it has)
+	POSIX::setpgid($pid, $pid);
 	close $listener;
 	my $self = bless { pid => $pid, socket => $path, owner => $$ }, $class;
 	push @all_proxies, $self;
@@ -1214,6 +1229,7 @@ sub stop
 	my ($self) = @_;
 	return unless $self->{pid};
 	kill 'KILL', -$self->{pid};
+	kill 'KILL', $self->{pid};
 	waitpid($self->{pid}, 0);
 	$self->{pid} = undef;
 	unlink $self->{socket};
@@ -1224,6 +1240,7 @@ sub stop
 # must not stop them)
 END
 {
+	local $?;    # (the test's exit status)
 	$_->stop foreach grep { $_->{owner} == $$ } @all_proxies;
 }
 
