@@ -83,6 +83,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 SWEEP_S=${BENCH_SWEEP_S:-15}
 STEP_S=${BENCH_STEP_S:-40}
 LIMITS=${BENCH_LIMITS:-1 2 3 4 5 6 7 8 12 16}
+# (limit 1 is the guarded statement alone, which every other figure is read against)
+[[ " $LIMITS " == *" 1 "* ]] || redsem_die "BENCH_LIMITS must include 1 (the guarded statement alone): '$LIMITS'"
 HEAVY=${BENCH_HEAVY:-16}
 LIGHT=${BENCH_LIGHT:-4}
 LIGHT_RATE=${BENCH_LIGHT_RATE:-200}
@@ -302,6 +304,8 @@ hog_stop
 BEST_CALM=$(best "$CALM" "$ALONE")
 BEST_HOG=$(best "$HOGGED" "$ALONE")
 [[ -n $BEST_HOG ]] || BEST_HOG=$(awk '$1 == 1' <<<"$HOGGED")
+[[ -n $BEST_CALM ]] || redsem_die "no best static limit without the hog (no limit's p50 was within 2x alone's)"
+
 printf '\nstatic limits (alone: guarded p50 %s ms at limit 1 without the hog)\n' "$ALONE"
 printf '%-8s %-6s | %9s %8s %8s %9s\n' condition limit "heavy/s" "p50 ms" "p99 ms" "light p99"
 while read -r l tx p50 p99 lp; do printf '%-8s %-6s | %9s %8s %8s %9s\n' calm "$l" "$tx" "$p50" "$p99" "$lp"; done <<<"$CALM"

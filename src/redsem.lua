@@ -2519,6 +2519,17 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             cut waits for an interval of holds begun under the new
 --             limit (its first interval, and ADAPT_JUDGE_HOLDS mean holds:
 --             holds begun before still finish slow);
+--   probe     when a ceiling ends after ADAPT_CEILING_TICKS, every
+--             other time (the first of them first), and all of the limit
+--             is in use, no server at its line and holds under the
+--             latency line: down 1 instead, judged as a raise from there
+--             would be (the limit above must give ADAPT_GAIN of its share
+--             more than this one), and back if the limit above paid (or
+--             the new one is not all in use), else this limit stays,
+--             under a ceiling at the one above: a raise kept in error
+--             (a judge on noisy pools, two limits that tie) is undone, so
+--             that the limit settles at the smallest that gives the
+--             throughput, not at whichever the climb happened to keep;
 --   headroom  g and gs > ADAPT_BAND_HIGH (the mean under 1.67 times the base:
 --             room under the twice the latency step keeps it within),
 --             all of the limit in use or somebody waiting, every server
@@ -2549,9 +2560,10 @@ local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- after ADAPT_CEILING_TICKS intervals with releases at the limit under it
 -- (pt): its mean may have been measured after the change that should have
 -- ended it (a hog that stopped within the few intervals it takes), and
--- then it would stay for good; so a settled limit probes the one above
--- once a minute of use at most (of use: a semaphore used a few seconds
--- now and then is not probed at each burst).
+-- then it would stay for good; so a settled limit probes a neighbour
+-- once a minute of use at most, the one below and the one above by turns
+-- (of use: a semaphore used a few seconds now and then is not probed at
+-- each burst).
 local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS, ADAPT_CEILING_TICKS = 2, 60000, 60
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
@@ -2567,9 +2579,10 @@ local ADAPT_PRESSURE_CUT = 2
 -- since it was found, while that is not measured yet, as ticks); the
 -- intervals since the limit last moved, and the releases and hold time
 -- pooled at it (from the second of them on); the releases kept for the
--- next run when it last ran, and their hold time.  ('-': none.)
+-- next run when it last ran, and their hold time; 1 when the last ceiling
+-- to end probed the limit below (the next probes above).  ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
-            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'kn', 'ks'}
+            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'kn', 'ks', 'dn'}
 local AM_TEXT = {why = true}
 local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true,
                  ks = true}
@@ -2636,11 +2649,18 @@ local function adapt_pooled(m, s)
     return math.max(mean, ADAPT_FLOOR_MS)
 end
 
--- A raise judged (THE CONTROLLER, no gain): the limit to go back to, or
--- nil to keep it; s: the mean hold at the new limit.
-local function adapt_judge(m, limit, s, saturated)
+-- A raise or a probe below judged (THE CONTROLLER, no gain, probe): the
+-- limit to go back to, or nil to keep the new one; s: the mean hold at it.
+local function adapt_judge(m, limit, s, saturated, pressure)
     local from, x = m.from, m.x
     m.from, m.x, m.ticks = nil, nil, nil
+    if from and x and from > limit then   -- (a probe: did the limit above pay?)
+        if pressure < 1 and (not saturated or x >= limit / s * (1 + ADAPT_GAIN * (from / limit - 1))) then
+            return from
+        end
+        m.ceiling, m.at, m.ticks = from, nil, 0
+        return nil
+    end
     if not saturated or not from or from >= limit or not x then return nil end
     if limit / s >= x * (1 + ADAPT_GAIN * (limit / from - 1)) then return nil end
     m.ceiling, m.at, m.ticks = limit, nil, 0
@@ -2689,8 +2709,8 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
         if not over and (m.ticks < ADAPT_JUDGE or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
             return limit, nil
         end
-        back = adapt_judge(m, limit, adapt_pooled(m, s), saturated)
-        if back and not over then return math.max(back, lo), 'no gain' end
+        back = adapt_judge(m, limit, adapt_pooled(m, s), saturated, pressure)
+        if back and not over then return math.max(back, lo), back > limit and 'probe' or 'no gain' end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
         if m.ticks > ADAPT_JUDGE and not adapt_young(m, now, ADAPT_JUDGE_HOLDS) then
@@ -2699,8 +2719,12 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     elseif m.ceiling and m.mean * ADAPT_CHANGE < m.at then
         m.ceiling, m.at = nil, nil  -- (the work or the machine got faster)
     end
-    if m.ceiling and m.pt > ADAPT_CEILING_TICKS then
-        m.ceiling, m.at = nil, nil  -- (settled for long: probe again)
+    if m.ceiling and m.pt > ADAPT_CEILING_TICKS then   -- (settled for long:
+        if not m.dn and saturated and not over and pressure < 1 and limit > lo then
+            m.dn, m.from, m.x, m.ticks = 1, limit, limit / adapt_pooled(m, s), 0
+            return limit - 1, 'probe'   -- is the limit below as good?
+        end
+        m.ceiling, m.at, m.dn = nil, nil, nil   -- or may the one above pay?)
     end
     if over then
         if m.why == 'latency' and not back and (m.pt <= 1 or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
