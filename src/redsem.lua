@@ -2519,14 +2519,19 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             cut waits for an interval of holds begun under the new
 --             limit (its first interval, and ADAPT_JUDGE_HOLDS mean holds:
 --             holds begun before still finish slow);
---   probe     when a ceiling ends after ADAPT_CEILING_TICKS, every
---             other time (the first of them first), and all of the limit
---             is in use, no server at its line and holds under the
---             latency line: down 1 instead, judged as a raise from there
+--   probe     when a ceiling ends after ADAPT_CEILING_TICKS, unless the
+--             last one to end did this (dn), and all of the limit is in
+--             use, no server at its line, holds under the latency line
+--             and the limit above the lower bound: down 1 instead (dn
+--             set; otherwise the ceiling just ends, dn cleared, and
+--             headroom may probe above), judged as a raise from there
 --             would be (the limit above must give ADAPT_GAIN of its share
---             more than this one), and back if the limit above paid (or
---             the new one is not all in use), else this limit stays,
---             under a ceiling at the one above: a raise kept in error
+--             more than this one): back if the limit above paid or the
+--             new one is not all in use, and no server is at its line
+--             (a server at it keeps the lower); else this limit stays,
+--             under a ceiling at the one above; holds over the latency
+--             line at the judge cut at once, as for a raise, and a cut
+--             for pressure drops the probe where it is: a raise kept in error
 --             (a judge on noisy pools, two limits that tie) is undone, so
 --             that the limit settles at the smallest that gives the
 --             throughput, not at whichever the climb happened to keep;
@@ -2579,8 +2584,9 @@ local ADAPT_PRESSURE_CUT = 2
 -- since it was found, while that is not measured yet, as ticks); the
 -- intervals since the limit last moved, and the releases and hold time
 -- pooled at it (from the second of them on); the releases kept for the
--- next run when it last ran, and their hold time; 1 when the last ceiling
--- to end probed the limit below (the next probes above).  ('-': none.)
+-- next run when it last ran, and their hold time; dn, 1 once a probe
+-- below was taken, until a ceiling ends again (no probe below then).
+-- ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
             'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'kn', 'ks', 'dn'}
 local AM_TEXT = {why = true}
@@ -2710,7 +2716,11 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
             return limit, nil
         end
         back = adapt_judge(m, limit, adapt_pooled(m, s), saturated, pressure)
-        if back and not over then return math.max(back, lo), back > limit and 'probe' or 'no gain' end
+        if back and not over then   -- (within the bounds, which may have moved)
+            back = math.max(math.min(back, hi), lo)
+            if back == limit then return limit, nil end
+            return back, back > limit and 'probe' or 'no gain'
+        end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
         if m.ticks > ADAPT_JUDGE and not adapt_young(m, now, ADAPT_JUDGE_HOLDS) then

@@ -51,9 +51,10 @@ sub sentinel_set
 	die "fork: $!" unless defined $proxy_pid;
 	if ($proxy_pid == 0)
 	{
-		# (a failed exec must not run the test's END blocks: _exit)
-		exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $primary->address, 0)
-		  or print STDERR "exec of the proxy failed: $!\n";
+		# (a failed exec must not run the test's END blocks: _exit; its
+		# warning, fatal here, would die into them)
+		{ no warnings 'exec'; exec($^X, "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $primary->address, 0); }
+		print STDERR "exec of the proxy failed: $!\n";
 		POSIX::_exit(127);
 	}
 	push @proxies, $proxy_pid;

@@ -89,6 +89,51 @@ is($grew_under, 0, 'never grew with a server at its line');
 ok($why{$_}, "the steps include \"$_\" moves") for qw(latency headroom pressure bounds held);
 note('moves: ' . join(', ', map { "$_ $why{$_}" } sort keys %why));
 
+# the same checks on mostly steady work (a knee, a little noise), where
+# ceilings last their minute and the probes run, with now and then new
+# bounds, a new knee, a server at or over its line, holds of no time or
+# of forever, seconds without samples
+{
+	srand(119);
+	my ($steps, %bad, %moves) = (0);
+	for my $run (1 .. 16)
+	{
+		my $lo = 1 + int(rand(4));
+		my $hi = $lo + 2 + int(rand(20));
+		my ($limit, $memory, $t) = ($lo + int(rand($hi - $lo + 1)), '', 0);
+		my ($knee, $alone) = (1 + rand(10), 20 + rand(300));
+		for my $i (1 .. 400)
+		{
+			$t += 1000;
+			if (rand() < 0.004) { $lo = 1 + int(rand(4)); $hi = $lo + int(rand(20)); }
+			$knee = 1 + rand(10) if rand() < 0.003;
+			my $sat = rand() < 0.93 ? 1 : 0;
+			my $pressure = rand() < 0.95 ? rand(0.9) : rand(3);
+			my $mean = $alone * max(1, $limit / $knee) * (1 + (rand() - 0.5) * 0.1);
+			$mean = rand() < 0.5 ? 0 : 1e9 if rand() < 0.01;
+			my $n = rand() < 0.03 ? int(rand(3)) : min(1e6, 3 + int(1000 * $limit / max($mean, 1)));
+			my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, $lo, $hi, $memory,
+				$n, sprintf('%.3f', $n * $mean), sprintf('%.3f', $pressure), $sat, $t);
+			die "adapt_model: $reply->{msg}" if RedsemTest::RESP::is_error($reply);
+			my ($new, $why, $mem) = @$reply;
+			$steps++;
+			$moves{ $why eq '' ? 'held' : $why }++;
+			$bad{bounds}++ if $new < $lo || $new > $hi;
+			if ($why ne 'bounds')
+			{
+				$bad{stride}++ if abs($new - $limit) > max(1, int($limit * 0.25));
+				$bad{without}++ if $n < 3 && $pressure < 2 && $new != $limit;
+				$bad{grew}++ if $pressure >= 1 && $new > $limit && $why ne 'no gain';
+			}
+			($limit, $memory) = ($new, $mem);
+		}
+	}
+	note('settled moves: ' . join(', ', map { "$_ $moves{$_}" } sort keys %moves));
+	is(join(', ', map { "$_ $bad{$_}" } sort keys %bad), '',
+		"$steps steps of settled work: in its bounds, a stride at most, still without samples, never up at a server's line");
+	ok($moves{probe}, 'the settled steps include "probe" moves (' . ($moves{probe} // 0) . ')');
+}
+
 # the knee: work that runs 200 ms alone on a machine that completes at
 # most 16 a second (so 3.2 holders fill it; beyond, holds only queue) with
 # a little noise in each second's holds. The limit climbs while a raise
@@ -253,6 +298,8 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	is("$reply->[0] '$reply->[1]'", "3 ''", 'a probe judged with a server at its line: the lower limit stays');
 	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 3, 1, 16, $probing, 14, 3000, 0.5, 1, 200000);
 	is("$reply->[0] $reply->[1]", '4 probe', '... under it: back to the limit above, which paid');
+	$reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', 3, 1, 3, $probing, 14, 3000, 0.5, 1, 200000);
+	is("$reply->[0] '$reply->[1]'", "3 ''", '... unless the upper bound came down to the probed limit: it stays');
 }
 
 # a ceiling ends when the mean at the limit under it falls under 80% of

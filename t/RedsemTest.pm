@@ -390,9 +390,10 @@ sub cut_proxy
 	croak "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
-		# (a failed exec must not run the test's END blocks: _exit)
-		exec('perl', "$FindBin::RealBin/../bench/delay_proxy.pl", $sock, $redis->socket, 0)
-		  or print STDERR "exec of the cut proxy failed: $!\n";
+		# (a failed exec must not run the test's END blocks: _exit; its
+		# warning, fatal here, would die into them)
+		{ no warnings 'exec'; exec($^X, "$FindBin::RealBin/../bench/delay_proxy.pl", $sock, $redis->socket, 0); }
+		print STDERR "exec of the cut proxy failed: $!\n";
 		POSIX::_exit(127);
 	}
 	push @cut_proxies, $pid;
