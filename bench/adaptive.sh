@@ -305,7 +305,6 @@ hog_stop
 BEST_CALM=$(best "$CALM" "$ALONE")
 BEST_HOG=$(best "$HOGGED" "$ALONE")
 [[ -n $BEST_HOG ]] || BEST_HOG=$(awk '$1 == 1' <<<"$HOGGED")
-
 printf '\nstatic limits (alone: guarded p50 %s ms at limit 1 without the hog)\n' "$ALONE"
 printf '%-8s %-6s | %9s %8s %8s %9s\n' condition limit "heavy/s" "p50 ms" "p99 ms" "light p99"
 while read -r l tx p50 p99 lp; do printf '%-8s %-6s | %9s %8s %8s %9s\n' calm "$l" "$tx" "$p50" "$p99" "$lp"; done <<<"$CALM"

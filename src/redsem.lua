@@ -2660,15 +2660,17 @@ end
 local function adapt_judge(m, limit, s, saturated, pressure)
     local from, x = m.from, m.x
     m.from, m.x, m.ticks = nil, nil, nil
-    if from and x and from > limit then   -- (a probe: did the limit above pay?)
-        if pressure < 1 and (not saturated or x >= limit / s * (1 + ADAPT_GAIN * (from / limit - 1))) then
-            return from
-        end
+    if not from or not x or from == limit then return nil end
+    -- (the upper of the two limits paid: gave ADAPT_GAIN of its share more)
+    local upper, lower, xu, xl = limit, from, limit / s, x
+    if from > limit then upper, lower, xu, xl = from, limit, x, limit / s end
+    local paid = xu >= xl * (1 + ADAPT_GAIN * (upper / lower - 1))
+    if from > limit then            -- (a probe below: back, or keep it)
+        if pressure < 1 and (paid or not saturated) then return from end
         m.ceiling, m.at, m.ticks = from, nil, 0
         return nil
     end
-    if not saturated or not from or from >= limit or not x then return nil end
-    if limit / s >= x * (1 + ADAPT_GAIN * (limit / from - 1)) then return nil end
+    if paid or not saturated then return nil end
     m.ceiling, m.at, m.ticks = limit, nil, 0
     return from
 end

@@ -24,7 +24,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use RedsemHistory;
-use POSIX ();
 use Test::More;
 use Time::HiRes qw(time);
 
@@ -39,25 +38,13 @@ sub role
 
 # A primary, a replica that replicates through a proxy the test can
 # freeze, and a sentinel: (primary, replica, sentinel, proxy pid)
-my @proxies;
-END { foreach my $pid (@proxies) { kill 'CONT', $pid; kill 'TERM', $pid; } }
 
 sub sentinel_set
 {
 	my ($tag) = @_;
 	my $primary = RedsemTest::TcpServer->new(name => "lw_${tag}_a", conf => [@fast]);
 	my $proxy_port = PostgreSQL::Test::Cluster::get_free_port();
-	my $proxy_pid = fork;
-	die "fork: $!" unless defined $proxy_pid;
-	if ($proxy_pid == 0)
-	{
-		# (a failed exec must not run the test's END blocks: _exit; its
-		# warning, fatal here, would die into them)
-		{ no warnings 'exec'; exec($^X, "$FindBin::RealBin/../bench/delay_proxy.pl", "127.0.0.1:$proxy_port", $primary->address, 0); }
-		print STDERR "exec of the proxy failed: $!\n";
-		POSIX::_exit(127);
-	}
-	push @proxies, $proxy_pid;
+	my $proxy_pid = cut_proxy_at("127.0.0.1:$proxy_port", $primary->address);
 	my $replica = RedsemTest::TcpServer->new(name => "lw_${tag}_b", conf => [ @fast, "replicaof 127.0.0.1 $proxy_port" ]);
 	ok(wait_until(30, sub { ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/ }),
 		"$tag: the replica is in sync, through the proxy");

@@ -30,7 +30,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
-  cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy sleep_full
+  cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy cut_proxy_at sleep_full
   processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file
   check_told_once poll_through_restart);
 
@@ -376,6 +376,11 @@ that a test can freeze with SIGSTOP: connections stay open and nothing is
 forwarded, as over a network path that hangs; SIGCONT heals it.  Returns
 (its socket, its pid); it is stopped (thawed first) when the test ends.
 
+=item cut_proxy_at($listen, $upstream)
+
+The same proxy listening on $listen (a socket path or "host:port") for
+$upstream; returns its pid at once, listening or not yet.
+
 =cut
 
 my @cut_proxies;
@@ -384,21 +389,27 @@ my $cut_parent = $$;
 sub cut_proxy
 {
 	my ($redis) = @_;
-	my $dir = PostgreSQL::Test::Utils::tempdir_short();
-	my $sock = "$dir/cut.sock";
+	my $sock = PostgreSQL::Test::Utils::tempdir_short() . '/cut.sock';
+	my $pid = cut_proxy_at($sock, $redis->socket);
+	wait_until(10, sub { -S $sock }) or croak 'the proxy did not start';
+	return ($sock, $pid);
+}
+
+sub cut_proxy_at
+{
+	my ($listen, $upstream) = @_;
 	my $pid = fork;
 	croak "fork failed: $!" unless defined $pid;
 	if ($pid == 0)
 	{
 		# (a failed exec must not run the test's END blocks: _exit; its
 		# warning, fatal here, would die into them)
-		{ no warnings 'exec'; exec($^X, "$FindBin::RealBin/../bench/delay_proxy.pl", $sock, $redis->socket, 0); }
+		{ no warnings 'exec'; exec($^X, "$FindBin::RealBin/../bench/delay_proxy.pl", $listen, $upstream, 0); }
 		print STDERR "exec of the cut proxy failed: $!\n";
 		POSIX::_exit(127);
 	}
 	push @cut_proxies, $pid;
-	wait_until(10, sub { -S $sock }) or croak 'the proxy did not start';
-	return ($sock, $pid);
+	return $pid;
 }
 
 # (only in the test's own process, not in a fork of it that exits)
