@@ -2519,7 +2519,9 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             cut waits for an interval of holds begun under the new
 --             limit (its first interval, and ADAPT_JUDGE_HOLDS mean holds:
 --             holds begun before still finish slow);
---   probe     when a ceiling ends after ADAPT_CEILING_TICKS, unless the
+--   probe     when a ceiling ends after its intervals of use
+--             (ADAPT_CEILING_TICKS, doubled for each probe in a row that
+--             went back, bo, up to 2^ADAPT_BACKOFF times), unless the
 --             last one to end did this (dn), and all of the limit is in
 --             use, no server at its line, holds under the latency line
 --             and the limit above the lower bound: down 1 instead (dn
@@ -2568,8 +2570,16 @@ local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- then it would stay for good; so a settled limit probes a neighbour
 -- once a minute of use at most, the one below and the one above by turns
 -- (of use: a semaphore used a few seconds now and then is not probed at
--- each burst).
-local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS, ADAPT_CEILING_TICKS = 2, 60000, 60
+-- each burst).  Each probe that goes back to the limit it came from
+-- (bo: a raise that did not pay, a probe below that did not hold)
+-- confirms that limit, and the next ceiling lasts twice as long, up to
+-- 2^ADAPT_BACKOFF times (8 minutes of use): a limit settled for long
+-- dips or rises for 3 seconds every 8 minutes, not every minute (each
+-- is a swing of a quarter at a limit of 4).  Any other move, and a
+-- ceiling ended by faster holds, start again at a minute: a step change
+-- shows in the mean, which ends or makes ceilings at once, never waiting
+-- for a probe.
+local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS, ADAPT_CEILING_TICKS, ADAPT_BACKOFF = 2, 60000, 60, 3
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
 -- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
@@ -2585,10 +2595,11 @@ local ADAPT_PRESSURE_CUT = 2
 -- intervals since the limit last moved, and the releases and hold time
 -- pooled at it (from the second of them on); the releases kept for the
 -- next run when it last ran, and their hold time; dn, 1 once a probe
--- below was taken, until a ceiling ends again (no probe below then).
+-- below was taken, until a ceiling ends again (no probe below then); bo,
+-- the probes in a row that went back to the limit they came from.
 -- ('-': none.)
 local AM = {'base', 'mean', 'why', 'moved', 'tick', 'last', 'n', 'pressure', 'servers',
-            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'kn', 'ks', 'dn'}
+            'from', 'x', 'ticks', 'ceiling', 'at', 'pt', 'pn', 'ps', 'kn', 'ks', 'dn', 'bo'}
 local AM_TEXT = {why = true}
 local AM_REAL = {base = true, mean = true, last = true, x = true, at = true, pn = true, ps = true,
                  ks = true}
@@ -2665,13 +2676,18 @@ local function adapt_judge(m, limit, s, saturated, pressure)
     local upper, lower, xu, xl = limit, from, limit / s, x
     if from > limit then upper, lower, xu, xl = from, limit, x, limit / s end
     local paid = xu >= xl * (1 + ADAPT_GAIN * (upper / lower - 1))
+    -- (back to from: from confirmed, bo; the new limit kept: start again)
     if from > limit then            -- (a probe below: back, or keep it)
-        if pressure < 1 and (paid or not saturated) then return from end
-        m.ceiling, m.at, m.ticks = from, nil, 0
+        if pressure < 1 and (paid or not saturated) then
+            m.bo = math.min((m.bo or 0) + 1, ADAPT_BACKOFF + 1)
+            return from
+        end
+        m.ceiling, m.at, m.ticks, m.bo = from, nil, 0, nil
         return nil
     end
-    if paid or not saturated then return nil end
+    if paid or not saturated then m.bo = nil; return nil end
     m.ceiling, m.at, m.ticks = limit, nil, 0
+    m.bo = math.min((m.bo or 0) + 1, ADAPT_BACKOFF + 1)
     return from
 end
 
@@ -2729,9 +2745,11 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
             m.at, m.ticks = m.mean, nil
         end
     elseif m.ceiling and m.mean * ADAPT_CHANGE < m.at then
-        m.ceiling, m.at = nil, nil  -- (the work or the machine got faster)
+        m.ceiling, m.at, m.bo = nil, nil, nil   -- (the work or the machine got faster)
     end
-    if m.ceiling and m.pt > ADAPT_CEILING_TICKS then   -- (settled for long:
+    -- (a ceiling's intervals of use: the first going back, a climb's own
+    -- no gain, leaves them at ADAPT_CEILING_TICKS; no local of its own, t/005)
+    if m.ceiling and m.pt > ADAPT_CEILING_TICKS * 2 ^ math.min(math.max((m.bo or 0) - 1, 0), ADAPT_BACKOFF) then
         if not m.dn and saturated and not over and pressure < 1 and limit > lo then
             m.dn, m.from, m.x, m.ticks = 1, limit, limit / adapt_pooled(m, s), 0
             return limit - 1, 'probe'   -- is the limit below as good?
@@ -2767,6 +2785,7 @@ end
 function adapt_step(limit, lo, hi, m, n, sum, pressure, saturated, now)
     local new, why = adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
     if new == limit then return limit, nil end
+    if why == 'latency' or why == 'pressure' or why == 'bounds' then m.bo = nil end
     m.pt, m.pn, m.ps = nil, nil, nil
     m.moved, m.why = now or m.moved, why
     return new, why

@@ -302,6 +302,48 @@ for my $case ([ 0, 'instant holds' ], [ 1e12, 'endless holds' ])
 	is("$reply->[0] '$reply->[1]'", "3 ''", '... unless the upper bound came down to the probed limit: it stays');
 }
 
+# a limit whose neighbours keep confirming it is probed ever less often:
+# each probe that goes back doubles the next ceiling's minute of use, up
+# to 8 minutes; a cut for latency starts again at a minute (the bench's
+# knee at 4: 3 gives 120/s, 4 160/s, 5 162/s, no gain)
+{
+	my %x = ((map { $_ => 163 } 5 .. 16), 1 => 41, 2 => 80, 3 => 120, 4 => 160, 5 => 162);
+	my ($limit, $t, @at) = (4, 0);
+	my $mem = '25|25|no gain|0|-|-|-|-|-|-|-|-|5|25|-|-|-|-|-|-|1';
+	my $hog_from = 1500;
+	my ($cut, @after);
+	for my $i (1 .. 1700)
+	{
+		$t += 1000;
+		# from $hog_from on, holds take 2.5 times as long at every limit
+		my $slow = $i >= $hog_from ? 2.5 : 1;
+		my $n = int($x{$limit} / $slow);
+		my $reply = $r->cmd('FCALL', $lib, 1, 'x', 'adapt_model', $limit, 1, 16, $mem,
+			$n, sprintf('%.3f', $n * 1000 * $limit * $slow / $x{$limit}), 0, 1, $t);
+		die "adapt_model: $reply->{msg}" if RedsemTest::RESP::is_error($reply);
+		if ($reply->[0] != $limit)
+		{
+			push @at, $i if $i < $hog_from && $reply->[0] != 4;
+			$cut //= $i if $reply->[1] eq 'latency';
+			push @after, "$reply->[0] $reply->[1] \@$i" if $i >= $hog_from;
+		}
+		($limit, $mem) = @$reply[ 0, 2 ];
+	}
+	my @gaps = map { $at[$_] - $at[ $_ - 1 ] } 1 .. $#at;
+	note("probes of a settled limit at: @at (gaps @gaps); after the hog: @after");
+	# (the memory starts with one going back: a minute, then 2, 4, 8, 8)
+	ok(@gaps >= 4 && $gaps[0] > 115 && $gaps[0] < 135 && $gaps[1] > 235 && $gaps[1] < 255,
+		'each probe that went back doubles the wait for the next (gaps: ' . "@gaps" . ')');
+	ok(@gaps && (grep { $_ > 475 && $_ < 500 } @gaps) && !(grep { $_ > 500 } @gaps),
+		'... up to 8 minutes of use, no more');
+	ok(defined $cut && $cut < $hog_from + 10, 'a step change still cuts at once (' . ($cut // 'never') . ')');
+	my ($last_cut) = map { /\@(\d+)/ } grep { /latency/ } reverse @after;
+	my ($next) = grep { !/latency/ } @after;
+	my ($t_next) = ($next // '') =~ /\@(\d+)/;
+	ok(defined $t_next && $t_next - $last_cut > 50 && $t_next - $last_cut < 80,
+		'... and the ceiling it leaves lasts a minute again (' . ($next // 'no move') . ')');
+}
+
 # a ceiling ends when the mean at the limit under it falls under 80% of
 # what it was (the machine or the work got faster: the knee may be higher),
 # not when it rises (a slower machine's knee is no higher: head to head in
