@@ -65,7 +65,7 @@
 --                                the releases since it last stepped on
 --                                some (too few are kept: adapt_tick)
 --                        ac      the longest hold time a release adds
---                                to as (ADAPT_CLAMP times the mean)
+--                                to as (ADAPT.CLAMP times the mean)
 --                        x       "1": xh, xw, era, rt, rk, wt, gu or ad
 --                                is there (I13)
 -- KEYS[2] gen     STRING                   (optional) the generation of
@@ -184,7 +184,7 @@
 --     calling, at most GRACE_MS plus one lease (a minute at most) later.
 --     The generation key (KEYS[2], I15) is not a semaphore's: it has no
 --     TTL (one per prefix, or per Cluster slot in use); <base>apress (I16)
---     has its own, 4 x ADAPT_FRESH_MS from the last tick.  The one exception is a state holding a stored limit, rate, reserve or
+--     has its own, 4 x ADAPT.FRESH_MS from the last tick.  The one exception is a state holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.
@@ -361,7 +361,7 @@
 --     the fleet has one limit, moved at most once an interval, by at most
 --     a stride, never out of [lo, hi]; with nothing gathered only
 --     a server's pressure or new bounds move it; a server that stops
---     ticking stops counting after ADAPT_FRESH_MS.  A limit stored by hand
+--     ticking stops counting after ADAPT.FRESH_MS.  A limit stored by hand
 --     (set_limit) ends it, where it is; a keeper's compare-and-set of a
 --     statement queue's cap (set_limit N if=M) leaves it alone.
 -- I17 Forced.  An administrator's release of a holder (release id
@@ -2463,22 +2463,22 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 
 -- ADAPTIVE LIMITS (I16).  The controller's constants, and how they
 -- interact (the keeper's side is in src/timing.h, ADAPT_TICK_MS): each
--- server's keeper ticks every adaptive semaphore once an ADAPT_INTERVAL_MS,
--- and the first tick of an interval (ADAPT_JITTER_MS early at most, so that
+-- server's keeper ticks every adaptive semaphore once an ADAPT.INTERVAL_MS,
+-- and the first tick of an interval (ADAPT.JITTER_MS early at most, so that
 -- one server ticking alone runs it every time) runs the controller once
 -- for the fleet.  A server's pressure counts while its last tick is at most
--- ADAPT_FRESH_MS old (two intervals and a half: a server that stops
+-- ADAPT.FRESH_MS old (two intervals and a half: a server that stops
 -- ticking stops counting).
 --
 -- THE CONTROLLER (adapt_step), once an interval.  Its signals: the mean
 -- hold time of the interval's releases (s: each hold counted as at most
--- ADAPT_CLAMP times the mean, so that one hold of an hour among holds of
+-- ADAPT.CLAMP times the mean, so that one hold of an hour among holds of
 -- 100 ms moves it as a few slow ones would), smoothed over intervals
--- (mean: ADAPT_SMOOTH of each new one); the best recent (base: the lowest
+-- (mean: ADAPT.SMOOTH of each new one); the best recent (base: the lowest
 -- mean, which at the lower bound, where the work runs as alone as the
--- bounds allow, follows the mean up by ADAPT_RELEARN of the gap an
+-- bounds allow, follows the mean up by ADAPT.RELEARN of the gap an
 -- interval, so that work grown slower for good is learnt); the gradient
--- g = ADAPT_TOLERANCE x base / mean, and gs, the same with this
+-- g = ADAPT.TOLERANCE x base / mean, and gs, the same with this
 -- interval's s for the mean; the throughput the limit gives when all of it is in
 -- use, x = limit / s (Little's law); and the servers' pressure.  The
 -- latency and headroom moves below need g and gs to agree (both under
@@ -2488,14 +2488,14 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 -- the machine slows it would still see room for a raise; one interval
 -- alone is noise.  In order:
 --   bounds    a limit out of [lo, hi] is brought into them;
---   pressure  a server at ADAPT_PRESSURE_CUT times its line: down a stride;
---   (fewer than ADAPT_MIN_SAMPLES releases: it holds still, and they are
+--   pressure  a server at ADAPT.PRESSURE_CUT times its line: down a stride;
+--   (fewer than ADAPT.MIN_SAMPLES releases: it holds still, and they are
 --   kept for the next interval, so that work whose holds take longer
 --   than an interval still moves it: adapt_tick);
---   latency   g and gs < ADAPT_BAND_LOW (the mean above about twice the
+--   latency   g and gs < ADAPT.BAND_LOW (the mean above about twice the
 --             base): down to limit x the larger of them, at most a stride;
---   no gain   a raise is judged ADAPT_JUDGE intervals after it: if all of
---             the new limit was in use and x grew by less than ADAPT_GAIN
+--   no gain   a raise is judged ADAPT.JUDGE intervals after it: if all of
+--             the new limit was in use and x grew by less than ADAPT.GAIN
 --             of the raise's share (from 4 to 5: +25%, so x must grow 6%),
 --             each x from the releases pooled at its limit, from the
 --             second interval at it on (one interval's dozen releases are
@@ -2504,30 +2504,30 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             holds begun under the one before),
 --             the limit goes back, and the one that did not pay is a
 --             ceiling it stays under until the mean at the limit it went
---             back to falls under 1/ADAPT_CHANGE of what it was (by
+--             back to falls under 1/ADAPT.CHANGE of what it was (by
 --             more than a fifth: the work or the machine got faster, so
---             the knee may be higher; measured ADAPT_JUDGE intervals
+--             the knee may be higher; measured ADAPT.JUDGE intervals
 --             after it went back; holds grown slower keep it, since a
 --             slower machine's knee is no higher, and probing over it
 --             then only adds latency), or
---             after ADAPT_CEILING_TICKS intervals at the limit under it;
+--             after ADAPT.CEILING_TICKS intervals at the limit under it;
 --             judged at once if holds are over the latency
 --             line, and then the cut goes to the lower of the two;
 --             a cut for latency is a ceiling too (the limit it came from
 --             was over the line: probing it again would only swing the
 --             limit until the work or the machine changes), and the next
 --             cut waits for an interval of holds begun under the new
---             limit (its first interval, and ADAPT_JUDGE_HOLDS mean holds:
+--             limit (its first interval, and ADAPT.JUDGE_HOLDS mean holds:
 --             holds begun before still finish slow);
 --   probe     when a ceiling ends after its intervals of use
---             (ADAPT_CEILING_TICKS, doubled for each probe in a row that
---             went back, bo, up to 2^ADAPT_BACKOFF times), unless the
+--             (ADAPT.CEILING_TICKS, doubled for each probe in a row that
+--             went back, bo, up to 2^ADAPT.BACKOFF times), unless the
 --             last one to end did this (dn), and all of the limit is in
 --             use, no server at its line, holds under the latency line
 --             and the limit above the lower bound: down 1 instead (dn
 --             set; otherwise the ceiling just ends, dn cleared, and
 --             headroom may probe above), judged as a raise from there
---             would be (the limit above must give ADAPT_GAIN of its share
+--             would be (the limit above must give ADAPT.GAIN of its share
 --             more than this one): back if the limit above paid or the
 --             new one is not all in use, and no server is at its line
 --             (a server at it keeps the lower); else this limit stays,
@@ -2537,34 +2537,36 @@ do -- 14 ADAPTIVE LIMITS ---------------------------------------------------
 --             (a judge on noisy pools, two limits that tie) is undone, so
 --             that the limit settles at the smallest that gives the
 --             throughput, not at whichever the climb happened to keep;
---   headroom  g and gs > ADAPT_BAND_HIGH (the mean under 1.67 times the base:
+--   headroom  g and gs > ADAPT.BAND_HIGH (the mean under 1.67 times the base:
 --             room under the twice the latency step keeps it within),
 --             all of the limit in use or somebody waiting, every server
 --             under its line, and no ceiling in the way: up, at most a
 --             stride (and to limit x the smaller at most), then judged
 --             as above.
 -- Between the bands it holds still, so that an integer limit does not
--- swing with the noise of a few samples.  A stride is ADAPT_STEP of the
+-- swing with the noise of a few samples.  A stride is ADAPT.STEP of the
 -- limit, 1 at least.  So the limit climbs while the work gains from it and
 -- its holds stay near their best, stops at the knee where more holders
 -- only queue for the same resource, and comes down when holds take more
 -- than twice their best (or a server is overloaded).
-local ADAPT_INTERVAL_MS, ADAPT_JITTER_MS, ADAPT_FRESH_MS = 1000, 100, 2500
-local ADAPT_TOLERANCE, ADAPT_BAND_LOW, ADAPT_BAND_HIGH = 2, 0.95, 1.2
-local ADAPT_STEP, ADAPT_SMOOTH, ADAPT_RELEARN = 0.25, 0.5, 0.25
-local ADAPT_MIN_SAMPLES, ADAPT_FLOOR_MS = 3, 0.5
-local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
+-- (one table, not a local each: the main chunk's locals, t/005)
+local ADAPT = {}
+ADAPT.INTERVAL_MS, ADAPT.JITTER_MS, ADAPT.FRESH_MS = 1000, 100, 2500
+ADAPT.TOLERANCE, ADAPT.BAND_LOW, ADAPT.BAND_HIGH = 2, 0.95, 1.2
+ADAPT.STEP, ADAPT.SMOOTH, ADAPT.RELEARN = 0.25, 0.5, 0.25
+ADAPT.MIN_SAMPLES, ADAPT.FLOOR_MS = 3, 0.5
+ADAPT.JUDGE, ADAPT.GAIN, ADAPT.CHANGE, ADAPT.CLAMP = 3, 0.25, 1.25, 4
 -- Time, for work whose holds are long: a raise is judged (and a ceiling's
--- mean measured) no sooner than ADAPT_JUDGE_HOLDS mean holds after the
+-- mean measured) no sooner than ADAPT.JUDGE_HOLDS mean holds after the
 -- limit moved, and releases pool at a limit from one mean hold after it
 -- on, so that holds begun under the limit before are not taken for the
 -- new one's.  Releases kept for want of a step are kept while the
 -- controller runs (work of hours still moves it), but those kept when it
--- stopped running for longer than ADAPT_KEEP_MS (no keeper ticked: the
+-- stopped running for longer than ADAPT.KEEP_MS (no keeper ticked: the
 -- semaphore went unused) are dropped at its first run after the pause (a
 -- burst of an hour ago says nothing of now); the releases since are kept.
 -- A ceiling (a raise that did not pay, a limit cut for latency) also ends
--- after ADAPT_CEILING_TICKS intervals with releases at the limit under it
+-- after ADAPT.CEILING_TICKS intervals with releases at the limit under it
 -- (pt): its mean may have been measured after the change that should have
 -- ended it (a hog that stopped within the few intervals it takes), and
 -- then it would stay for good; so a settled limit probes a neighbour
@@ -2573,17 +2575,17 @@ local ADAPT_JUDGE, ADAPT_GAIN, ADAPT_CHANGE, ADAPT_CLAMP = 3, 0.25, 1.25, 4
 -- each burst).  Each probe that goes back to the limit it came from
 -- (bo: a raise that did not pay, a probe below that did not hold)
 -- confirms that limit, and the next ceiling lasts twice as long, up to
--- 2^ADAPT_BACKOFF times (8 minutes of use): a limit settled for long
+-- 2^ADAPT.BACKOFF times (8 minutes of use): a limit settled for long
 -- dips or rises for 3 seconds every 8 minutes, not every minute (each
 -- is a swing of a quarter at a limit of 4).  Any other move, and a
 -- ceiling ended by faster holds, start again at a minute: a step change
 -- shows in the mean, which ends or makes ceilings at once, never waiting
 -- for a probe.
-local ADAPT_JUDGE_HOLDS, ADAPT_KEEP_MS, ADAPT_CEILING_TICKS, ADAPT_BACKOFF = 2, 60000, 60, 3
+ADAPT.JUDGE_HOLDS, ADAPT.KEEP_MS, ADAPT.CEILING_TICKS, ADAPT.BACKOFF = 2, 60000, 60, 3
 -- A server's pressure: 1 (x1000 as sent) is its line (redsem.adaptive_*):
--- at or above it the limit does not grow; at ADAPT_PRESSURE_CUT it comes
+-- at or above it the limit does not grow; at ADAPT.PRESSURE_CUT it comes
 -- down a stride whatever the hold times say.
-local ADAPT_PRESSURE_CUT = 2
+ADAPT.PRESSURE_CUT = 2
 
 -- The controller's memory (the state's am), as fields: the base and the
 -- smoothed mean hold (ms), why the limit last moved and when (ms), when
@@ -2646,9 +2648,9 @@ function adapt_most(limit)
     return math.min(lo or limit, limit)
 end
 
--- The most one interval may move a limit: ADAPT_STEP of it, 1 at least.
+-- The most one interval may move a limit: ADAPT.STEP of it, 1 at least.
 local function adapt_stride(limit)
-    return math.max(1, math.floor(limit * ADAPT_STEP))
+    return math.max(1, math.floor(limit * ADAPT.STEP))
 end
 
 -- True while fewer than holds mean holds have passed since the limit last
@@ -2661,9 +2663,9 @@ end
 -- The mean hold pooled at the limit as it stands (THE CONTROLLER, no
 -- gain), or this interval's (s) if too few releases were pooled yet.
 local function adapt_pooled(m, s)
-    local mean = (m.pn or 0) >= ADAPT_MIN_SAMPLES and (m.ps or 0) / m.pn
+    local mean = (m.pn or 0) >= ADAPT.MIN_SAMPLES and (m.ps or 0) / m.pn
     if not mean or not (mean < math.huge) then return s end   -- (none; overflowed)
-    return math.max(mean, ADAPT_FLOOR_MS)
+    return math.max(mean, ADAPT.FLOOR_MS)
 end
 
 -- A raise or a probe below judged (THE CONTROLLER, no gain, probe): the
@@ -2672,14 +2674,14 @@ local function adapt_judge(m, limit, s, saturated, pressure)
     local from, x = m.from, m.x
     m.from, m.x, m.ticks = nil, nil, nil
     if not from or not x or from == limit then return nil end
-    -- (the upper of the two limits paid: gave ADAPT_GAIN of its share more)
+    -- (the upper of the two limits paid: gave ADAPT.GAIN of its share more)
     local upper, lower, xu, xl = limit, from, limit / s, x
     if from > limit then upper, lower, xu, xl = from, limit, x, limit / s end
-    local paid = xu >= xl * (1 + ADAPT_GAIN * (upper / lower - 1))
+    local paid = xu >= xl * (1 + ADAPT.GAIN * (upper / lower - 1))
     -- (back to from: from confirmed, bo; the new limit kept: start again)
     if from > limit then            -- (a probe below: back, or keep it)
         if pressure < 1 and (paid or not saturated) then
-            m.bo = math.min((m.bo or 0) + 1, ADAPT_BACKOFF + 1)
+            m.bo = math.min((m.bo or 0) + 1, ADAPT.BACKOFF + 1)
             return from
         end
         m.ceiling, m.at, m.ticks, m.bo = from, nil, 0, nil
@@ -2687,7 +2689,7 @@ local function adapt_judge(m, limit, s, saturated, pressure)
     end
     if paid or not saturated then m.bo = nil; return nil end
     m.ceiling, m.at, m.ticks = limit, nil, 0
-    m.bo = math.min((m.bo or 0) + 1, ADAPT_BACKOFF + 1)
+    m.bo = math.min((m.bo or 0) + 1, ADAPT.BACKOFF + 1)
     return from
 end
 
@@ -2706,31 +2708,31 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
         return within, 'bounds'
     end
     local stride = adapt_stride(limit)
-    if pressure >= ADAPT_PRESSURE_CUT then
+    if pressure >= ADAPT.PRESSURE_CUT then
         if m.from then m.from, m.x, m.ticks = nil, nil, nil end   -- (a ceiling's wait goes on)
         return math.max(limit - stride, lo), 'pressure'
     end
-    if not (n >= ADAPT_MIN_SAMPLES and sum >= 0) then return limit, nil end
+    if not (n >= ADAPT.MIN_SAMPLES and sum >= 0) then return limit, nil end
     m.pt = (m.pt or 0) + 1
     if m.pt > 1 and not adapt_young(m, now, 1) then   -- (about the last 8 intervals: 1 - 1/8;
         local keep = m.pt > 8 and 0.875 or 1   -- no local of its own, t/005)
         m.pn, m.ps = (m.pn or 0) * keep + n, (m.ps or 0) * keep + sum
     end
-    local s = math.max(sum / n, ADAPT_FLOOR_MS)
-    m.mean = m.mean and m.mean + ADAPT_SMOOTH * (s - m.mean) or s
+    local s = math.max(sum / n, ADAPT.FLOOR_MS)
+    m.mean = m.mean and m.mean + ADAPT.SMOOTH * (s - m.mean) or s
     if not m.base or m.mean < m.base then
         m.base = m.mean             -- (the best recent)
     elseif limit <= lo then         -- (at the floor the mean is the work's own)
-        m.base = m.base + ADAPT_RELEARN * (m.mean - m.base)
+        m.base = m.base + ADAPT.RELEARN * (m.mean - m.base)
     end
     -- (the smoothed mean and this interval's must agree: over the line,
     -- or with room under it; either alone is a transient or noise)
-    local g, gs = ADAPT_TOLERANCE * m.base / m.mean, ADAPT_TOLERANCE * m.base / s
-    local over = g < ADAPT_BAND_LOW and gs < ADAPT_BAND_LOW
+    local g, gs = ADAPT.TOLERANCE * m.base / m.mean, ADAPT.TOLERANCE * m.base / s
+    local over = g < ADAPT.BAND_LOW and gs < ADAPT.BAND_LOW
     local back                      -- (a raise that did not pay: its from)
     if m.from then                  -- a raise being judged
         m.ticks = (m.ticks or 0) + 1
-        if not over and (m.ticks < ADAPT_JUDGE or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
+        if not over and (m.ticks < ADAPT.JUDGE or adapt_young(m, now, ADAPT.JUDGE_HOLDS)) then
             return limit, nil
         end
         back = adapt_judge(m, limit, adapt_pooled(m, s), saturated, pressure)
@@ -2741,15 +2743,15 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
         end
     elseif m.ceiling and not m.at then  -- the mean under a new ceiling
         m.ticks = (m.ticks or 0) + 1
-        if m.ticks > ADAPT_JUDGE and not adapt_young(m, now, ADAPT_JUDGE_HOLDS) then
+        if m.ticks > ADAPT.JUDGE and not adapt_young(m, now, ADAPT.JUDGE_HOLDS) then
             m.at, m.ticks = m.mean, nil
         end
-    elseif m.ceiling and m.mean * ADAPT_CHANGE < m.at then
+    elseif m.ceiling and m.mean * ADAPT.CHANGE < m.at then
         m.ceiling, m.at, m.bo = nil, nil, nil   -- (the work or the machine got faster)
     end
     -- (a ceiling's intervals of use: the first going back, a climb's own
-    -- no gain, leaves them at ADAPT_CEILING_TICKS; no local of its own, t/005)
-    if m.ceiling and m.pt > ADAPT_CEILING_TICKS * 2 ^ math.min(math.max((m.bo or 0) - 1, 0), ADAPT_BACKOFF) then
+    -- no gain, leaves them at ADAPT.CEILING_TICKS; no local of its own, t/005)
+    if m.ceiling and m.pt > ADAPT.CEILING_TICKS * 2 ^ math.min(math.max((m.bo or 0) - 1, 0), ADAPT.BACKOFF) then
         if not m.dn and saturated and not over and pressure < 1 and limit > lo then
             m.dn, m.from, m.x, m.ticks = 1, limit, limit / adapt_pooled(m, s), 0
             return limit - 1, 'probe'   -- is the limit below as good?
@@ -2757,7 +2759,7 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
         m.ceiling, m.at, m.dn = nil, nil, nil   -- or may the one above pay?)
     end
     if over then
-        if m.why == 'latency' and not back and (m.pt <= 1 or adapt_young(m, now, ADAPT_JUDGE_HOLDS)) then
+        if m.why == 'latency' and not back and (m.pt <= 1 or adapt_young(m, now, ADAPT.JUDGE_HOLDS)) then
             return limit, nil       -- (the last cut's holds are not in yet)
         end
         -- (a value that may be NaN last: math.max and math.min skip it there)
@@ -2766,7 +2768,7 @@ local function adapt_decide(limit, lo, hi, m, n, sum, pressure, saturated, now)
         if down < limit then m.ceiling, m.at, m.ticks = limit, nil, 0 end
         return down, 'latency'
     end
-    if g > ADAPT_BAND_HIGH and gs > ADAPT_BAND_HIGH and saturated and pressure < 1 then
+    if g > ADAPT.BAND_HIGH and gs > ADAPT.BAND_HIGH and saturated and pressure < 1 then
         local new = math.min(limit + stride, hi, math.max(limit + 1, math.floor(limit * math.min(g, gs))))
         if m.ceiling then new = math.min(new, m.ceiling - 1) end
         if new > limit then
@@ -2812,14 +2814,14 @@ end
 -- hi or '', base us or '', mean us or '', last interval's mean hold us or
 -- '', its releases, why the limit last moved or '', ms since or -1,
 -- pressure x1000 or -1, servers reporting}.  Pressure and servers are the
--- last step's while it is within ADAPT_FRESH_MS (no step since: nobody
+-- last step's while it is within ADAPT.FRESH_MS (no step since: nobody
 -- reports, -1 and 0).
 local function adapt_reply(stored)
     local lo, hi = adapt_bounds()
     local m = S.ad and adapt_memory(S.am) or {}
     local limit = S.limit
     if not stored then limit = limit_in_effect(member_count() > 0) end
-    local fresh = m.tick and NOW_MS - m.tick <= ADAPT_FRESH_MS
+    local fresh = m.tick and NOW_MS - m.tick <= ADAPT.FRESH_MS
     local function us(v) return v and int(math.floor(v * 1000 + 0.5)) or '' end
     return {limit and int(limit) or '', lo and int(lo) or '', hi and int(hi) or '',
             us(m.base), us(m.mean), us(m.last), int(m.n or 0), m.why or '',
@@ -2864,12 +2866,12 @@ OPS.set_adapt = {
 }
 
 -- The releases to step on, of the n (sum ms of holds) gathered: after a
--- pause of the controller longer than ADAPT_KEEP_MS, without those it
+-- pause of the controller longer than ADAPT.KEEP_MS, without those it
 -- kept when it last ran (kn, ks: stale), else all.
 local function adapt_fresh(m, n, sum)
     local kn, ks = m.kn, m.ks
-    if not (kn and ks and kn >= 0 and kn < ADAPT_MIN_SAMPLES and ks >= 0 and
-            m.tick and NOW_MS - m.tick > ADAPT_KEEP_MS) then
+    if not (kn and ks and kn >= 0 and kn < ADAPT.MIN_SAMPLES and ks >= 0 and
+            m.tick and NOW_MS - m.tick > ADAPT.KEEP_MS) then
         return n, sum        -- (no pause, or no kept count that can be one)
     end
     return math.max(n - kn, 0), math.max(sum - ks, 0)
@@ -2879,23 +2881,23 @@ end
 -- (x1000: 1000 is its line; tag: what presses most, 'cpu' or 'lag', '' if
 -- nothing); once an interval, the controller runs (adapt_step) on the
 -- releases since it last ran, with the highest pressure of the servers
--- that reported within ADAPT_FRESH_MS (the others are dropped).  {limit
+-- that reported within ADAPT.FRESH_MS (the others are dropped).  {limit
 -- or '', why it last moved or '', 1 if the controller ran now or 0}; a
 -- semaphore not adaptive: {'', '', 0}, nothing written.
 local function op_adapt_tick(server, p, tag)
     if not S.ad then return {'', '', '0'} end
     local key = BASE .. 'apress'
     redis.call('HSET', key, server, int(p) .. '|' .. tag .. '|' .. NOW_TEXT)
-    redis.call('PEXPIRE', key, int(ADAPT_FRESH_MS * 4))
+    redis.call('PEXPIRE', key, int(ADAPT.FRESH_MS * 4))
     local m = adapt_memory(S.am)
-    if m.tick and NOW_MS - m.tick < ADAPT_INTERVAL_MS - ADAPT_JITTER_MS and m.tick <= NOW_MS then
+    if m.tick and NOW_MS - m.tick < ADAPT.INTERVAL_MS - ADAPT.JITTER_MS and m.tick <= NOW_MS then
         return {int(S.limit), m.why or '', '0'}
     end
     local worst, wtag, servers, stale = -1, '', 0, {}
     local all = redis.call('HGETALL', key)
     for i = 1, #all, 2 do
         local pv, pt, at = string.match(all[i + 1], '^(%d+)|(%a*)|(%d+)$')
-        if pv and NOW_MS - tonumber(at) <= ADAPT_FRESH_MS then
+        if pv and NOW_MS - tonumber(at) <= ADAPT.FRESH_MS then
             servers = servers + 1
             if tonumber(pv) > worst then worst, wtag = tonumber(pv), pt end
         else
@@ -2929,7 +2931,7 @@ local function op_adapt_tick(server, p, tag)
     -- that holds longer than one still count, and noted as kept; what is
     -- not a count or a sum of holds is dropped; the view shows the
     -- releases stepped on)
-    if why or not sane or S.an >= ADAPT_MIN_SAMPLES then
+    if why or not sane or S.an >= ADAPT.MIN_SAMPLES then
         m.n, m.last = sane and S.an or 0, sane and S.an > 0 and S.as / S.an or nil
         m.kn, m.ks = nil, nil
         set('as', 0)
@@ -2937,7 +2939,7 @@ local function op_adapt_tick(server, p, tag)
     else
         m.kn, m.ks = S.an, S.as
     end
-    set('ac', m.mean and math.ceil(m.mean * ADAPT_CLAMP) or false)
+    set('ac', m.mean and math.ceil(m.mean * ADAPT.CLAMP) or false)
     set('am', adapt_text(m))
     return {int(S.limit), m.why or '', '1'}
 end

@@ -495,9 +495,9 @@
 /*
  * Adaptive limits (I16 in src/redsem.lua).  Each keeper ticks every
  * adaptive semaphore of its prefix every ADAPT_TICK_MS; the script runs its
- * controller at the first tick of each ADAPT_INTERVAL_MS (1000 ms, less
- * ADAPT_JITTER_MS of 100 ms, so that one server ticking alone runs it every
- * time), and forgets a server's pressure ADAPT_FRESH_MS (2500 ms: two
+ * controller at the first tick of each ADAPT.INTERVAL_MS (1000 ms, less
+ * ADAPT.JITTER_MS of 100 ms, so that one server ticking alone runs it every
+ * time), and forgets a server's pressure ADAPT.FRESH_MS (2500 ms: two
  * missed ticks and a half) after its last tick.  So while any server that
  * uses it is alive the controller runs about once a second (at most once
  * every 900 ms), and a server that stops ticking stops counting within
@@ -509,9 +509,9 @@
  * (ADAPT_RUNNABLE_SMOOTH of each new sample: a burst shorter than a tick or
  * two is not pressure).
  *
- *   ADAPT_INTERVAL_MS  1000 ms  (src/redsem.lua)
- *   ADAPT_JITTER_MS     100 ms  (src/redsem.lua)
- *   ADAPT_FRESH_MS     2500 ms  (src/redsem.lua)
+ *   ADAPT.INTERVAL_MS  1000 ms  (src/redsem.lua)
+ *   ADAPT.JITTER_MS     100 ms  (src/redsem.lua)
+ *   ADAPT.FRESH_MS     2500 ms  (src/redsem.lua)
  */
 #define ADAPT_TICK_MS				1000
 #define ADAPT_RUNNABLE_SMOOTH		0.5
