@@ -903,7 +903,7 @@ refuse_limit(const AcquireArgs *args, const SemResult *r)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("semaphore \"%s\" has no stored limit", args->name),
-				 errhint("Pass \"max_holders\", or store a limit with redsem_set_limit.")));
+				 errhint("Pass \"max_holders\", or store a limit with redsem_set_limit or redsem_set_adaptive_limit.")));
 	if (r->state == SEM_TOO_LARGE && r->reserve)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -956,6 +956,47 @@ store_default_limit(AcquireArgs *args)
 }
 
 /*
+ * True if the semaphore's stored limit was lost while the acquire rode a
+ * failure: it was told one (it gave none: each reply of its own was under
+ * a stored limit), a call of it failed as a restart makes calls fail, and
+ * Redis now has no limit (a restart without persistence forgets the
+ * stored limits with the rest)
+ */
+static bool
+stored_limit_lost(const AcquireArgs *args, const SemResult *r)
+{
+	return r->state == SEM_NO_LIMIT && args->default_limit <= 0 &&
+		args->max_holders == 0 && args->limit_seen > 0 && args->rides > 0;
+}
+
+/*
+ * Store again the limit the caller was told before Redis forgot it, unless
+ * one was stored meanwhile (an administrator's, or another caller's that
+ * came back too): the callers in line were waiting under it, and would
+ * else fail with 22023 in the middle of their wait, and every later one
+ * until an administrator stores it again.  An adaptive limit comes back
+ * fixed where it was (its bounds were lost with it).  False with the
+ * failure kept.
+ */
+static bool
+restore_lost_limit(AcquireArgs *args)
+{
+	RedisCall	call;
+	SemLimit	limit;
+
+	redis_call_init(&call, DT_NOEND, true, LOG);
+	if (!sem_set_limit_if(&call, args->name, (int) args->limit_seen, 0, &limit))
+		return call_failed(args, &call);
+	if (limit.stored == args->limit_seen)
+		ereport(LOG,
+				(errmsg("redsem: semaphore \"%s\" had no stored limit when Redis came back; a caller waiting under it stored it again at " INT64_FORMAT,
+						args->name, args->limit_seen),
+				 errdetail("Redis forgot it (a restart without persistence, or FLUSHALL) while the caller rode the failure."),
+				 errhint("An adaptive limit comes back fixed at the limit it had: call redsem_set_adaptive_limit again to make it adaptive.")));
+	return true;
+}
+
+/*
  * Take a slot of args->name for scope.  On ACQUIRE_GRANTED, *id is the
  * holder id and *hold its entry.  A limit the semaphore refuses raises
  * 22023 whatever args->elevel; so does a Redis failure at ERROR.
@@ -994,6 +1035,9 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	result = take_slot(args, *hold, buf, deadline, &r, &sent);
 	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)
 		result = store_default_limit(args)
+			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
+	else if (result != ACQUIRE_FAILED && stored_limit_lost(args, &r))
+		result = restore_lost_limit(args)
 			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
 	/* (removed again: a drop, or Redis forgot once more; queue.c asks) */
 	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)

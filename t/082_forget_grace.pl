@@ -126,6 +126,46 @@ note 'a restart without persistence: the same';
 }
 
 ###########################################################################
+note 'a restart forgets stored limits: a caller waiting under one stores it again and waits on';
+{
+	# fixed and adaptive stored limits, each held by one session and waited
+	# for by another with 30 s of wait: 22023 in the middle of the wait
+	# before (deployment.md promises a restart is ridden)
+	$node->safe_psql('postgres',
+		"SELECT redsem_set_limit('st1', 1); SELECT redsem_set_adaptive_limit('ad1', 1, 3, 1);");
+	my %s;
+	for my $sem (qw(st1 ad1))
+	{
+		my $h = session("h$sem");
+		$h->query_ok("SELECT redsem_acquire('$sem', lease => '2 s') IS NOT NULL;");
+		my $w = session("w$sem");
+		$w->send("SELECT redsem_acquire('$sem', lease => '2 s', wait => '30 s') IS NOT NULL;");
+		$s{$sem} = [ $h, $w ];
+	}
+	ok(wait_until(10, sub { $redis->zcard('st1', 'owner') == 2 && $redis->zcard('ad1', 'owner') == 2 }),
+		'each semaphore has its holder and a waiter');
+	my $log_at = -s $node->logfile;
+	$redis->stop;
+	$redis->start;
+	for my $sem (qw(st1 ad1))
+	{
+		my ($h, $w) = @{ $s{$sem} };
+		my ($out, $err) = $w->wait_done(30);
+		is($out, 't', "$sem: the waiter rides the restart and is served (" . ($err // '') . ')');
+		is($node->safe_psql('postgres', "SELECT limit_in_effect, adaptive_min FROM redsem_semaphore('$sem')"),
+			'1|', "$sem: the limit it was told is stored again, fixed");
+		$h->quit;
+		$w->quit;
+	}
+	like(slurp_file($node->logfile, $log_at), qr/had no stored limit when Redis came back; a caller waiting under it stored it again at 1/,
+		'the server log says so');
+	# a caller that never saw the limit (none stored) still gets 22023 at once
+	my ($rc, $out, $err) = $node->psql('postgres', "SELECT redsem_acquire('none1', wait => '5 s')");
+	like($err, qr/has no stored limit/, 'a semaphore without a stored limit: 22023, as before');
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st1', NULL); SELECT redsem_set_limit('ad1', NULL)");
+}
+
+###########################################################################
 note 'a refresh that lengthens a lease counts in the grace';
 {
 	my $r = session('refresher');
