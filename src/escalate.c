@@ -141,6 +141,9 @@ typedef struct AskSlot
 	uint32		aside_grants;
 	uint32		aside_told_asks;	/* ... at its session's tell */
 	uint32		aside_told_grants;
+	/* the keeper terminated this backend for running on (its FATAL's words) */
+	int			term_pid;
+	char		term_name[REDSEM_MAX_NAME_BYTES + 1];
 } AskSlot;
 
 /* The AskSlots, and how many watches sessions asked for (escalate_note_told) */
@@ -247,6 +250,27 @@ escalate_note_try(const char *name, bool granted)
 	if (!granted && a->pid == MyProcPid)
 		a->any_asks++;
 	SpinLockRelease(&a->mutex);
+}
+
+/*
+ * True if the keeper terminated this backend for running on after a stop
+ * (terminate), with the semaphore's name in name; for the words of the
+ * FATAL (src/guard.c)
+ */
+bool
+escalate_terminated(char *name, size_t size)
+{
+	int			i = procno_of(MyProc);
+	bool		mine;
+
+	if (i < 0)
+		return false;
+	SpinLockAcquire(&ask_slots[i].mutex);
+	mine = ask_slots[i].term_pid == MyProcPid;
+	if (mine)
+		strlcpy(name, ask_slots[i].term_name, size);
+	SpinLockRelease(&ask_slots[i].mutex);
+	return mine;
 }
 
 /* A top-level statement of this backend ended (guard.c): say so if watched */
@@ -936,18 +960,29 @@ watch_asked(TimestampTz now)
 	}
 }
 
-/* Terminate w's backend, and log why */
+/* Terminate w's backend, and log why (its FATAL says why too) */
 static void
 terminate(const Watch *w, TimestampTz now)
 {
-	if (BackendPidGetProc(w->pid) == NULL || kill(w->pid, SIGTERM) != 0)
+	if (BackendPidGetProc(w->pid) == NULL)
+		return;
+	if (w->procno >= 0 && w->procno < MaxBackends)
+	{
+		AskSlot    *a = &ask_slots[w->procno];
+
+		SpinLockAcquire(&a->mutex);
+		a->term_pid = w->pid;
+		strlcpy(a->term_name, w->name, sizeof(a->term_name));
+		SpinLockRelease(&a->mutex);
+	}
+	if (kill(w->pid, SIGTERM) != 0)
 		return;
 	ereport(LOG,
 			(errmsg("redsem keeper terminated process %d: it ran on after its statement was stopped for the lost slot of semaphore \"%s\"",
 					w->pid, w->name),
 			 errdetail("The same statement still ran " INT64_FORMAT " ms after the stop (or its last try to take a slot of the semaphore again): its code caught the error that told it (query_canceled).",
 					   (int64) TimestampDifferenceMilliseconds(w->counted_from, now)),
-			 errhint("Code that catches query_canceled must end its statement or take the slot again; redsem.on_slot_lost = terminate ends such sessions at once.")));
+			 errhint(ESCALATE_HINT)));
 }
 
 /*

@@ -11,6 +11,12 @@
 extern void escalate_shmem_init(void);
 extern void escalate_note_try(const char *name, bool granted);
 extern void escalate_statement_ended(void);
+extern bool escalate_terminated(char *name, size_t size);
+
+/* The HINT of a termination for running on: the keeper's LOG and the FATAL */
+#define ESCALATE_HINT \
+	"Code that catches query_canceled must end its statement or take the slot again; redsem.on_slot_lost = terminate ends such sessions at once."
+
 extern bool escalate_note_told(const char *name, TimestampTz told_in);
 extern bool escalate_watch(int pid, const char *name, TimestampTz now,
 						   bool signalled);

@@ -36,6 +36,7 @@
 #include "utils/fmgrprotos.h"
 #include "utils/memutils.h"
 
+#include "bounds.h"
 #include "compat.h"
 #include "escalate.h"
 #include "guard.h"
@@ -270,9 +271,13 @@ guard_emit_log(ErrorData *edata)
 		edata->message_id != NULL &&
 		strcmp(edata->message_id, "terminating connection due to administrator command") == 0)
 	{
+		char		name[REDSEM_MAX_NAME_BYTES + 1];
+
 		busy = true;
 		if (hold_terminated(&s, &others))
 			stop_reword_terminate(edata, &s, others);
+		else if (escalate_terminated(name, sizeof(name)))
+			stop_reword_escalated(edata, name);
 		busy = false;
 	}
 	if (prev_emit_log)

@@ -22,6 +22,7 @@
 #include "utils/timeout.h"
 
 #include "clock.h"
+#include "escalate.h"
 #include "stop.h"
 #include "timing.h"
 
@@ -102,6 +103,21 @@ stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others)
 							 others > 0 ?
 							 psprintf(" %d other slot(s) of this session were lost as well.", others) : "");
 	edata->hint = pstrdup("redsem.on_slot_lost is terminate for this slot: the session of a holder whose slot is lost ends.");
+}
+
+/*
+ * The words of the FATAL that ends a session the keeper terminated for
+ * running on after its statement was stopped for a lost slot (escalate.c),
+ * in place of PostgreSQL's "terminating connection due to administrator
+ * command", which says nothing of why
+ */
+void
+stop_reword_escalated(ErrorData *edata, const char *name)
+{
+	edata->message = psprintf("terminating connection because it ran on after its statement was stopped for the lost slot of semaphore \"%s\"",
+							  name);
+	edata->detail = pstrdup("Its code caught the error that told it (query_canceled) and went on without taking the slot again, so the keeper ended the session.");
+	edata->hint = pstrdup(ESCALATE_HINT);
 }
 
 /*

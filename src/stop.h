@@ -32,6 +32,7 @@ extern char *stop_reason_detail(StopReason why, int64 kept_ms,
 								int64 unconfirmed_ms);
 extern void stop_report(const StoppedHold *stopped, int n);
 extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
+extern void stop_reword_escalated(ErrorData *edata, const char *name);
 extern void stop_absorb_cancel(TimestampTz keeper_sent_at);
 
 #endif							/* REDSEM_STOP_H */

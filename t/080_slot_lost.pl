@@ -95,7 +95,7 @@ note 'the keeper stalled, the holder stopped itself and caught the cancel: the k
 		EXCEPTION WHEN query_canceled THEN RAISE WARNING 'caught: %', SQLERRM; END; END LOOP; END $$;});
 	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdc" was lost/, 0);
 	ok($s->wait_exit(20), 'the session ended');
-	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	like($s->stderr_so_far, qr/terminating connection because it ran on after its statement was stopped for the lost slot of semaphore "/, 'it was terminated, and told why');
 	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
 	like(slurp_file($node->logfile), qr/redsem keeper terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "wdc"/,
 		'the server log says why');
@@ -144,7 +144,7 @@ note 'the same with a transaction\'s slot, and its statement a function that cat
 	ok(defined wait_until(10, sub { $redis->zcard('wdx', 'owner') == 1 }), 'wdx: it holds');
 	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wdx" was lost/, 3_000_000);
 	ok($s->wait_exit(20), 'the session ended');
-	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	like($s->stderr_so_far, qr/terminating connection because it ran on after its statement was stopped for the lost slot of semaphore "/, 'it was terminated, and told why');
 	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
 }
 
@@ -162,7 +162,7 @@ note 'six slots lost at once while the keeper stalls, the loop catches: the keep
 	my $back = stall_keeper_until_caught($s, qr/caught: the slot of semaphore "wd6_\d" was lost/, 1_500_000);
 	ok($s->wait_exit(20), 'the session ended');
 	my $err = $s->stderr_so_far;
-	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
+	like($err, qr/terminating connection because it ran on after its statement was stopped for the lost slot of semaphore "wd6_\d"/, 'it was terminated, and told why');
 	cmp_ok(time - $back, '<', 10, 'within the escalation delay of the keeper\'s return');
 	like(slurp_file($node->logfile),
 		qr/redsem keeper watches process \d+ for more than 4 lost slots at once: its statement is watched until it ends/,

@@ -114,7 +114,8 @@ sub check_terminated
 	# any executor call: PostgreSQL's own bare cancel, caught as such)
 	my $bare = $tight ? '|caught: canceling statement due to user request' : '';
 	like($err, qr/caught: the slot of semaphore "\Q$sem\E" was lost$bare/, 'the code caught the cancel');
-	like($err, qr/terminating connection due to administrator command/, 'it was terminated');
+	like($err, qr/FATAL:  57P01: terminating connection because it ran on after its statement was stopped for the lost slot of semaphore "\Q$sem\E"/,
+		'it was terminated, and told why');
 	cmp_ok(time - $forgot, '<', 10, 'within the lease and the escalation delay');
 	return;
 }
@@ -450,7 +451,7 @@ EOS
 	usleep(700_000);
 	$redis->cli('DEL', $redis->scan_keys('redsem:{esc_sx6}:*'));
 	ok($s->wait_exit(20), 'the session ended');
-	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	like($s->stderr_so_far, qr/terminating connection because it ran on after its statement was stopped for the lost slot of semaphore "/, 'it was terminated, and told why');
 	like(slurp_file($node->logfile), qr/terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "esc_sx5"/,
 		'for the fifth slot, never taken again');
 }
@@ -516,7 +517,7 @@ EOS
 	usleep(500_000);
 	$redis->cli('DEL', map { $redis->scan_keys("redsem:{esc_kr$_}:*") } 5 .. 6);
 	ok($s->wait_exit(25), 'the session ended');
-	like($s->stderr_so_far, qr/terminating connection due to administrator command/, 'it was terminated');
+	like($s->stderr_so_far, qr/terminating connection because it ran on after its statement was stopped for the lost slot of semaphore "/, 'it was terminated, and told why');
 	like(slurp_file($node->logfile), qr/terminated process \d+: it ran on after its statement was stopped for the lost slot of semaphore "esc_kr6"/,
 		'for the sixth slot, never taken again');
 }
