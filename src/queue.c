@@ -90,6 +90,14 @@ static List *queued = NIL;
  */
 static List *light_running = NIL;
 
+/*
+ * The statements of a queued session started nested (a cursor that a
+ * function or DO block opened, by QueryDesc): judged when they run at the
+ * top level (a FETCH, or a holdable cursor filled at COMMIT), which would
+ * else run the cursor's query under no slot
+ */
+static List *nested_started = NIL;
+
 /* The name of a queue's semaphore */
 static char *
 queue_semaphore(const QueueDef *q)
@@ -419,9 +427,8 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 				 errmsg("statement could not enter redsem queue \"%s\" within %d ms",
 						q->name, q->max_wait_ms),
 				 args.grace_seen ? errdetail("%s", ACQUIRE_GRACE_DETAIL) :
-				 errdetail_plural("%d statement of the queue was running for the whole wait.",
-								  "%d statements of the queue were running for the whole wait.",
-								  q->active, q->active),
+				 errdetail("All " INT64_FORMAT " of the queue's slots (its cap in effect) stayed taken for the whole wait.",
+						   args.limit_seen),
 				 errhint("Retry later; the queue's max_wait is part of its definition (redsem_alter_queue).")));
 	note_statement(query, args.name, id);
 }
@@ -527,7 +534,15 @@ queue_executor_start(QueryDesc *query, int eflags)
 
 	/* (an entry left by an error in a subtransaction may have its address) */
 	light_running = list_delete_ptr(light_running, query);
-	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
+	nested_started = list_delete_ptr(nested_started, query);
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && session_queue_now() != NULL)
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		nested_started = lappend(nested_started, query);
+		MemoryContextSwitchTo(old);
+	}
+	else if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
 	{
 		if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
 		{
@@ -545,6 +560,32 @@ queue_executor_start(QueryDesc *query, int eflags)
 		standard_ExecutorStart(query, eflags);
 }
 
+/*
+ * A statement started nested that runs now at the top level (a cursor a
+ * function opened, fetched by a top-level FETCH): judged now as a
+ * top-level statement started now would be, once
+ */
+static void
+judge_opened_nested(QueryDesc *query)
+{
+	const QueueDef *q;
+
+	if (nesting > 0 || !list_member_ptr(nested_started, query))
+		return;
+	nested_started = list_delete_ptr(nested_started, query);
+	if ((q = session_queue_now()) == NULL)
+		return;
+	if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
+	{
+		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+		light_running = lappend(light_running, query);
+		MemoryContextSwitchTo(old);
+	}
+	else if (!passes_by_cost(q, query))
+		enter_queue(q, query);
+}
+
 /* 1 if what runs inside statement query is nested: 0 for a light one */
 static int
 nests_inside(const QueryDesc *query)
@@ -557,7 +598,10 @@ static void
 queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 				   REDSEM_EXECUTE_ONCE_PARAM)
 {
-	volatile int nests = nests_inside(query);
+	volatile int nests;
+
+	judge_opened_nested(query);
+	nests = nests_inside(query);
 
 	nesting += nests;
 	PG_TRY();
@@ -578,7 +622,10 @@ queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 static void
 queue_executor_finish(QueryDesc *query)
 {
-	volatile int nests = nests_inside(query);
+	volatile int nests;
+
+	judge_opened_nested(query);
+	nests = nests_inside(query);
 
 	nesting += nests;
 	PG_TRY();
@@ -604,6 +651,7 @@ queue_executor_end(QueryDesc *query)
 	else
 		standard_ExecutorEnd(query);
 	light_running = list_delete_ptr(light_running, query);
+	nested_started = list_delete_ptr(nested_started, query);
 	if (queued != NIL)
 		leave_queue(query);
 }
@@ -801,6 +849,15 @@ queue_xact_callback(XactEvent event, void *arg)
 	{
 		list_free(light_running);
 		light_running = NIL;
+	}
+	/* (a cursor opened nested ended with the transaction, or was filled) */
+	if (nested_started != NIL &&
+		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
+		 event == XACT_EVENT_PARALLEL_ABORT))
+	{
+		list_free(nested_started);
+		nested_started = NIL;
 	}
 	if (queued != NIL &&
 		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||

@@ -131,6 +131,45 @@ is($admin->query_ok(q{SELECT permits_held FROM redsem_semaphore('queue:rep');}),
 $run->quit;
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT permits_held FROM redsem_semaphore('queue:rep');}) eq '0' }),
 	'... and is given back when it ends');
+# A cursor opened inside a function or a DO block (nested: no slot of its
+# own) and fetched by a top-level FETCH ran its query under no slot (an
+# adversarial review: two ran at once in a queue of one).  It is judged
+# when it first runs at the top level, as a statement started then.
+my $cur = RedsemTest::Session->new($node, name => 'cursors', user => 'hostile');
+$cur->query_ok(q{CREATE FUNCTION opencur(name text) RETURNS refcursor LANGUAGE plpgsql AS $$
+DECLARE c refcursor := name;
+BEGIN
+  OPEN c FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100;
+  RETURN c;
+END $$;});
+$cur->query_ok(q{BEGIN; SELECT opencur('c1');});
+my $blocker = RedsemTest::Session->new($node, name => 'blocker', user => 'hostile');
+$blocker->send(q{SELECT pg_sleep(60) FROM facts LIMIT 1;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
+	'a statement holds the only slot again');
+($out, $err) = $cur->query(q{FETCH ALL FROM c1;}, 30);
+like($err, qr/55P03/, 'a cursor a function opened, fetched at the top level, queues');
+$cur->query_ok(q{ROLLBACK;});
+($out, $err) = $cur->query(q{BEGIN;
+DO $$ DECLARE c refcursor := 'c2'; BEGIN OPEN c FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100; END $$;
+FETCH ALL FROM c2;}, 30);
+like($err, qr/55P03/, 'so does one a DO block opened');
+$cur->query_ok(q{ROLLBACK;});
+$admin->query_ok('SELECT pg_cancel_backend(' . $blocker->backend_pid . ');');
+$blocker->quit;
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
+	'the queue is free');
+# with room: it takes the slot at its first FETCH and keeps it while open
+$cur->query_ok(q{BEGIN;
+DO $$ DECLARE c refcursor := 'c3'; BEGIN OPEN c FOR SELECT a.id FROM facts a, facts b WHERE a.id <= 100; END $$;});
+is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '0', 'opened: no slot yet');
+is($cur->query_ok(q{FETCH 1 FROM c3;}), '1', 'fetched at the top level ...');
+is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '1', '... it holds a slot while open');
+$cur->query_ok(q{FETCH 1 FROM c3; CLOSE c3;});
+is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '0', '... given back when closed');
+$cur->query_ok(q{COMMIT;});
+$cur->quit;
+
 $_->quit foreach ($h, $admin);
 $node->stop;
 $redis->stop;
