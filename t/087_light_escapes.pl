@@ -155,6 +155,11 @@ DO $$ DECLARE c refcursor := 'c2'; BEGIN OPEN c FOR SELECT count(*) FROM facts a
 FETCH ALL FROM c2;}, 30);
 like($err, qr/55P03/, 'so does one a DO block opened');
 $cur->query_ok(q{ROLLBACK;});
+# (a cursor WITH HOLD declared inside a DO block is filled at COMMIT)
+($out, $err) = $cur->query(q{BEGIN;
+DO $$ BEGIN EXECUTE 'DECLARE c4 CURSOR WITH HOLD FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100'; END $$;
+COMMIT;}, 30);
+like($err, qr/55P03/, 'so does one WITH HOLD that COMMIT fills (the COMMIT fails)');
 $admin->query_ok('SELECT pg_cancel_backend(' . $blocker->backend_pid . ');');
 $blocker->quit;
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
