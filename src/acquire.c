@@ -958,7 +958,9 @@ store_default_limit(AcquireArgs *args)
 /*
  * True if the semaphore's stored limit was lost while the acquire rode a
  * failure: it was told one (it gave none: each reply of its own was under
- * a stored limit), a call of it failed as a restart makes calls fail, and
+ * a stored limit), it rides a failure now (a call of it failed as a
+ * restart makes calls fail, within a ride's gap: not a blip of long ago,
+ * or an administrator's removal of the limit since would be undone), and
  * Redis now has no limit (a restart without persistence forgets the
  * stored limits with the rest)
  */
@@ -966,7 +968,7 @@ static bool
 stored_limit_lost(const AcquireArgs *args, const SemResult *r)
 {
 	return r->state == SEM_NO_LIMIT && args->default_limit <= 0 &&
-		args->max_holders == 0 && args->limit_seen > 0 && args->rides > 0;
+		args->max_holders == 0 && args->limit_seen > 0 && riding(args);
 }
 
 /*

@@ -427,7 +427,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 				 errmsg("statement could not enter redsem queue \"%s\" within %d ms",
 						q->name, q->max_wait_ms),
 				 args.grace_seen ? errdetail("%s", ACQUIRE_GRACE_DETAIL) :
-				 errdetail("All " INT64_FORMAT " of the queue's slots (its cap in effect) stayed taken for the whole wait.",
+				 errdetail("No slot came free for it within the wait (the queue's cap in effect: " INT64_FORMAT ").",
 						   args.limit_seen),
 				 errhint("Retry later; the queue's max_wait is part of its definition (redsem_alter_queue).")));
 	note_statement(query, args.name, id);
@@ -526,6 +526,29 @@ planning_key(Query *parse)
 	return (QueryDesc *) (void *) parse;
 }
 
+/* Add query to *list, kept in TopMemoryContext */
+static void
+remember_query(List **list, QueryDesc *query)
+{
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+
+	*list = lappend(*list, query);
+	MemoryContextSwitchTo(old);
+}
+
+/*
+ * Judge statement query, top-level, of a session of queue q: light, under
+ * min_cost, or it takes a slot
+ */
+static void
+judge_top_level(const QueueDef *q, QueryDesc *query)
+{
+	if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
+		remember_query(&light_running, query);
+	else if (!passes_by_cost(q, query))
+		enter_queue(q, query);
+}
+
 /* ExecutorStart: a top-level statement of a queued session takes a slot */
 static void
 queue_executor_start(QueryDesc *query, int eflags)
@@ -536,24 +559,9 @@ queue_executor_start(QueryDesc *query, int eflags)
 	light_running = list_delete_ptr(light_running, query);
 	nested_started = list_delete_ptr(nested_started, query);
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && session_queue_now() != NULL)
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		nested_started = lappend(nested_started, query);
-		MemoryContextSwitchTo(old);
-	}
+		remember_query(&nested_started, query);
 	else if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
-	{
-		if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
-		{
-			MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-			light_running = lappend(light_running, query);
-			MemoryContextSwitchTo(old);
-		}
-		else if (!passes_by_cost(q, query))
-			enter_queue(q, query);
-	}
+		judge_top_level(q, query);
 	if (prev_executor_start)
 		prev_executor_start(query, eflags);
 	else
@@ -562,28 +570,21 @@ queue_executor_start(QueryDesc *query, int eflags)
 
 /*
  * A statement started nested that runs now at the top level (a cursor a
- * function opened, fetched by a top-level FETCH): judged now as a
- * top-level statement started now would be, once
+ * function opened, fetched by a top-level FETCH, or filled WITH HOLD at
+ * COMMIT): judged now as a top-level statement started now would be, once
+ * (judge false: forgotten unjudged, as at the ExecutorFinish of a cursor
+ * never fetched that COMMIT closes, which runs nothing of the user's)
  */
 static void
-judge_opened_nested(QueryDesc *query)
+judge_opened_nested(QueryDesc *query, bool judge)
 {
 	const QueueDef *q;
 
 	if (nesting > 0 || !list_member_ptr(nested_started, query))
 		return;
 	nested_started = list_delete_ptr(nested_started, query);
-	if ((q = session_queue_now()) == NULL)
-		return;
-	if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
-	{
-		MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
-
-		light_running = lappend(light_running, query);
-		MemoryContextSwitchTo(old);
-	}
-	else if (!passes_by_cost(q, query))
-		enter_queue(q, query);
+	if (judge && (q = session_queue_now()) != NULL)
+		judge_top_level(q, query);
 }
 
 /* 1 if what runs inside statement query is nested: 0 for a light one */
@@ -600,7 +601,7 @@ queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 {
 	volatile int nests;
 
-	judge_opened_nested(query);
+	judge_opened_nested(query, true);
 	nests = nests_inside(query);
 
 	nesting += nests;
@@ -624,7 +625,7 @@ queue_executor_finish(QueryDesc *query)
 {
 	volatile int nests;
 
-	judge_opened_nested(query);
+	judge_opened_nested(query, false);
 	nests = nests_inside(query);
 
 	nesting += nests;
@@ -833,6 +834,13 @@ forget_statements(SubTransactionId subxid)
 		if (qs->spans_xacts)
 			continue;			/* its procedure committed: it goes on */
 		queued = foreach_delete_current(queued, lc);
+		/*
+		 * (a cursor opened before the savepoint, its slot taken at a FETCH
+		 * in it, is open still: judged again at its next top-level run; the
+		 * address of a statement that ended is harmless there, never read)
+		 */
+		if (subxid != InvalidSubTransactionId && qs->query != NULL)
+			remember_query(&nested_started, qs->query);
 		free_statement(qs);
 	}
 }

@@ -224,8 +224,8 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 	sem_pin_configured(&call, name);
 	if (lo > 0)
 		ereport(LOG,
-				(errmsg("redsem: limit of semaphore \"%s\" made adaptive between %d and %d, starting at " INT64_FORMAT ", by role \"%s\"",
-						name, lo, hi, now.limit, GetUserNameFromId(GetUserId(), false))));
+				(errmsg("redsem: limit of semaphore \"%s\" set adaptive between %d and %d by role \"%s\" (at " INT64_FORMAT " now)",
+						name, lo, hi, GetUserNameFromId(GetUserId(), false), now.limit)));
 	else if (now.limit > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" fixed at " INT64_FORMAT " by role \"%s\"",

@@ -173,6 +173,39 @@ is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '
 $cur->query_ok(q{FETCH 1 FROM c3; CLOSE c3;});
 is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '0', '... given back when closed');
 $cur->query_ok(q{COMMIT;});
+# a cursor opened and never fetched is closed at COMMIT without a slot
+# (its ExecutorFinish there runs nothing of the user's): a full queue does
+# not fail the COMMIT (a review found it did)
+$cur->query_ok(q{BEGIN; SELECT opencur('c5');});
+my $fill = sub {
+	my $b = RedsemTest::Session->new($node, name => 'blocker2', user => 'hostile');
+	$b->send(q{SELECT pg_sleep(60) FROM facts LIMIT 1;});
+	ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
+		'the queue is full');
+	return $b;
+};
+my $unfill = sub {
+	my ($b) = @_;
+	$admin->query_ok('SELECT pg_cancel_backend(' . $b->backend_pid . ');');
+	$b->quit;
+	ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
+		'the queue is free');
+};
+my $b2 = $fill->();
+($out, $err) = $cur->query(q{COMMIT;}, 30);
+is($err, '', 'a cursor never fetched: COMMIT closes it without a slot, the queue full');
+$unfill->($b2);
+# a slot taken at a FETCH in a savepoint rolled back: the cursor, open
+# still, is judged again at its next FETCH (it ran under no slot after)
+$cur->query_ok(q{BEGIN; SELECT opencur('c6'); SAVEPOINT s; FETCH 1 FROM c6;});
+is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '1', 'fetched in a savepoint: a slot');
+$cur->query_ok(q{ROLLBACK TO s;});
+is($admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}), '0', '... which ends with the savepoint');
+$b2 = $fill->();
+($out, $err) = $cur->query(q{FETCH 1 FROM c6;}, 30);
+like($err, qr/55P03/, '... and the next FETCH of the cursor queues again');
+$cur->query(q{ROLLBACK;});
+$unfill->($b2);
 $cur->quit;
 
 $_->quit foreach ($h, $admin);
