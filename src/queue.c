@@ -849,28 +849,17 @@ forget_statements(SubTransactionId subxid)
 static void
 queue_xact_callback(XactEvent event, void *arg)
 {
+	if (event != XACT_EVENT_COMMIT && event != XACT_EVENT_ABORT &&
+		event != XACT_EVENT_PREPARE && event != XACT_EVENT_PARALLEL_COMMIT &&
+		event != XACT_EVENT_PARALLEL_ABORT)
+		return;
 	/* (a light statement's entry an error left behind: none runs now) */
-	if (light_running != NIL &&
-		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
-		 event == XACT_EVENT_PARALLEL_ABORT))
-	{
-		list_free(light_running);
-		light_running = NIL;
-	}
+	list_free(light_running);
+	light_running = NIL;
 	/* (a cursor opened nested ended with the transaction, or was filled) */
-	if (nested_started != NIL &&
-		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
-		 event == XACT_EVENT_PARALLEL_ABORT))
-	{
-		list_free(nested_started);
-		nested_started = NIL;
-	}
-	if (queued != NIL &&
-		(event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-		 event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
-		 event == XACT_EVENT_PARALLEL_ABORT))
+	list_free(nested_started);
+	nested_started = NIL;
+	if (queued != NIL)
 		forget_statements(InvalidSubTransactionId);
 }
 
