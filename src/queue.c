@@ -98,6 +98,22 @@ static List *light_running = NIL;
  */
 static List *nested_started = NIL;
 
+/*
+ * A top-level CALL or DO of a queue without utility=on (the default) takes
+ * no slot at its start, but it runs queries of the user's, nested in it,
+ * which take none of their own: it takes one at its first query that would
+ * queue as a top-level statement (not light, not under min_cost) and holds
+ * it, as one of utility=on does from its start, until it ends (across the
+ * transactions its procedure ends).  Else a role of the queue ran any query
+ * beside the cap inside a DO block.  lazy_queue: the queue while such a
+ * CALL or DO runs and has not taken its slot yet; lazy_entry: its slot's
+ * entry once it took it.
+ */
+static const QueueDef *lazy_queue = NULL;
+static QueuedStatement *lazy_entry = NULL;
+
+static void span_xacts(QueuedStatement *qs, bool on);
+
 /* The name of a queue's semaphore */
 static char *
 queue_semaphore(const QueueDef *q)
@@ -489,10 +505,10 @@ leave_queue(QueryDesc *query)
 /*
  * True if the plan's cost (its costliest node's, or a subplan's) is below
  * the queue's threshold, estimated with cost settings the role could not
- * lower (queue_cost.c): it passes
+ * lower (queue_cost.c): it passes (counted as bypassed if count)
  */
 static bool
-passes_by_cost(const QueueDef *q, const QueryDesc *query)
+passes_by_cost(const QueueDef *q, const QueryDesc *query, bool count)
 {
 	PlannedStmt *stmt = query->plannedstmt;
 
@@ -500,7 +516,8 @@ passes_by_cost(const QueueDef *q, const QueryDesc *query)
 		queue_plan_max_cost(stmt) >= q->min_cost ||
 		!queue_costs_trusted())
 		return false;
-	stats_count(NULL, q->semaphore, STAT_BYPASSED, 1);
+	if (count)
+		stats_count(NULL, q->semaphore, STAT_BYPASSED, 1);
 	return true;
 }
 
@@ -545,8 +562,32 @@ judge_top_level(const QueueDef *q, QueryDesc *query)
 {
 	if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
 		remember_query(&light_running, query);
-	else if (!passes_by_cost(q, query))
+	else if (!passes_by_cost(q, query, true))
 		enter_queue(q, query);
+}
+
+/*
+ * A query nested in a CALL or DO that has no slot yet (lazy_queue): if it
+ * would queue as a top-level statement, the CALL or DO takes its slot now
+ * (once: a statement that could not enter raised, and the next one tries
+ * again; one run unqueued for a Redis failure ends the tries)
+ */
+static void
+judge_in_lazy(QueryDesc *query)
+{
+	const QueueDef *q = lazy_queue;
+	int			before = list_length(queued);
+
+	if ((reads_only(query) && queue_statement_is_light(query->plannedstmt)) ||
+		passes_by_cost(q, query, false))
+		return;
+	enter_queue(q, NULL);
+	lazy_queue = NULL;
+	if (list_length(queued) > before)
+	{
+		lazy_entry = (QueuedStatement *) llast(queued);
+		span_xacts(lazy_entry, true);
+	}
 }
 
 /* ExecutorStart: a top-level statement of a queued session takes a slot */
@@ -558,6 +599,8 @@ queue_executor_start(QueryDesc *query, int eflags)
 	/* (an entry left by an error in a subtransaction may have its address) */
 	light_running = list_delete_ptr(light_running, query);
 	nested_started = list_delete_ptr(nested_started, query);
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && lazy_queue != NULL)
+		judge_in_lazy(query);
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && session_queue_now() != NULL)
 		remember_query(&nested_started, query);
 	else if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && (q = queue_to_use()) != NULL)
@@ -783,6 +826,8 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 	const QueueDef *q = NULL;
 	volatile bool nests = !runs_one_query(stmt);
 	volatile bool entered = false;
+	volatile bool lazy = false;
+	volatile bool lazy_took = false;
 	QueuedStatement *volatile spanning = NULL;
 
 	if (!never_queued(stmt) && (q = queue_to_use()) != NULL && q->utility)
@@ -794,6 +839,13 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 			spanning = (QueuedStatement *) llast(queued);
 			span_xacts(spanning, true);
 		}
+	}
+	else if (q != NULL && may_end_xacts(stmt))
+	{
+		/* (its slot at its first query that would queue: judge_in_lazy) */
+		lazy = true;
+		lazy_queue = q;
+		lazy_entry = NULL;
 	}
 	if (nests)
 		nesting++;
@@ -809,9 +861,17 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 		/* an error: the slot ends with the transaction that aborts */
 		if (spanning != NULL)
 			span_xacts(spanning, false);
+		if (lazy)
+		{
+			lazy_took = (lazy_entry != NULL);
+			if (lazy_took)
+				span_xacts(lazy_entry, false);
+			lazy_queue = NULL;
+			lazy_entry = NULL;
+		}
 	}
 	PG_END_TRY();
-	if (entered)
+	if (entered || lazy_took)
 		leave_queue(NULL);
 }
 

@@ -481,8 +481,13 @@ unfill($other);
 $other->query_ok(q{SET redsem.queue = 'strict';});
 fill($other);
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'strict';}) eq '1' }), '"strict" is full');
-($out, $err) = $strict->query(q{CALL q_proc(); CREATE TEMP TABLE t1 (x int); DROP TABLE t1;});
-is($err, '', 'in a queue with utility=off, utility statements pass');
+($out, $err) = $strict->query(q{CREATE TEMP TABLE t1 (x int); DROP TABLE t1;
+DO $$ DECLARE x int; BEGIN x := 1 + 1; RAISE DEBUG 'x %', x; END $$;});
+is($err, '', 'in a queue with utility=off, utility statements pass, and a DO that runs no query');
+# (a CALL or DO that runs a query takes a slot at that query: its queries
+# took none, nested, and ran beside the cap before)
+($out, $err) = $strict->query(q{CALL q_proc();});
+like($err, qr/55P03/, '... but a CALL whose procedure runs a query waits, at that query');
 unfill($other);
 
 ###########################################################################

@@ -40,6 +40,19 @@ BEGIN
         COMMIT;
     END LOOP;
 END $$;
+-- the same, its first query first: in a queue without utility=on the CALL
+-- takes its slot at that query
+CREATE PROCEDURE p_commits_q(who text, secs float8) LANGUAGE plpgsql AS $$
+DECLARE t float8;
+BEGIN
+    FOR i IN 1 .. 2 LOOP
+        PERFORM pg_sleep(0);
+        t := extract(epoch FROM clock_timestamp());
+        PERFORM pg_sleep(secs);
+        INSERT INTO p_log VALUES (who, t, extract(epoch FROM clock_timestamp()));
+        COMMIT;
+    END LOOP;
+END $$;
 CREATE PROCEDURE p_rolls_back() LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_sleep(0.1);
@@ -69,14 +82,20 @@ sub running
 ###########################################################################
 note 'a procedure that commits keeps its slot until the CALL ends';
 
+# (procs: utility=on, the CALL takes its slot at its start; plain: at its
+# first query, p_commits_q's first statement)
+foreach my $case ([ 'procs', 'p_commits' ], [ 'plain', 'p_commits_q' ])
+{
+my ($queue, $proc) = @$case;
+$admin->query_ok(q{TRUNCATE p_log;});
 my @callers = map { RedsemTest::Session->new($node, name => "caller$_") } 1 .. 3;
-$_->query_ok(q{SET redsem.queue = 'procs';}) foreach @callers;
-$callers[$_]->send(qq{CALL p_commits('c$_', 0.3);}) foreach 0 .. 2;
+$_->query_ok(qq{SET redsem.queue = '$queue';}) foreach @callers;
+$callers[$_]->send(qq{CALL $proc('c$_', 0.3);}) foreach 0 .. 2;
 my $peak = 0;
 my $t_end = time + 15;
 while (time < $t_end)
 {
-	my $r = running('procs');
+	my $r = running($queue);
 	$peak = $r if $r > $peak;
 	last if $admin->query_ok(q{SELECT count(*) FROM p_log;}) == 6;
 	usleep(50_000);
@@ -91,21 +110,22 @@ for my $i (1 .. $#periods)
 {
 	$overlap++ if $periods[$i][1] < $periods[ $i - 1 ][2];
 }
-is($overlap, 0, 'one CALL at a time, from its first step to its last, across its COMMITs (limit 1)')
+is($overlap, 0, "$queue: one CALL at a time, from its first step to its last, across its COMMITs (limit 1)")
   or diag(explain(\@periods));
 is($peak, 1, 'and redsem_queues showed it running meanwhile');
-is(running('procs'), 0, 'the slot is free once the CALLs ended');
+is(running($queue), 0, 'the slot is free once the CALLs ended');
 
 my $c = $callers[0];
 is(($c->query(q{CALL p_rolls_back();}))[1], '', 'a procedure that rolls back ends');
-is(running('procs'), 0, 'and gives its slot back');
+is(running($queue), 0, 'and gives its slot back');
 like(($c->query(q{CALL p_fails();}))[1], qr/failing after a commit/, 'a procedure failing after a commit');
-is(running('procs'), 0, 'gives its slot back with the failed transaction');
+is(running($queue), 0, 'gives its slot back with the failed transaction');
 is($c->query_ok(q{SELECT count(*) FROM redsem_held() WHERE scope <> 'statement';}), '0',
 	'and the session holds nothing (but the slot of this very statement)');
 is(($c->query(q{DO $$ BEGIN COMMIT; PERFORM pg_sleep(0.05); END $$;}))[1], '', 'a DO block that commits');
-is(running('procs'), 0, 'gives its slot back at its end');
+is(running($queue), 0, 'gives its slot back at its end');
 $_->quit foreach @callers;
+}
 
 ###########################################################################
 note 'a statement waiting for a slot whose holder waits for its locks: 40P01';

@@ -43,6 +43,8 @@ $h->query_ok(q{
 CREATE FUNCTION reads_facts(int) RETURNS boolean LANGUAGE plpgsql AS
   $$ BEGIN PERFORM count(*) FROM facts; RETURN true; END $$;
 CREATE DOMAIN checked AS int CHECK (reads_facts(VALUE));
+CREATE PROCEDURE reads_facts_proc() LANGUAGE plpgsql AS
+  $$ BEGIN PERFORM count(*) FROM facts; END $$;
 SET statement_timeout = '5s';
 });
 
@@ -66,6 +68,14 @@ my %escapes = (
 	'TABLESAMPLE with a volatile argument' =>
 	  q{SELECT count(*) FROM pg_class TABLESAMPLE SYSTEM (length(pg_sleep(0.1)::text));},
 	'lo_get of a large object' => q{SELECT length(lo_get(4242)) > 0;},
+	# (a CALL or DO, utility statements, took no slot in a queue without
+	# utility=on, and neither did the queries nested in them)
+	'a DO block running a query' => q{DO $$ BEGIN PERFORM count(*) FROM facts; END $$;},
+	'a DO block that catches the wait and runs the query again' =>
+	  q{DO $$ BEGIN BEGIN PERFORM count(*) FROM facts; EXCEPTION WHEN lock_not_available THEN NULL; END;
+		PERFORM count(*) FROM facts; END $$;},
+	'a DO block running a query by EXECUTE' => q{DO $$ BEGIN EXECUTE 'SELECT count(*) FROM facts'; END $$;},
+	'a CALL of the role\'s procedure running a query' => q{CALL reads_facts_proc();},
 	'pg_advisory_lock in FROM' => q{SELECT * FROM pg_advisory_lock(42);},
 	'an EXISTS over a huge catalog join' =>
 	  q{SELECT EXISTS (SELECT 1 FROM pg_attribute a, pg_attribute b, pg_class c
@@ -153,13 +163,8 @@ $cur->query_ok(q{ROLLBACK;});
 ($out, $err) = $cur->query(q{BEGIN;
 DO $$ DECLARE c refcursor := 'c2'; BEGIN OPEN c FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100; END $$;
 FETCH ALL FROM c2;}, 30);
-like($err, qr/55P03/, 'so does one a DO block opened');
+like($err, qr/55P03/, 'so does one a DO block opened (the DO itself, at the OPEN)');
 $cur->query_ok(q{ROLLBACK;});
-# (a cursor WITH HOLD declared inside a DO block is filled at COMMIT)
-($out, $err) = $cur->query(q{BEGIN;
-DO $$ BEGIN EXECUTE 'DECLARE c4 CURSOR WITH HOLD FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100'; END $$;
-COMMIT;}, 30);
-like($err, qr/55P03/, 'so does one WITH HOLD that COMMIT fills (the COMMIT fails)');
 $admin->query_ok('SELECT pg_cancel_backend(' . $blocker->backend_pid . ');');
 $blocker->quit;
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
@@ -205,6 +210,14 @@ $b2 = $fill->();
 ($out, $err) = $cur->query(q{FETCH 1 FROM c6;}, 30);
 like($err, qr/55P03/, '... and the next FETCH of the cursor queues again');
 $cur->query(q{ROLLBACK;});
+$unfill->($b2);
+# a cursor WITH HOLD declared in a DO block (which took a slot and gave it
+# back) is filled at COMMIT: it queues there
+$cur->query_ok(q{BEGIN;
+DO $$ BEGIN EXECUTE 'DECLARE c4 CURSOR WITH HOLD FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100'; END $$;});
+$b2 = $fill->();
+($out, $err) = $cur->query(q{COMMIT;}, 30);
+like($err, qr/55P03/, 'a cursor WITH HOLD that COMMIT fills queues (the COMMIT fails)');
 $unfill->($b2);
 $cur->quit;
 
