@@ -105,11 +105,12 @@ static List *nested_started = NIL;
  * queue as a top-level statement (not light, not under min_cost) and holds
  * it, as one of utility=on does from its start, until it ends (across the
  * transactions its procedure ends).  Else a role of the queue ran any query
- * beside the cap inside a DO block.  lazy_queue: the queue while such a
- * CALL or DO runs and has not taken its slot yet; lazy_entry: its slot's
- * entry once it took it.
+ * beside the cap inside a DO block.  lazy: such a CALL or DO runs and has
+ * not taken its slot yet (its queue is the session's, looked up at each
+ * judge: a definition may be replaced, and freed, while a procedure runs);
+ * lazy_entry: its slot's entry once it took it.
  */
-static const QueueDef *lazy_queue = NULL;
+static bool lazy = false;
 static QueuedStatement *lazy_entry = NULL;
 
 static void span_xacts(QueuedStatement *qs, bool on);
@@ -567,7 +568,7 @@ judge_top_level(const QueueDef *q, QueryDesc *query)
 }
 
 /*
- * A query nested in a CALL or DO that has no slot yet (lazy_queue): if it
+ * A query nested in a CALL or DO that has no slot yet (lazy): if it
  * would queue as a top-level statement, the CALL or DO takes its slot now
  * (once: a statement that could not enter raised, and the next one tries
  * again; one run unqueued for a Redis failure ends the tries)
@@ -575,14 +576,19 @@ judge_top_level(const QueueDef *q, QueryDesc *query)
 static void
 judge_in_lazy(QueryDesc *query)
 {
-	const QueueDef *q = lazy_queue;
+	const QueueDef *q = session_queue_now();
 	int			before = list_length(queued);
 
+	if (q == NULL)
+	{
+		lazy = false;			/* (the session's queue is gone) */
+		return;
+	}
 	if ((reads_only(query) && queue_statement_is_light(query->plannedstmt)) ||
 		passes_by_cost(q, query, false))
 		return;
 	enter_queue(q, NULL);
-	lazy_queue = NULL;
+	lazy = false;
 	if (list_length(queued) > before)
 	{
 		lazy_entry = (QueuedStatement *) llast(queued);
@@ -599,7 +605,7 @@ queue_executor_start(QueryDesc *query, int eflags)
 	/* (an entry left by an error in a subtransaction may have its address) */
 	light_running = list_delete_ptr(light_running, query);
 	nested_started = list_delete_ptr(nested_started, query);
-	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && lazy_queue != NULL)
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && lazy)
 		judge_in_lazy(query);
 	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0 && nesting > 0 && session_queue_now() != NULL)
 		remember_query(&nested_started, query);
@@ -645,6 +651,9 @@ queue_executor_run(QueryDesc *query, ScanDirection direction, uint64 count
 	volatile int nests;
 
 	judge_opened_nested(query, true);
+	/* (a cursor opened before, by an earlier DO, fetched inside this one) */
+	if (lazy && nesting > 0 && list_member_ptr(nested_started, query))
+		judge_in_lazy(query);
 	nests = nests_inside(query);
 
 	nesting += nests;
@@ -826,7 +835,7 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 	const QueueDef *q = NULL;
 	volatile bool nests = !runs_one_query(stmt);
 	volatile bool entered = false;
-	volatile bool lazy = false;
+	volatile bool lazy_here = false;
 	volatile bool lazy_took = false;
 	QueuedStatement *volatile spanning = NULL;
 
@@ -843,8 +852,8 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 	else if (q != NULL && may_end_xacts(stmt))
 	{
 		/* (its slot at its first query that would queue: judge_in_lazy) */
+		lazy_here = true;
 		lazy = true;
-		lazy_queue = q;
 		lazy_entry = NULL;
 	}
 	if (nests)
@@ -861,12 +870,12 @@ queue_process_utility(PlannedStmt *pstmt, const char *queryString,
 		/* an error: the slot ends with the transaction that aborts */
 		if (spanning != NULL)
 			span_xacts(spanning, false);
-		if (lazy)
+		if (lazy_here)
 		{
 			lazy_took = (lazy_entry != NULL);
 			if (lazy_took)
 				span_xacts(lazy_entry, false);
-			lazy_queue = NULL;
+			lazy = false;
 			lazy_entry = NULL;
 		}
 	}

@@ -29,24 +29,15 @@ my $node = create_node('edges', $redis,
 $node->safe_psql('postgres', q{
 CREATE UNLOGGED TABLE p_log (who text, t1 float8, t2 float8);
 -- a procedure that commits after each of its two steps, writing down when
--- each step ran
-CREATE PROCEDURE p_commits(who text, secs float8) LANGUAGE plpgsql AS $$
+-- each step ran (query_first: a query before the time is taken, at which a
+-- CALL in a queue without utility=on takes its slot)
+CREATE PROCEDURE p_commits(who text, secs float8, query_first boolean DEFAULT false) LANGUAGE plpgsql AS $$
 DECLARE t float8;
 BEGIN
     FOR i IN 1 .. 2 LOOP
-        t := extract(epoch FROM clock_timestamp());
-        PERFORM pg_sleep(secs);
-        INSERT INTO p_log VALUES (who, t, extract(epoch FROM clock_timestamp()));
-        COMMIT;
-    END LOOP;
-END $$;
--- the same, its first query first: in a queue without utility=on the CALL
--- takes its slot at that query
-CREATE PROCEDURE p_commits_q(who text, secs float8) LANGUAGE plpgsql AS $$
-DECLARE t float8;
-BEGIN
-    FOR i IN 1 .. 2 LOOP
-        PERFORM pg_sleep(0);
+        IF query_first THEN
+            PERFORM pg_sleep(0);
+        END IF;
         t := extract(epoch FROM clock_timestamp());
         PERFORM pg_sleep(secs);
         INSERT INTO p_log VALUES (who, t, extract(epoch FROM clock_timestamp()));
@@ -83,14 +74,14 @@ sub running
 note 'a procedure that commits keeps its slot until the CALL ends';
 
 # (procs: utility=on, the CALL takes its slot at its start; plain: at its
-# first query, p_commits_q's first statement)
-foreach my $case ([ 'procs', 'p_commits' ], [ 'plain', 'p_commits_q' ])
+# first query)
+foreach my $case ([ 'procs', 'false' ], [ 'plain', 'true' ])
 {
-my ($queue, $proc) = @$case;
+my ($queue, $query_first) = @$case;
 $admin->query_ok(q{TRUNCATE p_log;});
 my @callers = map { RedsemTest::Session->new($node, name => "caller$_") } 1 .. 3;
 $_->query_ok(qq{SET redsem.queue = '$queue';}) foreach @callers;
-$callers[$_]->send(qq{CALL $proc('c$_', 0.3);}) foreach 0 .. 2;
+$callers[$_]->send(qq{CALL p_commits('c$_', 0.3, $query_first);}) foreach 0 .. 2;
 my $peak = 0;
 my $t_end = time + 15;
 while (time < $t_end)

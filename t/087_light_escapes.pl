@@ -219,6 +219,15 @@ $b2 = $fill->();
 ($out, $err) = $cur->query(q{COMMIT;}, 30);
 like($err, qr/55P03/, 'a cursor WITH HOLD that COMMIT fills queues (the COMMIT fails)');
 $unfill->($b2);
+# a cursor one DO block opened (with room), fetched by a later DO block:
+# that one takes its slot at the FETCH (a review found it ran under none)
+$cur->query_ok(q{BEGIN;
+DO $$ DECLARE c refcursor := 'c8'; BEGIN OPEN c FOR SELECT count(*) FROM facts a, facts b WHERE a.id <= 100; END $$;});
+$b2 = $fill->();
+($out, $err) = $cur->query(q{DO $$ DECLARE c refcursor := 'c8'; r record; BEGIN FETCH c INTO r; END $$;}, 30);
+like($err, qr/55P03/, 'a cursor an earlier DO opened, fetched in a later DO: it queues');
+$cur->query(q{ROLLBACK;});
+$unfill->($b2);
 $cur->quit;
 
 $_->quit foreach ($h, $admin);
