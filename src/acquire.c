@@ -125,23 +125,26 @@ wait_call(const AcquireArgs *args, RedisCall *call)
  * True if connect failure o is of a Redis that was there and went away: it
  * found nothing serving at the address (no_server: stopped, restarting, cut
  * off; not a refusal of our settings), and this acquire had a place in
- * line, or rides a connection that broke or a server not serving yet
- * (LOADING, as a restarted one is)
+ * line, or rides a connection that broke, one that went silent (a frozen
+ * server or path) or a server not serving yet (LOADING, as a restarted one
+ * is)
  */
 static bool
 went_away(const AcquireArgs *args, const RedisOutcome *o)
 {
 	return o->no_server &&
 		(args->waited ||
-		 (riding(args) && (args->ride_cause == RS_LOST || args->ride_cause == RS_UNAVAILABLE)));
+		 (riding(args) && (args->ride_cause == RS_LOST || args->ride_cause == RS_UNAVAILABLE ||
+						   args->ride_cause == RS_TIMED_OUT)));
 }
 
 /*
  * True if a failure is one a failover causes, for this acquire.  For one
- * that waits: a connection that broke, a server that cannot serve (a
- * replica now, loading, no primary), too few replicas for a grant, and,
- * where Redis can fail over (Sentinel, a Cluster), no connection or one
- * that went silent.  For one that does not wait: only a connection that
+ * that waits: a connection that broke or went silent (a frozen server or
+ * network path comes back as a failover does: the caller keeps its wait),
+ * a server that cannot serve (a replica now, loading, no primary), too few
+ * replicas for a grant, and, where Redis can fail over (Sentinel, a
+ * Cluster), no connection.  For one that does not wait: only a connection that
  * broke (a stale one, to the old primary: each call already follows the
  * sentinels for a command's time).  A single Redis that is down fails its
  * callers at once, as it did, unless it went away under them (restarted):
@@ -171,7 +174,7 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 		case RS_CONNECT_FAILED:
 			return sentinel_enabled() || cluster_enabled() || went_away(args, o);
 		case RS_TIMED_OUT:
-			return sentinel_enabled() || cluster_enabled();
+			return true;
 		default:
 			return false;
 	}
@@ -229,11 +232,15 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
 	if (new_ride &&
 		TimestampDifferenceExceeds(logged_at, redsem_now(), ACQUIRE_RIDE_LOG_EVERY_MS))
 	{
+		char	   *why = redis_outcome_text(o);
+
 		logged_at = redsem_now();
+		why[0] = pg_toupper((unsigned char) why[0]);
 		ereport(LOG,
 				(errmsg("redsem: a call for semaphore \"%s\" failed as a failover would make it fail; trying again within the wait",
 						args->name),
-				 errdetail_internal("%s", o->detail)));
+				 errdetail_internal("%s.", why)));
+		pfree(why);
 	}
 	/*
 	 * a primary whose grants no replica takes may have been replaced (the

@@ -290,6 +290,50 @@ is($err, '', 'auth: works again with the password reset');
 $_->quit for ($auth, $blocked, $victim);
 
 ###########################################################################
+note 'a waiter rides a frozen Redis within its wait';
+
+# A Redis that stops answering (SIGSTOP here; a frozen network path looks
+# the same) and comes back: a caller with wait left keeps waiting, as
+# through a failover, instead of failing with 08006 at its first timeout.
+# The freeze outlasts a blocking wait's recheck (5 s) plus the command
+# timeout, so the waiter's calls do time out, several times.
+my $fz_holder = session('fz_holder');
+is($fz_holder->query_ok(q{SELECT redsem_acquire('fz', 1, '60 s') IS NOT NULL;}), 't', 'fz: a holder');
+my $fz = session('fz');
+$fz->query_ok(q{SET redsem.command_timeout = 500;});
+$fz->send(q{SELECT redsem_acquire('fz', 1, '60 s', wait => '40 s') IS NOT NULL;});
+ok(blocked_in_redsem($fz), 'fz: the waiter waits');
+my $fz_short = session('fz_short');
+$fz_short->query_ok(q{SET redsem.command_timeout = 500;});
+$fz_short->send(q{SELECT redsem_acquire('fz', 1, '60 s', wait => '3 s') IS NOT NULL;});
+ok(blocked_in_redsem($fz_short), 'fz_short: a waiter with a short wait waits');
+my $fz_try = session('fz_try');
+$fz_try->query_ok(q{SET redsem.command_timeout = 500; SELECT redsem_release_all();});
+$redis->freeze;
+my $frozen_at = time;
+($out, $err, $elapsed) = $fz_try->query(q{SELECT redsem_acquire('fz_try', 1);}, 30);
+like($err, qr/ERROR:  08006: Redis at unix socket "\Q$sock\E" did not answer within 500 ms/,
+	'a caller that does not wait still fails at its command timeout');
+($out, $err) = $fz_short->wait_done(30);
+my $short_took = time - $frozen_at;
+like($err, qr/ERROR:  08006: .*did not answer/, 'fz_short: its wait ran out while Redis was frozen: 08006');
+note sprintf("fz_short: 08006 %.3f s into the freeze (its wait: 3 s)", $short_took);
+cmp_ok($short_took, '<', 3 + 2, 'fz_short: at the end of its wait, not a timeout later');
+sleep_full(8 - (time - $frozen_at));
+$redis->thaw;
+is($fz_holder->query_ok(q{SELECT redsem_release_all();}), '1', 'fz: the holder lets go after the thaw');
+($out, $err) = $fz->wait_done(30);
+is($err, '', 'fz: the waiter rode the 8-s freeze (no 08006)');
+is($out, 't', 'fz: and got the slot when the holder let go');
+$fz->query_ok(q{SELECT redsem_release_all();});
+like($ctl->query_ok(q{SELECT redis_errors FROM redsem_stats WHERE name = 'fz';}), qr/^[1-9]/,
+	'fz: the ridden freeze is counted as Redis errors');
+like(slurp_file($node->logfile),
+	qr/LOG:  .*a call for semaphore "fz" failed as a failover would make it fail; trying again within the wait\n.*DETAIL:  .*did not answer within \d+ ms/,
+	'fz: its calls did time out, and it logged that it rode them');
+$_->quit for ($fz, $fz_short, $fz_try, $fz_holder);
+
+###########################################################################
 note 'a second failover-like failure in one wait is a ride of its own';
 
 # (at these timeouts a ride's failures come at most 2.1 s apart: a later
