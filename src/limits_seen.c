@@ -15,9 +15,6 @@
  */
 #include "postgres.h"
 
-#include "miscadmin.h"
-#include "storage/ipc.h"
-#include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "utils/hsearch.h"
 
@@ -45,49 +42,28 @@ typedef struct LimitSeen
 } LimitSeen;
 
 static HTAB *seen_hash;
-static LWLock *seen_lock;		/* guards the hash: found, added, removed,
-								 * read and written under it */
+static LWLock *seen_lock;
 
-static shmem_request_hook_type prev_shmem_request_hook = NULL;
-static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
-
-/* Ask for the table's shared memory and its lock */
-static void
-limits_seen_shmem_request(void)
+/* The shared memory the table needs */
+Size
+limits_seen_shmem_size(void)
 {
-	if (prev_shmem_request_hook)
-		prev_shmem_request_hook();
-	RequestAddinShmemSpace(hash_estimate_size(redsem_max_tracked_semaphores, sizeof(LimitSeen)));
-	RequestNamedLWLockTranche("redsem limits seen", 1);
+	return hash_estimate_size(redsem_max_tracked_semaphores, sizeof(LimitSeen));
 }
 
-/* Map the table (made by the first process to get here) */
-static void
-limits_seen_shmem_startup(void)
+/* At shared memory startup (AddinShmemInitLock held): map the table */
+void
+limits_seen_shmem_init(LWLock *lock)
 {
 	HASHCTL		info;
 
-	if (prev_shmem_startup_hook)
-		prev_shmem_startup_hook();
 	memset(&info, 0, sizeof(info));
 	info.keysize = sizeof(LimitSeenKey);
 	info.entrysize = sizeof(LimitSeen);
-	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	seen_hash = ShmemInitHash("redsem limits seen",
 							  redsem_max_tracked_semaphores, redsem_max_tracked_semaphores,
 							  &info, HASH_ELEM | HASH_BLOBS);
-	seen_lock = &GetNamedLWLockTranche("redsem limits seen")[0].lock;
-	LWLockRelease(AddinShmemInitLock);
-}
-
-/* From _PG_init, when preloading: the table's shared memory hooks */
-void
-limits_seen_shmem_init(void)
-{
-	prev_shmem_request_hook = shmem_request_hook;
-	shmem_request_hook = limits_seen_shmem_request;
-	prev_shmem_startup_hook = shmem_startup_hook;
-	shmem_startup_hook = limits_seen_shmem_startup;
+	seen_lock = lock;
 }
 
 /* The key of semaphore name under the current settings */

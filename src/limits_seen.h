@@ -7,7 +7,10 @@
 #ifndef REDSEM_LIMITS_SEEN_H
 #define REDSEM_LIMITS_SEEN_H
 
-extern void limits_seen_shmem_init(void);
+#include "storage/lwlock.h"
+
+extern Size limits_seen_shmem_size(void);
+extern void limits_seen_shmem_init(LWLock *lock);
 extern void limits_seen_note(const char *name, int64 limit);
 extern bool limits_seen_lookup(const char *name, int64 *limit, int64 *gen_us);
 extern void limits_seen_forget(const char *name);

@@ -19,7 +19,6 @@
 #include "guc.h"
 #include "hold.h"
 #include "keeper.h"
-#include "limits_seen.h"
 #include "queue.h"
 #include "queue_conf.h"
 #include "queue_fleet.h"
@@ -60,7 +59,6 @@ _PG_init(void)
 		shmem_init();
 		queue_fleet_shmem_init();
 		escalate_shmem_init();
-		limits_seen_shmem_init();
 		queue_conf_set_fleet_source(queue_fleet_config);
 		stats_reserve_room_for(queue_is_semaphore);
 		keeper_register();
