@@ -18,7 +18,6 @@
 #include "cluster.h"
 #include "deadlock.h"
 #include "guc.h"
-#include "limits_seen.h"
 #include "sentinel.h"
 #include "shmem.h"
 #include "timing.h"
@@ -285,8 +284,6 @@ note_limit(AcquireArgs *args, const SemResult *r)
 {
 	if (r->limit > 0)
 		args->limit_seen = r->limit;
-	if (r->told_limit > 0)
-		args->limit_seen = r->told_limit;
 	if (r->gen[0] == 'g')
 		args->grace_seen = true;
 	if (r->state == SEM_BUSY || r->state == SEM_WAITING)
@@ -982,53 +979,28 @@ stored_limit_lost(const AcquireArgs *args, const SemResult *r)
 }
 
 /*
- * True if the semaphore's stored limit was forgotten by Redis, as this
- * server can tell (I18): the caller gave none and Redis has none, this
- * server remembers one (*remembered), and the generation it knew then is
- * not the one there now (Redis forgot since: a restart without
- * persistence, FLUSHALL).  Under the same generation an administrator
- * removed it: forgotten here too.
+ * Store again the limit the caller was told before Redis forgot it, unless
+ * one was stored meanwhile (an administrator's, or another caller's that
+ * came back too): the callers in line were waiting under it, and would
+ * else fail with 22023 in the middle of their wait, and every later one
+ * until an administrator stores it again.  An adaptive limit comes back
+ * fixed where it was (its bounds were lost with it).  False with the
+ * failure kept.
  */
 static bool
-forgotten_limit(const AcquireArgs *args, const SemResult *r, int64 *remembered)
-{
-	int64		gen_us;
-
-	if (r->state != SEM_NO_LIMIT || args->default_limit > 0 || args->max_holders != 0 ||
-		!limits_seen_lookup(args->name, remembered, &gen_us))
-		return false;
-	if (strtoi64(r->gen_us, NULL, 10) != gen_us)
-		return true;
-	limits_seen_forget(args->name);
-	return false;
-}
-
-/*
- * Store again the limit Redis forgot (to_limit), unless one was stored
- * meanwhile (an administrator's, or another caller's that came back too):
- * callers in line were waiting under it, and would else fail with 22023
- * in the middle of their wait, and every later one until an administrator
- * stores it again.  An adaptive limit comes back fixed where it was (its
- * bounds were lost with it).  riding: the caller was told the limit in
- * this wait and rode the failure; else this server remembered it.  False
- * with the failure kept.
- */
-static bool
-restore_lost_limit(AcquireArgs *args, int64 to_limit, bool riding)
+restore_lost_limit(AcquireArgs *args)
 {
 	RedisCall	call;
 	SemLimit	limit;
 
 	redis_call_init(&call, DT_NOEND, true, LOG);
-	if (!sem_set_limit_if(&call, args->name, (int) to_limit, 0, &limit))
+	if (!sem_set_limit_if(&call, args->name, (int) args->limit_seen, 0, &limit))
 		return call_failed(args, &call);
-	if (limit.stored == to_limit)
+	if (limit.stored == args->limit_seen)
 		ereport(LOG,
-				(errmsg("redsem: semaphore \"%s\" had no stored limit when Redis came back; %s stored it again at " INT64_FORMAT,
-						args->name, riding ? "a caller waiting under it" : "a caller on this server, which saw it last,",
-						to_limit),
-				 errdetail("Redis forgot it (a restart without persistence, or FLUSHALL)%s.",
-						   riding ? " while the caller rode the failure" : ""),
+				(errmsg("redsem: semaphore \"%s\" had no stored limit when Redis came back; a caller waiting under it stored it again at " INT64_FORMAT,
+						args->name, args->limit_seen),
+				 errdetail("Redis forgot it (a restart without persistence, or FLUSHALL) while the caller rode the failure."),
 				 errhint("An adaptive limit comes back fixed at the limit it had: call redsem_set_adaptive_limit again to make it adaptive.")));
 	return true;
 }
@@ -1047,7 +1019,6 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	TimestampTz deadline;
 	TimestampTz sent;
 	AcquireResult result;
-	int64		remembered;
 
 	hold_init();
 	hold_flush_deferred();
@@ -1075,14 +1046,8 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		result = store_default_limit(args)
 			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
 	else if (result != ACQUIRE_FAILED && stored_limit_lost(args, &r))
-		result = restore_lost_limit(args, args->limit_seen, true)
+		result = restore_lost_limit(args)
 			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
-	else if (result != ACQUIRE_FAILED && forgotten_limit(args, &r, &remembered))
-		result = restore_lost_limit(args, remembered, false)
-			? take_slot(args, *hold, buf, deadline, &r, &sent) : ACQUIRE_FAILED;
-	/* (I18: remembered, for a Redis that forgets it) */
-	if (result == ACQUIRE_GRANTED && args->max_holders == 0 && args->default_limit <= 0)
-		limits_seen_note(args->name, args->limit_seen);
 	/* (removed again: a drop, or Redis forgot once more; queue.c asks) */
 	if (result != ACQUIRE_FAILED && r.state == SEM_NO_LIMIT && args->default_limit > 0)
 	{

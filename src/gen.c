@@ -274,16 +274,3 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	strlcpy(g.era, text + era_at, sizeof(g.era));
 	shared_gen_write(gen_entry(slot, sig), sig, &g);
 }
-
-/*
- * The identity (us) of slot's generation as this server last saw it under
- * prefix (NULL: redsem.key_prefix), or 0 if it saw none (I18)
- */
-int64
-gen_us_seen(const char *prefix, int slot)
-{
-	SharedGenSeen g;
-	uint64		sig = gen_signature(prefix);
-
-	return shared_gen_read(gen_entry(slot, sig), sig, &g) ? g.us : 0;
-}

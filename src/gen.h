@@ -25,6 +25,5 @@ extern void gen_known(const char *prefix, int slot, int64 lease_ms,
 extern void gen_note(const char *prefix, int slot, const char *text,
 					 bool ue_fresh);
 extern void gen_checked(const char *prefix, int slot, uint64 route_changes);
-extern int64 gen_us_seen(const char *prefix, int slot);
 
 #endif							/* REDSEM_GEN_H */

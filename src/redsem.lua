@@ -378,13 +378,6 @@
 --     stop comes before (I2).  remove() deletes the mark and counts fz
 --     down; while fz is 0 no call looks for a mark.  A waiter released
 --     so leaves the line at once.
--- I18 Told limits.  A grant to a caller that passed no limit (the stored
---     one) tells the stored limit; a caller told 'nolimit' is told the
---     generation's identity (us, '' if none) too.  Nothing is written for
---     either: a server remembers the limits it was told with the
---     generation it knew, and stores one again (set_limit if=0) only if
---     the generation is another now (Redis forgot: I15), never after an
---     administrator's removal, which leaves the generation as it was.
 --
 -- THE INDEX.  One more key per prefix, <prefix>index (its own Cluster
 -- slot), is a ZSET name -> until (ms, Redis's clock): the semaphores
@@ -1883,23 +1876,6 @@ OPS.gen_raise = {
     fast = op_gen_raise,
 }
 
--- I18: a grant under the stored limit (the caller passed none) tells it,
--- after the generation ('' if not told), so that servers remember it for
--- a Redis that forgets (src/limits_seen.c); 'nolimit' tells the identity
--- (us) of the generation now ('' if none), by which a server that
--- remembers a limit tells a Redis that forgot it from an administrator
--- who removed it.
-local function told_limit(reply, maxh)
-    if reply[1] == 'nolimit' then
-        local _, us = gen_parts(K_GEN and redis.call('GET', K_GEN))
-        reply[2] = us or ''
-    elseif not maxh and reply[1] == 'held' and S.limit then
-        reply[4] = reply[4] or ''
-        reply[5] = int(S.limit)
-    end
-    return reply
-end
-
 -- acquire id max_holders|'' permits lease_ms wait(0|1) keepalive_ms origin
 -- [known_generation|'' [flags: g e u|'' [settle|'' [priority [tenant]]]]]
 -- (the arguments usually left at their defaults last, so that a caller
@@ -1911,7 +1887,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
     if current and maxh and maxh ~= current then
         return {'limit', int(current), S.limit and 'stored' or 'in use'}
     end
-    if not maxh and not S.limit then return told_limit({'nolimit'}) end
+    if not maxh and not S.limit then return {'nolimit'} end
     local limit = current or maxh
     local most = adapt_most(limit)  -- (I16)
     if p > most then return {'toolarge', int(most), S.ad and 'adaptive' or nil} end
@@ -1976,7 +1952,7 @@ local function op_acquire(id, maxh, p, lease, wait, keepalive, origin, settle, p
         -- I12: its tenant, still waiting, now holds more: another tenant's
         -- first waiter may be the first waiter now, and fit
         if ranked then promote() end
-        return told_limit(with_gen({'held', ticket, int(lease)}, 4), maxh)
+        return with_gen({'held', ticket, int(lease)}, 4)
     end
     if GRACE and (S.gu or 0) < GRACE then set('gu', GRACE) end
     set_deadline(id, NOW_MS + keepalive, false)
@@ -2013,7 +1989,7 @@ OPS.acquire = {
         gen_look(known, lease, flags)
         if p == 1 and not GRACE then
             local reply = fast_acquire(id, maxh, lease, origin, priority, tenant)
-            if reply and reply[1] == 'held' then return told_limit(with_gen(reply, 4), maxh) end
+            if reply and reply[1] == 'held' then return with_gen(reply, 4) end
             return reply
         end
     end,

@@ -377,9 +377,6 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 		ok = reply_int64(reply_element(reply, 1), &result->ticket) &&
 			reply_int64(reply_element(reply, 2), &result->ms);
 		copy_gen(reply, 3, result);
-		/* (I18: the stored limit, told when the caller passed none) */
-		if (reply_element(reply, 4) != NULL)
-			ok = ok && reply_int64(reply_element(reply, 4), &result->told_limit);
 	}
 	else if (element_is(reply, 0, "waiting"))
 	{
@@ -405,14 +402,7 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 		ok = reply_int64(reply_element(reply, 1), &result->limit);
 	}
 	else if (element_is(reply, 0, "nolimit"))
-	{
-		const redisReply *e = reply_element(reply, 1);
-
 		result->state = SEM_NO_LIMIT;
-		/* (I18: the generation's identity now, "" if none) */
-		if (e != NULL && e->type == REDIS_REPLY_STRING && e->len < sizeof(result->gen_us))
-			memcpy(result->gen_us, e->str, e->len + 1);
-	}
 	else if (element_is(reply, 0, "toolarge"))
 	{
 		result->state = SEM_TOO_LARGE;

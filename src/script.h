@@ -45,10 +45,6 @@ typedef struct SemResult
 								 * to the caller's priority, or -1: all */
 	char		gen[GEN_TEXT_LEN];	/* an acquire's: the generation of the
 								 * semaphore's slot (I15), or "" */
-	char		gen_us[24];		/* NO_LIMIT: the identity (us) of the slot's
-								 * generation now, or "" (I18) */
-	int64		told_limit;		/* HELD, the caller passed no limit: the
-								 * stored limit (I18), or 0 */
 } SemResult;
 
 /* A semaphore's limits, as the "limit" operation reports them */

@@ -35,7 +35,6 @@
 #include "bounds.h"
 #include "clock.h"
 #include "guc.h"
-#include "limits_seen.h"
 #include "redis/cluster.h"
 #include "shmem.h"
 #include "timing.h"
@@ -195,13 +194,12 @@ redsem_shmem_request(void)
 {
 	if (prev_shmem_request_hook)
 		prev_shmem_request_hook();
-	RequestAddinShmemSpace(add_size(add_size(add_size(sizeof(RedsemShared),
-													  hash_estimate_size(stats_table_size(),
-																		 sizeof(SharedSemStats))),
-											 hash_estimate_size(hold_table_size,
-																sizeof(RoleHolds))),
-									limits_seen_shmem_size()));
-	RequestNamedLWLockTranche("redsem", 3);
+	RequestAddinShmemSpace(add_size(add_size(sizeof(RedsemShared),
+											 hash_estimate_size(stats_table_size(),
+																sizeof(SharedSemStats))),
+									hash_estimate_size(hold_table_size,
+													   sizeof(RoleHolds))));
+	RequestNamedLWLockTranche("redsem", 2);
 }
 
 /* A random 64-bit number, never 0 */
@@ -366,7 +364,6 @@ redsem_shmem_startup(void)
 							   &info, HASH_ELEM | HASH_BLOBS);
 	if (!found)
 		(void) stats_new_entry(&stats_others_key, true);
-	limits_seen_shmem_init(&GetNamedLWLockTranche("redsem")[2].lock);
 	LWLockRelease(AddinShmemInitLock);
 }
 

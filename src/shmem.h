@@ -13,8 +13,6 @@
  *   stats_lock   which semaphores the statistics hash holds (found and
  *                added under it), stats_names and stats_full_logged; their
  *                counters are atomics, added with the lock held shared
- *   the third lock of the "redsem" tranche: the hash of stored limits
- *                this server was told (limits_seen.c, which owns it)
  *   atomics      keeper_target (written by the keeper alone), keeper_wakes
  *                (wake-ups asked of the keeper), statistics counters
  *   none         incarnation (written by the postmaster before any backend

@@ -15,7 +15,6 @@
 
 #include "bounds.h"
 #include "hold.h"
-#include "limits_seen.h"
 #include "script.h"
 #include "queue_fleet.h"
 #include "shmem.h"
@@ -157,11 +156,6 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 		PG_RETURN_VOID();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
 	sem_pin_configured(&call, name);
-	/* (I18: this server remembers it for a Redis that forgets it) */
-	if (max_holders > 0)
-		limits_seen_note(name, max_holders);
-	else
-		limits_seen_forget(name);
 	if (max_holders > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" set to %d by role \"%s\"",
@@ -228,7 +222,6 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 		shared_keeper_ask_touch();	/* (this server's keeper ticks it at once) */
 	}
 	sem_pin_configured(&call, name);
-	limits_seen_note(name, now.limit);
 	if (lo > 0)
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" set adaptive between %d and %d by role \"%s\" (at " INT64_FORMAT " now)",
