@@ -309,6 +309,22 @@ $fz_short->send(q{SELECT redsem_acquire('fz', 1, '60 s', wait => '3 s') IS NOT N
 ok(blocked_in_redsem($fz_short), 'fz_short: a waiter with a short wait waits');
 my $fz_try = session('fz_try');
 $fz_try->query_ok(q{SET redsem.command_timeout = 500; SELECT redsem_release_all();});
+# 15 more waiters, in line behind another holder: each try of a ride waits
+# on one connection, so the freeze costs Redis about one connection per
+# waiter, not one per waiter and command timeout (which filled a frozen
+# Redis's backlog until every connect failed)
+is($fz_holder->query_ok(q{SELECT redsem_acquire('fzm', 1, '60 s') IS NOT NULL;}), 't', 'fzm: a holder');
+my @fz_many;
+for my $i (1 .. 15)
+{
+	my $s = session("fzm$i");
+	$s->query_ok(q{SET redsem.command_timeout = 500;});
+	$s->send(q{SELECT redsem_acquire('fzm', 1, '60 s', wait => '40 s') IS NOT NULL;});
+	ok(blocked_in_redsem($s), "fzm$i waits") if $i == 15;
+	push @fz_many, $s;
+}
+ok(defined wait_until(10, sub { $redis->zcard('fzm', 'waiting') == 15 }), 'fzm: 15 wait in line');
+my ($received_before) = $redis->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/;
 $redis->freeze;
 my $frozen_at = time;
 ($out, $err, $elapsed) = $fz_try->query(q{SELECT redsem_acquire('fz_try', 1);}, 30);
@@ -321,7 +337,10 @@ note sprintf("fz_short: 08006 %.3f s into the freeze (its wait: 3 s)", $short_to
 cmp_ok($short_took, '<', 3 + 2, 'fz_short: at the end of its wait, not a timeout later');
 sleep_full(8 - (time - $frozen_at));
 $redis->thaw;
-is($fz_holder->query_ok(q{SELECT redsem_release_all();}), '1', 'fz: the holder lets go after the thaw');
+my ($received_after) = $redis->cli('INFO', 'stats') =~ /total_connections_received:(\d+)/;
+note sprintf('connections Redis received across the 8-s freeze, 17 waiting: %d', $received_after - $received_before);
+cmp_ok($received_after - $received_before, '<=', 3 * 17, 'about one connection per waiter, not one per command timeout');
+is($fz_holder->query_ok(q{SELECT redsem_release_all();}), '2', 'fz: the holder lets go after the thaw');
 ($out, $err) = $fz->wait_done(30);
 is($err, '', 'fz: the waiter rode the 8-s freeze (no 08006)');
 is($out, 't', 'fz: and got the slot when the holder let go');
@@ -331,7 +350,15 @@ like($ctl->query_ok(q{SELECT redis_errors FROM redsem_stats WHERE name = 'fz';})
 like(slurp_file($node->logfile),
 	qr/LOG:  .*a call for semaphore "fz" failed as a failover would make it fail; trying again within the wait\n.*DETAIL:  .*did not answer within \d+ ms/,
 	'fz: its calls did time out, and it logged that it rode them');
-$_->quit for ($fz, $fz_short, $fz_try, $fz_holder);
+my $served = 0;
+for my $s (@fz_many)
+{
+	my ($o, $e) = $s->wait_done(30);
+	$served++ if $e eq '' && $o eq 't';
+	$s->query(q{SELECT redsem_release_all();});
+}
+is($served, 15, 'fzm: every waiter rode the freeze and got the slot in turn');
+$_->quit for ($fz, $fz_short, $fz_try, $fz_holder, @fz_many);
 
 ###########################################################################
 note 'a second failover-like failure in one wait is a ride of its own';

@@ -104,8 +104,9 @@ redis_note(RedisOutcome *o, RedisStatus status, const char *fmt,...)
 bool
 redis_no_server_error(int err, const char *words)
 {
+	/* (EAGAIN: a Unix socket whose backlog is full, as a frozen server's fills) */
 	static const int gone[] = {ECONNREFUSED, ENOENT, ECONNRESET, EPIPE, ETIMEDOUT,
-	EHOSTUNREACH, ENETUNREACH};
+	EHOSTUNREACH, ENETUNREACH, EAGAIN};
 
 	for (int i = 0; i < (int) lengthof(gone); i++)
 		if (err == gone[i] || (words != NULL && strcmp(words, strerror(gone[i])) == 0))
