@@ -43,6 +43,20 @@ sub blocked_in_redsem
 		});
 }
 
+# A session holding the only slot of $sem, and one (its command timeout
+# 500 ms) waiting $wait for it in line: (holder, waiter)
+sub hold_and_wait
+{
+	my ($sem, $wait) = @_;
+	my $holder = session("${sem}_holder");
+	is($holder->query_ok(qq{SELECT redsem_acquire('$sem', 1, '60 s') IS NOT NULL;}), 't', "$sem: a holder");
+	my $waiter = session($sem);
+	$waiter->query_ok(q{SET redsem.command_timeout = 500;});
+	$waiter->send(qq{SELECT redsem_acquire('$sem', 1, '60 s', wait => '$wait') IS NOT NULL;});
+	ok(blocked_in_redsem($waiter), "$sem: the waiter waits");
+	return ($holder, $waiter);
+}
+
 # Wait until a backend is gone; returns seconds, or undef.
 sub backend_gone
 {
@@ -297,12 +311,7 @@ note 'a waiter rides a frozen Redis within its wait';
 # through a failover, instead of failing with 08006 at its first timeout.
 # The freeze outlasts a blocking wait's recheck (5 s) plus the command
 # timeout, so the waiter's calls do time out, several times.
-my $fz_holder = session('fz_holder');
-is($fz_holder->query_ok(q{SELECT redsem_acquire('fz', 1, '60 s') IS NOT NULL;}), 't', 'fz: a holder');
-my $fz = session('fz');
-$fz->query_ok(q{SET redsem.command_timeout = 500;});
-$fz->send(q{SELECT redsem_acquire('fz', 1, '60 s', wait => '40 s') IS NOT NULL;});
-ok(blocked_in_redsem($fz), 'fz: the waiter waits');
+my ($fz_holder, $fz) = hold_and_wait('fz', '40 s');
 my $fz_short = session('fz_short');
 $fz_short->query_ok(q{SET redsem.command_timeout = 500;});
 $fz_short->send(q{SELECT redsem_acquire('fz', 1, '60 s', wait => '3 s') IS NOT NULL;});
@@ -365,12 +374,7 @@ note 'a second failover-like failure in one wait is a ride of its own';
 
 # (at these timeouts a ride's failures come at most 2.1 s apart: a later
 # one begins a new ride, which keeps its own cause and is counted)
-my $twice_holder = session('twice_holder');
-is($twice_holder->query_ok(q{SELECT redsem_acquire('twice', 1, '60 s') IS NOT NULL;}), 't', 'twice: a holder');
-my $twice = session('twice');
-$twice->query_ok(q{SET redsem.command_timeout = 500;});
-$twice->send(q{SELECT redsem_acquire('twice', 1, '60 s', wait => '9 s') IS NOT NULL;});
-ok(blocked_in_redsem($twice), 'twice: the waiter waits');
+my ($twice_holder, $twice) = hold_and_wait('twice', '9 s');
 # a connection that broke: ridden, the waiter waits on
 $redis->cli('CLIENT', 'KILL', 'TYPE', 'normal');
 sleep_full(4);
