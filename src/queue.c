@@ -534,6 +534,13 @@ reads_only(const QueryDesc *query)
 	return dest != DestIntoRel && dest != DestTransientRel;
 }
 
+/* True if query is light (queue_light.c): it writes no new table, and its plan is light */
+static bool
+is_light(const QueryDesc *query)
+{
+	return reads_only(query) && queue_statement_is_light(query->plannedstmt);
+}
+
 /*
  * The key of the entry of a statement being planned (queue_planner): its
  * Query, which no QueryDesc shares an address with
@@ -561,7 +568,7 @@ remember_query(List **list, QueryDesc *query)
 static void
 judge_top_level(const QueueDef *q, QueryDesc *query)
 {
-	if (reads_only(query) && queue_statement_is_light(query->plannedstmt))
+	if (is_light(query))
 		remember_query(&light_running, query);
 	else if (!passes_by_cost(q, query, true))
 		enter_queue(q, query);
@@ -584,8 +591,7 @@ judge_in_lazy(QueryDesc *query)
 		lazy = false;			/* (the session's queue is gone) */
 		return;
 	}
-	if ((reads_only(query) && queue_statement_is_light(query->plannedstmt)) ||
-		passes_by_cost(q, query, false))
+	if (is_light(query) || passes_by_cost(q, query, false))
 		return;
 	enter_queue(q, NULL);
 	lazy = false;
