@@ -103,22 +103,6 @@ acquire_call(const AcquireArgs *args, RedisCall *call)
 }
 
 /*
- * Until when the ride that began at args->ride_from may go on: the end of
- * the wait; ACQUIRE_RIDE_MAX_MS of a wait without end (a statement
- * queue's); a command's time from the start for a caller that does not
- * wait (its ride_from stays there).
- */
-static TimestampTz
-ride_until(const AcquireArgs *args)
-{
-	if (args->wait_ms == 0)
-		return TimestampTzPlusMilliseconds(args->ride_from, redsem_command_timeout_ms);
-	if (args->deadline == DT_NOEND)
-		return TimestampTzPlusMilliseconds(args->ride_from, ACQUIRE_RIDE_MAX_MS);
-	return args->deadline;
-}
-
-/*
  * A Redis call of this acquire's asking and waiting (not of settling a
  * grant, which has its replicas' time).  Once it rides a failover, each
  * ends ACQUIRE_CALL_SLACK_MS after the wait at the latest, so that a try
@@ -135,16 +119,6 @@ wait_call(const AcquireArgs *args, RedisCall *call)
 	if (riding(args) && args->wait_ms > 0 && args->deadline != DT_NOEND)
 		call->end_by = TimestampTzPlusMilliseconds(Max(args->deadline, redsem_now()),
 												   ACQUIRE_CALL_SLACK_MS);
-	/*
-	 * A single Redis has no other server to turn to: a try of a ride waits
-	 * for its answer until the ride ends, on the one connection it opened,
-	 * instead of giving it up at each command timeout and opening another
-	 * (a frozen Redis accepts none of them: each waiter would add one per
-	 * timeout to its backlog until connects fail)
-	 */
-	if (riding(args) && args->wait_ms != 0 && !sentinel_enabled() && !cluster_enabled())
-		call->deadline = call->end_by != 0 ? call->end_by :
-			TimestampTzPlusMilliseconds(ride_until(args), ACQUIRE_CALL_SLACK_MS);
 }
 
 /*
@@ -204,6 +178,22 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 		default:
 			return false;
 	}
+}
+
+/*
+ * Until when the ride that began at args->ride_from may go on: the end of
+ * the wait; ACQUIRE_RIDE_MAX_MS of a wait without end (a statement
+ * queue's); a command's time from the start for a caller that does not
+ * wait (its ride_from stays there).
+ */
+static TimestampTz
+ride_until(const AcquireArgs *args)
+{
+	if (args->wait_ms == 0)
+		return TimestampTzPlusMilliseconds(args->ride_from, redsem_command_timeout_ms);
+	if (args->deadline == DT_NOEND)
+		return TimestampTzPlusMilliseconds(args->ride_from, ACQUIRE_RIDE_MAX_MS);
+	return args->deadline;
 }
 
 /*

@@ -213,9 +213,7 @@
  * through what is left: a call that failed as a failover makes it fail (a
  * connection that broke or went silent, a replica now, too few replicas
  * for a grant; through Sentinel or in a Cluster also no connection) is
- * tried again after ACQUIRE_RIDE_PAUSE_MS (on a single Redis each try
- * waits on its connection until the ride ends: no other server to turn
- * to), a look at its place
+ * tried again after ACQUIRE_RIDE_PAUSE_MS, a look at its place
  * first (the request may have reached Redis: a line that survived keeps
  * its order), for as long as its wait lasts, at most ACQUIRE_RIDE_MAX_MS
  * of a wait without end (a statement queue's) from the ride's first
