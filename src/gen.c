@@ -234,6 +234,26 @@ gen_checked(const char *prefix, int slot, uint64 route_changes)
 }
 
 /*
+ * Say in the server log that Redis forgot the semaphores of prefix (a
+ * generation this server knew was replaced: I15), at most once a minute
+ * per process: what it forgot with them fails open until stored again
+ */
+static void
+log_forgot(const char *prefix)
+{
+	static TimestampTz logged_at = 0;
+
+	if (logged_at != 0 && !TimestampDifferenceExceeds(logged_at, redsem_now(), 60 * 1000))
+		return;
+	logged_at = redsem_now();
+	ereport(LOG,
+			(errmsg("redsem: Redis at %s forgot the semaphores of key prefix \"%s\" since this server last used them",
+					redis_target_description(), prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : "")),
+			 errdetail("A restart without persistence, FLUSHALL, or a failover that lost writes makes Redis forget. Holders it knew of are stopped and newcomers wait out a grace period; stored limits, rates, reserves and tenant weights are gone until they are stored again."),
+			 errhint("Store them again (redsem_set_limit, redsem_set_adaptive_limit, redsem_set_rate, redsem_set_reserve, redsem_set_tenant_weight); statement queue definitions come back by themselves.")));
+}
+
+/*
  * Note slot's generation as a reply told it (text "" or malformed:
  * nothing); ue_fresh: the call made the script move ue on if it had to
  * (a grant, place or lengthened lease that waits for no replica)
@@ -253,6 +273,7 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	char		flag;
 	int			era_at = 0;
 	SharedGenSeen g;
+	bool		had;
 
 	if (text == NULL ||
 		sscanf(text, "%c%lld:%lld:%lld:%lld:%lld:%lld:%lld:%n", &flag, &us, &lmax, &until,
@@ -267,10 +288,12 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	g.rot = rot;
 	g.ul = ul;
 	g.ue = ue;
+	had = shared_gen_read(gen_entry(slot, sig), sig, &before);
 	/* (ue moved on by another: as fresh as when it moved, about now) */
-	g.noted = ue_fresh || !shared_gen_read(gen_entry(slot, sig), sig, &before) || before.ue < ue
-		? redsem_now() : before.noted;
+	g.noted = ue_fresh || !had || before.ue < ue ? redsem_now() : before.noted;
 	g.looked = redsem_now();
 	strlcpy(g.era, text + era_at, sizeof(g.era));
 	shared_gen_write(gen_entry(slot, sig), sig, &g);
+	if (had && before.us != us)
+		log_forgot(prefix);
 }

@@ -59,6 +59,9 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 {
 	# the FLUSHALL above: this server had seen the generation (lmax 3 s)
 	is(try_once('g1', '4 s'), 'f', 'the first acquire after it gets NULL: the grace');
+	like(slurp_file($node->logfile),
+		qr/LOG:  redsem: Redis at unix socket "[^"]+" forgot the semaphores of key prefix "redsem:" since this server last used them\n.*DETAIL:  .*stored limits, rates, reserves and tenant weights are gone until they are stored again\./,
+		'the server log says that Redis forgot, and what is gone until stored again');
 	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+:3000:\d+:\d+:\d+:[0-9a-f]*$/,
 		'the new generation counts no lease of a call told busy');
 	ok(defined wait_until(10, sub { try_once('g1', '4 s') eq 't' }), 'a slot, once the grace is over');
