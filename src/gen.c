@@ -234,22 +234,26 @@ gen_checked(const char *prefix, int slot, uint64 route_changes)
 }
 
 /*
- * Say in the server log that Redis forgot the semaphores of prefix (a
- * generation this server knew was replaced: I15), at most once a minute
- * per process: what it forgot with them fails open until stored again
+ * Say in the server log that Redis forgot the semaphores of prefix (the
+ * generation this server knew under sig was replaced by us: I15), once per
+ * process and replacement: what it forgot with them fails open until it is
+ * stored again.  Not in a Cluster, where each slot has its generation and
+ * a node that forgot would be told once per slot and process.
  */
 static void
-log_forgot(const char *prefix)
+log_forgot(const char *prefix, uint64 sig, int64 us)
 {
-	static TimestampTz logged_at = 0;
+	static uint64 logged_sig = 0;
+	static int64 logged_us = 0;
 
-	if (logged_at != 0 && !TimestampDifferenceExceeds(logged_at, redsem_now(), 60 * 1000))
+	if (cluster_enabled() || (sig == logged_sig && us == logged_us))
 		return;
-	logged_at = redsem_now();
+	logged_sig = sig;
+	logged_us = us;
 	ereport(LOG,
 			(errmsg("redsem: Redis at %s forgot the semaphores of key prefix \"%s\" since this server last used them",
 					redis_target_description(), prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : "")),
-			 errdetail("A restart without persistence, FLUSHALL, or a failover that lost writes makes Redis forget. Holders it knew of are stopped and newcomers wait out a grace period; stored limits, rates, reserves and tenant weights are gone until they are stored again."),
+			 errdetail("A restart without persistence, FLUSHALL, eviction, or a failover to a replica that had none of them makes Redis forget. Holders it knew of are stopped; stored limits, rates, reserves and tenant weights are gone until they are stored again."),
 			 errhint("Store them again (redsem_set_limit, redsem_set_adaptive_limit, redsem_set_rate, redsem_set_reserve, redsem_set_tenant_weight); statement queue definitions come back by themselves.")));
 }
 
@@ -295,5 +299,5 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	strlcpy(g.era, text + era_at, sizeof(g.era));
 	shared_gen_write(gen_entry(slot, sig), sig, &g);
 	if (had && before.us != us)
-		log_forgot(prefix);
+		log_forgot(prefix, sig, us);
 }
