@@ -168,13 +168,12 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 	switch (o->status)
 	{
 		case RS_LOST:
+		case RS_TIMED_OUT:
 		case RS_UNAVAILABLE:
 		case RS_NOT_REPLICATED:
 			return true;
 		case RS_CONNECT_FAILED:
 			return sentinel_enabled() || cluster_enabled() || went_away(args, o);
-		case RS_TIMED_OUT:
-			return true;
 		default:
 			return false;
 	}
