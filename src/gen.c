@@ -29,6 +29,7 @@
 #include "timing.h"
 
 static uint64 gen_signature(const char *prefix);
+static bool seen_text(const char *prefix, int slot, char *text, SharedGenSeen *g);
 static bool ue_due(const SharedGenSeen *g, int64 lease_ms);
 static bool window_due(const SharedGenSeen *g);
 
@@ -213,20 +214,46 @@ gen_known(const char *prefix, int slot, int64 lease_ms, bool unacked,
 	uint64		sig = gen_signature(prefix);
 	char	   *f = flags;
 
-	text[0] = '\0';
 	if (*era_checked_of(slot) != check_token(sig, redis_route_changes()))
 		*f++ = 'e';
 	if (unacked)
 		*f++ = 'u';
-	if (shared_gen_read(gen_entry(slot, sig), sig, &g))
-	{
-		snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":"
-				 INT64_FORMAT ":" INT64_FORMAT ":" INT64_FORMAT ":%s",
-				 g.us, g.lmax, g.lprev, g.rot, g.ul, g.ue, g.era);
-		if (lease_ms > g.lmax || window_due(&g) || (unacked && ue_due(&g, lease_ms)))
-			*f++ = 'g';
-	}
+	if (seen_text(prefix, slot, text, &g) &&
+		(lease_ms > g.lmax || window_due(&g) || (unacked && ue_due(&g, lease_ms))))
+		*f++ = 'g';
 	*f = '\0';
+}
+
+/*
+ * Write what this server saw of slot's generation under prefix into text
+ * (GEN_TEXT_LEN bytes), as the script reads it ("" if nothing), and into
+ * *g; false if nothing
+ */
+static bool
+seen_text(const char *prefix, int slot, char *text, SharedGenSeen *g)
+{
+	uint64		sig = gen_signature(prefix);
+
+	text[0] = '\0';
+	if (!shared_gen_read(gen_entry(slot, sig), sig, g))
+		return false;
+	snprintf(text, GEN_TEXT_LEN, "n" INT64_FORMAT ":" INT64_FORMAT ":0:" INT64_FORMAT ":"
+			 INT64_FORMAT ":" INT64_FORMAT ":" INT64_FORMAT ":%s",
+			 g->us, g->lmax, g->lprev, g->rot, g->ul, g->ue, g->era);
+	return true;
+}
+
+/*
+ * What this server saw of slot's generation under prefix, in text
+ * (GEN_TEXT_LEN bytes; "" if nothing), for a gen_raise to pass on: a
+ * keeper that finds Redis forgot starts the grace, as an acquire does
+ */
+void
+gen_known_text(const char *prefix, int slot, char *text)
+{
+	SharedGenSeen g;
+
+	(void) seen_text(prefix, slot, text, &g);
 }
 
 /*

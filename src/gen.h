@@ -22,6 +22,7 @@ extern bool gen_lmax_below(const char *prefix, int slot, int64 lease_ms,
 						   bool unacked);
 extern void gen_known(const char *prefix, int slot, int64 lease_ms,
 					  bool unacked, char *text, char *flags);
+extern void gen_known_text(const char *prefix, int slot, char *text);
 extern void gen_note(const char *prefix, int slot, const char *text,
 					 bool ue_fresh);
 extern void gen_checked(const char *prefix, int slot, uint64 route_changes);

@@ -311,8 +311,8 @@
 --     caller who knew an earlier generation knew of (the longer of its
 --     lmax and lprev), counted from when the new generation was made, is
 --     over: a caller whose known generation is not the one there (another
---     us, or none there) sets that grace (until), and keeps it at least
---     as long as the one it knew of; until it ends an acquire waits in
+--     us, or none there; an acquire, or a keeper's gen_raise) sets that
+--     grace (until), and keeps it at least as long as the one it knew of; until it ends an acquire waits in
 --     line or is told busy, no fast path runs, and promotion stops (the
 --     state's gu says until when; only a call that names KEYS[2], an
 --     acquire or a wait_check, may pass it, once it has made gu agree
@@ -1735,6 +1735,29 @@ function gen_sync()
     GEN_SYNC = true
 end
 
+-- I15: the grace a caller that knew the generation known ('': none) adds
+-- to the one there (made at us, with its untl, lprev, ul and ue, which it
+-- returns as they become).  A generation keeps its us for as long as Redis
+-- keeps it (no TTL), so a known us that is not the one there means Redis
+-- forgot since that caller looked: nobody is admitted before the longest
+-- lease it knew of, counted from when the new generation was made, is
+-- over, whoever made that one.  A known ue later than the one there (ue
+-- never goes back) means writes were lost: the longest lease of grants
+-- that waited for no replica, from now.
+local function gen_knew(known, us, untl, lprev, ul, ue)
+    local kf, kus, klmax, kuntl, klprev, _, kul, kue = gen_parts(known)
+    if kf and kus ~= us then
+        local knew = math.max(klmax, klprev)
+        local made = math.min(math.floor(tonumber(us) / 1000), NOW_MS)
+        untl = math.max(untl, made + knew, math.min(kuntl, NOW_MS + GEN_KEEP_MS))
+        lprev, ul, ue = math.max(lprev, knew), math.max(ul, kul), math.max(ue, kue)
+    elseif kf and kue > ue then
+        untl = math.max(untl, NOW_MS + math.max(ul, kul))
+        ul, ue = math.max(ul, kul), kue
+    end
+    return untl, lprev, ul, ue
+end
+
 -- I15: an acquire asking for lease ms, whose server knew the generation
 -- as known ('': none); flags: 'g' if it knew a lmax below lease, a window
 -- due to end, or (with 'u') an ul below lease or an ue half over, 'e' if
@@ -1742,12 +1765,9 @@ end
 -- checked this generation's era yet, 'u' if its grant waits for no
 -- replica.  Sets GEN (true if the reply must tell the generation:
 -- with_gen), the parts (G_*) and GRACE (when the grace ends, or nil).
--- Reads KEYS[2] only.  A generation keeps its us for as long as Redis
--- keeps it (no TTL), so a known us that is not the one there means Redis
--- forgot since that caller looked: it must not be admitted before the
--- longest lease it knew of, counted from when the new generation was
--- made, is over, whoever made that one (a caller that knew nothing makes
--- one without grace; a later caller that knew adds the grace).  Windows
+-- Reads KEYS[2] only.  A caller that knew nothing makes a generation
+-- without grace; a later caller that knew one Redis forgot adds the grace
+-- (gen_knew), as a keeper's gen_raise does.  Windows
 -- of GEN_WINDOW_MS: at each, lprev takes lmax and lmax starts anew, so a
 -- long lease counts for two windows at most.
 local function gen_look(known, lease, flags)
@@ -1769,16 +1789,7 @@ local function gen_look(known, lease, flags)
     else                            -- forgotten (or new)
         f, us, lmax, untl, lprev, rot, ul, ue, era = 'n', now_us_text(), 0, 0, 0, NOW_MS, 0, 0, ''
     end
-    local kf, kus, klmax, kuntl, klprev, _, kul, kue = gen_parts(known)
-    if kf and kus ~= us then        -- Redis forgot since the caller looked
-        local knew = math.max(klmax, klprev)
-        local made = math.min(math.floor(tonumber(us) / 1000), NOW_MS)
-        untl = math.max(untl, made + knew, math.min(kuntl, NOW_MS + GEN_KEEP_MS))
-        lprev, ul, ue = math.max(lprev, knew), math.max(ul, kul), math.max(ue, kue)
-    elseif kf and kue > ue then     -- (ue never goes back: writes were lost)
-        untl = math.max(untl, NOW_MS + math.max(ul, kul))
-        ul, ue = math.max(ul, kul), kue
-    end
+    untl, lprev, ul, ue = gen_knew(known, us, untl, lprev, ul, ue)
     -- another primary than the one it was checked on may lack grants that
     -- waited for no replica (there were some: ul): none is admitted before
     -- such a lease is over
@@ -1841,35 +1852,42 @@ local function with_gen(reply, n)
     return reply
 end
 
--- gen_raise lease_ms ['u']: a refresh is to lengthen a lease to lease_ms
--- (or a keeper counts the leases it keeps, every minute): the lmax of its
--- generation follows first (in a new window if the last is over); with 'u' (a lease that waits for no
--- replica), ul and ue too, as for such a grant (I15).  The generation's
--- text, or '' if there is none.
-local function op_gen_raise(lease, unacked_lease)
+-- gen_raise lease_ms ['u'|''] [known|'']: a refresh is to lengthen a lease
+-- to lease_ms (or a keeper counts the leases it keeps, every minute): the
+-- lmax of its generation follows first (in a new window if the last is
+-- over); with 'u' (a lease that waits for no replica), ul and ue too, as
+-- for such a grant; and a caller that knew the generation known adds its
+-- grace (gen_knew: a server whose keeper learns first that Redis forgot
+-- must not then pass the new generation as known, without grace), making
+-- one if there is none (I15).  The generation's text, or '' if there is
+-- none (or it is not ours).
+local function op_gen_raise(lease, unacked_lease, known)
     if not K_GEN then return '' end
     local cur = redis.call('GET', K_GEN)
     local f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
-    if not f then return '' end
-    local move = false
+    if not f then
+        if cur or not gen_parts(known) then return '' end
+        f, us, lmax, untl, lprev, rot, ul, ue, era = 'n', now_us_text(), 0, 0, 0, NOW_MS, 0, 0, ''
+    end
+    -- (Redis's clock went back: as gen_look)
+    if rot > NOW_MS then rot = NOW_MS - GEN_WINDOW_MS end
+    untl = math.min(untl, NOW_MS + GEN_KEEP_MS)
+    untl, lprev, ul, ue = gen_knew(known, us, untl, lprev, ul, ue)
+    if untl > NOW_MS then f = 'g' else f, untl = 'n', 0 end
     -- (a window due to end ends here too: keepers alone, with no acquire,
     -- move it on)
-    if NOW_MS - rot >= GEN_WINDOW_MS then lprev, lmax, rot, move = lmax, 0, NOW_MS, true end
-    if unacked_lease then
-        local u_move
-        ul, ue, u_move = unacked(ul, ue, lease)
-        move = move or u_move
-    end
-    if lease <= lmax and not move then return cur end
-    cur = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
-    redis.call('SET', K_GEN, cur)
-    return cur
+    if NOW_MS - rot >= GEN_WINDOW_MS then lprev, lmax, rot = lmax, 0, NOW_MS end
+    if unacked_lease then ul, ue = unacked(ul, ue, lease) end
+    local text = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
+    if text ~= cur then redis.call('SET', K_GEN, text) end
+    return text
 end
 OPS.gen_raise = {
     read = function(a)
         local lease = count_arg(a[2])
-        if lease and lease >= 1 and lease <= GEN_KEEP_MS and (a[3] == nil or a[3] == 'u') then
-            return true, lease, a[3] == 'u'
+        if lease and lease >= 1 and lease <= GEN_KEEP_MS and
+           (a[3] == nil or a[3] == '' or a[3] == 'u') then
+            return true, lease, a[3] == 'u', a[4] or ''
         end
     end,
     run = op_gen_raise,

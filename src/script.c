@@ -713,12 +713,15 @@ bool
 sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 			  int64 lease_ms, bool unacked)
 {
-	const char *args[2];
+	const char *args[3];
+	char		known[GEN_TEXT_LEN];
 	redisReply *reply;
 
+	gen_known_text(prefix, sem_gen_slot(prefix, name), known);
 	args[0] = psprintf(INT64_FORMAT, lease_ms);
-	args[1] = "u";
-	if (!run_script(call, prefix, name, "gen_raise", unacked ? 2 : 1, args, &reply))
+	args[1] = unacked ? "u" : "";
+	args[2] = known;
+	if (!run_script(call, prefix, name, "gen_raise", 3, args, &reply))
 		return false;
 	if (reply->type == REDIS_REPLY_STRING)
 		gen_note(prefix, sem_gen_slot(prefix, name), reply->str, unacked);
@@ -828,11 +831,15 @@ sem_gen_raise_many(RedisCall *call, int n, const GenRaise *gens, bool *raised)
 	cmds = palloc(sizeof(RedisCommand) * n);
 	for (int i = 0; i < n; i++)
 	{
-		const char **argv = palloc(sizeof(char *) * (3 + SCRIPT_NKEYS_MAX + 2));
+		const char **argv = palloc(sizeof(char *) * (3 + SCRIPT_NKEYS_MAX + 4));
+		char	   *known = palloc(GEN_TEXT_LEN);
 
+		gen_known_text(gens[i].prefix, sem_gen_slot(gens[i].prefix, gens[i].name), known);
 		cmds[i].argv = argv;
 		cmds[i].argc = fcall_head(argv, gens[i].prefix, gens[i].name, "gen_raise");
 		argv[cmds[i].argc++] = psprintf(INT64_FORMAT, gens[i].lease_ms);
+		argv[cmds[i].argc++] = "";
+		argv[cmds[i].argc++] = known;
 	}
 	return run_pipeline(call, n, cmds, &items, raised);
 }

@@ -294,6 +294,34 @@ note 'a server that never saw this Redis starts no grace';
 }
 
 ###########################################################################
+note 'the keeper learns first that Redis forgot: it starts the grace, and its server does not forget it';
+{
+	# Under a prefix of its own (the grace is a minute long): server A holds
+	# a slot; Redis forgets; a server new to it makes the new generation,
+	# without grace; A's keeper counts its holds before any acquire of A.
+	# Before, it noted the new generation as what A knew, and A's acquires
+	# then started no grace beside the holder Redis forgot.
+	my $h = session('kf_holder');
+	$h->query_ok("SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf1', 1, '60 s') IS NOT NULL;");
+	$redis->cli('FLUSHALL');
+	my $other = create_node('forget_kf', $redis, '');
+	is($other->safe_psql('postgres', "SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf2', 1, '2 s', wait => '0') IS NOT NULL"),
+		't', 'a server new to Redis makes the new generation and gets a slot at once');
+	like($redis->cli('GET', 'kf:gen'), qr/^n/, '... without grace');
+	my $old = keeper_pid_of($node);
+	kill 'TERM', $old;
+	ok(defined wait_until(20, sub { ($redis->cli('GET', 'kf:gen') // '') =~ /^g/ }),
+		'server A\'s new keeper counts its hold, and starts the grace of its 60 s lease')
+	  or diag($redis->cli('GET', 'kf:gen'));
+	is($node->safe_psql('postgres', "SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf3', 1, '2 s', wait => '0') IS NOT NULL"),
+		'f', 'server A\'s acquires wait it out');
+	is($other->safe_psql('postgres', "SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf4', 1, '2 s', wait => '0') IS NOT NULL"),
+		'f', 'and so do the other server\'s');
+	$h->quit;
+	$other->stop;
+}
+
+###########################################################################
 note 'the script alone: a newcomer after the grace does not pass its waiters';
 {
 	my ($lib, $text) = RedsemTest::redsem_library();
@@ -374,6 +402,26 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 		qr/^n1700000000000000:2000:0:3600000:\d+:0:0:$/, 'gen_raise in a window that is over: a new window, the hour now the one before');
 	like(scalar $redis->cli('FCALL', $lib, 2, 'redsem:{fk}:owner', 'redsem:gen', 'gen_raise', 1000),
 		qr/^n1700000000000000:2000:0:3600000:/, '... and within the window nothing moves');
+	# a keeper's count that knew a generation Redis forgot starts the grace
+	# itself (else its server would note the new one, without grace, and
+	# its acquires would not start it either)
+	my $raise = sub { return scalar $redis->cli('FCALL', $lib, 2, 'redsem:{fk}:owner', 'redsem:gen', 'gen_raise', @_); };
+	my $knew = 'n1700000000000000:7000:0:0:' . $tnow . ':0:0:';
+	my $made = ($tnow - 1000) * 1000;	# (a second ago)
+	my $there = "n$made:1000:0:0:$tnow:0:0:";
+	$redis->cli('SET', 'redsem:gen', $there);
+	like($raise->(1000, '', $there), qr/^n$made:1000:0:0:/, 'gen_raise knowing the generation there: no grace');
+	my $g = $raise->(1000, '', $knew);
+	my ($until) = $g =~ /^g$made:1000:(\d+):7000:/;
+	is($until, $tnow - 1000 + 7000, "knowing one Redis forgot: a grace of the 7 s lease it knew, from when the new one was made ($g)");
+	is(scalar $redis->cli('GET', 'redsem:gen'), $g, '... written');
+	$redis->cli('DEL', 'redsem:gen');
+	is($raise->(1000, '', ''), '', 'none there, none known: none made');
+	is(scalar $redis->cli('EXISTS', 'redsem:gen'), '0', '... no key');
+	$g = $raise->(1000, 'u', $knew);
+	my ($us2, $u2) = $g =~ /^g(\d{16}):1000:(\d+):7000:/;
+	ok(defined $u2 && $u2 - int($us2 / 1000) >= 7000, "none there, one known: made, in a grace ($g)");
+	like($raise->(1000, 'x', $knew), qr/ERR|argument/i, 'a flag that is not u is refused');
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
