@@ -180,7 +180,7 @@ blocked_by_me(const LockData *locks, int pid)
 static int
 local_holders(const char *name, LocalHolder *h)
 {
-	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	const char *prefix = redsem_prefix_or_setting(NULL);
 
 	return shared_hold_holders(prefix, name, h, DEADLOCK_MAX_HOLDERS);
 }

@@ -44,15 +44,6 @@ static uint32 next_candidate;
 static uint64 *era_checked;
 static uint64 era_checked_one;
 
-/* prefix, or redsem.key_prefix if NULL */
-static const char *
-prefix_or_setting(const char *prefix)
-{
-	if (prefix != NULL)
-		return prefix;
-	return redsem_key_prefix ? redsem_key_prefix : "";
-}
-
 /* A number whose decimal text hashes to slot (found once per backend) */
 static uint32
 slot_tag(int slot)
@@ -101,7 +92,7 @@ gen_entry(int slot, uint64 sig)
 char *
 gen_key(const char *prefix, int slot)
 {
-	prefix = prefix_or_setting(prefix);
+	prefix = redsem_prefix_or_setting(prefix);
 	if (!cluster_enabled())
 		return psprintf("%sgen", prefix);
 	return psprintf("%sgen{%u}", prefix, slot_tag(slot));
@@ -130,7 +121,7 @@ gen_lmax_below(const char *prefix, int slot, int64 lease_ms, bool unacked)
 static uint64
 gen_signature(const char *prefix)
 {
-	prefix = prefix_or_setting(prefix);
+	prefix = redsem_prefix_or_setting(prefix);
 	return redis_target_signature() ^
 		hash_bytes_extended((const unsigned char *) prefix, strlen(prefix), 0x9e37);
 }
@@ -286,7 +277,7 @@ log_forgot(const char *prefix, uint64 sig, int64 us)
 	logged_us = us;
 	ereport(LOG,
 			(errmsg("redsem: Redis at %s forgot the semaphores of key prefix \"%s\" since this server last used them",
-					redis_target_description(), prefix_or_setting(prefix)),
+					redis_target_description(), redsem_prefix_or_setting(prefix)),
 			 errdetail("A restart without persistence, FLUSHALL, eviction, or a failover to a replica that had none of them makes Redis forget. Holders it knew of are stopped; stored limits, rates, reserves and tenant weights are gone until they are stored again."),
 			 errhint("Store them again (redsem_set_limit, redsem_set_adaptive_limit, redsem_set_rate, redsem_set_reserve, redsem_set_tenant_weight); statement queue definitions come back by themselves.")));
 }

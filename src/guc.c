@@ -312,3 +312,12 @@ guc_define(void)
 	define_connection_gucs();
 	define_timeout_gucs();
 }
+
+/* prefix, or redsem.key_prefix if NULL ("" if that is unset) */
+const char *
+redsem_prefix_or_setting(const char *prefix)
+{
+	if (prefix != NULL)
+		return prefix;
+	return redsem_key_prefix ? redsem_key_prefix : "";
+}

@@ -63,4 +63,6 @@ extern void redsem_assign_connection_bool(bool newval, void *extra);
 
 extern void redsem_fault(const char *point);
 
+extern const char *redsem_prefix_or_setting(const char *prefix);
+
 #endif							/* REDSEM_GUC_H */

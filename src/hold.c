@@ -866,7 +866,7 @@ Hold *
 hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 		   int permits)
 {
-	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	const char *prefix = redsem_prefix_or_setting(NULL);
 	uint64		target;
 	int			slot;
 	bool		privileged;

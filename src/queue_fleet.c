@@ -560,7 +560,7 @@ static void
 publish(const char *text, const QueueConfig *now, int64 version, bool from_redis)
 {
 	uint64		target = redis_target_signature();
-	const char *prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	const char *prefix = redsem_prefix_or_setting(NULL);
 	uint64		unused;
 	bool		same;
 
@@ -608,7 +608,7 @@ static bool
 read_from_here(void)
 {
 	return fleet->target == redis_target_signature() &&
-		strcmp(fleet->prefix, redsem_key_prefix ? redsem_key_prefix : "") == 0;
+		strcmp(fleet->prefix, redsem_prefix_or_setting(NULL)) == 0;
 }
 
 /* Whether this server's copy is of the Redis and prefix it uses now */
@@ -943,7 +943,7 @@ warn_not_read_here(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this session's Redis connection or redsem.key_prefix is not the one this server reads statement queues from"),
 				 errdetail("The definition is stored under key prefix \"%s\"; servers read them with the Redis connection and key prefix of their configuration files.",
-						   redsem_key_prefix ? redsem_key_prefix : ""),
+						   redsem_prefix_or_setting(NULL)),
 				 errhint("Run this from a session without a redsem.key_prefix or Redis connection of its own.")));
 }
 

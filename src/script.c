@@ -156,8 +156,7 @@ sem_key(const char *prefix, const char *name, const char *suffix)
 {
 	StringInfoData buf;
 
-	if (prefix == NULL)
-		prefix = redsem_key_prefix ? redsem_key_prefix : "";
+	prefix = redsem_prefix_or_setting(prefix);
 	initStringInfo(&buf);
 	appendStringInfoString(&buf, prefix);
 	appendStringInfoChar(&buf, '{');
@@ -210,7 +209,7 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 	int			nkeys = fcall_nkeys(with_gen);
 
 	StaticAssertStmt(lengthof(counts) > SCRIPT_NKEYS_MAX, "a count for every number of keys");
-	strlcpy(call_prefix, prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""),
+	strlcpy(call_prefix, redsem_prefix_or_setting(prefix),
 			sizeof(call_prefix));
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
@@ -1228,7 +1227,7 @@ sem_set_weight(RedisCall *call, const char *name, const char *tenant,
 static char *
 index_key(const char *prefix)
 {
-	return psprintf("%sindex", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+	return psprintf("%sindex", redsem_prefix_or_setting(prefix));
 }
 
 /*
@@ -1469,7 +1468,7 @@ run_queues(RedisCall *call, const char *prefix, const char *op, int nargs,
 		   const char **args, redisReply **reply)
 {
 	const char **argv = palloc(sizeof(char *) * (7 + nargs));
-	char	   *key = psprintf("%s{queues}", prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""));
+	char	   *key = psprintf("%s{queues}", redsem_prefix_or_setting(prefix));
 	int			argc = 0;
 	bool		ok;
 

@@ -1551,7 +1551,7 @@ stats_count_deltas(const char *prefix, const char *name, const StatDelta *d, int
 	if (shared == NULL || stats_hash == NULL)
 		return;
 	memset(&key, 0, sizeof(key));
-	strlcpy(key.prefix, prefix ? prefix : (redsem_key_prefix ? redsem_key_prefix : ""),
+	strlcpy(key.prefix, redsem_prefix_or_setting(prefix),
 			sizeof(key.prefix));
 	strlcpy(key.name, name, sizeof(key.name));
 	LWLockAcquire(shared->stats_lock, LW_SHARED);
