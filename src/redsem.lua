@@ -312,19 +312,22 @@
 --     lmax and lprev), counted from when the new generation was made, is
 --     over: a caller whose known generation is not the one there (another
 --     us, or none there; an acquire, or a keeper's gen_raise) sets that
---     grace (until), and keeps it at least as long as the one it knew of; until it ends an acquire waits in
---     line or is told busy, no fast path runs, and promotion stops (the
---     state's gu says until when; only a call that names KEYS[2], an
---     acquire or a wait_check, may pass it, once it has made gu agree
---     with the generation's: gen_sync); then the line moves in its order.  A
+--     grace (until), and keeps it at least as long as the one it knew of;
+--     until it ends an acquire waits in line or is told busy, no fast path
+--     runs, and promotion stops where such an acquire waits (the state's
+--     gu says until when; only a call that names KEYS[2], an acquire or a
+--     wait_check, may pass it, once it has made gu agree with the
+--     generation's: gen_sync; a line that had no gu when the grace began
+--     moves on as before); then the line moves in its order.  A
 --     caller that knew none (a server new to this Redis, or in a Cluster
 --     to that slot) starts no grace: a fresh Redis admits at once.  A new
 --     generation carries the lease it was made for over in lprev (so a
 --     second forgetting during a grace gets as long a one), lmax counts
 --     the leases asked for by callers that hold or wait (a refresh that
 --     lengthens a lease raises it first: gen_raise), and every
---     GEN_WINDOW_MS lprev takes lmax and lmax starts anew (each keeper
---     raises lmax to the leases of its holds and waits every minute: a
+--     GEN_WINDOW_MS lprev takes lmax (during a grace, at least what is
+--     left of it) and lmax starts anew (each keeper raises lmax to the
+--     leases of its holds and waits every minute: a
 --     slot kept for days still counts, and a lease nobody holds or waits
 --     for any more stops counting within two windows).  A failover can
 --     forget too: a promoted replica lacks the grants its primary had not
@@ -1758,6 +1761,17 @@ local function gen_knew(known, us, untl, lprev, ul, ue)
     return untl, lprev, ul, ue
 end
 
+-- I15: lprev, lmax and rot once a window that is over ends: lprev takes
+-- lmax, and lmax starts anew; but while a grace lasts (until untl) lprev
+-- keeps what is left of it, so that Redis forgetting again before it ends
+-- gets a grace as long (servers pass texts without their grace: lprev is
+-- how it is carried over).
+local function gen_roll(lmax, lprev, rot, untl)
+    if NOW_MS - rot < GEN_WINDOW_MS then return lprev, lmax, rot end
+    if untl > NOW_MS then lmax = math.max(lmax, math.min(untl - NOW_MS, GEN_KEEP_MS)) end
+    return lmax, 0, NOW_MS
+end
+
 -- I15: an acquire asking for lease ms, whose server knew the generation
 -- as known ('': none); flags: 'g' if it knew a lmax below lease, a window
 -- due to end, or (with 'u') an ul below lease or an ue half over, 'e' if
@@ -1801,9 +1815,7 @@ local function gen_look(known, lease, flags)
         end
     end
     if untl > NOW_MS then f = 'g' else f, untl = 'n', 0 end
-    if NOW_MS - rot >= GEN_WINDOW_MS then
-        lprev, lmax, rot = lmax, 0, NOW_MS
-    end
+    lprev, lmax, rot = gen_roll(lmax, lprev, rot, untl)
     G_CUR, G_F, G_US, G_LMAX, G_UNTL, G_LPREV, G_ROT, G_UL, G_UE, G_ERA =
         cur, f, us, lmax, untl, lprev, rot, ul, ue, era
     G_LEASE, G_UNACKED = lease, string.find(flags, 'u', 1, true) ~= nil
@@ -1876,7 +1888,7 @@ local function op_gen_raise(lease, unacked_lease, known)
     if untl > NOW_MS then f = 'g' else f, untl = 'n', 0 end
     -- (a window due to end ends here too: keepers alone, with no acquire,
     -- move it on)
-    if NOW_MS - rot >= GEN_WINDOW_MS then lprev, lmax, rot = lmax, 0, NOW_MS end
+    lprev, lmax, rot = gen_roll(lmax, lprev, rot, untl)
     if unacked_lease then ul, ue = unacked(ul, ue, lease) end
     local text = gen_text(f, us, math.max(lmax, lease), untl, lprev, rot, ul, ue, era)
     if text ~= cur then redis.call('SET', K_GEN, text) end

@@ -301,15 +301,19 @@ note 'the keeper learns first that Redis forgot: it starts the grace, and its se
 	# without grace; A's keeper counts its holds before any acquire of A.
 	# Before, it noted the new generation as what A knew, and A's acquires
 	# then started no grace beside the holder Redis forgot.
+	# (A's keeper is held still meanwhile: its count would start the grace
+	# before the new server's acquire)
+	my $other = create_node('forget_kf', $redis, '');
 	my $h = session('kf_holder');
 	$h->query_ok("SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf1', 1, '60 s') IS NOT NULL;");
+	my $old = keeper_pid_of($node);
+	kill 'STOP', $old;
 	$redis->cli('FLUSHALL');
-	my $other = create_node('forget_kf', $redis, '');
 	is($other->safe_psql('postgres', "SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf2', 1, '2 s', wait => '0') IS NOT NULL"),
 		't', 'a server new to Redis makes the new generation and gets a slot at once');
 	like($redis->cli('GET', 'kf:gen'), qr/^n/, '... without grace');
-	my $old = keeper_pid_of($node);
 	kill 'TERM', $old;
+	kill 'CONT', $old;
 	ok(defined wait_until(20, sub { ($redis->cli('GET', 'kf:gen') // '') =~ /^g/ }),
 		'server A\'s new keeper counts its hold, and starts the grace of its 60 s lease')
 	  or diag($redis->cli('GET', 'kf:gen'));
@@ -422,6 +426,21 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	my ($us2, $u2) = $g =~ /^g(\d{16}):1000:(\d+):7000:/;
 	ok(defined $u2 && $u2 - int($us2 / 1000) >= 7000, "none there, one known: made, in a grace ($g)");
 	like($raise->(1000, 'x', $knew), qr/ERR|argument/i, 'a flag that is not u is refused');
+	# a grace made in a window that is over: the window ends, and lprev
+	# keeps what is left of the grace, so that Redis forgetting again
+	# before it ends (the next server passes the text without its grace, as
+	# src/gen.c writes it) gets as long a one (helper-128: lprev took lmax)
+	my $old_made = ($tnow - 360000) * 1000;
+	$redis->cli('SET', 'redsem:gen', "n$old_made:2000:0:0:" . ($tnow - 360000) . ':0:0:');
+	$g = $raise->(1000, '', 'n1700000000000000:3600000:0:0:' . $tnow . ':0:0:');
+	my ($u3, $lp3) = $g =~ /^g$old_made:\d+:(\d+):(\d+):/;
+	ok(defined $lp3 && $lp3 >= $u3 - $tnow - 1000 && $lp3 <= $u3 - $tnow + 5000,
+		"a grace of the hour, in a new window: lprev keeps what is left of it ($g)");
+	(my $passed = $g) =~ s/^g(\d+:\d+):\d+:/n$1:0:/;
+	$redis->cli('DEL', 'redsem:gen');
+	$g = $raise->(1000, '', $passed);
+	my ($us4, $u4) = $g =~ /^g(\d{16}):\d+:(\d+):/;
+	ok(defined $u4 && $u4 >= $u3 - 1000, "Redis forgets again: the new grace lasts as long as the first ($g)");
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
