@@ -447,7 +447,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 			continue;
 		}
 		note_limit(args, r);
-		if (r->state == SEM_HELD)
+		if (r->state == SEM_HELD || r->state == SEM_REMOVED)
 			return true;
 		if (r->state == SEM_LOST)
 		{
@@ -901,6 +901,16 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 	}
 }
 
+/* Raise the error for a waiter an administrator removed from the line */
+static void
+refuse_removed(const AcquireArgs *args)
+{
+	ereport(ERROR,
+			(errcode(ERRCODE_QUERY_CANCELED),
+			 errmsg("canceling the wait for semaphore \"%s\": an administrator removed this session from its line", args->name),
+			 errdetail("redsem_force_release gave up its place in line; it was not queued again.")));
+}
+
 /* Raise the error for a request refused because of the semaphore's limit */
 static void
 refuse_limit(const AcquireArgs *args, const SemResult *r)
@@ -1060,6 +1070,11 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	{
 		hold_forget(*hold);
 		refuse_limit(args, &r);
+	}
+	if (result != ACQUIRE_FAILED && r.state == SEM_REMOVED)
+	{
+		hold_forget(*hold);
+		refuse_removed(args);
 	}
 	count_acquire(args, result, started);
 	/*

@@ -90,6 +90,11 @@
 --                                           pushed when it is promoted
 -- <base>nudge:<id> LIST                     "n0": look again at once (the
 --                                           waiter was turned away: I4, I9)
+-- <base>removed:<id> STRING                 "1": an administrator removed
+--                                           the waiter from the line; its
+--                                           next look answers 'removed'
+--                                           and deletes it (TTL: its
+--                                           keepalive and GRACE_MS)
 -- <base>rline      ZSET  id -> place        with a stored reserve, the
 --                                           waiters of its class, as in
 --                                           waiting (I11)
@@ -1202,13 +1207,35 @@ local function post(wk, id, message, deadline)
     redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
+-- A limit lowered, made adaptive or cut by a reserve: every waiter that can
+-- never fit now (more permits than the most its class may hold), wherever
+-- it is in line, is turned away at once; promotion alone meets only the
+-- first.  (With no waiter of more than one permit and no reserve, none
+-- can be: every limit is 1 at least.)
+local function turn_away_unfit()
+    if S.xw == 0 and not S.rk then return end
+    local line = redis.call('ZRANGE', K_WAITING, '0', '-1')
+    for first = 1, #line, CHUNK do  -- (their info, CHUNK at a time)
+        local ids = {unpack(line, first, math.min(first + CHUNK - 1, #line))}
+        local infos = redis.call('HMGET', K_INFO, unpack(ids))
+        for j, id in ipairs(ids) do
+            local lease, maxh, _, _, prio = parse_info(infos[j])
+            local limit = limit_in_effect(true) or maxh
+            if lease and limit and permits_of(id) > class_max(prio or 0, adapt_most(limit)) then
+                turn_away(id)
+            end
+        end
+    end
+end
+
 -- I3, I4, I6, I7, I11, I12: turn first waiters into holders while their
 -- permits fit; each gets a grant ticket (its fencing token), the
 -- promotion window and a wake-up carrying the ticket.  Once a first
 -- waiter does not fit (below a reserve's class, or, with tenants, of it
 -- but not the first of its line), only the first of the class may still
 -- come in, into the reserve.
-function promote()
+function promote(sweep)
+    if sweep then turn_away_unfit() end
     if S.gu then                    -- I15: nobody comes in before it ends
         if NOW_MS < S.gu or not GEN_SYNC then return end
         set('gu', false)
@@ -2028,7 +2055,11 @@ OPS.acquire = {
 -- wait_check id keepalive_ms [settle]: keep a place in line alive, or
 -- confirm the slot it was promoted to.
 local function op_wait_check(id, keepalive, settle)
-    if not is_member(id) then return {'lost'} end
+    if not is_member(id) then
+        -- (an administrator removed it from the line: remove_waiter)
+        if redis.call('DEL', BASE .. 'removed:' .. id) == 1 then return {'removed'} end
+        return {'lost'}
+    end
     if not is_waiting(id) then return confirm(id) end
     if settle and settle_era() then
         redis.call('DEL', nudge_key(id))
@@ -2078,12 +2109,27 @@ local function force(id)
     return 1
 end
 
+-- An administrator removes waiter id from the line: it is told to look
+-- at once (turn_away), and its look answers 'removed', not 'lost' (after
+-- which it would queue again at the back), for as long as it could still
+-- be waiting to look (its keepalive).
+local function remove_waiter(id)
+    local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id)) or NOW_MS
+    turn_away(id)
+    redis.call('SET', BASE .. 'removed:' .. id, '1', 'PX',
+        int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
+    if not is_empty() then promote() end
+    return 2
+end
+
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
--- release id forced (an administrator's): a waiter leaves the line (0); a
--- holder is marked and still counts (I17).  release id gone (an
--- administrator's who knows its holder no longer runs): as release id,
--- marked or not, without a sample.
+-- release id forced (an administrator's): a waiter leaves the line, told
+-- so (remove_waiter: 2); a holder is marked and still counts (I17).
+-- release id gone (an administrator's who knows its holder no longer
+-- runs): as release id, marked or not, without a sample; a waiter as for
+-- forced.
 local function op_release(id, forced, gone)
+    if (forced or gone) and is_waiting(id) then return remove_waiter(id) end
     if forced and is_member(id) and not is_waiting(id) then return force(id) end
     local since = S.ad and not forced and not gone and not is_forced(id) and
         select(3, parse_info(redis.call('HGET', K_INFO, id)))
@@ -2330,7 +2376,7 @@ local function op_set_limit(maxh, nx, was)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)
     if S.ad then adapt_end() end    -- (I16: a limit set by hand stays)
-    promote()
+    promote(true)
     return limit_reply()
 end
 OPS.set_limit = {
@@ -2420,7 +2466,7 @@ local function op_set_reserve(rk, rp)
         call_chunked('ZADD', rline_key(), add, 2)
         CREATED = true
     end
-    if not is_empty() then promote() end
+    if not is_empty() then promote(true) end
     return reserve_reply()
 end
 OPS.set_reserve = {
@@ -2880,7 +2926,7 @@ local function op_set_adapt(lo, hi, start)
     set('as', 0)
     set('an', 0)
     set('ac', false)
-    if not is_empty() then promote() end
+    if not is_empty() then promote(true) end
     return adapt_reply(true)
 end
 OPS.set_adapt = {

@@ -413,6 +413,8 @@ decode_state(RedisCall *call, const char *name, redisReply *reply,
 		result->state = SEM_GONE;
 	else if (element_is(reply, 0, "lost"))
 		result->state = SEM_LOST;
+	else if (element_is(reply, 0, "removed"))
+		result->state = SEM_REMOVED;
 	else
 		ok = false;
 	if (!ok)
@@ -603,22 +605,24 @@ sem_give_up(RedisCall *call, const char *name, const char *id,
 		decode_state(call, name, reply, result);
 }
 
-/* The release operation; how: NULL, or an administrator's "forced" or "gone" */
+/*
+ * The release operation; how: NULL, or an administrator's "forced" or
+ * "gone".  *answer: 1 a live slot, 2 (an administrator's only) a place in
+ * line removed, 0 neither.
+ */
 static bool
 release_call(RedisCall *call, const char *prefix, const char *name,
-			 const char *id, const char *how, bool *was_held)
+			 const char *id, const char *how, int64 *answer)
 {
 	const char *args[2] = {id, how};
 	redisReply *reply;
-	int64		held;
 
 	redsem_fault("release");
 	if (!run_script(call, prefix, name, "release", how ? 2 : 1, args, &reply))
 		return false;
-	if (!reply_int64(reply, &held) || (held != 0 && held != 1))
-		return malformed(call, name, reply, "release did not answer 0 or 1");
+	if (!reply_int64(reply, answer) || *answer < 0 || *answer > (how ? 2 : 1))
+		return malformed(call, name, reply, "release did not answer 0, 1 or 2");
 	freeReplyObject(reply);
-	*was_held = (held == 1);
 	return true;
 }
 
@@ -627,7 +631,11 @@ bool
 sem_release(RedisCall *call, const char *prefix, const char *name,
 			const char *id, bool *was_held)
 {
-	return release_call(call, prefix, name, id, NULL, was_held);
+	int64		answer = 0;
+	bool		ok = release_call(call, prefix, name, id, NULL, &answer);
+
+	*was_held = (answer == 1);
+	return ok;
 }
 
 /*
@@ -663,15 +671,20 @@ sem_release_reply(const redisReply *reply, bool *was_held)
 
 /*
  * An administrator's release of another session's slot: a place in line is
- * given up; a slot still counts, marked so that its holder learns why it
+ * given up (*was_waiting), its waiter told; a slot still counts, marked so that its holder learns why it
  * lost it, until its holder gives it back (I17), unless holder_gone (the
  * administrator knows it no longer runs): then it is released at once.
  */
 bool
 sem_force_release(RedisCall *call, const char *name, const char *id,
-				  bool holder_gone, bool *was_held)
+				  bool holder_gone, bool *was_held, bool *was_waiting)
 {
-	return release_call(call, NULL, name, id, holder_gone ? "gone" : "forced", was_held);
+	int64		answer = 0;
+	bool		ok = release_call(call, NULL, name, id, holder_gone ? "gone" : "forced", &answer);
+
+	*was_held = (answer == 1);
+	*was_waiting = (answer == 2);
+	return ok;
 }
 
 

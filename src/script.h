@@ -21,7 +21,9 @@ typedef enum SemState
 	SEM_LOST,					/* caller's entry no longer exists */
 	SEM_OTHER_LIMIT,			/* caller's limit is not the one in effect */
 	SEM_NO_LIMIT,				/* no limit passed, none stored */
-	SEM_TOO_LARGE				/* more permits than the limit */
+	SEM_TOO_LARGE,				/* more permits than the limit */
+	SEM_REMOVED					/* an administrator removed the caller from
+								 * the line (redsem_force_release) */
 } SemState;
 
 typedef struct SemResult
@@ -207,7 +209,7 @@ extern bool sem_adapt_tick(RedisCall *call, const char *prefix,
 						   const char *name, const char *server, int pressure,
 						   const char *tag, bool *adaptive, bool *ran);
 extern bool sem_force_release(RedisCall *call, const char *name, const char *id,
-							  bool holder_gone, bool *was_held);
+							  bool holder_gone, bool *was_held, bool *was_waiting);
 extern int	sem_gen_slot(const char *prefix, const char *name);
 extern bool sem_gen_raise(RedisCall *call, const char *prefix, const char *name,
 						  int64 lease_ms, bool unacked);

@@ -329,6 +329,7 @@ redsem_force_release(PG_FUNCTION_ARGS)
 	bool		holder_gone;
 	RedisCall	call = REDIS_SQL_CALL;
 	bool		held = false;
+	bool		waiting = false;
 
 	require_admin("force-release a slot of a redsem semaphore");
 	name = name_arg(fcinfo, 0);
@@ -340,7 +341,7 @@ redsem_force_release(PG_FUNCTION_ARGS)
 	{
 		if (holder_gone)
 			refuse_holder_here(name, id);
-		(void) sem_force_release(&call, name, id, holder_gone, &held);
+		(void) sem_force_release(&call, name, id, holder_gone, &held, &waiting);
 		hold_forget_id(name, id);
 		/* (a holder on this server is stopped now; elsewhere, at its refresh) */
 		if (held && !holder_gone)
@@ -351,5 +352,9 @@ redsem_force_release(PG_FUNCTION_ARGS)
 				(errmsg("redsem: slot \"%s\" of semaphore \"%s\" force-released by role \"%s\"%s",
 						id, name, GetUserNameFromId(GetUserId(), false),
 						holder_gone ? ", its holder said to be gone: freed at once" : "")));
+	if (waiting)
+		ereport(LOG,
+				(errmsg("redsem: place in line \"%s\" of semaphore \"%s\" given up by role \"%s\": its waiter is told",
+						id, name, GetUserNameFromId(GetUserId(), false))));
 	PG_RETURN_BOOL(held);
 }

@@ -239,6 +239,37 @@ is($alice->query_ok(qq{SELECT redsem_release('own2', '$id');}), 't', 'alice rele
 is("$out|$err", 't|', 'and mallory, next in line, gets it');
 is($mallory->query_ok(q{SELECT redsem_release_all();}), '1', 'mallory releases it');
 
+###########################################################################
+note 'an administrator removes a waiter from the line: it is told at once, and does not queue again';
+
+{
+	# (helper-129: the place was gone, nothing was logged, and the waiter
+	# queued again at the back of the line, its wait running on)
+	$id = $alice->query_ok(q{SELECT redsem_acquire('own3', 1, '60 s');});
+	$mallory->send(q{SELECT redsem_acquire('own3', 1, '60 s', '60 s') IS NOT NULL;});
+	ok(defined wait_until(30, sub { $redis->zcard('own3', 'waiting') == 1 }), 'mallory waits first in line');
+	my $behind = RedsemTest::Session->new($node, name => 'behind', user => 'alice');
+	$behind->send(q{SELECT redsem_acquire('own3', 1, '60 s', '60 s') IS NOT NULL;});
+	ok(defined wait_until(30, sub { $redis->zcard('own3', 'waiting') == 2 }), 'another session waits behind her');
+	my ($mid) = split /\n/, ($redis->cli('ZRANGE', 'redsem:{own3}:waiting', '0', '-1') // '');
+	my $off = -s $node->logfile;
+	my $t0 = time;
+	is($dba->query_ok(qq{SELECT redsem_force_release('own3', '$mid');}), 'f', 'dba removes mallory\'s place: false (no slot)');
+	($out, $err) = $mallory->wait_done(15);
+	like($err, qr/ERROR:  57014: canceling the wait for semaphore "own3": an administrator removed this session from its line/,
+		'mallory is told, with 57014');
+	cmp_ok(time - $t0, '<', 3, '... at once');
+	is($redis->zcard('own3', 'waiting'), 1, 'she did not queue again: one waiter left');
+	like(slurp_file($node->logfile, $off), qr/place in line "\Q$mid\E" of semaphore "own3" given up by role "dba"/,
+		'the server log says who removed her');
+	is($alice->query_ok(qq{SELECT redsem_release('own3', '$id');}), 't', 'alice releases');
+	($out, $err) = $behind->wait_done(30);
+	is("$out|$err", 't|', 'and the session behind gets the slot');
+	$behind->query_ok(q{SELECT redsem_release_all();});
+	$behind->quit;
+	is(scalar(grep { /removed/ } $redis->scan_keys('redsem:{own3}*')), 0, 'no marker is left in Redis');
+}
+
 $_->quit foreach ($alice, $mallory, $dba, $su);
 node_log_is_clean($node);
 $node->stop;

@@ -1000,6 +1000,41 @@ is(state_of(ev('stored', 'wait_check', 'small', 30000)), 'held', 'and confirms')
 is(ev('stored', 'release', 'small'), 1, '"small" releases');
 delete $c{small};
 
+note 'a waiter that no longer fits is turned away wherever it is in line (helper-129: only the first was)';
+
+is_deeply(ev('stored', 'set_limit', 3), [ 3, 3, 0, 0 ], 'the limit is 3');
+model_limit('stored', 3);
+is(state_of(ev('stored', 'acquire', 'a', '', 3, 60000, 0, 1000, 'model')), 'held', 'a takes all 3 permits');
+$c{a} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => 3 };
+is(state_of(ev('stored', 'acquire', 'one', '', 1, 60000, 1, 30000, 'model')), 'waiting', '"one" waits for 1');
+is(state_of(ev('stored', 'acquire', 'three', '', 3, 60000, 1, 30000, 'model')), 'waiting', '"three" waits behind it for 3');
+$c{one} = { sem => 'stored', state => 'waiting', p => 1 };
+$c{three} = { sem => 'stored', state => 'waiting', p => 3 };
+ev('stored', 'set_limit', 2);
+model_limit('stored', 2);
+is($r->cmd('LPOP', 'm:{stored}:nudge:three'), 'n0', 'the limit falls to 2: "three", second in line, is told at once');
+is($r->cmd('ZSCORE', 'm:{stored}:waiting', 'three'), undef, '... its place is gone');
+is($r->cmd('LLEN', 'm:{stored}:nudge:one'), 0, '"one", which fits, is left in line');
+delete $c{three};
+check_all('a second waiter turned away');
+ev('stored', 'set_limit', 3);
+model_limit('stored', 3);
+is(state_of(ev('stored', 'acquire', 'three', '', 3, 60000, 1, 30000, 'model')), 'waiting', '"three" waits again, behind "one"');
+$c{three} = { sem => 'stored', state => 'waiting', p => 3 };
+is_deeply([ @{ ev('stored', 'set_adapt', 1, 4, 3) }[0 .. 2] ], [ 3, 1, 4 ], 'the limit made adaptive (1 to 4, at 3)');
+is($r->cmd('LPOP', 'm:{stored}:nudge:three'), 'n0', 'it may go down to 1: "three" is told at once');
+delete $c{three};
+ev('stored', 'set_adapt', '');
+ev('stored', 'set_limit', 3);
+is(ev('stored', 'release', 'a'), 1, 'a releases');
+delete $c{a};
+is(state_of(ev('stored', 'wait_check', 'one', 30000)), 'held', '"one" is promoted and confirms');
+is(ev('stored', 'release', 'one'), 1, '"one" releases');
+delete $c{one};
+ev('stored', 'set_limit', 2);
+model_limit('stored', 2);
+check_all('the line after the sweep');
+
 note 'a stored limit outlives members that expired with nobody calling';
 
 is(state_of(ev('stored', 'acquire', 'a', '', 2, 300, 0, 1000, 'model')), 'held', 'a takes 2 permits for 300 ms');
@@ -1837,7 +1872,7 @@ my %actions = (
 		}
 		return ("refresh_many on $sem for @ids: " . join(' ', @$got), $fine);
 	},
-	# An administrator's release (I17): a waiter leaves the line (0); a
+	# An administrator's release (I17): a waiter leaves the line (2); a
 	# holder (one the model still sees waiting may have been promoted)
 	# stays counted, marked (1, then 0 if forced again), until it goes.
 	force => sub {
@@ -1849,8 +1884,10 @@ my %actions = (
 		my $again = $m->{forced};
 		if ($got == 1) { $m->{forced} = 1; }
 		elsif ($m->{state} eq 'waiting' || !$again) { delete $c{$id}; }
+		# (2: a place in line removed, its waiter told)
 		return ("$id ($m->{state}" . ($again ? ', forced before' : '') . ") force-released on $m->{sem}: $got",
-			$alive ? $got == ($again ? 0 : 1) : ($got == 0 || $got == 1) && !($again && $got == 1));
+			$alive ? $got == ($again ? 0 : 1)
+			: (($got == 0 || $got == 1) && !($again && $got == 1)) || ($got == 2 && $m->{state} eq 'waiting'));
 	},
 	# An administrator's release of a holder said to be gone: it goes at
 	# once, marked or not (1 if it was a live holder; one the model still
@@ -1862,7 +1899,7 @@ my %actions = (
 		return ("$id release-gone error: $got->{msg}", 0) if RedsemTest::RESP::is_error($got);
 		my $alive = $m->{state} eq 'holding' && $m->{until} > now_ms() + 1;
 		return ("$id ($m->{state}" . ($m->{forced} ? ', forced before' : '') . ") released as gone on $m->{sem}: $got",
-			$alive ? $got == 1 : ($got == 0 || $got == 1));
+			$alive ? $got == 1 : ($got == 0 || $got == 1 || ($got == 2 && $m->{state} eq 'waiting')));
 	},
 	die => sub {
 		my $id = pick(sort keys %c) // return;
