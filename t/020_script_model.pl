@@ -977,16 +977,29 @@ is_deeply([ @{ $r->cmd('HGETALL', 'm:{stored}:state') } ], [ 'limit', 1 ],
 
 note 'a waiter whose permits the limit fell below is turned away, not left blocking the line';
 
-is_deeply(ev('stored', 'set_limit', 4), [ 4, 4, 0, 0 ], 'the limit is 4');
-model_limit('stored', 4);
-is(state_of(ev('stored', 'acquire', 'a', '', 4, 60000, 0, 1000, 'model')), 'held', 'a takes all 4 permits');
-$c{a} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => 4 };
-is(state_of(ev('stored', 'acquire', 'big', '', 3, 60000, 1, 30000, 'model')), 'waiting', '"big" waits for 3');
-is(state_of(ev('stored', 'acquire', 'small', '', 1, 60000, 1, 30000, 'model')), 'waiting', '"small" waits behind it for 1');
-$c{big} = { sem => 'stored', state => 'waiting', p => 3 };
-$c{small} = { sem => 'stored', state => 'waiting', p => 1 };
-ev('stored', 'set_limit', 2);
-model_limit('stored', 2);
+# Stored limit $limit on "stored", all of it held by a, with the waiters
+# of @line ([id, permits] each) in line behind, in that order; then the
+# limit is lowered to $lower
+sub full_then_lowered
+{
+	my ($limit, $lower, @line) = @_;
+	is_deeply(ev('stored', 'set_limit', $limit), [ $limit, $limit, 0, 0 ], "the limit is $limit");
+	model_limit('stored', $limit);
+	is(state_of(ev('stored', 'acquire', 'a', '', $limit, 60000, 0, 1000, 'model')), 'held',
+		"a takes all $limit permits");
+	$c{a} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => $limit };
+	foreach my $w (@line)
+	{
+		my ($id, $p) = @$w;
+		is(state_of(ev('stored', 'acquire', $id, '', $p, 60000, 1, 30000, 'model')), 'waiting',
+			"\"$id\" waits in line for $p");
+		$c{$id} = { sem => 'stored', state => 'waiting', p => $p };
+	}
+	ev('stored', 'set_limit', $lower);
+	model_limit('stored', $lower);
+}
+
+full_then_lowered(4, 2, [ 'big', 3 ], [ 'small', 1 ]);
 is($r->cmd('LPOP', 'm:{stored}:nudge:big'), 'n0', 'the limit falls to 2: "big" is told to look again at once');
 is(state_of(ev('stored', 'wait_check', 'big', 30000)), 'lost', 'it finds its place gone');
 is_deeply(ev('stored', 'acquire', 'big', '', 3, 60000, 1, 30000, 'model'), [ 'toolarge', 2 ],
@@ -1002,16 +1015,7 @@ delete $c{small};
 
 note 'a waiter that no longer fits is turned away wherever it is in line (helper-129: only the first was)';
 
-is_deeply(ev('stored', 'set_limit', 3), [ 3, 3, 0, 0 ], 'the limit is 3');
-model_limit('stored', 3);
-is(state_of(ev('stored', 'acquire', 'a', '', 3, 60000, 0, 1000, 'model')), 'held', 'a takes all 3 permits');
-$c{a} = { sem => 'stored', state => 'holding', until => now_ms() + 59000, p => 3 };
-is(state_of(ev('stored', 'acquire', 'one', '', 1, 60000, 1, 30000, 'model')), 'waiting', '"one" waits for 1');
-is(state_of(ev('stored', 'acquire', 'three', '', 3, 60000, 1, 30000, 'model')), 'waiting', '"three" waits behind it for 3');
-$c{one} = { sem => 'stored', state => 'waiting', p => 1 };
-$c{three} = { sem => 'stored', state => 'waiting', p => 3 };
-ev('stored', 'set_limit', 2);
-model_limit('stored', 2);
+full_then_lowered(3, 2, [ 'one', 1 ], [ 'three', 3 ]);
 is($r->cmd('LPOP', 'm:{stored}:nudge:three'), 'n0', 'the limit falls to 2: "three", second in line, is told at once');
 is($r->cmd('ZSCORE', 'm:{stored}:waiting', 'three'), undef, '... its place is gone');
 is($r->cmd('LLEN', 'm:{stored}:nudge:one'), 0, '"one", which fits, is left in line');
