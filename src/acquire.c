@@ -14,6 +14,7 @@
 #include "utils/timestamp.h"
 
 #include "acquire.h"
+#include "bounds.h"
 #include "clock.h"
 #include "cluster.h"
 #include "deadlock.h"
@@ -901,10 +902,21 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 	}
 }
 
-/* Raise the error for a waiter an administrator removed from the line */
+/*
+ * Raise the error for a waiter an administrator removed from the line (a
+ * statement queue's in the words of its other errors)
+ */
 static void
 refuse_removed(const AcquireArgs *args)
 {
+	size_t		qlen = strlen(REDSEM_QUEUE_PREFIX);
+
+	if (strncmp(args->name, REDSEM_QUEUE_PREFIX, qlen) == 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_QUERY_CANCELED),
+				 errmsg("statement could not enter redsem queue \"%s\": an administrator removed it from the line",
+						args->name + qlen),
+				 errdetail("redsem_force_release gave up its place in line; it was not queued again.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_QUERY_CANCELED),
 			 errmsg("canceling the wait for semaphore \"%s\": an administrator removed this session from its line", args->name),

@@ -1207,11 +1207,11 @@ local function post(wk, id, message, deadline)
     redis.call('PEXPIRE', wk, int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
 end
 
--- A limit lowered, made adaptive or cut by a reserve: every waiter that can
--- never fit now (more permits than the most its class may hold), wherever
--- it is in line, is turned away at once; promotion alone meets only the
--- first.  (With no waiter of more than one permit and no reserve, none
--- can be: every limit is 1 at least.)
+-- A limit lowered, made adaptive below it or cut by a reserve: every
+-- waiter that can never fit now (more permits than the most its class may
+-- hold), wherever it is in line, is turned away at once; promotion alone
+-- meets only the first.  (With no waiter of more than one permit and no
+-- reserve, none can be: every limit is 1 at least.)
 local function turn_away_unfit()
     if S.xw == 0 and not S.rk then return end
     local line = redis.call('ZRANGE', K_WAITING, '0', '-1')
@@ -1492,7 +1492,8 @@ end
 
 -- I5: write the state back and see to the keys' lifetimes: renewed when
 -- this call needs it (ttl_needed); once the last member is gone, only the
--- ticket is left, for GRACE_MS (owner, timeout, info and waiting are empty,
+-- ticket is left, for GRACE_MS (and a waiter's nudge or removed marker,
+-- each for its own TTL; owner, timeout, info and waiting are empty,
 -- so Redis has deleted them: I1), and the state goes at once unless it
 -- stores a limit.  The state goes with the other keys, or has no TTL while
 -- it stores a limit.  A FRESH call made every key but waiting (its first
@@ -1681,10 +1682,12 @@ end
 -- I6: a holder confirms: its full lease starts now; its wake-up is spent.
 -- One an administrator released meanwhile has run nothing: it goes (I17).
 local function confirm(id)
+    -- (I17: an administrator released it before it confirmed: it must not
+    -- queue again)
     if S.fz > 0 and redis.call('HGET', K_STATE, 'f:' .. id) then
         remove(id)
         if not is_empty() then promote() end
-        return {'lost'}
+        return {'removed'}
     end
     local lease = parse_info(redis.call('HGET', K_INFO, id))
     set_deadline(id, NOW_MS + lease, true)
@@ -2109,28 +2112,37 @@ local function force(id)
     return 1
 end
 
--- An administrator removes waiter id from the line: it is told to look
--- at once (turn_away), and its look answers 'removed', not 'lost' (after
--- which it would queue again at the back), for as long as it could still
--- be waiting to look (its keepalive).
-local function remove_waiter(id)
+-- An administrator removed member id: its next look answers 'removed',
+-- not 'lost' (after which it would queue again at the back), for as long
+-- as it may still look (at most ms: its deadline, and for a member no
+-- longer in line its promotion window).
+local function mark_removed(id, ms)
     local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id)) or NOW_MS
+    ms = math.min(math.max(deadline - NOW_MS, 0), ms)
+    redis.call('SET', BASE .. 'removed:' .. id, '1', 'PX', int(ms + GRACE_MS))
+end
+
+-- An administrator removes waiter id from the line: it is told to look
+-- at once (turn_away), and its look answers 'removed' (mark_removed).
+local function remove_waiter(id)
+    mark_removed(id, math.huge)
     turn_away(id)
-    redis.call('SET', BASE .. 'removed:' .. id, '1', 'PX',
-        int(math.max(deadline - NOW_MS, 0) + GRACE_MS))
     if not is_empty() then promote() end
     return 2
 end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 -- release id forced (an administrator's): a waiter leaves the line, told
--- so (remove_waiter: 2); a holder is marked and still counts (I17).
--- release id gone (an administrator's who knows its holder no longer
--- runs): as release id, marked or not, without a sample; a waiter as for
--- forced.
+-- so (remove_waiter: 2); a holder is marked and still counts (I17; if it
+-- had not confirmed its promotion yet, its look answers 'removed':
+-- confirm).  release id gone (an administrator's who knows its holder no
+-- longer runs): as release id, marked or not, without a sample, and
+-- marked removed (a promoted waiter that still looks must not queue
+-- again); a waiter as for forced.
 local function op_release(id, forced, gone)
     if (forced or gone) and is_waiting(id) then return remove_waiter(id) end
-    if forced and is_member(id) and not is_waiting(id) then return force(id) end
+    if forced and is_member(id) then return force(id) end
+    if gone and is_member(id) then mark_removed(id, PROMOTION_WINDOW_MS) end
     local since = S.ad and not forced and not gone and not is_forced(id) and
         select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
@@ -2376,7 +2388,8 @@ local function op_set_limit(maxh, nx, was)
     set('limit', maxh or false)
     set('cur', not maxh and before or false)
     if S.ad then adapt_end() end    -- (I16: a limit set by hand stays)
-    promote(true)
+    -- (lowered: waiters that can never fit now go, wherever they wait)
+    promote(maxh ~= nil and (not before or maxh < before))
     return limit_reply()
 end
 OPS.set_limit = {
@@ -2466,7 +2479,7 @@ local function op_set_reserve(rk, rp)
         call_chunked('ZADD', rline_key(), add, 2)
         CREATED = true
     end
-    if not is_empty() then promote(true) end
+    if not is_empty() then promote(rk ~= nil) end
     return reserve_reply()
 end
 OPS.set_reserve = {
@@ -2926,7 +2939,8 @@ local function op_set_adapt(lo, hi, start)
     set('as', 0)
     set('an', 0)
     set('ac', false)
-    if not is_empty() then promote(true) end
+    -- (it may go below the limit before: waiters that never fit then go)
+    if not is_empty() then promote(not before or lo < before) end
     return adapt_reply(true)
 end
 OPS.set_adapt = {

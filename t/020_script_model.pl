@@ -1039,6 +1039,34 @@ ev('stored', 'set_limit', 2);
 model_limit('stored', 2);
 check_all('the line after the sweep');
 
+note 'an administrator removes a waiter, or one promoted that has not confirmed: its look says so, and it does not queue again';
+
+{
+	# (helper-129 and helper-131: the look answered 'lost', and the waiter
+	# queued again at the back; one promoted took its slot again at once)
+	my $sem = 'rm';
+	my $call = sub { return ev($sem, @_); };
+	is(state_of($call->('acquire', 'h', 1, 1, 60000, 0, 1000, 'model')), 'held', 'h holds the one slot of "rm"');
+	is(state_of($call->('acquire', 'w1', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'w1 waits');
+	is(state_of($call->('acquire', 'w2', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'w2 waits behind it');
+	is($call->('release', 'w1', 'forced'), 2, 'an administrator removes w1\'s place: 2');
+	is($r->cmd('LPOP', 'm:{rm}:nudge:w1'), 'n0', '... w1 is told to look at once');
+	cmp_ok($r->cmd('PTTL', 'm:{rm}:removed:w1'), '>', 0, '... a marker with a TTL says why');
+	is(state_of($call->('wait_check', 'w1', 30000)), 'removed', 'w1\'s look answers removed');
+	is($r->cmd('EXISTS', 'm:{rm}:removed:w1'), 0, '... and the marker goes');
+	is(state_of($call->('wait_check', 'w1', 30000)), 'lost', 'a second look: lost');
+	is($call->('release', 'h'), 1, 'h releases: w2 is promoted');
+	is($call->('release', 'w2', 'forced'), 1, 'an administrator releases w2 before it confirms: 1, a slot');
+	is(state_of($call->('wait_check', 'w2', 30000)), 'removed', 'w2\'s confirming look answers removed, not lost');
+	is(state_of($call->('acquire', 'w3', 1, 1, 60000, 0, 1000, 'model')), 'held', 'the slot is free again');
+	is(state_of($call->('acquire', 'w4', 1, 1, 60000, 1, 30000, 'model')), 'waiting', 'w4 waits');
+	is($call->('release', 'w3'), 1, 'w3 releases: w4 is promoted');
+	is($call->('release', 'w4', 'gone'), 1, 'an administrator releases w4 as gone before it confirms');
+	is(state_of($call->('wait_check', 'w4', 30000)), 'removed', 'its look answers removed too');
+	is($call->('release', 'nobody', 'forced'), 0, 'an id nobody has: 0');
+	is(scalar(grep { /removed/ } @{ $r->cmd('KEYS', 'm:{rm}*') }), 0, 'no marker is left');
+}
+
 note 'a stored limit outlives members that expired with nobody calling';
 
 is(state_of(ev('stored', 'acquire', 'a', '', 2, 300, 0, 1000, 'model')), 'held', 'a takes 2 permits for 300 ms');
@@ -1662,7 +1690,7 @@ sub absorb
 		$c{$id} = { sem => $sem, state => 'waiting', p => $p // $c{$id}{p}, prio => $prio,
 			place => $reply->[1] - $prio * $AGING_US, joined => $joined };
 	}
-	elsif ($st =~ /^(busy|gone|lost|toolarge)$/)
+	elsif ($st =~ /^(busy|gone|lost|toolarge|removed)$/)
 	{
 		delete $c{$id};
 	}
@@ -1767,7 +1795,7 @@ my %actions = (
 		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 150 + int(rand(450))), $t);
 		# (I17: promoted, then force-released: it goes)
 		return ("$id re-checks on $sem" . ($forced ? ' (forced)' : '') . ": $st",
-			$forced ? $st eq 'lost' : $st =~ /^(held|waiting|lost)$/);
+			$forced ? $st =~ /^(lost|removed)$/ : $st =~ /^(held|waiting|lost)$/);
 	},
 	wake => sub {
 		my $id = pick(ids_in('waiting')) // return;
@@ -1798,7 +1826,7 @@ my %actions = (
 		my $st = absorb($id, $sem, ev($sem, 'wait_check', $id, 500), $t);
 		# woken means promoted: it holds, or its window passed; never waiting
 		return ("$id woken on $sem (ticket $pushed), confirms: $st",
-			$forced ? $st eq 'lost' : $st =~ /^(held|lost)$/);
+			$forced ? $st =~ /^(lost|removed)$/ : $st =~ /^(held|lost)$/);
 	},
 	give_up => sub {
 		my $id = pick(ids_in('waiting')) // return;
@@ -1806,7 +1834,7 @@ my %actions = (
 		my $t = now_ms();
 		my $forced = $c{$id}{forced};
 		my $st = absorb($id, $sem, ev($sem, 'give_up', $id), $t);
-		return ("$id gives up on $sem: $st", $forced ? $st eq 'lost' : $st =~ /^(held|gone|lost)$/);
+		return ("$id gives up on $sem: $st", $forced ? $st =~ /^(lost|removed)$/ : $st =~ /^(held|gone|lost)$/);
 	},
 	release => sub {
 		my $id = pick(ids_in('holding')) // return;
