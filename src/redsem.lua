@@ -91,10 +91,12 @@
 -- <base>nudge:<id> LIST                     "n0": look again at once (the
 --                                           waiter was turned away: I4, I9)
 -- <base>removed:<id> STRING                 "1": an administrator removed
---                                           the waiter from the line; its
---                                           next look answers 'removed'
---                                           and deletes it (TTL: its
---                                           keepalive and GRACE_MS)
+--                                           the member (a waiter, or a
+--                                           holder force-released or
+--                                           released as gone); its next
+--                                           look answers 'removed' and
+--                                           deletes it (TTL: two minutes
+--                                           and GRACE_MS)
 -- <base>rline      ZSET  id -> place        with a stored reserve, the
 --                                           waiters of its class, as in
 --                                           waiting (I11)
@@ -189,7 +191,10 @@
 --     calling, at most GRACE_MS plus one lease (a minute at most) later.
 --     The generation key (KEYS[2], I15) is not a semaphore's: it has no
 --     TTL (one per prefix, or per Cluster slot in use); <base>apress (I16)
---     has its own, 4 x ADAPT.FRESH_MS from the last tick.  The one exception is a state holding a stored limit, rate, reserve or
+--     has its own, 4 x ADAPT.FRESH_MS from the last tick; a member's
+--     wake, nudge and removed keys theirs (not the deadline's: they speak
+--     to a member that may be gone).  The one exception is a state
+--     holding a stored limit, rate, reserve or
 --     wt: that is configuration, kept without a TTL, and emptied of
 --     everything else (but the rate's clock) once the semaphore has no
 --     member.
@@ -380,8 +385,10 @@
 --     is) and
 --     fz counts such holders.  Its refresh answers -1
 --     and renews nothing (its server then stops it); its confirmation of
---     a promotion (wait_check, give_up) removes it and answers lost (a
---     waiter still waiting has run nothing).  It goes as any holder: its
+--     a promotion (wait_check, give_up) removes it and answers removed (a
+--     waiter still waiting has run nothing; it must not queue again: a
+--     marker, <base>removed:<id>, says so to a look that comes after the
+--     member went).  It goes as any holder: its
 --     own release once stopped, or its deadline, which its server's
 --     stop comes before (I2).  remove() deletes the mark and counts fz
 --     down; while fz is 0 no call looks for a mark.  A waiter released
@@ -1687,6 +1694,7 @@ local function confirm(id)
     if S.fz > 0 and redis.call('HGET', K_STATE, 'f:' .. id) then
         remove(id)
         if not is_empty() then promote() end
+        redis.call('DEL', BASE .. 'removed:' .. id)
         return {'removed'}
     end
     local lease = parse_info(redis.call('HGET', K_INFO, id))
@@ -2057,12 +2065,15 @@ OPS.acquire = {
 
 -- wait_check id keepalive_ms [settle]: keep a place in line alive, or
 -- confirm the slot it was promoted to.
+-- What a member's look finds when it is no longer one: 'removed' once,
+-- if an administrator removed it (mark_removed), else 'lost'.
+local function not_member(id)
+    if redis.call('DEL', BASE .. 'removed:' .. id) == 1 then return {'removed'} end
+    return {'lost'}
+end
+
 local function op_wait_check(id, keepalive, settle)
-    if not is_member(id) then
-        -- (an administrator removed it from the line: remove_waiter)
-        if redis.call('DEL', BASE .. 'removed:' .. id) == 1 then return {'removed'} end
-        return {'lost'}
-    end
+    if not is_member(id) then return not_member(id) end
     if not is_waiting(id) then return confirm(id) end
     if settle and settle_era() then
         redis.call('DEL', nudge_key(id))
@@ -2084,7 +2095,7 @@ OPS.wait_check = {
 
 -- give_up id: leave the line, unless promotion came just in time.
 local function op_give_up(id)
-    if not is_member(id) then return {'lost'} end
+    if not is_member(id) then return not_member(id) end
     if not is_waiting(id) then return confirm(id) end
     remove(id)
     if not is_empty() then promote() end
@@ -2112,20 +2123,22 @@ local function force(id)
     return 1
 end
 
--- An administrator removed member id: its next look answers 'removed',
--- not 'lost' (after which it would queue again at the back), for as long
--- as it may still look (at most ms: its deadline, and for a member no
--- longer in line its promotion window).
-local function mark_removed(id, ms)
-    local deadline = tonumber(redis.call('ZSCORE', K_TIMEOUT, id)) or NOW_MS
-    ms = math.min(math.max(deadline - NOW_MS, 0), ms)
-    redis.call('SET', BASE .. 'removed:' .. id, '1', 'PX', int(ms + GRACE_MS))
+-- How long a removed member's marker lasts (ms): longer than a ride of a
+-- failure (a minute) and a promotion window, so that its next look finds it.
+local REMOVED_KEEP_MS = 120000
+
+-- An administrator removed member id (a waiter, or a holder that may not
+-- have confirmed its promotion yet): its next look answers 'removed', not
+-- 'lost' (after which it would queue again at the back), if it comes
+-- within REMOVED_KEEP_MS.
+local function mark_removed(id)
+    redis.call('SET', BASE .. 'removed:' .. id, '1', 'PX', int(REMOVED_KEEP_MS + GRACE_MS))
 end
 
 -- An administrator removes waiter id from the line: it is told to look
 -- at once (turn_away), and its look answers 'removed' (mark_removed).
 local function remove_waiter(id)
-    mark_removed(id, math.huge)
+    mark_removed(id)
     turn_away(id)
     if not is_empty() then promote() end
     return 2
@@ -2133,16 +2146,16 @@ end
 
 -- release id: 1 if it was a live holder, 0 otherwise; nothing of it remains.
 -- release id forced (an administrator's): a waiter leaves the line, told
--- so (remove_waiter: 2); a holder is marked and still counts (I17; if it
--- had not confirmed its promotion yet, its look answers 'removed':
--- confirm).  release id gone (an administrator's who knows its holder no
--- longer runs): as release id, marked or not, without a sample, and
--- marked removed (a promoted waiter that still looks must not queue
--- again); a waiter as for forced.
+-- so (remove_waiter: 2); a holder is marked and still counts (I17), and
+-- marked removed (mark_removed: one that had not confirmed its promotion
+-- yet must not queue again, even once its window has passed).  release
+-- id gone (an administrator's who knows its holder no longer runs): as
+-- release id, marked or not, without a sample, and marked removed; a
+-- waiter as for forced.
 local function op_release(id, forced, gone)
     if (forced or gone) and is_waiting(id) then return remove_waiter(id) end
+    if (forced or gone) and is_member(id) then mark_removed(id) end
     if forced and is_member(id) then return force(id) end
-    if gone and is_member(id) then mark_removed(id, PROMOTION_WINDOW_MS) end
     local since = S.ad and not forced and not gone and not is_forced(id) and
         select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
