@@ -2156,9 +2156,13 @@ local function op_release(id, forced, gone)
     if (forced or gone) and is_waiting(id) then return remove_waiter(id) end
     if (forced or gone) and is_member(id) then mark_removed(id) end
     if forced and is_member(id) then return force(id) end
-    local since = S.ad and not forced and not gone and not is_forced(id) and
+    local own = not forced and not gone
+    local marked = own and is_forced(id)
+    local since = S.ad and own and not marked and
         select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
+    -- (its own release: it ran, so a removed marker of it speaks to nobody)
+    if marked or (own and waited == nil) then redis.call('DEL', BASE .. 'removed:' .. id) end
     if waited == nil then return 0 end
     if since and not waited then    -- I16: how long it held, a sample
         set('as', S.as + math.min(math.max(NOW_MS - since, 0), S.ac or math.huge))
