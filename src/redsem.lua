@@ -6,8 +6,8 @@
 -- Redis then refuses it as a whole on a read-only replica (READONLY) or
 -- above maxmemory (OOM), instead of stopping it half-way.  Each operation
 -- is one FCALL with the operation name first among the arguments, naming
--- one key, the semaphore's owner (<base>owner), and for acquire,
--- wait_check and gen_raise its generation key second (KEYS[2]); the
+-- one key, the semaphore's owner (<base>owner), and its generation key
+-- second (KEYS[2]: a server names it in every semaphore operation); the
 -- semaphore's other keys below are <base> and their name, made by begin()
 -- (a key named costs Redis and the script as much as an argument:
 -- bench/instructions.sh).  In a Redis Cluster a call names all six in the
@@ -51,7 +51,7 @@
 --                                line is then kept per tenant too (I12)
 --                        tt      permits held by holders with a tenant
 --                        wt      "1" while weights stores a weight
---                        gu      while waiters came in a grace
+--                        gu      until when a grace stops the line
 --                                period (I15): when it ends (ms)
 --                        fz      the holders force-released and
 --                                still counted (I17), if any
@@ -83,9 +83,10 @@
 --                                           on.  No TTL: one key
 --                                           per prefix, or per Cluster
 --                                           slot in use, gone only when
---                                           Redis forgets.  Only acquire,
---                                           wait_check and gen_raise
---                                           name it.
+--                                           Redis forgets.  A server's
+--                                           semaphore calls name it;
+--                                           acquire and gen_raise
+--                                           write it.
 -- <base>wake:<id>  LIST                     a waiter's wake-up: its ticket,
 --                                           pushed when it is promoted
 -- <base>nudge:<id> LIST                     "n0": look again at once (the
@@ -324,11 +325,11 @@
 --     us, or none there; an acquire, or a keeper's gen_raise) sets that
 --     grace (until), and keeps it at least as long as the one it knew of;
 --     until it ends an acquire waits in line or is told busy, no fast path
---     runs, and promotion stops where such an acquire waits (the state's
---     gu says until when; only a call that names KEYS[2], an acquire or a
---     wait_check, may pass it, once it has made gu agree with the
---     generation's: gen_sync; a line that had no gu when the grace began
---     moves on as before); then the line moves in its order.  A
+--     runs, and promotion stops (the state's gu says until when: a call
+--     that names KEYS[2] makes gu agree with the generation's grace before
+--     it promotes, gen_sync, so a line that was already there when the
+--     grace began stops too, and only such a call may pass gu); then the
+--     line moves in its order.  A
 --     caller that knew none (a server new to this Redis, or in a Cluster
 --     to that slot) starts no grace: a fresh Redis admits at once.  A new
 --     generation carries the lease it was made for over in lprev (so a
@@ -356,8 +357,8 @@
 --     saw a later ue than the one there (ue never goes back) proves that
 --     writes were lost, and starts one too.  Grants that waited for a
 --     replica need none: Sentinel and Cluster promote a replica that is
---     at least as far along.  Only acquire, wait_check and gen_raise read or
---     write KEYS[2], and acquire's replies carry
+--     at least as far along.  Only acquire and gen_raise write KEYS[2]
+--     (promotion reads it), and acquire's replies carry
 --     the text when the caller did not know it, so that servers learn it;
 --     without KEYS[2] (one key) nothing of this runs.
 -- I16 Adaptive.  An adaptive limit (set_adapt: ad) is a stored limit
@@ -1243,6 +1244,7 @@ end
 -- come in, into the reserve.
 function promote(sweep)
     if sweep then turn_away_unfit() end
+    if K_GEN and not GEN_SYNC then gen_sync() end  -- I15: a grace since
     if S.gu then                    -- I15: nobody comes in before it ends
         if NOW_MS < S.gu or not GEN_SYNC then return end
         set('gu', false)
@@ -1759,11 +1761,13 @@ local function gen_parts(text)
     return f, us, lmax, untl, lprev, rot, ul, ue, era
 end
 
--- I15: make the state's gu (a grace its waiters came in) agree with the
--- generation's, which a caller that knew a longer lease may have made
--- longer since: then promotion may pass it (GEN_SYNC).  Only calls that
--- name KEYS[2] do; the others leave the line to them (its waiters look
--- again when gu ends, with wait_check, which names it).
+-- I15: make the state's gu agree with the generation's grace: a grace
+-- begun since the line last moved (by another semaphore's acquire, or a
+-- keeper's gen_raise) stops it too, and one that a caller that knew a
+-- longer lease made longer since holds it longer; then promotion may pass
+-- gu (GEN_SYNC).  Only calls that name KEYS[2] do (every semaphore call
+-- from a server names it); a call that does not leaves the line to them
+-- (its waiters look again when gu ends, with wait_check).
 function gen_sync()
     local untl
     if GEN then
@@ -1772,7 +1776,7 @@ function gen_sync()
         local f, _, _, u = gen_parts(redis.call('GET', K_GEN))
         if f == 'g' then untl = u end
     end
-    if untl and untl > S.gu then set('gu', untl) end
+    if untl and untl > (S.gu or NOW_MS) then set('gu', untl) end
     GEN_SYNC = true
 end
 

@@ -177,16 +177,16 @@ sem_gen_slot(const char *prefix, const char *name)
 }
 
 /*
- * How many keys an operation names (with_gen: with the generation key):
- * the owner key alone, or in a Cluster all six of the semaphore's keys, as
- * the Cluster checks only the keys a call names, and a slot migration that
- * has moved some of them must answer TRYAGAIN, not let the script run on
- * half a semaphore
+ * How many keys an operation names: the owner key alone, or in a Cluster
+ * all six of the semaphore's keys, as the Cluster checks only the keys a
+ * call names, and a slot migration that has moved some of them must answer
+ * TRYAGAIN, not let the script run on half a semaphore; then the
+ * generation key
  */
 static int
-fcall_nkeys(bool with_gen)
+fcall_nkeys(void)
 {
-	return (cluster_enabled() ? (int) lengthof(key_suffixes) : 1) + (with_gen ? 1 : 0);
+	return (cluster_enabled() ? (int) lengthof(key_suffixes) : 1) + 1;
 }
 
 /* The key prefix of the semaphore call fcall_head made last (statistics) */
@@ -194,9 +194,9 @@ static char call_prefix[REDSEM_MAX_PREFIX_BYTES + 1];
 
 /*
  * Fill argv with "FCALL <library> <nkeys> <keys...> op" for a semaphore
- * (its owner key, then, for the operations that read it: acquire,
- * wait_check and gen_raise, its generation key); returns how many entries
- * that is (at most 3 + SCRIPT_NKEYS_MAX + 1).
+ * (its owner key, then its generation key: every operation names it, as
+ * any that may let a waiter in must stop in a grace, I15); returns how
+ * many entries that is (at most 3 + SCRIPT_NKEYS_MAX + 1).
  */
 int
 fcall_head(const char **argv, const char *prefix, const char *name,
@@ -204,9 +204,7 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 {
 	static const char *const counts[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
 	int			argc = 0;
-	bool		with_gen = strcmp(op, "acquire") == 0 || strcmp(op, "wait_check") == 0 ||
-		strcmp(op, "gen_raise") == 0;
-	int			nkeys = fcall_nkeys(with_gen);
+	int			nkeys = fcall_nkeys();
 
 	StaticAssertStmt(lengthof(counts) > SCRIPT_NKEYS_MAX, "a count for every number of keys");
 	strlcpy(call_prefix, redsem_prefix_or_setting(prefix),
@@ -214,10 +212,9 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 	argv[argc++] = "FCALL";
 	argv[argc++] = library_name();
 	argv[argc++] = counts[nkeys];
-	for (int i = 0; i < nkeys - (with_gen ? 1 : 0); i++)
+	for (int i = 0; i < nkeys - 1; i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);
-	if (with_gen)
-		argv[argc++] = gen_key(prefix, gen_slot(prefix, argv[3]));
+	argv[argc++] = gen_key(prefix, gen_slot(prefix, argv[3]));
 	argv[argc++] = op;
 	return argc;
 }
@@ -527,7 +524,7 @@ sem_acquire(RedisCall *call, const char *name, const char *id,
 	/* a try over a link opened or redirected during the call checks the era */
 	snprintf(fresh, sizeof(fresh), "e%s", strchr(flags, 'e') ? flags + 1 : flags);
 	changes = redis_route_changes();
-	call->fresh_argi = 3 + fcall_nkeys(true) + 1 + 8;
+	call->fresh_argi = 3 + fcall_nkeys() + 1 + 8;
 	call->fresh_arg = fresh;
 	call->fresh_since = changes;
 	ok = run_script(call, NULL, name, "acquire", nargs, args, &reply);

@@ -326,6 +326,40 @@ note 'the keeper learns first that Redis forgot: it starts the grace, and its se
 }
 
 ###########################################################################
+note 'waiters in line when a grace begins: a release does not let them in';
+{
+	# Under a prefix of its own: server A holds a slot (60 s lease), its
+	# keeper held still; Redis forgets; a server new to it takes kw1 and a
+	# second session of it waits behind; A's keeper starts the grace; the
+	# holder of kw1 gives it back.  Before, a release did not name the
+	# generation key, and promotion let the waiter in beside A's holder.
+	my $other = create_node('forget_kw', $redis, '');
+	my $h = session('kw_holder');
+	$h->query_ok("SET redsem.key_prefix = 'kw:'; SELECT redsem_acquire('kwa', 1, '60 s') IS NOT NULL;");
+	my $old = keeper_pid_of($node);
+	kill 'STOP', $old;
+	$redis->cli('FLUSHALL');
+	my $oh = RedsemTest::Session->new($other, name => 'kw_other_holder');
+	$oh->query_ok("SET redsem.key_prefix = 'kw:'; SELECT redsem_acquire('kw1', 1, '30 s') IS NOT NULL;");
+	my $ow = RedsemTest::Session->new($other, name => 'kw_other_waiter');
+	$ow->send("SET redsem.key_prefix = 'kw:'; SELECT redsem_acquire('kw1', 1, '30 s', wait => '6 s') IS NOT NULL;");
+	ok(defined wait_until(10, sub { $redis->cli('ZCARD', 'kw:{kw1}:waiting') == 1 }),
+		'a server new to Redis holds kw1 without grace, a waiter in line behind');
+	kill 'TERM', $old;
+	kill 'CONT', $old;
+	ok(defined wait_until(20, sub { ($redis->cli('GET', 'kw:gen') // '') =~ /^g/ }),
+		'server A\'s keeper starts the grace of its 60 s lease');
+	$oh->query_ok('SELECT redsem_release_all();');
+	my ($out) = $ow->wait_done(20);
+	is($out, 'f', 'the waiter is not let in during the grace: its wait runs out');
+	is($redis->cli('EXISTS', 'kw:{kw1}:owner'), '0', 'nobody holds kw1 beside A\'s holder');
+	$oh->quit;
+	$ow->quit;
+	$h->quit;
+	$other->stop;
+}
+
+###########################################################################
 note 'the script alone: a newcomer after the grace does not pass its waiters';
 {
 	my ($lib, $text) = RedsemTest::redsem_library();
@@ -441,6 +475,26 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	$g = $raise->(1000, '', $passed);
 	my ($us4, $u4) = $g =~ /^g(\d{16}):\d+:(\d+):/;
 	ok(defined $u4 && $u4 >= $u3 - 1000, "Redis forgets again: the new grace lasts as long as the first ($g)");
+	# a line that had no grace when one began (on another semaphore, or by
+	# a keeper's gen_raise): a release lets nobody in before it ends (every
+	# call names the key), and then the line moves
+	$redis->cli('FLUSHALL');
+	my $rl = $call->('fl', 'acquire', 'h', 1, 1, 60000, 0, 60000, 'test', '', '0', '', '', '');
+	my ($kl) = $rl =~ /\n(n\S+)$/;
+	ok(defined $kl, 'a server new to Redis: held at once, no grace');
+	like($call->('fl', 'acquire', 'w', 1, 1, 60000, 1, 60000, 'test', '', '0', '', $kl, ''), qr/^waiting/,
+		'a waiter behind it');
+	($tsec, $tus) = split /\n/, scalar $redis->cli('TIME');
+	$tnow = $tsec * 1000 + int($tus / 1000);
+	my ($lmade) = $kl =~ /^n(\d{16}):/;
+	my $lgrace = $tnow - int($lmade / 1000) + 2500;
+	like($raise->(1000, '', "n1700000000000000:$lgrace:0:0:$tnow:0:0:"), qr/^g/,
+		'a keeper that knew a generation Redis forgot starts a grace (2.5 s from now)');
+	$call->('fl', 'release', 'h');
+	ok($redis->cli('ZSCORE', 'redsem:{fl}:waiting', 'w') ne '', 'the release lets nobody in during it');
+	like($call->('fl', 'wait_check', 'w', 60000), qr/^waiting/, 'the waiter waits on');
+	sleep_full(3);
+	like($call->('fl', 'wait_check', 'w', 60000), qr/^held/, 'after the grace its look lets it in');
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
