@@ -21,8 +21,6 @@ struct redisReply;
  * permits, lease, wait, keepalive, origin, the generation known, its
  * flags, settle, priority, tenant)
  */
-#define SCRIPT_NKEYS 2
-#define SCRIPT_NKEYS_PLAIN 1	/* (the operations that read no generation) */
 #define SCRIPT_NKEYS_MAX 7		/* (in a Cluster: all six, and the generation) */
 #define SCRIPT_MAX_ARGS 12
 

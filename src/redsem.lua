@@ -313,7 +313,9 @@
 --     would cost a command per tenant waiting); and KEYS[2], which an
 --     acquire reads and may write first of all (I15): a conflict after it
 --     leaves a generation, which is the semaphores' as much as before (a
---     string there that is not one is left alone, and there is then none).
+--     string there that is not one is left alone, and there is then none;
+--     promotion reads it after writes, and takes a key of another type
+--     there for none: gen_sync).
 -- I15 Grace.  When Redis forgets (a restart without persistence,
 --     FLUSHALL), holders elsewhere still run under slots it no longer
 --     knows, until their keepers find them gone and stop them (src/stop.c),
@@ -1244,7 +1246,8 @@ end
 -- come in, into the reserve.
 function promote(sweep)
     if sweep then turn_away_unfit() end
-    if K_GEN and not GEN_SYNC then gen_sync() end  -- I15: a grace since
+    -- I15: a grace begun since (run_op synced a line that had one)
+    if K_GEN and not GEN_SYNC and waiter_count() > 0 then gen_sync() end
     if S.gu then                    -- I15: nobody comes in before it ends
         if NOW_MS < S.gu or not GEN_SYNC then return end
         set('gu', false)
@@ -1773,8 +1776,11 @@ function gen_sync()
     if GEN then
         untl = GRACE
     else
-        local f, _, _, u = gen_parts(redis.call('GET', K_GEN))
-        if f == 'g' then untl = u end
+        -- (I14: promotion may read it after writes: a key of another
+        -- type there is none, as another program's string is)
+        local v = redis.pcall('GET', K_GEN)
+        local f, _, _, u = gen_parts(type(v) == 'string' and v or nil)
+        if f == 'g' then untl = math.min(u, NOW_MS + GEN_KEEP_MS) end
     end
     if untl and untl > (S.gu or NOW_MS) then set('gu', untl) end
     GEN_SYNC = true
@@ -3840,8 +3846,8 @@ end
 -- The only way in (the library's function): check, read the state,
 -- housekeeping, the operation, write the state back and restore lifetimes.
 -- An index operation names the index key alone; a semaphore's names its
--- owner key, and its generation key second if it reads that, or, in a
--- Cluster, all six of its keys (and the generation key seventh: above)
+-- owner key and its generation key second, or, in a Cluster, all six of
+-- its keys and the generation key seventh (above)
 -- (the script trusts that the first is an owner key: checking its name
 -- would cost a call as much as a key does).
 function dispatch(keys, a)

@@ -495,6 +495,32 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	like($call->('fl', 'wait_check', 'w', 60000), qr/^waiting/, 'the waiter waits on');
 	sleep_full(3);
 	like($call->('fl', 'wait_check', 'w', 60000), qr/^held/, 'after the grace its look lets it in');
+	# promotion reads the key after writes (helper-133): a key of another
+	# type there is none (a release is not left half-done), and a grace
+	# text beyond a day (Redis's clock went back) is cut to a day, as an
+	# acquire cuts it
+	$redis->cli('FLUSHALL');
+	like($call->('fh', 'acquire', 'a', 3, 2, 60000, 0, 60000, 'test', '', '0', '', '', ''), qr/^held/, 'a holder of 2 permits of 3');
+	like($call->('fh', 'acquire', 'b', 3, 1, 60000, 0, 60000, 'test', '', '0', '', '', ''), qr/^held/, 'and one of 1');
+	like($call->('fh', 'acquire', 'c', 3, 2, 60000, 1, 60000, 'test', '', '0', '', '', ''), qr/^waiting/, 'a waiter for 2');
+	$redis->cli('DEL', 'redsem:gen');
+	$redis->cli('HSET', 'redsem:gen', 'x', '1');
+	is($call->('fh', 'release', 'a'), '1', 'a hash at the generation key: the release goes through');
+	ok($redis->cli('ZSCORE', 'redsem:{fh}:waiting', 'c') eq '', '... and promotes the waiter for 2');
+	is(scalar $redis->cli('HGET', 'redsem:{fh}:state', 'p:a') // '', '', '... nothing of the released holder is left');
+	$redis->cli('DEL', 'redsem:gen');
+	$call->('fh', 'release', $_) for qw(b c);
+	like($call->('fg', 'acquire', 'h', 1, 1, 60000, 0, 60000, 'test', '', '0', '', '', ''), qr/^held/, 'a holder');
+	like($call->('fg', 'acquire', 'w', 1, 1, 60000, 1, 60000, 'test', '', '0', '', '', ''), qr/^waiting/, 'a waiter');
+	($tsec, $tus) = split /\n/, scalar $redis->cli('TIME');
+	$tnow = $tsec * 1000 + int($tus / 1000);
+	$redis->cli('SET', 'redsem:gen', 'g1700000000000000:1000:' . ($tnow + 30 * 86400000) . ":0:$tnow:0:0:");
+	$call->('fg', 'release', 'h');
+	my $gu = $redis->cli('HGET', 'redsem:{fg}:state', 'gu') // 0;
+	ok($gu > $tnow && $gu <= $tnow + 86400000 + 60000, "a grace text 30 days long stops the line a day at most ($gu)");
+	$call->('fg', 'give_up', 'w');
+	is(scalar $redis->cli('EXISTS', 'redsem:{fg}:owner'), '0', '... (the waiter gives up: nothing left)');
+	$redis->cli('DEL', 'redsem:gen');
 	$redis->cli('SET', 'redsem:gen', 'not ours');
 	like($call->('fp', 'acquire', 'n2', 3, 1, 2000, 0, 60000, 'test', '', '0', '', $known, ''),
 		qr/^held\n\d+\n2000$/, 'a foreign string at the key: no generation, no grace, no error');
