@@ -38,7 +38,14 @@
  * WAIT's) reply is given REDIS_TICK_SLACK_MS past its own timeout and
  * redsem.command_timeout before the call gives up on it: with a short
  * command timeout (below 100 ms) a wait that ran out was reported as a
- * Redis that did not answer (08006) instead of as not obtained (55P03).  Every key of a
+ * Redis that did not answer (08006) instead of as not obtained (55P03).
+ * Redis is given at least REDIS_ANSWER_FLOOR_MS to answer from when a
+ * request was written, whatever is left of the call's deadline then: a
+ * backend stalled before it sent (stopped, starved of CPU, swapping) would
+ * otherwise find its deadline over at its first look and blame a Redis
+ * that answered at once (08006, or a ride for a waiter).  It is far above a
+ * loopback round trip, and short beside any command timeout that leaves
+ * room for one.  Every key of a
  * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
  * these two live in the script, and are repeated here as comments only.
  *
@@ -248,6 +255,7 @@
 #define WAIT_RECHECK_MS				PROMOTION_WINDOW_MS
 #define WAIT_PLACE_TTL_MS			(3 * WAIT_RECHECK_MS)
 #define REDIS_TICK_SLACK_MS			250
+#define REDIS_ANSWER_FLOOR_MS		250
 
 #define REDSEM_XACT_CLEANUP_MS		50
 #define REDSEM_EXIT_CLEANUP_MS		1000

@@ -57,6 +57,25 @@ redis_writes_started(void)
 	return writes_started;
 }
 
+/* When this process last finished writing a request (0: never) */
+static TimestampTz last_write_done = 0;
+
+/*
+ * The deadline of a reply: the call's, but at least REDIS_ANSWER_FLOOR_MS
+ * after the last request was written (timing.h: a backend stalled before
+ * it sent must not blame Redis)
+ */
+static TimestampTz
+answer_deadline(TimestampTz deadline)
+{
+	TimestampTz floor;
+
+	if (last_write_done == 0)
+		return deadline;
+	floor = TimestampTzPlusMilliseconds(last_write_done, REDIS_ANSWER_FLOOR_MS);
+	return Max(deadline, floor);
+}
+
 /* Write out everything hiredis has buffered, waiting on the socket */
 RedisStatus
 redis_context_flush(redisContext *c, TimestampTz deadline, bool interruptible)
@@ -70,11 +89,31 @@ redis_context_flush(redisContext *c, TimestampTz deadline, bool interruptible)
 		if (redisBufferWrite(c, &done) != REDIS_OK)
 			return RS_LOST;
 		if (done)
+		{
+			last_write_done = redsem_now();
 			return RS_OK;
+		}
 		if ((redis_wait_socket(c->fd, WL_SOCKET_WRITEABLE, deadline,
 							interruptible) & WL_TIMEOUT) && redis_past(deadline))
 			return RS_TIMED_OUT;
 	}
+}
+
+/*
+ * A look at the socket for no time once the deadline has passed (with
+ * WL_TIMEOUT): a process stopped past it during a wait (SIGSTOP, a starved
+ * CPU) comes back with none of what came meanwhile (epoll_wait ends with
+ * EINTR, and PostgreSQL's wait then finds its time over); a latch set
+ * then takes the one event, so it looks once more
+ */
+static int
+last_look(int fd, bool interruptible)
+{
+	int			rc = redis_wait_socket(fd, WL_SOCKET_READABLE, 0, interruptible);
+
+	if ((rc & WL_LATCH_SET) && !(rc & WL_SOCKET_READABLE))
+		rc = redis_wait_socket(fd, WL_SOCKET_READABLE, 0, interruptible);
+	return rc | WL_TIMEOUT;
 }
 
 /* Read the next reply (malloc'd by hiredis) into *reply, waiting on the socket */
@@ -85,6 +124,7 @@ redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
 	void	   *r = NULL;
 
 	*reply = NULL;
+	deadline = answer_deadline(deadline);
 	for (;;)
 	{
 		int			rc;
@@ -97,6 +137,8 @@ redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
 			return RS_OK;
 		}
 		rc = redis_wait_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
+		if ((rc & WL_TIMEOUT) && !(rc & WL_SOCKET_READABLE) && redis_past(deadline))
+			rc = last_look(c->fd, interruptible);
 		if (rc & WL_SOCKET_READABLE)
 		{
 			if (redisBufferRead(c) != REDIS_OK)
