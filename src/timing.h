@@ -39,13 +39,15 @@
  * redsem.command_timeout before the call gives up on it: with a short
  * command timeout (below 100 ms) a wait that ran out was reported as a
  * Redis that did not answer (08006) instead of as not obtained (55P03).
- * Redis is given at least REDIS_ANSWER_FLOOR_MS to answer from when a
- * request was written, whatever is left of the call's deadline then: a
- * backend stalled before it sent (stopped, starved of CPU, swapping) would
- * otherwise find its deadline over at its first look and blame a Redis
- * that answered at once (08006, or a ride for a waiter).  It is far above a
- * loopback round trip, and short beside any command timeout that leaves
- * room for one.  Every key of a
+ * A call that may be cancelled gives Redis at least REDIS_ANSWER_FLOOR_MS
+ * to answer from when its request was written, whatever is left of its
+ * deadline then: a backend stalled before it sent (stopped, starved of
+ * CPU, swapping) would otherwise find its deadline over at its first look
+ * and blame a Redis that answered at once (08006, or a ride for a
+ * waiter).  It is far above a loopback round trip, and short beside any
+ * command timeout that leaves room for one.  A call that may not be
+ * cancelled (a commit, abort or exit callback's, REDSEM_XACT_CLEANUP_MS;
+ * the keeper's budgets) keeps its own bound.  Every key of a
  * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
  * these two live in the script, and are repeated here as comments only.
  *

@@ -61,16 +61,18 @@ redis_writes_started(void)
 static TimestampTz last_write_done = 0;
 
 /*
- * The deadline of a reply: the call's, but at least REDIS_ANSWER_FLOOR_MS
- * after the last request was written (timing.h: a backend stalled before
- * it sent must not blame Redis)
+ * The deadline of a reply: the call's, but for a call that may be
+ * cancelled at least REDIS_ANSWER_FLOOR_MS after the last request was
+ * written (timing.h: a backend stalled before it sent must not blame
+ * Redis; one that may not be cancelled, a callback's or the keeper's,
+ * keeps its bound)
  */
 static TimestampTz
-answer_deadline(TimestampTz deadline)
+answer_deadline(TimestampTz deadline, bool interruptible)
 {
 	TimestampTz floor;
 
-	if (last_write_done == 0)
+	if (last_write_done == 0 || !interruptible)
 		return deadline;
 	floor = TimestampTzPlusMilliseconds(last_write_done, REDIS_ANSWER_FLOOR_MS);
 	return Max(deadline, floor);
@@ -99,23 +101,6 @@ redis_context_flush(redisContext *c, TimestampTz deadline, bool interruptible)
 	}
 }
 
-/*
- * A look at the socket for no time once the deadline has passed (with
- * WL_TIMEOUT): a process stopped past it during a wait (SIGSTOP, a starved
- * CPU) comes back with none of what came meanwhile (epoll_wait ends with
- * EINTR, and PostgreSQL's wait then finds its time over); a latch set
- * then takes the one event, so it looks once more
- */
-static int
-last_look(int fd, bool interruptible)
-{
-	int			rc = redis_wait_socket(fd, WL_SOCKET_READABLE, 0, interruptible);
-
-	if ((rc & WL_LATCH_SET) && !(rc & WL_SOCKET_READABLE))
-		rc = redis_wait_socket(fd, WL_SOCKET_READABLE, 0, interruptible);
-	return rc | WL_TIMEOUT;
-}
-
 /* Read the next reply (malloc'd by hiredis) into *reply, waiting on the socket */
 RedisStatus
 redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
@@ -124,7 +109,7 @@ redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
 	void	   *r = NULL;
 
 	*reply = NULL;
-	deadline = answer_deadline(deadline);
+	deadline = answer_deadline(deadline, interruptible);
 	for (;;)
 	{
 		int			rc;
@@ -137,8 +122,6 @@ redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
 			return RS_OK;
 		}
 		rc = redis_wait_socket(c->fd, WL_SOCKET_READABLE, deadline, interruptible);
-		if ((rc & WL_TIMEOUT) && !(rc & WL_SOCKET_READABLE) && redis_past(deadline))
-			rc = last_look(c->fd, interruptible);
 		if (rc & WL_SOCKET_READABLE)
 		{
 			if (redisBufferRead(c) != REDIS_OK)

@@ -126,8 +126,17 @@ redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptibl
 	int			rc;
 
 	ModifyWaitEvent(set, wait_set_socket_pos, io_events, NULL);
+	/*
+	 * (once the deadline has passed, a last look for no time: a process
+	 * stopped past it during the wait, SIGSTOP or a starved CPU, comes back
+	 * with none of what came meanwhile, as epoll_wait ends with EINTR and
+	 * the wait then finds its time over)
+	 */
 	if (WaitEventSetWait(set, redis_ms_until(deadline), &event, 1,
-						 wait_event_shown ? wait_event_shown : redsem_wait_event()) == 0)
+						 wait_event_shown ? wait_event_shown : redsem_wait_event()) == 0 &&
+		(!redis_past(deadline) ||
+		 WaitEventSetWait(set, 0, &event, 1,
+						  wait_event_shown ? wait_event_shown : redsem_wait_event()) == 0))
 		return WL_TIMEOUT;
 	rc = event.events;
 	if (rc & WL_LATCH_SET)
