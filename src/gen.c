@@ -4,8 +4,9 @@
  *
  * Every semaphore call names its generation key (second, or in a Cluster
  * seventh): "<prefix>gen" outside a Cluster, and in a Cluster that of its
- * slot, "<prefix>gen{<tag>}", where tag is a short number that hashes to that slot, so the key lives
- * on the same node as the semaphore (one per slot in use).  Acquires pass
+ * slot, "<prefix>gen{<tag>}", where tag is a short number that hashes to
+ * that slot, so the key lives on the same node as the semaphore (one per
+ * slot in use).  Acquires pass
  * the generation this server last saw there; the script makes everybody
  * wait out a grace period when the one it finds is another, or there is
  * none (Redis forgot), as long as the longest lease the caller knew of.

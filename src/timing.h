@@ -46,8 +46,9 @@
  * and blame a Redis that answered at once (08006, or a ride for a
  * waiter).  It is far above a loopback round trip, and short beside any
  * command timeout that leaves room for one.  A call that may not be
- * cancelled (a commit, abort or exit callback's, REDSEM_XACT_CLEANUP_MS;
- * the keeper's budgets) keeps its own bound.  Every key of a
+ * cancelled (a commit, abort or exit callback's, REDSEM_XACT_CLEANUP_MS)
+ * and the keeper's calls (KEEPER_NODE_MIN_BUDGET_MS and the rest of its
+ * budgets) keep their own bounds.  Every key of a
  * semaphore outlives its latest deadline by GRACE_MS (src/redsem.lua);
  * these two live in the script, and are repeated here as comments only.
  *

@@ -40,6 +40,31 @@ sub try_once
 		"SELECT redsem_acquire('$sem', 1, '$lease', wait => '0') IS NOT NULL");
 }
 
+# Under key prefix $prefix: this server (A) holds $sem (60 s lease), its
+# keeper held still; Redis forgets; a server new to Redis ($name) is made.
+# Returns that server, the holder's session and A's keeper's pid.
+sub forgotten_holder
+{
+	my ($name, $prefix, $sem) = @_;
+	my $other = create_node($name, $redis, '');
+	my $h = session("${prefix}_holder");
+	$h->query_ok("SET redsem.key_prefix = '$prefix:'; SELECT redsem_acquire('$sem', 1, '60 s') IS NOT NULL;");
+	my $keeper = keeper_pid_of($node);
+	kill 'STOP', $keeper;
+	$redis->cli('FLUSHALL');
+	return ($other, $h, $keeper);
+}
+
+# A's keeper, held still by forgotten_holder, restarted: true once it
+# started the grace under $prefix
+sub keeper_starts_grace
+{
+	my ($keeper, $prefix) = @_;
+	kill 'TERM', $keeper;
+	kill 'CONT', $keeper;
+	return defined wait_until(20, sub { ($redis->cli('GET', "$prefix:gen") // '') =~ /^g/ });
+}
+
 ###########################################################################
 note 'a fresh Redis admits at once; a refused call leaves no key';
 {
@@ -303,18 +328,11 @@ note 'the keeper learns first that Redis forgot: it starts the grace, and its se
 	# then started no grace beside the holder Redis forgot.
 	# (A's keeper is held still meanwhile: its count would start the grace
 	# before the new server's acquire)
-	my $other = create_node('forget_kf', $redis, '');
-	my $h = session('kf_holder');
-	$h->query_ok("SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf1', 1, '60 s') IS NOT NULL;");
-	my $old = keeper_pid_of($node);
-	kill 'STOP', $old;
-	$redis->cli('FLUSHALL');
+	my ($other, $h, $old) = forgotten_holder('forget_kf', 'kf', 'kf1');
 	is($other->safe_psql('postgres', "SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf2', 1, '2 s', wait => '0') IS NOT NULL"),
 		't', 'a server new to Redis makes the new generation and gets a slot at once');
 	like($redis->cli('GET', 'kf:gen'), qr/^n/, '... without grace');
-	kill 'TERM', $old;
-	kill 'CONT', $old;
-	ok(defined wait_until(20, sub { ($redis->cli('GET', 'kf:gen') // '') =~ /^g/ }),
+	ok(keeper_starts_grace($old, 'kf'),
 		'server A\'s new keeper counts its hold, and starts the grace of its 60 s lease')
 	  or diag($redis->cli('GET', 'kf:gen'));
 	is($node->safe_psql('postgres', "SET redsem.key_prefix = 'kf:'; SELECT redsem_acquire('kf3', 1, '2 s', wait => '0') IS NOT NULL"),
@@ -333,22 +351,14 @@ note 'waiters in line when a grace begins: a release does not let them in';
 	# second session of it waits behind; A's keeper starts the grace; the
 	# holder of kw1 gives it back.  Before, a release did not name the
 	# generation key, and promotion let the waiter in beside A's holder.
-	my $other = create_node('forget_kw', $redis, '');
-	my $h = session('kw_holder');
-	$h->query_ok("SET redsem.key_prefix = 'kw:'; SELECT redsem_acquire('kwa', 1, '60 s') IS NOT NULL;");
-	my $old = keeper_pid_of($node);
-	kill 'STOP', $old;
-	$redis->cli('FLUSHALL');
+	my ($other, $h, $old) = forgotten_holder('forget_kw', 'kw', 'kwa');
 	my $oh = RedsemTest::Session->new($other, name => 'kw_other_holder');
 	$oh->query_ok("SET redsem.key_prefix = 'kw:'; SELECT redsem_acquire('kw1', 1, '30 s') IS NOT NULL;");
 	my $ow = RedsemTest::Session->new($other, name => 'kw_other_waiter');
 	$ow->send("SET redsem.key_prefix = 'kw:'; SELECT redsem_acquire('kw1', 1, '30 s', wait => '6 s') IS NOT NULL;");
 	ok(defined wait_until(10, sub { $redis->cli('ZCARD', 'kw:{kw1}:waiting') == 1 }),
 		'a server new to Redis holds kw1 without grace, a waiter in line behind');
-	kill 'TERM', $old;
-	kill 'CONT', $old;
-	ok(defined wait_until(20, sub { ($redis->cli('GET', 'kw:gen') // '') =~ /^g/ }),
-		'server A\'s keeper starts the grace of its 60 s lease');
+	ok(keeper_starts_grace($old, 'kw'), 'server A\'s keeper starts the grace of its 60 s lease');
 	$oh->query_ok('SELECT redsem_release_all();');
 	my ($out) = $ow->wait_done(20);
 	is($out, 'f', 'the waiter is not let in during the grace: its wait runs out');

@@ -61,18 +61,18 @@ redis_writes_started(void)
 static TimestampTz last_write_done = 0;
 
 /*
- * The deadline of a reply: the call's, but for a call that may be
- * cancelled at least REDIS_ANSWER_FLOOR_MS after the last request was
+ * The deadline of a reply: the call's, but for a session's call that may
+ * be cancelled at least REDIS_ANSWER_FLOOR_MS after the last request was
  * written (timing.h: a backend stalled before it sent must not blame
- * Redis; one that may not be cancelled, a callback's or the keeper's,
- * keeps its bound)
+ * Redis; a call that may not be cancelled, a callback's, and the keeper's
+ * calls, whose budgets are its own, keep their bounds)
  */
 static TimestampTz
 answer_deadline(TimestampTz deadline, bool interruptible)
 {
 	TimestampTz floor;
 
-	if (last_write_done == 0 || !interruptible)
+	if (last_write_done == 0 || !interruptible || MyBackendType != B_BACKEND)
 		return deadline;
 	floor = TimestampTzPlusMilliseconds(last_write_done, REDIS_ANSWER_FLOOR_MS);
 	return Max(deadline, floor);
