@@ -507,7 +507,7 @@ local GEN, GRACE, GEN_SYNC
 -- value a name has then: only a name of a section above it.)
 --  1 BASICS: counts of members and waiters, texts, writes, keys
 local member_count, waiter_count, follow_waiters, is_empty, held_permits, int,
-    now_us_text, set, wake_key, nudge_key, call_chunked
+    now_us_text, set, wake_key, nudge_key, removed_key, call_chunked
 --  2 MEMBERS: a member's info and permits (I1), the limit in effect (I8)
 local parse_info, tenant_of_info, make_info, is_member, is_waiting,
     permits_of, count_permits, limit_in_effect
@@ -607,6 +607,10 @@ end
 
 function nudge_key(id)
     return BASE .. 'nudge:' .. id
+end
+
+function removed_key(id)
+    return BASE .. 'removed:' .. id
 end
 
 -- Run cmd on key with the arguments in list, at most CHUNK of them per
@@ -1699,7 +1703,7 @@ local function confirm(id)
     if S.fz > 0 and redis.call('HGET', K_STATE, 'f:' .. id) then
         remove(id)
         if not is_empty() then promote() end
-        redis.call('DEL', BASE .. 'removed:' .. id)
+        redis.call('DEL', removed_key(id))
         return {'removed'}
     end
     local lease = parse_info(redis.call('HGET', K_INFO, id))
@@ -2078,7 +2082,7 @@ OPS.acquire = {
 -- What a member's look finds when it is no longer one: 'removed' once,
 -- if an administrator removed it (mark_removed), else 'lost'.
 local function not_member(id)
-    if redis.call('DEL', BASE .. 'removed:' .. id) == 1 then return {'removed'} end
+    if redis.call('DEL', removed_key(id)) == 1 then return {'removed'} end
     return {'lost'}
 end
 
@@ -2142,7 +2146,7 @@ local REMOVED_KEEP_MS = 120000
 -- 'lost' (after which it would queue again at the back), if it comes
 -- within REMOVED_KEEP_MS.
 local function mark_removed(id)
-    redis.call('SET', BASE .. 'removed:' .. id, '1', 'PX', int(REMOVED_KEEP_MS + GRACE_MS))
+    redis.call('SET', removed_key(id), '1', 'PX', int(REMOVED_KEEP_MS + GRACE_MS))
 end
 
 -- An administrator removes waiter id from the line: it is told to look
@@ -2172,7 +2176,7 @@ local function op_release(id, forced, gone)
         select(3, parse_info(redis.call('HGET', K_INFO, id)))
     local waited = remove(id)
     -- (its own release: it ran, so a removed marker of it speaks to nobody)
-    if marked or (own and waited == nil) then redis.call('DEL', BASE .. 'removed:' .. id) end
+    if marked or (own and waited == nil) then redis.call('DEL', removed_key(id)) end
     if waited == nil then return 0 end
     if since and not waited then    -- I16: how long it held, a sample
         set('as', S.as + math.min(math.max(NOW_MS - since, 0), S.ac or math.huge))
