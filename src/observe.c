@@ -10,9 +10,11 @@
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_authid_d.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
@@ -137,12 +139,15 @@ text_field(char **fields, int nfields, int i, bool *isnull)
 
 /*
  * One row of redsem_holders().  The holder id is what releases a slot, so
- * it is shown only to administrators and to the session that holds it.
+ * it is shown only to administrators and to the session that holds it;
+ * the server names a host and port, so it is shown as pg_stat_activity
+ * shows client_addr: to those and to members of pg_read_all_stats.
  */
 static void
 put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
-			   TimestampTz now, bool admin)
+			   TimestampTz now, bool admin, bool sees_servers)
 {
+	bool		own = hold_is_own(m->id);
 	Datum		values[HOLDERS_COLUMNS];
 	bool		nulls[HOLDERS_COLUMNS] = {0};
 	char	   *info[6];
@@ -155,12 +160,15 @@ put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
 
 	values[0] = Int32GetDatum(position);
 	values[1] = CStringGetTextDatum(m->waiting ? "waiting" : "holding");
-	nulls[2] = !(admin || hold_is_own(m->id));
+	nulls[2] = !(admin || own);
 	values[2] = nulls[2] ? (Datum) 0 : CStringGetTextDatum(m->id);
 	values[3] = Int64GetDatum(m->ticket);
 	nulls[4] = m->waiting || m->ms_left < 0;
 	values[4] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, m->ms_left));
-	values[5] = text_field(origin, norigin, 0, &nulls[5]);
+	if (sees_servers || own)
+		values[5] = text_field(origin, norigin, 0, &nulls[5]);
+	else
+		nulls[5] = true;
 	nulls[6] = (norigin < 2 || origin[1][0] == '\0');
 	values[6] = nulls[6] ? (Datum) 0 : Int32GetDatum(atoi(origin[1]));
 	values[7] = text_field(origin, norigin, 2, &nulls[7]);
@@ -187,6 +195,8 @@ redsem_holders(PG_FUNCTION_ARGS)
 	SemMember  *members;
 	int			count;
 	bool		admin = redsem_is_admin();
+	bool		sees_servers = admin ||
+		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 	TimestampTz now;
 
 	InitMaterializedSRF(fcinfo, 0);
@@ -194,7 +204,7 @@ redsem_holders(PG_FUNCTION_ARGS)
 	(void) sem_list(&call, name, &members, &count);
 	now = GetCurrentTimestamp();
 	for (int i = 0; i < count; i++)
-		put_holder_row(rsinfo, &members[i], i + 1, now, admin);
+		put_holder_row(rsinfo, &members[i], i + 1, now, admin, sees_servers);
 	return (Datum) 0;
 }
 

@@ -25,6 +25,7 @@ $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE ROLE mallory LOGIN;
 	CREATE ROLE dba LOGIN IN ROLE redsem_admin;
+	CREATE ROLE watcher LOGIN IN ROLE pg_monitor;
 });
 my $alice = RedsemTest::Session->new($node, name => 'alice', user => 'alice');
 my $mallory = RedsemTest::Session->new($node, name => 'mallory', user => 'mallory');
@@ -46,6 +47,20 @@ is($alice->query_ok(q{SELECT id FROM redsem_holders('own');}), $id,
 is($dba->query_ok(q{SELECT id FROM redsem_holders('own');}), $id,
 	'a member of redsem_admin sees it');
 is($su->query_ok(q{SELECT id FROM redsem_holders('own');}), $id, 'so does a superuser');
+
+# the server names a host and port: shown as pg_stat_activity shows client_addr
+my $server = $su->query_ok(q{SELECT server FROM redsem_holders('own');});
+isnt($server, '', 'a superuser sees which server holds');
+is($mallory->query_ok(q{SELECT server IS NULL, pid IS NOT NULL FROM redsem_holders('own');}),
+	't|t', 'mallory does not see which server (nor does redsem_queue_servers() let her)');
+is($alice->query_ok(q{SELECT server FROM redsem_holders('own');}), $server,
+	'alice sees the server of her own slot');
+is($dba->query_ok(q{SELECT server FROM redsem_holders('own');}), $server,
+	'a member of redsem_admin sees it');
+my $watcher = RedsemTest::Session->new($node, name => 'watcher', user => 'watcher');
+is($watcher->query_ok(q{SELECT server, id IS NULL FROM redsem_holders('own');}), "$server|t",
+	'a member of pg_monitor sees it (pg_read_all_stats), not the id');
+$watcher->quit;
 
 ###########################################################################
 note 'nobody but alice can release or refresh it, even knowing the id';
