@@ -40,6 +40,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -1712,7 +1713,7 @@ send_upstream(Client *c, Upstream *u, const redisReply *cmd)
 	size_t	   *argvlen = palloc(sizeof(size_t) * cmd->elements);
 	char	   *formatted;
 	int			len;
-	Pending		p;
+	Pending		p = {0};
 
 	for (size_t i = 0; i < cmd->elements; i++)
 	{
@@ -2255,15 +2256,37 @@ update_interest(void)
 	}
 }
 
-/* Give up every upstream whose oldest command is past its deadline */
+/*
+ * True if Redis's bytes already wait on fd (a look for no time).  A broker
+ * stopped past a deadline (SIGSTOP, a starved CPU) wakes to a wait that
+ * ends on its time without looking at the sockets: what Redis answered
+ * meanwhile must not be called silence.
+ */
+static bool
+answer_waiting(int fd)
+{
+	struct pollfd p = {.fd = fd,.events = POLLIN};
+
+	return poll(&p, 1, 0) > 0;
+}
+
+/*
+ * Give up every upstream whose oldest command is past its deadline, but
+ * one with bytes waiting once per command: the next turn reads them
+ */
 static void
 check_deadlines(TimestampTz now)
 {
 	for (int i = 0; i < n_upstreams; i++)
 	{
 		Upstream   *u = upstreams[i];
+		Pending    *head;
 
-		if (u->ctx != NULL && u->count > 0 && broker_fifo_head(u)->deadline <= now)
+		if (u->ctx == NULL || u->count == 0 || (head = broker_fifo_head(u))->deadline > now)
+			continue;
+		if (!head->looked && answer_waiting(u->ctx->fd))
+			head->looked = true;
+		else
 			fail_upstream(u, "no answer within redsem.command_timeout");
 	}
 }

@@ -176,7 +176,7 @@ broker_send_own(Upstream *u, int argc, const char **argv, PendKind what, int poo
 {
 	char	   *formatted;
 	int			len = redisFormatCommandArgv(&formatted, argc, argv, NULL);
-	Pending		p;
+	Pending		p = {0};
 
 	p.what = what;
 	p.client = pool;

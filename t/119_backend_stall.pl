@@ -4,6 +4,16 @@
 # from the write (src/timing.h).  From helper-134's fault-injection probe:
 # before, about half of 1.3-s pauses of a try-acquire loop (command
 # timeout 1 s) ended in 08006 "did not answer within 1000 ms".
+#
+# A broker stopped past its own deadline for Redis's answer
+# (redsem.command_timeout plus BROKER_TIMEOUT_MARGIN_MS; broker mode, its
+# polling off so that the stop finds it in its wait) reads what Redis
+# answered meanwhile instead of calling it silence: before, it closed its
+# connection to Redis ("no answer within redsem.command_timeout") and with
+# it the link of every backend of that Redis.  (The backend whose call was
+# under way when the broker stopped has its own 08006 by then: it waits
+# for the broker only redsem.command_timeout, and cannot tell a stopped
+# broker from a frozen path to Redis.)
 
 use strict;
 use warnings FATAL => 'all';
@@ -19,7 +29,7 @@ use Time::HiRes qw(time usleep);
 
 my $redis = RedsemTest::Redis->new;
 my $node = create_node('stall', $redis, "redsem.command_timeout = 1000\n");
-$node->safe_psql('postgres', <<'SQL');
+my $stall_loop = <<'SQL';
 CREATE PROCEDURE stall_loop(n int) LANGUAGE plpgsql AS $$
 DECLARE id text;
 BEGIN
@@ -33,6 +43,7 @@ BEGIN
   END LOOP;
 END $$;
 SQL
+$node->safe_psql('postgres', $stall_loop);
 
 my $s = RedsemTest::Session->new($node, name => 'stalled');
 $s->send("CALL stall_loop(100000000);");
@@ -58,5 +69,48 @@ ok(defined wait_until(10, sub { $redis->zcard('st', 'owner') == 0 }), 'no slot l
   or diag(join(' ', $redis->cli('ZRANGE', 'redsem:{st}:owner', 0, -1, 'WITHSCORES')));
 node_log_is_clean($node, 'no crash, no assertion failure');
 $node->stop;
+
+###########################################################################
+note 'a broker stopped past its deadline reads what Redis answered';
+
+my $bnode = create_node('bstall', $redis, <<'EOC');
+redsem.command_timeout = 1000
+redsem.connection_mode = broker
+redsem.broker_poll = 0
+EOC
+$bnode->safe_psql('postgres', $stall_loop);
+my $idle = RedsemTest::Session->new($bnode, name => 'idle');
+is($idle->query_ok(q{SELECT redsem_acquire('st2', 1, '60 s') IS NOT NULL;}), 't',
+	'an idle session holds a slot through the broker');
+my $bs = RedsemTest::Session->new($bnode, name => 'looping');
+$bs->send("CALL stall_loop(100000000);");
+my $broker = broker_pid_of($bnode);
+ok(defined $broker, 'the broker runs');
+my $off = -s $bnode->logfile;
+($pauses, $end) = (0, time + 10);
+while (time < $end)
+{
+	usleep(int(rand(300_000)));
+	kill 'STOP', $broker;
+	sleep_full(2.3);
+	kill 'CONT', $broker;
+	$pauses++;
+}
+is(broker_pid_of($bnode), $broker, 'the same broker all along');
+$bnode->safe_psql('postgres', 'SELECT pg_cancel_backend(' . $bs->backend_pid . ')');
+$bs->wait_done(30);
+note("$pauses pauses of 2.3 s");
+my $log = slurp_file($bnode->logfile, $off);
+my @closed = $log =~ /(redsem broker closed its connection to Redis[^\n]*)/g;
+is(join("\n", @closed), '', 'the broker kept its connection to Redis: what Redis answered was read');
+@errors = grep { !/^08006 Redis at .* did not answer within 1000 ms$/ } $log =~ /WARNING:  stall_loop: ([^\n]{0,160})/g;
+is(join("\n", @errors), '', 'the looping session saw nothing but its own 08006 while the broker was stopped');
+is($idle->query_ok(q{SELECT redsem_release('st2', (SELECT id FROM redsem_held() WHERE name = 'st2'));}), 't',
+	'the idle session gives its slot back on its link of before');
+$bs->quit;
+$idle->quit;
+ok(defined wait_until(10, sub { $redis->zcard('st', 'owner') == 0 }), 'no slot left taken once the session ended');
+node_log_is_clean($bnode, 'no crash, no assertion failure');
+$bnode->stop;
 $redis->stop;
 done_testing();
