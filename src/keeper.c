@@ -597,9 +597,12 @@ hold_refreshed(const HoldCopy *c, int64 lease, TimestampTz sent)
 	ereport(LOG,
 			(errmsg("redsem keeper found the slot of semaphore \"%s\" held by process %d already gone",
 					c->hold.name, c->hold.pid),
-			 c->hold.confirm_ms > 0 ?
+			 c->hold.confirm_ms > 0 && since >= c->hold.confirm_ms ?
 			 errdetail("It was promoted from the line and not confirmed within its promotion window of " INT64_FORMAT " ms; its last look in line was " INT64_FORMAT " ms ago.",
 					   c->hold.confirm_ms, since) :
+			 c->hold.confirm_ms > 0 ?
+			 errdetail("It was promoted from the line, and Redis no longer had it though its promotion window of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction), or an administrator freed it with redsem_force_release(..., holder_gone => true).",
+					   c->hold.confirm_ms, c->hold.confirm_ms - since) :
 			 since < c->hold.lease_ms ?
 			 errdetail("Redis no longer had it though its lease of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction), or an administrator freed it with redsem_force_release(..., holder_gone => true).",
 					   c->hold.lease_ms, c->hold.lease_ms - since) :
