@@ -35,6 +35,7 @@
  */
 #include "postgres.h"
 
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2271,8 +2272,31 @@ answer_waiting(int fd)
 }
 
 /*
- * Give up every upstream whose oldest command is past its deadline, but
- * one with bytes waiting once per command: the next turn reads them
+ * Read what already waits on upstream u's socket, handing over every whole
+ * reply: no more than was there when it began (one read takes at most
+ * 16 kB, and an answer may be larger), so a Redis that trickles bytes is
+ * not read for ever
+ */
+static void
+read_waiting(Upstream *u)
+{
+	int			queued = 0;
+
+	if (ioctl(u->ctx->fd, FIONREAD, &queued) != 0)
+		queued = 0;
+	for (int reads = queued / 1024 + 1; reads > 0 && u->ctx != NULL; reads--)
+	{
+		upstream_read(u);
+		if (u->ctx == NULL || !answer_waiting(u->ctx->fd))
+			break;
+	}
+}
+
+/*
+ * Give up every upstream whose oldest command is past its deadline; each
+ * command gets one look first, which reads what Redis already sent (here,
+ * not at the next turn: a set latch or a full event list may keep that
+ * turn from the socket)
  */
 static void
 check_deadlines(TimestampTz now)
@@ -2282,12 +2306,17 @@ check_deadlines(TimestampTz now)
 		Upstream   *u = upstreams[i];
 		Pending    *head;
 
-		if (u->ctx == NULL || u->count == 0 || (head = broker_fifo_head(u))->deadline > now)
-			continue;
-		if (!head->looked && answer_waiting(u->ctx->fd))
+		while (u->ctx != NULL && u->count > 0 &&
+			   (head = broker_fifo_head(u))->deadline <= now)
+		{
+			if (head->looked || !answer_waiting(u->ctx->fd))
+			{
+				fail_upstream(u, "no answer within redsem.command_timeout");
+				break;
+			}
 			head->looked = true;
-		else
-			fail_upstream(u, "no answer within redsem.command_timeout");
+			read_waiting(u);
+		}
 	}
 }
 

@@ -56,8 +56,8 @@ typedef struct Pending
 	uint64		stamp;			/* ... its map's changes when sent */
 	bool		sees;			/* ... a redirection in reply brings its client
 								 * up to date (broker_cluster_reply) */
-	bool		looked;			/* past its deadline, bytes were waiting: the
-								 * next turn reads them (check_deadlines) */
+	bool		looked;			/* past its deadline, it had its one look at
+								 * what Redis sent (check_deadlines) */
 } Pending;
 
 /*

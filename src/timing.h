@@ -307,7 +307,9 @@
  * Redis connection whose oldest command is not answered within
  * redsem.command_timeout plus BROKER_TIMEOUT_MARGIN_MS (plus the command's
  * own wait: BLPOP, WAIT), which is longer than any backend waits, so a
- * backend times out first and sees its own 08006.  A connection is
+ * backend times out first and sees its own 08006 (past that deadline it
+ * first reads what already waits on the socket, once per command: a broker
+ * stopped past it wakes without having read).  A connection is
  * opened by a forked opener within the asking session's
  * redsem.connect_timeout; the broker kills an opener still there
  * BROKER_OPEN_KILL_MARGIN_MS after that (its own deadline has passed: it

@@ -55,6 +55,10 @@ is($mallory->query_ok(q{SELECT server IS NULL, pid IS NOT NULL FROM redsem_holde
 	't|t', 'mallory does not see which server (nor does redsem_queue_servers() let her)');
 is($alice->query_ok(q{SELECT server FROM redsem_holders('own');}), $server,
 	'alice sees the server of her own slot');
+my $alice2 = RedsemTest::Session->new($node, name => 'alice2', user => 'alice');
+is($alice2->query_ok(q{SELECT server IS NULL FROM redsem_holders('own');}), 't',
+	'... another session of hers does not (the slot is the session\'s)');
+$alice2->quit;
 is($dba->query_ok(q{SELECT server FROM redsem_holders('own');}), $server,
 	'a member of redsem_admin sees it');
 my $watcher = RedsemTest::Session->new($node, name => 'watcher', user => 'watcher');

@@ -13,7 +13,9 @@
 # it the link of every backend of that Redis.  (The backend whose call was
 # under way when the broker stopped has its own 08006 by then: it waits
 # for the broker only redsem.command_timeout, and cannot tell a stopped
-# broker from a frozen path to Redis.)
+# broker from a frozen path to Redis.)  Once at random moments under a
+# loop, once in a fixed order with an answer larger than one read waiting
+# (helper-137: the look reads it whole, at once).
 
 use strict;
 use warnings FATAL => 'all';
@@ -105,6 +107,31 @@ my @closed = $log =~ /(redsem broker closed its connection to Redis[^\n]*)/g;
 is(join("\n", @closed), '', 'the broker kept its connection to Redis: what Redis answered was read');
 @errors = grep { !/^08006 Redis at .* did not answer within 1000 ms$/ } $log =~ /WARNING:  stall_loop: ([^\n]{0,160})/g;
 is(join("\n", @errors), '', 'the looping session saw nothing but its own 08006 while the broker was stopped');
+
+# The same with an answer larger than one read (16 kB) waiting, in a fixed
+# order: Redis stopped, a call sent on to it, the broker stopped, Redis
+# let go (it answers), the broker let go past its deadline
+$bnode->safe_psql('postgres', q{DO $$ BEGIN FOR i IN 1 .. 600 LOOP
+	PERFORM redsem_set_limit('a_semaphore_with_a_rather_long_name_to_fill_the_index_' || i, 1);
+END LOOP; END $$;});
+my $big = RedsemTest::Session->new($bnode, name => 'big');
+is($big->query_ok(q{SELECT count(*) >= 600 FROM redsem_semaphores();}), 't',
+	'600 stored limits: the index that redsem_semaphores() reads first is some 40 kB');
+$off = -s $bnode->logfile;
+$redis->freeze;
+$big->send(q{SELECT count(*) FROM redsem_semaphores();});
+usleep(300_000);
+kill 'STOP', $broker;
+$redis->thaw;
+sleep_full(2.3);
+kill 'CONT', $broker;
+my (undef, $err) = $big->wait_done(30);
+like($err, qr/08006|did not answer/, 'the call under way got its own 08006 (it waited 1 s for the broker)');
+$log = slurp_file($bnode->logfile, $off);
+@closed = $log =~ /(redsem broker closed its connection to Redis[^\n]*)/g;
+is(join("\n", @closed), '', 'the broker read the large answer that waited: it kept its connection to Redis');
+is($big->query_ok(q{SELECT count(*) >= 600 FROM redsem_semaphores();}), 't', 'the next call is served');
+$big->quit;
 is($idle->query_ok(q{SELECT redsem_release('st2', (SELECT id FROM redsem_held() WHERE name = 'st2'));}), 't',
 	'the idle session gives its slot back on its link of before');
 $bs->quit;
