@@ -29,4 +29,7 @@
  */
 #define REDSEM_QUEUE_PREFIX		"queue:"
 
+/* The extension's name (pg_extension) */
+#define REDSEM_EXTENSION_NAME	"redsem"
+
 #endif							/* REDSEM_BOUNDS_H */

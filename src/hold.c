@@ -878,6 +878,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	target = redis_target_signature();
 	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
 	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,
+								scope == HOLD_STATEMENT,
 								lease_ms, permits, privileged,
 								GetSessionUserId(), !privileged,
 								(SlotLostPolicy) redsem_on_slot_lost);

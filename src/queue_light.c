@@ -42,14 +42,19 @@
 
 #include "access/htup_details.h"
 #include "access/transam.h"
+#include "catalog/dependency.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
 #include "nodes/nodeFuncs.h"
+#include "commands/extension.h"
 #include "nodes/pg_list.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
 #include "queue_cost.h"
+#include "bounds.h"
 #include "queue_light.h"
 
 /* The end of a name, and whether it must be the whole name */
@@ -72,9 +77,9 @@ static const NamePattern heavy_names[] = {
 };
 
 /*
- * The volatile set-returning functions that only list the server's own
- * state or catalogs (the system views scan them; psql's \d calls
- * pg_partition_ancestors): light
+ * The volatile functions that only list the server's own state or
+ * catalogs (the system views scan them; psql's \d calls
+ * pg_partition_ancestors; redsem_activity, pg_blocking_pids): light
  */
 static const char *const view_functions[] = {
 	"pg_lock_status", "pg_get_backend_memory_contexts", "pg_get_shmem_allocations",
@@ -87,7 +92,51 @@ static const char *const view_functions[] = {
 	"pg_available_extensions", "pg_available_extension_versions", "pg_config",
 	"pg_stat_get_slru", "pg_stat_get_io", "pg_get_keywords",
 	"pg_partition_ancestors", "pg_partition_tree",
+	"pg_blocking_pids", "pg_safe_snapshot_blocking_pids",
 };
+
+/*
+ * Volatile built-ins that only signal other processes: light, so that an
+ * administrator in a session the queue governs can cancel a full queue's
+ * blocker, or reload a setting, without waiting behind it (helper-136)
+ */
+static const char *const signal_functions[] = {
+	"pg_cancel_backend", "pg_terminate_backend", "pg_reload_conf",
+};
+
+/*
+ * redsem's own functions a light statement may call, by C symbol: they
+ * look at or change redsem's state (Redis, this server's shared memory),
+ * run no SQL and read no data of the users, so that an administrator in a
+ * session the queue governs can look at a full queue, change its cap and
+ * free its slots (helper-136: each waited behind the queue and failed
+ * with 55P03).  Taking a slot (redsem_acquire, redsem_acquire_xact,
+ * redsem_guard) is not light: it may wait.
+ */
+static const char *const own_light_functions[] = {
+	"redsem_release", "redsem_refresh", "redsem_release_all", "redsem_force_release",
+	"redsem_set_limit", "redsem_limit", "redsem_set_adaptive_limit", "redsem_adaptive_limit",
+	"redsem_set_rate", "redsem_rate", "redsem_set_reserve", "redsem_reserve",
+	"redsem_set_tenant_weight", "redsem_tenants", "redsem_semaphore", "redsem_held",
+	"redsem_holders", "redsem_token", "redsem_keeper_active", "redsem_stats",
+	"redsem_stats_reset", "redsem_queues", "redsem_create_queue", "redsem_alter_queue",
+	"redsem_drop_queue", "redsem_queue_servers", "redsem_server_holds", "redsem_semaphores",
+};
+
+/* The process hash values (PlanInvalItem) of redsem's functions a plan calls */
+#define MAX_OWN_CALLED 32
+static uint32 own_called[MAX_OWN_CALLED];
+static int	n_own_called;
+
+/* True if name is one of the count strings of list */
+static bool
+name_in(const char *name, const char *const *list, int count)
+{
+	for (int i = 0; i < count; i++)
+		if (strcmp(name, list[i]) == 0)
+			return true;
+	return false;
+}
 
 /* True if name matches pattern p */
 static bool
@@ -123,6 +172,19 @@ heavy_builtin(Oid funcid)
 	return heavy;
 }
 
+/* True if volatile built-in funcid only signals other processes */
+static bool
+signal_function(Oid funcid)
+{
+	char	   *name = get_func_name(funcid);
+	bool		found = name != NULL &&
+		name_in(name, signal_functions, lengthof(signal_functions));
+
+	if (name != NULL)
+		pfree(name);
+	return found;
+}
+
 /* True if volatile set-returning function funcid lists the server's state */
 static bool
 view_function(Oid funcid)
@@ -137,12 +199,52 @@ view_function(Oid funcid)
 	return found;
 }
 
-/* True if function funcid is one a light statement may not call */
+/*
+ * True if funcid is one of redsem's light functions (above): a C function
+ * of the extension (only a superuser can add one to it), by its symbol,
+ * whatever its SQL name or schema
+ */
+static bool
+own_light_function(Oid funcid)
+{
+	Oid			redsem = get_extension_oid(REDSEM_EXTENSION_NAME, true);
+	HeapTuple	tuple;
+	bool		own = false;
+	Datum		d;
+	bool		isnull;
+
+	if (!OidIsValid(redsem) || getExtensionOfObject(ProcedureRelationId, funcid) != redsem)
+		return false;
+	tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(funcid));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	if (((Form_pg_proc) GETSTRUCT(tuple))->prolang == ClanguageId)
+	{
+		d = SysCacheGetAttr(PROCOID, tuple, Anum_pg_proc_prosrc, &isnull);
+		own = !isnull && name_in(TextDatumGetCString(d), own_light_functions,
+								 lengthof(own_light_functions));
+	}
+	ReleaseSysCache(tuple);
+	return own;
+}
+
+/*
+ * True if function funcid is one a light statement may not call (one of
+ * redsem's light ones is noted, for builtin_or_own_functions_only)
+ */
 static bool
 heavy_function(Oid funcid, void *context)
 {
-	return funcid >= FirstNormalObjectId || heavy_builtin(funcid) ||
-		(func_volatile(funcid) == PROVOLATILE_VOLATILE && !view_function(funcid));
+	if (funcid >= FirstNormalObjectId)
+	{
+		if (n_own_called == MAX_OWN_CALLED || !own_light_function(funcid))
+			return true;
+		own_called[n_own_called++] = GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(funcid));
+		return false;
+	}
+	return heavy_builtin(funcid) ||
+		(func_volatile(funcid) == PROVOLATILE_VOLATILE && !view_function(funcid) &&
+		 !signal_function(funcid));
 }
 
 /* True if expression (or list) node may be heavy (above) */
@@ -256,6 +358,20 @@ light_node(const Plan *plan, void *arg)
 }
 
 /*
+ * True if relid is one of redsem's views (redsem_stats, redsem_queues,
+ * redsem_activity: over redsem's light functions and the system's views),
+ * which PostgreSQL 15 keeps in the range table for its permission checks
+ */
+static bool
+own_view(Oid relid)
+{
+	Oid			redsem = get_extension_oid(REDSEM_EXTENSION_NAME, true);
+
+	return get_rel_relkind(relid) == RELKIND_VIEW && OidIsValid(redsem) &&
+		getExtensionOfObject(RelationRelationId, relid) == redsem;
+}
+
+/*
  * True if no relation the plan reads is a user's (its range table's: the
  * plan's relationOids also hold every OID constant, such as psql's
  * "WHERE c.oid = '16424'")
@@ -269,21 +385,35 @@ system_relations_only(const List *rtable)
 	{
 		const RangeTblEntry *rte = (const RangeTblEntry *) lfirst(lc);
 
-		if (rte->rtekind == RTE_RELATION && rte->relid >= FirstNormalObjectId)
+		if (rte->rtekind == RTE_RELATION && rte->relid >= FirstNormalObjectId &&
+			!own_view(rte->relid))
 			return false;
 	}
 	return true;
 }
 
-/* True if the plan calls no function but built-in ones */
+/*
+ * True if the plan calls no function but built-in ones and redsem's light
+ * ones its expressions showed (the planner records each function of the
+ * users in invalItems, also one it inlined, which no expression shows)
+ */
 static bool
-builtin_functions_only(const List *items)
+builtin_or_own_functions_only(const List *items)
 {
 	ListCell   *lc;
 
 	foreach(lc, items)
-		if (((const PlanInvalItem *) lfirst(lc))->cacheId == PROCOID)
+	{
+		const PlanInvalItem *item = (const PlanInvalItem *) lfirst(lc);
+		bool		seen = false;
+
+		if (item->cacheId != PROCOID)
+			continue;
+		for (int i = 0; i < n_own_called && !seen; i++)
+			seen = own_called[i] == item->hashValue;
+		if (!seen)
 			return false;
+	}
 	return true;
 }
 
@@ -302,10 +432,11 @@ heavy_because(const PlannedStmt *stmt)
 		return "it runs in parallel workers";
 	if (!system_relations_only(stmt->rtable))
 		return "it reads a user's relation";
-	if (!builtin_functions_only(stmt->invalItems))
-		return "it calls a user's function";
+	n_own_called = 0;
 	if (!queue_plan_walk(stmt, light_node, &max_cost))
-		return "it calls a volatile function or one that reads data, or has a plan node that may be heavy";
+		return "it calls a volatile function, a user's or one that reads data, or has a plan node that may be heavy";
+	if (!builtin_or_own_functions_only(stmt->invalItems))
+		return "it calls a user's function";
 	/* a lone Result: expressions of built-in functions over no table */
 	if (IsA(top, Result) && top->lefttree == NULL && stmt->subplans == NIL)
 		return NULL;

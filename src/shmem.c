@@ -851,7 +851,7 @@ role_bound(void)
  */
 int
 shared_hold_register(const char *prefix, const char *name, const char *id,
-					 uint64 target, bool xact, int64 lease_ms, int permits,
+					 uint64 target, bool xact, bool statement, int64 lease_ms, int permits,
 					 bool may_use_reserve, Oid role, bool role_bounded,
 					 SlotLostPolicy on_lost)
 {
@@ -891,6 +891,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		h->watch_bound = bound;
 		h->pid = MyProcPid;
 		h->xact = xact;
+		h->statement = statement;
 		h->on_lost = (uint8) on_lost;
 		h->phase = PHASE_PENDING;
 		h->lease_ms = lease_ms;

@@ -46,6 +46,8 @@ $report->send(q{SELECT pg_sleep(30) FROM facts LIMIT 1;});
 my $admin = RedsemTest::Session->new($node, name => 'admin');
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
 	'a report holds the only slot of "rep"');
+is($admin->query_ok(q{SELECT scope, state FROM redsem_activity WHERE name = 'queue:rep';}),
+	'statement|holding', 'redsem_activity shows its scope as redsem_held() does: statement (helper-136)');
 
 my $a = RedsemTest::Session->new($node, name => 'analyst', user => 'analyst');
 my %light = (
@@ -103,8 +105,66 @@ like($err, qr/55P03/, 'after SET cpu_tuple_cost = 0, a catalog join queues');
 is($err, '', 'and SELECT 1 still runs at once');
 $a->query_ok(q{RESET cpu_tuple_cost;});
 
+# redsem's own functions and views, and signals to other processes, are
+# light: an administrator in a session the full queue governs can look at
+# it, change it and cancel its blocker (helper-136: each waited and failed
+# with 55P03).  A user's look-alikes, and taking a slot, are not.
+$node->safe_psql('postgres', q{
+CREATE SCHEMA evil;
+GRANT USAGE ON SCHEMA evil TO analyst;
+CREATE VIEW evil.redsem_queues AS SELECT count(*) FROM facts;
+CREATE FUNCTION evil.redsem_holders(text) RETURNS bigint LANGUAGE sql
+	AS 'SELECT count(*) FROM facts';
+GRANT SELECT ON evil.redsem_queues TO analyst;
+});
+my $dba = RedsemTest::Session->new($node, name => 'dba');
+$dba->query_ok(q{SET redsem.queue = 'rep'; SET client_min_messages = warning;});
+my %own = (
+	'redsem_queues' => q{SELECT count(*) > 0 FROM redsem_queues;},
+	'redsem_activity' => q{SELECT count(*) > 0 FROM redsem_activity;},
+	'redsem_stats' => q{SELECT count(*) >= 0 FROM redsem_stats;},
+	'redsem_holders' => q{SELECT count(*) FROM redsem_holders('queue:rep');},
+	'redsem_limit and redsem_semaphore' => q{SELECT redsem_limit('queue:rep') > 0, (SELECT count(*) FROM redsem_semaphore('queue:rep'));},
+	'redsem_set_limit' => q{SELECT redsem_set_limit('other', 3), redsem_set_limit('other', NULL);},
+	'redsem_semaphores' => q{SELECT count(*) > 0 FROM redsem_semaphores();},
+	'pg_reload_conf' => q{SELECT pg_reload_conf();},
+);
+foreach my $what (sort keys %own)
+{
+	my ($out, $err) = $dba->query($own{$what}, 30);
+	is($err, '', "while the queue is full, an administrator it governs runs $what at once");
+}
+my $a2 = RedsemTest::Session->new($node, name => 'analyst2', user => 'analyst');
+($out, $err) = $a2->query(q{SELECT count(*) FROM redsem_holders('queue:rep');}, 30);
+is($err, '', '... so does an analyst, redsem_holders');
+$a2->quit;
+my %lookalike = (
+	'a user view named redsem_queues' => q{SELECT * FROM evil.redsem_queues;},
+	'a user function named redsem_holders' => q{SELECT evil.redsem_holders('x');},
+	'redsem_acquire (it may wait)' => q{SELECT redsem_acquire('other', 1, wait => '0') IS NOT NULL;},
+	'redsem_holders beside a user table' => q{SELECT count(*) FROM redsem_holders('queue:rep'), facts;},
+);
+foreach my $what (sort keys %lookalike)
+{
+	my ($out, $err) = $a->query($lookalike{$what}, 30);
+	like($err, qr/55P03: statement could not enter redsem queue "rep"/, "$what queues");
+}
+
 # (its statement would run on: quitting waits for it)
-$admin->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');');
+is($dba->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');', 30), 't',
+	'the administrator in the queue cancels its blocker at once');
+$report->wait_done(30);
+
+# a queued statement whose slot an administrator frees is told to run again
+$report->send(q{SELECT pg_sleep(30) FROM facts LIMIT 1;});
+ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
+	'another report holds the only slot');
+is($dba->query_ok(q{SELECT redsem_force_release('queue:rep', id) FROM redsem_holders('queue:rep') WHERE state = 'holding';}, 30),
+	't', 'the administrator in the queue force-releases it at once');
+my (undef, $rerr) = $report->wait_done(30);
+like($rerr, qr/57014: the slot of semaphore "queue:rep" was lost.*HINT:  It was the slot of the statement's queue: run the statement again/s,
+	'the report is stopped, with a hint that fits a queued statement (helper-136)');
+$dba->query_ok(q{RESET redsem.queue;});
 $report->quit;
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '0' }),
 	'the report ended');
