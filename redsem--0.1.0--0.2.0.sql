@@ -337,9 +337,9 @@ CREATE FUNCTION redsem_server_holds(
     OUT keeper_error text)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'redsem_server_holds'
--- (a server's slots: a few, not the planner's default of 1000 rows, so
+-- (a server's slots: fewer than the planner's default of 1000 rows, so
 -- that redsem_activity's estimate keeps it a light statement in a queue)
-LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 10;
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
 REVOKE ALL ON FUNCTION redsem_server_holds() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION redsem_server_holds() TO pg_monitor, redsem_admin;
 COMMENT ON FUNCTION redsem_server_holds() IS

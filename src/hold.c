@@ -986,6 +986,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	out->name = hold->name;
 	out->policy = hold->on_lost;
 	out->in_xact = (hold->scope != HOLD_SESSION);
+	out->statement = (hold->scope == HOLD_STATEMENT);
 	out->reason = STOP_NONE;
 	out->cancel_coming = false;
 	out->keeper_sent_at = 0;
@@ -1065,6 +1066,7 @@ hold_terminated(StoppedHold *out, int *others)
 		out->reason = why;
 		out->policy = SLOT_LOST_TERMINATE;
 		out->in_xact = (hold->scope != HOLD_SESSION);
+		out->statement = (hold->scope == HOLD_STATEMENT);
 		out->kept_ms = shared_hold_kept_ms(&copy);
 		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at, now);
 	}

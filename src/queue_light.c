@@ -46,15 +46,15 @@
 #include "catalog/pg_class.h"
 #include "catalog/pg_language.h"
 #include "catalog/pg_proc.h"
-#include "nodes/nodeFuncs.h"
 #include "commands/extension.h"
+#include "nodes/nodeFuncs.h"
 #include "nodes/pg_list.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 
-#include "queue_cost.h"
 #include "bounds.h"
+#include "queue_cost.h"
 #include "queue_light.h"
 
 /* The end of a name, and whether it must be the whole name */
@@ -127,6 +127,19 @@ static const char *const own_light_functions[] = {
 #define MAX_OWN_CALLED 32
 static uint32 own_called[MAX_OWN_CALLED];
 static int	n_own_called;
+
+/*
+ * While the expressions looked at run once per statement, so that a call
+ * of redsem's there is one call: the top node's, when it is a lone Result
+ * (SELECT redsem_limit('x')), and the functions of a FunctionScan that no
+ * parameter changes (FROM redsem_holders('x'): a rescan reads its stored
+ * rows again).  Anywhere else a call of redsem's runs once per row, and
+ * rows a set-returning function makes in numbers the planner cannot see
+ * (generate_series(1, (SELECT 30000))) would call Redis without bound
+ * beside the queue (helper-138): heavy.
+ */
+static bool own_allowed;
+static const Plan *judged_top;
 
 /* True if name is one of the count strings of list */
 static bool
@@ -237,7 +250,7 @@ heavy_function(Oid funcid, void *context)
 {
 	if (funcid >= FirstNormalObjectId)
 	{
-		if (n_own_called == MAX_OWN_CALLED || !own_light_function(funcid))
+		if (!own_allowed || n_own_called == MAX_OWN_CALLED || !own_light_function(funcid))
 			return true;
 		own_called[n_own_called++] = GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(funcid));
 		return false;
@@ -351,10 +364,16 @@ static bool
 light_node(const Plan *plan, void *arg)
 {
 	Cost	   *max_cost = (Cost *) arg;
+	bool		light;
 
 	*max_cost = Max(*max_cost, plan->total_cost);
-	return light_expr(plan->targetlist) && light_expr(plan->qual) &&
-		node_is_light(plan);
+	own_allowed = (plan == judged_top && IsA(plan, Result) && plan->lefttree == NULL);
+	light = light_expr(plan->targetlist) && light_expr(plan->qual);
+	if (IsA(plan, FunctionScan))
+		own_allowed = bms_is_empty(plan->extParam);
+	light = light && node_is_light(plan);
+	own_allowed = false;
+	return light;
 }
 
 /*
@@ -433,6 +452,7 @@ heavy_because(const PlannedStmt *stmt)
 	if (!system_relations_only(stmt->rtable))
 		return "it reads a user's relation";
 	n_own_called = 0;
+	judged_top = top;
 	if (!queue_plan_walk(stmt, light_node, &max_cost))
 		return "it calls a volatile function, a user's or one that reads data, or has a plan node that may be heavy";
 	if (!builtin_or_own_functions_only(stmt->invalItems))

@@ -21,7 +21,6 @@
 #include "utils/guc.h"
 #include "utils/timeout.h"
 
-#include "bounds.h"
 #include "clock.h"
 #include "escalate.h"
 #include "stop.h"
@@ -83,7 +82,7 @@ report_one(const StoppedHold *s, int others, int elevel)
 					   psprintf(" %d other slot(s) of this session were lost as well.", others) : ""),
 			 elevel == WARNING ?
 			 errhint("The work goes on without the slot (redsem.on_slot_lost is warn): more holders than the limit may run at once.") :
-			 s->in_xact && strncmp(s->name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) == 0 ?
+			 s->statement ?
 			 errhint("It was the slot of the statement's queue: run the statement again (after a ROLLBACK in a transaction block), and it queues anew.") :
 			 s->in_xact ?
 			 errhint("The transaction cannot commit: roll it back, and take the slot again in a new one.") :

@@ -16,6 +16,7 @@ typedef struct StoppedHold
 	SlotLostPolicy policy;
 	bool		in_xact;		/* a transaction's (or statement's) own slot:
 								 * the transaction cannot commit */
+	bool		statement;		/* a statement queue's statement's slot */
 	int64		kept_ms;		/* the lease (or window) it had */
 	int64		unconfirmed_ms; /* from its last confirmed request to now */
 	bool		cancel_coming;	/* a cancel of it was sent to this backend:

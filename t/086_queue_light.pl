@@ -143,6 +143,11 @@ my %lookalike = (
 	'a user function named redsem_holders' => q{SELECT evil.redsem_holders('x');},
 	'redsem_acquire (it may wait)' => q{SELECT redsem_acquire('other', 1, wait => '0') IS NOT NULL;},
 	'redsem_holders beside a user table' => q{SELECT count(*) FROM redsem_holders('queue:rep'), facts;},
+	# (helper-138: a call of redsem's once per row of a series the planner
+	# cannot count would load Redis without bound beside the queue)
+	'redsem_limit once per row' => q{SELECT count(redsem_limit('x' || g)) FROM generate_series(1, (SELECT 3000)) g;},
+	'redsem_semaphore in LATERAL' => q{SELECT count(*) FROM generate_series(1, (SELECT 3000)) g, LATERAL redsem_semaphore('x' || g) s;},
+	'redsem_limit beside a set-returning function' => q{SELECT redsem_limit('x'), generate_series(1, (SELECT 3000));},
 );
 foreach my $what (sort keys %lookalike)
 {
@@ -159,7 +164,8 @@ $report->wait_done(30);
 $report->send(q{SELECT pg_sleep(30) FROM facts LIMIT 1;});
 ok(wait_until(10, sub { $admin->query_ok(q{SELECT running FROM redsem_queues WHERE name = 'rep';}) eq '1' }),
 	'another report holds the only slot');
-is($dba->query_ok(q{SELECT redsem_force_release('queue:rep', id) FROM redsem_holders('queue:rep') WHERE state = 'holding';}, 30),
+my $rid = $dba->query_ok(q{SELECT id FROM redsem_holders('queue:rep') WHERE state = 'holding';}, 30);
+is($dba->query_ok(qq{SELECT redsem_force_release('queue:rep', '$rid');}, 30),
 	't', 'the administrator in the queue force-releases it at once');
 my (undef, $rerr) = $report->wait_done(30);
 like($rerr, qr/57014: the slot of semaphore "queue:rep" was lost.*HINT:  It was the slot of the statement's queue: run the statement again/s,
