@@ -534,11 +534,17 @@ reads_only(const QueryDesc *query)
 	return dest != DestIntoRel && dest != DestTransientRel;
 }
 
-/* True if query is light (queue_light.c): it writes no new table, and its plan is light */
+/*
+ * True if query is light (queue_light.c): it writes no new table, and its
+ * plan is light.  own_functions: calls of redsem's own may be light (not
+ * in a CALL or DO that has no slot yet, whose loop could repeat a light
+ * call without bound: helper-139)
+ */
 static bool
-is_light(const QueryDesc *query)
+is_light(const QueryDesc *query, bool own_functions)
 {
-	return reads_only(query) && queue_statement_is_light(query->plannedstmt);
+	return reads_only(query) &&
+		queue_statement_is_light(query->plannedstmt, own_functions);
 }
 
 /*
@@ -568,7 +574,7 @@ remember_query(List **list, QueryDesc *query)
 static void
 judge_top_level(const QueueDef *q, QueryDesc *query)
 {
-	if (is_light(query))
+	if (is_light(query, true))
 		remember_query(&light_running, query);
 	else if (!passes_by_cost(q, query, true))
 		enter_queue(q, query);
@@ -591,7 +597,7 @@ judge_in_lazy(QueryDesc *query)
 		lazy = false;			/* (the session's queue is gone) */
 		return;
 	}
-	if (is_light(query) || passes_by_cost(q, query, false))
+	if (is_light(query, false) || passes_by_cost(q, query, false))
 		return;
 	enter_queue(q, NULL);
 	lazy = false;

@@ -140,6 +140,7 @@ static int	n_own_called;
  */
 static bool own_allowed;
 static const Plan *judged_top;
+static bool own_light_ok;		/* the caller allows them at all */
 
 /* True if name is one of the count strings of list */
 static bool
@@ -243,14 +244,18 @@ own_light_function(Oid funcid)
 
 /*
  * True if function funcid is one a light statement may not call (one of
- * redsem's light ones is noted, for builtin_or_own_functions_only)
+ * redsem's light ones is noted, for builtin_or_own_functions_only).
+ * context: non-NULL for a plain call (a FuncExpr), the only form in which
+ * redsem's may be light: an operator over one, in ANY over an array, runs
+ * once per element (helper-139).
  */
 static bool
 heavy_function(Oid funcid, void *context)
 {
 	if (funcid >= FirstNormalObjectId)
 	{
-		if (!own_allowed || n_own_called == MAX_OWN_CALLED || !own_light_function(funcid))
+		if (context == NULL || !own_light_ok || !own_allowed ||
+			n_own_called == MAX_OWN_CALLED || !own_light_function(funcid))
 			return true;
 		own_called[n_own_called++] = GetSysCacheHashValue1(PROCOID, ObjectIdGetDatum(funcid));
 		return false;
@@ -266,7 +271,9 @@ heavy_expr_walker(Node *node, void *context)
 {
 	if (node == NULL)
 		return false;
-	if (check_functions_in_node(node, heavy_function, context))
+	if (IsA(node, FuncExpr) ?
+		heavy_function(((FuncExpr *) node)->funcid, (void *) node) :
+		check_functions_in_node(node, heavy_function, NULL))
 		return true;
 	if (IsA(node, CoerceToDomain) &&
 		((CoerceToDomain *) node)->resulttype >= FirstNormalObjectId)
@@ -467,11 +474,17 @@ heavy_because(const PlannedStmt *stmt)
 	return NULL;
 }
 
-/* True if statement stmt cannot be heavy (above): it never queues */
+/*
+ * True if statement stmt cannot be heavy (above): it never queues.
+ * own_functions: calls of redsem's own may be light.
+ */
 bool
-queue_statement_is_light(const PlannedStmt *stmt)
+queue_statement_is_light(const PlannedStmt *stmt, bool own_functions)
 {
-	const char *why = heavy_because(stmt);
+	const char *why;
+
+	own_light_ok = own_functions;
+	why = heavy_because(stmt);
 
 	if (why != NULL)
 		elog(DEBUG1, "redsem: statement queues: %s", why);

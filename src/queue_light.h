@@ -14,7 +14,7 @@
  */
 #define QUEUE_LIGHT_MAX_COST	10000.0
 
-extern bool queue_statement_is_light(const PlannedStmt *stmt);
+extern bool queue_statement_is_light(const PlannedStmt *stmt, bool own_functions);
 extern bool queue_planning_runs_user_code(Query *parse);
 
 #endif							/* REDSEM_QUEUE_LIGHT_H */

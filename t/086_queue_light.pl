@@ -116,6 +116,7 @@ CREATE VIEW evil.redsem_queues AS SELECT count(*) FROM facts;
 CREATE FUNCTION evil.redsem_holders(text) RETURNS bigint LANGUAGE sql
 	AS 'SELECT count(*) FROM facts';
 GRANT SELECT ON evil.redsem_queues TO analyst;
+CREATE OPERATOR evil.=!> (FUNCTION = redsem_release, LEFTARG = text, RIGHTARG = text);
 });
 my $dba = RedsemTest::Session->new($node, name => 'dba');
 $dba->query_ok(q{SET redsem.queue = 'rep'; SET client_min_messages = warning;});
@@ -148,12 +149,21 @@ my %lookalike = (
 	'redsem_limit once per row' => q{SELECT count(redsem_limit('x' || g)) FROM generate_series(1, (SELECT 3000)) g;},
 	'redsem_semaphore in LATERAL' => q{SELECT count(*) FROM generate_series(1, (SELECT 3000)) g, LATERAL redsem_semaphore('x' || g) s;},
 	'redsem_limit beside a set-returning function' => q{SELECT redsem_limit('x'), generate_series(1, (SELECT 3000));},
+	# (helper-139: an operator over one runs once per element of an array;
+	# a DO that has no slot yet could loop over light calls)
+	'an operator over redsem_release in ANY' => q{SELECT 'x' OPERATOR(evil.=!>) ANY (array_fill('y'::text, ARRAY[3000]));},
+	'a DO looping over redsem_limit' => q{DO $$BEGIN FOR i IN 1 .. 3000 LOOP PERFORM redsem_limit('x'); END LOOP; END$$;},
 );
+# (a session whose cost settings are its own: $a lowered one above)
+my $a3 = RedsemTest::Session->new($node, name => 'analyst3', user => 'analyst');
+($out, $err) = $a3->query(q{SELECT count(*) FROM redsem_holders('queue:rep');}, 30);
+is($err, '', 'a fresh analyst session runs redsem_holders at once');
 foreach my $what (sort keys %lookalike)
 {
-	my ($out, $err) = $a->query($lookalike{$what}, 30);
+	my ($out, $err) = $a3->query($lookalike{$what}, 30);
 	like($err, qr/55P03: statement could not enter redsem queue "rep"/, "$what queues");
 }
+$a3->quit;
 
 # (its statement would run on: quitting waits for it)
 is($dba->query_ok('SELECT pg_cancel_backend(' . $report->backend_pid . ');', 30), 't',
