@@ -877,8 +877,7 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	escalate_note_try(name, false);
 	target = redis_target_signature();
 	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
-	slot = shared_hold_register(prefix, name, id, target, scope == HOLD_XACT,
-								scope == HOLD_STATEMENT,
+	slot = shared_hold_register(prefix, name, id, target, (uint8) scope,
 								lease_ms, permits, privileged,
 								GetSessionUserId(), !privileged,
 								(SlotLostPolicy) redsem_on_slot_lost);

@@ -558,8 +558,8 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		values[1] = CStringGetTextDatum(h->name);
 		nulls[2] = !(admin || h->pid == MyProcPid);
 		values[2] = nulls[2] ? (Datum) 0 : CStringGetTextDatum(h->id);
-		values[3] = CStringGetTextDatum(h->xact ? "transaction" :
-										h->statement ? "statement" : "session");
+		values[3] = CStringGetTextDatum(h->scope == HOLD_XACT ? "transaction" :
+										h->scope == HOLD_STATEMENT ? "statement" : "session");
 		values[4] = CStringGetTextDatum(server_hold_state(h));
 		values[5] = Int32GetDatum(h->permits);
 		values[6] = interval_from_ms(h->lease_ms);

@@ -186,28 +186,13 @@ heavy_builtin(Oid funcid)
 	return heavy;
 }
 
-/* True if volatile built-in funcid only signals other processes */
+/* True if built-in funcid's name is one of the count strings of list */
 static bool
-signal_function(Oid funcid)
+named_in(Oid funcid, const char *const *list, int count)
 {
 	char	   *name = get_func_name(funcid);
-	bool		found = name != NULL &&
-		name_in(name, signal_functions, lengthof(signal_functions));
+	bool		found = name != NULL && name_in(name, list, count);
 
-	if (name != NULL)
-		pfree(name);
-	return found;
-}
-
-/* True if volatile set-returning function funcid lists the server's state */
-static bool
-view_function(Oid funcid)
-{
-	char	   *name = get_func_name(funcid);
-	bool		found = false;
-
-	for (int i = 0; name != NULL && i < (int) lengthof(view_functions) && !found; i++)
-		found = strcmp(name, view_functions[i]) == 0;
 	if (name != NULL)
 		pfree(name);
 	return found;
@@ -261,8 +246,9 @@ heavy_function(Oid funcid, void *context)
 		return false;
 	}
 	return heavy_builtin(funcid) ||
-		(func_volatile(funcid) == PROVOLATILE_VOLATILE && !view_function(funcid) &&
-		 !signal_function(funcid));
+		(func_volatile(funcid) == PROVOLATILE_VOLATILE &&
+		 !named_in(funcid, view_functions, lengthof(view_functions)) &&
+		 !named_in(funcid, signal_functions, lengthof(signal_functions)));
 }
 
 /* True if expression (or list) node may be heavy (above) */

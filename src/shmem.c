@@ -851,7 +851,7 @@ role_bound(void)
  */
 int
 shared_hold_register(const char *prefix, const char *name, const char *id,
-					 uint64 target, bool xact, bool statement, int64 lease_ms, int permits,
+					 uint64 target, uint8 scope, int64 lease_ms, int permits,
 					 bool may_use_reserve, Oid role, bool role_bounded,
 					 SlotLostPolicy on_lost)
 {
@@ -890,8 +890,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		h->role_counted = role_bounded;
 		h->watch_bound = bound;
 		h->pid = MyProcPid;
-		h->xact = xact;
-		h->statement = statement;
+		h->scope = scope;
 		h->on_lost = (uint8) on_lost;
 		h->phase = PHASE_PENDING;
 		h->lease_ms = lease_ms;

@@ -69,8 +69,7 @@ typedef enum SlotLostPolicy
 typedef struct SharedHold
 {
 	bool		in_use;
-	bool		xact;			/* transaction-scoped */
-	bool		statement;		/* a statement queue's statement's */
+	uint8		scope;			/* its HoldScope (hold.h) */
 	bool		abandoned;		/* its backend is gone or could not release
 								 * it: the keeper must */
 	bool		lost;			/* the keeper found the slot gone */
@@ -255,7 +254,7 @@ extern void shared_hold_not_found_under(int slot, const char *id, uint64 target)
 extern uint64 shared_hold_target(int slot, const char *id);
 
 extern int	shared_hold_register(const char *prefix, const char *name,
-								 const char *id, uint64 target, bool xact, bool statement,
+								 const char *id, uint64 target, uint8 scope,
 								 int64 lease_ms, int permits,
 								 bool may_use_reserve, Oid role,
 								 bool role_bounded, SlotLostPolicy on_lost);

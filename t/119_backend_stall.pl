@@ -29,6 +29,24 @@ use RedsemTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
+# Stop process $pid for $secs at random moments (up to 0.3 s apart) for
+# about $for seconds
+sub pause_at_random
+{
+	my ($pid, $secs, $for) = @_;
+	my ($pauses, $end) = (0, time + $for);
+	while (time < $end)
+	{
+		usleep(int(rand(300_000)));
+		kill 'STOP', $pid;
+		sleep_full($secs);
+		kill 'CONT', $pid;
+		$pauses++;
+	}
+	note("$pauses pauses of $secs s");
+	return;
+}
+
 my $redis = RedsemTest::Redis->new;
 my $node = create_node('stall', $redis, "redsem.command_timeout = 1000\n");
 my $stall_loop = <<'SQL';
@@ -50,19 +68,10 @@ $node->safe_psql('postgres', $stall_loop);
 my $s = RedsemTest::Session->new($node, name => 'stalled');
 $s->send("CALL stall_loop(100000000);");
 my $pid = $s->backend_pid;
-my ($pauses, $end) = (0, time + 12);
-while (time < $end)
-{
-	usleep(int(rand(300_000)));
-	kill 'STOP', $pid;
-	sleep_full(1.3);
-	kill 'CONT', $pid;
-	$pauses++;
-}
+pause_at_random($pid, 1.3, 12);
 $node->safe_psql('postgres', "SELECT pg_cancel_backend($pid)");
 $s->wait_done(30);
 my @errors = slurp_file($node->logfile) =~ /WARNING:  stall_loop: ([^\n]{0,160})/g;
-note("$pauses pauses of 1.3 s");
 is(join("\n", @errors), '', 'a backend paused past its command timeout never reports a healthy Redis as silent');
 # (the cancel may land between an acquire and its release: the session
 # holds that slot until it ends)
@@ -89,19 +98,10 @@ $bs->send("CALL stall_loop(100000000);");
 my $broker = broker_pid_of($bnode);
 ok(defined $broker, 'the broker runs');
 my $off = -s $bnode->logfile;
-($pauses, $end) = (0, time + 10);
-while (time < $end)
-{
-	usleep(int(rand(300_000)));
-	kill 'STOP', $broker;
-	sleep_full(2.3);
-	kill 'CONT', $broker;
-	$pauses++;
-}
+pause_at_random($broker, 2.3, 10);
 is(broker_pid_of($bnode), $broker, 'the same broker all along');
 $bnode->safe_psql('postgres', 'SELECT pg_cancel_backend(' . $bs->backend_pid . ')');
 $bs->wait_done(30);
-note("$pauses pauses of 2.3 s");
 my $log = slurp_file($bnode->logfile, $off);
 my @closed = $log =~ /(redsem broker closed its connection to Redis[^\n]*)/g;
 is(join("\n", @closed), '', 'the broker kept its connection to Redis: what Redis answered was read');
