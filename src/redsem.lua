@@ -1931,7 +1931,10 @@ local function op_gen_raise(lease, unacked_lease, known)
     local f, us, lmax, untl, lprev, rot, ul, ue, era = gen_parts(cur)
     if not f then
         if cur or not gen_parts(known) then return '' end
-        f, us, lmax, untl, lprev, rot, ul, ue, era = 'n', now_us_text(), 0, 0, 0, NOW_MS, 0, 0, ''
+        -- (made on this primary: its era, as an acquire's gen_look sets,
+        -- so that a failover before any acquire still finds the ul below)
+        f, us, lmax, untl, lprev, rot, ul, ue, era = 'n', now_us_text(), 0, 0, 0, NOW_MS, 0, 0,
+            current_era() or ''
     end
     -- (Redis's clock went back: as gen_look)
     if rot > NOW_MS then rot = NOW_MS - GEN_WINDOW_MS end

@@ -469,6 +469,8 @@ note 'the script alone: a newcomer after the grace does not pass its waiters';
 	$g = $raise->(1000, 'u', $knew);
 	my ($us2, $u2) = $g =~ /^g(\d{16}):1000:(\d+):7000:/;
 	ok(defined $u2 && $u2 - int($us2 / 1000) >= 7000, "none there, one known: made, in a grace ($g)");
+	like($g, qr/:[0-9a-f]{16}$/,
+		'... on the era of the primary it was made on (a failover before any acquire checks it)');
 	like($raise->(1000, 'x', $knew), qr/ERR|argument/i, 'a flag that is not u is refused');
 	# a grace made in a window that is over: the window ends, and lprev
 	# keeps what is left of the grace, so that Redis forgetting again
