@@ -10,7 +10,7 @@ OBJS = src/redis/profile.o src/redis/sockwait.o src/redis/report.o src/redis/tls
        src/redis/secret.o src/redis/link.o src/redis/sentinel.o src/redis/cluster.o \
        src/redis/brokerlink.o src/redis/conn.o \
        src/redsem.o src/guc.o src/script.o src/batch.o src/hold.o src/acquire.o \
-       src/sqlargs.o src/sqlfuncs.o src/shmem.o src/keeper.o src/observe.o \
+       src/sqlargs.o src/textenc.o src/sqlfuncs.o src/shmem.o src/keeper.o src/observe.o \
        src/queue.o src/queue_conf.o src/queue_cost.o src/queue_light.o src/queue_caps.o src/queue_fleet.o src/deadlock.o src/fleet.o src/stored.o \
        src/stop.o src/watchdog.o src/escalate.o src/guard.o src/gen.o src/adaptive.o src/broker.o src/broker_open.o src/broker_loop.o src/broker_state.o src/broker_wait.o src/broker_cluster.o
 # every released install script (CREATE EXTENSION redsem VERSION '0.1.0'

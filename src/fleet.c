@@ -26,6 +26,7 @@
 #include "conn.h"
 #include "fleet.h"
 #include "script.h"
+#include "textenc.h"
 #include "timing.h"
 
 PG_FUNCTION_INFO_V1(redsem_semaphores);
@@ -613,7 +614,7 @@ put_semaphore(ReturnSetInfo *rsinfo, const char *name, const SemSummary *s,
 	Datum		values[SEMAPHORES_COLUMNS];
 	bool		nulls[SEMAPHORES_COLUMNS] = {0};
 
-	values[0] = CStringGetTextDatum(name);
+	values[0] = text_datum_from_redis(name);
 	nulls[1] = s->stored_limit < 0;
 	values[1] = Int32GetDatum((int32) s->stored_limit);
 	nulls[2] = s->limit_in_effect < 0;

@@ -27,6 +27,7 @@
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"
+#include "textenc.h"
 
 PG_FUNCTION_INFO_V1(redsem_held);
 PG_FUNCTION_INFO_V1(redsem_holders);
@@ -93,7 +94,7 @@ redsem_held(PG_FUNCTION_ARGS)
 		Datum		values[HELD_COLUMNS];
 		bool		nulls[HELD_COLUMNS] = {0};
 
-		values[0] = CStringGetTextDatum(held[i].name);
+		values[0] = text_datum_from_redis(held[i].name);
 		values[1] = CStringGetTextDatum(held[i].id);
 		values[2] = CStringGetTextDatum(held[i].scope);
 		values[3] = TimestampTzGetDatum(held[i].acquired_at);
@@ -102,7 +103,7 @@ redsem_held(PG_FUNCTION_ARGS)
 		values[6] = Int64GetDatum(held[i].ticket);
 		values[7] = BoolGetDatum(held[i].kept_alive);
 		nulls[8] = (held[i].keeper_error == NULL);
-		values[8] = nulls[8] ? (Datum) 0 : CStringGetTextDatum(held[i].keeper_error);
+		values[8] = nulls[8] ? (Datum) 0 : text_datum_from_redis(held[i].keeper_error);
 		values[9] = Int32GetDatum(held[i].permits);
 		put_row(rsinfo, values, nulls, HELD_COLUMNS);
 	}
@@ -134,7 +135,7 @@ static Datum
 text_field(char **fields, int nfields, int i, bool *isnull)
 {
 	*isnull = (i >= nfields || fields[i][0] == '\0');
-	return *isnull ? (Datum) 0 : CStringGetTextDatum(fields[i]);
+	return *isnull ? (Datum) 0 : text_datum_from_redis(fields[i]);
 }
 
 /*
@@ -161,7 +162,7 @@ put_holder_row(ReturnSetInfo *rsinfo, const SemMember *m, int position,
 	values[0] = Int32GetDatum(position);
 	values[1] = CStringGetTextDatum(m->waiting ? "waiting" : "holding");
 	nulls[2] = !(admin || own);
-	values[2] = nulls[2] ? (Datum) 0 : CStringGetTextDatum(m->id);
+	values[2] = nulls[2] ? (Datum) 0 : text_datum_from_redis(m->id);
 	values[3] = Int64GetDatum(m->ticket);
 	nulls[4] = m->waiting || m->ms_left < 0;
 	values[4] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(now, m->ms_left));
@@ -258,7 +259,7 @@ redsem_stats(PG_FUNCTION_ARGS)
 
 		/* the semaphores the table had no room for: a NULL name */
 		nulls[0] = (stats[i].name[0] == '\0');
-		values[0] = nulls[0] ? (Datum) 0 : CStringGetTextDatum(stats[i].name);
+		values[0] = nulls[0] ? (Datum) 0 : text_datum_from_redis(stats[i].name);
 		for (int c = 0; c < (int) lengthof(stats_columns); c++)
 		{
 			StatField	f = stats_columns[c];
@@ -269,7 +270,7 @@ redsem_stats(PG_FUNCTION_ARGS)
 		}
 		/* last: semaphores of two key prefixes are two semaphores */
 		nulls[lengthof(stats_columns) + 1] = nulls[0];
-		values[lengthof(stats_columns) + 1] = CStringGetTextDatum(stats[i].prefix);
+		values[lengthof(stats_columns) + 1] = text_datum_from_redis(stats[i].prefix);
 		put_row(rsinfo, values, nulls, lengthof(stats_columns) + 2);
 	}
 	return (Datum) 0;
@@ -453,7 +454,7 @@ redsem_queues(PG_FUNCTION_ARGS)
 
 		call.elevel = LOG;		/* a row without the live figures */
 		asked = sem_limit(&call, sem, &limit);
-		values[0] = CStringGetTextDatum(q->name);
+		values[0] = text_datum_from_redis(q->name);
 		values[1] = Int32GetDatum(q->active);
 		values[2] = Float8GetDatum(q->min_cost);
 		nulls[3] = (q->max_wait_ms < 0);
@@ -461,9 +462,9 @@ redsem_queues(PG_FUNCTION_ARGS)
 		values[4] = CStringGetTextDatum(q->run_on_error ? "run" : "fail");
 		values[5] = BoolGetDatum(q->utility);
 		nulls[6] = (q->apps[0] == '\0');
-		values[6] = CStringGetTextDatum(q->apps);
+		values[6] = text_datum_from_redis(q->apps);
 		nulls[7] = (q->app_priorities[0] == '\0');
-		values[7] = CStringGetTextDatum(q->app_priorities);
+		values[7] = text_datum_from_redis(q->app_priorities);
 		nulls[8] = nulls[9] = !asked;
 		values[8] = Int64GetDatum(asked ? limit.held : 0);
 		values[9] = Int64GetDatum(asked ? limit.waiting : 0);
@@ -555,7 +556,7 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		const char *trouble = server_hold_trouble(h);
 
 		values[0] = Int32GetDatum(h->pid);
-		values[1] = CStringGetTextDatum(h->name);
+		values[1] = text_datum_from_redis(h->name);
 		nulls[2] = !(admin || h->pid == MyProcPid);
 		values[2] = nulls[2] ? (Datum) 0 : CStringGetTextDatum(h->id);
 		values[3] = CStringGetTextDatum(h->scope == HOLD_XACT ? "transaction" :
@@ -570,7 +571,7 @@ redsem_server_holds(PG_FUNCTION_ARGS)
 		nulls[9] = !holding || h->abandoned || h->lost;
 		values[9] = TimestampTzGetDatum(redsem_wall_time(TimestampTzPlusMilliseconds(h->refreshed_at, h->lease_ms)));
 		nulls[10] = (trouble == NULL);
-		values[10] = nulls[10] ? (Datum) 0 : CStringGetTextDatum(trouble);
+		values[10] = nulls[10] ? (Datum) 0 : text_datum_from_redis(trouble);
 		put_row(rsinfo, values, nulls, SERVER_HOLDS_COLUMNS);
 	}
 	return (Datum) 0;
@@ -649,7 +650,7 @@ redsem_tenants(PG_FUNCTION_ARGS)
 		Datum		values[4];
 		bool		nulls[4] = {tenants[i].tenant == NULL, false, false, false};
 
-		values[0] = nulls[0] ? (Datum) 0 : CStringGetTextDatum(tenants[i].tenant);
+		values[0] = nulls[0] ? (Datum) 0 : text_datum_from_redis(tenants[i].tenant);
 		values[1] = Int32GetDatum((int32) tenants[i].weight);
 		values[2] = Int64GetDatum(tenants[i].held);
 		values[3] = Int64GetDatum(tenants[i].waiting);

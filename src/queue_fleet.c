@@ -51,6 +51,7 @@
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"
+#include "textenc.h"
 #include "timing.h"
 
 /* Room for every definition, each written out in full */
@@ -1400,7 +1401,7 @@ redsem_create_queue(PG_FUNCTION_ARGS)
 	changed(&q, "created", stored, true);
 	warn_not_read_here();
 	warn_setting_differs(&q, false);
-	PG_RETURN_TEXT_P(cstring_to_text(stored));
+	PG_RETURN_DATUM(text_datum_from_redis(stored));
 }
 
 /*
@@ -1427,7 +1428,7 @@ redsem_alter_queue(PG_FUNCTION_ARGS)
 	changed(&q, "changed", stored, new_cap);
 	warn_not_read_here();
 	warn_setting_differs(&q, false);
-	PG_RETURN_TEXT_P(cstring_to_text(stored));
+	PG_RETURN_DATUM(text_datum_from_redis(stored));
 }
 
 /*
@@ -1536,7 +1537,7 @@ names_array(const char *list)
 	char	   *save;
 
 	for (char *e = strtok_r(copy, ",", &save); e; e = strtok_r(NULL, ",", &save))
-		astate = accumArrayResult(astate, CStringGetTextDatum(e), false, TEXTOID,
+		astate = accumArrayResult(astate, text_datum_from_redis(e), false, TEXTOID,
 								  CurrentMemoryContext);
 	if (astate == NULL)
 		return PointerGetDatum(construct_empty_array(TEXTOID));
@@ -1579,10 +1580,10 @@ redsem_queue_servers(PG_FUNCTION_ARGS)
 		while (*head == ' ')
 			head++;
 		name = strchr(head, ' ');
-		row[0] = CStringGetTextDatum(servers[i]);
+		row[0] = text_datum_from_redis(servers[i]);
 		row[1] = BoolGetDatum(head[0] == 's');
 		nulls[2] = name == NULL || name[1] == '\0';
-		row[2] = CStringGetTextDatum(name ? name + 1 : "");
+		row[2] = text_datum_from_redis(name ? name + 1 : "");
 		row[3] = TimestampTzGetDatum(TimestampTzPlusMilliseconds(GetCurrentTimestamp(),
 																  read_ms - now_ms));
 		row[4] = names_array(tab_part(rest, 1));

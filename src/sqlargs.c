@@ -12,6 +12,7 @@
 
 #include "bounds.h"
 #include "sqlargs.h"
+#include "textenc.h"
 
 /* Raise the error for a NULL argument */
 void
@@ -31,11 +32,11 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
-/* The semaphore name argument, checked */
+/* The semaphore name argument, checked, in UTF-8 (textenc.c) */
 char *
 name_arg(FunctionCallInfo fcinfo, int argno)
 {
-	char	   *name = text_arg(fcinfo, argno, "name");
+	char	   *name = text_to_redis(text_arg(fcinfo, argno, "name"), "semaphore name");
 	size_t		len = strlen(name);
 
 	if (len == 0)
@@ -98,7 +99,7 @@ tenant_arg(FunctionCallInfo fcinfo, int argno)
 
 	if (PG_ARGISNULL(argno))
 		return NULL;
-	tenant = text_to_cstring(PG_GETARG_TEXT_PP(argno));
+	tenant = text_to_redis(text_to_cstring(PG_GETARG_TEXT_PP(argno)), "tenant name");
 	problem = tenant_problem(tenant);
 	if (problem)
 		ereport(ERROR,

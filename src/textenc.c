@@ -1,0 +1,142 @@
+/*
+ * textenc.c
+ *		Text between a database's encoding and Redis's (UTF-8).
+ *
+ * Semaphore and tenant names are kept in Redis, and in shared memory, in
+ * UTF-8 whatever the encoding of the database that gave them, so that one
+ * name is one semaphore for every database and server of a fleet (a LATIN1
+ * "café" and a UTF-8 one are the same).  A SQL_ASCII database may pass
+ * any bytes, so what it gives must be UTF-8 already.  Text read back
+ * (names, tenants, and what other servers wrote: user, database and
+ * application names) is shown in the reader's encoding and is always
+ * valid there: a character it cannot represent is shown as \uXXXX, and
+ * bytes that are not UTF-8 as \xNN.  This never raises, so one such
+ * name cannot break a listing.
+ */
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "lib/stringinfo.h"
+#include "mb/pg_wchar.h"
+#include "utils/builtins.h"
+
+#include "textenc.h"
+
+/* True if s has only ASCII bytes (valid in every server encoding) */
+static bool
+all_ascii(const char *s)
+{
+	for (; *s; s++)
+		if (IS_HIGHBIT_SET(*s))
+			return false;
+	return true;
+}
+
+/*
+ * s (what: "semaphore name", "tenant name"), in this database's encoding,
+ * as UTF-8 for Redis; 22021 if a SQL_ASCII database gives bytes that are
+ * not UTF-8
+ */
+char *
+text_to_redis(const char *s, const char *what)
+{
+	int			len = strlen(s);
+
+	if (all_ascii(s) || GetDatabaseEncoding() == PG_UTF8)
+		return (char *) s;
+	if (GetDatabaseEncoding() == PG_SQL_ASCII)
+	{
+		if (!pg_verify_mbstr(PG_UTF8, s, len, true))
+			ereport(ERROR,
+					(errcode(ERRCODE_CHARACTER_NOT_IN_REPERTOIRE),
+					 errmsg("%s is not valid UTF-8", what),
+					 errdetail("redsem keeps names in UTF-8, so that every database and server sharing the Redis means the same name; a SQL_ASCII database passes its bytes as they are."),
+					 errhint("Give the name in UTF-8, or in ASCII.")));
+		return (char *) s;
+	}
+	return pg_server_to_any(s, len, PG_UTF8);
+}
+
+/* The length of the valid UTF-8 character at s, or 0 if there is none */
+static int
+utf8_char_len(const char *s)
+{
+	int			l = pg_utf_mblen((const unsigned char *) s);
+
+	for (int i = 1; i < l; i++)
+		if (s[i] == '\0')
+			return 0;
+	return pg_utf8_islegal((const unsigned char *) s, l) ? l : 0;
+}
+
+/* Append the UTF-8 character c (len bytes) to out in encoding enc, or as an escape */
+static void
+append_char(StringInfo out, const char *c, int len, int enc)
+{
+	static Oid	proc = InvalidOid;
+	static int	proc_enc = -1;
+	unsigned char buf[MAX_CONVERSION_GROWTH * 4 + 1];
+	pg_wchar	code = utf8_to_unicode((const unsigned char *) c);
+
+	if (enc == PG_UTF8 || enc == PG_SQL_ASCII)
+	{
+		appendBinaryStringInfo(out, c, len);
+		return;
+	}
+	if (proc_enc != enc)
+	{
+		proc = FindDefaultConversionProc(PG_UTF8, enc);
+		proc_enc = enc;
+	}
+	if (OidIsValid(proc) &&
+		pg_do_encoding_conversion_buf(proc, PG_UTF8, enc, (unsigned char *) c, len,
+									  buf, sizeof(buf), true) == len)
+		appendStringInfoString(out, (char *) buf);
+	else if (code <= 0xFFFF)
+		appendStringInfo(out, "\\u%04X", (unsigned int) code);
+	else
+		appendStringInfo(out, "\\U%08X", (unsigned int) code);
+}
+
+/*
+ * s, read from Redis or shared memory (UTF-8, or whatever another server
+ * wrote), as text valid in this database's encoding; never raises
+ */
+char *
+text_from_redis(const char *s)
+{
+	StringInfoData out;
+	int			enc = GetDatabaseEncoding();
+
+	if (all_ascii(s))
+		return (char *) s;
+	initStringInfo(&out);
+	while (*s)
+	{
+		int			l = IS_HIGHBIT_SET(*s) ? utf8_char_len(s) : 1;
+
+		if (l == 0)
+		{
+			/* (in SQL_ASCII any byte is valid: kept) */
+			if (enc == PG_SQL_ASCII)
+				appendStringInfoChar(&out, *s);
+			else
+				appendStringInfo(&out, "\\x%02X", (unsigned char) *s);
+			s++;
+			continue;
+		}
+		if (l == 1)
+			appendStringInfoChar(&out, *s);
+		else
+			append_char(&out, s, l, enc);
+		s += l;
+	}
+	return out.data;
+}
+
+/* text_from_redis(s) as a text Datum */
+Datum
+text_datum_from_redis(const char *s)
+{
+	return CStringGetTextDatum(text_from_redis(s));
+}
