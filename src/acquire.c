@@ -459,6 +459,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 			 */
 			if (ms_left(deadline) <= 0)
 				return true;
+			args->line_lost = true;
 			*sent = redsem_now();
 			if (!sem_acquire(&call, args->name, id, args->max_holders,
 							 args->permits, args->lease_ms, true,
@@ -984,19 +985,22 @@ store_default_limit(AcquireArgs *args)
 }
 
 /*
- * True if the semaphore's stored limit was lost while the acquire rode a
- * failure: it was told one (it gave none: each reply of its own was under
- * a stored limit), it rides a failure now (a call of it failed as a
+ * True if the semaphore's stored limit was lost while the acquire waited
+ * under it: it was told one (it gave none: each reply of its own was under
+ * a stored limit); it rides a failure now (a call of it failed as a
  * restart makes calls fail, within a ride's gap: not a blip of long ago,
- * or an administrator's removal of the limit since would be undone), and
- * Redis now has no limit (a restart without persistence forgets the
+ * or an administrator's removal of the limit since would be undone), or
+ * its line was lost under it while it waited (FLUSHALL, which breaks no
+ * connection: an administrator's removal of the limit leaves the line);
+ * and Redis now has no limit (a restart without persistence forgets the
  * stored limits with the rest)
  */
 static bool
 stored_limit_lost(const AcquireArgs *args, const SemResult *r)
 {
 	return r->state == SEM_NO_LIMIT && args->default_limit <= 0 &&
-		args->max_holders == 0 && args->limit_seen > 0 && riding(args);
+		args->max_holders == 0 && args->limit_seen > 0 &&
+		(riding(args) || args->line_lost);
 }
 
 /*
@@ -1019,9 +1023,9 @@ restore_lost_limit(AcquireArgs *args)
 		return call_failed(args, &call);
 	if (limit.stored == args->limit_seen)
 		ereport(LOG,
-				(errmsg("redsem: semaphore \"%s\" had no stored limit when Redis came back; a caller waiting under it stored it again at " INT64_FORMAT,
+				(errmsg("redsem: semaphore \"%s\" had no stored limit after Redis forgot it; a caller waiting under it stored it again at " INT64_FORMAT,
 						args->name, args->limit_seen),
-				 errdetail("Redis forgot it (a restart without persistence, or FLUSHALL) while the caller rode the failure."),
+				 errdetail("Redis forgot it (a restart without persistence, FLUSHALL) while the caller waited under it."),
 				 errhint("An adaptive limit comes back fixed at the limit it had: call redsem_set_adaptive_limit again to make it adaptive.")));
 	return true;
 }
@@ -1050,6 +1054,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->share_seen = -1;
 	args->grace_seen = false;
 	args->waited = false;
+	args->line_lost = false;
 	memset(&r, 0, sizeof(r));
 
 	make_id(buf, sizeof(buf));

@@ -38,6 +38,8 @@ typedef struct AcquireArgs
 	bool		grace_seen;		/* a reply told of a grace period after Redis
 								 * forgot (I15) */
 	bool		waited;			/* it had to queue */
+	bool		line_lost;		/* its line was lost under it while it
+								 * waited (Redis forgot, FLUSHALL) */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
 	TimestampTz deadline;		/* the end of the wait (DT_NOEND: none) */
 	TimestampTz ride_from;		/* the first failure of the ride now */

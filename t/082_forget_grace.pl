@@ -185,12 +185,52 @@ note 'a restart forgets stored limits: a caller waiting under one stores it agai
 		$h->quit;
 		$w->quit;
 	}
-	like(slurp_file($node->logfile, $log_at), qr/had no stored limit when Redis came back; a caller waiting under it stored it again at 1/,
+	like(slurp_file($node->logfile, $log_at), qr/had no stored limit after Redis forgot it; a caller waiting under it stored it again at 1/,
 		'the server log says so');
 	# a caller that never saw the limit (none stored) still gets 22023 at once
 	my ($rc, $out, $err) = $node->psql('postgres', "SELECT redsem_acquire('none1', wait => '5 s')");
 	like($err, qr/has no stored limit/, 'a semaphore without a stored limit: 22023, as before');
 	$node->safe_psql('postgres', "SELECT redsem_set_limit('st1', NULL); SELECT redsem_set_limit('ad1', NULL)");
+}
+
+###########################################################################
+note 'FLUSHALL forgets stored limits too: the waiter stores it again (helper-140)';
+{
+	# FLUSHALL breaks no connection: the waiter finds its line gone, and
+	# got 22023 in the middle of its wait before
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st2', 1);");
+	my $h = session('hst2');
+	$h->query_ok("SELECT redsem_acquire('st2', lease => '2 s') IS NOT NULL;");
+	my $w = session('wst2');
+	$w->send("SELECT redsem_acquire('st2', lease => '2 s', wait => '30 s') IS NOT NULL;");
+	ok(wait_until(10, sub { $redis->zcard('st2', 'owner') == 2 }), 'st2 has its holder and a waiter');
+	my $log_at = -s $node->logfile;
+	$redis->cli('FLUSHALL');
+	my ($out, $err) = $w->wait_done(30);
+	is($out, 't', 'the waiter is served after FLUSHALL (' . ($err // '') . ')');
+	is($node->safe_psql('postgres', "SELECT stored_limit FROM redsem_semaphore('st2')"), '1',
+		'the limit it was told is stored again');
+	like(slurp_file($node->logfile, $log_at), qr/semaphore "st2" had no stored limit after Redis forgot it/,
+		'the server log says so');
+	$h->quit;
+	$w->quit;
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st2', NULL)");
+	# an administrator's removal leaves the line: a waiter's line is not
+	# lost, and the limit is not stored again
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st3', 1);");
+	$h = session('hst3');
+	$h->query_ok("SELECT redsem_acquire('st3', lease => '2 s') IS NOT NULL;");
+	$w = session('wst3');
+	$w->send("SELECT redsem_acquire('st3', lease => '2 s', wait => '30 s') IS NOT NULL;");
+	ok(wait_until(10, sub { $redis->zcard('st3', 'owner') == 2 }), 'st3 has its holder and a waiter');
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st3', NULL)");
+	$h->query_ok("SELECT redsem_release_all();");
+	($out, $err) = $w->wait_done(30);
+	is($out, 't', 'st3, its limit removed by an administrator: the waiter is served');
+	is($node->safe_psql('postgres', "SELECT coalesce(stored_limit::text, 'none') FROM redsem_semaphore('st3')"), 'none',
+		'... and the removed limit is not stored again');
+	$h->quit;
+	$w->quit;
 }
 
 ###########################################################################
