@@ -989,10 +989,13 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	out->reason = STOP_NONE;
 	out->cancel_coming = false;
 	out->keeper_sent_at = 0;
+	out->trouble[0] = '\0';
 	if (hold->shared_slot >= 0)
 	{
 		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
 			return false;
+		if (copy.failures > 0)
+			strlcpy(out->trouble, copy.trouble, sizeof(out->trouble));
 		refreshed = copy.refreshed_at;
 		kept = shared_hold_kept_ms(&copy);
 		out->reason = (StopReason) copy.stop;
@@ -1068,6 +1071,7 @@ hold_terminated(StoppedHold *out, int *others)
 		out->statement = (hold->scope == HOLD_STATEMENT);
 		out->kept_ms = shared_hold_kept_ms(&copy);
 		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at, now);
+		strlcpy(out->trouble, copy.failures > 0 ? copy.trouble : "", sizeof(out->trouble));
 	}
 	return found;
 }
@@ -1448,6 +1452,9 @@ keeper_error(const SharedHold *tracked, bool tracked_ok)
 
 	if (!tracked_ok || !shared_keeper_is_active())
 		return pstrdup("the keeper is not running");
+	if (tracked->unkept && tracked->failures > 0)
+		return psprintf("taken under other Redis connection settings than the keeper's, whose look for it failed: %s",
+						tracked->trouble);
 	if (tracked->unkept)
 		return pstrdup("taken under other Redis connection settings than the keeper's");
 	if (tracked->lost && tracked->forced)

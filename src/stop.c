@@ -49,9 +49,13 @@ stop_define_gucs(void)
 							 NULL, NULL, NULL);
 }
 
-/* Why a slot was lost, as the sentences of an errdetail */
+/*
+ * Why a slot was lost, as the sentences of an errdetail (trouble: why the
+ * keeper's last try to refresh it failed, NULL or "" if it did not)
+ */
 char *
-stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms)
+stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms,
+				   const char *trouble)
 {
 	switch (why)
 	{
@@ -61,8 +65,10 @@ stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms)
 		case STOP_FORCED:
 			return pstrdup("An administrator force-released it (redsem_force_release).");
 		case STOP_UNCONFIRMED:
-			return psprintf("Redis had not confirmed its lease of " INT64_FORMAT " ms for " INT64_FORMAT " ms, so the slot could soon be another holder's.",
-							kept_ms, unconfirmed_ms);
+			return psprintf("Redis had not confirmed its lease of " INT64_FORMAT " ms for " INT64_FORMAT " ms, so the slot could soon be another holder's.%s",
+							kept_ms, unconfirmed_ms,
+							trouble != NULL && trouble[0] != '\0' ?
+							psprintf(" The keeper's last try to refresh it failed: %s", trouble) : "");
 		case STOP_NONE:
 			break;
 	}
@@ -77,7 +83,7 @@ report_one(const StoppedHold *s, int others, int elevel)
 			(errcode(elevel == WARNING ? ERRCODE_WARNING :
 					 elevel == FATAL ? ERRCODE_ADMIN_SHUTDOWN : ERRCODE_QUERY_CANCELED),
 			 errmsg("the slot of semaphore \"%s\" was lost", s->name),
-			 errdetail("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms),
+			 errdetail("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms, s->trouble),
 					   others > 0 ?
 					   psprintf(" %d other slot(s) of this session were lost as well.", others) : ""),
 			 elevel == WARNING ?
@@ -101,7 +107,7 @@ stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others)
 {
 	edata->message = psprintf("terminating connection because the slot of semaphore \"%s\" was lost",
 							  s->name);
-	edata->detail = psprintf("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms),
+	edata->detail = psprintf("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms, s->trouble),
 							 others > 0 ?
 							 psprintf(" %d other slot(s) of this session were lost as well.", others) : "");
 	edata->hint = pstrdup("redsem.on_slot_lost is terminate for this slot: the session of a holder whose slot is lost ends.");

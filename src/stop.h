@@ -19,6 +19,9 @@ typedef struct StoppedHold
 	bool		statement;		/* a statement queue's statement's slot */
 	int64		kept_ms;		/* the lease (or window) it had */
 	int64		unconfirmed_ms; /* from its last confirmed request to now */
+	char		trouble[KEEPER_TROUBLE_LEN];	/* why the keeper's last try to
+												 * refresh it failed ("": it
+												 * did not fail) */
 	bool		cancel_coming;	/* a cancel of it was sent to this backend:
 								 * its watchdog's, or the keeper's sent
 								 * before the session told it ... */
@@ -30,7 +33,7 @@ extern int	redsem_on_slot_lost;
 
 extern void stop_define_gucs(void);
 extern char *stop_reason_detail(StopReason why, int64 kept_ms,
-								int64 unconfirmed_ms);
+								int64 unconfirmed_ms, const char *trouble);
 extern void stop_report(const StoppedHold *stopped, int n);
 extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
 extern void stop_reword_escalated(ErrorData *edata, const char *name);
