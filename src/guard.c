@@ -43,6 +43,7 @@
 #include "hold.h"
 #include "hooks.h"
 #include "stop.h"
+#include "textenc.h"
 
 static ExecutorStart_hook_type prev_executor_start = NULL;
 static ExecutorRun_hook_type prev_executor_run = NULL;
@@ -280,6 +281,7 @@ guard_emit_log(ErrorData *edata)
 			stop_reword_escalated(edata, name);
 		busy = false;
 	}
+	textenc_fix_report(edata);
 	if (prev_emit_log)
 		prev_emit_log(edata);
 }

@@ -32,6 +32,7 @@
 #include "shmem.h"
 #include "sqlargs.h"
 #include "timing.h"
+#include "textenc.h"
 
 /* The session's queue (redsem.queue) and the definitions (redsem.queues) */
 static char *queue_setting = NULL;
@@ -769,6 +770,8 @@ queue_session_tenant(void)
 {
 	StringInfoData buf;
 	const char *v = queue_tenant_setting;
+	char	   *tenant;
+	int			len;
 
 	if (v == NULL || v[0] == '\0')
 		return NULL;
@@ -796,14 +799,17 @@ queue_session_tenant(void)
 		if (part)
 			appendStringInfoString(&buf, part);
 	}
-	for (int i = 0; i < buf.len; i++)
-		if ((unsigned char) buf.data[i] < 0x20 || buf.data[i] == 0x7f || buf.data[i] == '|')
-			buf.data[i] = '_';
-	if (buf.len > REDSEM_MAX_TENANT_BYTES)
-		buf.data[pg_mbcliplen(buf.data, buf.len, REDSEM_MAX_TENANT_BYTES)] = '\0';
-	if (buf.data[0] == '\0')
+	/* (in UTF-8, as a tenant given to a function is: textenc.c) */
+	tenant = text_to_redis_quiet(buf.data);
+	len = strlen(tenant);
+	for (int i = 0; i < len; i++)
+		if ((unsigned char) tenant[i] < 0x20 || tenant[i] == 0x7f || tenant[i] == '|')
+			tenant[i] = '_';
+	if (len > REDSEM_MAX_TENANT_BYTES)
+		tenant[pg_encoding_mbcliplen(PG_UTF8, tenant, len, REDSEM_MAX_TENANT_BYTES)] = '\0';
+	if (tenant[0] == '\0')
 		return NULL;
-	return buf.data;
+	return tenant;
 }
 
 /* The priority of this session's queued statements (redsem.queue_priority) */

@@ -36,6 +36,7 @@
 #include "report.h"
 #include "script.h"
 #include "shmem.h"
+#include "textenc.h"
 #include "timing.h"
 
 static const char lua_text[] =
@@ -469,8 +470,9 @@ origin_text(void)
 	initStringInfo(&buf);
 	append_field(&buf, server_name());
 	append_field(&buf, psprintf("%d", MyProcPid));
-	append_field(&buf, db);
-	append_field(&buf, user);
+	/* (in UTF-8, as names are: textenc.c) */
+	append_field(&buf, db ? text_to_redis_quiet(db) : NULL);
+	append_field(&buf, user ? text_to_redis_quiet(user) : NULL);
 	appendStringInfoString(&buf, application_name ? application_name : "");
 	return buf.data;
 }

@@ -11,7 +11,11 @@
  * application names) is shown in the reader's encoding and is always
  * valid there: a character it cannot represent is shown as \uXXXX, and
  * bytes that are not UTF-8 as \xNN.  This never raises, so one such
- * name cannot break a listing.
+ * name cannot break a listing.  Messages that name a semaphore name it in
+ * UTF-8; in a database whose encoding that is not valid in (EUC_JP, say)
+ * such a message would fail to reach the client and turn a WARNING into
+ * an ERROR 22021, so its text is escaped the same way first, without the
+ * catalogs (textenc_fix_report, from the emit_log_hook).
  */
 #include "postgres.h"
 
@@ -21,6 +25,8 @@
 #include "utils/builtins.h"
 
 #include "textenc.h"
+
+static int	utf8_char_len(const char *s);
 
 /* True if s has only ASCII bytes (valid in every server encoding) */
 static bool
@@ -55,6 +61,53 @@ text_to_redis(const char *s, const char *what)
 		return (char *) s;
 	}
 	return pg_server_to_any(s, len, PG_UTF8);
+}
+
+/*
+ * s, in this database's encoding, as UTF-8 for Redis, never raising (a
+ * name made from a template, not given by the caller: queue tenants): a
+ * character with no UTF-8 form, or a byte a SQL_ASCII database holds that
+ * is not UTF-8, becomes \xNN
+ */
+char *
+text_to_redis_quiet(const char *s)
+{
+	int			enc = GetDatabaseEncoding();
+	Oid			proc = InvalidOid;
+	StringInfoData out;
+
+	if (all_ascii(s) || enc == PG_UTF8)
+		return (char *) s;
+	if (enc != PG_SQL_ASCII)
+		proc = FindDefaultConversionProc(enc, PG_UTF8);
+	initStringInfo(&out);
+	while (*s)
+	{
+		int			l;
+		unsigned char buf[MAX_CONVERSION_GROWTH * 4 + 1];
+
+		if (!IS_HIGHBIT_SET(*s))
+		{
+			appendStringInfoChar(&out, *s++);
+			continue;
+		}
+		l = enc == PG_SQL_ASCII ? utf8_char_len(s) :
+			pg_encoding_verifymbchar(enc, s, strnlen(s, 4));
+		if (l > 0 && enc == PG_SQL_ASCII)
+			appendBinaryStringInfo(&out, s, l);
+		else if (l > 0 && l <= 4 && OidIsValid(proc) &&
+				 pg_do_encoding_conversion_buf(proc, enc, PG_UTF8, (unsigned char *) s, l,
+											   buf, sizeof(buf), true) == l)
+			appendStringInfoString(&out, (char *) buf);
+		else
+		{
+			/* (not a character: one byte escaped, and on) */
+			appendStringInfo(&out, "\\x%02X", (unsigned char) *s);
+			l = 1;
+		}
+		s += l;
+	}
+	return out.data;
 }
 
 /* The length of the valid UTF-8 character at s, or 0 if there is none */
@@ -139,4 +192,57 @@ Datum
 text_datum_from_redis(const char *s)
 {
 	return CStringGetTextDatum(text_from_redis(s));
+}
+
+/*
+ * s escaped for a database whose encoding s is not valid in: ASCII kept,
+ * UTF-8 characters as \uXXXX, other bytes as \xNN (no catalog access:
+ * safe while an error is reported); s itself if it is valid
+ */
+static char *
+escape_invalid(const char *s)
+{
+	StringInfoData out;
+
+	if (s == NULL || all_ascii(s) ||
+		pg_verify_mbstr(GetDatabaseEncoding(), s, strlen(s), true))
+		return (char *) s;
+	initStringInfo(&out);
+	while (*s)
+	{
+		int			l = IS_HIGHBIT_SET(*s) ? utf8_char_len(s) : 1;
+		pg_wchar	code;
+
+		if (l == 1)
+			appendStringInfoChar(&out, *s);
+		else if (l == 0)
+			appendStringInfo(&out, "\\x%02X", (unsigned char) *s);
+		else if ((code = utf8_to_unicode((const unsigned char *) s)) <= 0xFFFF)
+			appendStringInfo(&out, "\\u%04X", (unsigned int) code);
+		else
+			appendStringInfo(&out, "\\U%08X", (unsigned int) code);
+		s += Max(l, 1);
+	}
+	return out.data;
+}
+
+/*
+ * Make a report valid in the database's encoding (escape_invalid): from
+ * the emit_log_hook, in ErrorContext, before the report is logged and
+ * sent; never raises.  (Any report's: PostgreSQL keeps only the base name
+ * of the file that raised it, so redsem's are not told apart; one that is
+ * not valid would otherwise be replaced by a 22021 ERROR when sent.)
+ */
+void
+textenc_fix_report(ErrorData *edata)
+{
+	int			enc = GetDatabaseEncoding();
+
+	if (enc == PG_UTF8 || enc == PG_SQL_ASCII)
+		return;
+	edata->message = escape_invalid(edata->message);
+	edata->detail = escape_invalid(edata->detail);
+	edata->detail_log = escape_invalid(edata->detail_log);
+	edata->hint = escape_invalid(edata->hint);
+	edata->context = escape_invalid(edata->context);
 }

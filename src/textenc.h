@@ -8,7 +8,9 @@
 #include "postgres.h"
 
 extern char *text_to_redis(const char *s, const char *what);
+extern char *text_to_redis_quiet(const char *s);
 extern char *text_from_redis(const char *s);
 extern Datum text_datum_from_redis(const char *s);
+extern void textenc_fix_report(ErrorData *edata);
 
 #endif

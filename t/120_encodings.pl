@@ -22,7 +22,7 @@ use Test::More;
 
 my $redis = RedsemTest::Redis->new;
 my $node = create_node('enc', $redis);
-for my $db (['u8', 'UTF8'], ['l1', 'LATIN1'], ['sa', 'SQL_ASCII'])
+for my $db (['u8', 'UTF8'], ['l1', 'LATIN1'], ['sa', 'SQL_ASCII'], ['ej', 'EUC_JP'])
 {
 	$node->safe_psql('postgres',
 		"CREATE DATABASE $db->[0] ENCODING '$db->[1]' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0");
@@ -106,6 +106,38 @@ $f[4] = "t\xff";
 $redis->cli('HSET', 'redsem:{foreign}:info', $fid, join('|', @f));
 ($out, $err) = $u8->query("SELECT tenant FROM redsem_holders('foreign');");
 is($out, 't\xFF', "a tenant in Redis that is not UTF-8: shown as \\xFF in a UTF-8 database ($info)") or diag $err;
+
+# messages name semaphores in UTF-8: in a database whose encoding that is
+# not valid in, they are escaped instead of failing to reach the client
+# (a WARNING became an ERROR 22021: helper-142)
+($out, $err) = run_in('ej', "SELECT redsem_release('$kanji', 'abc');");
+like($err, qr/WARNING: .*\\u540D\\u524D/, 'EUC_JP: the WARNING of a release names the semaphore escaped') or diag $err;
+unlike($err, qr/ERROR/, '... and stays a WARNING');
+my $ej = RedsemTest::Session->new($node, name => 'ej', dbname => 'ej');
+$ej->query("SET client_encoding = 'UTF8';");
+($out, $err) = $ej->query("SELECT redsem_acquire('$kanji', 2, '60 s') IS NOT NULL;");
+is($out, 't', 'EUC_JP: the second slot of 名前, the same semaphore as SQL_ASCII\'s') or diag $err;
+($out, $err) = run_in('ej', "SELECT redsem_guard('$kanji', 2, wait => '0');");
+like($err, qr/ERROR:  55P03:/, 'EUC_JP: a guard on a full semaphore gets 55P03, not 22021') or diag $err;
+
+# names made from templates and the origin are in UTF-8 too: a queue's
+# tenant from redsem.queue_tenant, and the user's name
+$node->safe_psql('u8', "SELECT redsem_create_queue('qt', 'active_statements=2')");
+my $josef = "jos\xc3\xa9";
+run_in('l1', qq{CREATE ROLE "$josef" LOGIN; CREATE TABLE qt_t AS SELECT 1 AS x; GRANT SELECT ON qt_t TO "$josef";
+ALTER ROLE "$josef" IN DATABASE l1 SET redsem.queue = 'qt'; ALTER ROLE "$josef" IN DATABASE l1 SET redsem.queue_tenant = 'caf\xc3\xa9-%u';});
+# (a role's name is stored as its database's client sent it, here LATIN1:
+# the login names it so)
+my $jq = RedsemTest::Session->new($node, name => 'josef', dbname => 'l1', user => "jos\xe9");
+$jq->send("SELECT count(*) FROM qt_t, pg_sleep(3);");
+ok(defined wait_until(10, sub { (run_in('u8', "SELECT count(*) FROM redsem_holders('queue:qt')"))[0] eq '1' }),
+	'a LATIN1 role (josé) runs in queue qt');
+($out, $err) = run_in('u8', "SELECT tenant || '/' || username FROM redsem_holders('queue:qt');");
+is($out, "$cafe-$josef/$josef", 'UTF-8 reads its tenant (from a template) and user name as they are') or diag $err;
+($out, $err) = run_in('l1', "SELECT tenant = 'caf\xc3\xa9-' || username, username FROM redsem_holders('queue:qt');");
+is($out, "t|$josef", '... and so does LATIN1') or diag $err;
+$jq->wait_done(20);
+$jq->quit;
 
 ok(node_log_is_clean($node), 'server log without crash');
 $node->stop;
