@@ -18,6 +18,7 @@
 #include "clock.h"
 #include "cluster.h"
 #include "deadlock.h"
+#include "gen.h"
 #include "guc.h"
 #include "sentinel.h"
 #include "shmem.h"
@@ -984,23 +985,56 @@ store_default_limit(AcquireArgs *args)
 	return call_failed(args, &call);
 }
 
+/* The us of the generation of name's slot this server knows (0: none) */
+static int64
+known_gen_us(const char *name)
+{
+	char		text[GEN_TEXT_LEN];
+
+	gen_known_text(NULL, sem_gen_slot(NULL, name), text);
+	return text[0] != '\0' ? strtoi64(text + 1, NULL, 10) : 0;
+}
+
+/*
+ * True if Redis forgot the generation of args->name's slot since the
+ * acquire began: asked (gen_raise notes the one there, making a new one
+ * with its grace if Redis forgot), it is not the one this server knew
+ * then.  Its place expiring (a stalled waiter) or its promotion window
+ * passing also loses a line, and must not undo an administrator's removal
+ * of the limit meanwhile.  Without a generation known then it cannot tell:
+ * false.
+ */
+static bool
+forgot_since_start(AcquireArgs *args)
+{
+	RedisCall	call;
+
+	if (args->gen_us == 0)
+		return false;
+	acquire_call(args, &call);
+	if (!sem_gen_raise(&call, NULL, args->name, args->lease_ms, false))
+		return false;
+	return known_gen_us(args->name) != args->gen_us;
+}
+
 /*
  * True if the semaphore's stored limit was lost while the acquire waited
  * under it: it was told one (it gave none: each reply of its own was under
  * a stored limit); it rides a failure now (a call of it failed as a
  * restart makes calls fail, within a ride's gap: not a blip of long ago,
  * or an administrator's removal of the limit since would be undone), or
- * its line was lost under it while it waited (FLUSHALL, which breaks no
- * connection: an administrator's removal of the limit leaves the line);
+ * its line was lost under it while it waited and Redis forgot since it
+ * began (FLUSHALL, which breaks no connection: an administrator's removal
+ * of the limit leaves the line);
  * and Redis now has no limit (a restart without persistence forgets the
  * stored limits with the rest)
  */
 static bool
-stored_limit_lost(const AcquireArgs *args, const SemResult *r)
+stored_limit_lost(AcquireArgs *args, const SemResult *r)
 {
 	return r->state == SEM_NO_LIMIT && args->default_limit <= 0 &&
 		args->max_holders == 0 && args->limit_seen > 0 &&
-		(riding(args) || args->line_lost);
+		(riding(args) || (args->line_lost && forgot_since_start(args)));
 }
 
 /*
@@ -1055,6 +1089,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->grace_seen = false;
 	args->waited = false;
 	args->line_lost = false;
+	args->gen_us = known_gen_us(args->name);
 	memset(&r, 0, sizeof(r));
 
 	make_id(buf, sizeof(buf));

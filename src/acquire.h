@@ -39,7 +39,11 @@ typedef struct AcquireArgs
 								 * forgot (I15) */
 	bool		waited;			/* it had to queue */
 	bool		line_lost;		/* its line was lost under it while it
-								 * waited (Redis forgot, FLUSHALL) */
+								 * waited (Redis forgot, FLUSHALL, or its
+								 * place expired) */
+	int64		gen_us;			/* the generation of its semaphore's slot
+								 * this server knew when it began (its us;
+								 * 0: none) */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
 	TimestampTz deadline;		/* the end of the wait (DT_NOEND: none) */
 	TimestampTz ride_from;		/* the first failure of the ride now */

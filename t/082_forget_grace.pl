@@ -231,6 +231,24 @@ note 'FLUSHALL forgets stored limits too: the waiter stores it again (helper-140
 		'... and the removed limit is not stored again');
 	$h->quit;
 	$w->quit;
+	# nor when the waiter, stalled, loses its place after the removal (its
+	# promotion window passes): Redis forgot nothing (helper-142)
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st4', 1);");
+	$h = session('hst4');
+	$h->query_ok("SELECT redsem_acquire('st4', lease => '2 s') IS NOT NULL;");
+	$w = session('wst4');
+	$w->send("SELECT redsem_acquire('st4', lease => '2 s', wait => '30 s') IS NOT NULL;");
+	ok(wait_until(10, sub { $redis->zcard('st4', 'owner') == 2 }), 'st4 has its holder and a waiter');
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st4', NULL)");
+	kill 'STOP', $w->backend_pid;
+	$h->query_ok("SELECT redsem_release_all();");
+	sleep_full(7);		# (past the promotion window, 5 s)
+	kill 'CONT', $w->backend_pid;
+	($out, $err) = $w->wait_done(30);
+	is($node->safe_psql('postgres', "SELECT coalesce(stored_limit::text, 'none') FROM redsem_semaphore('st4')"), 'none',
+		'a stalled waiter that lost its place does not store a removed limit again (' . ($err // '') . ')');
+	$h->quit;
+	$w->quit;
 }
 
 ###########################################################################
