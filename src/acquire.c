@@ -148,7 +148,9 @@ went_away(const AcquireArgs *args, const RedisOutcome *o)
  * replicas for a grant, and, where Redis can fail over (Sentinel, a
  * Cluster), no connection.  For one that does not wait: only a connection that
  * broke (a stale one, to the old primary: each call already follows the
- * sentinels for a command's time).  A single Redis that is down fails its
+ * sentinels for a command's time).  A new connection closed before it was
+ * answered (behind a proxy whose Redis is down) is a refused connect, not a
+ * stale one (no_server).  A single Redis that is down fails its
  * callers at once, as it did, unless it went away under them (restarted):
  * a caller in line, or riding a connection that broke, rides finding
  * nothing at its address too (went_away), within the wait.
@@ -163,10 +165,15 @@ went_away(const AcquireArgs *args, const RedisOutcome *o)
 static bool
 failover_class(const AcquireArgs *args, const RedisOutcome *o)
 {
+	bool		followed = sentinel_enabled() || cluster_enabled();
+
 	if (args->elevel < ERROR)
 		return o->status == RS_LOST && !riding(args);
+	/* (a new connection closed unanswered: as a refused connect) */
 	if (args->wait_ms == 0)
-		return o->status == RS_LOST;
+		return o->status == RS_LOST && (!o->no_server || followed);
+	if (o->status == RS_LOST && o->no_server)
+		return followed || went_away(args, o);
 	switch (o->status)
 	{
 		case RS_LOST:
@@ -175,7 +182,7 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 		case RS_NOT_REPLICATED:
 			return true;
 		case RS_CONNECT_FAILED:
-			return sentinel_enabled() || cluster_enabled() || went_away(args, o);
+			return followed || went_away(args, o);
 		default:
 			return false;
 	}

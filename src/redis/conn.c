@@ -89,6 +89,9 @@ typedef struct Link
 	 */
 	bool		in_flight;
 
+	/* a reply was read on it since it was opened (connection_failed) */
+	bool		answered;
+
 	/*
 	 * Commands sent without waiting (redis_send_deferred), oldest first:
 	 * their replies come before any other on the socket, and are read and
@@ -341,6 +344,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	if (c == NULL)
 		return false;
 	link->ctx = c;
+	link->answered = false;
 	link->generation = redsem_guc_generation_now();
 	link->tls = redis_target_tls();
 	link->secrets = redsem_broker_wanted() ? redis_broker_link_secrets() : 0;
@@ -461,6 +465,7 @@ exchange(RedisCall *call, Link *link, TimestampTz deadline, bool flush,
 	if (status == RS_OK)
 	{
 		link->in_flight = false;
+		link->answered = true;
 		if (drop)
 			disconnect_link(link);
 	}
@@ -517,13 +522,18 @@ send_and_receive(RedisCall *call, Link *link, int argc, const char **argv,
 
 /*
  * Fill the call's outcome from link's failure (status), and drop the link:
- * a reply may still be owed on it.
+ * a reply may still be owed on it.  A connection to Redis (not the
+ * broker's link) closed before anything was answered on it is of an
+ * address where nothing serves (no_server), as a refused connect is: a
+ * proxy in front of a Redis that is down accepts, then closes.
  */
 static void
 connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_ms)
 {
 	(void) redis_note(&call->outcome, status, "%s",
 					  link->ctx->err ? link->ctx->errstr : "");
+	call->outcome.no_server = (status == RS_LOST && !link->answered &&
+							   !redsem_broker_wanted());
 	call->outcome.timeout_ms = timeout_ms;
 	if (status == RS_LOST)
 		redis_salvage_error_line(call, link->ctx);

@@ -52,7 +52,10 @@ typedef struct RedisOutcome
 								 * address (refused, no socket, reset,
 								 * unreachable, no answer), as while a
 								 * server restarts; not a refusal of our
-								 * settings */
+								 * settings.  RS_LOST: the connection was
+								 * new and closed before anything was
+								 * answered on it (a proxy whose Redis is
+								 * down) */
 } RedisOutcome;
 
 /*
