@@ -24,6 +24,8 @@
 #include "shmem.h"
 #include "timing.h"
 
+static int64 known_gen_us(const char *name);
+
 /*
  * A new holder id: the server incarnation, process id, a sequence number
  * and random bits drawn once per process.  The random bits tell apart two
@@ -374,6 +376,9 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 	TimestampTz checked = *sent;
 	bool		look_now = false;	/* a call failed: look before napping */
 
+	/* (a server that knew none: the one its place was taken under) */
+	if (args->gen_us == 0)
+		args->gen_us = known_gen_us(args->name);
 	for (;;)
 	{
 		RedisCall	call;

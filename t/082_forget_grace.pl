@@ -252,6 +252,27 @@ note 'FLUSHALL forgets stored limits too: the waiter stores it again (helper-140
 }
 
 ###########################################################################
+note 'FLUSHALL, the waiter on a server that knew no generation when it began (helper-143)';
+{
+	my $fresh = create_node('forget_fresh', $redis, "redsem.command_timeout = 1000\n");
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st5', 1);");
+	my $h = session('hst5');
+	$h->query_ok("SELECT redsem_acquire('st5', lease => '2 s') IS NOT NULL;");
+	my $w = RedsemTest::Session->new($fresh, name => 'wst5');
+	$w->send("SELECT redsem_acquire('st5', lease => '2 s', wait => '30 s') IS NOT NULL;");
+	ok(wait_until(10, sub { $redis->zcard('st5', 'owner') == 2 }), 'a holder here, a waiter on a new server');
+	$redis->cli('FLUSHALL');
+	my ($out, $err) = $w->wait_done(30);
+	is($out, 't', 'the new server\'s waiter is served after FLUSHALL (' . ($err // '') . ')');
+	is($node->safe_psql('postgres', "SELECT coalesce(stored_limit::text, 'none') FROM redsem_semaphore('st5')"), '1',
+		'... and the limit it was told is stored again');
+	$h->quit;
+	$w->quit;
+	$node->safe_psql('postgres', "SELECT redsem_set_limit('st5', NULL)");
+	$fresh->stop;
+}
+
+###########################################################################
 note 'a refresh that lengthens a lease counts in the grace';
 {
 	my $r = session('refresher');
