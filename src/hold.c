@@ -46,6 +46,7 @@
 #include "shmem.h"
 #include "sqlargs.h"
 #include "stop.h"
+#include "textenc.h"
 #include "timing.h"
 #include "watchdog.h"
 
@@ -1409,7 +1410,7 @@ hold_refresh_id(const char *name, const char *id, int64 lease_ms,
 	if (*new_lease_ms < 0)
 		ereport(NOTICE,
 				(errmsg("slot %s of redsem semaphore \"%s\" was force-released by an administrator",
-						id, name)));
+						id, text_for_message(name))));
 	if (*new_lease_ms > 0)
 	{
 		hold->refreshed_at = sent;

@@ -195,12 +195,13 @@ text_datum_from_redis(const char *s)
 }
 
 /*
- * s escaped for a database whose encoding s is not valid in: ASCII kept,
+ * s (a semaphore's name in a message, or a message) escaped for a
+ * database whose encoding s is not valid in: ASCII kept,
  * UTF-8 characters as \uXXXX, other bytes as \xNN (no catalog access:
  * safe while an error is reported); s itself if it is valid
  */
-static char *
-escape_invalid(const char *s)
+char *
+text_for_message(const char *s)
 {
 	StringInfoData out;
 
@@ -227,7 +228,7 @@ escape_invalid(const char *s)
 }
 
 /*
- * Make a report valid in the database's encoding (escape_invalid): from
+ * Make a report valid in the database's encoding (text_for_message): from
  * the emit_log_hook, in ErrorContext, before the report is logged and
  * sent; never raises.  (Any report's: PostgreSQL keeps only the base name
  * of the file that raised it, so redsem's are not told apart; one that is
@@ -240,9 +241,9 @@ textenc_fix_report(ErrorData *edata)
 
 	if (enc == PG_UTF8 || enc == PG_SQL_ASCII)
 		return;
-	edata->message = escape_invalid(edata->message);
-	edata->detail = escape_invalid(edata->detail);
-	edata->detail_log = escape_invalid(edata->detail_log);
-	edata->hint = escape_invalid(edata->hint);
-	edata->context = escape_invalid(edata->context);
+	edata->message = text_for_message(edata->message);
+	edata->detail = text_for_message(edata->detail);
+	edata->detail_log = text_for_message(edata->detail_log);
+	edata->hint = text_for_message(edata->hint);
+	edata->context = text_for_message(edata->context);
 }

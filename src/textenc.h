@@ -11,6 +11,7 @@ extern char *text_to_redis(const char *s, const char *what);
 extern char *text_to_redis_quiet(const char *s);
 extern char *text_from_redis(const char *s);
 extern Datum text_datum_from_redis(const char *s);
+extern char *text_for_message(const char *s);
 extern void textenc_fix_report(ErrorData *edata);
 
 #endif
