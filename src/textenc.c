@@ -122,9 +122,13 @@ utf8_char_len(const char *s)
 	return pg_utf8_islegal((const unsigned char *) s, l) ? l : 0;
 }
 
-/* Append the UTF-8 character c (len bytes) to out in encoding enc, or as an escape */
+/*
+ * Append the UTF-8 character c (len bytes) to out in encoding enc, or as
+ * \uXXXX: converted only if convert (a message being reported may not
+ * reach the catalogs)
+ */
 static void
-append_char(StringInfo out, const char *c, int len, int enc)
+append_char(StringInfo out, const char *c, int len, int enc, bool convert)
 {
 	static Oid	proc = InvalidOid;
 	static int	proc_enc = -1;
@@ -136,12 +140,12 @@ append_char(StringInfo out, const char *c, int len, int enc)
 		appendBinaryStringInfo(out, c, len);
 		return;
 	}
-	if (proc_enc != enc)
+	if (convert && proc_enc != enc)
 	{
 		proc = FindDefaultConversionProc(PG_UTF8, enc);
 		proc_enc = enc;
 	}
-	if (OidIsValid(proc) &&
+	if (convert && OidIsValid(proc) &&
 		pg_do_encoding_conversion_buf(proc, PG_UTF8, enc, (unsigned char *) c, len,
 									  buf, sizeof(buf), true) == len)
 		appendStringInfoString(out, (char *) buf);
@@ -152,39 +156,42 @@ append_char(StringInfo out, const char *c, int len, int enc)
 }
 
 /*
+ * s (UTF-8, or whatever another server or program wrote) in this
+ * database's encoding: append_char for each character, \xNN for a byte
+ * that is not UTF-8 (kept as it is in SQL_ASCII, where any byte is valid)
+ */
+static char *
+utf8_to_database(const char *s, bool convert)
+{
+	StringInfoData out;
+	int			enc = GetDatabaseEncoding();
+
+	initStringInfo(&out);
+	while (*s)
+	{
+		int			l = IS_HIGHBIT_SET(*s) ? utf8_char_len(s) : 1;
+
+		if (l == 0 && enc == PG_SQL_ASCII)
+			appendStringInfoChar(&out, *s);
+		else if (l == 0)
+			appendStringInfo(&out, "\\x%02X", (unsigned char) *s);
+		else if (l == 1)
+			appendStringInfoChar(&out, *s);
+		else
+			append_char(&out, s, l, enc, convert);
+		s += Max(l, 1);
+	}
+	return out.data;
+}
+
+/*
  * s, read from Redis or shared memory (UTF-8, or whatever another server
  * wrote), as text valid in this database's encoding; never raises
  */
 char *
 text_from_redis(const char *s)
 {
-	StringInfoData out;
-	int			enc = GetDatabaseEncoding();
-
-	if (all_ascii(s))
-		return (char *) s;
-	initStringInfo(&out);
-	while (*s)
-	{
-		int			l = IS_HIGHBIT_SET(*s) ? utf8_char_len(s) : 1;
-
-		if (l == 0)
-		{
-			/* (in SQL_ASCII any byte is valid: kept) */
-			if (enc == PG_SQL_ASCII)
-				appendStringInfoChar(&out, *s);
-			else
-				appendStringInfo(&out, "\\x%02X", (unsigned char) *s);
-			s++;
-			continue;
-		}
-		if (l == 1)
-			appendStringInfoChar(&out, *s);
-		else
-			append_char(&out, s, l, enc);
-		s += l;
-	}
-	return out.data;
+	return all_ascii(s) ? (char *) s : utf8_to_database(s, true);
 }
 
 /* text_from_redis(s) as a text Datum */
@@ -203,28 +210,10 @@ text_datum_from_redis(const char *s)
 char *
 text_for_message(const char *s)
 {
-	StringInfoData out;
-
 	if (s == NULL || all_ascii(s) ||
 		pg_verify_mbstr(GetDatabaseEncoding(), s, strlen(s), true))
 		return (char *) s;
-	initStringInfo(&out);
-	while (*s)
-	{
-		int			l = IS_HIGHBIT_SET(*s) ? utf8_char_len(s) : 1;
-		pg_wchar	code;
-
-		if (l == 1)
-			appendStringInfoChar(&out, *s);
-		else if (l == 0)
-			appendStringInfo(&out, "\\x%02X", (unsigned char) *s);
-		else if ((code = utf8_to_unicode((const unsigned char *) s)) <= 0xFFFF)
-			appendStringInfo(&out, "\\u%04X", (unsigned int) code);
-		else
-			appendStringInfo(&out, "\\U%08X", (unsigned int) code);
-		s += Max(l, 1);
-	}
-	return out.data;
+	return utf8_to_database(s, false);
 }
 
 /*
