@@ -376,7 +376,10 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 	TimestampTz checked = *sent;
 	bool		look_now = false;	/* a call failed: look before napping */
 
-	/* (a server that knew none: the one its place was taken under) */
+	/*
+	 * the generation its place was taken under, for forgot_since_start (read
+	 * here, not by every acquire: only a waiter's line can be lost)
+	 */
 	if (args->gen_us == 0)
 		args->gen_us = known_gen_us(args->name);
 	for (;;)
@@ -1009,9 +1012,9 @@ known_gen_us(const char *name)
 
 /*
  * True if Redis forgot the generation of args->name's slot since the
- * acquire began: asked (gen_raise notes the one there, making a new one
- * with its grace if Redis forgot), it is not the one this server knew
- * then.  Its place expiring (a stalled waiter) or its promotion window
+ * acquire began to wait: asked (gen_raise notes the one there, making a
+ * new one with its grace if Redis forgot), it is not the one this server
+ * knew then.  Its place expiring (a stalled waiter) or its promotion window
  * passing also loses a line, and must not undo an administrator's removal
  * of the limit meanwhile.  Without a generation known then it cannot tell:
  * false.
@@ -1101,7 +1104,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->grace_seen = false;
 	args->waited = false;
 	args->line_lost = false;
-	args->gen_us = known_gen_us(args->name);
+	args->gen_us = 0;			/* (noted once it waits: wait_turns) */
 	memset(&r, 0, sizeof(r));
 
 	make_id(buf, sizeof(buf));

@@ -42,8 +42,8 @@ typedef struct AcquireArgs
 								 * waited (Redis forgot, FLUSHALL, or its
 								 * place expired) */
 	int64		gen_us;			/* the generation of its semaphore's slot
-								 * this server knew when it began (its us;
-								 * 0: none) */
+								 * this server knew when it began to wait
+								 * (its us; 0: none) */
 	RedisOutcome failure;		/* why it failed (elevel below ERROR) */
 	TimestampTz deadline;		/* the end of the wait (DT_NOEND: none) */
 	TimestampTz ride_from;		/* the first failure of the ride now */
