@@ -42,6 +42,7 @@ SELECT count(*) AS queues FROM redsem_queues;
 
 -- a session's queue: a name, set only by superusers and roles granted SET
 SET redsem.queue = 'no spaces';
+SET redsem.queue = 'café';
 SET redsem.queue = 'reports';
 RESET redsem.queue;
 SET client_min_messages = warning;

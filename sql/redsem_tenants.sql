@@ -40,6 +40,8 @@ SELECT * FROM redsem_tenants('ten_a');
 SELECT redsem_acquire('ten_bad', 3, tenant => '');
 SELECT redsem_acquire('ten_bad', 3, tenant => 'a|b');
 SELECT redsem_acquire('ten_bad', 3, tenant => E'a\nb');
+-- C1 controls too (U+0085, NEXT LINE)
+SELECT redsem_acquire('ten_bad', 3, tenant => E'a\u0085b');
 SELECT redsem_acquire('ten_bad', 3, tenant => repeat('x', 65));
 SELECT redsem_guard('ten_bad', 3, tenant => repeat('é', 33));
 SELECT redsem_acquire_xact('ten_bad', 3, tenant => '');

@@ -21,7 +21,6 @@
  */
 #include "postgres.h"
 
-#include <ctype.h>
 #include <unistd.h>
 
 #include "access/xlog.h"
@@ -217,7 +216,7 @@ server_tag(void)
 			 (unsigned) hash_bytes((const unsigned char *) host, strlen(host)),
 			 PostPortNumber, (unsigned long long) GetSystemIdentifier());
 	for (char *c = tag; *c; c++)
-		if (!(isalnum((unsigned char) *c) || strchr(".-_:", *c)))
+		if (strchr("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:", *c) == NULL)
 			*c = '_';
 	return tag;
 }

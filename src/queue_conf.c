@@ -13,7 +13,6 @@
  */
 #include "postgres.h"
 
-#include <ctype.h>
 #include <math.h>
 
 #include "common/hashfn.h"
@@ -208,11 +207,22 @@ queue_glob_match(const char *pattern, const char *name)
 	return *pattern == '\0';
 }
 
+/*
+ * True for an ASCII blank.  Not isspace(): a backend's LC_CTYPE is its
+ * database's, so a Latin-1 locale would take byte 0xA0 for a blank where the
+ * postmaster (another locale) does not, and read one setting two ways.
+ */
+static bool
+is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
 /* Skip blanks */
 static const char *
 skip_blanks(const char *p)
 {
-	while (*p && isspace((unsigned char) *p))
+	while (*p && is_blank(*p))
 		p++;
 	return p;
 }
@@ -223,7 +233,7 @@ take_word(const char **p, char *buf, size_t size, const char *stops)
 {
 	size_t		n = 0;
 
-	while (**p && !isspace((unsigned char) **p) && strchr(stops, **p) == NULL)
+	while (**p && !is_blank(**p) && strchr(stops, **p) == NULL)
 	{
 		if (n + 1 >= size)
 			return false;
@@ -233,14 +243,16 @@ take_word(const char **p, char *buf, size_t size, const char *stops)
 	return n > 0;
 }
 
-/* True if name is a valid queue name: letters, digits, '_', '.', '-' */
+/*
+ * True if name is a valid queue name: ASCII letters, digits, '_', '.', '-'
+ * (not isalnum(), which follows the database's locale: a Latin-1 one would
+ * let in bytes that are not UTF-8 in Redis)
+ */
 static bool
 valid_name(const char *name)
 {
-	for (const char *c = name; *c; c++)
-		if (!isalnum((unsigned char) *c) && *c != '_' && *c != '.' && *c != '-')
-			return false;
-	return *name != '\0';
+	return *name != '\0' &&
+		strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-") == strlen(name);
 }
 
 /* Parse a boolean word */
@@ -396,7 +408,7 @@ apply_option(QueueDef *q, const char *key, const char *value)
 static bool
 empty_value(const char *p)
 {
-	return *p == '\0' || *p == ';' || isspace((unsigned char) *p);
+	return *p == '\0' || *p == ';' || is_blank(*p);
 }
 
 /* True if key's value may be empty ("application_name=": none) */
@@ -475,7 +487,7 @@ parse_definition(const char **p, QueueDef *q, const QueueConfig *so_far)
 	*p = skip_blanks(*p);
 	if (!take_word(p, q->name, sizeof(q->name), ":;") || !valid_name(q->name))
 	{
-		GUC_check_errdetail("A queue definition starts with a name of 1 to %d letters, digits, \"_\", \".\" or \"-\", then \":\".",
+		GUC_check_errdetail("A queue definition starts with a name of 1 to %d ASCII letters, digits, \"_\", \".\" or \"-\", then \":\".",
 							QUEUE_MAX_NAME_BYTES);
 		return false;
 	}
@@ -679,7 +691,7 @@ check_queue(char **newval, void **extra, GucSource source)
 	if (*newval && (*newval)[0] != '\0' &&
 		(strlen(*newval) > QUEUE_MAX_NAME_BYTES || !valid_name(*newval)))
 	{
-		GUC_check_errdetail("A queue name is 1 to %d letters, digits, \"_\", \".\" or \"-\".",
+		GUC_check_errdetail("A queue name is 1 to %d ASCII letters, digits, \"_\", \".\" or \"-\".",
 							QUEUE_MAX_NAME_BYTES);
 		return false;
 	}

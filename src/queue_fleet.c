@@ -984,7 +984,7 @@ queue_name_arg(FunctionCallInfo fcinfo, int argno)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("invalid statement queue name \"%s\"", name),
-				 errdetail("A queue name is 1 to %d letters, digits, \"_\", \".\" or \"-\".",
+				 errdetail("A queue name is 1 to %d ASCII letters, digits, \"_\", \".\" or \"-\".",
 						   QUEUE_MAX_NAME_BYTES)));
 	return name;
 }

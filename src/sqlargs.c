@@ -72,7 +72,8 @@ id_arg(FunctionCallInfo fcinfo, int argno)
 /*
  * What is wrong with a tenant name, as an errdetail sentence, or NULL if
  * nothing: 1 to REDSEM_MAX_TENANT_BYTES bytes, without control characters
- * or "|" (the script keeps it in a "|"-separated field).
+ * (C0, DEL and, as the name is UTF-8 by now, C1) or "|" (the script keeps it
+ * in a "|"-separated field).
  */
 const char *
 tenant_problem(const char *tenant)
@@ -84,8 +85,9 @@ tenant_problem(const char *tenant)
 	if (len > REDSEM_MAX_TENANT_BYTES)
 		return psprintf("A tenant name is 1 to %d bytes long; this one has %zu.",
 						REDSEM_MAX_TENANT_BYTES, len);
-	for (const char *c = tenant; *c; c++)
-		if ((unsigned char) *c < 0x20 || *c == 0x7f || *c == '|')
+	for (const unsigned char *c = (const unsigned char *) tenant; *c; c++)
+		if (*c < 0x20 || *c == 0x7f || *c == '|' ||
+			(c[0] == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f))	/* U+0080-U+009F */
 			return "A tenant name must not contain control characters or \"|\".";
 	return NULL;
 }
