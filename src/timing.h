@@ -219,7 +219,10 @@
  * Through Redis Sentinel, a call that finds the named primary unreachable,
  * or still a replica, asks the sentinels again every SENTINEL_RETRY_MS
  * until its deadline (redsem.command_timeout), so a failover shorter than
- * that is waited out rather than failed.  An acquire that waits rides
+ * that is waited out rather than failed; it gives up at once when the next
+ * ask could not begin before the deadline (a callback's
+ * REDSEM_XACT_CLEANUP_MS is shorter than SENTINEL_RETRY_MS: a cancel would
+ * otherwise wait it out for nothing).  An acquire that waits rides
  * through what is left: a call that failed as a failover makes it fail (a
  * connection that broke or went silent, a replica now, too few replicas
  * for a grant; through Sentinel or in a Cluster also no connection) is

@@ -316,9 +316,9 @@ redis_open_following(RedisCall *call, const char *host, int port,
 			: redis_open_target(call, host, port, unix_path,
 								redis_connect_deadline(deadline));
 
-		if (c != NULL || call->outcome.status != RS_UNAVAILABLE || redis_past(deadline))
+		if (c != NULL || call->outcome.status != RS_UNAVAILABLE ||
+			!redis_pause_to_retry(SENTINEL_RETRY_MS, deadline, call->interruptible))
 			return c;
-		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	}
 }
 
@@ -763,7 +763,7 @@ follow_failover(RedisCall *call, TimestampTz deadline)
 		relinked_at = now;
 	}
 	if (!at_once)
-		redis_pause(SENTINEL_RETRY_MS, deadline, call->interruptible);
+		return redis_pause_to_retry(SENTINEL_RETRY_MS, deadline, call->interruptible);
 	return !redis_past(deadline);
 }
 

@@ -165,6 +165,21 @@ redis_past(TimestampTz deadline)
 }
 
 /*
+ * Pause ms before trying again, and return true; or return false at once if
+ * the next try could not begin before deadline (a pause to the deadline
+ * would only spend what is left of it: a commit, abort or exit callback's
+ * 50 ms, which a cancel waits for)
+ */
+bool
+redis_pause_to_retry(int ms, TimestampTz deadline, bool interruptible)
+{
+	if (redis_ms_until(deadline) <= ms)
+		return false;
+	redis_pause(ms, deadline, interruptible);
+	return !redis_past(deadline);
+}
+
+/*
  * Wait ms (or until deadline) on the latch alone: between attempts while a
  * failover runs.  Cancel is served if the call is interruptible.
  */

@@ -17,5 +17,6 @@ extern void redis_wait_forget_inherited(void);
 extern bool redis_past(TimestampTz deadline);
 extern long redis_ms_until(TimestampTz deadline);
 extern void redis_pause(int ms, TimestampTz deadline, bool interruptible);
+extern bool redis_pause_to_retry(int ms, TimestampTz deadline, bool interruptible);
 
 #endif							/* REDSEM_SOCKWAIT_H */
