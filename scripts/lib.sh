@@ -89,14 +89,15 @@ else
 fi
 
 # Debian packages needed to build and test (for the PostgreSQL major and
-# server chosen): build tools, the server and its headers, hiredis, the
-# Redis or Valkey server and client, perl/IPC::Run for the TAP tests, and
+# server chosen): build tools, the server and its headers (and the GSSAPI
+# headers libpq/libpq-be.h includes in Debian's builds, which have GSSAPI:
+# libkrb5-dev), hiredis, the Redis or Valkey server and client, perl/IPC::Run for the TAP tests, and
 # OpenSSL (TLS with hiredis >= 1.0, and the throwaway CA of the TLS test),
 # libfaketime (a server whose wall clock steps, t/081).
 redsem_packages() {
     printf '%s\n' build-essential pkg-config \
         "postgresql-$REDSEM_PG_MAJOR" "postgresql-client-$REDSEM_PG_MAJOR" \
-        "postgresql-server-dev-$REDSEM_PG_MAJOR" \
+        "postgresql-server-dev-$REDSEM_PG_MAJOR" libkrb5-dev \
         libhiredis-dev libssl-dev openssl perl libipc-run-perl procps util-linux coreutils \
         pgbouncer locales libfaketime
     case $REDSEM_REDIS in

@@ -265,6 +265,34 @@ SELECT redsem_acquire_xact('exit_b', 2, '60 s') IS NOT NULL;}),
 	in_redis('exit_f', 0, 0, 'nothing left');
 }
 
+# --- (h) the waiter's client is gone ---------------------------------------
+# Its psql is killed: the kernel closes the connection, and nobody will read
+# the result.  Without client_connection_check_interval (not set here) the
+# waiter leaves the line at once all the same: its backend ends as that
+# setting's check ends one ("connection to client lost"), and the waiter
+# behind it is next.
+{
+	my $h = holder('holder_h', 'exit_h', 1);
+	my $dead = waiter('dead_h', 'exit_h', 1, '60 s', 1);
+	my $next = waiter('next_h', 'exit_h', 1, '60 s', 2);
+	my $pid = $dead->backend_pid;
+	$dead->{h}->signal('KILL');
+	$dead->{finished} = 1;
+	ok(defined wait_until($PROMPT, sub { $redis->zcard('exit_h', 'waiting') == 1 }),
+		'the waiter whose client is gone leaves the line');
+	ok(defined wait_until($PROMPT, sub {
+				$ctl->query_ok("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid;") eq "0" }),
+		'... and its backend ends')
+	  or diag $ctl->query_ok("SELECT state, wait_event_type, wait_event, backend_type FROM pg_stat_activity WHERE pid = $pid;");
+	like(slurp_file($node->logfile), qr/connection to client lost/,
+		'... saying that its client was lost');
+	is($h->query_ok('SELECT redsem_release_all();'), '1', 'holder_h releases');
+	my ($out) = $next->wait_done(3 * $PROMPT);
+	is($out, 't', 'the live waiter behind it gets the slot');
+	$_->quit for ($h, $next);
+	in_redis('exit_h', 0, 0, 'nothing left');
+}
+
 # Released semaphores keep their keys for GRACE (1 s) at most.
 ok(defined wait_until(10, sub { !$redis->scan_keys('redsem:{*') }),
 	'every redsem key expires once nothing is held')

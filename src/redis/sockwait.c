@@ -9,6 +9,7 @@
  */
 #include "postgres.h"
 
+#include "libpq/libpq-be.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -29,6 +30,13 @@
 static WaitEventSet *wait_set = NULL;
 static int	wait_set_fd = -1;
 static int	wait_set_socket_pos = -1;
+static int	wait_set_client_pos = -1;
+
+/*
+ * Set once this session's client was seen gone (its connection closed)
+ * during a wait that could not end for it: its socket is not watched again.
+ */
+static bool client_gone = false;
 
 /* The wait event shown while waiting on Redis, if not the default */
 static uint32 wait_event_shown = 0;
@@ -79,7 +87,12 @@ redis_forget_wait_fd(int fd)
 		forget_wait_set();
 }
 
-/* The wait set for fd, made on first use (may raise: out of memory, epoll) */
+static bool watch_client(void);
+
+/*
+ * The wait set for fd, made on first use (may raise: out of memory, epoll);
+ * it watches the session's client connection too (client_closed)
+ */
 static WaitEventSet *
 wait_set_for(int fd)
 {
@@ -87,13 +100,50 @@ wait_set_for(int fd)
 		return wait_set;
 	forget_wait_set();
 	redsem_fault("wait_set");
-	wait_set = redsem_create_wait_set(TopMemoryContext, 3);
+	wait_set = redsem_create_wait_set(TopMemoryContext, 4);
 	wait_set_fd = fd;
 	AddWaitEventToSet(wait_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
 	AddWaitEventToSet(wait_set, WL_POSTMASTER_DEATH, PGINVALID_SOCKET, NULL, NULL);
 	wait_set_socket_pos = AddWaitEventToSet(wait_set, WL_SOCKET_READABLE, fd,
 											NULL, NULL);
+	wait_set_client_pos = -1;
+	if (watch_client() && WaitEventSetCanReportClosed())
+		wait_set_client_pos = AddWaitEventToSet(wait_set, WL_SOCKET_CLOSED,
+												MyProcPort->sock, NULL, NULL);
 	return wait_set;
+}
+
+/*
+ * True if waits watch this session's client connection: a client backend
+ * whose client has not been seen gone (not the keeper, the broker or a
+ * parallel worker, which have none)
+ */
+static bool
+watch_client(void)
+{
+	return MyBackendType == B_BACKEND && MyProcPort != NULL &&
+		MyProcPort->sock != PGINVALID_SOCKET && !client_gone;
+}
+
+/*
+ * The client closed its connection during a wait (killed, or gave up): a
+ * waiter must not keep its place in line, nor a holder its slot, for a
+ * session nobody will read.  If the wait may be cancelled, end the session
+ * as PostgreSQL does when client_connection_check_interval finds the client
+ * gone (FATAL "connection to client lost"; the exit callback gives the place
+ * or slot back); else stop watching it, so that a callback's wait does not
+ * wake on it again and again.
+ */
+static void
+client_closed(bool interruptible)
+{
+	client_gone = true;
+	forget_wait_set();
+	if (!interruptible)
+		return;
+	ClientConnectionLost = true;
+	InterruptPending = true;
+	CHECK_FOR_INTERRUPTS();
 }
 
 /* Set once a wait that cannot be cancelled saw the postmaster die */
@@ -138,6 +188,11 @@ redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptibl
 		 WaitEventSetWait(set, 0, &event, 1,
 						  wait_event_shown ? wait_event_shown : redsem_wait_event()) == 0))
 		return WL_TIMEOUT;
+	if (event.pos == wait_set_client_pos)
+	{
+		client_closed(interruptible);
+		return 0;				/* (the caller waits again) */
+	}
 	rc = event.events;
 	if (rc & WL_LATCH_SET)
 	{
