@@ -53,6 +53,7 @@
 #include "queue_caps.h"
 #include "queue_fleet.h"
 #include "script.h"
+#include "sentinel.h"
 #include "shmem.h"
 #include "stop.h"
 #include "timing.h"
@@ -806,6 +807,73 @@ keeper_swallow_error(MemoryContext cxt, uint32 holdoff, char *buf, size_t len)
 	FreeErrorData(edata);
 }
 
+/* When the keeper asks the sentinels next where the primary is */
+static TimestampTz sentinels_next_ask = 0;
+
+/* Wake the backends of holds in line or being asked for (so they look again) */
+static void
+wake_waiters(const HoldCopy *holds, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		PGPROC	   *proc;
+
+		if (holds[i].hold.phase != PHASE_WAITING && holds[i].hold.phase != PHASE_PENDING)
+			continue;
+		proc = BackendPidGetProc(holds[i].hold.pid);
+		if (proc != NULL)
+			SetLatch(&proc->procLatch);
+	}
+}
+
+/*
+ * Through Redis Sentinel: every SENTINEL_RECHECK_MS while this server holds
+ * or waits for slots, ask the sentinels where the primary is, and note it in
+ * shared memory.  A planned failover (SENTINEL FAILOVER) leaves the old
+ * primary a primary, taking writes, until the sentinels demote it about
+ * 10 s later: the keeper would refresh its holds there while the new
+ * primary lets them expire and admits newcomers, and waiters would wait in
+ * the old primary's line.  Once the sentinels name another primary, every
+ * link to the old one is stale (conn.c's link_left_behind: the keeper's
+ * own, before this round's refreshes, and the backends' in direct mode),
+ * and the waiters are woken so that their waits leave it
+ * (context_left_behind).  The broker asks for its own links.
+ */
+static void
+recheck_sentinels(const HoldCopy *holds, int n)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+	uint32		holdoff = InterruptHoldoffCount;
+	TimestampTz now = redsem_now();
+	RedisCall	call;
+	volatile bool named = false;
+
+	if (!sentinel_enabled() || n == 0 || now < sentinels_next_ask)
+		return;
+	sentinels_next_ask = TimestampTzPlusMilliseconds(now, SENTINEL_RECHECK_MS);
+	keeper_call(&call);
+	call.deadline = TimestampTzPlusMilliseconds(now, Min(redsem_connect_timeout_ms,
+														 KEEPER_SENTINEL_ASK_MS));
+	PG_TRY();
+	{
+		named = sentinel_ask_primary(&call, call.deadline);
+	}
+	PG_CATCH();
+	{
+		char		why[256];
+
+		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
+	}
+	PG_END_TRY();
+	if (named && shared_sentinel_named(redis_target_signature(), sentinel_last_primary()))
+	{
+		ereport(LOG,
+				(errmsg("redsem keeper: the sentinels now name %s the primary; its connections and waiters leave the one before",
+						sentinel_last_primary())));
+		wake_waiters(holds, n);
+	}
+}
+
 /*
  * Send the cycle's queued work in pipelined batches.  Returns false on
  * connection trouble, reported once.  An ERROR here (out of memory, say)
@@ -1082,6 +1150,7 @@ keeper_cycle(KeeperState *st)
 	bool		redis_ok;
 
 	shared_keeper_set_target(target);
+	recheck_sentinels(holds, n);
 	valid_until = stop_lost_holders(st);
 	st->released_after_crash = 0;
 	st->succeeded = false;

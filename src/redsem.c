@@ -14,6 +14,7 @@
 #include "broker.h"
 #include "cluster.h"
 #include "compat.h"
+#include "conn.h"
 #include "escalate.h"
 #include "guard.h"
 #include "guc.h"
@@ -61,6 +62,7 @@ _PG_init(void)
 		escalate_shmem_init();
 		queue_conf_set_fleet_source(queue_fleet_config);
 		stats_reserve_room_for(queue_is_semaphore);
+		redis_watch_named_primary(shared_sentinel_named_other, shared_sentinel_moves);
 		keeper_register();
 		broker_register();
 		queue_install_hooks();

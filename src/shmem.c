@@ -80,6 +80,11 @@ typedef struct RedsemShared
 	bool		stats_full_logged;	/* said that they fill the table */
 	SharedGen	gens[CLUSTER_SLOTS];	/* per slot: its generation, as this
 										 * server last saw it (gen.c) */
+	/* through Redis Sentinel: the primary the keeper last heard named */
+	slock_t		primary_mutex;
+	uint64		primary_target; /* for redis_target_signature() this */
+	char		primary_named[SHARED_PRIMARY_LEN];	/* "host:port" */
+	pg_atomic_uint64 primary_moves; /* times it named another one */
 } RedsemShared;
 
 /*
@@ -337,6 +342,8 @@ redsem_shmem_startup(void)
 		pg_atomic_init_u64(&shared->touches_asked, 0);
 		for (int i = 0; i < CLUSTER_SLOTS; i++)
 			SpinLockInit(&shared->gens[i].mutex);
+		SpinLockInit(&shared->primary_mutex);
+		pg_atomic_init_u64(&shared->primary_moves, 0);
 		if (!IsUnderPostmaster)
 		{
 			if (postmaster_started_once)
@@ -1217,6 +1224,54 @@ shared_hold_read(int slot, const char *id, SharedHold *copy)
 	}
 	LWLockRelease(shared->holds_lock);
 	return found;
+}
+
+/*
+ * The keeper heard the sentinels name primary ("host:port") for target:
+ * true if that is another one than they named before for it (counted in
+ * primary_moves, a backend's cue to compare its connection)
+ */
+bool
+shared_sentinel_named(uint64 target, const char *primary)
+{
+	bool		moved;
+
+	if (shared == NULL)
+		return false;
+	SpinLockAcquire(&shared->primary_mutex);
+	moved = shared->primary_target == target && shared->primary_named[0] != '\0' &&
+		strcmp(shared->primary_named, primary) != 0;
+	shared->primary_target = target;
+	strlcpy(shared->primary_named, primary, sizeof(shared->primary_named));
+	SpinLockRelease(&shared->primary_mutex);
+	if (moved)
+		pg_atomic_fetch_add_u64(&shared->primary_moves, 1);
+	return moved;
+}
+
+/* How many times the sentinels named another primary (shared_sentinel_named) */
+uint64
+shared_sentinel_moves(void)
+{
+	return shared ? pg_atomic_read_u64(&shared->primary_moves) : 0;
+}
+
+/*
+ * True if the keeper last heard the sentinels name, for target, another
+ * primary than primary ("host:port": where a connection leads)
+ */
+bool
+shared_sentinel_named_other(uint64 target, const char *primary)
+{
+	bool		other;
+
+	if (shared == NULL)
+		return false;
+	SpinLockAcquire(&shared->primary_mutex);
+	other = shared->primary_target == target && shared->primary_named[0] != '\0' &&
+		strcmp(shared->primary_named, primary) != 0;
+	SpinLockRelease(&shared->primary_mutex);
+	return other;
 }
 
 /* How many holders were stopped so far (a backend's cue to look) */

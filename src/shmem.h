@@ -14,7 +14,10 @@
  *                added under it), stats_names and stats_full_logged; their
  *                counters are atomics, added with the lock held shared
  *   atomics      keeper_target (written by the keeper alone), keeper_wakes
- *                (wake-ups asked of the keeper), statistics counters
+ *                (wake-ups asked of the keeper), primary_moves, statistics
+ *                counters
+ *   primary_mutex (a spinlock) primary_target and primary_named: the
+ *                Sentinel primary the keeper last heard named
  *   none         incarnation (written by the postmaster before any backend
  *                starts); keeper_pid, keeper_latch and keeper_wakes_at
  *                (written by the keeper alone, read by backends unlocked: a
@@ -33,6 +36,9 @@
 
 #include "bounds.h"
 #include "clock.h"
+
+/* Room for a primary's "host:port" (a host name of 255 bytes, "[", "]:port") */
+#define SHARED_PRIMARY_LEN	272
 
 /* Where an acquire stands */
 typedef enum HoldPhase
@@ -281,6 +287,9 @@ extern void shared_hold_watch_unsure(int slot, const char *id, TimestampTz look_
 extern void shared_hold_look_again(int slot, const char *id, TimestampTz look_at);
 extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
+extern bool shared_sentinel_named(uint64 target, const char *primary);
+extern uint64 shared_sentinel_moves(void);
+extern bool shared_sentinel_named_other(uint64 target, const char *primary);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,
 							 TimestampTz now);
 extern TimestampTz shared_hold_told(int slot, const char *id);

@@ -335,7 +335,16 @@
  * after their last session ends; and a server that stops using redsem
  * holds no Redis connection.  Longer than a side connection's idle time,
  * which ends first; short enough that tests can wait for it.
- * Through Redis Sentinel, the broker asks the sentinels where the primary
+ * Through Redis Sentinel, the keeper asks the sentinels where the primary is
+ * every SENTINEL_RECHECK_MS while its server holds or waits for slots (at
+ * most KEEPER_SENTINEL_ASK_MS, or redsem.connect_timeout if shorter, of its
+ * round: its refreshes come next), and a link to a primary they no longer
+ * name is left (src/keeper.c: recheck_sentinels), its waiters woken: a
+ * planned failover then reaches the holds the keeper refreshes, and the
+ * waits of direct mode, within that rather than at the old primary's
+ * demotion, which would come after the new primary let their leases run
+ * out.  A lease under about three of SENTINEL_RECHECK_MS may still run out
+ * there.  Likewise the broker asks the sentinels where the primary
  * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
  * short connection to a sentinel each time), and leaves a primary they no
  * longer name: a failover reaches its callers within that, not at the old
@@ -395,6 +404,7 @@
 #define BROKER_SIDE_IDLE_MS				5000
 #define BROKER_TARGET_IDLE_MS			30000
 #define SENTINEL_RECHECK_MS				1000
+#define KEEPER_SENTINEL_ASK_MS			250
 #define SENTINEL_REFUSED_RELINK_MS		30000
 #define BROKER_OPEN_KILL_MARGIN_MS		1000
 #define BROKER_RELAY_END_MS				1000

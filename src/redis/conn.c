@@ -92,6 +92,9 @@ typedef struct Link
 	/* a reply was read on it since it was opened (connection_failed) */
 	bool		answered;
 
+	/* primary_moves() when it was opened or last compared (link_left_behind) */
+	uint64		primary_moves;
+
 	/*
 	 * Commands sent without waiting (redis_send_deferred), oldest first:
 	 * their replies come before any other on the socket, and are read and
@@ -102,6 +105,17 @@ typedef struct Link
 } Link;
 
 static Link links[CLUSTER_MAX_NODES];
+
+/*
+ * Through Redis Sentinel in direct mode: what this server's keeper last
+ * heard the sentinels name (shared memory, which the wing does not reach:
+ * _PG_init hands these in).  A planned failover (SENTINEL FAILOVER) leaves
+ * the old primary a primary, taking writes, until the sentinels demote it
+ * about 10 s later; a connection to it would refresh, release and wait in
+ * line there meanwhile, while the new primary's copy runs on.
+ */
+static bool (*primary_named_other) (uint64 target, const char *primary) = NULL;
+static uint64 (*primary_moves) (void) = NULL;
 
 /* The most keys one REDSEM.NODE_OF asks the broker about */
 #define NODE_OF_BATCH	1000
@@ -330,6 +344,7 @@ static bool
 open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 {
 	redisContext *c;
+	uint64		moves = primary_moves ? primary_moves() : 0;
 
 	if (sentinel_enabled() && cluster_enabled())
 	{
@@ -345,6 +360,7 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 		return false;
 	link->ctx = c;
 	link->answered = false;
+	link->primary_moves = moves;	/* (read before the sentinels were asked) */
 	link->generation = redsem_guc_generation_now();
 	link->tls = redis_target_tls();
 	link->secrets = redsem_broker_wanted() ? redis_broker_link_secrets() : 0;
@@ -402,17 +418,68 @@ redis_known_nodes(const RedisCall *call, const char *const *keys, int n, int *no
 	}
 }
 
+static bool context_left_behind(redisContext *c);
+
+/* Hand in the keeper's view of the primary (see primary_named_other) */
+void
+redis_watch_named_primary(bool (*named_other) (uint64 target, const char *primary),
+						  uint64 (*moves) (void))
+{
+	primary_named_other = named_other;
+	primary_moves = moves;
+	redis_set_read_wake_check(context_left_behind);
+}
+
 /*
- * True if an idle link can no longer be used: a setting changed, or the
- * server closed it (EOF or unexpected bytes waiting on the socket).
+ * True if c is this backend's connection to a Sentinel primary (direct
+ * mode) and the keeper last heard the sentinels name another one; the
+ * context's error then says so, for the call's outcome
  */
 static bool
-connection_is_stale(const Link *link)
+context_left_behind(redisContext *c)
+{
+	char		addr[256 + 16];
+
+	if (primary_named_other == NULL || !sentinel_enabled() || redsem_broker_wanted() ||
+		c == NULL || c != links[0].ctx || c->connection_type != REDIS_CONN_TCP ||
+		c->tcp.host == NULL)
+		return false;
+	sentinel_format_address(addr, sizeof(addr), c->tcp.host, c->tcp.port);
+	if (!primary_named_other(redis_target_signature(), addr))
+		return false;
+	c->err = REDIS_ERR_EOF;
+	snprintf(c->errstr, sizeof(c->errstr), "the sentinels now name another primary than %s", addr);
+	return true;
+}
+
+/* True if the sentinels named another primary than link's since it last looked */
+static bool
+link_left_behind(Link *link)
+{
+	uint64		moves;
+
+	if (primary_moves == NULL)
+		return false;
+	moves = primary_moves();
+	if (moves == link->primary_moves)
+		return false;
+	link->primary_moves = moves;
+	return context_left_behind(link->ctx);
+}
+
+/*
+ * True if an idle link can no longer be used: a setting changed, the
+ * server closed it (EOF or unexpected bytes waiting on the socket), or
+ * the sentinels name another primary (link_left_behind).
+ */
+static bool
+connection_is_stale(Link *link)
 {
 	char		b;
 	ssize_t		n;
 
-	if (link->in_flight || link->generation != redsem_guc_generation_now() || link->ctx->err)
+	if (link->in_flight || link->generation != redsem_guc_generation_now() || link->ctx->err ||
+		link_left_behind(link))
 		return true;
 	n = recv(link->ctx->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 	if (n > 0 && link->tls)

@@ -29,6 +29,8 @@ extern void redis_poll_deferred(void);
 extern void redis_report(int elevel, const RedisOutcome *outcome);
 extern char *redis_outcome_text(const RedisOutcome *outcome);
 extern void redis_disconnect(void);
+extern void redis_watch_named_primary(bool (*named_other) (uint64 target, const char *primary),
+									  uint64 (*moves) (void));
 extern char *redis_target_description(void);
 extern uint64 redis_target_signature(void);
 extern uint64 redis_route_changes(void);

@@ -101,6 +101,20 @@ redis_context_flush(redisContext *c, TimestampTz deadline, bool interruptible)
 	}
 }
 
+/*
+ * A check of a connection a read waits on, made when the wait wakes on the
+ * latch (conn.c's: the sentinels now name another primary); true gives the
+ * read up as a lost connection, with why in the context's error
+ */
+static bool (*read_wake_check) (redisContext *c) = NULL;
+
+/* Set the check a read makes when its wait wakes on the latch */
+void
+redis_set_read_wake_check(bool (*check) (redisContext *c))
+{
+	read_wake_check = check;
+}
+
 /* Read the next reply (malloc'd by hiredis) into *reply, waiting on the socket */
 RedisStatus
 redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
@@ -129,6 +143,9 @@ redis_context_read(redisContext *c, TimestampTz deadline, bool interruptible,
 		}
 		else if ((rc & WL_TIMEOUT) && redis_past(deadline))
 			return RS_TIMED_OUT;
+		else if ((rc & WL_LATCH_SET) && interruptible && read_wake_check != NULL &&
+				 read_wake_check(c))
+			return RS_LOST;
 	}
 }
 

@@ -36,6 +36,7 @@ extern bool redis_context_command(RedisCall *call, struct redisContext *c,
 								  TimestampTz deadline, struct redisReply **reply);
 extern RedisStatus redis_context_flush(struct redisContext *c, TimestampTz deadline,
 									   bool interruptible);
+extern void redis_set_read_wake_check(bool (*check) (struct redisContext *c));
 extern RedisStatus redis_context_read(struct redisContext *c, TimestampTz deadline,
 									  bool interruptible, struct redisReply **reply);
 extern uint64 redis_writes_started(void);

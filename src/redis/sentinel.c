@@ -443,16 +443,23 @@ connect_primary(RedisCall *call, const SentinelAddr *addr, TimestampTz deadline)
 	return c;
 }
 
+/* host and port as "host:port" ("[host]:port" for IPv6) into buf */
+void
+sentinel_format_address(char *buf, size_t len, const char *host, int port)
+{
+	if (strchr(host, ':') != NULL)
+		snprintf(buf, len, "[%s]:%d", host, port);
+	else
+		snprintf(buf, len, "%s:%d", host, port);
+}
+
 /* find_primary, its answer kept as the primary last named (last_primary) */
 static bool
 find_named_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
 {
 	if (!find_primary(call, deadline, primary))
 		return false;
-	if (strchr(primary->host, ':') != NULL)
-		snprintf(last_primary, sizeof(last_primary), "[%s]:%d", primary->host, primary->port);
-	else
-		snprintf(last_primary, sizeof(last_primary), "%s:%d", primary->host, primary->port);
+	sentinel_format_address(last_primary, sizeof(last_primary), primary->host, primary->port);
 	return true;
 }
 

@@ -17,5 +17,6 @@ extern struct redisContext *sentinel_connect_primary(RedisCall *call,
 extern char *sentinel_target_description(void);
 extern const char *sentinel_last_primary(void);
 extern bool sentinel_ask_primary(RedisCall *call, TimestampTz deadline);
+extern void sentinel_format_address(char *buf, size_t len, const char *host, int port);
 
 #endif							/* REDSEM_SENTINEL_H */
