@@ -3834,9 +3834,22 @@ local function probe(a)
 end
 
 -- An operation on a semaphore, once read (ok and run's arguments).
+-- In a Cluster (all six keys named), first whether this node moves the
+-- semaphore's slot away (MIGRATING): a key a call does not name (a waiter's
+-- wake key, a tenant's line) that was never made, or has moved already,
+-- would stop the script midway ("non local key"), after writes Redis keeps
+-- (I14).  So a key that never exists is asked first, before any write, and
+-- the call answers TRYAGAIN, as Redis does for a named key that has moved;
+-- the caller asks again until the migration ends.
 local function run_op(keys, a, op, ok, ...)
     if not ok then return refused(op, a) end
     begin(keys)
+    if keys[3] then
+        local r = redis.pcall('EXISTS', BASE .. 'never')
+        if type(r) == 'table' and r.err then
+            return redis.error_reply('TRYAGAIN the semaphore\'s slot is being migrated')
+        end
+    end
     read_state()
     local reply = op.fast and op.fast(...) or nil
     if reply ~= nil then return reply end

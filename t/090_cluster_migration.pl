@@ -121,6 +121,32 @@ finish_migration($slot, $from, $to);
 ($out, $err) = $s->wait_done(20);
 is($err, '', 'redsem_semaphore() during the migration waits too');
 
-$_->quit foreach ($s, $admin);
+###########################################################################
+note 'a release that lets a waiter in, while the slot migrates (helper-144)';
+
+# The release writes the waiter's wake key, which the call does not name and
+# which does not exist: on a MIGRATING node that stopped the script midway
+# ("non local key", 58000), after the holder had left owner.  Now every call
+# in a migrating slot answers TRYAGAIN before its first write, and is asked
+# again until the migration ends.
+my $w = RedsemTest::Session->new($node, name => 'waiter');
+$s->query_ok(q{SELECT redsem_acquire('mig3', 1, lease => '60 s') IS NOT NULL;});
+$w->send(q{SELECT redsem_acquire('mig3', 1, lease => '60 s', wait => '30 s') IS NOT NULL;});
+ok(defined wait_until(10, sub { $admin->query_ok(q{SELECT waiting FROM redsem_semaphore('mig3');}) eq '1' }),
+	'a waiter is in line behind the holder of mig3');
+$slot = $nodes[0]->cli('CLUSTER', 'KEYSLOT', 'redsem:{mig3}:owner');
+($from, $to) = start_migration($slot);
+$s->send(q{SELECT redsem_release_all();});
+usleep(1_000_000);
+is(finish_migration($slot, $from, $to), 'OK', 'the slot migrates (nothing was made on the target meanwhile)');
+($out, $err) = $s->wait_done(20);
+is($err, '', 'the release waits the migration out instead of failing halfway (58000)');
+is($out, '1', 'and releases the slot');
+($out, $err) = $w->wait_done(30);
+is($out, 't', 'the waiter gets the slot') or diag $err;
+is($admin->query_ok(q{SELECT permits_held || ' ' || waiting FROM redsem_semaphore('mig3');}), '1 0',
+	'one permit held (the waiter\'s), nobody waiting: nothing half-written');
+
+$_->quit foreach ($s, $admin, $w);
 $node->stop;
 done_testing();
