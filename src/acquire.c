@@ -264,6 +264,32 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
 	return true;
 }
 
+/*
+ * False if a failure says that Redis ran nothing of the request, so that it
+ * cannot be granted late: the connection was never made (refused, wrong
+ * password, too many clients, no password file), or Redis refused the call
+ * as a whole before running it (maxmemory under noeviction: the library's
+ * function has no flags, so Redis checks this first; a replica, LOADING).
+ * Anything else (no answer, a broken connection, an error from inside the
+ * script, which may have written before it) may have left a slot behind.
+ */
+static bool
+request_may_be_pending(const RedisOutcome *o)
+{
+	switch (o->status)
+	{
+		case RS_CONNECT_FAILED:
+		case RS_BAD_PASSWORD:
+		case RS_PASSWORD_FILE:
+		case RS_TOO_MANY_CLIENTS:
+		case RS_OUT_OF_MEMORY:
+		case RS_UNAVAILABLE:
+			return false;
+		default:
+			return true;
+	}
+}
+
 /* Keep why a call failed (it was not raised); false */
 static bool
 call_failed(AcquireArgs *args, const RedisCall *call)
@@ -1148,8 +1174,15 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	 * (a request that got no answer, the last or one ridden through: Redis
 	 * may still take it, late; marked before the ERROR below)
 	 */
-	if (result == ACQUIRE_FAILED || args->rides > 0)
+	if ((result == ACQUIRE_FAILED && request_may_be_pending(&args->failure)) ||
+		args->rides > 0)
 		hold_mark_unsure(*hold);
+	else if (result == ACQUIRE_FAILED)
+	{
+		/* Redis ran nothing of it: nothing to release, nor to watch */
+		hold_forget(*hold);
+		*hold = NULL;
+	}
 	if (result == ACQUIRE_FAILED && args->elevel >= ERROR)
 		redis_report(args->elevel, &args->failure);
 	if (result != ACQUIRE_GRANTED)
@@ -1158,7 +1191,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 		 * A failed request may have reached Redis: its entry stays pending,
 		 * released at the end of the transaction (or by the keeper).
 		 */
-		if (result == ACQUIRE_NOT_GRANTED)
+		if (result == ACQUIRE_NOT_GRANTED && *hold != NULL)
 			hold_forget(*hold);
 		*hold = NULL;
 		return result;
