@@ -147,8 +147,9 @@ went_away(const AcquireArgs *args, const RedisOutcome *o)
  * that waits: a connection that broke or went silent (a frozen server or
  * network path comes back as a failover does: the caller keeps its wait),
  * a server that cannot serve (a replica now, loading, no primary), too few
- * replicas for a grant, and, where Redis can fail over (Sentinel, a
- * Cluster), no connection.  For one that does not wait: only a connection that
+ * replicas for a grant, where Redis can fail over (Sentinel, a Cluster),
+ * no connection, and, once it had a place in line or rides, a Redis with
+ * no room for another client (maxclients).  For one that does not wait: only a connection that
  * broke (a stale one, to the old primary: each call already follows the
  * sentinels for a command's time).  A new connection closed before it was
  * answered (behind a proxy whose Redis is down) is a refused connect, not a
@@ -185,6 +186,9 @@ failover_class(const AcquireArgs *args, const RedisOutcome *o)
 			return true;
 		case RS_CONNECT_FAILED:
 			return followed || went_away(args, o);
+		case RS_TOO_MANY_CLIENTS:
+			/* (another program's storm of connections: the line survives it) */
+			return args->waited || riding(args);
 		default:
 			return false;
 	}

@@ -40,6 +40,27 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM redsem_server_holds() WHER
 $redis->cli('CONFIG', 'SET', 'maxmemory', '0');
 is($app->query_ok(q{SELECT redsem_acquire_xact('rf', 2, wait => '0') IS NOT NULL;}), 't',
 	'with room again, the role takes a slot at once');
-$app->quit;
+# A waiter in line whose connection is closed while Redis has no room for
+# another client (maxclients: another program's storm of connections) keeps
+# its place and rides it within its wait, as it rides a restart; a newcomer
+# fails at once (08004).  helper-146: it failed at once with 08004.
+my $admin = RedsemTest::RESP->new($redis->socket);
+my $holder = RedsemTest::Session->new($node, name => 'holder');
+is($holder->query_ok(q{SELECT redsem_acquire('mc', 1) IS NOT NULL;}), 't', 'a holder takes the only slot of mc');
+my $waiter = RedsemTest::Session->new($node, name => 'waiter');
+$waiter->send(q{SELECT redsem_acquire('mc', 1, wait => '30 s') IS NOT NULL;});
+ok(defined wait_until(10, sub { $redis->zcard('mc', 'waiting') == 1 }), 'a waiter is in line');
+$admin->cmd('CONFIG', 'SET', 'maxclients', '1');
+$admin->cmd('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+my ($out, $err) = $app->query(q{SELECT redsem_acquire('mc2', 1, wait => '0') IS NOT NULL;});
+like($err, qr/08004/, 'a newcomer meets maxclients with 08004 at once');
+RedsemTest::sleep_full(1.5);
+$admin->cmd('CONFIG', 'SET', 'maxclients', '10000');
+$waiter->{h}->pump_nb;
+unlike($waiter->stderr_so_far, qr/ERROR/, 'the waiter rides it, still waiting');
+is($holder->query_ok(q{SELECT redsem_release_all();}), '1', 'the holder releases');
+($out, $err) = $waiter->wait_done(30);
+is($out, 't', 'the waiter gets the slot in its turn') or diag $err;
+$_->quit for ($holder, $waiter, $app);
 node_log_is_clean($node);
 done_testing();
