@@ -4,7 +4,11 @@
 -- side (src/script.c) loads it as library "redsem_<hash of this text>"
 -- with one function of the same name, dispatch, registered without flags:
 -- Redis then refuses it as a whole on a read-only replica (READONLY) or
--- above maxmemory (OOM), instead of stopping it half-way.  Each operation
+-- above maxmemory (OOM), instead of stopping it half-way; and one named
+-- "<library>_keep", dispatch for the operations that only keep what is
+-- held or waited for or give it back (refresh, release, give-up, a
+-- waiter's look), registered allow-oom:
+-- Redis runs those above maxmemory too.  Each operation
 -- is one FCALL with the operation name first among the arguments, naming
 -- one key, the semaphore's owner (<base>owner), and its generation key
 -- second (KEYS[2]: a server names it in every semaphore operation); the
@@ -3869,8 +3873,23 @@ end
 -- owner key and its generation key second, or, in a Cluster, all six of
 -- its keys and the generation key seventh (above)
 -- (the script trusts that the first is an owner key: checking its name
--- would cost a call as much as a key does).
-function dispatch(keys, a)
+-- would cost a call as much as a key does).  keep: called through the
+-- library's "<library>_keep", registered allow-oom by src/script.c, which
+-- Redis runs above maxmemory too: only the operations that keep what is
+-- held or waited for, or give it back (refresh, refresh_many, release,
+-- give_up, and a waiter's look, wait_check, which takes what a release let
+-- it have: none adds a member), so that a
+-- Redis another program filled (noeviction) costs no holder its slot, and
+-- a release frees memory; the others take dispatch's own name, which Redis
+-- refuses as a whole above maxmemory (OOM).
+function dispatch(keys, a, keep)
+    if keep then
+        local name = a[1]
+        if name ~= 'refresh' and name ~= 'refresh_many' and name ~= 'release' and name ~= 'give_up' and
+            name ~= 'wait_check' then
+            return redis.error_reply('REDSEM ' .. tostring(name) .. ' is not run above maxmemory')
+        end
+    end
     local op = INDEX_OPS[a[1] or false]
     if op then
         -- (a semaphore's owner key routes index_policy, which reads no key,

@@ -72,15 +72,49 @@ library_name(void)
 	return lib_name;
 }
 
-/* The library as FUNCTION LOAD takes it: the script, named, registering dispatch */
+/* The library's function for what only keeps or gives back (function_for) */
+static const char *
+keep_function_name(void)
+{
+	static char name[sizeof(lib_name) + sizeof("_keep")];
+
+	if (name[0] == '\0')
+		snprintf(name, sizeof(name), "%s_keep", library_name());
+	return name;
+}
+
+/*
+ * The library as FUNCTION LOAD takes it: the script, named, registering
+ * dispatch, and "<library>_keep", dispatch for what only keeps, with
+ * allow-oom (see function_for)
+ */
 static const char *
 library_text(void)
 {
 	if (lib_text == NULL)
 		lib_text = MemoryContextStrdup(TopMemoryContext,
-									   psprintf("#!lua name=%s\n%s\nredis.register_function('%s', dispatch)\n",
-												library_name(), lua_text, library_name()));
+									   psprintf("#!lua name=%s\n%s\nredis.register_function('%s', dispatch)\n"
+												"redis.register_function{function_name='%s', flags={'allow-oom'}, callback=function(keys, args) return dispatch(keys, args, true) end}\n",
+												library_name(), lua_text, library_name(), keep_function_name()));
 	return lib_text;
+}
+
+/*
+ * The function an operation calls: "<library>_keep" (allow-oom) for those
+ * that only keep what is held or waited for, or give it back (a waiter's
+ * look takes what a release let it have), so that a Redis over
+ * maxmemory (noeviction: another program filled it) costs no holder its
+ * slot, and a release frees memory; the library's dispatch, which Redis
+ * refuses as a whole above maxmemory, for the rest (src/redsem.lua)
+ */
+static const char *
+function_for(const char *op)
+{
+	if (strcmp(op, "refresh") == 0 || strcmp(op, "refresh_many") == 0 ||
+		strcmp(op, "release") == 0 || strcmp(op, "give_up") == 0 ||
+		strcmp(op, "wait_check") == 0)
+		return keep_function_name();
+	return library_name();
 }
 
 /*
@@ -211,7 +245,7 @@ fcall_head(const char **argv, const char *prefix, const char *name,
 	strlcpy(call_prefix, redsem_prefix_or_setting(prefix),
 			sizeof(call_prefix));
 	argv[argc++] = "FCALL";
-	argv[argc++] = library_name();
+	argv[argc++] = function_for(op);
 	argv[argc++] = counts[nkeys];
 	for (int i = 0; i < nkeys - 1; i++)
 		argv[argc++] = sem_key(prefix, name, key_suffixes[i]);

@@ -25,7 +25,24 @@ my $app = RedsemTest::Session->new($node, name => 'app', user => 'app');
 is($app->query_ok(q{SELECT redsem_acquire_xact('rf', 2, wait => '0') IS NOT NULL;}), 't',
 	'the role takes a slot while Redis has room');
 
+# A holder with a 2-s lease, kept alive by the keeper, while Redis stays
+# above maxmemory for three leases: refreshes and releases only keep or give
+# back (the library's allow-oom function), so the holder keeps its slot.
+my $kept = RedsemTest::Session->new($node, name => 'kept');
+is($kept->query_ok(q{SELECT redsem_acquire('oomkept', 1, lease => '2 s') IS NOT NULL;}), 't',
+	'a holder takes a slot with a 2-s lease');
+my $next = RedsemTest::Session->new($node, name => 'next');
+$next->send(q{SELECT redsem_acquire('oomkept', 1, lease => '2 s', wait => '30 s') IS NOT NULL;});
+ok(defined wait_until(10, sub { $redis->zcard('oomkept', 'waiting') == 1 }), 'a waiter is in line behind it');
 $redis->cli('CONFIG', 'SET', 'maxmemory', '1');
+RedsemTest::sleep_full(6);
+is($kept->query_ok(q{SELECT count(*) FROM redsem_held() WHERE keeper_error IS NULL;}), '1',
+	'above maxmemory for three leases, the keeper keeps its slot alive');
+is($kept->query_ok(q{SELECT redsem_release_all();}), '1', '... and it releases the slot, still above maxmemory');
+my ($nout, $nerr) = $next->wait_done(30);
+is($nout, 't', 'the waiter kept its place (its looks) and gets the slot, still above maxmemory') or diag $nerr;
+is($next->query_ok(q{SELECT redsem_release_all();}), '1', '... and gives it back');
+$_->quit for ($kept, $next);
 my %codes;
 for my $i (1 .. 8)
 {

@@ -113,7 +113,9 @@ LUA
 	  . "function() local n = NUMBER_ARGS; NUMBER_ARGS = {}; return n end)\n"
 	  if $opt{checked};
 	return ($name,
-		"#!lua name=$name\n$body\nredis.register_function('$name', dispatch)\n$extra");
+		"#!lua name=$name\n$body\nredis.register_function('$name', dispatch)\n"
+		  . "redis.register_function{function_name='${name}_keep', flags={'allow-oom'}, "
+		  . "callback=function(keys, args) return dispatch(keys, args, true) end}\n$extra");
 }
 
 =pod
