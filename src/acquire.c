@@ -21,6 +21,7 @@
 #include "gen.h"
 #include "guc.h"
 #include "sentinel.h"
+#include "sockwait.h"
 #include "shmem.h"
 #include "timing.h"
 
@@ -541,12 +542,14 @@ wait_in_line(AcquireArgs *args, Hold *hold, const char *id,
 	volatile bool ok = false;
 
 	MemoryContextSwitchTo(turn);
+	redis_watch_client(true);	/* (a waiter whose client is gone ends) */
 	PG_TRY();
 	{
 		ok = wait_turns(args, hold, id, r, sent, deadline, turn);
 	}
 	PG_FINALLY();
 	{
+		redis_watch_client(false);
 		MemoryContextSwitchTo(caller);
 	}
 	PG_END_TRY();

@@ -15,6 +15,7 @@ use lib $FindBin::RealBin;
 
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
+use IPC::Run;
 use RedsemTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
@@ -291,6 +292,25 @@ SELECT redsem_acquire_xact('exit_b', 2, '60 s') IS NOT NULL;}),
 	is($out, 't', 'the live waiter behind it gets the slot');
 	$_->quit for ($h, $next);
 	in_redis('exit_h', 0, 0, 'nothing left');
+}
+
+# --- (i) a transaction sent whole, then the client gone ---------------------
+# PostgreSQL runs it to its COMMIT (no client_connection_check_interval);
+# so does redsem: only a wait in line ends for a client that is gone
+# (helper-147: the first version of (h) rolled this back).
+{
+	$ctl->query_ok('CREATE TABLE exit_i (k text);');
+	my ($in, $out, $err) = ('', '', '');
+	my $h = IPC::Run::start([ 'psql', '-X', '-d', $node->connstr('postgres'), '-c',
+			q{BEGIN; INSERT INTO exit_i VALUES ('a'); SELECT pg_sleep(1);
+			  SELECT redsem_acquire_xact('exit_i', 2, wait => '0') IS NOT NULL;
+			  INSERT INTO exit_i VALUES ('b'); COMMIT;} ], \$in, \$out, \$err);
+	usleep(400_000);
+	$h->signal('KILL');
+	eval { $h->finish; 1 };
+	ok(defined wait_until($PROMPT, sub { $ctl->query_ok('SELECT count(*) FROM exit_i;') eq '2' }),
+		'a transaction whose client left after sending it whole commits, its acquire included');
+	in_redis('exit_i', 0, 0, 'its slot went with the commit');
 }
 
 # Released semaphores keep their keys for GRACE (1 s) at most.

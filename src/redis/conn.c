@@ -95,6 +95,9 @@ typedef struct Link
 	/* primary_moves() when it was opened or last compared (link_left_behind) */
 	uint64		primary_moves;
 
+	/* through Sentinel: the primary as the sentinels named it ("host:port") */
+	char		named[SENTINEL_NAMED_LEN];
+
 	/*
 	 * Commands sent without waiting (redis_send_deferred), oldest first:
 	 * their replies come before any other on the socket, and are read and
@@ -361,6 +364,8 @@ open_connection(RedisCall *call, Link *link, TimestampTz deadline)
 	link->ctx = c;
 	link->answered = false;
 	link->primary_moves = moves;	/* (read before the sentinels were asked) */
+	strlcpy(link->named, sentinel_enabled() && !redsem_broker_wanted() ? sentinel_last_primary() : "",
+			sizeof(link->named));
 	link->generation = redsem_guc_generation_now();
 	link->tls = redis_target_tls();
 	link->secrets = redsem_broker_wanted() ? redis_broker_link_secrets() : 0;
@@ -418,7 +423,7 @@ redis_known_nodes(const RedisCall *call, const char *const *keys, int n, int *no
 	}
 }
 
-static bool context_left_behind(redisContext *c);
+static bool read_left_behind(redisContext *c);
 
 /* Hand in the keeper's view of the primary (see primary_named_other) */
 void
@@ -427,44 +432,41 @@ redis_watch_named_primary(bool (*named_other) (uint64 target, const char *primar
 {
 	primary_named_other = named_other;
 	primary_moves = moves;
-	redis_set_read_wake_check(context_left_behind);
+	redis_set_read_wake_check(read_left_behind);
 }
 
 /*
- * True if c is this backend's connection to a Sentinel primary (direct
- * mode) and the keeper last heard the sentinels name another one; the
- * context's error then says so, for the call's outcome
+ * True if link leads to a Sentinel primary (direct mode) and, since it
+ * last looked, the keeper heard the sentinels name another one than the
+ * one they named when it opened (as named, host name or address: hiredis
+ * holds the address it connected to); the context's error then says so,
+ * for the call's outcome
  */
-static bool
-context_left_behind(redisContext *c)
-{
-	char		addr[256 + 16];
-
-	if (primary_named_other == NULL || !sentinel_enabled() || redsem_broker_wanted() ||
-		c == NULL || c != links[0].ctx || c->connection_type != REDIS_CONN_TCP ||
-		c->tcp.host == NULL)
-		return false;
-	sentinel_format_address(addr, sizeof(addr), c->tcp.host, c->tcp.port);
-	if (!primary_named_other(redis_target_signature(), addr))
-		return false;
-	c->err = REDIS_ERR_EOF;
-	snprintf(c->errstr, sizeof(c->errstr), "the sentinels now name another primary than %s", addr);
-	return true;
-}
-
-/* True if the sentinels named another primary than link's since it last looked */
 static bool
 link_left_behind(Link *link)
 {
 	uint64		moves;
 
-	if (primary_moves == NULL)
+	if (primary_moves == NULL || link->ctx == NULL || link->named[0] == '\0' ||
+		!sentinel_enabled() || redsem_broker_wanted())
 		return false;
 	moves = primary_moves();
 	if (moves == link->primary_moves)
 		return false;
 	link->primary_moves = moves;
-	return context_left_behind(link->ctx);
+	if (!primary_named_other(redis_target_signature(), link->named))
+		return false;
+	link->ctx->err = REDIS_ERR_EOF;
+	snprintf(link->ctx->errstr, sizeof(link->ctx->errstr),
+			 "the sentinels now name another primary than %s", link->named);
+	return true;
+}
+
+/* A read's wake check (link.c): link_left_behind of this backend's link on c */
+static bool
+read_left_behind(redisContext *c)
+{
+	return c != NULL && c == links[0].ctx && link_left_behind(&links[0]);
 }
 
 /*

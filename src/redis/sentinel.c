@@ -3,7 +3,8 @@
  *		Finding the primary through Redis Sentinel.
  *
  * With redsem.sentinels set, redsem.host and redsem.port are not used: each
- * new connection asks the sentinels, in the order listed, for the address
+ * new connection asks the sentinels (the one that answered last first, then
+ * in the order listed, each given a fair share of the time left) for the address
  * of the primary redsem.sentinel_master (SENTINEL get-master-addr-by-name),
  * connects there, and checks with ROLE that the server is a primary before
  * using it, so a sentinel that has not yet heard of a failover cannot send
@@ -27,6 +28,7 @@
 #include "hiredis.h"
 #include "utils/guc.h"
 
+#include "clock.h"
 #include "guc.h"
 #include "link.h"
 #include "profile.h"
@@ -39,7 +41,14 @@
 
 
 /* The primary's address as last named by a sentinel, for messages */
-static char last_primary[MAX_HOST_BYTES + 16] = "";
+static char last_primary[SENTINEL_NAMED_LEN] = "";
+
+/*
+ * The sentinel (its place in the list) that answered last, asked first
+ * next time; each sentinel asked gets a fair share of the time left, so
+ * that one that hangs (its host down) costs the others nothing but its share
+ */
+static int	answered_last = 0;
 
 /* One sentinel's address */
 typedef struct SentinelAddr
@@ -327,8 +336,11 @@ find_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
 
 	for (int i = 0; i < n; i++)
 	{
-		TimestampTz d = redis_connect_deadline(deadline);
-		redisContext *c = redis_open_context(call, addrs[i].host, addrs[i].port,
+		int			at = (answered_last + i) % n;
+		TimestampTz now = redsem_now();
+		volatile TimestampTz d = Min(redis_connect_deadline(deadline),
+									 deadline > now ? now + (deadline - now) / (n - i) : deadline);
+		redisContext *c = redis_open_context(call, addrs[at].host, addrs[at].port,
 											 NULL, d);
 		bool		ok;
 
@@ -336,7 +348,7 @@ find_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
 			continue;
 		PG_TRY();
 		{
-			ok = ask_sentinel(call, c, &addrs[i], d, primary, &unknown);
+			ok = ask_sentinel(call, c, &addrs[at], d, primary, &unknown);
 		}
 		PG_CATCH();
 		{
@@ -346,7 +358,10 @@ find_primary(RedisCall *call, TimestampTz deadline, SentinelAddr *primary)
 		PG_END_TRY();
 		redis_close_context(c);
 		if (ok)
+		{
+			answered_last = at;
 			return true;
+		}
 	}
 	if (call->outcome.status == RS_OK || call->outcome.status == RS_CONNECT_FAILED)
 	{
@@ -444,7 +459,7 @@ connect_primary(RedisCall *call, const SentinelAddr *addr, TimestampTz deadline)
 }
 
 /* host and port as "host:port" ("[host]:port" for IPv6) into buf */
-void
+static void
 sentinel_format_address(char *buf, size_t len, const char *host, int port)
 {
 	if (strchr(host, ':') != NULL)

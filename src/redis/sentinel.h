@@ -10,6 +10,9 @@
 
 struct redisContext;
 
+/* Room for a primary's "host:port" as the sentinels name it */
+#define SENTINEL_NAMED_LEN	(255 + 16)
+
 extern void sentinel_define_gucs(void);
 extern bool sentinel_enabled(void);
 extern struct redisContext *sentinel_connect_primary(RedisCall *call,
@@ -17,6 +20,5 @@ extern struct redisContext *sentinel_connect_primary(RedisCall *call,
 extern char *sentinel_target_description(void);
 extern const char *sentinel_last_primary(void);
 extern bool sentinel_ask_primary(RedisCall *call, TimestampTz deadline);
-extern void sentinel_format_address(char *buf, size_t len, const char *host, int port);
 
 #endif							/* REDSEM_SENTINEL_H */

@@ -38,6 +38,21 @@ static int	wait_set_client_pos = -1;
  */
 static bool client_gone = false;
 
+/* True while the session waits in line (redis_watch_client) */
+static bool client_watched = false;
+
+/*
+ * Watch the client's connection (on) or not: only a wait in line ends the
+ * session when the client is gone.  Any other call goes on as PostgreSQL
+ * goes on with a statement whose client left (a transaction sent whole,
+ * with its COMMIT, still commits).
+ */
+void
+redis_watch_client(bool on)
+{
+	client_watched = on;
+}
+
 /* The wait event shown while waiting on Redis, if not the default */
 static uint32 wait_event_shown = 0;
 
@@ -126,20 +141,20 @@ watch_client(void)
 }
 
 /*
- * The client closed its connection during a wait (killed, or gave up): a
- * waiter must not keep its place in line, nor a holder its slot, for a
- * session nobody will read.  If the wait may be cancelled, end the session
- * as PostgreSQL does when client_connection_check_interval finds the client
- * gone (FATAL "connection to client lost"; the exit callback gives the place
- * or slot back); else stop watching it, so that a callback's wait does not
- * wake on it again and again.
+ * The client closed its connection during a wait (killed, or gave up).  A
+ * waiter in line (end) must not keep its place, and take its turn, for a
+ * session nobody will read: end the session as PostgreSQL does when
+ * client_connection_check_interval finds the client gone (FATAL "connection
+ * to client lost"; the exit callback gives the place back).  Either way the
+ * client is not watched again, so that no wait wakes on it again and again
+ * (a later wait in line ends at once: redis_wait_socket).
  */
 static void
-client_closed(bool interruptible)
+client_closed(bool end)
 {
 	client_gone = true;
 	forget_wait_set();
-	if (!interruptible)
+	if (!end)
 		return;
 	ClientConnectionLost = true;
 	InterruptPending = true;
@@ -171,10 +186,13 @@ postmaster_died(bool interruptible)
 int
 redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptible)
 {
-	WaitEventSet *set = wait_set_for(fd);
+	WaitEventSet *set;
 	WaitEvent	event;
 	int			rc;
 
+	if (client_gone && client_watched && interruptible)
+		client_closed(true);
+	set = wait_set_for(fd);
 	ModifyWaitEvent(set, wait_set_socket_pos, io_events, NULL);
 	/*
 	 * (once the deadline has passed, a last look for no time: a process
@@ -190,7 +208,7 @@ redis_wait_socket(int fd, int io_events, TimestampTz deadline, bool interruptibl
 		return WL_TIMEOUT;
 	if (event.pos == wait_set_client_pos)
 	{
-		client_closed(interruptible);
+		client_closed(interruptible && client_watched);
 		return 0;				/* (the caller waits again) */
 	}
 	rc = event.events;

@@ -10,6 +10,7 @@
 #include "datatype/timestamp.h"
 
 extern void redis_set_wait_event(uint32 event);
+extern void redis_watch_client(bool on);
 extern int	redis_wait_socket(int fd, int io_events, TimestampTz deadline,
 							  bool interruptible);
 extern void redis_forget_wait_fd(int fd);
