@@ -56,9 +56,10 @@ usage() {
 # The TAP files that take longest (a minute or more on 2 cores), started
 # first: prove -j3 runs files in the order given, and one of these started
 # last would run on alone at the end
-TAP_SLOW_FIRST="t/094_queue_fleet.pl t/081_history_faults.pl t/084_failover_check_costs.pl
-t/102_broker.pl t/097_queue_fleet_rollback.pl t/052_cluster.pl t/085_queue_cap_online.pl
-t/080_slot_lost.pl t/050_sentinel.pl t/020_script_model.pl t/082_forget_grace.pl"
+TAP_SLOW_FIRST="t/094_queue_fleet.pl t/114_caught_cancel.pl t/081_history_faults.pl
+t/080_slot_lost.pl t/082_forget_grace.pl t/040_queues.pl t/084_failover_check_costs.pl
+t/102_broker.pl t/097_queue_fleet_rollback.pl t/085_queue_cap_online.pl t/052_cluster.pl
+t/020_script_model.pl t/050_sentinel.pl t/117_late_acquire.pl t/126_sentinel_hung_first.pl"
 
 # tap_files_but "t/X.pl ..": every TAP file but those, space-separated, the
 # slow ones first

@@ -910,6 +910,8 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 		}
 		asked = true;
 		note_limit(args, r);
+		if (r->state == SEM_HELD || r->state == SEM_WAITING)
+			args->reached = true;
 		if (r->state == SEM_WAITING)
 		{
 			args->waited = true;
@@ -1136,6 +1138,7 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	args->share_seen = -1;
 	args->grace_seen = false;
 	args->waited = false;
+	args->reached = false;
 	args->line_lost = false;
 	args->gen_us = 0;			/* (noted once it waits: wait_turns) */
 	memset(&r, 0, sizeof(r));
@@ -1181,7 +1184,8 @@ acquire_slot(AcquireArgs *args, HoldScope scope, char **id, Hold **hold)
 	 * (a request that got no answer, the last or one ridden through: Redis
 	 * may still take it, late; marked before the ERROR below)
 	 */
-	if ((result == ACQUIRE_FAILED && request_may_be_pending(&args->failure)) ||
+	if ((result == ACQUIRE_FAILED &&
+		 (args->reached || request_may_be_pending(&args->failure))) ||
 		args->rides > 0)
 		hold_mark_unsure(*hold);
 	else if (result == ACQUIRE_FAILED)

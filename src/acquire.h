@@ -38,6 +38,7 @@ typedef struct AcquireArgs
 	bool		grace_seen;		/* a reply told of a grace period after Redis
 								 * forgot (I15) */
 	bool		waited;			/* it had to queue */
+	bool		reached;		/* Redis granted it or queued it once */
 	bool		line_lost;		/* its line was lost under it while it
 								 * waited (Redis forgot, FLUSHALL, or its
 								 * place expired) */

@@ -3838,18 +3838,20 @@ local function probe(a)
 end
 
 -- An operation on a semaphore, once read (ok and run's arguments).
--- In a Cluster (all six keys named), first whether this node moves the
--- semaphore's slot away (MIGRATING): a key a call does not name (a waiter's
--- wake key, a tenant's line) that was never made, or has moved already,
--- would stop the script midway ("non local key"), after writes Redis keeps
--- (I14).  So a key that never exists is asked first, before any write, and
--- the call answers TRYAGAIN, as Redis does for a named key that has moved;
--- the caller asks again until the migration ends.
+-- In a Cluster (all six keys named), first whether the semaphore's slot is
+-- migrating, away from this node (MIGRATING) or to it (IMPORTING, the call
+-- sent with ASKING): a key a call does not name (a waiter's wake key, a
+-- tenant's line) that was never made, or has not moved yet, would stop the
+-- script midway ("non local key"), after writes Redis keeps (I14).  So two
+-- keys that never exist are asked first, before any write (one missing key
+-- is allowed with ASKING, two are not), and the call answers TRYAGAIN, as
+-- Redis does for a named key that has moved; the caller asks again until
+-- the migration ends.
 local function run_op(keys, a, op, ok, ...)
     if not ok then return refused(op, a) end
     begin(keys)
     if keys[3] then
-        local r = redis.pcall('EXISTS', BASE .. 'never')
+        local r = redis.pcall('EXISTS', BASE .. 'never', BASE .. 'never2')
         if type(r) == 'table' and r.err then
             return redis.error_reply('TRYAGAIN the semaphore\'s slot is being migrated')
         end
