@@ -1227,6 +1227,17 @@ shared_hold_read(int slot, const char *id, SharedHold *copy)
 }
 
 /*
+ * True if the keeper last heard the sentinels name, for target, another
+ * primary than primary; under primary_mutex
+ */
+static bool
+named_other_locked(uint64 target, const char *primary)
+{
+	return shared->primary_target == target && shared->primary_named[0] != '\0' &&
+		strcmp(shared->primary_named, primary) != 0;
+}
+
+/*
  * The keeper heard the sentinels name primary ("host:port") for target:
  * true if that is another one than they named before for it (counted in
  * primary_moves, a backend's cue to compare its connection)
@@ -1239,8 +1250,7 @@ shared_sentinel_named(uint64 target, const char *primary)
 	if (shared == NULL)
 		return false;
 	SpinLockAcquire(&shared->primary_mutex);
-	moved = shared->primary_target == target && shared->primary_named[0] != '\0' &&
-		strcmp(shared->primary_named, primary) != 0;
+	moved = named_other_locked(target, primary);
 	shared->primary_target = target;
 	strlcpy(shared->primary_named, primary, sizeof(shared->primary_named));
 	SpinLockRelease(&shared->primary_mutex);
@@ -1268,8 +1278,7 @@ shared_sentinel_named_other(uint64 target, const char *primary)
 	if (shared == NULL)
 		return false;
 	SpinLockAcquire(&shared->primary_mutex);
-	other = shared->primary_target == target && shared->primary_named[0] != '\0' &&
-		strcmp(shared->primary_named, primary) != 0;
+	other = named_other_locked(target, primary);
 	SpinLockRelease(&shared->primary_mutex);
 	return other;
 }

@@ -14,7 +14,6 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 
-use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
@@ -24,38 +23,11 @@ use Time::HiRes qw(usleep);
 my @nodes = RedsemTest::cluster_of_primaries('mig');
 my ($lib, $text) = RedsemTest::redsem_library();
 
-# Commands on one connection of node $n (ASKING must share the FCALL's)
-sub pipe_cli
-{
-	my ($n, @lines) = @_;
-	my ($out, $err) = ('', '');
-	my $in = join("\n", @lines) . "\n";
-	IPC::Run::run([ 'redis-cli', '-h', '127.0.0.1', '-p', $n->port ], '<', \$in, '>', \$out, '2>', \$err);
-	$out =~ s/\s+\z//;
-	return $out;
-}
-
-sub owner_node
-{
-	my ($slot) = @_;
-	foreach my $line (split /\n/, $nodes[0]->cli('CLUSTER', 'NODES'))
-	{
-		my @f = split /\s+/, $line;
-		my ($port) = $f[1] =~ /:(\d+)@/;
-		foreach my $r (@f[ 8 .. $#f ])
-		{
-			my ($lo, $hi) = $r =~ /^(\d+)(?:-(\d+))?$/ or next;
-			$hi //= $lo;
-			return (grep { $_->port == $port } @nodes)[0] if $lo <= $slot && $slot <= $hi;
-		}
-	}
-	return undef;
-}
 
 sub start_migration
 {
 	my ($slot) = @_;
-	my $from = owner_node($slot);
+	my $from = cluster_slot_owner(\@nodes, $slot);
 	my ($to) = grep { $_ != $from } @nodes;
 	$to->cli('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from->cli('CLUSTER', 'MYID'));
 	$from->cli('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to->cli('CLUSTER', 'MYID'));
@@ -78,7 +50,7 @@ note 'a semaphore split between two nodes by a migration (a reshard moves keys i
 
 my $K = 'redsem:{split}';
 my $slot = $nodes[0]->cli('CLUSTER', 'KEYSLOT', "$K:owner");
-my $home = owner_node($slot);
+my $home = cluster_slot_owner(\@nodes, $slot);
 # h1 takes 3 permits of 4 (the state counts the 2 beyond one per member: xh)
 is((split /\n/, $home->cli('FCALL', $lib, 7, map({ "$K:$_" } qw(owner timeout ticket info waiting state)), "$K:gen", 'acquire', 'h1', 4, 3, 60000, 0, 30000, 'o', '', ''))[0],
 	'held', 'h1 holds 3 permits of 4');
@@ -88,7 +60,7 @@ is($from->cli('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000, 'KEYS', map { "$K:
 	'OK', 'owner, ticket, gen, timeout and info migrated; state not yet');
 like($from->cli('FCALL', $lib, 7, map({ "$K:$_" } qw(owner timeout ticket info waiting state)), "$K:gen", 'acquire', 'h2', 4, 2, 60000, 0, 30000, 'o', '', ''),
 	qr/^(ASK |TRYAGAIN)/, 'the source answers an acquire of 2 permits with ASK or TRYAGAIN (its keys are split)');
-my $r = pipe_cli($to, 'ASKING', "FCALL $lib 7 $K:owner $K:timeout $K:ticket $K:info $K:waiting $K:state $K:gen acquire h2 4 2 60000 0 30000 o \"\" \"\"");
+my $r = cluster_pipe_cli($to, 'ASKING', "FCALL $lib 7 $K:owner $K:timeout $K:ticket $K:info $K:waiting $K:state $K:gen acquire h2 4 2 60000 0 30000 o \"\" \"\"");
 like($r, qr/TRYAGAIN/,
 	'on the target, the acquire is told TRYAGAIN (the state, a named key, is missing there)')
   or diag("the target answered: $r");

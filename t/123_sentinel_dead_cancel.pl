@@ -18,36 +18,10 @@ use RedsemTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @fast = ('repl-diskless-sync-delay 0');
-my $primary = RedsemTest::TcpServer->new(name => 'dc_a', conf => [@fast]);
-my $replica = RedsemTest::TcpServer->new(name => 'dc_b',
-	conf => [ @fast, 'replicaof 127.0.0.1 ' . $primary->port ]);
-ok(wait_until(30, sub { ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/ }),
-	'the replica is in sync');
-
 # (down-after long enough that the dead primary stays named for the test)
-my @sentinels = map {
-	RedsemTest::TcpServer->new(
-		name => "dc_sentinel$_",
-		sentinel => 1,
-		conf => [
-			'sentinel monitor mymaster 127.0.0.1 ' . $primary->port . ' 2',
-			'sentinel down-after-milliseconds mymaster 60000',
-			'sentinel failover-timeout mymaster 120000',
-		])
-} 1 .. 3;
-ok(wait_until(60, sub {
-			!grep { ((($_->cli('SENTINEL', 'master', 'mymaster') // '') =~ /num-other-sentinels\n(\d+)/)[0] // 0) != 2 } @sentinels
-		}), 'three sentinels watch the primary');
-
-my $node = PostgreSQL::Test::Cluster->new('dc');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\n"
-	  . connection_mode_conf()
-	  . "redsem.sentinels = '" . join(',', map { $_->address } @sentinels) . "'\n"
-	  . "redsem.connect_timeout = '1s'\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+my ($primary, undef, $sentinels) = sentinel_deployment('dc', replicas => 1, down_after => 60000,
+	failover_timeout => 120000);
+my $node = sentinel_node('dc', $sentinels, "redsem.connect_timeout = '1s'\n");
 
 my $h = RedsemTest::Session->new($node, name => 'holder');
 ok($h->query_ok(q{SELECT redsem_acquire('dc', 1) IS NOT NULL;}) eq 't', 'a holder takes the only slot');

@@ -22,38 +22,10 @@ use RedsemTest;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my @fast = ('repl-diskless-sync-delay 0');
-my $primary = RedsemTest::TcpServer->new(name => 'pf_a', conf => [@fast]);
-my @replicas = map {
-	RedsemTest::TcpServer->new(name => "pf_$_", conf => [ @fast, 'replicaof 127.0.0.1 ' . $primary->port ])
-} ('b', 'c');
-ok(wait_until(30, sub { !grep { ($_->cli('INFO', 'replication') // '') !~ /master_link_status:up/ } @replicas }),
-	'the replicas are in sync');
-my @sentinels = map {
-	RedsemTest::TcpServer->new(
-		name => "pf_sentinel$_",
-		sentinel => 1,
-		conf => [
-			'sentinel monitor mymaster 127.0.0.1 ' . $primary->port . ' 2',
-			'sentinel down-after-milliseconds mymaster 1000',
-			'sentinel failover-timeout mymaster 4000',
-		])
-} 1 .. 3;
-ok(wait_until(60, sub {
-			!grep {
-				my $m = $_->cli('SENTINEL', 'master', 'mymaster') // '';
-				((($m =~ /num-other-sentinels\n(\d+)/)[0] // 0) != 2) || ((($m =~ /num-slaves\n(\d+)/)[0] // 0) != 2)
-			} @sentinels
-		}), 'three sentinels watch the primary and its two replicas');
-
-my $node = PostgreSQL::Test::Cluster->new('pf');
-$node->init;
-$node->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\n"
-	  . connection_mode_conf()
-	  . "redsem.sentinels = '" . join(',', map { $_->address } @sentinels) . "'\n"
-	  . "redsem.grant_replicas = 1\nredsem.connect_timeout = '1s'\n");
-$node->start;
-$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+my ($primary, $replicas, $sentinels) = sentinel_deployment('hf');
+my @replicas = @$replicas;
+my @sentinels = @$sentinels;
+my $node = sentinel_node('hf', \@sentinels, "redsem.grant_replicas = 1\nredsem.connect_timeout = '1s'\n");
 $node->safe_psql('postgres', "SELECT redsem_set_limit('pf_held', 1), redsem_set_limit('pf_line', 1)");
 
 my $h1 = RedsemTest::Session->new($node, name => 'holder');

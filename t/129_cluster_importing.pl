@@ -13,7 +13,6 @@ use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
 
-use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
@@ -22,39 +21,13 @@ use Test::More;
 my @nodes = RedsemTest::cluster_of_primaries('imp');
 my ($lib, $text) = RedsemTest::redsem_library();
 
-sub pipe_cli
-{
-	my ($n, @lines) = @_;
-	my ($out, $err) = ('', '');
-	my $in = join("\n", @lines) . "\n";
-	IPC::Run::run([ 'redis-cli', '-h', '127.0.0.1', '-p', $n->port ], '<', \$in, '>', \$out, '2>', \$err);
-	$out =~ s/\s+\z//;
-	return $out;
-}
-
-sub owner_node
-{
-	my ($slot) = @_;
-	foreach my $line (split /\n/, $nodes[0]->cli('CLUSTER', 'NODES'))
-	{
-		my @f = split /\s+/, $line;
-		my ($port) = $f[1] =~ /:(\d+)@/;
-		foreach my $r (@f[ 8 .. $#f ])
-		{
-			my ($lo, $hi) = $r =~ /^(\d+)(?:-(\d+))?$/ or next;
-			$hi //= $lo;
-			return (grep { $_->port == $port } @nodes)[0] if $lo <= $slot && $slot <= $hi;
-		}
-	}
-	return undef;
-}
 
 $_->cli('FUNCTION', 'LOAD', $text) foreach @nodes;
 
 my $K = 'redsem:{ts}';
 my @named = map { "$K:$_" } qw(owner timeout ticket info waiting state);
 my $slot = $nodes[0]->cli('CLUSTER', 'KEYSLOT', "$K:owner");
-my $from = owner_node($slot);
+my $from = cluster_slot_owner(\@nodes, $slot);
 my ($to) = grep { $_ != $from } @nodes;
 sub fcall { my ($n, @a) = @_; return $n->cli('FCALL', $lib, 7, @named, "$K:gen", @a); }
 
@@ -70,7 +43,7 @@ $from->cli('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to->cli('CLUSTER', 'MYID')
 is($from->cli('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000, 'KEYS', @named, "$K:gen"), 'OK', 'the seven named keys migrated, the others not yet');
 note 'left on the source: ' . join(' ', sort split /\n/, $from->cli('CLUSTER', 'GETKEYSINSLOT', $slot, 1000));
 like(fcall($from, 'release', 'h1'), qr/^(ASK |TRYAGAIN)/, 'the source redirects the release (its named keys moved)');
-my $r = pipe_cli($to, 'ASKING', "FCALL $lib 7 @named $K:gen release h1");
+my $r = cluster_pipe_cli($to, 'ASKING', "FCALL $lib 7 @named $K:gen release h1");
 like($r, qr/TRYAGAIN/, 'on the importing node, the release is told TRYAGAIN (keys it does not name are still on the source)')
   or diag "the target answered: $r";
 note 'on the target now: ' . join(' ', sort split /\n/, $to->cli('CLUSTER', 'GETKEYSINSLOT', $slot, 1000));
@@ -89,7 +62,7 @@ note 'every key of the slot migrated, the slot not yet closed (SETSLOT NODE stil
 $K = 'redsem:{tz}';
 @named = map { "$K:$_" } qw(owner timeout ticket info waiting state);
 $slot = $nodes[0]->cli('CLUSTER', 'KEYSLOT', "$K:owner");
-$from = owner_node($slot);
+$from = cluster_slot_owner(\@nodes, $slot);
 ($to) = grep { $_ != $from } @nodes;
 is((split /\n/, fcall($from, 'acquire', 'h1', 4, 3, 60000, 0, 30000, 'o', '', ''))[0], 'held', 'h1 holds 3 permits of 4');
 is((split /\n/, fcall($from, 'acquire', 'w1', 4, 3, 60000, 1, 30000, 'o', '', ''))[0], 'waiting', 'w1 waits for 3');
@@ -97,7 +70,7 @@ $to->cli('CLUSTER', 'SETSLOT', $slot, 'IMPORTING', $from->cli('CLUSTER', 'MYID')
 $from->cli('CLUSTER', 'SETSLOT', $slot, 'MIGRATING', $to->cli('CLUSTER', 'MYID'));
 @left = split /\n/, ($from->cli('CLUSTER', 'GETKEYSINSLOT', $slot, 1000) // '');
 is($from->cli('MIGRATE', '127.0.0.1', $to->port, '', 0, 5000, 'KEYS', @left), 'OK', 'every key migrated: ' . scalar(@left));
-$r = pipe_cli($to, 'ASKING', "FCALL $lib 7 @named $K:gen release h1");
+$r = cluster_pipe_cli($to, 'ASKING', "FCALL $lib 7 @named $K:gen release h1");
 like($r, qr/^OK\n(1|TRYAGAIN)/, 'the release on the importing node either runs whole or is told TRYAGAIN')
   or diag "the target answered: $r";
 $_->cli('CLUSTER', 'SETSLOT', $slot, 'NODE', $to->cli('CLUSTER', 'MYID')) foreach @nodes;

@@ -32,7 +32,8 @@ use Time::HiRes qw(time usleep);
 our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean redsem_library primary_and_replica
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy cut_proxy_at sleep_full
   processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file
-  check_told_once poll_through_restart);
+  check_told_once poll_through_restart sentinel_deployment sentinel_node cluster_pipe_cli
+  cluster_slot_owner);
 
 # Servers start as a copy of one initdb made before the suite
 # (scripts/test.sh sets INITDB_TEMPLATE): the suite is CPU-bound on 2 cores,
@@ -311,6 +312,115 @@ sub primary_and_replica
 				  && ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/
 			}), 'a replica follows the primary');
 	return ($primary, $replica);
+}
+
+=item cluster_pipe_cli($node, @lines)
+
+Send @lines (commands, one per line) on one redis-cli connection to Cluster
+node $node (ASKING must share the command's connection); returns what it
+printed, trailing blanks cut.
+
+=cut
+
+sub cluster_pipe_cli
+{
+	my ($n, @lines) = @_;
+	my ($out, $err) = ('', '');
+	my $in = join("\n", @lines) . "\n";
+	IPC::Run::run([ 'redis-cli', '-h', '127.0.0.1', '-p', $n->port ], '<', \$in, '>', \$out, '2>', \$err);
+	$out =~ s/\s+\z//;
+	return $out;
+}
+
+=item cluster_slot_owner($nodes, $slot)
+
+The node of @$nodes that serves hash slot $slot, as CLUSTER NODES of the
+first says (undef if none).
+
+=cut
+
+sub cluster_slot_owner
+{
+	my ($nodes, $slot) = @_;
+	foreach my $line (split /\n/, $nodes->[0]->cli('CLUSTER', 'NODES'))
+	{
+		my @f = split /\s+/, $line;
+		my ($port) = $f[1] =~ /:(\d+)@/;
+		foreach my $r (@f[ 8 .. $#f ])
+		{
+			my ($lo, $hi) = $r =~ /^(\d+)(?:-(\d+))?$/ or next;
+			$hi //= $lo;
+			return (grep { $_->port == $port } @$nodes)[0] if $lo <= $slot && $slot <= $hi;
+		}
+	}
+	return undef;
+}
+
+=item sentinel_deployment($prefix, %opt)
+
+Start a Redis primary and $opt{replicas} (default 2) replicas of it, and
+three sentinels watching it as "mymaster" (down-after-milliseconds
+$opt{down_after}, default 1000; failover-timeout $opt{failover_timeout},
+default 4000), all RedsemTest::TcpServer nodes on loopback named after
+$prefix, and wait until the replicas are in sync and every sentinel knows
+the two others and every replica.  Returns ($primary, \@replicas,
+\@sentinels).
+
+=cut
+
+sub sentinel_deployment
+{
+	my ($prefix, %opt) = @_;
+	my $n = $opt{replicas} // 2;
+	my @fast = ('repl-diskless-sync-delay 0');
+	my $primary = RedsemTest::TcpServer->new(name => "${prefix}_a", conf => [@fast]);
+	my @replicas = map {
+		RedsemTest::TcpServer->new(name => "${prefix}_r$_",
+			conf => [ @fast, 'replicaof 127.0.0.1 ' . $primary->port ])
+	} 1 .. $n;
+	local $Test::Builder::Level = $Test::Builder::Level + 1;
+	ok(wait_until(30, sub { !grep { ($_->cli('INFO', 'replication') // '') !~ /master_link_status:up/ } @replicas }),
+		'the replicas are in sync');
+	my @sentinels = map {
+		RedsemTest::TcpServer->new(
+			name => "${prefix}_sentinel$_",
+			sentinel => 1,
+			conf => [
+				'sentinel monitor mymaster 127.0.0.1 ' . $primary->port . ' 2',
+				'sentinel down-after-milliseconds mymaster ' . ($opt{down_after} // 1000),
+				'sentinel failover-timeout mymaster ' . ($opt{failover_timeout} // 4000),
+			])
+	} 1 .. 3;
+	ok(wait_until(60, sub {
+				!grep {
+					my $m = $_->cli('SENTINEL', 'master', 'mymaster') // '';
+					((($m =~ /num-other-sentinels\n(\d+)/)[0] // 0) != 2)
+					  || ((($m =~ /num-slaves\n(\d+)/)[0] // 0) != $n)
+				} @sentinels
+			}), "three sentinels watch the primary and its $n replica(s)");
+	return ($primary, \@replicas, \@sentinels);
+}
+
+=item sentinel_node($name, $sentinels, $extra_conf)
+
+Create and start a PostgreSQL node that preloads redsem and finds its Redis
+through @$sentinels (redsem.sentinels), in the connection mode of the run,
+with $extra_conf appended, then CREATE EXTENSION redsem.  Returns the node.
+
+=cut
+
+sub sentinel_node
+{
+	my ($name, $sentinels, $extra_conf) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf', "shared_preload_libraries = 'redsem'\n"
+		  . connection_mode_conf()
+		  . "redsem.sentinels = '" . join(',', map { $_->address } @$sentinels) . "'\n"
+		  . ($extra_conf // ''));
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION redsem');
+	return $node;
 }
 
 =item cluster_of_primaries($prefix, %conf)
