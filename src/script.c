@@ -86,7 +86,11 @@ keep_function_name(void)
 /*
  * The library as FUNCTION LOAD takes it: the script, named, registering
  * dispatch, and "<library>_keep", dispatch for what only keeps, with
- * allow-oom (see function_for)
+ * allow-oom (see function_for).  The name hashes src/redsem.lua alone, so
+ * a change of what is registered here comes with one of the script's
+ * header, which says what is registered (else a Redis holding the old
+ * library under the same name would lack the new function); the test
+ * harness (t/RedsemTest.pm, test/other_server.sh) registers the same.
  */
 static const char *
 library_text(void)

@@ -742,10 +742,11 @@ redis_poll_deferred(void)
  * force, and has not broken.
  */
 static bool
-usable_behind_owed(const Link *link)
+usable_behind_owed(Link *link)
 {
 	return link->ctx != NULL && link->n_owed > 0 && !link->in_flight &&
-		!link->ctx->err && link->generation == redsem_guc_generation_now();
+		!link->ctx->err && link->generation == redsem_guc_generation_now() &&
+		!link_left_behind(link);
 }
 
 /*
