@@ -165,12 +165,14 @@ guard_executor_finish(QueryDesc *query)
 /*
  * planner: a function it runs (an immutable one with constant arguments, a
  * stable one for an estimate) runs inside the planning, not as a client's
- * statement of its own
+ * statement of its own; a cancel for a lost slot that lands in the
+ * planning says so too
  */
 static PlannedStmt *
 guard_planner(Query *parse, const char *query_string, int cursorOptions,
 			  ParamListInfo boundParams)
 {
+	MemoryContext cxt = CurrentMemoryContext;
 	PlannedStmt *result;
 
 	exec_depth++;
@@ -184,7 +186,7 @@ guard_planner(Query *parse, const char *query_string, int cursorOptions,
 	PG_CATCH();
 	{
 		exec_depth--;
-		PG_RE_THROW();
+		rethrow_as_stop(cxt);
 	}
 	PG_END_TRY();
 	exec_depth--;
