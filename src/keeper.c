@@ -837,7 +837,7 @@ wake_waiters(const HoldCopy *holds, int n)
  * link to the old one is stale (conn.c's link_left_behind: the keeper's
  * own, before this round's refreshes, and the backends' in direct mode),
  * and the waiters are woken so that their waits leave it
- * (context_left_behind).  The broker asks for its own links.
+ * (read_left_behind).  The broker asks for its own links.
  */
 static void
 recheck_sentinels(const HoldCopy *holds, int n)
