@@ -14,7 +14,6 @@ use strict;
 use warnings FATAL => 'all';
 
 use FindBin;
-use IPC::Run;
 use lib $FindBin::RealBin;
 
 use PostgreSQL::Test::Cluster;
@@ -32,11 +31,7 @@ $redis->cli('CONFIG', 'SET', 'bind', '127.0.0.1');
 $redis->cli('CONFIG', 'SET', 'port', $port);
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
-my $shim = "$tmp/dns_fault.so";
-my ($cc_out, $cc_err) = ('', '');
-IPC::Run::run([ $ENV{CC} // 'cc', '-shared', '-fPIC', '-o', $shim,
-	"$FindBin::RealBin/fault/dns_fault.c", '-ldl' ], '>', \$cc_out, '2>', \$cc_err)
-  or BAIL_OUT("cannot build the resolver shim: $cc_err");
+my $shim = dns_fault_shim($tmp);
 my $lookups = "$tmp/lookups.log";
 my $node;
 {

@@ -10,7 +10,6 @@ use strict;
 use warnings FATAL => 'all';
 use FindBin;
 use lib $FindBin::RealBin;
-use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
@@ -18,11 +17,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $tmp = PostgreSQL::Test::Utils::tempdir();
-my $shim = "$tmp/dns_fault.so";
-my ($cc_out, $cc_err) = ('', '');
-IPC::Run::run([ $ENV{CC} // 'cc', '-shared', '-fPIC', '-o', $shim,
-	"$FindBin::RealBin/fault/dns_fault.c", '-ldl' ], '>', \$cc_out, '2>', \$cc_err)
-  or BAIL_OUT("cannot build the resolver shim: $cc_err");
+my $shim = dns_fault_shim($tmp);
 
 my $primary = RedsemTest::TcpServer->new(name => 'hn_a');
 my $sentinel;

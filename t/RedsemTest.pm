@@ -33,7 +33,7 @@ our @EXPORT = qw(create_node connection_mode_conf wait_until node_log_is_clean r
   cluster_of_primaries create_cluster_node server_holds_of keeper_pid_of cut_proxy cut_proxy_at sleep_full
   processes cpu_ticks holders_of broker_mode broker_pid_of drop_links write_password_file
   check_told_once poll_through_restart sentinel_deployment sentinel_node cluster_pipe_cli
-  cluster_slot_owner);
+  cluster_slot_owner dns_fault_shim);
 
 # Servers start as a copy of one initdb made before the suite
 # (scripts/test.sh sets INITDB_TEMPLATE): the suite is CPU-bound on 2 cores,
@@ -312,6 +312,25 @@ sub primary_and_replica
 				  && ($replica->cli('INFO', 'replication') // '') =~ /master_link_status:up/
 			}), 'a replica follows the primary');
 	return ($primary, $replica);
+}
+
+=item dns_fault_shim($dir)
+
+Build t/fault/dns_fault.c (a resolver a test can make hang or answer names
+of its own, through LD_PRELOAD) into $dir/dns_fault.so; returns its path,
+or bails out if it does not build.
+
+=cut
+
+sub dns_fault_shim
+{
+	my ($dir) = @_;
+	my $shim = "$dir/dns_fault.so";
+	my ($cc_out, $cc_err) = ('', '');
+	IPC::Run::run([ $ENV{CC} // 'cc', '-shared', '-fPIC', '-o', $shim,
+		"$FindBin::RealBin/fault/dns_fault.c", '-ldl' ], '>', \$cc_out, '2>', \$cc_err)
+	  or BAIL_OUT("cannot build the resolver shim: $cc_err");
+	return $shim;
 }
 
 =item cluster_pipe_cli($node, @lines)
