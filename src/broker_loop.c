@@ -1119,25 +1119,23 @@ sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
 /*
  * True if target t's sentinels are to be asked where the primary is, when
  * it is time (check_sentinels): found through sentinels, a primary found,
- * no ask under way, a client linked
+ * no ask under way.  Also while no client is linked: the target's
+ * connections stay open until it is ended (BROKER_TARGET_IDLE_MS), and a
+ * session that links after a failover would be served on the old primary
+ * before an ask begun then could answer.
  */
 static bool
 sentinels_to_ask(int t)
 {
 	Target	   *target = &targets[t];
 
-	if (target->free || target->profile.sentinels[0] == '\0' || target->asking ||
-		target->primary[0] == '\0')
-		return false;
-	for (int i = 0; i < n_clients; i++)
-		if (clients[i]->fd >= 0 && clients[i]->target == t)
-			return true;
-	return false;
+	return !target->free && target->profile.sentinels[0] != '\0' && !target->asking &&
+		target->primary[0] != '\0';
 }
 
 /*
- * Every SENTINEL_RECHECK_MS, ask the sentinels of each target that has
- * clients where the primary is (a primary replaced by SENTINEL FAILOVER
+ * Every SENTINEL_RECHECK_MS, ask the sentinels of each target where the
+ * primary is (a primary replaced by SENTINEL FAILOVER
  * takes writes until the sentinels turn it into a replica, and one that
  * hangs answers nothing: the broker's connections would stay with it,
  * where a session's next connection in direct mode asks anew).

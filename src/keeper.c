@@ -828,8 +828,8 @@ wake_waiters(const HoldCopy *holds, int n)
 
 /*
  * Through Redis Sentinel: every SENTINEL_RECHECK_MS while this server holds
- * or waits for slots, ask the sentinels where the primary is, and note it in
- * shared memory.  A planned failover (SENTINEL FAILOVER) leaves the old
+ * or waits for slots, and in direct mode always, ask the sentinels where the
+ * primary is, and note it in shared memory.  A planned failover (SENTINEL FAILOVER) leaves the old
  * primary a primary, taking writes, until the sentinels demote it about
  * 10 s later: the keeper would refresh its holds there while the new
  * primary lets them expire and admits newcomers, and waiters would wait in
@@ -837,7 +837,14 @@ wake_waiters(const HoldCopy *holds, int n)
  * link to the old one is stale (conn.c's link_left_behind: the keeper's
  * own, before this round's refreshes, and the backends' in direct mode),
  * and the waiters are woken so that their waits leave it
- * (read_left_behind).  The broker asks for its own links.
+ * (read_left_behind).  The first primary it hears named is such a cue too
+ * (links compare, and leave it if theirs is another): a link opened before
+ * (its own at its start, a session's) may lead to one replaced since.  In
+ * direct mode a session's link outlives its holds:
+ * one linked before the failover, idle since, would take a slot on the old
+ * primary while a session linked after it takes the same one on the new
+ * primary; so an idle server asks too (one short connection to a sentinel a
+ * second).  The broker asks for its own links while a backend is linked.
  */
 static void
 recheck_sentinels(const HoldCopy *holds, int n)
@@ -847,8 +854,10 @@ recheck_sentinels(const HoldCopy *holds, int n)
 	TimestampTz now = redsem_now();
 	RedisCall	call;
 	volatile bool named = false;
+	SentinelNaming naming;
 
-	if (!sentinel_enabled() || n == 0 || now < sentinels_next_ask)
+	if (!sentinel_enabled() || now < sentinels_next_ask ||
+		(n == 0 && redsem_connection_mode == REDSEM_CONNECTION_BROKER))
 		return;
 	sentinels_next_ask = TimestampTzPlusMilliseconds(now, SENTINEL_RECHECK_MS);
 	keeper_call(&call);
@@ -865,13 +874,15 @@ recheck_sentinels(const HoldCopy *holds, int n)
 		keeper_swallow_error(cxt, holdoff, why, sizeof(why));
 	}
 	PG_END_TRY();
-	if (named && shared_sentinel_named(redis_target_signature(), sentinel_last_primary()))
-	{
+	if (!named)
+		return;
+	naming = shared_sentinel_named(redis_target_signature(), sentinel_last_primary());
+	if (naming == SENTINEL_MOVED)
 		ereport(LOG,
 				(errmsg("redsem keeper: the sentinels now name %s the primary; its connections and waiters leave the one before",
 						sentinel_last_primary())));
+	if (naming != SENTINEL_SAME)
 		wake_waiters(holds, n);
-	}
 }
 
 /*

@@ -1239,24 +1239,31 @@ named_other_locked(uint64 target, const char *primary)
 
 /*
  * The keeper heard the sentinels name primary ("host:port") for target:
- * true if that is another one than they named before for it (counted in
- * primary_moves, a backend's cue to compare its connection)
+ * SENTINEL_MOVED if that is another one than they named before for it,
+ * SENTINEL_FIRST if they named none before for it (or for another target),
+ * SENTINEL_SAME otherwise.  Either of the first two counts in
+ * primary_moves, a backend's cue to compare its connection: a link opened
+ * before the keeper first asked (the keeper's own, at its start; a
+ * session's) may lead to a primary replaced since.
  */
-bool
+SentinelNaming
 shared_sentinel_named(uint64 target, const char *primary)
 {
-	bool		moved;
+	SentinelNaming naming = SENTINEL_SAME;
 
 	if (shared == NULL)
-		return false;
+		return SENTINEL_SAME;
 	SpinLockAcquire(&shared->primary_mutex);
-	moved = named_other_locked(target, primary);
+	if (named_other_locked(target, primary))
+		naming = SENTINEL_MOVED;
+	else if (shared->primary_target != target || shared->primary_named[0] == '\0')
+		naming = SENTINEL_FIRST;
 	shared->primary_target = target;
 	strlcpy(shared->primary_named, primary, sizeof(shared->primary_named));
 	SpinLockRelease(&shared->primary_mutex);
-	if (moved)
+	if (naming != SENTINEL_SAME)
 		pg_atomic_fetch_add_u64(&shared->primary_moves, 1);
-	return moved;
+	return naming;
 }
 
 /* How many times the sentinels named another primary (shared_sentinel_named) */

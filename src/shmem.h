@@ -287,7 +287,15 @@ extern void shared_hold_watch_unsure(int slot, const char *id, TimestampTz look_
 extern void shared_hold_look_again(int slot, const char *id, TimestampTz look_at);
 extern bool shared_hold_read(int slot, const char *id, SharedHold *copy);
 extern uint64 shared_stops_made(void);
-extern bool shared_sentinel_named(uint64 target, const char *primary);
+/* What the keeper's latest ask of the sentinels was (shared_sentinel_named) */
+typedef enum SentinelNaming
+{
+	SENTINEL_SAME,				/* the primary they named before */
+	SENTINEL_FIRST,				/* the first they named (for this target) */
+	SENTINEL_MOVED				/* another one than before */
+} SentinelNaming;
+
+extern SentinelNaming shared_sentinel_named(uint64 target, const char *primary);
 extern uint64 shared_sentinel_moves(void);
 extern bool shared_sentinel_named_other(uint64 target, const char *primary);
 extern bool shared_hold_stop(int slot, const char *id, StopReason why,

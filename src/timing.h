@@ -336,7 +336,8 @@
  * holds no Redis connection.  Longer than a side connection's idle time,
  * which ends first; short enough that tests can wait for it.
  * Through Redis Sentinel, the keeper asks the sentinels where the primary is
- * every SENTINEL_RECHECK_MS while its server holds or waits for slots (at
+ * every SENTINEL_RECHECK_MS while its server holds or waits for slots, and
+ * in direct mode always (an idle session's link outlives its holds) (at
  * most KEEPER_SENTINEL_ASK_MS, or redsem.connect_timeout if shorter, of its
  * round: its refreshes come next), and a link to a primary they no longer
  * name is left (src/keeper.c: recheck_sentinels), its waiters woken: a
@@ -345,8 +346,9 @@
  * demotion, which would come after the new primary let their leases run
  * out.  A lease under about three of SENTINEL_RECHECK_MS may still run out
  * there.  Likewise the broker asks the sentinels where the primary
- * is every SENTINEL_RECHECK_MS while a backend is linked for it (one
- * short connection to a sentinel each time), and leaves a primary they no
+ * is every SENTINEL_RECHECK_MS while it keeps a target (one short
+ * connection to a sentinel each time; a target no backend used for
+ * BROKER_TARGET_IDLE_MS is ended), and leaves a primary they no
  * longer name: a failover reaches its callers within that, not at the old
  * primary's demotion (up to about 10 s after a SENTINEL FAILOVER) or its
  * command timeout (one that hangs).  When they refuse the password the
