@@ -1484,14 +1484,16 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 }
 
 /*
- * redsem_set_limit on a queue's semaphore: if Redis defines that queue,
+ * redsem_set_limit on a queue's semaphore (by: "redsem_set_limit"), or
+ * redsem_set_adaptive_limit fixing its limit: if Redis defines that queue,
  * change its definition's active_statements instead (the same operation as
  * redsem_alter_queue's, cap included) and return true; false to let the
  * caller store the limit alone.  A definition that cannot be read is
- * reported with a WARNING, and the limit stored alone.
+ * reported with a WARNING, and the limit stored alone.  (Without it, the
+ * keepers would set the cap back to the definition's: reconcile_caps.)
  */
 bool
-queue_fleet_set_limit(const char *semaphore, int active)
+queue_fleet_set_limit(const char *semaphore, int active, const char *by)
 {
 	const char *name = semaphore + strlen(REDSEM_QUEUE_PREFIX);
 	RedisCall	call = REDIS_SQL_CALL;
@@ -1507,7 +1509,7 @@ queue_fleet_set_limit(const char *semaphore, int active)
 		return false;
 	text = alter_def(name, psprintf("active_statements=%d", active), &q, &new_cap);
 	/* (a limit set by hand is fixed, even at the same cap) */
-	changed(&q, "changed (redsem_set_limit)", text, true);
+	changed(&q, psprintf("changed (%s)", by), text, true);
 	return true;
 }
 

@@ -15,7 +15,7 @@ extern const QueueConfig *queue_fleet_config(uint64 *generation);
 extern bool queue_fleet_poll_due(void);
 extern bool queue_fleet_read_asked(void);
 extern void queue_fleet_poll(int budget_ms);
-extern bool queue_fleet_set_limit(const char *semaphore, int active);
+extern bool queue_fleet_set_limit(const char *semaphore, int active, const char *by);
 extern bool queue_fleet_defines(const char *name);
 
 #endif							/* REDSEM_QUEUE_FLEET_H */

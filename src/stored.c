@@ -152,7 +152,7 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	 */
 	(void) sem_adapt_note(&call, name, false);
 	/* (a queue defined in Redis: its definition changes, cap included) */
-	if (queue_fleet_set_limit(name, max_holders))
+	if (queue_fleet_set_limit(name, max_holders, "redsem_set_limit"))
 		PG_RETURN_VOID();
 	(void) sem_set_limit(&call, name, max_holders, false, &limit);
 	sem_pin_configured(&call, name);
@@ -227,9 +227,14 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 				(errmsg("redsem: limit of semaphore \"%s\" set adaptive between %d and %d by role \"%s\" (at " INT64_FORMAT " now)",
 						name, lo, hi, GetUserNameFromId(GetUserId(), false), now.limit)));
 	else if (now.limit > 0)
+	{
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" fixed at " INT64_FORMAT " by role \"%s\"",
 						name, now.limit, GetUserNameFromId(GetUserId(), false))));
+		/* (a queue defined in Redis: its definition's cap becomes that one) */
+		(void) queue_fleet_set_limit(name, (int) Min(now.limit, INT_MAX),
+									 "redsem_set_adaptive_limit fixed it");
+	}
 	PG_RETURN_VOID();
 }
 

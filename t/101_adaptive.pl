@@ -721,6 +721,16 @@ is($adaptive_q->(), 'fixed 4', '... a new cap fixes it');
 $na->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('queue:aq', 1, 8, 6)});
 $na->safe_psql('postgres', q{SELECT redsem_set_limit('queue:aq', 4)});
 is($adaptive_q->(), 'fixed 4', '... as does a limit set by hand, at the same number');
+# fixed where it is now: its definition's cap follows, or the keepers would
+# set the cap back to the definition's (helper-151 saw it at 2 again 11 s
+# after it was fixed at 5)
+$na->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('queue:aq', 1, 8, 6)});
+$na->safe_psql('postgres', q{SELECT redsem_set_adaptive_limit('queue:aq', NULL, NULL)});
+is($adaptive_q->(), 'fixed 6', '... fixed where it is now by redsem_set_adaptive_limit');
+is($na->safe_psql('postgres', q{SELECT active_statements FROM redsem_queues() WHERE name = 'aq'}), '6',
+	'... and its definition says that cap');
+RedsemTest::sleep_full(12);
+is($adaptive_q->(), 'fixed 6', '... which the keepers keep (a check of the caps later)');
 $na->safe_psql('postgres', q{SELECT redsem_drop_queue('aq')});
 $na->stop;
 done_testing();
