@@ -16,13 +16,13 @@
 #
 # Environment:
 #   REDSEM_KEEP=1            keep the temp dir and print its path
-#   REDSEM_PROVE_FLAGS=...   flags for prove (default: --timer -j3: three TAP
+#   REDSEM_PROVE_FLAGS=...   flags for prove (default: --timer -j4: four TAP
 #                            files at a time; most of their time is spent
-#                            waiting out leases and timeouts (a run of them
-#                            all keeps 2 cores about 40% busy), so three at
-#                            once keep the whole suite near 8 minutes on 2
-#                            cores, two near 12.5, one 22; "--timer" runs
-#                            them one by one)
+#                            waiting out leases and timeouts (three at a
+#                            time kept 2 cores about 20% busy), so four at
+#                            once keep the whole suite near 9.5 minutes on 2
+#                            cores (2026-12-06), three near 12; "--timer"
+#                            runs them one by one)
 #   REDSEM_NO_INSTALL=1      skip apt-get and make install: test the redsem
 #                            that is already installed
 #   REDSEM_TAP_SKIP="t/X.pl .."  TAP files left out of a run of all of them
@@ -54,7 +54,7 @@ usage() {
 }
 
 # The TAP files that take longest (a minute or more on 2 cores), started
-# first: prove -j3 runs files in the order given, and one of these started
+# first: prove -j4 runs files in the order given, and one of these started
 # last would run on alone at the end
 TAP_SLOW_FIRST="t/094_queue_fleet.pl t/114_caught_cancel.pl t/081_history_faults.pl
 t/080_slot_lost.pl t/082_forget_grace.pl t/040_queues.pl t/084_failover_check_costs.pl
@@ -242,7 +242,7 @@ run_part() {
             REDSEM_TEST_CONNECTION_MODE="${REDSEM_TEST_CONNECTION_MODE:-}" \
             ${template:+INITDB_TEMPLATE="$template"} \
             make installcheck PG_CONFIG="$REDSEM_PG_CONFIG" \
-            PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer -j3}" "${overrides[@]}"
+            PROVE_FLAGS="${REDSEM_PROVE_FLAGS:---timer -j4}" "${overrides[@]}"
     ) 2>&1 | tee -a "$log"
     status=${PIPESTATUS[0]}
     set -e

@@ -173,9 +173,14 @@ my $keep = RedsemTest::Session->new($node, name => 'keep');
 $keep->query_ok(q{SELECT redsem_release('keep', redsem_acquire('keep', 1));});
 SKIP:
 {
-	skip 'behind the broker the sentinels are asked every second anyway', 1 if broker_mode();
+	skip 'behind the broker the sentinels are asked every second anyway', 2 if broker_mode();
 	# (connections the primary accepted: each count is one of them)
 	my $accepted = sub { (($primary->cli('INFO', 'stats') // '') =~ /total_connections_received:(\d+)/)[0] };
+	# (the keeper links at one of its first rounds, after asking the
+	# sentinels: counted from then, what follows is the reload's doing)
+	ok(wait_until(10, sub {
+				scalar(grep { /cmd=fcall/ } split /\n/, ($primary->cli('CLIENT', 'LIST') // '')) >= 2;
+			}), 'the session and the keeper are linked to the primary');
 	my $before = $accepted->();
 	$node->safe_psql('postgres', "ALTER SYSTEM SET work_mem = '5MB'; SELECT pg_reload_conf();");
 	RedsemTest::sleep_full(1);
