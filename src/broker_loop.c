@@ -1117,20 +1117,42 @@ sentinels_answered(int t, const RedisOutcome *outcome, TimestampTz started)
 }
 
 /*
- * True if target t's sentinels are to be asked where the primary is, when
- * it is time (check_sentinels): found through sentinels, a primary found,
- * no ask under way.  Also while no client is linked: the target's
- * connections stay open until it is ended (BROKER_TARGET_IDLE_MS), and a
- * session that links after a failover would be served on the old primary
- * before an ask begun then could answer.
+ * True if target t is due to end at now: unused for BROKER_TARGET_IDLE_MS
+ * (end_unused_targets)
  */
 static bool
-sentinels_to_ask(int t)
+target_due_to_end(const Target *target, TimestampTz now)
+{
+	return target->unused_since != 0 &&
+		now - target->unused_since >= (TimestampTz) BROKER_TARGET_IDLE_MS * 1000;
+}
+
+/*
+ * True if target t's sentinels are to be asked where the primary is, when
+ * it is time (check_sentinels): found through sentinels, a primary found,
+ * no ask under way, not due to end.  Also while no client is linked: the
+ * target's connections stay open until it is ended, and a session that
+ * links after a failover would be served on the old primary before an ask
+ * begun then could answer; but not a target the sentinels refused while
+ * no client is linked for it (its clients linked again with a password
+ * rotated since: sentinels_refused).  (An ask is no use of the target:
+ * target_in_use.)
+ */
+static bool
+sentinels_to_ask(int t, TimestampTz now)
 {
 	Target	   *target = &targets[t];
 
-	return !target->free && target->profile.sentinels[0] != '\0' && !target->asking &&
-		target->primary[0] != '\0';
+	if (target->free || target->profile.sentinels[0] == '\0' || target->asking ||
+		target->primary[0] == '\0' || target_due_to_end(target, now))
+		return false;
+	/* (refused: with no client, a password rotated since; asked no more) */
+	if (target->refused_at == 0)
+		return true;
+	for (int i = 0; i < n_clients; i++)
+		if (clients[i]->fd >= 0 && clients[i]->target == t)
+			return true;
+	return false;
 }
 
 /*
@@ -1145,7 +1167,7 @@ check_sentinels(TimestampTz now)
 {
 	for (int t = 0; t < n_targets; t++)
 	{
-		if (!sentinels_to_ask(t) || now < targets[t].next_ask)
+		if (!sentinels_to_ask(t, now) || now < targets[t].next_ask)
 			continue;
 		targets[t].next_ask = TimestampTzPlusMilliseconds(now, SENTINEL_RECHECK_MS);
 		begin_ask(t);
@@ -1511,14 +1533,16 @@ close_idle_sides(TimestampTz now)
 
 /*
  * True if target t is in use: a backend is linked for it, a connection of
- * it owes a reply, or an opener works for it
+ * it owes a reply, or an opener opens a connection for it (one that only
+ * asks its sentinels where the primary is does not count: those asks go
+ * on while it is idle, sentinels_to_ask, and would keep it for good)
  */
 static bool
 target_in_use(int t)
 {
 	const Target *target = &targets[t];
 
-	if (target->opening_shared || target->opening_sides > 0 || target->asking)
+	if (target->opening_shared || target->opening_sides > 0)
 		return true;
 	for (int i = 0; i < n_clients; i++)
 		if (clients[i]->fd >= 0 && clients[i]->target == t)
@@ -1529,7 +1553,7 @@ target_in_use(int t)
 		if (upstreams[i]->target == t && upstreams[i]->ctx != NULL && upstreams[i]->count > 0)
 			return true;
 	for (int i = 0; i < n_openings; i++)
-		if (openings[i]->o.pid != 0 && openings[i]->target == t)
+		if (openings[i]->o.pid != 0 && openings[i]->target == t && !openings[i]->o.ask)
 			return true;
 	return false;
 }
@@ -1562,7 +1586,8 @@ end_unused_targets(TimestampTz now)
 		}
 		if (target->unused_since == 0)
 			target->unused_since = now;
-		if (now - target->unused_since < (TimestampTz) BROKER_TARGET_IDLE_MS * 1000)
+		/* (an ask under way ends first: its answer names the target) */
+		if (!target_due_to_end(target, now) || target->asking)
 			continue;
 		/* (an upstream without a connection has no target: close_upstream) */
 		for (int i = 0; i < n_upstreams; i++)
@@ -2338,7 +2363,7 @@ sleep_ms(TimestampTz now)
 		if (clients[i]->fd >= 0 && clients[i]->waiting && !clients[i]->tried)
 			until = Min(until, clients[i]->wait_until);
 	for (int t = 0; t < n_targets; t++)
-		if (sentinels_to_ask(t))
+		if (sentinels_to_ask(t, now))
 			until = Min(until, targets[t].next_ask);
 	if (accept_paused_until != 0)
 		until = Min(until, accept_paused_until);

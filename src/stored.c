@@ -168,6 +168,30 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 }
 
 /*
+ * An adaptive limit of a statement queue that Redis defines, fixed where it
+ * is now: its definition's active_statements becomes that limit, cap
+ * included, as redsem_set_limit does (the keepers keep each queue's cap at
+ * its definition's: fixing the limit alone, they would set it back).  The
+ * definition first, so that a change refused (a concurrent change, a
+ * restore) leaves the limit adaptive.  False if not such a queue (or not
+ * adaptive): the caller fixes the limit itself.
+ */
+static bool
+fix_queue_where_it_is(RedisCall *call, const char *name)
+{
+	SemAdapt	cur;
+
+	if (!sem_adapt(call, name, &cur) || cur.min <= 0 || cur.limit <= 0 ||
+		!queue_fleet_set_limit(name, (int) Min(cur.limit, INT_MAX),
+							   "its adaptive limit fixed by redsem_set_adaptive_limit"))
+		return false;
+	ereport(LOG,
+			(errmsg("redsem: limit of semaphore \"%s\" fixed at " INT64_FORMAT " by role \"%s\"",
+					name, cur.limit, GetUserNameFromId(GetUserId(), false))));
+	return true;
+}
+
+/*
  * redsem_set_adaptive_limit(name, min_holders, max_holders, start_holders):
  * make a semaphore's stored limit adaptive within [min, max] for every
  * server, starting at start_holders (NULL: where the limit is, brought
@@ -214,7 +238,11 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 	 * fixed one only costs a look)
 	 */
 	if (lo == 0)
+	{
 		(void) sem_adapt_note(&call, name, false);
+		if (fix_queue_where_it_is(&call, name))
+			PG_RETURN_VOID();
+	}
 	(void) sem_set_adapt(&call, name, lo, hi, start, &now);
 	if (lo > 0)
 	{
@@ -227,14 +255,9 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 				(errmsg("redsem: limit of semaphore \"%s\" set adaptive between %d and %d by role \"%s\" (at " INT64_FORMAT " now)",
 						name, lo, hi, GetUserNameFromId(GetUserId(), false), now.limit)));
 	else if (now.limit > 0)
-	{
 		ereport(LOG,
 				(errmsg("redsem: limit of semaphore \"%s\" fixed at " INT64_FORMAT " by role \"%s\"",
 						name, now.limit, GetUserNameFromId(GetUserId(), false))));
-		/* (a queue defined in Redis: its definition's cap becomes that one) */
-		(void) queue_fleet_set_limit(name, (int) Min(now.limit, INT_MAX),
-									 "redsem_set_adaptive_limit fixed it");
-	}
 	PG_RETURN_VOID();
 }
 
