@@ -829,8 +829,9 @@ wake_waiters(const HoldCopy *holds, int n)
 /*
  * Through Redis Sentinel: every SENTINEL_RECHECK_MS while this server holds
  * or waits for slots, and in direct mode always, ask the sentinels where the
- * primary is, and note it in shared memory.  A planned failover (SENTINEL FAILOVER) leaves the old
- * primary a primary, taking writes, until the sentinels demote it about
+ * primary is, and note it in shared memory.  A planned failover (SENTINEL
+ * FAILOVER) leaves the old primary a primary, taking writes, until the
+ * sentinels demote it about
  * 10 s later: the keeper would refresh its holds there while the new
  * primary lets them expire and admits newcomers, and waiters would wait in
  * the old primary's line.  Once the sentinels name another primary, every
@@ -840,11 +841,12 @@ wake_waiters(const HoldCopy *holds, int n)
  * (read_left_behind).  The first primary it hears named is such a cue too
  * (links compare, and leave it if theirs is another): a link opened before
  * (its own at its start, a session's) may lead to one replaced since.  In
- * direct mode a session's link outlives its holds:
- * one linked before the failover, idle since, would take a slot on the old
- * primary while a session linked after it takes the same one on the new
- * primary; so an idle server asks too (one short connection to a sentinel a
- * second).  The broker asks for its own links while a backend is linked.
+ * direct mode a session's link outlives its holds: one linked before the
+ * failover, idle since, would take a slot on the old primary while a
+ * session linked after it takes the same one on the new primary; so an
+ * idle server asks too (one short connection to a sentinel a second).  The
+ * broker asks for its own links while it keeps their target
+ * (broker_loop.c: sentinels_to_ask).
  */
 static void
 recheck_sentinels(const HoldCopy *holds, int n)
