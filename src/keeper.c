@@ -831,8 +831,8 @@ wake_waiters(const HoldCopy *holds, int n)
  * or waits for slots, and in direct mode always, ask the sentinels where the
  * primary is, and note it in shared memory.  A planned failover (SENTINEL
  * FAILOVER) leaves the old primary a primary, taking writes, until the
- * sentinels demote it about
- * 10 s later: the keeper would refresh its holds there while the new
+ * sentinels demote it about 10 s later: the keeper would refresh its holds
+ * there while the new
  * primary lets them expire and admits newcomers, and waiters would wait in
  * the old primary's line.  Once the sentinels name another primary, every
  * link to the old one is stale (conn.c's link_left_behind: the keeper's
