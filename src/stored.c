@@ -181,6 +181,9 @@ fix_queue_where_it_is(RedisCall *call, const char *name)
 {
 	SemAdapt	cur;
 
+	/* (no look at a semaphore that is no queue's) */
+	if (strncmp(name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0)
+		return false;
 	if (!sem_adapt(call, name, &cur) || cur.min <= 0 || cur.limit <= 0 ||
 		!queue_fleet_set_limit(name, (int) Min(cur.limit, INT_MAX),
 							   "its adaptive limit fixed by redsem_set_adaptive_limit"))
