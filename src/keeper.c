@@ -80,6 +80,8 @@ typedef struct KeeperState
 	TimestampTz found_logged_at;
 	TimestampTz look_logged_at; /* a failed look */
 	bool		succeeded;		/* a command succeeded this cycle */
+	int			trouble_rounds; /* batches in a row that met connection
+								 * trouble */
 } KeeperState;
 
 
@@ -652,9 +654,24 @@ found_here(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 }
 
 /*
+ * ms until a refresh that connection trouble left unanswered is tried
+ * again: the back-off of the batches in a row that met it, by half the
+ * time the hold's lease has left at the latest (a stall shorter than the
+ * lease's last two thirds must not stop its holder), and a round at most
+ */
+static int64
+trouble_retry_ms(const KeeperState *st, const HoldCopy *c)
+{
+	int64		retry = retry_in_lease_ms(c, Max(st->trouble_rounds, 1), redsem_now());
+
+	return Min(retry, KEEPER_MAX_SLEEP_MS);
+}
+
+/*
  * What Redis said about one queued hold; ms until it needs a look again.
  * Connection trouble (the item was not answered, or the server cannot
- * serve us) is reported once for the cycle, not held against the hold.
+ * serve us) is reported once for the cycle, not held against the hold,
+ * and the refresh is tried again soon (trouble_retry_ms).
  */
 static int64
 apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
@@ -664,7 +681,7 @@ apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 
 	if (o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
 		o->status == RS_OUT_OF_MEMORY)
-		return it->release ? release_put_off(c, o) : KEEPER_MAX_SLEEP_MS;
+		return it->release ? release_put_off(c, o) : trouble_retry_ms(st, c);
 	if (o->status != RS_OK && it->elsewhere)
 		return look_failed(st, c, o);	/* (tried again) */
 	if (o->status != RS_OK)
@@ -1179,6 +1196,7 @@ keeper_cycle(KeeperState *st)
 	}
 	sent = redsem_now();
 	redis_ok = send_batch(st, &batch, holds, n, target, valid_until);
+	st->trouble_rounds = redis_ok ? 0 : st->trouble_rounds + 1;
 	for (int i = 0; i < batch.n; i++)
 	{
 		int64		next = guarded(st, &batch, batch.owners[i], target,

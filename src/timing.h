@@ -84,7 +84,12 @@
  * gives up once the hold would have ended by itself anyway.  A refresh
  * that failed is tried again within half the time its lease has left, at
  * the latest (KEEPER_RETRY_LAST_MS at least): a back-off past the lease's
- * end would stop a holder the next try might have kept.
+ * end would stop a holder the next try might have kept.  So is one that
+ * connection trouble left unanswered (the batch's share of the time ran
+ * out, the connection broke), with the back-off counted over the batches
+ * in a row that met it and a round (KEEPER_MAX_SLEEP_MS) at most: with the
+ * least lease, a stall of 0.8 s at any moment of the refresh cycle stops
+ * no holder (t/132).
  *
  * Releases at the end of a statement or transaction are sent without
  * waiting for the reply (unless redsem.await_release), which the session
