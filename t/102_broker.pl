@@ -302,6 +302,20 @@ kill 'CONT', $stopped;
 like($r[1] // '', qr/08006.*did not answer within 300 ms.*HINT:  Check the load on the Redis server and on this server's "redsem broker" process/s,
 	'a call timed out through a stopped broker: 08006, the hint names the broker');
 $sa->query_ok(q{RESET redsem.command_timeout; SELECT redsem_release_all();});
+# a call in flight when the broker is killed, with no wait to ride it out:
+# the error says that the broker exited, not only that a link was lost
+$stopped = broker_pid();
+kill 'STOP', $stopped;
+$sa->send(q{SELECT count(*) FROM redsem_holders('stop5');});
+RedsemTest::sleep_full(0.3);
+kill 'KILL', $stopped;
+@r = $sa->wait_done(5);
+like($r[1] // '', qr/ERROR:  08006: lost connection to Redis .*\nDETAIL:  The redsem broker \(process $stopped\) that served this link exited; this server starts another at once\./,
+	'a call in flight when the broker is killed: 08006, the detail says the broker exited')
+  or diag(@r ? $r[1] : 'no end');
+ok(defined wait_until(5, sub { my $p = broker_pid(); defined $p && $p != $stopped }), 'a new broker runs');
+is($sa->query_ok(q{SELECT redsem_release('stop5', redsem_acquire('stop5', 5, '60 s'));}), 't',
+	'the session\'s next call goes through it');
 
 ###########################################################################
 note 'a Redis that does not answer stalls only its own callers';

@@ -16,6 +16,8 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stddef.h>
 #include <unistd.h>
 
@@ -66,6 +68,45 @@ redis_broker_peer_is_ours(int fd)
 
 	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
 		cred.uid == geteuid();
+}
+
+/*
+ * True if the broker at the other end of fd has exited (its pid, from
+ * SO_PEERCRED as it was at connect, in *pid): no such process, or a zombie
+ * its supervisor has not reaped yet.  False when that cannot be told (no
+ * /proc): the link was then closed by a live broker, as far as we know.
+ */
+bool
+redis_broker_exited(int fd, int *pid)
+{
+	struct ucred cred;
+	socklen_t	len = sizeof(cred);
+	char		path[64];
+	char		buf[512];
+	int			sfd;
+	ssize_t		n;
+	char	   *close_paren;
+
+	*pid = 0;
+	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+		cred.pid <= 0)
+		return false;
+	*pid = (int) cred.pid;
+	if (kill(cred.pid, 0) != 0)
+		return errno == ESRCH;
+	/* (state is the field after the command's closing parenthesis) */
+	snprintf(path, sizeof(path), "/proc/%d/stat", *pid);
+	sfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (sfd < 0)
+		return errno == ENOENT && access("/proc/self/stat", F_OK) == 0;
+	n = read(sfd, buf, sizeof(buf) - 1);
+	close(sfd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	close_paren = strrchr(buf, ')');
+	return close_paren != NULL && close_paren[1] == ' ' &&
+		(close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
 /*

@@ -590,6 +590,21 @@ send_and_receive(RedisCall *call, Link *link, int argc, const char **argv,
 }
 
 /*
+ * Through the broker, a link closed because the broker itself exited (killed,
+ * crashed) is not Redis's doing: say so in the outcome's detail
+ */
+static void
+note_broker_exit(RedisCall *call, const Link *link)
+{
+	int			pid;
+
+	if (link->ctx != NULL && redis_broker_exited(link->ctx->fd, &pid))
+		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
+				 "The redsem broker (process %d) that served this link exited; this server starts another at once.",
+				 pid);
+}
+
+/*
  * Fill the call's outcome from link's failure (status), and drop the link:
  * a reply may still be owed on it.  A connection to Redis (not the
  * broker's link) closed before anything was answered on it is of an
@@ -606,6 +621,8 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 	call->outcome.timeout_ms = timeout_ms;
 	if (status == RS_LOST)
 		redis_salvage_error_line(call, link->ctx);
+	if (status == RS_LOST && redsem_broker_wanted())
+		note_broker_exit(call, link);
 	disconnect_link(link);
 }
 
