@@ -274,9 +274,12 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
  * cannot be granted late: the connection was never made (refused, wrong
  * password, too many clients, no password file), or Redis refused the call
  * as a whole before running it (maxmemory under noeviction: the library's
- * function has no flags, so Redis checks this first; a replica, LOADING).
- * Anything else (no answer, a broken connection, an error from inside the
- * script, which may have written before it) may have left a slot behind.
+ * function has no flags, so Redis checks this first; a replica, LOADING;
+ * the ACL: NOAUTH, or NOPERM for FCALL or for the keys it names, which
+ * Redis checks before the function runs).  Anything else (no answer, a
+ * broken connection, an error from inside the script, which may have
+ * written before it, an ACL failure in the script among them) may have
+ * left a slot behind.
  */
 static bool
 request_may_be_pending(const RedisOutcome *o)
@@ -290,6 +293,9 @@ request_may_be_pending(const RedisOutcome *o)
 		case RS_OUT_OF_MEMORY:
 		case RS_UNAVAILABLE:
 			return false;
+		case RS_AUTH_FAILED:
+			return strstr(o->detail, "ERR The user executing the script") != NULL ||
+				strstr(o->detail, "ERR ACL failure in script") != NULL;
 		default:
 			return true;
 	}

@@ -390,6 +390,15 @@ admin('ACL', 'SETUSER', 'rs_min', '+function|load', '-zcard');
 $err = fresh_error(q{SELECT redsem_acquire('e_acl', 1);});
 like($err, qr/ERROR:  28000: /, 'an ACL that denies a command the library runs: 28000 too');
 is($redis->cli('EXISTS', 'redsem:{e_acl}:owner'), '0', '... and nothing was written');
+# an ACL that denies FCALL itself: Redis ran nothing, so the refused acquire
+# leaves nothing for the keeper to watch or release (helper-154: each such
+# acquire was watched, and under load they filled the table: 53400)
+admin('ACL', 'SETUSER', 'rs_min', '+zcard', '-fcall');
+$err = fresh_error(q{SELECT redsem_acquire('e_acl_deny', 1);});
+like($err, qr/ERROR:  28000: .*\n.*DETAIL:  NOPERM/, 'an ACL that denies FCALL: 28000 (NOPERM)');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_server_holds() WHERE name = 'e_acl_deny'}), '0',
+	'... and nothing of it is left in the server\'s table to watch or release');
+admin('ACL', 'SETUSER', 'rs_min', '+fcall');
 $s->query_ok(q{RESET redsem."user";});
 $s->query_ok(q{RESET redsem.password_file;});
 $redis->cli('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
