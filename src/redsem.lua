@@ -665,7 +665,12 @@ end
 function permits_of(id)
     if S.xh + S.xw == 0 then return 1 end
     if W['p:' .. id] ~= nil then return tonumber(W['p:' .. id]) or 1 end
-    return tonumber(redis.call('HGET', K_STATE, 'p:' .. id)) or 1
+    local v = redis.call('HGET', K_STATE, 'p:' .. id)
+    local p = tonumber(v)
+    if v and not (p and p >= 1 and p <= 2^53 and p % 1 == 0) then
+        error({err = 'REDSEM a state field of this semaphore holds a value redsem did not write'})
+    end
+    return p or 1
 end
 
 -- Count p permits in (+1) or out (-1) of the holders' or waiters' excess.
@@ -1413,23 +1418,35 @@ local function write_fields(key, fields)
     return #hset / 2
 end
 
+-- A count the state keeps (a limit, the permits of a member or of all,
+-- how many): a whole number from 0 up that Lua counts exactly, or nil if
+-- absent.  Anything else (nan, inf, -3, 1.5, text) another program wrote:
+-- the call fails as a key conflict (38000) rather than admit on it.
+local function state_count(v)
+    local n = tonumber(v)
+    if v and not (n and n >= 0 and n <= 2^53 and n % 1 == 0) then
+        error({err = 'REDSEM a state field of this semaphore holds a value redsem did not write'})
+    end
+    return n
+end
+
 -- Read the state: the stored limit, the limit in effect, the excesses,
 -- the rate, the reserve.  A state without a TTL (it stores a limit, rate
 -- or reserve) can outlive the members' keys if they expired with nobody calling (I5):
 -- then only the configuration is kept.
 function read_state()
     local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
-    S = {limit = tonumber(v[1]), cur = tonumber(v[2]), xh = 0, xw = 0, hh = 0,
-         tl = v[3] ~= false, tt = tonumber(v[4]) or 0, x = v[5] ~= false, fz = 0}
+    S = {limit = state_count(v[1]), cur = state_count(v[2]), xh = 0, xw = 0, hh = 0,
+         tl = v[3] ~= false, tt = state_count(v[4]) or 0, x = v[5] ~= false, fz = 0}
     if S.x then                     -- (I13: EXTRA fields only if x says so)
         -- (in EXTRA's order, then the rest of an adaptive limit, I16: one
         -- call, as every operation on an adaptive semaphore needs them)
         v = redis.call('HMGET', K_STATE, 'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad',
                        'fz', 'am', 'as', 'an', 'ac')
-        S.xh, S.xw = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+        S.xh, S.xw = state_count(v[1]) or 0, state_count(v[2]) or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
-        S.gu, S.ad, S.fz = tonumber(v[7]), v[8] or nil, tonumber(v[9]) or 0
+        S.gu, S.ad, S.fz = tonumber(v[7]), v[8] or nil, state_count(v[9]) or 0
         if S.ad then
             S.am, S.as, S.an, S.ac = v[10] or nil, tonumber(v[11]) or 0, tonumber(v[12]) or 0, tonumber(v[13])
         end
@@ -1440,7 +1457,7 @@ function read_state()
     end
     if S.rk then                    -- the rest of a reserve (I11)
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')
-        S.rp, S.hh = tonumber(v[1]) or 0, tonumber(v[2]) or 0
+        S.rp, S.hh = tonumber(v[1]) or 0, state_count(v[2]) or 0
     end
     if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt + S.fz > 0 or S.tl) and
        redis.call('EXISTS', K_OWNER) == 0 then

@@ -252,6 +252,33 @@ $redis->cli('DEL', 'redsem:{e_type}:timeout');
 is($s->query_ok(q{SELECT redsem_release('e_type', redsem_acquire('e_type', 1));}), 't',
 	'once the key is gone it works');
 
+# Counts in the state hash that redsem did not write (helper-154: a negative
+# xh, or a limit or cur of nan or 1e300, admitted every caller) make the call
+# fail as a key conflict, not count on them
+my $sv = RedsemTest::Session->new($node, name => 'sv');
+my $h1 = $s->query_ok(q{SELECT redsem_acquire('e_val', 3);});
+foreach my $bad ([ 'xh', '-100' ], [ 'cur', 'nan' ], [ 'cur', '1e300' ], [ 'limit', 'inf' ], [ 'limit', '2.5' ], [ 'fz', 'x' ])
+{
+	my ($f, $v) = @$bad;
+	my $key = 'redsem:{e_val}:state';
+	my %was = map { $_ => scalar $redis->cli('HGET', $key, $_) } ($f, 'x');
+	$redis->cli('HSET', $key, $f, $v);
+	$redis->cli('HSET', $key, 'x', '1') if $f eq 'xh' || $f eq 'fz';
+	($out, $err) = $sv->query(q{SELECT redsem_acquire('e_val', 3);});
+	like($err, qr/ERROR:  38000: .*\n.*DETAIL:  REDSEM a state field of this semaphore holds a value redsem did not write/,
+		"state field $f = $v: the acquire fails with 38000") or diag("out: $out");
+	foreach my $k (sort keys %was)
+	{
+		if ($was{$k} ne '') { $redis->cli('HSET', $key, $k, $was{$k}); }
+		else { $redis->cli('HDEL', $key, $k); }
+	}
+}
+is($redis->zcard('e_val', 'owner'), 1, 'nobody was admitted meanwhile: one holder, as before');
+is($sv->query_ok(q{SELECT redsem_release('e_val', redsem_acquire('e_val', 3));}), 't',
+	'once the values are gone it works');
+$s->query_ok(qq{SELECT redsem_release('e_val', '$h1');});
+$sv->quit;
+
 # Whichever of a new semaphore's keys another program took, the call stops
 # with 38000 and what it wrote before stopping has a TTL: nothing is left
 # for good, and the semaphore works once that key is gone.
