@@ -857,6 +857,24 @@ check_session_limit(HoldScope scope)
 }
 
 /*
+ * Before a bounded role's acquire would be refused with releases of this
+ * session still counted (sent without waiting at the end of an earlier
+ * transaction, their replies not read yet: Redis has most often answered,
+ * the next transaction behind a pooler just came sooner), read those
+ * replies, by redsem.command_timeout, so that they count no more
+ */
+static void
+settle_before_bound(Oid role)
+{
+	if (sent == NIL || !shared_role_at_bound(role))
+		return;
+	redis_settle_deferred(TimestampTzPlusMilliseconds(redsem_now(),
+													  redsem_command_timeout_ms),
+						  true);
+	settle_sent();
+}
+
+/*
  * Record an acquire about to be sent to Redis, here and in the keeper's
  * table (which raises if the table is full, or if the session's login role
  * has its redsem.max_holds_per_role: nothing was asked yet).  Superusers,
@@ -878,6 +896,8 @@ hold_begin(const char *name, const char *id, HoldScope scope, int64 lease_ms,
 	escalate_note_try(name, false);
 	target = redis_target_signature();
 	privileged = scope == HOLD_STATEMENT || redsem_is_admin();
+	if (!privileged)
+		settle_before_bound(GetSessionUserId());
 	slot = shared_hold_register(prefix, name, id, target, (uint8) scope,
 								lease_ms, permits, privileged,
 								GetSessionUserId(), !privileged,

@@ -848,6 +848,26 @@ role_bound(void)
 }
 
 /*
+ * True if role (bounded by redsem.max_holds_per_role) has that many entries
+ * in the table already, as shared_hold_register would find it now
+ */
+bool
+shared_role_at_bound(Oid role)
+{
+	int			bound = role_bound();
+	RoleHolds  *r;
+	bool		full;
+
+	if (shared == NULL || bound <= 0)
+		return false;
+	LWLockAcquire(shared->holds_lock, LW_SHARED);
+	r = hash_search(role_holds, &role, HASH_FIND, NULL);
+	full = r != NULL && r->holds >= bound;
+	LWLockRelease(shared->holds_lock);
+	return full;
+}
+
+/*
  * Register an acquire before Redis is asked, so that the keeper can release
  * whatever Redis grants if this backend dies.  Returns its slot, or -1 when
  * not preloaded.  A full table is an error: a hold nobody could keep alive
@@ -922,7 +942,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 				(errcode(ERRCODE_CONFIGURATION_LIMIT_EXCEEDED),
 				 errmsg("role \"%s\" already holds or waits for %d redsem slots on this server",
 						rolename ? rolename : "?", role_has),
-				 errdetail("redsem.max_holds_per_role allows %d per role on this server. Slots still being given back (to a Redis that has not answered yet) count until the release is confirmed.",
+				 errdetail("redsem.max_holds_per_role allows %d per role on this server. Slots still being given back count until the release is confirmed: by the session that sent it, at its next redsem call, or else by the keeper, redsem.command_timeout plus 1 s after it was sent.",
 						   bound),
 				 errhint("Release slots in the role's sessions with redsem_release or redsem_release_all; a superuser can change the bound for a role with ALTER ROLE ... SET redsem.max_holds_per_role.")));
 	}

@@ -259,6 +259,7 @@ extern void shared_hold_move_target(int slot, const char *id, uint64 target);
 extern void shared_hold_not_found_under(int slot, const char *id, uint64 target);
 extern uint64 shared_hold_target(int slot, const char *id);
 
+extern bool shared_role_at_bound(Oid role);
 extern int	shared_hold_register(const char *prefix, const char *name,
 								 const char *id, uint64 target, uint8 scope,
 								 int64 lease_ms, int permits,
