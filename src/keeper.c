@@ -653,11 +653,32 @@ found_here(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 	return true;
 }
 
+/* True for an outcome that is the connection's trouble, not the hold's */
+static bool
+connection_trouble(const RedisOutcome *o)
+{
+	return o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
+		o->status == RS_OUT_OF_MEMORY;
+}
+
+/*
+ * The first connection trouble Redis answered an item of the batch with (a
+ * replica now, LOADING, BUSY: the pipeline itself went through), or NULL
+ */
+static const RedisOutcome *
+batch_trouble(const KeeperBatch *batch)
+{
+	for (int i = 0; i < batch->n; i++)
+		if (connection_trouble(&batch->items[i].outcome))
+			return &batch->items[i].outcome;
+	return NULL;
+}
+
 /*
  * ms until a refresh that connection trouble left unanswered is tried
  * again: the back-off of the batches in a row that met it, by half the
- * time the hold's lease has left at the latest (a stall shorter than the
- * lease's last two thirds must not stop its holder), and a round at most
+ * time the hold's lease has left at the latest (a stall that ends before
+ * the holder must be stopped must not stop it), and a round at most
  */
 static int64
 trouble_retry_ms(const KeeperState *st, const HoldCopy *c)
@@ -679,8 +700,7 @@ apply_result(KeeperState *st, const HoldCopy *c, const SemKeepItem *it,
 {
 	const RedisOutcome *o = &it->outcome;
 
-	if (o->status == RS_LOST || o->status == RS_UNAVAILABLE ||
-		o->status == RS_OUT_OF_MEMORY)
+	if (connection_trouble(o))
 		return it->release ? release_put_off(c, o) : trouble_retry_ms(st, c);
 	if (o->status != RS_OK && it->elsewhere)
 		return look_failed(st, c, o);	/* (tried again) */
@@ -1178,6 +1198,7 @@ keeper_cycle(KeeperState *st)
 	TimestampTz sent;
 	TimestampTz valid_until;
 	bool		redis_ok;
+	const RedisOutcome *trouble;
 
 	shared_keeper_set_target(target);
 	recheck_sentinels(holds, n);
@@ -1196,7 +1217,11 @@ keeper_cycle(KeeperState *st)
 	}
 	sent = redsem_now();
 	redis_ok = send_batch(st, &batch, holds, n, target, valid_until);
-	st->trouble_rounds = redis_ok ? 0 : st->trouble_rounds + 1;
+	/* (trouble in the answers is logged as a failed batch's is) */
+	trouble = redis_ok ? batch_trouble(&batch) : NULL;
+	if (trouble != NULL)
+		report_trouble(st, redis_outcome_text(trouble));
+	st->trouble_rounds = (!redis_ok || trouble != NULL) ? st->trouble_rounds + 1 : 0;
 	for (int i = 0; i < batch.n; i++)
 	{
 		int64		next = guarded(st, &batch, batch.owners[i], target,

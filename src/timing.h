@@ -87,9 +87,11 @@
  * end would stop a holder the next try might have kept.  So is one that
  * connection trouble left unanswered (the batch's share of the time ran
  * out, the connection broke), with the back-off counted over the batches
- * in a row that met it and a round (KEEPER_MAX_SLEEP_MS) at most: with the
- * least lease, a stall of 0.8 s at any moment of the refresh cycle stops
- * no holder (t/132).
+ * in a row that met it and a round (KEEPER_MAX_SLEEP_MS) at most: a
+ * stall that ends before a holder's stop moment (below: two thirds of the
+ * lease after its last refresh, less L / REDSEM_CLOCK_RATE_DIVISOR and
+ * REDSEM_STOP_ACT_MS, some 1.1 s for 2-s leases and 0.46 s for 1-s ones)
+ * stops no holder (t/132: 0.8-s stalls, 2-s leases).
  *
  * Releases at the end of a statement or transaction are sent without
  * waiting for the reply (unless redsem.await_release), which the session

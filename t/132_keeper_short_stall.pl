@@ -61,6 +61,30 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_server_holds() WHE
 $_->query(q{SELECT redsem_release_all();}) foreach @s;
 $_->quit foreach @s;
 
+# While Redis answers the refreshes with trouble (a replica now: READONLY),
+# the rounds back off as when it does not answer (250 ms, 500 ms, then a
+# round), and the trouble is logged (helper-156: a round answered so
+# counted as no trouble, every try came 250 ms after the last, unlogged)
+my $r = RedsemTest::Session->new($node, name => 'readonly');
+$r->query_ok(q{SELECT redsem_acquire('readonly', 3, '30 s');});
+sub rejected_fcalls
+{
+	my ($n) = ($redis->cli('INFO', 'commandstats') // '') =~ /cmdstat_fcall:.*rejected_calls=(\d+)/;
+	return $n // 0;
+}
+$off = -s $node->logfile;
+$redis->cli('REPLICAOF', '127.0.0.1', '1');
+my $r0 = rejected_fcalls();
+ok(defined wait_until(20, sub { rejected_fcalls() > $r0 }), 'a refresh met READONLY');
+my $r1 = rejected_fcalls();
+sleep 8;
+my $tries = rejected_fcalls() - $r1;
+cmp_ok($tries, '<=', 16, "the keeper's writes were refused $tries times in 8 s (its refreshes back off: 250 ms, 500 ms, then every second; 13 here, 21 when every try came 250 ms after the last)");
+like(slurp_file($node->logfile, $off), qr/LOG:  redsem keeper: .*READONLY/, 'and logged the trouble');
+$redis->cli('REPLICAOF', 'NO', 'ONE');
+$r->query(q{SELECT redsem_release_all();});
+$r->quit;
+
 node_log_is_clean($node);
 $node->stop;
 $redis->stop;
