@@ -70,11 +70,16 @@ redis_broker_peer_is_ours(int fd)
 		cred.uid == geteuid();
 }
 
+/* The kernel's flag of a process that is exiting (linux/sched.h) */
+#define REDSEM_PF_EXITING	0x00000004
+
 /*
  * True if the broker at the other end of fd has exited (its pid, from
- * SO_PEERCRED as it was at connect, in *pid): no such process, or a zombie
- * its supervisor has not reaped yet.  False when that cannot be told (no
- * /proc): the link was then closed by a live broker, as far as we know.
+ * SO_PEERCRED as it was at connect, in *pid): no such process, a zombie its
+ * supervisor has not reaped yet, or one exiting (the kernel closes its
+ * sockets before it is a zombie: its flags say so meanwhile).  False when
+ * that cannot be told (no /proc): the link was then closed by a live
+ * broker, as far as we know.
  */
 bool
 redis_broker_exited(int fd, int *pid)
@@ -86,6 +91,8 @@ redis_broker_exited(int fd, int *pid)
 	int			sfd;
 	ssize_t		n;
 	char	   *close_paren;
+	char		state;
+	unsigned int flags;
 
 	*pid = 0;
 	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
@@ -105,8 +112,10 @@ redis_broker_exited(int fd, int *pid)
 		return false;
 	buf[n] = '\0';
 	close_paren = strrchr(buf, ')');
-	return close_paren != NULL && close_paren[1] == ' ' &&
-		(close_paren[2] == 'Z' || close_paren[2] == 'X');
+	if (close_paren == NULL ||
+		sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
+		return false;
+	return state == 'Z' || state == 'X' || (flags & REDSEM_PF_EXITING) != 0;
 }
 
 /*

@@ -600,7 +600,7 @@ note_broker_exit(RedisCall *call, const Link *link)
 
 	if (link->ctx != NULL && redis_broker_exited(link->ctx->fd, &pid))
 		snprintf(call->outcome.detail, sizeof(call->outcome.detail),
-				 "The redsem broker (process %d) that served this link exited; this server starts another at once.",
+				 "The redsem broker (process %d) that served this link exited; unless the server is shutting down, it starts another.",
 				 pid);
 }
 
@@ -620,9 +620,15 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 							   !redsem_broker_wanted());
 	call->outcome.timeout_ms = timeout_ms;
 	if (status == RS_LOST)
+	{
+		char		before[sizeof(call->outcome.detail)];
+
+		strlcpy(before, call->outcome.detail, sizeof(before));
 		redis_salvage_error_line(call, link->ctx);
-	if (status == RS_LOST && redsem_broker_wanted())
-		note_broker_exit(call, link);
+		/* (an error line the broker wrote before it went says more) */
+		if (redsem_broker_wanted() && strcmp(call->outcome.detail, before) == 0)
+			note_broker_exit(call, link);
+	}
 	disconnect_link(link);
 }
 
