@@ -320,11 +320,12 @@ report_invalid(const char *names, int n, const char *first_why)
 		ereport(WARNING,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 n == 1 ?
-				 errmsg("redsem: the definition of statement queue %s in Redis is not valid; the queue is not applied",
+				 errmsg("redsem: the definition of statement queue %s in Redis is not valid; it is not applied",
 						names) :
-				 errmsg("redsem: the definitions of %d statement queues in Redis are not valid (%s); those queues are not applied",
+				 errmsg("redsem: the definitions of %d statement queues in Redis are not valid (%s); they are not applied",
 						n, names),
-				 first_why ? errdetail_internal("%s", first_why) : 0,
+				 errdetail_internal("%s%sA queue applied before keeps its last valid definition; one never valid is not applied.",
+									first_why ? first_why : "", first_why ? " " : ""),
 				 errhint("Redefine them with redsem_alter_queue(), or drop them with redsem_drop_queue().")));
 }
 
@@ -805,6 +806,22 @@ sort_by_name(char **names, char **texts, int n)
 }
 
 /*
+ * A definition in Redis that is not valid (another program wrote it): the
+ * queue's last valid definition, as applied now, stays in now (and so in
+ * the copy a Redis that forgets gets back); a queue never valid is not
+ * applied
+ */
+static void
+keep_last_valid(const char *name, QueueConfig *now)
+{
+	uint64		unused;
+	const QueueDef *was = def_in(queue_fleet_config(&unused), name);
+
+	if (was != NULL)
+		now->queues[now->count++] = *was;
+}
+
+/*
  * The keeper's read of the fleet's definitions (every QUEUE_FLEET_POLL_MS,
  * within budget_ms): publish them to this server's backends, restore them
  * to a Redis that forgot them
@@ -853,11 +870,15 @@ poll_once(int budget_ms)
 	{
 		if (parse_stored(names[i], texts[i], &now->queues[now->count]))
 			now->count++;
-		else if (ninvalid++ < 10)
+		else
 		{
-			appendStringInfo(&invalid, "%s\"%s\"", invalid.len > 0 ? ", " : "", names[i]);
-			if (first_why == NULL && GUC_check_errdetail_string)
-				first_why = pstrdup(GUC_check_errdetail_string);
+			keep_last_valid(names[i], now);
+			if (ninvalid++ < 10)
+			{
+				appendStringInfo(&invalid, "%s\"%s\"", invalid.len > 0 ? ", " : "", names[i]);
+				if (first_why == NULL && GUC_check_errdetail_string)
+					first_why = pstrdup(GUC_check_errdetail_string);
+			}
 		}
 	}
 	if (ninvalid > 10)

@@ -301,6 +301,18 @@ $redis->cli('HSET', 'redsem:{queues}', 'bad', 'active_statements=zero');
 ok(defined wait_until(5, sub { slurp_file($a->logfile) =~ /definition of statement queue "bad" in Redis is not valid/ }),
 	'a garbled definition is logged');
 is($a->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'bad'"), '0', 'and not applied');
+$redis->cli('HDEL', 'redsem:{queues}', 'bad');
+# a queue applied before keeps its last valid definition (helper-154: it was
+# dropped for every server, and the keepers' copies lost it)
+my $rep_was = $redis->cli('HGET', 'redsem:{queues}', 'rep');
+my $goff = -s $a->logfile;
+$redis->cli('HSET', 'redsem:{queues}', 'rep', 'garbage=zz;;;');
+ok(defined wait_until(5, sub { slurp_file($a->logfile, $goff) =~ /definition of statement queue "rep" in Redis is not valid; it is not applied\n.*DETAIL:  .*A queue applied before keeps its last valid definition/ }),
+	'a garbled definition of a queue in use is logged');
+RedsemTest::sleep_full(2);
+is($a->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'rep'"), '1', 'and the queue stays, as it was');
+unlike(slurp_file($a->logfile, $goff), qr/statement queue "rep" dropped/, 'nothing says it was dropped');
+$redis->cli('HSET', 'redsem:{queues}', 'rep', $rep_was);
 my ($lib) = RedsemTest::redsem_library();
 my (undef, $ferr) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
 my ($fout) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
