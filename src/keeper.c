@@ -527,7 +527,7 @@ log_late_grant(const HoldCopy *c)
 		ereport(LOG,
 				(errmsg("redsem keeper released a slot of semaphore \"%s\" granted late to an acquire that had failed",
 						c->hold.name),
-				 errdetail("The acquire reached Redis after its session had given it up (a network path that held it, then healed).")));
+				 errdetail("Redis granted it after its session had given the acquire up without an answer: a connection that broke or a network path that held the request, or a place in line whose give-up Redis refused (an ACL, a password change) and that was promoted later.")));
 }
 
 /*
