@@ -1229,7 +1229,7 @@ keeper_cycle(KeeperState *st)
 
 		sleep_ms = Min(sleep_ms, next);
 	}
-	if (st->succeeded && redis_ok)
+	if (st->succeeded && redis_ok && trouble == NULL)
 		report_recovery(st);
 	valid_until = stop_lost_holders(st);
 	if (fleet_touch_due())

@@ -807,15 +807,15 @@ sort_by_name(char **names, char **texts, int n)
 
 /*
  * A definition in Redis that is not valid (another program wrote it): the
- * queue's last valid definition, as applied now, stays in now (and so in
- * the copy a Redis that forgets gets back); a queue never valid is not
- * applied
+ * queue's last valid definition, as applied now (read from this Redis and
+ * prefix), stays in now (and so in the copy a Redis that forgets gets
+ * back); a queue never valid is not applied
  */
 static void
 keep_last_valid(const char *name, QueueConfig *now)
 {
 	uint64		unused;
-	const QueueDef *was = def_in(queue_fleet_config(&unused), name);
+	const QueueDef *was = read_from_here() ? def_in(queue_fleet_config(&unused), name) : NULL;
 
 	if (was != NULL)
 		now->queues[now->count++] = *was;

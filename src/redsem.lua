@@ -668,7 +668,8 @@ function permits_of(id)
     local v = redis.call('HGET', K_STATE, 'p:' .. id)
     local p = tonumber(v)
     if v and not (p and p >= 1 and p <= 2^53 and p % 1 == 0) then
-        error({err = 'REDSEM a state field of this semaphore holds a value redsem did not write'})
+        S.bad = S.bad or 'p:<id>'       -- (as state_count: nobody promoted)
+        return 1
     end
     return p or 1
 end
@@ -1258,6 +1259,7 @@ end
 -- but not the first of its line), only the first of the class may still
 -- come in, into the reserve.
 function promote(sweep)
+    if S.bad then return end        -- (counts another program wrote)
     if sweep then turn_away_unfit() end
     -- I15: a grace begun since (run_op synced a line that had one)
     if K_GEN and not GEN_SYNC and waiter_count() > 0 then gen_sync() end
@@ -1418,14 +1420,16 @@ local function write_fields(key, fields)
     return #hset / 2
 end
 
--- A count the state keeps (a limit, the permits of a member or of all,
--- how many): a whole number from 0 up that Lua counts exactly, or nil if
--- absent.  Anything else (nan, inf, -3, 1.5, text) another program wrote:
--- the call fails as a key conflict (38000) rather than admit on it.
-local function state_count(v)
+-- A count the state keeps (a limit, the permits of all, how many), read
+-- as before (tonumber: nil if absent); one that is not a whole number from
+-- 0 up that Lua counts exactly (nan, inf, -3, 1.5, text: another program
+-- wrote it) names its field in S.bad, and then nobody is admitted (run_op
+-- refuses an acquire, 38000; promote() promotes nobody) while what keeps
+-- or gives back runs on.
+local function state_count(v, field)
     local n = tonumber(v)
-    if v and not (n and n >= 0 and n <= 2^53 and n % 1 == 0) then
-        error({err = 'REDSEM a state field of this semaphore holds a value redsem did not write'})
+    if v and not S.bad and not (n and n >= 0 and n <= 2^53 and n % 1 == 0) then
+        S.bad = field
     end
     return n
 end
@@ -1436,17 +1440,17 @@ end
 -- then only the configuration is kept.
 function read_state()
     local v = redis.call('HMGET', K_STATE, 'limit', 'cur', 'tl', 'tt', 'x')
-    S = {limit = state_count(v[1]), cur = state_count(v[2]), xh = 0, xw = 0, hh = 0,
-         tl = v[3] ~= false, tt = state_count(v[4]) or 0, x = v[5] ~= false, fz = 0}
+    S = {xh = 0, xw = 0, hh = 0, tl = v[3] ~= false, x = v[5] ~= false, fz = 0}
+    S.limit, S.cur, S.tt = state_count(v[1], 'limit'), state_count(v[2], 'cur'), state_count(v[4], 'tt') or 0
     if S.x then                     -- (I13: EXTRA fields only if x says so)
         -- (in EXTRA's order, then the rest of an adaptive limit, I16: one
         -- call, as every operation on an adaptive semaphore needs them)
         v = redis.call('HMGET', K_STATE, 'xh', 'xw', 'era', 'rt', 'rk', 'wt', 'gu', 'ad',
                        'fz', 'am', 'as', 'an', 'ac')
-        S.xh, S.xw = state_count(v[1]) or 0, state_count(v[2]) or 0
+        S.xh, S.xw = state_count(v[1], 'xh') or 0, state_count(v[2], 'xw') or 0
         S.era = v[3] or nil
         S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
-        S.gu, S.ad, S.fz = tonumber(v[7]), v[8] or nil, state_count(v[9]) or 0
+        S.gu, S.ad, S.fz = tonumber(v[7]), v[8] or nil, state_count(v[9], 'fz') or 0
         if S.ad then
             S.am, S.as, S.an, S.ac = v[10] or nil, tonumber(v[11]) or 0, tonumber(v[12]) or 0, tonumber(v[13])
         end
@@ -1457,7 +1461,7 @@ function read_state()
     end
     if S.rk then                    -- the rest of a reserve (I11)
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')
-        S.rp, S.hh = tonumber(v[1]) or 0, state_count(v[2]) or 0
+        S.rp, S.hh = tonumber(v[1]) or 0, state_count(v[2], 'hh') or 0
     end
     if stored() and (S.cur or S.xh + S.xw + S.hh + S.tt + S.fz > 0 or S.tl) and
        redis.call('EXISTS', K_OWNER) == 0 then
@@ -3874,6 +3878,10 @@ local function run_op(keys, a, op, ok, ...)
         end
     end
     read_state()
+    if S.bad and op == OPS.acquire then
+        return redis.error_reply('REDSEM the state field ' .. S.bad ..
+                                 ' of this semaphore holds a value redsem did not write')
+    end
     local reply = op.fast and op.fast(...) or nil
     if reply ~= nil then return reply end
     begin_general()

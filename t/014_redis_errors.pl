@@ -265,8 +265,10 @@ foreach my $bad ([ 'xh', '-100' ], [ 'cur', 'nan' ], [ 'cur', '1e300' ], [ 'limi
 	$redis->cli('HSET', $key, $f, $v);
 	$redis->cli('HSET', $key, 'x', '1') if $f eq 'xh' || $f eq 'fz';
 	($out, $err) = $sv->query(q{SELECT redsem_acquire('e_val', 3);});
-	like($err, qr/ERROR:  38000: .*\n.*DETAIL:  REDSEM a state field of this semaphore holds a value redsem did not write/,
-		"state field $f = $v: the acquire fails with 38000") or diag("out: $out");
+	like($err, qr/ERROR:  38000: .*\n.*DETAIL:  REDSEM the state field \Q$f\E of this semaphore holds a value redsem did not write/,
+		"state field $f = $v: the acquire fails with 38000, naming the field") or diag("out: $out");
+	# what keeps or gives back runs on: the holder refreshes its slot
+	is($s->query_ok(qq{SELECT redsem_refresh('e_val', '$h1');}), 't', '... while the holder still refreshes its slot');
 	foreach my $k (sort keys %was)
 	{
 		if ($was{$k} ne '') { $redis->cli('HSET', $key, $k, $was{$k}); }
@@ -274,6 +276,19 @@ foreach my $bad ([ 'xh', '-100' ], [ 'cur', 'nan' ], [ 'cur', '1e300' ], [ 'limi
 	}
 }
 is($redis->zcard('e_val', 'owner'), 1, 'nobody was admitted meanwhile: one holder, as before');
+# a waiter already in line is not promoted while a count is foreign, even by
+# a release (helper-154: cur = nan promoted waiters past the cap)
+my $hw = $s->query_ok(q{SELECT redsem_acquire('e_val2', 1);});
+$sv->send(q{SELECT redsem_acquire('e_val2', 1, wait => '4 s') IS NOT NULL;});
+ok(defined wait_until(10, sub { $redis->zcard('e_val2', 'waiting') == 1 }), 'a waiter is in line');
+my $cur_was = $redis->cli('HGET', 'redsem:{e_val2}:state', 'cur');
+$redis->cli('HSET', 'redsem:{e_val2}:state', 'cur', 'nan');
+$s->query_ok(qq{SELECT redsem_release('e_val2', '$hw');});
+is($redis->zcard('e_val2', 'owner') - $redis->zcard('e_val2', 'waiting'), 0,
+	'the release goes through, and promotes nobody while cur is nan');
+$redis->cli('HSET', 'redsem:{e_val2}:state', 'cur', $cur_was);
+$sv->wait_done(10);
+$sv->query('SELECT redsem_release_all();');
 is($sv->query_ok(q{SELECT redsem_release('e_val', redsem_acquire('e_val', 3));}), 't',
 	'once the values are gone it works');
 $s->query_ok(qq{SELECT redsem_release('e_val', '$h1');});
