@@ -12,7 +12,9 @@
 #
 # Timing rule: leases are 2 s, whose last two thirds (minus the clock and
 # stop margins) are about 1.1 s; each stall is 0.8 s, at a random moment of
-# the refresh cycle, so that most of them catch a refresh in flight.
+# the refresh cycle, so that most of them catch a refresh in flight.  Every
+# pause is sleep_full's: a signal (a child's end) cuts a plain sleep short,
+# and a stall with it (one CI run in a Debian 13 root).
 
 use strict;
 use warnings FATAL => 'all';
@@ -24,7 +26,6 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 my $redis = RedsemTest::Redis->new;
 my $node = create_node('short_stall', $redis, "redsem.command_timeout = 1500\n");
@@ -37,15 +38,15 @@ ok(defined wait_until(10, sub { !grep { $_->query_ok(q{SELECT bool_and(kept_aliv
 	'the keeper keeps all three');
 
 my $off = -s $node->logfile;
-my $stalls = 5;
+my $stalls = 6;
 for my $i (1 .. $stalls)
 {
 	# a random moment of the 667-ms refresh cycle
-	usleep(int(rand(700_000)));
+	RedsemTest::sleep_full(rand(0.7));
 	$redis->freeze;
-	usleep(800_000);
+	RedsemTest::sleep_full(0.8);
 	$redis->thaw;
-	sleep 2;
+	RedsemTest::sleep_full(2);
 }
 my $log = slurp_file($node->logfile, $off);
 like($log, qr/redsem keeper: Redis at .* did not answer/,
@@ -77,7 +78,7 @@ $redis->cli('REPLICAOF', '127.0.0.1', '1');
 my $r0 = rejected_fcalls();
 ok(defined wait_until(20, sub { rejected_fcalls() > $r0 }), 'a refresh met READONLY');
 my $r1 = rejected_fcalls();
-sleep 8;
+RedsemTest::sleep_full(8);
 my $tries = rejected_fcalls() - $r1;
 cmp_ok($tries, '<=', 16, "the keeper's writes were refused $tries times in 8 s (its refreshes back off: 250 ms, 500 ms, then every second; 13 here, 21 when every try came 250 ms after the last)");
 like(slurp_file($node->logfile, $off), qr/LOG:  redsem keeper: .*READONLY/, 'and logged the trouble');
