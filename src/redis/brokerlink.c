@@ -59,15 +59,22 @@ redis_broker_address(struct sockaddr_un *addr)
 						strlen(addr->sun_path) + 1);
 }
 
+/* The credentials of the process at the other end of fd, as at connect */
+static bool
+peer_cred(int fd, struct ucred *cred)
+{
+	socklen_t	len = sizeof(*cred);
+
+	return fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0;
+}
+
 /* True if the process at the other end of fd runs as this server's user */
 bool
 redis_broker_peer_is_ours(int fd)
 {
 	struct ucred cred;
-	socklen_t	len = sizeof(cred);
 
-	return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-		cred.uid == geteuid();
+	return peer_cred(fd, &cred) && cred.uid == geteuid();
 }
 
 /* The kernel's flag of a process that is exiting (linux/sched.h) */
@@ -85,7 +92,6 @@ bool
 redis_broker_exited(int fd, int *pid)
 {
 	struct ucred cred;
-	socklen_t	len = sizeof(cred);
 	char		path[64];
 	char		buf[512];
 	int			sfd;
@@ -95,8 +101,7 @@ redis_broker_exited(int fd, int *pid)
 	unsigned int flags;
 
 	*pid = 0;
-	if (fd < 0 || getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-		cred.pid <= 0)
+	if (!peer_cred(fd, &cred) || cred.pid <= 0)
 		return false;
 	*pid = (int) cred.pid;
 	if (kill(cred.pid, 0) != 0)
