@@ -847,6 +847,15 @@ role_bound(void)
 	return redsem_max_holds_per_role;
 }
 
+/* Under holds_lock: how many entries of the table role's bound counts */
+static int
+role_entries(Oid role)
+{
+	RoleHolds  *r = hash_search(role_holds, &role, HASH_FIND, NULL);
+
+	return r != NULL ? r->holds : 0;
+}
+
 /*
  * True if role (bounded by redsem.max_holds_per_role) has that many entries
  * in the table already, as shared_hold_register would find it now
@@ -855,14 +864,12 @@ bool
 shared_role_at_bound(Oid role)
 {
 	int			bound = role_bound();
-	RoleHolds  *r;
 	bool		full;
 
 	if (shared == NULL || bound <= 0)
 		return false;
 	LWLockAcquire(shared->holds_lock, LW_SHARED);
-	r = hash_search(role_holds, &role, HASH_FIND, NULL);
-	full = r != NULL && r->holds >= bound;
+	full = role_entries(role) >= bound;
 	LWLockRelease(shared->holds_lock);
 	return full;
 }
@@ -893,11 +900,7 @@ shared_hold_register(const char *prefix, const char *name, const char *id,
 		return -1;
 	LWLockAcquire(shared->holds_lock, LW_EXCLUSIVE);
 	if (bound > 0)
-	{
-		RoleHolds  *r = hash_search(role_holds, &role, HASH_FIND, NULL);
-
-		role_has = r != NULL ? r->holds : 0;
-	}
+		role_has = role_entries(role);
 	if (!may_use_reserve && shared->holds_in_use >= hold_table_size - reserve)
 		reserved = true;
 	for (int k = 0; k < hold_table_size && !reserved &&
