@@ -226,6 +226,8 @@ failure_digest() {
     # (each part may find nothing: that must not end the run under set -e)
     { grep -E '^\[[0-9:]+\] t/.* (Dubious|Failed)|^t/[^ ]+ +\(Wstat|^ +Failed tests?:|^  Parse errors' "$log" | head -n 40; } || true
     { grep -E -A 12 '^not ok|^# +Failed test' "$log" | grep -E '^(not ok|#)' | head -n 120; } || true
+    # a test script that died (a statement that failed or hung): its message
+    { grep -E -B 8 '^([^#].*)? at t/[^ ]+ line [0-9]+\.$' "$log" | grep -vE '^(ok |\[[0-9:]+\] )' | head -n 60; } || true
     { grep -E -A 40 '^diff ' "$log" | head -n 80; } || true
     echo "--- end of failures ---"
 }
