@@ -1420,7 +1420,8 @@ local function write_fields(key, fields)
     return #hset / 2
 end
 
--- A count the state keeps (a limit, the permits of all, how many), read
+-- A count the state keeps (a limit, the permits of all, how many, a rate's
+-- interval, burst and clock, a reserve's permits), read
 -- as before (tonumber: nil if absent); one that is not a whole number from
 -- 0 up that Lua counts exactly (nan, inf, -3, 1.5, text: another program
 -- wrote it) names its field in S.bad, and then nobody is admitted (run_op
@@ -1449,7 +1450,7 @@ function read_state()
                        'fz', 'am', 'as', 'an', 'ac')
         S.xh, S.xw = state_count(v[1], 'xh') or 0, state_count(v[2], 'xw') or 0
         S.era = v[3] or nil
-        S.rt, S.rk, S.wt = tonumber(v[4]), tonumber(v[5]), v[6] and 1 or nil
+        S.rt, S.rk, S.wt = state_count(v[4], 'rt'), state_count(v[5], 'rk'), v[6] and 1 or nil
         S.gu, S.ad, S.fz = tonumber(v[7]), v[8] or nil, state_count(v[9], 'fz') or 0
         if S.ad then
             S.am, S.as, S.an, S.ac = v[10] or nil, tonumber(v[11]) or 0, tonumber(v[12]) or 0, tonumber(v[13])
@@ -1457,7 +1458,7 @@ function read_state()
     end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
-        S.rb, S.tat, S.rs = tonumber(v[1]), tonumber(v[2]), v[3] or nil
+        S.rb, S.tat, S.rs = state_count(v[1], 'rb'), state_count(v[2], 'tat'), v[3] or nil
     end
     if S.rk then                    -- the rest of a reserve (I11)
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')

@@ -257,13 +257,18 @@ is($s->query_ok(q{SELECT redsem_release('e_type', redsem_acquire('e_type', 1));}
 # fail as a key conflict, not count on them
 my $sv = RedsemTest::Session->new($node, name => 'sv');
 my $h1 = $s->query_ok(q{SELECT redsem_acquire('e_val', 3);});
-foreach my $bad ([ 'xh', '-100' ], [ 'cur', 'nan' ], [ 'cur', '1e300' ], [ 'limit', 'inf' ], [ 'limit', '2.5' ], [ 'fz', 'x' ])
+# (a rate's interval, burst and clock and a reserve's permits too: a rate
+# of nan let nobody in, and gave 08P01 rather than 38000; each with the
+# fields that make the script read it)
+foreach my $bad ([ 'xh', '-100', x => 1 ], [ 'cur', 'nan' ], [ 'cur', '1e300' ], [ 'limit', 'inf' ],
+	[ 'limit', '2.5' ], [ 'fz', 'x', x => 1 ], [ 'rt', 'nan', x => 1 ], [ 'rb', '-1', x => 1, rt => 1000 ],
+	[ 'tat', '1e300', x => 1, rt => 1000 ], [ 'rk', '1.5', x => 1 ])
 {
-	my ($f, $v) = @$bad;
+	my ($f, $v, %with) = @$bad;
 	my $key = 'redsem:{e_val}:state';
-	my %was = map { $_ => scalar $redis->cli('HGET', $key, $_) } ($f, 'x');
+	my %was = map { $_ => scalar $redis->cli('HGET', $key, $_) } ($f, 'x', keys %with);
+	$redis->cli('HSET', $key, %with) if %with;
 	$redis->cli('HSET', $key, $f, $v);
-	$redis->cli('HSET', $key, 'x', '1') if $f eq 'xh' || $f eq 'fz';
 	($out, $err) = $sv->query(q{SELECT redsem_acquire('e_val', 3);});
 	like($err, qr/ERROR:  38000: .*\n.*DETAIL:  REDSEM the state field \Q$f\E of this semaphore holds a value redsem did not write/,
 		"state field $f = $v: the acquire fails with 38000, naming the field") or diag("out: $out");
