@@ -313,6 +313,15 @@ RedsemTest::sleep_full(2);
 is($a->safe_psql('postgres', "SELECT count(*) FROM redsem_queues WHERE name = 'rep'"), '1', 'and the queue stays, as it was');
 unlike(slurp_file($a->logfile, $goff), qr/statement queue "rep" dropped/, 'nothing says it was dropped');
 $redis->cli('HSET', 'redsem:{queues}', 'rep', $rep_was);
+# a change counter another program wrote (helper-154: 58000, with a hint
+# about FCALL being disabled) is a key conflict
+my $count_was = $redis->cli('HGET', 'redsem:{queues}', '#');
+$redis->cli('HSET', 'redsem:{queues}', '#', '1e300');
+($ret, $out, $err) = $a->psql('postgres', "\\set VERBOSITY verbose\nSELECT redsem_create_queue('counted', 'active_statements=1')");
+like($err, qr/ERROR:  38000: Redis .*rejected a redsem operation\n.*\nHINT:  Make sure no other program writes to keys under redsem.key_prefix/s,
+	'a change counter another program wrote: 38000, and the hint says why');
+$redis->cli('HSET', 'redsem:{queues}', '#', $count_was);
+is($redis->cli('HEXISTS', 'redsem:{queues}', 'counted'), '0', 'and nothing was stored');
 my ($lib) = RedsemTest::redsem_library();
 my (undef, $ferr) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
 my ($fout) = $redis->cli('FCALL', $lib, '1', 'redsem:{x}:owner', 'queue_drop', 'rep');
