@@ -990,8 +990,12 @@ opener_not_started(int t, const RedisOutcome *outcome)
 
 /*
  * Have an opener open a connection to target t for client c (a side one
- * if side), within what is left of c's connect timeout; false, the
- * target's failure noted, if none could be forked
+ * if side), within what is left of c's connect timeout, and never longer
+ * than the server's redsem.connect_timeout: every other session's calls to
+ * the target wait for this open, and anyone may raise their own setting
+ * (to 10 min: a path that swallowed the open then kept everyone out that
+ * long after it worked again; a client with more time left tries again);
+ * false, the target's failure noted, if none could be forked
  */
 static bool
 start_opening(int t, bool side, Client *c)
@@ -999,6 +1003,7 @@ start_opening(int t, bool side, Client *c)
 	Target	   *target = &targets[t];
 	Opening    *op = free_opening_slot();
 	RedisOutcome outcome;
+	int			budget_ms = Min(c->connect_timeout_ms, redsem_connect_timeout_ms);
 	/*
 	 * (its whole connect timeout when it begins to wait now, so that a
 	 * failure names the setting as direct mode does; what is left of it
@@ -1007,7 +1012,7 @@ start_opening(int t, bool side, Client *c)
 	TimestampTz by = redsem_now() - c->wait_start < 1000 ? DT_NOEND : c->wait_until;
 
 	if (!broker_open_start(&op->o, target->host, target->port, target->path,
-						   &target->profile, c->connect_timeout_ms, by, false, forget_broker,
+						   &target->profile, budget_ms, by, false, forget_broker,
 						   &outcome))
 	{
 		opener_not_started(t, &outcome);
