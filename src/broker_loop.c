@@ -1305,7 +1305,20 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 			continue;
 		again = opened || (now < c->wait_until &&
 						   (timed_out || (side && target->opening_sides > 0)));
-		if (!again)
+		if (!again && timed_out && c->connect_timeout_ms > redsem_connect_timeout_ms)
+		{
+			RedisOutcome o;
+
+			/*
+			 * (its own time ran out over several opens, each at most the
+			 * server's: the last one's "time this call had left" would
+			 * belittle its wait)
+			 */
+			c->waiting = c->waiting_side = false;
+			timeout_outcome(c, &o);
+			answer_failure(c, &o);
+		}
+		else if (!again)
 		{
 			c->waiting = c->waiting_side = false;
 			answer_failure(c, &target->failure);
