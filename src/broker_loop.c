@@ -991,7 +991,8 @@ opener_not_started(int t, const RedisOutcome *outcome)
 /*
  * Have an opener open a connection to target t for client c (a side one
  * if side), within what is left of c's connect timeout, and never longer
- * than the server's redsem.connect_timeout: every other session's calls to
+ * than the server's redsem.connect_timeout (or BROKER_OPEN_CAP_FLOOR_MS, if
+ * longer: src/timing.h): every other session's calls to
  * the target wait for this open, and anyone may raise their own setting
  * (to 10 min: a path that swallowed the open then kept everyone out that
  * long after it worked again; a client with more time left tries again);
@@ -1003,7 +1004,8 @@ start_opening(int t, bool side, Client *c)
 	Target	   *target = &targets[t];
 	Opening    *op = free_opening_slot();
 	RedisOutcome outcome;
-	int			budget_ms = Min(c->connect_timeout_ms, redsem_connect_timeout_ms);
+	int			budget_ms = Min(c->connect_timeout_ms,
+								Max(redsem_connect_timeout_ms, BROKER_OPEN_CAP_FLOOR_MS));
 	/*
 	 * (its whole connect timeout when it begins to wait now, so that a
 	 * failure names the setting as direct mode does; what is left of it
@@ -1305,7 +1307,8 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 			continue;
 		again = opened || (now < c->wait_until &&
 						   (timed_out || (side && target->opening_sides > 0)));
-		if (!again && timed_out && c->connect_timeout_ms > redsem_connect_timeout_ms)
+		if (!again && timed_out &&
+			c->connect_timeout_ms > Max(redsem_connect_timeout_ms, BROKER_OPEN_CAP_FLOOR_MS))
 		{
 			RedisOutcome o;
 

@@ -321,7 +321,13 @@
  * first reads what already waits on the socket, once per command: a broker
  * stopped past it wakes without having read).  A connection is
  * opened by a forked opener within the asking session's
- * redsem.connect_timeout; the broker kills an opener still there
+ * redsem.connect_timeout, but at most the server's or
+ * BROKER_OPEN_CAP_FLOOR_MS, whichever is longer (anyone may set a longer
+ * one, and the others wait for that open: a session with more time has
+ * another begun; the floor, 20 times BROKER_SLOW_OPEN_MS, keeps an open
+ * that was refused at once from looking as if it ran out of time, which
+ * with a server's setting of 50 ms or less began one open after another
+ * without a pause); the broker kills an opener still there
  * BROKER_OPEN_KILL_MARGIN_MS after that (its own deadline has passed: it
  * is stuck).  The clients that ask for a connection while an opener is
  * under way wait for that one; an opener that failed within
@@ -410,6 +416,7 @@
 #define BROKER_STOP_GRACE_MS			3000
 #define BROKER_TIMEOUT_MARGIN_MS		1000
 #define BROKER_SLOW_OPEN_MS				50
+#define BROKER_OPEN_CAP_FLOOR_MS		1000
 #define BROKER_SIDE_IDLE_MS				5000
 #define BROKER_TARGET_IDLE_MS			30000
 #define SENTINEL_RECHECK_MS				1000

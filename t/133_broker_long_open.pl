@@ -85,6 +85,22 @@ else
 }
 $m->query('SELECT redsem_release_all();');
 is($v->query_ok(q{SELECT count(*) FROM redsem_held();}), '0', 'nothing held behind');
+
+# helper-160: with the server's connect_timeout at 50 ms or less, an open
+# capped at it that was refused at once looked as if it ran out of time,
+# and a session with 3 s began one open after another for 3 s (thousands
+# of forks), then was told "no answer" instead of why
+$node->safe_psql('postgres', q{ALTER SYSTEM SET redsem.connect_timeout = 40; SELECT pg_reload_conf();});
+RedsemTest::sleep_full(1);
+my $nowhere = PostgreSQL::Test::Utils::tempdir_short() . '/none.sock';
+my $su = RedsemTest::Session->new($node, name => 'su');
+my (undef, $nerr, $nsecs) = $su->query(qq{SET redsem.unix_socket = '$nowhere'; SET redsem.connect_timeout = '3s';
+	SELECT redsem_acquire('v', 5); RESET redsem.unix_socket; RESET redsem.connect_timeout;});
+like($nerr, qr/ERROR:  08001: could not connect to Redis .*\n.*DETAIL:  .*No such file or directory/,
+	'a socket that is not there, with the server at 40 ms and the session at 3 s: 08001, saying why');
+cmp_ok($nsecs, '<', 1, sprintf('at once (%.3f s), not after one open after another', $nsecs));
+$node->safe_psql('postgres', q{ALTER SYSTEM RESET redsem.connect_timeout; SELECT pg_reload_conf();});
+$su->quit;
 $_->quit for ($v, $m);
 node_log_is_clean($node);
 $node->stop;
