@@ -1427,9 +1427,11 @@ end
 -- wrote it) names its field in S.bad, and then nobody is admitted (run_op
 -- refuses an acquire, 38000; promote() promotes nobody) while what keeps
 -- or gives back runs on.
-local function state_count(v, field)
+-- (most <= 2^53, exact; a rate's clock, in us, may run further ahead
+-- of now: max, 2^62)
+local function state_count(v, field, max)
     local n = tonumber(v)
-    if v and not S.bad and not (n and n >= 0 and n <= 2^53 and n % 1 == 0) then
+    if v and not S.bad and not (n and n >= 0 and n <= (max or 2^53) and n % 1 == 0) then
         S.bad = field
     end
     return n
@@ -1458,7 +1460,7 @@ function read_state()
     end
     if S.rt then                    -- the rest of a rate, only if there is one
         v = redis.call('HMGET', K_STATE, 'rb', 'tat', 'rs')
-        S.rb, S.tat, S.rs = state_count(v[1], 'rb'), state_count(v[2], 'tat'), v[3] or nil
+        S.rb, S.tat, S.rs = state_count(v[1], 'rb'), state_count(v[2], 'tat', 2^62), v[3] or nil
     end
     if S.rk then                    -- the rest of a reserve (I11)
         v = redis.call('HMGET', K_STATE, 'rp', 'hh')

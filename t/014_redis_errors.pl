@@ -281,6 +281,15 @@ foreach my $bad ([ 'xh', '-100', x => 1 ], [ 'cur', 'nan' ], [ 'cur', '1e300' ],
 	}
 }
 is($redis->zcard('e_val', 'owner'), 1, 'nobody was admitted meanwhile: one holder, as before');
+# a rate's clock past 2^53 us is redsem's own (helper-160: a rate of one a
+# week with a burst spent gets there), not a foreign value
+my $x_was = $redis->cli('HGET', 'redsem:{e_val}:state', 'x');
+$redis->cli('HSET', 'redsem:{e_val}:state', 'x', 1, 'rt', '604800000000', 'rb', '1', 'rs', '1/week',
+	'tat', '9114672853956566');
+($out, $err) = $sv->query(q{SELECT redsem_acquire('e_val', 3) IS NULL;});
+is($out . $err, 't', 'a rate\'s clock far ahead: the rate refuses the acquire, no error');
+$redis->cli('HDEL', 'redsem:{e_val}:state', 'rt', 'rb', 'rs', 'tat');
+$redis->cli('HDEL', 'redsem:{e_val}:state', 'x') if ($x_was // '') eq '';
 # a waiter already in line is not promoted while a count is foreign, even by
 # a release (helper-154: cur = nan promoted waiters past the cap)
 my $hw = $s->query_ok(q{SELECT redsem_acquire('e_val2', 1);});
