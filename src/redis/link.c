@@ -210,9 +210,8 @@ redis_error_class(const char *msg, bool *drop)
 		{"ERR user_function", RS_CONFLICT, false},
 		{"ERR Error running script", RS_CONFLICT, false},
 		{"ERR Error compiling script", RS_CONFLICT, false},
-		/* a counter of redsem's (INCRBY, HINCRBY) that another program set */
+		/* a counter of redsem's (HINCRBY) that another program set */
 		{"ERR hash value is not an integer", RS_CONFLICT, false},
-		{"ERR value is not an integer or out of range", RS_CONFLICT, false},
 	};
 	RedisStatus broker_status;
 	const char *detail;
