@@ -989,6 +989,17 @@ opener_not_started(int t, const RedisOutcome *outcome)
 }
 
 /*
+ * The longest an open may take, whatever the session that asked set: the
+ * server's redsem.connect_timeout, or BROKER_OPEN_CAP_FLOOR_MS if longer
+ * (src/timing.h)
+ */
+static int
+open_cap_ms(void)
+{
+	return Max(redsem_connect_timeout_ms, BROKER_OPEN_CAP_FLOOR_MS);
+}
+
+/*
  * Have an opener open a connection to target t for client c (a side one
  * if side), within what is left of c's connect timeout, and never longer
  * than the server's redsem.connect_timeout (or BROKER_OPEN_CAP_FLOOR_MS, if
@@ -1004,8 +1015,7 @@ start_opening(int t, bool side, Client *c)
 	Target	   *target = &targets[t];
 	Opening    *op = free_opening_slot();
 	RedisOutcome outcome;
-	int			budget_ms = Min(c->connect_timeout_ms,
-								Max(redsem_connect_timeout_ms, BROKER_OPEN_CAP_FLOOR_MS));
+	int			budget_ms = Min(c->connect_timeout_ms, open_cap_ms());
 	/*
 	 * (its whole connect timeout when it begins to wait now, so that a
 	 * failure names the setting as direct mode does; what is left of it
@@ -1307,8 +1317,7 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 			continue;
 		again = opened || (now < c->wait_until &&
 						   (timed_out || (side && target->opening_sides > 0)));
-		if (!again && timed_out &&
-			c->connect_timeout_ms > Max(redsem_connect_timeout_ms, BROKER_OPEN_CAP_FLOOR_MS))
+		if (!again && timed_out && c->connect_timeout_ms > open_cap_ms())
 		{
 			RedisOutcome o;
 
