@@ -1393,7 +1393,7 @@ redsem_create_queue(PG_FUNCTION_ARGS)
 	int			result;
 	RedisCall	call = REDIS_SQL_CALL;
 
-	require_admin("create a statement queue");
+	require_queue_admin("create a statement queue");
 	blank_def(&q, queue_name_arg(fcinfo, 0));
 	if (PG_ARGISNULL(1))
 		reject_null("options");
@@ -1439,7 +1439,7 @@ redsem_alter_queue(PG_FUNCTION_ARGS)
 	char	   *stored;
 	bool		new_cap;
 
-	require_admin("change a statement queue");
+	require_queue_admin("change a statement queue");
 	name = queue_name_arg(fcinfo, 0);
 	if (PG_ARGISNULL(1))
 		reject_null("options");
@@ -1466,7 +1466,7 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 	int			result;
 	RedisCall	call = REDIS_SQL_CALL;
 
-	require_admin("drop a statement queue");
+	require_queue_admin("drop a statement queue");
 	blank_def(&q, queue_name_arg(fcinfo, 0));
 	snprintf(q.semaphore, sizeof(q.semaphore), REDSEM_QUEUE_PREFIX "%s", q.name);
 	hold_init();

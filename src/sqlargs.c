@@ -139,6 +139,22 @@ require_admin(const char *what)
 }
 
 /*
+ * As require_admin, for statement queues: the hint does not suggest granting
+ * redsem_admin, which would let a queued role change the queue that holds it.
+ */
+void
+require_queue_admin(const char *what)
+{
+	if (!redsem_is_admin())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to %s", what),
+				 errdetail("Only superusers and members of role %s may.", REDSEM_ADMIN_ROLE),
+				 errhint("Ask an administrator to make the change: a member of role %s may change every queue, those that govern its own statements too.",
+						 REDSEM_ADMIN_ROLE)));
+}
+
+/*
  * Raise 42501 if name is a statement queue's semaphore and the user is no
  * administrator: an ordinary role that took its slots, or waited in its
  * line, would hold up the statements of every role in that queue.

@@ -16,6 +16,7 @@ extern const char *tenant_problem(const char *tenant);
 extern char *tenant_arg(FunctionCallInfo fcinfo, int argno);
 extern bool redsem_is_admin(void);
 extern void require_admin(const char *what);
+extern void require_queue_admin(const char *what);
 extern void refuse_queue_semaphore(const char *name);
 
 #endif							/* REDSEM_SQLARGS_H */

@@ -82,6 +82,8 @@ like($err, qr/statement queue "nope" does not exist/, 'only a queue that exists 
 ($ret, $out, $err) = $a->psql('postgres', "SELECT redsem_alter_queue('rep', 'active_statements=5')",
 	extra_params => [ '-U', 'mallory' ]);
 like($err, qr/permission denied to change a statement queue/, 'an ordinary role cannot change a queue');
+like($err, qr/HINT:  Ask an administrator to make the change/, 'the hint does not suggest granting redsem_admin to that role');
+unlike($err, qr/GRANT redsem_admin TO/, 'nor names a GRANT');
 ($ret, $out, $err) = $b->psql('postgres', "ALTER ROLE mallory SET redsem.queue = 'rep'");
 unlike($err, qr/not defined/, 'naming a queue of the fleet in ALTER ROLE does not warn');
 ($ret, $out, $err) = $b->psql('postgres', "ALTER ROLE mallory SET redsem.queue = 'repp'");
