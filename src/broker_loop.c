@@ -105,6 +105,7 @@ static void close_client(Client *c);
 static bool target_connected(int t);
 static void connections_gone(int t);
 static void timeout_outcome(const Client *c, RedisOutcome *o);
+static void add_last_open_words(RedisOutcome *o, const RedisOutcome *last);
 static bool take_request(Client *c);
 static void fail_upstream(Upstream *u, const char *why);
 static void process_client(Client *c);
@@ -1328,6 +1329,7 @@ settle_waiters(int t, bool side, bool opened, bool timed_out)
 			 */
 			c->waiting = c->waiting_side = false;
 			timeout_outcome(c, &o);
+			add_last_open_words(&o, &target->failure);
 			answer_failure(c, &o);
 		}
 		else if (!again)
@@ -1440,6 +1442,24 @@ timeout_outcome(const Client *c, RedisOutcome *o)
 		strlcat(o->detail, " from the primary the sentinels name (a failover may be in progress)",
 				sizeof(o->detail));
 	}
+}
+
+/*
+ * Add to o, a session's own timeout over several opens, what the last open
+ * said (last), so that a TLS handshake that never came or a step that got
+ * no answer (AUTH) is still named, as direct mode names it
+ */
+static void
+add_last_open_words(RedisOutcome *o, const RedisOutcome *last)
+{
+	char		words[sizeof(o->detail)];
+
+	if (last->status == RS_OK || last->detail[0] == '\0' ||
+		strncmp(last->detail, "no answer within ", 17) == 0)
+		return;					/* (nothing the session's own words lack) */
+	snprintf(words, sizeof(words), "; each open lasts at most %d ms (the server's setting), and the last said: %s",
+			 open_cap_ms(), last->detail);
+	strlcat(o->detail, words, sizeof(o->detail));
 }
 
 /*

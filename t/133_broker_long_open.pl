@@ -99,6 +99,30 @@ my (undef, $nerr, $nsecs) = $su->query(qq{SET redsem.unix_socket = '$nowhere'; S
 like($nerr, qr/ERROR:  08001: could not connect to Redis .*\n.*DETAIL:  .*No such file or directory/,
 	'a socket that is not there, with the server at 40 ms and the session at 3 s: 08001, saying why');
 cmp_ok($nsecs, '<', 1, sprintf('at once (%.3f s), not after one open after another', $nsecs));
+
+# a session that may wait longer than an open lasts (3 s against the
+# server's 1 s), on a path that swallows every connection: told its own
+# setting, and, in broker mode, what the last open said when that names
+# more (here the AUTH that got no answer; a TLS handshake in t/051), as
+# direct mode names it
+$node->safe_psql('postgres', q{ALTER SYSTEM SET redsem.connect_timeout = 1000; SELECT pg_reload_conf();});
+RedsemTest::sleep_full(1);
+my $black = RedsemTest::Proxy->new($redis, sub { RedsemTest::sleep_full(3600); return undef; });
+my $into_black = qq{SET redsem.unix_socket = '@{[ $black->socket ]}'; SET redsem.connect_timeout = '3s';};
+my $out_of_black = q{RESET redsem.unix_socket; RESET redsem.connect_timeout; RESET redsem.user; RESET redsem.password;};
+my (undef, $berr, $bsecs) = $su->query(qq{$into_black SET redsem.user = 'nobody'; SET redsem.password = 'pw';
+	SELECT redsem_acquire('v', 5); $out_of_black}, 30);
+like($berr, qr/ERROR:  08001: could not connect to Redis .*\n.*DETAIL:  no answer.* within 3000 ms \(redsem\.connect_timeout\)/,
+	sprintf('a path that swallows everything, the session at 3 s: 08001 with its own setting (%.1f s)', $bsecs // -1));
+like($berr, broker_mode() ? qr/; each open lasts at most 1000 ms \(the server's setting\), and the last said: no answer to AUTH within 1000 ms/
+	  : qr/no answer to AUTH within 3000 ms/, 'and the step that got no answer');
+if (broker_mode())
+{
+	# (the last open's words are left out when they would only repeat)
+	(undef, $berr) = $su->query(qq{$into_black SELECT redsem_acquire('v', 5); $out_of_black}, 30);
+	like($berr, qr/DETAIL:  no answer within 3000 ms \(redsem\.connect_timeout\)$/m,
+		'without a password, the session is told its own setting alone');
+}
 $node->safe_psql('postgres', q{ALTER SYSTEM RESET redsem.connect_timeout; SELECT pg_reload_conf();});
 $su->quit;
 $_->quit for ($v, $m);
