@@ -1597,6 +1597,42 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 }
 
 /*
+ * Under stats_lock held exclusive: free the reserved room of one statement
+ * queue that is no longer defined here (dropped), its counts added to the
+ * others' entry; false if every reserved entry is a defined queue's
+ */
+static bool
+stats_reclaim_reserved(void)
+{
+	HASH_SEQ_STATUS seq;
+	SharedSemStats *s;
+	SharedSemStats *others = hash_search(stats_hash, &stats_others_key, HASH_FIND, NULL);
+
+	hash_seq_init(&seq, stats_hash);
+	while ((s = hash_seq_search(&seq)) != NULL)
+	{
+		if (!s->reserved || s->key.name[0] == '\0' || stats_reserved_fn(s->key.name))
+			continue;			/* (an ordinary name, the others', a defined queue) */
+		hash_seq_term(&seq);
+		if (others != NULL)
+			for (int f = 0; f < STAT_NFIELDS; f++)
+			{
+				uint64		v = pg_atomic_read_u64(&s->counters[f]);
+
+				if (f == STAT_WAIT_MAX_MS)
+					v = Max(v, pg_atomic_read_u64(&others->counters[f]));
+				else
+					v += pg_atomic_read_u64(&others->counters[f]);
+				pg_atomic_write_u64(&others->counters[f], v);
+			}
+		hash_search(stats_hash, &s->key, HASH_REMOVE, NULL);
+		shared->stats_reserved--;
+		return true;
+	}
+	return false;
+}
+
+/*
  * Under stats_lock held exclusive: key's entry, made if there is room for
  * it, else the others' entry (*first_overflow set the first time since the
  * table last had room).  Ordinary names take redsem.max_tracked_semaphores
@@ -1611,9 +1647,12 @@ stats_entry_for(const StatsKey *key, bool *first_overflow)
 
 	if (s != NULL)
 		return s;
-	/* (a queue under many key prefixes has room for STATS_RESERVED_ROOM) */
+	/*
+	 * (a queue under many key prefixes has room for STATS_RESERVED_ROOM;
+	 * dropped queues' rows stay until their room is needed)
+	 */
 	queue = stats_reserved_fn != NULL && stats_reserved_fn(key->name) &&
-		shared->stats_reserved < STATS_RESERVED_ROOM;
+		(shared->stats_reserved < STATS_RESERVED_ROOM || stats_reclaim_reserved());
 	if (queue || shared->stats_names < redsem_max_tracked_semaphores)
 	{
 		s = stats_new_entry(key, queue);
