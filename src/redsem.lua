@@ -3341,11 +3341,11 @@ local function op_index_pin(key, ttl, name, pin)
     return 1
 end
 
--- index_list max: {entries, the eviction policy as index_touch gives it,
--- the first max names}.
-local function op_index_list(key, max)
+-- index_list max from: {entries, the eviction policy as index_touch gives
+-- it, max names from the from-th (0: the first)}.
+local function op_index_list(key, max, from)
     index_tidy(key, nil)
-    local names = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', '0', int(max))
+    local names = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', int(from), int(max))
     table.insert(names, 1, evicting_policy())
     table.insert(names, 1, redis.call('ZCOUNT', key, '(-inf', '+inf'))
     return names
@@ -3437,8 +3437,8 @@ INDEX_OPS = {
     },
     index_list = {
         read = function(a)
-            local max = count_arg(a[2])
-            if max and max >= 1 and max <= 100000 then return true, max end
+            local max, from = count_arg(a[2]), count_arg(a[3])
+            if max and max >= 1 and max <= 100000 and from then return true, max, from end
         end,
         run = op_index_list,
     },

@@ -1482,17 +1482,17 @@ sem_index_pin(RedisCall *call, const char *name, bool pin, int ttl_ms)
 }
 
 /*
- * The first max names of the index (palloc'd, *count of them) and how
- * many entries it has in all (*total); *evicting as sem_index_touch's.
+ * max names of the index from the from-th (palloc'd, *count of them) and
+ * how many entries it has in all (*total); *evicting as sem_index_touch's.
  */
 bool
-sem_index_list(RedisCall *call, int max, char ***names, int *count,
+sem_index_list(RedisCall *call, int max, int64 from, char ***names, int *count,
 			   int64 *total, char **evicting)
 {
-	const char *args[1] = {psprintf("%d", max)};
+	const char *args[2] = {psprintf("%d", max), psprintf(INT64_FORMAT, from)};
 	redisReply *reply;
 
-	if (!run_index(call, index_key(NULL), "index_list", 1, args, &reply))
+	if (!run_index(call, index_key(NULL), "index_list", 2, args, &reply))
 		return false;
 	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
 		!reply_int64(reply->element[0], total) ||

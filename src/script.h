@@ -171,7 +171,7 @@ extern bool sem_index_touch(RedisCall *call, const char *prefix,
 extern bool sem_index_pin(RedisCall *call, const char *name, bool pin,
 						  int ttl_ms);
 extern void sem_pin_configured(RedisCall *call, const char *name);
-extern bool sem_index_list(RedisCall *call, int max, char ***names,
+extern bool sem_index_list(RedisCall *call, int max, int64 from, char ***names,
 						   int *count, int64 *total, char **evicting);
 extern bool sem_queues_get(RedisCall *call, const char *prefix, int *exists,
 						   int64 *version, bool *must_wait, char ***names,

@@ -1574,7 +1574,8 @@ is(scalar(@{ $r->cmd('KEYS', 'm:{args}*') }), 0, 'and no key was created');
 # The index operations (one key) are read the same way, and refuse the
 # semaphores' operations.
 foreach my $bad ([ 'index_touch', 0, 'a' ], [ 'index_touch', 1000 ], [ 'index_pin', 1000, 'a', 'yes' ],
-	[ 'index_pin', 1000, '', '1' ], [ 'index_list', 0 ], [ 'index_list', 100001 ], [ 'index_policy', 'x' ],
+	[ 'index_pin', 1000, '', '1' ], [ 'index_list', 0, 0 ], [ 'index_list', 100001, 0 ], [ 'index_list', 10 ],
+	[ 'index_list', 10, -1 ], [ 'index_policy', 'x' ],
 	[ 'acquire', 'x' ], [])
 {
 	like(state_of($r->cmd('FCALL', $lib, 1, 'm:idx', @$bad)),
@@ -1583,9 +1584,12 @@ foreach my $bad ([ 'index_touch', 0, 'a' ], [ 'index_touch', 1000 ], [ 'index_pi
 is($r->cmd('EXISTS', 'm:idx'), 0, 'and the index was not created');
 $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_touch', 60000, 'one', 'two');
 $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_pin', 60000, 'two', '1');
-my $listed = $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_list', 10);
+my $listed = $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_list', 10, 0);
 is_deeply([ $listed->[0], sort @{$listed}[ 2 .. $#$listed ] ], [ 2, 'one', 'two' ],
 	'the index operations run as read: two names touched, both listed');
+my @paged = map { my $p = $r->cmd('FCALL', $lib, 1, 'm:idx', 'index_list', 1, $_); [ @{$p}[ 2 .. $#$p ] ] } 0 .. 2;
+is_deeply([ map { scalar @$_ } @paged ], [ 1, 1, 0 ], 'index_list pages: one name from the first, from the second, none after');
+is_deeply([ sort map { @$_ } @paged ], [ 'one', 'two' ], '... the two names, each once');
 # (commandstats counts the script's commands: index_policy runs INFO alone)
 sub time_calls { return ($r->cmd('INFO', 'commandstats') =~ /^cmdstat_time:calls=(\d+)/m)[0] // 0; }
 my $time_calls = time_calls();

@@ -15,6 +15,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use RedsemTest;
 use Test::More;
+use Time::HiRes;
 
 my $redis = RedsemTest::Redis->new;
 my $a = create_node('fleet_a', $redis);
@@ -44,7 +45,21 @@ is($a->safe_psql('postgres',
 
 my ($ret, $out, $err) = $a->psql('postgres', q{SELECT count(*) FROM redsem_semaphores(max_semaphores => 1);});
 is($out, '1', 'max_semaphores bounds the rows');
-like($err, qr/NOTICE:  redsem_semaphores shows 1 of the 3 semaphores in use/, '... saying how many there are');
+like($err, qr/NOTICE:  redsem_semaphores shows 1 semaphore in use, and did not look at 2 more names of the index/,
+	'... saying how many names it did not look at');
+
+# helper-162: names of semaphores that ended stay in the index for up to a
+# minute, ahead of the live ones; a small max_semaphores showed none of
+# the live ones (it counted the ended names against the bound)
+my $soon = int(1000 * Time::HiRes::time()) + 30000;
+$redis->cli('ZADD', 'redsem:index', map { ($soon, "fl_ended$_") } 1 .. 5);
+($ret, $out, $err) = $a->psql('postgres', q{SELECT string_agg(name, ',' ORDER BY name) FROM redsem_semaphores(max_semaphores => 2);});
+is($out, 'fl_x,fl_y', 'ended names ahead in the index (the live ones are noted for a minute, fl_cfg pinned last): max_semaphores => 2 still shows 2 live semaphores');
+like($err, qr/shows 2 semaphores in use, and did not look at 1 more names/, '... and says what it did not look at');
+($ret, $out, $err) = $a->psql('postgres', q{SELECT count(*) FROM redsem_semaphores();});
+is($out, '3', 'all three live ones, none twice, by default');
+is($err, '', '... with no NOTICE');
+$redis->cli('ZREM', 'redsem:index', map { "fl_ended$_" } 1 .. 5);
 ($ret, $out, $err) = $a->psql('postgres', q{SELECT count(*) FROM redsem_semaphores(0);});
 like($err, qr/max_semaphores must be between 1 and 100000/, 'a bad max_semaphores is refused');
 
