@@ -76,6 +76,20 @@ SELECT redsem_set_rate('rate_bad', '-1/s');
 SELECT redsem_set_rate('rate_bad', '1e3/s');
 SELECT redsem_set_rate('rate_bad', '0/s');
 SELECT redsem_set_rate('rate_bad', '2000000/s');
+-- (above 1000000 a second even when its interval rounds to 1 us: helper-162)
+SELECT redsem_set_rate('rate_bad', '1000001/s');
+SELECT redsem_set_rate('rate_bad', '1999999/s');
+-- an interval is rounded up to a whole microsecond, never admitting faster
+-- than written: 3/s is one every 333334 us, 0.1/s every 10 s exactly
+SELECT redsem_set_rate('rate_round', '1000000/s');
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hget 'redsem:{rate_round}:state' rt
+SELECT redsem_set_rate('rate_round', '3/s');
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hget 'redsem:{rate_round}:state' rt
+SELECT redsem_set_rate('rate_round', '0.1/s');
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hget 'redsem:{rate_round}:state' rt
+SELECT redsem_set_rate('rate_round', '10/min');
+\! redis-cli -s "$REDSEM_TEST_REDIS_SOCKET" hget 'redsem:{rate_round}:state' rt
+SELECT redsem_set_rate('rate_round', NULL);
 SELECT redsem_set_rate('rate_bad', '1/day', 0);
 SELECT redsem_set_rate('rate_bad', '1/day', NULL);
 SELECT redsem_set_rate('rate_bad', '1/day', 1000000);

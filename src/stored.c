@@ -91,9 +91,12 @@ reject_rate(const char *text)
 }
 
 /*
- * Parse "<number>/<unit>" into microseconds per admission, rounded to the
- * nearest; raise 22023 for anything else, or a rate out of range.  *shown:
- * the rate as redsem_rate() shows it ("2.5/h").
+ * Parse "<number>/<unit>" into microseconds per admission, rounded up (a
+ * whole microsecond never admits faster than the rate written: "3/s" is
+ * one every 333334 us; helper-162: rounded to the nearest, "1999999/s"
+ * passed as 1 us and was enforced as 1000000/s while shown as written);
+ * raise 22023 for anything else, or a rate out of range.  *shown: the
+ * rate as redsem_rate() shows it ("2.5/h").
  */
 static int64
 parse_rate(const char *text, char **shown)
@@ -118,14 +121,15 @@ parse_rate(const char *text, char **shown)
 	unit = rate_unit(strip_spaces(slash + 1));
 	if (unit == NULL)
 		reject_rate(text);
-	us = rint((double) unit->us / count);
+	us = count > 0 ? (double) unit->us / count : 0;
 	if (count <= 0 || us < 1 || us > RATE_MAX_US)
 		ereport(ERROR,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("rate \"%s\" is out of range", text),
 				 errdetail("A rate must be between one admission a week and 1000000 a second.")));
 	*shown = psprintf("%s/%s", strip_spaces(copy), unit->shown);
-	return (int64) us;
+	/* (less the division's own error: "0.1/s" is 10 s, not 10 s and 1 us) */
+	return (int64) ceil(us * (1 - 1e-12));
 }
 
 
