@@ -7,7 +7,7 @@ EXTVERSION = 0.2.0
 MODULE_big = redsem
 # the Redis client (src/redis/, bottom up), then the semaphore above it
 OBJS = src/redis/profile.o src/redis/sockwait.o src/redis/report.o src/redis/tls.o src/redis/resolve.o \
-       src/redis/secret.o src/redis/link.o src/redis/sentinel.o src/redis/cluster.o \
+       src/redis/secret.o src/redis/replycap.o src/redis/link.o src/redis/sentinel.o src/redis/cluster.o \
        src/redis/brokerlink.o src/redis/conn.o \
        src/redsem.o src/guc.o src/script.o src/batch.o src/hold.o src/acquire.o \
        src/sqlargs.o src/textenc.o src/sqlfuncs.o src/shmem.o src/keeper.o src/observe.o \

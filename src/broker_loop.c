@@ -65,6 +65,7 @@
 #include "guc.h"
 #include "link.h"
 #include "profile.h"
+#include "replycap.h"
 #include "timing.h"
 
 /* An upstream connection being opened by an opener (broker_open.c) */
@@ -1659,7 +1660,7 @@ upstream_write(Upstream *u)
 		return;
 	if (redisBufferWrite(u->ctx, &done) != REDIS_OK)
 	{
-		fail_upstream(u, u->ctx->errstr);
+		fail_upstream(u, redis_context_error(u->ctx));
 		return;
 	}
 	u->want_write = !done;
@@ -1727,14 +1728,14 @@ upstream_read(Upstream *u)
 		return;
 	if (redisBufferRead(u->ctx) != REDIS_OK)
 	{
-		fail_upstream(u, u->ctx->errstr);
+		fail_upstream(u, redis_context_error(u->ctx));
 		return;
 	}
 	for (;;)
 	{
 		if (redisGetReplyFromReader(u->ctx, &r) != REDIS_OK)
 		{
-			fail_upstream(u, u->ctx->errstr);
+			fail_upstream(u, redis_context_error(u->ctx));
 			return;
 		}
 		if (r == NULL)

@@ -13,6 +13,7 @@
 #include "utils/memutils.h"
 
 #include "broker_state.h"
+#include "brokerlink.h"
 #include "clock.h"
 #include "guc.h"
 #include "timing.h"
@@ -72,7 +73,16 @@ broker_encode_reply(Client *c, const redisReply *r)
 			broker_out_line(c, '+', r->str, (size_t) r->len);
 			break;
 		case REDIS_REPLY_ERROR:
-			broker_out_line(c, '-', r->str, (size_t) r->len);
+			/* (Redis's words never pass for the broker's own: brokerlink.h) */
+			if (r->len >= (int) strlen(REDSEM_BROKER_ERROR) &&
+				strncmp(r->str, REDSEM_BROKER_ERROR, strlen(REDSEM_BROKER_ERROR)) == 0)
+			{
+				broker_out_append(c, "-ERR ", 5);
+				broker_out_append(c, r->str, (size_t) r->len);
+				broker_out_append(c, "\r\n", 2);
+			}
+			else
+				broker_out_line(c, '-', r->str, (size_t) r->len);
 			break;
 		case REDIS_REPLY_INTEGER:
 			out_number(c, ':', r->integer);

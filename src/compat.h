@@ -157,4 +157,16 @@ redsem_is_client_backend(void)
 #define redsem_local_beentry(i)	pgstat_fetch_stat_local_beentry(i)
 #endif
 
+/*
+ * The element count hiredis hands a reply's createArray: an int before
+ * hiredis 1.0 (include hiredis.h before this header to use it)
+ */
+#ifdef HIREDIS_MAJOR
+#if HIREDIS_MAJOR >= 1
+typedef size_t redsem_reply_elements;
+#else
+typedef int redsem_reply_elements;
+#endif
+#endif
+
 #endif							/* REDSEM_COMPAT_H */

@@ -34,6 +34,7 @@
 #include "compat.h"
 #include "guc.h"
 #include "profile.h"
+#include "replycap.h"
 #include "report.h"
 #include "secret.h"
 #include "sockwait.h"
@@ -395,6 +396,7 @@ redis_context_on_fd(int fd, RedisOutcome *outcome)
 	}
 	/* the socket is non-blocking: let hiredis treat EAGAIN as "later" */
 	c->flags &= ~REDIS_BLOCK;
+	redis_cap_replies(c);
 	return c;
 }
 

@@ -50,6 +50,7 @@
 #include "conn.h"
 #include "guc.h"
 #include "link.h"
+#include "replycap.h"
 #include "report.h"
 #include "sentinel.h"
 #include "timing.h"
@@ -615,7 +616,7 @@ static void
 connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_ms)
 {
 	(void) redis_note(&call->outcome, status, "%s",
-					  link->ctx->err ? link->ctx->errstr : "");
+					  link->ctx->err ? redis_context_error(link->ctx) : "");
 	call->outcome.no_server = (status == RS_LOST && !link->answered &&
 							   !redsem_broker_wanted());
 	call->outcome.timeout_ms = timeout_ms;

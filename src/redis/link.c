@@ -29,6 +29,7 @@
 #include "guc.h"
 #include "link.h"
 #include "profile.h"
+#include "replycap.h"
 #include "report.h"
 #include "resolve.h"
 #include "secret.h"
@@ -380,7 +381,7 @@ await_reply(RedisCall *call, redisContext *c, const char *what,
 	{
 		if (!c->err)
 			return note_connect_timeout(call, what);
-		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", c->errstr);
+		(void) redis_note(&call->outcome, RS_CONNECT_FAILED, "%s", redis_context_error(c));
 		/* (closed on us mid-way: a server going down; unless it said why) */
 		call->outcome.no_server = c->err == REDIS_ERR_EOF ||
 			redis_no_server_error(0, c->errstr);
@@ -658,6 +659,7 @@ redis_open_context(RedisCall *call, const char *host, int port,
 		ReleaseExternalFD();
 		return NULL;
 	}
+	redis_cap_replies(c);
 	if (!step_or_close(handshake, call, c, host, deadline))
 		return NULL;
 	call->outcome.status = RS_OK;
