@@ -1458,7 +1458,7 @@ add_last_open_words(RedisOutcome *o, const RedisOutcome *last)
 	if (last->status == RS_OK || last->detail[0] == '\0' ||
 		strncmp(last->detail, "no answer within ", 17) == 0)
 		return;					/* (nothing the session's own words lack) */
-	snprintf(words, sizeof(words), "; each open lasts at most %d ms (the server's setting), and the last said: %s",
+	snprintf(words, sizeof(words), "; the broker's opens last at most %d ms each, and the last said: %s",
 			 open_cap_ms(), last->detail);
 	strlcat(o->detail, words, sizeof(o->detail));
 }

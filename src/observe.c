@@ -280,7 +280,7 @@ redsem_stats(PG_FUNCTION_ARGS)
 Datum
 redsem_stats_reset(PG_FUNCTION_ARGS)
 {
-	require_admin("reset redsem statistics");
+	require_admin_for("reset redsem statistics", fcinfo);
 	/* (a name no semaphore can have is an error, not a reset of nothing) */
 	stats_reset(PG_ARGISNULL(0) ? NULL : name_arg(fcinfo, 0));
 	PG_RETURN_VOID();

@@ -48,6 +48,8 @@ static uint64 config_generation = 0;	/* bumped at every change of merged */
  * kept until the next change: a caller may still point into it.
  */
 static QueueConfig *merged = NULL;
+/* When merged, or config without it, was made (queue_view_since) */
+static TimestampTz view_made_at = 0;
 static QueueConfig *retired = NULL;
 static uint64 guc_generation = 0;	/* bumped at every assignment of config */
 static uint64 merged_guc = 0;	/* guc_generation merged in */
@@ -106,6 +108,7 @@ merge_definitions(const QueueConfig *fleet)
 		pfree(retired);
 	retired = merged;
 	merged = next;
+	view_made_at = GetCurrentTimestamp();
 	config_generation++;
 }
 
@@ -147,6 +150,17 @@ queue_setting_config(void)
 
 StaticAssertDecl(QUEUE_MAX_QUEUES <= STATS_RESERVED_ROOM,
 				 "every queue has room in the statistics table");
+
+/*
+ * When this backend's view of the queues (queue_is_semaphore's) was made:
+ * a queue made later is not in it, and a queue counted since may still be
+ * defined though not in it (0: no view)
+ */
+TimestampTz
+queue_view_since(void)
+{
+	return (merged != NULL || config != NULL) ? view_made_at : 0;
+}
 
 /*
  * Whether name is the semaphore of a queue redsem.queues defines (not
@@ -656,6 +670,8 @@ static void
 assign_queues(const char *newval, void *extra)
 {
 	config = (const QueueConfig *) extra;
+	if (merged == NULL)
+		view_made_at = GetCurrentTimestamp();
 	config_generation++;
 	guc_generation++;
 }

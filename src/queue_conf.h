@@ -56,6 +56,7 @@ extern void queue_options_text(const QueueDef *q, StringInfo buf);
 extern bool queue_def_same(const QueueDef *a, const QueueDef *b);
 extern uint64 queue_config_generation(void);
 extern bool queue_is_semaphore(const char *name);
+extern TimestampTz queue_view_since(void);
 extern const char *queue_session_setting(void);
 extern int	queue_session_priority(void);
 extern char *queue_session_tenant(void);

@@ -61,7 +61,7 @@ _PG_init(void)
 		queue_fleet_shmem_init();
 		escalate_shmem_init();
 		queue_conf_set_fleet_source(queue_fleet_config);
-		stats_reserve_room_for(queue_is_semaphore);
+		stats_reserve_room_for(queue_is_semaphore, queue_view_since);
 		redis_watch_named_primary(shared_sentinel_named_other, shared_sentinel_moves);
 		keeper_register();
 		broker_register();

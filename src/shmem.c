@@ -104,6 +104,7 @@ typedef struct SharedSemStats
 	StatsKey	key;			/* hash key: semaphores of two prefixes are
 								 * two semaphores */
 	bool		reserved;		/* a statement queue's, beyond the cap */
+	pg_atomic_uint64 counted_at;	/* when last counted into (TimestampTz) */
 	pg_atomic_uint64 counters[STAT_NFIELDS];
 } SharedSemStats;
 
@@ -149,8 +150,9 @@ int			redsem_max_holds_per_role = -1;
  */
 static const StatsKey stats_others_key;
 
-/* Which names have room beyond redsem.max_tracked_semaphores, if any */
+/* Which names have room beyond redsem.max_tracked_semaphores, if any; since when that is known */
 static StatsReservedFn stats_reserved_fn = NULL;
+static StatsViewSinceFn stats_view_since_fn = NULL;
 
 /*
  * Entries of the statistics hash: redsem.max_tracked_semaphores ordinary
@@ -166,12 +168,14 @@ stats_table_size(void)
 
 /*
  * From _PG_init: fn tells the names that have room of their own (the
- * statement queues' semaphores; the module above says which they are)
+ * statement queues' semaphores; the module above says which they are),
+ * and since tells since when this backend knows them
  */
 void
-stats_reserve_room_for(StatsReservedFn fn)
+stats_reserve_room_for(StatsReservedFn fn, StatsViewSinceFn since)
 {
 	stats_reserved_fn = fn;
+	stats_view_since_fn = since;
 }
 
 /*
@@ -187,6 +191,7 @@ stats_new_entry(const StatsKey *key, bool reserved)
 	if (s != NULL && !found)
 	{
 		s->reserved = reserved;
+		pg_atomic_init_u64(&s->counted_at, 0);
 		for (int f = 0; f < STAT_NFIELDS; f++)
 			pg_atomic_init_u64(&s->counters[f], 0);
 	}
@@ -1579,6 +1584,8 @@ typedef struct StatDelta
 static void
 apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 {
+	if (s->reserved)
+		pg_atomic_write_u64(&s->counted_at, (uint64) GetCurrentTimestamp());
 	for (int i = 0; i < n; i++)
 	{
 		pg_atomic_uint64 *c = &s->counters[d[i].field];
@@ -1598,38 +1605,50 @@ apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 
 /*
  * Under stats_lock held exclusive: free the reserved room of one statement
- * queue that is no longer defined here (dropped), its counts added to the
- * others' entry; false if every reserved entry is a defined queue's
+ * queue that is no longer defined, its counts added to the others' entry;
+ * false if there is none.  Dropped means: not in this backend's view of the
+ * queues, and not counted since that view was made (a queue made later,
+ * which a backend in a long statement has not seen yet, is counted after
+ * it: helper-164).  The least recently counted goes first.
  */
 static bool
 stats_reclaim_reserved(void)
 {
 	HASH_SEQ_STATUS seq;
 	SharedSemStats *s;
+	SharedSemStats *victim = NULL;
 	SharedSemStats *others = hash_search(stats_hash, &stats_others_key, HASH_FIND, NULL);
+	uint64		since = stats_view_since_fn ? (uint64) stats_view_since_fn() : 0;
 
+	if (since == 0)
+		return false;
 	hash_seq_init(&seq, stats_hash);
 	while ((s = hash_seq_search(&seq)) != NULL)
 	{
-		if (!s->reserved || s->key.name[0] == '\0' || stats_reserved_fn(s->key.name))
-			continue;			/* (an ordinary name, the others', a defined queue) */
-		hash_seq_term(&seq);
-		if (others != NULL)
-			for (int f = 0; f < STAT_NFIELDS; f++)
-			{
-				uint64		v = pg_atomic_read_u64(&s->counters[f]);
+		uint64		at = pg_atomic_read_u64(&s->counted_at);
 
-				if (f == STAT_WAIT_MAX_MS)
-					v = Max(v, pg_atomic_read_u64(&others->counters[f]));
-				else
-					v += pg_atomic_read_u64(&others->counters[f]);
-				pg_atomic_write_u64(&others->counters[f], v);
-			}
-		hash_search(stats_hash, &s->key, HASH_REMOVE, NULL);
-		shared->stats_reserved--;
-		return true;
+		if (!s->reserved || s->key.name[0] == '\0' || at >= since ||
+			stats_reserved_fn(s->key.name))
+			continue;			/* (ordinary, the others', live or maybe live) */
+		if (victim == NULL || at < pg_atomic_read_u64(&victim->counted_at))
+			victim = s;
 	}
-	return false;
+	if (victim == NULL)
+		return false;
+	if (others != NULL)
+		for (int f = 0; f < STAT_NFIELDS; f++)
+		{
+			uint64		v = pg_atomic_read_u64(&victim->counters[f]);
+
+			if (f == STAT_WAIT_MAX_MS)
+				v = Max(v, pg_atomic_read_u64(&others->counters[f]));
+			else
+				v += pg_atomic_read_u64(&others->counters[f]);
+			pg_atomic_write_u64(&others->counters[f], v);
+		}
+	hash_search(stats_hash, &victim->key, HASH_REMOVE, NULL);
+	shared->stats_reserved--;
+	return true;
 }
 
 /*

@@ -330,7 +330,8 @@ extern void stats_reset(const char *name);
  */
 #define STATS_RESERVED_ROOM		64
 typedef bool (*StatsReservedFn) (const char *name);
-extern void stats_reserve_room_for(StatsReservedFn fn);
+typedef TimestampTz (*StatsViewSinceFn) (void);
+extern void stats_reserve_room_for(StatsReservedFn fn, StatsViewSinceFn since);
 
 extern void shmem_define_gucs(void);
 /* A generation as this server saw it (gen.c) */

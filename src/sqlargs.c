@@ -155,6 +155,21 @@ require_queue_admin(const char *what)
 }
 
 /*
+ * require_admin for a function whose first argument names a semaphore: a
+ * statement queue's gets require_queue_admin's hint
+ */
+void
+require_admin_for(const char *what, FunctionCallInfo fcinfo)
+{
+	if (!PG_ARGISNULL(0) &&
+		strncmp(text_to_cstring(PG_GETARG_TEXT_PP(0)), REDSEM_QUEUE_PREFIX,
+				strlen(REDSEM_QUEUE_PREFIX)) == 0)
+		require_queue_admin(what);
+	else
+		require_admin(what);
+}
+
+/*
  * Raise 42501 if name is a statement queue's semaphore and the user is no
  * administrator: an ordinary role that took its slots, or waited in its
  * line, would hold up the statements of every role in that queue.

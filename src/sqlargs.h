@@ -17,6 +17,7 @@ extern char *tenant_arg(FunctionCallInfo fcinfo, int argno);
 extern bool redsem_is_admin(void);
 extern void require_admin(const char *what);
 extern void require_queue_admin(const char *what);
+extern void require_admin_for(const char *what, FunctionCallInfo fcinfo);
 extern void refuse_queue_semaphore(const char *name);
 
 #endif							/* REDSEM_SQLARGS_H */

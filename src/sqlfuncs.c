@@ -331,7 +331,7 @@ redsem_force_release(PG_FUNCTION_ARGS)
 	bool		held = false;
 	bool		waiting = false;
 
-	require_admin("force-release a slot of a redsem semaphore");
+	require_admin_for("force-release a slot of a redsem semaphore", fcinfo);
 	name = name_arg(fcinfo, 0);
 	id = id_arg(fcinfo, 1);
 	holder_gone = PG_NARGS() > 2 && !PG_ARGISNULL(2) && PG_GETARG_BOOL(2);

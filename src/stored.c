@@ -129,7 +129,7 @@ parse_rate(const char *text, char **shown)
 				 errdetail("A rate must be between one admission a week and 1000000 a second.")));
 	*shown = psprintf("%s/%s", strip_spaces(copy), unit->shown);
 	/* (less the division's own error: "0.1/s" is 10 s, not 10 s and 1 us) */
-	return (int64) ceil(us * (1 - 1e-12));
+	return (int64) ceil(us * (1 - 1e-15));
 }
 
 
@@ -146,7 +146,7 @@ redsem_set_limit(PG_FUNCTION_ARGS)
 	RedisCall	call = REDIS_SQL_CALL;
 	SemLimit	limit;
 
-	require_admin("set the stored limit of a redsem semaphore");
+	require_admin_for("set the stored limit of a redsem semaphore", fcinfo);
 	name = name_arg(fcinfo, 0);
 	max_holders = PG_ARGISNULL(1) ? 0 : count_arg(fcinfo, 1, "max_holders");
 	hold_init();
@@ -215,7 +215,7 @@ redsem_set_adaptive_limit(PG_FUNCTION_ARGS)
 	RedisCall	call = REDIS_SQL_CALL;
 	SemAdapt	now;
 
-	require_admin("set the adaptive limit of a redsem semaphore");
+	require_admin_for("set the adaptive limit of a redsem semaphore", fcinfo);
 	name = name_arg(fcinfo, 0);
 	if (PG_ARGISNULL(1) != PG_ARGISNULL(2))
 		ereport(ERROR,
@@ -281,7 +281,7 @@ redsem_set_rate(PG_FUNCTION_ARGS)
 	SemRate		set = {0};
 	SemRate		rate;
 
-	require_admin("set the rate of a redsem semaphore");
+	require_admin_for("set the rate of a redsem semaphore", fcinfo);
 	name = name_arg(fcinfo, 0);
 	if (!PG_ARGISNULL(1))
 	{
@@ -325,7 +325,7 @@ redsem_set_reserve(PG_FUNCTION_ARGS)
 	RedisCall	call = REDIS_SQL_CALL;
 	SemReserve	reserve;
 
-	require_admin("set the reserve of a redsem semaphore");
+	require_admin_for("set the reserve of a redsem semaphore", fcinfo);
 	name = name_arg(fcinfo, 0);
 	if (!PG_ARGISNULL(1))
 	{
@@ -371,7 +371,7 @@ redsem_set_tenant_weight(PG_FUNCTION_ARGS)
 	int64		now;
 	RedisCall	call = REDIS_SQL_CALL;
 
-	require_admin("set a tenant's weight on a redsem semaphore");
+	require_admin_for("set a tenant's weight on a redsem semaphore", fcinfo);
 	name = name_arg(fcinfo, 0);
 	if (PG_ARGISNULL(1))
 		reject_null("tenant");

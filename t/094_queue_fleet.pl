@@ -84,6 +84,15 @@ like($err, qr/statement queue "nope" does not exist/, 'only a queue that exists 
 like($err, qr/permission denied to change a statement queue/, 'an ordinary role cannot change a queue');
 like($err, qr/HINT:  Ask an administrator to make the change/, 'the hint does not suggest granting redsem_admin to that role');
 unlike($err, qr/GRANT redsem_admin TO/, 'nor names a GRANT');
+foreach my $call (q{redsem_set_limit('queue:rep', 50)}, q{redsem_set_rate('queue:rep', '1/s')},
+	q{redsem_set_reserve('queue:rep', 1, 5)}, q{redsem_set_adaptive_limit('queue:rep', 1, 5)},
+	q{redsem_stats_reset('queue:rep')})
+{
+	($ret, $out, $err) = $a->psql('postgres', "SELECT $call", extra_params => [ '-U', 'mallory' ]);
+	like($err, qr/permission denied.*\n(.*\n)*HINT:  Ask an administrator to make the change/,
+		"$call on a queue's semaphore: the same hint");
+	unlike($err, qr/GRANT redsem_admin TO/, '... naming no GRANT');
+}
 ($ret, $out, $err) = $b->psql('postgres', "ALTER ROLE mallory SET redsem.queue = 'rep'");
 unlike($err, qr/not defined/, 'naming a queue of the fleet in ALTER ROLE does not warn');
 ($ret, $out, $err) = $b->psql('postgres', "ALTER ROLE mallory SET redsem.queue = 'repp'");

@@ -114,7 +114,7 @@ my (undef, $berr, $bsecs) = $su->query(qq{$into_black SET redsem.user = 'nobody'
 	SELECT redsem_acquire('v', 5); $out_of_black}, 30);
 like($berr, qr/ERROR:  08001: could not connect to Redis .*\n.*DETAIL:  no answer.* within 3000 ms \(redsem\.connect_timeout\)/,
 	sprintf('a path that swallows everything, the session at 3 s: 08001 with its own setting (%.1f s)', $bsecs // -1));
-like($berr, broker_mode() ? qr/; each open lasts at most 1000 ms \(the server's setting\), and the last said: no answer to AUTH within 1000 ms/
+like($berr, broker_mode() ? qr/; the broker's opens last at most 1000 ms each, and the last said: no answer to AUTH within 1000 ms/
 	  : qr/no answer to AUTH within 3000 ms/, 'and the step that got no answer');
 if (broker_mode())
 {
