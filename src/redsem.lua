@@ -3342,10 +3342,12 @@ local function op_index_pin(key, ttl, name, pin)
 end
 
 -- index_list max from: {entries, the eviction policy as index_touch gives
--- it, max names from the from-th (0: the first)}.
+-- it, max names from the from-th (0: the first)}, latest expiry first: the
+-- stored settings' (+inf), then those noted last, so that names of ended
+-- semaphores (kept a minute after their last note) come last.
 local function op_index_list(key, max, from)
     index_tidy(key, nil)
-    local names = redis.call('ZRANGE', key, '(-inf', '+inf', 'BYSCORE', 'LIMIT', int(from), int(max))
+    local names = redis.call('ZRANGE', key, '+inf', '(-inf', 'BYSCORE', 'REV', 'LIMIT', int(from), int(max))
     table.insert(names, 1, evicting_policy())
     table.insert(names, 1, redis.call('ZCOUNT', key, '(-inf', '+inf'))
     return names

@@ -26,6 +26,7 @@ my $redis = RedsemTest::Redis->new;
 my $evil = RedsemTest::Proxy->new($redis, sub {
 	return ('*2147483647' . "\r\n") x 7 . ":1\r\n" if grep { /\{evil/ } @_;
 	return "-REDSEMBROKER 99+ spoofed\r\n" if grep { /\{spoof/ } @_;
+	return ("*1\r\n" x 100000) . ":1\r\n" if grep { /\{deep/ } @_;
 	return undef;
 });
 my $node = create_node('replycap', $redis, "redsem.command_timeout = 3000\n");
@@ -39,6 +40,15 @@ my $secs = time - $t0;
 like($err, qr/ERROR:  08006: .*\n.*(array of more than 4194304 elements|Server closed the connection)/,
 	'a reply claiming 2^31 elements fails the call (08006)');
 like($err, qr/array of more than 4194304 elements/, '... saying why') unless broker_mode();
+cmp_ok($secs, '<', broker_mode() ? 5 : 1.5, sprintf('... without a stall (%.2f s)', $secs));
+
+# arrays nested 100,000 deep (helper-165: hiredis 1.x has no bound of its
+# own, and freeing such a reply recurses; 10^6 levels overflowed the stack)
+$t0 = time;
+(undef, $err) = $bad->query(qq{SET redsem.unix_socket = '@{[ $evil->socket ]}'; SELECT redsem_acquire('deep', 2); RESET redsem.unix_socket;}, 60);
+$secs = time - $t0;
+like($err, qr/ERROR:  08006: .*\n.*(nested|Server closed the connection)/, 'arrays nested 100,000 deep fail the call (08006)');
+like($err, qr/nested more than 7 deep|depth > 7/, '... saying why') unless broker_mode();
 cmp_ok($secs, '<', broker_mode() ? 5 : 1.5, sprintf('... without a stall (%.2f s)', $secs));
 
 # an error reply of Redis's that looks like the broker's own words is

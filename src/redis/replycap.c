@@ -2,9 +2,10 @@
  * replycap.c
  *		A bound on the arrays a Redis reply may claim: each context's
  *		reader makes arrays through hiredis's own function, but refuses
- *		one that claims more than REDIS_REPLY_MAX_ELEMENTS (replycap.h says
- *		why).  hiredis then fails the read ("Out of memory"), and
- *		redis_context_error says what happened instead.
+ *		one that claims more than REDIS_REPLY_MAX_ELEMENTS or nests deeper
+ *		than REDIS_REPLY_MAX_DEPTH (replycap.h says why).  hiredis then
+ *		fails the read ("Out of memory"), and redis_context_error says
+ *		what happened instead.
  */
 #include "postgres.h"
 
@@ -17,19 +18,34 @@
 static redisReplyObjectFunctions capped;
 static void *(*make_array) (const redisReadTask *task, redsem_reply_elements n) = NULL;
 
-/* Set when an array was refused, until the error is next told */
-static bool refused = false;
+/* Why an array was last refused (NULL: none since the error was told) */
+static const char *refused = NULL;
 
-/* hiredis's createArray, for at most REDIS_REPLY_MAX_ELEMENTS elements */
+/* How many arrays enclose task's */
+static int
+depth_of(const redisReadTask *task)
+{
+	int			depth = 0;
+
+	for (const redisReadTask *t = task->parent; t != NULL && depth <= REDIS_REPLY_MAX_DEPTH; t = t->parent)
+		depth++;
+	return depth;
+}
+
+/*
+ * hiredis's createArray, for at most REDIS_REPLY_MAX_ELEMENTS elements and
+ * REDIS_REPLY_MAX_DEPTH arrays around it
+ */
 static void *
 capped_array(const redisReadTask *task, redsem_reply_elements n)
 {
 	if ((uint64) n > REDIS_REPLY_MAX_ELEMENTS)
-	{
-		refused = true;
-		return NULL;			/* (hiredis fails the read: no slot made) */
-	}
-	return make_array(task, n);
+		refused = "Redis sent a reply with an array of more than " CppAsString2(REDIS_REPLY_MAX_ELEMENTS) " elements";
+	else if (depth_of(task) > REDIS_REPLY_MAX_DEPTH)
+		refused = "Redis sent a reply with arrays nested more than " CppAsString2(REDIS_REPLY_MAX_DEPTH) " deep";
+	else
+		return make_array(task, n);
+	return NULL;				/* (hiredis fails the read: no slot made) */
 }
 
 /* Bound the arrays c's replies may claim (hiredis's functions otherwise) */
@@ -46,16 +62,19 @@ redis_cap_replies(redisContext *c)
 	}
 	if (c->reader->fn->createArray == make_array)
 		c->reader->fn = &capped;
+	refused = NULL;				/* (a refusal no error told: not this one's) */
 }
 
 /* c's error, in words: the bound's, if an array was refused */
 const char *
 redis_context_error(const redisContext *c)
 {
-	if (c->err == REDIS_ERR_OOM && refused)
+	const char *why = refused;
+
+	if (c->err == REDIS_ERR_OOM && why != NULL)
 	{
-		refused = false;
-		return "Redis sent a reply with an array of more than " CppAsString2(REDIS_REPLY_MAX_ELEMENTS) " elements";
+		refused = NULL;
+		return why;
 	}
 	return c->errstr;
 }
