@@ -120,8 +120,27 @@ redsem_is_admin(void)
 	return superuser() || (OidIsValid(admin) && has_privs_of_role(GetUserId(), admin));
 }
 
+/* Raise 42501 for what, with hint, unless the user is an administrator */
+static void
+refuse_unless_admin(const char *what, const char *hint)
+{
+	if (!redsem_is_admin())
+		ereport(ERROR,
+				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+				 errmsg("permission denied to %s", what),
+				 errdetail("Only superusers and members of role %s may.", REDSEM_ADMIN_ROLE),
+				 errhint("%s", hint)));
+}
+
+/* True if name is a statement queue's semaphore's ("queue:...") */
+static bool
+queue_semaphore_name(const char *name)
+{
+	return strncmp(name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) == 0;
+}
+
 /*
- * Raise 42501 unless the current user is a superuser or a member of
+ * Raise 42501 unless the user is a superuser or a member of
  * redsem_admin (the functions that act on others' slots or on shared
  * configuration are EXECUTE-able by everyone, so that the refusal can say
  * how to get the right).
@@ -130,12 +149,8 @@ void
 require_admin(const char *what)
 {
 	if (!redsem_is_admin())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to %s", what),
-				 errdetail("Only superusers and members of role %s may.", REDSEM_ADMIN_ROLE),
-				 errhint("An administrator can run: GRANT %s TO %s;", REDSEM_ADMIN_ROLE,
-						 quote_identifier(GetUserNameFromId(GetUserId(), false)))));
+		refuse_unless_admin(what, psprintf("An administrator can run: GRANT %s TO %s;", REDSEM_ADMIN_ROLE,
+										   quote_identifier(GetUserNameFromId(GetUserId(), false))));
 }
 
 /*
@@ -145,13 +160,8 @@ require_admin(const char *what)
 void
 require_queue_admin(const char *what)
 {
-	if (!redsem_is_admin())
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to %s", what),
-				 errdetail("Only superusers and members of role %s may.", REDSEM_ADMIN_ROLE),
-				 errhint("Ask an administrator to make the change: a member of role %s may change every queue, those that govern its own statements too.",
-						 REDSEM_ADMIN_ROLE)));
+	refuse_unless_admin(what, "Ask an administrator to make the change: a member of role "
+						REDSEM_ADMIN_ROLE " may change every queue, those that govern its own statements too.");
 }
 
 /*
@@ -161,9 +171,7 @@ require_queue_admin(const char *what)
 void
 require_admin_for(const char *what, FunctionCallInfo fcinfo)
 {
-	if (!PG_ARGISNULL(0) &&
-		strncmp(text_to_cstring(PG_GETARG_TEXT_PP(0)), REDSEM_QUEUE_PREFIX,
-				strlen(REDSEM_QUEUE_PREFIX)) == 0)
+	if (!PG_ARGISNULL(0) && queue_semaphore_name(text_to_cstring(PG_GETARG_TEXT_PP(0))))
 		require_queue_admin(what);
 	else
 		require_admin(what);
@@ -177,8 +185,7 @@ require_admin_for(const char *what, FunctionCallInfo fcinfo)
 void
 refuse_queue_semaphore(const char *name)
 {
-	if (strncmp(name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0 ||
-		redsem_is_admin())
+	if (!queue_semaphore_name(name) || redsem_is_admin())
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
