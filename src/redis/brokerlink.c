@@ -110,12 +110,12 @@ redis_broker_exited(int fd, int *pid)
 	/* (state is the field after the command's closing parenthesis) */
 	snprintf(path, sizeof(path), "/proc/%d/stat", *pid);
 	sfd = open(path, O_RDONLY | O_CLOEXEC);
-	if (sfd < 0)
-		return errno == ENOENT && access("/proc/self/stat", F_OK) == 0;
-	n = read(sfd, buf, sizeof(buf) - 1);
-	close(sfd);
+	n = sfd < 0 ? -1 : read(sfd, buf, sizeof(buf) - 1);
+	if (sfd >= 0)
+		close(sfd);
+	/* (reaped meanwhile: its entry went between kill() and open() or read()) */
 	if (n <= 0)
-		return false;
+		return kill(cred.pid, 0) != 0 && errno == ESRCH;
 	buf[n] = '\0';
 	close_paren = strrchr(buf, ')');
 	if (close_paren == NULL ||
