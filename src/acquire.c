@@ -967,13 +967,13 @@ take_slot(AcquireArgs *args, Hold *hold, const char *id,
 static void
 refuse_removed(const AcquireArgs *args)
 {
-	size_t		qlen = strlen(REDSEM_QUEUE_PREFIX);
+	const char *queue = redsem_queue_of_semaphore(args->name);
 
-	if (strncmp(args->name, REDSEM_QUEUE_PREFIX, qlen) == 0)
+	if (queue != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_QUERY_CANCELED),
 				 errmsg("statement could not enter redsem queue \"%s\": an administrator removed it from the line",
-						args->name + qlen),
+						queue),
 				 errdetail("redsem_force_release gave up its place in line; it was not queued again.")));
 	ereport(ERROR,
 			(errcode(ERRCODE_QUERY_CANCELED),

@@ -29,6 +29,15 @@
  */
 #define REDSEM_QUEUE_PREFIX		"queue:"
 
+/* The queue's name in a statement queue's semaphore name; NULL if it is no queue's */
+static inline const char *
+redsem_queue_of_semaphore(const char *semaphore)
+{
+	size_t		len = strlen(REDSEM_QUEUE_PREFIX);
+
+	return strncmp(semaphore, REDSEM_QUEUE_PREFIX, len) == 0 ? semaphore + len : NULL;
+}
+
 /* The extension's name (pg_extension) */
 #define REDSEM_EXTENSION_NAME	"redsem"
 

@@ -1516,14 +1516,13 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 bool
 queue_fleet_set_limit(const char *semaphore, int active, const char *by)
 {
-	const char *name = semaphore + strlen(REDSEM_QUEUE_PREFIX);
+	const char *name = redsem_queue_of_semaphore(semaphore);
 	RedisCall	call = REDIS_SQL_CALL;
 	QueueDef	q;
 	char	   *text;
 	bool		new_cap;
 
-	if (active <= 0 || strncmp(semaphore, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0 ||
-		!queue_valid_name(name))
+	if (active <= 0 || name == NULL || !queue_valid_name(name))
 		return false;
 	call.elevel = WARNING;
 	if (stored_def(&call, name, true) == NULL)

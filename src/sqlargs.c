@@ -132,13 +132,6 @@ refuse_unless_admin(const char *what, const char *hint)
 				 errhint("%s", hint)));
 }
 
-/* True if name is a statement queue's semaphore's ("queue:...") */
-static bool
-queue_semaphore_name(const char *name)
-{
-	return strncmp(name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) == 0;
-}
-
 /*
  * Raise 42501 unless the user is a superuser or a member of
  * redsem_admin (the functions that act on others' slots or on shared
@@ -171,7 +164,7 @@ require_queue_admin(const char *what)
 void
 require_admin_for(const char *what, FunctionCallInfo fcinfo)
 {
-	if (!PG_ARGISNULL(0) && queue_semaphore_name(text_to_cstring(PG_GETARG_TEXT_PP(0))))
+	if (!PG_ARGISNULL(0) && redsem_queue_of_semaphore(text_to_cstring(PG_GETARG_TEXT_PP(0))) != NULL)
 		require_queue_admin(what);
 	else
 		require_admin(what);
@@ -185,7 +178,7 @@ require_admin_for(const char *what, FunctionCallInfo fcinfo)
 void
 refuse_queue_semaphore(const char *name)
 {
-	if (!queue_semaphore_name(name) || redsem_is_admin())
+	if (redsem_queue_of_semaphore(name) == NULL || redsem_is_admin())
 		return;
 	ereport(ERROR,
 			(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),

@@ -186,7 +186,7 @@ fix_queue_where_it_is(RedisCall *call, const char *name)
 	SemAdapt	cur;
 
 	/* (no look at a semaphore that is no queue's) */
-	if (strncmp(name, REDSEM_QUEUE_PREFIX, strlen(REDSEM_QUEUE_PREFIX)) != 0)
+	if (redsem_queue_of_semaphore(name) == NULL)
 		return false;
 	if (!sem_adapt(call, name, &cur) || cur.min <= 0 || cur.limit <= 0 ||
 		!queue_fleet_set_limit(name, (int) Min(cur.limit, INT_MAX),
