@@ -396,6 +396,15 @@ nap_for_wake(AcquireArgs *args, RedisCall *call, const char *id, int64 nap,
 }
 
 /*
+ * How long a waiter may go without a look: its own promotion window (src/timing.h)
+ */
+static int64
+wait_recheck_ms(const AcquireArgs *args)
+{
+	return Max(Min(args->lease_ms, WAIT_RECHECK_MS), 1);
+}
+
+/*
  * Wait in line until promoted (and confirmed, or handed to the keeper to
  * confirm) or deadline.  Sleeps on the caller's wake list (a release that
  * promotes it pushes to it), waking early only to keep its place alive or
@@ -412,6 +421,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 {
 	TimestampTz checked = *sent;
 	bool		look_now = false;	/* a call failed: look before napping */
+	int64		recheck = wait_recheck_ms(args);
 
 	/*
 	 * the generation its place was taken under, for forgot_since_start (read
@@ -440,7 +450,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 		}
 		if (!look_now)
 		{
-			nap = Min(left, WAIT_RECHECK_MS - ms_since(checked));
+			nap = Min(left, recheck - ms_since(checked));
 			if (r->ms >= 0)
 				nap = Min(nap, r->ms + 1);
 			/*
@@ -469,7 +479,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 				deadlock_check(&dw);
 				if (r->ms >= 0)
 					r->ms = Max(r->ms - ms_since(napped_at), 0);
-				if (ms_since(checked) < WAIT_RECHECK_MS && r->ms != 0)
+				if (ms_since(checked) < recheck && r->ms != 0)
 					continue;
 			}
 			/*
@@ -484,7 +494,7 @@ wait_turns(AcquireArgs *args, Hold *hold, const char *id, SemResult *r,
 				*sent = checked;
 				return true;
 			}
-			if (nudge_ms >= 0 && ms_since(checked) < WAIT_RECHECK_MS)
+			if (nudge_ms >= 0 && ms_since(checked) < recheck)
 			{
 				/* a promotion ahead of us: sleep until its window ends */
 				r->ms = nudge_ms;

@@ -210,10 +210,11 @@
 --     waiter that died in line costs the line seconds, not a lease; one
 --     paused past its window finds it lost.  Nobody is nudged when a
 --     promotion leaves a new head of the line: every waiter looks again
---     within PROMOTION_WINDOW_MS of its last look (src/timing.h), which
---     came before the promotion, and is then told when the window ends, so
---     a promoted waiter that never confirms is noticed when its window
---     ends.  A wake or nudge list lives as long as the place or window it
+--     within its own window of its last look (src/timing.h), which came
+--     before the promotion, and is then told when the window ends, so a
+--     promoted waiter that never confirms is noticed when its window ends
+--     (by a waiter whose lease is no shorter; by any within
+--     PROMOTION_WINDOW_MS).  A wake or nudge list lives as long as the place or window it
 --     is about; a promoted waiter that took its wake-up has confirmed as
 --     far as I9 is concerned (its session is alive).
 --  I7 Tickets rise.  A ticket is larger than every earlier ticket of the

@@ -15,14 +15,18 @@
  * delays (a third of it, 333 ms, is far above a loopback round trip and a
  * keeper wake-up): shorter leases are refused.
  *
- * A waiter looks again at least every WAIT_RECHECK_MS, and its place in
- * line lives WAIT_PLACE_TTL_MS (three re-checks) from its last look: a dead
- * waiter's place goes by itself.  When it is promoted, it holds for
- * window = min(lease, PROMOTION_WINDOW_MS) until it confirms
- * (src/redsem.lua), so a waiter that died in line costs the line at most
- * that window.  WAIT_RECHECK_MS is that window: the waiter left at the head
- * of the line by a promotion looked last before it, so it looks again by
- * the time the window ends and is told when (no nudge is needed).  A live
+ * A waiter looks again at least once in its own promotion window
+ * (min(lease, WAIT_RECHECK_MS), WAIT_RECHECK_MS being PROMOTION_WINDOW_MS),
+ * and its place in line lives WAIT_PLACE_TTL_MS (three of the longest
+ * re-checks) from its last look: a dead waiter's place goes by itself.
+ * When it is promoted, it holds for window = min(lease,
+ * PROMOTION_WINDOW_MS) until it confirms (src/redsem.lua), so a waiter that
+ * died in line costs the line at most that window: the waiter left at the
+ * head of the line by a promotion looked last before it, so it looks again
+ * by the time the window ends (when its lease is no shorter than that of
+ * the promoted one) and is told when (no nudge is needed).  A re-check
+ * as long as PROMOTION_WINDOW_MS whatever the lease cost the line up to
+ * 5 s for each dead waiter with 2-s leases.  A live
  * waiter whose wake-up came within a third of the window of its last look
  * (PROMOTION_CONFIRM_FRACTION) leaves the confirmation to the keeper, which
  * refreshes it as a hold whose lease is the window (due after a third of

@@ -5,7 +5,9 @@
 #    its server's keeper (no round trip of its own); one woken later
 #    confirms itself.
 #  - A waiter that died in line (here: on "another server" that is gone)
-#    costs the line the promotion window, not its whole lease.
+#    costs the line the promotion window, not its whole lease; three
+#    with 2-s leases cost a live waiter with as short a lease about 2 s
+#    each, not 5.
 #  - A waiter paused (SIGSTOP) while it was promoted, whose window ran out
 #    meanwhile, never gets an id for a slot a newcomer took: it queues
 #    again (or returns NULL once its wait is over), and there is never
@@ -52,6 +54,28 @@ is("$out|$err", 't|', 'the newcomer gets the slot');
 cmp_ok($took, '>=', $WINDOW - 1, sprintf('after the dead waiter\'s promotion window (%.1f s)', $took));
 cmp_ok($took, '<', $WINDOW + 5, '... not after its 60 s lease');
 is(scalar(holders('dead')), 1, 'one holder');
+is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'the newcomer releases');
+
+###########################################################################
+note 'three waiters that died in line with 2-s leases cost a live one about 2 s each';
+
+# (each a promotion window of 2 s: the live waiter behind them, whose lease
+# is as short, looks again within its own window, not every 5 s)
+$hid = $h->query_ok(q{SELECT redsem_acquire('dead3', 1, '2 s');});
+$redis->script('dead3', 'acquire', "gone.$_", '1', '1', '2000', '1', '15000', 'elsewhere|1|db|user|app')
+  for 1 .. 3;
+$n->send(q{SELECT redsem_acquire('dead3', 1, '2 s', '30 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('dead3', 'waiting') == 4 }),
+	'a newcomer queues behind three dead waiters');
+$t0 = time;
+is($h->query_ok(qq{SELECT redsem_release('dead3', '$hid');}), 't',
+	'the holder releases: the first dead waiter is promoted');
+($out, $err) = $n->wait_done(30);
+$took = time - $t0;
+is("$out|$err", 't|', 'the newcomer gets the slot');
+cmp_ok($took, '>=', 3 * 2 - 1, sprintf('after the three dead waiters\' windows (%.1f s)', $took));
+cmp_ok($took, '<', 3 * 2 + 3.5, '... not 5 s each (15 s)');
+is(scalar(holders('dead3')), 1, 'one holder');
 is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'the newcomer releases');
 
 ###########################################################################
