@@ -25,6 +25,7 @@
 #include "utils/memutils.h"
 
 #include "bounds.h"
+#include "clock.h"
 #include "compat.h"
 #include "guc.h"
 #include "queue_conf.h"
@@ -48,7 +49,7 @@ static uint64 config_generation = 0;	/* bumped at every change of merged */
  * kept until the next change: a caller may still point into it.
  */
 static QueueConfig *merged = NULL;
-/* When merged, or config without it, was made (queue_view_since) */
+/* When merged, or config without it, was made (queue_view_since; redsem's clock) */
 static TimestampTz view_made_at = 0;
 static QueueConfig *retired = NULL;
 static uint64 guc_generation = 0;	/* bumped at every assignment of config */
@@ -108,7 +109,7 @@ merge_definitions(const QueueConfig *fleet)
 		pfree(retired);
 	retired = merged;
 	merged = next;
-	view_made_at = GetCurrentTimestamp();
+	view_made_at = redsem_now();
 	config_generation++;
 }
 
@@ -671,7 +672,7 @@ assign_queues(const char *newval, void *extra)
 {
 	config = (const QueueConfig *) extra;
 	if (merged == NULL)
-		view_made_at = GetCurrentTimestamp();
+		view_made_at = redsem_now();
 	config_generation++;
 	guc_generation++;
 }

@@ -104,7 +104,7 @@ typedef struct SharedSemStats
 	StatsKey	key;			/* hash key: semaphores of two prefixes are
 								 * two semaphores */
 	bool		reserved;		/* a statement queue's, beyond the cap */
-	pg_atomic_uint64 counted_at;	/* when last counted into (TimestampTz) */
+	pg_atomic_uint64 counted_at;	/* when last counted into (redsem_now) */
 	pg_atomic_uint64 counters[STAT_NFIELDS];
 } SharedSemStats;
 
@@ -1585,7 +1585,7 @@ static void
 apply_deltas(SharedSemStats *s, const StatDelta *d, int n)
 {
 	if (s->reserved)
-		pg_atomic_write_u64(&s->counted_at, (uint64) GetCurrentTimestamp());
+		pg_atomic_write_u64(&s->counted_at, (uint64) redsem_now());
 	for (int i = 0; i < n; i++)
 	{
 		pg_atomic_uint64 *c = &s->counters[d[i].field];
