@@ -58,6 +58,38 @@ is($node->safe_psql('postgres', q{SELECT sum(acquired) FROM redsem_stats}), $bef
 	'the dropped queue whose room it took gave its counts to the NULL row: nothing counted is lost');
 cmp_ok($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats}), '<=', 16 + 64 + 1,
 	'the table stays within its room');
+
+# a session in a long statement whose view of the queues predates a queue
+# counted since never gives that queue's row away (helper-164): the room
+# is full (live queues and one dropped queue's row, which the new queue
+# takes), and the session, needing room for a queue it knows, finds none
+$node->safe_psql('postgres',
+	q{SELECT count(redsem_create_queue('r' || i, 'active_statements=5')) FROM generate_series(1, 62) i});
+$node->safe_psql('postgres', q{SELECT redsem_create_queue('x', 'active_statements=5')});
+ok(defined wait_until(10, sub { $node->safe_psql('postgres', q{SELECT count(*) FROM redsem_queues}) eq '64' }),
+	'62 more queues and x are applied');
+$node->safe_psql('postgres',
+	q{SELECT count(redsem_release('queue:r' || i, redsem_acquire('queue:r' || i, 5, '5 s'))) FROM generate_series(1, 62) i});
+is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats WHERE name LIKE 'queue:%'}), '64',
+	'the queues\' room is full: later, r1-r62 and one dropped queue\'s row');
+my $stale = RedsemTest::Session->new($node, name => 'stale');
+$stale->send(q{SELECT pg_sleep(4), redsem_release('queue:x', redsem_acquire('queue:x', 5, '5 s'));});
+sleep 1;
+# (64 queues at most: r62 goes, its row with it for the sessions that saw
+# the drop, but not for the stale one)
+$node->safe_psql('postgres', q{SELECT redsem_drop_queue('r62')});
+$node->safe_psql('postgres', q{SELECT redsem_create_queue('y', 'active_statements=5')});
+ok(defined wait_until(10, sub { $node->safe_psql('postgres', q{SELECT count(*) FROM redsem_queues WHERE name = 'y'}) eq '1' }),
+	'y is made while the stale session sleeps');
+$node->safe_psql('postgres', q{SELECT redsem_release('queue:y', redsem_acquire('queue:y', 5, '5 s'))});
+is($node->safe_psql('postgres', q{SELECT acquired FROM redsem_stats WHERE name = 'queue:y'}), '1',
+	'y takes the dropped queue\'s room');
+my ($out, $err) = $stale->wait_done(30);
+like($out // '', qr/\|t$/, 'the stale session counts x') or diag($err);
+is($node->safe_psql('postgres', q{SELECT acquired FROM redsem_stats WHERE name = 'queue:y'}), '1',
+	'y, unknown to the stale session but counted since its view was made, keeps its row');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM redsem_stats WHERE name = 'queue:x'}), '0',
+	'x, with no room left, counted in the NULL row');
 node_log_is_clean($node);
 $node->stop;
 done_testing();
