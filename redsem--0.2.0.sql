@@ -8,7 +8,12 @@
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin') THEN
-        CREATE ROLE redsem_admin NOLOGIN;
+        -- (another database's CREATE EXTENSION may make it meanwhile)
+        BEGIN
+            CREATE ROLE redsem_admin NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
     END IF;
 END
 $$;

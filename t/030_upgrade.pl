@@ -133,6 +133,25 @@ is($node->safe_psql('schemed',
 		q{SELECT other.redsem_release('sch', other.redsem_acquire('sch', 1)); SELECT count(*) >= 0 FROM other.redsem_stats;}),
 	"t\nt", 'ALTER EXTENSION redsem SET SCHEMA other: still works');
 
+###########################################################################
+note 'two databases install it at once, with no redsem_admin yet';
+
+# (helper-168: the one that met the other's new role failed with 23505)
+$node->safe_psql('postgres', q{ALTER ROLE redsem_admin RENAME TO redsem_admin_was});
+$node->safe_psql('postgres', 'CREATE DATABASE cx1');
+$node->safe_psql('postgres', 'CREATE DATABASE cx2');
+my $c1 = RedsemTest::Session->new($node, name => 'cx1', dbname => 'cx1');
+my $c2 = RedsemTest::Session->new($node, name => 'cx2', dbname => 'cx2');
+$c1->query_ok('BEGIN; CREATE EXTENSION redsem;');
+$c2->send('CREATE EXTENSION redsem;');
+sleep 1;    # (it waits for the first one's redsem_admin)
+$c1->query_ok('COMMIT;');
+my ($c2out, $c2err) = $c2->wait_done(30);
+is($c2err // 'no end', '', 'the second CREATE EXTENSION, which met the first one\'s new redsem_admin, succeeds');
+is($node->safe_psql('cx2', q{SELECT count(*) FROM pg_extension WHERE extname = 'redsem'}), '1', '... and is installed');
+$c1->quit;
+$c2->quit;
+
 $s->quit;
 $w->quit;
 node_log_is_clean($node);
