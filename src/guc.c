@@ -313,11 +313,31 @@ guc_define(void)
 	define_timeout_gucs();
 }
 
-/* prefix, or redsem.key_prefix if NULL ("" if that is unset) */
+/* The prefix that stands for the setting meanwhile (redsem_prefix_stand_in) */
+static const char *prefix_stand_in = NULL;
+
+/*
+ * Until called again with NULL, make prefix stand for redsem.key_prefix
+ * wherever no prefix is given (a statement queue's calls: queue.c)
+ */
+void
+redsem_prefix_stand_in(const char *prefix)
+{
+	prefix_stand_in = prefix;
+}
+
+/* redsem.key_prefix, whatever stands for it ("" if unset) */
+const char *
+redsem_prefix_setting(void)
+{
+	return redsem_key_prefix ? redsem_key_prefix : "";
+}
+
+/* prefix, or if NULL what stands for redsem.key_prefix, or the setting */
 const char *
 redsem_prefix_or_setting(const char *prefix)
 {
 	if (prefix != NULL)
 		return prefix;
-	return redsem_key_prefix ? redsem_key_prefix : "";
+	return prefix_stand_in ? prefix_stand_in : redsem_prefix_setting();
 }

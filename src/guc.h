@@ -64,5 +64,7 @@ extern void redsem_assign_connection_bool(bool newval, void *extra);
 extern void redsem_fault(const char *point);
 
 extern const char *redsem_prefix_or_setting(const char *prefix);
+extern const char *redsem_prefix_setting(void);
+extern void redsem_prefix_stand_in(const char *prefix);
 
 #endif							/* REDSEM_GUC_H */

@@ -24,6 +24,7 @@
 #include "guc.h"
 #include "hold.h"
 #include "queue_conf.h"
+#include "queue_fleet.h"
 #include "script.h"
 #include "shmem.h"
 #include "sqlargs.h"
@@ -422,6 +423,25 @@ find_stats(const SemStats *stats, int n, const char *name)
  * Redis says now (NULL if Redis cannot be asked) and this server's
  * statistics.
  */
+/* sem_limit of a queue's semaphore, where its slots are taken (queue.c) */
+static bool
+queue_sem_limit(RedisCall *call, const char *sem, SemLimit *limit)
+{
+	volatile bool asked = false;
+
+	redsem_prefix_stand_in(queue_fleet_prefix());
+	PG_TRY();
+	{
+		asked = sem_limit(call, sem, limit);
+	}
+	PG_FINALLY();
+	{
+		redsem_prefix_stand_in(NULL);
+	}
+	PG_END_TRY();
+	return asked;
+}
+
 Datum
 redsem_queues(PG_FUNCTION_ARGS)
 {
@@ -453,7 +473,7 @@ redsem_queues(PG_FUNCTION_ARGS)
 		bool		asked;
 
 		call.elevel = LOG;		/* a row without the live figures */
-		asked = sem_limit(&call, sem, &limit);
+		asked = queue_sem_limit(&call, sem, &limit);
 		values[0] = text_datum_from_redis(q->name);
 		values[1] = Int32GetDatum(q->active);
 		values[2] = Float8GetDatum(q->min_cost);

@@ -387,6 +387,29 @@ acquire_in_queue(const QueueDef *q, AcquireArgs *args, char **id, Hold **hold)
 }
 
 /*
+ * acquire_in_queue under the key prefix the queue definitions are read
+ * under (queue_fleet_prefix), whatever the session's own: one cap for the
+ * fleet, which redsem_alter_queue and redsem_drop_queue reach
+ */
+static AcquireResult
+acquire_under_fleet_prefix(const QueueDef *q, AcquireArgs *args, char **id, Hold **hold)
+{
+	volatile AcquireResult result = ACQUIRE_FAILED;
+
+	redsem_prefix_stand_in(queue_fleet_prefix());
+	PG_TRY();
+	{
+		result = acquire_in_queue(q, args, id, hold);
+	}
+	PG_FINALLY();
+	{
+		redsem_prefix_stand_in(NULL);
+	}
+	PG_END_TRY();
+	return result;
+}
+
+/*
  * Take a slot of queue q for the statement query (NULL: a utility).  A
  * session that already holds one (an open cursor) runs the statement under
  * it: it could never wait for its own slot.
@@ -426,7 +449,7 @@ enter_queue(const QueueDef *q, QueryDesc *query)
 	context.arg = unconstify(QueueDef *, q);
 	context.previous = error_context_stack;
 	error_context_stack = &context;
-	result = acquire_in_queue(q, &args, &id, &hold);
+	result = acquire_under_fleet_prefix(q, &args, &id, &hold);
 	error_context_stack = context.previous;
 	if (result == ACQUIRE_FAILED)
 	{

@@ -789,6 +789,15 @@ queue_define_gucs(void)
 							   check_queue_tenant, NULL, NULL);
 }
 
+/* The session user's name; its OID if the role was dropped meanwhile */
+static const char *
+session_user_name(void)
+{
+	const char *name = GetUserNameFromId(GetSessionUserId(), true);
+
+	return name ? name : psprintf("%u", GetSessionUserId());
+}
+
 /*
  * The tenant of this session's queued statements: redsem.queue_tenant with
  * its escapes expanded, bytes a tenant name cannot hold made "_", cut to
@@ -816,7 +825,7 @@ queue_session_tenant(void)
 		}
 		v++;
 		if (*v == 'u')
-			part = GetUserNameFromId(GetSessionUserId(), false);
+			part = session_user_name();
 		else if (*v == 'd')
 			part = get_database_name(MyDatabaseId);
 		else if (*v == 'a')

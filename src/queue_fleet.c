@@ -562,7 +562,7 @@ static void
 publish(const char *text, const QueueConfig *now, int64 version, bool from_redis)
 {
 	uint64		target = redis_target_signature();
-	const char *prefix = redsem_prefix_or_setting(NULL);
+	const char *prefix = redsem_prefix_setting();
 	uint64		unused;
 	bool		same;
 
@@ -605,12 +605,35 @@ note_trouble(const RedisCall *call, bool ok)
 	trouble_logged = !ok;
 }
 
+/*
+ * The key prefix the definitions were read under, when this session uses
+ * the same Redis: a statement queue's slots are taken there, whatever the
+ * session's own redsem.key_prefix (one cap for the fleet, which
+ * redsem_alter_queue and redsem_drop_queue reach); NULL if there is none
+ * (not read yet, not preloaded) or the session's Redis is another
+ */
+const char *
+queue_fleet_prefix(void)
+{
+	static char prefix[REDSEM_MAX_PREFIX_BYTES + 1];
+	bool		here;
+
+	if (fleet == NULL)
+		return NULL;
+	LWLockAcquire(fleet->lock, LW_SHARED);
+	here = fleet->target != 0 && fleet->target == redis_target_signature();
+	if (here)
+		strlcpy(prefix, fleet->prefix, sizeof(prefix));
+	LWLockRelease(fleet->lock);
+	return here ? prefix : NULL;
+}
+
 /* Whether the published definitions are of the Redis and prefix used now */
 static bool
 read_from_here(void)
 {
 	return fleet->target == redis_target_signature() &&
-		strcmp(fleet->prefix, redsem_prefix_or_setting(NULL)) == 0;
+		strcmp(fleet->prefix, redsem_prefix_setting()) == 0;
 }
 
 /* Whether this server's copy is of the Redis and prefix it uses now */
@@ -829,6 +852,7 @@ keep_last_valid(const char *name, QueueConfig *now)
 static void
 poll_once(int budget_ms)
 {
+	static bool read_back = false;	/* reading back a copy just stored */
 	RedisCall	call;
 	int			exists;
 	int64		version;
@@ -860,9 +884,21 @@ poll_once(int budget_ms)
 		return;
 	}
 	note_trouble(&call, true);
-	/* (dropping the last queue leaves '~': gone, Redis forgot them) */
+	/*
+	 * (dropping the last queue leaves '~': gone, Redis forgot them; what
+	 * was stored is read back at once, and published where it now is:
+	 * statement queues take their slots under the prefix published)
+	 */
 	if (copy_wanted(exists, version) && restore_copy(&call, exists, version, true))
+	{
+		if (!read_back)
+		{
+			read_back = true;
+			poll_once(budget_ms);
+			read_back = false;
+		}
 		return;
+	}
 	initStringInfo(&invalid);
 	/* (by name: Redis lists a hash's fields in an order that may change) */
 	sort_by_name(names, texts, n);
@@ -965,7 +1001,7 @@ warn_not_read_here(void)
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("this session's Redis connection or redsem.key_prefix is not the one this server reads statement queues from"),
 				 errdetail("The definition is stored under key prefix \"%s\"; servers read them with the Redis connection and key prefix of their configuration files.",
-						   redsem_prefix_or_setting(NULL)),
+						   redsem_prefix_setting()),
 				 errhint("Run this from a session without a redsem.key_prefix or Redis connection of its own.")));
 }
 

@@ -17,5 +17,6 @@ extern bool queue_fleet_read_asked(void);
 extern void queue_fleet_poll(int budget_ms);
 extern bool queue_fleet_set_limit(const char *semaphore, int active, const char *by);
 extern bool queue_fleet_defines(const char *name);
+extern const char *queue_fleet_prefix(void);
 
 #endif							/* REDSEM_QUEUE_FLEET_H */
