@@ -2120,7 +2120,16 @@ end
 
 local function op_wait_check(id, keepalive, settle)
     if not is_member(id) then return not_member(id) end
-    if not is_waiting(id) then return confirm(id) end
+    if not is_waiting(id) then
+        -- (never promoted, yet out of the line: another program deleted or
+        -- evicted the line; it queues again, it is no holder: I4)
+        if select(3, parse_info(redis.call('HGET', K_INFO, id))) == 0 then
+            remove(id)
+            if not is_empty() then promote() end
+            return {'lost'}
+        end
+        return confirm(id)
+    end
     if settle and settle_era() then
         redis.call('DEL', nudge_key(id))
         return {'lost'}
@@ -2142,7 +2151,10 @@ OPS.wait_check = {
 -- give_up id: leave the line, unless promotion came just in time.
 local function op_give_up(id)
     if not is_member(id) then return not_member(id) end
-    if not is_waiting(id) then return confirm(id) end
+    if not is_waiting(id) and
+       select(3, parse_info(redis.call('HGET', K_INFO, id))) ~= 0 then
+        return confirm(id)
+    end
     remove(id)
     if not is_empty() then promote() end
     return {'gone'}

@@ -8,6 +8,8 @@
 #    costs the line the promotion window, not its whole lease; three
 #    with 2-s leases cost a live waiter with as short a lease about 2 s
 #    each, not 5.
+#  - A waiter whose line another program deleted is no holder: it queues
+#    again at its next look.
 #  - A waiter paused (SIGSTOP) while it was promoted, whose window ran out
 #    meanwhile, never gets an id for a slot a newcomer took: it queues
 #    again (or returns NULL once its wait is over), and there is never
@@ -77,6 +79,25 @@ cmp_ok($took, '>=', 3 * 2 - 1, sprintf('after the three dead waiters\' windows (
 cmp_ok($took, '<', 3 * 2 + 3.5, '... not 5 s each (15 s)');
 is(scalar(holders('dead3')), 1, 'one holder');
 is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'the newcomer releases');
+
+###########################################################################
+note 'a waiter whose line another program deleted queues again: it is no holder';
+
+# (helper-167: its next look took it for promoted, and it ran beside the
+# holder until both ended, unnoticed)
+$hid = $h->query_ok(q{SELECT redsem_acquire('lineless', 1, '60 s');});
+$n->send(q{SELECT redsem_acquire('lineless', 1, '2 s', '30 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('lineless', 'waiting') == 1 }), 'a waiter queues');
+$redis->cli('DEL', 'redsem:{lineless}:waiting');
+sleep 3;    # (its next look comes within its 2-s window)
+($out, $err) = $n->wait_done(0);
+ok(!defined $out, 'after its next look it still waits');
+is_deeply([ holders('lineless') ], [$hid], 'the holder alone holds');
+is($redis->zcard('lineless', 'waiting'), 1, 'the waiter is back in line');
+is($h->query_ok(qq{SELECT redsem_release('lineless', '$hid');}), 't', 'the holder releases');
+($out, $err) = $n->wait_done(30);
+is("$out|$err", 't|', 'then the waiter gets the slot');
+is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'and releases it');
 
 ###########################################################################
 note 'a waiter paused while it was promoted queues again';
