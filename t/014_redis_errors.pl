@@ -149,6 +149,8 @@ my ($out);
 like($err, qr/ERROR:  08004: Redis at .* refused the connection: too many clients/,
 	'Redis at maxclients: 08004');
 like($err, qr/HINT:  Raise maxclients/, '... with a hint');
+like($err, broker_mode() ? qr/share the connections of its "redsem broker"/ : qr/every PostgreSQL session that uses redsem keeps one/,
+	'... that fits the connection mode');
 # every time: the error line Redis writes before it closes is read however
 # the set-up's write and its close cross (a race the first try can miss)
 my @codes;
@@ -221,6 +223,18 @@ is($redis->cli('EXISTS', 'redsem:{e_oom}:ticket'), '0',
 admin('CONFIG', 'SET', 'maxmemory', '0');
 is($s->query_ok(q{SELECT redsem_release('e_oom', redsem_acquire('e_oom', 1));}), 't',
 	'with memory again it works');
+
+###########################################################################
+note 'fewer replicas than min-replicas-to-write';
+
+# (helper-167: 58000 and a hint about renamed commands)
+admin('CONFIG', 'SET', 'min-replicas-to-write', '1');
+($out, $err) = $s->query(q{SELECT redsem_acquire('e_norepl', 1, '10 s', '0');});
+like($err, qr/ERROR:  08006: .*\n.*DETAIL:  NOREPLICAS/, 'Redis short of replicas for writes: 08006 (NOREPLICAS)');
+like($err, qr/HINT:  Redis refuses writes while fewer replicas than its min-replicas-to-write/, '... with a hint about it');
+admin('CONFIG', 'SET', 'min-replicas-to-write', '0');
+is($s->query_ok(q{SELECT redsem_release('e_norepl', redsem_acquire('e_norepl', 1));}), 't',
+	'with the setting back it works');
 
 ###########################################################################
 note 'busy running a script';

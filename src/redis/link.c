@@ -200,6 +200,8 @@ redis_error_class(const char *msg, bool *drop)
 		{"MASTERDOWN", RS_UNAVAILABLE, true},
 		{"UNBLOCKED", RS_UNAVAILABLE, true},
 		{"BUSY", RS_UNAVAILABLE, false},
+		/* min-replicas-to-write not met: the primary refuses writes */
+		{"NOREPLICAS", RS_UNAVAILABLE, false},
 		{"TRYAGAIN", RS_UNAVAILABLE, false},
 		{"CLUSTERDOWN", RS_UNAVAILABLE, true},
 		/* WAIT on a primary demoted since the grant: it cannot confirm */

@@ -128,12 +128,16 @@ status_hint(const RedisOutcome *o)
 	/* (through the broker, the silence may be the broker's own) */
 	if (o->status == RS_TIMED_OUT && redsem_broker_wanted())
 		return "Check the load on the Redis server and on this server's \"redsem broker\" process (calls go through it: redsem.connection_mode is broker), or raise redsem.command_timeout.";
+	if (o->status == RS_TOO_MANY_CLIENTS && redsem_broker_wanted())
+		return "Raise maxclients in Redis: this server's sessions share the connections of its \"redsem broker\" process (redsem.connection_mode is broker), but each server, keeper and broker connection counts.";
 	if (o->status == RS_LOST && redsem_broker_wanted())
 		return "Calls go through this server's \"redsem broker\" process (redsem.connection_mode is broker): it closes a session's link when its connection to Redis breaks, when Redis does not answer within redsem.command_timeout plus 1 s, and when it restarts. Check that Redis is running and answering; the next call links again.";
 	if (info_of(o->status)->hint != NULL)
 		return info_of(o->status)->hint;
 	if (strncmp(o->detail, "BUSY", 4) == 0)
 		return "Redis is busy running a long script or function; redsem calls fail until it ends.";
+	if (strncmp(o->detail, "NOREPLICAS", 10) == 0)
+		return "Redis refuses writes while fewer replicas than its min-replicas-to-write are connected and in sync: bring the replicas back, or lower min-replicas-to-write.";
 	return "The server is a read-only replica, is loading its data, or has lost its primary. redsem reconnects at the next call, so a failover behind the same address is followed.";
 }
 
