@@ -628,12 +628,15 @@ queue_fleet_prefix(void)
 	return here ? prefix : NULL;
 }
 
-/* Whether the published definitions are of the Redis and prefix used now */
+/*
+ * Whether the published definitions are of the Redis and prefix used now
+ * (in a statement queue's acquire, the prefix that stands in: queue.c)
+ */
 static bool
 read_from_here(void)
 {
 	return fleet->target == redis_target_signature() &&
-		strcmp(fleet->prefix, redsem_prefix_setting()) == 0;
+		strcmp(fleet->prefix, redsem_prefix_or_setting(NULL)) == 0;
 }
 
 /* Whether this server's copy is of the Redis and prefix it uses now */

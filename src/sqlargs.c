@@ -11,6 +11,8 @@
 #include "utils/builtins.h"
 
 #include "bounds.h"
+#include "guc.h"
+#include "queue_fleet.h"
 #include "sqlargs.h"
 #include "textenc.h"
 
@@ -32,6 +34,27 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
+/*
+ * Raise 55000 if name is a statement queue's semaphore and this session's
+ * own redsem.key_prefix is not the one its slots are taken under (the
+ * server's: queue.c): the call would act on keys no queue uses
+ */
+static void
+refuse_queue_elsewhere(const char *name)
+{
+	const char *fleet;
+
+	if (redsem_queue_of_semaphore(name) == NULL || (fleet = queue_fleet_prefix()) == NULL ||
+		strcmp(fleet, redsem_prefix_setting()) == 0)
+		return;
+	ereport(ERROR,
+			(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			 errmsg("semaphore \"%s\" is a statement queue's, whose slots are under key prefix \"%s\", not this session's \"%s\"",
+					name, fleet, redsem_prefix_setting()),
+			 errdetail("Statement queues take their slots under the key prefix the server reads their definitions under, whatever a session's own redsem.key_prefix."),
+			 errhint("Run it from a session without a redsem.key_prefix of its own (one set for its database or role).")));
+}
+
 /* The semaphore name argument, checked, in UTF-8 (textenc.c) */
 char *
 name_arg(FunctionCallInfo fcinfo, int argno)
@@ -49,6 +72,7 @@ name_arg(FunctionCallInfo fcinfo, int argno)
 				 errmsg("semaphore name is too long"),
 				 errdetail("The name is %zu bytes long; the limit is %d bytes.",
 						   len, REDSEM_MAX_NAME_BYTES)));
+	refuse_queue_elsewhere(name);
 	return name;
 }
 

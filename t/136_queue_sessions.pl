@@ -63,6 +63,14 @@ is(scalar(keys %done), 3, 'the three statements ended');
 is($most, 1, 'at most one statement of the prefixed database ran at a time (the cap of the changed definition)');
 is($shown, '1', 'redsem_queues in the prefixed database shows the running statement');
 is_deeply([ $redis->scan_keys('dp:*') ], [], 'no key under the database\'s own prefix');
+# (helper-169: the functions that name a semaphore acted, from such a
+# session, on keys no queue uses)
+my ($ret, $o, $e) = $node->psql('dp', q{SELECT redsem_set_limit('queue:qpc', 3)});
+like($e, qr/semaphore "queue:qpc" is a statement queue's, whose slots are under key prefix "redsem:", not this session's "dp:"/,
+	'an administrator\'s redsem_set_limit on the queue from the prefixed database is refused, saying why');
+($ret, $o, $e) = $node->psql('dp', q{SELECT count(*) FROM redsem_holders('queue:qpc')});
+like($e, qr/is a statement queue's/, '... as is redsem_holders');
+is_deeply([ $redis->scan_keys('dp:*') ], [], '... and nothing is left under its prefix');
 
 # dropped: its statements run at once, and nothing is left under either prefix
 $node->safe_psql('postgres', q{SELECT redsem_drop_queue('qpc')});
