@@ -26,6 +26,7 @@
 #include "secret.h"
 #include "sentinel.h"
 #include "shmem.h"
+#include "sqlargs.h"
 #include "stop.h"
 #include "tls.h"
 
@@ -61,6 +62,7 @@ _PG_init(void)
 		queue_fleet_shmem_init();
 		escalate_shmem_init();
 		queue_conf_set_fleet_source(queue_fleet_config);
+		sqlargs_set_queue_prefix_source(queue_fleet_prefix);
 		stats_reserve_room_for(queue_is_semaphore, queue_view_since);
 		redis_watch_named_primary(shared_sentinel_named_other, shared_sentinel_moves);
 		keeper_register();

@@ -2121,14 +2121,17 @@ end
 local function op_wait_check(id, keepalive, settle)
     if not is_member(id) then return not_member(id) end
     if not is_waiting(id) then
-        -- (never promoted, yet out of the line: another program deleted or
-        -- evicted the line; it queues again, it is no holder: I4)
-        if select(3, parse_info(redis.call('HGET', K_INFO, id))) == 0 then
-            remove(id)
-            if not is_empty() then promote() end
-            return {'lost'}
+        if select(3, parse_info(redis.call('HGET', K_INFO, id))) ~= 0 then
+            return confirm(id)
         end
-        return confirm(id)
+        -- (never promoted, yet out of the line: another program deleted or
+        -- evicted it; it leaves as the waiter it was counted as (I1) and
+        -- queues again, no holder: I4)
+        redis.call('ZADD', K_WAITING, 0, id)
+        follow_waiters(1)
+        remove(id)
+        if not is_empty() then promote() end
+        return {'lost'}
     end
     if settle and settle_era() then
         redis.call('DEL', nudge_key(id))
@@ -2151,9 +2154,13 @@ OPS.wait_check = {
 -- give_up id: leave the line, unless promotion came just in time.
 local function op_give_up(id)
     if not is_member(id) then return not_member(id) end
-    if not is_waiting(id) and
-       select(3, parse_info(redis.call('HGET', K_INFO, id))) ~= 0 then
-        return confirm(id)
+    if not is_waiting(id) then
+        if select(3, parse_info(redis.call('HGET', K_INFO, id))) ~= 0 then
+            return confirm(id)
+        end
+        -- (out of the line, never promoted: it leaves as a waiter, I1)
+        redis.call('ZADD', K_WAITING, 0, id)
+        follow_waiters(1)
     end
     remove(id)
     if not is_empty() then promote() end

@@ -12,7 +12,6 @@
 
 #include "bounds.h"
 #include "guc.h"
-#include "queue_fleet.h"
 #include "sqlargs.h"
 #include "textenc.h"
 
@@ -34,6 +33,16 @@ text_arg(FunctionCallInfo fcinfo, int argno, const char *argname)
 	return text_to_cstring(PG_GETARG_TEXT_PP(argno));
 }
 
+/* The prefix statement queues take their slots under (queue_fleet_prefix, once preloaded) */
+static const char *(*queue_prefix_source) (void) = NULL;
+
+/* From _PG_init: where statement queues take their slots */
+void
+sqlargs_set_queue_prefix_source(const char *(*source) (void))
+{
+	queue_prefix_source = source;
+}
+
 /*
  * Raise 55000 if name is a statement queue's semaphore and this session's
  * own redsem.key_prefix is not the one its slots are taken under (the
@@ -44,7 +53,8 @@ refuse_queue_elsewhere(const char *name)
 {
 	const char *fleet;
 
-	if (redsem_queue_of_semaphore(name) == NULL || (fleet = queue_fleet_prefix()) == NULL ||
+	if (redsem_queue_of_semaphore(name) == NULL || queue_prefix_source == NULL ||
+		(fleet = queue_prefix_source()) == NULL ||
 		strcmp(fleet, redsem_prefix_setting()) == 0)
 		return;
 	ereport(ERROR,

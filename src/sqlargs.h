@@ -10,6 +10,7 @@
 
 extern void reject_null(const char *argname);
 extern char *name_arg(FunctionCallInfo fcinfo, int argno);
+extern void sqlargs_set_queue_prefix_source(const char *(*source) (void));
 extern char *id_arg(FunctionCallInfo fcinfo, int argno);
 extern int	count_arg(FunctionCallInfo fcinfo, int argno, const char *argname);
 extern const char *tenant_problem(const char *tenant);

@@ -98,6 +98,22 @@ is($h->query_ok(qq{SELECT redsem_release('lineless', '$hid');}), 't', 'the holde
 ($out, $err) = $n->wait_done(30);
 is("$out|$err", 't|', 'then the waiter gets the slot');
 is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'and releases it');
+# the same with two permits each (its permits were counted as waiting)
+$hid = $h->query_ok(q{SELECT redsem_acquire('lineless2', 3, '60 s', '0', 2);});
+$n->send(q{SELECT redsem_acquire('lineless2', 3, '2 s', '30 s', 2) IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('lineless2', 'waiting') == 1 }), 'a waiter for two permits queues');
+$redis->cli('DEL', 'redsem:{lineless2}:waiting');
+sleep 3;
+($out, $err) = $n->wait_done(0);
+ok(!defined $out, 'after its next look it still waits');
+is($h->query_ok(qq{SELECT redsem_release('lineless2', '$hid');}), 't', 'the holder releases');
+($out, $err) = $n->wait_done(30);
+is("$out|$err", 't|', 'then the waiter gets its two permits');
+is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'and releases them');
+is($h->query_ok(q{SELECT permits_held || ',' || waiting FROM redsem_semaphore('lineless2');}), '0,0',
+	'the counts are whole again');
+is($h->query_ok(q{SELECT redsem_release('lineless2', redsem_acquire('lineless2', 3, '60 s', '0', 3));}), 't',
+	'all three permits can be taken');
 
 ###########################################################################
 note 'a waiter paused while it was promoted queues again';
