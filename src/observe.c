@@ -417,12 +417,6 @@ find_stats(const SemStats *stats, int n, const char *name)
 	return sum;
 }
 
-/*
- * redsem_queues(): every statement queue in effect here (defined in Redis,
- * or by this server's redsem.queues), with what
- * Redis says now (NULL if Redis cannot be asked) and this server's
- * statistics.
- */
 /* sem_limit of a queue's semaphore, where its slots are taken (queue.c) */
 static bool
 queue_sem_limit(RedisCall *call, const char *sem, SemLimit *limit)
@@ -442,6 +436,12 @@ queue_sem_limit(RedisCall *call, const char *sem, SemLimit *limit)
 	return asked;
 }
 
+/*
+ * redsem_queues(): every statement queue in effect here (defined in Redis,
+ * or by this server's redsem.queues), with what
+ * Redis says now (NULL if Redis cannot be asked) and this server's
+ * statistics.
+ */
 Datum
 redsem_queues(PG_FUNCTION_ARGS)
 {

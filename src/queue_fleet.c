@@ -616,12 +616,14 @@ const char *
 queue_fleet_prefix(void)
 {
 	static char prefix[REDSEM_MAX_PREFIX_BYTES + 1];
+	uint64		target;
 	bool		here;
 
 	if (fleet == NULL)
 		return NULL;
+	target = redis_target_signature();
 	LWLockAcquire(fleet->lock, LW_SHARED);
-	here = fleet->target != 0 && fleet->target == redis_target_signature();
+	here = fleet->target != 0 && fleet->target == target;
 	if (here)
 		strlcpy(prefix, fleet->prefix, sizeof(prefix));
 	LWLockRelease(fleet->lock);
