@@ -57,7 +57,7 @@ typedef struct AcquireArgs
 
 /* The DETAIL of a wait that ran out in a grace period (I15) */
 #define ACQUIRE_GRACE_DETAIL \
-	"Redis lost slots it had granted (a restart without persistence, FLUSHALL, or a failover), and nobody is admitted until their leases could have ended, so that their holders are stopped first."
+	"Redis lost, or after a change of primary may have lost, slots it had granted (a restart without persistence, FLUSHALL, or a failover), and nobody is admitted until their leases could have ended, so that their holders are stopped first."
 
 /* How an acquire ended */
 typedef enum AcquireResult
