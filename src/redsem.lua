@@ -2109,8 +2109,6 @@ OPS.acquire = {
     end,
 }
 
--- wait_check id keepalive_ms [settle]: keep a place in line alive, or
--- confirm the slot it was promoted to.
 -- What a member's look finds when it is no longer one: 'removed' once,
 -- if an administrator removed it (mark_removed), else 'lost'.
 local function not_member(id)
@@ -2118,20 +2116,33 @@ local function not_member(id)
     return {'lost'}
 end
 
-local function op_wait_check(id, keepalive, settle)
+-- give_up id: leave the line, unless promotion came just in time.
+local function op_give_up(id)
     if not is_member(id) then return not_member(id) end
     if not is_waiting(id) then
         if select(3, parse_info(redis.call('HGET', K_INFO, id))) ~= 0 then
             return confirm(id)
         end
         -- (never promoted, yet out of the line: another program deleted or
-        -- evicted it; it leaves as the waiter it was counted as (I1) and
-        -- queues again, no holder: I4)
+        -- evicted it; it leaves as the waiter it was counted as, I1)
         redis.call('ZADD', K_WAITING, 0, id)
         follow_waiters(1)
-        remove(id)
-        if not is_empty() then promote() end
-        return {'lost'}
+    end
+    remove(id)
+    if not is_empty() then promote() end
+    return {'gone'}
+end
+OPS.give_up = {read = read_id, run = op_give_up}
+
+-- wait_check id keepalive_ms [settle]: keep a place in line alive, or
+-- confirm the slot it was promoted to.
+local function op_wait_check(id, keepalive, settle)
+    if not is_member(id) then return not_member(id) end
+    if not is_waiting(id) then
+        -- (promoted: confirmed; out of a lost line: it queues again, I4)
+        local r = op_give_up(id)
+        if r[1] == 'gone' then return {'lost'} end
+        return r
     end
     if settle and settle_era() then
         redis.call('DEL', nudge_key(id))
@@ -2151,22 +2162,6 @@ OPS.wait_check = {
     run = op_wait_check,
 }
 
--- give_up id: leave the line, unless promotion came just in time.
-local function op_give_up(id)
-    if not is_member(id) then return not_member(id) end
-    if not is_waiting(id) then
-        if select(3, parse_info(redis.call('HGET', K_INFO, id))) ~= 0 then
-            return confirm(id)
-        end
-        -- (out of the line, never promoted: it leaves as a waiter, I1)
-        redis.call('ZADD', K_WAITING, 0, id)
-        follow_waiters(1)
-    end
-    remove(id)
-    if not is_empty() then promote() end
-    return {'gone'}
-end
-OPS.give_up = {read = read_id, run = op_give_up}
 
 end -- 10 ACQUIRE AND WAIT
 
