@@ -6,6 +6,8 @@
 -- holder id and reset statistics.  Roles belong to the whole server, so it
 -- is created only if missing, and stays after DROP EXTENSION.
 DO $$
+DECLARE
+    why text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin') THEN
         -- (another database's CREATE EXTENSION may make it meanwhile)
@@ -14,6 +16,40 @@ BEGIN
         EXCEPTION WHEN duplicate_object OR unique_violation THEN
             NULL;
         END;
+    END IF;
+    -- A role of that name made by somebody else is not adopted: a CREATEROLE
+    -- role may make it first (and on PostgreSQL 16 and later then holds
+    -- ADMIN OPTION on it), and its members would act on every slot.  Only
+    -- superusers may have granted it, and only superusers may grant it on.
+    SELECT CASE
+             WHEN r.rolcanlogin OR r.rolsuper OR r.rolcreaterole OR r.rolreplication OR r.rolbypassrls THEN
+                 'It has attributes that redsem does not give it (LOGIN, SUPERUSER, CREATEROLE, REPLICATION or BYPASSRLS).'
+             WHEN EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                            JOIN pg_catalog.pg_roles g ON g.oid = m.grantor
+                           WHERE m.roleid = r.oid AND NOT g.rolsuper) THEN
+                 'A role that is not a superuser granted it to ' ||
+                 (SELECT string_agg(quote_ident(u.rolname), ', ' ORDER BY u.rolname)
+                    FROM pg_catalog.pg_auth_members m
+                    JOIN pg_catalog.pg_roles g ON g.oid = m.grantor
+                    JOIN pg_catalog.pg_roles u ON u.oid = m.member
+                   WHERE m.roleid = r.oid AND NOT g.rolsuper) || '.'
+             WHEN EXISTS (SELECT FROM pg_catalog.pg_auth_members m
+                            JOIN pg_catalog.pg_roles u ON u.oid = m.member
+                           WHERE m.roleid = r.oid AND m.admin_option AND NOT u.rolsuper) THEN
+                 'A role that is not a superuser may grant it to others (ADMIN OPTION): ' ||
+                 (SELECT string_agg(quote_ident(u.rolname), ', ' ORDER BY u.rolname)
+                    FROM pg_catalog.pg_auth_members m
+                    JOIN pg_catalog.pg_roles u ON u.oid = m.member
+                   WHERE m.roleid = r.oid AND m.admin_option AND NOT u.rolsuper) || '.'
+           END
+      INTO why
+      FROM pg_catalog.pg_roles r
+     WHERE r.rolname = 'redsem_admin';
+    IF why IS NOT NULL THEN
+        RAISE EXCEPTION 'role "redsem_admin" exists and redsem cannot adopt it'
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = why || ' Its members may force-release any slot and change any limit or statement queue.',
+                  HINT = 'If redsem did not make it (no database has redsem installed), drop it with DROP ROLE redsem_admin; otherwise remove what the detail names. Then run the command again.';
     END IF;
 END
 $$;

@@ -152,6 +152,47 @@ is($node->safe_psql('cx2', q{SELECT count(*) FROM pg_extension WHERE extname = '
 $c1->quit;
 $c2->quit;
 
+###########################################################################
+note 'a redsem_admin that a CREATEROLE role made first is not adopted';
+
+# (helper-168 F5: it was, and its maker chose who administers redsem)
+$node->safe_psql('postgres', q{
+	ALTER ROLE redsem_admin RENAME TO redsem_admin_cx;
+	CREATE ROLE mallory CREATEROLE;
+	SET ROLE mallory;
+	CREATE ROLE redsem_admin;
+	CREATE ROLE accomplice;
+	GRANT redsem_admin TO accomplice;
+	RESET ROLE;
+	CREATE DATABASE cx3;
+});
+($ret, $out, $err) = $node->psql('cx3', 'CREATE EXTENSION redsem');
+like($err, qr/ERROR:  role "redsem_admin" exists and redsem cannot adopt it\nDETAIL:  A role that is not a superuser granted it to accomplice\. Its members may force-release any slot and change any limit or statement queue\.\nHINT:  If redsem did not make it/,
+	'CREATE EXTENSION refuses a redsem_admin granted on by a role that is not a superuser, naming the grantee');
+$node->safe_psql('cx3', q{CREATE EXTENSION redsem VERSION '0.1.0'});
+($ret, $out, $err) = $node->psql('cx3', 'ALTER EXTENSION redsem UPDATE');
+like($err, qr/ERROR:  role "redsem_admin" exists and redsem cannot adopt it/, '... and so does the update from 0.1.0');
+is($node->safe_psql('cx3', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}), '0.1.0', '... which changes nothing');
+$node->safe_psql('postgres', q{
+	DROP ROLE redsem_admin;
+	SET ROLE mallory;
+	CREATE ROLE redsem_admin LOGIN;
+	RESET ROLE;
+	REVOKE redsem_admin FROM mallory;
+});
+($ret, $out, $err) = $node->psql('cx3', 'ALTER EXTENSION redsem UPDATE');
+like($err, qr/DETAIL:  It has attributes that redsem does not give it \(LOGIN,/, 'a redsem_admin that can log in is refused too');
+$node->safe_psql('postgres', q{
+	DROP ROLE redsem_admin;
+	DROP ROLE accomplice;
+	DROP ROLE mallory;
+});
+$node->safe_psql('cx3', 'ALTER EXTENSION redsem UPDATE');
+$node->safe_psql('postgres', q{GRANT redsem_admin TO reporter; CREATE DATABASE cx4;});
+$node->safe_psql('cx4', 'CREATE EXTENSION redsem');
+is($node->safe_psql('cx4', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}), '0.2.0',
+	'the one redsem made, granted by a superuser, is adopted by the next database');
+
 $s->quit;
 $w->quit;
 node_log_is_clean($node);
