@@ -247,6 +247,7 @@ queue_to_use(void)
  */
 static TimestampTz unqueued_until = 0;
 static char unqueued_why[256];
+static RedisStatus unqueued_status = RS_LOST;
 
 /*
  * Report a statement that runs without a slot because Redis failed us (o),
@@ -263,10 +264,11 @@ run_unqueued(const QueueDef *q, const char *semaphore, const RedisOutcome *o)
 		memcpy(unqueued_why, text, len);
 		unqueued_why[len] = '\0';
 		unqueued_until = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_UNQUEUED_SPELL_MS);
+		unqueued_status = o->status;
 	}
 	stats_count(NULL, semaphore, STAT_UNQUEUED, 1);
 	ereport(WARNING,
-			(errcode(ERRCODE_CONNECTION_FAILURE),
+			(errcode(redis_status_sqlstate(unqueued_status)),
 			 errmsg("statement runs without a slot of redsem queue \"%s\": Redis cannot be used", q->name),
 			 o != NULL ? errdetail_internal("%s", redis_outcome_text(o)) :
 			 errdetail("Redis failed an earlier statement of this server process (%s); the process tries it again %d s after that.",

@@ -7,8 +7,8 @@
 -- above maxmemory (OOM), instead of stopping it half-way; and one named
 -- "<library>_keep", dispatch for the operations that only keep what is
 -- held or waited for or give it back (refresh, release, give-up, a
--- waiter's look), registered allow-oom:
--- Redis runs those above maxmemory too.  Each operation
+-- waiter's look) or only read (marked keep: dispatch), registered
+-- allow-oom: Redis runs those above maxmemory too.  Each operation
 -- is one FCALL with the operation name first among the arguments, naming
 -- one key, the semaphore's owner (<base>owner), and its generation key
 -- second (KEYS[2]: a server names it in every semaphore operation); the
@@ -2132,7 +2132,7 @@ local function op_give_up(id)
     if not is_empty() then promote() end
     return {'gone'}
 end
-OPS.give_up = {read = read_id, run = op_give_up}
+OPS.give_up = {read = read_id, run = op_give_up, keep = true}
 
 -- wait_check id keepalive_ms [settle]: keep a place in line alive, or
 -- confirm the slot it was promoted to.
@@ -2154,6 +2154,7 @@ local function op_wait_check(id, keepalive, settle)
     return waiting_reply(id, limit_in_effect(true) or maxh)
 end
 OPS.wait_check = {
+    keep = true,
     read = function(a)
         local id, keepalive = id_arg(a[2]), count_arg(a[3])
         if not (id and keepalive) or keepalive < 1 then return nil end
@@ -2233,6 +2234,7 @@ local function op_release(id, forced, gone)
     return 1
 end
 OPS.release = {
+    keep = true,
     read = function(a)
         local id = id_arg(a[2])
         if id and (a[3] == nil or a[3] == 'forced' or a[3] == 'gone') then
@@ -2311,6 +2313,7 @@ local function op_refresh_many(pairs, fast)
     return out
 end
 OPS.refresh = {
+    keep = true,
     read = function(a)
         local id, lease = id_arg(a[2]), count_arg(a[3])
         if id and lease then return true, id, lease end
@@ -2322,6 +2325,7 @@ OPS.refresh = {
     end,
 }
 OPS.refresh_many = {
+    keep = true,
     read = function(a)
         local pairs = {}
         if #a < 3 or #a % 2 ~= 1 or #a > 2001 then return nil end
@@ -2342,7 +2346,7 @@ local function op_token(id)
     if is_waiting(id) then return false end
     return redis.call('ZSCORE', K_OWNER, id)
 end
-OPS.token = {read = read_id, run = op_token}
+OPS.token = {read = read_id, run = op_token, keep = true}
 
 end -- 11 RELEASE AND REFRESH
 
@@ -2384,7 +2388,7 @@ local function op_list()
     end
     return out
 end
-OPS.list = {read = read_none, run = op_list}
+OPS.list = {read = read_none, run = op_list, keep = true}
 
 -- The limits and the permits held: {stored limit or '', limit in effect
 -- or '', permits held, waiters}.
@@ -2394,7 +2398,7 @@ local function limit_reply()
     return {S.limit and int(S.limit) or '', limit and int(limit) or '',
             int(held), int(waiters)}
 end
-OPS.limit = {read = read_none, run = limit_reply}
+OPS.limit = {read = read_none, run = limit_reply, keep = true}
 
 -- The ticket of the waiter that asked first, or nil.  Not the first in
 -- line (priorities and tenants reorder it): a member's ticket in owner is
@@ -2448,7 +2452,7 @@ local function op_summary()
     r[11], r[12], r[13] = adapt_brief()
     return r
 end
-OPS.summary = {read = read_none, run = op_summary}
+OPS.summary = {read = read_none, run = op_summary, keep = true}
 
 -- set_limit max_holders|'' ['nx'|'if=N']: store a limit, or remove it
 -- (the members keep it as the limit in effect); with 'nx', only if none is
@@ -2517,7 +2521,7 @@ OPS.set_rate = {
     end,
     run = op_set_rate,
 }
-OPS.rate = {read = read_none, run = rate_reply}
+OPS.rate = {read = read_none, run = rate_reply, keep = true}
 
 -- The reserve: {permits or '', priority or '', permits its class holds}.
 local function reserve_reply()
@@ -2568,7 +2572,7 @@ OPS.set_reserve = {
     end,
     run = op_set_reserve,
 }
-OPS.reserve = {read = read_none, run = reserve_reply}
+OPS.reserve = {read = read_none, run = reserve_reply, keep = true}
 
 -- set_weight tenant weight|'': store a tenant's weight, or remove it (1
 -- then).  Its rank among the tenants that wait changes at once, and may
@@ -2621,7 +2625,7 @@ local function op_tenants()
     end
     return out
 end
-OPS.tenants = {read = read_none, run = op_tenants}
+OPS.tenants = {read = read_none, run = op_tenants, keep = true}
 
 end -- 13 CONFIGURATION
 
@@ -2994,7 +2998,7 @@ local function adapt_reply(stored)
             int(m.moved and math.max(NOW_MS - m.moved, 0) or -1),
             int(fresh and m.pressure or -1), int(fresh and m.servers or 0)}
 end
-OPS.adapt = {read = read_none, run = function() return adapt_reply(false) end}
+OPS.adapt = {read = read_none, run = function() return adapt_reply(false) end, keep = true}
 
 -- set_adapt lo hi [start] | set_adapt '': make the limit adaptive within
 -- [lo, hi], starting at start (else the stored limit, else the limit in
@@ -3453,6 +3457,7 @@ INDEX_OPS = {
         run = op_index_pin,
     },
     index_list = {
+        keep = true,
         read = function(a)
             local max, from = count_arg(a[2]), count_arg(a[3])
             if max and max >= 1 and max <= 100000 and from then return true, max, from end
@@ -3686,6 +3691,7 @@ end
 -- The definitions' operations, as INDEX_OPS entries (queues: run gets the
 -- three keys).
 INDEX_OPS.queues_get = {
+    keep = true,
     read = function(a)
         if #a == 1 then return true end
     end,
@@ -3705,6 +3711,7 @@ INDEX_OPS.queues_poll = {
     queues = true,
 }
 INDEX_OPS.queue_servers = {
+    keep = true,
     read = function(a)
         if #a == 1 then return true end
     end,
@@ -3922,22 +3929,21 @@ end
 -- (the script trusts that the first is an owner key: checking its name
 -- would cost a call as much as a key does).  keep: called through the
 -- library's "<library>_keep", registered allow-oom by src/script.c, which
--- Redis runs above maxmemory too: only the operations that keep what is
--- held or waited for, or give it back (refresh, refresh_many, release,
--- give_up, and a waiter's look, wait_check, which takes what a release let
--- it have: none adds a member), so that a
--- Redis another program filled (noeviction) costs no holder its slot, and
--- a release frees memory; the others take dispatch's own name, which Redis
--- refuses as a whole above maxmemory (OOM).
+-- Redis runs above maxmemory too: only the operations marked keep, those
+-- that keep what is held or waited for, or give it back (refresh,
+-- refresh_many, release, give_up, and a waiter's look, wait_check, which
+-- takes what a release let it have), and those that only read (token,
+-- list, limit, summary, rate, reserve, tenants, adapt, index_list,
+-- queues_get, queue_servers: their housekeeping is a look's); none adds a
+-- member.  So a Redis another program filled (noeviction) costs no holder
+-- its slot, a release frees memory, and a DBA can still see who holds; the
+-- others take dispatch's own name, which Redis refuses as a whole above
+-- maxmemory (OOM).
 function dispatch(keys, a, keep)
-    if keep then
-        local name = a[1]
-        if name ~= 'refresh' and name ~= 'refresh_many' and name ~= 'release' and name ~= 'give_up' and
-            name ~= 'wait_check' then
-            return redis.error_reply('REDSEM ' .. tostring(name) .. ' is not run above maxmemory')
-        end
-    end
     local op = INDEX_OPS[a[1] or false]
+    if keep and not (op or OPS[a[1] or false] or {}).keep then
+        return redis.error_reply('REDSEM ' .. tostring(a[1]) .. ' is not run above maxmemory')
+    end
     if op then
         -- (a semaphore's owner key routes index_policy, which reads no key,
         -- to its node; the others want the index: keys are arguments too)

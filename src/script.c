@@ -106,18 +106,22 @@ library_text(void)
 /*
  * The function an operation calls: "<library>_keep" (allow-oom) for those
  * that only keep what is held or waited for, or give it back (a waiter's
- * look takes what a release let it have), so that a Redis over
- * maxmemory (noeviction: another program filled it) costs no holder its
- * slot, and a release frees memory; the library's dispatch, which Redis
- * refuses as a whole above maxmemory, for the rest (src/redsem.lua)
+ * look takes what a release let it have), or only read, so that a Redis
+ * over maxmemory (noeviction: another program filled it) costs no holder
+ * its slot, a release frees memory, and who holds can still be seen; the
+ * library's dispatch, which Redis refuses as a whole above maxmemory, for
+ * the rest.  The same list as the operations marked keep in src/redsem.lua.
  */
 static const char *
 function_for(const char *op)
 {
-	if (strcmp(op, "refresh") == 0 || strcmp(op, "refresh_many") == 0 ||
-		strcmp(op, "release") == 0 || strcmp(op, "give_up") == 0 ||
-		strcmp(op, "wait_check") == 0)
-		return keep_function_name();
+	static const char *const keep[] = {"refresh", "refresh_many", "release", "give_up",
+		"wait_check", "token", "list", "limit", "summary", "rate", "reserve", "tenants",
+	"adapt", "index_list", "queues_get", "queue_servers"};
+
+	for (int i = 0; i < (int) lengthof(keep); i++)
+		if (strcmp(op, keep[i]) == 0)
+			return keep_function_name();
 	return library_name();
 }
 
@@ -1292,7 +1296,7 @@ index_argv(const char *key, const char *op, int nargs, const char *const *args, 
 
 	*argc = 0;
 	argv[(*argc)++] = "FCALL";
-	argv[(*argc)++] = library_name();
+	argv[(*argc)++] = function_for(op);
 	argv[(*argc)++] = "1";
 	argv[(*argc)++] = key;
 	argv[(*argc)++] = op;
@@ -1524,7 +1528,7 @@ run_queues(RedisCall *call, const char *prefix, const char *op, int nargs,
 
 	call_prefix[0] = '\0';	/* (not a semaphore's: counted nowhere) */
 	argv[argc++] = "FCALL";
-	argv[argc++] = library_name();
+	argv[argc++] = function_for(op);
 	argv[argc++] = "3";
 	argv[argc++] = key;
 	argv[argc++] = psprintf("%s:servers", key);

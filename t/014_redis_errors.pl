@@ -220,6 +220,25 @@ like($err, qr/ERROR:  53200: Redis at .* is out of memory/, 'Redis above maxmemo
 like($err, qr/HINT:  .*maxmemory/, '... with a hint about maxmemory');
 is($redis->cli('EXISTS', 'redsem:{e_oom}:ticket'), '0',
 	'the script was refused up front: nothing was written');
+# (helper-167 F1: the functions that only read failed with 53200 too)
+admin('CONFIG', 'SET', 'maxmemory', '0');
+my $h = RedsemTest::Session->new($node, name => 'oomh');
+$hid = $h->query_ok(q{SELECT redsem_acquire('e_oomr', 2, lease => '1min');});
+admin('CONFIG', 'SET', 'maxmemory', '1');
+($out, $err) = $s->query(q{
+	SELECT count(*) FROM redsem_holders('e_oomr');
+	SELECT permits_held FROM redsem_semaphore('e_oomr');
+	SELECT count(*) >= 0 FROM redsem_semaphores();
+	SELECT redsem_limit('e_oomr') IS NULL;
+	SELECT redsem_token('e_oomr', '} . $hid . q{') > 0;
+	SELECT count(*) >= 0 FROM redsem_tenants('e_oomr');
+	SELECT count(*) >= 0 FROM redsem_queue_servers();
+});
+is($err, '', 'above maxmemory, the functions that only read still answer')
+	or diag($err);
+is($out, "1\n1\nt\nt\nt\nt\nt", '... what Redis holds');
+is($h->query_ok(qq{SELECT redsem_release('e_oomr', '$hid');}), 't', '... and the holder gives its slot back');
+$h->quit;
 admin('CONFIG', 'SET', 'maxmemory', '0');
 is($s->query_ok(q{SELECT redsem_release('e_oom', redsem_acquire('e_oom', 1));}), 't',
 	'with memory again it works');

@@ -526,6 +526,20 @@ like($err, qr/WARNING: .*statement runs without a slot of redsem queue "lenient"
 $redis->thaw;
 is($admin->query_ok(q{SELECT ran_unqueued FROM redsem_queues WHERE name = 'lenient';}), '1', 'and is counted');
 
+# (helper-167 F7: the WARNING said 08006 for every failure)
+my $len2 = RedsemTest::Session->new($node_a, name => 'lenient2');
+$len2->query_ok(q{SET redsem.queue = 'lenient';});
+$redis->cli('CONFIG', 'SET', 'maxmemory-policy', 'noeviction');
+$redis->cli('CONFIG', 'SET', 'maxmemory', '1');
+($out, $err) = $len2->query(q{SELECT 'ran' FROM (SELECT pg_sleep(0)) s;});
+$redis->cli('CONFIG', 'SET', 'maxmemory', '0');
+is($out, 'ran', 'a Redis out of memory: it runs too');
+like($err, qr/WARNING:  53200: statement runs without a slot of redsem queue "lenient"/, '... warned with the SQLSTATE of the failure, 53200');
+($out, $err) = $len2->query(q{SELECT 'ran' FROM (SELECT pg_sleep(0)) s;});
+like($err, qr/WARNING:  53200: statement runs without a slot .*\n.*DETAIL:  Redis failed an earlier statement/,
+	'... as is the next one, which does not try Redis again for a while');
+$len2->quit;
+
 $_->quit foreach (@holders, @waiters, @fifo, $admin, $strict, $other, $cheap, $util, $an, $tool, $len);
 node_log_is_clean($_) foreach @servers;
 $_->stop foreach ($standby, $node_a, $node_b);

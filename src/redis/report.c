@@ -114,6 +114,15 @@ redis_no_server_error(int err, const char *words)
 	return false;
 }
 
+/* The SQLSTATE of a status (08006 for one that has none) */
+int
+redis_status_sqlstate(RedisStatus status)
+{
+	int			code = info_of(status)->sqlerrcode;
+
+	return code != 0 ? code : ERRCODE_CONNECTION_FAILURE;
+}
+
 /* A short name of a status, for log lines and redsem_held() */
 const char *
 redis_status_text(RedisStatus status)
