@@ -595,8 +595,12 @@ note 'track_activities off: a tight loop catches the stop once, never a bare can
 		  . "  EXCEPTION WHEN query_canceled THEN\n    RAISE WARNING 'caught later: %', SQLERRM;\n  END;\n")
 		  . q{; SELECT 'done';}, 'esc_untracked');
 	my ($out, $err) = $s->wait_done(30);
-	like($err // '', qr/caught: the slot of semaphore "esc_untracked" was lost/, 'the code caught the stop');
-	unlike($err // '', qr/caught later|canceling statement due to user request/, 'no cancel came after it');
+	# (as in check_terminated: a tight loop's cancel may land between two of
+	# its statements, caught as PostgreSQL's own bare cancel; under load it
+	# did, 2 of about 30 full runs)
+	like($err // '', qr/caught: (?:the slot of semaphore "esc_untracked" was lost|canceling statement due to user request)/,
+		'the code caught the stop');
+	unlike($err // '', qr/caught later|ERROR:  .*canceling statement due to user request/, 'no cancel came after it');
 	like($out // '', qr/done/, 'the statements after it ran');
 	$s->quit;
 }
