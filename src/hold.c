@@ -1027,7 +1027,9 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	/* (not preloaded: nobody refreshed it since it was granted) */
 	valid_until = redsem_valid_until(refreshed, kept);
 	out->kept_ms = kept;
-	out->unconfirmed_ms = TimestampDifferenceMilliseconds(refreshed, now);
+	/* (one found gone: up to when it was, which tells whether lease was left) */
+	out->unconfirmed_ms = TimestampDifferenceMilliseconds(refreshed,
+														  out->reason == STOP_GONE ? copy.stopped_at : now);
 	/* (its watchdog took the stop on: stopped, though a refresh came since) */
 	if (hold->shared_slot >= 0 && pg_atomic_read_u64(&copy.stop_at) == SHARED_STOP_CLAIMED)
 		valid_until = Min(valid_until, now);
@@ -1091,7 +1093,8 @@ hold_terminated(StoppedHold *out, int *others)
 		out->in_xact = (hold->scope != HOLD_SESSION);
 		out->statement = (hold->scope == HOLD_STATEMENT);
 		out->kept_ms = shared_hold_kept_ms(&copy);
-		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at, now);
+		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at,
+															  why == STOP_GONE ? copy.stopped_at : now);
 		strlcpy(out->trouble, copy.failures > 0 ? copy.trouble : "", sizeof(out->trouble));
 	}
 	return found;

@@ -50,8 +50,10 @@ stop_define_gucs(void)
 }
 
 /*
- * Why a slot was lost, as the sentences of an errdetail (trouble: why the
- * keeper's last try to refresh it failed, NULL or "" if it did not)
+ * Why a slot was lost, as the sentences of an errdetail (unconfirmed_ms:
+ * from its last confirmed request to the stop; trouble: why the keeper's
+ * last try to refresh it failed, NULL or "" if it did not).  A slot found
+ * gone with lease left was lost by Redis or freed by an administrator.
  */
 char *
 stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms,
@@ -60,8 +62,11 @@ stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms,
 	switch (why)
 	{
 		case STOP_GONE:
-			return psprintf("Redis no longer had the slot when it was refreshed: Redis lost it, or its lease of " INT64_FORMAT " ms ran out first.",
-							kept_ms);
+			if (unconfirmed_ms < kept_ms)
+				return psprintf("Redis no longer had the slot when it was refreshed, though its lease of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction), or an administrator freed it with redsem_force_release(..., holder_gone => true).",
+								kept_ms, kept_ms - unconfirmed_ms);
+			return psprintf("Redis no longer had the slot when it was refreshed: its lease of " INT64_FORMAT " ms ran out before it could be refreshed (it was last confirmed " INT64_FORMAT " ms before).",
+							kept_ms, unconfirmed_ms);
 		case STOP_FORCED:
 			return pstrdup("An administrator force-released it (redsem_force_release).");
 		case STOP_UNCONFIRMED:
