@@ -284,6 +284,32 @@ log_forgot(const char *prefix, uint64 sig, int64 us)
 }
 
 /*
+ * Say in the server log that Redis admits no new holder under prefix until
+ * until_ms (Redis's clock): a grace (I15), told by a reply that the entry
+ * before did not tell.  In a Cluster, where each slot has its own, at most
+ * once per GEN_GRACE_LOG_MS per process.
+ */
+static void
+log_grace(const char *prefix, int64 until_ms)
+{
+	static TimestampTz last_logged = 0;
+	TimestampTz until = time_t_to_timestamptz((pg_time_t) (until_ms / 1000)) +
+		(until_ms % 1000) * INT64CONST(1000);
+
+	if (cluster_enabled())
+	{
+		if (last_logged != 0 && redsem_now() < TimestampTzPlusMilliseconds(last_logged, GEN_GRACE_LOG_MS))
+			return;
+		last_logged = redsem_now();
+	}
+	ereport(LOG,
+			(errmsg("redsem: Redis at %s admits no new holder under key prefix \"%s\" until %s (by Redis's clock)",
+					redis_target_description(), redsem_prefix_or_setting(prefix), timestamptz_to_str(until)),
+			 errdetail("A grace: Redis forgot slots, or after a change of primary may have lost slots, whose holders may still run until their leases end; it lasts as long as the longest such lease. Holders keep their slots; waiters keep their places, and a wait that ends in the grace fails with 55P03."),
+			 errhint("See docs/deployment.md, Failover safety.")));
+}
+
+/*
  * Note slot's generation as a reply told it (text "" or malformed:
  * nothing); ue_fresh: the call made the script move ue on if it had to
  * (a grant, place or lengthened lease that waits for no replica)
@@ -323,7 +349,10 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	g.noted = ue_fresh || !had || before.ue < ue ? redsem_now() : before.noted;
 	g.looked = redsem_now();
 	strlcpy(g.era, text + era_at, sizeof(g.era));
+	g.grace_until = flag == 'g' ? until : 0;
 	shared_gen_write(gen_entry(slot, sig), sig, &g);
 	if (had && before.us != us)
 		log_forgot(prefix, sig, us);
+	if (g.grace_until > 0 && !(had && before.grace_until == g.grace_until))
+		log_grace(prefix, g.grace_until);
 }

@@ -349,6 +349,7 @@ typedef struct SharedGenSeen
 	TimestampTz looked;			/* when this server last noted it (redsem's
 								 * clock) */
 	char		era[41];		/* the primary it was last checked on */
+	int64		grace_until;	/* the grace it told (Redis's ms), 0: none */
 } SharedGenSeen;
 
 /* What this server saw of a slot's generation (gen.c), under signature sig */

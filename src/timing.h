@@ -464,6 +464,12 @@
  */
 #define GEN_LOOK_EVERY_MS			(20 * 1000)
 /*
+ * A grace (I15) is logged by the first process of a server that learns
+ * it; in a Cluster, where each slot has its generation and so its grace,
+ * each process logs one at most this often.
+ */
+#define GEN_GRACE_LOG_MS			(10 * 1000)
+/*
  * A statement queue's cap that this server's definition changed is stored
  * by the keeper (queue_caps.c) in a try of QUEUE_CAP_TRY_MS at most, and
  * after a failed try again QUEUE_CAP_RETRY_MS later, so that a Redis that

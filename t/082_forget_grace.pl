@@ -87,6 +87,8 @@ note 'FLUSHALL under a running holder: newcomers wait out the grace';
 	like(slurp_file($node->logfile),
 		qr/LOG:  redsem: Redis at unix socket "[^"]+" forgot the semaphores of key prefix "redsem:" since this server last used them\n.*DETAIL:  .*stored limits, rates, reserves and tenant weights are gone until they are stored again\./,
 		'the server log says that Redis forgot, and what is gone until stored again');
+	my @graces = slurp_file($node->logfile) =~ /LOG:  redsem: Redis at unix socket "[^"]+" admits no new holder under key prefix "redsem:" until \d{4}-\d\d-\d\d [\d:.]+\S* \(by Redis's clock\)\n.*DETAIL:  A grace: Redis forgot slots/g;
+	is(scalar(@graces), 1, '... and, once, that it admits no new holder until the grace ends (helper-167 F8: nothing did)');
 	like($redis->cli('GET', 'redsem:gen'), qr/^g\d{16}:0:\d+:3000:\d+:\d+:\d+:[0-9a-f]*$/,
 		'the new generation counts no lease of a call told busy');
 	ok(defined wait_until(10, sub { try_once('g1', '4 s') eq 't' }), 'a slot, once the grace is over');
