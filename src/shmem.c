@@ -1905,13 +1905,15 @@ shared_gen_write(int slot, uint64 sig, const SharedGenSeen *in)
 	g = &shared->gens[slot];
 	SpinLockAcquire(&g->mutex);
 	if (!(g->sig == sig && g->seen.us == in->us && g->seen.rot == in->rot &&
-		  g->seen.lprev == in->lprev && g->seen.lmax >= in->lmax &&
-		  g->seen.grace_until == in->grace_until))
+		  g->seen.lprev == in->lprev && g->seen.lmax >= in->lmax))
 	{
 		g->sig = sig;
 		g->seen = *in;
 	}
 	else
+	{
 		g->seen.looked = Max(g->seen.looked, in->looked);
+		g->seen.grace_until = in->grace_until;	/* (only for log_grace) */
+	}
 	SpinLockRelease(&g->mutex);
 }
