@@ -46,6 +46,8 @@ $$;
 -- The administrator role (see redsem--0.2.0.sql)
 DO $$
 DECLARE
+    granted text;
+    admins text;
     why text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin') THEN
@@ -60,26 +62,25 @@ BEGIN
     -- role may make it first (and on PostgreSQL 16 and later then holds
     -- ADMIN OPTION on it), and its members would act on every slot.  Only
     -- superusers may have granted it, and only superusers may grant it on.
+    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(u.rolname), ', ' ORDER BY u.rolname)
+      INTO granted
+      FROM pg_catalog.pg_auth_members m
+      JOIN pg_catalog.pg_roles r ON r.oid = m.roleid AND r.rolname = 'redsem_admin'
+      JOIN pg_catalog.pg_roles g ON g.oid = m.grantor AND NOT g.rolsuper
+      JOIN pg_catalog.pg_roles u ON u.oid = m.member;
+    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(u.rolname), ', ' ORDER BY u.rolname)
+      INTO admins
+      FROM pg_catalog.pg_auth_members m
+      JOIN pg_catalog.pg_roles r ON r.oid = m.roleid AND r.rolname = 'redsem_admin'
+      JOIN pg_catalog.pg_roles u ON u.oid = m.member AND NOT u.rolsuper
+     WHERE m.admin_option;
     SELECT CASE
              WHEN r.rolcanlogin OR r.rolsuper OR r.rolcreaterole OR r.rolreplication OR r.rolbypassrls THEN
                  'It has attributes that redsem does not give it (LOGIN, SUPERUSER, CREATEROLE, REPLICATION or BYPASSRLS).'
-             WHEN EXISTS (SELECT FROM pg_catalog.pg_auth_members m
-                            JOIN pg_catalog.pg_roles g ON g.oid = m.grantor
-                           WHERE m.roleid = r.oid AND NOT g.rolsuper) THEN
-                 'A role that is not a superuser granted it to ' ||
-                 (SELECT string_agg(quote_ident(u.rolname), ', ' ORDER BY u.rolname)
-                    FROM pg_catalog.pg_auth_members m
-                    JOIN pg_catalog.pg_roles g ON g.oid = m.grantor
-                    JOIN pg_catalog.pg_roles u ON u.oid = m.member
-                   WHERE m.roleid = r.oid AND NOT g.rolsuper) || '.'
-             WHEN EXISTS (SELECT FROM pg_catalog.pg_auth_members m
-                            JOIN pg_catalog.pg_roles u ON u.oid = m.member
-                           WHERE m.roleid = r.oid AND m.admin_option AND NOT u.rolsuper) THEN
-                 'A role that is not a superuser may grant it to others (ADMIN OPTION): ' ||
-                 (SELECT string_agg(quote_ident(u.rolname), ', ' ORDER BY u.rolname)
-                    FROM pg_catalog.pg_auth_members m
-                    JOIN pg_catalog.pg_roles u ON u.oid = m.member
-                   WHERE m.roleid = r.oid AND m.admin_option AND NOT u.rolsuper) || '.'
+             WHEN granted IS NOT NULL THEN
+                 'A role that is not a superuser granted it to ' || granted || '.'
+             WHEN admins IS NOT NULL THEN
+                 'A role that is not a superuser may grant it to others (ADMIN OPTION): ' || admins || '.'
            END
       INTO why
       FROM pg_catalog.pg_roles r
