@@ -254,7 +254,7 @@ ride_on(AcquireArgs *args, const RedisOutcome *o)
 		ereport(LOG,
 				(errmsg("redsem: a call for semaphore \"%s\" failed as a failover would make it fail; trying again within the wait",
 						args->name),
-				 errdetail_internal("%s.", why)));
+				 errdetail_internal("%s%s", why, why[strlen(why) - 1] == '.' ? "" : ".")));
 		pfree(why);
 	}
 	/*
