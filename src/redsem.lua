@@ -2148,6 +2148,15 @@ local function op_wait_check(id, keepalive, settle)
         redis.call('DEL', nudge_key(id))
         return {'lost'}
     end
+    -- (I3: room that no release made, a holder another program removed by
+    -- hand, lets the line move at a look; with a rate, housekeeping does)
+    if not S.rt then
+        promote()
+        if not is_waiting(id) then
+            if not is_member(id) then return not_member(id) end
+            return confirm(id)
+        end
+    end
     local _, maxh = parse_info(redis.call('HGET', K_INFO, id))
     set_deadline(id, NOW_MS + keepalive, true)
     redis.call('DEL', nudge_key(id))    -- this look's answer supersedes it
@@ -2224,7 +2233,11 @@ local function op_release(id, forced, gone)
     local waited = remove(id)
     -- (its own release: it ran, so a removed marker of it speaks to nobody)
     if marked or (own and waited == nil) then redis.call('DEL', removed_key(id)) end
-    if waited == nil then return 0 end
+    if waited == nil then
+        -- (I3: as at a look, should another program have removed it by hand)
+        if not S.rt and not is_empty() then promote() end
+        return 0
+    end
     if since and not waited then    -- I16: how long it held, a sample
         set('as', S.as + math.min(math.max(NOW_MS - since, 0), S.ac or math.huge))
         set('an', S.an + 1)

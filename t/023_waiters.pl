@@ -116,6 +116,25 @@ is($h->query_ok(q{SELECT redsem_release('lineless2', redsem_acquire('lineless2',
 	'all three permits can be taken');
 
 ###########################################################################
+note 'a holder another program removed by hand: the line moves at the next look';
+
+# (helper-171: nothing promoted the waiter, which waited until its wait
+# ended, 60 s; redsem_force_release could not help either)
+my $z = session('zholder');
+my $zid = $z->query_ok(q{SELECT redsem_acquire('zrem', 1, '60 s');});
+$n->send(q{SELECT redsem_acquire('zrem', 1, '2 s', '30 s') IS NOT NULL;});
+ok(defined wait_until(30, sub { $redis->zcard('zrem', 'waiting') == 1 }), 'a waiter queues');
+$t0 = time;
+$redis->cli('ZREM', 'redsem:{zrem}:owner', $zid);
+$redis->cli('ZREM', 'redsem:{zrem}:timeout', $zid);
+($out, $err) = $n->wait_done(30);
+$took = time - $t0;
+is("$out|$err", 't|', 'the waiter gets the slot');
+cmp_ok($took, '<', 2 + 2, sprintf('at its next look, within its 2-s window (%.1f s)', $took));
+is($n->query_ok(q{SELECT redsem_release_all();}), '1', 'and releases it');
+$z->quit;
+
+###########################################################################
 note 'a waiter paused while it was promoted queues again';
 
 $hid = $h->query_ok(q{SELECT redsem_acquire('paused', 1, '60 s');});
