@@ -9,6 +9,7 @@ DO $$
 DECLARE
     granted text;
     admins text;
+    owns boolean;
     why text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin') THEN
@@ -19,29 +20,54 @@ BEGIN
             NULL;
         END;
     END IF;
+    -- (made meanwhile by a transaction this one's snapshot cannot see:
+    -- REPEATABLE READ or SERIALIZABLE; it could not be checked)
+    IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin') THEN
+        RAISE EXCEPTION 'role "redsem_admin" was made by another transaction while this one ran'
+            USING ERRCODE = 'serialization_failure',
+                  HINT = 'Run the command again in a new transaction.';
+    END IF;
     -- A role of that name made by somebody else is not adopted: a CREATEROLE
     -- role may make it first (and on PostgreSQL 16 and later then holds
     -- ADMIN OPTION on it), and its members would act on every slot.  Only
-    -- superusers may have granted it, and only superusers may grant it on.
-    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(u.rolname), ', ' ORDER BY u.rolname)
-      INTO granted
-      FROM pg_catalog.pg_auth_members m
-      JOIN pg_catalog.pg_roles r ON r.oid = m.roleid AND r.rolname = 'redsem_admin'
-      JOIN pg_catalog.pg_roles g ON g.oid = m.grantor AND NOT g.rolsuper
-      JOIN pg_catalog.pg_roles u ON u.oid = m.member;
-    SELECT pg_catalog.string_agg(pg_catalog.quote_ident(u.rolname), ', ' ORDER BY u.rolname)
-      INTO admins
-      FROM pg_catalog.pg_auth_members m
-      JOIN pg_catalog.pg_roles r ON r.oid = m.roleid AND r.rolname = 'redsem_admin'
-      JOIN pg_catalog.pg_roles u ON u.oid = m.member AND NOT u.rolsuper
-     WHERE m.admin_option;
+    -- superusers may have granted it, directly or through a role that is a
+    -- member of it, only superusers may grant it on, and it owns nothing (a
+    -- SECURITY DEFINER function it owned would run with its rights).  A
+    -- grantor that no longer exists counts as no superuser.
+    WITH RECURSIVE tree(roleid) AS (
+        SELECT oid FROM pg_catalog.pg_roles WHERE rolname = 'redsem_admin'
+        UNION
+        SELECT m.member FROM pg_catalog.pg_auth_members m JOIN tree t ON m.roleid = t.roleid
+    ), edges AS (
+        SELECT m.member, m.admin_option, coalesce(g.rolsuper, false) AS by_superuser
+          FROM pg_catalog.pg_auth_members m
+          JOIN tree t ON m.roleid = t.roleid
+          LEFT JOIN pg_catalog.pg_roles g ON g.oid = m.grantor
+    )
+    SELECT pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(u.rolname), ', '
+                                 ORDER BY pg_catalog.quote_ident(u.rolname))
+               FILTER (WHERE NOT e.by_superuser),
+           pg_catalog.string_agg(DISTINCT pg_catalog.quote_ident(u.rolname), ', '
+                                 ORDER BY pg_catalog.quote_ident(u.rolname))
+               FILTER (WHERE e.admin_option AND NOT u.rolsuper)
+      INTO granted, admins
+      FROM edges e
+      JOIN pg_catalog.pg_roles u ON u.oid = e.member;
+    SELECT EXISTS (SELECT FROM pg_catalog.pg_shdepend d
+                    WHERE d.refclassid = 'pg_catalog.pg_authid'::pg_catalog.regclass
+                      AND d.refobjid = r.oid AND d.deptype = 'o')
+      INTO owns
+      FROM pg_catalog.pg_roles r
+     WHERE r.rolname = 'redsem_admin';
     SELECT CASE
              WHEN r.rolcanlogin OR r.rolsuper OR r.rolcreaterole OR r.rolreplication OR r.rolbypassrls THEN
                  'It has attributes that redsem does not give it (LOGIN, SUPERUSER, CREATEROLE, REPLICATION or BYPASSRLS).'
              WHEN granted IS NOT NULL THEN
-                 'A role that is not a superuser granted it to ' || granted || '.'
+                 'A role that is not a superuser granted it, directly or through a role that is a member of it, to ' || granted || '.'
              WHEN admins IS NOT NULL THEN
-                 'A role that is not a superuser may grant it to others (ADMIN OPTION): ' || admins || '.'
+                 'A role that is not a superuser may grant it on (ADMIN OPTION on it or on a role that is a member of it): ' || admins || '.'
+             WHEN owns THEN
+                 'It owns objects (in this or another database), which redsem never gives it: code it owns would run with its rights.'
            END
       INTO why
       FROM pg_catalog.pg_roles r

@@ -167,7 +167,7 @@ $node->safe_psql('postgres', q{
 	CREATE DATABASE cx3;
 });
 ($ret, $out, $err) = $node->psql('cx3', 'CREATE EXTENSION redsem');
-like($err, qr/ERROR:  role "redsem_admin" exists and redsem cannot adopt it\nDETAIL:  A role that is not a superuser granted it to accomplice\. Its members may force-release any slot and change any limit or statement queue\.\nHINT:  If redsem did not make it/,
+like($err, qr/ERROR:  role "redsem_admin" exists and redsem cannot adopt it\nDETAIL:  A role that is not a superuser granted it, directly or through a role that is a member of it, to accomplice\. Its members may force-release any slot and change any limit or statement queue\.\nHINT:  If redsem did not make it/,
 	'CREATE EXTENSION refuses a redsem_admin granted on by a role that is not a superuser, naming the grantee');
 $node->safe_psql('cx3', q{CREATE EXTENSION redsem VERSION '0.1.0'});
 ($ret, $out, $err) = $node->psql('cx3', 'ALTER EXTENSION redsem UPDATE');
@@ -192,6 +192,43 @@ $node->safe_psql('postgres', q{GRANT redsem_admin TO reporter; CREATE DATABASE c
 $node->safe_psql('cx4', 'CREATE EXTENSION redsem');
 is($node->safe_psql('cx4', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}), '0.2.0',
 	'the one redsem made, granted by a superuser, is adopted by the next database');
+
+# (helper-172: a grant through a group role, objects it owned, and a role
+# made meanwhile by a transaction a REPEATABLE READ snapshot cannot see,
+# were all adopted)
+$node->safe_psql('postgres', q{
+	ALTER ROLE redsem_admin RENAME TO redsem_admin_cx4;
+	CREATE ROLE redsem_admin;
+	CREATE ROLE ops;
+	CREATE ROLE lead;
+	GRANT redsem_admin TO ops;
+	GRANT ops TO lead WITH ADMIN OPTION;
+	CREATE DATABASE cx5;
+});
+($ret, $out, $err) = $node->psql('cx5', 'CREATE EXTENSION redsem');
+like($err, qr/DETAIL:  A role that is not a superuser may grant it on \(ADMIN OPTION on it or on a role that is a member of it\): lead\./,
+	'ADMIN OPTION on a role that is a member of it: refused, naming the role');
+$node->safe_psql('postgres', q{
+	DROP ROLE lead;
+	DROP ROLE ops;
+	CREATE TABLE owned_by_it (i int);
+	ALTER TABLE owned_by_it OWNER TO redsem_admin;
+});
+($ret, $out, $err) = $node->psql('cx5', 'CREATE EXTENSION redsem');
+like($err, qr/DETAIL:  It owns objects \(in this or another database\)/, 'a role that owns objects: refused');
+$node->safe_psql('postgres', q{DROP TABLE owned_by_it; DROP ROLE redsem_admin;});
+my $rr = RedsemTest::Session->new($node, name => 'rr', dbname => 'cx5');
+$rr->query_ok('BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT count(*) FROM pg_class;');
+$node->safe_psql('postgres', 'CREATE ROLE redsem_admin LOGIN');
+($out, $err) = $rr->query('CREATE EXTENSION redsem;');
+like($err, qr/ERROR:  40001: role "redsem_admin" was made by another transaction while this one ran/,
+	'one made meanwhile, which a REPEATABLE READ snapshot cannot see: refused (40001), not adopted unchecked');
+$rr->query('ROLLBACK;');
+$rr->quit;
+$node->safe_psql('postgres', q{DROP ROLE redsem_admin; ALTER ROLE redsem_admin_cx4 RENAME TO redsem_admin;});
+$node->safe_psql('cx5', 'CREATE EXTENSION redsem');
+is($node->safe_psql('cx5', q{SELECT extversion FROM pg_extension WHERE extname = 'redsem'}), '0.2.0',
+	'with redsem\'s own role back, it installs');
 
 $s->quit;
 $w->quit;
