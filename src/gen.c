@@ -284,28 +284,37 @@ log_forgot(const char *prefix, uint64 sig, int64 us)
 }
 
 /*
- * Say in the server log that Redis admits no new holder under prefix until
- * until_ms (Redis's clock): a grace (I15), told by a reply that the entry
- * before did not tell.  In a Cluster, where each slot has its own, at most
- * once per GEN_GRACE_LOG_MS per process.
+ * Say in the server log that Redis admits no new holder under prefix (in a
+ * Cluster, of hash slot) until until_ms (Redis's clock): a grace (I15),
+ * told by a reply that the entry before did not tell.  Not one already
+ * logged by this process, nor one over by this server's clock (a late
+ * reply).  In a Cluster, where each slot has its own, at most once per
+ * GEN_GRACE_LOG_MS per process.
  */
 static void
-log_grace(const char *prefix, int64 until_ms)
+log_grace(const char *prefix, int slot, int64 until_ms)
 {
 	static TimestampTz last_logged = 0;
+	static int64 logged_until = 0;
 	TimestampTz until = time_t_to_timestamptz((pg_time_t) (until_ms / 1000)) +
 		(until_ms % 1000) * INT64CONST(1000);
 
+	if (until_ms == logged_until || until < GetCurrentTimestamp())
+		return;
 	if (cluster_enabled())
 	{
 		if (last_logged != 0 && redsem_now() < TimestampTzPlusMilliseconds(last_logged, GEN_GRACE_LOG_MS))
 			return;
 		last_logged = redsem_now();
 	}
+	logged_until = until_ms;
 	ereport(LOG,
-			(errmsg("redsem: Redis at %s admits no new holder under key prefix \"%s\" until %s (by Redis's clock)",
+			(cluster_enabled() ?
+			 errmsg("redsem: Redis at %s admits no new holder under key prefix \"%s\" in Cluster hash slot %d until %s (by Redis's clock)",
+					redis_target_description(), redsem_prefix_or_setting(prefix), slot, timestamptz_to_str(until)) :
+			 errmsg("redsem: Redis at %s admits no new holder under key prefix \"%s\" until %s (by Redis's clock)",
 					redis_target_description(), redsem_prefix_or_setting(prefix), timestamptz_to_str(until)),
-			 errdetail("A grace: Redis forgot slots, or after a change of primary may have lost slots, whose holders may still run until their leases end; it lasts as long as the longest such lease. Holders keep their slots; waiters keep their places, and a wait that ends in the grace fails with 55P03."),
+			 errdetail("A grace: Redis forgot slots, or after a change of primary may have lost slots, whose holders may still run until their leases end; it lasts as long as the longest lease asked for under the prefix in the last few minutes. Holders keep their slots; waiters keep their places, and a wait that ends in the grace fails with 55P03."),
 			 errhint("See docs/deployment.md, Failover safety.")));
 }
 
@@ -354,5 +363,5 @@ gen_note(const char *prefix, int slot, const char *text, bool ue_fresh)
 	if (had && before.us != us)
 		log_forgot(prefix, sig, us);
 	if (g.grace_until > 0 && !(had && before.grace_until == g.grace_until))
-		log_grace(prefix, g.grace_until);
+		log_grace(prefix, slot, g.grace_until);
 }

@@ -1011,6 +1011,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 	out->cancel_coming = false;
 	out->keeper_sent_at = 0;
 	out->trouble[0] = '\0';
+	out->window = false;
 	if (hold->shared_slot >= 0)
 	{
 		if (!shared_hold_read(hold->shared_slot, hold->id, &copy))
@@ -1019,6 +1020,7 @@ hold_stopped(Hold *hold, TimestampTz now, StoppedHold *out)
 			strlcpy(out->trouble, copy.trouble, sizeof(out->trouble));
 		refreshed = copy.refreshed_at;
 		kept = shared_hold_kept_ms(&copy);
+		out->window = copy.confirm_ms > 0;
 		out->reason = (StopReason) copy.stop;
 		/* (its watchdog took the stop on: its cancel is pending here) */
 		out->cancel_coming = pg_atomic_read_u64(&copy.stop_at) == SHARED_STOP_CLAIMED &&
@@ -1093,6 +1095,7 @@ hold_terminated(StoppedHold *out, int *others)
 		out->in_xact = (hold->scope != HOLD_SESSION);
 		out->statement = (hold->scope == HOLD_STATEMENT);
 		out->kept_ms = shared_hold_kept_ms(&copy);
+		out->window = copy.confirm_ms > 0;
 		out->unconfirmed_ms = TimestampDifferenceMilliseconds(copy.refreshed_at,
 															  why == STOP_GONE ? copy.stopped_at : now);
 		strlcpy(out->trouble, copy.failures > 0 ? copy.trouble : "", sizeof(out->trouble));

@@ -1082,7 +1082,7 @@ log_stop(KeeperState *st, const StopNotice *sn, const char *done)
 			(errmsg("redsem keeper %s process %d: the slot of semaphore \"%s\" was lost",
 					done, sn->pid, sn->name),
 			 errdetail("%s%s", stop_reason_detail((StopReason) sn->reason, sn->kept_ms,
-												  sn->unconfirmed_ms, NULL),
+												  sn->window, sn->unconfirmed_ms, NULL),
 					   sn->late_ms > 0 ?
 					   psprintf(" The stop came " INT64_FORMAT " ms after the slot could no longer be counted on.",
 								sn->late_ms) : "")));

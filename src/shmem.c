@@ -1560,6 +1560,7 @@ shared_hold_stops_due(TimestampTz now, StopNotice *out, int max,
 		out[n].policy = h->on_lost;
 		out[n].reason = h->stop;
 		out[n].kept_ms = shared_hold_kept_ms(h);
+		out[n].window = h->confirm_ms > 0;
 		out[n].unconfirmed_ms = TimestampDifferenceMilliseconds(h->refreshed_at,
 																h->stopped_at);
 		out[n].late_ms = h->stopped_at > valid_until ?

@@ -175,6 +175,7 @@ typedef struct StopNotice
 	uint8		policy;			/* SlotLostPolicy */
 	uint8		reason;			/* StopReason */
 	int64		kept_ms;		/* the lease (or window) it had */
+	bool		window;			/* kept_ms is a promotion window */
 	int64		unconfirmed_ms; /* from its last confirmed request to the
 								 * stop */
 	int64		late_ms;		/* past its valid_until at the stop */

@@ -56,22 +56,25 @@ stop_define_gucs(void)
  * gone with lease left was lost by Redis or freed by an administrator.
  */
 char *
-stop_reason_detail(StopReason why, int64 kept_ms, int64 unconfirmed_ms,
-				   const char *trouble)
+stop_reason_detail(StopReason why, int64 kept_ms, bool window,
+				   int64 unconfirmed_ms, const char *trouble)
 {
+	/* (a slot promoted from the line and not yet confirmed has a window) */
+	const char *what = window ? "promotion window" : "lease";
+
 	switch (why)
 	{
 		case STOP_GONE:
 			if (unconfirmed_ms < kept_ms)
-				return psprintf("Redis no longer had the slot when it was refreshed, though its lease of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction), or an administrator freed it with redsem_force_release(..., holder_gone => true).",
-								kept_ms, kept_ms - unconfirmed_ms);
-			return psprintf("Redis no longer had the slot when it was refreshed: its lease of " INT64_FORMAT " ms ran out before it could be refreshed (it was last confirmed " INT64_FORMAT " ms before).",
-							kept_ms, unconfirmed_ms);
+				return psprintf("Redis no longer had the slot when it was refreshed, though its %s of " INT64_FORMAT " ms had " INT64_FORMAT " ms left: Redis lost it (a restart without persistence, a failover that lost writes, FLUSHALL or an eviction), or an administrator freed it with redsem_force_release(..., holder_gone => true).",
+								what, kept_ms, kept_ms - unconfirmed_ms);
+			return psprintf("Redis no longer had the slot when it was refreshed: its %s of " INT64_FORMAT " ms ran out before it could be refreshed (%s " INT64_FORMAT " ms before).",
+							what, kept_ms, window ? "it was promoted" : "it was last confirmed", unconfirmed_ms);
 		case STOP_FORCED:
 			return pstrdup("An administrator force-released it (redsem_force_release).");
 		case STOP_UNCONFIRMED:
-			return psprintf("Redis had not confirmed its lease of " INT64_FORMAT " ms for " INT64_FORMAT " ms, so the slot could soon be another holder's.%s",
-							kept_ms, unconfirmed_ms,
+			return psprintf("Redis had not confirmed its %s of " INT64_FORMAT " ms for " INT64_FORMAT " ms, so the slot could soon be another holder's.%s",
+							what, kept_ms, unconfirmed_ms,
 							trouble != NULL && trouble[0] != '\0' ?
 							psprintf(" The keeper's last try to refresh it failed: %s", trouble) : "");
 		case STOP_NONE:
@@ -88,7 +91,7 @@ report_one(const StoppedHold *s, int others, int elevel)
 			(errcode(elevel == WARNING ? ERRCODE_WARNING :
 					 elevel == FATAL ? ERRCODE_ADMIN_SHUTDOWN : ERRCODE_QUERY_CANCELED),
 			 errmsg("the slot of semaphore \"%s\" was lost", s->name),
-			 errdetail("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms, s->trouble),
+			 errdetail("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->window, s->unconfirmed_ms, s->trouble),
 					   others > 0 ?
 					   psprintf(" %d other slot(s) of this session were lost as well.", others) : ""),
 			 elevel == WARNING ?
@@ -112,7 +115,7 @@ stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others)
 {
 	edata->message = psprintf("terminating connection because the slot of semaphore \"%s\" was lost",
 							  s->name);
-	edata->detail = psprintf("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->unconfirmed_ms, s->trouble),
+	edata->detail = psprintf("%s%s", stop_reason_detail(s->reason, s->kept_ms, s->window, s->unconfirmed_ms, s->trouble),
 							 others > 0 ?
 							 psprintf(" %d other slot(s) of this session were lost as well.", others) : "");
 	edata->hint = pstrdup("redsem.on_slot_lost is terminate for this slot: the session of a holder whose slot is lost ends.");

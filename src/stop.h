@@ -18,6 +18,7 @@ typedef struct StoppedHold
 								 * the transaction cannot commit */
 	bool		statement;		/* a statement queue's statement's slot */
 	int64		kept_ms;		/* the lease (or window) it had */
+	bool		window;			/* kept_ms is a promotion window */
 	int64		unconfirmed_ms; /* from its last confirmed request to now */
 	char		trouble[KEEPER_TROUBLE_LEN];	/* why the keeper's last try to
 												 * refresh it failed ("": it
@@ -32,7 +33,7 @@ typedef struct StoppedHold
 extern int	redsem_on_slot_lost;
 
 extern void stop_define_gucs(void);
-extern char *stop_reason_detail(StopReason why, int64 kept_ms,
+extern char *stop_reason_detail(StopReason why, int64 kept_ms, bool window,
 								int64 unconfirmed_ms, const char *trouble);
 extern void stop_report(const StoppedHold *stopped, int n);
 extern void stop_reword_terminate(ErrorData *edata, const StoppedHold *s, int others);
