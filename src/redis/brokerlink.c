@@ -82,6 +82,33 @@ redis_broker_peer_is_ours(int fd)
 #define REDSEM_PF_EXITING	0x00000004
 
 /*
+ * The state letter and flags of process pid (/proc/<pid>/stat); false if
+ * they cannot be read (no /proc, or the process is gone)
+ */
+static bool
+proc_state(int pid, char *state, unsigned int *flags)
+{
+	char		path[64];
+	char		buf[512];
+	int			sfd;
+	ssize_t		n;
+	char	   *close_paren;
+
+	/* (state is the field after the command's closing parenthesis) */
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	sfd = open(path, O_RDONLY | O_CLOEXEC);
+	n = sfd < 0 ? -1 : read(sfd, buf, sizeof(buf) - 1);
+	if (sfd >= 0)
+		close(sfd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	close_paren = strrchr(buf, ')');
+	return close_paren != NULL &&
+		sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", state, flags) == 2;
+}
+
+/*
  * True if the broker at the other end of fd has exited (its pid, from
  * SO_PEERCRED as it was at connect, in *pid): no such process, a zombie its
  * supervisor has not reaped yet, or one exiting (the kernel closes its
@@ -93,11 +120,6 @@ bool
 redis_broker_exited(int fd, int *pid)
 {
 	struct ucred cred;
-	char		path[64];
-	char		buf[512];
-	int			sfd;
-	ssize_t		n;
-	char	   *close_paren;
 	char		state;
 	unsigned int flags;
 
@@ -107,21 +129,30 @@ redis_broker_exited(int fd, int *pid)
 	*pid = (int) cred.pid;
 	if (kill(cred.pid, 0) != 0)
 		return errno == ESRCH;
-	/* (state is the field after the command's closing parenthesis) */
-	snprintf(path, sizeof(path), "/proc/%d/stat", *pid);
-	sfd = open(path, O_RDONLY | O_CLOEXEC);
-	n = sfd < 0 ? -1 : read(sfd, buf, sizeof(buf) - 1);
-	if (sfd >= 0)
-		close(sfd);
-	/* (reaped meanwhile: its entry went between kill() and open() or read()) */
-	if (n <= 0)
+	/* (reaped meanwhile: its entry went between kill() and reading it) */
+	if (!proc_state(*pid, &state, &flags))
 		return kill(cred.pid, 0) != 0 && errno == ESRCH;
-	buf[n] = '\0';
-	close_paren = strrchr(buf, ')');
-	if (close_paren == NULL ||
-		sscanf(close_paren + 1, " %c %*d %*d %*d %*d %*d %u", &state, &flags) != 2)
-		return false;
 	return state == 'Z' || state == 'X' || (flags & REDSEM_PF_EXITING) != 0;
+}
+
+/*
+ * True if the broker at the other end of fd is stopped (SIGSTOP, or a
+ * debugger holds it), its pid then in *pid (else 0): an answer it owes is
+ * not Redis's delay
+ */
+bool
+redis_broker_stopped(int fd, int *pid)
+{
+	struct ucred cred;
+	char		state;
+	unsigned int flags;
+
+	*pid = 0;
+	if (!peer_cred(fd, &cred) || cred.pid <= 0 ||
+		!proc_state((int) cred.pid, &state, &flags) || (state != 'T' && state != 't'))
+		return false;
+	*pid = (int) cred.pid;
+	return true;
 }
 
 /*

@@ -67,6 +67,7 @@ extern struct redisContext *redis_broker_open(RedisCall *call, const char *host,
 extern socklen_t redis_broker_address(struct sockaddr_un *addr);
 extern bool redis_broker_peer_is_ours(int fd);
 extern bool redis_broker_exited(int fd, int *pid);
+extern bool redis_broker_stopped(int fd, int *pid);
 extern uint64 redis_broker_link_secrets(void);
 extern bool redis_broker_secrets_changed(uint64 secrets);
 extern bool redis_broker_error(const char *msg, RedisStatus *status,

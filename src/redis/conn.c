@@ -620,6 +620,8 @@ connection_failed(RedisCall *call, Link *link, RedisStatus status, int timeout_m
 	call->outcome.no_server = (status == RS_LOST && !link->answered &&
 							   !redsem_broker_wanted());
 	call->outcome.timeout_ms = timeout_ms;
+	if (status == RS_TIMED_OUT && redsem_broker_wanted())
+		(void) redis_broker_stopped(link->ctx->fd, &call->outcome.broker_stopped);
 	if (status == RS_LOST)
 	{
 		char		before[sizeof(call->outcome.detail)];

@@ -56,6 +56,9 @@ typedef struct RedisOutcome
 								 * new and closed before anything was
 								 * answered on it (a proxy whose Redis is
 								 * down) */
+	int			broker_stopped;	/* RS_TIMED_OUT: the pid of the redsem broker
+								 * that owed the answer, found stopped; 0:
+								 * none */
 } RedisOutcome;
 
 /*

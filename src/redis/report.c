@@ -91,6 +91,7 @@ redis_note(RedisOutcome *o, RedisStatus status, const char *fmt,...)
 
 	o->status = status;
 	o->no_server = false;
+	o->broker_stopped = 0;
 	va_start(args, fmt);
 	vsnprintf(o->detail, sizeof(o->detail), fmt, args);
 	va_end(args);
@@ -162,6 +163,9 @@ timed_out_message(const RedisOutcome *o, const char *target)
 {
 	if (o->timeout_ms <= 0)
 		return psprintf("Redis at %s was given no time to answer: the call's time had run out before this command", target);
+	if (o->broker_stopped > 0)
+		return psprintf("the redsem broker (process %d) passed on no answer of Redis at %s within %d ms: the broker is stopped (SIGSTOP, or a debugger holds it)",
+						o->broker_stopped, target, o->timeout_ms);
 	return psprintf(status_info[RS_TIMED_OUT].message, target, o->timeout_ms);
 }
 
