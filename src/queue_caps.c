@@ -43,6 +43,13 @@ typedef struct AppliedCap
 
 static AppliedCap caps[QUEUE_MAX_QUEUES];
 static int	ncaps = 0;
+
+/*
+ * Queues this server's redsem.queues no longer defines (a reload while the
+ * keeper ran), whose cap is removed from Redis if it is still theirs
+ */
+static AppliedCap gone[QUEUE_MAX_QUEUES];
+static int	ngone = 0;
 static uint64 seen_generation = 0;
 static bool started = false;
 static TimestampTz next_try = 0;
@@ -55,6 +62,34 @@ applied_cap(const char *name)
 		if (strcmp(caps[i].name, name) == 0)
 			return &caps[i];
 	return NULL;
+}
+
+/* The entry of name in conf, or NULL */
+static const QueueDef *
+defined_in(const QueueConfig *conf, const char *name)
+{
+	for (int i = 0; conf != NULL && i < conf->count; i++)
+		if (strcmp(conf->queues[i].name, name) == 0)
+			return &conf->queues[i];
+	return NULL;
+}
+
+/*
+ * Note the queues of this server's settings that conf no longer defines
+ * (their caps go: remove_gone_caps), and forget those defined again
+ */
+static void
+note_gone(const QueueConfig *conf)
+{
+	int			kept = 0;
+
+	for (int i = 0; i < ngone; i++)
+		if (defined_in(conf, gone[i].name) == NULL)
+			gone[kept++] = gone[i];
+	ngone = kept;
+	for (int i = 0; started && i < ncaps && ngone < QUEUE_MAX_QUEUES; i++)
+		if (defined_in(conf, caps[i].name) == NULL)
+			gone[ngone++] = caps[i];
 }
 
 /* Take in the definitions: queues whose cap changed become pending */
@@ -106,6 +141,44 @@ replace_open_limit(RedisCall *call, AppliedCap *c)
 	return true;
 }
 
+/*
+ * Remove from Redis the caps of the queues this server's settings no longer
+ * define, where the stored limit is still the cap they had (compare-and-set:
+ * one set by hand, or by a server whose definition differs, stays), so that
+ * no key is left for good; the limit in effect stays until the semaphore is
+ * idle (its waiters still wait for the statements that run).  Another
+ * server that still defines the queue stores its cap again with its next
+ * statement (acquire.c), so a removal there costs nothing.
+ */
+static void
+remove_gone_caps(void)
+{
+	while (ngone > 0 && redsem_now() >= next_try)
+	{
+		AppliedCap *c = &gone[ngone - 1];
+		RedisCall	call;
+		SemLimit	limit;
+		bool		theirs;
+
+		redis_call_init(&call, TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_TRY_MS), true, 0);
+		if (!sem_limit(&call, c->semaphore, &limit) ||
+			((theirs = (limit.stored == c->active)) &&
+			 !sem_set_limit_if(&call, c->semaphore, 0, c->active, &limit)))
+		{
+			next_try = TimestampTzPlusMilliseconds(redsem_now(), QUEUE_CAP_RETRY_MS);
+			return;
+		}
+		if (theirs && limit.stored <= 0)
+		{
+			sem_pin_configured(&call, c->semaphore);
+			ereport(LOG,
+					(errmsg("redsem: statement queue \"%s\" is no longer in this server's redsem.queues: its cap of %d was removed from Redis",
+							c->name, c->active)));
+		}
+		ngone--;
+	}
+}
+
 /* Store the pending caps in Redis (each cycle of the keeper) */
 void
 queue_caps_apply(void)
@@ -114,9 +187,11 @@ queue_caps_apply(void)
 
 	if (!started || seen_generation != queue_config_generation())
 	{
+		note_gone(conf);
 		note_definitions(conf);
 		seen_generation = queue_config_generation();
 	}
+	remove_gone_caps();
 	for (int i = 0; i < ncaps && redsem_now() >= next_try; i++)
 	{
 		RedisCall	call;

@@ -127,6 +127,20 @@ is("$gout|$gerr", '2|', 'after DROP ROLE, its next statement still runs, queued'
 is($node->safe_psql('postgres', q{SELECT admitted FROM redsem_queues WHERE name = 'qt'}), '2',
 	'both statements were admitted by the queue');
 $g->quit;
+
+# a queue removed from redsem.queues: its cap leaves Redis (helper-170: it
+# stayed there for good, with no TTL)
+$node->append_conf('postgresql.conf', "redsem.queues = 'cfgq: active_statements=2'\n");
+$node->reload;
+ok(defined wait_until(10, sub { ($redis->cli('HGET', 'redsem:{queue:cfgq}:state', 'limit') // '') eq '2' }),
+	'a queue of redsem.queues: the keeper stores its cap');
+$node->append_conf('postgresql.conf', "redsem.queues = ''\n");
+$node->reload;
+ok(defined wait_until(15, sub { ($redis->cli('HGET', 'redsem:{queue:cfgq}:state', 'limit') // '') eq '' }),
+	'removed from redsem.queues: its cap leaves Redis');
+like(slurp_file($node->logfile), qr/LOG:  redsem: statement queue "cfgq" is no longer in this server's redsem.queues: its cap of 2 was removed from Redis/,
+	'... and the server log says so');
+
 node_log_is_clean($node);
 $node->stop;
 done_testing();
