@@ -105,7 +105,9 @@ $bs->wait_done(30);
 my $log = slurp_file($bnode->logfile, $off);
 my @closed = $log =~ /(redsem broker closed its connection to Redis[^\n]*)/g;
 is(join("\n", @closed), '', 'the broker kept its connection to Redis: what Redis answered was read');
-@errors = grep { !/^08006 Redis at .* did not answer within 1000 ms$/ } $log =~ /WARNING:  stall_loop: ([^\n]{0,160})/g;
+# (the broker paused at random: a call timed out while it was stopped says so)
+@errors = grep { !/^08006 (?:Redis at .* did not answer within 1000 ms$|the redsem broker \(process $broker\) passed on no answer of Redis at )/ }
+  $log =~ /WARNING:  stall_loop: ([^\n]{0,160})/g;
 is(join("\n", @errors), '', 'the looping session saw nothing but its own 08006 while the broker was stopped');
 
 # The same with an answer larger than one read (16 kB) waiting, in a fixed
