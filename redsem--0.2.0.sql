@@ -63,7 +63,7 @@ BEGIN
              WHEN r.rolcanlogin OR r.rolsuper OR r.rolcreaterole OR r.rolreplication OR r.rolbypassrls THEN
                  'It has attributes that redsem does not give it (LOGIN, SUPERUSER, CREATEROLE, REPLICATION or BYPASSRLS).'
              WHEN granted IS NOT NULL THEN
-                 'A role that is not a superuser granted it, directly or through a role that is a member of it, to ' || granted || '.'
+                 'A role that is not a superuser (or no longer exists) granted it, directly or through a role that is a member of it, to ' || granted || '.'
              WHEN admins IS NOT NULL THEN
                  'A role that is not a superuser may grant it on (ADMIN OPTION on it or on a role that is a member of it): ' || admins || '.'
              WHEN owns THEN
@@ -76,7 +76,7 @@ BEGIN
         RAISE EXCEPTION 'role "redsem_admin" exists and redsem cannot adopt it'
             USING ERRCODE = 'duplicate_object',
                   DETAIL = why || ' Its members may force-release any slot and change any limit or statement queue.',
-                  HINT = 'If redsem did not make it (no database has redsem installed), drop it with DROP ROLE redsem_admin; otherwise remove what the detail names. Then run the command again.';
+                  HINT = 'If redsem did not make it (no database has redsem installed), drop it with DROP ROLE redsem_admin; otherwise remove what the detail names (a grant: REVOKE it, and GRANT it again as a superuser). Then run the command again.';
     END IF;
 END
 $$;

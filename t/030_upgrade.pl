@@ -167,7 +167,7 @@ $node->safe_psql('postgres', q{
 	CREATE DATABASE cx3;
 });
 ($ret, $out, $err) = $node->psql('cx3', 'CREATE EXTENSION redsem');
-like($err, qr/ERROR:  role "redsem_admin" exists and redsem cannot adopt it\nDETAIL:  A role that is not a superuser granted it, directly or through a role that is a member of it, to accomplice\. Its members may force-release any slot and change any limit or statement queue\.\nHINT:  If redsem did not make it/,
+like($err, qr/ERROR:  role "redsem_admin" exists and redsem cannot adopt it\nDETAIL:  A role that is not a superuser \(or no longer exists\) granted it, directly or through a role that is a member of it, to accomplice\. Its members may force-release any slot and change any limit or statement queue\.\nHINT:  If redsem did not make it/,
 	'CREATE EXTENSION refuses a redsem_admin granted on by a role that is not a superuser, naming the grantee');
 $node->safe_psql('cx3', q{CREATE EXTENSION redsem VERSION '0.1.0'});
 ($ret, $out, $err) = $node->psql('cx3', 'ALTER EXTENSION redsem UPDATE');

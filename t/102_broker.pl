@@ -299,8 +299,8 @@ $stopped = broker_pid();
 kill 'STOP', $stopped;
 @r = $sa->query(q{SET redsem.command_timeout = 300; SELECT redsem_acquire('stop4', 5, '60 s');});
 kill 'CONT', $stopped;
-like($r[1] // '', qr/08006: the redsem broker \(process $stopped\) passed on no answer of Redis at .* within 300 ms: the broker is stopped \(SIGSTOP, or a debugger holds it\).*HINT:  Check the load on the Redis server and on this server's "redsem broker" process/s,
-	'a call timed out through a stopped broker: 08006, and the message says the broker is stopped, not that Redis did not answer (helper-170)');
+like($r[1] // '', qr/08006: the redsem broker \(process $stopped\) passed on no answer of Redis at .* within 300 ms: the broker is stopped \(SIGSTOP, or a debugger holds it\).*HINT:  Resume the broker \(kill -CONT/s,
+	'a call timed out through a stopped broker: 08006, and the message says the broker is stopped, not that Redis did not answer, the hint how to resume it (helper-170, helper-173)');
 $sa->query_ok(q{RESET redsem.command_timeout; SELECT redsem_release_all();});
 # a call in flight when the broker is killed, with no wait to ride it out:
 # the error says that the broker exited, not only that a link was lost

@@ -136,6 +136,8 @@ static const char *
 status_hint(const RedisOutcome *o)
 {
 	/* (through the broker, the silence may be the broker's own) */
+	if (o->status == RS_TIMED_OUT && o->broker_stopped > 0)
+		return "Resume the broker (kill -CONT, as the server's operating-system user) or detach the debugger that holds it; until then no call of this server's sessions is answered.";
 	if (o->status == RS_TIMED_OUT && redsem_broker_wanted())
 		return "Check the load on the Redis server and on this server's \"redsem broker\" process (calls go through it: redsem.connection_mode is broker), or raise redsem.command_timeout.";
 	if (o->status == RS_TOO_MANY_CLIENTS && redsem_broker_wanted())
