@@ -64,16 +64,6 @@ applied_cap(const char *name)
 	return NULL;
 }
 
-/* The entry of name in conf, or NULL */
-static const QueueDef *
-defined_in(const QueueConfig *conf, const char *name)
-{
-	for (int i = 0; conf != NULL && i < conf->count; i++)
-		if (strcmp(conf->queues[i].name, name) == 0)
-			return &conf->queues[i];
-	return NULL;
-}
-
 /*
  * Note the queues of this server's settings that conf no longer defines
  * (their caps go: remove_gone_caps), and forget those defined again
@@ -84,11 +74,11 @@ note_gone(const QueueConfig *conf)
 	int			kept = 0;
 
 	for (int i = 0; i < ngone; i++)
-		if (defined_in(conf, gone[i].name) == NULL)
+		if (queue_def_in(conf, gone[i].name) == NULL)
 			gone[kept++] = gone[i];
 	ngone = kept;
 	for (int i = 0; started && i < ncaps && ngone < QUEUE_MAX_QUEUES; i++)
-		if (defined_in(conf, caps[i].name) == NULL)
+		if (queue_def_in(conf, caps[i].name) == NULL)
 			gone[ngone++] = caps[i];
 }
 

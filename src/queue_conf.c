@@ -60,13 +60,20 @@ static char unapplied[QUEUE_MAX_QUEUES * (QUEUE_MAX_NAME_BYTES + 2)];	/* names
 																		 * left out */
 
 /* The definition of name in conf, or NULL */
-static QueueDef *
-find_def(QueueConfig *conf, const char *name)
+const QueueDef *
+queue_def_in(const QueueConfig *conf, const char *name)
 {
-	for (int i = 0; i < conf->count; i++)
+	for (int i = 0; conf != NULL && i < conf->count; i++)
 		if (strcmp(conf->queues[i].name, name) == 0)
 			return &conf->queues[i];
 	return NULL;
+}
+
+/* queue_def_in, for a definition to change */
+static QueueDef *
+find_def(QueueConfig *conf, const char *name)
+{
+	return unconstify(QueueDef *, queue_def_in(conf, name));
 }
 
 /* Where the fleet's definitions come from (queue_fleet.c), once preloaded */
@@ -688,12 +695,7 @@ queue_config_generation(void)
 static bool
 queue_defined(const char *name)
 {
-	const QueueConfig *conf = queue_config();
-
-	for (int i = 0; conf != NULL && i < conf->count; i++)
-		if (strcmp(conf->queues[i].name, name) == 0)
-			return true;
-	return false;
+	return queue_def_in(queue_config(), name) != NULL;
 }
 
 /*

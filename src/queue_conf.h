@@ -54,6 +54,7 @@ extern bool queue_parse_options(const char *options, QueueDef *q);
 extern bool queue_valid_name(const char *name);
 extern void queue_options_text(const QueueDef *q, StringInfo buf);
 extern bool queue_def_same(const QueueDef *a, const QueueDef *b);
+extern const QueueDef *queue_def_in(const QueueConfig *conf, const char *name);
 extern uint64 queue_config_generation(void);
 extern bool queue_is_semaphore(const char *name);
 extern TimestampTz queue_view_since(void);

@@ -357,16 +357,6 @@ write_copy(const char *prefix, uint64 target, int64 version, const char *text)
 		(void) durable_rename(tmp, QUEUE_FLEET_FILE, LOG);
 }
 
-/* The definition of name in conf, or NULL */
-static const QueueDef *
-def_in(const QueueConfig *conf, const char *name)
-{
-	for (int i = 0; conf != NULL && i < conf->count; i++)
-		if (strcmp(conf->queues[i].name, name) == 0)
-			return &conf->queues[i];
-	return NULL;
-}
-
 /*
  * How long a dropped queue is watched: QUEUE_FLEET_CAP_CHECK_MS, or three
  * of this server's reads if that is longer.  A change that raced the drop
@@ -406,7 +396,7 @@ log_changes(const QueueConfig *before, const QueueConfig *now)
 	for (int i = 0; i < now->count; i++)
 	{
 		const QueueDef *q = &now->queues[i];
-		const QueueDef *was = def_in(before, q->name);
+		const QueueDef *was = queue_def_in(before, q->name);
 		StringInfoData buf;
 
 		if (was != NULL && queue_def_same(was, q))
@@ -418,7 +408,7 @@ log_changes(const QueueConfig *before, const QueueConfig *now)
 						q->name, was ? "changed" : "defined", buf.data)));
 	}
 	for (int i = 0; before != NULL && i < before->count; i++)
-		if (def_in(now, before->queues[i].name) == NULL)
+		if (queue_def_in(now, before->queues[i].name) == NULL)
 		{
 			ereport(LOG,
 					(errmsg("redsem: statement queue \"%s\" dropped for every server",
@@ -442,7 +432,7 @@ note_local_queues(const QueueConfig *fleet_defs, const QueueConfig *local)
 	initStringInfo(&differing);
 	for (int i = 0; local != NULL && i < local->count; i++)
 	{
-		const QueueDef *f = def_in(fleet_defs, local->queues[i].name);
+		const QueueDef *f = queue_def_in(fleet_defs, local->queues[i].name);
 
 		if (f == NULL)
 			appendStringInfo(&own, "%s%s", own.len > 0 ? "," : "", local->queues[i].name);
@@ -538,7 +528,7 @@ log_conflicts(const QueueConfig *now)
 	note_local_queues(now, local);
 	for (int i = 0; i < now->count; i++)
 	{
-		const QueueDef *mine = def_in(local, now->queues[i].name);
+		const QueueDef *mine = queue_def_in(local, now->queues[i].name);
 
 		if (mine != NULL && !queue_def_same(mine, &now->queues[i]))
 			appendStringInfo(&names, "%s\"%s\"", names.len > 0 ? ", " : "", mine->name);
@@ -741,12 +731,12 @@ remove_due_opens(RedisCall *call, const QueueConfig *now)
 	for (int i = 0; i < n; i++)
 	{
 		char	   *semaphore = psprintf("%s%s", REDSEM_QUEUE_PREFIX, names[i]);
-		const QueueDef *local = def_in(queue_setting_config(), names[i]);
+		const QueueDef *local = queue_def_in(queue_setting_config(), names[i]);
 		int			to = local ? local->active : 0;	/* (0: removed) */
 		SemLimit	limit;
 
 		/* (defined in Redis again: reconcile_caps stored its cap) */
-		if (def_in(now, names[i]) == NULL &&
+		if (queue_def_in(now, names[i]) == NULL &&
 			(!sem_limit(call, semaphore, &limit) ||
 			 (limit.stored == REDSEM_MAX_HOLDERS && to != REDSEM_MAX_HOLDERS &&
 			  (!sem_set_limit_if(call, semaphore, to, REDSEM_MAX_HOLDERS, &limit) ||
@@ -800,7 +790,7 @@ reconcile_caps(RedisCall *call, const QueueConfig *now)
 		if (d->done)
 			continue;
 		/* (defined again: its definition's cap replaces the open limit) */
-		if (def_in(now, name) != NULL || def_in(queue_setting_config(), name) != NULL)
+		if (queue_def_in(now, name) != NULL || queue_def_in(queue_setting_config(), name) != NULL)
 		{
 			d->done = true;
 			continue;
@@ -844,7 +834,7 @@ static void
 keep_last_valid(const char *name, QueueConfig *now)
 {
 	uint64		unused;
-	const QueueDef *was = read_from_here() ? def_in(queue_fleet_config(&unused), name) : NULL;
+	const QueueDef *was = read_from_here() ? queue_def_in(queue_fleet_config(&unused), name) : NULL;
 
 	if (was != NULL)
 		now->queues[now->count++] = *was;
@@ -1018,7 +1008,7 @@ warn_not_read_here(void)
 static void
 warn_setting_differs(const QueueDef *q, bool dropped)
 {
-	const QueueDef *mine = def_in(queue_setting_config(), q->name);
+	const QueueDef *mine = queue_def_in(queue_setting_config(), q->name);
 
 	if (mine != NULL && dropped)
 		ereport(WARNING,
@@ -1135,7 +1125,7 @@ queue_fleet_defines(const char *name)
 	bool		here;
 	int64		mine;
 
-	if (def_in(queue_setting_config(), name) != NULL || fleet == NULL)
+	if (queue_def_in(queue_setting_config(), name) != NULL || fleet == NULL)
 		return true;
 	LWLockAcquire(fleet->lock, LW_SHARED);
 	here = read_from_here();
@@ -1156,7 +1146,7 @@ queue_fleet_defines(const char *name)
 static void
 no_such_queue(const char *name)
 {
-	bool		local = def_in(queue_setting_config(), name) != NULL;
+	bool		local = queue_def_in(queue_setting_config(), name) != NULL;
 
 	ereport(ERROR,
 			(errcode(ERRCODE_UNDEFINED_OBJECT),
@@ -1295,7 +1285,7 @@ settle_cap(const QueueDef *q)
 		if (text == NULL)
 		{
 			/* dropped: a change that raced the drop may have set its cap */
-			if (limit.stored > 0 && def_in(queue_setting_config(), q->name) == NULL)
+			if (limit.stored > 0 && queue_def_in(queue_setting_config(), q->name) == NULL)
 				(void) sem_set_limit_if(&call, q->semaphore, 0, (int) limit.stored, &limit);
 			return;
 		}
@@ -1533,7 +1523,7 @@ redsem_drop_queue(PG_FUNCTION_ARGS)
 	 * (a queue this server's redsem.queues defines too stays, with its cap:
 	 * its line is not let in)
 	 */
-	if (def_in(queue_setting_config(), q.name) != NULL || !free_line(&q))
+	if (queue_def_in(queue_setting_config(), q.name) != NULL || !free_line(&q))
 	{
 		apply_cap(&q, 0);
 		settle_cap(&q);
