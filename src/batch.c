@@ -242,7 +242,7 @@ sem_keep_batch(RedisCall *call, SemKeepItem *items, int n, SemBatchCost *cost)
 	KeepCommand *again;
 	int			ncmds;
 	int			depth;
-	RedisOutcome failed = {RS_OK, 0, "", 0, false};
+	RedisOutcome failed = {RS_OK, 0, "", 0, false, 0};
 
 	memset(cost, 0, sizeof(*cost));
 	for (int i = 0; i < n; i++)

@@ -810,14 +810,14 @@ run_pipeline(RedisCall *call, int n, RedisCommand *cmds, const PipelineItems *it
 			 bool *done)
 {
 	redisReply **replies = palloc0(sizeof(redisReply *) * n);
-	RedisOutcome first = {RS_OK, 0, "", 0, false};
+	RedisOutcome first = {RS_OK, 0, "", 0, false, 0};
 	bool		all = redis_exec_pipeline(call, n, cmds, replies);
 
 	if (!all)
 		first = call->outcome;
 	for (int i = 0; i < n; i++)
 	{
-		RedisOutcome o = {RS_OK, 0, "", 0, false};
+		RedisOutcome o = {RS_OK, 0, "", 0, false, 0};
 
 		done[i] = false;
 		if (replies[i] == NULL)

@@ -257,7 +257,7 @@ static bool is_redirect(const redisReply *reply);
 static bool
 hand_over(Link *link, redisReply *reply)
 {
-	RedisOutcome o = {RS_OK, 0, "", 0, false};
+	RedisOutcome o = {RS_OK, 0, "", 0, false, 0};
 	bool		drop = false;
 
 	if (reply->type == REDIS_REPLY_ERROR)

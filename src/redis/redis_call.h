@@ -115,6 +115,6 @@ typedef void (*RedisReplyHandler) (void *arg, struct redisReply *reply,
 								   const RedisOutcome *outcome);
 
 /* A call from SQL: interruptible, within redsem.command_timeout, raising */
-#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0, false}, 0, false, 0, 0, NULL, 0, false, 0}
+#define REDIS_SQL_CALL	{DT_NOEND, 0, true, ERROR, false, {RS_OK, 0, "", 0, false, 0}, 0, false, 0, 0, NULL, 0, false, 0}
 
 #endif							/* REDSEM_REDIS_CALL_H */
